@@ -324,6 +324,10 @@ register(Feedback)
 # --------------------------------------------------------------------------
 
 
+_AGE_ATTR = {"created": "age_created", "updated": "age_updated",
+             "last_access": "age_last_access"}
+
+
 class ScoringContext:
     """Read-only view of one batch of queries over the existing notes, for one
     policy. Matrices are (Q, L) with L = ``len(idx)``; note vectors are (L,).
@@ -352,13 +356,28 @@ class ScoringContext:
     def nnorm2(self) -> np.ndarray:
         return self.notes.norm2[self.idx]
 
-    @cached_property
-    def age_created(self) -> np.ndarray:
-        return self.t[:, None] - self.notes.created_at[self.idx][None, :]
+    def shared(self, key, compute):
+        """A value computed once per batch and shared by every policy (the
+        similarity matrix, the age matrix): ``compute()`` runs on first use."""
+        cache = self.batch.cache
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
 
-    @cached_property
+    def similarity(self, retriever: Retriever) -> np.ndarray:
+        """The retriever's similarity (Q, L), shared across policies."""
+        return self.shared(("similarity", retriever.name),
+                           lambda: retriever.similarity(self))
+
+    @property
+    def age_created(self) -> np.ndarray:
+        return self.shared("age_created",
+                           lambda: self.t[:, None] - self.notes.created_at[self.idx][None, :])
+
+    @property
     def age_updated(self) -> np.ndarray:
-        return self.t[:, None] - self.notes.updated_at[self.idx][None, :]
+        return self.shared("age_updated",
+                           lambda: self.t[:, None] - self.notes.updated_at[self.idx][None, :])
 
     @cached_property
     def since_access(self) -> np.ndarray:
@@ -372,8 +391,7 @@ class ScoringContext:
         return np.where(np.isnan(s), self.age_created, s)
 
     def age(self, clock: str) -> np.ndarray:
-        return {"created": self.age_created, "updated": self.age_updated,
-                "last_access": self.age_last_access}[clock]
+        return getattr(self, _AGE_ATTR[clock])
 
     @property
     def tokens(self) -> np.ndarray:
@@ -418,7 +436,8 @@ class ScoringContext:
 class Policy(Validated):
     """A complete policy: one component per slot.
 
-    ``candidates`` overrides the experiment's top-C for this policy.
+    ``candidates`` overrides the experiment's top-C for this policy (None:
+    the experiment's).
     """
 
     retriever: Retriever = field(default=None)  # type: ignore[assignment]
@@ -430,9 +449,11 @@ class Policy(Validated):
     packer: Packer = field(default=None)  # type: ignore[assignment]
     orderer: Orderer = field(default=None)  # type: ignore[assignment]
     feedback: Feedback = field(default=None)  # type: ignore[assignment]
-    candidates: int = 50
+    candidates: int | None = None
 
-    _constraints: ClassVar[dict] = {"candidates": Interval(1, None, integer=True)}
+    _constraints: ClassVar[dict] = {
+        "candidates": (Interval(1, None, integer=True), Options((None,))),
+    }
 
     #: The component used for a slot left unset.
     DEFAULTS: ClassVar[dict[str, str]] = {
@@ -481,13 +502,14 @@ class Policy(Validated):
 
     def to_config(self) -> dict[str, Any]:
         out: dict[str, Any] = {slot: getattr(self, slot).to_config() for slot in SLOTS}
-        out["candidates"] = self.candidates
+        if self.candidates is not None:
+            out["candidates"] = self.candidates
         return out
 
     # -- scoring -------------------------------------------------------------
     def score(self, ctx: ScoringContext) -> np.ndarray:
         """Scores (Q, L) of the context's notes for its queries (see module doc)."""
-        rel = self.retriever.similarity(ctx)
+        rel = ctx.similarity(self.retriever)
         if self.ranker.uses_recency:
             age = self.stickiness.effective_age(ctx.age(self.decay.clock), ctx)
             rec = self.decay.recency(age, ctx)

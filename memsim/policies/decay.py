@@ -47,7 +47,8 @@ class PerDayRate(Decay):
     _constraints: ClassVar[dict] = {"rate": Interval(0, 1, closed="left")}
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
-        return np.power(1.0 - self.rate, np.maximum(age, 0.0))
+        # exp(age * ln(1 - rate)): the same value, several times faster than power
+        return np.exp(np.maximum(age, 0.0) * np.log1p(-self.rate))
 
     def half_life(self) -> float:
         return math.inf if self.rate == 0 else math.log(2) / -math.log1p(-self.rate)

@@ -1,30 +1,139 @@
 """Packers: choose which top-C candidates go into the token budget.
 
-All packers receive candidates sorted best first and never exceed the budget.
+Every packer implements one contract (:meth:`memsim.policies.base.Packer.pack`)::
+
+    pack(values (Q, C) float, tokens (Q, C) int64, valid (Q, C) bool,
+         budget (Q,) int64) -> packed (Q, C) bool
+
+Candidates arrive sorted best first by the policy's score; ``values`` are those
+scores (or, for the oracle, the true gains). A packed row never exceeds its
+budget: ``sum(tokens[q, packed[q]]) <= budget[q]`` for every query ``q``.
+
+================ ============================================ =====================
+name             rule                                         time per query
+================ ============================================ =====================
+``top-k-cutoff`` rank order, stop at the first that overflows O(C)
+``skip-fill``    rank order, skip what does not fit           O(C)
+``greedy``       value per token, skip what does not fit      O(C log C)
+``greedy-swap``  greedy, then a bounded swap pass             O(C log C + S C^2)
+``exact``        0/1 knapsack optimum (DP, or MILP when B is  O(C B) (DP)
+                 very large)
+================ ============================================ =====================
+
+The two rank-order packers reproduce what systems do (Hivemind before its fix
+packs "top-k with a cutoff", seed 000) and pack whatever ranks high, whatever
+its score. The three *value-based* packers (``greedy``, ``greedy-swap``,
+``exact``) maximise the sum of ``values`` of the packed notes, and therefore
+never pack a note whose value is ``<= 0`` (or NaN): such a note can only lower
+the sum. That is also what makes ``exact`` usable as the oracle's packer, with
+``values`` = true gains (stale notes have negative gains, irrelevant ones 0).
+
+:func:`knapsack_value` is the exact optimum for one query, used by the metrics
+for the oracle's utility (the denominator of ``utility_ratio``).
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
+from ..params import Interval, Options
 from .base import Packer, register
 
-__all__ = ["TopKCutoff", "SkipFill"]
+__all__ = ["TopKCutoff", "SkipFill", "Greedy", "GreedySwap", "Exact", "knapsack_value"]
+
+#: Relative tolerance for "strictly better" in float comparisons of value sums:
+#: a swap must gain more than this share of the inserted note's value, so that
+#: rounding noise never counts as an improvement.
+_TOL = 1e-12
+
+
+# --------------------------------------------------------------------------
+# Shared helpers (all vectorised over the Q queries of a batch)
+# --------------------------------------------------------------------------
+
+
+def _as_arrays(values, tokens, valid, budget):
+    values = np.asarray(values, dtype=np.float64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    valid = np.asarray(valid, dtype=bool)
+    budget = np.asarray(budget, dtype=np.int64).reshape(-1)
+    return values, tokens, valid, budget
+
+
+def _eligible(values, tokens, valid, budget):
+    """Candidates a value-based packer may pack: real, value > 0 (NaN is not),
+    non-negative size that fits the budget on its own."""
+    return valid & (values > 0) & (tokens >= 0) & (tokens <= budget[:, None])
+
+
+def _density(values, tokens, eligible):
+    """Value per token; +inf for a free (0-token) note, -inf where not eligible."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = values / tokens
+    d = np.where(tokens == 0, np.inf, d)
+    return np.where(eligible, d, -np.inf)
+
+
+def _greedy_fill(order, tokens, eligible, budget, packed, used):
+    """Visit columns in ``order`` (Q, C), per row; add each eligible, unpacked
+    note that still fits. Updates ``packed`` and ``used`` in place.
+
+    One loop over the C candidate ranks, vectorised over queries.
+    """
+    rows = np.arange(tokens.shape[0])
+    for s in range(order.shape[1]):
+        j = order[:, s]
+        tj = tokens[rows, j]
+        take = eligible[rows, j] & ~packed[rows, j] & (used + tj <= budget)
+        if take.any():
+            packed[rows[take], j[take]] = True
+            used += np.where(take, tj, 0)
+    return packed, used
+
+
+def _density_order(values, tokens, eligible):
+    """Columns by value per token, best first; ties by candidate rank (the
+    sort is stable, and columns are in rank order)."""
+    return np.argsort(-_density(values, tokens, eligible), axis=1, kind="stable")
+
+
+def _greedy(values, tokens, eligible, budget):
+    q, c = tokens.shape
+    packed = np.zeros((q, c), dtype=bool)
+    used = np.zeros(q, dtype=np.int64)
+    order = _density_order(values, tokens, eligible)
+    return _greedy_fill(order, tokens, eligible, budget, packed, used)
+
+
+# --------------------------------------------------------------------------
+# Rank-order packers
+# --------------------------------------------------------------------------
 
 
 @register
 @dataclass(frozen=True, kw_only=True)
 class TopKCutoff(Packer):
-    """Sort by score and fill from the top; stop at the first note that does not
-    fit (Hivemind's original packing, seed 000: "top-k with a cutoff").
+    """Fill in rank order; stop at the first note that does not fit.
+
+    Rule: with candidates sorted best first, pack candidates ``0..k-1`` where
+    ``k`` is the largest prefix whose total tokens fit the budget. Cost never
+    enters: "one 2,000-token note scoring 0.9 would shove out twenty 100-token
+    notes scoring 0.85" (Hivemind's packing before its fix, seed 000, "top-k
+    with a cutoff").
+
+    Complexity: O(C) per query (one cumulative sum).
     """
 
     name: ClassVar[str] = "top-k-cutoff"
 
     def pack(self, values, tokens, valid, budget):
+        values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
         used = np.cumsum(np.where(valid, tokens, 0), axis=1)
         # cumsum is non-decreasing, so "fits so far" is a prefix of each row.
         return valid & (used <= budget[:, None])
@@ -33,11 +142,18 @@ class TopKCutoff(Packer):
 @register
 @dataclass(frozen=True, kw_only=True)
 class SkipFill(Packer):
-    """Sort by score; add each note that still fits, skipping those that do not."""
+    """Fill in rank order; skip a note that does not fit and go on.
+
+    Rule: visit candidates best first and add each one whose tokens still fit
+    the remaining budget (what most vector-store integrations do).
+
+    Complexity: O(C) per query.
+    """
 
     name: ClassVar[str] = "skip-fill"
 
     def pack(self, values, tokens, valid, budget):
+        values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
         q, c = tokens.shape
         packed = np.zeros((q, c), dtype=bool)
         used = np.zeros(q, dtype=np.int64)
@@ -46,3 +162,443 @@ class SkipFill(Packer):
             packed[:, j] = take
             used += np.where(take, tokens[:, j], 0)
         return packed
+
+
+# --------------------------------------------------------------------------
+# Value-based packers
+# --------------------------------------------------------------------------
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Greedy(Packer):
+    """Value-per-token greedy: the classic knapsack heuristic.
+
+    Rule: sort the candidates by density ``values / tokens`` (highest first,
+    ties by candidate rank; a 0-token note has infinite density) and add each
+    one that still fits, skipping those that do not. Notes with value ``<= 0``
+    are never packed. Hivemind's fixed packer starts this way ("ranked by value
+    per token (score divided by size) and added greedily", seed 000).
+
+    Alone, greedy can be arbitrarily bad (one large valuable note behind a small
+    dense one: see the ``swap_needed`` golden scenario); :class:`GreedySwap`
+    and :class:`Exact` repair that.
+
+    Complexity: O(C log C) per query (the sort), then one O(C) pass.
+    """
+
+    name: ClassVar[str] = "greedy"
+
+    def pack(self, values, tokens, valid, budget):
+        values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
+        eligible = _eligible(values, tokens, valid, budget)
+        return _greedy(values, tokens, eligible, budget)[0]
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class GreedySwap(Packer):
+    """Value-per-token greedy followed by a bounded swap pass.
+
+    Hivemind's packer is "greedy, then a swap pass [that] puts back any
+    high-value note the small ones were blocking" (seed 000); its swap rule is
+    not public. **The rule below is memsim's design.**
+
+    Rule. Start from :class:`Greedy`. Then, in each pass, visit the unpacked
+    eligible notes ``j`` by value (highest first, ties by rank). To make room
+    for ``j`` (``need = tokens_j - free`` tokens), consider two removal sets
+    among the packed notes:
+
+    * the shortest prefix, in order of *ascending* value per token (ties: worse
+      rank first), whose tokens cover ``need`` (the greedy cover);
+    * the single packed note of least value whose tokens alone cover ``need``.
+
+    Take the one that loses less value, ``removed``. Swap (remove it, insert
+    ``j``) when ``value_j - removed > 1e-12 * value_j``. After each pass, the
+    freed space is refilled greedily by density. Passes stop when a pass makes
+    no swap, after ``max_swaps`` passes, or when a query has made
+    ``max_swaps`` swaps.
+
+    Guarantees: every swap strictly increases the packed value and keeps the row
+    within budget, and the refill only adds notes, so the result is never worse
+    than :class:`Greedy` (``greedy-swap >= greedy`` in the policy's value) and
+    never exceeds the budget. It is not optimal; :class:`Exact` is.
+
+    Parameters
+    ----------
+    max_swaps : int
+        Bound on the number of swaps per query and on the number of passes
+        (``0`` = plain greedy).
+
+    Notes
+    -----
+    Complexity: O(C log C) for the greedy, then at most ``max_swaps`` passes of
+    O(C^2) each (C candidates, each checked against the packed set with one
+    cumulative sum), vectorised over queries: O(C log C + S C^2) per query with
+    ``S = max_swaps``.
+    """
+
+    name: ClassVar[str] = "greedy-swap"
+    max_swaps: int = 4
+    _constraints: ClassVar[dict] = {"max_swaps": Interval(0, None, integer=True)}
+
+    def pack(self, values, tokens, valid, budget):
+        values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
+        eligible = _eligible(values, tokens, valid, budget)
+        packed, used = _greedy(values, tokens, eligible, budget)
+        if self.max_swaps == 0 or not eligible.any():
+            return packed
+        return _swap_passes(values, tokens, eligible, budget, packed, used, self.max_swaps)
+
+
+def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
+    """The swap passes of :class:`GreedySwap` (see its docstring for the rule)."""
+    q, c = tokens.shape
+    rows_all = np.arange(q)
+    dens = _density(values, tokens, eligible)
+    fill_order = np.argsort(-dens, axis=1, kind="stable")
+    # Removal order: ascending density; among equal densities the worse rank
+    # (higher column) goes first. Sorting the reversed columns stably gives that.
+    rem_order = (c - 1) - np.argsort(dens[:, ::-1], axis=1, kind="stable")
+    rem_rank = np.empty_like(rem_order)
+    rem_rank[rows_all[:, None], rem_order] = np.arange(c)[None, :]
+    tok_el = np.where(eligible, tokens, 0)
+    val_el = np.where(eligible, values, 0.0)
+    tok_o = np.take_along_axis(tok_el, rem_order, axis=1)
+    val_o = np.take_along_axis(val_el, rem_order, axis=1)
+    # Insertion candidates: by value, best first, ties by rank.
+    ins_order = np.argsort(-np.where(eligible, values, -np.inf), axis=1, kind="stable")
+    n_ins = int(eligible.sum(axis=1).max())
+    swaps = np.zeros(q, dtype=np.int64)
+
+    for _ in range(max_swaps):
+        swapped_any = False
+        for s in range(n_ins):
+            j_all = ins_order[:, s]
+            cand = (eligible[rows_all, j_all] & ~packed[rows_all, j_all]
+                    & (swaps < max_swaps))
+            if not cand.any():
+                continue
+            r = rows_all[cand]
+            j = j_all[cand]
+            vj = values[r, j]
+            tj = tokens[r, j]
+            need = tj - (budget[r] - used[r])
+            pk = packed[r]
+            k = np.arange(len(r))
+            # (a) greedy cover: shortest prefix in ascending-density order.
+            pk_o = np.take_along_axis(pk, rem_order[r], axis=1)
+            ct = np.cumsum(np.where(pk_o, tok_o[r], 0), axis=1)
+            cv = np.cumsum(np.where(pk_o, val_o[r], 0.0), axis=1)
+            # ct is non-decreasing, so the count of "< need" is the first index
+            # with ct >= need; it exists because need <= used (tj <= budget).
+            p = np.minimum((ct < need[:, None]).sum(axis=1), c - 1)
+            cover_val = np.where(need > 0, cv[k, p], 0.0)
+            cover_tok = np.where(need > 0, ct[k, p], 0)
+            # (b) the single least valuable packed note that frees enough alone
+            # (ties: worse rank, i.e. the last column, via the reversed argmin).
+            ok1 = pk & (tokens[r] >= need[:, None])
+            v1 = np.where(ok1, values[r], np.inf)[:, ::-1]
+            i1 = (c - 1) - np.argmin(v1, axis=1)
+            single_val = v1[k, (c - 1) - i1]
+            use_single = (need > 0) & (single_val < cover_val)
+            removed = np.where(use_single, single_val, cover_val)
+            do = (vj - removed) > _TOL * np.abs(vj)
+            if not do.any():
+                continue
+            swapped_any = True
+            d = k[do]
+            rd = r[do]
+            remove = (pk[d] & (rem_rank[rd] <= p[d, None])
+                      & (need[d, None] > 0) & ~use_single[d, None])
+            single_cols = i1[d][use_single[d]]
+            remove[np.flatnonzero(use_single[d]), single_cols] = True
+            freed = np.where(use_single[d], tokens[rd, i1[d]], cover_tok[d])
+            packed[rd] &= ~remove
+            packed[rd, j[do]] = True
+            used[rd] += tj[do] - freed
+            swaps[rd] += 1
+        # Refill the space the swaps left (only adds notes: value can only grow).
+        packed, used = _greedy_fill(fill_order, tokens, eligible, budget, packed, used)
+        if not swapped_any:
+            break
+    return packed
+
+
+# --------------------------------------------------------------------------
+# Exact 0/1 knapsack
+# --------------------------------------------------------------------------
+
+
+def _dp_row(v: np.ndarray, t: np.ndarray, cap: int) -> np.ndarray:
+    """Exact 0/1 knapsack for one query by dynamic programming.
+
+    ``dp[b]`` = best value with capacity ``b`` after the items seen so far;
+    item ``j`` updates ``dp[b] = max(dp[b], dp[b - t_j] + v_j)`` for all
+    ``b >= t_j`` at once (one numpy max over shifted arrays), and records where
+    taking ``j`` was strictly better in a boolean table for the backtrack.
+    O(n * cap) time and memory. ``t`` must be integers in ``[0, cap]``.
+    """
+    n = len(v)
+    dp = np.zeros(cap + 1)
+    take = np.zeros((n, cap + 1), dtype=bool)
+    for j in range(n):
+        w = int(t[j])
+        # the right-hand side is a new array, so the update reads the old dp
+        # (each item is used at most once).
+        cand = dp[: cap + 1 - w] + v[j]
+        better = cand > dp[w:]
+        take[j, w:] = better
+        np.maximum(dp[w:], cand, out=dp[w:])
+    chosen = np.zeros(n, dtype=bool)
+    b = cap
+    for j in range(n - 1, -1, -1):
+        if take[j, b]:
+            chosen[j] = True
+            b -= int(t[j])
+    return chosen
+
+
+_STDOUT_LOCK = threading.Lock()
+
+
+@contextmanager
+def _quiet_c_stdout():
+    """Silence C-level stdout for the duration (HiGHS 1.x prints a stray debug
+    line, "HighsMipSolverData::transformNewIntegerFeasibleSolution", on some
+    knapsacks even with ``disp=False``; the CLI's stdout is a contract)."""
+    with _STDOUT_LOCK:
+        try:
+            fd = os.dup(1)
+        except OSError:  # no stdout at all
+            yield
+            return
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                yield
+        finally:
+            os.dup2(fd, 1)
+            os.close(fd)
+
+
+def _milp_row(v: np.ndarray, t: np.ndarray, cap: int, time_limit: float) -> np.ndarray | None:
+    """Exact 0/1 knapsack for one query with HiGHS (``scipy.optimize.milp``).
+
+    Returns the chosen mask, or None when HiGHS does not prove optimality within
+    ``time_limit`` (the caller then falls back to the DP).
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    # Scale the objective to max 1e3: HiGHS stops at an absolute gap of 1e-6,
+    # which on the scaled problem is a relative gap of 1e-9 at most.
+    scale = 1e3 / float(v.max())
+    with _quiet_c_stdout():
+        res = milp(
+            c=-v * scale,
+            constraints=LinearConstraint(t.astype(np.float64)[None, :], -np.inf, float(cap)),
+            integrality=np.ones(len(v)),
+            bounds=Bounds(0.0, 1.0),
+            options={"mip_rel_gap": 0.0, "time_limit": float(time_limit), "presolve": True},
+        )
+    if res.status != 0 or res.x is None:
+        return None
+    chosen = res.x > 0.5
+    if int(t[chosen].sum()) > cap:  # defensive: rounding never lets a row overflow
+        return None
+    return chosen
+
+
+def _bucket_width(n: int, cap: int, max_cells: int) -> int:
+    """Smallest bucket width ``w`` such that ``n * (cap // w + 1) <= max_cells``
+    (``w = 1`` when the exact table fits)."""
+    if n * (cap + 1) <= max_cells:
+        return 1
+    k = max(max_cells // max(n, 1) - 1, 1)  # largest allowed cap // w
+    return cap // (k + 1) + 1
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Exact(Packer):
+    """Exact 0/1 knapsack: the set of candidates of maximal total value that fits.
+
+    Rule: maximise ``sum(values[S])`` subject to ``sum(tokens[S]) <= budget``
+    over subsets ``S`` of the eligible candidates (value ``> 0``; notes of value
+    ``<= 0`` are never packed). With ``values`` = true gains this is the
+    oracle's packer. Source: the textbook dynamic programme over integer
+    capacities (Kellerer, Pferschy & Pisinger, *Knapsack Problems*, 2004,
+    ch. 2); Hivemind's notes call it "affordable at this size" (seed 000).
+
+    Algorithm, per query:
+
+    1. fast path: when every eligible note fits, take them all (O(C));
+    2. divide all sizes and the budget by the gcd of the eligible sizes
+       (exact; e.g. sizes in multiples of 100 shrink the table 100-fold);
+    3. choose a method (``method = "auto"``), with ``n`` eligible notes and
+       reduced budget ``B``:
+
+       * ``B > milp_budget``: ``scipy.optimize.milp`` (HiGHS branch and bound,
+         exact, ``mip_rel_gap = 0``). Measured on heavy-tailed sizes
+         (``benchmarks/bench_packers.py``): the DP costs about 2 ns per cell
+         ``n * B`` while HiGHS costs 0.3 to 1 ms per note whatever ``B``, so
+         HiGHS wins once ``B`` exceeds roughly 2.5e5 (e.g. C = 50 at B = 1e6:
+         DP 285 ms, MILP 31 ms) and loses below (C = 1000 at B = 16,000:
+         DP 22 ms, MILP 330 ms).
+       * else ``n * (B + 1) <= max_cells``: the DP, exact.
+       * else: the DP on bucketed sizes (the large-budget guard, below).
+
+       ``method = "dp"`` never uses HiGHS; ``method = "milp"`` always does.
+       When HiGHS does not prove optimality within ``milp_time_limit`` seconds,
+       the DP path is used instead.
+
+    DP: ``dp[b] = max(dp[b], dp[b - t_j] + v_j)`` for all ``b`` at once (numpy
+    max over shifted arrays, one per item), a boolean table of "taking ``j`` was
+    strictly better at capacity ``b``", then a backtrack from ``b = B``.
+    **O(C * B) time and O(C * B) memory** per query (bits of the table).
+
+    Large-budget guard (bucketing). When ``n * (B + 1) > max_cells``, sizes are
+    rounded **up** to multiples of a bucket width ``w`` (the smallest with
+    ``n * (B // w + 1) <= max_cells``): the DP runs on ``t'_j = ceil(t_j / w)``
+    with capacity ``B' = B // w``. The result is always feasible
+    (``sum t_j <= w * sum t'_j <= w * B' <= B``). Optimality loss bound: since
+    ``w * t'_j <= t_j + w - 1``, every set that fits when each note costs
+    ``w - 1`` extra tokens is feasible for the bucketed DP, so
+
+    ``V_bucket >= OPT(t + w - 1, B)``,
+
+    the exact optimum with every size inflated by ``w - 1``. Consequently, with
+    ``n*`` notes in the true optimum and ``t_max`` the largest among them,
+    ``V_bucket >= V* * (B - t_max - w + 1) / (B + n* (w - 1))`` (keep the
+    densest notes of the optimum that fit the inflated budget). The bucketed
+    answer is also compared with :class:`GreedySwap` and the better one kept,
+    so ``exact`` is never worse than ``greedy-swap`` even when bucketed.
+
+    Parameters
+    ----------
+    method : {"auto", "dp", "milp"}
+        Solver choice, see above.
+    max_cells : int
+        Largest DP table ``n * (B + 1)`` (booleans) per query before bucketing.
+        The default (2**25, 32 MiB) keeps C = 1,000 at B = 16,000 exact.
+    milp_budget : int
+        Reduced budget above which ``"auto"`` uses HiGHS.
+    milp_time_limit : float
+        Seconds HiGHS may spend on one query.
+    """
+
+    name: ClassVar[str] = "exact"
+    method: str = "auto"
+    max_cells: int = 2**25
+    milp_budget: int = 250_000
+    milp_time_limit: float = 10.0
+    _constraints: ClassVar[dict] = {
+        "method": Options(("auto", "dp", "milp")),
+        "max_cells": Interval(64, None, integer=True),
+        "milp_budget": Interval(1, None, integer=True),
+        "milp_time_limit": Interval(0, None, closed="neither"),
+    }
+
+    def pack(self, values, tokens, valid, budget):
+        values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
+        eligible = _eligible(values, tokens, valid, budget)
+        packed = eligible.copy()
+        over = np.where(eligible, tokens, 0).sum(axis=1) > budget
+        for q in np.flatnonzero(over):  # only queries whose eligible notes overflow
+            cols = np.flatnonzero(eligible[q])
+            packed[q] = False
+            packed[q, cols[self.solve(values[q, cols], tokens[q, cols], int(budget[q]))]] = True
+        return packed
+
+    def bucket_width(self, n: int, budget: int) -> int:
+        """The bucket width ``w`` the guard uses for ``n`` notes and a (reduced)
+        budget; 1 when no bucketing is needed."""
+        return _bucket_width(n, budget, self.max_cells)
+
+    def solve(self, v: np.ndarray, t: np.ndarray, budget: int, *,
+              never_bucket: bool = False) -> np.ndarray:
+        """Chosen mask for one query whose notes all have ``v > 0`` and
+        ``0 <= t <= budget``.
+
+        ``never_bucket=True`` trades the memory guard for exactness: a table
+        over ``max_cells`` goes to HiGHS, and if HiGHS fails, to the full DP.
+        """
+        v = np.asarray(v, dtype=np.float64)
+        t = np.asarray(t, dtype=np.int64)
+        chosen = t == 0  # free notes of positive value are always in an optimum
+        rest = np.flatnonzero(~chosen)
+        if len(rest) == 0 or int(t[rest].sum()) <= budget:
+            chosen[rest] = True
+            return chosen
+        vr, tr = v[rest], t[rest]
+        g = int(np.gcd.reduce(tr))
+        tr_g, cap = tr // g, budget // g
+        n = len(rest)
+        method = self.method
+        w = _bucket_width(n, cap, self.max_cells)
+        if method == "auto":
+            method = "milp" if cap > self.milp_budget or (never_bucket and w > 1) else "dp"
+        sub = None
+        if method == "milp":
+            sub = _milp_row(vr, tr_g, cap, self.milp_time_limit)
+        if sub is None:
+            if w == 1 or never_bucket:
+                sub = _dp_row(vr, tr_g, cap)
+            else:
+                sub = _dp_row(vr, -(-tr_g // w), cap // w)
+                # never worse than the heuristic: keep greedy-swap if it beats
+                # the bucketed optimum.
+                alt = GreedySwap().pack(vr[None, :], tr[None, :], np.ones((1, n), bool),
+                                        np.array([budget]))[0]
+                if vr[alt].sum() > vr[sub].sum():
+                    sub = alt
+        chosen[rest[sub]] = True
+        return chosen
+
+
+def knapsack_value(values, tokens, budget: int) -> tuple[float, np.ndarray]:
+    """Exact 0/1 knapsack optimum for one query.
+
+    Parameters
+    ----------
+    values : array_like, shape (n,)
+        Value of each note (e.g. its gain); only ``values > 0`` are candidates.
+    tokens : array_like of int, shape (n,)
+        Size of each note in tokens (``>= 0``).
+    budget : int
+        Token budget.
+
+    Returns
+    -------
+    best_value : float
+        ``max sum(values[S])`` over subsets ``S`` with ``sum(tokens[S]) <= budget``
+        (0.0 when nothing fits).
+    chosen : ndarray of bool, shape (n,)
+        One optimal set.
+
+    Notes
+    -----
+    Fast path when every candidate fits (O(n)); otherwise :meth:`Exact.solve`:
+    the DP (O(n * B)), or HiGHS when the gcd-reduced budget exceeds
+    ``Exact.milp_budget`` or the DP table would exceed 2**27 cells. Never
+    bucketed: this is the oracle's denominator and must be exact.
+    """
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    budget = int(budget)
+    elig = (values > 0) & (tokens >= 0) & (tokens <= budget)
+    chosen = np.zeros(len(values), dtype=bool)
+    if not elig.any():
+        return 0.0, chosen
+    if int(tokens[elig].sum()) <= budget:
+        return float(values[elig].sum()), elig
+    cols = np.flatnonzero(elig)
+    sub = _ORACLE_SOLVER.solve(values[cols], tokens[cols], budget, never_bucket=True)
+    chosen[cols[sub]] = True
+    return float(values[chosen].sum()), chosen
+
+
+#: Solver behind :func:`knapsack_value`: a larger DP table than the packer's
+#: default (exactness matters more here, and there is one call per query whose
+#: R+ overflows), HiGHS above ``milp_budget``, never bucketed.
+_ORACLE_SOLVER = Exact(max_cells=2**27)

@@ -23,10 +23,14 @@ class Cosine(Retriever):
     name: ClassVar[str] = "cosine"
 
     def similarity(self, ctx: ScoringContext) -> np.ndarray:
-        denom = np.sqrt(ctx.qnorm2)[:, None] * np.sqrt(ctx.nnorm2)[None, :]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sim = ctx.dots / denom
-        return np.where(denom > 0, sim, 0.0)
+        def inv(norm2):
+            with np.errstate(divide="ignore"):
+                return np.where(norm2 > 0, 1.0 / np.sqrt(norm2), 0.0)
+
+        # scale rows and columns instead of dividing a (Q, L) matrix
+        sim = ctx.dots * inv(ctx.qnorm2)[:, None].astype(np.float32)
+        sim *= inv(ctx.nnorm2)[None, :].astype(np.float32)
+        return sim
 
 
 @register

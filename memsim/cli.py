@@ -1,0 +1,165 @@
+"""The ``memsim`` command line: a thin layer over the Python API.
+
+A user mistake (:class:`memsim.errors.MemsimError`) prints one line on stderr
+and exits with code 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .errors import MemsimError
+
+__all__ = ["main"]
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown once a job has run 2 seconds."""
+
+    def __init__(self, label: str, quiet: bool = False):
+        self.label = label
+        self.quiet = quiet
+        self.t0 = time.monotonic()
+        self.shown = False
+        self.last = 0.0
+
+    def __call__(self, frac: float) -> None:
+        now = time.monotonic()
+        if self.quiet or now - self.t0 < 2.0 or (now - self.last < 0.2 and frac < 1):
+            return
+        self.last = now
+        width = 30
+        fill = int(round(width * min(max(frac, 0.0), 1.0)))
+        bar = "#" * fill + "-" * (width - fill)
+        eta = (now - self.t0) * (1 - frac) / frac if frac > 0 else float("nan")
+        end = "\n" if frac >= 1 else ""
+        sys.stderr.write(f"\r{self.label} [{bar}] {100 * frac:5.1f}%  eta {eta:5.0f}s{end}")
+        sys.stderr.flush()
+        self.shown = frac < 1
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+            self.shown = False
+
+
+def _cmd_run(args) -> int:
+    from .config import load_experiment
+    from .runner import run_many
+
+    exps = [load_experiment(p, args.set) for p in args.experiments]
+    prog = Progress("memsim run", args.quiet)
+    try:
+        paths = run_many(exps, out=args.out, jobs=args.jobs, report=not args.no_report,
+                         progress=prog, argv=sys.argv)
+    finally:
+        prog.close()
+    for p in paths:
+        print(p)
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from .report import build_report
+
+    print(build_report(Path(args.run_dir)))
+    return 0
+
+
+def _cmd_stream_generate(args) -> int:
+    from .config import StreamSource, load_experiment
+    from .rng import child_seq, seed_sequence
+    from .stream import write_stream
+
+    exp = load_experiment(args.experiment, args.set)
+    if isinstance(exp.workload, StreamSource):
+        raise MemsimError(f"{args.experiment}: the workload replays {exp.workload.path}; "
+                          "there is nothing to generate")
+    stream = exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate",
+                                             args.replicate, "workload"))
+    write_stream(stream, Path(args.out))
+    print(args.out)
+    return 0
+
+
+def _cmd_stream_validate(args) -> int:
+    from .stream import describe_stream, read_stream
+
+    stream = read_stream(Path(args.path))
+    print(describe_stream(stream))
+    print("valid")
+    return 0
+
+
+def _cmd_policies(args) -> int:
+    from .policies import PRESETS, REGISTRY
+
+    for slot, table in REGISTRY.items():
+        print(f"[{slot}]")
+        for name, cls in sorted(table.items()):
+            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+            print(f"  {name}: {doc}")
+            for pname, default, allowed in cls.describe():
+                print(f"      {pname} = {default!r}  ({allowed})")
+    print("[presets]")
+    for name, preset in sorted(PRESETS.items()):
+        first = preset.doc.split(".")[0].replace("\n", " ")
+        print(f"  {name}: {' '.join(first.split())}.")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memsim", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a dotted config key (repeatable)")
+    common.add_argument("--out", default="results", help="parent folder of run folders")
+    common.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    r = sub.add_parser("run", parents=[common], help="run experiments, write run folders")
+    r.add_argument("experiments", nargs="+", metavar="EXPERIMENT.toml")
+    r.add_argument("--jobs", type=int, default=1, help="worker processes for grids/batches")
+    r.add_argument("--no-report", action="store_true", help="skip report.html")
+    r.set_defaults(func=_cmd_run)
+
+    rep = sub.add_parser("report", help="(re)build report.html from a run folder")
+    rep.add_argument("run_dir")
+    rep.set_defaults(func=_cmd_report)
+
+    s = sub.add_parser("stream", help="generate, validate or import streams")
+    ssub = s.add_subparsers(dest="stream_command", required=True)
+    g = ssub.add_parser("generate", help="write an experiment's synthetic stream")
+    g.add_argument("experiment")
+    g.add_argument("--out", required=True, help="stream folder to create")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    g.add_argument("--replicate", type=int, default=0, help="which replicate's stream")
+    g.set_defaults(func=_cmd_stream_generate)
+    v = ssub.add_parser("validate", help="check a stream folder and summarise it")
+    v.add_argument("path")
+    v.set_defaults(func=_cmd_stream_validate)
+
+    pol = sub.add_parser("policies", help="list registered components and presets")
+    pol.set_defaults(func=_cmd_policies)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MemsimError as exc:
+        print(f"memsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memsim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,551 @@
+"""The simulation engine: replays a stream through policies, tick by tick.
+
+The engine owns the loop; policies only answer narrow questions (see
+:mod:`memsim.policies.base`). For one stream and several *arms* (a policy at a
+budget), time advances over batches of queries:
+
+1. organic accesses that happened before the batch are applied as uses;
+2. a retention sweep runs for every arm when one is due;
+3. the similarity of the batch's queries to every existing note is **one**
+   matrix product, shared by all arms;
+4. for each arm: score -> top-C candidates (ties by lower ``note_id``) ->
+   pack into the budget -> order -> per-query metrics;
+5. feedback: the notes each query used gain a recall (after the batch by
+   default: ``feedback_mode = "per-tick"``; after each query with
+   ``"per-query"``, which is exact and slower).
+
+Everything is vectorised over notes; the only Python loops run over batches,
+arms and (inside packers) candidate ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError
+from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
+from .params import Interval, Options, Validated
+from .policies.base import MEMORY_TYPE_CODES, TIER_CODES, Policy, ScoringContext
+from .rng import child
+from .stream import Stream
+
+__all__ = ["SimSettings", "Arm", "simulate", "SimResult", "NoteArrays", "PolicyState",
+           "Batch", "top_candidates"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimSettings(Validated):
+    """Engine settings shared by every arm of an experiment.
+
+    Parameters
+    ----------
+    budget_tokens : int
+        Token budget of each context (Hivemind's default: 1,500). A stream's
+        per-query ``budget_tokens`` column overrides it.
+    candidates : int
+        Default top-C: packers work on the C best-scored notes.
+    tick_days : float
+        Length of a tick; all queries of a tick are scored with one matrix
+        product and (in per-tick mode) see the same state.
+    feedback_mode : {"per-tick", "per-query"}
+        When uses are applied: after each tick, or after each query (exact).
+    retention_period_days : float
+        Period of the retention sweeps.
+    save_rankings : bool
+        Keep every query's top-C ranking (``rankings.parquet``).
+    """
+
+    budget_tokens: int = 1500
+    candidates: int = 50
+    tick_days: float = 1.0
+    feedback_mode: str = "per-tick"
+    retention_period_days: float = 1.0
+    save_rankings: bool = False
+
+    _constraints = {
+        "budget_tokens": Interval(1, None, integer=True),
+        "candidates": Interval(1, None, integer=True),
+        "tick_days": Interval(0, None, closed="neither"),
+        "feedback_mode": Options(("per-tick", "per-query")),
+        "retention_period_days": Interval(0, None, closed="neither"),
+        "save_rankings": Options((True, False)),
+    }
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One simulated arm: a named policy at a budget (``None`` = the default)."""
+
+    policy_name: str
+    policy: Policy
+    budget: int | None = None
+
+
+# --------------------------------------------------------------------------
+# Static note arrays and per-arm state
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class NoteArrays:
+    """Column arrays of the stream's notes, in ``note_id`` order (row i = note i)."""
+
+    note_id: np.ndarray
+    created_at: np.ndarray
+    updated_at: np.ndarray
+    tokens: np.ndarray
+    importance: np.ndarray
+    salience: np.ndarray
+    pinned: np.ndarray
+    memory_type: np.ndarray
+    tier0: np.ndarray
+    expires_at: np.ndarray
+    actor: np.ndarray
+    emb: np.ndarray
+    norm2: np.ndarray
+    #: optional store partition: a query only sees notes of its own namespace
+    namespace: np.ndarray | None = None
+
+    @classmethod
+    def from_stream(cls, stream: Stream, actor_codes: dict[str, int],
+                    namespace_codes: dict[str, int] | None = None) -> NoteArrays:
+        n = stream.notes
+        if stream.note_embeddings is None or stream.query_embeddings is None:
+            raise ConfigError(
+                f"stream {stream.name!r} has no embeddings: the engine needs note and "
+                "query vectors (import real traces with a retriever that caches them)"
+            )
+        emb = np.ascontiguousarray(stream.note_embeddings, dtype=np.float32)
+        updated = n["updated_at"].to_numpy(np.float64) if "updated_at" in n else n[
+            "created_at"].to_numpy(np.float64)
+        expires = n["expires_at"].to_numpy(np.float64)
+        return cls(
+            note_id=n["note_id"].to_numpy(np.int64),
+            created_at=n["created_at"].to_numpy(np.float64),
+            updated_at=updated,
+            tokens=n["tokens"].to_numpy(np.int64),
+            importance=n["importance"].to_numpy(np.float64),
+            salience=n["salience"].to_numpy(np.float64),
+            pinned=n["pinned"].to_numpy(bool),
+            memory_type=np.array([MEMORY_TYPE_CODES.get(str(m), MEMORY_TYPE_CODES["other"])
+                                  for m in n["memory_type"].astype(str).unique()],
+                                 dtype=np.int8)[pd.factorize(n["memory_type"].astype(str))[0]]
+            if len(n) else np.zeros(0, np.int8),
+            tier0=np.array([TIER_CODES.get(str(m), TIER_CODES["task"])
+                            for m in n["tier"].astype(str).unique()],
+                           dtype=np.int8)[pd.factorize(n["tier"].astype(str))[0]]
+            if len(n) else np.zeros(0, np.int8),
+            # NaN = never expires; inf keeps the comparisons simple
+            expires_at=np.where(np.isnan(expires), np.inf, expires),
+            actor=np.array([actor_codes[a] for a in n["actor"].astype(str)], dtype=np.int64),
+            emb=emb,
+            norm2=np.einsum("ij,ij->i", emb, emb, dtype=np.float64),
+            namespace=None if namespace_codes is None else np.array(
+                [namespace_codes[x] for x in n["namespace"].astype(str)], dtype=np.int64),
+        )
+
+
+class PolicyState:
+    """Mutable per-arm state of every note: uses, last access, actors, tier,
+    eviction. Arrays are indexed by note row."""
+
+    def __init__(self, notes: NoteArrays, n_actors: int):
+        n = len(notes.note_id)
+        self.recalls = np.zeros(n, dtype=np.int64)
+        self.last_access = np.full(n, np.nan)
+        self.tier = notes.tier0.copy()
+        self.evicted = np.zeros(n, dtype=bool)
+        self.evicted_at = np.full(n, np.nan)
+        self._words = max(1, (n_actors + 63) // 64)
+        self.actor_bits = np.zeros((n, self._words), dtype=np.uint64)
+        self._last_bump: dict[tuple[int, int], float] = {}
+
+    def distinct_actors(self, idx: np.ndarray) -> np.ndarray:
+        """Number of distinct actors that used each note of ``idx``."""
+        return np.bitwise_count(self.actor_bits[idx]).sum(axis=1).astype(np.int64)
+
+    def touch(self, rows: np.ndarray, actors: np.ndarray, t: np.ndarray, feedback) -> None:
+        """Record uses: ``rows[i]`` used by ``actors[i]`` at time ``t[i]``."""
+        if len(rows) == 0:
+            return
+        if feedback.cooldown_s > 0:
+            rows, actors, t = self._apply_cooldown(rows, actors, t, feedback.cooldown_s / 86400.0)
+            if len(rows) == 0:
+                return
+        np.add.at(self.recalls, rows, 1)
+        last = np.full(len(self.last_access), -np.inf)
+        np.maximum.at(last, rows, t)
+        seen = np.isfinite(last)
+        self.last_access[seen] = np.fmax(self.last_access[seen], last[seen])
+        word, bit = np.divmod(actors, 64)
+        np.bitwise_or.at(self.actor_bits, (rows, word), np.left_shift(np.uint64(1),
+                                                                     bit.astype(np.uint64)))
+        if feedback.promote_after > 0:
+            promote = np.unique(rows)
+            promote = promote[self.recalls[promote] >= feedback.promote_after]
+            self.tier[promote] = TIER_CODES["longterm"]
+
+    def _apply_cooldown(self, rows, actors, t, cooldown_days):
+        # At most one use per (note, actor) per cooldown: a Python loop over
+        # the uses of one batch (not over the store), in time order.
+        order = np.argsort(t, kind="stable")
+        keep = np.zeros(len(rows), dtype=bool)
+        last = self._last_bump
+        for i in order:
+            key = (int(rows[i]), int(actors[i]))
+            prev = last.get(key)
+            if prev is None or t[i] - prev >= cooldown_days:
+                last[key] = float(t[i])
+                keep[i] = True
+        return rows[keep], actors[keep], t[keep]
+
+
+# --------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------
+
+
+class Batch:
+    """Queries scored together, over the notes that exist by the batch's last
+    query. Shared by every arm."""
+
+    def __init__(self, *, qrows: np.ndarray, t: np.ndarray, actors: np.ndarray, notes: NoteArrays,
+                 qemb: np.ndarray, qnorm2: np.ndarray, relevance: RelevanceIndex,
+                 namespaces: np.ndarray | None = None):
+        self.qrows = qrows
+        self.t = t
+        self.actors = actors
+        self.notes = notes
+        self.relevance = relevance
+        tmax, tmin = t.max(), t.min()
+        self.idx = np.flatnonzero((notes.created_at <= tmax) & (notes.expires_at > tmin))
+        created = notes.created_at[self.idx]
+        expires = notes.expires_at[self.idx]
+        self.valid = (created[None, :] <= t[:, None]) & (expires[None, :] > t[:, None])
+        if notes.namespace is not None:
+            # separate stores (one per user or conversation) in one stream
+            self.valid &= notes.namespace[self.idx][None, :] == namespaces[:, None]
+        self.dots = qemb @ notes.emb[self.idx].T
+        self.qnorm2 = qnorm2
+        #: values shared by every arm of the batch (see ScoringContext.shared)
+        self.cache: dict = {}
+
+    def gains_for(self, idx: np.ndarray) -> np.ndarray:
+        """Dense true gains (Q, len(idx)); 0 where no qrel."""
+        return self.relevance.dense_gains(self.qrows, idx)
+
+
+def _make_batches(t: np.ndarray, tick_days: float, per_query: bool) -> list[np.ndarray]:
+    """Query row groups, in time order."""
+    if len(t) == 0:
+        return []
+    if per_query:
+        return [np.array([i]) for i in range(len(t))]
+    tick = np.floor(t / tick_days).astype(np.int64)
+    cuts = np.flatnonzero(np.diff(tick)) + 1
+    return np.split(np.arange(len(t)), cuts)
+
+
+def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``c`` best columns of each row, best first; ties broken by the lower
+    column (the engine's columns are in ``note_id`` order, so ties go to the
+    lower ``note_id``). Returns (positions (Q, c'), scores (Q, c')), c' = min(c, L).
+    """
+    q, n = scores.shape
+    if n <= c:
+        order = np.argsort(-scores, axis=1, kind="stable")
+        return order, np.take_along_axis(scores, order, axis=1)
+    part = np.argpartition(-scores, c - 1, axis=1)[:, :c]
+    kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
+    n_ge = np.count_nonzero(scores >= kth[:, None], axis=1)
+    over = np.flatnonzero(n_ge > c)
+    pos = part
+    if len(over):
+        # Ties at the boundary: argpartition picked among equal scores
+        # arbitrarily. Keep every score above the c-th, then the lowest
+        # columns among those equal to it.
+        s = scores[over]
+        v = kth[over, None]
+        need = c - (s > v).sum(axis=1)
+        eq = s == v
+        sel = (s > v) | (eq & (np.cumsum(eq, axis=1) <= need[:, None]))
+        pos = part.copy()
+        pos[over] = np.nonzero(sel)[1].reshape(len(over), c)
+    vals = np.take_along_axis(scores, pos, axis=1)
+    order = np.lexsort((pos, -vals), axis=1)  # score desc, then lower column
+    return np.take_along_axis(pos, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
+def _prefilter_mask(sim: np.ndarray, mask: np.ndarray, m: int) -> np.ndarray:
+    """Keep the ``m`` most similar allowed notes per query (an ANN index's
+    candidate set)."""
+    if sim.shape[1] <= m:
+        return mask
+    s = np.where(mask, sim, -np.inf)
+    pos, vals = top_candidates(s, m)
+    keep = np.zeros_like(mask)
+    np.put_along_axis(keep, pos, np.isfinite(vals), axis=1)
+    return keep
+
+
+# --------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class SimResult:
+    """Frames of one simulated replicate."""
+
+    queries: pd.DataFrame
+    store: pd.DataFrame
+    arms: pd.DataFrame
+    rankings: pd.DataFrame | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
+             seed: np.random.SeedSequence, reader=None, progress=None) -> SimResult:
+    """Replay ``stream`` through every arm; return tidy per-query frames.
+
+    Parameters
+    ----------
+    stream : Stream
+        The workload (with embeddings).
+    arms : list of Arm
+        Policies (and budgets) to simulate; each keeps its own state.
+    settings : SimSettings
+        Engine settings.
+    seed : numpy.random.SeedSequence
+        Root of the random streams of randomised policies (one named child
+        stream per arm).
+    reader : object, optional
+        A reader model with ``answer_prob(position, gains, n_packed)``; when
+        None, ``answer_prob`` is NaN.
+    progress : callable, optional
+        Called with the fraction done after each batch.
+    """
+    queries = stream.queries
+    actor_names = sorted(set(stream.notes["actor"].astype(str)) | set(queries["actor"].astype(str))
+                         | set(stream.accesses["actor"].astype(str)))
+    actor_codes = {a: i for i, a in enumerate(actor_names)}
+    ns_codes = None
+    if "namespace" in stream.notes and "namespace" in queries:
+        ns_names = sorted(set(stream.notes["namespace"].astype(str))
+                          | set(queries["namespace"].astype(str)))
+        ns_codes = {x: i for i, x in enumerate(ns_names)}
+    notes = NoteArrays.from_stream(stream, actor_codes, ns_codes)
+    qns = None if ns_codes is None else np.array(
+        [ns_codes[x] for x in queries["namespace"].astype(str)], dtype=np.int64)
+    qt = queries["t"].to_numpy(np.float64)
+    qactor = np.array([actor_codes[a] for a in queries["actor"].astype(str)], dtype=np.int64)
+    qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)
+    qnorm2 = np.einsum("ij,ij->i", qemb, qemb, dtype=np.float64)
+    qbudget_col = (queries["budget_tokens"].to_numpy(np.float64)
+                   if "budget_tokens" in queries else np.full(len(queries), np.nan))
+    relevance = RelevanceIndex(stream, notes.created_at)
+
+    note_row = {int(nid): i for i, nid in enumerate(notes.note_id)} if len(
+        stream.accesses) else {}
+    acc_t = stream.accesses["t"].to_numpy(np.float64)
+    acc_rows = np.array([note_row[int(x)] for x in stream.accesses["note_id"]], dtype=np.int64)
+    acc_actor = np.array([actor_codes[a] for a in stream.accesses["actor"].astype(str)],
+                         dtype=np.int64)
+    acc_done = 0
+
+    states = [PolicyState(notes, len(actor_names)) for _ in arms]
+    rngs = [child(seed, "policy", arm.policy_name, "budget", arm.budget or 0) for arm in arms]
+    per_query = settings.feedback_mode == "per-query"
+    batches = _make_batches(qt, settings.tick_days, per_query)
+
+    cols: list[dict[str, np.ndarray]] = [[] for _ in arms]  # type: ignore[misc]
+    rank_rows: list[list[pd.DataFrame]] = [[] for _ in arms]
+    store_rows: list[tuple] = []
+    next_sweep = -np.inf
+    last_store_day = None
+    oracle_cache: dict[bytes, np.ndarray] = {}
+
+    for bi, rows in enumerate(batches):
+        t = qt[rows]
+        t_start = t.min()
+        # 1. organic accesses strictly before this batch
+        acc_end = int(np.searchsorted(acc_t, t_start, side="left"))
+        if acc_end > acc_done:
+            sl = slice(acc_done, acc_end)
+            for arm, st in zip(arms, states):
+                st.touch(acc_rows[sl], acc_actor[sl], acc_t[sl], arm.policy.feedback)
+            acc_done = acc_end
+        # 2. retention sweeps
+        if t_start >= next_sweep:
+            _sweep(arms, states, rngs, notes, t_start, relevance)
+            next_sweep = (np.floor(t_start / settings.retention_period_days) + 1) * \
+                settings.retention_period_days
+        day = np.floor(t_start)
+        if day != last_store_day:
+            live = (notes.created_at <= t_start) & (notes.expires_at > t_start)
+            for ai, st in enumerate(states):
+                keep = live & ~st.evicted
+                store_rows.append((ai, float(t_start), int(keep.sum()),
+                                   int(notes.tokens[keep].sum())))
+            last_store_day = day
+        # 3. shared similarity
+        batch = Batch(qrows=rows, t=t, actors=qactor[rows], notes=notes, qemb=qemb[rows],
+                      qnorm2=qnorm2[rows], relevance=relevance,
+                      namespaces=None if qns is None else qns[rows])
+        # 4. each arm
+        for ai, (arm, st) in enumerate(zip(arms, states)):
+            budget = np.where(np.isnan(qbudget_col[rows]), arm.budget or settings.budget_tokens,
+                              qbudget_col[rows]).astype(np.int64)
+            if arm.budget is not None:
+                budget[:] = arm.budget
+            key = budget.tobytes() + rows.tobytes()
+            if key not in oracle_cache:
+                oracle_cache.clear()
+                oracle_cache[key] = oracle_values(relevance, rows, t, budget, notes.tokens)
+            out = _run_arm(arm, st, rngs[ai], batch, budget, settings, reader,
+                           oracle_cache[key], relevance)
+            cols[ai].append(out["metrics"])
+            if settings.save_rankings:
+                rank_rows[ai].append(out["rankings"])
+        if progress is not None:
+            progress((bi + 1) / len(batches))
+
+    frames = []
+    for ai, arm in enumerate(arms):
+        if cols[ai]:
+            df = pd.DataFrame({k: np.concatenate([c[k] for c in cols[ai]]) for k in cols[ai][0]})
+        else:
+            df = pd.DataFrame({"query_id": np.zeros(0, np.int64)})
+        df.insert(0, "policy", arm.policy_name)
+        df.insert(1, "budget", arm.budget or settings.budget_tokens)
+        frames.append(df)
+    qframe = pd.concat(frames, ignore_index=True)
+    qframe["actor"] = np.asarray(actor_names, dtype=object)[qframe.pop("actor_code").to_numpy()] \
+        if len(qframe) else pd.Series(dtype=object)
+
+    store = pd.DataFrame(store_rows, columns=["arm", "t", "store_notes", "store_tokens"])
+    store.insert(0, "policy", [arms[i].policy_name for i in store["arm"]])
+    store.insert(1, "budget", [arms[i].budget or settings.budget_tokens for i in store["arm"]])
+    store = store.drop(columns="arm")
+
+    t_end = qt.max() if len(qt) else 0.0
+    exist = notes.created_at <= t_end
+    arm_rows = []
+    for arm, st in zip(arms, states):
+        arm_rows.append({
+            "policy": arm.policy_name,
+            "budget": arm.budget or settings.budget_tokens,
+            "recall_gini": gini(st.recalls[exist]),
+            "evicted_notes": int(st.evicted.sum()),
+            "promoted_notes": int(((st.tier == TIER_CODES["longterm"])
+                                   & (notes.tier0 != TIER_CODES["longterm"])).sum()),
+        })
+    rankings = None
+    if settings.save_rankings:
+        parts = []
+        for ai, arm in enumerate(arms):
+            for r in rank_rows[ai]:
+                r.insert(0, "policy", arm.policy_name)
+                r.insert(1, "budget", arm.budget or settings.budget_tokens)
+                parts.append(r)
+        rankings = pd.concat(parts, ignore_index=True) if parts else None
+    return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings)
+
+
+def _sweep(arms, states, rngs, notes: NoteArrays, t: float, relevance) -> None:
+    """Run every arm's retention sweep at time ``t``."""
+    exist = np.flatnonzero((notes.created_at <= t) & (notes.expires_at > t))
+    for arm, st, rng in zip(arms, states, rngs):
+        if arm.policy.retention.name == "none":
+            continue
+        idx = exist[~st.evicted[exist]]
+        if len(idx) == 0:
+            continue
+        batch = _SweepBatch(t=np.array([t]), idx=idx, notes=notes, relevance=relevance)
+        ctx = ScoringContext(batch, st, rng)  # type: ignore[arg-type]
+        evict = np.asarray(arm.policy.retention.evict(ctx), dtype=bool)
+        st.evicted[idx[evict]] = True
+        st.evicted_at[idx[evict]] = t
+
+
+@dataclass
+class _SweepBatch:
+    """A batch with one pseudo-query at the sweep time and no similarity."""
+
+    t: np.ndarray
+    idx: np.ndarray
+    notes: NoteArrays
+    relevance: Any
+    cache: dict = field(default_factory=dict)
+
+    @property
+    def dots(self):  # pragma: no cover - retention never reads similarity
+        raise AttributeError("retention sweeps have no query similarity")
+
+    qnorm2 = dots
+
+    def gains_for(self, idx):  # pragma: no cover
+        raise AttributeError("retention sweeps have no ground truth")
+
+
+def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
+             settings: SimSettings, reader, oracle: np.ndarray, relevance: RelevanceIndex):
+    policy = arm.policy
+    fb = policy.feedback
+    c = settings.candidates if policy.candidates is None else policy.candidates
+    mask = batch.valid & ~st.evicted[batch.idx][None, :]
+    ctx = ScoringContext(batch, st, rng)
+    if policy.retriever.prefilter:
+        mask = _prefilter_mask(ctx.similarity(policy.retriever), mask, policy.retriever.prefilter)
+        if fb.touch == "prefilter" and fb.before_scoring:
+            qi, li = np.nonzero(mask)
+            st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
+            ctx = ScoringContext(batch, st, rng)
+    scores = np.asarray(policy.score(ctx), dtype=np.float64)
+    scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
+    pos, cand_scores = top_candidates(scores, c)
+    cand_ok = np.isfinite(cand_scores)
+    cand_rows = batch.idx[pos]
+    tokens = batch.notes.tokens[cand_rows]
+    gains = relevance.lookup(batch.qrows, cand_rows)
+    values = gains if policy.ranker.name == "oracle" else cand_scores
+    packed = np.asarray(policy.packer.pack(np.where(cand_ok, values, 0.0), tokens, cand_ok,
+                                           budget), dtype=bool)
+    packed &= cand_ok
+    position = policy.orderer.order(np.where(cand_ok, values, -np.inf), packed)
+    m = query_metrics(
+        cand_rows=cand_rows, cand_ok=cand_ok, packed=packed, position=position, gains=gains,
+        tokens=tokens, t=batch.t, qrows=batch.qrows, budget=budget, oracle=oracle,
+        relevance=relevance, evicted=st.evicted, reader=reader,
+    )
+    m["actor_code"] = batch.actors
+    out: dict[str, Any] = {"metrics": m}
+    if settings.save_rankings:
+        q, cc = pos.shape
+        keep = cand_ok.ravel()
+        out["rankings"] = pd.DataFrame({
+            "query_id": np.repeat(relevance.query_ids[batch.qrows], cc)[keep],
+            "rank": np.tile(np.arange(1, cc + 1), q)[keep],
+            "note_id": batch.notes.note_id[cand_rows].ravel()[keep],
+            "score": cand_scores.ravel()[keep],
+            "packed": packed.ravel()[keep],
+            "position": position.ravel()[keep],
+        })
+    # 5. feedback
+    if fb.touch != "none" and not (fb.touch == "prefilter" and fb.before_scoring):
+        if fb.touch == "prefilter":
+            qi, li = np.nonzero(mask)
+            st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
+        else:
+            if fb.touch == "packed":
+                target = packed
+            else:  # "returned": the top k of the ranking, as a search API returns them
+                target = cand_ok.copy()
+                target[:, fb.k:] = False
+            qi, ci = np.nonzero(target)
+            st.touch(cand_rows[qi, ci], batch.actors[qi], batch.t[qi], fb)
+    return out

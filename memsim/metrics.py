@@ -1,0 +1,231 @@
+"""Per-query retrieval metrics (DESIGN.md section 5: names and definitions are a contract).
+
+For a query at time t with budget B: *existing* notes have ``created_at <= t``;
+R+ is the set of the query's qrels with gain > 0 that exist at t (evicted notes
+stay in R+: losing them is the cost of eviction). The *ranking* is the policy's
+top-C candidates in score order; *packed* is what the packer put in the context.
+
+========================= =====================================================
+column                    definition (NaN where the denominator is empty)
+========================= =====================================================
+utility                   sum of gains of packed notes (negative gains count)
+utility_ratio             utility / oracle; oracle = best sum of gains of a
+                          subset of R+ with total tokens <= B (exact knapsack)
+recall                    share of R+ packed
+precision                 tokens of packed R+ notes / tokens packed
+ndcg@10                   DCG of the ranking's first 10 (gain max(g, 0),
+                          discount log2(rank + 1)) / ideal DCG of R+
+mrr                       1 / rank of the first R+ note among the top-C, 0 if none
+stale_rate                share of packed notes with gain < 0
+tokens_used, n_packed     tokens and count of packed notes
+recall_age_A_B            recall over R+ notes with age in [A, B) days
+max_relevant_age          age of the oldest packed R+ note
+evicted_relevant          1 if an R+ note was already evicted, else 0
+n_relevant                size of R+
+answer_prob               the reader model's probability that the answer is used
+========================= =====================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .stream import Stream
+
+__all__ = [
+    "AGE_BUCKETS",
+    "AGE_BUCKET_COLUMNS",
+    "METRIC_COLUMNS",
+    "HIGHER_IS_BETTER",
+    "RelevanceIndex",
+    "query_metrics",
+    "oracle_values",
+    "gini",
+]
+
+#: Age buckets of the ``recall_age_*`` columns, in days: [low, high).
+AGE_BUCKETS = ((0, 7), (7, 30), (30, 90), (90, 180), (180, 365), (365, np.inf))
+AGE_BUCKET_COLUMNS = tuple(
+    f"recall_age_{lo}_{'inf' if np.isinf(hi) else hi}" for lo, hi in AGE_BUCKETS
+)
+METRIC_COLUMNS = (
+    "utility", "utility_ratio", "recall", "precision", "ndcg@10", "mrr", "stale_rate",
+    "tokens_used", "n_packed", *AGE_BUCKET_COLUMNS, "max_relevant_age", "evicted_relevant",
+    "n_relevant", "answer_prob",
+)
+#: Direction of each metric, for sweeps and reports.
+HIGHER_IS_BETTER = {m: True for m in METRIC_COLUMNS}
+HIGHER_IS_BETTER.update({"stale_rate": False, "evicted_relevant": False, "tokens_used": False})
+
+
+class RelevanceIndex:
+    """Qrels of a stream, indexed for vectorised lookups by (query row, note row).
+
+    Keys are ``query_row * n_notes + note_row``, sorted, so a lookup is one
+    ``searchsorted``. R+ (positive gains) is also kept per query row as CSR.
+    """
+
+    def __init__(self, stream: Stream, created_at: np.ndarray):
+        n_notes = stream.n_notes
+        self.n_notes = n_notes
+        self.query_ids = stream.queries["query_id"].to_numpy(np.int64)
+        note_ids = stream.notes["note_id"].to_numpy(np.int64)
+        qr = stream.qrels
+        qpos = _rows_of(self.query_ids, qr["query_id"].to_numpy(np.int64))
+        npos = np.searchsorted(note_ids, qr["note_id"].to_numpy(np.int64))
+        gain = qr["gain"].to_numpy(np.float64)
+        keys = qpos * max(n_notes, 1) + npos
+        order = np.argsort(keys, kind="stable")
+        self.keys = keys[order]
+        self.gain = gain[order]
+        self.qpos = qpos[order]
+        self.npos = npos[order]
+        pos = self.gain > 0
+        self.rp_note = self.npos[pos]
+        self.rp_gain = self.gain[pos]
+        self.rp_ptr = np.searchsorted(self.qpos[pos], np.arange(len(self.query_ids) + 1))
+        self.created_at = created_at
+
+    def lookup(self, qrows: np.ndarray, note_rows: np.ndarray) -> np.ndarray:
+        """Gains (Q, C) of ``note_rows[q, c]`` for query row ``qrows[q]``; 0 if none."""
+        keys = qrows[:, None] * max(self.n_notes, 1) + note_rows
+        if len(self.keys) == 0:
+            return np.zeros(keys.shape)
+        i = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[i] == keys, self.gain[i], 0.0)
+
+    def dense_gains(self, qrows: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """Gains (Q, len(idx)) over the sorted note rows ``idx``."""
+        out = np.zeros((len(qrows), len(idx)))
+        lo = np.searchsorted(self.qpos, qrows, side="left")
+        hi = np.searchsorted(self.qpos, qrows, side="right")
+        for q, (a, b) in enumerate(zip(lo, hi)):  # loop over queries' few qrels
+            j = np.searchsorted(idx, self.npos[a:b])
+            ok = (j < len(idx)) & (idx[np.minimum(j, len(idx) - 1)] == self.npos[a:b])
+            out[q, j[ok]] = self.gain[a:b][ok]
+        return out
+
+    def relevant(self, qrows: np.ndarray, t: np.ndarray):
+        """Padded R+ of each query: (note rows, gains, mask), each (Q, R)."""
+        start, stop = self.rp_ptr[qrows], self.rp_ptr[qrows + 1]
+        count = stop - start
+        r = int(count.max()) if len(count) else 0
+        col = np.arange(r)
+        inrange = col[None, :] < count[:, None]
+        src = np.where(inrange, start[:, None] + col[None, :], 0)
+        if len(self.rp_note) == 0:
+            z = np.zeros((len(qrows), r), dtype=np.int64)
+            return z, z.astype(float), np.zeros((len(qrows), r), dtype=bool)
+        rows = self.rp_note[src]
+        gains = self.rp_gain[src]
+        mask = inrange & (self.created_at[rows] <= t[:, None])
+        return rows, gains, mask
+
+
+def _rows_of(sorted_or_not_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    order = np.argsort(sorted_or_not_ids, kind="stable")
+    pos = np.searchsorted(sorted_or_not_ids[order], wanted)
+    return order[np.minimum(pos, len(order) - 1)]
+
+
+def oracle_values(relevance: RelevanceIndex, qrows: np.ndarray, t: np.ndarray,
+                  budget: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Best sum of gains of a subset of R+ within each query's budget (exact)."""
+    rows, gains, mask = relevance.relevant(qrows, t)
+    out = np.zeros(len(qrows))
+    if rows.size == 0:
+        return out
+    tok = tokens[rows]
+    fits = (np.where(mask, tok, 0).sum(axis=1) <= budget)
+    out[fits] = np.where(mask[fits], gains[fits], 0.0).sum(axis=1)
+    overflow = np.flatnonzero(~fits)
+    if len(overflow):
+        from .policies.packing import knapsack_value
+    for q in overflow:  # only queries whose R+ overflows the budget
+        m = mask[q]
+        out[q] = knapsack_value(gains[q][m], tok[q][m], int(budget[q]))[0]
+    return out
+
+
+def gini(x: np.ndarray) -> float:
+    """Gini coefficient of non-negative values; NaN when they sum to 0.
+
+    ``G = sum_i (2 i - n - 1) x_(i) / (n sum x)`` over sorted values, i = 1..n.
+    """
+    x = np.sort(np.asarray(x, dtype=np.float64))
+    n = len(x)
+    total = x.sum()
+    if n == 0 or total <= 0:
+        return float("nan")
+    i = np.arange(1, n + 1)
+    return float(((2 * i - n - 1) * x).sum() / (n * total))
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qrows, budget,
+                  oracle, relevance: RelevanceIndex, evicted, reader=None) -> dict[str, np.ndarray]:
+    """Every per-query column of a batch (see the module docstring).
+
+    Candidate arrays are (Q, C), best first; ``gains`` are the true gains of the
+    candidates; ``evicted`` is the arm's eviction flag per note row.
+    """
+    q = len(qrows)
+    g_packed = np.where(packed, gains, 0.0)
+    utility = g_packed.sum(axis=1)
+    n_packed = packed.sum(axis=1)
+    tokens_used = np.where(packed, tokens, 0).sum(axis=1)
+    rel_packed = packed & (gains > 0)
+
+    rp_rows, rp_gain, rp_mask = relevance.relevant(qrows, t)
+    n_rel = rp_mask.sum(axis=1)
+    has_rel = n_rel > 0
+
+    # Which R+ notes were packed: match (query, note) keys.
+    n = max(relevance.n_notes, 1)
+    packed_keys = (np.arange(q)[:, None] * n + cand_rows)[rel_packed]
+    rp_keys = np.arange(q)[:, None] * n + rp_rows
+    rp_packed = rp_mask & np.isin(rp_keys, packed_keys)
+    recall = _ratio(rp_packed.sum(axis=1), n_rel)
+
+    ages = t[:, None] - relevance.created_at[rp_rows] if rp_rows.size else np.zeros((q, 0))
+    out: dict[str, np.ndarray] = {
+        "query_id": relevance.query_ids[qrows],
+        "t": t.astype(np.float64),
+        "utility": utility,
+        "utility_ratio": np.where(has_rel, _ratio(utility, oracle), np.nan),
+        "recall": recall,
+        "precision": _ratio(np.where(rel_packed, tokens, 0).sum(axis=1), tokens_used),
+    }
+    # nDCG@10 over the ranking's first 10 candidates
+    k = min(10, cand_rows.shape[1])
+    disc = 1.0 / np.log2(np.arange(2, 12))
+    g10 = np.where(cand_ok[:, :k], np.maximum(gains[:, :k], 0.0), 0.0)
+    dcg = (g10 * disc[:k]).sum(axis=1)
+    ideal = -np.sort(-np.where(rp_mask, rp_gain, 0.0), axis=1)[:, :10]
+    idcg = (ideal * disc[: ideal.shape[1]]).sum(axis=1)
+    out["ndcg@10"] = _ratio(dcg, idcg)
+    hit = cand_ok & (gains > 0)
+    first = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, 0)
+    out["mrr"] = np.where(has_rel, np.where(first > 0, 1.0 / np.maximum(first, 1), 0.0), np.nan)
+    out["stale_rate"] = _ratio((packed & (gains < 0)).sum(axis=1), n_packed)
+    out["tokens_used"] = tokens_used.astype(np.int64)
+    out["n_packed"] = n_packed.astype(np.int64)
+    for col, (lo, hi) in zip(AGE_BUCKET_COLUMNS, AGE_BUCKETS):
+        in_b = rp_mask & (ages >= lo) & (ages < hi)
+        out[col] = _ratio((rp_packed & in_b).sum(axis=1), in_b.sum(axis=1))
+    packed_ages = np.where(rp_packed, ages, -np.inf)
+    mx = packed_ages.max(axis=1) if packed_ages.shape[1] else np.full(q, -np.inf)
+    out["max_relevant_age"] = np.where(np.isfinite(mx), mx, np.nan)
+    ev = (rp_mask & evicted[rp_rows]).any(axis=1) if rp_rows.size else np.zeros(q, bool)
+    out["evicted_relevant"] = np.where(has_rel, ev.astype(np.float64), np.nan)
+    out["n_relevant"] = n_rel.astype(np.int64)
+    if reader is None:
+        out["answer_prob"] = np.full(q, np.nan)
+    else:
+        ap = np.asarray(reader.answer_prob(position, gains, n_packed), dtype=np.float64)
+        out["answer_prob"] = np.where(has_rel, ap, np.nan)
+    return out
