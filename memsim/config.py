@@ -331,8 +331,9 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     policies: dict[str, Policy] = {}
     for name, ptable in pols_table.items():
         where = f"policies.{name}"
-        if not re.match(r"^[A-Za-z0-9_.\-]+$", name):
-            raise ConfigError(f"{where}: policy names use letters, digits, '_', '-' or '.'")
+        if not re.match(r"^[A-Za-z0-9_\-]+$", name):
+            raise ConfigError(f"{where}: policy names use letters, digits, '_' or '-' "
+                              "(a '.' would split the dotted key)")
         if not isinstance(ptable, dict):
             raise ConfigError(f"{where}: expected a table, got {ptable!r}")
         policies[name] = resolve_policy(ptable, where)

@@ -1,28 +1,123 @@
-"""Summary statistics with confidence intervals.
+"""Summary statistics, paired tests and rounding for policy comparisons.
 
-Replicates are independent streams, so the unit of the confidence interval is
-the replicate: each replicate's mean over its queries is one observation and
-the 95% interval is Student's t over those. With a single replicate the queries
-are the only spread available; the interval is then over queries (normal
-approximation), and the ``ci_over`` column says so.
+Units of uncertainty
+--------------------
+Replicates are independent streams; queries within a replicate are not
+independent of each other (they share a store, and feedback couples them).
+So the honest unit of a confidence interval is the replicate:
+
+* with at least :data:`MIN_REPLICATES` replicates, the 95% interval is a
+  percentile bootstrap over replicates: each replicate's mean over its queries
+  is one observation (``ci_over = "replicates"``);
+* with fewer, a bootstrap over three or four values is degenerate (three
+  values have only ten distinct resamples), so the queries are resampled
+  instead, within each replicate (a stratified bootstrap;
+  ``ci_over = "queries"``). This interval ignores the variation between
+  workloads and is narrower than the replicate interval would be: a report
+  says so next to it.
+
+Either way the point estimate is the same: the mean over replicates of each
+replicate's mean over its queries (NaN query values, e.g. recall where a query
+has nothing relevant, are left out of their replicate's mean).
+
+Every bootstrap draws from an explicit :class:`numpy.random.Generator` built
+from a fixed seed and the names of what is resampled (never the global random
+state), so a report is reproducible bit for bit.
+
+Paired comparisons
+------------------
+Every policy of an experiment sees the identical stream of each replicate
+(common random numbers), so a query ``(replicate, query_id)`` is a matched
+pair across policies. :func:`paired_tests` compares each policy with a
+baseline on those pairs:
+
+* ``diff``: mean paired difference ``policy - baseline`` (same estimator as
+  above) with its bootstrap interval (same unit rule as above);
+* ``p_value``: two-sided Wilcoxon signed-rank test on the per-query pairs
+  (:func:`scipy.stats.wilcoxon`, zero differences dropped: ``zero_method =
+  "wilcox"``). It treats queries as independent, which the feedback loop makes
+  only approximately true; the bootstrap interval over replicates does not
+  rely on it;
+* ``p_holm``: Holm's step-down adjustment (:func:`holm`) over every comparison
+  of the table (each policy x budget x metric), so that "significant" in a
+  report controls the family-wise error rate of that report;
+* effect sizes: the matched-pairs rank-biserial correlation
+  ``r = (W+ - W-) / (W+ + W-)`` (W+ and W- the rank sums of the positive and
+  negative differences), Cohen's ``d_z = mean(d) / sd(d)``;
+* ``wins``, ``ties``, ``losses``: pairs where the policy is better, equal or
+  worse than the baseline, in the metric's direction
+  (:data:`memsim.metrics.HIGHER_IS_BETTER`).
 """
 
 from __future__ import annotations
+
+import hashlib
+import math
+import warnings
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .metrics import METRIC_COLUMNS
+from .metrics import HIGHER_IS_BETTER, METRIC_COLUMNS
 
-__all__ = ["mean_ci", "summarise", "RUN_METRICS"]
+__all__ = [
+    "mean_ci",
+    "summarise",
+    "bootstrap_mean_ci",
+    "paired_tests",
+    "holm",
+    "rank_biserial",
+    "round_to_ci",
+    "format_ci",
+    "format_p",
+    "RUN_METRICS",
+    "HEADLINE_METRICS",
+    "MIN_REPLICATES",
+    "N_BOOT",
+    "SEED",
+]
 
 #: Per-run metrics (one value per replicate and arm).
 RUN_METRICS = ("recall_gini", "store_notes", "store_tokens")
 
+#: Metrics a report compares by default (the rest stay in ``summary.csv``).
+HEADLINE_METRICS = ("utility", "utility_ratio", "recall", "precision", "ndcg@10", "mrr",
+                    "stale_rate", "answer_prob")
+
+#: Fewest replicates for a bootstrap over replicates; below, over queries.
+MIN_REPLICATES = 5
+
+#: Default number of bootstrap resamples and the default seed.
+N_BOOT = 1000
+SEED = 0
+
+# Largest (resamples x observations) block of bootstrap weights held at once.
+_BLOCK = 2_000_000
+
+
+# --------------------------------------------------------------------------
+# Student t (kept for run-level metrics with few replicates)
+# --------------------------------------------------------------------------
+
 
 def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, int]:
-    """Mean and Student-t confidence interval of finite values: (mean, lo, hi, n)."""
+    """Mean and Student-t confidence interval of the finite values.
+
+    Parameters
+    ----------
+    values : array_like
+        Observations; NaN and infinite values are ignored.
+    level : float
+        Confidence level.
+
+    Returns
+    -------
+    (mean, lo, hi, n) : tuple
+        ``mean +- t_{n-1, (1+level)/2} * sd / sqrt(n)``; the bounds are NaN when
+        fewer than two finite values remain.
+    """
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     n = len(v)
@@ -36,45 +131,252 @@ def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, floa
     return (m, m - h, m + h, n)
 
 
+# --------------------------------------------------------------------------
+# Bootstrap machinery
+# --------------------------------------------------------------------------
+
+
+def _rng(seed: int, *names: object) -> np.random.Generator:
+    """A generator keyed by ``seed`` and names, independent of call order."""
+    keys = [int.from_bytes(hashlib.blake2b(str(n).encode(), digest_size=4).digest(), "little")
+            for n in names]
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), *keys])))
+
+
+def _resample_weights(rng: np.random.Generator, n_boot: int, n: int):
+    """Yield blocks of bootstrap weights: counts (b, n) of each observation in
+    each resample. Weights instead of index gathers let one matrix product
+    resample every metric and every policy at once."""
+    step = max(1, _BLOCK // max(n, 1))
+    done = 0
+    while done < n_boot:
+        b = min(step, n_boot - done)
+        idx = rng.integers(0, n, size=(b, n))
+        flat = (np.arange(b)[:, None] * n + idx).ravel()
+        yield np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+        done += b
+
+
+def _boot_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap means (n_boot, K) of the columns of ``values`` (n, K); NaN
+    entries are left out of each resample's mean (NaN if nothing is left)."""
+    n, k = values.shape
+    finite = np.isfinite(values)
+    filled = np.where(finite, values, 0.0)
+    fin = finite.astype(np.float64)
+    out = np.empty((n_boot, k))
+    row = 0
+    for w in _resample_weights(rng, n_boot, n):
+        s = w @ filled
+        c = w @ fin
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[row:row + len(w)] = np.where(c > 0, s / np.where(c > 0, c, 1.0), np.nan)
+        row += len(w)
+    return out
+
+
+def _nanmean0(x: np.ndarray) -> np.ndarray:
+    """Column means of finite values along axis 0; NaN for an all-NaN column."""
+    finite = np.isfinite(x)
+    c = finite.sum(axis=0)
+    s = np.where(finite, x, 0.0).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(c > 0, s / np.where(c > 0, c, 1), np.nan)
+
+
+def _percentile(boot: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    a = (1.0 - level) / 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns stay NaN
+        lo, hi = np.nanquantile(boot, [a, 1.0 - a], axis=0)
+    return lo, hi
+
+
+def _hierarchical(blocks: Sequence[np.ndarray], level: float, n_boot: int, seed: int,
+                  names: tuple, min_replicates: int = MIN_REPLICATES):
+    """Mean over replicates of per-replicate means, and its bootstrap interval.
+
+    ``blocks[r]`` is an (n_r, K) array of replicate r's observations (K
+    quantities resampled together, so their resamples are paired). Returns
+    (mean, lo, hi, n, over): arrays of K values and the unit ("replicates" or
+    "queries").
+    """
+    k = blocks[0].shape[1]
+    rep_means = np.vstack([_nanmean0(b) for b in blocks])  # (R, K)
+    mean = _nanmean0(rep_means)
+    r = len(blocks)
+    if r >= min_replicates:
+        boot = _boot_means(rep_means, n_boot, _rng(seed, *names, "replicates"))
+        n = np.isfinite(rep_means).sum(axis=0)
+        over = "replicates"
+    else:
+        acc = np.zeros((n_boot, k))
+        cnt = np.zeros((n_boot, k))
+        for i, b in enumerate(blocks):
+            if len(b) == 0:
+                continue
+            bm = _boot_means(b, n_boot, _rng(seed, *names, "queries", i))
+            ok = np.isfinite(bm)
+            acc += np.where(ok, bm, 0.0)
+            cnt += ok
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boot = np.where(cnt > 0, acc / np.where(cnt > 0, cnt, 1), np.nan)
+        n = sum(np.isfinite(b).sum(axis=0) for b in blocks)
+        over = "queries"
+    lo, hi = _percentile(boot, level)
+    # a single finite observation gives no interval at all
+    few = np.asarray(n) < 2
+    lo = np.where(few, np.nan, lo)
+    hi = np.where(few, np.nan, hi)
+    return mean, lo, hi, np.asarray(n, dtype=np.int64), over
+
+
+def bootstrap_mean_ci(values: np.ndarray, level: float = 0.95, n_boot: int = N_BOOT,
+                      seed: int = SEED, strata: np.ndarray | None = None
+                      ) -> tuple[float, float, float, int]:
+    """Mean and percentile-bootstrap confidence interval of finite values.
+
+    Parameters
+    ----------
+    values : array_like
+        Observations; NaN and infinite values are ignored.
+    level : float
+        Confidence level (0.95: the 2.5th and 97.5th percentiles of the
+        bootstrap means).
+    n_boot : int
+        Number of resamples.
+    seed : int
+        Seed of the resampling generator (a fixed seed: reproducible).
+    strata : array_like, optional
+        Group labels (e.g. replicates). Values are then resampled within each
+        group and the estimate is the mean of the group means.
+
+    Returns
+    -------
+    (mean, lo, hi, n) : tuple
+        The bounds are NaN with fewer than two finite values.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if strata is None:
+        blocks = [v[:, None]]
+    else:
+        s = np.asarray(strata).ravel()
+        if len(s) != len(v):
+            raise ValueError(f"strata has {len(s)} labels for {len(v)} values")
+        blocks = [v[s == g][:, None] for g in pd.unique(s)]
+    if not any(np.isfinite(b).any() for b in blocks):
+        return (np.nan, np.nan, np.nan, 0)
+    mean, lo, hi, n, _ = _hierarchical(blocks, level, n_boot, seed, ("bootstrap_mean_ci",),
+                                       min_replicates=10**9)
+    return (float(mean[0]), float(lo[0]), float(hi[0]), int(n[0]))
+
+
+# --------------------------------------------------------------------------
+# Aligning arms on (replicate, query_id)
+# --------------------------------------------------------------------------
+
+
+def _policy_order(queries: pd.DataFrame) -> list[str]:
+    return [str(p) for p in pd.unique(queries["policy"])]
+
+
+def _aligned(queries: pd.DataFrame, metrics: list[str], budget) -> tuple[list[str], dict]:
+    """Per replicate, an array (n_queries, n_policies, n_metrics) aligned on
+    ``query_id`` (NaN where a policy has no row for a query)."""
+    sub = queries[queries["budget"] == budget]
+    pols = _policy_order(sub)
+    out: dict = {}
+    for rep, grp in sub.groupby("replicate", sort=True):
+        qids = np.sort(pd.unique(grp["query_id"]))
+        arr = np.full((len(qids), len(pols), len(metrics)), np.nan)
+        for j, pol in enumerate(pols):
+            g = grp[grp["policy"] == pol]
+            if g["query_id"].duplicated().any():
+                raise ValueError(f"policy {pol!r}, budget {budget}, replicate {rep}: "
+                                 "duplicate query_id rows; cannot pair queries")
+            pos = np.searchsorted(qids, g["query_id"].to_numpy())
+            arr[pos, j, :] = g[metrics].to_numpy(np.float64)
+        out[rep] = arr
+    return pols, out
+
+
+# --------------------------------------------------------------------------
+# Summary table
+# --------------------------------------------------------------------------
+
+
 def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
-              store: pd.DataFrame | None = None, level: float = 0.95) -> pd.DataFrame:
-    """policy x budget x metric: mean, ci_low, ci_high, n, ci_over."""
-    keys = ["policy", "budget"]
-    metrics = [m for m in METRIC_COLUMNS if m in queries.columns]
-    per_rep = queries.groupby(keys + ["replicate"], sort=False)[metrics].mean()
-    n_rep = queries["replicate"].nunique() if len(queries) else 0
+              store: pd.DataFrame | None = None, level: float = 0.95, *,
+              metrics: Iterable[str] | None = None, n_boot: int = N_BOOT, seed: int = SEED,
+              min_replicates: int = MIN_REPLICATES) -> pd.DataFrame:
+    """Mean and 95% bootstrap interval of every metric, per policy and budget.
+
+    Parameters
+    ----------
+    queries : DataFrame
+        One row per (replicate, policy, budget, query): the run folder's
+        ``queries.parquet``.
+    arms, store : DataFrame, optional
+        ``arms.csv`` and ``store.parquet``: add the per-run metrics
+        :data:`RUN_METRICS` (final store size, recall Gini).
+    level : float
+        Confidence level.
+    metrics : iterable of str, optional
+        Query metrics to summarise (default: every column of
+        :data:`memsim.metrics.METRIC_COLUMNS` present).
+    n_boot, seed : int
+        Bootstrap resamples and seed.
+    min_replicates : int
+        Fewest replicates for an interval over replicates (see module doc).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``policy, budget, metric, mean, ci_low, ci_high, n, ci_over,
+        ci_method``. ``n`` counts replicates when ``ci_over = "replicates"``,
+        finite query values when ``"queries"``. Per-run metrics with fewer
+        than ``min_replicates`` replicates use a Student-t interval over
+        replicates (``ci_method = "t"``): they have no queries to resample.
+    """
+    keys = ["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n", "ci_over",
+            "ci_method"]
+    if metrics is None:
+        metrics = [m for m in METRIC_COLUMNS if m in queries.columns]
+    else:
+        metrics = [m for m in metrics if m in queries.columns]
     rows = []
-    for (pol, bud), grp in per_rep.groupby(level=[0, 1], sort=False):
-        for m in metrics:
-            if n_rep >= 2:
-                mean, lo, hi, n = mean_ci(grp[m].to_numpy(), level)
-                over = "replicates"
-            else:
-                v = queries.loc[(queries["policy"] == pol) & (queries["budget"] == bud), m]
-                mean, lo, hi, n = _normal_ci(v.to_numpy(np.float64), level)
-                over = "queries"
-            rows.append((pol, bud, m, mean, lo, hi, n, over))
+    if len(queries) and metrics:
+        for bud in pd.unique(queries["budget"]):
+            pols, per_rep = _aligned(queries, metrics, bud)
+            blocks = [a.reshape(len(a), -1) for a in per_rep.values()]
+            mean, lo, hi, n, over = _hierarchical(blocks, level, n_boot, seed,
+                                                  ("summary", bud), min_replicates)
+            k = 0
+            for pol in pols:
+                for m in metrics:
+                    rows.append((pol, bud, m, mean[k], lo[k], hi[k], int(n[k]), over,
+                                 "bootstrap"))
+                    k += 1
     run = _run_level(arms, store)
     if run is not None:
-        for (pol, bud), grp in run.groupby(keys, sort=False):
+        for (pol, bud), grp in run.groupby(["policy", "budget"], sort=False):
             for m in RUN_METRICS:
-                if m in grp:
-                    mean, lo, hi, n = mean_ci(grp[m].to_numpy(), level)
-                    rows.append((pol, bud, m, mean, lo, hi, n, "replicates"))
-    return pd.DataFrame(rows, columns=keys + ["metric", "mean", "ci_low", "ci_high", "n",
-                                              "ci_over"])
+                if m not in grp:
+                    continue
+                v = grp[m].to_numpy(np.float64)
+                if np.isfinite(v).sum() >= min_replicates:
+                    mean_, lo_, hi_, n_ = bootstrap_mean_ci(v, level, n_boot,
+                                                            seed + _stable(pol, bud, m))
+                    method = "bootstrap"
+                else:
+                    mean_, lo_, hi_, n_ = mean_ci(v, level)
+                    method = "t"
+                rows.append((pol, bud, m, mean_, lo_, hi_, n_, "replicates", method))
+    return pd.DataFrame(rows, columns=keys)
 
 
-def _normal_ci(v: np.ndarray, level: float) -> tuple[float, float, float, int]:
-    v = v[np.isfinite(v)]
-    n = len(v)
-    if n == 0:
-        return (np.nan, np.nan, np.nan, 0)
-    m = float(v.mean())
-    if n == 1:
-        return (m, np.nan, np.nan, 1)
-    h = float(sps.norm.ppf(0.5 + level / 2)) * float(v.std(ddof=1)) / np.sqrt(n)
-    return (m, m - h, m + h, n)
+def _stable(*names: object) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(names).encode(), digest_size=3).digest(), "little")
 
 
 def _run_level(arms: pd.DataFrame | None, store: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -86,3 +388,267 @@ def _run_level(arms: pd.DataFrame | None, store: pd.DataFrame | None) -> pd.Data
         out = out.merge(last[["store_notes", "store_tokens"]].reset_index(),
                         on=["replicate", "policy", "budget"], how="left")
     return out
+
+
+# --------------------------------------------------------------------------
+# Paired tests
+# --------------------------------------------------------------------------
+
+
+def holm(pvalues: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values.
+
+    With the m finite p-values sorted ascending, ``p_(1) <= ... <= p_(m)``::
+
+        p~_(i) = max_{j <= i} min(1, (m - j + 1) * p_(j))
+
+    Rejecting where ``p~ < alpha`` controls the family-wise error rate at
+    ``alpha`` (Holm 1979). NaN p-values (comparisons that were not tested)
+    stay NaN and do not count in m.
+
+    Parameters
+    ----------
+    pvalues : sequence of float
+
+    Returns
+    -------
+    ndarray
+        Adjusted p-values, in the input order.
+    """
+    p = np.asarray(pvalues, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = len(ok)
+    if m == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
+
+
+def rank_biserial(d: np.ndarray) -> float:
+    """Matched-pairs rank-biserial correlation of paired differences.
+
+    Zero differences are dropped (as in the Wilcoxon test); the absolute
+    differences are ranked (ties get average ranks), and
+    ``r = (W+ - W-) / (W+ + W-)`` with W+ (W-) the rank sum of the positive
+    (negative) differences: +1 when every pair favours the first sample,
+    -1 when every pair favours the second. NaN when every difference is 0.
+    """
+    d = np.asarray(d, dtype=np.float64)
+    d = d[np.isfinite(d) & (d != 0)]
+    if len(d) == 0:
+        return float("nan")
+    r = sps.rankdata(np.abs(d))
+    wp = r[d > 0].sum()
+    wm = r[d < 0].sum()
+    return float((wp - wm) / (wp + wm))
+
+
+def _wilcoxon_p(d: np.ndarray) -> float:
+    if not np.any(d != 0):
+        return float("nan")  # no non-zero pair: nothing to test
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # normal approximation notes for ties/zeros
+        return float(sps.wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
+
+
+def paired_tests(queries: pd.DataFrame, baseline: str | None = None,
+                 metrics: Iterable[str] | None = None, *, level: float = 0.95,
+                 alpha: float = 0.05, n_boot: int = N_BOOT, seed: int = SEED,
+                 min_replicates: int = MIN_REPLICATES) -> pd.DataFrame:
+    """Paired comparison of each policy with a baseline, per budget and metric.
+
+    Queries are paired on ``(replicate, query_id)`` within a budget; a pair
+    where either value is NaN is left out of that metric.
+
+    Parameters
+    ----------
+    queries : DataFrame
+        The run's per-query table.
+    baseline : str, optional
+        Policy to compare against (default: the first policy in the table).
+    metrics : iterable of str, optional
+        Default :data:`HEADLINE_METRICS` present in ``queries``.
+    level, alpha : float
+        Confidence level of the intervals; significance level of ``significant``
+        (on the Holm-adjusted p-values).
+    n_boot, seed, min_replicates
+        As in :func:`summarise`.
+
+    Returns
+    -------
+    DataFrame
+        One row per (budget, policy != baseline, metric): ``budget, policy,
+        baseline, metric, higher_is_better, n_pairs, baseline_mean,
+        policy_mean, diff, diff_ci_low, diff_ci_high, ci_over, statistic
+        (W+), p_value, p_holm, significant, direction ("better", "worse" or
+        ""), rank_biserial, cohen_dz, wins, ties, losses``.
+    """
+    cols = ["budget", "policy", "baseline", "metric", "higher_is_better", "n_pairs",
+            "baseline_mean", "policy_mean", "diff", "diff_ci_low", "diff_ci_high", "ci_over",
+            "statistic", "p_value", "p_holm", "significant", "direction", "rank_biserial",
+            "cohen_dz", "wins", "ties", "losses"]
+    if metrics is None:
+        metrics = [m for m in HEADLINE_METRICS if m in queries.columns]
+    else:
+        metrics = list(metrics)
+        missing = [m for m in metrics if m not in queries.columns]
+        if missing:
+            raise KeyError(f"no column {missing[0]!r} in the queries table")
+    if len(queries) == 0 or not metrics:
+        return pd.DataFrame(columns=cols)
+    pols_all = _policy_order(queries)
+    if baseline is None:
+        baseline = pols_all[0]
+    if baseline not in pols_all:
+        raise KeyError(f"baseline {baseline!r} is not a policy of the table; "
+                       f"policies: {', '.join(pols_all)}")
+    rows = []
+    for bud in pd.unique(queries["budget"]):
+        pols, per_rep = _aligned(queries, metrics, bud)
+        if baseline not in pols:
+            continue
+        b = pols.index(baseline)
+        others = [j for j, p in enumerate(pols) if p != baseline]
+        if not others:
+            continue
+        # differences and baseline values per replicate: (n_q, len(others), M)
+        diffs, bases, alls = [], [], []
+        for arr in per_rep.values():
+            base = arr[:, b:b + 1, :]
+            other = arr[:, others, :]
+            pair_ok = np.isfinite(base) & np.isfinite(other)
+            diffs.append(np.where(pair_ok, other - base, np.nan))
+            bases.append(np.where(pair_ok, np.broadcast_to(base, other.shape), np.nan))
+            alls.append(np.where(pair_ok, other, np.nan))
+        k = len(others) * len(metrics)
+        blocks = [np.concatenate([d.reshape(len(d), k), p.reshape(len(p), k),
+                                  x.reshape(len(x), k)], axis=1)
+                  for d, p, x in zip(diffs, bases, alls)]
+        mean, lo, hi, _, over = _hierarchical(blocks, level, n_boot, seed,
+                                              ("paired", bud, baseline), min_replicates)
+        d_all = np.concatenate(diffs, axis=0)
+        for oi, j in enumerate(others):
+            for mi, m in enumerate(metrics):
+                kk = oi * len(metrics) + mi
+                d = d_all[:, oi, mi]
+                d = d[np.isfinite(d)]
+                hib = bool(HIGHER_IS_BETTER.get(m, True))
+                sign = 1.0 if hib else -1.0
+                n_pairs = len(d)
+                if n_pairs:
+                    wp = _w_plus(d)
+                    p = _wilcoxon_p(d)
+                    sd = d.std(ddof=1) if n_pairs > 1 else np.nan
+                    dz = float(d.mean() / sd) if n_pairs > 1 and sd > 0 else np.nan
+                    wins = int((sign * d > 0).sum())
+                    losses = int((sign * d < 0).sum())
+                else:
+                    wp, p, dz, wins, losses = np.nan, np.nan, np.nan, 0, 0
+                rows.append({
+                    "budget": bud, "policy": pols[j], "baseline": baseline, "metric": m,
+                    "higher_is_better": hib, "n_pairs": n_pairs,
+                    "baseline_mean": mean[k + kk], "policy_mean": mean[2 * k + kk],
+                    "diff": mean[kk], "diff_ci_low": lo[kk], "diff_ci_high": hi[kk],
+                    "ci_over": over, "statistic": wp, "p_value": p,
+                    "rank_biserial": rank_biserial(d), "cohen_dz": dz,
+                    "wins": wins, "ties": n_pairs - wins - losses, "losses": losses,
+                })
+    out = pd.DataFrame(rows, columns=[c for c in cols if c not in
+                                      ("p_holm", "significant", "direction")])
+    out["p_holm"] = holm(out["p_value"].to_numpy(np.float64)) if len(out) else []
+    sig = (out["p_holm"] < alpha).to_numpy(bool) if len(out) else np.zeros(0, bool)
+    better = np.where(out["higher_is_better"].to_numpy(bool), out["diff"] > 0, out["diff"] < 0) \
+        if len(out) else np.zeros(0, bool)
+    out["significant"] = sig
+    out["direction"] = np.where(sig, np.where(better, "better", "worse"), "")
+    return out[cols]
+
+
+def _w_plus(d: np.ndarray) -> float:
+    """Rank sum of the positive differences (zeros dropped, average ranks)."""
+    d = d[d != 0]
+    if len(d) == 0:
+        return float("nan")
+    r = sps.rankdata(np.abs(d))
+    return float(r[d > 0].sum())
+
+
+# --------------------------------------------------------------------------
+# Rounding to the precision an interval supports
+# --------------------------------------------------------------------------
+
+
+def round_to_ci(mean: float, lo: float, hi: float, digits: int = 2
+                ) -> tuple[float, float, float, int]:
+    """Round a mean and its interval to the precision the interval supports.
+
+    The half-width ``h = (hi - lo) / 2`` is kept to ``digits`` significant
+    digits and the mean and bounds are rounded to the same decimal place::
+
+        decimals = digits - 1 - floor(log10(h))
+
+    so 0.53412 [0.52113, 0.54721] (h = 0.013) becomes 0.534 [0.521, 0.547],
+    and 1234.5 [1112.0, 1357.0] (h = 122) becomes 1230 [1110, 1360]
+    (decimals = -1). Without a usable interval (NaN bounds, or ``lo == hi``)
+    the mean keeps three significant digits.
+
+    Parameters
+    ----------
+    mean, lo, hi : float
+    digits : int
+        Significant digits of the half-width.
+
+    Returns
+    -------
+    (mean, lo, hi, decimals) : tuple
+        Rounded values (NaN stays NaN) and the decimal place used
+        (negative: tens, hundreds ...).
+    """
+    vals = [float(x) if x is not None else float("nan") for x in (mean, lo, hi)]
+    m, a, b = vals
+    h = (b - a) / 2.0 if math.isfinite(a) and math.isfinite(b) else float("nan")
+    if math.isfinite(h) and h > 0:
+        dec = digits - 1 - math.floor(math.log10(h))
+    elif math.isfinite(m) and m != 0:
+        dec = 2 - math.floor(math.log10(abs(m)))
+    else:
+        dec = 0
+    dec = int(min(dec, 12))
+    out = [round(x, dec) if math.isfinite(x) else x for x in vals]
+    # round() may return -0.0; show it as 0
+    out = [0.0 if x == 0 else x for x in out]
+    return out[0], out[1], out[2], dec
+
+
+def _fmt(x: float, dec: int, signed: bool = False) -> str:
+    if not math.isfinite(x):
+        return "n/a"
+    if x == 0:
+        x = 0.0  # no "-0.00"
+    return f"{x:+.{max(dec, 0)}f}" if signed else f"{x:.{max(dec, 0)}f}"
+
+
+def format_ci(mean: float, lo: float, hi: float, *, signed: bool = False,
+              digits: int = 2) -> str:
+    """``"mean [lo, hi]"`` rounded by :func:`round_to_ci`; ``"n/a"`` for NaN.
+
+    ``signed`` prefixes a sign (for differences).
+    """
+    m, a, b, dec = round_to_ci(mean, lo, hi, digits)
+    if not math.isfinite(m):
+        return "n/a"
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return _fmt(m, dec, signed)
+    return f"{_fmt(m, dec, signed)} [{_fmt(a, dec, signed)}, {_fmt(b, dec, signed)}]"
+
+
+def format_p(p: float) -> str:
+    """A p-value for a table: two significant digits, ``<0.001`` below."""
+    if p is None or not math.isfinite(p):
+        return "n/a"
+    if p < 0.001:
+        return "<0.001"
+    return f"{p:.2g}" if p < 0.1 else f"{p:.2f}"

@@ -348,7 +348,11 @@ def _str_column(t: _Table, raw: pd.Series, column: str, *, missing_as: str | Non
     if missing_as is None:
         bad = bad | missing
     t.fail_first(bad, raw, column, "a string")
-    out = raw.astype(object).astype(str)
+    # Canonical text dtype: pandas' own string dtype ("str"), on a fresh index.
+    if isinstance(dtype, pd.StringDtype) and dtype == pd.StringDtype(na_value=np.nan):
+        out = raw.reset_index(drop=True).copy()
+    else:
+        out = pd.Series(raw.to_numpy(dtype=object), dtype=object).astype(str)
     if missing_as is not None and missing.any():
         out = out.where(~missing, missing_as)
     return out
@@ -412,16 +416,14 @@ def _check_notes(t: _Table, frame: Any) -> pd.DataFrame:
         out["updated_at"] = created.copy()
     out["tokens"] = _int_column(t, frame["tokens"], "tokens", positive=True)
     out["actor"] = _str_column(t, frame["actor"], "actor")
-    for col in ("tier",):
-        out[col] = (_str_column(t, frame[col], col) if col in frame.columns
-                    else pd.Series([NOTE_DEFAULTS[col]] * len(frame), dtype=object).astype(str))
+    out["tier"] = (_str_column(t, frame["tier"], "tier") if "tier" in frame.columns
+                   else _const_text(NOTE_DEFAULTS["tier"], len(frame)))
     for col in ("importance", "salience"):
         out[col] = (_float_column(t, frame[col], col, "a finite number >= 0", minimum=0.0)
                     if col in frame.columns else np.full(len(frame), NOTE_DEFAULTS[col]))
     out["memory_type"] = (_str_column(t, frame["memory_type"], "memory_type")
                           if "memory_type" in frame.columns
-                          else pd.Series([NOTE_DEFAULTS["memory_type"]] * len(frame),
-                                         dtype=object).astype(str))
+                          else _const_text(NOTE_DEFAULTS["memory_type"], len(frame)))
     out["pinned"] = (_bool_column(t, frame["pinned"], "pinned") if "pinned" in frame.columns
                      else np.zeros(len(frame), dtype=bool))
     if "expires_at" in frame.columns:
@@ -436,6 +438,10 @@ def _check_notes(t: _Table, frame: Any) -> pd.DataFrame:
     if "text" in frame.columns:
         out["text"] = _str_column(t, frame["text"], "text", missing_as="")
     return _assemble(out, frame, _NOTE_COLUMNS)
+
+
+def _const_text(value: str, n: int) -> pd.Series:
+    return pd.Series(value, index=pd.RangeIndex(n), dtype=str)
 
 
 def _show_created(created: np.ndarray, bad: np.ndarray) -> str:
@@ -496,14 +502,12 @@ def _check_accesses(t: _Table, frame: Any, note_ids: np.ndarray, notes_label: st
 
 def _assemble(columns: dict[str, Any], frame: pd.DataFrame, known: tuple[str, ...]) -> pd.DataFrame:
     """Documented columns in canonical order and dtype, then extras as given."""
-    out = pd.DataFrame({k: (v.to_numpy() if isinstance(v, pd.Series) else v)
-                        for k, v in columns.items()}, index=pd.RangeIndex(len(frame)))
-    for col, v in columns.items():
-        if isinstance(v, pd.Series):  # text columns: pandas' own string dtype
-            out[col] = pd.Series(v.to_numpy(dtype=object), dtype=str, index=out.index)
-    for col, v in _extras(frame, known).items():
-        out[col] = v  # same RangeIndex: the frame was reset by _frame
-    return out
+    index = pd.RangeIndex(len(frame))
+    data = {k: (v if isinstance(v, pd.Series) else pd.Series(v, index=index))
+            for k, v in columns.items()}
+    # Extras share the RangeIndex: the frame was reset by _frame.
+    data.update(_extras(frame, known))
+    return pd.DataFrame(data, index=index)
 
 
 def _check_embeddings(t: _Table, arr: Any, rows: int, owner_label: str) -> np.ndarray:
@@ -921,6 +925,8 @@ def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
 
 def _num(x: float) -> str:
     """Compact number: integers without decimals, others to 4 significant digits."""
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
     x = float(x)
     if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
         return f"{int(x):,}"
@@ -947,11 +953,14 @@ def describe_stream(stream: Stream) -> str:
     if len(notes):
         created = notes["created_at"].to_numpy()
         tok = notes["tokens"].to_numpy()
-        q = np.quantile(tok, [0.0, 0.5, 0.9, 1.0])
+        q = np.quantile(tok, [0.5, 0.9])
         lines.append(f"notes: {len(notes):,}, created {_num(created.min())} .. "
                      f"{_num(created.max())} days, {notes['actor'].nunique():,} actors")
-        lines.append(f"tokens per note: min {_num(q[0])}, median {_num(q[1])}, "
-                     f"p90 {_num(q[2])}, max {_num(q[3])}; total {_num(tok.sum(dtype=np.float64))}")
+        # min / max stay exact integers; the total is summed in float so that
+        # huge token counts (up to 2**63 each) cannot overflow.
+        lines.append(f"tokens per note: min {_num(tok.min())}, median {_num(q[0])}, "
+                     f"p90 {_num(q[1])}, max {_num(tok.max())}; "
+                     f"total {_num(tok.sum(dtype=np.float64))}")
         expiring = int(np.isfinite(notes["expires_at"].to_numpy()).sum())
         pinned = int(notes["pinned"].sum())
         if expiring or pinned:

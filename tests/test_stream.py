@@ -220,7 +220,7 @@ CASES = [
          "t", 0, ("(note_id 13)", "got NaN")),
     Case("embedding-rows", "note_embeddings",
          _emb("note_embeddings", lambda p: p["note_embeddings"][:4]), None, None,
-         ("has 4 rows but notes has 5 rows",)),
+         ("has 4 rows but notes", "has 5 rows")),
     Case("embedding-ndim", "query_embeddings",
          _emb("query_embeddings", lambda p: p["query_embeddings"].ravel()), None, None,
          ("2-d array",)),
@@ -645,16 +645,17 @@ def test_write_refuses_non_stream(tmp_path: Path) -> None:
 
 def test_describe_stream() -> None:
     parts = full_parts()
-    parts["qrels"] = pd.DataFrame({"query_id": [1, 2, 2], "note_id": [10, 12, 11],
-                                   "gain": [1.0, 2.0, -1.0]})
+    # Query 3 has no relevant note; (1, 12) names a note created after query 1.
+    parts["qrels"] = pd.DataFrame({"query_id": [1, 2, 2, 1], "note_id": [10, 12, 11, 12],
+                                   "gain": [1.0, 2.0, -1.0, -1.0]})
     text = describe_stream(build(parts, meta={"name": "demo", "source": "unit"}))
     assert text.splitlines()[0] == "stream 'demo' (source: unit)"
     assert "notes: 5, created -3 .. 4 days, 3 actors" in text
     assert "tokens per note: min 8, median 60" in text and "max 4,000" in text
     assert "queries: 3, t 0.5 .. 5 days, 3 actors" in text
-    assert "qrels: 3 (2 relevant, 1 misleading)" in text
+    assert "qrels: 4 (2 relevant, 2 misleading)" in text
     assert "queries with no relevant note: 1 (33.3%)" in text
-    assert "qrels naming a note created after its query: 1" in text  # note 12 at 1.5 > t 0.5? no: q2
+    assert "qrels naming a note created after its query: 1" in text
     assert "accesses: 2" in text and "embeddings: dimension 4" in text
 
 
@@ -733,9 +734,15 @@ def corrupted_parts(draw: st.DrawFn) -> dict[str, Any]:
                               ignore_index=True)
         elif kind == "cast" and cols:
             col = draw(st.sampled_from(cols))
-            frame[col] = frame[col].astype(draw(st.sampled_from([str, object, float, "category"])))
+            try:
+                frame[col] = frame[col].astype(draw(st.sampled_from([str, object, float,
+                                                                     "category"])))
+            except (ValueError, TypeError):  # e.g. "a" as float: not a corruption we can make
+                pass
         elif kind == "extra":
-            frame[draw(st.sampled_from(["topic", 0, "note_id"]))] = draw(st.sampled_from(NASTY))
+            value = draw(st.sampled_from(NASTY))
+            frame[draw(st.sampled_from(["topic", 0, "note_id"]))] = pd.Series(
+                [value] * len(frame), dtype=object, index=frame.index)
         elif kind == "rename" and cols:
             frame = frame.rename(columns={draw(st.sampled_from(cols)): "tokens"})
         elif kind == "emb":
@@ -749,7 +756,7 @@ def corrupted_parts(draw: st.DrawFn) -> dict[str, Any]:
     return parts
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(parts=corrupted_parts())
 def test_fuzz_in_memory_loads_or_raises_stream_error(parts: dict[str, Any]) -> None:
     try:

@@ -35,6 +35,7 @@ for the oracle's utility (the denominator of ``utility_ratio``).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -84,16 +85,28 @@ def _greedy_fill(order, tokens, eligible, budget, packed, used):
     """Visit columns in ``order`` (Q, C), per row; add each eligible, unpacked
     note that still fits. Updates ``packed`` and ``used`` in place.
 
-    One loop over the C candidate ranks, vectorised over queries.
+    One loop over the C candidate ranks, vectorised over queries. The arrays are
+    gathered once in visiting order and transposed, so that each step reads
+    contiguous memory; the loop stops as soon as no remaining note of any row
+    can fit (suffix minimum of the sizes against the free space).
     """
-    rows = np.arange(tokens.shape[0])
-    for s in range(order.shape[1]):
-        j = order[:, s]
-        tj = tokens[rows, j]
-        take = eligible[rows, j] & ~packed[rows, j] & (used + tj <= budget)
-        if take.any():
-            packed[rows[take], j[take]] = True
-            used += np.where(take, tj, 0)
+    q, c = tokens.shape
+    if q == 0 or c == 0:
+        return packed, used
+    ts = np.take_along_axis(tokens, order, axis=1).T.copy()
+    open_ = (np.take_along_axis(eligible, order, axis=1)
+             & ~np.take_along_axis(packed, order, axis=1)).T.copy()
+    big = np.iinfo(np.int64).max
+    smallest_left = np.minimum.accumulate(np.where(open_, ts, big)[::-1], axis=0)[::-1]
+    take_s = np.zeros((c, q), dtype=bool)
+    for s in range(c):
+        if (smallest_left[s] > budget - used).all():
+            break  # nothing left that fits anywhere
+        take = open_[s] & (used + ts[s] <= budget)
+        take_s[s] = take
+        used += ts[s] * take
+    rows = np.arange(q)[:, None]
+    packed[rows, order] |= take_s.T
     return packed, used
 
 
@@ -214,7 +227,11 @@ class GreedySwap(Packer):
     * the single packed note of least value whose tokens alone cover ``need``.
 
     Take the one that loses less value, ``removed``. Swap (remove it, insert
-    ``j``) when ``value_j - removed > 1e-12 * value_j``. After each pass, the
+    ``j``) when ``value_j - removed > 1e-12 * value_j``. Any removal freeing
+    ``need`` tokens loses at least ``need * d_min`` (``d_min`` = least density
+    among the packed notes), so a note with ``value_j <= need * d_min`` at the
+    start of a pass is skipped in that pass (it is reconsidered in the next,
+    against the new packed set); this prunes most candidates. After each pass, the
     freed space is refilled greedily by density. Passes stop when a pass makes
     no swap, after ``max_swaps`` passes, or when a query has made
     ``max_swaps`` swaps.
@@ -268,17 +285,28 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     val_o = np.take_along_axis(val_el, rem_order, axis=1)
     # Insertion candidates: by value, best first, ties by rank.
     ins_order = np.argsort(-np.where(eligible, values, -np.inf), axis=1, kind="stable")
-    n_ins = int(eligible.sum(axis=1).max())
     swaps = np.zeros(q, dtype=np.int64)
 
     for _ in range(max_swaps):
         swapped_any = False
-        for s in range(n_ins):
-            j_all = ins_order[:, s]
-            cand = (eligible[rows_all, j_all] & ~packed[rows_all, j_all]
-                    & (swaps < max_swaps))
+        # Prune with a lower bound on the value any removal must lose: freeing
+        # ``need`` tokens costs at least ``need * (least packed density)``.
+        # Notes that cannot beat it against the packed set at the start of the
+        # pass are skipped in this pass (they are reconsidered in the next).
+        d_min = np.min(np.where(packed, dens, np.inf), axis=1)
+        need0 = tokens - (budget - used)[:, None]
+        with np.errstate(invalid="ignore"):
+            bound = np.where(need0 > 0, need0 * d_min[:, None], 0.0)
+        cand0 = eligible & ~packed & (values - bound > _TOL * values)
+        cand_s = np.take_along_axis(cand0, ins_order, axis=1)
+        # per row, the candidates in insertion order, compacted to the left
+        comp = np.take_along_axis(ins_order, np.argsort(~cand_s, axis=1, kind="stable"), axis=1)
+        n_cand = cand_s.sum(axis=1)
+        for s in range(int(n_cand.max(initial=0))):
+            j_all = comp[:, s]
+            cand = (s < n_cand) & (swaps < max_swaps) & ~packed[rows_all, j_all]
             if not cand.any():
-                continue
+                break
             r = rows_all[cand]
             j = j_all[cand]
             vj = values[r, j]
@@ -373,13 +401,27 @@ def _quiet_c_stdout():
         except OSError:  # no stdout at all
             yield
             return
+        # Python's own buffered output must reach the real stdout first, and
+        # C's buffer must be emptied into /dev/null before fd 1 is restored.
+        if sys.stdout is not None:
+            sys.stdout.flush()
         try:
             with open(os.devnull, "w") as null:
                 os.dup2(null.fileno(), 1)
                 yield
         finally:
+            _c_fflush()
             os.dup2(fd, 1)
             os.close(fd)
+
+
+def _c_fflush() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # pragma: no cover (no libc)
+        pass
 
 
 def _milp_row(v: np.ndarray, t: np.ndarray, cap: int, time_limit: float) -> np.ndarray | None:
@@ -439,12 +481,15 @@ class Exact(Packer):
        reduced budget ``B``:
 
        * ``B > milp_budget``: ``scipy.optimize.milp`` (HiGHS branch and bound,
-         exact, ``mip_rel_gap = 0``). Measured on heavy-tailed sizes
-         (``benchmarks/bench_packers.py``): the DP costs about 2 ns per cell
-         ``n * B`` while HiGHS costs 0.3 to 1 ms per note whatever ``B``, so
-         HiGHS wins once ``B`` exceeds roughly 2.5e5 (e.g. C = 50 at B = 1e6:
-         DP 285 ms, MILP 31 ms) and loses below (C = 1000 at B = 16,000:
-         DP 22 ms, MILP 330 ms).
+         exact, ``mip_rel_gap = 0``). Measured on heavy-tailed sizes with the
+         budget binding (``benchmarks/bench_packers.py``, part 2): the DP costs
+         1.5 to 3 ns per cell ``n * B``; HiGHS costs 0.3 to 1 ms per note,
+         nearly independent of ``B`` and noisy. The DP still wins at
+         B = 256,000 for C <= 200 (C = 50: 13 ms vs 21 ms; C = 200: 52 vs
+         80 ms) and HiGHS wins beyond (C = 50 at B = 1e6: DP 163 ms, HiGHS
+         27 ms; C = 1,000 at B = 256,000: 436 vs 314 ms); at the budgets
+         memsim simulates (1,500 to 16,000 tokens) the DP is 10 to 30 times
+         faster. Hence the default ``milp_budget = 300,000``.
        * else ``n * (B + 1) <= max_cells``: the DP, exact.
        * else: the DP on bucketed sizes (the large-budget guard, below).
 
@@ -460,17 +505,20 @@ class Exact(Packer):
     Large-budget guard (bucketing). When ``n * (B + 1) > max_cells``, sizes are
     rounded **up** to multiples of a bucket width ``w`` (the smallest with
     ``n * (B // w + 1) <= max_cells``): the DP runs on ``t'_j = ceil(t_j / w)``
-    with capacity ``B' = B // w``. The result is always feasible
-    (``sum t_j <= w * sum t'_j <= w * B' <= B``). Optimality loss bound: since
-    ``w * t'_j <= t_j + w - 1``, every set that fits when each note costs
-    ``w - 1`` extra tokens is feasible for the bucketed DP, so
+    with capacity ``B' = B // w`` (sizes, ``B`` and ``w`` in the gcd-reduced
+    units of step 2; multiply by the gcd for tokens). The result is always
+    feasible (``sum t_j <= w * sum t'_j <= w * B' <= B``). Optimality loss
+    bound: since ``w * t'_j <= t_j + w - 1``, every set that fits when each note
+    costs ``w - 1`` extra is feasible for the bucketed DP, so
 
     ``V_bucket >= OPT(t + w - 1, B)``,
 
     the exact optimum with every size inflated by ``w - 1``. Consequently, with
-    ``n*`` notes in the true optimum and ``t_max`` the largest among them,
-    ``V_bucket >= V* * (B - t_max - w + 1) / (B + n* (w - 1))`` (keep the
-    densest notes of the optimum that fit the inflated budget). The bucketed
+    ``n*`` notes in the true optimum ``V*`` and ``t_max`` the largest among
+    them, ``V_bucket >= V* * (B - t_max - w + 1) / (B + n* (w - 1))`` (the
+    densest notes of the optimum that fit the inflated budget are a feasible
+    prefix; a density-sorted prefix keeps at least its share of the value). The
+    loss is thus at most about ``n* w / B`` of ``V*`` plus one note. The bucketed
     answer is also compared with :class:`GreedySwap` and the better one kept,
     so ``exact`` is never worse than ``greedy-swap`` even when bucketed.
 
@@ -490,7 +538,7 @@ class Exact(Packer):
     name: ClassVar[str] = "exact"
     method: str = "auto"
     max_cells: int = 2**25
-    milp_budget: int = 250_000
+    milp_budget: int = 300_000
     milp_time_limit: float = 10.0
     _constraints: ClassVar[dict] = {
         "method": Options(("auto", "dp", "milp")),

@@ -1,0 +1,381 @@
+"""``compare()``: a policy comparison as a report object with tables.
+
+::
+
+    import memsim
+    from memsim.compare import compare
+
+    result = memsim.run_experiment("experiments/quickstart.toml", out=None)
+    cmp = compare(result)                 # baseline from the experiment
+    cmp                                    # a table in Jupyter
+    print(cmp.to_markdown())               # summary: mean [95% CI] and marks
+    print(cmp.to_markdown(detail=True))    # paired tests, effects, W/T/L
+    cmp.to_dataframe()                     # every number, one row per cell
+
+Each policy's mean and interval come from :func:`memsim.stats.summarise`; each
+comparison with the baseline from :func:`memsim.stats.paired_tests`
+(Wilcoxon signed-rank on the per-query pairs, Holm-adjusted over every
+comparison of this object). A mark after a value reads:
+
+* ``▲``: significantly better than the baseline (Holm-adjusted p < alpha),
+* ``▼``: significantly worse,
+* nothing: no significant difference.
+
+"Better" follows the metric's direction (lower ``stale_rate`` is better).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, SEED, format_ci, format_p,
+                    paired_tests, summarise)
+
+__all__ = ["compare", "Comparison", "MARKS"]
+
+#: Marks after a value: significantly better / worse than the baseline.
+MARKS = {"better": "▲", "worse": "▼", "": ""}
+_LATEX_MARKS = {"better": r"$^{\blacktriangle}$", "worse": r"$^{\blacktriangledown}$", "": ""}
+
+
+@dataclass
+class Comparison:
+    """The result of :func:`compare`: summary and paired tables.
+
+    Attributes
+    ----------
+    summary : DataFrame
+        Per (budget, policy, metric): ``mean, ci_low, ci_high, n, ci_over``.
+    tests : DataFrame
+        Per (budget, policy != baseline, metric): the paired comparison with
+        the baseline (see :func:`memsim.stats.paired_tests`).
+    baseline : str
+    metrics : list of str
+    alpha, level : float
+    """
+
+    summary: pd.DataFrame
+    tests: pd.DataFrame
+    baseline: str
+    metrics: list[str]
+    alpha: float = 0.05
+    level: float = 0.95
+    policies: list[str] = field(default_factory=list)
+    budgets: list[Any] = field(default_factory=list)
+
+    # ------------------------------------------------------------------
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per (budget, policy, metric): the policy's mean and
+        interval, then (for non-baseline policies) the paired comparison.
+
+        Columns: ``budget, policy, metric, is_baseline, mean, ci_low, ci_high,
+        n, ci_over, diff, diff_ci_low, diff_ci_high, p_value, p_holm,
+        significant, direction, rank_biserial, cohen_dz, wins, ties, losses,
+        n_pairs``.
+        """
+        s = self.summary.rename(columns={"ci_over": "ci_over"})
+        keep = ["budget", "policy", "metric", "mean", "ci_low", "ci_high", "n", "ci_over"]
+        s = s[keep].copy()
+        t = self.tests[["budget", "policy", "metric", "diff", "diff_ci_low", "diff_ci_high",
+                        "p_value", "p_holm", "significant", "direction", "rank_biserial",
+                        "cohen_dz", "wins", "ties", "losses", "n_pairs"]]
+        out = s.merge(t, on=["budget", "policy", "metric"], how="left")
+        out.insert(3, "is_baseline", out["policy"] == self.baseline)
+        out["significant"] = out["significant"].fillna(False).astype(bool)
+        out["direction"] = out["direction"].fillna("").astype(str)
+        order = {p: i for i, p in enumerate(self.policies)}
+        morder = {m: i for i, m in enumerate(self.metrics)}
+        out = out.sort_values(["budget", "policy", "metric"],
+                              key=lambda c: c.map(order) if c.name == "policy" else (
+                                  c.map(morder) if c.name == "metric" else c),
+                              kind="stable").reset_index(drop=True)
+        return out
+
+    # ------------------------------------------------------------------
+    def _cell(self, row: pd.Series, marks: dict[str, str]) -> str:
+        text = format_ci(row["mean"], row["ci_low"], row["ci_high"])
+        mark = marks.get(str(row["direction"]), "") if not row["is_baseline"] else ""
+        return f"{text} {mark}".rstrip()
+
+    def summary_table(self, marks: dict[str, str] | None = None) -> pd.DataFrame:
+        """Wide table of strings: rows (budget, policy), columns metrics,
+        cells ``mean [lo, hi]`` with significance marks."""
+        marks = MARKS if marks is None else marks
+        df = self.to_dataframe()
+        if len(df) == 0:
+            return pd.DataFrame()
+        df["cell"] = [self._cell(r, marks) for _, r in df.iterrows()]
+        wide = df.pivot_table(index=["budget", "policy"], columns="metric", values="cell",
+                              aggfunc="first", sort=False)
+        wide = wide[[m for m in self.metrics if m in wide.columns]]
+        wide.columns.name = None
+        return wide
+
+    def detail_table(self) -> pd.DataFrame:
+        """Long table of strings, one row per comparison with the baseline."""
+        t = self.tests
+        rows = []
+        for _, r in t.iterrows():
+            rows.append({
+                "budget": r["budget"],
+                "policy": r["policy"],
+                "metric": r["metric"],
+                "baseline": format_ci(r["baseline_mean"], np.nan, np.nan),
+                "policy mean": format_ci(r["policy_mean"], np.nan, np.nan),
+                "difference [95% CI]": format_ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"],
+                                                 signed=True),
+                "p": format_p(r["p_value"]),
+                "p (Holm)": format_p(r["p_holm"]),
+                "": MARKS[r["direction"]],
+                "rank-biserial": _num(r["rank_biserial"], 2),
+                "d_z": _num(r["cohen_dz"], 2),
+                "win/tie/loss": f"{r['wins']}/{r['ties']}/{r['losses']}",
+                "pairs": int(r["n_pairs"]),
+            })
+        return pd.DataFrame(rows)
+
+    # ------------------------------------------------------------------
+    def legend(self) -> str:
+        """One paragraph explaining the marks and the intervals."""
+        over = sorted(set(self.summary["ci_over"])) if len(self.summary) else []
+        unit = " and ".join(over) or "replicates"
+        few = ""
+        if "queries" in over:
+            few = (f" With fewer than {MIN_REPLICATES} replicates the intervals resample "
+                   "queries within each replicate; they leave out the variation between "
+                   "workloads and are too narrow for claims about other workloads.")
+        return (f"Mean [{self.level:.0%} bootstrap interval over {unit}].{few} "
+                f"▲ / ▼: significantly better / worse than the baseline "
+                f"'{self.baseline}' (two-sided Wilcoxon signed-rank test on the per-query "
+                f"pairs, Holm-adjusted over the {int(np.isfinite(self.tests['p_value']).sum())}"
+                f" comparisons of this table, p < {self.alpha:g}). Values are rounded to the "
+                "precision their interval supports.")
+
+    def to_markdown(self, detail: bool = False) -> str:
+        """A GitHub-flavoured Markdown table: the summary (default) or the
+        paired comparisons (``detail=True``)."""
+        table = self._display(detail)
+        return _markdown(table) if len(table) else "_(nothing to compare)_\n"
+
+    def to_latex(self, detail: bool = False, caption: str | None = None,
+                 label: str | None = None) -> str:
+        """A LaTeX ``table`` (booktabs rules; marks need ``amssymb``)."""
+        if detail:
+            table = self._display(True).replace(MARKS["better"], _LATEX_MARKS["better"]) \
+                .replace(MARKS["worse"], _LATEX_MARKS["worse"])
+        else:
+            table = self.summary_table(_LATEX_MARKS)
+            table = table.reset_index() if len(table) else table
+            if len(self.budgets) <= 1 and "budget" in table:
+                table = table.drop(columns="budget")
+        return _latex(table, caption or self.legend().replace("▲", r"$\blacktriangle$")
+                      .replace("▼", r"$\blacktriangledown$"), label)
+
+    def to_html(self, detail: bool = False) -> str:
+        """An HTML ``<table>`` (no scripts, no external resources)."""
+        table = self._display(detail)
+        return _html(table)
+
+    def _display(self, detail: bool) -> pd.DataFrame:
+        if detail:
+            t = self.detail_table()
+        else:
+            t = self.summary_table()
+            t = t.reset_index() if len(t) else t
+        if len(self.budgets) <= 1 and "budget" in t:
+            t = t.drop(columns="budget")
+        return t
+
+    def _repr_html_(self) -> str:
+        return (f"<p><b>Comparison with baseline '{html.escape(self.baseline)}'</b></p>"
+                + self.to_html() + f"<p><small>{html.escape(self.legend())}</small></p>")
+
+    def __repr__(self) -> str:
+        return (f"Comparison(baseline={self.baseline!r}, policies={self.policies}, "
+                f"budgets={self.budgets}, metrics={self.metrics})\n" + self.to_markdown())
+
+
+def _num(x: float, dec: int) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:+.{dec}f}"
+
+
+# --------------------------------------------------------------------------
+# Table writers (no optional dependency: pandas' to_markdown needs tabulate)
+# --------------------------------------------------------------------------
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    cols = [str(c) for c in df.columns]
+    body = [[str(v) for v in row] for row in df.itertuples(index=False)]
+
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(esc(c) for c in cols) + " |",
+             "|" + "|".join("---" if i < 2 and not _numeric_col(df.iloc[:, i]) else "--:"
+                            for i in range(len(cols))) + "|"]
+    lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def _numeric_col(s: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(s)
+
+
+_LATEX_ESC = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+              "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+              "\\": r"\textbackslash{}", "<": r"\textless{}", ">": r"\textgreater{}"}
+
+
+def _latex_escape(s: str) -> str:
+    # marks are already LaTeX: keep the $...$ pieces verbatim
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "$":
+            j = s.find("$", i + 1)
+            if j > i:
+                out.append(s[i:j + 1])
+                i = j + 1
+                continue
+        out.append(_LATEX_ESC.get(s[i], s[i]))
+        i += 1
+    return "".join(out)
+
+
+def _latex(df: pd.DataFrame, caption: str, label: str | None) -> str:
+    cols = [str(c) for c in df.columns]
+    align = "l" * min(2, len(cols)) + "r" * max(0, len(cols) - 2)
+    lines = [r"\begin{table}[ht]", r"\centering", r"\small",
+             rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+             " & ".join(_latex_escape(c) for c in cols) + r" \\", r"\midrule"]
+    for row in df.itertuples(index=False):
+        lines.append(" & ".join(_latex_escape(str(v)) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_latex_escape(caption)}}}"]
+    if label:
+        lines.append(rf"\label{{{label}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def _html(df: pd.DataFrame) -> str:
+    if len(df) == 0:
+        return "<p><em>(nothing to compare)</em></p>"
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = []
+    for row in df.itertuples(index=False):
+        cells = []
+        for v in row:
+            s = html.escape(str(v))
+            s = s.replace("▲", '<span class="better" title="significantly better">▲</span>')
+            s = s.replace("▼", '<span class="worse" title="significantly worse">▼</span>')
+            cells.append(f"<td>{s}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return ('<table class="cmp"><thead><tr>' + head + "</tr></thead><tbody>"
+            + "".join(body) + "</tbody></table>")
+
+
+# --------------------------------------------------------------------------
+# compare()
+# --------------------------------------------------------------------------
+
+
+def _queries_and_baseline(data: Any) -> tuple[pd.DataFrame, str | None]:
+    """Accept a queries frame, a RunResult, a load_run() dict or a run folder."""
+    if isinstance(data, pd.DataFrame):
+        return data, None
+    if isinstance(data, (str, Path)):
+        from .runner import load_run
+
+        data = load_run(data)
+    if isinstance(data, dict):
+        q = data.get("queries")
+        if q is None:
+            raise ValueError(f"{data.get('path', 'the run')}: has no queries table")
+        base = (data.get("config") or {}).get("experiment", {}).get("baseline") or None
+        return q, base
+    q = getattr(data, "queries", None)
+    if isinstance(q, pd.DataFrame):
+        exp = getattr(data, "experiment", None)
+        base = getattr(getattr(exp, "settings", None), "baseline", None) or None
+        return q, base
+    raise TypeError(f"compare() takes a queries DataFrame, a RunResult or a run folder, "
+                    f"not {type(data).__name__}")
+
+
+def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | None = None, *,
+            budget: Any = None, alpha: float = 0.05, level: float = 0.95,
+            n_boot: int = N_BOOT, seed: int = SEED,
+            min_replicates: int = MIN_REPLICATES) -> Comparison:
+    """Compare every policy of a run with a baseline.
+
+    Parameters
+    ----------
+    data : DataFrame, RunResult, dict or path
+        The per-query table (columns ``replicate, policy, budget, query_id``
+        and metric columns), a :class:`~memsim.runner.RunResult`, the dict of
+        :func:`~memsim.runner.load_run` or a run folder.
+    baseline : str, optional
+        Policy compared against; default the experiment's ``baseline``, else
+        the first policy of the table.
+    metrics : iterable of str, optional
+        Default: :data:`memsim.stats.HEADLINE_METRICS` present in the table.
+    budget : int or list of int, optional
+        Keep only these budgets (default: every budget of the table).
+    alpha : float
+        Significance level of the Holm-adjusted p-values.
+    level : float
+        Confidence level of the intervals.
+    n_boot, seed : int
+        Bootstrap resamples and seed (fixed: the same data give the same
+        report).
+    min_replicates : int
+        Fewest replicates for intervals over replicates (else over queries).
+
+    Returns
+    -------
+    Comparison
+        With ``to_dataframe()``, ``to_markdown()``, ``to_latex()`` and
+        ``to_html()``; rendered as a table in Jupyter.
+
+    Notes
+    -----
+    The Holm family is every (budget, policy, metric) comparison of this
+    object: asking for more metrics makes each test more conservative.
+    """
+    queries, default_base = _queries_and_baseline(data)
+    for col in ("replicate", "policy", "budget", "query_id"):
+        if col not in queries.columns:
+            raise KeyError(f"the queries table has no {col!r} column")
+    if budget is not None:
+        wanted = budget if isinstance(budget, (list, tuple, set)) else [budget]
+        queries = queries[queries["budget"].isin(list(wanted))]
+        if len(queries) == 0:
+            raise ValueError(f"no rows at budget {budget!r}")
+    if metrics is None:
+        metrics = [m for m in HEADLINE_METRICS if m in queries.columns]
+    else:
+        metrics = list(metrics)
+        for m in metrics:
+            if m not in queries.columns:
+                raise KeyError(f"no metric column {m!r} in the queries table")
+    policies = [str(p) for p in pd.unique(queries["policy"])]
+    baseline = baseline or default_base or (policies[0] if policies else "")
+    if baseline not in policies:
+        raise KeyError(f"baseline {baseline!r} is not a policy of the run; "
+                       f"policies: {', '.join(policies)}")
+    # baseline first in every table
+    policies = [baseline] + [p for p in policies if p != baseline]
+    summary = summarise(queries, level=level, metrics=metrics, n_boot=n_boot, seed=seed,
+                        min_replicates=min_replicates)
+    tests = paired_tests(queries, baseline, metrics, level=level, alpha=alpha, n_boot=n_boot,
+                         seed=seed, min_replicates=min_replicates)
+    budgets = sorted(pd.unique(queries["budget"]).tolist())
+    return Comparison(summary=summary, tests=tests, baseline=baseline, metrics=list(metrics),
+                      alpha=alpha, level=level, policies=policies, budgets=budgets)

@@ -1,0 +1,1102 @@
+"""Synthetic workloads with planted truth.
+
+:class:`SyntheticWorkload` turns a handful of knobs and a seed into a
+:class:`~memsim.stream.Stream`: notes (with creation times, sizes, actors,
+tiers), queries (with times and actors), graded ground truth (qrels), optional
+organic accesses, and note / query embeddings. Every signal that feeds a
+ranking varies (age, size, similarity, actor, tier, use), and the generator
+knows, for every query, which notes answer it, which ones are stale and would
+mislead, and which are noise. DESIGN.md section 2 states what is required.
+
+The generative story
+--------------------
+
+*Topics.* ``n_topics`` topics with Zipf popularity
+``p_k = (k + 1) ** -topic_zipf / sum_j (j + 1) ** -topic_zipf``: topic 0 is the
+most popular. Every slot and every distractor draws its topic from ``p``, and
+queries ask about slots, so query topics follow ``p`` too.
+
+*Slots.* A slot is one question with one right answer at a time ("the user's
+name", "the deadline of the billing project", "the preferred test runner").
+Slots are born over time (a Poisson process per note class); each carries a
+short sequence of notes written about it. Slots are personal (owned by one
+actor, only that actor writes and asks about them) with probability
+``personal_share``, else team slots (any actor writes and asks).
+
+*Note classes.* Each class has its own note share, number of notes per slot,
+spacing, lifetime law and size law (see :class:`NoteClasses`):
+
+- evergreen: never stale, askable forever once written;
+- project: each note stays valid for a LogNormal lifetime (weeks to months);
+- scratch: the same with a lifetime of days;
+- superseding: versions of a fact; a newer note on the slot ends the validity
+  of the older one (the successor's creation time is the predecessor's
+  ``valid_until``);
+- distractor: no slot, never relevant, but drawn around a topic centroid so
+  it competes for similarity.
+
+*Clock.* Notes are created in ``[-backfill_days, horizon_days]``, queries and
+their arrivals in ``[0, horizon_days]``, so ages already vary at the first
+query. ``age_mode = "zero"`` collapses every creation and query time to 0 (the
+benchmark whose every age is 0); supersession then follows creation order
+(``note_id``).
+
+*Queries.* A query at time ``t`` from actor ``a`` first picks a note class
+with probability proportional to ``query_share`` among the classes that have a
+slot *askable* by ``a`` at ``t``, then one such slot uniformly. A slot is
+askable while one of its existing notes is valid (evergreen and superseding
+slots: forever after their first note; project and scratch slots: while a note
+has not expired). A query with nothing askable is kept without qrels
+(``note_class = "none"``, ``slot = -1``).
+
+*Ground truth.* For a query at ``t`` about slot ``s``, every note of ``s``
+with ``created_at <= t`` gets a gain: the newest valid one (``created_at <= t
+< valid_until``, newest by ``note_id``) ``gain_current``, the other valid ones
+``gain_valid``, the invalid ones (superseded or expired) ``gain_stale``. No
+other note has a qrel. Zero gains are dropped (qrels are non-zero).
+
+*Embeddings.* With topic centroids ``c_k``, slot directions ``u_s`` and noise
+``e``, all i.i.d. ``N(0, I / d)``::
+
+    note  = normalise(c_topic + slot_weight * u_slot + retriever_noise * e_note)
+    query = normalise(c_topic + slot_weight * u_slot + retriever_noise * e_query)
+
+A distractor gets a direction of its own in place of ``u_slot``. Rows are unit
+norm, so cosine = dot product and squared L2 = ``2 - 2 cos``. In expectation a
+query's cosine to a note of its own slot is ``(1 + w^2) / (1 + w^2 + s^2)``, to
+another note of the same topic ``1 / (1 + w^2 + s^2)`` and to another topic 0
+(``w = slot_weight``, ``s = retriever_noise``); with ``s = 0`` similarity is
+perfectly informative.
+
+Randomness: every part draws from its own named child stream of the seed
+(:func:`memsim.rng.child`), e.g. ``("class", "project")``, ``("sizes",
+"scratch")``, ``("queries", "arrivals")``, ``("embeddings", "topics")``, so
+that a knob of one part does not reshuffle the draws of another.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError, ParameterError
+from .params import Interval, Options, Validated, fields_of
+from .rng import child
+from .stream import Stream, make_stream
+
+__all__ = [
+    "SyntheticWorkload",
+    "NoteClasses",
+    "EvergreenClass",
+    "ProjectClass",
+    "ScratchClass",
+    "SupersedingClass",
+    "DistractorClass",
+    "CLASS_NAMES",
+    "SLOT_CLASSES",
+    "MIN_TOKENS",
+    "MAX_TOKENS",
+    "VARIANTS",
+]
+
+#: Note classes in generation order (this order breaks ties of creation time).
+CLASS_NAMES = ("evergreen", "project", "scratch", "superseding", "distractor")
+#: Classes whose notes sit on slots and can be relevant.
+SLOT_CLASSES = CLASS_NAMES[:4]
+#: Token sizes are clipped to ``[MIN_TOKENS, MAX_TOKENS]``.
+MIN_TOKENS = 8
+MAX_TOKENS = 4000
+
+_TIERS = Options(("task", "scratch", "longterm"))
+_POSITIVE = Interval(0, None, closed="neither")
+_NON_NEGATIVE = Interval(0, None)
+
+
+def _did_you_mean(key: str, allowed) -> str:
+    """`` (did you mean 'x'?)`` when a close match exists, else ``""``."""
+    match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+# --------------------------------------------------------------------------
+# Knob groups
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Knobs(Validated):
+    """Validated knob group with nested groups and TOML round-trip.
+
+    ``_nested`` maps a field to the knob group class it must hold.
+    """
+
+    _nested: ClassVar[dict[str, type]] = {}
+
+    def __post_init__(self) -> None:
+        for name, kind in self._nested.items():
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                self._fail(name, f"a {kind.__name__}", value)
+        super().__post_init__()
+
+    def _fail(self, name: str, allowed: str, value: Any) -> None:
+        # Remember which parameter failed, so that from_config can name its
+        # dotted key without parsing the message.
+        try:
+            super()._fail(name, allowed, value)
+        except ParameterError as exc:
+            exc.parameter = name  # type: ignore[attr-defined]
+            raise
+
+    def to_config(self) -> dict[str, Any]:
+        """Every knob, resolved (nested groups as nested dicts)."""
+        return self.params()
+
+    @classmethod
+    def from_config(cls, table: dict, where: str = "workload"):
+        """Build from a (partial) TOML table; missing knobs keep their defaults.
+
+        Raises
+        ------
+        ConfigError
+            On an unknown key (with a "did you mean" hint), a nested group that
+            is not a table, or a value out of range; the message starts with
+            the dotted key, e.g. ``workload.classes.project.share: ...``.
+        """
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table, got {table!r}")
+        allowed = list(fields_of(cls))
+        kwargs: dict[str, Any] = {}
+        for key, value in table.items():
+            if key not in allowed:
+                raise ConfigError(f"{where}.{key}: unknown key{_did_you_mean(key, allowed)}; "
+                                  f"allowed: {', '.join(allowed)}")
+            nested = cls._nested.get(key)
+            if nested is not None and not isinstance(value, nested):
+                kwargs[key] = nested.from_config(value, f"{where}.{key}")
+            else:
+                kwargs[key] = value
+        try:
+            return cls(**kwargs)
+        except ParameterError as exc:
+            name = getattr(exc, "parameter", None)
+            path = f"{where}.{name}" if name in allowed else where
+            raise ConfigError(f"{path}: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SizedClass(_Knobs):
+    """Knobs every note class has: note share, size law and tier."""
+
+    share: float = 0.2
+    size_median: float = 100.0
+    size_sigma: float = 1.0
+    tier: str = "task"
+    _constraints: ClassVar[dict] = {
+        "share": _NON_NEGATIVE,
+        "size_median": _POSITIVE,
+        "size_sigma": _NON_NEGATIVE,
+        "tier": _TIERS,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SlotClass(_SizedClass):
+    """Knobs of a class whose notes sit on slots."""
+
+    query_share: float = 0.25
+    notes_per_slot: float = 1.0
+    interval_days: float = 7.0
+    _constraints: ClassVar[dict] = {
+        "query_share": _NON_NEGATIVE,
+        "notes_per_slot": Interval(1, None),
+        "interval_days": _POSITIVE,
+    }
+
+    #: Whether a newer note on the slot ends the validity of the older one.
+    supersedes: ClassVar[bool] = False
+    #: Whether each note expires after a LogNormal lifetime.
+    expires: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvergreenClass(_SlotClass):
+    """Evergreen facts: never stale, askable forever ("the user's name").
+
+    Parameters
+    ----------
+    share : float, default 0.15
+        Share of notes (normalised over the classes).
+    query_share : float, default 0.3
+        Weight of this class when a query picks what to ask.
+    notes_per_slot : float, default 1.0
+        Mean notes per slot, ``1 + Poisson(notes_per_slot - 1)``; extra notes
+        are restatements (all valid; the newest gets ``gain_current``).
+    interval_days : float, default 90.0
+        Mean days between restatements (exponential gaps).
+    size_median, size_sigma : float, default 40.0, 0.7
+        Tokens ~ ``clip(round(LogNormal(ln size_median, size_sigma)), 8, 4000)``.
+    tier : str, default "task"
+    """
+
+    share: float = 0.15
+    query_share: float = 0.3
+    notes_per_slot: float = 1.0
+    interval_days: float = 90.0
+    size_median: float = 40.0
+    size_sigma: float = 0.7
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ExpiringClass(_SlotClass):
+    """A slot class whose notes expire after a LogNormal lifetime."""
+
+    lifetime_median_days: float = 60.0
+    lifetime_sigma: float = 0.75
+    _constraints: ClassVar[dict] = {
+        "lifetime_median_days": _POSITIVE,
+        "lifetime_sigma": _NON_NEGATIVE,
+    }
+    expires: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectClass(_ExpiringClass):
+    """Project notes: valid for weeks to months, asked about while active.
+
+    Each note is valid on ``[created_at, created_at + L)`` with
+    ``L ~ LogNormal(ln lifetime_median_days, lifetime_sigma)``; expired notes
+    still on an askable slot are stale (``gain_stale``).
+
+    Parameters
+    ----------
+    share : float, default 0.3
+    query_share : float, default 0.3
+    notes_per_slot : float, default 4.0
+        Mean notes (status updates) per project, ``1 + Poisson(n - 1)``.
+    interval_days : float, default 10.0
+        Mean days between updates of a project.
+    lifetime_median_days, lifetime_sigma : float, default 60.0, 0.75
+        ``P(L > 180 d) = 7 %`` with the defaults.
+    size_median, size_sigma : float, default 250.0, 1.0
+    tier : str, default "task"
+    """
+
+    share: float = 0.3
+    query_share: float = 0.3
+    notes_per_slot: float = 4.0
+    interval_days: float = 10.0
+    lifetime_median_days: float = 60.0
+    lifetime_sigma: float = 0.75
+    size_median: float = 250.0
+    size_sigma: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScratchClass(_ExpiringClass):
+    """Scratch notes: valid for days (this week's task).
+
+    Parameters
+    ----------
+    share : float, default 0.2
+    query_share : float, default 0.2
+    notes_per_slot : float, default 2.0
+    interval_days : float, default 1.0
+    lifetime_median_days, lifetime_sigma : float, default 4.0, 0.5
+    size_median, size_sigma : float, default 120.0, 1.0
+    tier : str, default "scratch"
+        Hivemind's short-lived tier, so that tiered decay has a real signal.
+    """
+
+    share: float = 0.2
+    query_share: float = 0.2
+    notes_per_slot: float = 2.0
+    interval_days: float = 1.0
+    lifetime_median_days: float = 4.0
+    lifetime_sigma: float = 0.5
+    size_median: float = 120.0
+    size_sigma: float = 1.0
+    tier: str = "scratch"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SupersedingClass(_SlotClass):
+    """Superseding facts: versions of a fact; the newest one is right.
+
+    Version ``i`` of a slot is valid on ``[created_i, created_{i+1})`` (the
+    last version forever). All versions of a slot share its embedding
+    direction, so stale versions are exactly as similar as the current one.
+
+    Parameters
+    ----------
+    share : float, default 0.15
+    query_share : float, default 0.2
+    notes_per_slot : float, default 5.0
+        Mean versions per slot, ``1 + Poisson(n - 1)``.
+    interval_days : float, default 30.0
+        Mean time between versions (exponential gaps).
+    size_median, size_sigma : float, default 60.0, 0.8
+    tier : str, default "task"
+    """
+
+    share: float = 0.15
+    query_share: float = 0.2
+    notes_per_slot: float = 5.0
+    interval_days: float = 30.0
+    size_median: float = 60.0
+    size_sigma: float = 0.8
+    supersedes: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistractorClass(_SizedClass):
+    """Distractors: never relevant (no qrels), drawn around topic centroids.
+
+    Parameters
+    ----------
+    share : float, default 0.2
+    size_median, size_sigma : float, default 200.0, 1.2
+    tier : str, default "task"
+    """
+
+    share: float = 0.2
+    size_median: float = 200.0
+    size_sigma: float = 1.2
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoteClasses(_Knobs):
+    """The mixture of note classes (TOML table ``[workload.classes]``).
+
+    Shares need not sum to 1: class ``c`` gets the note rate
+    ``notes_per_day * share_c / sum(share)``. All shares zero is an error, and
+    so is a mixture in which no class with notes can be asked about (every
+    slot class has ``share = 0`` or ``query_share = 0``).
+
+    Parameters
+    ----------
+    evergreen : EvergreenClass
+    project : ProjectClass
+    scratch : ScratchClass
+    superseding : SupersedingClass
+    distractor : DistractorClass
+    """
+
+    evergreen: EvergreenClass = field(default_factory=EvergreenClass)
+    project: ProjectClass = field(default_factory=ProjectClass)
+    scratch: ScratchClass = field(default_factory=ScratchClass)
+    superseding: SupersedingClass = field(default_factory=SupersedingClass)
+    distractor: DistractorClass = field(default_factory=DistractorClass)
+    _nested: ClassVar[dict[str, type]] = {
+        "evergreen": EvergreenClass,
+        "project": ProjectClass,
+        "scratch": ScratchClass,
+        "superseding": SupersedingClass,
+        "distractor": DistractorClass,
+    }
+
+    def _check(self) -> None:
+        total = sum(getattr(self, name).share for name in CLASS_NAMES)
+        if total <= 0:
+            self._fail("share", "> 0 for at least one class", 0.0)
+        askable = sum(self.spec(n).query_share for n in SLOT_CLASSES if self.spec(n).share > 0)
+        if askable <= 0:
+            self._fail("query_share", "> 0 for at least one slot class with share > 0", 0.0)
+
+    def spec(self, name: str) -> _SizedClass:
+        """The knob group of class ``name``."""
+        return getattr(self, name)
+
+    def note_shares(self) -> dict[str, float]:
+        """Normalised note shares, ``share_c / sum(share)``."""
+        total = sum(self.spec(n).share for n in CLASS_NAMES)
+        return {n: self.spec(n).share / total for n in CLASS_NAMES}
+
+
+# --------------------------------------------------------------------------
+# The workload
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyntheticWorkload(_Knobs):
+    """A synthetic workload with planted truth (TOML table ``[workload]``).
+
+    See the module docstring for the generative story. Every knob below is a
+    keyword field; construction validates and never coerces.
+
+    Parameters
+    ----------
+    horizon_days : float, default 365.0
+        Queries happen in ``[0, horizon_days]``; notes keep being written
+        until ``horizon_days``.
+    backfill_days : float, default 365.0
+        Notes are also written in ``[-backfill_days, 0)``, so that ages vary
+        from the first query.
+    age_mode : {"natural", "zero"}, default "natural"
+        ``"zero"`` puts every note and every query at ``t = 0`` (every age is
+        0: the benchmark that cannot see a decay bug).
+    notes_per_day : float, default 20.0
+        Mean note rate over ``[-backfill_days, horizon_days]``, all classes
+        together. Slots are born from before the window on, so that the rate
+        is flat from the first day; notes that fall outside the window are
+        dropped.
+    queries_per_day : float, default 20.0
+        Mean query rate over ``[0, horizon_days]``.
+    arrival : {"steady", "bursty", "weekly"}, default "steady"
+        ``"steady"``: a Poisson process. ``"bursty"``: sessions start as a
+        Poisson process of rate ``queries_per_day / burst_size``; a session
+        has ``1 + Poisson(burst_size - 1)`` queries from one actor, spaced by
+        exponential gaps of mean ``burst_gap_days``. ``"weekly"``: day ``d``
+        (day 0 is a Monday) has rate ``r * 7 / (5 + 2 * weekend_factor)`` on
+        weekdays and ``weekend_factor`` times that on Saturdays and Sundays.
+    burst_size : float, default 5.0
+        Mean queries per session (``arrival = "bursty"``).
+    burst_gap_days : float, default 0.005
+        Mean gap between queries of a session (7.2 minutes).
+    weekend_factor : float, default 0.2
+        Weekend rate relative to weekdays (``arrival = "weekly"``).
+    n_topics : int, default 40
+    topic_zipf : float, default 1.0
+        Zipf exponent of topic popularity (0 = uniform).
+    n_actors : int, default 5
+        Actors are named ``"a0"``, ``"a1"``, ...; queries and sessions pick
+        an actor uniformly.
+    personal_share : float, default 0.3
+        Probability that a slot is personal (written and asked by its owner
+        only); other slots are team slots (any actor).
+    embedding_dim : int, default 64
+    slot_weight : float, default 1.0
+        Norm of the slot direction relative to the topic centroid: how well
+        similarity separates slots of one topic.
+    retriever_noise : float, default 0.8
+        Noise scale of note and query vectors (0 = similarity perfectly
+        informative).
+    uniform_tokens : int, default 0
+        0: sizes follow each class's LogNormal law. Otherwise every note has
+        exactly this many tokens (a benchmark-like workload), in [8, 4000].
+    accesses_per_day : float, default 0.0
+        Rate of organic reads over ``[-backfill_days, horizon_days]``: each
+        picks a currently valid slot note uniformly; the reader is the owner
+        of a personal note, a uniform actor for a team note.
+    gain_current : float, default 1.0
+        Gain of the newest valid note of the asked slot.
+    gain_valid : float, default 0.5
+        Gain of the other valid notes of the asked slot (``<= gain_current``).
+    gain_stale : float, default -0.5
+        Gain of the asked slot's superseded or expired notes (``<= 0``).
+    classes : NoteClasses
+        The note-class mixture (shares, laws); see :class:`NoteClasses`.
+
+    Notes
+    -----
+    Note columns beyond DESIGN.md section 3: ``note_class``, ``topic``,
+    ``slot`` (global slot id, -1 for distractors), ``scope``
+    (``"personal"``/``"team"``) and ``valid_until`` (inf when never stale).
+    Query columns beyond the contract: ``note_class`` (the asked class or
+    ``"none"``), ``topic`` and ``slot`` (-1 when nothing was askable).
+    ``expires_at`` is NaN: validity is ground truth, not a TTL the store knows.
+    """
+
+    horizon_days: float = 365.0
+    backfill_days: float = 365.0
+    age_mode: str = "natural"
+    notes_per_day: float = 20.0
+    queries_per_day: float = 20.0
+    arrival: str = "steady"
+    burst_size: float = 5.0
+    burst_gap_days: float = 0.005
+    weekend_factor: float = 0.2
+    n_topics: int = 40
+    topic_zipf: float = 1.0
+    n_actors: int = 5
+    personal_share: float = 0.3
+    embedding_dim: int = 64
+    slot_weight: float = 1.0
+    retriever_noise: float = 0.8
+    uniform_tokens: int = 0
+    accesses_per_day: float = 0.0
+    gain_current: float = 1.0
+    gain_valid: float = 0.5
+    gain_stale: float = -0.5
+    classes: NoteClasses = field(default_factory=NoteClasses)
+
+    _nested: ClassVar[dict[str, type]] = {"classes": NoteClasses}
+    _constraints: ClassVar[dict] = {
+        "horizon_days": _POSITIVE,
+        "backfill_days": _NON_NEGATIVE,
+        "age_mode": Options(("natural", "zero")),
+        "notes_per_day": _POSITIVE,
+        "queries_per_day": _POSITIVE,
+        "arrival": Options(("steady", "bursty", "weekly")),
+        "burst_size": Interval(1, None),
+        "burst_gap_days": _POSITIVE,
+        "weekend_factor": _NON_NEGATIVE,
+        "n_topics": Interval(1, None, integer=True),
+        "topic_zipf": _NON_NEGATIVE,
+        "n_actors": Interval(1, None, integer=True),
+        "personal_share": Interval(0, 1),
+        "embedding_dim": Interval(2, None, integer=True),
+        "slot_weight": _NON_NEGATIVE,
+        "retriever_noise": _NON_NEGATIVE,
+        "uniform_tokens": (Options((0,)), Interval(MIN_TOKENS, MAX_TOKENS, integer=True)),
+        "accesses_per_day": _NON_NEGATIVE,
+        "gain_current": _POSITIVE,
+        "gain_valid": _NON_NEGATIVE,
+        "gain_stale": Interval(None, 0),
+    }
+
+    def _check(self) -> None:
+        if self.gain_valid > self.gain_current:
+            self._fail("gain_valid", f"<= gain_current ({self.gain_current:g})", self.gain_valid)
+
+    # -- helpers ---------------------------------------------------------------
+    def topic_popularity(self) -> np.ndarray:
+        """Zipf popularity ``p_k = (k + 1) ** -topic_zipf``, normalised."""
+        p = np.power(np.arange(1, self.n_topics + 1, dtype=np.float64), -self.topic_zipf)
+        return p / p.sum()
+
+    def actor_names(self) -> list[str]:
+        """``["a0", "a1", ...]``."""
+        return [f"a{i}" for i in range(self.n_actors)]
+
+    # -- generation -------------------------------------------------------------
+    def generate(self, seed: np.random.SeedSequence | int) -> Stream:
+        """Generate the stream for ``seed`` (identical seeds, identical streams).
+
+        Parameters
+        ----------
+        seed : SeedSequence or int
+            Root of the named child streams of this workload (an int is
+            wrapped in a ``SeedSequence``).
+
+        Returns
+        -------
+        Stream
+            Notes sorted by ``note_id`` (creation order), queries by ``t``,
+            unit-norm float32 embeddings, ``meta`` with ``name = "synthetic"``,
+            ``source = "memsim.workload"`` and the resolved ``config``.
+        """
+        if not isinstance(seed, np.random.SeedSequence):
+            seed = np.random.SeedSequence(int(seed))
+        t0, t1 = -float(self.backfill_days), float(self.horizon_days)
+        shares = self.classes.note_shares()
+        draws = [
+            _draw_class(self, name, self.notes_per_day * shares[name], t0, t1, seed)
+            for name in CLASS_NAMES
+        ]
+        notes = _assemble(draws, zero=self.age_mode == "zero")
+        centroids = _centroids(self, seed)
+        slot_dirs = _slot_directions(self, draws, seed)
+        note_emb = _note_embeddings(self, notes, centroids, slot_dirs, seed)
+
+        q_t, q_actor = _arrivals(self, seed)
+        if self.age_mode == "zero":
+            q_t = np.zeros_like(q_t)
+        intervals = _askable_intervals(notes)
+        q_class, q_slot = _choose_slots(self, intervals, q_t, q_actor, seed)
+        q_topic = _query_topics(self, notes, q_slot, seed)
+        query_emb = _query_embeddings(self, q_topic, q_slot, centroids, slot_dirs, seed)
+        qrels = _qrels(self, notes, q_t, q_slot)
+        accesses = _accesses(self, notes, t0, t1, seed)
+
+        actors = np.array(self.actor_names(), dtype=object)
+        class_names = np.array(CLASS_NAMES + ("none",), dtype=object)
+        tiers = np.array([self.classes.spec(n).tier for n in CLASS_NAMES], dtype=object)
+        n = notes["created"].size
+        notes_df = pd.DataFrame({
+            "note_id": np.arange(n, dtype=np.int64),
+            "created_at": notes["created"],
+            "tokens": notes["tokens"],
+            "actor": actors[notes["author"]],
+            "tier": tiers[notes["cls"]],
+            "importance": np.ones(n),
+            "salience": np.ones(n),
+            "memory_type": np.full(n, "episodic", dtype=object),
+            "pinned": np.zeros(n, dtype=bool),
+            "expires_at": np.full(n, np.nan),
+            "note_class": class_names[notes["cls"]],
+            "topic": notes["topic"],
+            "slot": notes["slot"],
+            "scope": np.where(notes["personal"], "personal", "team").astype(object),
+            "valid_until": notes["valid_until"],
+        })
+        queries_df = pd.DataFrame({
+            "query_id": np.arange(q_t.size, dtype=np.int64),
+            "t": q_t,
+            "actor": actors[q_actor],
+            "note_class": class_names[q_class],
+            "topic": q_topic,
+            "slot": q_slot,
+        })
+        if accesses is not None:
+            accesses = pd.DataFrame({"t": accesses[0], "note_id": accesses[1],
+                                     "actor": actors[accesses[2]]})
+        meta = {
+            "name": "synthetic",
+            "source": "memsim.workload",
+            "config": self.to_config(),
+            "seed": {"entropy": seed.entropy, "spawn_key": list(seed.spawn_key)},
+        }
+        return make_stream(notes_df, queries_df, qrels, accesses=accesses,
+                           note_embeddings=note_emb, query_embeddings=query_emb, meta=meta)
+
+
+#: Partial ``[workload]`` tables of named variants, for
+#: ``SyntheticWorkload.from_config(VARIANTS[name])``: evergreen facts only (no
+#: decay should win), fast superseding versions (short half-lives should win),
+#: and a benchmark-like workload (every age 0, every note 200 tokens).
+VARIANTS: dict[str, dict] = {
+    "evergreen-only": {"classes": {
+        "evergreen": {"share": 1.0}, "project": {"share": 0.0}, "scratch": {"share": 0.0},
+        "superseding": {"share": 0.0}, "distractor": {"share": 0.0}}},
+    "fast-superseding": {"classes": {
+        "evergreen": {"share": 0.0}, "project": {"share": 0.0}, "scratch": {"share": 0.0},
+        "superseding": {"share": 1.0, "interval_days": 3.0, "notes_per_slot": 10.0},
+        "distractor": {"share": 0.0}}},
+    "benchmark-like": {"age_mode": "zero", "uniform_tokens": 200},
+}
+
+
+# --------------------------------------------------------------------------
+# Notes
+# --------------------------------------------------------------------------
+
+
+def _segment_cumsum(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Cumulative sums restarted at each segment (segments of ``counts`` rows)."""
+    cs = np.cumsum(x)
+    start = np.cumsum(counts) - counts
+    return cs - np.repeat(cs[start] - x[start], counts)
+
+
+def _token_sizes(spec: _SizedClass, n: int, uniform: int, rng: np.random.Generator) -> np.ndarray:
+    """``clip(round(median * exp(sigma * z)), 8, 4000)``, or ``uniform`` if set."""
+    z = rng.standard_normal(n)  # drawn either way: uniform_tokens leaves other draws alone
+    if uniform:
+        return np.full(n, uniform, dtype=np.int64)
+    raw = np.rint(spec.size_median * np.exp(spec.size_sigma * z))
+    return np.clip(raw, MIN_TOKENS, MAX_TOKENS).astype(np.int64)
+
+
+def _draw_class(wl: SyntheticWorkload, name: str, rate: float, t0: float, t1: float,
+                seed: np.random.SeedSequence) -> dict[str, np.ndarray]:
+    """Draw the notes of one class in natural time.
+
+    Slots are born uniformly on ``[t0 - lead, t1]`` with
+    ``lead = (m - 1) g + 4 g sqrt(2 (m - 1))`` (``m = notes_per_slot``,
+    ``g = interval_days``: the mean plus 4 standard deviations of a slot's
+    span); their number is ``Poisson(rate * (t1 - t0 + lead) / m)``, so notes
+    fall on ``[t0, t1]`` at ``rate`` per day in expectation. Slot ``s`` has
+    ``1 + Poisson(m - 1)`` notes at ``birth_s + cumsum(gaps)``, gaps
+    ``Exp(interval_days)`` after a first gap of 0. Notes outside ``[t0, t1]``
+    are dropped, and so are slots left empty. A distractor is a one-note slot.
+
+    Returns per-note arrays ``created`` (natural), ``slot`` (dense, class
+    local), ``topic``, ``lifetime`` (inf unless the class expires),
+    ``tokens``, ``author`` and ``personal``, plus ``n_slots``.
+    """
+    spec = wl.classes.spec(name)
+    rng = child(seed, "class", name)
+    m = float(getattr(spec, "notes_per_slot", 1.0))
+    gap = float(getattr(spec, "interval_days", 1.0))
+    # Chains born before t0 still write notes inside the window; starting births
+    # `lead` days early (mean chain length + 4 sd) keeps the note density flat
+    # at `rate` from t0 on. Chain length D = sum of Poisson(m - 1) Exp(gap)
+    # gaps: E[D] = (m - 1) gap, Var[D] = 2 (m - 1) gap^2.
+    lead = (m - 1.0) * gap + 4.0 * gap * math.sqrt(2.0 * (m - 1.0))
+    n_slots = int(rng.poisson(rate * (t1 - t0 + lead) / m)) if rate > 0 else 0
+    birth = rng.uniform(t0 - lead, t1, n_slots)
+    slot_topic = rng.choice(wl.n_topics, size=n_slots, p=wl.topic_popularity())
+    counts = 1 + rng.poisson(m - 1.0, n_slots)
+    slot = np.repeat(np.arange(n_slots), counts)
+    gaps = rng.exponential(gap, slot.size)
+    gaps[np.cumsum(counts) - counts] = 0.0
+    created = birth[slot] + _segment_cumsum(gaps, counts)
+    if getattr(spec, "expires", False):
+        lifetime = rng.lognormal(math.log(spec.lifetime_median_days), spec.lifetime_sigma,
+                                 slot.size)
+    else:
+        lifetime = np.full(slot.size, np.inf)
+
+    tokens = _token_sizes(spec, slot.size, wl.uniform_tokens, child(seed, "sizes", name))
+
+    arng = child(seed, "actors", name)
+    personal = arng.random(n_slots) < wl.personal_share
+    owner = arng.integers(0, wl.n_actors, n_slots)
+    writer = arng.integers(0, wl.n_actors, slot.size)
+    author = np.where(personal[slot], owner[slot], writer)
+
+    keep = (created >= t0) & (created <= t1)
+    kept_slots, dense = np.unique(slot[keep], return_inverse=True)
+    return {
+        "created": created[keep],
+        "slot": dense.astype(np.int64),
+        "topic": slot_topic[slot[keep]].astype(np.int64),
+        "lifetime": lifetime[keep],
+        "tokens": tokens[keep],
+        "author": author[keep].astype(np.int64),
+        "personal": personal[slot[keep]],
+        "n_slots": np.int64(kept_slots.size),
+    }
+
+
+def _assemble(draws: list[dict], zero: bool) -> dict[str, np.ndarray]:
+    """Concatenate the classes, number notes in creation order, derive validity.
+
+    ``note_id`` follows natural creation time (ties: class order, then draw
+    order), also in ``age_mode = "zero"``, where ``created`` then becomes 0.
+    Slot ids become global: class offset + class-local slot (distractors -1).
+    ``valid_until`` is ``created + lifetime`` (inf for never-expiring notes);
+    for superseding notes it is the creation time of the next note of the slot
+    (inf for the last one).
+    """
+    offsets = np.cumsum([0] + [int(d["n_slots"]) for d in draws[:-1]])
+    parts: dict[str, list] = {k: [] for k in ("created", "cls", "slot", "topic", "lifetime",
+                                               "tokens", "author", "personal", "local")}
+    for code, (name, d) in enumerate(zip(CLASS_NAMES, draws)):
+        n = d["created"].size
+        parts["created"].append(d["created"])
+        parts["cls"].append(np.full(n, code, dtype=np.int64))
+        parts["slot"].append(d["slot"] + offsets[code] if name in SLOT_CLASSES
+                             else np.full(n, -1, dtype=np.int64))
+        for key in ("topic", "lifetime", "tokens", "author", "personal"):
+            parts[key].append(d[key])
+        parts["local"].append(np.arange(n))
+    cat = {k: np.concatenate(v) for k, v in parts.items()}
+    order = np.lexsort((cat["local"], cat["cls"], cat["created"]))
+    notes = {k: v[order] for k, v in cat.items() if k != "local"}
+    notes["n_slots"] = int(sum(int(d["n_slots"]) for name, d in zip(CLASS_NAMES, draws)
+                               if name in SLOT_CLASSES))
+    if zero:
+        notes["created"] = np.zeros_like(notes["created"])
+    notes["valid_until"] = notes["created"] + notes["lifetime"]
+    _supersede(notes)
+    _slot_table(notes)
+    return notes
+
+
+def _slot_table(notes: dict[str, np.ndarray]) -> None:
+    """Per-slot arrays (indexed by global slot id): class, topic, personal, owner."""
+    n_slots = notes["n_slots"]
+    on = notes["slot"] >= 0
+    s = notes["slot"][on]
+    for key, src, fill in (("slot_class", notes["cls"], -1), ("slot_topic", notes["topic"], -1),
+                           ("slot_owner", np.where(notes["personal"], notes["author"], -1), -1)):
+        arr = np.full(n_slots, fill, dtype=np.int64)
+        arr[s] = src[on]
+        notes[key] = arr
+    personal = np.zeros(n_slots, dtype=bool)
+    personal[s] = notes["personal"][on]
+    notes["slot_personal"] = personal
+
+
+def _supersede(notes: dict[str, np.ndarray]) -> None:
+    """Set ``valid_until`` of superseded notes to their successor's creation."""
+    code = CLASS_NAMES.index("superseding")
+    idx = np.flatnonzero(notes["cls"] == code)
+    idx = idx[np.argsort(notes["slot"][idx], kind="stable")]  # by slot, then note_id
+    if idx.size < 2:
+        return
+    same = notes["slot"][idx[1:]] == notes["slot"][idx[:-1]]
+    notes["valid_until"][idx[:-1][same]] = notes["created"][idx[1:][same]]
+
+
+# --------------------------------------------------------------------------
+# Embeddings
+# --------------------------------------------------------------------------
+
+
+def _gauss(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    """``n`` float32 rows of ``N(0, I / d)`` (expected squared norm 1)."""
+    x = rng.standard_normal((n, d), dtype=np.float32)
+    x *= np.float32(1.0 / math.sqrt(d))
+    return x
+
+
+def _mix(wl: SyntheticWorkload, centroid: np.ndarray, direction: np.ndarray,
+         noise: np.ndarray) -> np.ndarray:
+    """Unit rows of ``centroid + slot_weight * direction + retriever_noise * noise``."""
+    x = centroid
+    x += np.float32(wl.slot_weight) * direction
+    x += np.float32(wl.retriever_noise) * noise
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.float32(1e-12))
+    return x
+
+
+def _centroids(wl: SyntheticWorkload, seed) -> np.ndarray:
+    d = wl.embedding_dim
+    return _gauss(child(seed, "embeddings", "topics"), wl.n_topics, d)
+
+
+def _slot_directions(wl: SyntheticWorkload, draws: list[dict], seed) -> np.ndarray:
+    """One ``N(0, I/d)`` direction per global slot (class by class)."""
+    d = wl.embedding_dim
+    return np.concatenate([_gauss(child(seed, "embeddings", "slots", name), int(dr["n_slots"]), d)
+                           for name, dr in zip(SLOT_CLASSES, draws)])
+
+
+def _note_embeddings(wl: SyntheticWorkload, notes: dict, centroids: np.ndarray,
+                     slot_dirs: np.ndarray, seed) -> np.ndarray:
+    """``normalise(c_topic + w * u_slot + s * e)``; a distractor's ``u`` is its own."""
+    d = wl.embedding_dim
+    n = notes["created"].size
+    on_slot = notes["slot"] >= 0
+    direction = np.empty((n, d), dtype=np.float32)
+    direction[on_slot] = slot_dirs[notes["slot"][on_slot]]
+    direction[~on_slot] = _gauss(child(seed, "embeddings", "distractors"), int((~on_slot).sum()), d)
+    return _mix(wl, centroids[notes["topic"]], direction,
+                _gauss(child(seed, "embeddings", "notes"), n, d))
+
+
+def _query_embeddings(wl: SyntheticWorkload, q_topic: np.ndarray, q_slot: np.ndarray,
+                      centroids: np.ndarray, slot_dirs: np.ndarray, seed) -> np.ndarray:
+    """Like a note of the asked slot; an unanswerable query gets a fresh direction."""
+    d = wl.embedding_dim
+    n = q_topic.size
+    answerable = q_slot >= 0
+    direction = np.empty((n, d), dtype=np.float32)
+    direction[answerable] = slot_dirs[q_slot[answerable]]
+    direction[~answerable] = _gauss(child(seed, "embeddings", "unanswerable"),
+                                    int((~answerable).sum()), d)
+    noise = _gauss(child(seed, "embeddings", "queries"), n, d)
+    return _mix(wl, centroids[q_topic], direction, noise)
+
+
+# --------------------------------------------------------------------------
+# Queries
+# --------------------------------------------------------------------------
+
+
+def _arrivals(wl: SyntheticWorkload, seed) -> tuple[np.ndarray, np.ndarray]:
+    """Query times in ``[0, horizon_days]`` (sorted) and actor codes."""
+    rng = child(seed, "queries", "arrivals")
+    arng = child(seed, "queries", "actors")
+    horizon, rate = float(wl.horizon_days), float(wl.queries_per_day)
+    if wl.arrival == "bursty":
+        n_sessions = int(rng.poisson(rate * horizon / wl.burst_size))
+        start = rng.uniform(0.0, horizon, n_sessions)
+        size = 1 + rng.poisson(wl.burst_size - 1.0, n_sessions)
+        gaps = rng.exponential(wl.burst_gap_days, int(size.sum()))
+        gaps[np.cumsum(size) - size] = 0.0
+        t = np.repeat(start, size) + _segment_cumsum(gaps, size)
+        actor = np.repeat(arng.integers(0, wl.n_actors, n_sessions), size)
+        keep = t <= horizon  # a session running past the horizon is cut there
+        t, actor = t[keep], actor[keep]
+    else:
+        if wl.arrival == "weekly":
+            t = _weekly_times(rate, horizon, wl.weekend_factor, rng)
+        else:
+            t = rng.uniform(0.0, horizon, int(rng.poisson(rate * horizon)))
+        actor = arng.integers(0, wl.n_actors, t.size)
+    order = np.argsort(t, kind="stable")
+    return t[order], actor[order].astype(np.int64)
+
+
+def _weekly_times(rate: float, horizon: float, weekend_factor: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Day ``d`` (``d % 7`` in 5, 6 is a weekend) gets ``Poisson(r_d * length_d)``
+    uniform times, ``r_d = rate * 7 / (5 + 2 f)`` times ``f`` on weekends, so the
+    weekly mean rate is ``rate``."""
+    days = np.arange(int(math.ceil(horizon)))
+    length = np.minimum(days + 1.0, horizon) - days
+    base = rate * 7.0 / (5.0 + 2.0 * weekend_factor)
+    day_rate = np.where(days % 7 >= 5, base * weekend_factor, base)
+    counts = rng.poisson(day_rate * length)
+    return np.repeat(days, counts) + rng.random(int(counts.sum())) * np.repeat(length, counts)
+
+
+def _merge_intervals(slot: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """Union of ``[start, end)`` intervals per slot (touching ones merge)."""
+    df = pd.DataFrame({"slot": slot, "start": start, "end": end}).sort_values(
+        ["slot", "start"], kind="stable")
+    reach = df.groupby("slot", sort=False)["end"].cummax()
+    prev = reach.groupby(df["slot"], sort=False).shift()
+    new = prev.isna().to_numpy() | (df["start"].to_numpy() > prev.to_numpy())
+    run = np.cumsum(new)
+    merged = df.groupby(run, sort=False).agg(slot=("slot", "first"), start=("start", "min"),
+                                             end=("end", "max"))
+    return (merged["slot"].to_numpy(np.int64), merged["start"].to_numpy(np.float64),
+            merged["end"].to_numpy(np.float64))
+
+
+def _askable_intervals(notes: dict) -> dict[str, np.ndarray]:
+    """When each slot can be asked: the union of its notes' validity windows.
+
+    For evergreen and superseding slots that is ``[first note, inf)``; for
+    project and scratch slots a union of ``[created_at, valid_until)``.
+    """
+    on = notes["slot"] >= 0
+    slot, start, end = _merge_intervals(notes["slot"][on], notes["created"][on],
+                                        notes["valid_until"][on])
+    return {"slot": slot, "start": start, "end": end, "cls": notes["slot_class"][slot],
+            "personal": notes["slot_personal"][slot], "owner": notes["slot_owner"][slot]}
+
+
+def _count_active(start: np.ndarray, end: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """``#{i : start_i <= t < end_i}`` for each ``t`` (requires ``start <= end``)."""
+    return (np.searchsorted(np.sort(start), times, side="right")
+            - np.searchsorted(np.sort(end), times, side="right"))
+
+
+def _pick_active(start: np.ndarray, end: np.ndarray, times: np.ndarray,
+                 rng: np.random.Generator, rounds: int = 64) -> np.ndarray:
+    """For each ``t``, an index ``i`` with ``start_i <= t < end_i`` drawn uniformly
+    (-1 when none).
+
+    Open-ended intervals (``end = inf``) active at ``t`` are a prefix of them
+    sorted by start, so one of them is one integer draw. Finite ones are drawn
+    by rejection from the window ``start in (t - max_length, t]``, which holds
+    every active one; the few left after ``rounds`` rounds are drawn exactly.
+    The two parts are chosen in proportion to their active counts.
+    """
+    out = np.full(times.size, -1, dtype=np.int64)
+    if start.size == 0 or times.size == 0:
+        return out
+    is_open = np.isinf(end)
+    open_idx = np.flatnonzero(is_open)
+    open_idx = open_idx[np.argsort(start[open_idx], kind="stable")]
+    fin_idx = np.flatnonzero(~is_open)
+    fin_idx = fin_idx[np.argsort(start[fin_idx], kind="stable")]
+    n_open = np.searchsorted(start[open_idx], times, side="right")
+    n_fin = _count_active(start[fin_idx], end[fin_idx], times)
+    total = n_open + n_fin
+    pick_open = rng.random(times.size) * total < n_open
+    sel = np.flatnonzero(pick_open)
+    if sel.size:
+        out[sel] = open_idx[rng.integers(0, n_open[sel])]
+    sel = np.flatnonzero(~pick_open & (total > 0))
+    if sel.size:
+        out[sel] = fin_idx[_pick_finite(start[fin_idx], end[fin_idx], times[sel], rng, rounds)]
+    return out
+
+
+def _pick_finite(start: np.ndarray, end: np.ndarray, times: np.ndarray,
+                 rng: np.random.Generator, rounds: int) -> np.ndarray:
+    """Uniform active interval per time; ``start`` sorted, each time has one."""
+    longest = float(np.max(end - start))
+    hi = np.searchsorted(start, times, side="right")
+    # a margin keeps rounding from cutting an active interval out of the window
+    lo = np.searchsorted(start, times - longest - 1e-6 * (1.0 + longest), side="left")
+    res = np.full(times.size, -1, dtype=np.int64)
+    pending = np.arange(times.size)
+    for _ in range(rounds):
+        if pending.size == 0:
+            break
+        k = rng.integers(lo[pending], hi[pending])
+        ok = end[k] > times[pending]
+        res[pending[ok]] = k[ok]
+        pending = pending[~ok]
+    for i in pending:  # rare: exact draw among the window's active intervals
+        cand = np.arange(lo[i], hi[i])
+        cand = cand[end[cand] > times[i]]
+        res[i] = cand[rng.integers(cand.size)]
+    return res
+
+
+def _choose_slots(wl: SyntheticWorkload, iv: dict, q_t: np.ndarray, q_actor: np.ndarray,
+                  seed) -> tuple[np.ndarray, np.ndarray]:
+    """The asked class and slot of each query.
+
+    Class ``c`` is drawn with probability ``query_share_c * [n_c > 0] /
+    sum(...)``, ``n_c`` the slots of class ``c`` askable by the query's actor
+    at its time; then one of those slots uniformly. Returns class codes
+    (``len(CLASS_NAMES)`` = "none") and global slot ids (-1 = none).
+    """
+    n_q = q_t.size
+    codes = [CLASS_NAMES.index(c) for c in SLOT_CLASSES]
+    weight = np.array([wl.classes.spec(c).query_share for c in SLOT_CLASSES])
+    visible = [~iv["personal"] | (iv["owner"] == a) for a in range(wl.n_actors)]
+    counts = np.zeros((n_q, len(codes)), dtype=np.int64)
+    for a in range(wl.n_actors):
+        rows = np.flatnonzero(q_actor == a)
+        for j, code in enumerate(codes):
+            m = visible[a] & (iv["cls"] == code)
+            counts[rows, j] = _count_active(iv["start"][m], iv["end"][m], q_t[rows])
+    w = np.where(counts > 0, weight[None, :], 0.0)
+    cum = np.cumsum(w, axis=1)
+    u = child(seed, "queries", "classes").random(n_q) * cum[:, -1]
+    j = np.minimum((u[:, None] >= cum).sum(axis=1), len(codes) - 1)
+    answerable = cum[:, -1] > 0
+    q_class = np.where(answerable, np.array(codes)[j], len(CLASS_NAMES))
+    q_slot = np.full(n_q, -1, dtype=np.int64)
+    rng = child(seed, "queries", "slots")
+    for a in range(wl.n_actors):
+        for code in codes:
+            rows = np.flatnonzero((q_actor == a) & (q_class == code))
+            if rows.size == 0:
+                continue
+            m = np.flatnonzero(visible[a] & (iv["cls"] == code))
+            pick = _pick_active(iv["start"][m], iv["end"][m], q_t[rows], rng)
+            q_slot[rows] = iv["slot"][m[pick]]
+    return q_class.astype(np.int64), q_slot
+
+
+def _query_topics(wl: SyntheticWorkload, notes: dict, q_slot: np.ndarray, seed) -> np.ndarray:
+    """The asked slot's topic; a Zipf draw for a query with nothing to ask."""
+    topic = np.empty(q_slot.size, dtype=np.int64)
+    answerable = q_slot >= 0
+    topic[answerable] = notes["slot_topic"][q_slot[answerable]]
+    topic[~answerable] = child(seed, "queries", "unanswerable").choice(
+        wl.n_topics, size=int((~answerable).sum()), p=wl.topic_popularity())
+    return topic
+
+
+# --------------------------------------------------------------------------
+# Ground truth and accesses
+# --------------------------------------------------------------------------
+
+
+def _qrels(wl: SyntheticWorkload, notes: dict, q_t: np.ndarray, q_slot: np.ndarray) -> pd.DataFrame:
+    """Graded gains of the asked slot's existing notes (see the module docstring).
+
+    Queries are numbered in time order, so row ``i`` is ``query_id = i``.
+    """
+    on = np.flatnonzero(notes["slot"] >= 0)
+    by_slot = on[np.argsort(notes["slot"][on], kind="stable")]  # by slot, then note_id
+    ptr = np.searchsorted(notes["slot"][by_slot], np.arange(notes["n_slots"] + 1))
+    asked = np.flatnonzero(q_slot >= 0)
+    first = ptr[q_slot[asked]]
+    size = ptr[q_slot[asked] + 1] - first
+    query = np.repeat(asked, size)
+    within = np.arange(query.size) - np.repeat(np.cumsum(size) - size, size)
+    note = by_slot[np.repeat(first, size) + within]
+    t = q_t[query]
+    exists = notes["created"][note] <= t
+    query, note, t = query[exists], note[exists], t[exists]
+    valid = notes["valid_until"][note] > t
+    gain = np.where(valid, wl.gain_valid, wl.gain_stale)
+    # pairs run by query, then note_id: the last valid pair of a query is its newest valid note
+    vi = np.flatnonzero(valid)
+    if vi.size:
+        last = vi[np.r_[query[vi][1:] != query[vi][:-1], True]]
+        gain[last] = wl.gain_current
+    keep = gain != 0
+    return pd.DataFrame({"query_id": query[keep].astype(np.int64),
+                         "note_id": note[keep].astype(np.int64), "gain": gain[keep]})
+
+
+def _accesses(wl: SyntheticWorkload, notes: dict, t0: float, t1: float, seed):
+    """Organic reads ``(t, note_id, actor code)``, or None when the rate is 0.
+
+    Times are a Poisson process on ``[t0, t1]`` (all 0 in ``age_mode =
+    "zero"``); each read picks uniformly a slot note valid at its time.
+    """
+    if wl.accesses_per_day <= 0:
+        return None
+    rng = child(seed, "accesses")
+    t = np.sort(rng.uniform(t0, t1, int(rng.poisson(wl.accesses_per_day * (t1 - t0)))))
+    if wl.age_mode == "zero":
+        t = np.zeros_like(t)
+    on = np.flatnonzero(notes["slot"] >= 0)
+    pick = _pick_active(notes["created"][on], notes["valid_until"][on], t, rng)
+    hit = pick >= 0
+    t, note = t[hit], on[pick[hit]]
+    reader = np.where(notes["personal"][note], notes["author"][note],
+                      rng.integers(0, wl.n_actors, note.size))
+    return t, note.astype(np.int64), reader.astype(np.int64)

@@ -1,0 +1,155 @@
+"""Experiment configs: overrides, resolution, grids and clear errors."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from memsim.config import (
+    apply_override,
+    dumps_toml,
+    experiment_from_dict,
+    load_experiment,
+    parse_override,
+)
+from memsim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "experiments" / "quickstart.toml"
+
+
+def minimal(**extra):
+    table = {
+        "experiment": {"name": "t", "seed": 1, "replicates": 1},
+        "workload": {"horizon_days": 10, "backfill_days": 5},
+        "policies": {"sim": {"preset": "similarity-only"}},
+    }
+    for k, v in extra.items():
+        apply_override(table, k, v)
+    return table
+
+
+def test_quickstart_loads_and_resolves_every_default():
+    exp = load_experiment(QUICKSTART)
+    cfg = exp.to_config()
+    assert cfg["experiment"]["seed"] == 20261130
+    pol = cfg["policies"]["half-life-180-floor"]
+    assert pol["decay"] == {"kind": "half-life-floor", "clock": "created",
+                            "half_life_days": 180, "floor": 0.35}
+    assert pol["candidates"] == 50
+    bug = cfg["policies"]["bug-5pct-per-day"]
+    assert bug["decay"]["rate"] == 0.05 and bug["packer"]["kind"] == "top-k-cutoff"
+    # the workload table is complete: every knob has a value
+    assert cfg["workload"]["horizon_days"] == 365
+
+
+def test_resolved_config_round_trips_through_toml(tmp_path):
+    exp = load_experiment(QUICKSTART)
+    text = dumps_toml(exp.to_config())
+    again = experiment_from_dict(tomllib.loads(text))
+    assert again.to_config() == exp.to_config()
+    assert again.hash8() == exp.hash8()
+
+
+def test_set_overrides_use_the_dotted_keys():
+    exp = load_experiment(QUICKSTART, ["policies.half-life-180-floor.decay.floor=0.2",
+                                       "experiment.replicates=2"])
+    assert exp.policies["half-life-180-floor"].decay.floor == 0.2
+    assert exp.settings.replicates == 2
+
+
+def test_override_of_a_preset_parameter_keeps_the_preset_kind():
+    exp = load_experiment(QUICKSTART, ["policies.bug-5pct-per-day.decay.rate=0.1"])
+    decay = exp.policies["bug-5pct-per-day"].decay
+    assert decay.name == "per-day" and decay.rate == 0.1
+
+
+@pytest.mark.parametrize("text, key, value", [
+    ("a.b=1", "a.b", 1), ("a=0.5", "a", 0.5), ("a=true", "a", True),
+    ("a=skip-fill", "a", "skip-fill"), ('a="x y"', "a", "x y"), ("a=[1, 2]", "a", [1, 2]),
+])
+def test_parse_override(text, key, value):
+    assert parse_override(text) == (key, value)
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=3", "a..b=1", "a=(1", "a=1 2"])
+def test_parse_override_refuses(bad):
+    with pytest.raises(ConfigError):
+        parse_override(bad)
+
+
+@pytest.mark.parametrize("override, needle", [
+    ({"experiment.replicats": 2}, "experiment.replicats: unknown key (did you mean 'replicates'?)"),
+    ({"polices": {}}, "polices: unknown key (did you mean 'policies'?)"),
+    ({"policies.sim.decay": {"kind": "half-life", "half_life_days": -1}},
+     "policies.sim.decay: The 'half_life_days' parameter of HalfLife must be a float > 0. "
+     "Got -1 instead."),
+    ({"policies.sim.decay": {"kind": "half-life-floor", "floor": 1.0}}, "'floor' parameter"),
+    ({"policies.sim.decay": {"kind": "half-life", "half_life_days": float("nan")}},
+     "half_life_days"),
+    ({"policies.sim.decay": "no-such-decay"}, "policies.sim.decay.kind: unknown decay"),
+    ({"policies.sim.preset": "hivemnd"}, "unknown preset 'hivemnd'"),
+    ({"policies.sim.packer": {"kind": "skip-fill", "budget": 3}},
+     "policies.sim.packer.budget: unknown parameter"),
+    ({"experiment.replicates": 0}, "experiment.replicates"),
+    ({"experiment.budget_tokens": 1.5}, "experiment.budget_tokens"),
+    ({"experiment.feedback_mode": "sometimes"}, "experiment.feedback_mode"),
+    ({"experiment.baseline": "nope"}, "experiment.baseline"),
+    ({"workload": {"source": ""}}, "workload.source"),
+    ({"workload.source": "x"}, "takes no generator knobs"),
+    ({"grid.experiment.budget_tokens": []}, "grid"),
+])
+def test_bad_configs_give_one_clear_line(override, needle):
+    table = minimal()
+    for k, v in override.items():
+        apply_override(table, k, v)
+    with pytest.raises(ConfigError) as info:
+        experiment_from_dict(table)
+    msg = str(info.value)
+    assert needle in msg
+    assert "\n" not in msg
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such experiment file"):
+        load_experiment(tmp_path / "missing.toml")
+    empty = tmp_path / "empty.toml"
+    empty.write_text("  \n")
+    with pytest.raises(ConfigError, match="empty"):
+        load_experiment(empty)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[experiment\nseed = 1\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_experiment(broken)
+    nopol = tmp_path / "nopol.toml"
+    nopol.write_text("[experiment]\nseed = 1\n")
+    with pytest.raises(ConfigError, match="at least one"):
+        load_experiment(nopol)
+
+
+def test_policy_names_cannot_contain_dots(tmp_path):
+    f = tmp_path / "dots.toml"
+    f.write_text('[policies."a.b"]\npreset = "similarity-only"\n')
+    with pytest.raises(ConfigError, match="policy names"):
+        load_experiment(f)
+
+
+def test_grid_expands_into_one_experiment_per_combination():
+    table = minimal()
+    table["grid"] = {"experiment.budget_tokens": [500, 1500],
+                     "policies.sim.candidates": [10, 20, 30]}
+    exp = experiment_from_dict(table)
+    runs = exp.expand()
+    assert len(runs) == 6
+    combos = {(r.sim.budget_tokens, r.policies["sim"].candidates) for r in runs}
+    assert combos == {(b, c) for b in (500, 1500) for c in (10, 20, 30)}
+    assert len({r.name for r in runs}) == 6
+
+
+def test_grid_key_must_exist():
+    table = minimal()
+    table["grid"] = {"experiment.budget_tokenz": [1, 2]}
+    with pytest.raises(ConfigError, match="budget_tokenz"):
+        experiment_from_dict(table)
