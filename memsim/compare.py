@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, SEED, format_ci, format_p,
-                    paired_tests, summarise)
+                    paired_tests, round_to_ci, summarise)
 
 __all__ = ["compare", "Comparison", "MARKS"]
 
@@ -90,6 +90,8 @@ class Comparison:
         out.insert(3, "is_baseline", out["policy"] == self.baseline)
         out["significant"] = out["significant"].fillna(False).astype(bool)
         out["direction"] = out["direction"].fillna("").astype(str)
+        for c in ("wins", "ties", "losses", "n_pairs"):
+            out[c] = out[c].astype("Int64")
         order = {p: i for i, p in enumerate(self.policies)}
         morder = {m: i for i, m in enumerate(self.metrics)}
         out = out.sort_values(["budget", "policy", "metric"],
@@ -123,12 +125,14 @@ class Comparison:
         t = self.tests
         rows = []
         for _, r in t.iterrows():
+            # both means at the precision of the difference's interval
+            dec = round_to_ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"])[3]
             rows.append({
                 "budget": r["budget"],
                 "policy": r["policy"],
                 "metric": r["metric"],
-                "baseline": format_ci(r["baseline_mean"], np.nan, np.nan),
-                "policy mean": format_ci(r["policy_mean"], np.nan, np.nan),
+                "baseline": _fixed(r["baseline_mean"], dec),
+                "policy mean": _fixed(r["policy_mean"], dec),
                 "difference [95% CI]": format_ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"],
                                                  signed=True),
                 "p": format_p(r["p_value"]),
@@ -202,6 +206,13 @@ class Comparison:
                 f"budgets={self.budgets}, metrics={self.metrics})\n" + self.to_markdown())
 
 
+def _fixed(x: float, dec: int) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    x = round(float(x), dec)
+    return f"{0.0 if x == 0 else x:.{max(dec, 0)}f}"
+
+
 def _num(x: float, dec: int) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:+.{dec}f}"
 
@@ -219,14 +230,13 @@ def _markdown(df: pd.DataFrame) -> str:
         return s.replace("|", "\\|")
 
     lines = ["| " + " | ".join(esc(c) for c in cols) + " |",
-             "|" + "|".join("---" if i < 2 and not _numeric_col(df.iloc[:, i]) else "--:"
-                            for i in range(len(cols))) + "|"]
+             "|" + "|".join("---" if c in _LABELS else "--:" for c in cols) + "|"]
     lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in body]
     return "\n".join(lines) + "\n"
 
 
-def _numeric_col(s: pd.Series) -> bool:
-    return pd.api.types.is_numeric_dtype(s)
+# label columns are left-aligned, numbers right-aligned
+_LABELS = ("budget", "policy", "metric")
 
 
 _LATEX_ESC = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -251,7 +261,7 @@ def _latex_escape(s: str) -> str:
 
 def _latex(df: pd.DataFrame, caption: str, label: str | None) -> str:
     cols = [str(c) for c in df.columns]
-    align = "l" * min(2, len(cols)) + "r" * max(0, len(cols) - 2)
+    align = "".join("l" if c in _LABELS else "r" for c in cols)
     lines = [r"\begin{table}[ht]", r"\centering", r"\small",
              rf"\begin{{tabular}}{{{align}}}", r"\toprule",
              " & ".join(_latex_escape(c) for c in cols) + r" \\", r"\midrule"]

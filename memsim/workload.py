@@ -641,7 +641,8 @@ class SyntheticWorkload(_Knobs):
             "name": "synthetic",
             "source": "memsim.workload",
             "config": self.to_config(),
-            "seed": {"entropy": seed.entropy, "spawn_key": list(seed.spawn_key)},
+            # entropy as text: it may exceed 64 bits, which JSON readers mangle
+            "seed": {"entropy": str(seed.entropy), "spawn_key": [int(k) for k in seed.spawn_key]},
         }
         return make_stream(notes_df, queries_df, qrels, accesses=accesses,
                            note_embeddings=note_emb, query_embeddings=query_emb, meta=meta)
@@ -966,7 +967,7 @@ def _pick_active(start: np.ndarray, end: np.ndarray, times: np.ndarray,
     n_open = np.searchsorted(start[open_idx], times, side="right")
     n_fin = _count_active(start[fin_idx], end[fin_idx], times)
     total = n_open + n_fin
-    pick_open = rng.random(times.size) * total < n_open
+    pick_open = n_open > 0
     sel = np.flatnonzero(pick_open)
     if sel.size:
         out[sel] = open_idx[rng.integers(0, n_open[sel])]

@@ -414,14 +414,16 @@ def _evidence_table(queries: pd.DataFrame, turns: pd.DataFrame) -> tuple[pd.Data
     ev = ev.merge(known, on=["namespace", "session", "turn"], how="left")
     ev["resolved"] = ev["resolved"].fillna(False).astype(bool)
     canonical = ("D" + ev["session"].astype(str) + ":" + ev["turn"].astype(str))
-    raw_items = queries["_refs"].map(len).sum()
+    ev["canonical"] = canonical.where(ev["session"].notna(), ev["piece"])
+    n_split = sum(len(parse_evidence(item)) > 1 for refs in queries["_refs"] for item in refs)
     stats = {
         "references": int(len(ev)),
         "resolved": int(ev["resolved"].sum()),
         "rate": float(ev["resolved"].mean()) if len(ev) else float("nan"),
-        # pieces that needed normalising: split from a multi-id string, or
-        # rewritten (stray colon, leading zeros)
-        "normalised": int((ev["piece"] != canonical).sum() + (len(ev) - raw_items)),
+        # evidence strings holding several ids ("D8:6; D9:17"), and ids
+        # rewritten to D<s>:<t> (stray colon, leading zeros)
+        "split_strings": int(n_split),
+        "rewritten": int((ev["session"].notna() & (ev["piece"] != canonical)).sum()),
         "unresolved": [f"{ns} query {q}: {p!r}" for ns, q, p in
                        ev.loc[~ev["resolved"], ["namespace", "query_id", "piece"]]
                        .itertuples(index=False)],
@@ -498,7 +500,7 @@ def _summary_table(records: list[dict], turns: pd.DataFrame) -> pd.DataFrame:
 
 def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
                   tokenizer: str | Callable[[str], int] = "estimate",
-                  captions: bool = True, k1: float = 1.2, b: float = 0.75) -> Stream:
+                  captions: bool = False, k1: float = 1.2, b: float = 0.75) -> Stream:
     """Import LoCoMo as a stream with BM25 embeddings (see the module docstring).
 
     Parameters
@@ -540,6 +542,8 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
     turns, clock = _turn_table(records, label, captions)
     queries = _query_table(records, clock)
     ev, stats = _evidence_table(queries, turns)
+    queries["evidence"] = (ev.groupby("query_id")["canonical"].agg(";".join)
+                           .reindex(queries["query_id"], fill_value="").to_numpy())
     hits = ev.loc[ev["resolved"] & (ev["category"] != 5), ["query_id", "namespace", "session", "turn"]]
     hits = hits.astype({"session": np.int64, "turn": np.int64}).drop_duplicates()
 

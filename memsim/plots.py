@@ -1,0 +1,948 @@
+"""Figures of a policy comparison: data preparation, then drawing.
+
+Every figure comes in two parts (Optuna's pattern):
+
+* a ``*_data`` function turns run files (the per-query table, arms, store,
+  rankings, sweep trials) into a small tidy frame, one row per plotted point;
+* a ``plot_*`` function draws that frame on an optional ``ax`` and returns the
+  :class:`matplotlib.axes.Axes`.
+
+So a notebook can inspect or reshape the numbers behind a figure, and a
+report can draw them without recomputing anything. Colours follow the order
+of the policies (pass ``colors=policy_colors(names)`` to keep them the same
+across figures).
+
+==================================== ==========================================
+data                                 drawing
+==================================== ==========================================
+:func:`recency_curve_data`           :func:`plot_recency_curves`
+:func:`age_recall_data`              :func:`plot_age_recall`
+:func:`budget_curve_data`            :func:`plot_budget_curve`
+:func:`distribution_data`            :func:`plot_distribution`
+:func:`win_tie_loss_data`            :func:`plot_win_tie_loss`
+:func:`over_time_data`               :func:`plot_over_time`
+:func:`concentration_data`           :func:`plot_concentration`
+:func:`run_metric_data`              :func:`plot_run_metric`
+:func:`store_size_data`              :func:`plot_store_size`
+:func:`sweep_history_data`           :func:`plot_sweep_history`
+:func:`param_importance_data`        :func:`plot_param_importance`
+:func:`pareto_data`                  :func:`plot_pareto_front`
+==================================== ==========================================
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .metrics import AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, gini
+from .stats import N_BOOT, SEED, summarise
+
+__all__ = [
+    "policy_colors",
+    "recency_curve_data", "plot_recency_curves",
+    "age_recall_data", "plot_age_recall",
+    "budget_curve_data", "plot_budget_curve",
+    "distribution_data", "plot_distribution",
+    "win_tie_loss_data", "plot_win_tie_loss",
+    "over_time_data", "plot_over_time",
+    "concentration_data", "plot_concentration",
+    "run_metric_data", "plot_run_metric",
+    "store_size_data", "plot_store_size",
+    "trial_columns", "sweep_history_data", "plot_sweep_history",
+    "param_importance_data", "plot_param_importance",
+    "pareto_data", "plot_pareto_front",
+]
+
+_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def policy_colors(policies: Iterable[str]) -> dict[str, str]:
+    """One colour per policy, in order (the palette repeats after ten)."""
+    return {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(dict.fromkeys(policies))}
+
+
+def _ax(ax):
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(7, 4))
+    return ax
+
+
+def _colors(df: pd.DataFrame, colors: Mapping[str, str] | None) -> dict[str, str]:
+    base = policy_colors(pd.unique(df["policy"])) if "policy" in df and len(df) else {}
+    if colors:
+        base.update(colors)
+        missing = [p for p in base if p not in colors]
+        for i, p in enumerate(missing):  # policies the caller did not colour
+            base[p] = _PALETTE[(len(colors) + i) % len(_PALETTE)]
+    return base
+
+
+def _empty(ax, text: str):
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return ax
+
+
+def _pick_budget(queries: pd.DataFrame, budget) -> Any:
+    if budget is not None:
+        return budget
+    budgets = sorted(pd.unique(queries["budget"]))
+    return budgets[len(budgets) // 2] if budgets else None
+
+
+# --------------------------------------------------------------------------
+# Recency curves: "same ages, both curves"
+# --------------------------------------------------------------------------
+
+
+class _FreshNoteContext:
+    """A stand-in scoring context for one never-used note of the ``task``
+    tier, seen at several ages: enough for decay and stickiness components
+    to draw their curve. Matrices are (1, L), note vectors (L,)."""
+
+    def __init__(self, ages: np.ndarray):
+        n = len(ages)
+        self.age_created = self.age_updated = self.age_last_access = ages[None, :]
+        self.t = np.array([float(ages.max()) if n else 0.0])
+        self.idx = np.arange(n)
+        self.since_access = np.full((1, n), np.nan)
+        self.recalls = np.zeros(n, dtype=np.int64)
+        self.distinct_actors = np.zeros(n, dtype=np.int64)
+        self.tier = np.zeros(n, dtype=np.int8)           # "task"
+        self.memory_type = np.zeros(n, dtype=np.int8)    # "episodic"
+        self.importance = np.ones(n)
+        self.salience = np.ones(n)
+        self.pinned = np.zeros(n, dtype=bool)
+        self.tokens = np.ones(n, dtype=np.int64)
+        self.rng = np.random.default_rng(0)
+
+    def age(self, clock: str) -> np.ndarray:
+        return self.age_created
+
+    def shared(self, key, compute):
+        return compute()
+
+
+def _policies_from(source: Any) -> dict[str, Any]:
+    """name -> Policy, from an Experiment, a resolved config table, a
+    load_run() dict or a mapping of Policy objects / policy tables."""
+    from .policies import Policy
+
+    if hasattr(source, "policies") and isinstance(getattr(source, "policies"), dict):
+        source = source.policies
+    elif isinstance(source, Mapping) and "config" in source and isinstance(source["config"],
+                                                                          Mapping):
+        source = source["config"].get("policies", {})
+    elif isinstance(source, Mapping) and "policies" in source and isinstance(
+            source["policies"], Mapping):
+        source = source["policies"]
+    out = {}
+    for name, pol in dict(source).items():
+        if isinstance(pol, Policy):
+            out[str(name)] = pol
+        elif isinstance(pol, Mapping):
+            table = {k: v for k, v in pol.items() if k not in ("preset",)}
+            if "preset" in pol:
+                from .config import resolve_policy
+
+                out[str(name)] = resolve_policy(dict(pol), f"policies.{name}")
+            else:
+                out[str(name)] = Policy.from_config(table, f"policies.{name}")
+        else:
+            raise TypeError(f"policy {name!r}: expected a Policy or a table, got "
+                            f"{type(pol).__name__}")
+    return out
+
+
+def recency_curve_data(source: Any, ages: Sequence[float] | None = None,
+                       max_age: float = 730.0) -> pd.DataFrame:
+    """Recency multiplier of each policy at the same ages.
+
+    For a note that was never used (no recalls, ``task`` tier), the
+    multiplier a policy's ranking applies at each age: the decay of the
+    stickiness' effective age. A policy whose ranker ignores age gets 1 at
+    every age.
+
+    Parameters
+    ----------
+    source : Experiment, dict or mapping
+        An :class:`~memsim.config.Experiment`, its resolved config table
+        (``config.toml`` as a dict), a :func:`~memsim.runner.load_run` dict,
+        or a mapping ``name -> Policy`` (or policy table).
+    ages : sequence of float, optional
+        Ages in days (default: 0 to ``max_age`` by 1 day).
+    max_age : float
+        Last age of the default grid.
+
+    Returns
+    -------
+    DataFrame
+        ``policy, age_days, recency, half_life_days, decay`` (the decay's
+        registry name).
+    """
+    ages_arr = np.arange(0.0, float(max_age) + 1.0) if ages is None else np.asarray(
+        ages, dtype=np.float64)
+    try:  # the curves module (if present) is the reference for a policy's curve
+        from . import curves as _curves  # noqa: F401
+    except ImportError:
+        _curves = None
+    rows = []
+    for name, pol in _policies_from(source).items():
+        ctx = _FreshNoteContext(ages_arr)
+        if not pol.ranker.uses_recency:
+            rec = np.ones_like(ages_arr)
+        else:
+            try:
+                eff = pol.stickiness.effective_age(ctx.age_created, ctx)
+                rec = np.asarray(pol.decay.recency(eff, ctx), dtype=np.float64).reshape(-1)
+            except (AttributeError, TypeError, ValueError, IndexError) as exc:
+                warnings.warn(f"policy {name!r}: cannot draw the recency curve of "
+                              f"{pol.decay.name!r} ({exc})", stacklevel=2)
+                continue
+        hl = pol.decay.half_life() if pol.ranker.uses_recency else math.inf
+        rows.append(pd.DataFrame({"policy": name, "age_days": ages_arr, "recency": rec,
+                                  "half_life_days": hl, "decay": pol.decay.name
+                                  if pol.ranker.uses_recency else "(ignores age)"}))
+    if not rows:
+        return pd.DataFrame(columns=["policy", "age_days", "recency", "half_life_days", "decay"])
+    return pd.concat(rows, ignore_index=True)
+
+
+def _short(x: float) -> str:
+    if not math.isfinite(x):
+        return "n/a"
+    if x == 0:
+        return "0"
+    if abs(x) >= 0.01:
+        return f"{x:.2f}"
+    return f"{x:.0e}"
+
+
+def plot_recency_curves(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None,
+                        mark_ages: Sequence[float] = (30, 180, 365), log: bool = False):
+    """The policies' recency multipliers over the same ages.
+
+    The legend gives each curve's value at ``mark_ages`` (dotted lines), so
+    that "a year-old note keeps about half its weight" can be read off.
+    ``log=True`` draws the multiplier on a log scale (to see how many orders
+    of magnitude a steep decay loses).
+    """
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no policy with a recency curve")
+    cols = _colors(df, colors)
+    top = float(df["age_days"].max())
+    marks = [a for a in mark_ages if a <= top]
+    for pol, g in df.groupby("policy", sort=False):
+        g = g.sort_values("age_days")
+        vals = [np.interp(a, g["age_days"], g["recency"]) for a in marks]
+        label = str(pol)
+        if marks:
+            label += "  (" + ", ".join(f"{int(a)} d: {_short(v)}" for a, v in zip(marks, vals)) \
+                + ")"
+        ax.plot(g["age_days"], g["recency"], color=cols[pol], lw=2, label=label)
+    for a in marks:
+        ax.axvline(a, color="0.6", lw=0.8, ls=":")
+    if log:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(0, max(1.05, float(df["recency"].max()) * 1.05))
+    ax.set_xlim(0, top)
+    ax.set_xlabel("age of the note (days)")
+    ax.set_ylabel("recency multiplier")
+    ax.set_title("Same ages, every curve: what age costs a note")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+# --------------------------------------------------------------------------
+# Recall by age bucket
+# --------------------------------------------------------------------------
+
+
+def _bucket_label(lo: float, hi: float) -> str:
+    return f"{int(lo)}+ d" if not math.isfinite(hi) else f"{int(lo)}-{int(hi)} d"
+
+
+def age_recall_data(queries: pd.DataFrame, budget: Any = None, *, level: float = 0.95,
+                    n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
+    """Recall of the relevant notes of each age bucket, per policy, with CIs.
+
+    Parameters
+    ----------
+    queries : DataFrame
+        The per-query table (``recall_age_*`` columns).
+    budget : int, optional
+        Budget to show (default: the middle budget of the table).
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, bucket, bucket_index, mean, ci_low, ci_high, n,
+        ci_over``; buckets where no query had a relevant note of that age are
+        left out.
+    """
+    cols = [c for c in AGE_BUCKET_COLUMNS if c in queries.columns]
+    if not cols or len(queries) == 0:
+        return pd.DataFrame(columns=["policy", "budget", "bucket", "bucket_index", "mean",
+                                     "ci_low", "ci_high", "n", "ci_over"])
+    budget = _pick_budget(queries, budget)
+    sub = queries[queries["budget"] == budget]
+    s = summarise(sub, level=level, metrics=cols, n_boot=n_boot, seed=seed)
+    labels = {c: (i, _bucket_label(*AGE_BUCKETS[AGE_BUCKET_COLUMNS.index(c)]))
+              for i, c in enumerate(AGE_BUCKET_COLUMNS)}
+    s["bucket_index"] = s["metric"].map(lambda m: labels[m][0])
+    s["bucket"] = s["metric"].map(lambda m: labels[m][1])
+    s = s[s["n"] > 0]
+    return s[["policy", "budget", "bucket", "bucket_index", "mean", "ci_low", "ci_high", "n",
+              "ci_over"]].reset_index(drop=True)
+
+
+def plot_age_recall(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
+    """Recall by age of the relevant note: one marker per policy and bucket,
+    with its 95% interval. A decay that is too steep shows as recall falling
+    to zero in the older buckets."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no relevant notes to bucket by age")
+    cols = _colors(df, colors)
+    pols = list(pd.unique(df["policy"]))
+    buckets = df[["bucket_index", "bucket"]].drop_duplicates().sort_values("bucket_index")
+    xpos = {b: i for i, b in enumerate(buckets["bucket_index"])}
+    width = 0.7 / max(len(pols), 1)
+    for k, pol in enumerate(pols):
+        g = df[df["policy"] == pol].sort_values("bucket_index")
+        x = np.array([xpos[b] for b in g["bucket_index"]]) + (k - (len(pols) - 1) / 2) * width
+        y = g["mean"].to_numpy(float)
+        lo = np.clip(y - g["ci_low"].to_numpy(float), 0, None)
+        hi = np.clip(g["ci_high"].to_numpy(float) - y, 0, None)
+        err = np.vstack([np.nan_to_num(lo), np.nan_to_num(hi)])
+        ax.errorbar(x, y, yerr=err, fmt="o-", color=cols[pol], label=str(pol), capsize=3,
+                    lw=1.2, ms=5)
+    ax.set_xticks(range(len(buckets)))
+    ax.set_xticklabels(buckets["bucket"])
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("age of the relevant note when asked about")
+    ax.set_ylabel("recall (share of relevant notes packed)")
+    ax.set_title("Recall by age of the relevant note (95% CI)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    return ax
+
+
+# --------------------------------------------------------------------------
+# Budget curve
+# --------------------------------------------------------------------------
+
+
+def budget_curve_data(queries: pd.DataFrame, metric: str = "utility", *, level: float = 0.95,
+                      n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
+    """A metric's mean and interval at each token budget, per policy.
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, metric, mean, ci_low, ci_high, n, ci_over``,
+        sorted by budget.
+    """
+    if metric not in queries.columns:
+        raise KeyError(f"no metric column {metric!r} in the queries table")
+    s = summarise(queries, level=level, metrics=[metric], n_boot=n_boot, seed=seed)
+    return s.drop(columns="ci_method").sort_values(["budget"], kind="stable").reset_index(
+        drop=True)
+
+
+def plot_budget_curve(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
+    """A metric against the token budget, with 95% bands: where packing
+    matters, and where more budget stops paying."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no budgets")
+    cols = _colors(df, colors)
+    for pol, g in df.groupby("policy", sort=False):
+        g = g.sort_values("budget")
+        x = g["budget"].to_numpy(float)
+        ax.plot(x, g["mean"], "o-", color=cols[pol], label=str(pol), lw=1.8, ms=4)
+        ax.fill_between(x, g["ci_low"].to_numpy(float), g["ci_high"].to_numpy(float),
+                        color=cols[pol], alpha=0.18, lw=0)
+    b = df["budget"].to_numpy(float)
+    if len(b) and b.min() > 0 and b.max() / b.min() >= 8:
+        ax.set_xscale("log")
+    metric = str(df["metric"].iloc[0]) if "metric" in df else "metric"
+    ax.set_xlabel("token budget")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} against the token budget (95% CI)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+# --------------------------------------------------------------------------
+# Per-query distributions
+# --------------------------------------------------------------------------
+
+
+def distribution_data(queries: pd.DataFrame, metric: str = "utility",
+                      budget: Any = None) -> pd.DataFrame:
+    """The per-query values of one metric (finite only), per policy.
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, metric, value``.
+    """
+    if metric not in queries.columns:
+        raise KeyError(f"no metric column {metric!r} in the queries table")
+    budget = _pick_budget(queries, budget)
+    sub = queries[queries["budget"] == budget]
+    v = sub[metric].to_numpy(np.float64)
+    ok = np.isfinite(v)
+    return pd.DataFrame({"policy": sub["policy"].to_numpy()[ok], "budget": budget,
+                         "metric": metric, "value": v[ok]})
+
+
+def plot_distribution(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
+    """Empirical CDF of a per-query metric per policy; the mean is marked.
+
+    A curve further right (for a higher-is-better metric) is better at every
+    quantile; crossing curves mean the policy wins some queries and loses
+    others.
+    """
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no finite values")
+    cols = _colors(df, colors)
+    for pol, g in df.groupby("policy", sort=False):
+        v = np.sort(g["value"].to_numpy(float))
+        y = np.arange(1, len(v) + 1) / len(v)
+        ax.step(v, y, where="post", color=cols[pol], lw=1.6,
+                label=f"{pol} (mean {v.mean():.3g}, n={len(v)})")
+        ax.axvline(v.mean(), color=cols[pol], lw=0.8, ls="--")
+    metric = str(df["metric"].iloc[0])
+    ax.set_xlabel(f"{metric} per query")
+    ax.set_ylabel("share of queries at or below")
+    ax.set_ylim(0, 1.01)
+    ax.set_title(f"Distribution of {metric} over queries")
+    ax.legend(fontsize=8, loc="lower right" if HIGHER_IS_BETTER.get(metric, True)
+              else "upper left")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+# --------------------------------------------------------------------------
+# Wins, ties and losses against the baseline
+# --------------------------------------------------------------------------
+
+
+def win_tie_loss_data(tests: pd.DataFrame, budget: Any = None) -> pd.DataFrame:
+    """Shares of queries each policy wins, ties and loses against the baseline.
+
+    Parameters
+    ----------
+    tests : DataFrame
+        :func:`memsim.stats.paired_tests` output (or ``Comparison.tests``).
+
+    Returns
+    -------
+    DataFrame
+        ``policy, metric, baseline, win, tie, loss`` (shares of the pairs),
+        ``n_pairs`` and ``direction`` (``better``/``worse``/"").
+    """
+    cols = ["policy", "metric", "baseline", "win", "tie", "loss", "n_pairs", "direction"]
+    if len(tests) == 0:
+        return pd.DataFrame(columns=cols)
+    t = tests if budget is None else tests[tests["budget"] == budget]
+    if budget is None and t["budget"].nunique() > 1:
+        t = t[t["budget"] == _pick_budget(t, None)]
+    n = t["n_pairs"].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = pd.DataFrame({
+            "policy": t["policy"].to_numpy(), "metric": t["metric"].to_numpy(),
+            "baseline": t["baseline"].to_numpy(),
+            "win": t["wins"].to_numpy(float) / n, "tie": t["ties"].to_numpy(float) / n,
+            "loss": t["losses"].to_numpy(float) / n, "n_pairs": t["n_pairs"].to_numpy(),
+            "direction": t["direction"].to_numpy(),
+        })
+    return out[out["n_pairs"] > 0].reset_index(drop=True)
+
+
+def plot_win_tie_loss(df: pd.DataFrame, ax=None):
+    """Stacked bars: for each policy and metric, the share of queries where it
+    beats, ties or loses to the baseline; ▲/▼ marks a significant difference
+    (Holm-adjusted)."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no comparison with a baseline")
+    labels = [f"{p} · {m}" for p, m in zip(df["policy"], df["metric"])]
+    y = np.arange(len(df))[::-1]
+    win, tie, loss = (df[c].to_numpy(float) for c in ("win", "tie", "loss"))
+    ax.barh(y, win, color="#2ca02c", label="wins")
+    ax.barh(y, tie, left=win, color="#c7c7c7", label="ties")
+    ax.barh(y, loss, left=win + tie, color="#d62728", label="losses")
+    for yi, d in zip(y, df["direction"]):
+        mark = {"better": "▲", "worse": "▼"}.get(str(d), "")
+        if mark:
+            ax.text(1.01, yi, mark, va="center", ha="left",
+                    color="#2ca02c" if d == "better" else "#d62728", fontsize=10,
+                    transform=ax.get_yaxis_transform())
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.axvline(0.5, color="k", lw=0.6, ls=":")
+    ax.set_xlabel(f"share of paired queries (vs baseline '{df['baseline'].iloc[0]}')")
+    ax.set_title("Wins, ties and losses against the baseline")
+    ax.legend(fontsize=8, loc="lower right", ncols=3)
+    return ax
+
+
+# --------------------------------------------------------------------------
+# Metrics over time
+# --------------------------------------------------------------------------
+
+
+def over_time_data(queries: pd.DataFrame, metric: str = "recall", window_days: float = 30.0,
+                   budget: Any = None) -> pd.DataFrame:
+    """A metric averaged over windows of simulated time, per policy.
+
+    Each replicate's queries are averaged per window; the plotted value is the
+    mean over replicates, and ``low``/``high`` the range of the replicates'
+    window means (the spread between workloads, not a confidence interval).
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, metric, t, mean, low, high, n_queries``; ``t`` is the
+        middle of the window.
+    """
+    if metric not in queries.columns:
+        raise KeyError(f"no metric column {metric!r} in the queries table")
+    if len(queries) == 0:
+        return pd.DataFrame(columns=["policy", "budget", "metric", "t", "mean", "low", "high",
+                                     "n_queries"])
+    budget = _pick_budget(queries, budget)
+    sub = queries[queries["budget"] == budget]
+    w = np.floor(sub["t"].to_numpy(float) / window_days)
+    frame = pd.DataFrame({"policy": sub["policy"].to_numpy(), "replicate": sub["replicate"],
+                          "w": w, "v": sub[metric].to_numpy(float)})
+    per = frame.groupby(["policy", "w", "replicate"], sort=False)["v"].agg(["mean", "count"])
+    agg = per.groupby(level=[0, 1], sort=False).agg(mean=("mean", "mean"), low=("mean", "min"),
+                                                    high=("mean", "max"),
+                                                    n_queries=("count", "sum")).reset_index()
+    agg["t"] = (agg["w"] + 0.5) * window_days
+    agg["budget"] = budget
+    agg["metric"] = metric
+    order = {p: i for i, p in enumerate(pd.unique(sub["policy"]))}
+    agg = agg.sort_values(["policy", "t"], key=lambda c: c.map(order) if c.name == "policy"
+                          else c, kind="stable")
+    return agg[["policy", "budget", "metric", "t", "mean", "low", "high", "n_queries"]
+               ].reset_index(drop=True)
+
+
+def plot_over_time(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
+    """A windowed metric over simulated time; the band spans the replicates."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no queries")
+    cols = _colors(df, colors)
+    for pol, g in df.groupby("policy", sort=False):
+        ax.plot(g["t"], g["mean"], "-", color=cols[pol], lw=1.8, label=str(pol))
+        ax.fill_between(g["t"].to_numpy(float), g["low"].to_numpy(float),
+                        g["high"].to_numpy(float), color=cols[pol], alpha=0.15, lw=0)
+    metric = str(df["metric"].iloc[0])
+    ax.set_xlabel("simulated time (days)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} over time (band: range over replicates)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+# --------------------------------------------------------------------------
+# The feedback loop: concentration of use
+# --------------------------------------------------------------------------
+
+
+def concentration_data(rankings: pd.DataFrame, queries: pd.DataFrame,
+                       store: pd.DataFrame | None = None, *, window_days: float = 30.0,
+                       top: int = 10, budget: Any = None) -> pd.DataFrame:
+    """How concentrated the use of notes becomes over time, per policy.
+
+    From the saved rankings, a note is *used* each time it is packed into a
+    context. For each window of simulated time:
+
+    * ``top_share``: the share of the window's packed slots taken by the
+      ``top`` notes that had been packed most often *before* the window. It
+      rises towards 1 when the feedback loop locks in on a few notes.
+    * ``gini``: Gini coefficient of the cumulative use counts at the end of
+      the window. With ``store`` (``store.parquet``), notes of the store that
+      were never used count as zeros (comparable with ``recall_gini`` in
+      ``arms.csv``, which also counts organic accesses); without it, only
+      notes used at least once count.
+
+    Parameters
+    ----------
+    rankings : DataFrame
+        ``rankings.parquet`` (``replicate, policy, budget, query_id,
+        note_id, packed``).
+    queries : DataFrame
+        The per-query table, for the query times.
+    store : DataFrame, optional
+        ``store.parquet``.
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, replicate, t, top_share, gini, gini_over,
+        packed_slots``; ``t`` is the end of the window.
+    """
+    cols = ["policy", "budget", "replicate", "t", "top_share", "gini", "gini_over",
+            "packed_slots"]
+    if rankings is None or len(rankings) == 0:
+        return pd.DataFrame(columns=cols)
+    budget = _pick_budget(rankings, budget)
+    r = rankings[(rankings["budget"] == budget) & rankings["packed"].astype(bool)]
+    qt = queries[queries["budget"] == budget][["replicate", "policy", "query_id", "t"]]
+    r = r.merge(qt, on=["replicate", "policy", "query_id"], how="left")
+    rows = []
+    for (pol, rep), g in r.groupby(["policy", "replicate"], sort=False):
+        g = g.sort_values("t", kind="stable")
+        codes, uniq = pd.factorize(g["note_id"])
+        counts = np.zeros(len(uniq), dtype=np.int64)
+        w = np.floor(g["t"].to_numpy(float) / window_days).astype(np.int64)
+        st = None
+        if store is not None and len(store):
+            st = store[(store["policy"] == pol) & (store["replicate"] == rep)
+                       & (store["budget"] == budget)].sort_values("t")
+        for wi in np.unique(w):
+            sel = codes[w == wi]
+            used_before = np.flatnonzero(counts > 0)
+            if len(used_before):
+                k = min(top, len(used_before))
+                # ties broken by the lower code (first used), deterministic
+                order = used_before[np.lexsort((used_before, -counts[used_before]))][:k]
+                share = float(np.isin(sel, order).mean())
+            else:
+                share = np.nan
+            counts += np.bincount(sel, minlength=len(counts))
+            t_end = float((wi + 1) * window_days)
+            used = counts[counts > 0]
+            over = "used notes"
+            if st is not None and len(st):
+                n_store = int(np.interp(t_end, st["t"], st["store_notes"]))
+                if n_store > len(used):
+                    used = np.concatenate([used, np.zeros(n_store - len(used), np.int64)])
+                    over = "store"
+            rows.append((pol, budget, rep, t_end, share, gini(used), over, int(len(sel))))
+    out = pd.DataFrame(rows, columns=cols)
+    return out
+
+
+def plot_concentration(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None,
+                       y: str = "top_share", top: int | None = None):
+    """The feedback loop over time: ``top_share`` (share of the contexts taken
+    by the most-used notes so far) or ``gini`` (concentration of use counts).
+    Lines are means over replicates; the band spans them."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no saved rankings (set save_rankings = true)")
+    cols = _colors(df, colors)
+    for pol, g in df.groupby("policy", sort=False):
+        a = g.groupby("t")[y].agg(["mean", "min", "max"]).reset_index()
+        ax.plot(a["t"], a["mean"], "-o", ms=3, color=cols[pol], lw=1.8, label=str(pol))
+        ax.fill_between(a["t"].to_numpy(float), a["min"].to_numpy(float),
+                        a["max"].to_numpy(float), color=cols[pol], alpha=0.15, lw=0)
+    ax.set_xlabel("simulated time (days)")
+    if y == "top_share":
+        who = f"the {top} most-used notes" if top else "the most-used notes"
+        ax.set_ylabel(f"share of packed slots taken by\n{who} so far")
+        ax.set_title("Feedback loop: do the same notes keep winning?")
+    else:
+        ax.set_ylabel("Gini of use counts")
+        ax.set_title("Feedback loop: concentration of use")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def run_metric_data(arms: pd.DataFrame, metric: str = "recall_gini",
+                    level: float = 0.95) -> pd.DataFrame:
+    """A per-run metric (``arms.csv``: ``recall_gini``, ``evicted_notes`` ...)
+    per policy and budget: mean over replicates and its interval.
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, metric, mean, ci_low, ci_high, n, ci_method``.
+    """
+    from .stats import MIN_REPLICATES, bootstrap_mean_ci, mean_ci
+
+    rows = []
+    if arms is not None and metric in arms.columns:
+        for (pol, bud), g in arms.groupby(["policy", "budget"], sort=False):
+            v = g[metric].to_numpy(float)
+            if np.isfinite(v).sum() >= MIN_REPLICATES:
+                m, lo, hi, n = bootstrap_mean_ci(v, level)
+                method = "bootstrap"
+            else:
+                m, lo, hi, n = mean_ci(v, level)
+                method = "t"
+            rows.append((pol, bud, metric, m, lo, hi, n, method))
+    return pd.DataFrame(rows, columns=["policy", "budget", "metric", "mean", "ci_low", "ci_high",
+                                       "n", "ci_method"])
+
+
+def plot_run_metric(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
+    """Bars of a per-run metric per policy, with its interval over replicates."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no per-run values")
+    cols = _colors(df, colors)
+    if df["budget"].nunique() > 1:
+        df = df[df["budget"] == _pick_budget(df, None)]
+    x = np.arange(len(df))
+    y = df["mean"].to_numpy(float)
+    lo = np.nan_to_num(np.clip(y - df["ci_low"].to_numpy(float), 0, None))
+    hi = np.nan_to_num(np.clip(df["ci_high"].to_numpy(float) - y, 0, None))
+    ax.bar(x, y, color=[cols[p] for p in df["policy"]], yerr=np.vstack([lo, hi]), capsize=4)
+    ax.set_xticks(x)
+    ax.set_xticklabels(df["policy"], rotation=15, ha="right", fontsize=8)
+    metric = str(df["metric"].iloc[0])
+    ax.set_ylabel(metric)
+    method = "Student t" if (df["ci_method"] == "t").any() else "bootstrap"
+    ax.set_title(f"{metric} at the end of the run (95% CI, {method}, over replicates)")
+    ax.grid(alpha=0.3, axis="y")
+    return ax
+
+
+def store_size_data(store: pd.DataFrame, budget: Any = None) -> pd.DataFrame:
+    """Live notes in the store over time, per policy (mean over replicates).
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, t, store_notes, store_tokens``.
+    """
+    if store is None or len(store) == 0:
+        return pd.DataFrame(columns=["policy", "budget", "t", "store_notes", "store_tokens"])
+    budget = _pick_budget(store, budget)
+    s = store[store["budget"] == budget].copy()
+    s["day"] = np.floor(s["t"].to_numpy(float))
+    out = s.groupby(["policy", "day"], sort=False)[["store_notes", "store_tokens"]].mean()
+    out = out.reset_index().rename(columns={"day": "t"})
+    out["budget"] = budget
+    return out[["policy", "budget", "t", "store_notes", "store_tokens"]]
+
+
+def plot_store_size(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
+    """Store size over time: eviction policies show as lines that level off."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no store sizes")
+    cols = _colors(df, colors)
+    for pol, g in df.groupby("policy", sort=False):
+        ax.plot(g["t"], g["store_notes"], color=cols[pol], lw=1.6, label=str(pol))
+    ax.set_xlabel("simulated time (days)")
+    ax.set_ylabel("live notes in the store")
+    ax.set_title("Store size over time (mean over replicates)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+# --------------------------------------------------------------------------
+# Sweeps (from sweep/trials.csv)
+# --------------------------------------------------------------------------
+
+
+def trial_columns(trials: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(objective columns, parameter columns) of an Optuna trials table.
+
+    Objectives are ``value`` or the ``values_*`` columns; parameters the
+    ``params_*`` columns (``study.trials_dataframe()``'s naming).
+    """
+    if "value" in trials.columns:
+        objs = ["value"]
+    else:
+        objs = [c for c in trials.columns if str(c).startswith("values_")]
+    params = [c for c in trials.columns if str(c).startswith("params_")]
+    return objs, params
+
+
+def _complete(trials: pd.DataFrame) -> pd.DataFrame:
+    if "state" in trials.columns:
+        trials = trials[trials["state"].astype(str).str.upper().str.endswith("COMPLETE")]
+    return trials
+
+
+def sweep_history_data(trials: pd.DataFrame, objective: str | None = None,
+                       direction: str = "maximize") -> pd.DataFrame:
+    """Objective of each completed trial and the best so far.
+
+    Returns
+    -------
+    DataFrame
+        ``number, value, best``.
+    """
+    objs, _ = trial_columns(trials)
+    objective = objective or (objs[0] if objs else None)
+    if objective is None or objective not in trials.columns:
+        return pd.DataFrame(columns=["number", "value", "best"])
+    t = _complete(trials)
+    num = t["number"] if "number" in t.columns else pd.Series(np.arange(len(t)), index=t.index)
+    out = pd.DataFrame({"number": num.to_numpy(), "value": t[objective].to_numpy(float)})
+    out = out[np.isfinite(out["value"])].sort_values("number").reset_index(drop=True)
+    acc = np.maximum.accumulate if direction.startswith("max") else np.minimum.accumulate
+    out["best"] = acc(out["value"].to_numpy(float)) if len(out) else []
+    out.attrs["objective"] = objective
+    return out
+
+
+def plot_sweep_history(df: pd.DataFrame, ax=None, label: str | None = None):
+    """Objective value of each trial (dots) and the best so far (line)."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no completed trials")
+    ax.plot(df["number"], df["value"], "o", ms=4, color="#1f77b4", alpha=0.6, label="trial")
+    ax.step(df["number"], df["best"], where="post", color="#d62728", lw=1.8, label="best so far")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(label or df.attrs.get("objective", "objective"))
+    ax.set_title("Sweep history")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def param_importance_data(trials: pd.DataFrame, objective: str | None = None) -> pd.DataFrame:
+    """A model-free importance of each swept parameter for the objective.
+
+    For a numeric parameter, the squared Spearman rank correlation with the
+    objective; for a categorical one, the correlation ratio eta squared (the
+    share of the objective's variance between the parameter's values). Both
+    are in [0, 1]; they are normalised to sum to 1. A rough guide only:
+    they see one parameter at a time (Optuna's fANOVA, from the study
+    itself, also sees interactions).
+
+    Returns
+    -------
+    DataFrame
+        ``param, importance, raw, kind``, most important first.
+    """
+    from scipy import stats as sps
+
+    objs, params = trial_columns(trials)
+    objective = objective or (objs[0] if objs else None)
+    cols = ["param", "importance", "raw", "kind"]
+    if objective is None or not params:
+        return pd.DataFrame(columns=cols)
+    t = _complete(trials)
+    y = t[objective].to_numpy(float)
+    rows = []
+    for p in params:
+        x = t[p]
+        ok = np.isfinite(y) & x.notna().to_numpy()
+        if ok.sum() < 3:
+            continue
+        xv, yv = x[ok], y[ok]
+        num = pd.to_numeric(xv, errors="coerce")
+        if num.notna().all() and num.nunique() > 2:
+            if np.std(num) == 0 or np.std(yv) == 0:
+                raw = 0.0
+            else:
+                raw = float(sps.spearmanr(num.to_numpy(float), yv).statistic ** 2)
+            kind = "numeric"
+        else:
+            groups = pd.Series(yv).groupby(xv.astype(str).to_numpy())
+            tot = float(((yv - yv.mean()) ** 2).sum())
+            between = float(sum(len(g) * (g.mean() - yv.mean()) ** 2 for _, g in groups))
+            raw = between / tot if tot > 0 else 0.0
+            kind = "categorical"
+        rows.append((p.removeprefix("params_"), raw, raw, kind))
+    out = pd.DataFrame(rows, columns=cols)
+    s = out["raw"].sum()
+    out["importance"] = out["raw"] / s if s > 0 else 0.0
+    return out.sort_values("importance", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def plot_param_importance(df: pd.DataFrame, ax=None):
+    """Horizontal bars of :func:`param_importance_data`."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no swept parameters")
+    y = np.arange(len(df))[::-1]
+    ax.barh(y, df["importance"], color="#1f77b4")
+    ax.set_yticks(y)
+    ax.set_yticklabels(df["param"], fontsize=8)
+    ax.set_xlabel("relative importance (rank correlation / eta squared, normalised)")
+    ax.set_title("Which swept parameters matter (one at a time)")
+    ax.grid(alpha=0.3, axis="x")
+    return ax
+
+
+def pareto_data(trials: pd.DataFrame, objectives: Sequence[str] | None = None,
+                directions: Sequence[str] | None = None) -> pd.DataFrame:
+    """Completed trials on two objectives, with their Pareto-front membership.
+
+    Parameters
+    ----------
+    objectives : two column names, optional
+        Default: the first two objective columns.
+    directions : two of "maximize" / "minimize", optional
+        Default: maximize both.
+
+    Returns
+    -------
+    DataFrame
+        ``number, x, y, on_front``; ``attrs`` holds the objective names.
+    """
+    objs, _ = trial_columns(trials)
+    objectives = list(objectives or objs[:2])
+    if len(objectives) < 2:
+        return pd.DataFrame(columns=["number", "x", "y", "on_front"])
+    directions = list(directions or ["maximize", "maximize"])
+    t = _complete(trials)
+    num = t["number"] if "number" in t.columns else pd.Series(np.arange(len(t)), index=t.index)
+    x = t[objectives[0]].to_numpy(float)
+    y = t[objectives[1]].to_numpy(float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y, num = x[ok], y[ok], num.to_numpy()[ok]
+    # flip to "larger is better" on both axes, then find the non-dominated
+    sx = 1.0 if directions[0].startswith("max") else -1.0
+    sy = 1.0 if directions[1].startswith("max") else -1.0
+    a, b = sx * x, sy * y
+    dominated = np.zeros(len(a), dtype=bool)
+    for i in range(len(a)):  # trials are few (hundreds)
+        better_eq = (a >= a[i]) & (b >= b[i])
+        strictly = (a > a[i]) | (b > b[i])
+        dominated[i] = bool(np.any(better_eq & strictly))
+    out = pd.DataFrame({"number": num, "x": x, "y": y, "on_front": ~dominated})
+    out.attrs.update({"x": objectives[0], "y": objectives[1], "directions": directions})
+    return out
+
+
+def plot_pareto_front(df: pd.DataFrame, ax=None):
+    """Trials on two objectives; the Pareto front is highlighted and joined."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "needs a sweep with two objectives")
+    off = df[~df["on_front"]]
+    on = df[df["on_front"]].sort_values("x")
+    ax.scatter(off["x"], off["y"], s=14, color="0.6", alpha=0.7, label="dominated")
+    ax.plot(on["x"], on["y"], "-o", color="#d62728", ms=5, lw=1.4, label="Pareto front")
+    dirs = df.attrs.get("directions", ["maximize", "maximize"])
+    ax.set_xlabel(f"{df.attrs.get('x', 'objective 0')} ({dirs[0]})")
+    ax.set_ylabel(f"{df.attrs.get('y', 'objective 1')} ({dirs[1]})")
+    ax.set_title("Pareto front of the sweep")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax

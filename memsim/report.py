@@ -1,0 +1,618 @@
+"""``memsim report RUN_DIR``: a self-contained HTML report (and Markdown) of a run.
+
+The report is rebuilt from the run folder's files only (``config.toml``,
+``manifest.json``, ``queries.parquet``, ``arms.csv``, ``store.parquet``,
+``rankings.parquet``, ``sweep/trials.csv``), never from memory, so it can be
+regenerated at any time and says exactly what the files say. It writes:
+
+* ``report.html``: one file, every figure embedded as a base64 PNG, no script
+  and no external resource (it opens offline and renders in a headless
+  browser without console errors);
+* ``report.md``: the same tables, figures referenced from ``figures/``;
+* ``figures/*.png``.
+
+Sections, each present only when the files support it:
+
+1. the comparison with the baseline in a few sentences (numbers computed);
+2. the summary table: each policy's mean and 95% interval per metric, with
+   significance marks (see :mod:`memsim.compare`);
+3. the paired tests: difference [95% CI], p-values (raw and Holm-adjusted),
+   rank-biserial effect, win/tie/loss counts;
+4. figures: recency curves over the same ages, wins/ties/losses, recall by age
+   bucket, utility against the token budget (several budgets), per-query
+   distributions, metrics over time, the feedback loop (concentration of use,
+   recall Gini, store size);
+5. a sweep's history, parameter importance and Pareto front (``sweep/``), and
+   any PNG figures Optuna left there;
+6. provenance: manifest and resolved configuration.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from . import plots
+from .compare import Comparison, compare
+from .errors import ConfigError
+from .metrics import HIGHER_IS_BETTER
+from .stats import N_BOOT, SEED, format_ci
+
+__all__ = ["build_report", "ReportFigure"]
+
+_DPI = 110
+
+
+@dataclass
+class ReportFigure:
+    """A drawn figure: its file name, title, caption and PNG bytes."""
+
+    name: str
+    title: str
+    caption: str
+    png: bytes = b""
+    error: str = ""
+
+
+@dataclass
+class _Report:
+    title: str
+    intro: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    sections: list[tuple[str, list[Any]]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------
+# Drawing helpers
+# --------------------------------------------------------------------------
+
+
+def _draw(name: str, title: str, caption: str, draw: Callable[[Any], Any],
+          size: tuple[float, float] = (7.5, 4.2)) -> ReportFigure:
+    """Draw on a fresh Figure (no pyplot state) and keep the PNG bytes."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, layout="constrained")
+    ax = fig.add_subplot()
+    try:
+        draw(ax)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=_DPI)
+        return ReportFigure(name, title, caption, buf.getvalue())
+    except Exception as exc:  # one broken figure must not hide the rest of the report
+        warnings.warn(f"report figure {name!r} failed: {type(exc).__name__}: {exc}",
+                      stacklevel=2)
+        return ReportFigure(name, title, caption, error=f"{type(exc).__name__}: {exc}")
+
+
+def _sweep_objectives(config: dict, trials: pd.DataFrame) -> tuple[list[str], list[str],
+                                                                  list[str]]:
+    """(columns, labels, directions) of a sweep's objectives."""
+    cols, _ = plots.trial_columns(trials)
+    sweep = (config or {}).get("sweep") or {}
+    names: list[str] = []
+    for key in ("metrics", "objectives", "metric", "objective"):
+        v = sweep.get(key)
+        if isinstance(v, str):
+            names = [v]
+            break
+        if isinstance(v, list) and all(isinstance(x, str) for x in v):
+            names = list(v)
+            break
+    dirs: list[str] = []
+    for key in ("directions", "direction"):
+        v = sweep.get(key)
+        if isinstance(v, str):
+            dirs = [v] * len(cols)
+            break
+        if isinstance(v, list):
+            dirs = [str(x) for x in v]
+            break
+    labels = []
+    for i, c in enumerate(cols):
+        if c.startswith("values_") and not c[len("values_"):].isdigit():
+            labels.append(c[len("values_"):])
+        elif i < len(names):
+            labels.append(names[i])
+        else:
+            labels.append(c)
+    if len(dirs) < len(cols):
+        dirs = dirs + ["maximize" if HIGHER_IS_BETTER.get(lab, True) else "minimize"
+                       for lab in labels[len(dirs):]]
+    return cols, labels, [("minimize" if str(d).lower().startswith("min") else "maximize")
+                          for d in dirs[:len(cols)]]
+
+
+# --------------------------------------------------------------------------
+# Building the content
+# --------------------------------------------------------------------------
+
+
+def _headline_sentences(cmp: Comparison, budget: Any) -> list[str]:
+    """One sentence per (policy, metric) of the first two metrics."""
+    t = cmp.tests[cmp.tests["budget"] == budget]
+    out = []
+    for pol in cmp.policies[1:]:
+        parts = []
+        for m in cmp.metrics[:2]:
+            r = t[(t["policy"] == pol) & (t["metric"] == m)]
+            if len(r) == 0 or int(r["n_pairs"].iloc[0]) == 0:
+                continue
+            r = r.iloc[0]
+            n = int(r["n_pairs"])
+            verdict = {"better": "significantly better", "worse": "significantly worse",
+                       "": "no significant difference"}[r["direction"]]
+            parts.append(
+                f"{m} {format_ci(r['diff'], r['diff_ci_low'], r['diff_ci_high'], signed=True)}"
+                f" ({verdict}; better on {r['wins'] / n:.0%} of the queries, equal on "
+                f"{r['ties'] / n:.0%}, worse on {r['losses'] / n:.0%})")
+        if parts:
+            out.append(f"{pol} against {cmp.baseline}: " + "; ".join(parts) + ".")
+    return out
+
+
+def _focus_budget(run: dict, budgets: list) -> Any:
+    """The budget shown in single-budget figures: the experiment's default
+    budget if it is among the budgets, else the middle one."""
+    cfg = (run.get("config") or {}).get("experiment", {})
+    b = cfg.get("budget_tokens")
+    if b in budgets:
+        return b
+    return sorted(budgets)[len(budgets) // 2] if budgets else None
+
+
+def _run_table(run: dict) -> pd.DataFrame | None:
+    arms = run.get("arms")
+    if arms is None or len(arms) == 0:
+        return None
+    rows = []
+    metrics = [m for m in ("recall_gini", "evicted_notes", "promoted_notes") if m in arms]
+    store = run.get("store")
+    if store is not None and len(store):
+        last = store.sort_values("t").groupby(["replicate", "policy", "budget"]).last()
+        arms = arms.merge(last[["store_notes", "store_tokens"]].reset_index(),
+                          on=["replicate", "policy", "budget"], how="left")
+        metrics += ["store_notes", "store_tokens"]
+    for m in metrics:
+        d = plots.run_metric_data(arms, m)
+        for _, r in d.iterrows():
+            rows.append({"budget": r["budget"], "policy": r["policy"], "metric": m,
+                         "value": format_ci(r["mean"], r["ci_low"], r["ci_high"])})
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    wide = df.pivot_table(index=["budget", "policy"], columns="metric", values="value",
+                          aggfunc="first", sort=False).reset_index()
+    wide.columns.name = None
+    if wide["budget"].nunique() <= 1:
+        wide = wide.drop(columns="budget")
+    return wide[[c for c in ["budget", "policy"] + metrics if c in wide.columns]]
+
+
+def _content(run_dir: Path, run: dict, n_boot: int, seed: int) -> _Report:
+    manifest = run.get("manifest") or {}
+    config = run.get("config") or {}
+    exp = config.get("experiment", {})
+    name = exp.get("name") or manifest.get("name") or run_dir.name
+    rep = _Report(title=f"memsim report: {name}")
+    if exp.get("description"):
+        rep.intro.append(str(exp["description"]))
+    status = manifest.get("status")
+    if status == "failed":
+        rep.warnings.append(f"This run FAILED ({manifest.get('error', 'no error recorded')}); "
+                            "the tables below use whatever files it left.")
+
+    q = run.get("queries")
+    figs: list[ReportFigure] = []
+    cmp = None
+    budgets: list = []
+    colors: dict[str, str] = {}
+    if q is not None and len(q):
+        policies = [str(p) for p in pd.unique(q["policy"])]
+        colors = plots.policy_colors(policies)
+        budgets = sorted(pd.unique(q["budget"]).tolist())
+        n_rep = int(q["replicate"].nunique())
+        baseline = exp.get("baseline") or policies[0]
+        if baseline not in policies:
+            baseline = policies[0]
+        cmp = compare(q, baseline=baseline, n_boot=n_boot, seed=seed)
+        rep.intro.append(
+            f"{len(policies)} policies, {n_rep} replicate stream(s) "
+            f"(every policy sees the same stream: common random numbers), "
+            f"{q.groupby('replicate')['query_id'].nunique().sum()} queries in all, "
+            f"budget{'s' if len(budgets) > 1 else ''} "
+            f"{', '.join(str(b) for b in budgets)} tokens; baseline '{baseline}'.")
+        focus = _focus_budget(run, budgets)
+        glance = _headline_sentences(cmp, focus)
+        if len(budgets) > 1:
+            glance = [f"At {focus} tokens: " + s for s in glance]
+        tables: list[Any] = [("p", cmp.legend()), ("cmp", cmp)]
+        rep.sections.append(("At a glance", [("list", glance)] if glance else
+                             [("p", "Only one policy: nothing to compare.")]))
+        rep.sections.append(("Summary", tables))
+        if len(cmp.tests):
+            rep.sections.append(("Paired comparisons with the baseline", [
+                ("p", "Difference = policy - baseline on the same queries (paired on replicate "
+                      "and query). p: two-sided Wilcoxon signed-rank test; p (Holm): adjusted "
+                      "over every row of this table. Rank-biserial: +1 if the policy is higher "
+                      "on every pair, -1 if lower; d_z: mean difference over its standard "
+                      "deviation. Win/tie/loss count queries in the metric's own direction."),
+                ("cmp-detail", cmp)]))
+        run_tab = _run_table(run)
+        if run_tab is not None:
+            rep.sections.append(("Per-run measures", [
+                ("p", "Measured once per replicate at the end of the run: recall_gini is the "
+                      "Gini coefficient of recall counts over the notes that exist (1: all use "
+                      "on one note; 0: even); store size after evictions. Intervals over "
+                      "replicates (Student t with fewer than 5)."),
+                ("table", run_tab)]))
+
+        # ---- figures ------------------------------------------------------
+        if config.get("policies"):
+            def _rec(ax):
+                d = plots.recency_curve_data(config, max_age=_max_age(config, q))
+                plots.plot_recency_curves(d, ax, colors)
+            figs.append(_draw(
+                "recency_curves", "Recency curves over the same ages",
+                "The multiplier each policy applies to a never-used note as it ages, over the "
+                "same ages for every policy (the legend gives the values at 30, 180 and 365 "
+                "days).", _rec))
+        if len(policies) > 1 and len(cmp.tests):
+            figs.append(_draw(
+                "win_tie_loss", "Wins, ties and losses",
+                f"Share of paired queries where each policy is better than, equal to or worse "
+                f"than '{baseline}'" + (f" (at {focus} tokens)" if len(budgets) > 1 else "")
+                + "; ▲/▼ mark significant differences after Holm's correction.",
+                lambda ax: plots.plot_win_tie_loss(plots.win_tie_loss_data(cmp.tests, focus),
+                                                   ax),
+                size=(7.5, max(2.5, 0.32 * len(cmp.tests) / max(len(budgets), 1) + 1.2))))
+        figs.append(_draw(
+            "recall_by_age", "Recall by age of the relevant note",
+            "Share of the relevant notes of each age that were packed, with 95% intervals"
+            + (f" (at {focus} tokens)" if len(budgets) > 1 else "")
+            + ". A benchmark whose notes all have age 0 only sees the first bucket.",
+            lambda ax: plots.plot_age_recall(
+                plots.age_recall_data(q, focus, n_boot=n_boot, seed=seed), ax, colors)))
+        if len(budgets) > 1:
+            for metric in ("utility", "recall"):
+                if metric in q:
+                    figs.append(_draw(
+                        f"budget_{metric}", f"{metric} against the token budget",
+                        f"Mean {metric} at each budget with its 95% band.",
+                        lambda ax, m=metric: plots.plot_budget_curve(
+                            plots.budget_curve_data(q, m, n_boot=n_boot, seed=seed), ax,
+                            colors)))
+        for metric in ("utility", "recall"):
+            if metric in q and np.isfinite(q[metric].to_numpy(float)).any():
+                figs.append(_draw(
+                    f"distribution_{metric}", f"Distribution of {metric} over queries",
+                    f"Empirical CDF of the per-query {metric} (dashed: the mean).",
+                    lambda ax, m=metric: plots.plot_distribution(
+                        plots.distribution_data(q, m, focus), ax, colors)))
+        span = float(q["t"].max() - q["t"].min()) if "t" in q and len(q) else 0.0
+        window = _window(span)
+        for metric in ("recall", "stale_rate"):
+            if metric in q and np.isfinite(q[metric].to_numpy(float)).any() and span > 0:
+                figs.append(_draw(
+                    f"over_time_{metric}", f"{metric} over time",
+                    f"{metric} averaged over {window:g}-day windows of simulated time; the "
+                    "band spans the replicates.",
+                    lambda ax, m=metric: plots.plot_over_time(
+                        plots.over_time_data(q, m, window, focus), ax, colors)))
+        rankings = run.get("rankings")
+        if rankings is not None and len(rankings) and "packed" in rankings:
+            conc = None
+
+            def _conc():
+                nonlocal conc
+                if conc is None:
+                    conc = plots.concentration_data(rankings, q, run.get("store"),
+                                                    window_days=window, top=10, budget=focus)
+                return conc
+            figs.append(_draw(
+                "feedback_top_share", "Feedback loop: share taken by the most-used notes",
+                f"For each {window:g}-day window, the share of packed slots that went to the "
+                "10 notes packed most often before the window. Rising towards 1: the same "
+                "notes keep winning.",
+                lambda ax: plots.plot_concentration(_conc(), ax, colors, "top_share", top=10)))
+            figs.append(_draw(
+                "feedback_gini", "Feedback loop: concentration of use",
+                "Gini coefficient of the cumulative number of times each note was packed "
+                "(never-packed notes of the store count as zeros).",
+                lambda ax: plots.plot_concentration(_conc(), ax, colors, "gini")))
+        arms = run.get("arms")
+        if arms is not None and "recall_gini" in arms and len(arms):
+            figs.append(_draw(
+                "recall_gini", "Recall concentration at the end",
+                "Gini coefficient of the recall counts over existing notes at the end of the "
+                "run (the feedback loop's lock-in), mean over replicates with its interval.",
+                lambda ax: plots.plot_run_metric(plots.run_metric_data(arms, "recall_gini"),
+                                                 ax, colors)))
+        store = run.get("store")
+        if store is not None and len(store) and _store_differs(store):
+            figs.append(_draw(
+                "store_size", "Store size over time",
+                "Live notes in the store (mean over replicates): policies that evict level off.",
+                lambda ax: plots.plot_store_size(plots.store_size_data(store, focus), ax,
+                                                 colors)))
+    elif q is not None:
+        rep.warnings.append("The run has no queries: nothing to compare.")
+    else:
+        if not (run_dir / "sweep").is_dir():
+            rep.warnings.append("The run folder has no queries.parquet (yet): nothing to "
+                                "compare.")
+
+    if figs:
+        rep.sections.append(("Figures", [("fig", f) for f in figs]))
+
+    sweep_items = _sweep_section(run_dir, config)
+    if sweep_items:
+        rep.sections.append(("Sweep", sweep_items))
+
+    prov = [("table", _manifest_table(manifest, run_dir))]
+    cfg_text = (run_dir / "config.toml").read_text(encoding="utf-8") \
+        if (run_dir / "config.toml").exists() else ""
+    if cfg_text:
+        prov.append(("pre", ("Resolved configuration (config.toml)", cfg_text)))
+    rep.sections.append(("Provenance", prov))
+    return rep
+
+
+def _max_age(config: dict, q: pd.DataFrame) -> float:
+    wl = config.get("workload", {}) or {}
+    try:
+        span = float(wl.get("horizon_days", 0)) + float(wl.get("backfill_days", 0))
+    except (TypeError, ValueError):
+        span = 0.0
+    if not span and "max_relevant_age" in q:
+        v = q["max_relevant_age"].to_numpy(float)
+        span = float(np.nanmax(v)) if np.isfinite(v).any() else 0.0
+    return float(max(365.0, min(span, 3650.0)))
+
+
+def _window(span: float) -> float:
+    """A window that gives about 12-40 points over the simulated span."""
+    for w in (1, 7, 14, 30, 60, 90, 180, 365):
+        if span / w <= 40:
+            return float(w)
+    return 365.0
+
+
+def _store_differs(store: pd.DataFrame) -> bool:
+    last = store.sort_values("t").groupby(["replicate", "policy", "budget"])["store_notes"].last()
+    return last.groupby(level=["replicate", "budget"]).nunique().max() > 1
+
+
+def _manifest_table(manifest: dict, run_dir: Path) -> pd.DataFrame:
+    rows = [("run folder", run_dir.name)]
+    for key in ("status", "started_utc", "finished_utc", "config_hash", "git_commit"):
+        if manifest.get(key) is not None:
+            rows.append((key, str(manifest[key])))
+    for k, v in (manifest.get("versions") or {}).items():
+        rows.append((f"version: {k}", str(v)))
+    for k, v in (manifest.get("timings_s") or {}).items():
+        if isinstance(v, (int, float)):
+            rows.append((f"time: {k}", f"{v:.1f} s"))
+    return pd.DataFrame(rows, columns=["item", "value"])
+
+
+def _sweep_section(run_dir: Path, config: dict) -> list[Any]:
+    sdir = run_dir / "sweep"
+    if not sdir.is_dir():
+        return []
+    items: list[Any] = []
+    trials_file = sdir / "trials.csv"
+    if trials_file.exists():
+        try:
+            trials = pd.read_csv(trials_file)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            items.append(("p", f"sweep/trials.csv could not be read: {exc}"))
+            trials = None
+        if trials is not None:
+            cols, labels, dirs = _sweep_objectives(config, trials)
+            done = plots._complete(trials)
+            items.append(("p", f"{len(trials)} trials, {len(done)} completed; objective"
+                          f"{'s' if len(cols) > 1 else ''}: "
+                          + ", ".join(f"{lab} ({d})" for lab, d in zip(labels, dirs))
+                          + "." if cols else f"{len(trials)} trials; no objective column."))
+            if cols:
+                hist = plots.sweep_history_data(trials, cols[0], dirs[0])
+                if len(hist):
+                    best = hist.loc[hist["value"].idxmax() if dirs[0] == "maximize"
+                                    else hist["value"].idxmin()]
+                    items.append(("p", f"Best {labels[0]}: {best['value']:.4g} "
+                                  f"(trial {int(best['number'])})."))
+                items.append(("fig", _draw(
+                    "sweep_history", "Sweep history",
+                    f"{labels[0]} of each completed trial and the best so far.",
+                    lambda ax: plots.plot_sweep_history(hist, ax, labels[0]))))
+                imp = plots.param_importance_data(trials, cols[0])
+                if len(imp):
+                    items.append(("fig", _draw(
+                        "sweep_importance", "Parameter importance",
+                        "A one-at-a-time, model-free importance: squared Spearman correlation "
+                        "(numeric) or eta squared (categorical) with the objective, "
+                        "normalised. It does not see interactions.",
+                        lambda ax: plots.plot_param_importance(imp, ax),
+                        size=(7.5, max(2.5, 0.35 * len(imp) + 1.2)))))
+                if len(cols) >= 2:
+                    par = plots.pareto_data(trials, cols[:2], dirs[:2])
+                    par.attrs["x"], par.attrs["y"] = labels[0], labels[1]
+                    items.append(("fig", _draw(
+                        "sweep_pareto", "Pareto front",
+                        f"Trials on {labels[0]} and {labels[1]}; red: not dominated.",
+                        lambda ax: plots.plot_pareto_front(par, ax))))
+    else:
+        items.append(("p", "The sweep folder has no trials.csv."))
+    for png in sorted(sdir.glob("*.png")):
+        data = png.read_bytes()
+        if data[:8] == b"\x89PNG\r\n\x1a\n":
+            items.append(("fig", ReportFigure(f"sweep_{png.stem}", png.stem.replace("_", " "),
+                                              f"From the sweep folder (sweep/{png.name}).",
+                                              data)))
+    return items
+
+
+# --------------------------------------------------------------------------
+# Writers
+# --------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;
+max-width:1100px;padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.8em 0;font-size:.86em}
+th,td{border:1px solid #ddd;padding:.3em .55em;text-align:right;white-space:nowrap}
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
+table.cmp td:nth-child(-n+2){text-align:left}
+.better{color:#1a7f37;font-weight:bold}.worse{color:#c62828;font-weight:bold}
+.warn{background:#fff3cd;border:1px solid #e0c060;padding:.6em;margin:1em 0}
+figure{margin:1.4em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.88em;color:#444;max-width:800px}
+pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.8em}
+.muted{color:#666;font-size:.88em}
+"""
+
+
+def _df_html(df: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+                   for row in df.itertuples(index=False))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _to_html(rep: _Report) -> str:
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{html.escape(rep.title)}</title>",
+           # an empty data: icon keeps the browser from asking for /favicon.ico
+           '<link rel="icon" href="data:,">',
+           f"<style>{_CSS}</style>", "</head>", "<body>", f"<h1>{html.escape(rep.title)}</h1>"]
+    for w in rep.warnings:
+        out.append(f'<div class="warn">{html.escape(w)}</div>')
+    for p in rep.intro:
+        out.append(f"<p>{html.escape(p)}</p>")
+    for title, items in rep.sections:
+        out.append(f"<h2>{html.escape(title)}</h2>")
+        for kind, item in items:
+            if kind == "p":
+                out.append(f'<p class="muted">{html.escape(item)}</p>')
+            elif kind == "list":
+                out.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in item)
+                           + "</ul>")
+            elif kind == "cmp":
+                out.append(item.to_html())
+            elif kind == "cmp-detail":
+                out.append(item.to_html(detail=True))
+            elif kind == "table":
+                out.append(_df_html(item))
+            elif kind == "pre":
+                label, text = item
+                out.append(f"<details><summary>{html.escape(label)}</summary>"
+                           f"<pre>{html.escape(text)}</pre></details>")
+            elif kind == "fig":
+                out.append(_fig_html(item))
+    out += ['<p class="muted">Built by memsim report from the run folder\'s files.</p>',
+            "</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+def _fig_html(f: ReportFigure) -> str:
+    if f.error or not f.png:
+        return (f'<div class="warn">Figure "{html.escape(f.title)}" could not be drawn: '
+                f"{html.escape(f.error or 'no image')}</div>")
+    b64 = base64.b64encode(f.png).decode("ascii")
+    return (f'<figure id="fig-{html.escape(f.name)}"><img src="data:image/png;base64,{b64}" '
+            f'alt="{html.escape(f.title)}"><figcaption><b>{html.escape(f.title)}.</b> '
+            f"{html.escape(f.caption)}</figcaption></figure>")
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    from .compare import _markdown
+
+    return _markdown(df)
+
+
+def _to_markdown(rep: _Report) -> str:
+    out = [f"# {rep.title}", ""]
+    for w in rep.warnings:
+        out += [f"> **Warning:** {w}", ""]
+    for p in rep.intro:
+        out += [p, ""]
+    for title, items in rep.sections:
+        out += [f"## {title}", ""]
+        for kind, item in items:
+            if kind == "p":
+                out += [item, ""]
+            elif kind == "list":
+                out += [f"- {x}" for x in item] + [""]
+            elif kind == "cmp":
+                out += [item.to_markdown()]
+            elif kind == "cmp-detail":
+                out += [item.to_markdown(detail=True)]
+            elif kind == "table":
+                out += [_md_table(item)]
+            elif kind == "pre":
+                label, text = item
+                out += [f"<details><summary>{label}</summary>", "", "```toml", text.rstrip(),
+                        "```", "", "</details>", ""]
+            elif kind == "fig":
+                if item.error or not item.png:
+                    out += [f"> Figure \"{item.title}\" could not be drawn: {item.error}", ""]
+                else:
+                    out += [f"![{item.title}](figures/{item.name}.png)", "",
+                            f"*{item.title}.* {item.caption}", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _all_figures(rep: _Report) -> list[ReportFigure]:
+    return [item for _, items in rep.sections for kind, item in items
+            if kind == "fig" and item.png]
+
+
+def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED) -> Path:
+    """(Re)build ``report.html``, ``report.md`` and ``figures/*.png`` of a run folder.
+
+    Parameters
+    ----------
+    run_dir : path
+        A run folder (it must hold ``manifest.json``).
+    n_boot, seed : int
+        Bootstrap resamples and seed of the intervals.
+
+    Returns
+    -------
+    Path
+        The path of ``report.html``.
+
+    Raises
+    ------
+    ConfigError
+        If ``run_dir`` is not a run folder.
+    """
+    from .runner import load_run, write_atomic
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: no such run folder")
+    run = load_run(run_dir)
+    rep = _content(run_dir, run, n_boot, seed)
+    figdir = run_dir / "figures"
+    figdir.mkdir(exist_ok=True)
+    for f in _all_figures(rep):
+        write_atomic(figdir / f"{f.name}.png", lambda p, data=f.png: p.write_bytes(data))
+    write_atomic(run_dir / "report.md",
+                 lambda p: p.write_text(_to_markdown(rep), encoding="utf-8"))
+    out = run_dir / "report.html"
+    write_atomic(out, lambda p: p.write_text(_to_html(rep), encoding="utf-8"))
+    return out

@@ -1,0 +1,104 @@
+"""The planted truth shows through the whole loop (workload -> engine -> metrics).
+
+These are the claims of DESIGN.md section 2 and seed 000, run end to end on
+small workloads so the suite stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import memsim
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "experiments" / "quickstart.toml"
+BUG, FIX = "bug-5pct-per-day", "half-life-180-floor"
+OLD_BUCKETS = ["recall_age_90_180", "recall_age_180_365", "recall_age_365_inf"]
+
+
+def means(result, metric):
+    m = result.metric(metric)
+    return dict(zip(m["policy"], m["mean"]))
+
+
+def quickstart(**overrides):
+    base = {"experiment.replicates": 1, "workload.queries_per_day": 4.0,
+            "workload.notes_per_day": 10.0}
+    base.update(overrides)
+    return memsim.run_experiment(memsim.load_experiment(QUICKSTART, base), out=None)
+
+
+@pytest.fixture(scope="module")
+def natural():
+    return quickstart()
+
+
+def test_five_percent_a_day_makes_old_notes_unwinnable(natural):
+    for bucket in OLD_BUCKETS:
+        m = means(natural, bucket)
+        assert m[BUG] < 0.02, (bucket, m)
+    # the floor policy still finds a large share of the old relevant notes
+    assert means(natural, "recall_age_90_180")[FIX] > 0.4
+    assert means(natural, "recall_age_180_365")[FIX] > 0.3
+    # while fresh notes are found by both
+    fresh = means(natural, "recall_age_0_7")
+    assert fresh[BUG] > 0.8 and fresh[FIX] > 0.8
+    u = means(natural, "utility")
+    assert u[FIX] > u[BUG] + 0.1
+
+
+def test_a_benchmark_with_every_age_zero_cannot_see_it(natural):
+    # Every note created at t = 0 and queried at once, notes of one size: the
+    # two policies score identically and pack (nearly) the same sets.
+    bench = quickstart(**{"workload.age_mode": "zero", "workload.uniform_tokens": 150})
+    gap_bench = abs(means(bench, "utility")[FIX] - means(bench, "utility")[BUG])
+    gap_natural = means(natural, "utility")[FIX] - means(natural, "utility")[BUG]
+    assert gap_bench < 0.02
+    assert gap_natural > 10 * max(gap_bench, 0.01)
+    r = means(bench, "recall")
+    assert abs(r[FIX] - r[BUG]) < 0.02
+
+
+def test_with_every_age_zero_the_decay_does_nothing():
+    # Same packer for both: only the decay differs, and at age 0 it is 1.
+    res = quickstart(**{"workload.age_mode": "zero",
+                        f"policies.{BUG}.packer": "skip-fill"})
+    q = res.queries.pivot_table(index="query_id", columns="policy", values="utility")
+    assert (q[BUG] == q[FIX]).all()
+
+
+def small(**knobs):
+    table = {
+        "experiment": {"name": "planted", "seed": 7, "replicates": 1, "budget_tokens": 600},
+        "workload": {"horizon_days": 120, "backfill_days": 240, "notes_per_day": 10.0,
+                     "queries_per_day": 4.0, **knobs},
+        "policies": {
+            "no-decay": {"preset": "similarity-only"},
+            "half-life-7": {"ranker": "product",
+                            "decay": {"kind": "half-life", "half_life_days": 7.0},
+                            "packer": "skip-fill"},
+        },
+    }
+    return memsim.run_experiment(memsim.experiment_from_dict(table), out=None)
+
+
+ONLY = {"share": 0.0}
+
+
+def test_evergreen_only_no_decay_beats_a_7_day_half_life():
+    res = small(classes={"evergreen": {"share": 1.0}, "project": ONLY, "scratch": ONLY,
+                         "superseding": ONLY, "distractor": {"share": 0.3}})
+    u = means(res, "utility")
+    assert u["no-decay"] > u["half-life-7"] + 0.05, u
+
+
+def test_fast_superseding_a_7_day_half_life_beats_no_decay():
+    res = small(classes={"evergreen": ONLY, "project": ONLY, "scratch": ONLY,
+                         "superseding": {"share": 1.0, "interval_days": 3.0},
+                         "distractor": {"share": 0.3}})
+    u = means(res, "utility")
+    assert u["half-life-7"] > u["no-decay"] + 0.05, u
+    s = means(res, "stale_rate")
+    assert s["half-life-7"] < s["no-decay"]

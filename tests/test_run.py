@@ -1,0 +1,130 @@
+"""Run folders, reproducibility and the `memsim run` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import memsim
+from memsim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "experiments" / "quickstart.toml"
+SMALL = ["experiment.replicates=2", "workload.horizon_days=30", "workload.backfill_days=30",
+         "workload.queries_per_day=3", "workload.notes_per_day=5"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    res = memsim.run_experiment(QUICKSTART, overrides=SMALL, out=out, report=False)
+    return res.path
+
+
+def test_run_folder_holds_every_file(run_dir):
+    assert run_dir.name.split("_", 1)[1].startswith("quickstart_")
+    for name in ("config.toml", "manifest.json", "queries.parquet", "summary.csv",
+                 "store.parquet", "arms.csv"):
+        assert (run_dir / name).exists(), name
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["versions"]["numpy"]
+    assert not list(run_dir.glob(".*tmp*"))  # no temporary files left behind
+
+
+def test_summary_has_ci_per_policy_and_metric(run_dir):
+    s = pd.read_csv(run_dir / "summary.csv")
+    assert set(s.columns) >= {"policy", "metric", "mean", "ci_low", "ci_high", "n"}
+    u = s[s["metric"] == "utility"]
+    assert len(u) == 2
+    assert ((u["ci_low"] <= u["mean"]) & (u["mean"] <= u["ci_high"])).all()
+    q = pd.read_parquet(run_dir / "queries.parquet")
+    row = u.iloc[0]
+    mine = q[q["policy"] == row["policy"]]
+    # the point estimate weighs replicates equally: the mean of per-replicate means
+    assert row["mean"] == pytest.approx(mine.groupby("replicate")["utility"].mean().mean())
+    # the interval is over replicates, or over the pooled queries when they are few
+    assert row["n"] == (2 if row["ci_over"] == "replicates" else len(mine))
+
+
+def test_resolved_config_reproduces_the_run_bit_for_bit(run_dir, tmp_path):
+    again = memsim.run_experiment(run_dir / "config.toml", out=tmp_path, report=False)
+    a = pd.read_parquet(run_dir / "queries.parquet")
+    b = pd.read_parquet(again.path / "queries.parquet")
+    pd.testing.assert_frame_equal(a, b)
+    assert tomllib.loads((again.path / "config.toml").read_text()) == tomllib.loads(
+        (run_dir / "config.toml").read_text())
+
+
+def test_another_seed_gives_other_numbers(run_dir):
+    other = memsim.run_experiment(QUICKSTART, overrides=SMALL + ["experiment.seed=1"], out=None)
+    a = pd.read_parquet(run_dir / "queries.parquet")
+    assert not a["utility"].reset_index(drop=True).equals(
+        other.queries["utility"].reset_index(drop=True))
+
+
+def test_folders_are_never_reused(run_dir, tmp_path):
+    out = tmp_path / "r"
+    a = memsim.run_experiment(QUICKSTART, overrides=SMALL[:1] + SMALL[2:] +
+                              ["experiment.replicates=1"], out=out, report=False)
+    b = memsim.run_experiment(a.path / "config.toml", out=out, report=False)
+    assert a.path != b.path and a.path.exists() and b.path.exists()
+
+
+def test_a_failing_run_is_marked_failed(tmp_path, monkeypatch):
+    import memsim.runner as runner
+
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(runner, "simulate_experiment", boom)
+    with pytest.raises(RuntimeError):
+        memsim.run_experiment(QUICKSTART, overrides=SMALL, out=tmp_path, report=False)
+    (folder,) = tmp_path.iterdir()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "disk on fire" in manifest["error"]
+    assert not (folder / "summary.csv").exists()
+
+
+def test_cli_run_prints_the_folder_last(tmp_path, capsys):
+    code = main(["run", str(QUICKSTART), "--out", str(tmp_path), "--quiet", "--no-report",
+                 *sum((["--set", s] for s in SMALL), [])])
+    assert code == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert Path(last).is_dir() and Path(last).parent == tmp_path
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "policies.half-life-180-floor.decay.half_life_days=-1"], "half_life_days"),
+    (["--set", "experiment.replicats=2"], "did you mean 'replicates'"),
+    (["--set", "policies.x.preset=nope"], "unknown preset 'nope'"),
+])
+def test_cli_user_mistakes_exit_2_with_one_line_and_no_folder(tmp_path, args, needle):
+    proc = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART),
+                           "--out", str(tmp_path / "r"), "--quiet", *args],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_grid_runs_in_parallel_jobs(tmp_path):
+    exp = tmp_path / "grid.toml"
+    exp.write_text(QUICKSTART.read_text() + '\n[grid]\n"experiment.budget_tokens" = [300, 900]\n')
+    proc = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(exp), "--out",
+                           str(tmp_path / "r"), "--quiet", "--no-report", "--jobs", "2",
+                           *sum((["--set", s] for s in SMALL[:1] + ["experiment.replicates=1"]
+                                 + SMALL[1:]), [])],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    paths = [Path(p) for p in proc.stdout.strip().splitlines()]
+    assert len(paths) == 2
+    budgets = sorted(pd.read_parquet(p / "queries.parquet")["budget"].iloc[0] for p in paths)
+    assert budgets == [300, 900]
