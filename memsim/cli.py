@@ -7,7 +7,9 @@ and exits with code 2; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -148,9 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum, frame):  # pragma: no cover - exercised in a subprocess test
+    # SIGTERM unwinds like Ctrl-C, so a run marks its folder failed on the way out.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)
     except MemsimError as exc:

@@ -80,7 +80,7 @@ class Comparison:
         significant, direction, rank_biserial, cohen_dz, wins, ties, losses,
         n_pairs``.
         """
-        s = self.summary.rename(columns={"ci_over": "ci_over"})
+        s = self.summary
         keep = ["budget", "policy", "metric", "mean", "ci_low", "ci_high", "n", "ci_over"]
         s = s[keep].copy()
         t = self.tests[["budget", "policy", "metric", "diff", "diff_ci_low", "diff_ci_high",
@@ -335,7 +335,8 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         Policy compared against; default the experiment's ``baseline``, else
         the first policy of the table.
     metrics : iterable of str, optional
-        Default: :data:`memsim.stats.HEADLINE_METRICS` present in the table.
+        Default: the :data:`memsim.stats.HEADLINE_METRICS` of the table that
+        have at least one finite value.
     budget : int or list of int, optional
         Keep only these budgets (default: every budget of the table).
     alpha : float
@@ -369,7 +370,9 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         if len(queries) == 0:
             raise ValueError(f"no rows at budget {budget!r}")
     if metrics is None:
-        metrics = [m for m in HEADLINE_METRICS if m in queries.columns]
+        # a metric that is NaN everywhere (answer_prob without a reader) says nothing
+        metrics = [m for m in HEADLINE_METRICS if m in queries.columns
+                   and np.isfinite(queries[m].to_numpy(np.float64)).any()]
     else:
         metrics = list(metrics)
         for m in metrics:

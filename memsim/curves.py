@@ -84,7 +84,8 @@ class SyntheticContext:
         Default 100.
     similarity : (Q, L) array, optional
         Returned by :meth:`similarity` whatever the retriever; without it the
-        retriever computes from ``note_emb`` / ``query_emb``.
+        retriever computes from ``note_emb`` / ``query_emb``, and without
+        those every similarity is 1.
     note_emb, query_emb : arrays, optional
     gains : (Q, L) array, optional
         True gains (for the oracle; default 0).
@@ -148,6 +149,8 @@ class SyntheticContext:
     def similarity(self, retriever) -> np.ndarray:
         if self._similarity is not None:
             return self._similarity
+        if self.note_emb is None or self.query_emb is None:
+            return np.ones((len(self.t), len(self.idx)))
         return retriever.similarity(self)
 
     # -- ages ------------------------------------------------------------------

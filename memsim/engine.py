@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from .errors import ConfigError
 from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
@@ -329,6 +330,15 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
     progress : callable, optional
         Called with the fraction done after each batch.
     """
+    # The batch products are small (tens of queries x thousands of notes): a
+    # multi-threaded BLAS spends more on synchronisation than it saves, and
+    # is several times slower still when cores are shared (sweep workers,
+    # --jobs). Parallelism comes from processes instead.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _simulate(stream, arms, settings, seed, reader, progress)
+
+
+def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
     queries = stream.queries
     actor_names = sorted(set(stream.notes["actor"].astype(str)) | set(queries["actor"].astype(str))
                          | set(stream.accesses["actor"].astype(str)))

@@ -209,7 +209,8 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     idcg = (ideal * disc[: ideal.shape[1]]).sum(axis=1)
     out["ndcg@10"] = _ratio(dcg, idcg)
     hit = cand_ok & (gains > 0)
-    first = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, 0)
+    first = (np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, 0) if hit.shape[1]
+             else np.zeros(q, dtype=np.int64))
     out["mrr"] = np.where(has_rel, np.where(first > 0, 1.0 / np.maximum(first, 1), 0.0), np.nan)
     out["stale_rate"] = _ratio((packed & (gains < 0)).sum(axis=1), n_packed)
     out["tokens_used"] = tokens_used.astype(np.int64)

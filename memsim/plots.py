@@ -132,6 +132,14 @@ class _FreshNoteContext:
         return compute()
 
 
+def _fresh_note_curve(policy, ages: np.ndarray) -> np.ndarray:
+    """The multiplier of a fresh, never-used note at each age (fallback for
+    when :mod:`memsim.curves` is not available)."""
+    ctx = _FreshNoteContext(ages)
+    eff = policy.stickiness.effective_age(ctx.age(policy.decay.clock), ctx)
+    return np.asarray(policy.decay.recency(eff, ctx), dtype=np.float64)[0]
+
+
 def _policies_from(source: Any) -> dict[str, Any]:
     """name -> Policy, from an Experiment, a resolved config table, a
     load_run() dict or a mapping of Policy objects / policy tables."""
@@ -191,19 +199,17 @@ def recency_curve_data(source: Any, ages: Sequence[float] | None = None,
     """
     ages_arr = np.arange(0.0, float(max_age) + 1.0) if ages is None else np.asarray(
         ages, dtype=np.float64)
-    try:  # the curves module (if present) is the reference for a policy's curve
-        from . import curves as _curves  # noqa: F401
+    try:  # memsim.curves (``memsim curves``) is the reference for a policy's curve
+        from .curves import _recency_curve as curve
     except ImportError:
-        _curves = None
+        curve = _fresh_note_curve
     rows = []
     for name, pol in _policies_from(source).items():
-        ctx = _FreshNoteContext(ages_arr)
         if not pol.ranker.uses_recency:
             rec = np.ones_like(ages_arr)
         else:
             try:
-                eff = pol.stickiness.effective_age(ctx.age_created, ctx)
-                rec = np.asarray(pol.decay.recency(eff, ctx), dtype=np.float64).reshape(-1)
+                rec = np.asarray(curve(pol, ages_arr), dtype=np.float64).reshape(-1)
             except (AttributeError, TypeError, ValueError, IndexError) as exc:
                 warnings.warn(f"policy {name!r}: cannot draw the recency curve of "
                               f"{pol.decay.name!r} ({exc})", stacklevel=2)
@@ -501,7 +507,8 @@ def plot_win_tie_loss(df: pd.DataFrame, ax=None):
     ax.axvline(0.5, color="k", lw=0.6, ls=":")
     ax.set_xlabel(f"share of paired queries (vs baseline '{df['baseline'].iloc[0]}')")
     ax.set_title("Wins, ties and losses against the baseline")
-    ax.legend(fontsize=8, loc="lower right", ncols=3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=3,
+              frameon=False)
     return ax
 
 

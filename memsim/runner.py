@@ -45,7 +45,7 @@ from .stats import summarise
 from .stream import Stream
 
 __all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "load_stream_for",
-           "write_atomic", "load_run"]
+           "write_atomic", "load_run", "run_status"]
 
 
 @dataclass
@@ -187,6 +187,9 @@ class _Manifest:
             "versions": _versions(),
             "git_commit": _git_commit(),
             "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            # who is writing: lets a reader tell a live run from a killed one
+            "pid": os.getpid(),
+            "host": platform.node(),
             "timings_s": {},
         }
         self.write()
@@ -296,13 +299,42 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
     return done
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def run_status(path: str | Path) -> dict[str, Any]:
+    """The manifest of a run folder, with ``status`` corrected for killed runs.
+
+    A run killed with SIGKILL cannot mark itself failed: its manifest still
+    says ``running``. When the writing process (same host) no longer exists,
+    the status reads ``failed`` with ``error = "interrupted"``; re-run it with
+    ``memsim run RUN_DIR/config.toml`` (a new folder, the same numbers).
+    """
+    path = Path(path)
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: unreadable manifest.json ({exc})") from None
+    if (manifest.get("status") == "running" and manifest.get("host") == platform.node()
+            and isinstance(manifest.get("pid"), int) and not _alive(manifest["pid"])):
+        manifest["status"] = "failed"
+        manifest["error"] = "interrupted (the process that wrote this run is gone)"
+    return manifest
+
+
 def load_run(path: str | Path) -> dict[str, Any]:
     """Read a run folder's files (for reports and notebooks)."""
     path = Path(path)
     if not (path / "manifest.json").exists():
         raise ConfigError(f"{path}: not a run folder (no manifest.json)")
-    out: dict[str, Any] = {"path": path,
-                           "manifest": json.loads((path / "manifest.json").read_text())}
+    out: dict[str, Any] = {"path": path, "manifest": run_status(path)}
     for name in ("queries", "store", "rankings"):
         f = path / f"{name}.parquet"
         out[name] = pd.read_parquet(f) if f.exists() else None

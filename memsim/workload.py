@@ -19,7 +19,11 @@ queries ask about slots, so query topics follow ``p`` too.
 *Slots.* A slot is one question with one right answer at a time ("the user's
 name", "the deadline of the billing project", "the preferred test runner").
 Slots are born over time (a Poisson process per note class); each carries a
-short sequence of notes written about it. Slots are personal (owned by one
+short sequence of notes written about it. The number of slots is therefore
+not a knob: a class with note rate ``r`` and ``m`` notes per slot opens about
+``r / m`` slots a day, so each slot holds a few notes and a query's relevant
+set stays small (a fixed handful of slots per topic would pile dozens of notes
+on each). Slots are personal (owned by one
 actor, only that actor writes and asks about them) with probability
 ``personal_share``, else team slots (any actor writes and asks).
 
@@ -62,9 +66,9 @@ other note has a qrel. Zero gains are dropped (qrels are non-zero).
     query = normalise(c_topic + slot_weight * u_slot + retriever_noise * e_query)
 
 A distractor gets a direction of its own in place of ``u_slot``. Rows are unit
-norm, so cosine = dot product and squared L2 = ``2 - 2 cos``. In expectation a
-query's cosine to a note of its own slot is ``(1 + w^2) / (1 + w^2 + s^2)``, to
-another note of the same topic ``1 / (1 + w^2 + s^2)`` and to another topic 0
+norm, so cosine = dot product and squared L2 = ``2 - 2 cos``. A query's cosine
+to a note of its own slot is about ``(1 + w^2) / (1 + w^2 + s^2)``, to another
+note of the same topic about ``1 / (1 + w^2 + s^2)`` and to another topic about 0
 (``w = slot_weight``, ``s = retriever_noise``); with ``s = 0`` similarity is
 perfectly informative.
 
@@ -218,8 +222,6 @@ class _SlotClass(_SizedClass):
         "interval_days": _POSITIVE,
     }
 
-    #: Whether a newer note on the slot ends the validity of the older one.
-    supersedes: ClassVar[bool] = False
     #: Whether each note expires after a LogNormal lifetime.
     expires: ClassVar[bool] = False
 
@@ -350,7 +352,6 @@ class SupersedingClass(_SlotClass):
     interval_days: float = 30.0
     size_median: float = 60.0
     size_sigma: float = 0.8
-    supersedes: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -771,7 +772,7 @@ def _assemble(draws: list[dict], zero: bool) -> dict[str, np.ndarray]:
         parts["local"].append(np.arange(n))
     cat = {k: np.concatenate(v) for k, v in parts.items()}
     order = np.lexsort((cat["local"], cat["cls"], cat["created"]))
-    notes = {k: v[order] for k, v in cat.items() if k != "local"}
+    notes = {k: v[order] for k, v in cat.items()}  # "local": row within its class draw
     notes["n_slots"] = int(sum(int(d["n_slots"]) for name, d in zip(CLASS_NAMES, draws)
                                if name in SLOT_CLASSES))
     if zero:
@@ -850,9 +851,17 @@ def _note_embeddings(wl: SyntheticWorkload, notes: dict, centroids: np.ndarray,
     on_slot = notes["slot"] >= 0
     direction = np.empty((n, d), dtype=np.float32)
     direction[on_slot] = slot_dirs[notes["slot"][on_slot]]
-    direction[~on_slot] = _gauss(child(seed, "embeddings", "distractors"), int((~on_slot).sum()), d)
-    return _mix(wl, centroids[notes["topic"]], direction,
-                _gauss(child(seed, "embeddings", "notes"), n, d))
+    rows = np.flatnonzero(~on_slot)
+    direction[rows] = _gauss(child(seed, "embeddings", "distractors"), rows.size, d)[
+        notes["local"][rows]]
+    # noise per class, in the class's own draw order: another class's knobs
+    # cannot shift it
+    noise = np.empty((n, d), dtype=np.float32)
+    for code, name in enumerate(CLASS_NAMES):
+        rows = np.flatnonzero(notes["cls"] == code)
+        draw = _gauss(child(seed, "embeddings", "notes", name), rows.size, d)
+        noise[rows] = draw[notes["local"][rows]]
+    return _mix(wl, centroids[notes["topic"]], direction, noise)
 
 
 def _query_embeddings(wl: SyntheticWorkload, q_topic: np.ndarray, q_slot: np.ndarray,
@@ -967,7 +976,7 @@ def _pick_active(start: np.ndarray, end: np.ndarray, times: np.ndarray,
     n_open = np.searchsorted(start[open_idx], times, side="right")
     n_fin = _count_active(start[fin_idx], end[fin_idx], times)
     total = n_open + n_fin
-    pick_open = n_open > 0
+    pick_open = rng.random(times.size) * total < n_open
     sel = np.flatnonzero(pick_open)
     if sel.size:
         out[sel] = open_idx[rng.integers(0, n_open[sel])]

@@ -33,7 +33,7 @@ def tiny_stream(*, created, tokens, note_vecs, queries, qrels, actors=None, quer
         {"query_id": pd.Series(dtype="int64"), "note_id": pd.Series(dtype="int64"),
          "gain": pd.Series(dtype="float64")})
     ne = np.asarray(note_vecs, dtype=np.float32)
-    qe = np.asarray([v for _, v in queries], dtype=np.float32)
+    qe = np.asarray([v for _, v in queries], dtype=np.float32).reshape(len(queries), ne.shape[1])
     return make_stream(notes, q, qr, accesses, ne, qe, {"name": "tiny", **meta})
 
 

@@ -151,8 +151,9 @@ def _feather_ctx(v):
 
 
 def _f32_close(actual, expected):
-    """Equal to float32 precision (a few ulp of the float32 value)."""
-    np.testing.assert_allclose(np.float32(actual), np.float32(expected), rtol=4e-7, atol=1e-9)
+    """Equal to float32 precision: at most 2 ulp apart as float32 values (the
+    final scores are in fact bit-identical to the engine's)."""
+    np.testing.assert_array_max_ulp(np.float32(actual), np.float32(expected), maxulp=2)
 
 
 @needs_golden
@@ -500,8 +501,10 @@ def test_seed002_stickiness_table_corrected(row):
     assert got_eff == pytest.approx(eff, abs=0.01)
     assert got_rec == pytest.approx(rec, abs=1e-4)
     if recalls:
-        # the seed's stickiness is ln(1 + recalls): wrong by exactly 1
-        assert math.log1p(recalls) == pytest.approx(seed_stick, abs=5e-3)
+        # the seed's stickiness is ln(1 + recalls), short of the "1 +" (and its
+        # row for 20 recalls is off again: 3.09 where ln(21) = 3.04)
+        assert math.log1p(recalls) == pytest.approx(seed_stick, abs=0.05)
+        assert stick - seed_stick == pytest.approx(1.0, abs=0.05)
         assert got_rec != pytest.approx(seed_rec, abs=5e-3)
 
 

@@ -724,6 +724,8 @@ def corrupted_parts(draw: st.DrawFn) -> dict[str, Any]:
         table = draw(st.sampled_from(present))
         frame = parts[table].copy()
         cols = list(frame.columns)
+        if not frame.columns.is_unique and kind in ("cell", "cast"):
+            kind = "drop"  # per-column edits need unique names; a renamed twin is already bad
         if kind == "cell" and len(frame) and cols:
             set_cell(frame, draw(st.sampled_from(cols + ["tier", "salience", "updated_at"])),
                      draw(st.integers(0, len(frame) - 1)), draw(st.sampled_from(NASTY)))

@@ -93,6 +93,8 @@ def test_named_streams_keep_other_classes_unchanged():
     ea = a.notes[a.notes.note_class == "evergreen"][cols].reset_index(drop=True)
     eb = b.notes[b.notes.note_class == "evergreen"][cols].reset_index(drop=True)
     pd.testing.assert_frame_equal(ea, eb)
+    np.testing.assert_array_equal(a.note_embeddings[(a.notes.note_class == "evergreen").to_numpy()],
+                                  b.note_embeddings[(b.notes.note_class == "evergreen").to_numpy()])
     sa, sb = (x.notes.loc[x.notes.note_class == "scratch", "tokens"] for x in (a, b))
     assert sb.median() > 2 * sa.median()
 
@@ -377,6 +379,21 @@ def test_accesses_hit_valid_slot_notes(rich_stream):
     # reads reach many distinct notes and several actors per team note
     team = acc[acc.scope == "team"].groupby("note_id")["actor"].nunique()
     assert (team >= 2).mean() > 0.3
+
+
+def test_pick_active_is_uniform_over_open_and_finite_intervals():
+    from memsim.workload import _pick_active
+
+    start = np.array([0.0, 0.0, 0.5, 1.5, 3.0, 0.2])
+    end = np.array([np.inf, 1.0, 2.0, np.inf, 4.0, 0.2])  # the last one is empty
+    rng = np.random.default_rng(0)
+    cases = ((0.7, {0, 1, 2}), (1.7, {0, 2, 3}), (3.5, {0, 3, 4}), (1.0, {0, 2}))
+    for (t, active), rounds in zip(cases, (64, 0, 64, 1)):  # rounds=0: the exact fallback
+        pick = _pick_active(start, end, np.full(30000 if rounds else 3000, t), rng, rounds)
+        freq = np.bincount(pick, minlength=6) / pick.size
+        assert set(np.flatnonzero(freq)) == active
+        np.testing.assert_allclose(freq[sorted(active)], 1 / len(active), atol=0.03)
+    np.testing.assert_array_equal(_pick_active(start, end, np.array([-1.0]), rng), [-1])
 
 
 # --------------------------------------------------------------------------

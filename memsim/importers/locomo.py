@@ -378,7 +378,7 @@ def _turn_table(records: list[dict], label: str, captions: bool) -> tuple[pd.Dat
     return frame, clock
 
 
-def _query_table(records: list[dict], clock: dict) -> pd.DataFrame:
+def _query_table(records: list[dict], clock: dict, label: str) -> pd.DataFrame:
     rows = []
     for rec in records:
         sid = str(rec["sample_id"])
@@ -386,9 +386,17 @@ def _query_table(records: list[dict], clock: dict) -> pd.DataFrame:
         # 00:00 of the day after the conversation's last turn
         t = _days(datetime.combine(last.date() + timedelta(days=1), datetime.min.time()), origin)
         for j, qa in enumerate(rec.get("qa") or []):
+            if not isinstance(qa, dict) or "question" not in qa:
+                raise StreamError(f"{label}: {sid}: qa item {j}: expected an object with "
+                                  "'question'")
+            try:
+                category = int(qa.get("category", 0))
+            except (TypeError, ValueError):
+                raise StreamError(f"{label}: {sid}: qa item {j}: category must be an integer, "
+                                  f"got {qa.get('category')!r}") from None
             ev = qa.get("evidence") or []
             ev = [ev] if isinstance(ev, str) else list(ev)
-            rows.append((sid, t, int(qa.get("category", 0)), str(qa.get("question", "")),
+            rows.append((sid, t, category, str(qa["question"]),
                          "" if qa.get("answer") is None else str(qa["answer"]),
                          "" if qa.get("adversarial_answer") is None else str(qa["adversarial_answer"]),
                          ";".join(str(e) for e in ev), j, ev))
@@ -408,7 +416,7 @@ def _evidence_table(queries: pd.DataFrame, turns: pd.DataFrame) -> tuple[pd.Data
     ev = pd.DataFrame(rows, columns=["query_id", "namespace", "category", "piece", "session", "turn"])
     ev["session"] = ev["session"].astype("Int64")
     ev["turn"] = ev["turn"].astype("Int64")
-    known = turns[["namespace", "session", "turn"]].assign(resolved=True)
+    known = turns[["namespace", "session", "turn"]].drop_duplicates().assign(resolved=True)
     known["session"] = known["session"].astype("Int64")
     known["turn"] = known["turn"].astype("Int64")
     ev = ev.merge(known, on=["namespace", "session", "turn"], how="left")
@@ -540,7 +548,7 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
     label = str(path)
     records = load_locomo_records(path)
     turns, clock = _turn_table(records, label, captions)
-    queries = _query_table(records, clock)
+    queries = _query_table(records, clock, label)
     ev, stats = _evidence_table(queries, turns)
     queries["evidence"] = (ev.groupby("query_id")["canonical"].agg(";".join)
                            .reindex(queries["query_id"], fill_value="").to_numpy())
@@ -559,6 +567,7 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
                              on=["namespace", "session", "turn"])
         stats["turns_with_observation"] = int(len(covered))
         stats["answerable_turn_references"] = int(len(hits))
+        stats["observations_without_source"] = int((table["dia_id"] == "").sum())
     else:
         table = _summary_table(records, turns)
         pairs = hits.merge(table[["namespace", "session"]].reset_index(names="_row"),

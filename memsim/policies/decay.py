@@ -145,10 +145,9 @@ class HalfLife(Decay):
 @register
 @dataclass(frozen=True, kw_only=True)
 class HalfLifeFloor(Decay):
-    """Half-life with a floor:
-    ``recency = floor + (1 - floor) * 0.5 ** (days / half_life)``.
+    """Half-life with a floor, never below ``floor`` (Hivemind's fix).
 
-    Hivemind's fix (seed 000): half-life 180 days, floor 0.35, so that "age
+    ``recency = floor + (1 - floor) * 0.5 ** (days / half_life)``. Hivemind's fix (seed 000): half-life 180 days, floor 0.35, so that "age
     can never push a note below" the floor; a year-old note keeps about half
     its weight (0.35 + 0.65 * 0.5 ** (365/180) = 0.51). The tier is ignored
     (see ``per-tier`` for the tiered version).
@@ -320,7 +319,7 @@ class AiMemoryTime(Decay):
 @register
 @dataclass(frozen=True, kw_only=True)
 class GenerativeAgentsRecency(Decay):
-    """Generative Agents: ``recency = decay_factor ** hours_since_last_access``.
+    """Generative Agents' recency: ``decay_factor ** hours_since_last_access``.
 
     Park et al., "Generative Agents: Interactive Simulacra of Human
     Behavior" (UIST 2023), section 4.1: "an exponential decay function over
@@ -357,10 +356,9 @@ class GenerativeAgentsRecency(Decay):
 @register
 @dataclass(frozen=True, kw_only=True)
 class LangChainRecency(Decay):
-    """LangChain's time-weighted retriever: ``recency = (1 - decay_rate) **
-    hours_passed``, hours since the document was last accessed.
+    """LangChain's recency: ``(1 - decay_rate) ** hours_since_last_access``.
 
-    Source: ``langchain/retrievers/time_weighted_retriever.py``
+    Hours since the document was last accessed. Source: ``langchain/retrievers/time_weighted_retriever.py``
     (``TimeWeightedVectorStoreRetriever._get_combined_score``: ``score =
     (1.0 - self.decay_rate) ** hours_passed`` with ``hours_passed`` from
     ``last_accessed_at``; ``decay_rate = 0.01``). ``last_accessed_at`` starts
@@ -399,7 +397,7 @@ def ebbinghaus_retention(t_days, recalls, strength_days: float,
 @register
 @dataclass(frozen=True, kw_only=True)
 class Ebbinghaus(Decay):
-    """Ebbinghaus forgetting curve as MemoryBank uses it: ``R = exp(-t / S)``.
+    """Ebbinghaus curve ``exp(-t / S)`` as MemoryBank uses it, S growing on recall.
 
     Zhong et al., "MemoryBank: Enhancing Large Language Models with Long-Term
     Memory" (AAAI 2024): ``R = e^(-t/S)``, t the time elapsed
@@ -439,8 +437,10 @@ class Ebbinghaus(Decay):
 @register
 @dataclass(frozen=True, kw_only=True)
 class PowerLaw(Decay):
-    """A power-law forgetting curve, as spaced-repetition schedulers fit to
-    real reviews: ``recency = (1 + f * t / S) ** -d``.
+    """Power-law forgetting ``(1 + f * t / S) ** -d``, as FSRS fits to reviews.
+
+    A forgetting curve of the kind spaced-repetition schedulers fit to real
+    reviews.
 
     The FSRS family (open-spaced-repetition, FSRS-4.5 and later) models
     retrievability this way with ``f = 0.9 ** (-1/d) - 1`` so that ``R = 0.9``

@@ -55,7 +55,9 @@ def preset_table(name: str, where: str) -> dict[str, Any]:
 
 add_preset(
     "hivemind-2025-bug",
-    """Hivemind before the fix (seed 000, "5% a Day Sounds Gentle"): score =
+    """Hivemind before its fix: 5% a day decay on every tier, top-k cutoff packing.
+
+    Seed 000, "5% a Day Sounds Gentle": score =
     cosine similarity x ``0.95 ** days`` on every tier, packed by sorting on
     score and filling from the top until the first note that does not fit
     (top-k with a cutoff), in score order. Notes are promoted to the longterm
@@ -73,7 +75,9 @@ add_preset(
 
 add_preset(
     "hivemind",
-    """Hivemind after the fix (seed 000): score = cosine similarity x a
+    """Hivemind after its fix: per-tier half-life with floor, promotion, greedy-swap.
+
+    Seed 000: score = cosine similarity x a
     per-tier recency, ``floor + (1 - floor) * 0.5 ** (days / half_life)``
     with task 180 d / 0.35 and scratch 21 d / 0.05, longterm = 1 (no decay);
     a note is promoted to the longterm tier after 5 uses ("earned
@@ -128,7 +132,8 @@ _AI_MEMORY_DOC = """ai-memory (akitaonrails/ai-memory; seed 001,
 
 add_preset(
     "ai-memory",
-    _AI_MEMORY_DOC + """
+    "ai-memory as coded: similarity ranking, periodic eviction of cold episodic notes.\n\n"
+    + _AI_MEMORY_DOC + """
 
     Breadth weight 0.0, ai-memory's default (the breadth term is off).""",
     retriever="cosine",
@@ -142,7 +147,8 @@ add_preset(
 
 add_preset(
     "ai-memory-breadth",
-    _AI_MEMORY_DOC + """
+    "ai-memory with its breadth term on: notes many actors use survive the sweep longer.\n\n"
+    + _AI_MEMORY_DOC + """
 
     With the breadth term on: ``breadth_weight = 1.5`` (seed 001's example:
     10 distinct actors multiply the access term by 4.45, 4 actors by 3.08),
@@ -173,7 +179,8 @@ _FEATHER_DOC = """Feather DB's scored search (feather-store/feather,
 
 add_preset(
     "feather",
-    _FEATHER_DOC + """
+    "Feather DB as its installed engine searches: the k returned gain a recall after scoring."
+    "\n\n" + _FEATHER_DOC + """
 
     As the installed engine (feather-db 0.21.0) does, verified by black-box
     tests: only the 3k = 30 nearest notes by squared L2 are scored (memsim
@@ -193,7 +200,8 @@ add_preset(
 
 add_preset(
     "feather-v0.16",
-    _FEATHER_DOC + """
+    "Feather DB with the older feedback rule: all 3k candidates gain a recall before scoring."
+    "\n\n" + _FEATHER_DOC + """
 
     As the older source (v0.16) did: all 3k = 30 prefilter candidates gain a
     recall *before* they are scored, so every candidate's stickiness grows on
@@ -215,7 +223,9 @@ add_preset(
 
 add_preset(
     "generative-agents",
-    """Generative Agents (Park et al., UIST 2023, section 4.1, as published):
+    """Generative Agents as published: normalised recency, importance, relevance, summed.
+
+    Park et al., UIST 2023, section 4.1:
     score = recency + importance + relevance, each min-max normalised over
     the candidate memories, weights 1; recency = ``0.995 ** hours since last
     retrieval``; relevance = cosine similarity; importance = the note's
@@ -237,7 +247,9 @@ add_preset(
 
 add_preset(
     "langchain-time-weighted",
-    """LangChain's ``TimeWeightedVectorStoreRetriever``
+    """LangChain's time-weighted retriever: similarity plus an hourly decay since last use.
+
+    LangChain's ``TimeWeightedVectorStoreRetriever``
     (``langchain/retrievers/time_weighted_retriever.py``): score =
     ``similarity + (1 - 0.01) ** hours_since_last_access``; it scores the
     vector store's 100 nearest (``search_kwargs = {"k": 100}``), returns the
@@ -261,7 +273,9 @@ add_preset(
 
 add_preset(
     "memorybank",
-    """MemoryBank (Zhong et al., AAAI 2024): retrieval by similarity
+    """MemoryBank: similarity retrieval, Ebbinghaus forgetting that recalls slow down.
+
+    Zhong et al., AAAI 2024: retrieval by similarity
     (cosine), and forgetting by the Ebbinghaus curve ``R = exp(-t / S)``:
     strength S starts at 1 (day) and grows by 1 on each recall, which also
     resets t. A memory is forgotten when R < 0.05 at a sweep (memsim's
@@ -279,8 +293,9 @@ add_preset(
 
 add_preset(
     "similarity-only",
-    """A static vector store: score = cosine similarity; no decay, no use
-    signal; skip-fill packing in score order.""",
+    """A static vector store: cosine similarity only, no decay, no use signal.
+
+    Skip-fill packing in score order.""",
     retriever="cosine",
     ranker="similarity",
     packer="skip-fill",
@@ -289,7 +304,9 @@ add_preset(
 
 add_preset(
     "recency-only",
-    """The newest notes first, whatever the query: score = ``0.5 ** (age /
+    """The newest notes first, whatever the query; skip-fill packing.
+
+    Score = ``0.5 ** (age /
     30)`` from creation (any decreasing curve gives the same order; ties by
     lower ``note_id``); skip-fill packing in score order. A baseline.""",
     retriever="cosine",
@@ -301,8 +318,9 @@ add_preset(
 
 add_preset(
     "random",
-    """Uniform random scores from the policy's seeded stream; skip-fill
-    packing. The floor any policy must beat.""",
+    """Uniform random scores from the policy's seeded stream; skip-fill packing.
+
+    The floor any policy must beat.""",
     retriever="cosine",
     ranker="random",
     packer="skip-fill",
@@ -311,7 +329,9 @@ add_preset(
 
 add_preset(
     "oracle",
-    """The ground truth: candidates ranked by their true gain and packed by
+    """The ground truth: the best context by true gains (exact knapsack); the bound.
+
+    Candidates ranked by their true gain and packed by
     the exact 0/1 knapsack on the true gains (the engine passes the gains as
     values when the ranker is ``oracle``): the best context within the
     budget among the top-C by gain. The upper bound for regret; no feedback

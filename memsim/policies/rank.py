@@ -55,8 +55,10 @@ _UNIT = Interval(0, 1)
 @register
 @dataclass(frozen=True, kw_only=True)
 class Product(Ranker):
-    """``score = relevance * recency`` (Hivemind, seed 000: the recency
-    multiplier applied to the match score)."""
+    """``score = relevance * recency`` (Hivemind, seed 000).
+
+    The recency multiplier applied to the match score.
+    """
 
     name: ClassVar[str] = "product"
     set_dependent: ClassVar[bool] = False
@@ -147,8 +149,9 @@ def minmax_normalise(x: np.ndarray, live: np.ndarray | None) -> np.ndarray:
 @register
 @dataclass(frozen=True, kw_only=True)
 class WeightedSum(Ranker):
-    """Generative Agents' retrieval score: a weighted sum of min-max-normalised
-    recency, importance and relevance.
+    """Generative Agents' score: weighted sum of min-max-normalised terms.
+
+    Recency, importance and relevance, each normalised per query.
 
     Park et al., "Generative Agents" (UIST 2023), section 4.1::
 
@@ -232,8 +235,10 @@ class SimilarityOnly(Ranker):
 @register
 @dataclass(frozen=True, kw_only=True)
 class RecencyOnly(Ranker):
-    """``score = recency``: the newest notes first, whatever the query (a
-    baseline: "just send the latest notes"). Ties go to the lower ``note_id``."""
+    """``score = recency``: the newest notes first, whatever the query.
+
+    A baseline ("just send the latest notes"). Ties go to the lower ``note_id``.
+    """
 
     name: ClassVar[str] = "recency"
     set_dependent: ClassVar[bool] = False

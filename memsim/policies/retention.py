@@ -131,8 +131,9 @@ class AiMemorySweep(Retention):
 @register
 @dataclass(frozen=True, kw_only=True)
 class Capacity(Retention):
-    """A capacity cap: keep the best ``max_notes`` by a retention score,
-    evict the rest.
+    """A capacity cap: keep the best ``max_notes`` by a retention score.
+
+    Evicts the rest at each sweep.
 
     **memsim's design** (none of the three systems caps its store). ``by``
     chooses the score:
@@ -193,9 +194,10 @@ class Capacity(Retention):
 @register
 @dataclass(frozen=True, kw_only=True)
 class MemoryBankForgetting(Retention):
-    """MemoryBank's forgetting: ``R = exp(-t / S)``; a note is forgotten when R
-    falls below ``threshold`` or, with ``mode = "probabilistic"``, with
-    probability ``1 - R`` at each sweep.
+    """MemoryBank's forgetting: ``R = exp(-t / S)`` below a threshold, or 1 - R odds.
+
+    A note is forgotten when R falls below ``threshold`` or, with ``mode =
+    "probabilistic"``, with probability ``1 - R`` at each sweep.
 
     Zhong et al., "MemoryBank: Enhancing Large Language Models with Long-Term
     Memory" (AAAI 2024): Ebbinghaus curve ``R = e^(-t/S)``, strength S = 1 at

@@ -36,8 +36,9 @@ class Cosine(Retriever):
 @register
 @dataclass(frozen=True, kw_only=True)
 class InverseSquaredL2(Retriever):
-    """Feather DB's similarity ``1 / (1 + d)``, with ``d`` the **squared** L2
-    distance ``|q|^2 + |n|^2 - 2 q . n`` (Feather DB ``include/scoring.h``).
+    """Feather DB's similarity ``1 / (1 + d)``, ``d`` the **squared** L2 distance.
+
+    ``d = |q|^2 + |n|^2 - 2 q . n`` (Feather DB ``include/scoring.h``).
 
     Computed in float32, as the engine does; ``d`` is clamped at 0 against
     rounding.

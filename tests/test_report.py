@@ -1,0 +1,545 @@
+"""Reports: compare(), figures, report.html / report.md, and the notebooks.
+
+The HTML report must be self-contained, every embedded figure a decodable
+PNG, and it must render in headless Chromium without console errors (checked
+when ``chromium`` is on PATH: .ci/run installs Debian's package).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.image as mpimg  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+
+from memsim import plots  # noqa: E402
+from memsim.cli import main as cli_main  # noqa: E402
+from memsim.compare import Comparison, compare  # noqa: E402
+from memsim.report import build_report  # noqa: E402
+from memsim.runner import load_run, run_experiment  # noqa: E402
+from memsim.stats import holm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "experiments" / "quickstart.toml"
+#: A small year-less version of the quickstart: a few seconds per run.
+SMALL = {"workload.horizon_days": 40, "workload.backfill_days": 80,
+         "workload.notes_per_day": 8, "workload.queries_per_day": 8}
+IMG_RE = re.compile(r'<img[^>]*\ssrc="([^"]*)"')
+
+
+# ---------------------------------------------------------------------------
+# Run folders (module-scoped: each costs a few seconds)
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    """`memsim run` path: the runner builds the report at the end."""
+    out = tmp_path_factory.mktemp("plain")
+    return run_experiment(QUICKSTART, overrides={**SMALL, "experiment.replicates": 2,
+                                                 "experiment.save_rankings": True}, out=out)
+
+
+@pytest.fixture(scope="module")
+def budget_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("budgets")
+    res = run_experiment(QUICKSTART, overrides={**SMALL, "experiment.replicates": 1,
+                                                "experiment.budgets": [300, 1500, 4000]},
+                         out=out, report=False)
+    build_report(res.path)
+    return res
+
+
+def _fake_trials(n: int = 30, seed: int = 0) -> pd.DataFrame:
+    """An Optuna-style trials table (study.trials_dataframe()) with two
+    objectives; the objective depends on half_life only."""
+    rng = np.random.default_rng(seed)
+    hl = rng.uniform(5, 400, n)
+    floor = rng.uniform(0, 0.6, n)
+    packer = rng.choice(["skip-fill", "greedy"], n)
+    util = np.log(hl) / 6 + rng.normal(0, 0.01, n)
+    tokens = 800 + 2 * hl + rng.normal(0, 5, n)
+    state = np.where(np.arange(n) == 3, "FAIL", "COMPLETE")
+    util[3] = np.nan
+    return pd.DataFrame({
+        "number": np.arange(n), "values_0": util, "values_1": tokens,
+        "params_policies.fix.decay.half_life_days": hl,
+        "params_policies.fix.decay.floor": floor,
+        "params_policies.fix.packer": packer, "state": state})
+
+
+def _sweep_png(path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1], [1, 0])
+    fig.savefig(path)
+    plt.close(fig)
+
+
+@pytest.fixture(scope="module")
+def sweep_run(plain_run, tmp_path_factory):
+    """A run folder with a sweep/ subfolder (trials and an Optuna figure)."""
+    dst = tmp_path_factory.mktemp("sweep") / plain_run.path.name
+    shutil.copytree(plain_run.path, dst)
+    for f in ("report.html", "report.md"):
+        (dst / f).unlink()
+    shutil.rmtree(dst / "figures")
+    cfg = (dst / "config.toml").read_text()
+    (dst / "config.toml").write_text(
+        cfg + '\n[sweep]\nmetrics = ["utility", "tokens_used"]\n'
+              'directions = ["maximize", "minimize"]\n')
+    (dst / "sweep").mkdir()
+    _fake_trials().to_csv(dst / "sweep" / "trials.csv", index=False)
+    _sweep_png(dst / "sweep" / "optuna_contour.png")
+    build_report(dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def sweep_only_run(tmp_path_factory):
+    """A sweep folder with no queries table at all."""
+    d = tmp_path_factory.mktemp("sweeponly") / "20260101T000000Z_s_00000000"
+    (d / "sweep").mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps({"status": "completed", "name": "s"}))
+    (d / "config.toml").write_text('[experiment]\nname = "s"\n\n[sweep]\nmetric = "utility"\n'
+                                   'direction = "maximize"\n')
+    t = _fake_trials(20, seed=1).drop(columns="values_1").rename(columns={"values_0": "value"})
+    t.to_csv(d / "sweep" / "trials.csv", index=False)
+    build_report(d)
+    return d
+
+
+ALL_RUNS = ["plain", "budgets", "sweep", "sweep_only"]
+
+
+@pytest.fixture
+def run_dir(request, plain_run, budget_run, sweep_run, sweep_only_run) -> Path:
+    return {"plain": plain_run.path, "budgets": budget_run.path, "sweep": sweep_run,
+            "sweep_only": sweep_only_run}[request.param]
+
+
+# ---------------------------------------------------------------------------
+# The report files
+# ---------------------------------------------------------------------------
+
+
+def test_memsim_run_writes_the_report_at_the_end(plain_run):
+    p = plain_run.path
+    assert (p / "report.html").is_file() and (p / "report.md").is_file()
+    assert any((p / "figures").glob("*.png"))
+    assert json.loads((p / "manifest.json").read_text())["status"] == "completed"
+    assert "report" in plain_run.timings
+
+
+def test_run_without_report(budget_run, tmp_path):
+    res = run_experiment(QUICKSTART, overrides={**SMALL, "workload.horizon_days": 10,
+                                                "experiment.replicates": 1},
+                         out=tmp_path, report=False)
+    assert not (res.path / "report.html").exists()
+
+
+@pytest.mark.parametrize("run_dir", ALL_RUNS, indirect=True)
+def test_report_html_is_self_contained(run_dir):
+    text = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in text
+    assert "<script" not in text.lower()
+    # no resource from outside the file: every src / href is a data: URI
+    for attr in re.findall(r'\s(?:src|href)="([^"]*)"', text):
+        assert attr.startswith("data:"), attr
+    assert "could not be drawn" not in text
+
+
+def _embedded_images(text: str) -> list[np.ndarray]:
+    out = []
+    for src in IMG_RE.findall(text):
+        assert src.startswith("data:image/png;base64,"), src[:40]
+        raw = base64.b64decode(src.split(",", 1)[1], validate=True)
+        out.append(mpimg.imread(io.BytesIO(raw), format="png"))
+    return out
+
+
+@pytest.mark.parametrize("run_dir", ALL_RUNS, indirect=True)
+def test_every_embedded_figure_is_a_decodable_image(run_dir):
+    text = (run_dir / "report.html").read_text(encoding="utf-8")
+    images = _embedded_images(text)
+    assert images, "the report embeds no figure"
+    for img in images:
+        assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
+        assert img.shape[2] in (3, 4)
+        assert np.ptp(img[..., :3]) > 0  # not a blank canvas
+    md = (run_dir / "report.md").read_text(encoding="utf-8")
+    refs = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", md)
+    assert len(refs) == len(images)
+    for ref in refs:  # the Markdown's figures exist and decode too
+        assert mpimg.imread(run_dir / ref).ndim == 3
+
+
+def test_plain_report_content(plain_run):
+    p = plain_run.path
+    md = (p / "report.md").read_text(encoding="utf-8")
+    names = {f.stem for f in (p / "figures").glob("*.png")}
+    assert {"recency_curves", "recall_by_age", "win_tie_loss", "distribution_utility",
+            "over_time_recall", "feedback_top_share", "feedback_gini",
+            "recall_gini"} <= names
+    # the report's tables are exactly what compare() returns
+    cmp = compare(load_run(p))
+    assert cmp.to_markdown() in md
+    assert cmp.to_markdown(detail=True) in md
+    for pol in plain_run.experiment.policies:
+        assert pol in md
+    assert "## Provenance" in md and "config.toml" in md
+
+
+def test_budget_report_has_budget_curves(budget_run):
+    p = budget_run.path
+    names = {f.stem for f in (p / "figures").glob("*.png")}
+    assert {"budget_utility", "budget_recall"} <= names
+    md = (p / "report.md").read_text(encoding="utf-8")
+    assert "| budget | policy |" in md  # the tables are per budget
+    assert "At 1500 tokens:" in md       # single-budget figures use the experiment's budget
+
+
+def test_sweep_report(sweep_run, sweep_only_run):
+    names = {f.stem for f in (sweep_run / "figures").glob("*.png")}
+    assert {"sweep_history", "sweep_importance", "sweep_pareto",
+            "sweep_optuna_contour"} <= names
+    md = (sweep_run / "report.md").read_text(encoding="utf-8")
+    assert "## Sweep" in md and "utility (maximize), tokens_used (minimize)" in md
+    assert "30 trials, 29 completed" in md
+    only = (sweep_only_run / "report.md").read_text(encoding="utf-8")
+    assert "## Sweep" in only and "## Summary" not in only
+    assert {f.stem for f in (sweep_only_run / "figures").glob("*.png")} == {
+        "sweep_history", "sweep_importance"}
+
+
+def test_sweep_folder_without_trials(tmp_path):
+    d = tmp_path / "run"
+    (d / "sweep").mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps({"status": "running"}))
+    build_report(d)
+    assert "no trials.csv" in (d / "report.md").read_text()
+
+
+def test_failed_run_is_flagged(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"status": "failed", "error": "Boom: x"}))
+    build_report(d)
+    text = (d / "report.html").read_text()
+    assert "FAILED" in text and "Boom: x" in text
+
+
+def test_report_is_reproducible(budget_run):
+    p = budget_run.path
+    before = (p / "report.html").read_bytes()
+    build_report(p)
+    assert (p / "report.html").read_bytes() == before
+
+
+def test_cli_report(budget_run, tmp_path, capsys):
+    assert cli_main(["report", str(budget_run.path)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(
+        budget_run.path / "report.html")
+    assert cli_main(["report", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# Headless Chromium
+# ---------------------------------------------------------------------------
+
+# Injected at the top of <head> of a copy of the report: records script
+# errors, console.error / console.warn calls and failed resource loads (the
+# capture-phase "error" event), then, once loaded, how many images decoded.
+_CHECKER = """<script>
+(function () {
+  var errors = [];
+  window.addEventListener("error", function (e) {
+    errors.push(e.message || ("resource: " + ((e.target && (e.target.src || e.target.href))
+                                               || "?").slice(0, 60)));
+  }, true);
+  ["error", "warn"].forEach(function (k) {
+    var orig = console[k];
+    console[k] = function () { errors.push(k + ": " + Array.from(arguments).join(" "));
+                               return orig.apply(console, arguments); };
+  });
+  window.addEventListener("load", function () {
+    var imgs = Array.prototype.slice.call(document.images);
+    var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; });
+    var b = document.body;
+    b.setAttribute("data-check-images", imgs.length);
+    b.setAttribute("data-check-decoded", ok.length);
+    b.setAttribute("data-check-errors", errors.length);
+    b.setAttribute("data-check-messages", errors.join(" | ").slice(0, 500));
+  });
+})();
+</script>"""
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _render(html_file: Path, profile: Path) -> tuple[str, str]:
+    """(dumped DOM, stderr) of headless Chromium loading a file."""
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+           "--disable-dev-shm-usage", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run",
+           f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+           "--virtual-time-budget=5000", "--dump-dom", html_file.resolve().as_uri()]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout, res.stderr
+
+
+def _console_lines(stderr: str) -> list[str]:
+    # Chromium logs page console messages as "...:INFO:CONSOLE:<line>] "msg", source: ..."
+    # (D-Bus and GPU noise of a headless container is not from the page)
+    return [ln for ln in stderr.splitlines() if ":CONSOLE" in ln]
+
+
+def _checked_copy(src: Path, dst: Path) -> Path:
+    text = src.read_text(encoding="utf-8")
+    dst.write_text(text.replace("<head>", "<head>" + _CHECKER, 1), encoding="utf-8")
+    return dst
+
+
+def _attrs(dom: str) -> dict[str, str]:
+    m = re.search(r"<body([^>]*)>", dom)
+    assert m, "no <body> in the dumped DOM"
+    return dict(re.findall(r'data-check-([a-z]+)="([^"]*)"', m.group(1)))
+
+
+needs_chromium = pytest.mark.skipif(
+    _chromium() is None,
+    reason="chromium is not on PATH (Debian: apt-get install chromium; .ci/run installs it)")
+
+
+@needs_chromium
+def test_chromium_check_detects_problems(tmp_path):
+    # the check itself must fail on a broken image and on a console error
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>x</title></head>'
+                   '<body><img src="data:image/png;base64,AAAA" alt="x">'
+                   '<script>console.error("boom")</script></body></html>')
+    dom, err = _render(bad, tmp_path / "p1")
+    assert any('"boom"' in ln for ln in _console_lines(err))
+    dom, _ = _render(_checked_copy(bad, tmp_path / "bad_checked.html"), tmp_path / "p2")
+    a = _attrs(dom)
+    assert a["images"] == "1" and a["decoded"] == "0" and int(a["errors"]) >= 1
+
+
+@needs_chromium
+@pytest.mark.parametrize("run_dir", ["plain", "sweep"], indirect=True)
+def test_report_renders_in_headless_chromium(run_dir, tmp_path):
+    html_file = run_dir / "report.html"
+    n_images = len(IMG_RE.findall(html_file.read_text(encoding="utf-8")))
+    dom, err = _render(html_file, tmp_path / "profile")
+    assert "</html>" in dom
+    assert _console_lines(err) == []
+    dom, _ = _render(_checked_copy(html_file, tmp_path / "checked.html"),
+                     tmp_path / "profile2")
+    a = _attrs(dom)
+    assert a.get("images") == str(n_images), a
+    assert a.get("decoded") == str(n_images), a
+    assert a.get("errors") == "0", a.get("messages")
+
+
+# ---------------------------------------------------------------------------
+# compare()
+# ---------------------------------------------------------------------------
+
+
+def test_compare_accepts_results_frames_and_folders(plain_run):
+    base = plain_run.experiment.settings.baseline
+    a = compare(plain_run)
+    b = compare(plain_run.path)
+    c = compare(plain_run.queries, baseline=base)
+    assert isinstance(a, Comparison) and a.baseline == base == b.baseline
+    pd.testing.assert_frame_equal(a.to_dataframe(), b.to_dataframe())
+    pd.testing.assert_frame_equal(a.to_dataframe(), c.to_dataframe())
+    # without a baseline a frame is compared with its first policy
+    first = str(plain_run.queries["policy"].iloc[0])
+    assert compare(plain_run.queries).baseline == first
+
+
+def test_compare_tables(plain_run):
+    cmp = compare(plain_run, metrics=["utility", "recall", "stale_rate"])
+    df = cmp.to_dataframe()
+    pols = list(plain_run.experiment.policies)
+    assert len(df) == len(pols) * 3
+    assert set(df.columns) >= {"budget", "policy", "metric", "is_baseline", "mean", "ci_low",
+                               "ci_high", "n", "ci_over", "diff", "diff_ci_low",
+                               "diff_ci_high", "p_value", "p_holm", "significant",
+                               "direction", "rank_biserial", "cohen_dz", "wins", "ties",
+                               "losses", "n_pairs"}
+    assert df.loc[df["is_baseline"], "p_value"].isna().all()
+    other = df[~df["is_baseline"]]
+    assert other["p_holm"].to_numpy() == pytest.approx(holm(other["p_value"].to_numpy()),
+                                                       nan_ok=True)
+    md = cmp.to_markdown()
+    lines = md.strip().splitlines()
+    assert lines[0] == "| policy | utility | recall | stale_rate |"
+    assert len(lines) == 2 + len(pols)
+    assert lines[2].startswith(f"| {cmp.baseline} |")
+    detail = cmp.to_markdown(detail=True)
+    assert "difference [95% CI]" in detail and "win/tie/loss" in detail
+    tex = cmp.to_latex(label="tab:cmp")
+    assert tex.startswith(r"\begin{table}") and r"\label{tab:cmp}" in tex
+    assert r"stale\_rate" in tex and tex.count(r"\\") == 1 + len(pols)
+    assert "<table" in cmp._repr_html_()
+    # marks agree with the tests
+    for _, r in other.iterrows():
+        row = next(ln for ln in lines if ln.startswith(f"| {r['policy']} |"))
+        cell = row.split("|")[2 + cmp.metrics.index(r["metric"])]
+        assert ("▲" in cell) == (r["direction"] == "better")
+        assert ("▼" in cell) == (r["direction"] == "worse")
+
+
+def test_compare_errors(plain_run):
+    with pytest.raises(KeyError, match="baseline 'nope'"):
+        compare(plain_run, baseline="nope")
+    with pytest.raises(KeyError, match="no metric column"):
+        compare(plain_run, metrics=["utility", "nope"])
+    with pytest.raises(TypeError):
+        compare(42)
+
+
+# ---------------------------------------------------------------------------
+# Figures: data preparation by hand, drawing returns the Axes
+# ---------------------------------------------------------------------------
+
+
+def test_recency_curves_same_ages_both_curves(plain_run):
+    d = plots.recency_curve_data(plain_run.experiment, ages=[0, 13.5, 365])
+    bug = d[d["policy"] == "bug-5pct-per-day"].set_index("age_days")["recency"]
+    fix = d[d["policy"] == "half-life-180-floor"].set_index("age_days")["recency"]
+    assert bug[365] == pytest.approx(0.95 ** 365)
+    assert bug[13.5] == pytest.approx(0.95 ** 13.5)
+    assert fix[365] == pytest.approx(0.35 + 0.65 * 0.5 ** (365 / 180))
+    # the same from the resolved config of the run folder
+    d2 = plots.recency_curve_data(load_run(plain_run.path), ages=[0, 13.5, 365])
+    pd.testing.assert_frame_equal(d, d2)
+    ax = plots.plot_recency_curves(plots.recency_curve_data(plain_run.experiment))
+    assert isinstance(ax, Axes)
+    assert "365 d: 7e-09" in ax.get_legend().get_texts()[0].get_text()
+    plt.close("all")
+
+
+def test_concentration_by_hand():
+    # one policy, one replicate; windows of 10 days
+    q = pd.DataFrame({"replicate": 0, "policy": "p", "budget": 100,
+                      "query_id": [1, 2, 3, 4], "t": [1.0, 2.0, 11.0, 12.0]})
+    r = pd.DataFrame({"replicate": 0, "policy": "p", "budget": 100,
+                      "query_id": [1, 1, 2, 3, 3, 4, 4],
+                      "note_id": [7, 8, 7, 7, 9, 7, 8],
+                      "packed": True})
+    d = plots.concentration_data(r, q, window_days=10, top=1)
+    assert list(d["t"]) == [10.0, 20.0]
+    assert math.isnan(d["top_share"].iloc[0])  # nothing used before the first window
+    # before window 2 note 7 was used twice (the top-1); window 2 packs 7, 9, 7, 8
+    assert d["top_share"].iloc[1] == pytest.approx(0.5)
+    # counts after window 2: note 7: 4, note 8: 2, note 9: 1
+    from memsim.metrics import gini
+    assert d["gini"].iloc[1] == pytest.approx(gini(np.array([4, 2, 1])))
+    store = pd.DataFrame({"replicate": 0, "policy": "p", "budget": 100,
+                          "t": [0.0, 30.0], "store_notes": [5, 5], "store_tokens": [1, 1]})
+    d = plots.concentration_data(r, q, store, window_days=10, top=1)
+    assert d["gini"].iloc[1] == pytest.approx(gini(np.array([4, 2, 1, 0, 0])))
+    assert isinstance(plots.plot_concentration(d), Axes)
+    plt.close("all")
+
+
+def test_pareto_front_by_hand():
+    t = pd.DataFrame({"number": [0, 1, 2, 3, 4], "values_0": [1.0, 2.0, 3.0, 2.0, 1.0],
+                      "values_1": [1.0, 2.0, 5.0, 1.0, 0.5], "state": "COMPLETE"})
+    # maximise values_0, minimise values_1: 0 is dominated by 3 (2 >= 1, 1 <= 1)
+    d = plots.pareto_data(t, directions=["maximize", "minimize"])
+    assert d.set_index("number")["on_front"].to_dict() == {
+        0: False, 1: False, 2: True, 3: True, 4: True}
+    assert isinstance(plots.plot_pareto_front(d), Axes)
+    plt.close("all")
+
+
+def test_sweep_history_and_importance():
+    t = _fake_trials()
+    h = plots.sweep_history_data(t, "values_0", "maximize")
+    assert len(h) == 29  # the failed trial is left out
+    assert np.all(np.diff(h["best"]) >= 0)
+    assert h["best"].iloc[-1] == pytest.approx(np.nanmax(t["values_0"]))
+    imp = plots.param_importance_data(t, "values_0")
+    assert imp["param"].iloc[0] == "policies.fix.decay.half_life_days"
+    assert imp["importance"].sum() == pytest.approx(1.0)
+    assert set(imp["kind"]) == {"numeric", "categorical"}
+    assert isinstance(plots.plot_sweep_history(h), Axes)
+    assert isinstance(plots.plot_param_importance(imp), Axes)
+    plt.close("all")
+
+
+def test_figure_functions_return_axes(budget_run, plain_run):
+    q = budget_run.queries
+    fig, ax = plt.subplots()
+    assert plots.plot_budget_curve(plots.budget_curve_data(q, "utility"), ax) is ax
+    d = plots.age_recall_data(q, 1500)
+    assert set(d["budget"]) == {1500} and (d["ci_low"] <= d["mean"]).all()
+    assert isinstance(plots.plot_age_recall(d), Axes)
+    dist = plots.distribution_data(q, "recall", 1500)
+    assert np.isfinite(dist["value"]).all()
+    assert isinstance(plots.plot_distribution(dist), Axes)
+    ot = plots.over_time_data(plain_run.queries, "recall", 10.0)
+    assert (ot["low"] <= ot["mean"] + 1e-12).all() and (ot["mean"] <= ot["high"] + 1e-12).all()
+    assert isinstance(plots.plot_over_time(ot), Axes)
+    wtl = plots.win_tie_loss_data(compare(plain_run).tests)
+    assert np.allclose(wtl[["win", "tie", "loss"]].sum(axis=1), 1.0)
+    assert isinstance(plots.plot_win_tie_loss(wtl), Axes)
+    rm = plots.run_metric_data(plain_run.arms, "recall_gini")
+    assert isinstance(plots.plot_run_metric(rm), Axes)
+    assert isinstance(plots.plot_store_size(plots.store_size_data(plain_run.store)), Axes)
+    # empty frames draw a message instead of failing
+    assert isinstance(plots.plot_concentration(plots.concentration_data(None, q)), Axes)
+    plt.close("all")
+
+
+# ---------------------------------------------------------------------------
+# Notebooks: executed by nbmake, committed without outputs
+# ---------------------------------------------------------------------------
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_committed_without_outputs(nb):
+    data = json.loads(nb.read_text(encoding="utf-8"))
+    for cell in data["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [] and cell.get("execution_count") is None, nb.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes(nb, tmp_path):
+    """Run the notebook with nbmake (a fresh kernel, in the notebook's folder)."""
+    pytest.importorskip("nbmake")
+    env = {**os.environ, "MPLBACKEND": "Agg",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbmake",
+         "--nbmake-timeout=600", "--rootdir", str(tmp_path), str(nb)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]

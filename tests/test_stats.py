@@ -1,0 +1,288 @@
+"""Statistics of reports: intervals, paired tests, Holm, effect sizes, rounding.
+
+Checked against scipy on known inputs, and Holm against a case computed by hand.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from memsim.stats import (
+    MIN_REPLICATES,
+    bootstrap_mean_ci,
+    format_ci,
+    format_p,
+    holm,
+    mean_ci,
+    paired_tests,
+    rank_biserial,
+    round_to_ci,
+    summarise,
+)
+
+
+def frame(values: dict[str, np.ndarray], n_rep: int = 1, metric: str = "utility",
+          budget: int = 1500, shuffle: int | None = None) -> pd.DataFrame:
+    """A per-query table: ``values[policy]`` has n_rep * n_q values, replicate-major."""
+    rows = []
+    for pol, v in values.items():
+        v = np.asarray(v, dtype=float)
+        n_q = len(v) // n_rep
+        rows.append(pd.DataFrame({
+            "replicate": np.repeat(np.arange(n_rep), n_q), "policy": pol, "budget": budget,
+            "query_id": np.tile(np.arange(100, 100 + n_q), n_rep), metric: v}))
+    df = pd.concat(rows, ignore_index=True)
+    if shuffle is not None:  # pairing must come from (replicate, query_id), not row order
+        df = df.sample(frac=1.0, random_state=shuffle).reset_index(drop=True)
+    return df
+
+
+# -- Student t ------------------------------------------------------------------
+
+
+def test_mean_ci_matches_scipy_t_interval():
+    x = np.array([0.2, 0.5, 0.9, 0.4, 0.7, np.nan])
+    m, lo, hi, n = mean_ci(x)
+    v = x[np.isfinite(x)]
+    ref = sps.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=sps.sem(v))
+    assert n == 5 and m == pytest.approx(v.mean())
+    assert (lo, hi) == pytest.approx(ref)
+
+
+def test_mean_ci_degenerate_inputs():
+    assert mean_ci([np.nan])[3] == 0
+    m, lo, hi, n = mean_ci([3.0])
+    assert (m, n) == (3.0, 1) and math.isnan(lo) and math.isnan(hi)
+
+
+# -- bootstrap -----------------------------------------------------------------
+
+
+def test_bootstrap_ci_agrees_with_scipy_percentile_bootstrap():
+    rng = np.random.default_rng(3)
+    x = rng.lognormal(0.0, 0.8, size=80)
+    m, lo, hi, n = bootstrap_mean_ci(x, n_boot=20000, seed=1)
+    ref = sps.bootstrap((x,), np.mean, n_resamples=20000, method="percentile",
+                        confidence_level=0.95, rng=np.random.default_rng(2))
+    width = hi - lo
+    assert m == pytest.approx(x.mean()) and n == 80
+    # two independent Monte Carlo runs of the same procedure: equal up to noise
+    assert lo == pytest.approx(ref.confidence_interval.low, abs=0.03 * width)
+    assert hi == pytest.approx(ref.confidence_interval.high, abs=0.03 * width)
+
+
+def test_bootstrap_is_reproducible_and_seeded():
+    x = np.random.default_rng(0).normal(size=40)
+    assert bootstrap_mean_ci(x, seed=5) == bootstrap_mean_ci(x, seed=5)
+    assert bootstrap_mean_ci(x, seed=5) != bootstrap_mean_ci(x, seed=6)
+    # the global random state is neither used nor touched
+    np.random.seed(123)
+    before = np.random.random()
+    np.random.seed(123)
+    bootstrap_mean_ci(x, seed=5)
+    assert np.random.random() == before
+
+
+def test_bootstrap_degenerate_and_nan():
+    m, lo, hi, n = bootstrap_mean_ci([2.0, 2.0, 2.0, np.nan])
+    assert (m, lo, hi, n) == (2.0, 2.0, 2.0, 3)
+    m, lo, hi, n = bootstrap_mean_ci([7.0])
+    assert m == 7.0 and n == 1 and math.isnan(lo) and math.isnan(hi)
+    assert bootstrap_mean_ci([np.nan, np.nan])[3] == 0
+
+
+def test_stratified_bootstrap_estimates_the_mean_of_group_means():
+    x = np.array([1.0, 1.0, 1.0, 1.0, 5.0])
+    g = np.array([0, 0, 0, 0, 1])
+    m, lo, hi, _ = bootstrap_mean_ci(x, strata=g)
+    assert m == pytest.approx(3.0)          # (1 + 5) / 2, not the pooled 1.8
+    assert lo == hi == pytest.approx(3.0)   # no spread within a stratum
+
+
+# -- summary ---------------------------------------------------------------------
+
+
+def test_summarise_unit_switches_at_min_replicates():
+    rng = np.random.default_rng(1)
+    few = frame({"a": rng.normal(size=3 * 50)}, n_rep=3)
+    many = frame({"a": rng.normal(size=MIN_REPLICATES * 50)}, n_rep=MIN_REPLICATES)
+    s_few = summarise(few)
+    s_many = summarise(many)
+    assert list(s_few.columns) == ["policy", "budget", "metric", "mean", "ci_low", "ci_high",
+                                   "n", "ci_over", "ci_method"]
+    r = s_few[s_few["metric"] == "utility"].iloc[0]
+    assert r["ci_over"] == "queries" and r["n"] == 150
+    r = s_many[s_many["metric"] == "utility"].iloc[0]
+    assert r["ci_over"] == "replicates" and r["n"] == MIN_REPLICATES
+    # the point estimate is the mean of the replicates' means either way
+    per_rep = many.groupby("replicate")["utility"].mean().mean()
+    assert r["mean"] == pytest.approx(per_rep)
+    assert r["ci_low"] < r["mean"] < r["ci_high"]
+
+
+def test_summarise_keeps_run_level_metrics_with_t_intervals():
+    q = frame({"a": [1.0, 2.0, 3.0, 4.0]}, n_rep=2)
+    arms = pd.DataFrame({"replicate": [0, 1], "policy": "a", "budget": 1500,
+                         "recall_gini": [0.4, 0.6]})
+    store = pd.DataFrame({"replicate": [0, 0, 1, 1], "policy": "a", "budget": 1500,
+                          "t": [0.0, 1.0, 0.0, 1.0], "store_notes": [5, 9, 5, 11],
+                          "store_tokens": [50, 90, 50, 110]})
+    s = summarise(q, arms, store).set_index("metric")
+    g = s.loc["recall_gini"]
+    ref = sps.t.interval(0.95, 1, loc=0.5, scale=sps.sem([0.4, 0.6]))
+    assert g["ci_method"] == "t" and g["mean"] == pytest.approx(0.5)
+    assert (g["ci_low"], g["ci_high"]) == pytest.approx(ref)
+    assert s.loc["store_notes", "mean"] == pytest.approx(10.0)  # last store size per replicate
+
+
+def test_summarise_is_deterministic():
+    q = frame({"a": np.random.default_rng(0).normal(size=60),
+               "b": np.random.default_rng(1).normal(size=60)}, n_rep=3)
+    pd.testing.assert_frame_equal(summarise(q), summarise(q))
+
+
+# -- Holm ------------------------------------------------------------------------
+
+
+def test_holm_hand_computed_case():
+    # sorted: 0.005 x4 = 0.02; 0.01 x3 = 0.03; 0.03 x2 = 0.06; 0.04 x1 = 0.04 -> max(0.06)
+    p = [0.01, 0.04, 0.03, 0.005]
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert list(holm(p) < 0.05) == [True, False, False, True]
+
+
+def test_holm_caps_at_one_and_skips_nan():
+    adj = holm([0.5, np.nan, 0.02, 0.9])
+    # m = 3 finite: 0.02 x3 = 0.06; 0.5 x2 = 1.0; 0.9 x1 -> max(1.0, 0.9) = 1.0
+    assert adj[2] == pytest.approx(0.06)
+    assert adj[0] == 1.0 and adj[3] == 1.0 and math.isnan(adj[1])
+    assert holm([]).size == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=12))
+def test_holm_properties(p):
+    p = np.array(p)
+    adj = holm(p)
+    assert np.all(adj >= p - 1e-15) and np.all(adj <= 1.0)
+    # order-preserving: a smaller raw p never gets a larger adjusted p
+    order = np.argsort(p, kind="stable")
+    assert np.all(np.diff(adj[order]) >= -1e-15)
+    assert np.all(adj <= np.minimum(1.0, len(p) * p) + 1e-15)  # never worse than Bonferroni
+
+
+# -- effect sizes and paired tests ------------------------------------------------
+
+
+def test_rank_biserial_by_hand_and_against_scipy():
+    # |d| ranks 1, 2, 3, 4; W+ = 1 + 3 + 4 = 8, W- = 2 -> (8 - 2) / 10
+    assert rank_biserial([1.0, -2.0, 3.0, 4.0, 0.0]) == pytest.approx(0.6)
+    assert math.isnan(rank_biserial([0.0, 0.0]))
+    d = np.random.default_rng(4).integers(-3, 4, size=60).astype(float)  # ties and zeros
+    nz = d[d != 0]
+    w_plus = sps.wilcoxon(nz, alternative="greater").statistic
+    total = len(nz) * (len(nz) + 1) / 2
+    assert rank_biserial(d) == pytest.approx((2 * w_plus - total) / total)
+
+
+def test_paired_tests_pair_on_replicate_and_query_and_match_scipy():
+    rng = np.random.default_rng(7)
+    n_rep, n_q = 3, 40
+    base = rng.normal(size=n_rep * n_q)
+    better = base + rng.normal(0.3, 0.5, size=n_rep * n_q)
+    worse = base - np.abs(rng.normal(0.0, 0.2, size=n_rep * n_q))
+    worse[::7] = base[::7]  # some exact ties
+    q = frame({"base": base, "better": better, "worse": worse}, n_rep=n_rep, shuffle=11)
+    t = paired_tests(q, "base", ["utility"]).set_index("policy")
+    for pol, x in (("better", better), ("worse", worse)):
+        r = t.loc[pol]
+        d = x - base
+        ref = sps.wilcoxon(x, base, zero_method="wilcox")
+        assert r["p_value"] == pytest.approx(ref.pvalue, rel=1e-12)
+        assert r["n_pairs"] == n_rep * n_q
+        assert r["wins"] == (d > 0).sum() and r["losses"] == (d < 0).sum()
+        assert r["ties"] == (d == 0).sum()
+        per_rep = d.reshape(n_rep, n_q).mean(axis=1).mean()
+        assert r["diff"] == pytest.approx(per_rep)
+        assert r["diff_ci_low"] < r["diff"] < r["diff_ci_high"]
+        assert r["cohen_dz"] == pytest.approx(d.mean() / d.std(ddof=1))
+        assert r["rank_biserial"] == pytest.approx(rank_biserial(d))
+        assert r["baseline_mean"] == pytest.approx(base.mean())
+    assert t["p_holm"].to_numpy() == pytest.approx(holm(t["p_value"].to_numpy()))
+    assert t.loc["better", "direction"] == "better" and t.loc["worse", "direction"] == "worse"
+
+
+def test_paired_tests_follow_the_metric_direction_and_drop_nan_pairs():
+    base = np.array([0.5, 0.4, 0.6, 0.5, 0.3, 0.7, 0.2, 0.5, 0.4, 0.6, np.nan, 0.5])
+    lower = base - 0.1
+    lower[0] = np.nan
+    q = frame({"base": base, "lower": lower}, metric="stale_rate")
+    r = paired_tests(q, "base", ["stale_rate"]).iloc[0]
+    assert not r["higher_is_better"]
+    assert r["n_pairs"] == 10                 # two NaN pairs left out
+    assert r["wins"] == 10 and r["losses"] == 0  # lower stale rate is a win
+    assert r["diff"] == pytest.approx(-0.1)
+    assert r["direction"] == "better"
+
+
+def test_paired_tests_identical_policies_are_not_tested():
+    q = frame({"a": [1.0, 2.0, 3.0], "b": [1.0, 2.0, 3.0]})
+    r = paired_tests(q, "a", ["utility"]).iloc[0]
+    assert math.isnan(r["p_value"]) and math.isnan(r["p_holm"])
+    assert (r["wins"], r["ties"], r["losses"]) == (0, 3, 0)
+    assert r["direction"] == "" and not r["significant"]
+
+
+def test_paired_tests_refuse_an_unknown_baseline():
+    q = frame({"a": [1.0, 2.0]})
+    with pytest.raises(KeyError, match="baseline 'zz'"):
+        paired_tests(q, "zz", ["utility"])
+
+
+def test_paired_tests_are_per_budget():
+    a = frame({"a": [1.0, 2.0, 3.0, 4.0], "b": [2.0, 3.0, 4.0, 5.0]}, budget=100)
+    b = frame({"a": [1.0, 2.0, 3.0, 4.0], "b": [0.0, 1.0, 2.0, 3.0]}, budget=200)
+    t = paired_tests(pd.concat([a, b]), "a", ["utility"]).set_index("budget")
+    assert t.loc[100, "diff"] == pytest.approx(1.0)
+    assert t.loc[200, "diff"] == pytest.approx(-1.0)
+
+
+# -- rounding ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((0.53412, 0.52113, 0.54721), (0.534, 0.521, 0.547, 3)),      # h = 0.013
+    ((1234.5, 1112.0, 1357.0), (1230.0, 1110.0, 1360.0, -1)),   # h = 122
+    ((0.5, 0.1, 0.9), (0.50, 0.10, 0.90, 2)),                    # h = 0.4
+    ((-0.0123, -0.0456, 0.0210), (-0.012, -0.046, 0.021, 3)),    # h = 0.033
+    ((12.3456, 12.3400, 12.3512), (12.3456, 12.34, 12.3512, 4)),  # h = 0.0056
+])
+def test_round_to_ci(args, expected):
+    got = round_to_ci(*args)
+    assert got[3] == expected[3]
+    assert got[:3] == pytest.approx(expected[:3])
+
+
+def test_round_to_ci_without_an_interval_keeps_three_significant_digits():
+    m, lo, hi, dec = round_to_ci(0.0123456, np.nan, np.nan)
+    assert (m, dec) == (0.0123, 4) and math.isnan(lo)
+    assert round_to_ci(2.0, 2.0, 2.0)[:3] == (2.0, 2.0, 2.0)
+    assert round_to_ci(0.0, 0.0, 0.0)[3] == 0
+
+
+def test_format_ci_and_p():
+    assert format_ci(0.53412, 0.52113, 0.54721) == "0.534 [0.521, 0.547]"
+    assert format_ci(0.0101, -0.0021, 0.0299, signed=True) == "+0.010 [-0.002, +0.030]"
+    assert format_ci(1234.5, 1112.0, 1357.0) == "1230 [1110, 1360]"
+    assert format_ci(0.5, np.nan, np.nan) == "0.500"
+    assert format_ci(np.nan, np.nan, np.nan) == "n/a"
+    assert format_ci(-0.0001, -0.0004, 0.0002) == "-0.00010 [-0.00040, 0.00020]"
+    assert format_p(0.0004) == "<0.001" and format_p(0.0123) == "0.012"
+    assert format_p(0.5) == "0.50" and format_p(np.nan) == "n/a"
