@@ -62,13 +62,30 @@ ranks, so a constant prediction has AUC exactly 0.5); calibration in ten
 equal-width bins of ``p`` (count, mean prediction, observed recall rate) and
 their expected calibration error ``ECE = sum_b n_b / n |mean p_b - recall_b|``.
 
-Reading the fits on this log: about 43% of the modelled reviews come minutes
-after the previous one (relearning steps after a lapse), where recall is
-~72%, not ~100%; the families that must start at ``p(0) = 1`` pay for it
-(the fitted exponential is short, the half-life-with-floor becomes almost
-its floor), while the recall-dependent Ebbinghaus strength separates
-well-known cards from new ones. ``min_elapsed_days`` excludes the short
-intervals to fit the long-term curve alone.
+Reading the fits on this log (11,375 reviews after a card's first; recall
+rate 0.753): 43% of them come within 15 minutes of the previous review
+(relearning steps, mostly after a lapse), where recall is ~0.72, not ~1, and
+recall then *rises* with the delay up to two weeks (the scheduler only waits
+long for well-known cards). Every family but the constant must start at
+``p(0) = 1`` and pays for it:
+
+=================== ======== ======= =========================================
+family              log loss AUC     parameters
+=================== ======== ======= =========================================
+constant            0.5588   0.5000  p = 0.753
+exponential         1.4252   0.4517  S = 11.9 d
+half-life-floor     0.5585   0.4554  h = 1e-4 d (search bound), floor = 0.7525
+power-law           0.5823   0.4517  S = 1e-4 d (search bound), d = 0.0198
+ebbinghaus          0.9694   0.5537  s0 = 0.0021 d, s1 = 3.32 d per success
+=================== ======== ======= =========================================
+
+The half-life with a floor "wins" by collapsing onto its floor (a constant).
+With ``min_elapsed_days = 1`` (5,329 reviews, recall 0.792) the FSRS power
+law is best (0.5047 against 0.5112 for the constant; S = 0.32 d, d = 0.053:
+a slow, long-tailed decline), the exponential reaches S = 31 d (0.5671) and
+Ebbinghaus s0 = 9.8 d, s1 = 4.2 d (0.5568, the best AUC, 0.579). On this
+log, time since the last use alone predicts recall poorly; the use history
+matters (FSRS grows stability with each review for that reason).
 """
 
 from __future__ import annotations
@@ -199,7 +216,8 @@ def review_table(log: pd.DataFrame) -> pd.DataFrame:
     card = d.groupby(["source", "card_id"], sort=False)
     n_prev = card.cumcount().to_numpy()
     # successes strictly before this review: cumulative sum minus this one
-    n_success = pd.Series(y).groupby([d["source"], d["card_id"]], sort=False).cumsum().to_numpy() - y
+    n_success = (pd.Series(y).groupby([d["source"], d["card_id"]], sort=False).cumsum()
+                 .to_numpy() - y)
     t = card["review_time"].diff().dt.total_seconds().to_numpy() / 86400.0
     out = pd.DataFrame({"source": d["source"], "card_id": d["card_id"],
                         "review_time": d["review_time"], "t": t, "n_prev": n_prev,
@@ -668,7 +686,8 @@ def calibration_toml(fits: dict, *, source: str = "", stats: dict | None = None,
             lines.append("# (no decay: the same ranking as decay = \"none\")")
             continue
         kind, values = spec
-        inline = ", ".join([f'kind = "{kind}"'] + [f"{k} = {_toml_float(v)}" for k, v in values.items()]
+        inline = ", ".join([f'kind = "{kind}"']
+                           + [f"{k} = {_toml_float(v)}" for k, v in values.items()]
                            + ['clock = "last_access"'])
         table = [f"[policies.fitted-{family}]", 'ranker = "product"', f"decay = {{ {inline} }}"]
         if family == "ebbinghaus":

@@ -113,8 +113,81 @@ def _cmd_policies(args) -> int:
     return 0
 
 
+def _overrides(pairs: list[str]) -> dict:
+    from .config import parse_override
+
+    return dict(parse_override(o) for o in pairs)
+
+
+def _cmd_curves(args) -> int:
+    from .curves import curves_table, format_curves
+
+    df = curves_table(args.presets, overrides=_overrides(args.set), s=args.s, delta=args.delta)
+    print(format_curves(df))
+    return 0
+
+
+def _cmd_stream_import(args) -> int:
+    if args.format != "locomo":  # argparse restricts choices; kept for clarity
+        raise MemsimError(f"unknown import format {args.format!r}")
+    from .importers.locomo import cli_import_locomo
+
+    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes)
+    print(args.out)
+    return 0
+
+
+def _cmd_calibrate(args) -> int:
+    from .calibrate import calibrate_revlog, format_calibration
+
+    out = None if args.out is None else Path(args.out)
+    result = calibrate_revlog(Path(args.path), out)
+    print(format_calibration(result))
+    if out is not None:
+        print(out)
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from .sweep import run_sweep
+
+    if args.experiment is None and args.resume is None:
+        raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
+    prog = Progress("memsim sweep", args.quiet)
+    try:
+        res = run_sweep(args.experiment, trials=args.trials, storage=args.storage,
+                        study_name=args.study, workers=args.workers, out=args.out,
+                        overrides=args.set, quiet=True, resume=args.resume, progress=prog,
+                        argv=sys.argv)
+    finally:
+        prog.close()
+    if not args.quiet:
+        print(res.summary_text())
+    print(res.path if res.path is not None else res.study_name)
+    return 0
+
+
+def _cmd_audit(args) -> int:
+    from .audit import audit
+    from .config import load_experiment
+
+    exp = load_experiment(args.experiment, args.set)
+    prog = Progress("memsim audit", args.quiet)
+    try:
+        report = audit(exp, replicate=args.replicate, max_queries=args.queries,
+                       params=not args.no_params, progress=prog)
+    finally:
+        prog.close()
+    print(report.to_text())
+    if args.out is not None:
+        print(report.save(Path(args.out)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memsim", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="memsim", description="Simulate and sweep the ranking, retention and packing "
+        "policies of AI memory layers.")
     sub = p.add_subparsers(dest="command", required=True)
 
     common = argparse.ArgumentParser(add_help=False)
@@ -128,6 +201,32 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--jobs", type=int, default=1, help="worker processes for grids/batches")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
     r.set_defaults(func=_cmd_run)
+
+    sw = sub.add_parser("sweep", parents=[common],
+                        help="Optuna sweep of an experiment's [sweep] table (resumable)")
+    sw.add_argument("experiment", nargs="?", default=None, metavar="EXPERIMENT.toml")
+    sw.add_argument("--trials", type=int, default=None,
+                    help="COMPLETE trials the study must end with (default: sweep.trials)")
+    sw.add_argument("--storage", default=None, metavar="URL",
+                    help="sqlite:///FILE.db, postgresql://USER:PW@HOST/DB or journal:FILE "
+                         "(default: a journal file in the run folder)")
+    sw.add_argument("--study", default=None, metavar="NAME",
+                    help="study name (default: <name>-<hash8>); the same command with the "
+                         "same name resumes or joins it")
+    sw.add_argument("--workers", type=int, default=1, help="worker processes on this machine")
+    sw.add_argument("--resume", default=None, metavar="RUN_DIR",
+                    help="continue the sweep of this run folder")
+    sw.set_defaults(func=_cmd_sweep)
+
+    au = sub.add_parser("audit", parents=[common],
+                        help="which signals vary and which swept parameters the workload can test")
+    au.add_argument("experiment", metavar="EXPERIMENT.toml")
+    au.add_argument("--replicate", type=int, default=0, help="replicate stream to audit")
+    au.add_argument("--queries", type=int, default=300,
+                    help="queries sampled for the signal spreads")
+    au.add_argument("--no-params", action="store_true",
+                    help="skip evaluating the swept parameters (signals only)")
+    au.set_defaults(func=_cmd_audit, out=None)
 
     rep = sub.add_parser("report", help="(re)build report.html from a run folder")
     rep.add_argument("run_dir")
@@ -145,8 +244,32 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("path")
     v.set_defaults(func=_cmd_stream_validate)
 
+    imp = ssub.add_parser("import", help="import a real trace into a stream folder")
+    imp.add_argument("format", choices=["locomo"])
+    imp.add_argument("path", help="locomo10.zip or locomo10.json")
+    imp.add_argument("--out", required=True, help="stream folder to create")
+    imp.add_argument("--notes", choices=["turns", "observations", "summaries"], default="turns",
+                     help="what becomes a note (default: turns)")
+    imp.set_defaults(func=_cmd_stream_import)
+
     pol = sub.add_parser("policies", help="list registered components and presets")
     pol.set_defaults(func=_cmd_policies)
+
+    cur = sub.add_parser("curves", help="recency multipliers, half-lives and crossover ages")
+    cur.add_argument("presets", nargs="+", metavar="PRESET")
+    cur.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a preset parameter, e.g. decay.half_life_days=90")
+    cur.add_argument("--s", type=float, default=0.8, help="similarity of the old note")
+    cur.add_argument("--delta", type=float, default=0.1,
+                     help="similarity advantage of the old note over a fresh one")
+    cur.set_defaults(func=_cmd_curves)
+
+    cal = sub.add_parser("calibrate", help="fit decay families to real recall data")
+    csub = cal.add_subparsers(dest="calibrate_command", required=True)
+    rv = csub.add_parser("revlog", help="a spaced-repetition review log (CSV)")
+    rv.add_argument("path", help="a review-log CSV or a folder of them")
+    rv.add_argument("--out", default=None, help="folder for the plot and TOML fragment")
+    rv.set_defaults(func=_cmd_calibrate)
     return p
 
 

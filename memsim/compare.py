@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -125,16 +126,22 @@ class Comparison:
         t = self.tests
         rows = []
         for _, r in t.iterrows():
-            # both means at the precision of the difference's interval
-            dec = round_to_ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"])[3]
+            # both means at the precision of the difference's interval (or,
+            # when the policies never differ, at three significant digits)
+            lo, hi = r["diff_ci_low"], r["diff_ci_high"]
+            if np.isfinite(lo) and np.isfinite(hi) and hi > lo:
+                dec = round_to_ci(r["diff"], lo, hi)[3]
+                diff = format_ci(r["diff"], lo, hi, signed=True)
+            else:
+                dec = round_to_ci(r["baseline_mean"], np.nan, np.nan)[3]
+                diff = _fixed(r["diff"], dec, signed=True)
             rows.append({
                 "budget": r["budget"],
                 "policy": r["policy"],
                 "metric": r["metric"],
                 "baseline": _fixed(r["baseline_mean"], dec),
                 "policy mean": _fixed(r["policy_mean"], dec),
-                "difference [95% CI]": format_ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"],
-                                                 signed=True),
+                "difference [95% CI]": diff,
                 "p": format_p(r["p_value"]),
                 "p (Holm)": format_p(r["p_holm"]),
                 "": MARKS[r["direction"]],
@@ -183,9 +190,10 @@ class Comparison:
                       .replace("▼", r"$\blacktriangledown$"), label)
 
     def to_html(self, detail: bool = False) -> str:
-        """An HTML ``<table>`` (no scripts, no external resources)."""
+        """An HTML ``<table>`` (no scripts, no external resources); in the
+        summary the interval goes under the mean, so that wide tables fit."""
         table = self._display(detail)
-        return _html(table)
+        return _html(table, split_ci=not detail)
 
     def _display(self, detail: bool) -> pd.DataFrame:
         if detail:
@@ -206,11 +214,12 @@ class Comparison:
                 f"budgets={self.budgets}, metrics={self.metrics})\n" + self.to_markdown())
 
 
-def _fixed(x: float, dec: int) -> str:
+def _fixed(x: float, dec: int, signed: bool = False) -> str:
     if x is None or not math.isfinite(x):
         return "n/a"
     x = round(float(x), dec)
-    return f"{0.0 if x == 0 else x:.{max(dec, 0)}f}"
+    x = 0.0 if x == 0 else x
+    return f"{x:+.{max(dec, 0)}f}" if signed else f"{x:.{max(dec, 0)}f}"
 
 
 def _num(x: float, dec: int) -> str:
@@ -274,7 +283,11 @@ def _latex(df: pd.DataFrame, caption: str, label: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _html(df: pd.DataFrame) -> str:
+# "mean [lo, hi] mark" -> "mean mark" over a smaller "[lo, hi]"
+_CI_RE = re.compile(r" (\[[^\]]*\])( [▲▼])?")
+
+
+def _html(df: pd.DataFrame, split_ci: bool = False) -> str:
     if len(df) == 0:
         return "<p><em>(nothing to compare)</em></p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
@@ -283,12 +296,14 @@ def _html(df: pd.DataFrame) -> str:
         cells = []
         for v in row:
             s = html.escape(str(v))
+            if split_ci:
+                s = _CI_RE.sub(r'\2<br><span class="ci">\1</span>', s)
             s = s.replace("▲", '<span class="better" title="significantly better">▲</span>')
             s = s.replace("▼", '<span class="worse" title="significantly worse">▼</span>')
             cells.append(f"<td>{s}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return ('<table class="cmp"><thead><tr>' + head + "</tr></thead><tbody>"
-            + "".join(body) + "</tbody></table>")
+    return ('<div class="scroll"><table class="cmp"><thead><tr>' + head
+            + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>")
 
 
 # --------------------------------------------------------------------------

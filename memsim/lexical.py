@@ -32,8 +32,10 @@ al., RecSys 2014):
 with ``M`` the largest ``|x_d|`` of the group. Then ``|\\tilde x_d| = 1`` and
 ``cos(q, d) = q . d = BM25(q, d) / (M |c_q|)``, and the squared L2 distance is
 ``2 - 2 cos``: cosine, dot product and L2 all order a group's documents by
-BM25. Values are small (a strong match is about 0.2 to 0.5), which matters
-for policies that add similarity to recency on a fixed scale.
+BM25. Values are small (the best match of a LoCoMo question has cosine 0.16
+to 0.37, 10th to 90th percentile), which matters for policies that add
+similarity to recency on a fixed scale (Feather DB's blend, Generative
+Agents' sum): there recency weighs more than with dense embeddings.
 
 Groups (namespaces) are independent corpora: statistics (``N``, ``n(w)``,
 ``avgdl``) and the vocabulary are per group, and the vocabulary columns are
@@ -180,7 +182,8 @@ def _group_codes(doc_groups, query_groups, n_docs: int, n_queries: int
 
 def _check_params(k1: float, b: float) -> None:
     if not (np.isfinite(k1) and k1 >= 0):
-        raise ConfigError(f"The 'k1' parameter of bm25_embeddings must be >= 0. Got {k1!r} instead.")
+        raise ConfigError(f"The 'k1' parameter of bm25_embeddings must be >= 0. "
+                          f"Got {k1!r} instead.")
     if not (np.isfinite(b) and 0 <= b <= 1):
         raise ConfigError(f"The 'b' parameter of bm25_embeddings must be in [0, 1]. "
                           f"Got {b!r} instead.")
@@ -227,7 +230,8 @@ def _bm25_sparse(doc_texts, query_texts, doc_groups, query_groups, k1, b, stopwo
                                                 qocc["col"].to_numpy(np.int64))),
                           shape=(n_q, dim))
     c.sum_duplicates()
-    info = {"retriever": "bm25", "k1": float(k1), "b": float(b), "idf": "ln(1 + (N - n + 0.5)/(n + 0.5))",
+    info = {"retriever": "bm25", "k1": float(k1), "b": float(b),
+            "idf": "ln(1 + (N - n + 0.5)/(n + 0.5))",
             "stopwords": bool(stopwords), "stemmer": "harman-s" if stem else "none",
             "groups": n_groups, "vocabulary_max": dim,
             "vocabulary_total": int(sizes.sum())}
@@ -276,8 +280,8 @@ def bm25_embeddings(doc_texts: Sequence[str], query_texts: Sequence[str], doc_gr
     Notes
     -----
     Memory is ``(n_docs + n_queries) * (V + 1) * 4`` bytes with ``V`` the
-    largest group vocabulary (about 2,000 to 2,600 terms for one LoCoMo
-    conversation). Deterministic: no randomness, columns in sorted term order.
+    largest group vocabulary (1,570 terms for the largest LoCoMo
+    conversation's turns). Deterministic: no randomness, columns in sorted term order.
     """
     x, c, dg, qg, n_groups, info = _bm25_sparse(doc_texts, query_texts, doc_groups,
                                                 query_groups, k1, b, stopwords, stem)

@@ -481,6 +481,7 @@ figure{margin:1.4em 0}figure img{max-width:100%;height:auto;border:1px solid #ee
 figcaption{font-size:.88em;color:#444;max-width:800px}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.8em}
 .muted{color:#666;font-size:.88em}
+.scroll{overflow-x:auto}.ci{color:#555;font-size:.9em}
 """
 
 
@@ -488,7 +489,8 @@ def _df_html(df: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
                    for row in df.itertuples(index=False))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            "</table></div>")
 
 
 def _to_html(rep: _Report) -> str:

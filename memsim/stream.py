@@ -339,10 +339,13 @@ def _str_column(t: _Table, raw: pd.Series, column: str, *, missing_as: str | Non
     elif isinstance(dtype, pd.StringDtype):
         bad = np.zeros(len(raw), dtype=bool)
     elif (isinstance(dtype, np.dtype) and dtype == object) or isinstance(dtype, pd.CategoricalDtype):
-        values = raw.to_numpy(dtype=object)
-        # A cell is text when it equals its own text form (elementwise ==).
-        as_text = raw.astype(object).astype(str).to_numpy(dtype=object)
-        bad = ~missing & ~(values == as_text)
+        values = raw.astype(object)
+        if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+            bad = np.zeros(len(raw), dtype=bool)  # the common case, decided in C
+        else:
+            # Some cell is not text; finding which one may look at each cell,
+            # but only on this error path.
+            bad = ~missing & ~values.map(type).eq(str).to_numpy()
     else:
         bad = ~missing  # floats, bools, dates
     if missing_as is None:

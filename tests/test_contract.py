@@ -375,11 +375,13 @@ def test_preset_resolves_scores_and_pickles(name):
     assert not np.any(np.isnan(score))
 
 
-@pytest.mark.parametrize("name", [n for n in REQUIRED_PRESETS
-                                  if n not in ("similarity-only", "recency-only", "random", "oracle")])
+BASELINES = ("similarity-only", "recency-only", "random", "oracle")
+
+
+@pytest.mark.parametrize("name", [n for n in REQUIRED_PRESETS if n not in BASELINES])
 def test_system_preset_docs_cite_a_source(name):
-    doc = PRESETS[name].doc
-    assert any(s in doc for s in ("seed 00", ".rs", ".h", ".py", "et al.", "AAAI", "UIST")), doc
+    doc = PRESETS[name].doc.lower()
+    assert any(s in doc for s in ("seed 00", ".rs", ".h", ".py", "et al.", "aaai", "uist")), doc
 
 
 def test_hivemind_preset_says_what_memsim_designed():

@@ -586,3 +586,59 @@ def test_seed002_crossover_of_feather_defaults():
     # 0.3 * (1 - 0.5 ** (a / 30)) > 0.7 * 0.1, i.e. a > 30 * log2(1 / (1 - 7/30))
     expected = 30 * math.log2(1 / (1 - 0.07 / 0.3))
     assert crossover_age(FEATHER, 0.8, 0.1) == pytest.approx(expected, rel=1e-4)
+
+
+# ===========================================================================
+# Cross-check against the installed engine (feather-db 0.21.0), when present
+# ===========================================================================
+
+
+@pytest.mark.feather
+def test_feather_preset_matches_the_installed_engine(tmp_path):
+    # A faithful replica: with the engine searching exactly (ef >= store
+    # size), 30 sequential scored searches over 200 notes return the same
+    # top 10 in the same order, with the same scores (to float32 precision:
+    # the engine reads ages in whole wall-clock seconds), and the same recall
+    # counts, the k returned notes gaining one recall after each search.
+    fdb = pytest.importorskip("feather_db")
+    import time
+
+    from memsim.engine import Arm, SimSettings, simulate
+    from memsim.stream import make_stream
+
+    rng = np.random.default_rng(0)
+    n, m, dim = 200, 30, 8
+    nemb = rng.normal(size=(n, dim)).astype(F32)
+    topics = rng.normal(size=(3, dim)).astype(F32)
+    qemb = (topics[rng.integers(0, 3, m)] + 0.3 * rng.normal(size=(m, dim))).astype(F32)
+    age_s = rng.integers(0, 200 * 86400, n)
+    importance = rng.uniform(0.5, 1.0, n).astype(F32)
+
+    db = fdb.DB.open(str(tmp_path / "x.feather"), dim=dim)
+    now = int(time.time())
+    for i in range(n):
+        meta = fdb.Metadata()
+        meta.timestamp = now - int(age_s[i])
+        meta.importance = float(importance[i])
+        db.add(id=i, vec=nemb[i], meta=meta)
+    db.set_ef(1000)
+    cfg = fdb.ScoringConfig(30.0, 0.3, 0.0)
+    engine = [db.search(qemb[q], k=10, scoring=cfg) for q in range(m)]
+    recalls = np.array([db.get_metadata(i).recall_count for i in range(n)])
+    db.close()
+
+    notes = pd.DataFrame({"note_id": np.arange(n), "created_at": -(age_s / 86400.0),
+                          "tokens": 10, "actor": "a", "importance": importance.astype(float)})
+    queries = pd.DataFrame({"query_id": np.arange(m), "t": np.arange(m) * 1e-9, "actor": "a"})
+    qrels = pd.DataFrame({"query_id": [0], "note_id": [0], "gain": [1.0]})
+    stream = make_stream(notes, queries, qrels, note_embeddings=nemb, query_embeddings=qemb)
+    res = simulate(stream, [Arm("feather", resolve_policy({"preset": "feather"}, "f"))],
+                   SimSettings(save_rankings=True, feedback_mode="per-query",
+                               budget_tokens=100_000), np.random.SeedSequence(0))
+    rk = res.rankings
+    for q in range(m):
+        mine = rk[rk["query_id"] == q].sort_values("rank")
+        assert mine["note_id"].tolist() == [r.id for r in engine[q]], f"query {q}"
+        np.testing.assert_allclose(mine["score"], [r.score for r in engine[q]], rtol=2e-6)
+    counts = np.bincount(rk["note_id"], minlength=n)
+    np.testing.assert_array_equal(counts, recalls)

@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memsim.config import resolve_policy

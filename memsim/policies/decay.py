@@ -147,7 +147,9 @@ class HalfLife(Decay):
 class HalfLifeFloor(Decay):
     """Half-life with a floor, never below ``floor`` (Hivemind's fix).
 
-    ``recency = floor + (1 - floor) * 0.5 ** (days / half_life)``. Hivemind's fix (seed 000): half-life 180 days, floor 0.35, so that "age
+    ``recency = floor + (1 - floor) * 0.5 ** (days / half_life)``.
+
+    Hivemind's fix (seed 000): half-life 180 days, floor 0.35, so that "age
     can never push a note below" the floor; a year-old note keeps about half
     its weight (0.35 + 0.65 * 0.5 ** (365/180) = 0.51). The tier is ignored
     (see ``per-tier`` for the tiered version).
@@ -358,7 +360,8 @@ class GenerativeAgentsRecency(Decay):
 class LangChainRecency(Decay):
     """LangChain's recency: ``(1 - decay_rate) ** hours_since_last_access``.
 
-    Hours since the document was last accessed. Source: ``langchain/retrievers/time_weighted_retriever.py``
+    Hours since the document was last accessed. Source:
+    ``langchain/retrievers/time_weighted_retriever.py``
     (``TimeWeightedVectorStoreRetriever._get_combined_score``: ``score =
     (1.0 - self.decay_rate) ** hours_passed`` with ``hours_passed`` from
     ``last_accessed_at``; ``decay_rate = 0.01``). ``last_accessed_at`` starts

@@ -182,9 +182,36 @@ class SkipFill(Packer):
 # --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True)
+class _ValuePacker(Packer):
+    """Base of the packers that weigh value against size.
+
+    Parameters
+    ----------
+    min_relative_score : float
+        Candidates whose value is below this fraction of the query's best
+        candidate value are never packed (0 = no cutoff). Value-per-token
+        packing assumes the value is worth its tokens; raw similarity scores
+        are not calibrated that way (a barely related 40-token note scores
+        half as much as the answer and is six times denser), so without a
+        cutoff density packing fills the context with small, weakly related
+        notes. A relative cutoff is memsim's design, not a published rule.
+    """
+
+    min_relative_score: float = 0.0
+    _constraints: ClassVar[dict] = {"min_relative_score": Interval(0, 1)}
+
+    def _eligible(self, values, tokens, valid, budget):
+        eligible = _eligible(values, tokens, valid, budget)
+        if self.min_relative_score > 0:
+            top = np.where(valid, values, -np.inf).max(axis=1, initial=-np.inf)
+            eligible &= values >= self.min_relative_score * top[:, None]
+        return eligible
+
+
 @register
 @dataclass(frozen=True, kw_only=True)
-class Greedy(Packer):
+class Greedy(_ValuePacker):
     """Value-per-token greedy: the classic knapsack heuristic.
 
     Rule: sort the candidates by density ``values / tokens`` (highest first,
@@ -204,13 +231,13 @@ class Greedy(Packer):
 
     def pack(self, values, tokens, valid, budget):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
-        eligible = _eligible(values, tokens, valid, budget)
+        eligible = self._eligible(values, tokens, valid, budget)
         return _greedy(values, tokens, eligible, budget)[0]
 
 
 @register
 @dataclass(frozen=True, kw_only=True)
-class GreedySwap(Packer):
+class GreedySwap(_ValuePacker):
     """Value-per-token greedy followed by a bounded swap pass.
 
     Hivemind's packer is "greedy, then a swap pass [that] puts back any
@@ -261,7 +288,7 @@ class GreedySwap(Packer):
 
     def pack(self, values, tokens, valid, budget):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
-        eligible = _eligible(values, tokens, valid, budget)
+        eligible = self._eligible(values, tokens, valid, budget)
         packed, used = _greedy(values, tokens, eligible, budget)
         if self.max_swaps == 0 or not eligible.any():
             return packed
@@ -462,7 +489,7 @@ def _bucket_width(n: int, cap: int, max_cells: int) -> int:
 
 @register
 @dataclass(frozen=True, kw_only=True)
-class Exact(Packer):
+class Exact(_ValuePacker):
     """Exact 0/1 knapsack: the set of candidates of maximal total value that fits.
 
     Rule: maximise ``sum(values[S])`` subject to ``sum(tokens[S]) <= budget``
@@ -549,7 +576,7 @@ class Exact(Packer):
 
     def pack(self, values, tokens, valid, budget):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
-        eligible = _eligible(values, tokens, valid, budget)
+        eligible = self._eligible(values, tokens, valid, budget)
         packed = eligible.copy()
         over = np.where(eligible, tokens, 0).sum(axis=1) > budget
         for q in np.flatnonzero(over):  # only queries whose eligible notes overflow

@@ -175,7 +175,8 @@ _FEATHER_DOC = """Feather DB's scored search (feather-store/feather,
     sets ``candidates = 10`` so that the packer sees exactly the k returned
     notes (skip-fill in score order: Feather has no token budget, memsim's
     choice). If you change k, change ``retriever.prefilter`` (3k),
-    ``candidates`` and ``feedback.k`` together."""
+    ``candidates`` and ``feedback.k`` together. The engine reads ages from the
+    wall clock in whole seconds; memsim's ages are exact (fractional days)."""
 
 add_preset(
     "feather",
