@@ -239,13 +239,21 @@ def _markdown(df: pd.DataFrame) -> str:
         return s.replace("|", "\\|")
 
     lines = ["| " + " | ".join(esc(c) for c in cols) + " |",
-             "|" + "|".join("---" if c in _LABELS else "--:" for c in cols) + "|"]
+             "|" + "|".join("---" if _is_label(c, df.iloc[:, i]) else "--:"
+                            for i, c in enumerate(cols)) + "|"]
     lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in body]
     return "\n".join(lines) + "\n"
 
 
 # label columns are left-aligned, numbers right-aligned
 _LABELS = ("budget", "policy", "metric")
+_NUMBER = re.compile(r"^\s*([+-]?(\d|\.\d)|n/a$|<0\.|$)")
+
+
+def _is_label(name: str, values: pd.Series) -> bool:
+    if name in _LABELS:
+        return True
+    return not all(_NUMBER.match(str(v)) for v in values)
 
 
 _LATEX_ESC = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",

@@ -515,6 +515,7 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
             ctx = ScoringContext(batch, st, rng)
+    ctx.live = mask
     scores = np.asarray(policy.score(ctx), dtype=np.float64)
     scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
     pos, cand_scores = top_candidates(scores, c)

@@ -33,6 +33,7 @@ data                                 drawing
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -668,6 +669,8 @@ def plot_concentration(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | No
         ax.plot(a["t"], a["mean"], "-o", ms=3, color=cols[pol], lw=1.8, label=str(pol))
         ax.fill_between(a["t"].to_numpy(float), a["min"].to_numpy(float),
                         a["max"].to_numpy(float), color=cols[pol], alpha=0.15, lw=0)
+    hi = float(np.nanmax(df[y].to_numpy(float))) if df[y].notna().any() else 1.0
+    ax.set_ylim(0, min(1.02, max(0.05, hi * 1.15)))  # small shares stay readable
     ax.set_xlabel("simulated time (days)")
     if y == "top_share":
         who = f"the {top} most-used notes" if top else "the most-used notes"
@@ -676,7 +679,6 @@ def plot_concentration(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | No
     else:
         ax.set_ylabel("Gini of use counts")
         ax.set_title("Feedback loop: concentration of use")
-    ax.set_ylim(0, 1.02)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return ax
@@ -772,18 +774,33 @@ def plot_store_size(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
 # --------------------------------------------------------------------------
 
 
-def trial_columns(trials: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(objective columns, parameter columns) of an Optuna trials table.
+#: Columns of a trials table that are neither objectives nor parameters.
+_TRIAL_META = {"number", "state", "origin", "retry_of", "worker", "seconds", "duration",
+               "datetime_start", "datetime_complete", "error"}
 
-    Objectives are ``value`` or the ``values_*`` columns; parameters the
-    ``params_*`` columns (``study.trials_dataframe()``'s naming).
+
+def trial_columns(trials: pd.DataFrame, params: Sequence[str] | None = None
+                  ) -> tuple[list[str], list[str]]:
+    """(objective columns, parameter columns) of a trials table.
+
+    Objectives are ``value`` or the ``values_*`` columns. Parameters are
+    ``params`` when given (e.g. the sweep manifest's list), else the
+    ``params_*`` columns (``study.trials_dataframe()``'s naming), else every
+    other column that is not bookkeeping (``number``, ``state``, ``worker``
+    ...) or a per-replicate value (``*_rep<r>``), which is the layout of
+    ``memsim sweep``'s ``trials.csv`` (parameters named by their dotted keys).
     """
-    if "value" in trials.columns:
-        objs = ["value"]
+    cols = [str(c) for c in trials.columns]
+    objs = ["value"] if "value" in cols else [c for c in cols if c.startswith("values_")]
+    if params is not None:
+        pars = [p for p in params if p in cols]
+    elif any(c.startswith("params_") for c in cols):
+        pars = [c for c in cols if c.startswith("params_")]
     else:
-        objs = [c for c in trials.columns if str(c).startswith("values_")]
-    params = [c for c in trials.columns if str(c).startswith("params_")]
-    return objs, params
+        pars = [c for c in cols if c not in _TRIAL_META and c not in objs
+                and not c.startswith(("user_attrs_", "system_attrs_"))
+                and not re.search(r"_rep\d+$", c)]
+    return objs, pars
 
 
 def _complete(trials: pd.DataFrame) -> pd.DataFrame:
@@ -830,7 +847,8 @@ def plot_sweep_history(df: pd.DataFrame, ax=None, label: str | None = None):
     return ax
 
 
-def param_importance_data(trials: pd.DataFrame, objective: str | None = None) -> pd.DataFrame:
+def param_importance_data(trials: pd.DataFrame, objective: str | None = None,
+                          params: Sequence[str] | None = None) -> pd.DataFrame:
     """A model-free importance of each swept parameter for the objective.
 
     For a numeric parameter, the squared Spearman rank correlation with the
@@ -847,7 +865,7 @@ def param_importance_data(trials: pd.DataFrame, objective: str | None = None) ->
     """
     from scipy import stats as sps
 
-    objs, params = trial_columns(trials)
+    objs, params = trial_columns(trials, params)
     objective = objective or (objs[0] if objs else None)
     cols = ["param", "importance", "raw", "kind"]
     if objective is None or not params:

@@ -95,44 +95,6 @@ def _draw(name: str, title: str, caption: str, draw: Callable[[Any], Any],
         return ReportFigure(name, title, caption, error=f"{type(exc).__name__}: {exc}")
 
 
-def _sweep_objectives(config: dict, trials: pd.DataFrame) -> tuple[list[str], list[str],
-                                                                  list[str]]:
-    """(columns, labels, directions) of a sweep's objectives."""
-    cols, _ = plots.trial_columns(trials)
-    sweep = (config or {}).get("sweep") or {}
-    names: list[str] = []
-    for key in ("metrics", "objectives", "metric", "objective"):
-        v = sweep.get(key)
-        if isinstance(v, str):
-            names = [v]
-            break
-        if isinstance(v, list) and all(isinstance(x, str) for x in v):
-            names = list(v)
-            break
-    dirs: list[str] = []
-    for key in ("directions", "direction"):
-        v = sweep.get(key)
-        if isinstance(v, str):
-            dirs = [v] * len(cols)
-            break
-        if isinstance(v, list):
-            dirs = [str(x) for x in v]
-            break
-    labels = []
-    for i, c in enumerate(cols):
-        if c.startswith("values_") and not c[len("values_"):].isdigit():
-            labels.append(c[len("values_"):])
-        elif i < len(names):
-            labels.append(names[i])
-        else:
-            labels.append(c)
-    if len(dirs) < len(cols):
-        dirs = dirs + ["maximize" if HIGHER_IS_BETTER.get(lab, True) else "minimize"
-                       for lab in labels[len(dirs):]]
-    return cols, labels, [("minimize" if str(d).lower().startswith("min") else "maximize")
-                          for d in dirs[:len(cols)]]
-
-
 # --------------------------------------------------------------------------
 # Building the content
 # --------------------------------------------------------------------------
@@ -355,7 +317,7 @@ def _content(run_dir: Path, run: dict, n_boot: int, seed: int) -> _Report:
     if figs:
         rep.sections.append(("Figures", [("fig", f) for f in figs]))
 
-    sweep_items = _sweep_section(run_dir, config)
+    sweep_items = _sweep_section(run_dir, config, manifest)
     if sweep_items:
         rep.sections.append(("Sweep", sweep_items))
 
@@ -406,60 +368,175 @@ def _manifest_table(manifest: dict, run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["item", "value"])
 
 
-def _sweep_section(run_dir: Path, config: dict) -> list[Any]:
+def _sweep_meta(config: dict, manifest: dict, trials: pd.DataFrame
+                ) -> tuple[list[str], list[str], list[str], list[str] | None]:
+    """(objective columns, labels, directions, parameter keys) of a sweep.
+
+    From the sweep manifest (``memsim sweep`` records its objectives,
+    directions and parameters), else the ``[sweep]`` table of config.toml,
+    else the trials table alone (maximise, unless the objective is a metric
+    where lower is better).
+    """
+    cols, _ = plots.trial_columns(trials)
+    labels = [c[len("values_"):] if c.startswith("values_") else c for c in cols]
+    rec = (manifest or {}).get("sweep") or {}
+    sweep = (config or {}).get("sweep") or {}
+    dirs: list[str] = []
+    if isinstance(rec.get("directions"), list):
+        dirs = [str(d) for d in rec["directions"]]
+    elif isinstance(sweep.get("objectives"), list):
+        dirs = [str(o.get("direction", "maximize")) for o in sweep["objectives"]
+                if isinstance(o, dict)]
+    else:
+        d = sweep.get("directions", sweep.get("direction"))
+        if isinstance(d, list):
+            dirs = [str(x) for x in d]
+        elif isinstance(d, str):
+            dirs = [d] * len(cols)
+    names = rec.get("objectives") if isinstance(rec.get("objectives"), list) else None
+    if names is None and isinstance(sweep.get("metrics"), list):
+        names = sweep["metrics"]
+    if names is None and isinstance(sweep.get("metric"), str):
+        names = [sweep["metric"]]
+    if names and cols == ["value"]:
+        labels = [str(names[0])]
+    elif names and all(str(c).removeprefix("values_").isdigit() for c in cols):
+        labels = [str(n) for n in names[:len(cols)]] + labels[len(names):]
+    if len(dirs) < len(cols):
+        dirs += ["maximize" if HIGHER_IS_BETTER.get(lab.split("@")[0], True) else "minimize"
+                 for lab in labels[len(dirs):]]
+    dirs = ["minimize" if str(d).lower().startswith("min") else "maximize"
+            for d in dirs[:len(cols)]]
+    params = rec.get("params") if isinstance(rec.get("params"), list) else None
+    return cols, labels, dirs, params
+
+
+def _g4(x: Any) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return "n/a" if not math.isfinite(v) else f"{v:.4g}"
+
+
+def _best_table(trials: pd.DataFrame, cols: list[str], labels: list[str], dirs: list[str],
+                params: list[str]) -> pd.DataFrame:
+    """The best trial (one objective) or the Pareto set (several)."""
+    done = plots._complete(trials)
+    if len(cols) >= 2:
+        front = plots.pareto_data(done, cols[:2], dirs[:2])
+        numbers = front.loc[front["on_front"], "number"].tolist()
+        rows = done[done["number"].isin(numbers)]
+    else:
+        v = done[cols[0]].astype(float)
+        if not v.notna().any():
+            return pd.DataFrame()
+        rows = done.loc[[v.idxmax() if dirs[0] == "maximize" else v.idxmin()]]
+    key = rows[cols[0]].astype(float)
+    rows = rows.loc[key.sort_values(ascending=dirs[0] != "maximize").index][:10]
+    out = pd.DataFrame({"trial": rows["number"].astype(int).to_numpy()})
+    for c, lab in zip(cols, labels):
+        out[lab] = [_g4(x) for x in rows[c]]
+    for p in params:
+        out[p.removeprefix("params_")] = [_g4(x) for x in rows[p]]
+    return out
+
+
+def _robustness_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
+    try:
+        rob = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return None
+    if len(rob) == 0:
+        return None
+    keep = [c for c in ("number", "role", "check", "variant", "replicates") if c in rob]
+    out = rob[keep].rename(columns={"number": "trial"}).fillna("")
+    for lab in labels:
+        if f"values_{lab}" in rob:
+            out[lab] = [_g4(x) for x in rob[f"values_{lab}"]]
+        if f"change_{lab}" in rob:
+            out[f"change of {lab}"] = [
+                "" if c == "sweep" else ("n/a" if not np.isfinite(x) else f"{x:+.3g}")
+                for c, x in zip(rob.get("check", [""] * len(rob)), rob[f"change_{lab}"])]
+    return out
+
+
+def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
     sdir = run_dir / "sweep"
     if not sdir.is_dir():
         return []
     items: list[Any] = []
     trials_file = sdir / "trials.csv"
+    trials = None
     if trials_file.exists():
         try:
             trials = pd.read_csv(trials_file)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             items.append(("p", f"sweep/trials.csv could not be read: {exc}"))
-            trials = None
-        if trials is not None:
-            cols, labels, dirs = _sweep_objectives(config, trials)
-            done = plots._complete(trials)
+    else:
+        items.append(("p", "The sweep folder has no trials.csv."))
+    labels: list[str] = []
+    if trials is not None:
+        cols, labels, dirs, pkeys = _sweep_meta(config, manifest, trials)
+        _, params = plots.trial_columns(trials, pkeys)
+        done = plots._complete(trials)
+        if not cols:
+            items.append(("p", f"{len(trials)} trials; no objective column."))
+        else:
             items.append(("p", f"{len(trials)} trials, {len(done)} completed; objective"
                           f"{'s' if len(cols) > 1 else ''}: "
                           + ", ".join(f"{lab} ({d})" for lab, d in zip(labels, dirs))
-                          + "." if cols else f"{len(trials)} trials; no objective column."))
-            if cols:
-                hist = plots.sweep_history_data(trials, cols[0], dirs[0])
-                if len(hist):
-                    best = hist.loc[hist["value"].idxmax() if dirs[0] == "maximize"
-                                    else hist["value"].idxmin()]
-                    items.append(("p", f"Best {labels[0]}: {best['value']:.4g} "
-                                  f"(trial {int(best['number'])})."))
+                          + (f"; parameters: {', '.join(p.removeprefix('params_') for p in params)}"
+                             if params else "") + "."))
+            best = _best_table(trials, cols, labels, dirs, params)
+            if len(best):
+                items.append(("p", "Best trial" if len(cols) == 1 else
+                              f"Pareto set on {labels[0]} and {labels[1]} (best first on "
+                              f"{labels[0]}; at most 10)"))
+                items.append(("table", best))
+            for i, (c, lab, d) in enumerate(zip(cols, labels, dirs)):
+                if i >= 3:
+                    break
+                hist = plots.sweep_history_data(trials, c, d)
                 items.append(("fig", _draw(
-                    "sweep_history", "Sweep history",
-                    f"{labels[0]} of each completed trial and the best so far.",
-                    lambda ax: plots.plot_sweep_history(hist, ax, labels[0]))))
-                imp = plots.param_importance_data(trials, cols[0])
-                if len(imp):
-                    items.append(("fig", _draw(
-                        "sweep_importance", "Parameter importance",
-                        "A one-at-a-time, model-free importance: squared Spearman correlation "
-                        "(numeric) or eta squared (categorical) with the objective, "
-                        "normalised. It does not see interactions.",
-                        lambda ax: plots.plot_param_importance(imp, ax),
-                        size=(7.5, max(2.5, 0.35 * len(imp) + 1.2)))))
-                if len(cols) >= 2:
-                    par = plots.pareto_data(trials, cols[:2], dirs[:2])
-                    par.attrs["x"], par.attrs["y"] = labels[0], labels[1]
-                    items.append(("fig", _draw(
-                        "sweep_pareto", "Pareto front",
-                        f"Trials on {labels[0]} and {labels[1]}; red: not dominated.",
-                        lambda ax: plots.plot_pareto_front(par, ax))))
-    else:
-        items.append(("p", "The sweep folder has no trials.csv."))
+                    f"sweep_history_{i}", f"Sweep history: {lab}",
+                    f"{lab} of each completed trial and the best so far ({d}).",
+                    lambda ax, h=hist, lab=lab: plots.plot_sweep_history(h, ax, lab))))
+            imp = plots.param_importance_data(trials, cols[0], params)
+            if len(imp):
+                items.append(("fig", _draw(
+                    "sweep_importance", f"Parameter importance for {labels[0]}",
+                    "A one-at-a-time, model-free importance: squared Spearman correlation "
+                    "(numeric) or eta squared (categorical) with the objective, normalised. "
+                    "It does not see interactions.",
+                    lambda ax: plots.plot_param_importance(imp, ax),
+                    size=(7.5, max(2.5, 0.35 * len(imp) + 1.2)))))
+            if len(cols) >= 2:
+                par = plots.pareto_data(trials, cols[:2], dirs[:2])
+                par.attrs["x"], par.attrs["y"] = labels[0], labels[1]
+                items.append(("fig", _draw(
+                    "sweep_pareto", "Pareto front",
+                    f"Completed trials on {labels[0]} and {labels[1]}; red: not dominated.",
+                    lambda ax: plots.plot_pareto_front(par, ax))))
+    rob_file = sdir / "robustness.csv"
+    if rob_file.exists():
+        rob = _robustness_table(rob_file, labels)
+        if rob is not None:
+            items.append(("p", "Robustness check: the best trial(s) and the experiment's own "
+                          "parameters re-run on fresh replicate seeds the sweep never saw, and "
+                          "on workload variants. A large drop on fresh seeds is overfitting to "
+                          "the seeds; on a variant, overfitting to the workload."))
+            items.append(("table", rob))
+    # Optuna's own plots, except those drawn above from the same trials
     for png in sorted(sdir.glob("*.png")):
+        if png.stem.startswith(("history", "pareto_front")):
+            continue
         data = png.read_bytes()
         if data[:8] == b"\x89PNG\r\n\x1a\n":
-            items.append(("fig", ReportFigure(f"sweep_{png.stem}", png.stem.replace("_", " "),
-                                              f"From the sweep folder (sweep/{png.name}).",
-                                              data)))
+            items.append(("fig", ReportFigure(f"sweep_optuna_{png.stem}",
+                                              f"Optuna: {png.stem.replace('_', ' ')}",
+                                              f"Drawn by Optuna during the sweep "
+                                              f"(sweep/{png.name}).", data)))
     return items
 
 

@@ -340,12 +340,12 @@ def _str_column(t: _Table, raw: pd.Series, column: str, *, missing_as: str | Non
         bad = np.zeros(len(raw), dtype=bool)
     elif (isinstance(dtype, np.dtype) and dtype == object) or isinstance(dtype, pd.CategoricalDtype):
         values = raw.astype(object)
-        if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+        if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty", "integer"):
             bad = np.zeros(len(raw), dtype=bool)  # the common case, decided in C
         else:
-            # Some cell is not text; finding which one may look at each cell,
+            # Some cell is not text; finding which one looks at each cell,
             # but only on this error path.
-            bad = ~missing & ~values.map(type).eq(str).to_numpy()
+            bad = ~missing & ~values.map(lambda v: isinstance(v, str)).to_numpy(dtype=bool)
     else:
         bad = ~missing  # floats, bools, dates
     if missing_as is None:

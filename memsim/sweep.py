@@ -916,12 +916,8 @@ def open_storage(spec: str):
         path = Path(spec[len("journal:"):])
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-    if spec.startswith(("postgresql", "postgres")):
-        try:
-            import psycopg2  # noqa: F401
-        except ImportError:
-            raise ConfigError("--storage: a PostgreSQL storage needs psycopg2 "
-                              "(pip install psycopg2-binary, or memsim[postgres])") from None
+    if re.match(r"^postgres(ql)?://", spec):
+        spec = _pg_driver(spec)
     kwargs: dict[str, Any] = {}
     if spec.startswith("sqlite"):
         # several local workers write to one file: wait for the lock, do not fail
@@ -937,6 +933,22 @@ def open_storage(spec: str):
         msg = " ".join(str(exc).split())[:300]
         raise ConfigError(f"--storage: cannot open {_mask_url(spec)}: "
                           f"{type(exc).__name__}: {_mask_url(msg)}") from None
+
+
+def _pg_driver(url: str) -> str:
+    """Name the installed PostgreSQL driver in a driver-less URL.
+
+    SQLAlchemy 2.1 reads ``postgresql://`` as psycopg 3, while memsim's
+    ``postgres`` extra installs psycopg2: use whichever is there.
+    """
+    import importlib.util
+
+    rest = url.split("://", 1)[1]
+    for module, dialect in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
+        if importlib.util.find_spec(module) is not None:
+            return f"postgresql+{dialect}://{rest}"
+    raise ConfigError("--storage: a PostgreSQL storage needs a driver: pip install "
+                      "psycopg2-binary (memsim[postgres])")
 
 
 def _make_sampler(spec: SweepSpec, seed: int):
@@ -1642,7 +1654,9 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
                               "--storage with the full URL to resume it")
         storage = recorded
     if storage is None and recorded and recorded.startswith("journal:") and run_dir is not None:
-        storage = recorded
+        # recorded relative to the run folder, so that a moved folder still resumes
+        jpath = Path(recorded[len("journal:"):])
+        storage = f"journal:{jpath if jpath.is_absolute() else run_dir / jpath}"
     storage_spec = _storage_spec(storage, run_dir)
     if storage_spec == "memory" and workers > 1:
         raise ConfigError("--workers: several workers need a storage they share; pass --storage "

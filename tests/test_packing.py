@@ -264,7 +264,23 @@ def test_packer_parameters_are_validated():
     with pytest.raises(ConfigError, match=r"^packer: The 'max_cells' parameter"):
         build_component("packer", {"kind": "exact", "max_cells": 10}, "packer")
     assert build_component("packer", {"kind": "greedy-swap", "max_swaps": 2},
-                           "p").to_config() == {"kind": "greedy-swap", "max_swaps": 2}
+                           "p").to_config() == {"kind": "greedy-swap", "min_relative_score": 0.0,
+                                                "max_swaps": 2}
+    with pytest.raises(ParameterError, match="'min_relative_score' parameter of Greedy"):
+        Greedy(min_relative_score=1.5)
+
+
+def test_relative_cutoff_keeps_small_weak_notes_out():
+    # one 500-token answer scored 0.9 and ten 40-token notes scored 0.45: on
+    # raw scores density prefers the small ones; a 0.9 cutoff keeps only the answer
+    values = np.array([[0.9] + [0.45] * 10])
+    tokens = np.array([[500] + [40] * 10])
+    valid = np.ones_like(values, dtype=bool)
+    budget = np.array([600])
+    raw = Greedy().pack(values, tokens, valid, budget)
+    assert not raw[0, 0] and raw[0, 1:].all()
+    cut = Greedy(min_relative_score=0.9).pack(values, tokens, valid, budget)
+    assert cut[0].tolist() == [True] + [False] * 10
 
 
 def test_packers_accept_an_empty_batch():

@@ -47,6 +47,7 @@ from memsim.stream import make_stream
 
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SWEEPS = settings(FAST, max_examples=30)
 
 # --------------------------------------------------------------------------
 # Strategies
@@ -305,7 +306,7 @@ def test_ai_memory_sweep_never_evicts_pinned_or_non_episodic(notes, lam, thr, w,
     np.testing.assert_array_equal(ev, (score < thr) & ~ctx.pinned & (ctx.memory_type == 0))
 
 
-@FAST
+@SWEEPS
 @given(notes=SWEEP_NOTES, mode=st.sampled_from(["threshold", "probabilistic"]),
        seed=st.integers(0, 2**32 - 1))
 def test_memorybank_never_forgets_pinned(notes, mode, seed):
@@ -314,7 +315,7 @@ def test_memorybank_never_forgets_pinned(notes, mode, seed):
     assert not np.any(ev & ctx.pinned)
 
 
-@FAST
+@SWEEPS
 @given(notes=SWEEP_NOTES, cap=st.integers(1, 40),
        by=st.sampled_from(["last-access", "recalls", "created", "ai-memory"]))
 def test_capacity_keeps_the_cap(notes, cap, by):

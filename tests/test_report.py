@@ -106,21 +106,36 @@ def sweep_run(plain_run, tmp_path_factory):
               'directions = ["maximize", "minimize"]\n')
     (dst / "sweep").mkdir()
     _fake_trials().to_csv(dst / "sweep" / "trials.csv", index=False)
-    _sweep_png(dst / "sweep" / "optuna_contour.png")
+    _sweep_png(dst / "sweep" / "contour.png")
+    _sweep_png(dst / "sweep" / "history.png")  # drawn again by the report: not embedded
     build_report(dst)
     return dst
 
 
 @pytest.fixture(scope="module")
 def sweep_only_run(tmp_path_factory):
-    """A sweep folder with no queries table at all."""
+    """A folder as `memsim sweep` writes it: no queries, parameters named by
+    their dotted keys, objectives in the manifest, a robustness table."""
     d = tmp_path_factory.mktemp("sweeponly") / "20260101T000000Z_s_00000000"
     (d / "sweep").mkdir(parents=True)
-    (d / "manifest.json").write_text(json.dumps({"status": "completed", "name": "s"}))
-    (d / "config.toml").write_text('[experiment]\nname = "s"\n\n[sweep]\nmetric = "utility"\n'
-                                   'direction = "maximize"\n')
-    t = _fake_trials(20, seed=1).drop(columns="values_1").rename(columns={"values_0": "value"})
+    t = _fake_trials(20, seed=1).drop(columns="values_1").rename(
+        columns={"values_0": "values_utility"})
+    t.columns = [c.removeprefix("params_") for c in t.columns]
+    params = [c for c in t.columns if c.startswith("policies.")]
+    t["origin"] = "sampler"
+    t["worker"] = "host:1"
+    t["utility_rep0"] = t["values_utility"]
     t.to_csv(d / "sweep" / "trials.csv", index=False)
+    (d / "manifest.json").write_text(json.dumps({
+        "status": "completed", "name": "s", "kind": "sweep",
+        "sweep": {"objectives": ["utility"], "directions": ["maximize"], "params": params}}))
+    (d / "config.toml").write_text('[experiment]\nname = "s"\n')
+    pd.DataFrame({"number": [7, 7, 7], "role": "best",
+                  "check": ["sweep", "fresh-seeds", "variant"],
+                  "variant": ["", "", "noisy"], "replicates": ["0-1", "2-3", "2-3"],
+                  "values_utility": [0.9, 0.8, 0.7], "change_utility": [0.0, -0.1, -0.2],
+                  "per_replicate_utility": ["[0.9]", "[0.8]", "[0.7]"]}
+                 ).to_csv(d / "sweep" / "robustness.csv", index=False)
     build_report(d)
     return d
 
@@ -217,15 +232,20 @@ def test_budget_report_has_budget_curves(budget_run):
 
 def test_sweep_report(sweep_run, sweep_only_run):
     names = {f.stem for f in (sweep_run / "figures").glob("*.png")}
-    assert {"sweep_history", "sweep_importance", "sweep_pareto",
-            "sweep_optuna_contour"} <= names
+    assert names >= {"sweep_history_0", "sweep_history_1", "sweep_importance", "sweep_pareto",
+                     "sweep_optuna_contour"}
+    assert "sweep_optuna_history" not in names
     md = (sweep_run / "report.md").read_text(encoding="utf-8")
     assert "## Sweep" in md and "utility (maximize), tokens_used (minimize)" in md
     assert "30 trials, 29 completed" in md
+    assert "Pareto set on utility and tokens_used" in md
     only = (sweep_only_run / "report.md").read_text(encoding="utf-8")
     assert "## Sweep" in only and "## Summary" not in only
+    assert "20 trials, 19 completed; objective: utility (maximize); parameters: " \
+           "policies.fix.decay.half_life_days" in only
+    assert "| trial | role | check | variant |" in only and "-0.2" in only
     assert {f.stem for f in (sweep_only_run / "figures").glob("*.png")} == {
-        "sweep_history", "sweep_importance"}
+        "sweep_history_0", "sweep_importance"}
 
 
 def test_sweep_folder_without_trials(tmp_path):
@@ -536,7 +556,7 @@ def test_notebook_is_committed_without_outputs(nb):
 def test_notebook_executes(nb, tmp_path):
     """Run the notebook with nbmake (a fresh kernel, in the notebook's folder)."""
     pytest.importorskip("nbmake")
-    env = {**os.environ, "MPLBACKEND": "Agg",
+    env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbmake",

@@ -775,6 +775,18 @@ def test_fuzz_in_memory_loads_or_raises_stream_error(parts: dict[str, Any]) -> N
     describe_stream(s)
 
 
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(parts=valid_parts())
+def test_valid_streams_load_and_round_trip(tmp_path: Path, parts: dict[str, Any]) -> None:
+    s = build(parts, meta={"name": "fuzz"})
+    back = read_stream(write_stream(s, tmp_path / f"s{len(list(tmp_path.iterdir()))}"))
+    assert_streams_equal(s, back)
+    # The same tables as CSV read back to the same stream.
+    folder = write_raw(tmp_path / f"c{len(list(tmp_path.iterdir()))}", parts, fmt="csv")
+    assert_streams_equal(s, read_stream(folder))
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(parts=valid_parts(), fmt=st.sampled_from(["parquet", "csv"]), data=st.data())

@@ -342,6 +342,9 @@ class ScoringContext:
         self.t = batch.t
         self.idx = batch.idx
         self.notes = batch.notes
+        #: (Q, L) bool: the notes each query may see (existing, not expired,
+        #: not evicted, inside the prefilter); set by the engine before scoring
+        self.live: np.ndarray | None = None
 
     # -- shared, from the batch -------------------------------------------
     @property

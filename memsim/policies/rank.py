@@ -109,22 +109,10 @@ class FeatherBlend(Ranker):
 
 def live_mask(ctx: ScoringContext) -> np.ndarray | None:
     """(Q, L) bool: the notes a query can see (existing, not expired, not
-    evicted); None when the context does not say (then all count).
-
-    Reads ``ctx.live`` when the context has it (:class:`memsim.curves.
-    SyntheticContext`), else the engine's ``batch.valid`` and
-    ``state.evicted``. A retriever prefilter is not visible to rankers.
-    """
+    evicted, inside the retriever's prefilter); None when the context does not
+    say (then all count)."""
     live = getattr(ctx, "live", None)
-    if live is not None:
-        return np.asarray(live, dtype=bool)
-    valid = getattr(getattr(ctx, "batch", None), "valid", None)
-    if valid is None:
-        return None
-    evicted = getattr(getattr(ctx, "state", None), "evicted", None)
-    if evicted is not None:
-        valid = valid & ~evicted[ctx.idx][None, :]
-    return valid
+    return None if live is None else np.asarray(live, dtype=bool)
 
 
 def minmax_normalise(x: np.ndarray, live: np.ndarray | None) -> np.ndarray:

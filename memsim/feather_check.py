@@ -1,0 +1,804 @@
+"""Cross-check memsim's ``feather`` preset against the real Feather DB engine.
+
+The check replays one stream twice, query by query, and compares the rankings:
+
+* through memsim's ``feather`` preset, with ``SimSettings(feedback_mode =
+  "per-query")`` so that every query sees the recall counts left by the one
+  before it (as in the engine), and ``save_rankings = True`` to keep the
+  ranking;
+* through the installed ``feather-db`` engine (the optional extra
+  ``memsim[feather]``): notes are added in creation order as simulated time
+  passes, each query is a scored ``search(q, k, scoring=ScoringConfig(
+  half_life, time_weight, min_weight))`` with ``record_salience=True``, so
+  the engine keeps the recall counts itself, and organic accesses are
+  ``touch(id)`` calls.
+
+Simulated time in a real engine
+-------------------------------
+The engine reads its clock (C ``time()``, whole seconds) when it scores, and
+takes a note's age as ``now - timestamp``. The replay therefore **re-stamps**
+the notes a query will score just before the search: a note created at
+simulated second ``c``, scored at simulated second ``t``, gets the timestamp
+``R - (t - c)``, ``R`` the wall-clock second of the search, so the engine sees
+exactly the simulated age. Which notes a search scores is the engine's
+business (the ``3k`` nearest its HNSW finds), so the replay re-stamps the
+``3k + margin`` nearest by exact squared L2 (a superset unless the index misses
+far more than that) and keeps **every other note stamped in the future**: a
+negative age clamps to 0 in the engine, which gives the highest recency a note
+can have. A note left unstamped can thus only score *higher* than it should;
+if none of the ``k`` returned notes is unstamped, the returned list is the one
+the correct ages give (every unstamped candidate that was beaten would also
+have been beaten at its true, lower score). The replay counts the queries
+where an unstamped note was returned (``unstamped`` column; expected 0). The
+re-stamped notes go back to the future after the search.
+
+A search could straddle a wall-clock second (then the engine might age every
+note by one second more): the replay waits for a fresh second when too little
+of the current one is left, and flags the queries where the second still
+changed (``clock_tick`` column). Re-stamping once a simulated day instead would
+not be exact: ages would be off by up to a day.
+
+Both replays run on the stream with its times **quantised to whole seconds**
+(:func:`quantise_stream`): the engine cannot represent a fractional second of
+age, memsim can; with the same integer-second times both see the same ages.
+
+What is compared, per query: identical top-k (same notes in the same order),
+top-k overlap (shared notes / k), Kendall's rank correlation of the shared
+notes, the largest absolute score difference over shared notes; at the end,
+the share of notes whose recall counts are equal.
+
+Run it on a realistic size with ``python -m memsim.feather_check
+experiments/feather_check.toml`` (or :func:`run_feather_check`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError, MemsimError
+from .stream import Stream, make_stream
+
+__all__ = [
+    "CrossCheckResult",
+    "EngineReplay",
+    "MemsimReplay",
+    "feather_cross_check",
+    "format_cross_check",
+    "feather_policy",
+    "quantise_stream",
+    "replay_feather",
+    "replay_memsim",
+    "run_feather_check",
+    "main",
+]
+
+#: Above this many notes, exact search uses this ef (DESIGN.md section 4:
+#: ``ef >= min(n_notes, 2000)`` makes the engine's search exact).
+EXACT_EF_CAP = 2000
+#: Seconds per simulated day.
+DAY_S = 86400
+#: Notes not about to be scored are stamped this far in the future: their age
+#: clamps to 0, the highest recency there is (see the module docstring).
+_FUTURE_S = 20 * 365 * DAY_S
+
+
+def _require_feather():
+    try:
+        import feather_db
+    except ImportError:
+        raise MemsimError(
+            "the Feather DB cross-check needs the feather-db engine, which is not "
+            "installed: pip install memsim[feather]"
+        ) from None
+    return feather_db
+
+
+# --------------------------------------------------------------------------
+# Stream preparation
+# --------------------------------------------------------------------------
+
+
+def quantise_stream(stream: Stream) -> Stream:
+    """The stream with every time rounded to a whole second.
+
+    Note ``created_at`` / ``updated_at`` / ``expires_at``, query ``t`` and
+    access ``t`` become ``round(x * 86400) / 86400`` days. Both replays of the
+    cross-check run on this stream, because the engine's clock has whole
+    seconds and memsim's has float days.
+    """
+
+    def q(x):
+        x = np.asarray(x, dtype=np.float64)
+        return np.where(np.isfinite(x), np.round(x * DAY_S) / DAY_S, x)
+
+    notes = stream.notes.copy()
+    for col in ("created_at", "updated_at", "expires_at"):
+        if col in notes:
+            notes[col] = q(notes[col].to_numpy())
+    queries = stream.queries.copy()
+    queries["t"] = q(queries["t"].to_numpy())
+    accesses = stream.accesses.copy()
+    if len(accesses):
+        accesses["t"] = q(accesses["t"].to_numpy())
+    meta = dict(stream.meta)
+    meta["time_quantised_s"] = 1
+    return make_stream(notes, queries, stream.qrels, accesses, stream.note_embeddings,
+                       stream.query_embeddings, meta)
+
+
+def _seconds(days: np.ndarray) -> np.ndarray:
+    """Whole seconds (int64) of times in days that :func:`quantise_stream` made."""
+    return np.round(np.asarray(days, dtype=np.float64) * DAY_S).astype(np.int64)
+
+
+def _check_stream(stream: Stream) -> None:
+    if stream.note_embeddings is None or stream.query_embeddings is None:
+        raise ConfigError(f"stream {stream.name!r} has no embeddings: the Feather DB "
+                          "cross-check needs note and query vectors")
+    if "namespace" in stream.notes and "namespace" in stream.queries:
+        raise ConfigError(
+            f"stream {stream.name!r} is split into namespaces: the cross-check replays "
+            "one store (a namespace filter makes the engine score every matching note, "
+            "which memsim's feather preset does not model)")
+
+
+# --------------------------------------------------------------------------
+# memsim's side
+# --------------------------------------------------------------------------
+
+
+def feather_policy(*, k: int = 10, half_life: float = 30.0, time_weight: float = 0.3,
+                   min_weight: float = 0.0):
+    """memsim's ``feather`` preset with the search's parameters.
+
+    ``retriever.prefilter = 3k`` (the engine scores the 3k nearest),
+    ``candidates = feedback.k = k`` (the k returned notes gain a recall).
+    """
+    from .config import resolve_policy
+
+    table = {
+        "preset": "feather",
+        "retriever": {"prefilter": 3 * k},
+        "decay": {"half_life_days": half_life},
+        "ranker": {"time_weight": time_weight, "min_weight": min_weight},
+        "feedback": {"k": k},
+        "candidates": k,
+    }
+    return resolve_policy(table, "feather_check.policy")
+
+
+@dataclass
+class MemsimReplay:
+    """memsim's rankings of a (quantised) stream under the ``feather`` preset.
+
+    Attributes
+    ----------
+    ids, scores : list of ndarray
+        Per query (stream order): the returned note ids, best first, and
+        their scores (float32 values, as float64).
+    recalls : ndarray
+        Final recall count of every note (stream order).
+    seconds : float
+        Wall time of :func:`memsim.engine.simulate`.
+    params : dict
+        k, half_life, time_weight, min_weight, feedback_mode.
+    """
+
+    ids: list
+    scores: list
+    recalls: np.ndarray
+    seconds: float
+    params: dict
+
+
+def replay_memsim(stream: Stream, *, k: int = 10, half_life: float = 30.0,
+                  time_weight: float = 0.3, min_weight: float = 0.0,
+                  feedback_mode: str = "per-query") -> MemsimReplay:
+    """Replay ``stream`` (already quantised, if it is to be compared) through
+    memsim's ``feather`` preset.
+
+    ``feedback_mode = "per-query"`` is the exact mode the cross-check uses;
+    ``"per-tick"`` (memsim's default, recalls applied after each day's batch)
+    is only for timing comparisons.
+    """
+    from .engine import Arm, SimSettings, simulate
+
+    _check_stream(stream)
+    policy = feather_policy(k=k, half_life=half_life, time_weight=time_weight,
+                            min_weight=min_weight)
+    settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
+    t0 = time.perf_counter()
+    res = simulate(stream, [Arm("feather", policy)], settings, np.random.SeedSequence(0))
+    seconds = time.perf_counter() - t0
+
+    qids = stream.queries["query_id"].to_numpy(np.int64)
+    nq = len(qids)
+    r = res.rankings
+    if r is None or len(r) == 0:
+        ids = [np.zeros(0, np.int64) for _ in range(nq)]
+        scores = [np.zeros(0) for _ in range(nq)]
+        ranked_ids = np.zeros(0, np.int64)
+    else:
+        r = r.sort_values(["query_id", "rank"], kind="stable")
+        rq = r["query_id"].to_numpy(np.int64)
+        rid = r["note_id"].to_numpy(np.int64)
+        rs = r["score"].to_numpy(np.float64)
+        qpos = {int(q): i for i, q in enumerate(qids)}
+        cuts = np.flatnonzero(np.diff(rq)) + 1
+        starts = np.concatenate([[0], cuts])
+        ends = np.concatenate([cuts, [len(rq)]])
+        ids = [np.zeros(0, np.int64) for _ in range(nq)]
+        scores = [np.zeros(0) for _ in range(nq)]
+        for s, e in zip(starts, ends):
+            i = qpos[int(rq[s])]
+            ids[i], scores[i] = rid[s:e], rs[s:e]
+        ranked_ids = rid[r["rank"].to_numpy() <= k]
+    # The preset's feedback: each returned note (rank <= k) gains one recall;
+    # organic accesses count too (no cooldown in the preset).
+    note_ids = stream.notes["note_id"].to_numpy(np.int64)
+    row = pd.Index(note_ids)
+    recalls = np.bincount(row.get_indexer(ranked_ids), minlength=len(note_ids))
+    if len(stream.accesses):
+        acc = row.get_indexer(stream.accesses["note_id"].to_numpy(np.int64))
+        recalls = recalls + np.bincount(acc, minlength=len(note_ids))
+    return MemsimReplay(ids=ids, scores=scores, recalls=recalls.astype(np.int64),
+                        seconds=seconds,
+                        params={"k": k, "half_life": half_life, "time_weight": time_weight,
+                                "min_weight": min_weight, "feedback_mode": feedback_mode})
+
+
+# --------------------------------------------------------------------------
+# The engine's side
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class EngineReplay:
+    """The engine's answers to a (quantised) stream.
+
+    Attributes
+    ----------
+    ids, scores : list of ndarray
+        Per query (stream order): the ids ``search`` returned and their scores.
+    recalls : ndarray
+        The engine's final ``recall_count`` of every note (stream order).
+    clock_tick : ndarray of bool
+        Queries during which the wall-clock second changed.
+    unstamped : ndarray of int
+        Per query, returned notes that had not been re-stamped (expected 0).
+    beyond_exact : ndarray of int
+        Per query, returned notes that are not among the exact ``3k`` nearest
+        by squared L2 (float64): the approximate index missed nearer notes.
+    ef : int
+        The HNSW beam the searches used.
+    timings : dict
+        ``ingest_s`` (``add`` calls), ``search_s`` (``search`` calls),
+        ``restamp_s`` (the replay's re-stamping), ``total_s``.
+    version : str
+        feather-db's version.
+    """
+
+    ids: list
+    scores: list
+    recalls: np.ndarray
+    clock_tick: np.ndarray
+    unstamped: np.ndarray
+    beyond_exact: np.ndarray
+    ef: int
+    timings: dict
+    version: str
+
+
+def _default_workdir() -> str:
+    # tmpfs: the engine fsyncs its write-ahead log on every add and metadata
+    # update (about 4 ms each on a disk, microseconds on tmpfs).
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return str(shm)
+    return tempfile.gettempdir()
+
+
+def replay_feather(stream: Stream, *, k: int = 10, half_life: float = 30.0,
+                   time_weight: float = 0.3, min_weight: float = 0.0, ef: int | None = None,
+                   margin: int | None = None, workdir: str | os.PathLike | None = None,
+                   guard_s: float = 0.02) -> EngineReplay:
+    """Replay ``stream`` (already quantised) through a fresh feather-db store.
+
+    Parameters
+    ----------
+    stream : Stream
+        With embeddings and whole-second times (:func:`quantise_stream`).
+    k, half_life, time_weight, min_weight
+        The search's ``k`` and ``ScoringConfig``.
+    ef : int, optional
+        HNSW search beam (``set_ef``); None keeps the engine's default (50).
+    margin : int, optional
+        Notes re-stamped beyond the ``3k`` nearest (default ``max(20, 3k)``,
+        more when ``ef`` is below ``3k + margin``).
+    workdir : path, optional
+        Where the throwaway database lives (default ``/dev/shm`` when
+        writable: see the note on fsync below).
+    guard_s : float
+        Minimum time left in the current wall-clock second before a search
+        starts; grows to three times the slowest re-stamp + search seen.
+
+    Notes
+    -----
+    feather-db fsyncs its write-ahead log on every write unless the
+    environment has ``FEATHER_WAL_SYNC=0`` (read once per process); on a disk
+    that costs milliseconds per re-stamp, so the default work folder is tmpfs.
+    """
+    fdb = _require_feather()
+    _check_stream(stream)
+    notes, queries = stream.notes, stream.queries
+    note_ids = notes["note_id"].to_numpy(np.int64)
+    n = len(note_ids)
+    created = _seconds(notes["created_at"].to_numpy())
+    expires_days = notes["expires_at"].to_numpy(np.float64)
+    expires = np.where(np.isfinite(expires_days), np.round(expires_days * DAY_S),
+                       np.inf)
+    importance = notes["importance"].to_numpy(np.float64)
+    emb = np.ascontiguousarray(stream.note_embeddings, dtype=np.float32)
+    emb64 = emb.astype(np.float64)
+    norm2 = np.einsum("ij,ij->i", emb64, emb64)
+    qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)
+    qt = _seconds(queries["t"].to_numpy())
+    nq = len(qt)
+    acc_t = _seconds(stream.accesses["t"].to_numpy()) if len(stream.accesses) else \
+        np.zeros(0, np.int64)
+    acc_rows = pd.Index(note_ids).get_indexer(
+        stream.accesses["note_id"].to_numpy(np.int64)) if len(stream.accesses) else \
+        np.zeros(0, np.int64)
+    order = np.lexsort((note_ids, created))  # ingest order: creation, then id
+    m_scored = 3 * k
+    if margin is None:
+        margin = max(20, m_scored)
+        if ef is not None and ef < m_scored + margin:
+            margin = max(margin, ef)
+    n_stamp = m_scored + margin
+
+    folder = tempfile.mkdtemp(prefix="memsim-feather-", dir=workdir or _default_workdir())
+    db = fdb.DB.open(os.path.join(folder, "replay.feather"), dim=int(emb.shape[1]))
+    try:
+        # The engine creates its "text" index on the first add; the beam can
+        # only be set (and read) from then on.
+        used_ef = -1
+        cfg = fdb.ScoringConfig(half_life=float(half_life), weight=float(time_weight),
+                                min=float(min_weight))
+        future = int(time.time()) + _FUTURE_S
+        added = np.zeros(n, dtype=bool)   # in the store (and not forgotten)
+        pending = np.zeros(n, dtype=np.int64)  # accesses before the note was added
+        expired_done = np.zeros(n, dtype=bool)
+        exp_order = np.argsort(expires, kind="stable")
+        exp_next = 0
+        live_rows: list[int] = []
+        live_dirty = True
+        live = np.zeros(0, np.int64)
+        ids_out: list = [None] * nq
+        scores_out: list = [None] * nq
+        tick = np.zeros(nq, dtype=bool)
+        unstamped = np.zeros(nq, dtype=np.int64)
+        beyond = np.zeros(nq, dtype=np.int64)
+        t_ingest = t_search = t_stamp = 0.0
+        slowest = 0.0
+        next_note = acc_done = 0
+        t_all = time.perf_counter()
+        for j in range(nq):
+            t = int(qt[j])
+            # 1. ingest the notes created by t, stamped in the future for now
+            t0 = time.perf_counter()
+            while next_note < n and created[order[next_note]] <= t:
+                i = int(order[next_note])
+                meta = fdb.Metadata()
+                meta.timestamp = future
+                meta.importance = float(importance[i])
+                meta.recall_count = int(pending[i])
+                db.add(id=int(note_ids[i]), vec=emb[i], meta=meta)
+                added[i] = True
+                live_rows.append(i)
+                live_dirty = True
+                next_note += 1
+            t_ingest += time.perf_counter() - t0
+            if used_ef < 0 and next_note > 0:
+                if ef is not None:
+                    db.set_ef(int(ef))
+                used_ef = int(db.get_ef())
+            # 2. expiry (memsim: a note is live while expires_at > t)
+            while exp_next < n and expires[exp_order[exp_next]] <= t:
+                i = int(exp_order[exp_next])
+                exp_next += 1
+                if added[i] and not expired_done[i]:
+                    db.forget(int(note_ids[i]))
+                    expired_done[i] = True
+                    live_dirty = True
+            # 3. organic accesses strictly before the query (as memsim applies them)
+            while acc_done < len(acc_t) and acc_t[acc_done] < t:
+                i = int(acc_rows[acc_done])
+                if added[i] and not expired_done[i]:
+                    db.touch(int(note_ids[i]))
+                elif not added[i]:
+                    pending[i] += 1
+                acc_done += 1
+            if live_dirty:
+                live = np.asarray(live_rows, dtype=np.int64)
+                live = live[~expired_done[live]]
+                live_dirty = False
+            if len(live) == 0:
+                ids_out[j], scores_out[j] = np.zeros(0, np.int64), np.zeros(0)
+                continue
+            # 4. the notes the search will score: the nearest by squared L2
+            q64 = qemb[j].astype(np.float64)
+            d2 = norm2[live] + q64 @ q64 - 2.0 * (emb64[live] @ q64)
+            if len(live) > n_stamp:
+                part = np.argpartition(d2, n_stamp - 1)[:n_stamp]
+                near = live[part]
+                # the exact 3k nearest, to tell the index's misses apart
+                exact_ids = note_ids[part[np.argsort(d2[part], kind="stable")[:m_scored]]] \
+                    if n_stamp > m_scored else note_ids[near]
+            else:
+                near = live
+                exact_ids = note_ids[live[np.argsort(d2, kind="stable")[:m_scored]]]
+            near_ids = note_ids[near]
+            age_s = t - created[near]
+            guard = max(guard_s, 3.0 * slowest)
+            now = time.time()
+            if 1.0 - (now - math.floor(now)) < guard:
+                time.sleep(1.0 - (now - math.floor(now)) + 1e-4)
+            t0 = time.perf_counter()
+            r_sec = int(time.time())
+            for nid, a in zip(near_ids.tolist(), age_s.tolist()):
+                meta = db.get_metadata(nid)
+                meta.timestamp = r_sec - a
+                db.update_metadata(nid, meta)
+            t1 = time.perf_counter()
+            res = db.search(qemb[j], k=k, scoring=cfg, record_salience=True)
+            t2 = time.perf_counter()
+            tick[j] = int(time.time()) != r_sec
+            for nid in near_ids.tolist():
+                meta = db.get_metadata(nid)
+                meta.timestamp = future
+                db.update_metadata(nid, meta)
+            t3 = time.perf_counter()
+            t_stamp += (t1 - t0) + (t3 - t2)
+            t_search += t2 - t1
+            slowest = max(slowest * 0.99, t2 - t0)
+            rid = np.fromiter((x.id for x in res), dtype=np.int64, count=len(res))
+            ids_out[j] = rid
+            scores_out[j] = np.fromiter((x.score for x in res), dtype=np.float64,
+                                        count=len(res))
+            unstamped[j] = int((~np.isin(rid, near_ids)).sum())
+            beyond[j] = int((~np.isin(rid, exact_ids)).sum())
+        total_s = time.perf_counter() - t_all
+        # Notes created after the last query were never added: their count
+        # is the accesses they had (none are searched).
+        recalls = pending.copy()
+        for i in np.flatnonzero(added).tolist():
+            meta = db.get_metadata(int(note_ids[i]))
+            if meta is not None:
+                recalls[i] = int(meta.recall_count)
+    finally:
+        db.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    return EngineReplay(ids=ids_out, scores=scores_out, recalls=recalls, clock_tick=tick,
+                        unstamped=unstamped, beyond_exact=beyond, ef=used_ef,
+                        timings={"ingest_s": t_ingest, "search_s": t_search,
+                                 "restamp_s": t_stamp, "total_s": total_s},
+                        version=str(getattr(fdb, "__version__", "unknown")))
+
+
+# --------------------------------------------------------------------------
+# Comparison
+# --------------------------------------------------------------------------
+
+
+def _kendall(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall's tau-a between two rankings of the same items (no ties)."""
+    m = len(a)
+    if m < 2:
+        return float("nan")
+    da = np.sign(a[:, None] - a[None, :])
+    db = np.sign(b[:, None] - b[None, :])
+    iu = np.triu_indices(m, 1)
+    return float((da[iu] * db[iu]).sum() / len(iu[0]))
+
+
+@dataclass
+class CrossCheckResult:
+    """Outcome of :func:`feather_cross_check`.
+
+    Attributes
+    ----------
+    per_query : DataFrame
+        One row per query: ``query_id``, ``t`` (days), ``n_live`` (notes in the
+        store), ``n_engine``, ``n_memsim`` (results returned), ``identical``
+        (same notes, same order), ``overlap`` (shared / k), ``n_shared``,
+        ``rank_corr`` (Kendall's tau of the shared notes; NaN below 2),
+        ``max_score_diff`` (largest ``|engine - memsim|`` over shared notes),
+        ``clock_tick`` (the wall-clock second changed during the search),
+        ``unstamped`` (returned notes the replay had not re-stamped),
+        ``beyond_exact`` (returned notes outside the exact ``3k`` nearest:
+        the index missed nearer ones).
+    summary : dict
+        ``n_notes``, ``n_queries``, ``k``, ``ef``, ``exact``,
+        ``identical_share``, ``overlap_mean``, ``overlap_min``,
+        ``rank_corr_mean``, ``max_score_diff``, ``equal_recall_share`` (notes
+        with equal final recall counts), ``first_difference`` (position of
+        the first query whose top-k differs; None if none),
+        ``index_miss_queries`` (queries with a ``beyond_exact`` note),
+        ``clock_ticks``, ``unstamped_returns``, ``memsim_s``, ``engine_s`` (ingest + search
+        calls), ``replay_s`` (the engine replay with its re-stamping),
+        ``feather_db``, and the search parameters.
+    recalls : DataFrame
+        ``note_id``, ``engine``, ``memsim``: final recall counts.
+    memsim : MemsimReplay
+        memsim's side, reusable for another engine run on the same stream
+        (``feather_cross_check(..., reuse=result)``).
+    engine : EngineReplay
+        The engine's side.
+    """
+
+    per_query: pd.DataFrame
+    summary: dict
+    recalls: pd.DataFrame
+    memsim: MemsimReplay = field(repr=False)
+    engine: EngineReplay = field(repr=False)
+
+
+def _compare(stream: Stream, mem: MemsimReplay, eng: EngineReplay, k: int) -> pd.DataFrame:
+    queries = stream.queries
+    created = stream.notes["created_at"].to_numpy(np.float64)
+    qt = queries["t"].to_numpy(np.float64)
+    n_live = np.searchsorted(np.sort(created), qt, side="right")
+    rows = []
+    for j in range(len(qt)):
+        a_ids, a_s = eng.ids[j], eng.scores[j]
+        b_ids, b_s = mem.ids[j], mem.scores[j]
+        shared, ia, ib = np.intersect1d(a_ids, b_ids, assume_unique=True,
+                                        return_indices=True)
+        rows.append((
+            len(a_ids), len(b_ids),
+            bool(len(a_ids) == len(b_ids) and np.array_equal(a_ids, b_ids)),
+            len(shared) / k,
+            len(shared),
+            _kendall(ia.astype(float), ib.astype(float)),
+            float(np.abs(a_s[ia] - b_s[ib]).max()) if len(shared) else float("nan"),
+        ))
+    df = pd.DataFrame(rows, columns=["n_engine", "n_memsim", "identical", "overlap",
+                                     "n_shared", "rank_corr", "max_score_diff"])
+    df.insert(0, "query_id", queries["query_id"].to_numpy(np.int64))
+    df.insert(1, "t", qt)
+    df.insert(2, "n_live", n_live)
+    df["clock_tick"] = eng.clock_tick
+    df["unstamped"] = eng.unstamped
+    df["beyond_exact"] = eng.beyond_exact
+    return df
+
+
+def feather_cross_check(stream: Stream, *, k: int = 10, half_life: float = 30.0,
+                        time_weight: float = 0.3, min_weight: float = 0.0,
+                        ef: int | None = None, exact: bool = True,
+                        reuse: CrossCheckResult | None = None,
+                        workdir: str | os.PathLike | None = None) -> CrossCheckResult:
+    """Replay ``stream`` through Feather DB and memsim's ``feather`` preset and
+    compare them query by query.
+
+    Parameters
+    ----------
+    stream : Stream
+        A stream with embeddings (one store: no namespaces). Its times are
+        quantised to whole seconds first (:func:`quantise_stream`), for both
+        replays.
+    k : int
+        Results per search (the preset scores the ``3k`` nearest).
+    half_life, time_weight, min_weight : float
+        The engine's ``ScoringConfig`` and memsim's preset parameters.
+    ef : int, optional
+        The engine's HNSW search beam. None: the engine's default (50), or
+        the exact beam when ``exact``.
+    exact : bool
+        Search exactly: ``ef = max(ef, min(n_notes, 2000))``.
+    reuse : CrossCheckResult, optional
+        An earlier result on the same stream with the same ``k``,
+        ``half_life``, ``time_weight`` and ``min_weight``: its memsim replay
+        is reused (to compare several ``ef`` at the cost of one simulation).
+    workdir : path, optional
+        Folder of the engine's throwaway database (see :func:`replay_feather`).
+
+    Returns
+    -------
+    CrossCheckResult
+
+    Raises
+    ------
+    MemsimError
+        When feather-db is not installed (``pip install memsim[feather]``).
+    ConfigError
+        For a stream without embeddings or split into namespaces, or a
+        ``reuse`` made with other parameters.
+    """
+    _require_feather()
+    _check_stream(stream)
+    if k < 1:
+        raise ConfigError(f"The 'k' parameter of feather_cross_check must be >= 1. Got {k!r} "
+                          "instead.")
+    qs = quantise_stream(stream)
+    params = {"k": k, "half_life": half_life, "time_weight": time_weight,
+              "min_weight": min_weight, "feedback_mode": "per-query"}
+    if reuse is not None:
+        if reuse.memsim.params != params:
+            raise ConfigError(f"reuse: made with {reuse.memsim.params}, not {params}")
+        if len(reuse.memsim.ids) != qs.n_queries:
+            raise ConfigError("reuse: made on another stream (query count differs)")
+        mem = reuse.memsim
+    else:
+        mem = replay_memsim(qs, k=k, half_life=half_life, time_weight=time_weight,
+                            min_weight=min_weight)
+    if exact:
+        ef = max(ef or 0, min(qs.n_notes, EXACT_EF_CAP), 3 * k)
+    eng = replay_feather(qs, k=k, half_life=half_life, time_weight=time_weight,
+                         min_weight=min_weight, ef=ef, workdir=workdir)
+    per_query = _compare(qs, mem, eng, k)
+    note_ids = qs.notes["note_id"].to_numpy(np.int64)
+    recalls = pd.DataFrame({"note_id": note_ids, "engine": eng.recalls, "memsim": mem.recalls})
+    scored = per_query["max_score_diff"].dropna()
+    summary: dict[str, Any] = {
+        "n_notes": int(qs.n_notes),
+        "n_queries": int(qs.n_queries),
+        "k": k, "half_life": half_life, "time_weight": time_weight, "min_weight": min_weight,
+        "ef": eng.ef,
+        "exact": bool(exact),
+        "identical_share": float(per_query["identical"].mean()) if len(per_query) else
+        float("nan"),
+        "overlap_mean": float(per_query["overlap"].mean()) if len(per_query) else float("nan"),
+        "overlap_min": float(per_query["overlap"].min()) if len(per_query) else float("nan"),
+        "rank_corr_mean": float(per_query["rank_corr"].mean()),
+        "max_score_diff": float(scored.max()) if len(scored) else float("nan"),
+        "equal_recall_share": float((eng.recalls == mem.recalls).mean()) if len(note_ids)
+        else float("nan"),
+        "recalls_engine_total": int(eng.recalls.sum()),
+        "recalls_memsim_total": int(mem.recalls.sum()),
+        "first_difference": (int(np.flatnonzero(~per_query["identical"].to_numpy())[0])
+                             if not per_query["identical"].all() else None),
+        "index_miss_queries": int((eng.beyond_exact > 0).sum()),
+        "clock_ticks": int(eng.clock_tick.sum()),
+        "unstamped_returns": int(eng.unstamped.sum()),
+        "memsim_s": mem.seconds,
+        "engine_s": eng.timings["ingest_s"] + eng.timings["search_s"],
+        "engine_ingest_s": eng.timings["ingest_s"],
+        "engine_search_s": eng.timings["search_s"],
+        "replay_s": eng.timings["total_s"],
+        "feather_db": eng.version,
+        "time_quantised_s": 1,
+    }
+    return CrossCheckResult(per_query=per_query, summary=summary, recalls=recalls,
+                            memsim=mem, engine=eng)
+
+
+def format_cross_check(result: CrossCheckResult) -> str:
+    """A short plain-text report of a cross-check."""
+    s = result.summary
+    search = "exact" if s["exact"] else "approximate"
+    lines = [
+        f"Feather DB cross-check: feather-db {s['feather_db']} vs memsim preset 'feather' "
+        "(per-query feedback)",
+        f"  stream: {s['n_notes']:,} notes, {s['n_queries']:,} queries, times quantised "
+        "to whole seconds",
+        f"  search: k = {s['k']}, half_life = {s['half_life']:g} d, time_weight = "
+        f"{s['time_weight']:g}, min_weight = {s['min_weight']:g}, ef = {s['ef']} ({search})",
+        f"  identical top-{s['k']}:      {s['identical_share']:.2%} of queries",
+        f"  top-{s['k']} overlap:        mean {s['overlap_mean']:.4f}, min "
+        f"{s['overlap_min']:.2f}",
+        f"  rank corr. (shared):  mean Kendall tau {s['rank_corr_mean']:.4f}",
+        f"  largest score diff.:  {s['max_score_diff']:.3g}",
+        f"  equal recall counts:  {s['equal_recall_share']:.2%} of notes "
+        f"(total recalls engine {s['recalls_engine_total']:,}, memsim "
+        f"{s['recalls_memsim_total']:,})",
+        f"  first difference:     "
+        + ("none" if s["first_difference"] is None else f"query #{s['first_difference']}")
+        + f"; {s['index_miss_queries']} queries returned a note outside the exact "
+        f"{3 * s['k']} nearest (index misses)",
+        f"  clock: {s['clock_ticks']} searches straddled a second; "
+        f"{s['unstamped_returns']} unstamped notes returned",
+        f"  time: memsim {s['memsim_s']:.1f} s; engine {s['engine_s']:.1f} s (ingest "
+        f"{s['engine_ingest_s']:.1f} s, search {s['engine_search_s']:.1f} s), replay with "
+        f"re-stamping {s['replay_s']:.1f} s",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# Config file and command line
+# --------------------------------------------------------------------------
+
+
+_CHECK_KEYS = {"seed", "k", "half_life", "time_weight", "min_weight", "ef", "searches"}
+
+
+def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True
+                      ) -> list[CrossCheckResult]:
+    """Run the cross-check a TOML file (or its parsed dict) describes.
+
+    The file has a ``[feather_check]`` table (``seed``, ``k``, ``half_life``,
+    ``time_weight``, ``min_weight``, ``searches``: a list of ``"exact"``,
+    ``"default"`` or an integer ef) and a ``[workload]`` table of
+    :class:`memsim.workload.SyntheticWorkload` knobs. One result per search
+    setting, all on one stream and one memsim replay.
+    """
+    from .workload import SyntheticWorkload
+
+    if isinstance(path, dict):
+        cfg, where = path, "feather_check"
+    else:
+        where = str(path)
+        try:
+            cfg = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    check = cfg.get("feather_check", {})
+    unknown = set(check) - _CHECK_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: feather_check.{sorted(unknown)[0]}: unknown key; allowed: "
+                          f"{', '.join(sorted(_CHECK_KEYS))}")
+    workload = SyntheticWorkload.from_config(cfg.get("workload", {}), "workload")
+    stream = workload.generate(np.random.SeedSequence(int(check.get("seed", 0))))
+    params = {key: check[key] for key in ("k", "half_life", "time_weight", "min_weight")
+              if key in check}
+    results: list[CrossCheckResult] = []
+    for search in check.get("searches", ["exact", "default"]):
+        if search == "exact":
+            kw = {"exact": True}
+        elif search == "default":
+            kw = {"exact": False}
+        elif isinstance(search, int) and not isinstance(search, bool) and search > 0:
+            kw = {"exact": False, "ef": search}
+        else:
+            raise ConfigError(f"{where}: feather_check.searches: expected \"exact\", "
+                              f"\"default\" or an ef > 0, got {search!r}")
+        res = feather_cross_check(stream, **params, **kw,
+                                  reuse=results[0] if results else None)
+        results.append(res)
+        if verbose:
+            print(format_cross_check(res), flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m memsim.feather_check CONFIG.toml [--csv PREFIX]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m memsim.feather_check",
+                                     description="Cross-check memsim's feather preset "
+                                                 "against the feather-db engine.")
+    parser.add_argument("config", help="TOML file (see experiments/feather_check.toml)")
+    parser.add_argument("--csv", metavar="PREFIX",
+                        help="write PREFIX_<search>.csv with the per-query table")
+    args = parser.parse_args(argv)
+    # This process owns the throwaway databases: skip the fsync of each
+    # write-ahead-log record, whatever the work folder's file system.
+    os.environ.setdefault("FEATHER_WAL_SYNC", "0")
+    try:
+        results = run_feather_check(args.config)
+    except MemsimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.csv:
+        for res in results:
+            tag = "exact" if res.summary["exact"] else f"ef{res.summary['ef']}"
+            res.per_query.to_csv(f"{args.csv}_{tag}.csv", index=False)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

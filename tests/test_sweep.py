@@ -1,0 +1,409 @@
+"""Optuna sweeps (issue #5): validation, trial 0, planted optima, outputs,
+resume after SIGKILL, and two workers on PostgreSQL.
+
+Workloads are small (60 + 60 days, 6 notes and 3 queries a day, 10-day
+ticks) so that a trial takes a fraction of a second; the planted truth does
+not need more.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import memsim
+from memsim.cli import main
+from memsim.errors import ConfigError
+from memsim.sweep import SweepSpec, TrialEvaluator, open_storage, run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+ONLY = {"share": 0.0}
+HL = "policies.p.decay.half_life_days"
+PROJECT_30 = {"evergreen": ONLY, "project": {"share": 1.0, "lifetime_median_days": 30.0,
+                                             "lifetime_sigma": 0.0},
+              "scratch": ONLY, "superseding": ONLY, "distractor": {"share": 0.3}}
+EVERGREEN = {"evergreen": {"share": 1.0}, "project": ONLY, "scratch": ONLY,
+             "superseding": ONLY, "distractor": {"share": 0.3}}
+
+
+def table(classes=PROJECT_30, *, own=400.0, low=1.0, high=1000.0, trials=6, replicates=2,
+          **sweep):
+    """A one-policy experiment (product ranker, half-life decay, skip-fill)
+    whose own half-life is ``own``, swept over [low, high] on a log scale."""
+    return {
+        "experiment": {"name": "planted", "seed": 7, "replicates": replicates,
+                       "budget_tokens": 600, "tick_days": 10.0},
+        "workload": {"horizon_days": 60, "backfill_days": 60, "notes_per_day": 6.0,
+                     "queries_per_day": 3.0, "n_topics": 10, "classes": classes},
+        "policies": {"p": {"ranker": "product",
+                           "decay": {"kind": "half-life", "half_life_days": own},
+                           "packer": "skip-fill"}},
+        "sweep": {"trials": trials, "seed": 1,
+                  "objectives": [{"metric": "utility", "direction": "maximize"}],
+                  "params": {HL: {"type": "float", "low": low, "high": high, "log": True}},
+                  **sweep},
+    }
+
+
+def experiment(**kw):
+    return memsim.experiment_from_dict(table(**kw))
+
+
+def write_toml(path: Path, t: dict) -> Path:
+    from memsim.config import dumps_toml
+
+    path.write_text(dumps_toml(t), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------
+# Validation: one clear line naming the dotted key
+# --------------------------------------------------------------------------
+
+
+def _mut(fn):
+    t = table()
+    fn(t)
+    return t
+
+
+BAD = [
+    (lambda t: t["sweep"].update(trail=3), "sweep.trail: unknown key (did you mean 'trials'?)"),
+    (lambda t: t["sweep"].update(sampler="tpee"), "sweep.sampler: unknown sampler 'tpee' "
+                                                  "(did you mean 'tpe'?)"),
+    (lambda t: t["sweep"].update(objectives=[{"metric": "utilty"}]),
+     "sweep.objectives[0].metric: unknown metric 'utilty' (did you mean 'utility'?)"),
+    (lambda t: t["sweep"].update(objectives=[{"metric": "utility", "direction": "up"}]),
+     "sweep.objectives[0].direction: expected 'maximize' or 'minimize'"),
+    (lambda t: t["sweep"].update(objectives=[{"metric": "utility", "policy": "q"}]),
+     "sweep.objectives[0].policy: 'q' is not a policy of this experiment"),
+    (lambda t: t["sweep"]["params"][HL].update(low=2000.0),
+     f'sweep.params."{HL}": low (2000.0) must be < high (1000.0)'),
+    (lambda t: t["sweep"]["params"][HL].update(type="flaot"),
+     f'sweep.params."{HL}".type: unknown type \'flaot\' (did you mean \'float\'?)'),
+    (lambda t: t["sweep"]["params"][HL].update(low=0.0),
+     f'sweep.params."{HL}".low: a log-scale range needs low > 0'),
+    (lambda t: t["sweep"]["params"][HL].update(lo=1.0), f'sweep.params."{HL}".lo: unknown key'),
+    (lambda t: t["sweep"]["params"].update(
+        {"policies.p.decay.half_lif_days": {"type": "float", "low": 1.0, "high": 9.0}}),
+     "names nothing in the resolved experiment (did you mean "
+     "'policies.p.decay.half_life_days'?)"),
+    (lambda t: t["sweep"]["params"].update(
+        {"policies.q.decay.half_life_days": {"type": "float", "low": 1.0, "high": 9.0}}),
+     'sweep.params."policies.q.decay.half_life_days": names nothing'),
+    (lambda t: t["sweep"]["params"].update(
+        {"policies.p.packer": {"type": "categorical", "choices": ["skip-fill", "greddy"]}}),
+     'sweep.params."policies.p.packer": the value "greddy" does not give a valid experiment'),
+    (lambda t: t["sweep"]["params"].update(
+        {"policies.p.candidates": {"type": "int", "low": 10.5, "high": 60}}),
+     'sweep.params."policies.p.candidates".low: expected an integer'),
+    (lambda t: t["sweep"]["params"].update(
+        {"policies.p.candidates": {"type": "int", "low": 10, "high": 45, "step": 10}}),
+     "is not a multiple of step"),
+    (lambda t: t["sweep"]["params"][HL].update(high=300.0),
+     "the experiment's own value 400 is outside the search space [1, 300] (log)"),
+    (lambda t: t["sweep"]["params"].update(
+        {"experiment.seed": {"type": "int", "low": 1, "high": 9}}),
+     'sweep.params."experiment.seed": cannot be swept'),
+    (lambda t: t["sweep"].update(robustness={"variants": [{"workload.retriever_nose": 1.2}]}),
+     "sweep.robustness.variants[0].workload.retriever_nose: names nothing in the resolved "
+     "experiment (did you mean 'workload.retriever_noise'?)"),
+    (lambda t: t["sweep"].update(sampler="grid"), "the grid sampler needs a 'step'"),
+    (lambda t: t.pop("sweep"), "sweep: the experiment has no [sweep] table"),
+]
+
+
+@pytest.mark.parametrize("mutate, message", BAD)
+def test_invalid_sweep_tables_fail_with_one_clear_line(mutate, message):
+    t = _mut(mutate)
+    exp = memsim.experiment_from_dict(t)  # the [sweep] table is checked by the sweep
+    with pytest.raises(ConfigError) as info:
+        SweepSpec.from_config(exp.sweep, exp)
+    text = str(info.value)
+    assert message in text, text
+    assert "\n" not in text
+
+
+def test_cli_user_mistake_exits_2_with_one_line(tmp_path, capsys):
+    t = table()
+    t["sweep"]["objectives"] = [{"metric": "recal"}]
+    f = write_toml(tmp_path / "bad.toml", t)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did you mean 'recall'?" in err[0], err
+    assert not (tmp_path / "out").exists()  # nothing is created for a bad config
+    assert main(["sweep", str(f), "--storage", "ftp://nowhere", "--set",
+                 "sweep.objectives=[{metric='recall'}]", "--out", str(tmp_path / "o")]) == 2
+    assert "is not a storage URL" in capsys.readouterr().err
+
+
+def test_parameter_keys_written_unquoted_in_toml_are_read_as_dotted_keys(tmp_path):
+    text = """
+[experiment]
+name = "unquoted"
+[policies.p]
+decay = { kind = "half-life", half_life_days = 30.0 }
+[sweep.params]
+policies.p.decay.half_life_days = { type = "float", low = 5, high = 90 }
+[sweep.robustness]
+variants = [{ workload.retriever_noise = 1.2 }]
+"""
+    (tmp_path / "u.toml").write_text(text)
+    exp = memsim.load_experiment(tmp_path / "u.toml")
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    assert spec.keys == [HL]
+    assert spec.robustness.variants == (("workload.retriever_noise=1.2",
+                                         {"workload.retriever_noise": 1.2}),)
+    assert spec.seed == exp.seed and spec.trials == 50 and spec.sampler == "tpe"
+    assert spec.own_params(exp) == {HL: 30.0}
+
+
+# --------------------------------------------------------------------------
+# Trial 0 and the code path
+# --------------------------------------------------------------------------
+
+
+def test_trial_zero_is_the_experiment_and_matches_a_plain_run():
+    exp = experiment(own=45.0, trials=3)
+    res = run_sweep(exp, out=None)
+    t0 = res.trials.iloc[0]
+    assert t0["number"] == 0 and t0["origin"] == "experiment" and t0[HL] == 45.0
+    plain = memsim.run_experiment(exp, out=None)
+    m = plain.metric("utility")
+    assert math.isclose(t0["values_utility"], float(m["mean"].iloc[0]), rel_tol=1e-12)
+    # per-replicate values are kept, and they are the per-replicate means
+    q = plain.queries
+    for r in range(2):
+        mean_r = q.loc[q["replicate"] == r, "utility"].mean()
+        assert math.isclose(t0[f"utility_rep{r}"], mean_r, rel_tol=1e-12)
+    assert (res.trials["state"] == "COMPLETE").sum() == 3
+    # every trial differs from the others only by its parameter (common random
+    # numbers): the same half-life gives the same value whatever the trial
+    ev = TrialEvaluator(exp, res.spec)
+    for _, row in res.trials.iterrows():
+        assert ev.evaluate({HL: row[HL]})[0][0] == row["values_utility"]
+
+
+def test_a_categorical_naming_the_current_kind_keeps_the_component_as_it_is():
+    from memsim.sweep import apply_params
+
+    t = table(own=45.0)
+    t["policies"]["p"]["packer"] = {"kind": "greedy-swap", "max_swaps": 2}
+    t["sweep"]["params"]["policies.p.packer"] = {
+        "type": "categorical", "choices": ["greedy-swap", "exact"]}
+    exp = memsim.experiment_from_dict(t)
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    own = spec.own_params(exp)
+    assert own["policies.p.packer"] == "greedy-swap"
+    same = apply_params(exp, own)
+    assert same.to_config() == exp.to_config()
+    other = apply_params(exp, {"policies.p.packer": "exact", HL: 12.0})
+    assert other.policies["p"].packer.name == "exact"
+    assert other.policies["p"].decay.half_life_days == 12.0
+
+
+# --------------------------------------------------------------------------
+# Planted optima
+# --------------------------------------------------------------------------
+
+
+def test_planted_optimum_and_the_sweep_folder(tmp_path):
+    """Project notes valid for exactly 30 days, then stale (gain -0.5): the
+    best half-life is in the tens of days. A 50-trial TPE sweep over
+    [1, 1000] days, started from a poor 400 days (trial 0), finds a best
+    half-life within a factor of 2 of the best of a fine grid (25 points,
+    factor 1.33 apart) evaluated with the same code. The same run checks the
+    run folder's outputs."""
+    exp = experiment(own=400.0, trials=50, robustness={
+        "replicates": 2, "variants": [{"name": "noisy", "workload.retriever_noise": 1.2}]})
+    res = run_sweep(exp, out=tmp_path, quiet=True)
+    ev = TrialEvaluator(exp, res.spec)
+    grid = np.geomspace(1.0, 1000.0, 25)
+    values = [ev.evaluate({HL: float(h)})[0][0] for h in grid]
+    h_grid = float(grid[int(np.argmax(values))])
+    h_sweep = res.best_params[HL]
+    assert 10.0 <= h_grid <= 150.0, (h_grid, values)  # the truth is planted where claimed
+    assert abs(math.log2(h_sweep / h_grid)) <= 1.0, (h_sweep, h_grid)
+    assert res.best_value >= max(values) - 0.05
+    assert res.best_value > res.trials.loc[0, "values_utility"] + 0.1  # it beat trial 0
+
+    sdir = res.path / "sweep"
+    trials = pd.read_csv(sdir / "trials.csv")
+    assert (trials["state"] == "COMPLETE").sum() == 50
+    for col in ("number", "state", "values_utility", HL, "utility_rep0", "utility_rep1",
+                "origin", "worker"):
+        assert col in trials.columns, col
+    # best.toml is a runnable, resolved experiment with the best value applied
+    best = tomllib.loads((sdir / "best.toml").read_text())
+    assert "sweep" not in best
+    assert best["policies"]["p"]["decay"]["half_life_days"] == pytest.approx(h_sweep)
+    rerun = memsim.run_experiment(memsim.load_experiment(sdir / "best.toml"), out=None)
+    assert float(rerun.metric("utility")["mean"].iloc[0]) == pytest.approx(res.best_value,
+                                                                          rel=1e-12)
+    rob = pd.read_csv(sdir / "robustness.csv")
+    fresh = rob[(rob["role"] == "best") & (rob["check"] == "fresh-seeds")]
+    assert len(fresh) == 1 and fresh["replicates"].iloc[0] == "2-3"
+    assert set(rob["check"]) == {"sweep", "fresh-seeds", "variant"}
+    assert set(rob["role"]) == {"best", "experiment"}
+    assert np.isfinite(rob["values_utility"]).all()
+    for name in ("history", "importance", "slice"):
+        assert name in res.plots
+    assert (sdir / "history.png").read_bytes()[:4] == b"\x89PNG"
+    manifest = json.loads((res.path / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["sweep"]["storage"] == "journal:sweep/journal.log"
+    assert (sdir / "journal.log").exists() and (res.path / "config.toml").exists()
+
+
+def test_evergreen_only_drives_the_half_life_to_the_top_of_its_range():
+    """Evergreen notes never go stale: any decay only hurts, so the sweep
+    pushes the half-life up. The range tops at 365 days (ages reach 120
+    days); the best trial lies within a factor of 2 of the top and is as good
+    as the top itself. 20 trials suffice for a monotone objective."""
+    exp = experiment(classes=EVERGREEN, own=10.0, low=1.0, high=365.0, trials=20,
+                     replicates=1, robustness={"replicates": 0})
+    res = run_sweep(exp, out=None)
+    assert res.best_params[HL] >= 365.0 / 2, res.best_params
+    top = TrialEvaluator(exp, res.spec).evaluate({HL: 365.0})[0][0]
+    assert res.best_value >= top - 1e-9
+    assert len(res.robustness) == 2 and set(res.robustness["check"]) == {"sweep"}
+
+
+def test_several_objectives_give_a_pareto_set(tmp_path):
+    exp = experiment(own=45.0, trials=6, replicates=1, sampler="nsga2",
+                     objectives=[{"metric": "utility"},
+                                 {"metric": "stale_rate", "direction": "minimize"}],
+                     robustness={"replicates": 1})
+    res = run_sweep(exp, out=tmp_path, plots=False)
+    assert {"values_utility", "values_stale_rate"} <= set(res.trials.columns)
+    assert res.pareto and res.best_number == res.pareto[0]
+    pareto_files = sorted((res.path / "sweep" / "pareto").glob("trial_*.toml"))
+    assert len(pareto_files) == len(res.pareto)
+    assert set(res.robustness["role"]) <= {"pareto", "experiment"}
+
+
+# --------------------------------------------------------------------------
+# Resume after SIGKILL: none lost, none counted twice
+# --------------------------------------------------------------------------
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _study(journal: Path):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=None, storage=open_storage(f"journal:{journal}"))
+
+
+def test_sigkill_midway_then_the_same_command_completes_exactly(tmp_path):
+    from optuna.trial import TrialState
+
+    n = 8
+    f = write_toml(tmp_path / "planted.toml", table(own=400.0, trials=n, replicates=2,
+                                                    robustness={"replicates": 0}))
+    cmd = [sys.executable, "-m", "memsim.cli", "sweep", str(f), "--out", str(tmp_path / "out"),
+           "--quiet"]
+    proc = subprocess.Popen(cmd, env=_env(), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        killed_running = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            journals = list((tmp_path / "out").glob("*/sweep/journal.log"))
+            if journals:
+                states = [t.state for t in _study(journals[0]).get_trials(deepcopy=False)]
+                running = [i for i, s in enumerate(states) if s == TrialState.RUNNING]
+                if states.count(TrialState.COMPLETE) >= 2 and running:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    killed_running = running
+                    break
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None and killed_running is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    assert killed_running is not None, proc.stderr.read().decode()[-2000:]
+    journal = next((tmp_path / "out").glob("*/sweep/journal.log"))
+    before = _study(journal).get_trials(deepcopy=False)
+    assert before[-1].state == TrialState.RUNNING  # the kill left a trial running
+    assert json.loads((journal.parents[1] / "manifest.json").read_text())["status"] == "running"
+
+    done = subprocess.run(cmd, env=_env(), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert Path(done.stdout.strip().splitlines()[-1]) == journal.parents[1]  # same folder
+
+    trials = _study(journal).get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == n
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    killed = trials[killed_running[0]]
+    assert killed.state == TrialState.FAIL
+    retries = [t for t in complete if t.system_attrs.get("failed_trial") == killed.number]
+    assert len(retries) == 1 and retries[0].params == killed.params  # retried, once
+    # nothing counted twice: each completed parameter set appears once, except
+    # by chance of the sampler (continuous values never repeat)
+    assert len({json.dumps(t.params, sort_keys=True) for t in complete}) == n
+    table_ = pd.read_csv(journal.parent / "trials.csv")
+    assert (table_["state"] == "COMPLETE").sum() == n
+    assert json.loads((journal.parents[1] / "manifest.json").read_text())["status"] == \
+        "completed"
+
+    # asking for more trials later continues the same study in the same folder
+    more = subprocess.run(cmd + ["--trials", str(n + 2)], env=_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert len(list((tmp_path / "out").iterdir())) == 1
+    assert len(_study(journal).get_trials(deepcopy=False,
+                                          states=(TrialState.COMPLETE,))) == n + 2
+
+
+# --------------------------------------------------------------------------
+# PostgreSQL: two worker processes, one study
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_two_workers_on_postgresql_share_one_study(tmp_path):
+    url = os.environ.get("MEMSIM_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("MEMSIM_TEST_POSTGRES_URL is not set (bash .ci/run sets it)")
+    pytest.importorskip("psycopg2")
+    import optuna
+    from optuna.trial import TrialState
+
+    n = 10
+    study = f"memsim-test-{uuid.uuid4().hex[:12]}"
+    f = write_toml(tmp_path / "planted.toml", table(own=400.0, trials=n, replicates=2,
+                                                    robustness={"replicates": 0}))
+    done = subprocess.run([sys.executable, "-m", "memsim.cli", "sweep", str(f), "--out",
+                           str(tmp_path / "out"), "--quiet", "--workers", "2", "--storage", url,
+                           "--study", study], env=_env(), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    st = optuna.load_study(study_name=study, storage=open_storage(url))
+    complete = st.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert len(complete) == n
+    workers = {t.user_attrs["worker"] for t in complete}
+    assert len(workers) == 2, workers  # both processes' trials landed in the one study
+    manifest = json.loads(next((tmp_path / "out").glob("*/manifest.json")).read_text())
+    assert "memsim:***@" in manifest["sweep"]["storage"]  # no password in files
+    optuna.delete_study(study_name=study, storage=open_storage(url))
