@@ -112,14 +112,35 @@ def apply_override(table: dict, key: str, value: Any) -> None:
 # --------------------------------------------------------------------------
 
 
+#: Real-trace importers a workload can name (``importer = "locomo"``).
+IMPORTERS = ("locomo",)
+IMPORT_NOTES = ("turns", "observations", "summaries")
+
+
 @dataclass(frozen=True)
 class StreamSource:
-    """Replay a stream folder from disk instead of generating one."""
+    """Replay a stream from disk instead of generating one: a stream folder,
+    or a real trace imported on load (``importer = "locomo"``, with ``notes``
+    saying what a note is)."""
 
     path: Path
+    importer: str | None = None
+    notes: str = "turns"
 
     def to_config(self) -> dict:
-        return {"source": str(self.path)}
+        if self.importer is None:
+            return {"source": str(self.path)}
+        return {"source": str(self.path), "importer": self.importer, "notes": self.notes}
+
+    def load(self):
+        """Read (or import) the stream."""
+        if self.importer == "locomo":
+            from .importers.locomo import import_locomo
+
+            return import_locomo(self.path, notes=self.notes)
+        from .stream import read_stream
+
+        return read_stream(self.path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,14 +333,23 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
 
     wl = _table(table, "workload")
     if "source" in wl:
-        extra = [k for k in wl if k != "source"]
+        extra = [k for k in wl if k not in ("source", "importer", "notes")]
         if extra:
             raise ConfigError(f"workload.{extra[0]}: a workload with 'source' replays a stream "
                               "and takes no generator knobs")
         if not isinstance(wl["source"], str) or not wl["source"]:
             raise ConfigError(f"workload.source: expected a folder path, got {wl['source']!r}")
+        importer = wl.get("importer")
+        if importer is not None and importer not in IMPORTERS:
+            raise ConfigError(f"workload.importer: unknown importer {importer!r}; "
+                              f"allowed: {', '.join(IMPORTERS)}")
+        notes = wl.get("notes", "turns")
+        if notes not in IMPORT_NOTES or ("notes" in wl and importer is None):
+            raise ConfigError(f"workload.notes: must be one of {', '.join(IMPORT_NOTES)}, "
+                              f"with an importer; got {notes!r}")
         src = Path(wl["source"])
-        workload: Any = StreamSource(src if src.is_absolute() else (Path(base_dir) / src))
+        workload: Any = StreamSource(src if src.is_absolute() else (Path(base_dir) / src),
+                                     importer, notes)
     else:
         workload = SyntheticWorkload.from_config(wl, "workload")
 

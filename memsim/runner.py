@@ -69,9 +69,7 @@ class RunResult:
 def load_stream_for(exp: Experiment, replicate: int) -> Stream:
     """The stream of one replicate: generated from its named seed, or read."""
     if isinstance(exp.workload, StreamSource):
-        from .stream import read_stream
-
-        return read_stream(exp.workload.path)
+        return exp.workload.load()
     return exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate", replicate,
                                            "workload"))
 

@@ -429,3 +429,23 @@ def test_cli_import_writes_a_readable_stream(tmp_path):
     assert back.meta["evidence"]["resolved"] == 2821
     with pytest.raises(StreamError, match="non-empty"):
         cli_import_locomo(ZIP, out, notes="summaries")
+
+
+@needs_data
+def test_locomo_experiment_shows_what_real_ages_do():
+    """experiments/locomo.toml imports the shared zip on load; on real ages the
+    5%-a-day decay loses the months-old evidence that similarity finds."""
+    import dataclasses
+
+    import memsim
+
+    exp = memsim.load_experiment(Path(__file__).resolve().parents[1] / "experiments"
+                                 / "locomo.toml")
+    keep = ("similarity-only", "hivemind-2025-bug", "hivemind")
+    exp = dataclasses.replace(exp, policies={k: exp.policies[k] for k in keep})
+    res = memsim.run_experiment(exp, out=None)
+    m = res.summary.pivot_table(index="metric", columns="policy", values="mean")
+    assert m.loc["recall_age_90_180", "hivemind-2025-bug"] < 0.05
+    assert m.loc["recall_age_90_180", "similarity-only"] > 0.4
+    assert m.loc["recall_age_90_180", "hivemind"] > 0.4
+    assert (res.queries["tokens_used"] <= 1500).all()

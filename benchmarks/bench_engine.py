@@ -1,0 +1,478 @@
+"""Engine benchmark (issue #8): throughput, scaling, policies, memory, targets.
+
+Run from the repository root::
+
+    python benchmarks/bench_engine.py                 # standard sizes, ~5 min on 2 cores
+    python benchmarks/bench_engine.py --quick         # smaller variant, ~1-2 min
+    python benchmarks/bench_engine.py --sizes 10000,50000 --policies 1,4,12 --window-days 30
+
+What is measured
+----------------
+*Standard sizes*: a store that reaches N notes (10k, 50k, 200k) by the end of
+a year of queries (50 a day), half of it backfilled before the first query
+(``backfill_days = 365``, ``notes_per_day = N / 730``), built directly with
+:class:`memsim.workload.SyntheticWorkload`. To keep the whole script within
+minutes, each size is timed on the **last ``--window-days`` days** of that year
+(``horizon_days = W``, ``backfill_days = 730 - W``, same note rate): the store
+then holds between ``N - W N / 730`` and ``N`` notes, as at the end of the
+year. Cost is per scored cell, so throughput (note-scores per second) carries
+over, and the full-year wall time is printed as an estimate
+(``note-scores of the year / throughput``). ``--window-days 365`` times the
+whole year.
+
+For each size, in a **fresh subprocess** each (so that peak memory, the
+maximum resident set size from ``resource.getrusage``, belongs to that run
+alone; it includes the stream):
+
+* the **bare kernel**: per day-batch, the similarity matrix product, one
+  recency formula (``cos * 0.5 ** (age / 180)``), the mask of notes created
+  later in the batch, and top-C selection (``argpartition`` + sort of the C),
+  vectorised like the engine and single-threaded BLAS like the engine;
+* a **full policy**: Hivemind's ranker (cosine x per-tier half-life with
+  floor, promotion after 5 uses), ai-memory's retention sweep (daily),
+  greedy-swap packing into 1,500 tokens, edges ordering, every metric;
+* with ``--policies P``: P variants of that full policy (task half-lives
+  spread over 30..720 days) in one experiment, sharing the similarity.
+
+Note-scores = (queries x notes existing at the query's batch) x policies.
+The exponent of cost is fitted by least squares on log(wall) against
+log(note-scores) over the sizes (one policy).
+
+*Sweep*: if :mod:`memsim.sweep` exists, a sweep of ``experiments/quickstart.
+toml`` (its ``[sweep]`` table, or a half-life and floor search if it has none)
+with 2 workers; ``--sweep-trials`` trials are run and the time of 100 is
+extrapolated from the steady-state rate (``--sweep-trials 100`` measures it).
+
+*Feather*: if feather-db is installed, the 10k stream's window replayed
+through the real engine (ingest + searches at the default ef, with
+:func:`memsim.feather_check.replay_feather`) and through memsim's ``feather``
+preset, in memsim's default per-tick feedback mode and in the exact
+per-query mode.
+
+The machine's load average is printed at the start and the end: timings on a
+shared machine are noisy, ratios measured in one run (kernel vs policy,
+P policies vs one) much less so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+YEAR = 365.0
+QUERIES_PER_DAY = 50.0
+CANDIDATES = 50
+
+#: The "full policy": ranker, retention, packing and (always) metrics.
+FULL_POLICY = {
+    "preset": "hivemind",
+    "retention": {"kind": "ai-memory"},
+}
+
+
+# --------------------------------------------------------------------------
+# Child side: one measurement per process
+# --------------------------------------------------------------------------
+
+
+def _stream(n_notes: int, window_days: float, seed: int = 1):
+    from memsim.workload import SyntheticWorkload
+
+    total_days = 2 * YEAR  # backfill + horizon of the standard year
+    w = SyntheticWorkload(horizon_days=window_days, backfill_days=total_days - window_days,
+                          notes_per_day=n_notes / total_days, queries_per_day=QUERIES_PER_DAY)
+    return w.generate(np.random.SeedSequence(seed))
+
+
+def _day_batches(t: np.ndarray) -> list[np.ndarray]:
+    day = np.floor(t).astype(np.int64)
+    return np.split(np.arange(len(t)), np.flatnonzero(np.diff(day)) + 1)
+
+
+def _note_scores(stream) -> int:
+    """Cells scored per policy: each query x the notes existing by its batch's
+    last query (as the engine's ``Batch`` takes them)."""
+    created = np.sort(stream.notes["created_at"].to_numpy(np.float64))
+    t = stream.queries["t"].to_numpy(np.float64)
+    total = 0
+    for rows in _day_batches(t):
+        total += len(rows) * int(np.searchsorted(created, t[rows].max(), side="right"))
+    return total
+
+
+def _year_note_scores(n_notes: int) -> float:
+    """Expected note-scores of the full standard year (one policy): queries at
+    rate q over [0, Y], notes at rate N / 2Y over [-Y, Y]; existing notes at
+    time t are N (Y + t) / 2Y."""
+    rate = n_notes / (2 * YEAR)
+    return QUERIES_PER_DAY * rate * (YEAR * YEAR + YEAR * YEAR / 2)
+
+
+def bare_kernel(stream, c: int = CANDIDATES, half_life: float = 180.0) -> None:
+    """Similarity product + one recency formula + top-C, per day-batch."""
+    from threadpoolctl import threadpool_limits
+
+    emb = np.ascontiguousarray(stream.note_embeddings, dtype=np.float32)
+    qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)
+    created = stream.notes["created_at"].to_numpy(np.float64)
+    t = stream.queries["t"].to_numpy(np.float64)
+    with threadpool_limits(limits=1, user_api="blas"):
+        for rows in _day_batches(t):
+            tt = t[rows]
+            idx = np.flatnonzero(created <= tt.max())
+            sim = qemb[rows] @ emb[idx].T  # unit vectors: the cosine
+            age = tt[:, None] - created[idx][None, :]
+            score = sim * np.exp2(age * (-1.0 / half_life))
+            score[age < 0] = -np.inf  # created later in the batch
+            if score.shape[1] > c:
+                part = np.argpartition(-score, c - 1, axis=1)[:, :c]
+            else:
+                part = np.broadcast_to(np.arange(score.shape[1]), score.shape).copy()
+            vals = np.take_along_axis(score, part, axis=1)
+            order = np.argsort(-vals, axis=1, kind="stable")
+            np.take_along_axis(part, order, axis=1)
+
+
+def policy_table(i: int, p: int) -> dict:
+    """The i-th of p variants of the full policy (task half-lives 30..720 d)."""
+    import copy
+
+    table = copy.deepcopy(FULL_POLICY)
+    hl = 180.0 if p == 1 else float(np.geomspace(30.0, 720.0, p)[i])
+    table["decay"] = {"task_half_life_days": hl}
+    return table
+
+
+def run_policies(stream, p: int) -> None:
+    from memsim.config import resolve_policy
+    from memsim.engine import Arm, SimSettings, simulate
+
+    arms = [Arm(f"full-{i}", resolve_policy(policy_table(i, p), f"policies.full-{i}"))
+            for i in range(p)]
+    simulate(stream, arms, SimSettings(candidates=CANDIDATES), np.random.SeedSequence(0))
+
+
+def _maxrss_mib() -> float:
+    # Linux reports kilobytes, macOS bytes
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / (1024.0 * 1024.0) if sys.platform == "darwin" else r / 1024.0
+
+
+def child(spec: dict) -> dict:
+    """Run one measurement; return its figures."""
+    what = spec["what"]
+    if what == "sweep":
+        return child_sweep(spec)
+    t0 = time.perf_counter()
+    stream = _stream(spec["n"], spec["window"])
+    gen_s = time.perf_counter() - t0
+    rss_stream = _maxrss_mib()
+    out = {"n_notes": stream.n_notes, "n_queries": stream.n_queries, "gen_s": gen_s,
+           "note_scores": _note_scores(stream), "rss_stream_mib": rss_stream}
+    if what == "kernel":
+        t0 = time.perf_counter()
+        bare_kernel(stream)
+        out["wall_s"] = time.perf_counter() - t0
+    elif what == "policy":
+        t0 = time.perf_counter()
+        run_policies(stream, spec["p"])
+        out["wall_s"] = time.perf_counter() - t0
+    elif what == "feather":
+        out.update(child_feather(stream))
+    else:  # pragma: no cover
+        raise ValueError(what)
+    out["peak_mib"] = _maxrss_mib()
+    return out
+
+
+def child_feather(stream) -> dict:
+    from memsim.feather_check import quantise_stream, replay_feather, replay_memsim
+
+    qs = quantise_stream(stream)
+    tick = replay_memsim(qs, feedback_mode="per-tick")
+    per_query = replay_memsim(qs, feedback_mode="per-query")
+    eng = replay_feather(qs)
+    return {"memsim_tick_s": tick.seconds, "memsim_query_s": per_query.seconds,
+            "engine_ingest_s": eng.timings["ingest_s"],
+            "engine_search_s": eng.timings["search_s"],
+            "engine_replay_s": eng.timings["total_s"], "ef": eng.ef}
+
+
+_DEFAULT_SWEEP = """
+[sweep]
+trials = 100
+sampler = "tpe"
+objectives = [{ metric = "utility", direction = "maximize", policy = "half-life-180-floor" }]
+
+[sweep.params]
+"policies.half-life-180-floor.decay.half_life_days" = { type = "float", low = 7, high = 720, log = true }
+"policies.half-life-180-floor.decay.floor" = { type = "float", low = 0.0, high = 0.9 }
+"""
+
+
+def child_sweep(spec: dict) -> dict:
+    import tomllib
+
+    from memsim.sweep import run_sweep
+
+    src = ROOT / "experiments" / "quickstart.toml"
+    text = src.read_text(encoding="utf-8")
+    has_sweep = "sweep" in tomllib.loads(text)
+    with tempfile.TemporaryDirectory(prefix="memsim-bench-sweep-") as tmp:
+        path = Path(tmp) / "quickstart.toml"
+        path.write_text(text if has_sweep else text + _DEFAULT_SWEEP, encoding="utf-8")
+        t0 = time.perf_counter()
+        res = run_sweep(path, trials=spec["trials"], workers=spec["workers"],
+                        out=Path(tmp) / "results", plots=False, quiet=True)
+        wall = time.perf_counter() - t0
+        trials = getattr(res, "trials", None)
+        secs = []
+        if trials is not None and "seconds" in trials:
+            secs = [float(x) for x in trials["seconds"].dropna()]
+    return {"wall_s": wall, "trials": spec["trials"], "workers": spec["workers"],
+            "trial_seconds": secs, "own_sweep_table": has_sweep}
+
+
+# --------------------------------------------------------------------------
+# Parent side
+# --------------------------------------------------------------------------
+
+
+def spawn(spec: dict, timeout: float | None = None) -> dict:
+    """Run ``child(spec)`` in a fresh interpreter; return its JSON."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    # engines (BLAS, the feather replay's throwaway store) single-threaded
+    # unless told otherwise; feather-db's WAL fsync is pointless here
+    env.setdefault("FEATHER_WAL_SYNC", "0")
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {spec} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def fit_exponent(x, y) -> float:
+    """Slope of log(y) on log(x) (least squares)."""
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def _load() -> str:
+    try:
+        a, b, c = os.getloadavg()
+        return f"{a:.2f} {b:.2f} {c:.2f}"
+    except OSError:  # pragma: no cover
+        return "n/a"
+
+
+def _fmt_n(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("PASS" if ok else "MISS")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default=None, help="note counts, comma-separated "
+                    "(default 10000,50000,200000; --quick 10000,50000)")
+    ap.add_argument("--policies", default=None,
+                    help="policy counts P, comma-separated (default 1,4,12; --quick 1,4)")
+    ap.add_argument("--policy-size", type=int, default=None,
+                    help="store size at which P > 1 is measured (default: 10000)")
+    ap.add_argument("--window-days", type=float, default=None,
+                    help="days of queries timed at the end of the standard year "
+                         "(default 21; --quick 7; 365 = the whole year)")
+    ap.add_argument("--sweep-trials", type=int, default=None,
+                    help="sweep trials actually run (default 6; --quick 4)")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--no-feather", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="a smaller variant (~1-2 min)")
+    ap.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+
+    q = args.quick
+    sizes = [int(s) for s in (args.sizes or ("10000,50000" if q else
+                                             "10000,50000,200000")).split(",")]
+    pols = sorted({int(p) for p in (args.policies or ("1,4" if q else "1,4,12")).split(",")}
+                  | {1})
+    psize = args.policy_size or 10000
+    window = args.window_days or (7.0 if q else 21.0)
+    sweep_trials = args.sweep_trials or (4 if q else 6)
+
+    t_start = time.perf_counter()
+    print(f"memsim engine benchmark   (python {sys.version.split()[0]}, numpy {np.__version__},"
+          f" {os.cpu_count()} CPUs)")
+    print(f"load average at start: {_load()}")
+    print(f"standard year: 365 days x {QUERIES_PER_DAY:g} queries/day, store reaches N notes "
+          f"(backfill 365 d); timed window: last {window:g} days; C = {CANDIDATES}")
+    print()
+
+    rows = []
+    results: dict = {"sizes": {}, "policies": {}, "load_start": _load()}
+    for n in sizes:
+        k = spawn({"what": "kernel", "n": n, "window": window})
+        p1 = spawn({"what": "policy", "n": n, "window": window, "p": 1})
+        results["sizes"][n] = {"kernel": k, "policy": p1}
+        rows.append((n, "kernel", k))
+        rows.append((n, 1, p1))
+        if n == psize:
+            for p in pols:
+                if p == 1:
+                    continue
+                r = spawn({"what": "policy", "n": n, "window": window, "p": p})
+                results["policies"][p] = r
+                rows.append((n, p, r))
+    if psize not in sizes:
+        for p in pols:
+            r = spawn({"what": "policy", "n": psize, "window": window, "p": p})
+            results["policies"][p] = r
+            rows.append((psize, p, r))
+
+    hdr = (f"{'notes':>7} {'policies':>8} {'queries':>7} {'note-scores':>11} {'wall s':>8} "
+           f"{'scores/s':>9} {'x kernel':>8} {'year est. s':>11} {'peak MiB':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    for n, what, r in rows:
+        kernel = results["sizes"].get(n, {}).get("kernel")
+        p = 1 if what == "kernel" else what
+        scores = r["note_scores"] * p
+        rate = scores / r["wall_s"]
+        ratio = "" if what == "kernel" or kernel is None else f"{r['wall_s'] / kernel['wall_s']:.2f}"
+        year = _year_note_scores(n) * p / rate
+        print(f"{n:>7} {('kernel' if what == 'kernel' else p):>8} {r['n_queries']:>7} "
+              f"{_fmt_n(scores):>11} {r['wall_s']:>8.2f} {_fmt_n(rate):>9} {ratio:>8} "
+              f"{year:>11.0f} {r['peak_mib']:>8.0f}")
+    print()
+
+    # --- targets -----------------------------------------------------------
+    targets = []
+    if 50000 in results["sizes"]:
+        s = results["sizes"][50000]
+        ratio = s["policy"]["wall_s"] / s["kernel"]["wall_s"]
+        targets.append(("full policy vs bare kernel at 50k notes", f"{ratio:.2f}x", "<= 2x",
+                        ratio <= 2.0))
+    else:
+        targets.append(("full policy vs bare kernel at 50k notes", "not measured", "<= 2x",
+                        None))
+    one = results["sizes"].get(psize, {}).get("policy") or results["policies"].get(1)
+    for p in pols:
+        if p == 1 or p not in results["policies"] or one is None:
+            continue
+        rel = results["policies"][p]["wall_s"] / one["wall_s"]
+        bound = 1 + 0.3 * (p - 1)
+        targets.append((f"{p} policies vs one ({psize // 1000}k notes)", f"{rel:.2f}x",
+                        f"<= {bound:.1f}x", rel <= bound))
+    if len(sizes) >= 2:
+        xs = [results["sizes"][n]["policy"]["note_scores"] for n in sizes]
+        ys = [results["sizes"][n]["policy"]["wall_s"] for n in sizes]
+        b = fit_exponent(xs, ys)
+        bk = fit_exponent(xs, [results["sizes"][n]["kernel"]["wall_s"] for n in sizes])
+        targets.append((f"cost exponent in notes x queries ({', '.join(_fmt_n(n) for n in sizes)})",
+                        f"{b:.3f} (kernel {bk:.3f})", "<= 1.1", b <= 1.1))
+        results["exponent"] = {"policy": b, "kernel": bk}
+    if 200000 in results["sizes"]:
+        peak = results["sizes"][200000]["policy"]["peak_mib"]
+        targets.append(("peak memory at 200k notes (1 policy, incl. stream)",
+                        f"{peak / 1024:.2f} GiB", "< 2 GiB", peak < 2048))
+    else:
+        targets.append(("peak memory at 200k notes", "not measured", "< 2 GiB", None))
+
+    # sweep
+    try:
+        import memsim.sweep  # noqa: F401
+        has_sweep = True
+    except ImportError:
+        has_sweep = False
+    if not has_sweep:
+        targets.append(("100-trial quickstart sweep, 2 workers",
+                        "not measured: sweep module absent", "< 10 min", None))
+    elif args.no_sweep:
+        targets.append(("100-trial quickstart sweep, 2 workers", "not measured (--no-sweep)",
+                        "< 10 min", None))
+    else:
+        sw = spawn({"what": "sweep", "trials": sweep_trials, "workers": 2})
+        results["sweep"] = sw
+        if sweep_trials >= 100:
+            est, how = sw["wall_s"], "measured"
+        else:
+            # steady state: trials run two at a time; the fixed part (start,
+            # trial 0, the final outputs) is what the measured run took beyond
+            # its trials
+            per = (np.median(sw["trial_seconds"]) if sw["trial_seconds"]
+                   else sw["wall_s"] / sweep_trials * 2)
+            fixed = max(0.0, sw["wall_s"] - per * sweep_trials / 2)
+            est, how = fixed + per * 100 / 2, f"estimated from {sweep_trials} trials"
+        targets.append(("100-trial quickstart sweep, 2 workers",
+                        f"{est / 60:.1f} min ({how}; median trial "
+                        f"{np.median(sw['trial_seconds']) if sw['trial_seconds'] else float('nan'):.1f} s)",
+                        "< 10 min", est < 600))
+
+    # feather
+    try:
+        import importlib.util
+
+        has_feather = importlib.util.find_spec("feather_db") is not None
+    except ImportError:  # pragma: no cover
+        has_feather = False
+    if not has_feather:
+        targets.append(("memsim feather preset vs feather-db replay",
+                        "not measured: feather-db not installed", ">= 5x faster", None))
+    elif args.no_feather:
+        targets.append(("memsim feather preset vs feather-db replay",
+                        "not measured (--no-feather)", ">= 5x faster", None))
+    else:
+        fn = min(sizes[0], 10000)
+        f = spawn({"what": "feather", "n": fn, "window": window})
+        results["feather"] = f
+        eng = f["engine_ingest_s"] + f["engine_search_s"]
+        sp_tick = eng / f["memsim_tick_s"]
+        sp_query = eng / f["memsim_query_s"]
+        targets.append((f"memsim feather preset (per-tick) vs feather-db, {_fmt_n(fn)} notes, "
+                        f"{f['n_queries']} queries",
+                        f"{sp_tick:.1f}x faster (engine {eng:.1f} s = ingest "
+                        f"{f['engine_ingest_s']:.1f} + search {f['engine_search_s']:.1f}; "
+                        f"memsim {f['memsim_tick_s']:.1f} s)", ">= 5x", sp_tick >= 5))
+        targets.append(("  same, memsim in exact per-query mode",
+                        f"{sp_query:.1f}x (memsim {f['memsim_query_s']:.1f} s)", ">= 5x",
+                        sp_query >= 5))
+
+    print("Targets")
+    w = max(len(t[0]) for t in targets)
+    for name, value, goal, ok in targets:
+        print(f"  {name:<{w}}  {goal:>14}  {_verdict(ok):>4}  {value}")
+    print()
+    total = time.perf_counter() - t_start
+    print(f"load average at end: {_load()}; total wall time {total:.0f} s")
+    results["load_end"] = _load()
+    results["targets"] = [dict(zip(("name", "value", "goal", "pass"), t)) for t in targets]
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
