@@ -11,6 +11,7 @@ The notebook API::
 
 from __future__ import annotations
 
+from .compare import Comparison, compare
 from .config import Experiment, experiment_from_dict, load_experiment
 from .errors import ConfigError, MemsimError, ParameterError, StreamError
 from .runner import RunResult, load_run, run_experiment, run_many
@@ -18,6 +19,8 @@ from .runner import RunResult, load_run, run_experiment, run_many
 __version__ = "0.1.0"
 
 __all__ = [
+    "Comparison",
+    "compare",
     "Experiment",
     "RunResult",
     "load_experiment",
