@@ -195,8 +195,8 @@ def _show(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     text = repr(value)
-    if not isinstance(value, str):
-        text = f"{type(value).__name__} {text}"
+    if not isinstance(value, str) and not text.startswith(type(value).__name__):
+        text = f"{type(value).__name__} {text}"  # e.g. "list [1]", "bytes b'x'"
     return text if len(text) <= 60 else text[:57] + "..."
 
 

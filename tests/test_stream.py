@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -758,7 +757,7 @@ def corrupted_parts(draw: st.DrawFn) -> dict[str, Any]:
     return parts
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(parts=corrupted_parts())
 def test_fuzz_in_memory_loads_or_raises_stream_error(parts: dict[str, Any]) -> None:
     try:
@@ -775,7 +774,7 @@ def test_fuzz_in_memory_loads_or_raises_stream_error(parts: dict[str, Any]) -> N
     describe_stream(s)
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(parts=valid_parts())
 def test_valid_streams_load_and_round_trip(tmp_path: Path, parts: dict[str, Any]) -> None:
@@ -787,7 +786,7 @@ def test_valid_streams_load_and_round_trip(tmp_path: Path, parts: dict[str, Any]
     assert_streams_equal(s, read_stream(folder))
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(parts=valid_parts(), fmt=st.sampled_from(["parquet", "csv"]), data=st.data())
 def test_fuzz_on_disk_loads_or_raises_stream_error(tmp_path: Path, parts: dict[str, Any],
