@@ -63,9 +63,24 @@ _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#
             "#7f7f7f", "#bcbd22", "#17becf")
 
 
-def policy_colors(policies: Iterable[str]) -> dict[str, str]:
-    """One colour per policy, in order (the palette repeats after ten)."""
-    return {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(dict.fromkeys(policies))}
+def policy_colors(policies: Iterable[str]) -> dict[str, Any]:
+    """One colour per policy, in order: ten distinct colours, or twenty (in
+    lighter/darker pairs) when there are more than ten policies."""
+    names = list(dict.fromkeys(policies))
+    if len(names) <= len(_PALETTE):
+        return {p: _PALETTE[i] for i, p in enumerate(names)}
+    from matplotlib import colormaps
+
+    pal = colormaps["tab20"].colors
+    return {p: pal[i % len(pal)] for i, p in enumerate(names)}
+
+
+def _legend(ax, n: int, **kw) -> None:
+    """A legend inside the axes for a few entries, to the right of it for many."""
+    if n > 6:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize=8, **kw)
 
 
 def _ax(ax):
@@ -76,14 +91,15 @@ def _ax(ax):
     return ax
 
 
-def _colors(df: pd.DataFrame, colors: Mapping[str, str] | None) -> dict[str, str]:
-    base = policy_colors(pd.unique(df["policy"])) if "policy" in df and len(df) else {}
-    if colors:
-        base.update(colors)
-        missing = [p for p in base if p not in colors]
-        for i, p in enumerate(missing):  # policies the caller did not colour
-            base[p] = _PALETTE[(len(colors) + i) % len(_PALETTE)]
-    return base
+def _colors(df: pd.DataFrame, colors: Mapping[str, Any] | None) -> dict[str, Any]:
+    names = list(pd.unique(df["policy"])) if "policy" in df and len(df) else []
+    if not colors:
+        return policy_colors(names)
+    out = dict(colors)
+    extra = policy_colors(list(colors) + [p for p in names if p not in colors])
+    for p in names:  # policies the caller did not colour
+        out.setdefault(p, extra[p])
+    return out
 
 
 def _empty(ax, text: str):
@@ -267,7 +283,7 @@ def plot_recency_curves(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | N
     ax.set_xlabel("age of the note (days)")
     ax.set_ylabel("recency multiplier")
     ax.set_title("Same ages, every curve: what age costs a note")
-    ax.legend(fontsize=8, loc="best")
+    _legend(ax, df["policy"].nunique(), loc="best")
     ax.grid(alpha=0.3)
     return ax
 
@@ -342,7 +358,7 @@ def plot_age_recall(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
     ax.set_xlabel("age of the relevant note when asked about")
     ax.set_ylabel("recall (share of relevant notes packed)")
     ax.set_title("Recall by age of the relevant note (95% CI)")
-    ax.legend(fontsize=8)
+    _legend(ax, len(pols))
     ax.grid(alpha=0.3, axis="y")
     return ax
 
@@ -389,7 +405,7 @@ def plot_budget_curve(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | Non
     ax.set_xlabel("token budget")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} against the token budget (95% CI)")
-    ax.legend(fontsize=8)
+    _legend(ax, df["policy"].nunique())
     ax.grid(alpha=0.3)
     return ax
 
@@ -440,8 +456,8 @@ def plot_distribution(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | Non
     ax.set_ylabel("share of queries at or below")
     ax.set_ylim(0, 1.01)
     ax.set_title(f"Distribution of {metric} over queries")
-    ax.legend(fontsize=8, loc="lower right" if HIGHER_IS_BETTER.get(metric, True)
-              else "upper left")
+    _legend(ax, df["policy"].nunique(),
+            loc="lower right" if HIGHER_IS_BETTER.get(metric, True) else "upper left")
     ax.grid(alpha=0.3)
     return ax
 
@@ -507,9 +523,11 @@ def plot_win_tie_loss(df: pd.DataFrame, ax=None):
     ax.set_xlim(0, 1)
     ax.axvline(0.5, color="k", lw=0.6, ls=":")
     ax.set_xlabel(f"share of paired queries (vs baseline '{df['baseline'].iloc[0]}')")
-    ax.set_title("Wins, ties and losses against the baseline")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=3,
-              frameon=False)
+    # the legend sits between the title and the bars (pads in points, so it
+    # stays put whatever the figure's height)
+    ax.set_title("Wins, ties and losses against the baseline", pad=20)
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3,
+              frameon=False, borderaxespad=0.1)
     return ax
 
 
@@ -570,7 +588,7 @@ def plot_over_time(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None =
     ax.set_xlabel("simulated time (days)")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} over time (band: range over replicates)")
-    ax.legend(fontsize=8)
+    _legend(ax, df["policy"].nunique())
     ax.grid(alpha=0.3)
     return ax
 
@@ -679,7 +697,7 @@ def plot_concentration(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | No
     else:
         ax.set_ylabel("Gini of use counts")
         ax.set_title("Feedback loop: concentration of use")
-    ax.legend(fontsize=8)
+    _legend(ax, df["policy"].nunique())
     ax.grid(alpha=0.3)
     return ax
 
@@ -725,7 +743,8 @@ def plot_run_metric(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
     hi = np.nan_to_num(np.clip(df["ci_high"].to_numpy(float) - y, 0, None))
     ax.bar(x, y, color=[cols[p] for p in df["policy"]], yerr=np.vstack([lo, hi]), capsize=4)
     ax.set_xticks(x)
-    ax.set_xticklabels(df["policy"], rotation=15, ha="right", fontsize=8)
+    ax.set_xticklabels(df["policy"], rotation=15 if len(df) <= 5 else 40, ha="right",
+                       fontsize=8)
     metric = str(df["metric"].iloc[0])
     ax.set_ylabel(metric)
     method = "Student t" if (df["ci_method"] == "t").any() else "bootstrap"
@@ -764,7 +783,7 @@ def plot_store_size(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
     ax.set_xlabel("simulated time (days)")
     ax.set_ylabel("live notes in the store")
     ax.set_title("Store size over time (mean over replicates)")
-    ax.legend(fontsize=8)
+    _legend(ax, df["policy"].nunique())
     ax.grid(alpha=0.3)
     return ax
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -68,7 +67,7 @@ class ReportFigure:
 class _Report:
     title: str
     intro: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    alerts: list[str] = field(default_factory=list)
     sections: list[tuple[str, list[Any]]] = field(default_factory=list)
 
 
@@ -171,7 +170,7 @@ def _content(run_dir: Path, run: dict, n_boot: int, seed: int) -> _Report:
         rep.intro.append(str(exp["description"]))
     status = manifest.get("status")
     if status == "failed":
-        rep.warnings.append(f"This run FAILED ({manifest.get('error', 'no error recorded')}); "
+        rep.alerts.append(f"This run FAILED ({manifest.get('error', 'no error recorded')}); "
                             "the tables below use whatever files it left.")
 
     q = run.get("queries")
@@ -230,14 +229,19 @@ def _content(run_dir: Path, run: dict, n_boot: int, seed: int) -> _Report:
                 "same ages for every policy (the legend gives the values at 30, 180 and 365 "
                 "days).", _rec))
         if len(policies) > 1 and len(cmp.tests):
+            # at most ~40 bars: with many policies, fewer metrics per policy
+            per = max(1, 40 // (len(policies) - 1))
+            shown = [m for m in ("utility", "recall", "stale_rate", "answer_prob", "ndcg@10",
+                                 "utility_ratio", "precision", "mrr") if m in cmp.metrics][:per]
+            wtl = plots.win_tie_loss_data(cmp.tests[cmp.tests["metric"].isin(shown)], focus)
             figs.append(_draw(
                 "win_tie_loss", "Wins, ties and losses",
                 f"Share of paired queries where each policy is better than, equal to or worse "
                 f"than '{baseline}'" + (f" (at {focus} tokens)" if len(budgets) > 1 else "")
-                + "; ▲/▼ mark significant differences after Holm's correction.",
-                lambda ax: plots.plot_win_tie_loss(plots.win_tie_loss_data(cmp.tests, focus),
-                                                   ax),
-                size=(7.5, max(2.5, 0.32 * len(cmp.tests) / max(len(budgets), 1) + 1.2))))
+                + "; ▲/▼ mark significant differences after Holm's correction over the whole "
+                "paired table.",
+                lambda ax: plots.plot_win_tie_loss(wtl, ax),
+                size=(7.5, max(2.5, 0.32 * len(wtl) + 1.4))))
         figs.append(_draw(
             "recall_by_age", "Recall by age of the relevant note",
             "Share of the relevant notes of each age that were packed, with 95% intervals"
@@ -308,10 +312,10 @@ def _content(run_dir: Path, run: dict, n_boot: int, seed: int) -> _Report:
                 lambda ax: plots.plot_store_size(plots.store_size_data(store, focus), ax,
                                                  colors)))
     elif q is not None:
-        rep.warnings.append("The run has no queries: nothing to compare.")
+        rep.alerts.append("The run has no queries: nothing to compare.")
     else:
         if not (run_dir / "sweep").is_dir():
-            rep.warnings.append("The run folder has no queries.parquet (yet): nothing to "
+            rep.alerts.append("The run folder has no queries.parquet (yet): nothing to "
                                 "compare.")
 
     if figs:
@@ -450,7 +454,8 @@ def _robustness_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
     if len(rob) == 0:
         return None
     keep = [c for c in ("number", "role", "check", "variant", "replicates") if c in rob]
-    out = rob[keep].rename(columns={"number": "trial"}).fillna("")
+    part = rob[keep].astype(object)
+    out = part.where(part.notna(), "").rename(columns={"number": "trial"})
     for lab in labels:
         if f"values_{lab}" in rob:
             out[lab] = [_g4(x) for x in rob[f"values_{lab}"]]
@@ -577,7 +582,7 @@ def _to_html(rep: _Report) -> str:
            # an empty data: icon keeps the browser from asking for /favicon.ico
            '<link rel="icon" href="data:,">',
            f"<style>{_CSS}</style>", "</head>", "<body>", f"<h1>{html.escape(rep.title)}</h1>"]
-    for w in rep.warnings:
+    for w in rep.alerts:
         out.append(f'<div class="warn">{html.escape(w)}</div>')
     for p in rep.intro:
         out.append(f"<p>{html.escape(p)}</p>")
@@ -624,7 +629,7 @@ def _md_table(df: pd.DataFrame) -> str:
 
 def _to_markdown(rep: _Report) -> str:
     out = [f"# {rep.title}", ""]
-    for w in rep.warnings:
+    for w in rep.alerts:
         out += [f"> **Warning:** {w}", ""]
     for p in rep.intro:
         out += [p, ""]
