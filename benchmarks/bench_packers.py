@@ -70,7 +70,7 @@ def part1(rng, quick: bool, repeat: int) -> None:
                 packed = packer.pack(values, tokens, valid, b)
                 assert (np.where(packed, tokens, 0).sum(axis=1) <= b).all(), name
                 got[name] = np.where(packed, values, 0.0).sum(axis=1)
-                dt = best_time(lambda p=packer: p.pack(values, tokens, valid, b), repeat) / q
+                dt = best_time(lambda p=packer: p.pack(values, tokens, valid, b), repeat) / q  # noqa: B023
                 cells.append(dt)
             ex = got["exact"]
             row = f"{c:>5} {budget:>7} {q:>4} "
@@ -100,9 +100,9 @@ def part2(rng, quick: bool, repeat: int) -> None:
         cells = c * (cap + 1)
         dp_ms, dp_val = float("nan"), float("nan")
         if cells <= 2**28:  # 256 MiB of table: beyond that the DP is not an option
-            dp_ms = best_time(lambda: _dp_row(v, t_g, cap), repeat) * 1e3
+            dp_ms = best_time(lambda: _dp_row(v, t_g, cap), repeat) * 1e3  # noqa: B023
             dp_val = v[_dp_row(v, t_g, cap)].sum()
-        mi_ms = best_time(lambda: _milp_row(v, t_g, cap, 60.0), repeat) * 1e3
+        mi_ms = best_time(lambda: _milp_row(v, t_g, cap, 60.0), repeat) * 1e3  # noqa: B023
         pick = _milp_row(v, t_g, cap, 60.0)
         mi_val = v[pick].sum() if pick is not None else float("nan")
         auto = "milp" if cap > exact.milp_budget else (

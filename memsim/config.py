@@ -21,7 +21,6 @@ An experiment file has these tables::
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import itertools
 import json
@@ -34,8 +33,8 @@ from typing import Any
 
 from .engine import SimSettings
 from .errors import ConfigError, MemsimError
-from .params import Interval, Options, Validated
-from .policies import PRESETS, SLOTS, Policy, preset_table
+from .params import Interval, Validated, did_you_mean
+from .policies import SLOTS, Policy, preset_table
 
 __all__ = [
     "Experiment",
@@ -50,12 +49,6 @@ __all__ = [
 ]
 
 TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep")
-
-
-def did_you_mean(key: str, allowed) -> str:
-    """`` (did you mean 'x'?)`` when a close match exists, else ``""``."""
-    match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def _unknown(where: str, key: str, allowed) -> ConfigError:

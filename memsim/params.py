@@ -12,6 +12,7 @@ Nothing is ever coerced: a value outside its range is refused.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ __all__ = [
     "Validated",
     "fields_of",
     "describe_constraint",
+    "did_you_mean",
 ]
 
 
@@ -84,6 +86,12 @@ class Options:
 
     def __str__(self) -> str:
         return "one of " + ", ".join(repr(v) for v in self.values)
+
+
+def did_you_mean(key: str, allowed) -> str:
+    """`` (did you mean 'x'?)`` when a close match exists, else ``""``."""
+    match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def describe_constraint(c: Any) -> str:

@@ -162,7 +162,7 @@ def _policies_from(source: Any) -> dict[str, Any]:
     load_run() dict or a mapping of Policy objects / policy tables."""
     from .policies import Policy
 
-    if hasattr(source, "policies") and isinstance(getattr(source, "policies"), dict):
+    if hasattr(source, "policies") and isinstance(source.policies, dict):
         source = source.policies
     elif isinstance(source, Mapping) and "config" in source and isinstance(source["config"],
                                                                           Mapping):

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import ConfigError
-from .params import Interval, Validated, fields_of
+from .params import Interval, Validated, did_you_mean, fields_of
 
 __all__ = ["Reader", "PositionalReader", "NullReader", "READERS", "reader_from_config"]
 
@@ -68,7 +68,7 @@ class Reader(Validated):
             if key not in allowed:
                 raise ConfigError(
                     f"{where}.{key}: unknown parameter of reader {cls.name!r}"
-                    f"{_did_you_mean(key, allowed)}; allowed: {', '.join(allowed) or '(none)'}"
+                    f"{did_you_mean(key, allowed)}; allowed: {', '.join(allowed) or '(none)'}"
                 )
         try:
             return cls(**params)
@@ -76,14 +76,6 @@ class Reader(Validated):
             # The uniform message names the parameter: prefix its dotted key.
             bad = next((k for k in params if f"'{k}' parameter" in str(exc)), None)
             raise type(exc)(f"{where}.{bad}: {exc}" if bad else f"{where}: {exc}") from None
-
-
-def _did_you_mean(key: str, allowed) -> str:
-    try:  # the config module owns the suggestion rule; stay usable without it
-        from .config import did_you_mean
-    except ImportError:  # pragma: no cover
-        return ""
-    return did_you_mean(key, allowed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,7 +219,7 @@ def reader_from_config(spec: Any = None, where: str = "reader") -> Reader:
     kind = spec.get("kind", "positional")
     if kind not in READERS:
         raise ConfigError(
-            f"{where}.kind: unknown reader {kind!r}{_did_you_mean(str(kind), READERS)}; "
+            f"{where}.kind: unknown reader {kind!r}{did_you_mean(str(kind), READERS)}; "
             f"allowed: {', '.join(sorted(READERS))}"
         )
     return READERS[kind].from_config(spec, where)

@@ -338,7 +338,7 @@ def _str_column(t: _Table, raw: pd.Series, column: str, *, missing_as: str | Non
         bad = np.zeros(len(raw), dtype=bool)
     elif isinstance(dtype, pd.StringDtype):
         bad = np.zeros(len(raw), dtype=bool)
-    elif (isinstance(dtype, np.dtype) and dtype == object) or isinstance(dtype, pd.CategoricalDtype):
+    elif (isinstance(dtype, np.dtype) and dtype.kind == "O") or isinstance(dtype, pd.CategoricalDtype):
         values = raw.astype(object)
         if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty", "integer"):
             bad = np.zeros(len(raw), dtype=bool)  # the common case, decided in C

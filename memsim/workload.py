@@ -80,7 +80,6 @@ that a knob of one part does not reshuffle the draws of another.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -89,7 +88,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, ParameterError
-from .params import Interval, Options, Validated, fields_of
+from .params import Interval, Options, Validated, did_you_mean, fields_of
 from .rng import child
 from .stream import Stream, make_stream
 
@@ -119,12 +118,6 @@ MAX_TOKENS = 4000
 _TIERS = Options(("task", "scratch", "longterm"))
 _POSITIVE = Interval(0, None, closed="neither")
 _NON_NEGATIVE = Interval(0, None)
-
-
-def _did_you_mean(key: str, allowed) -> str:
-    """`` (did you mean 'x'?)`` when a close match exists, else ``""``."""
-    match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 # --------------------------------------------------------------------------
@@ -178,7 +171,7 @@ class _Knobs(Validated):
         kwargs: dict[str, Any] = {}
         for key, value in table.items():
             if key not in allowed:
-                raise ConfigError(f"{where}.{key}: unknown key{_did_you_mean(key, allowed)}; "
+                raise ConfigError(f"{where}.{key}: unknown key{did_you_mean(key, allowed)}; "
                                   f"allowed: {', '.join(allowed)}")
             nested = cls._nested.get(key)
             if nested is not None and not isinstance(value, nested):

@@ -153,12 +153,12 @@ def test_builds_with_defaults_and_round_trips(slot, name, cls):
     assert REGISTRY[slot][name] is cls
     assert dataclasses.is_dataclass(comp)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        setattr(comp, "_probe", 1)  # frozen
+        comp._probe = 1  # frozen
     cfg = comp.to_config()
     assert cfg["kind"] == name
     assert build_component(slot, cfg, "x") == comp
     assert build_component(slot, copy.deepcopy(cfg), "x").to_config() == cfg
-    for pname, default, allowed in cls.describe():
+    for pname, _default, allowed in cls.describe():
         assert isinstance(pname, str) and isinstance(allowed, str)
 
 

@@ -18,7 +18,6 @@ from memsim.policies.packing import (
     Exact,
     Greedy,
     GreedySwap,
-    SkipFill,
     TopKCutoff,
     knapsack_value,
 )

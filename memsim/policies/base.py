@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..errors import ConfigError
-from ..params import Interval, Options, Validated, describe_constraint, fields_of
+from ..params import Interval, Options, Validated, describe_constraint, did_you_mean, fields_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine import Batch, PolicyState
@@ -138,8 +138,6 @@ def build_component(slot: str, spec: Any, where: str) -> Component:
     allowed = fields_of(cls)
     for key in params:
         if key not in allowed:
-            from ..config import did_you_mean
-
             raise ConfigError(
                 f"{where}.{key}: unknown parameter of {slot} {kind!r}{did_you_mean(key, allowed)}"
                 f"; allowed: {', '.join(allowed) or '(none)'}"
@@ -491,8 +489,6 @@ class Policy(Validated):
             elif key == "candidates":
                 kwargs[key] = value
             else:
-                from ..config import did_you_mean
-
                 allowed = list(SLOTS) + ["candidates", "preset"]
                 raise ConfigError(
                     f"{where}.{key}: unknown key{did_you_mean(key, allowed)}; "

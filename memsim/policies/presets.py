@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..params import did_you_mean
 
 __all__ = ["Preset", "PRESETS", "add_preset", "preset_table"]
 
@@ -38,8 +39,6 @@ def add_preset(name: str, doc: str, **table: Any) -> Preset:
 def preset_table(name: str, where: str) -> dict[str, Any]:
     """A deep copy of a preset's table; a clear error for an unknown name."""
     if name not in PRESETS:
-        from ..config import did_you_mean
-
         raise ConfigError(
             f"{where}: unknown preset {name!r}{did_you_mean(name, PRESETS)}; "
             f"allowed: {', '.join(sorted(PRESETS))}"
