@@ -16,6 +16,19 @@ from .config import Experiment, experiment_from_dict, load_experiment
 from .errors import ConfigError, MemsimError, ParameterError, StreamError
 from .runner import RunResult, load_run, run_experiment, run_many
 
+
+def __getattr__(name):
+    # Sweeps and reports pull in Optuna and matplotlib: load them on first use.
+    # (The audit is ``memsim.audit.audit``: its module shares its name.)
+    import importlib
+
+    homes = {"run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep",
+             "build_report": "memsim.report"}
+    if name in homes:
+        return getattr(importlib.import_module(homes[name]), name)
+    raise AttributeError(f"module 'memsim' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -27,6 +40,9 @@ __all__ = [
     "experiment_from_dict",
     "run_experiment",
     "run_many",
+    "run_sweep",
+    "SweepResult",
+    "build_report",
     "load_run",
     "ConfigError",
     "MemsimError",

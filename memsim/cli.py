@@ -158,7 +158,7 @@ def _cmd_sweep(args) -> int:
         res = run_sweep(args.experiment, trials=args.trials, storage=args.storage,
                         study_name=args.study, workers=args.workers, out=args.out,
                         overrides=args.set, quiet=True, resume=args.resume, progress=prog,
-                        argv=sys.argv)
+                        report=not args.no_report, argv=sys.argv)
     finally:
         prog.close()
     if not args.quiet:
@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=int, default=1, help="worker processes on this machine")
     sw.add_argument("--resume", default=None, metavar="RUN_DIR",
                     help="continue the sweep of this run folder")
+    sw.add_argument("--no-report", action="store_true", help="skip report.html")
     sw.set_defaults(func=_cmd_sweep)
 
     au = sub.add_parser("audit", parents=[common],

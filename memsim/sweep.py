@@ -15,8 +15,10 @@ The ``[sweep]`` table
     #   budget = N (required when experiment.budgets lists several)
 
     [sweep.params]
-    "policies.hivemind.decay.task_half_life_days" = { type = "float", low = 7, high = 720, log = true }
-    "policies.hivemind.packer" = { type = "categorical", choices = ["greedy", "greedy-swap", "exact"] }
+    "policies.hivemind.decay.task_half_life_days" = {
+        type = "float", low = 7, high = 720, log = true }
+    "policies.hivemind.packer" = {
+        type = "categorical", choices = ["greedy", "greedy-swap", "exact"] }
     "policies.hivemind.candidates" = { type = "int", low = 10, high = 200, step = 10 }
 
     [sweep.robustness]          # optional
@@ -60,11 +62,16 @@ on one machine can share. ``--storage`` also takes Optuna's RDB URLs
 ``journal:PATH``.
 
 The run folder is ``<out>/<UTC time>_<name>_<hash8>/`` where ``hash8`` hashes
-the resolved experiment (without ``sweep.trials``, which may grow) and the
-study name. Running the same command again finds the newest such folder
-under ``--out`` and continues its study until it has ``trials`` COMPLETE
-trials; ``--resume DIR`` names the folder explicitly. The study name is
-``--study NAME`` or ``<name>-<hash8>``.
+the resolved experiment and search space (without ``sweep.trials``, which may
+grow) and, when given, the study name. ``sweep/sweep.json``, written once,
+records the study name, that identity and the storage. Running the same
+command again finds the newest folder under ``--out`` with the same identity
+and continues its study, in its storage, until it has ``trials`` COMPLETE
+trials (``--trials`` may be raised to extend a finished sweep);
+``--resume DIR`` names the folder explicitly (the experiment then defaults to
+the folder's ``config.toml``). The study name is ``--study NAME`` or
+``<name>-<hash8>``. Changing the experiment or the search space starts a new
+folder and a new study.
 
 A trial whose process died is marked FAIL and its parameters are enqueued
 again (Optuna's :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback`),
@@ -135,8 +142,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from .config import (Experiment, apply_override, config_hash, did_you_mean, dumps_toml,
-                     experiment_from_dict, load_experiment, parse_override)
+from .config import (Experiment, config_hash, did_you_mean, dumps_toml, experiment_from_dict,
+                     load_experiment, parse_override)
 from .errors import ConfigError, MemsimError
 from .metrics import HIGHER_IS_BETTER, METRIC_COLUMNS
 from .runner import _Manifest, load_stream_for, simulate_experiment, write_atomic
@@ -257,8 +264,8 @@ class ParamSpec:
                 raise ConfigError(f"{w}.{end}: missing")
             v = table[end]
             if not _is_number(v) or (kind == "int" and not isinstance(v, int)):
-                raise ConfigError(f"{w}.{end}: expected {'an integer' if kind == 'int' else 'a number'}"
-                                  f", got {v!r}")
+                what = "an integer" if kind == "int" else "a number"
+                raise ConfigError(f"{w}.{end}: expected {what}, got {v!r}")
         low, high = table["low"], table["high"]
         if low >= high:
             raise ConfigError(f"{w}: low ({low!r}) must be < high ({high!r})")
@@ -268,8 +275,8 @@ class ParamSpec:
         step = table.get("step")
         if step is not None:
             if not _is_number(step) or step <= 0 or (kind == "int" and not isinstance(step, int)):
-                raise ConfigError(f"{w}.step: expected a {'positive integer' if kind == 'int' else 'positive number'}"
-                                  f", got {step!r}")
+                what = "positive integer" if kind == "int" else "positive number"
+                raise ConfigError(f"{w}.step: expected a {what}, got {step!r}")
             if log:
                 raise ConfigError(f"{w}: a log-scale parameter cannot have a step")
             n = (high - low) / step
@@ -350,21 +357,22 @@ class ParamSpec:
 class Objective:
     """One objective: a metric of one policy (at one budget), and a direction.
 
-    ``label`` names it in columns: the metric, plus ``@policy`` when a policy
-    was named, plus ``@budget`` when the experiment runs several budgets.
+    ``label`` names it in columns: the metric, plus ``@policy`` when the
+    experiment has several policies, plus ``@budget`` when it runs several
+    budgets (so that a label depends on the resolved experiment only).
     """
 
     metric: str
     direction: str
     policy: str
     budget: int | None = None
-    explicit_policy: bool = False
+    show_policy: bool = False
     show_budget: bool = False
 
     @property
     def label(self) -> str:
         lab = self.metric
-        if self.explicit_policy:
+        if self.show_policy:
             lab += f"@{self.policy}"
         if self.show_budget:
             lab += f"@{self.budget}"
@@ -504,6 +512,12 @@ class SweepSpec:
                 if p.grid() is None:
                     raise ConfigError(f'{where}.params."{p.key}": the grid sampler needs a '
                                       "'step' for a float parameter")
+            size = int(np.prod([len(p.grid()) for p in params]))
+            if "trials" not in table:
+                trials = size  # the whole grid
+            elif trials > size:
+                raise ConfigError(f"{where}.trials: the grid has {size} points; ask for at most "
+                                  f"{size} trials")
 
         rob = table.get("robustness", {})
         if not isinstance(rob, dict):
@@ -559,6 +573,9 @@ class SweepSpec:
     def with_trials(self, trials: int) -> SweepSpec:
         if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
             raise ConfigError(f"--trials: expected an integer >= 1, got {trials!r}")
+        if self.sampler == "grid" and trials > _grid_size(self):
+            raise ConfigError(f"--trials: the grid has {_grid_size(self)} points; ask for at "
+                              "most that many trials")
         return dataclasses.replace(self, trials=trials)
 
     # -- checks against the experiment ---------------------------------------
@@ -673,7 +690,6 @@ def _objectives(raw: Any, exp: Experiment | None, where: str) -> tuple[Objective
         if direction not in ("maximize", "minimize"):
             raise ConfigError(f"{w}.direction: expected 'maximize' or 'minimize', got "
                               f"{direction!r}")
-        explicit = "policy" in o
         policy = o.get("policy", policies[0] if policies else "")
         if not isinstance(policy, str):
             raise ConfigError(f"{w}.policy: expected a policy name, got {policy!r}")
@@ -696,8 +712,8 @@ def _objectives(raw: Any, exp: Experiment | None, where: str) -> tuple[Objective
         elif len(budgets) == 1:
             budget = budgets[0]
         # a budget is named in the label only when the experiment has several
-        out.append(Objective(metric, direction, policy, budget, explicit,
-                             show_budget=len(budgets) > 1))
+        out.append(Objective(metric, direction, policy, budget,
+                             show_policy=len(policies) > 1, show_budget=len(budgets) > 1))
     labels = [o.label for o in out]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{where}: two objectives measure the same metric of the same policy")
@@ -870,6 +886,8 @@ def _quiet_optuna():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", message=".*computes the importances of params to "
+                                "achieve low `target` values")
         yield
 
 
@@ -1031,7 +1049,6 @@ def _reap(study, now: float | None = None) -> int:
     heartbeat, so the pid of the worker that claimed a trial is checked.
     """
     from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
 
     TrialState = _states()
     now = time.time() if now is None else now
@@ -1089,9 +1106,12 @@ class _TrialObjective:
         self.spec = spec
         self.worker = _worker_id()
         self.start = _proc_start(os.getpid())
+        #: number of the trial being evaluated (None between trials)
+        self.current: int | None = None
 
     def __call__(self, trial):
         TrialState = _states()
+        self.current = trial.number
         # claim first: a reaper must be able to tell whose trial this is
         trial.set_user_attr("worker", self.worker)
         trial.set_user_attr("worker_start", self.start)
@@ -1183,19 +1203,17 @@ def _work(job: _WorkerJob, exp: Experiment | None = None, spec: SweepSpec | None
         if spec.sampler == "grid" and _grid_exhausted(study, spec) and not n_waiting:
             raise ConfigError(f"sweep.trials: the grid has only {_grid_size(spec)} points and "
                               f"{n_complete} trials completed; ask for at most that many")
+        objective.current = None
         try:
             with _quiet_optuna():
                 study.optimize(objective, n_trials=1, catch=(_Surplus, _TrialFailed),
                                gc_after_trial=False)
         except KeyboardInterrupt:
             # Optuna marked the interrupted trial FAIL; give its parameters back
-            mine = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-                    if t.user_attrs.get("worker") == objective.worker
-                    and t.user_attrs.get("worker_trial") == t.number
-                    and not any(x.system_attrs.get("failed_trial") == t.number
-                                for x in study.get_trials(deepcopy=False))]
-            for t in mine[-1:]:
-                _retry(study, t)
+            if objective.current is not None:
+                t = study.trials[objective.current]
+                if t.state == TrialState.FAIL:
+                    _retry(study, t)
             raise
         last = _last_trial_of(study, objective.worker)
         if last is None:
@@ -1233,7 +1251,7 @@ def _worker_main(job: _WorkerJob) -> None:
     """Entry point of a spawned worker process."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         _work(job)
     except KeyboardInterrupt:
@@ -1391,8 +1409,12 @@ def _write_plots(study, spec: SweepSpec, sdir: Path) -> dict[str, str]:
             safe = re.sub(r"[^A-Za-z0-9_.@-]+", "-", lab)
             jobs.append((f"history_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_optimization_history(
                 study, target=tgt, target_name=lab)))
-            jobs.append((f"importance_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_param_importances(
-                study, target=tgt, target_name=lab)))
+            # Optuna's importance evaluator ranks parameters by how they reach
+            # *low* target values: negate a maximised objective
+            low = (lambda t, i=i, sgn=(-1.0 if spec.directions[i] == "maximize" else 1.0):
+                   sgn * t.values[i])
+            jobs.append((f"importance_{safe}", lambda low=low, lab=lab: ovm.plot_param_importances(
+                study, target=low, target_name=lab)))
             jobs.append((f"slice_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_slice(
                 study, target=tgt, target_name=lab)))
         if len(spec.objectives) in (2, 3):
@@ -1430,42 +1452,43 @@ def _write_plots(study, spec: SweepSpec, sdir: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 
-def _identity(exp: Experiment, spec: SweepSpec) -> tuple[str, dict]:
-    """(hash8, table) that identify a sweep whatever its number of trials."""
+#: Written once in ``<run>/sweep/``: the study, its identity and its storage.
+_IDENT = "sweep.json"
+
+
+def _identity(exp: Experiment, spec: SweepSpec) -> str:
+    """hash8 of a sweep whatever its number of trials (which may grow)."""
     table = exp.to_config()
     sweep = spec.to_config()
     sweep.pop("trials")
     table["sweep"] = sweep
-    return config_hash(table), table
+    return config_hash(table)
 
 
-def _find_run_dir(out: Path, name: str, hash8: str, study_name: str) -> Path | None:
+def _find_run_dir(out: Path, name: str, hash8: str) -> Path | None:
+    """The newest ``<out>/*_<name>_<hash8>*`` folder holding this sweep."""
     if not out.is_dir():
         return None
     found = []
     for d in out.glob(f"*_{name}_{hash8}*"):
-        m = d / "manifest.json"
-        if not (d.is_dir() and m.exists()):
-            continue
+        f = d / "sweep" / _IDENT
         try:
-            data = json.loads(m.read_text())
+            if json.loads(f.read_text()).get("identity") == hash8:
+                found.append(d)
         except (OSError, ValueError):
             continue
-        if (data.get("sweep") or {}).get("study") == study_name:
-            found.append(d)
     return sorted(found)[-1] if found else None
 
 
 def _load_resume_dir(path: Path) -> tuple[dict, Path]:
-    path = Path(path)
-    m = path / "manifest.json"
-    if not m.exists() or not (path / "config.toml").exists():
-        raise ConfigError(f"--resume {path}: not a sweep run folder (no manifest.json and "
-                          "config.toml)")
-    data = json.loads(m.read_text())
-    if "sweep" not in data:
-        raise ConfigError(f"--resume {path}: the run folder holds a run, not a sweep")
-    return data, path / "config.toml"
+    f = path / "sweep" / _IDENT
+    if not f.exists() or not (path / "config.toml").exists():
+        raise ConfigError(f"--resume {path}: not a sweep run folder (no config.toml and "
+                          f"sweep/{_IDENT})")
+    try:
+        return json.loads(f.read_text()), path / "config.toml"
+    except ValueError:
+        raise ConfigError(f"--resume {path}: sweep/{_IDENT} is not valid JSON") from None
 
 
 def _header(exp: Experiment, what: str) -> str:
@@ -1564,7 +1587,8 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
               out: str | Path | None = "results", overrides: list[str] | dict | None = None,
               quiet: bool = True, resume: str | Path | None = None,
               progress: Callable[[float], None] | None = None,
-              plots: bool = True, argv: list[str] | None = None) -> SweepResult:
+              plots: bool = True, report: bool = True,
+              argv: list[str] | None = None) -> SweepResult:
     """Run (or resume, or join) an Optuna sweep of an experiment.
 
     Parameters
@@ -1595,6 +1619,8 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
         Called with the fraction of COMPLETE trials.
     plots : bool
         Write Optuna's plots (a few seconds).
+    report : bool
+        Build the run folder's ``report.html`` (:func:`memsim.report.build_report`).
 
     Returns
     -------
@@ -1606,11 +1632,11 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"--workers: expected an integer >= 1, got {workers!r}")
     ov = _coerce_overrides(overrides)
-    prior: dict | None = None
+    ident: dict | None = None  # sweep/sweep.json of the folder resumed
     resume_dir: Path | None = None
     if resume is not None:
-        prior, cfg_file = _load_resume_dir(Path(resume))
         resume_dir = Path(resume)
+        ident, cfg_file = _load_resume_dir(resume_dir)
         if exp_or_path is None:
             exp_or_path = cfg_file
     if exp_or_path is None:
@@ -1624,9 +1650,8 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
         spec = spec.with_trials(trials)
     # the resolved experiment, with the resolved sweep table, is what runs
     exp = dataclasses.replace(exp, sweep=spec.to_config())
-    hash8, _ = _identity(exp, spec)
-    study_name = study_name or (prior or {}).get("sweep", {}).get("study") or \
-        f"{exp.name}-{hash8}"
+    hash8 = _identity(exp, spec)
+    study_name = study_name or (ident or {}).get("study") or f"{exp.name}-{hash8}"
     if not re.match(r"^[A-Za-z0-9_.\-]+$", study_name):
         raise ConfigError(f"--study: {study_name!r}: use letters, digits, '_', '-' or '.'")
     if study_name != f"{exp.name}-{hash8}":
@@ -1634,44 +1659,64 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
 
     run_dir: Path | None = None
     if resume_dir is not None:
-        if prior["sweep"].get("identity") not in (None, hash8):
-            raise ConfigError(f"--resume {resume_dir}: the experiment or the study differs "
-                              "from the one this folder swept")
+        if ident.get("identity") != hash8:
+            raise ConfigError(f"--resume {resume_dir}: the experiment, its search space or the "
+                              "study name differ from the ones this folder swept")
         run_dir = resume_dir
     elif out is not None:
-        run_dir = _find_run_dir(Path(out), exp.name, hash8, study_name)
+        run_dir = _find_run_dir(Path(out), exp.name, hash8)
         if run_dir is not None:
-            prior = json.loads((run_dir / "manifest.json").read_text())
+            ident = json.loads((run_dir / "sweep" / _IDENT).read_text())
+    recorded = (ident or {}).get("storage")
+    if recorded is not None:
+        if recorded.startswith("journal:"):
+            # recorded relative to the run folder, so that a moved folder still resumes
+            jpath = Path(recorded[len("journal:"):])
+            jpath = jpath if jpath.is_absolute() else run_dir / jpath
+            recorded_spec = f"journal:{jpath.resolve()}"
+        else:
+            recorded_spec = recorded
+        if storage is None:
+            if "***" in recorded:
+                raise ConfigError(f"{run_dir}: this sweep's study lives in {recorded}; pass "
+                                  "--storage with the full URL to resume it")
+            storage = recorded_spec
+        elif _mask_url(_storage_spec(storage, run_dir)) != _mask_url(recorded_spec):
+            raise ConfigError(f"--storage: {run_dir} keeps its study in {recorded}, not in "
+                              f"{_mask_url(storage)}; resume with the same storage or pick "
+                              "another --study or --out")
     if run_dir is None and out is not None:
         from .runner import new_run_dir
 
         run_dir = new_run_dir(Path(out), exp.name, hash8)
-
-    recorded = ((prior or {}).get("sweep") or {}).get("storage")
-    if storage is None and recorded and not recorded.startswith("journal:"):
-        if "***" in recorded:
-            raise ConfigError(f"{run_dir}: this sweep's study lives in {recorded}; pass "
-                              "--storage with the full URL to resume it")
-        storage = recorded
-    if storage is None and recorded and recorded.startswith("journal:") and run_dir is not None:
-        # recorded relative to the run folder, so that a moved folder still resumes
-        jpath = Path(recorded[len("journal:"):])
-        storage = f"journal:{jpath if jpath.is_absolute() else run_dir / jpath}"
     storage_spec = _storage_spec(storage, run_dir)
     if storage_spec == "memory" and workers > 1:
         raise ConfigError("--workers: several workers need a storage they share; pass --storage "
                           "or an output folder")
+    if run_dir is not None and ident is None:
+        # written once: how the same command finds this folder and its study again
+        (run_dir / "sweep").mkdir(exist_ok=True)
+        ident = {"study": study_name, "identity": hash8,
+                 "storage": _recorded_storage(storage_spec, run_dir)}
+        write_atomic(run_dir / "sweep" / _IDENT,
+                     lambda p: p.write_text(json.dumps(ident, indent=2) + "\n"))
+    prior = {}
+    if run_dir is not None and (run_dir / "manifest.json").exists():
+        try:
+            prior = json.loads((run_dir / "manifest.json").read_text())
+        except ValueError:
+            prior = {}
 
     verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING if quiet else optuna.logging.INFO)
+    # quiet: failed trials are in trials.csv (column error), no need for their tracebacks
+    optuna.logging.set_verbosity(optuna.logging.ERROR if quiet else optuna.logging.INFO)
     manifest = None
     if run_dir is not None:
-        (run_dir / "sweep").mkdir(exist_ok=True)
         write_atomic(run_dir / "config.toml", lambda p: p.write_text(
             _header(exp, "Resolved sweep configuration") + dumps_toml(exp.to_config()),
             encoding="utf-8"))
         manifest = _Manifest(run_dir, exp, argv)
-        sessions = list((prior or {}).get("sessions", []))
+        sessions = list(prior.get("sessions", []))
         session = {"started_utc": manifest.data["started_utc"], "host": _host(),
                    "pid": os.getpid(), "workers": workers, "argv": manifest.data["argv"]}
         sessions.append(session)
@@ -1702,6 +1747,16 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
                               "(workers stopped early); run the same command again to resume")
         result = _finish(study, exp, spec, run_dir, timings, quiet, plots)
         result.study_name, result.storage = study_name, _mask_url(storage_spec)
+        if run_dir is not None and report:
+            t1 = time.perf_counter()
+            try:
+                from .report import build_report
+
+                build_report(run_dir)
+            except Exception as exc:  # the sweep's results stand without a report
+                warnings.warn(f"memsim sweep: report.html failed: {type(exc).__name__}: {exc}",
+                              stacklevel=2)
+            timings["report"] = time.perf_counter() - t1
         timings["total"] = time.perf_counter() - t_start
         if manifest is not None:
             sessions[-1].update(trials_completed=n_after - n_before,
