@@ -19,11 +19,13 @@ __all__ = ["main"]
 
 
 class Progress:
-    """A one-line progress bar on stderr, shown once a job has run 2 seconds."""
+    """A one-line progress bar on stderr, shown once a job has run 2 seconds
+    (on a terminal only)."""
 
     def __init__(self, label: str, quiet: bool = False):
         self.label = label
-        self.quiet = quiet
+        # a bar redrawn with carriage returns only makes sense on a terminal
+        self.quiet = quiet or not sys.stderr.isatty()
         self.t0 = time.monotonic()
         self.shown = False
         self.last = 0.0
@@ -190,13 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
         "policies of AI memory layers.")
     sub = p.add_subparsers(dest="command", required=True)
 
+    # A parent parser shares its action objects with every child, so --out,
+    # whose default differs between commands, is added per command.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a dotted config key (repeatable)")
-    common.add_argument("--out", default="results", help="parent folder of run folders")
     common.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    def add_out(parser, default="results", text="parent folder of run folders"):
+        parser.add_argument("--out", default=default, help=text)
+
     r = sub.add_parser("run", parents=[common], help="run experiments, write run folders")
+    add_out(r)
     r.add_argument("experiments", nargs="+", metavar="EXPERIMENT.toml")
     r.add_argument("--jobs", type=int, default=1, help="worker processes for grids/batches")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
@@ -204,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", parents=[common],
                         help="Optuna sweep of an experiment's [sweep] table (resumable)")
+    add_out(sw)
     sw.add_argument("experiment", nargs="?", default=None, metavar="EXPERIMENT.toml")
     sw.add_argument("--trials", type=int, default=None,
                     help="COMPLETE trials the study must end with (default: sweep.trials)")
@@ -221,13 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     au = sub.add_parser("audit", parents=[common],
                         help="which signals vary and which swept parameters the workload can test")
+    add_out(au, None, "folder to save signals.csv, params.csv and audit.txt in")
     au.add_argument("experiment", metavar="EXPERIMENT.toml")
     au.add_argument("--replicate", type=int, default=0, help="replicate stream to audit")
     au.add_argument("--queries", type=int, default=300,
                     help="queries sampled for the signal spreads")
     au.add_argument("--no-params", action="store_true",
                     help="skip evaluating the swept parameters (signals only)")
-    au.set_defaults(func=_cmd_audit, out=None)
+    au.set_defaults(func=_cmd_audit)
 
     rep = sub.add_parser("report", help="(re)build report.html from a run folder")
     rep.add_argument("run_dir")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -128,3 +129,14 @@ def test_cli_grid_runs_in_parallel_jobs(tmp_path):
     assert len(paths) == 2
     budgets = sorted(pd.read_parquet(p / "queries.parquet")["budget"].iloc[0] for p in paths)
     assert budgets == [300, 900]
+
+
+def test_cli_run_defaults_to_a_results_folder_in_the_working_directory(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART), "--quiet",
+                           "--no-report", *sum((["--set", s] for s in SMALL[1:]), []),
+                           "--set", "experiment.replicates=1"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    last = Path(proc.stdout.strip().splitlines()[-1])
+    assert last.parent == Path("results") and (tmp_path / last / "summary.csv").exists()
