@@ -439,3 +439,34 @@ def test_two_workers_on_postgresql_share_one_study(tmp_path):
     manifest = json.loads(next((tmp_path / "out").glob("*/manifest.json")).read_text())
     assert "memsim:***@" in manifest["sweep"]["storage"]  # no password in files
     optuna.delete_study(study_name=study, storage=open_storage(url))
+
+
+# --------------------------------------------------------------------------
+# One journal file, two sweep commands at the same time
+# --------------------------------------------------------------------------
+
+
+def test_two_sweeps_on_one_journal_file_lose_no_trial(tmp_path):
+    from optuna.trial import TrialState
+
+    n = 12
+    journal = tmp_path / "shared-journal.log"
+    f = write_toml(tmp_path / "planted.toml", table(own=400.0, trials=n, replicates=1,
+                                                    robustness={"replicates": 0}))
+    cmd = [sys.executable, "-m", "memsim.cli", "sweep", str(f), "--quiet", "--no-report",
+           "--storage", f"journal:{journal}", "--study", "shared"]
+    procs = [subprocess.Popen(cmd + ["--out", str(tmp_path / f"out{i}")], env=_env(),
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=400)
+        assert p.returncode == 0, err[-3000:]
+    study = _study(journal)
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    # exactly the requested number finished, each trial number once
+    assert len(complete) == n
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers))
+    # both commands worked on the study
+    assert len({t.user_attrs["worker"] for t in complete}) == 2
