@@ -132,3 +132,49 @@ def test_default_ef_overlap(stream, exact_result):
 def test_reuse_must_match(stream, exact_result):
     with pytest.raises(ConfigError, match="reuse"):
         feather_cross_check(stream, half_life=7.0, reuse=exact_result)
+
+
+@needs_feather
+@pytest.mark.feather
+def test_without_feedback_small():
+    """``feedback=False``: no recalls on either side; exact search agrees."""
+    w = SyntheticWorkload(horizon_days=20, backfill_days=10, notes_per_day=15.0,
+                          queries_per_day=10.0)
+    s = w.generate(np.random.SeedSequence(3))
+    res = feather_cross_check(s, feedback=False)
+    assert res.summary["identical_share"] == 1.0
+    assert res.summary["recalls_engine_total"] == res.summary["recalls_memsim_total"] == 0
+    assert res.summary["max_score_diff"] <= 1e-6
+
+
+@needs_feather
+@pytest.mark.feather
+def test_run_feather_check_config(capsys):
+    cfg = {"feather_check": {"seed": 2, "searches": ["exact"], "feedback": True},
+           "workload": {"horizon_days": 10, "backfill_days": 5, "notes_per_day": 10.0,
+                        "queries_per_day": 5.0}}
+    (res,) = run_feather_check(cfg)
+    assert res.summary["identical_share"] == 1.0
+    assert "identical top-10" in capsys.readouterr().out
+
+
+@needs_feather
+@pytest.mark.feather
+def test_expiry_and_organic_accesses():
+    """TTL expiry (``forget``) and organic reads (``touch``) replay alike."""
+    from memsim.stream import make_stream
+
+    w = SyntheticWorkload(horizon_days=20, backfill_days=10, notes_per_day=15.0,
+                          queries_per_day=10.0, accesses_per_day=8.0)
+    s = w.generate(np.random.SeedSequence(5))
+    notes = s.notes.copy()
+    rng = np.random.default_rng(0)
+    ttl = rng.random(len(notes)) < 0.2
+    notes["expires_at"] = np.where(ttl, notes["created_at"] + 4.0, np.nan)
+    s = make_stream(notes, s.queries, s.qrels, s.accesses, s.note_embeddings,
+                    s.query_embeddings, s.meta)
+    assert len(s.accesses) > 0
+    res = feather_cross_check(s)
+    assert res.summary["identical_share"] == 1.0
+    assert res.summary["equal_recall_share"] == 1.0
+    assert res.summary["recalls_engine_total"] > 0  # feedback on
