@@ -142,12 +142,16 @@ class NoteArrays:
             if len(n) else np.zeros(0, np.int8),
             # NaN = never expires; inf keeps the comparisons simple
             expires_at=np.where(np.isnan(expires), np.inf, expires),
-            actor=np.array([actor_codes[a] for a in n["actor"].astype(str)], dtype=np.int64),
+            actor=_codes(n["actor"], actor_codes),
             emb=emb,
             norm2=np.einsum("ij,ij->i", emb, emb, dtype=np.float64),
-            namespace=None if namespace_codes is None else np.array(
-                [namespace_codes[x] for x in n["namespace"].astype(str)], dtype=np.int64),
+            namespace=None if namespace_codes is None else _codes(n["namespace"], namespace_codes),
         )
+
+
+def _codes(values: pd.Series, codes: dict[str, int]) -> np.ndarray:
+    """Integer code of each value (as text), vectorised."""
+    return pd.Index(list(codes)).get_indexer(values.astype(str)).astype(np.int64)
 
 
 class PolicyState:
@@ -340,8 +344,9 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
 
 def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
     queries = stream.queries
-    actor_names = sorted(set(stream.notes["actor"].astype(str)) | set(queries["actor"].astype(str))
-                         | set(stream.accesses["actor"].astype(str)))
+    actor_names = sorted(set(pd.unique(stream.notes["actor"].astype(str)))
+                         | set(pd.unique(queries["actor"].astype(str)))
+                         | set(pd.unique(stream.accesses["actor"].astype(str))))
     actor_codes = {a: i for i, a in enumerate(actor_names)}
     ns_codes = None
     if "namespace" in stream.notes and "namespace" in queries:
@@ -349,10 +354,9 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
                           | set(queries["namespace"].astype(str)))
         ns_codes = {x: i for i, x in enumerate(ns_names)}
     notes = NoteArrays.from_stream(stream, actor_codes, ns_codes)
-    qns = None if ns_codes is None else np.array(
-        [ns_codes[x] for x in queries["namespace"].astype(str)], dtype=np.int64)
+    qns = None if ns_codes is None else _codes(queries["namespace"], ns_codes)
     qt = queries["t"].to_numpy(np.float64)
-    qactor = np.array([actor_codes[a] for a in queries["actor"].astype(str)], dtype=np.int64)
+    qactor = _codes(queries["actor"], actor_codes)
     qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)
     qnorm2 = np.einsum("ij,ij->i", qemb, qemb, dtype=np.float64)
     qbudget_col = (queries["budget_tokens"].to_numpy(np.float64)
@@ -363,8 +367,7 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
         stream.accesses) else {}
     acc_t = stream.accesses["t"].to_numpy(np.float64)
     acc_rows = np.array([note_row[int(x)] for x in stream.accesses["note_id"]], dtype=np.int64)
-    acc_actor = np.array([actor_codes[a] for a in stream.accesses["actor"].astype(str)],
-                         dtype=np.int64)
+    acc_actor = _codes(stream.accesses["actor"], actor_codes)
     acc_done = 0
 
     states = [PolicyState(notes, len(actor_names)) for _ in arms]
@@ -373,7 +376,7 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
     batches = _make_batches(qt, settings.tick_days, per_query)
 
     cols: list[dict[str, np.ndarray]] = [[] for _ in arms]  # type: ignore[misc]
-    rank_rows: list[list[pd.DataFrame]] = [[] for _ in arms]
+    rank_rows: list[list[dict]] = [[] for _ in arms]
     store_rows: list[tuple] = []
     next_sweep = -np.inf
     last_store_day = None
@@ -458,10 +461,15 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
     if settings.save_rankings:
         parts = []
         for ai, arm in enumerate(arms):
-            for r in rank_rows[ai]:
-                r.insert(0, "policy", arm.policy_name)
-                r.insert(1, "budget", arm.budget or settings.budget_tokens)
-                parts.append(r)
+            if not rank_rows[ai]:
+                continue
+            # one frame per arm from the batches' column arrays: a DataFrame
+            # per batch costs more than scoring it in per-query mode
+            r = pd.DataFrame({k: np.concatenate([b[k] for b in rank_rows[ai]])
+                              for k in rank_rows[ai][0]})
+            r.insert(0, "policy", arm.policy_name)
+            r.insert(1, "budget", arm.budget or settings.budget_tokens)
+            parts.append(r)
         rankings = pd.concat(parts, ignore_index=True) if parts else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings)
 
@@ -538,14 +546,14 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
     if settings.save_rankings:
         q, cc = pos.shape
         keep = cand_ok.ravel()
-        out["rankings"] = pd.DataFrame({
+        out["rankings"] = {
             "query_id": np.repeat(relevance.query_ids[batch.qrows], cc)[keep],
             "rank": np.tile(np.arange(1, cc + 1), q)[keep],
             "note_id": batch.notes.note_id[cand_rows].ravel()[keep],
             "score": cand_scores.ravel()[keep],
             "packed": packed.ravel()[keep],
             "position": position.ravel()[keep],
-        })
+        }
     # 5. feedback
     if fb.touch != "none" and not (fb.touch == "prefilter" and fb.before_scoring):
         if fb.touch == "prefilter":

@@ -177,3 +177,58 @@ def test_gini():
     assert gini(np.array([1, 1, 1, 1])) == pytest.approx(0.0)
     assert gini(np.array([0, 0, 0, 4])) == pytest.approx(0.75)
     assert np.isnan(gini(np.zeros(3)))
+
+
+@pytest.mark.parametrize("decay", [
+    {"kind": "per-day", "rate": 0.05},
+    {"kind": "half-life", "half_life_days": 7.0},
+    {"kind": "half-life-floor", "half_life_days": 180.0, "floor": 0.35},
+    {"kind": "per-tier"},
+    {"kind": "half-life", "half_life_days": 3.0, "clock": "last_access"},
+])
+def test_separable_recency_equals_the_per_cell_formula(decay):
+    from memsim.engine import Batch, NoteArrays, PolicyState
+    from memsim.metrics import RelevanceIndex
+    from memsim.policies import ScoringContext
+
+    s = random_stream(6, n_notes=400, n_queries=30)
+    s.notes.loc[::7, "tier"] = "scratch"
+    s.notes.loc[::11, "tier"] = "longterm"
+    codes = {a: i for i, a in enumerate(sorted(set(s.notes["actor"]) | set(s.queries["actor"])))}
+    notes = NoteArrays.from_stream(s, codes)
+    state = PolicyState(notes, len(codes))
+    state.last_access[::5] = -3.0  # some notes were used before the batch
+    rows = np.arange(10, 20)
+    qe = s.query_embeddings
+    batch = Batch(qrows=rows, t=s.queries["t"].to_numpy()[rows], actors=np.zeros(10, int),
+                  notes=notes, qemb=qe[rows], qnorm2=(qe[rows] ** 2).sum(1),
+                  relevance=RelevanceIndex(s, notes.created_at))
+    policy = resolve_policy({"decay": decay}, "p")
+    ctx = ScoringContext(batch, state, np.random.default_rng(0))
+    form = policy.decay.exponential_form(ctx)
+    fast = ctx.exponential_recency(policy.decay.clock, *form)
+    assert fast is not None
+    slow = policy.decay.recency(ctx.age(policy.decay.clock), ctx)
+    live = batch.valid
+    np.testing.assert_allclose(fast[live], slow[live], rtol=1e-12, atol=1e-300)
+
+
+def test_separable_recency_declines_when_a_cell_would_need_clamping():
+    from memsim.policies.base import ScoringContext
+
+    class Ctx(ScoringContext):
+        def __init__(self):  # a bare stand-in: only what exponential_recency reads
+            pass
+
+    ctx = Ctx()
+    ctx.t = np.array([1.0, 2.0])
+    ctx.idx = np.arange(2)
+
+    class N:
+        created_at = np.array([0.0, 0.5])
+        updated_at = np.array([0.0, 3.0])  # updated after the queries
+
+    ctx.notes = N()
+    assert ctx.exponential_recency("updated", 0.0, 0.1) is None
+    assert ctx.exponential_recency("created", 0.0, 1000.0) is None  # would overflow
+    assert ctx.exponential_recency("created", 0.0, 0.1).shape == (2, 2)

@@ -192,6 +192,16 @@ class Decay(Component):
         its distance to the floor; inf if it never decays."""
         return float("nan")
 
+    def exponential_form(self, ctx: ScoringContext):
+        """``(floor, rate)`` when ``recency = floor + (1 - floor) * exp(-rate *
+        age)`` (scalars or per-note (L,) arrays), else None.
+
+        Lets the engine compute the (Q, L) recency without a transcendental
+        per cell (see :meth:`ScoringContext.exponential_recency`); the value
+        is the same as :meth:`recency`'s up to rounding.
+        """
+        return None
+
 
 @dataclass(frozen=True, kw_only=True)
 class Stickiness(Component):
@@ -394,6 +404,46 @@ class ScoringContext:
     def age(self, clock: str) -> np.ndarray:
         return getattr(self, _AGE_ATTR[clock])
 
+    def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
+        """``floor + (1 - floor) * exp(-rate * age)`` (Q, L) for the ages of
+        ``clock``, or None where the fast form does not apply.
+
+        Every clock's age is ``t_q - origin_n``; with ``t0`` the batch's last
+        query time, ``exp(-r (t_q - o)) = exp(-r (t_q - t0)) * exp(-r (t0 - o))``:
+        one exponential per note and one per (query, distinct rate) instead of
+        one per cell. It applies when no live cell has a negative age (which
+        the slow path clamps to 0) and the per-query factor cannot overflow.
+        """
+        t = self.t
+        t0, tmin = float(t.max()), float(t.min())
+        if clock == "created":
+            origin = self.notes.created_at[self.idx]
+        elif clock == "last_access":
+            last = self.state.last_access[self.idx]
+            if (last > tmin).any():  # a use inside the batch's window: the slow path clamps
+                return None
+            origin = np.where(np.isnan(last), self.notes.created_at[self.idx], last)
+        elif clock == "updated":
+            origin = self.notes.updated_at[self.idx]
+            if (origin > self.notes.created_at[self.idx]).any():
+                return None  # an update may postdate the query: the slow path clamps
+        else:
+            return None
+        rate = np.asarray(rate, dtype=np.float64)
+        if float(rate.max(initial=0.0)) * (t0 - tmin) > 300.0:
+            return None
+        note_factor = np.exp(-rate * (t0 - origin))  # (L,) or scalar rate broadcast
+        rates, inverse = np.unique(np.broadcast_to(rate, origin.shape), return_inverse=True)
+        query_factor = np.exp(-(t - t0)[:, None] * rates[None, :])  # (Q, K), >= 1
+        rec = np.take(query_factor, inverse, axis=1) if len(rates) > 1 else (
+            np.repeat(query_factor, len(origin), axis=1))
+        rec *= note_factor
+        floor = np.asarray(floor, dtype=np.float64)
+        if floor.ndim or float(floor) != 0.0:
+            rec *= 1.0 - floor
+            rec += floor
+        return rec
+
     @property
     def tokens(self) -> np.ndarray:
         return self.notes.tokens[self.idx]
@@ -510,8 +560,17 @@ class Policy(Validated):
         """Scores (Q, L) of the context's notes for its queries (see module doc)."""
         rel = ctx.similarity(self.retriever)
         if self.ranker.uses_recency:
-            age = self.stickiness.effective_age(ctx.age(self.decay.clock), ctx)
-            rec = self.decay.recency(age, ctx)
+            rec = None
+            fast = getattr(ctx, "exponential_recency", None)  # stand-in contexts lack it
+            if fast is not None and type(self.stickiness).effective_age is Stickiness.effective_age:
+                # age is the plain clock: an exponential family can be
+                # computed separably (same values, far fewer exponentials)
+                form = self.decay.exponential_form(ctx)
+                if form is not None:
+                    rec = fast(self.decay.clock, *form)
+            if rec is None:
+                age = self.stickiness.effective_age(ctx.age(self.decay.clock), ctx)
+                rec = self.decay.recency(age, ctx)
             access = self.stickiness.access_term(ctx)
             if not (np.isscalar(access) and access == 0.0):
                 rec = rec + access * self.breadth.on_access(ctx)

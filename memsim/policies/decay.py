@@ -105,6 +105,9 @@ class PerDayRate(Decay):
         # exp(age * ln(1 - rate)): the same value, several times faster than power
         return np.exp(_age(age) * np.log1p(-self.rate))
 
+    def exponential_form(self, ctx: ScoringContext):
+        return 0.0, -math.log1p(-self.rate)
+
     def half_life(self) -> float:
         return math.inf if self.rate == 0 else _LN2 / -math.log1p(-self.rate)
 
@@ -134,6 +137,9 @@ class HalfLife(Decay):
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return np.exp2(-_age(age) / self.half_life_days)
+
+    def exponential_form(self, ctx: ScoringContext):
+        return 0.0, _LN2 / self.half_life_days
 
     def half_life(self) -> float:
         return self.half_life_days
@@ -169,6 +175,9 @@ class HalfLifeFloor(Decay):
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return self.floor + (1.0 - self.floor) * np.exp2(-_age(age) / self.half_life_days)
+
+    def exponential_form(self, ctx: ScoringContext):
+        return self.floor, _LN2 / self.half_life_days
 
     def half_life(self) -> float:
         return self.half_life_days
@@ -220,6 +229,17 @@ class PerTier(Decay):
         fl = np.where(scratch, self.scratch_floor, self.task_floor)
         rec = fl + (1.0 - fl) * np.exp2(-_age(age) / hl)
         return np.where(tier == _LONGTERM, 1.0, rec)
+
+    def exponential_form(self, ctx: ScoringContext):
+        tier = np.asarray(ctx.tier)
+        scratch = tier == _SCRATCH
+        rate = np.where(scratch, _LN2 / self.scratch_half_life_days,
+                        _LN2 / self.task_half_life_days)
+        floor = np.where(scratch, self.scratch_floor, self.task_floor)
+        longterm = tier == _LONGTERM
+        floor[longterm] = 1.0  # 1 + 0 * anything: no decay
+        rate[longterm] = 0.0
+        return floor, rate
 
     def half_life(self) -> float:
         return self.task_half_life_days  # a fresh note is in the task tier
