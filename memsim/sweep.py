@@ -619,7 +619,7 @@ class SweepSpec:
                     f"{w}: the experiment's own value {_fmt(own_v)} is outside the search "
                     f"space {_describe(p)}; trial 0 runs the experiment as it is, so widen the "
                     "range or change the experiment")
-        for i, (name, ov) in enumerate(self.robustness.variants):
+        for i, (_name, ov) in enumerate(self.robustness.variants):
             vw = f"{where}.robustness.variants[{i}]"
             for key in ov:
                 if not _lookup(resolved, key)[0]:
@@ -1405,14 +1405,15 @@ def _write_plots(study, spec: SweepSpec, sdir: Path) -> dict[str, str]:
     jobs: list[tuple[str, Callable]] = []
     if spec.multi:
         for i, lab in enumerate(spec.labels):
-            tgt = (lambda t, i=i: t.values[i])
+            def tgt(t, i=i):
+                return t.values[i]
             safe = re.sub(r"[^A-Za-z0-9_.@-]+", "-", lab)
             jobs.append((f"history_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_optimization_history(
                 study, target=tgt, target_name=lab)))
             # Optuna's importance evaluator ranks parameters by how they reach
             # *low* target values: negate a maximised objective
-            low = (lambda t, i=i, sgn=(-1.0 if spec.directions[i] == "maximize" else 1.0):
-                   sgn * t.values[i])
+            def low(t, i=i, sgn=(-1.0 if spec.directions[i] == "maximize" else 1.0)):
+                return sgn * t.values[i]
             jobs.append((f"importance_{safe}", lambda low=low, lab=lab: ovm.plot_param_importances(
                 study, target=low, target_name=lab)))
             jobs.append((f"slice_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_slice(
@@ -1866,7 +1867,7 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
     best_values = dict(zip(spec.labels, best[0].values)) if best else {}
     evaluator = TrialEvaluator(exp, spec)
     cands = []
-    for i, t in enumerate(best[:10]):
+    for t in best[:10]:
         cands.append({"number": t.number, "role": "pareto" if spec.multi else "best",
                       "params": dict(t.params), "values": list(t.values),
                       "per_replicate": _per_rep(t, spec, exp.settings.replicates)})
