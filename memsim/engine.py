@@ -243,6 +243,17 @@ class Batch:
         """Dense true gains (Q, len(idx)); 0 where no qrel."""
         return self.relevance.dense_gains(self.qrows, idx)
 
+    def subset(self, cols: np.ndarray) -> Batch:
+        """The same queries over the note columns ``cols`` only (a policy's
+        prefilter candidates), with a cache of its own."""
+        sub = Batch.__new__(Batch)
+        sub.__dict__.update(self.__dict__)
+        sub.idx = self.idx[cols]
+        sub.valid = self.valid[:, cols]
+        sub.dots = self.dots[:, cols]
+        sub.cache = {}
+        return sub
+
 
 def _make_batches(t: np.ndarray, tick_days: float, per_query: bool) -> list[np.ndarray]:
     """Query row groups, in time order."""
@@ -522,6 +533,12 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
         if fb.touch == "prefilter" and fb.before_scoring:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
+            ctx = ScoringContext(batch, st, rng)
+        if not policy.ranker.set_dependent:
+            # only the prefilter's notes can be ranked: score those columns
+            # alone (their union over the batch's queries)
+            cols = np.flatnonzero(mask.any(axis=0))
+            batch, mask = batch.subset(cols), mask[:, cols]
             ctx = ScoringContext(batch, st, rng)
     ctx.live = mask
     scores = np.asarray(policy.score(ctx), dtype=np.float64)

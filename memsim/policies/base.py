@@ -236,6 +236,10 @@ class Ranker(Component):
     slot: ClassVar[str] = "ranker"
     #: True when the ranker needs the decay pipeline at all.
     uses_recency: ClassVar[bool] = True
+    #: True when a note's score depends on the other live notes (e.g. a
+    #: normalisation over the candidates); False lets the engine score only
+    #: the notes a retriever prefilter keeps.
+    set_dependent: ClassVar[bool] = False
 
     def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         raise NotImplementedError

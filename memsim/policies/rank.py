@@ -161,6 +161,7 @@ class WeightedSum(Ranker):
     """
 
     name: ClassVar[str] = "weighted-sum"
+    set_dependent: ClassVar[bool] = True  # min-max over the live notes
     set_dependent: ClassVar[bool] = True
     w_recency: float = 1.0
     w_importance: float = 1.0
