@@ -7,6 +7,7 @@ and exits with code 2; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -301,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memsim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`memsim policies | head`): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
