@@ -187,6 +187,12 @@ def _cmd_audit(args) -> int:
     return 0
 
 
+def _cmd_feather_check(args) -> int:
+    from .feather_check import main as feather_main
+
+    return feather_main([args.config] + (["--csv", args.csv] if args.csv else []))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memsim", description="Simulate and sweep the ranking, retention and packing "
@@ -274,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     cur.add_argument("--delta", type=float, default=0.1,
                      help="similarity advantage of the old note over a fresh one")
     cur.set_defaults(func=_cmd_curves)
+
+    fc = sub.add_parser("feather-check",
+                        help="compare the feather preset with the real feather-db engine")
+    fc.add_argument("config", help="TOML file (see experiments/feather_check.toml)")
+    fc.add_argument("--csv", metavar="PREFIX", help="write PREFIX_<search>.csv per search")
+    fc.set_defaults(func=_cmd_feather_check)
 
     cal = sub.add_parser("calibrate", help="fit decay families to real recall data")
     csub = cal.add_subparsers(dest="calibrate_command", required=True)
