@@ -135,7 +135,7 @@ def _cmd_stream_import(args) -> int:
         raise MemsimError(f"unknown import format {args.format!r}")
     from .importers.locomo import cli_import_locomo
 
-    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes)
+    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions)
     print(args.out)
     return 0
 
@@ -144,7 +144,7 @@ def _cmd_calibrate(args) -> int:
     from .calibrate import calibrate_revlog, format_calibration
 
     out = None if args.out is None else Path(args.out)
-    result = calibrate_revlog(Path(args.path), out)
+    result = calibrate_revlog(Path(args.path), out, min_elapsed_days=args.min_elapsed_days)
     print(format_calibration(result))
     if out is not None:
         print(out)
@@ -267,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--out", required=True, help="stream folder to create")
     imp.add_argument("--notes", choices=["turns", "observations", "summaries"], default="turns",
                      help="what becomes a note (default: turns)")
+    imp.add_argument("--captions", action="store_true",
+                     help="append image captions to the turns they belong to")
     imp.set_defaults(func=_cmd_stream_import)
 
     pol = sub.add_parser("policies", help="list registered components and presets")
@@ -292,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     rv = csub.add_parser("revlog", help="a spaced-repetition review log (CSV)")
     rv.add_argument("path", help="a review-log CSV or a folder of them")
     rv.add_argument("--out", default=None, help="folder for the plot and TOML fragment")
+    rv.add_argument("--min-elapsed-days", type=float, default=0.0,
+                    help="ignore reviews sooner than this after the previous one "
+                         "(same-session re-drills)")
     rv.set_defaults(func=_cmd_calibrate)
     return p
 

@@ -248,3 +248,23 @@ def test_calibration_is_deterministic(result):
     again = calibrate_revlog(REVLOG)
     pd.testing.assert_frame_equal(again.summary, result.summary)
     assert again.toml == result.toml
+
+
+@needs_data
+def test_cli_min_elapsed_days_leaves_out_same_session_reviews(tmp_path, capsys):
+    from memsim.cli import main
+
+    assert main(["calibrate", "revlog", str(REVLOG), "--min-elapsed-days", "1",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "t >= 1 d" in out and "best: power-law" in out
+    assert (tmp_path / "fitted_decay.toml").exists()
+
+
+def test_cli_feather_check_refuses_a_bad_config(tmp_path, capsys):
+    from memsim.cli import main
+
+    bad = tmp_path / "fc.toml"
+    bad.write_text("[feather_check]\nsearchs = ['exact']\n")
+    assert main(["feather-check", str(bad)]) == 2
+    assert "searchs" in capsys.readouterr().err

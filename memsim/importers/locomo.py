@@ -622,8 +622,8 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
 
 
 def cli_import_locomo(path: str | os.PathLike, out: str | os.PathLike,
-                      notes: str = "turns") -> Stream:
-    """``memsim stream import locomo PATH --out DIR [--notes ...]``.
+                      notes: str = "turns", captions: bool = False) -> Stream:
+    """``memsim stream import locomo PATH --out DIR [--notes ...] [--captions]``.
 
     Imports with :func:`import_locomo` and writes the stream folder with
     :func:`memsim.stream.write_stream` (atomic; refuses a non-empty ``out``).
@@ -634,6 +634,6 @@ def cli_import_locomo(path: str | os.PathLike, out: str | os.PathLike,
     """
     from ..stream import write_stream
 
-    stream = import_locomo(path, notes=notes)
+    stream = import_locomo(path, notes=notes, captions=captions)
     write_stream(stream, Path(out))
     return stream
