@@ -177,6 +177,18 @@ _FEATHER_DOC = """Feather DB's scored search (feather-store/feather,
     ``candidates`` and ``feedback.k`` together. The engine reads ages from the
     wall clock in whole seconds; memsim's ages are exact (fractional days)."""
 
+#: What both Feather presets share: the 3k = 30 nearest by squared L2, scored by
+#: Feather's blend with a 30-day half-life and log-recall stickiness, top k = 10.
+_FEATHER_TABLE = dict(
+    retriever={"kind": "inverse-sq-l2", "prefilter": 30},
+    decay={"kind": "half-life", "half_life_days": 30.0},
+    stickiness={"kind": "log-recall"},
+    ranker={"kind": "feather-blend", "time_weight": 0.3, "min_weight": 0.0},
+    packer="skip-fill",
+    orderer="score",
+    candidates=10,
+)
+
 add_preset(
     "feather",
     "Feather DB as its installed engine searches: the k returned gain a recall after scoring."
@@ -188,14 +200,8 @@ add_preset(
     approximate on large stores), the top k by final score are returned, and
     only then do the k returned notes gain a recall (scores use the counts
     from before the search).""",
-    retriever={"kind": "inverse-sq-l2", "prefilter": 30},
-    decay={"kind": "half-life", "half_life_days": 30.0},
-    stickiness={"kind": "log-recall"},
-    ranker={"kind": "feather-blend", "time_weight": 0.3, "min_weight": 0.0},
-    packer="skip-fill",
-    orderer="score",
+    **_FEATHER_TABLE,
     feedback={"kind": "default", "touch": "returned", "k": 10, "before_scoring": False},
-    candidates=10,
 )
 
 add_preset(
@@ -207,14 +213,8 @@ add_preset(
     recall *before* they are scored, so every candidate's stickiness grows on
     each search whether it is returned or not. Kept as a variant to show how
     much the feedback rule alone moves rankings.""",
-    retriever={"kind": "inverse-sq-l2", "prefilter": 30},
-    decay={"kind": "half-life", "half_life_days": 30.0},
-    stickiness={"kind": "log-recall"},
-    ranker={"kind": "feather-blend", "time_weight": 0.3, "min_weight": 0.0},
-    packer="skip-fill",
-    orderer="score",
+    **_FEATHER_TABLE,
     feedback={"kind": "default", "touch": "prefilter", "k": 10, "before_scoring": True},
-    candidates=10,
 )
 
 # --------------------------------------------------------------------------
