@@ -33,7 +33,7 @@ from typing import Any
 
 from .engine import SimSettings
 from .errors import ConfigError, MemsimError
-from .params import Interval, Validated, did_you_mean
+from .params import Interval, Validated, check_keys, did_you_mean
 from .policies import SLOTS, Policy, preset_table
 
 __all__ = [
@@ -49,12 +49,6 @@ __all__ = [
 ]
 
 TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep")
-
-
-def _unknown(where: str, key: str, allowed) -> ConfigError:
-    prefix = f"{where}.{key}" if where else key
-    return ConfigError(f"{prefix}: unknown key{did_you_mean(key, allowed)}; "
-                       f"allowed: {', '.join(allowed)}")
 
 
 # --------------------------------------------------------------------------
@@ -305,15 +299,11 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
 
     if not isinstance(table, dict):
         raise ConfigError("the config must be a table")
-    for key in table:
-        if key not in TOP_LEVEL:
-            raise _unknown("", key, TOP_LEVEL)
+    check_keys(table, TOP_LEVEL, "")
     exp_table = _table(table, "experiment")
     exp_fields = {f.name for f in fields(ExperimentSettings)}
     sim_fields = {f.name for f in fields(SimSettings)}
-    for key in exp_table:
-        if key not in exp_fields | sim_fields:
-            raise _unknown("experiment", key, sorted(exp_fields | sim_fields))
+    check_keys(exp_table, sorted(exp_fields | sim_fields), "experiment")
     exp_kw = {k: v for k, v in exp_table.items() if k in exp_fields}
     if "budgets" in exp_kw:
         if not isinstance(exp_kw["budgets"], list):

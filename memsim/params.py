@@ -18,7 +18,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .errors import ParameterError
+from .errors import ConfigError, ParameterError
 
 __all__ = [
     "Interval",
@@ -27,6 +27,7 @@ __all__ = [
     "fields_of",
     "describe_constraint",
     "did_you_mean",
+    "check_keys",
 ]
 
 
@@ -92,6 +93,17 @@ def did_you_mean(key: str, allowed) -> str:
     """`` (did you mean 'x'?)`` when a close match exists, else ``""``."""
     match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def check_keys(keys, allowed, where: str) -> None:
+    """Refuse the first of ``keys`` not in ``allowed`` with one line:
+    ``WHERE.KEY: unknown key (did you mean 'x'?); allowed: a, b``."""
+    allowed = list(allowed)
+    for key in keys:
+        if key not in allowed:
+            prefix = f"{where}.{key}" if where else str(key)
+            raise ConfigError(f"{prefix}: unknown key{did_you_mean(key, allowed)}; "
+                              f"allowed: {', '.join(str(a) for a in allowed)}")
 
 
 def describe_constraint(c: Any) -> str:

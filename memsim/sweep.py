@@ -146,6 +146,7 @@ from .config import (Experiment, config_hash, did_you_mean, dumps_toml, experime
                      load_experiment, parse_override)
 from .errors import ConfigError, MemsimError
 from .metrics import HIGHER_IS_BETTER, METRIC_COLUMNS
+from .params import check_keys
 from .runner import _Manifest, load_stream_for, simulate_experiment, write_atomic
 
 __all__ = [
@@ -481,10 +482,7 @@ class SweepSpec:
                               "[sweep.params] and objectives (see memsim.sweep)")
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: expected a table, got {table!r}")
-        for k in table:
-            if k not in _SWEEP_KEYS:
-                raise ConfigError(f"{where}.{k}: unknown key{did_you_mean(k, _SWEEP_KEYS)}; "
-                                  f"allowed: {', '.join(_SWEEP_KEYS)}")
+        check_keys(table, _SWEEP_KEYS, where)
         trials = table.get("trials", 50)
         if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
             raise ConfigError(f"{where}.trials: expected an integer >= 1, got {trials!r}")
@@ -522,11 +520,7 @@ class SweepSpec:
         rob = table.get("robustness", {})
         if not isinstance(rob, dict):
             raise ConfigError(f"{where}.robustness: expected a table, got {rob!r}")
-        for k in rob:
-            if k not in _ROBUSTNESS_FIELDS:
-                raise ConfigError(f"{where}.robustness.{k}: unknown key"
-                                  f"{did_you_mean(k, _ROBUSTNESS_FIELDS)}; allowed: "
-                                  f"{', '.join(_ROBUSTNESS_FIELDS)}")
+        check_keys(rob, _ROBUSTNESS_FIELDS, f"{where}.robustness")
         default_reps = exp.settings.replicates if exp is not None else 1
         reps = rob.get("replicates", default_reps)
         if not isinstance(reps, int) or isinstance(reps, bool) or not 0 <= reps <= 10_000:
@@ -676,10 +670,7 @@ def _objectives(raw: Any, exp: Experiment | None, where: str) -> tuple[Objective
             o = {"metric": o}
         if not isinstance(o, dict):
             raise ConfigError(f"{w}: expected a table like {{ metric = \"utility\" }}, got {o!r}")
-        for k in o:
-            if k not in _OBJECTIVE_FIELDS:
-                raise ConfigError(f"{w}.{k}: unknown key{did_you_mean(k, _OBJECTIVE_FIELDS)}; "
-                                  f"allowed: {', '.join(_OBJECTIVE_FIELDS)}")
+        check_keys(o, _OBJECTIVE_FIELDS, w)
         metric = o.get("metric")
         if metric not in OBJECTIVE_METRICS:
             raise ConfigError(f"{w}.metric: unknown metric {metric!r}"

@@ -88,7 +88,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, ParameterError
-from .params import Interval, Options, Validated, did_you_mean, fields_of
+from .params import Interval, Options, Validated, check_keys, fields_of
 from .rng import child
 from .stream import Stream, make_stream
 
@@ -170,9 +170,7 @@ class _Knobs(Validated):
         allowed = list(fields_of(cls))
         kwargs: dict[str, Any] = {}
         for key, value in table.items():
-            if key not in allowed:
-                raise ConfigError(f"{where}.{key}: unknown key{did_you_mean(key, allowed)}; "
-                                  f"allowed: {', '.join(allowed)}")
+            check_keys((key,), allowed, where)
             nested = cls._nested.get(key)
             if nested is not None and not isinstance(value, nested):
                 kwargs[key] = nested.from_config(value, f"{where}.{key}")
