@@ -31,7 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memsim.policies import REGISTRY  # noqa: E402
-from memsim.policies.packing import Exact, _dp_row, _milp_row  # noqa: E402
+from memsim.knapsack import dp_select, milp_select  # noqa: E402
+from memsim.policies.packing import Exact  # noqa: E402
 
 
 def make_batch(rng: np.random.Generator, q: int, c: int):
@@ -100,10 +101,10 @@ def part2(rng, quick: bool, repeat: int) -> None:
         cells = c * (cap + 1)
         dp_ms, dp_val = float("nan"), float("nan")
         if cells <= 2**28:  # 256 MiB of table: beyond that the DP is not an option
-            dp_ms = best_time(lambda: _dp_row(v, t_g, cap), repeat) * 1e3  # noqa: B023
-            dp_val = v[_dp_row(v, t_g, cap)].sum()
-        mi_ms = best_time(lambda: _milp_row(v, t_g, cap, 60.0), repeat) * 1e3  # noqa: B023
-        pick = _milp_row(v, t_g, cap, 60.0)
+            dp_ms = best_time(lambda: dp_select(v, t_g, cap), repeat) * 1e3  # noqa: B023
+            dp_val = v[dp_select(v, t_g, cap)].sum()
+        mi_ms = best_time(lambda: milp_select(v, t_g, cap, 60.0), repeat) * 1e3  # noqa: B023
+        pick = milp_select(v, t_g, cap, 60.0)
         mi_val = v[pick].sum() if pick is not None else float("nan")
         auto = "milp" if cap > exact.milp_budget else (
             "dp" if exact.bucket_width(c, cap) == 1 else "dp/bucket")

@@ -7,23 +7,25 @@ The notebook API::
     exp = memsim.load_experiment("experiments/quickstart.toml")
     result = memsim.run_experiment(exp, out=None)      # frames in memory
     result.summary, result.queries
+    run = memsim.load_run("results/...")               # a run folder, read back
 """
 
 from __future__ import annotations
 
+import importlib
+
 from .compare import Comparison, compare
 from .config import Experiment, experiment_from_dict, load_experiment
 from .errors import ConfigError, MemsimError, ParameterError, StreamError
-from .runner import RunResult, load_run, run_experiment, run_many
+from .report import build_report
+from .rundir import RunResult, load_run
+from .runner import run_experiment, run_many
 
 
 def __getattr__(name):
-    # Sweeps and reports pull in Optuna and matplotlib: load them on first use.
+    # Sweeps pull in Optuna: load them on first use.
     # (The audit is ``memsim.audit.audit``: its module shares its name.)
-    import importlib
-
-    homes = {"run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep",
-             "build_report": "memsim.report"}
+    homes = {"run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep"}
     if name in homes:
         return getattr(importlib.import_module(homes[name]), name)
     raise AttributeError(f"module 'memsim' has no attribute {name!r}")

@@ -59,7 +59,9 @@ import pandas as pd
 from .config import Experiment, StreamSource
 from .errors import ConfigError
 from .policies.base import TIER_CODES
-from .runner import load_stream_for, simulate_experiment, write_atomic
+from .rundir import write_atomic
+from .runner import load_stream_for, simulate_experiment
+from .stats import mean_ci
 
 __all__ = ["AuditReport", "audit", "SIGNALS", "param_signals"]
 
@@ -68,6 +70,8 @@ SIGNALS = ("age", "recall_count", "distinct_actors", "tokens", "importance", "sa
 #: Signals that depend on the policy's feedback.
 DYNAMIC = ("recall_count", "distinct_actors")
 _TIER_NAMES = {v: k for k, v in TIER_CODES.items()}
+#: Fewest replicates each probe value is evaluated on by default.
+MIN_REPLICATES = 3
 #: A parameter moves the objective when its spread exceeds this share of the
 #: objective's scale (floating-point noise aside, an untestable parameter
 #: gives bit-identical values).
@@ -85,13 +89,24 @@ class AuditReport:
         do not depend on the policy), ``pairs`` (query-note pairs), ``min, p05,
         p50, p95, max, mean, cv, distinct_share, varies_within, constant``.
     params : DataFrame
-        One row per (swept parameter, objective): ``param, objective,
-        signals, points, values, spread, relative_spread, moves,
-        signal_varies, testable, reason``.
+        One row per (swept parameter, objective), columns
+        :data:`PARAM_COLUMNS`: ``values`` (objective at each probe point, mean
+        over replicates), ``spread``, ``moves``, ``signal_varies``;
+        ``replicates`` (pairs of the comparison), ``best``, ``worst``,
+        ``effect`` (mean of better - worse, >= 0) and its 95% interval
+        ``effect_lo, effect_hi``, ``within_noise``; ``regime`` (floor,
+        promotion, eviction or ""), ``reach`` (its measure, see ``reach``),
+        ``reached``; ``testable`` and ``reason``.
+    reach : DataFrame
+        One row per regime parameter of the audited policies (swept or not):
+        ``param, policy, kind, swept, values, measure_name, measure, reached,
+        reason``.
     flags : list of str
-        One line per untestable parameter or constant signal.
+        One line per untestable parameter, unreached regime or constant signal.
     tiers : dict
         Policy -> tiers of the scored notes (after promotion).
+    replicates : int
+        Replicates each probe value was evaluated on.
     """
 
     experiment: str
@@ -103,6 +118,10 @@ class AuditReport:
     flags: list[str] = field(default_factory=list)
     tiers: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    reach: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=["param", "policy", "kind", "swept", "values", "measure_name", "measure",
+                 "reached", "reason"]))
+    replicates: int = MIN_REPLICATES
 
     def untestable(self) -> list[str]:
         """Swept parameters flagged untestable."""
@@ -127,10 +146,19 @@ class AuditReport:
             lines.append(f"tiers scored by {pol}: "
                          + ", ".join(f"{k} {v:.1%}" for k, v in tiers.items()))
         lines.append("")
+        if len(self.reach):
+            lines.append(f"Regime reach (floor: least (recency - floor) / (1 - floor), reached "
+                         f"at <= {_FLOOR_REACH:g}; promotion: largest use count; eviction: "
+                         "largest share of scored notes evicted):")
+            show = self.reach[["param", "kind", "swept", "values", "measure", "reached"]]
+            lines.append(show.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+            lines.append("")
         if len(self.params):
-            lines.append("Swept parameters (objective at each probe point, one replicate):")
-            show = self.params[["param", "objective", "points", "values", "spread", "moves",
-                                "testable"]]
+            lines.append(f"Swept parameters (objective at each probe point, mean of "
+                         f"{self.replicates} replicates; effect = better - worse, paired, "
+                         "95% CI):")
+            show = self.params[["param", "objective", "points", "values", "best", "worst",
+                                "effect", "effect_lo", "effect_hi", "testable"]]
             lines.append(show.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
         else:
             lines.append("No [sweep.params]: add a [sweep] table to audit parameters.")
@@ -139,17 +167,19 @@ class AuditReport:
             lines.append("Flags:")
             lines.extend(f"  {f}" for f in self.flags)
         else:
-            lines.append("No flags: every signal varies and every swept parameter moves the "
-                         "objective.")
+            lines.append("No flags: every signal varies, every regime is reached and every "
+                         "swept parameter moves the objective beyond replicate noise.")
         lines.extend(self.notes)
         return "\n".join(lines)
 
     def save(self, folder: Path) -> Path:
-        """Write ``signals.csv``, ``params.csv`` and ``audit.txt`` to ``folder``."""
+        """Write ``signals.csv``, ``params.csv``, ``reach.csv`` and ``audit.txt``
+        to ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / "signals.csv", lambda p: self.signals.to_csv(p, index=False))
         write_atomic(folder / "params.csv", lambda p: self.params.to_csv(p, index=False))
+        write_atomic(folder / "reach.csv", lambda p: self.reach.to_csv(p, index=False))
         write_atomic(folder / "audit.txt",
                      lambda p: p.write_text(self.to_text() + "\n", encoding="utf-8"))
         return folder
@@ -258,9 +288,32 @@ def _scored(stream, rows: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+@dataclass
+class _PolicyUses:
+    """One policy's use state of the scored notes, at each sampled query.
+
+    Lists hold one (L_i,) array per sampled query, aligned with ``scored``:
+    ``recalls`` (uses seen by the query), ``actors`` (distinct actors, 0 when
+    never used), ``tier`` (codes, after promotion) and ``last_access`` (time of
+    the last use seen, NaN when never used). ``max_uses`` is the largest use
+    count any note reaches over the whole replicate.
+    """
+
+    recalls: list[np.ndarray]
+    actors: list[np.ndarray]
+    tier: list[np.ndarray]
+    last_access: list[np.ndarray]
+    max_uses: int
+
+
 def _uses(exp: Experiment, stream, replicate: int, policies: list[str],
-          rows: np.ndarray, scored: list[np.ndarray]) -> tuple[dict, dict]:
-    """Recall counts, distinct actors and tiers of the scored notes, per policy."""
+          rows: np.ndarray, scored: list[np.ndarray]) -> tuple[dict, dict, dict]:
+    """Recall counts, distinct actors and tiers of the scored notes, per policy.
+
+    Returns the signal values (policy -> signal -> list of arrays), the tier
+    shares (policy -> tier -> share) and the use state (policy ->
+    :class:`_PolicyUses`).
+    """
     notes, queries = stream.notes, stream.queries
     n = len(notes)
     qt = queries["t"].to_numpy(np.float64)
@@ -278,11 +331,10 @@ def _uses(exp: Experiment, stream, replicate: int, policies: list[str],
     need_sim = [p for p in policies if exp.policies[p].feedback.touch != "none"]
     rankings = None
     if need_sim:
+        settings = dataclasses.replace(exp.settings, save_rankings=True,
+                                       budgets=exp.settings.budgets[:1])
         sim = dataclasses.replace(exp, policies={p: exp.policies[p] for p in need_sim},
-                                  sim=dataclasses.replace(exp.sim, save_rankings=True))
-        if exp.settings.budgets:
-            sim = dataclasses.replace(sim, settings=dataclasses.replace(
-                exp.settings, budgets=exp.settings.budgets[:1]))
+                                  settings=settings)
         rankings = simulate_experiment(sim, replicates=[replicate],
                                        streams={replicate: stream})["rankings"]
     tier0 = notes["tier"].astype(str).map(lambda x: TIER_CODES.get(x, TIER_CODES["task"])
@@ -291,6 +343,7 @@ def _uses(exp: Experiment, stream, replicate: int, policies: list[str],
     tick = exp.sim.tick_days
     out: dict[str, dict[str, list[np.ndarray]]] = {}
     tiers: dict[str, dict[str, float]] = {}
+    state: dict[str, _PolicyUses] = {}
     for pol in policies:
         fb = exp.policies[pol].feedback
         ev_t, ev_rows, ev_actor = [acc_t], [acc_rows], [acc_actor]
@@ -311,14 +364,19 @@ def _uses(exp: Experiment, stream, replicate: int, policies: list[str],
             ev_key.append((np.floor(t_use / tick) + 1) * tick if per_tick
                           else np.nextafter(t_use, np.inf))
         t_all = np.concatenate(ev_key)
+        # the time of the use itself (what last_access records), not when it is seen
+        t_raw = np.concatenate(ev_t)
         rows_all = np.concatenate(ev_rows).astype(np.int64)
         act_all = np.concatenate(ev_actor).astype(np.int64)
         order = np.argsort(t_all, kind="stable")
-        t_all, rows_all, act_all = t_all[order], rows_all[order], act_all[order]
+        t_all, t_raw = t_all[order], t_raw[order]
+        rows_all, act_all = rows_all[order], act_all[order]
         counts = np.zeros(n, dtype=np.int64)
+        last = np.full(n, -np.inf)
         seen = np.zeros((n, max(1, len(actors))), dtype=bool)
         done = 0
         recall_vals, actor_vals = [], []
+        st = _PolicyUses([], [], [], [], int(np.bincount(rows_all, minlength=n).max(initial=0)))
         tier_counts = np.zeros(len(TIER_CODES), dtype=np.int64)
         for i in np.argsort(qt[rows], kind="stable"):
             tq = qt[rows[i]]
@@ -326,40 +384,223 @@ def _uses(exp: Experiment, stream, replicate: int, policies: list[str],
                 np.searchsorted(t_all, tq, side="left"))
             if upto > done:
                 np.add.at(counts, rows_all[done:upto], 1)
+                np.maximum.at(last, rows_all[done:upto], t_raw[done:upto])
                 seen[rows_all[done:upto], act_all[done:upto]] = True
                 done = upto
             idx = scored[i]
+            n_act = seen[idx].sum(axis=1)
             recall_vals.append(counts[idx].astype(np.float64))
-            actor_vals.append(np.maximum(seen[idx].sum(axis=1), 1).astype(np.float64))
+            actor_vals.append(np.maximum(n_act, 1).astype(np.float64))
             tier = tier0[idx].copy()
             if fb.promote_after > 0:
                 tier[counts[idx] >= fb.promote_after] = TIER_CODES["longterm"]
             tier_counts += np.bincount(tier, minlength=len(TIER_CODES))
+            st.recalls.append(counts[idx].copy())
+            st.actors.append(n_act.astype(np.int64))
+            st.tier.append(tier)
+            st.last_access.append(np.where(np.isfinite(last[idx]), last[idx], np.nan))
+        # back to the order of ``rows`` (the loop ran in time order)
+        back = np.argsort(np.argsort(qt[rows], kind="stable"), kind="stable")
+        recall_vals = [recall_vals[j] for j in back]
+        actor_vals = [actor_vals[j] for j in back]
+        for name in ("recalls", "actors", "tier", "last_access"):
+            lst = getattr(st, name)
+            setattr(st, name, [lst[j] for j in back])
         out[pol] = {"recall_count": recall_vals, "distinct_actors": actor_vals}
+        state[pol] = st
         total = tier_counts.sum()
         tiers[pol] = {_TIER_NAMES[c]: (tier_counts[c] / total if total else 0.0)
                       for c in range(len(TIER_CODES))}
-    return out, tiers
+    return out, tiers, state
+
+
+# --------------------------------------------------------------------------
+# Reach: does the workload get into the regime a parameter controls?
+# --------------------------------------------------------------------------
+
+#: A floor is reached when the part of the multiplier above it falls to this
+#: share of its range: ``(recency - floor) / (1 - floor) <= _FLOOR_REACH``.
+_FLOOR_REACH = 0.1
+REGIMES = ("floor", "promotion", "eviction")
+
+
+def regime_kind(key: str, exp: Experiment) -> str | None:
+    """The regime a dotted key controls: ``"floor"``, ``"promotion"``,
+    ``"eviction"`` or None.
+
+    ``"floor"``: a parameter of a decay whose name contains ``floor``;
+    ``"promotion"``: the feedback's ``promote_after``; ``"eviction"``: a
+    retention parameter whose name contains ``threshold``, or a capacity's
+    ``max_notes``.
+    """
+    parts = key.split(".")
+    if len(parts) != 4 or parts[0] != "policies" or parts[1] not in exp.policies:
+        return None
+    slot, name = parts[2], parts[3]
+    if slot == "decay" and "floor" in name:
+        return "floor"
+    if slot == "feedback" and name == "promote_after":
+        return "promotion"
+    if slot == "retention" and ("threshold" in name or name == "max_notes"):
+        return "eviction"
+    return None
+
+
+def _regime_keys(exp: Experiment, policies: list[str]) -> list[str]:
+    """Regime parameters the audited policies actually use (at their values)."""
+    keys = []
+    for pol in policies:
+        p = exp.policies[pol]
+        for slot, comp in (("decay", p.decay), ("feedback", p.feedback),
+                           ("retention", p.retention)):
+            for f in dataclasses.fields(comp):
+                key = f"policies.{pol}.{slot}.{f.name}"
+                kind = regime_kind(key, exp)
+                if kind is None or not isinstance(getattr(comp, f.name), (int, float)):
+                    continue
+                if kind == "promotion" and comp.promote_after == 0:
+                    continue  # promotion is off: no threshold to reach
+                if kind == "eviction" and not getattr(comp, "evicts", True):
+                    continue
+                keys.append(key)
+    return keys
+
+
+def _context(notes, scored_i: np.ndarray, tq: float, use: _PolicyUses, i: int):
+    """An :class:`ArrayContext` of the notes a sampled query scores, at its time."""
+    from .policies import ArrayContext
+
+    def col(name):
+        return notes[name].to_numpy()[scored_i] if name in notes else None
+
+    return ArrayContext(
+        t=np.array([tq]), created_at=col("created_at"), updated_at=col("updated_at"),
+        last_access=use.last_access[i], recalls=use.recalls[i], tier=use.tier[i],
+        memory_type=None if col("memory_type") is None else col("memory_type").astype(str),
+        importance=col("importance"), salience=col("salience"),
+        pinned=None if col("pinned") is None else col("pinned").astype(bool),
+        distinct_actors=use.actors[i], tokens=col("tokens"), idx=scored_i)
+
+
+def _reach(key: str, kind: str, values: list, exp: Experiment, notes, tq: np.ndarray,
+           scored: list[np.ndarray], use: _PolicyUses) -> dict[str, Any]:
+    """How far the sampled queries get into the regime ``key`` controls.
+
+    Returns ``measure`` (floor: the least ``(recency - floor) / (1 - floor)``
+    over the sampled pairs of the floor's tier(s), the smallest over
+    ``values``; promotion: the largest use count of the replicate; eviction:
+    the largest share of sampled pairs the rule would evict), ``reached`` and
+    ``reason`` (why not, in words; "" when reached).
+    """
+    from .sweep import apply_params
+
+    pol, slot, name = key.split(".")[1:]
+    lo_hi = f"{_short(values[0])}" if len(values) == 1 else \
+        f"{_short(values[0])} .. {_short(values[-1])}"
+    if kind == "promotion":
+        on = [v for v in values if v > 0]
+        reached = any(use.max_uses >= v for v in on)
+        why = "" if reached else (
+            f"no note is used more than {use.max_uses} times in the replicate, below "
+            f"promote_after = {lo_hi}: no note is ever promoted")
+        return {"measure": float(use.max_uses), "reached": reached, "reason": why}
+    comps = [getattr(apply_params(exp, {key: v}).policies[pol], slot) for v in values]
+    if kind == "eviction":
+        mode = getattr(comps[0], "mode", None)
+        if name == "threshold" and mode == "probabilistic":
+            return {"measure": math.nan, "reached": False,
+                    "reason": f"retention mode {mode!r} ignores {name}"}
+        share = []
+        for comp in comps:
+            hit = tot = 0
+            for i, idx in enumerate(scored):
+                if len(idx):
+                    hit += int(np.count_nonzero(comp.evict(_context(notes, idx, tq[i], use, i))))
+                    tot += len(idx)
+            share.append(hit / tot if tot else 0.0)
+        reached = max(share) > 0
+        why = "" if reached else (
+            f"no scored note's retention crosses {name} = {lo_hi}: the rule never evicts")
+        return {"measure": float(max(share)), "reached": reached, "reason": why}
+    # a floor: the decay's multiplier over the pairs of the tier(s) it applies to
+    policy = exp.policies[pol]
+    tier = next((t for t in TIER_CODES if name.startswith(f"{t}_")), None)
+    gaps = []
+    oldest = -math.inf
+    for i, idx in enumerate(scored):
+        keep = (use.tier[i] == TIER_CODES[tier]) if tier is not None else np.ones(len(idx), bool)
+        if not keep.any():
+            continue
+        ctx = _context(notes, idx, tq[i], use, i)
+        age = policy.stickiness.effective_age(ctx.age(policy.decay.clock), ctx)
+        oldest = max(oldest, float(np.max(np.asarray(age)[0][keep])))
+        gaps.append([np.min((np.asarray(c.recency(age, ctx))[0][keep] - v) / (1.0 - v))
+                     for c, v in zip(comps, values)])
+    where = f"{tier}-tier " if tier is not None else ""
+    if not gaps:
+        return {"measure": math.nan, "reached": False,
+                "reason": f"no sampled query scores a {where}note"}
+    measure = float(np.min(gaps))
+    reached = measure <= _FLOOR_REACH
+    why = "" if reached else (
+        f"the recency multiplier never comes within {_FLOOR_REACH:.0%} of {name} = {lo_hi}: "
+        f"the part above the floor stays >= {measure:.2f} of its range (oldest {where}"
+        f"note scored: {oldest:.0f} days)")
+    return {"measure": measure, "reached": reached, "reason": why}
+
+
+def _effect(per: list[dict[int, float]], direction: str, level: float = 0.95
+            ) -> dict[str, Any]:
+    """Paired effect of the best vs the worst probe value, over replicates.
+
+    ``per[j]`` maps replicate -> objective at probe value ``j``. The best and
+    worst values are chosen on the mean over replicates (in the objective's
+    direction); the effect is the mean over replicates of ``better - worse``
+    (so >= 0), with a Student-t interval at ``level``.
+    """
+    reps = sorted(set().union(*[set(d) for d in per]))
+    y = np.array([[d.get(r, math.nan) for r in reps] for d in per], dtype=np.float64)
+    ok = np.isfinite(y).all(axis=0)
+    y = y[:, ok]
+    out = {"best": -1, "worst": -1, "effect": math.nan, "effect_lo": math.nan,
+           "effect_hi": math.nan, "n_replicates": int(ok.sum()), "within_noise": True}
+    if y.shape[1] == 0 or len(per) < 2:
+        return out
+    sign = 1.0 if direction == "maximize" else -1.0
+    m = sign * y.mean(axis=1)
+    best, worst = int(np.argmax(m)), int(np.argmin(m))
+    d = sign * (y[best] - y[worst])
+    mean, lo, hi, n = mean_ci(d, level)
+    # an interval needs two replicates; all-equal differences give a point
+    within = not (np.isfinite(lo) and (lo > 0 or hi < 0))
+    out.update(best=best, worst=worst, effect=mean, effect_lo=lo, effect_hi=hi,
+               n_replicates=n, within_noise=bool(within))
+    return out
 
 
 def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 0,
-          max_queries: int = 300, params: bool = True,
+          max_queries: int = 300, params: bool = True, replicates: int | None = None,
           progress: Callable[[float], None] | None = None) -> AuditReport:
-    """Audit an experiment: signal spreads and swept-parameter sensitivity.
+    """Audit an experiment: signal spreads, regime reach and parameter effects.
 
     Parameters
     ----------
     exp : Experiment
     sweep : dict or SweepSpec, optional
         The search space (default: the experiment's ``[sweep]`` table; none
-        means signals only).
+        means signals and reach only).
     replicate : int
-        Replicate whose stream is audited (and on which parameters are
-        evaluated).
+        Replicate whose stream is audited (signals, use counts, reach).
     max_queries : int
-        Queries sampled, evenly in time, for the signal spreads.
+        Queries sampled, evenly in time, for the signal spreads and the reach.
     params : bool
-        Evaluate the swept parameters (3 simulations of one replicate each).
+        Evaluate the swept parameters (3 probe values, or every choice, each
+        on ``replicates`` replicates).
+    replicates : int, optional
+        Replicates ``0 .. replicates - 1`` on which each probe value is
+        evaluated (the same seeds for every value: common random numbers).
+        Default: the experiment's replicates, at least 3. At least 2 (an
+        interval needs two).
     progress : callable, optional
         Called with the fraction done.
 
@@ -373,6 +614,11 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
         raise ConfigError(f"--replicate: expected an integer >= 0, got {replicate!r}")
     if not isinstance(max_queries, int) or max_queries < 1:
         raise ConfigError(f"--queries: expected an integer >= 1, got {max_queries!r}")
+    if replicates is None:
+        replicates = max(int(exp.settings.replicates), MIN_REPLICATES)
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 2:
+        raise ConfigError(f"replicates (memsim audit --param-replicates): expected an integer "
+                          f">= 2, got {replicates!r}")
     table = sweep if sweep is not None else exp.sweep
     spec = None
     if isinstance(table, SweepSpec):
@@ -395,8 +641,8 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     }
     policies = list(dict.fromkeys(
         [o.policy for o in spec.objectives] if spec is not None else list(exp.policies)))
-    dynamic, tiers = _uses(exp, stream, replicate, policies, rows, scored)
-    tick(0.3)
+    dynamic, tiers, uses = _uses(exp, stream, replicate, policies, rows, scored)
+    tick(0.2)
 
     sig_rows = []
     for s in SIGNALS:
@@ -420,7 +666,31 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
             flags.append(f"constant signal: {r['signal']}{who} is the same for every note a "
                          f"query scores ({_value_text(r)}): no ranking can use it")
 
+    # reach of every regime parameter: swept ones over their probe values,
+    # the others at the experiment's value
+    swept = {p.key: p.probe_points() for p in spec.params} if spec is not None else {}
+    reach_keys = list(dict.fromkeys(
+        _regime_keys(exp, policies)
+        + [k for k in swept if regime_kind(k, exp) and k.split(".")[1] in uses]))
+    reach_rows = []
+    for key in reach_keys:
+        kind = regime_kind(key, exp)
+        pol, slot, name = key.split(".")[1:]
+        vals = swept.get(key) or [getattr(getattr(exp.policies[pol], slot), name)]
+        got = _reach(key, kind, vals, exp, notes, tq, scored, uses[pol])
+        reach_rows.append({"param": key, "policy": pol, "kind": kind, "swept": key in swept,
+                           "values": ", ".join(_short(v) for v in vals),
+                           "measure_name": _MEASURES[kind], **got})
+        if not got["reached"] and key not in swept:
+            flags.append(f"unreached: {key} = {_short(vals[0])} (not swept): {got['reason']}")
+    reach = pd.DataFrame(reach_rows, columns=[
+        "param", "policy", "kind", "swept", "values", "measure_name", "measure", "reached",
+        "reason"])
+    reach_by_key = {r["param"]: r for r in reach_rows}
+    tick(0.3)
+
     param_rows = []
+    reps = list(range(replicates))
     if spec is not None and params:
         evaluator = TrialEvaluator(exp, spec)
         n_pts = sum(len(p.probe_points()) for p in spec.params)
@@ -429,7 +699,7 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
             pts = p.probe_points()
             vals = []
             for v in pts:
-                vals.append(evaluator.evaluate({p.key: v}, replicates=[replicate])[0])
+                vals.append(evaluator.evaluate({p.key: v}, replicates=reps))
                 done += 1
                 tick(0.3 + 0.7 * done / n_pts)
             sigs, tier, structural = param_signals(p.key, exp)
@@ -438,12 +708,14 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
             tier_missing = ""
             if tier is not None and pol in tiers and tiers[pol].get(tier, 0.0) == 0.0:
                 tier_missing = f"no scored note is in the {tier} tier"
-            for j, lab in enumerate(spec.labels):
-                ys = np.array([v[j] for v in vals], dtype=np.float64)
+            rch = reach_by_key.get(p.key)
+            for j, (lab, direction) in enumerate(zip(spec.labels, spec.directions)):
+                ys = np.array([v[0][j] for v in vals], dtype=np.float64)
                 fin = ys[np.isfinite(ys)]
                 spread = float(np.ptp(fin)) if fin.size else math.nan
                 scale = float(np.max(np.abs(fin))) if fin.size else math.nan
                 moves = bool(fin.size and spread > _MOVE_RTOL * max(1.0, scale))
+                eff = _effect([v[1][lab] for v in vals], direction)
                 reasons = []
                 if structural:
                     reasons.append(structural)
@@ -451,8 +723,12 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
                     reasons.append(_why_constant(s, signals, pol))
                 if tier_missing:
                     reasons.append(tier_missing)
+                if rch is not None and not rch["reached"] and rch["reason"] not in reasons:
+                    reasons.append(rch["reason"])
                 if not moves:
                     reasons.append(f"{lab} does not move across {pts[0]!r} .. {pts[-1]!r}")
+                elif eff["within_noise"]:
+                    reasons.append(_noise_text(lab, pts, eff))
                 testable = not reasons
                 param_rows.append({
                     "param": p.key, "objective": lab, "signals": ",".join(sigs),
@@ -461,12 +737,18 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
                     "spread": spread,
                     "relative_spread": spread / scale if scale else math.nan,
                     "moves": moves, "signal_varies": not const and not tier_missing,
+                    "replicates": eff["n_replicates"],
+                    "best": _short(pts[eff["best"]]) if eff["best"] >= 0 else "",
+                    "worst": _short(pts[eff["worst"]]) if eff["worst"] >= 0 else "",
+                    "effect": eff["effect"], "effect_lo": eff["effect_lo"],
+                    "effect_hi": eff["effect_hi"], "within_noise": eff["within_noise"],
+                    "regime": rch["kind"] if rch else "",
+                    "reach": rch["measure"] if rch else math.nan,
+                    "reached": bool(rch["reached"]) if rch else True,
                     "testable": testable, "reason": "; ".join(reasons)})
                 if not testable:
                     flags.append(f"untestable: {p.key} ({lab}): {'; '.join(reasons)}")
-    params_df = pd.DataFrame(param_rows, columns=[
-        "param", "objective", "signals", "points", "values", "spread", "relative_spread",
-        "moves", "signal_varies", "testable", "reason"])
+    params_df = pd.DataFrame(param_rows, columns=PARAM_COLUMNS)
     if not param_rows:
         tick(1.0)
     info = []
@@ -474,7 +756,29 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
         info.append(f"(stream replayed from {exp.workload.path})")
     return AuditReport(experiment=exp.name, replicate=replicate, n_queries=len(rows),
                        n_notes=len(notes), signals=signals, params=params_df, flags=flags,
-                       tiers=tiers, notes=info)
+                       tiers=tiers, notes=info, reach=reach, replicates=replicates)
+
+
+#: What ``measure`` is, per regime.
+_MEASURES = {"floor": "least (recency - floor) / (1 - floor)",
+             "promotion": "largest use count",
+             "eviction": "largest share of scored notes evicted"}
+
+#: Columns of :attr:`AuditReport.params`.
+PARAM_COLUMNS = ["param", "objective", "signals", "points", "values", "spread",
+                 "relative_spread", "moves", "signal_varies", "replicates", "best", "worst",
+                 "effect", "effect_lo", "effect_hi", "within_noise", "regime", "reach",
+                 "reached", "testable", "reason"]
+
+
+def _noise_text(lab: str, pts: list, eff: dict) -> str:
+    if eff["best"] < 0 or not np.isfinite(eff["effect_lo"]):
+        return (f"effect within noise: {lab} cannot be compared across replicates "
+                f"({eff['n_replicates']} with finite values)")
+    return (f"effect within noise: {lab} of {_short(pts[eff['best']])} vs "
+            f"{_short(pts[eff['worst']])} differs by {eff['effect']:.3g}, 95% CI "
+            f"[{eff['effect_lo']:.3g}, {eff['effect_hi']:.3g}] over "
+            f"{eff['n_replicates']} replicates includes 0")
 
 
 def _value_text(r) -> str:

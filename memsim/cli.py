@@ -14,7 +14,18 @@ import threading
 import time
 from pathlib import Path
 
+from .audit import audit
+from .calibrate import calibrate_revlog, format_calibration
+from .config import StreamSource, load_experiment, parse_override
+from .curves import curves_table, format_curves
 from .errors import MemsimError
+from .feather_check import main as feather_main
+from .importers.locomo import cli_import_locomo
+from .policies import PRESETS, REGISTRY
+from .report import build_report
+from .rng import child_seq, seed_sequence
+from .runner import run_many
+from .stream import describe_stream, read_stream, write_stream
 
 __all__ = ["main"]
 
@@ -52,9 +63,6 @@ class Progress:
 
 
 def _cmd_run(args) -> int:
-    from .config import load_experiment
-    from .runner import run_many
-
     exps = [load_experiment(p, args.set) for p in args.experiments]
     prog = Progress("memsim run", args.quiet)
     try:
@@ -68,17 +76,11 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import build_report
-
     print(build_report(Path(args.run_dir)))
     return 0
 
 
 def _cmd_stream_generate(args) -> int:
-    from .config import StreamSource, load_experiment
-    from .rng import child_seq, seed_sequence
-    from .stream import write_stream
-
     exp = load_experiment(args.experiment, args.set)
     if isinstance(exp.workload, StreamSource):
         raise MemsimError(f"{args.experiment}: the workload replays {exp.workload.path}; "
@@ -91,8 +93,6 @@ def _cmd_stream_generate(args) -> int:
 
 
 def _cmd_stream_validate(args) -> int:
-    from .stream import describe_stream, read_stream
-
     stream = read_stream(Path(args.path))
     print(describe_stream(stream))
     print("valid")
@@ -100,8 +100,6 @@ def _cmd_stream_validate(args) -> int:
 
 
 def _cmd_policies(args) -> int:
-    from .policies import PRESETS, REGISTRY
-
     for slot, table in REGISTRY.items():
         print(f"[{slot}]")
         for name, cls in sorted(table.items()):
@@ -117,14 +115,10 @@ def _cmd_policies(args) -> int:
 
 
 def _overrides(pairs: list[str]) -> dict:
-    from .config import parse_override
-
     return dict(parse_override(o) for o in pairs)
 
 
 def _cmd_curves(args) -> int:
-    from .curves import curves_table, format_curves
-
     df = curves_table(args.presets, overrides=_overrides(args.set), s=args.s, delta=args.delta)
     print(format_curves(df))
     return 0
@@ -133,16 +127,12 @@ def _cmd_curves(args) -> int:
 def _cmd_stream_import(args) -> int:
     if args.format != "locomo":  # argparse restricts choices; kept for clarity
         raise MemsimError(f"unknown import format {args.format!r}")
-    from .importers.locomo import cli_import_locomo
-
     cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions)
     print(args.out)
     return 0
 
 
 def _cmd_calibrate(args) -> int:
-    from .calibrate import calibrate_revlog, format_calibration
-
     out = None if args.out is None else Path(args.out)
     result = calibrate_revlog(Path(args.path), out, min_elapsed_days=args.min_elapsed_days)
     print(format_calibration(result))
@@ -152,6 +142,7 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
+    # imported here: memsim.sweep loads Optuna, which only this command needs
     from .sweep import run_sweep
 
     if args.experiment is None and args.resume is None:
@@ -171,9 +162,6 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_audit(args) -> int:
-    from .audit import audit
-    from .config import load_experiment
-
     exp = load_experiment(args.experiment, args.set)
     prog = Progress("memsim audit", args.quiet)
     try:
@@ -188,8 +176,6 @@ def _cmd_audit(args) -> int:
 
 
 def _cmd_feather_check(args) -> int:
-    from .feather_check import main as feather_main
-
     return feather_main([args.config] + (["--csv", args.csv] if args.csv else []))
 
 

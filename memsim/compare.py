@@ -36,10 +36,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from .rundir import RunResult, load_run
 from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, SEED, format_ci, format_p,
                     paired_tests, round_to_ci, summarise)
 
-__all__ = ["compare", "Comparison", "MARKS"]
+__all__ = ["compare", "Comparison", "MARKS", "markdown_table"]
 
 #: Marks after a value: significantly better / worse than the baseline.
 MARKS = {"better": "▲", "worse": "▼", "": ""}
@@ -173,7 +174,7 @@ class Comparison:
         """A GitHub-flavoured Markdown table: the summary (default) or the
         paired comparisons (``detail=True``)."""
         table = self._display(detail)
-        return _markdown(table) if len(table) else "_(nothing to compare)_\n"
+        return markdown_table(table) if len(table) else "_(nothing to compare)_\n"
 
     def to_latex(self, detail: bool = False, caption: str | None = None,
                  label: str | None = None) -> str:
@@ -231,7 +232,8 @@ def _num(x: float, dec: int) -> str:
 # --------------------------------------------------------------------------
 
 
-def _markdown(df: pd.DataFrame) -> str:
+def markdown_table(df: pd.DataFrame) -> str:
+    """A frame as a Markdown table: label columns left-aligned, numbers right-aligned."""
     cols = [str(c) for c in df.columns]
     body = [[str(v) for v in row] for row in df.itertuples(index=False)]
 
@@ -320,13 +322,15 @@ def _html(df: pd.DataFrame, split_ci: bool = False) -> str:
 
 
 def _queries_and_baseline(data: Any) -> tuple[pd.DataFrame, str | None]:
-    """Accept a queries frame, a RunResult, a load_run() dict or a run folder."""
+    """Accept a queries frame, a RunResult, a run folder or a dict of its tables."""
     if isinstance(data, pd.DataFrame):
         return data, None
     if isinstance(data, (str, Path)):
-        from .runner import load_run
-
         data = load_run(data)
+    if isinstance(data, RunResult):
+        if data.queries is None:
+            raise ValueError(f"{data.path or 'the run'}: has no queries table")
+        return data.queries, data.baseline
     if isinstance(data, dict):
         q = data.get("queries")
         if q is None:
@@ -352,8 +356,9 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
     ----------
     data : DataFrame, RunResult, dict or path
         The per-query table (columns ``replicate, policy, budget, query_id``
-        and metric columns), a :class:`~memsim.runner.RunResult`, the dict of
-        :func:`~memsim.runner.load_run` or a run folder.
+        and metric columns), a :class:`~memsim.rundir.RunResult` (of
+        :func:`~memsim.runner.run_experiment` or :func:`~memsim.rundir.load_run`),
+        a run folder, or a dict with ``queries`` (and ``config``).
     baseline : str, optional
         Policy compared against; default the experiment's ``baseline``, else
         the first policy of the table.

@@ -33,8 +33,8 @@ from typing import Any
 
 from .engine import SimSettings
 from .errors import ConfigError, MemsimError
-from .params import Interval, Validated, check_keys, did_you_mean
-from .policies import SLOTS, Policy, preset_table
+from .params import Interval, Validated, apply_override, check_keys, did_you_mean
+from .policies import Policy, resolve_policy
 
 __all__ = [
     "Experiment",
@@ -75,25 +75,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def apply_override(table: dict, key: str, value: Any) -> None:
-    """Set dotted ``key`` in a nested dict, creating tables; a component given
-    by name (``decay = "half-life"``) becomes ``{kind = "half-life"}`` when a
-    parameter below it is set."""
-    parts = key.split(".")
-    node = table
-    for i, part in enumerate(parts[:-1]):
-        nxt = node.get(part)
-        if nxt is None:
-            nxt = node[part] = {}
-        elif isinstance(nxt, str) and i >= 2 and parts[0] == "policies":
-            nxt = node[part] = {"kind": nxt}
-        elif not isinstance(nxt, dict):
-            raise ConfigError(f"{'.'.join(parts[: i + 1])}: is a value, not a table; "
-                              f"cannot set {key}")
-        node = nxt
-    node[parts[-1]] = value
-
-
 # --------------------------------------------------------------------------
 # The experiment object
 # --------------------------------------------------------------------------
@@ -132,7 +113,10 @@ class StreamSource:
 
 @dataclass(frozen=True, kw_only=True)
 class ExperimentSettings(Validated):
-    """The ``[experiment]`` table, less the engine settings.
+    """The ``[experiment]`` table: the run's settings and the engine's.
+
+    The engine's share is :attr:`sim`, a :class:`memsim.engine.SimSettings`
+    built from the fields of the same names; its defaults are the engine's.
 
     Parameters
     ----------
@@ -146,9 +130,21 @@ class ExperimentSettings(Validated):
         Free text for reports.
     baseline : str
         Policy the reports compare the others against ("" = the first).
-    budgets : list of int
-        Budget curve: run every policy at each of these budgets ([] = only
+    budgets : tuple of int
+        Budget curve: run every policy at each of these budgets (() = only
         ``budget_tokens``).
+    budget_tokens : int
+        Token budget of each context (see :class:`~memsim.engine.SimSettings`).
+    candidates : int
+        Default top-C: packers work on the C best-scored notes.
+    tick_days : float
+        Length of a tick.
+    feedback_mode : {"per-tick", "per-query"}
+        When uses are applied: after each tick, or after each query.
+    retention_period_days : float
+        Period of the retention sweeps.
+    save_rankings : bool
+        Keep every query's top-C ranking (``rankings.parquet``).
     """
 
     name: str = "experiment"
@@ -157,6 +153,13 @@ class ExperimentSettings(Validated):
     description: str = ""
     baseline: str = ""
     budgets: tuple = ()
+    # the engine's settings, with the engine's defaults (validated by SimSettings)
+    budget_tokens: int = SimSettings.budget_tokens
+    candidates: int = SimSettings.candidates
+    tick_days: float = SimSettings.tick_days
+    feedback_mode: str = SimSettings.feedback_mode
+    retention_period_days: float = SimSettings.retention_period_days
+    save_rankings: bool = SimSettings.save_rankings
 
     _constraints = {
         "seed": Interval(0, 2**63 - 1, integer=True),
@@ -172,6 +175,35 @@ class ExperimentSettings(Validated):
         for b in self.budgets:
             if not Interval(1, None, integer=True).check(b):
                 self._fail("budgets", "a list of ints >= 1", list(self.budgets))
+        # built here, so that an invalid engine setting fails on construction
+        object.__setattr__(self, "_sim", SimSettings(
+            budget_tokens=self.budget_tokens, candidates=self.candidates,
+            tick_days=self.tick_days, feedback_mode=self.feedback_mode,
+            retention_period_days=self.retention_period_days,
+            save_rankings=self.save_rankings))
+
+    @property
+    def sim(self) -> SimSettings:
+        """The engine's settings."""
+        return self._sim
+
+    @classmethod
+    def from_table(cls, table: dict, where: str = "experiment") -> ExperimentSettings:
+        """Validate an ``[experiment]`` table (unknown keys, types, ranges).
+
+        Raises
+        ------
+        ConfigError
+            One line naming ``where.KEY``.
+        """
+        check_keys(table, sorted(f.name for f in fields(cls)), where)
+        kwargs = dict(table)
+        if "budgets" in kwargs:
+            if not isinstance(kwargs["budgets"], list):
+                raise ConfigError(f"{where}.budgets: expected a list of ints, got "
+                                  f"{kwargs['budgets']!r}")
+            kwargs["budgets"] = tuple(kwargs["budgets"])
+        return _build(cls, kwargs, where)
 
 
 @dataclass(frozen=True)
@@ -179,7 +211,6 @@ class Experiment:
     """A loaded, validated experiment: everything a run needs."""
 
     settings: ExperimentSettings
-    sim: SimSettings
     workload: Any  # SyntheticWorkload | StreamSource
     policies: dict[str, Policy]
     reader: Any
@@ -196,11 +227,15 @@ class Experiment:
     def seed(self) -> int:
         return self.settings.seed
 
+    @property
+    def sim(self) -> SimSettings:
+        """The engine's settings (part of :attr:`settings`)."""
+        return self.settings.sim
+
     def to_config(self) -> dict:
         """The resolved table: every default filled, concrete seed."""
         exp = {f.name: getattr(self.settings, f.name) for f in fields(self.settings)}
         exp["budgets"] = list(self.settings.budgets)
-        exp.update({f.name: getattr(self.sim, f.name) for f in fields(self.sim)})
         policies = {}
         for name, pol in self.policies.items():
             table = pol.to_config()
@@ -300,19 +335,7 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     if not isinstance(table, dict):
         raise ConfigError("the config must be a table")
     check_keys(table, TOP_LEVEL, "")
-    exp_table = _table(table, "experiment")
-    exp_fields = {f.name for f in fields(ExperimentSettings)}
-    sim_fields = {f.name for f in fields(SimSettings)}
-    check_keys(exp_table, sorted(exp_fields | sim_fields), "experiment")
-    exp_kw = {k: v for k, v in exp_table.items() if k in exp_fields}
-    if "budgets" in exp_kw:
-        if not isinstance(exp_kw["budgets"], list):
-            raise ConfigError(f"experiment.budgets: expected a list of ints, got "
-                              f"{exp_kw['budgets']!r}")
-        exp_kw["budgets"] = tuple(exp_kw["budgets"])
-    settings = _build(ExperimentSettings, exp_kw, "experiment")
-    sim = _build(SimSettings, {k: v for k, v in exp_table.items() if k in sim_fields},
-                 "experiment")
+    settings = ExperimentSettings.from_table(_table(table, "experiment"))
 
     wl = _table(table, "workload")
     if "source" in wl:
@@ -362,7 +385,7 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     sweep = table.get("sweep")
     if sweep is not None and not isinstance(sweep, dict):
         raise ConfigError("sweep: expected a table")
-    exp = Experiment(settings=settings, sim=sim, workload=workload, policies=policies,
+    exp = Experiment(settings=settings, workload=workload, policies=policies,
                      reader=reader, grid=dict(grid), sweep=copy.deepcopy(sweep),
                      base_dir=Path(base_dir), source_file=source_file)
     # A grid key must name something real: try the first combination now.
@@ -372,37 +395,6 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
         except ConfigError as exc:
             raise ConfigError(f"grid: {exc}") from None
     return exp
-
-
-def resolve_policy(ptable: dict, where: str) -> Policy:
-    """Merge a policy table over its preset (if any) and build the Policy."""
-    ptable = copy.deepcopy(ptable)
-    name = ptable.pop("preset", None)
-    base: dict[str, Any] = {}
-    if name is not None:
-        if not isinstance(name, str):
-            raise ConfigError(f"{where}.preset: expected a preset name, got {name!r}")
-        base = preset_table(name, f"{where}.preset")
-    for key, value in ptable.items():
-        if key in SLOTS and isinstance(value, dict) and "kind" not in value:
-            # parameters only: keep the preset's (or the default) component kind
-            prev = base.get(key, Policy.DEFAULTS[key])
-            prev = {"kind": prev} if isinstance(prev, str) else dict(prev)
-            prev.update(value)
-            base[key] = prev
-        elif key in SLOTS and isinstance(value, dict):
-            prev = base.get(key)
-            prev_kind = prev if isinstance(prev, str) else (prev or {}).get("kind")
-            if prev_kind == value["kind"] and isinstance(prev, dict):
-                merged = dict(prev)
-                merged.update(value)
-                base[key] = merged
-            else:
-                base[key] = value
-        else:
-            base[key] = value
-    policy = Policy.from_config(base, where)
-    return policy
 
 
 def _table(table: dict, key: str) -> dict:

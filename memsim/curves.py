@@ -19,10 +19,11 @@
   NaN for retentions that do not depend on age alone, such as ``capacity``
   and probabilistic forgetting).
 
-:class:`SyntheticContext` is a stand-in for the engine's
-:class:`~memsim.policies.base.ScoringContext` built from plain arrays: it lets
-notebooks and tests evaluate any component at chosen ages, recall counts,
-tiers and similarities without a stream.
+:func:`recency_curve` is the data behind a recency plot
+(:func:`memsim.plots.recency_curve_data`). Every function here evaluates
+resolved :class:`~memsim.policies.Policy` objects on an
+:class:`~memsim.policies.ArrayContext` (any component at chosen ages, recall
+counts, tiers and similarities, without a stream).
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .policies.base import MEMORY_TYPE_CODES, TIER_CODES, Policy
+from .params import apply_override
+from .policies import ArrayContext, Policy, resolve_policy
 
-__all__ = ["SyntheticContext", "curves_table", "format_curves", "crossover_age",
+__all__ = ["recency_curve", "curves_table", "format_curves", "crossover_age",
            "DEFAULT_AGES"]
 
 DEFAULT_AGES = (0, 7, 30, 90, 180, 365, 730)
@@ -44,146 +46,12 @@ DEFAULT_AGES = (0, 7, 30, 90, 180, 365, 730)
 _MAX_AGE = 1e5
 
 
-def _codes(values, table: dict[str, int], n: int, default: str) -> np.ndarray:
-    if values is None:
-        return np.full(n, table[default], dtype=np.int8)
-    arr = np.broadcast_to(np.asarray(values), (n,))
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int8)
-    fallback = table.get("other", table[default])
-    return np.array([table.get(str(v), fallback) for v in arr], dtype=np.int8)
-
-
-class SyntheticContext:
-    """A :class:`~memsim.policies.base.ScoringContext` stand-in from arrays.
-
-    Q queries at times ``t`` over L notes. Note attributes are (L,) arrays
-    (scalars broadcast); ``similarity`` and ``gains`` are (Q, L). Times are in
-    days: ages are ``t - created_at`` etc.
-
-    Parameters
-    ----------
-    t : float or (Q,) array
-        Query (or sweep) times.
-    created_at : (L,) array
-        Note creation times (``-ages`` when ``t = 0``).
-    updated_at : (L,) array, optional
-        Last update (default: ``created_at``).
-    last_access : (L,) array, optional
-        Last use; NaN = never used (default: never).
-    recalls : (L,) int array, optional
-        Use counts (default 0).
-    tier, memory_type : (L,) str or int codes, optional
-        Defaults ``"task"`` and ``"episodic"``.
-    importance, salience : (L,) float, optional
-        Default 1.0.
-    pinned : (L,) bool, optional
-    distinct_actors : (L,) int, optional
-        Default 0 (never used).
-    tokens : (L,) int, optional
-        Default 100.
-    similarity : (Q, L) array, optional
-        Returned by :meth:`similarity` whatever the retriever; without it the
-        retriever computes from ``note_emb`` / ``query_emb``, and without
-        those every similarity is 1.
-    note_emb, query_emb : arrays, optional
-    gains : (Q, L) array, optional
-        True gains (for the oracle; default 0).
-    live : (Q, L) bool, optional
-        Which notes each query can see (default all).
-    rng : numpy Generator or int, optional
-        Random stream for randomised components (default seed 0).
-    """
-
-    def __init__(self, *, t=0.0, created_at, updated_at=None, last_access=None, recalls=None,
-                 tier=None, memory_type=None, importance=None, salience=None, pinned=None,
-                 distinct_actors=None, tokens=None, similarity=None, note_emb=None,
-                 query_emb=None, gains=None, live=None, rng=None):
-        self.t = np.atleast_1d(np.asarray(t, dtype=np.float64))
-        created = np.atleast_1d(np.asarray(created_at, dtype=np.float64))
-        n = len(created)
-        q = len(self.t)
-        self.idx = np.arange(n)
-
-        def vec(x, default, dtype):
-            if x is None:
-                return np.full(n, default, dtype=dtype)
-            return np.array(np.broadcast_to(np.asarray(x, dtype=dtype), (n,)))
-
-        self.created_at = created
-        self.updated_at = vec(updated_at, np.nan, np.float64) if updated_at is not None \
-            else created.copy()
-        self.last_access = vec(last_access, np.nan, np.float64)
-        self.recalls = vec(recalls, 0, np.int64)
-        self.tier = _codes(tier, TIER_CODES, n, "task")
-        self.memory_type = _codes(memory_type, MEMORY_TYPE_CODES, n, "episodic")
-        self.importance = vec(importance, 1.0, np.float64)
-        self.salience = vec(salience, 1.0, np.float64)
-        self.pinned = vec(pinned, False, bool)
-        self.distinct_actors = vec(distinct_actors, 0, np.int64)
-        self.tokens = vec(tokens, 100, np.int64)
-        self._similarity = None if similarity is None else np.asarray(similarity)
-        self.note_emb = None if note_emb is None else np.asarray(note_emb, dtype=np.float32)
-        self.query_emb = None if query_emb is None else np.asarray(query_emb, dtype=np.float32)
-        self.gains = (np.zeros((q, n)) if gains is None
-                      else np.array(np.broadcast_to(np.asarray(gains, dtype=np.float64), (q, n))))
-        self.live = None if live is None else np.array(np.broadcast_to(
-            np.asarray(live, dtype=bool), (q, n)))
-        if rng is None or isinstance(rng, (int, np.integer)):
-            rng = np.random.default_rng(0 if rng is None else int(rng))
-        self.rng = rng
-
-    # -- similarity ----------------------------------------------------------
-    @property
-    def dots(self) -> np.ndarray:
-        return self.query_emb @ self.note_emb.T
-
-    @property
-    def qnorm2(self) -> np.ndarray:
-        return np.einsum("ij,ij->i", self.query_emb, self.query_emb, dtype=np.float64)
-
-    @property
-    def nnorm2(self) -> np.ndarray:
-        return np.einsum("ij,ij->i", self.note_emb, self.note_emb, dtype=np.float64)
-
-    def similarity(self, retriever) -> np.ndarray:
-        if self._similarity is not None:
-            return self._similarity
-        if self.note_emb is None or self.query_emb is None:
-            return np.ones((len(self.t), len(self.idx)))
-        return retriever.similarity(self)
-
-    # -- ages ------------------------------------------------------------------
-    @property
-    def age_created(self) -> np.ndarray:
-        return self.t[:, None] - self.created_at[None, :]
-
-    @property
-    def age_updated(self) -> np.ndarray:
-        return self.t[:, None] - self.updated_at[None, :]
-
-    @property
-    def since_access(self) -> np.ndarray:
-        return self.t[:, None] - self.last_access[None, :]
-
-    @property
-    def age_last_access(self) -> np.ndarray:
-        s = self.since_access
-        return np.where(np.isnan(s), self.age_created, s)
-
-    def age(self, clock: str) -> np.ndarray:
-        return {"created": self.age_created, "updated": self.age_updated,
-                "last_access": self.age_last_access}[clock]
-
-
 # --------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------
 
 
 def _resolve(name: str, overrides: dict[str, Any] | None) -> Policy:
-    from .config import apply_override, resolve_policy
-
     table: dict[str, Any] = {"preset": name}
     for key, value in (overrides or {}).items():
         parts = key.split(".")
@@ -195,18 +63,42 @@ def _resolve(name: str, overrides: dict[str, Any] | None) -> Policy:
     return resolve_policy(table, name)
 
 
-def _recency_curve(policy: Policy, ages: np.ndarray) -> np.ndarray:
-    """Multiplier of a fresh, never-used note at each age (as the ranker sees it)."""
+def recency_curve(policy: Policy, ages, *, rng: np.random.Generator | None = None
+                  ) -> np.ndarray:
+    """Recency multiplier of a fresh, never-used note at each age, as the
+    policy's ranker sees it.
+
+    The note is in the task tier, episodic, of importance and salience 1, and
+    its creation is its last update. The multiplier is the decay of the
+    stickiness' effective age, plus the access term, floored by the ranker's
+    :meth:`~memsim.policies.Ranker.recency_floor`; 1 at every age when the
+    ranker ignores recency.
+
+    Parameters
+    ----------
+    policy : Policy
+        A resolved policy.
+    ages : array_like, shape (n,)
+        Ages in days.
+    rng : numpy.random.Generator, optional
+        Stream for a randomised component (default: the context's own
+        named stream).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+    """
+    ages = np.asarray(ages, dtype=np.float64).reshape(-1)
     if not policy.ranker.uses_recency:
         return np.ones(len(ages))
-    ctx = SyntheticContext(t=0.0, created_at=-ages)
+    ctx = ArrayContext(t=0.0, created_at=-ages, rng=rng)
     age = policy.stickiness.effective_age(ctx.age(policy.decay.clock), ctx)
     rec = np.asarray(policy.decay.recency(age, ctx), dtype=np.float64)
     access = policy.stickiness.access_term(ctx)
     rec = rec + np.asarray(access) * np.asarray(policy.breadth.on_access(ctx))
-    mw = getattr(policy.ranker, "min_weight", None)
-    if mw is not None:
-        rec = np.maximum(rec, mw)
+    floor = policy.ranker.recency_floor()
+    if floor is not None:
+        rec = np.maximum(rec, floor)
     return rec[0]
 
 
@@ -216,7 +108,7 @@ def _pair_scores(policy: Policy, ages: np.ndarray, s: float, delta: float) -> tu
     n = len(ages)
     created = np.concatenate([[0.0], -ages])
     sim = np.concatenate([[s - delta], np.full(n, s)])[None, :]
-    ctx = SyntheticContext(t=0.0, created_at=created, similarity=sim)
+    ctx = ArrayContext(t=0.0, created_at=created, similarity=sim)
     score = np.asarray(policy.score(ctx), dtype=np.float64)[0]
     return score[1:], score[0]
 
@@ -230,7 +122,7 @@ def crossover_age(policy: Policy, s: float = 0.8, delta: float = 0.1) -> float:
     (``set_dependent``). Assumes the score does not rise with age (true of
     every registered decay); found by a grid then bisection to 1e-9 days.
     """
-    if getattr(policy.ranker, "set_dependent", False):
+    if policy.ranker.set_dependent:
         return math.nan
 
     def wins(ages: np.ndarray) -> np.ndarray:
@@ -260,13 +152,13 @@ def _evict_age(policy: Policy) -> float:
     """Age at which the retention sweep first evicts a fresh, never-used
     note whose creation is its last update and last use."""
     ret = policy.retention
-    if ret.name == "none":
+    if not ret.evicts:
         return math.inf
     if ret.name == "capacity" or getattr(ret, "mode", "threshold") != "threshold":
         return math.nan
 
     def evicted(ages: np.ndarray) -> np.ndarray:
-        ctx = SyntheticContext(t=np.array([0.0]), created_at=-np.asarray(ages, dtype=np.float64))
+        ctx = ArrayContext(t=np.array([0.0]), created_at=-np.asarray(ages, dtype=np.float64))
         return np.asarray(ret.evict(ctx), dtype=bool)
 
     grid = np.concatenate([[0.0], np.geomspace(1e-6, _MAX_AGE, 400)])
@@ -331,7 +223,7 @@ def curves_table(presets: Sequence[str], ages: Sequence[float] = DEFAULT_AGES,
     rows = []
     for name in presets:
         policy = _resolve(name, overrides)
-        rec = _recency_curve(policy, ages_arr)
+        rec = recency_curve(policy, ages_arr)
         row: dict[str, Any] = {"preset": name, "decay": policy.decay.name,
                                "ranker": policy.ranker.name}
         for a, r in zip(ages_arr, rec):

@@ -21,6 +21,7 @@ arms and (inside packers) candidate ranks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -30,12 +31,13 @@ from threadpoolctl import threadpool_limits
 from .errors import ConfigError
 from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
 from .params import Interval, Options, Validated
-from .policies.base import MEMORY_TYPE_CODES, TIER_CODES, Policy, ScoringContext
+from .policies import ArrayContext, Policy
+from .policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
 from .rng import child
 from .stream import Stream
 
 __all__ = ["SimSettings", "Arm", "simulate", "SimResult", "NoteArrays", "PolicyState",
-           "Batch", "top_candidates"]
+           "Batch", "BatchContext", "top_candidates", "resolve_budget"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +86,33 @@ class Arm:
     policy_name: str
     policy: Policy
     budget: int | None = None
+
+
+def resolve_budget(arm: Arm, settings: SimSettings, stream_budget: np.ndarray | None = None):
+    """The token budget of an arm: the one place that resolves it.
+
+    Parameters
+    ----------
+    arm : Arm
+    settings : SimSettings
+    stream_budget : ndarray of float, shape (Q,), optional
+        The stream's per-query ``budget_tokens`` column (NaN where unset).
+
+    Returns
+    -------
+    int or ndarray of int64
+        Without ``stream_budget``: the arm's budget label in the result
+        frames, ``arm.budget`` or else ``settings.budget_tokens``. With it: the
+        budget (Q,) of each query: ``arm.budget`` when the arm sets one (it
+        overrides the stream), else the stream's value, else
+        ``settings.budget_tokens``.
+    """
+    if stream_budget is None:
+        return arm.budget or settings.budget_tokens
+    if arm.budget is not None:
+        return np.full(len(stream_budget), arm.budget, dtype=np.int64)
+    return np.where(np.isnan(stream_budget), settings.budget_tokens,
+                    stream_budget).astype(np.int64)
 
 
 # --------------------------------------------------------------------------
@@ -236,7 +265,7 @@ class Batch:
             self.valid &= notes.namespace[self.idx][None, :] == namespaces[:, None]
         self.dots = qemb @ notes.emb[self.idx].T
         self.qnorm2 = qnorm2
-        #: values shared by every arm of the batch (see ScoringContext.shared)
+        #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
 
     def gains_for(self, idx: np.ndarray) -> np.ndarray:
@@ -253,6 +282,158 @@ class Batch:
         sub.dots = self.dots[:, cols]
         sub.cache = {}
         return sub
+
+
+class BatchContext:
+    """A :class:`Batch` seen by one arm: the engine's
+    :class:`~memsim.policies.context.ScoringContext`.
+
+    Matrices are (Q, L) with L = ``len(idx)``; note vectors are (L,). Values
+    that do not depend on the arm (the similarity, the ages since creation
+    and update) are computed once per batch and shared by every arm through
+    the batch's cache; the arm's own state (uses, tiers, actors) is read
+    lazily. Components read attributes; nothing here is mutated by them.
+    """
+
+    def __init__(self, batch: Batch, state: PolicyState, rng: np.random.Generator):
+        self.batch = batch
+        self.state = state
+        self.rng = rng
+        self.t = batch.t
+        self.idx = batch.idx
+        self.notes = batch.notes
+        #: (Q, L) bool: the notes each query may see (existing, not expired,
+        #: not evicted, inside the prefilter); set by the engine before scoring
+        self.live: np.ndarray | None = None
+
+    # -- shared, from the batch -------------------------------------------
+    @property
+    def dots(self) -> np.ndarray:
+        return self.batch.dots
+
+    @property
+    def qnorm2(self) -> np.ndarray:
+        return self.batch.qnorm2
+
+    @property
+    def nnorm2(self) -> np.ndarray:
+        return self.notes.norm2[self.idx]
+
+    def shared(self, key, compute):
+        """A value computed once per batch and shared by every arm (the
+        similarity matrix, the age matrix): ``compute()`` runs on first use."""
+        cache = self.batch.cache
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
+
+    def similarity(self, retriever) -> np.ndarray:
+        """The retriever's similarity (Q, L), shared across arms."""
+        return self.shared(("similarity", retriever.name),
+                           lambda: retriever.similarity(self))
+
+    @property
+    def age_created(self) -> np.ndarray:
+        return self.shared("age_created",
+                           lambda: self.t[:, None] - self.notes.created_at[self.idx][None, :])
+
+    @property
+    def age_updated(self) -> np.ndarray:
+        return self.shared("age_updated",
+                           lambda: self.t[:, None] - self.notes.updated_at[self.idx][None, :])
+
+    @cached_property
+    def since_access(self) -> np.ndarray:
+        """Days since last access; NaN where never accessed."""
+        return self.t[:, None] - self.state.last_access[self.idx][None, :]
+
+    @cached_property
+    def age_last_access(self) -> np.ndarray:
+        """Days since last access, counting creation as the first access."""
+        s = self.since_access
+        return np.where(np.isnan(s), self.age_created, s)
+
+    def age(self, clock: str) -> np.ndarray:
+        return getattr(self, AGE_CLOCKS[clock])
+
+    def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
+        """``floor + (1 - floor) * exp(-rate * age)`` (Q, L) for the ages of
+        ``clock``, or None where the fast form does not apply.
+
+        Every clock's age is ``t_q - origin_n``; with ``t0`` the batch's last
+        query time, ``exp(-r (t_q - o)) = exp(-r (t_q - t0)) * exp(-r (t0 - o))``:
+        one exponential per note and one per (query, distinct rate) instead of
+        one per cell. It applies when no live cell has a negative age (which
+        the slow path clamps to 0) and the per-query factor cannot overflow.
+        """
+        t = self.t
+        t0, tmin = float(t.max()), float(t.min())
+        if clock == "created":
+            origin = self.notes.created_at[self.idx]
+        elif clock == "last_access":
+            last = self.state.last_access[self.idx]
+            if (last > tmin).any():  # a use inside the batch's window: the slow path clamps
+                return None
+            origin = np.where(np.isnan(last), self.notes.created_at[self.idx], last)
+        elif clock == "updated":
+            origin = self.notes.updated_at[self.idx]
+            if (origin > self.notes.created_at[self.idx]).any():
+                return None  # an update may postdate the query: the slow path clamps
+        else:
+            return None
+        rate = np.asarray(rate, dtype=np.float64)
+        if float(rate.max(initial=0.0)) * (t0 - tmin) > 300.0:
+            return None
+        note_factor = np.exp(-rate * (t0 - origin))  # (L,) or scalar rate broadcast
+        rates, inverse = np.unique(np.broadcast_to(rate, origin.shape), return_inverse=True)
+        query_factor = np.exp(-(t - t0)[:, None] * rates[None, :])  # (Q, K), >= 1
+        rec = np.take(query_factor, inverse, axis=1) if len(rates) > 1 else (
+            np.repeat(query_factor, len(origin), axis=1))
+        rec *= note_factor
+        floor = np.asarray(floor, dtype=np.float64)
+        if floor.ndim or float(floor) != 0.0:
+            rec *= 1.0 - floor
+            rec += floor
+        return rec
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.notes.tokens[self.idx]
+
+    @property
+    def importance(self) -> np.ndarray:
+        return self.notes.importance[self.idx]
+
+    @property
+    def salience(self) -> np.ndarray:
+        return self.notes.salience[self.idx]
+
+    @property
+    def pinned(self) -> np.ndarray:
+        return self.notes.pinned[self.idx]
+
+    @property
+    def memory_type(self) -> np.ndarray:
+        return self.notes.memory_type[self.idx]
+
+    # -- per arm, from the state ---------------------------------------------
+    @property
+    def recalls(self) -> np.ndarray:
+        return self.state.recalls[self.idx]
+
+    @property
+    def tier(self) -> np.ndarray:
+        return self.state.tier[self.idx]
+
+    @cached_property
+    def distinct_actors(self) -> np.ndarray:
+        return self.state.distinct_actors(self.idx)
+
+    @cached_property
+    def gains(self) -> np.ndarray:
+        """True gains (Q, L), 0 where no qrel: only a ranker that declares
+        ``needs_truth`` may read this."""
+        return self.batch.gains_for(self.idx)
 
 
 def _make_batches(t: np.ndarray, tick_days: float, per_query: bool) -> list[np.ndarray]:
@@ -353,7 +534,27 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
         return _simulate(stream, arms, settings, seed, reader, progress)
 
 
-def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
+@dataclass(frozen=True, eq=False)
+class _Inputs:
+    """The stream as arrays, shared by every arm (rows in stream order)."""
+
+    notes: NoteArrays
+    actor_names: list[str]
+    relevance: RelevanceIndex
+    qt: np.ndarray
+    qactor: np.ndarray
+    qemb: np.ndarray
+    qnorm2: np.ndarray
+    qns: np.ndarray | None
+    qbudget: np.ndarray
+    acc_t: np.ndarray
+    acc_rows: np.ndarray
+    acc_actor: np.ndarray
+
+
+def _inputs(stream: Stream) -> _Inputs:
+    """Encode the stream: actor and namespace codes, note arrays, query
+    vectors, the per-query budget column (NaN where unset), the organic uses."""
     queries = stream.queries
     actor_names = sorted(set(pd.unique(stream.notes["actor"].astype(str)))
                          | set(pd.unique(queries["actor"].astype(str)))
@@ -365,182 +566,211 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
                           | set(queries["namespace"].astype(str)))
         ns_codes = {x: i for i, x in enumerate(ns_names)}
     notes = NoteArrays.from_stream(stream, actor_codes, ns_codes)
-    qns = None if ns_codes is None else _codes(queries["namespace"], ns_codes)
-    qt = queries["t"].to_numpy(np.float64)
-    qactor = _codes(queries["actor"], actor_codes)
     qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)
-    qnorm2 = np.einsum("ij,ij->i", qemb, qemb, dtype=np.float64)
-    qbudget_col = (queries["budget_tokens"].to_numpy(np.float64)
-                   if "budget_tokens" in queries else np.full(len(queries), np.nan))
-    relevance = RelevanceIndex(stream, notes.created_at)
-
     note_row = {int(nid): i for i, nid in enumerate(notes.note_id)} if len(
         stream.accesses) else {}
-    acc_t = stream.accesses["t"].to_numpy(np.float64)
-    acc_rows = np.array([note_row[int(x)] for x in stream.accesses["note_id"]], dtype=np.int64)
-    acc_actor = _codes(stream.accesses["actor"], actor_codes)
-    acc_done = 0
+    return _Inputs(
+        notes=notes,
+        actor_names=actor_names,
+        relevance=RelevanceIndex(stream, notes.created_at),
+        qt=queries["t"].to_numpy(np.float64),
+        qactor=_codes(queries["actor"], actor_codes),
+        qemb=qemb,
+        qnorm2=np.einsum("ij,ij->i", qemb, qemb, dtype=np.float64),
+        qns=None if ns_codes is None else _codes(queries["namespace"], ns_codes),
+        qbudget=(queries["budget_tokens"].to_numpy(np.float64)
+                 if "budget_tokens" in queries else np.full(len(queries), np.nan)),
+        acc_t=stream.accesses["t"].to_numpy(np.float64),
+        acc_rows=np.array([note_row[int(x)] for x in stream.accesses["note_id"]],
+                          dtype=np.int64),
+        acc_actor=_codes(stream.accesses["actor"], actor_codes),
+    )
 
-    states = [PolicyState(notes, len(actor_names)) for _ in arms]
+
+@dataclass(eq=False)
+class _Collected:
+    """What the loop gathers for the result frames."""
+
+    metrics: list[list[dict[str, np.ndarray]]]
+    rankings: list[list[dict[str, np.ndarray]]]
+    store: list[tuple] = field(default_factory=list)
+
+
+def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
+    inp = _inputs(stream)
+    notes = inp.notes
+    states = [PolicyState(notes, len(inp.actor_names)) for _ in arms]
     rngs = [child(seed, "policy", arm.policy_name, "budget", arm.budget or 0) for arm in arms]
-    per_query = settings.feedback_mode == "per-query"
-    batches = _make_batches(qt, settings.tick_days, per_query)
-
-    cols: list[dict[str, np.ndarray]] = [[] for _ in arms]  # type: ignore[misc]
-    rank_rows: list[list[dict]] = [[] for _ in arms]
-    store_rows: list[tuple] = []
+    batches = _make_batches(inp.qt, settings.tick_days, settings.feedback_mode == "per-query")
+    got = _Collected(metrics=[[] for _ in arms], rankings=[[] for _ in arms])
     next_sweep = -np.inf
     last_store_day = None
+    acc_done = 0
     oracle_cache: dict[bytes, np.ndarray] = {}
 
     for bi, rows in enumerate(batches):
-        t = qt[rows]
+        t = inp.qt[rows]
         t_start = t.min()
         # 1. organic accesses strictly before this batch
-        acc_end = int(np.searchsorted(acc_t, t_start, side="left"))
-        if acc_end > acc_done:
-            sl = slice(acc_done, acc_end)
-            for arm, st in zip(arms, states):
-                st.touch(acc_rows[sl], acc_actor[sl], acc_t[sl], arm.policy.feedback)
-            acc_done = acc_end
+        acc_done = _organic_uses(inp, arms, states, acc_done, t_start)
         # 2. retention sweeps
         if t_start >= next_sweep:
-            _sweep(arms, states, rngs, notes, t_start, relevance)
+            _sweep(arms, states, rngs, notes, t_start)
             next_sweep = (np.floor(t_start / settings.retention_period_days) + 1) * \
                 settings.retention_period_days
         day = np.floor(t_start)
         if day != last_store_day:
-            live = (notes.created_at <= t_start) & (notes.expires_at > t_start)
-            for ai, st in enumerate(states):
-                keep = live & ~st.evicted
-                store_rows.append((ai, float(t_start), int(keep.sum()),
-                                   int(notes.tokens[keep].sum())))
+            got.store.extend(_store_rows(notes, states, t_start))
             last_store_day = day
         # 3. shared similarity
-        batch = Batch(qrows=rows, t=t, actors=qactor[rows], notes=notes, qemb=qemb[rows],
-                      qnorm2=qnorm2[rows], relevance=relevance,
-                      namespaces=None if qns is None else qns[rows])
+        batch = Batch(qrows=rows, t=t, actors=inp.qactor[rows], notes=notes,
+                      qemb=inp.qemb[rows], qnorm2=inp.qnorm2[rows], relevance=inp.relevance,
+                      namespaces=None if inp.qns is None else inp.qns[rows])
         # 4. each arm
         for ai, (arm, st) in enumerate(zip(arms, states)):
-            budget = np.where(np.isnan(qbudget_col[rows]), arm.budget or settings.budget_tokens,
-                              qbudget_col[rows]).astype(np.int64)
-            if arm.budget is not None:
-                budget[:] = arm.budget
+            budget = resolve_budget(arm, settings, inp.qbudget[rows])
             key = budget.tobytes() + rows.tobytes()
-            if key not in oracle_cache:
+            if key not in oracle_cache:  # arms at the same budgets share the oracle
                 oracle_cache.clear()
-                oracle_cache[key] = oracle_values(relevance, rows, t, budget, notes.tokens)
+                oracle_cache[key] = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
             out = _run_arm(arm, st, rngs[ai], batch, budget, settings, reader,
-                           oracle_cache[key], relevance)
-            cols[ai].append(out["metrics"])
+                           oracle_cache[key], inp.relevance)
+            got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
-                rank_rows[ai].append(out["rankings"])
+                got.rankings[ai].append(out["rankings"])
         if progress is not None:
             progress((bi + 1) / len(batches))
+    return _result(inp, arms, states, settings, got)
 
+
+def _organic_uses(inp: _Inputs, arms, states, acc_done: int, t_start: float) -> int:
+    """Apply the stream's organic uses before ``t_start`` to every arm; the
+    index of the first use not yet applied."""
+    acc_end = int(np.searchsorted(inp.acc_t, t_start, side="left"))
+    if acc_end > acc_done:
+        sl = slice(acc_done, acc_end)
+        for arm, st in zip(arms, states):
+            st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], arm.policy.feedback)
+    return max(acc_end, acc_done)
+
+
+def _store_rows(notes: NoteArrays, states, t: float) -> list[tuple]:
+    """(arm, t, live notes, live tokens) of every arm at time ``t``."""
+    live = (notes.created_at <= t) & (notes.expires_at > t)
+    out = []
+    for ai, st in enumerate(states):
+        keep = live & ~st.evicted
+        out.append((ai, float(t), int(keep.sum()), int(notes.tokens[keep].sum())))
+    return out
+
+
+def _concat_columns(parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
+    """One frame from the batches' column arrays (a DataFrame per batch costs
+    more than scoring it in per-query mode)."""
+    return pd.DataFrame({k: np.concatenate([b[k] for b in parts]) for k in parts[0]})
+
+
+def _labelled(df: pd.DataFrame, arm: Arm, settings: SimSettings) -> pd.DataFrame:
+    df.insert(0, "policy", arm.policy_name)
+    df.insert(1, "budget", resolve_budget(arm, settings))
+    return df
+
+
+def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) -> SimResult:
+    """The tidy frames of the run."""
+    notes = inp.notes
     frames = []
     for ai, arm in enumerate(arms):
-        if cols[ai]:
-            df = pd.DataFrame({k: np.concatenate([c[k] for c in cols[ai]]) for k in cols[ai][0]})
-        else:
-            df = pd.DataFrame({"query_id": np.zeros(0, np.int64)})
-        df.insert(0, "policy", arm.policy_name)
-        df.insert(1, "budget", arm.budget or settings.budget_tokens)
-        frames.append(df)
+        df = (_concat_columns(got.metrics[ai]) if got.metrics[ai]
+              else pd.DataFrame({"query_id": np.zeros(0, np.int64)}))
+        frames.append(_labelled(df, arm, settings))
     qframe = pd.concat(frames, ignore_index=True)
-    qframe["actor"] = np.asarray(actor_names, dtype=object)[qframe.pop("actor_code").to_numpy()] \
-        if len(qframe) else pd.Series(dtype=object)
+    qframe["actor"] = np.asarray(inp.actor_names, dtype=object)[
+        qframe.pop("actor_code").to_numpy()] if len(qframe) else pd.Series(dtype=object)
 
-    store = pd.DataFrame(store_rows, columns=["arm", "t", "store_notes", "store_tokens"])
+    store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens"])
     store.insert(0, "policy", [arms[i].policy_name for i in store["arm"]])
-    store.insert(1, "budget", [arms[i].budget or settings.budget_tokens for i in store["arm"]])
+    store.insert(1, "budget", [resolve_budget(arms[i], settings) for i in store["arm"]])
     store = store.drop(columns="arm")
 
-    t_end = qt.max() if len(qt) else 0.0
+    t_end = inp.qt.max() if len(inp.qt) else 0.0
     exist = notes.created_at <= t_end
-    arm_rows = []
-    for arm, st in zip(arms, states):
-        arm_rows.append({
-            "policy": arm.policy_name,
-            "budget": arm.budget or settings.budget_tokens,
-            "recall_gini": gini(st.recalls[exist]),
-            "evicted_notes": int(st.evicted.sum()),
-            "promoted_notes": int(((st.tier == TIER_CODES["longterm"])
-                                   & (notes.tier0 != TIER_CODES["longterm"])).sum()),
-        })
+    longterm = TIER_CODES["longterm"]
+    arm_rows = [{
+        "policy": arm.policy_name,
+        "budget": resolve_budget(arm, settings),
+        "recall_gini": gini(st.recalls[exist]),
+        "evicted_notes": int(st.evicted.sum()),
+        "promoted_notes": int(((st.tier == longterm) & (notes.tier0 != longterm)).sum()),
+    } for arm, st in zip(arms, states)]
     rankings = None
     if settings.save_rankings:
-        parts = []
-        for ai, arm in enumerate(arms):
-            if not rank_rows[ai]:
-                continue
-            # one frame per arm from the batches' column arrays: a DataFrame
-            # per batch costs more than scoring it in per-query mode
-            r = pd.DataFrame({k: np.concatenate([b[k] for b in rank_rows[ai]])
-                              for k in rank_rows[ai][0]})
-            r.insert(0, "policy", arm.policy_name)
-            r.insert(1, "budget", arm.budget or settings.budget_tokens)
-            parts.append(r)
+        parts = [_labelled(_concat_columns(got.rankings[ai]), arm, settings)
+                 for ai, arm in enumerate(arms) if got.rankings[ai]]
         rankings = pd.concat(parts, ignore_index=True) if parts else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings)
 
 
-def _sweep(arms, states, rngs, notes: NoteArrays, t: float, relevance) -> None:
+def _sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float,
+                   rng: np.random.Generator) -> ArrayContext:
+    """The notes ``idx`` of one arm at a sweep time ``t``: one pseudo-query,
+    no similarity and no ground truth (retention reads neither)."""
+    return ArrayContext(
+        t=np.array([t]), idx=idx, created_at=notes.created_at[idx],
+        updated_at=notes.updated_at[idx], last_access=st.last_access[idx],
+        recalls=st.recalls[idx], tier=st.tier[idx], memory_type=notes.memory_type[idx],
+        importance=notes.importance[idx], salience=notes.salience[idx],
+        pinned=notes.pinned[idx], distinct_actors=st.distinct_actors(idx),
+        tokens=notes.tokens[idx], rng=rng,
+    )
+
+
+def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
     """Run every arm's retention sweep at time ``t``."""
     exist = np.flatnonzero((notes.created_at <= t) & (notes.expires_at > t))
     for arm, st, rng in zip(arms, states, rngs):
-        if arm.policy.retention.name == "none":
+        if not arm.policy.retention.evicts:
             continue
         idx = exist[~st.evicted[exist]]
         if len(idx) == 0:
             continue
-        batch = _SweepBatch(t=np.array([t]), idx=idx, notes=notes, relevance=relevance)
-        ctx = ScoringContext(batch, st, rng)  # type: ignore[arg-type]
+        ctx = _sweep_context(notes, st, idx, t, rng)
         evict = np.asarray(arm.policy.retention.evict(ctx), dtype=bool)
         st.evicted[idx[evict]] = True
         st.evicted_at[idx[evict]] = t
 
 
-@dataclass
-class _SweepBatch:
-    """A batch with one pseudo-query at the sweep time and no similarity."""
-
-    t: np.ndarray
-    idx: np.ndarray
-    notes: NoteArrays
-    relevance: Any
-    cache: dict = field(default_factory=dict)
-
-    @property
-    def dots(self):  # pragma: no cover - retention never reads similarity
-        raise AttributeError("retention sweeps have no query similarity")
-
-    qnorm2 = dots
-
-    def gains_for(self, idx):  # pragma: no cover
-        raise AttributeError("retention sweeps have no ground truth")
-
-
-def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
-             settings: SimSettings, reader, oracle: np.ndarray, relevance: RelevanceIndex):
-    policy = arm.policy
+def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
+                     ) -> tuple[BatchContext, Batch]:
+    """The context an arm scores, with ``live`` set: the batch's valid,
+    unevicted notes, cut to the retriever's prefilter (and, when the ranker
+    allows it, to the union of the prefilter's columns). Applies a
+    prefilter touch that comes before scoring (Feather DB v0.16)."""
     fb = policy.feedback
-    c = settings.candidates if policy.candidates is None else policy.candidates
     mask = batch.valid & ~st.evicted[batch.idx][None, :]
-    ctx = ScoringContext(batch, st, rng)
+    ctx = BatchContext(batch, st, rng)
     if policy.retriever.prefilter:
         mask = _prefilter_mask(ctx.similarity(policy.retriever), mask, policy.retriever.prefilter)
         if fb.touch == "prefilter" and fb.before_scoring:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
-            ctx = ScoringContext(batch, st, rng)
+            ctx = BatchContext(batch, st, rng)
         if not policy.ranker.set_dependent:
             # only the prefilter's notes can be ranked: score those columns
             # alone (their union over the batch's queries)
             cols = np.flatnonzero(mask.any(axis=0))
             batch, mask = batch.subset(cols), mask[:, cols]
-            ctx = ScoringContext(batch, st, rng)
+            ctx = BatchContext(batch, st, rng)
     ctx.live = mask
+    return ctx, batch
+
+
+def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
+             settings: SimSettings, reader, oracle: np.ndarray, relevance: RelevanceIndex):
+    policy = arm.policy
+    c = settings.candidates if policy.candidates is None else policy.candidates
+    ctx, batch = _scoring_context(policy, st, rng, batch)
+    mask = ctx.live
     scores = np.asarray(policy.score(ctx), dtype=np.float64)
     scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
     pos, cand_scores = top_candidates(scores, c)
@@ -548,7 +778,7 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
     cand_rows = batch.idx[pos]
     tokens = batch.notes.tokens[cand_rows]
     gains = relevance.lookup(batch.qrows, cand_rows)
-    values = gains if policy.ranker.name == "oracle" else cand_scores
+    values = gains if policy.ranker.needs_truth else cand_scores
     packed = np.asarray(policy.packer.pack(np.where(cand_ok, values, 0.0), tokens, cand_ok,
                                            budget), dtype=bool)
     packed &= cand_ok
@@ -572,16 +802,23 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
             "position": position.ravel()[keep],
         }
     # 5. feedback
-    if fb.touch != "none" and not (fb.touch == "prefilter" and fb.before_scoring):
-        if fb.touch == "prefilter":
-            qi, li = np.nonzero(mask)
-            st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
-        else:
-            if fb.touch == "packed":
-                target = packed
-            else:  # "returned": the top k of the ranking, as a search API returns them
-                target = cand_ok.copy()
-                target[:, fb.k:] = False
-            qi, ci = np.nonzero(target)
-            st.touch(cand_rows[qi, ci], batch.actors[qi], batch.t[qi], fb)
+    _feedback(policy.feedback, st, batch, mask, packed, cand_ok, cand_rows)
     return out
+
+
+def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray, packed: np.ndarray,
+              cand_ok: np.ndarray, cand_rows: np.ndarray) -> None:
+    """Record the uses a query's answer makes (the feedback's ``touch``)."""
+    if fb.touch == "none" or (fb.touch == "prefilter" and fb.before_scoring):
+        return
+    if fb.touch == "prefilter":
+        qi, li = np.nonzero(mask)
+        st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
+        return
+    if fb.touch == "packed":
+        target = packed
+    else:  # "returned": the top k of the ranking, as a search API returns them
+        target = cand_ok.copy()
+        target[:, fb.k:] = False
+    qi, ci = np.nonzero(target)
+    st.touch(cand_rows[qi, ci], batch.actors[qi], batch.t[qi], fb)

@@ -319,6 +319,213 @@ def _default_workdir() -> str:
     return tempfile.gettempdir()
 
 
+@dataclass(eq=False)
+class _ReplayInputs:
+    """The stream as the engine replay reads it: times in whole seconds, note
+    vectors in ingest order (creation, then id)."""
+
+    note_ids: np.ndarray
+    created: np.ndarray        # seconds
+    expires: np.ndarray        # seconds, inf = never
+    importance: np.ndarray
+    emb: np.ndarray            # float32, stream order
+    qemb: np.ndarray           # float32
+    qt: np.ndarray             # query times, seconds
+    acc_t: np.ndarray          # access times, seconds
+    acc_rows: np.ndarray       # row of each access' note
+    order: np.ndarray          # ingest order
+    inv_order: np.ndarray      # position of each note in the ingest order
+    emb64_o: np.ndarray        # float64 vectors, ingest order
+    norm2_o: np.ndarray        # their squared norms
+
+    @classmethod
+    def of(cls, stream: Stream) -> _ReplayInputs:
+        notes, acc = stream.notes, stream.accesses
+        note_ids = notes["note_id"].to_numpy(np.int64)
+        created = _seconds(notes["created_at"].to_numpy())
+        expires_days = notes["expires_at"].to_numpy(np.float64)
+        emb = np.ascontiguousarray(stream.note_embeddings, dtype=np.float32)
+        emb64 = emb.astype(np.float64)
+        order = np.lexsort((note_ids, created))
+        inv_order = np.empty(len(note_ids), dtype=np.int64)
+        inv_order[order] = np.arange(len(note_ids))
+        # Note vectors in ingest order: the live notes are then a prefix (minus
+        # expired ones), scanned without copying them for every query.
+        emb64_o = emb64[order]
+        return cls(
+            note_ids=note_ids, created=created,
+            expires=np.where(np.isfinite(expires_days), np.round(expires_days * DAY_S), np.inf),
+            importance=notes["importance"].to_numpy(np.float64), emb=emb,
+            qemb=np.ascontiguousarray(stream.query_embeddings, dtype=np.float32),
+            qt=_seconds(stream.queries["t"].to_numpy()),
+            acc_t=_seconds(acc["t"].to_numpy()) if len(acc) else np.zeros(0, np.int64),
+            acc_rows=pd.Index(note_ids).get_indexer(acc["note_id"].to_numpy(np.int64))
+            if len(acc) else np.zeros(0, np.int64),
+            order=order, inv_order=inv_order, emb64_o=emb64_o,
+            norm2_o=np.einsum("ij,ij->i", emb64_o, emb64_o))
+
+
+class _EngineStore:
+    """A feather-db store fed from the stream up to each query's time.
+
+    Notes are added stamped :data:`_FUTURE_S` ahead (age 0); before a search
+    the replay re-stamps the few it will score (see :meth:`search`).
+    """
+
+    def __init__(self, fdb, db, inp: _ReplayInputs, *, ef: int | None):
+        self.fdb, self.db, self.inp, self.ef = fdb, db, inp, ef
+        n = len(inp.note_ids)
+        self.future = int(time.time()) + _FUTURE_S
+        self.added = np.zeros(n, dtype=bool)           # in the store (and not forgotten)
+        self.pending = np.zeros(n, dtype=np.int64)     # accesses before the note was added
+        self.expired_done = np.zeros(n, dtype=bool)
+        self.gone_o = np.zeros(n, dtype=bool)          # expired, by ingest position
+        self.exp_order = np.argsort(inp.expires, kind="stable")
+        self.next_note = self.exp_next = self.acc_done = 0
+        # The engine creates its "text" index on the first add; the beam can
+        # only be set (and read) from then on.
+        self.used_ef = -1
+
+    def ingest_until(self, t: int) -> None:
+        """Add the notes created by ``t``, stamped in the future for now."""
+        inp, n = self.inp, len(self.inp.note_ids)
+        while self.next_note < n and inp.created[inp.order[self.next_note]] <= t:
+            i = int(inp.order[self.next_note])
+            self.next_note += 1
+            if self.expired_done[i]:
+                continue
+            meta = self.fdb.Metadata()
+            meta.timestamp = self.future
+            meta.importance = float(inp.importance[i])
+            meta.recall_count = int(self.pending[i])
+            self.db.add(id=int(inp.note_ids[i]), vec=inp.emb[i], meta=meta)
+            self.added[i] = True
+
+    def set_beam(self) -> None:
+        """Set the search beam once the index exists (after the first add)."""
+        if self.used_ef < 0 and self.next_note > 0:
+            if self.ef is not None:
+                self.db.set_ef(int(self.ef))
+            self.used_ef = int(self.db.get_ef())
+
+    def expire_until(self, t: int) -> None:
+        """Forget the notes expired by ``t`` (memsim: live while expires_at > t)."""
+        inp, n = self.inp, len(self.inp.note_ids)
+        while self.exp_next < n and inp.expires[self.exp_order[self.exp_next]] <= t:
+            i = int(self.exp_order[self.exp_next])
+            self.exp_next += 1
+            if self.added[i] and not self.expired_done[i]:
+                self.db.forget(int(inp.note_ids[i]))
+            # a note that expires before it is created is never added
+            self.expired_done[i] = True
+            self.gone_o[inp.inv_order[i]] = True
+
+    def access_before(self, t: int) -> None:
+        """Apply the organic accesses strictly before ``t`` (as memsim does)."""
+        inp = self.inp
+        while self.acc_done < len(inp.acc_t) and inp.acc_t[self.acc_done] < t:
+            i = int(inp.acc_rows[self.acc_done])
+            if self.added[i]:  # forgotten notes too, as memsim counts them
+                self.db.touch(int(inp.note_ids[i]))
+            else:
+                self.pending[i] += 1
+            self.acc_done += 1
+
+    def restamp(self, note_ids: list[int], stamps: list[int]) -> None:
+        for nid, stamp in zip(note_ids, stamps):
+            meta = self.db.get_metadata(nid)
+            meta.timestamp = stamp
+            self.db.update_metadata(nid, meta)
+
+    def recalls(self) -> np.ndarray:
+        """Final recall count of every note (stream order)."""
+        # Notes created after the last query were never added: their count
+        # is the accesses they had (none are searched).
+        recalls = self.pending.copy()
+        for i in np.flatnonzero(self.added).tolist():
+            meta = self.db.get_metadata(int(self.inp.note_ids[i]))
+            if meta is not None:
+                recalls[i] = int(meta.recall_count)
+        return recalls
+
+
+def _nearest(inp: _ReplayInputs, gone_o: np.ndarray, m: int, j: int, m_scored: int,
+             n_stamp: int) -> tuple[np.ndarray, np.ndarray]:
+    """The notes query ``j`` will score and the exact ``m_scored`` nearest.
+
+    Among the first ``m`` notes of the ingest order (less expired ones): the
+    ``n_stamp`` nearest by squared L2 (float64), to re-stamp, and the exact
+    ``m_scored`` nearest, to tell the index's misses apart. Both as note ids.
+    """
+    q64 = inp.qemb[j].astype(np.float64)
+    d2 = inp.norm2_o[:m] + q64 @ q64 - 2.0 * (inp.emb64_o[:m] @ q64)
+    live = inp.order[:m]
+    if gone_o[:m].any():
+        keep = ~gone_o[:m]
+        live, d2 = live[keep], d2[keep]
+    if len(live) > n_stamp:
+        part = np.argpartition(d2, n_stamp - 1)[:n_stamp]
+        near = live[part]
+        exact_ids = inp.note_ids[part[np.argsort(d2[part], kind="stable")[:m_scored]]] \
+            if n_stamp > m_scored else inp.note_ids[near]
+    else:
+        near = live
+        exact_ids = inp.note_ids[live[np.argsort(d2, kind="stable")[:m_scored]]]
+    return near, exact_ids
+
+
+@dataclass
+class _Clock:
+    """Timings of the replay, and the guard that keeps a search inside one
+    wall-clock second."""
+
+    guard_s: float
+    ingest: float = 0.0
+    search: float = 0.0
+    stamp: float = 0.0
+    ingest_cpu: float = 0.0   # CPU time: robust to a shared machine
+    search_cpu: float = 0.0
+    sleep: float = 0.0
+    typical: float = 0.0      # typical re-stamp + search
+
+    def wait_for_room(self) -> None:
+        """Sleep into the next second when too little of this one is left."""
+        # typical (not worst) duration: one stall of a loaded machine must
+        # not make every later query wait for a fresh second
+        guard = min(max(self.guard_s, 3.0 * self.typical), 0.25)
+        now = time.time()
+        left = 1.0 - (now - math.floor(now))
+        if left < guard:
+            time.sleep(left + 1e-4)
+            self.sleep += left
+
+
+def _search(store: _EngineStore, clock: _Clock, inp: _ReplayInputs, j: int, near: np.ndarray,
+            cfg, k: int, feedback: bool) -> tuple[Any, list[int], bool]:
+    """Re-stamp the ``near`` notes to their true ages, search, stamp them back.
+
+    Returns the engine's results, the re-stamped ids and whether the
+    wall-clock second changed during the search.
+    """
+    near_ids = inp.note_ids[near].tolist()
+    age_s = (int(inp.qt[j]) - inp.created[near]).tolist()
+    clock.wait_for_room()
+    t0 = time.perf_counter()
+    r_sec = int(time.time())
+    store.restamp(near_ids, [r_sec - a for a in age_s])
+    t1, c1 = time.perf_counter(), time.process_time()
+    res = store.db.search(inp.qemb[j], k=k, scoring=cfg, record_salience=bool(feedback))
+    t2 = time.perf_counter()
+    clock.search_cpu += time.process_time() - c1
+    ticked = int(time.time()) != r_sec
+    store.restamp(near_ids, [store.future] * len(near_ids))
+    t3 = time.perf_counter()
+    clock.stamp += (t1 - t0) + (t3 - t2)
+    clock.search += t2 - t1
+    clock.typical = 0.9 * clock.typical + 0.1 * (t2 - t0) if clock.typical else t2 - t0
+    return res, near_ids, ticked
+
+
 def replay_feather(stream: Stream, *, k: int = 10, half_life: float = 30.0,
                    time_weight: float = 0.3, min_weight: float = 0.0, ef: int | None = None,
                    feedback: bool = True, margin: int | None = None,
@@ -355,176 +562,77 @@ def replay_feather(stream: Stream, *, k: int = 10, half_life: float = 30.0,
     """
     fdb = _require_feather()
     _check_stream(stream)
-    notes, queries = stream.notes, stream.queries
-    note_ids = notes["note_id"].to_numpy(np.int64)
-    n = len(note_ids)
-    created = _seconds(notes["created_at"].to_numpy())
-    expires_days = notes["expires_at"].to_numpy(np.float64)
-    expires = np.where(np.isfinite(expires_days), np.round(expires_days * DAY_S),
-                       np.inf)
-    importance = notes["importance"].to_numpy(np.float64)
-    emb = np.ascontiguousarray(stream.note_embeddings, dtype=np.float32)
-    emb64 = emb.astype(np.float64)
-    norm2 = np.einsum("ij,ij->i", emb64, emb64)
-    qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)
-    qt = _seconds(queries["t"].to_numpy())
-    nq = len(qt)
-    acc_t = _seconds(stream.accesses["t"].to_numpy()) if len(stream.accesses) else \
-        np.zeros(0, np.int64)
-    acc_rows = pd.Index(note_ids).get_indexer(
-        stream.accesses["note_id"].to_numpy(np.int64)) if len(stream.accesses) else \
-        np.zeros(0, np.int64)
-    order = np.lexsort((note_ids, created))  # ingest order: creation, then id
-    # Note vectors in ingest order: the live notes are then a prefix (minus
-    # expired ones), scanned without copying them for every query.
-    emb64_o = emb64[order]
-    norm2_o = norm2[order]
-    m_scored = 3 * k
-    if margin is None:
-        margin = max(20, m_scored)
-        if ef is not None and ef < m_scored + margin:
-            margin = max(margin, ef)
-    n_stamp = m_scored + margin
-
+    inp = _ReplayInputs.of(stream)
     folder = tempfile.mkdtemp(prefix="memsim-feather-", dir=workdir or _default_workdir())
-    db = fdb.DB.open(os.path.join(folder, "replay.feather"), dim=int(emb.shape[1]))
+    db = fdb.DB.open(os.path.join(folder, "replay.feather"), dim=int(inp.emb.shape[1]))
     try:
-        # The engine creates its "text" index on the first add; the beam can
-        # only be set (and read) from then on.
-        used_ef = -1
+        store = _EngineStore(fdb, db, inp, ef=ef)
         cfg = fdb.ScoringConfig(half_life=float(half_life), weight=float(time_weight),
                                 min=float(min_weight))
-        future = int(time.time()) + _FUTURE_S
-        added = np.zeros(n, dtype=bool)   # in the store (and not forgotten)
-        pending = np.zeros(n, dtype=np.int64)  # accesses before the note was added
-        expired_done = np.zeros(n, dtype=bool)
-        exp_order = np.argsort(expires, kind="stable")
-        inv_order = np.empty(n, dtype=np.int64)
-        inv_order[order] = np.arange(n)
-        exp_next = 0
-        gone_o = np.zeros(n, dtype=bool)  # expired, by ingest position
-        ids_out: list = [None] * nq
-        scores_out: list = [None] * nq
-        tick = np.zeros(nq, dtype=bool)
-        unstamped = np.zeros(nq, dtype=np.int64)
-        beyond = np.zeros(nq, dtype=np.int64)
-        t_ingest = t_search = t_stamp = 0.0
-        c_ingest = c_search = 0.0  # CPU time: robust to a shared machine
-        typical = t_sleep = 0.0
-        next_note = acc_done = 0
+        clock = _Clock(guard_s=guard_s)
         t_all = time.perf_counter()
-        for j in range(nq):
-            t = int(qt[j])
-            # 1. ingest the notes created by t, stamped in the future for now
-            t0, c0 = time.perf_counter(), time.process_time()
-            while next_note < n and created[order[next_note]] <= t:
-                i = int(order[next_note])
-                if expired_done[i]:
-                    next_note += 1
-                    continue
-                meta = fdb.Metadata()
-                meta.timestamp = future
-                meta.importance = float(importance[i])
-                meta.recall_count = int(pending[i])
-                db.add(id=int(note_ids[i]), vec=emb[i], meta=meta)
-                added[i] = True
-                next_note += 1
-            t_ingest += time.perf_counter() - t0
-            c_ingest += time.process_time() - c0
-            if used_ef < 0 and next_note > 0:
-                if ef is not None:
-                    db.set_ef(int(ef))
-                used_ef = int(db.get_ef())
-            # 2. expiry (memsim: a note is live while expires_at > t)
-            while exp_next < n and expires[exp_order[exp_next]] <= t:
-                i = int(exp_order[exp_next])
-                exp_next += 1
-                if added[i] and not expired_done[i]:
-                    db.forget(int(note_ids[i]))
-                # a note that expires before it is created is never added
-                expired_done[i] = True
-                gone_o[inv_order[i]] = True
-            # 3. organic accesses strictly before the query (as memsim applies them)
-            while acc_done < len(acc_t) and acc_t[acc_done] < t:
-                i = int(acc_rows[acc_done])
-                if added[i]:  # forgotten notes too, as memsim counts them
-                    db.touch(int(note_ids[i]))
-                else:
-                    pending[i] += 1
-                acc_done += 1
-            m = next_note
-            if m == 0 or gone_o[:m].all():
-                ids_out[j], scores_out[j] = np.zeros(0, np.int64), np.zeros(0)
-                continue
-            # 4. the notes the search will score: the nearest by squared L2
-            q64 = qemb[j].astype(np.float64)
-            d2 = norm2_o[:m] + q64 @ q64 - 2.0 * (emb64_o[:m] @ q64)
-            live = order[:m]
-            if gone_o[:m].any():
-                keep = ~gone_o[:m]
-                live, d2 = live[keep], d2[keep]
-            if len(live) > n_stamp:
-                part = np.argpartition(d2, n_stamp - 1)[:n_stamp]
-                near = live[part]
-                # the exact 3k nearest, to tell the index's misses apart
-                exact_ids = note_ids[part[np.argsort(d2[part], kind="stable")[:m_scored]]] \
-                    if n_stamp > m_scored else note_ids[near]
-            else:
-                near = live
-                exact_ids = note_ids[live[np.argsort(d2, kind="stable")[:m_scored]]]
-            near_ids = note_ids[near]
-            age_s = t - created[near]
-            # typical (not worst) duration: one stall of a loaded machine must
-            # not make every later query wait for a fresh second
-            guard = min(max(guard_s, 3.0 * typical), 0.25)
-            now = time.time()
-            left = 1.0 - (now - math.floor(now))
-            if left < guard:
-                time.sleep(left + 1e-4)
-                t_sleep += left
-            t0 = time.perf_counter()
-            r_sec = int(time.time())
-            for nid, a in zip(near_ids.tolist(), age_s.tolist()):
-                meta = db.get_metadata(nid)
-                meta.timestamp = r_sec - a
-                db.update_metadata(nid, meta)
-            t1, c1 = time.perf_counter(), time.process_time()
-            res = db.search(qemb[j], k=k, scoring=cfg, record_salience=bool(feedback))
-            t2 = time.perf_counter()
-            c_search += time.process_time() - c1
-            tick[j] = int(time.time()) != r_sec
-            for nid in near_ids.tolist():
-                meta = db.get_metadata(nid)
-                meta.timestamp = future
-                db.update_metadata(nid, meta)
-            t3 = time.perf_counter()
-            t_stamp += (t1 - t0) + (t3 - t2)
-            t_search += t2 - t1
-            typical = 0.9 * typical + 0.1 * (t2 - t0) if typical else t2 - t0
-            rid = np.fromiter((x.id for x in res), dtype=np.int64, count=len(res))
-            ids_out[j] = rid
-            scores_out[j] = np.fromiter((x.score for x in res), dtype=np.float64,
-                                        count=len(res))
-            unstamped[j] = int((~np.isin(rid, near_ids)).sum())
-            beyond[j] = int((~np.isin(rid, exact_ids)).sum())
+        out = _replay_queries(store, clock, cfg, k=k, feedback=feedback,
+                              n_stamp=3 * k + _margin(k, ef, margin))
         total_s = time.perf_counter() - t_all
-        # Notes created after the last query were never added: their count
-        # is the accesses they had (none are searched).
-        recalls = pending.copy()
-        for i in np.flatnonzero(added).tolist():
-            meta = db.get_metadata(int(note_ids[i]))
-            if meta is not None:
-                recalls[i] = int(meta.recall_count)
+        recalls = store.recalls()
     finally:
         db.close()
         shutil.rmtree(folder, ignore_errors=True)
-    return EngineReplay(ids=ids_out, scores=scores_out, recalls=recalls, clock_tick=tick,
-                        unstamped=unstamped, beyond_exact=beyond, ef=used_ef,
-                        timings={"ingest_s": t_ingest, "search_s": t_search,
-                                 "ingest_cpu_s": c_ingest, "search_cpu_s": c_search,
-                                 "restamp_s": t_stamp, "clock_wait_s": t_sleep,
+    return EngineReplay(**out, recalls=recalls, ef=store.used_ef,
+                        timings={"ingest_s": clock.ingest, "search_s": clock.search,
+                                 "ingest_cpu_s": clock.ingest_cpu,
+                                 "search_cpu_s": clock.search_cpu,
+                                 "restamp_s": clock.stamp, "clock_wait_s": clock.sleep,
                                  "total_s": total_s},
                         version=str(getattr(fdb, "__version__", "unknown")))
+
+
+def _margin(k: int, ef: int | None, margin: int | None) -> int:
+    """Notes re-stamped beyond the ``3k`` nearest (see :func:`replay_feather`)."""
+    if margin is not None:
+        return margin
+    margin = max(20, 3 * k)
+    if ef is not None and ef < 3 * k + margin:
+        margin = max(margin, ef)
+    return margin
+
+
+def _replay_queries(store: _EngineStore, clock: _Clock, cfg, *, k: int, feedback: bool,
+                    n_stamp: int) -> dict[str, Any]:
+    """Every query in turn: bring the store up to its time, then search.
+
+    Returns the per-query fields of :class:`EngineReplay` (``ids``,
+    ``scores``, ``clock_tick``, ``unstamped``, ``beyond_exact``).
+    """
+    inp = store.inp
+    nq = len(inp.qt)
+    ids_out: list = [None] * nq
+    scores_out: list = [None] * nq
+    tick = np.zeros(nq, dtype=bool)
+    unstamped = np.zeros(nq, dtype=np.int64)
+    beyond = np.zeros(nq, dtype=np.int64)
+    for j in range(nq):
+        t = int(inp.qt[j])
+        t0, c0 = time.perf_counter(), time.process_time()
+        store.ingest_until(t)
+        clock.ingest += time.perf_counter() - t0
+        clock.ingest_cpu += time.process_time() - c0
+        store.set_beam()
+        store.expire_until(t)
+        store.access_before(t)
+        m = store.next_note
+        if m == 0 or store.gone_o[:m].all():
+            ids_out[j], scores_out[j] = np.zeros(0, np.int64), np.zeros(0)
+            continue
+        near, exact_ids = _nearest(inp, store.gone_o, m, j, 3 * k, n_stamp)
+        res, near_ids, tick[j] = _search(store, clock, inp, j, near, cfg, k, feedback)
+        rid = np.fromiter((x.id for x in res), dtype=np.int64, count=len(res))
+        ids_out[j] = rid
+        scores_out[j] = np.fromiter((x.score for x in res), dtype=np.float64, count=len(res))
+        unstamped[j] = int((~np.isin(rid, near_ids)).sum())
+        beyond[j] = int((~np.isin(rid, exact_ids)).sum())
+    return {"ids": ids_out, "scores": scores_out, "clock_tick": tick,
+            "unstamped": unstamped, "beyond_exact": beyond}
 
 
 # --------------------------------------------------------------------------
@@ -698,6 +806,14 @@ def feather_cross_check(stream: Stream, *, k: int = 10, half_life: float = 30.0,
     per_query = _compare(qs, mem, eng, k)
     note_ids = qs.notes["note_id"].to_numpy(np.int64)
     recalls = pd.DataFrame({"note_id": note_ids, "engine": eng.recalls, "memsim": mem.recalls})
+    summary = _summary(qs, per_query, mem, eng, params, exact=exact)
+    return CrossCheckResult(per_query=per_query, summary=summary, recalls=recalls,
+                            memsim=mem, engine=eng)
+
+
+def _summary(qs: Stream, per_query: pd.DataFrame, mem: MemsimReplay, eng: EngineReplay,
+             p: dict[str, Any], *, exact: bool) -> dict[str, Any]:
+    """The ``summary`` of :class:`CrossCheckResult` (``p``: the search's parameters)."""
     scored = per_query["max_score_diff"].dropna()
     differs = np.flatnonzero(~per_query["identical"].to_numpy())
     first = int(differs[0]) if len(differs) else None
@@ -707,17 +823,18 @@ def feather_cross_check(stream: Stream, *, k: int = 10, half_life: float = 30.0,
     summary: dict[str, Any] = {
         "n_notes": int(qs.n_notes),
         "n_queries": int(qs.n_queries),
-        "k": k, "half_life": half_life, "time_weight": time_weight, "min_weight": min_weight,
+        "k": p["k"], "half_life": p["half_life"], "time_weight": p["time_weight"],
+        "min_weight": p["min_weight"],
         "ef": eng.ef,
         "exact": bool(exact),
-        "feedback": bool(feedback),
+        "feedback": bool(p["feedback"]),
         "identical_share": float(per_query["identical"].mean()) if len(per_query) else
         float("nan"),
         "overlap_mean": float(per_query["overlap"].mean()) if len(per_query) else float("nan"),
         "overlap_min": float(per_query["overlap"].min()) if len(per_query) else float("nan"),
         "rank_corr_mean": float(per_query["rank_corr"].mean()),
         "max_score_diff": float(scored.max()) if len(scored) else float("nan"),
-        "equal_recall_share": float((eng.recalls == mem.recalls).mean()) if len(note_ids)
+        "equal_recall_share": float((eng.recalls == mem.recalls).mean()) if qs.n_notes
         else float("nan"),
         "recalls_engine_total": int(eng.recalls.sum()),
         "recalls_memsim_total": int(mem.recalls.sum()),
@@ -738,8 +855,7 @@ def feather_cross_check(stream: Stream, *, k: int = 10, half_life: float = 30.0,
         "feather_db": eng.version,
         "time_quantised_s": 1,
     }
-    return CrossCheckResult(per_query=per_query, summary=summary, recalls=recalls,
-                            memsim=mem, engine=eng)
+    return summary
 
 
 def format_cross_check(result: CrossCheckResult) -> str:

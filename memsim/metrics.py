@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .knapsack import knapsack_value
 from .stream import Stream
 
 __all__ = [
@@ -139,8 +140,6 @@ def oracle_values(relevance: RelevanceIndex, qrows: np.ndarray, t: np.ndarray,
     fits = (np.where(mask, tok, 0).sum(axis=1) <= budget)
     out[fits] = np.where(mask[fits], gains[fits], 0.0).sum(axis=1)
     overflow = np.flatnonzero(~fits)
-    if len(overflow):
-        from .policies.packing import knapsack_value
     for q in overflow:  # only queries whose R+ overflows the budget
         m = mask[q]
         out[q] = knapsack_value(gains[q][m], tok[q][m], int(budget[q]))[0]

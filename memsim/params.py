@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from .errors import ConfigError, ParameterError
 
 __all__ = [
+    "apply_override",
     "Interval",
     "Options",
     "Validated",
@@ -160,3 +161,22 @@ class Validated:
 def fields_of(cls: type) -> dict[str, dataclasses.Field]:
     """Init fields of a dataclass by name."""
     return {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
+def apply_override(table: dict, key: str, value: Any) -> None:
+    """Set dotted ``key`` in a nested dict, creating tables; a component given
+    by name (``decay = "half-life"``) becomes ``{kind = "half-life"}`` when a
+    parameter below it is set."""
+    parts = key.split(".")
+    node = table
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        elif isinstance(nxt, str) and i >= 2 and parts[0] == "policies":
+            nxt = node[part] = {"kind": nxt}
+        elif not isinstance(nxt, dict):
+            raise ConfigError(f"{'.'.join(parts[: i + 1])}: is a value, not a table; "
+                              f"cannot set {key}")
+        node = nxt
+    node[parts[-1]] = value

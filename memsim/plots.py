@@ -121,46 +121,11 @@ def _pick_budget(queries: pd.DataFrame, budget) -> Any:
 # --------------------------------------------------------------------------
 
 
-class _FreshNoteContext:
-    """A stand-in scoring context for one never-used note of the ``task``
-    tier, seen at several ages: enough for decay and stickiness components
-    to draw their curve. Matrices are (1, L), note vectors (L,)."""
-
-    def __init__(self, ages: np.ndarray):
-        n = len(ages)
-        self.age_created = self.age_updated = self.age_last_access = ages[None, :]
-        self.t = np.array([float(ages.max()) if n else 0.0])
-        self.idx = np.arange(n)
-        self.since_access = np.full((1, n), np.nan)
-        self.recalls = np.zeros(n, dtype=np.int64)
-        self.distinct_actors = np.zeros(n, dtype=np.int64)
-        self.tier = np.zeros(n, dtype=np.int8)           # "task"
-        self.memory_type = np.zeros(n, dtype=np.int8)    # "episodic"
-        self.importance = np.ones(n)
-        self.salience = np.ones(n)
-        self.pinned = np.zeros(n, dtype=bool)
-        self.tokens = np.ones(n, dtype=np.int64)
-        self.rng = np.random.default_rng(0)
-
-    def age(self, clock: str) -> np.ndarray:
-        return self.age_created
-
-    def shared(self, key, compute):
-        return compute()
-
-
-def _fresh_note_curve(policy, ages: np.ndarray) -> np.ndarray:
-    """The multiplier of a fresh, never-used note at each age (fallback for
-    when :mod:`memsim.curves` is not available)."""
-    ctx = _FreshNoteContext(ages)
-    eff = policy.stickiness.effective_age(ctx.age(policy.decay.clock), ctx)
-    return np.asarray(policy.decay.recency(eff, ctx), dtype=np.float64)[0]
-
-
 def _policies_from(source: Any) -> dict[str, Any]:
     """name -> Policy, from an Experiment, a resolved config table, a
-    load_run() dict or a mapping of Policy objects / policy tables."""
-    from .policies import Policy
+    load_run() dict or a mapping of Policy objects / policy tables (a table
+    may name a preset)."""
+    from .policies import Policy, resolve_policy
 
     if hasattr(source, "policies") and isinstance(source.policies, dict):
         source = source.policies
@@ -175,13 +140,10 @@ def _policies_from(source: Any) -> dict[str, Any]:
         if isinstance(pol, Policy):
             out[str(name)] = pol
         elif isinstance(pol, Mapping):
-            table = {k: v for k, v in pol.items() if k not in ("preset",)}
             if "preset" in pol:
-                from .config import resolve_policy
-
                 out[str(name)] = resolve_policy(dict(pol), f"policies.{name}")
             else:
-                out[str(name)] = Policy.from_config(table, f"policies.{name}")
+                out[str(name)] = Policy.from_config(dict(pol), f"policies.{name}")
         else:
             raise TypeError(f"policy {name!r}: expected a Policy or a table, got "
                             f"{type(pol).__name__}")
@@ -214,19 +176,17 @@ def recency_curve_data(source: Any, ages: Sequence[float] | None = None,
         ``policy, age_days, recency, half_life_days, decay`` (the decay's
         registry name).
     """
+    from .curves import recency_curve
+
     ages_arr = np.arange(0.0, float(max_age) + 1.0) if ages is None else np.asarray(
         ages, dtype=np.float64)
-    try:  # memsim.curves (``memsim curves``) is the reference for a policy's curve
-        from .curves import _recency_curve as curve
-    except ImportError:
-        curve = _fresh_note_curve
     rows = []
     for name, pol in _policies_from(source).items():
         if not pol.ranker.uses_recency:
             rec = np.ones_like(ages_arr)
         else:
             try:
-                rec = np.asarray(curve(pol, ages_arr), dtype=np.float64).reshape(-1)
+                rec = np.asarray(recency_curve(pol, ages_arr), dtype=np.float64).reshape(-1)
             except (AttributeError, TypeError, ValueError, IndexError) as exc:
                 warnings.warn(f"policy {name!r}: cannot draw the recency curve of "
                               f"{pol.decay.name!r} ({exc})", stacklevel=2)

@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import ConfigError
-from .params import Interval, Validated, did_you_mean, fields_of
+from .params import Interval, Validated
+from .policies.base import build_from_spec, construct
 
 __all__ = ["Reader", "PositionalReader", "NullReader", "READERS", "reader_from_config"]
 
@@ -63,19 +64,10 @@ class Reader(Validated):
         if kind != cls.name:
             raise ConfigError(f"{where}.kind: expected {cls.name!r}, got {kind!r}")
         params = {k: v for k, v in table.items() if k != "kind"}
-        allowed = fields_of(cls)
-        for key in params:
-            if key not in allowed:
-                raise ConfigError(
-                    f"{where}.{key}: unknown parameter of reader {cls.name!r}"
-                    f"{did_you_mean(key, allowed)}; allowed: {', '.join(allowed) or '(none)'}"
-                )
-        try:
-            return cls(**params)
-        except ConfigError as exc:
-            # The uniform message names the parameter: prefix its dotted key.
-            bad = next((k for k in params if f"'{k}' parameter" in str(exc)), None)
-            raise type(exc)(f"{where}.{bad}: {exc}" if bad else f"{where}: {exc}") from None
+        # the routine every config-built object shares; the uniform message
+        # names the parameter, so its dotted key goes in front
+        return construct(cls, params, what=f"reader {cls.name!r}", where=where,
+                         key_names_param=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,18 +200,5 @@ def reader_from_config(spec: Any = None, where: str = "reader") -> Reader:
 
     An empty or missing table gives the default :class:`PositionalReader`.
     """
-    if isinstance(spec, Reader):
-        return spec
-    if spec is None:
-        spec = {}
-    if isinstance(spec, str):
-        spec = {"kind": spec}
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{where}: expected a kind name or a table, got {spec!r}")
-    kind = spec.get("kind", "positional")
-    if kind not in READERS:
-        raise ConfigError(
-            f"{where}.kind: unknown reader {kind!r}{did_you_mean(str(kind), READERS)}; "
-            f"allowed: {', '.join(sorted(READERS))}"
-        )
-    return READERS[kind].from_config(spec, where)
+    return build_from_spec(spec, READERS, what="reader", where=where, base=Reader,
+                           default_kind="positional", key_names_param=True)

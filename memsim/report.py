@@ -42,9 +42,10 @@ import numpy as np
 import pandas as pd
 
 from . import plots
-from .compare import Comparison, compare
+from .compare import Comparison, compare, markdown_table
 from .errors import ConfigError
 from .metrics import HIGHER_IS_BETTER
+from .rundir import RunResult, load_run, write_atomic
 from .stats import N_BOOT, SEED, format_ci
 
 __all__ = ["build_report", "ReportFigure"]
@@ -79,6 +80,8 @@ class _Report:
 def _draw(name: str, title: str, caption: str, draw: Callable[[Any], Any],
           size: tuple[float, float] = (7.5, 4.2)) -> ReportFigure:
     """Draw on a fresh Figure (no pyplot state) and keep the PNG bytes."""
+    # matplotlib is imported on the first figure only: reading a run folder
+    # (and importing memsim) must not pay for it
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, layout="constrained")
@@ -122,23 +125,23 @@ def _headline_sentences(cmp: Comparison, budget: Any) -> list[str]:
     return out
 
 
-def _focus_budget(run: dict, budgets: list) -> Any:
+def _focus_budget(run: RunResult, budgets: list) -> Any:
     """The budget shown in single-budget figures: the experiment's default
     budget if it is among the budgets, else the middle one."""
-    cfg = (run.get("config") or {}).get("experiment", {})
+    cfg = run.config.get("experiment", {})
     b = cfg.get("budget_tokens")
     if b in budgets:
         return b
     return sorted(budgets)[len(budgets) // 2] if budgets else None
 
 
-def _run_table(run: dict) -> pd.DataFrame | None:
-    arms = run.get("arms")
+def _run_table(run: RunResult) -> pd.DataFrame | None:
+    arms = run.arms
     if arms is None or len(arms) == 0:
         return None
     rows = []
     metrics = [m for m in ("recall_gini", "evicted_notes", "promoted_notes") if m in arms]
-    store = run.get("store")
+    store = run.store
     if store is not None and len(store):
         last = store.sort_values("t").groupby(["replicate", "policy", "budget"]).last()
         arms = arms.merge(last[["store_notes", "store_tokens"]].reset_index(),
@@ -160,177 +163,225 @@ def _run_table(run: dict) -> pd.DataFrame | None:
     return wide[[c for c in ["budget", "policy"] + metrics if c in wide.columns]]
 
 
-def _content(run_dir: Path, run: dict, n_boot: int, seed: int) -> _Report:
-    manifest = run.get("manifest") or {}
-    config = run.get("config") or {}
-    exp = config.get("experiment", {})
-    name = exp.get("name") or manifest.get("name") or run_dir.name
-    rep = _Report(title=f"memsim report: {name}")
-    if exp.get("description"):
-        rep.intro.append(str(exp["description"]))
-    status = manifest.get("status")
-    if status == "failed":
-        rep.alerts.append(f"This run FAILED ({manifest.get('error', 'no error recorded')}); "
-                            "the tables below use whatever files it left.")
+@dataclass
+class _Context:
+    """What the sections and figures about a run's queries share."""
 
-    q = run.get("queries")
-    figs: list[ReportFigure] = []
-    cmp = None
-    budgets: list = []
-    colors: dict[str, str] = {}
-    if q is not None and len(q):
-        policies = [str(p) for p in pd.unique(q["policy"])]
-        colors = plots.policy_colors(policies)
-        budgets = sorted(pd.unique(q["budget"]).tolist())
-        n_rep = int(q["replicate"].nunique())
-        baseline = exp.get("baseline") or policies[0]
-        if baseline not in policies:
-            baseline = policies[0]
-        cmp = compare(q, baseline=baseline, n_boot=n_boot, seed=seed)
-        rep.intro.append(
-            f"{len(policies)} policies, {n_rep} replicate stream(s) "
+    run: RunResult
+    q: pd.DataFrame
+    cmp: Comparison
+    policies: list[str]
+    budgets: list
+    baseline: str
+    focus: Any
+    colors: dict[str, str]
+    span: float  # simulated days from the first query to the last
+    window: float
+    n_boot: int
+    seed: int
+
+    @property
+    def at_focus(self) -> str:
+        """" (at N tokens)" when the run has several budgets, else ""."""
+        return f" (at {self.focus} tokens)" if len(self.budgets) > 1 else ""
+
+
+def _context(run: RunResult, n_boot: int, seed: int) -> _Context:
+    q = run.queries
+    policies = [str(p) for p in pd.unique(q["policy"])]
+    budgets = sorted(pd.unique(q["budget"]).tolist())
+    baseline = run.baseline or policies[0]
+    if baseline not in policies:
+        baseline = policies[0]
+    span = float(q["t"].max() - q["t"].min()) if "t" in q and len(q) else 0.0
+    return _Context(run=run, q=q, cmp=compare(q, baseline=baseline, n_boot=n_boot, seed=seed),
+                    policies=policies, budgets=budgets, baseline=baseline,
+                    focus=_focus_budget(run, budgets), colors=plots.policy_colors(policies),
+                    span=span, window=_window(span), n_boot=n_boot, seed=seed)
+
+
+def _run_sentence(ctx: _Context) -> str:
+    q, budgets = ctx.q, ctx.budgets
+    return (f"{len(ctx.policies)} policies, {int(q['replicate'].nunique())} replicate stream(s) "
             f"(every policy sees the same stream: common random numbers), "
             f"{q.groupby('replicate')['query_id'].nunique().sum()} queries in all, "
             f"budget{'s' if len(budgets) > 1 else ''} "
-            f"{', '.join(str(b) for b in budgets)} tokens; baseline '{baseline}'.")
-        focus = _focus_budget(run, budgets)
-        glance = _headline_sentences(cmp, focus)
-        if len(budgets) > 1:
-            glance = [f"At {focus} tokens: " + s for s in glance]
-        tables: list[Any] = [("p", cmp.legend()), ("cmp", cmp)]
-        rep.sections.append(("At a glance", [("list", glance)] if glance else
-                             [("p", "Only one policy: nothing to compare.")]))
-        rep.sections.append(("Summary", tables))
-        if len(cmp.tests):
-            rep.sections.append(("Paired comparisons with the baseline", [
-                ("p", "Difference = policy - baseline on the same queries (paired on replicate "
-                      "and query). p: two-sided Wilcoxon signed-rank test; p (Holm): adjusted "
-                      "over every row of this table. Rank-biserial: +1 if the policy is higher "
-                      "on every pair, -1 if lower; d_z: mean difference over its standard "
-                      "deviation. Win/tie/loss count queries in the metric's own direction."),
-                ("cmp-detail", cmp)]))
-        run_tab = _run_table(run)
-        if run_tab is not None:
-            rep.sections.append(("Per-run measures", [
-                ("p", "Measured once per replicate at the end of the run: recall_gini is the "
-                      "Gini coefficient of recall counts over the notes that exist (1: all use "
-                      "on one note; 0: even); store size after evictions. Intervals over "
-                      "replicates (Student t with fewer than 5)."),
-                ("table", run_tab)]))
+            f"{', '.join(str(b) for b in budgets)} tokens; baseline '{ctx.baseline}'.")
 
-        # ---- figures ------------------------------------------------------
-        if config.get("policies"):
-            def _rec(ax):
-                d = plots.recency_curve_data(config, max_age=_max_age(config, q))
-                plots.plot_recency_curves(d, ax, colors)
-            figs.append(_draw(
-                "recency_curves", "Recency curves over the same ages",
-                "The multiplier each policy applies to a never-used note as it ages, over the "
-                "same ages for every policy (the legend gives the values at 30, 180 and 365 "
-                "days).", _rec))
-        if len(policies) > 1 and len(cmp.tests):
-            # at most ~40 bars: with many policies, fewer metrics per policy
-            per = max(1, 40 // (len(policies) - 1))
-            shown = [m for m in ("utility", "recall", "stale_rate", "answer_prob", "ndcg@10",
-                                 "utility_ratio", "precision", "mrr") if m in cmp.metrics][:per]
-            wtl = plots.win_tie_loss_data(cmp.tests[cmp.tests["metric"].isin(shown)], focus)
-            figs.append(_draw(
-                "win_tie_loss", "Wins, ties and losses",
-                f"Share of paired queries where each policy is better than, equal to or worse "
-                f"than '{baseline}'" + (f" (at {focus} tokens)" if len(budgets) > 1 else "")
-                + "; ▲/▼ mark significant differences after Holm's correction over the whole "
-                "paired table.",
-                lambda ax: plots.plot_win_tie_loss(wtl, ax),
-                size=(7.5, max(2.5, 0.32 * len(wtl) + 1.4))))
+
+def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
+    """At a glance, the summary, the paired comparisons and the per-run measures."""
+    cmp = ctx.cmp
+    glance = _headline_sentences(cmp, ctx.focus)
+    if len(ctx.budgets) > 1:
+        glance = [f"At {ctx.focus} tokens: " + s for s in glance]
+    sections = [("At a glance", [("list", glance)] if glance else
+                 [("p", "Only one policy: nothing to compare.")]),
+                ("Summary", [("p", cmp.legend()), ("cmp", cmp)])]
+    if len(cmp.tests):
+        sections.append(("Paired comparisons with the baseline", [
+            ("p", "Difference = policy - baseline on the same queries (paired on replicate "
+                  "and query). p: two-sided Wilcoxon signed-rank test; p (Holm): adjusted "
+                  "over every row of this table. Rank-biserial: +1 if the policy is higher "
+                  "on every pair, -1 if lower; d_z: mean difference over its standard "
+                  "deviation. Win/tie/loss count queries in the metric's own direction."),
+            ("cmp-detail", cmp)]))
+    run_tab = _run_table(ctx.run)
+    if run_tab is not None:
+        sections.append(("Per-run measures", [
+            ("p", "Measured once per replicate at the end of the run: recall_gini is the "
+                  "Gini coefficient of recall counts over the notes that exist (1: all use "
+                  "on one note; 0: even); store size after evictions. Intervals over "
+                  "replicates (Student t with fewer than 5)."),
+            ("table", run_tab)]))
+    return sections
+
+
+def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
+    """Recency curves, wins/ties/losses and recall by age."""
+    q, cmp, colors, config = ctx.q, ctx.cmp, ctx.colors, ctx.run.config
+    figs = []
+    if config.get("policies"):
+        def _rec(ax):
+            d = plots.recency_curve_data(config, max_age=_max_age(config, q))
+            plots.plot_recency_curves(d, ax, colors)
         figs.append(_draw(
-            "recall_by_age", "Recall by age of the relevant note",
-            "Share of the relevant notes of each age that were packed, with 95% intervals"
-            + (f" (at {focus} tokens)" if len(budgets) > 1 else "")
-            + ". A benchmark whose notes all have age 0 only sees the first bucket.",
-            lambda ax: plots.plot_age_recall(
-                plots.age_recall_data(q, focus, n_boot=n_boot, seed=seed), ax, colors)))
-        if len(budgets) > 1:
-            for metric in ("utility", "recall"):
-                if metric in q:
-                    figs.append(_draw(
-                        f"budget_{metric}", f"{metric} against the token budget",
-                        f"Mean {metric} at each budget with its 95% band.",
-                        lambda ax, m=metric: plots.plot_budget_curve(
-                            plots.budget_curve_data(q, m, n_boot=n_boot, seed=seed), ax,
-                            colors)))
+            "recency_curves", "Recency curves over the same ages",
+            "The multiplier each policy applies to a never-used note as it ages, over the "
+            "same ages for every policy (the legend gives the values at 30, 180 and 365 "
+            "days).", _rec))
+    if len(ctx.policies) > 1 and len(cmp.tests):
+        # at most ~40 bars: with many policies, fewer metrics per policy
+        per = max(1, 40 // (len(ctx.policies) - 1))
+        shown = [m for m in ("utility", "recall", "stale_rate", "answer_prob", "ndcg@10",
+                             "utility_ratio", "precision", "mrr") if m in cmp.metrics][:per]
+        wtl = plots.win_tie_loss_data(cmp.tests[cmp.tests["metric"].isin(shown)], ctx.focus)
+        figs.append(_draw(
+            "win_tie_loss", "Wins, ties and losses",
+            f"Share of paired queries where each policy is better than, equal to or worse "
+            f"than '{ctx.baseline}'" + ctx.at_focus
+            + "; ▲/▼ mark significant differences after Holm's correction over the whole "
+            "paired table.",
+            lambda ax: plots.plot_win_tie_loss(wtl, ax),
+            size=(7.5, max(2.5, 0.32 * len(wtl) + 1.4))))
+    figs.append(_draw(
+        "recall_by_age", "Recall by age of the relevant note",
+        "Share of the relevant notes of each age that were packed, with 95% intervals"
+        + ctx.at_focus + ". A benchmark whose notes all have age 0 only sees the first bucket.",
+        lambda ax: plots.plot_age_recall(
+            plots.age_recall_data(q, ctx.focus, n_boot=ctx.n_boot, seed=ctx.seed), ax,
+            colors)))
+    return figs
+
+
+def _query_figures(ctx: _Context) -> list[ReportFigure]:
+    """Budget curves, per-query distributions and metrics over time."""
+    q, colors, focus, window = ctx.q, ctx.colors, ctx.focus, ctx.window
+    figs = []
+    if len(ctx.budgets) > 1:
         for metric in ("utility", "recall"):
-            if metric in q and np.isfinite(q[metric].to_numpy(float)).any():
+            if metric in q:
                 figs.append(_draw(
-                    f"distribution_{metric}", f"Distribution of {metric} over queries",
-                    f"Empirical CDF of the per-query {metric} (dashed: the mean).",
-                    lambda ax, m=metric: plots.plot_distribution(
-                        plots.distribution_data(q, m, focus), ax, colors)))
-        span = float(q["t"].max() - q["t"].min()) if "t" in q and len(q) else 0.0
-        window = _window(span)
-        for metric in ("recall", "stale_rate"):
-            if metric in q and np.isfinite(q[metric].to_numpy(float)).any() and span > 0:
-                figs.append(_draw(
-                    f"over_time_{metric}", f"{metric} over time",
-                    f"{metric} averaged over {window:g}-day windows of simulated time; the "
-                    "band spans the replicates.",
-                    lambda ax, m=metric: plots.plot_over_time(
-                        plots.over_time_data(q, m, window, focus), ax, colors)))
-        rankings = run.get("rankings")
-        if rankings is not None and len(rankings) and "packed" in rankings:
-            conc = None
-
-            def _conc():
-                nonlocal conc
-                if conc is None:
-                    conc = plots.concentration_data(rankings, q, run.get("store"),
-                                                    window_days=window, top=10, budget=focus)
-                return conc
+                    f"budget_{metric}", f"{metric} against the token budget",
+                    f"Mean {metric} at each budget with its 95% band.",
+                    lambda ax, m=metric: plots.plot_budget_curve(
+                        plots.budget_curve_data(q, m, n_boot=ctx.n_boot, seed=ctx.seed), ax,
+                        colors)))
+    for metric in ("utility", "recall"):
+        if metric in q and np.isfinite(q[metric].to_numpy(float)).any():
             figs.append(_draw(
-                "feedback_top_share", "Feedback loop: share taken by the most-used notes",
-                f"For each {window:g}-day window, the share of packed slots that went to the "
-                "10 notes packed most often before the window. Rising towards 1: the same "
-                "notes keep winning.",
-                lambda ax: plots.plot_concentration(_conc(), ax, colors, "top_share", top=10)))
+                f"distribution_{metric}", f"Distribution of {metric} over queries",
+                f"Empirical CDF of the per-query {metric} (dashed: the mean).",
+                lambda ax, m=metric: plots.plot_distribution(
+                    plots.distribution_data(q, m, focus), ax, colors)))
+    for metric in ("recall", "stale_rate"):
+        if metric in q and np.isfinite(q[metric].to_numpy(float)).any() and ctx.span > 0:
             figs.append(_draw(
-                "feedback_gini", "Feedback loop: concentration of use",
-                "Gini coefficient of the cumulative number of times each note was packed "
-                "(never-packed notes of the store count as zeros).",
-                lambda ax: plots.plot_concentration(_conc(), ax, colors, "gini")))
-        arms = run.get("arms")
-        if arms is not None and "recall_gini" in arms and len(arms):
-            figs.append(_draw(
-                "recall_gini", "Recall concentration at the end",
-                "Gini coefficient of the recall counts over existing notes at the end of the "
-                "run (the feedback loop's lock-in), mean over replicates with its interval.",
-                lambda ax: plots.plot_run_metric(plots.run_metric_data(arms, "recall_gini"),
-                                                 ax, colors)))
-        store = run.get("store")
-        if store is not None and len(store) and _store_differs(store):
-            figs.append(_draw(
-                "store_size", "Store size over time",
-                "Live notes in the store (mean over replicates): policies that evict level off.",
-                lambda ax: plots.plot_store_size(plots.store_size_data(store, focus), ax,
-                                                 colors)))
-    elif q is not None:
-        rep.alerts.append("The run has no queries: nothing to compare.")
-    else:
-        if not (run_dir / "sweep").is_dir():
-            rep.alerts.append("The run folder has no queries.parquet (yet): nothing to "
-                                "compare.")
+                f"over_time_{metric}", f"{metric} over time",
+                f"{metric} averaged over {window:g}-day windows of simulated time; the "
+                "band spans the replicates.",
+                lambda ax, m=metric: plots.plot_over_time(
+                    plots.over_time_data(q, m, window, focus), ax, colors)))
+    return figs
 
-    if figs:
-        rep.sections.append(("Figures", [("fig", f) for f in figs]))
 
-    sweep_items = _sweep_section(run_dir, config, manifest)
-    if sweep_items:
-        rep.sections.append(("Sweep", sweep_items))
+def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
+    """The feedback loop (concentration of use, recall Gini) and the store size."""
+    q, colors, focus, window = ctx.q, ctx.colors, ctx.focus, ctx.window
+    rankings, arms, store = ctx.run.rankings, ctx.run.arms, ctx.run.store
+    figs = []
+    if rankings is not None and len(rankings) and "packed" in rankings:
+        conc = None
 
-    prov = [("table", _manifest_table(manifest, run_dir))]
+        def _conc():
+            nonlocal conc  # computed once, for the two figures that share it
+            if conc is None:
+                conc = plots.concentration_data(rankings, q, store, window_days=window,
+                                                top=10, budget=focus)
+            return conc
+        figs.append(_draw(
+            "feedback_top_share", "Feedback loop: share taken by the most-used notes",
+            f"For each {window:g}-day window, the share of packed slots that went to the "
+            "10 notes packed most often before the window. Rising towards 1: the same "
+            "notes keep winning.",
+            lambda ax: plots.plot_concentration(_conc(), ax, colors, "top_share", top=10)))
+        figs.append(_draw(
+            "feedback_gini", "Feedback loop: concentration of use",
+            "Gini coefficient of the cumulative number of times each note was packed "
+            "(never-packed notes of the store count as zeros).",
+            lambda ax: plots.plot_concentration(_conc(), ax, colors, "gini")))
+    if arms is not None and "recall_gini" in arms and len(arms):
+        figs.append(_draw(
+            "recall_gini", "Recall concentration at the end",
+            "Gini coefficient of the recall counts over existing notes at the end of the "
+            "run (the feedback loop's lock-in), mean over replicates with its interval.",
+            lambda ax: plots.plot_run_metric(plots.run_metric_data(arms, "recall_gini"),
+                                             ax, colors)))
+    if store is not None and len(store) and _store_differs(store):
+        figs.append(_draw(
+            "store_size", "Store size over time",
+            "Live notes in the store (mean over replicates): policies that evict level off.",
+            lambda ax: plots.plot_store_size(plots.store_size_data(store, focus), ax,
+                                             colors)))
+    return figs
+
+
+def _provenance(run_dir: Path, manifest: dict) -> list[Any]:
+    prov: list[Any] = [("table", _manifest_table(manifest, run_dir))]
     cfg_text = (run_dir / "config.toml").read_text(encoding="utf-8") \
         if (run_dir / "config.toml").exists() else ""
     if cfg_text:
         prov.append(("pre", ("Resolved configuration (config.toml)", cfg_text)))
-    rep.sections.append(("Provenance", prov))
+    return prov
+
+
+def _content(run_dir: Path, run: RunResult, n_boot: int, seed: int) -> _Report:
+    manifest = run.manifest or {}
+    exp = run.config.get("experiment", {})
+    name = exp.get("name") or manifest.get("name") or run_dir.name
+    rep = _Report(title=f"memsim report: {name}")
+    if exp.get("description"):
+        rep.intro.append(str(exp["description"]))
+    if manifest.get("status") == "failed":
+        rep.alerts.append(f"This run FAILED ({manifest.get('error', 'no error recorded')}); "
+                          "the tables below use whatever files it left.")
+    q = run.queries
+    figs: list[ReportFigure] = []
+    if q is not None and len(q):
+        ctx = _context(run, n_boot, seed)
+        rep.intro.append(_run_sentence(ctx))
+        rep.sections += _table_sections(ctx)
+        figs = _comparison_figures(ctx) + _query_figures(ctx) + _feedback_figures(ctx)
+    elif q is not None:
+        rep.alerts.append("The run has no queries: nothing to compare.")
+    elif not (run_dir / "sweep").is_dir():
+        rep.alerts.append("The run folder has no queries.parquet (yet): nothing to compare.")
+    if figs:
+        rep.sections.append(("Figures", [("fig", f) for f in figs]))
+    sweep_items = _sweep_section(run_dir, run.config, manifest)
+    if sweep_items:
+        rep.sections.append(("Sweep", sweep_items))
+    rep.sections.append(("Provenance", _provenance(run_dir, manifest)))
     return rep
 
 
@@ -621,12 +672,6 @@ def _fig_html(f: ReportFigure) -> str:
             f"{html.escape(f.caption)}</figcaption></figure>")
 
 
-def _md_table(df: pd.DataFrame) -> str:
-    from .compare import _markdown
-
-    return _markdown(df)
-
-
 def _to_markdown(rep: _Report) -> str:
     out = [f"# {rep.title}", ""]
     for w in rep.alerts:
@@ -645,7 +690,7 @@ def _to_markdown(rep: _Report) -> str:
             elif kind == "cmp-detail":
                 out += [item.to_markdown(detail=True)]
             elif kind == "table":
-                out += [_md_table(item)]
+                out += [markdown_table(item)]
             elif kind == "pre":
                 label, text = item
                 out += [f"<details><summary>{label}</summary>", "", "```toml", text.rstrip(),
@@ -684,8 +729,6 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED)
     ConfigError
         If ``run_dir`` is not a run folder.
     """
-    from .runner import load_run, write_atomic
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run folder")

@@ -31,7 +31,9 @@ actor, only that actor writes and asks about them) with probability
 spacing, lifetime law and size law (see :class:`NoteClasses`):
 
 - evergreen: never stale, askable forever once written;
-- project: each note stays valid for a LogNormal lifetime (weeks to months);
+- project: each note stays valid for a random lifetime (weeks to months;
+  LogNormal by default, or Exponential with a half-life of validity:
+  ``lifetime_law``);
 - scratch: the same with a lifetime of days;
 - superseding: versions of a fact; a newer note on the slot ends the validity
   of the older one (the successor's creation time is the predecessor's
@@ -67,10 +69,42 @@ other note has a qrel. Zero gains are dropped (qrels are non-zero).
 
 A distractor gets a direction of its own in place of ``u_slot``. Rows are unit
 norm, so cosine = dot product and squared L2 = ``2 - 2 cos``. A query's cosine
-to a note of its own slot is about ``(1 + w^2) / (1 + w^2 + s^2)``, to another
-note of the same topic about ``1 / (1 + w^2 + s^2)`` and to another topic about 0
-(``w = slot_weight``, ``s = retriever_noise``); with ``s = 0`` similarity is
-perfectly informative.
+to a note is approximately Gaussian with mean ``rho`` and sd ``(1 - rho^2) /
+sqrt(d)``, where ``rho = (1 + w^2) / T`` for a note of its own slot, ``1 / T``
+for another note or a distractor of its topic and 0 for another topic (``T =
+1 + w^2 + s^2``, ``w = slot_weight``, ``s = retriever_noise``, ``d =
+embedding_dim``); with ``s = 0`` similarity is perfectly informative.
+:meth:`SyntheticWorkload.similarity_model` derives this law and gives its
+likelihood-ratio slope ``beta``.
+
+*The posterior of the asked note.* Lifetimes are drawn independently of
+everything else, so the generative story gives, for each note, the
+probability that it is the one a query asks about. Take an expiring class
+with ``lifetime_law = "exponential"`` (half-life ``H =
+lifetime_median_days``) and one note per slot (``notes_per_slot = 1``): a
+slot is askable exactly while its note is valid, and a note of age ``a`` is
+still valid with probability ``0.5 ** (a / H)``. A query from actor ``x`` at
+``t`` that picked this class (probability ``query_share`` over the classes
+with something askable) picks uniformly among the ``N`` slots of the class
+askable by ``x`` at ``t``. A note is asked only if it is valid, and then with
+probability ``1 / N`` whatever its age, so before looking at similarity
+
+    P(note n is asked | a_n) = 0.5 ** (a_n / H) / N,
+
+proportional to ``0.5 ** (a_n / H)`` among the class's notes visible to
+``x`` (``N`` is common to them). Given the asked slot, its note's cosine to
+the query follows ``f_on`` and any other note of the topic ``f_same`` (the
+Gaussians above, independent of age), so by Bayes
+
+    P(n asked | cos_n, a_n) ~ 0.5 ** (a_n / H) * f_on(cos_n) / f_same(cos_n),
+
+which, when the asked note competes with its strongest same-topic rivals
+(``cos`` near the on-slot mean) is ``~ exp(beta * cos_n) * 0.5 ** (a_n / H)``:
+ranking by it is Bayes-optimal, and the best half-life of that family is
+the planted ``H``. (Notes of other topics have ``f_other``; they rarely
+compete.) Under the default lognormal law, or with several notes per slot,
+the prior is no longer a pure exponential in age, which is why nothing
+closed-form is claimed there.
 
 Randomness: every part draws from its own named child stream of the seed
 (:func:`memsim.rng.child`), e.g. ``("class", "project")``, ``("sizes",
@@ -105,6 +139,8 @@ __all__ = [
     "MIN_TOKENS",
     "MAX_TOKENS",
     "VARIANTS",
+    "LIFETIME_LAWS",
+    "SimilarityModel",
 ]
 
 #: Note classes in generation order (this order breaks ties of creation time).
@@ -213,7 +249,7 @@ class _SlotClass(_SizedClass):
         "interval_days": _POSITIVE,
     }
 
-    #: Whether each note expires after a LogNormal lifetime.
+    #: Whether each note expires after a random lifetime.
     expires: ClassVar[bool] = False
 
 
@@ -245,13 +281,26 @@ class EvergreenClass(_SlotClass):
     size_sigma: float = 0.7
 
 
+#: Lifetime laws of the expiring classes (see :class:`ProjectClass`).
+LIFETIME_LAWS = ("lognormal", "exponential")
+
+
 @dataclass(frozen=True, kw_only=True)
 class _ExpiringClass(_SlotClass):
-    """A slot class whose notes expire after a LogNormal lifetime."""
+    """A slot class whose notes expire after a random lifetime.
 
+    ``lifetime_law = "lognormal"``: ``L ~ LogNormal(ln lifetime_median_days,
+    lifetime_sigma)``. ``"exponential"``: ``L ~ Exponential(rate = ln 2 /
+    lifetime_median_days)``, so ``lifetime_median_days`` is the half-life of
+    validity, ``P(valid at age a) = 0.5 ** (a / lifetime_median_days)``, and
+    ``lifetime_sigma`` is unused.
+    """
+
+    lifetime_law: str = "lognormal"
     lifetime_median_days: float = 60.0
     lifetime_sigma: float = 0.75
     _constraints: ClassVar[dict] = {
+        "lifetime_law": Options(LIFETIME_LAWS),
         "lifetime_median_days": _POSITIVE,
         "lifetime_sigma": _NON_NEGATIVE,
     }
@@ -262,9 +311,9 @@ class _ExpiringClass(_SlotClass):
 class ProjectClass(_ExpiringClass):
     """Project notes: valid for weeks to months, asked about while active.
 
-    Each note is valid on ``[created_at, created_at + L)`` with
-    ``L ~ LogNormal(ln lifetime_median_days, lifetime_sigma)``; expired notes
-    still on an askable slot are stale (``gain_stale``).
+    Each note is valid on ``[created_at, created_at + L)`` with a random
+    lifetime ``L`` (law below); expired notes still on an askable slot are
+    stale (``gain_stale``).
 
     Parameters
     ----------
@@ -274,8 +323,17 @@ class ProjectClass(_ExpiringClass):
         Mean notes (status updates) per project, ``1 + Poisson(n - 1)``.
     interval_days : float, default 10.0
         Mean days between updates of a project.
+    lifetime_law : {"lognormal", "exponential"}, default "lognormal"
+        ``"lognormal"``: ``L ~ LogNormal(ln lifetime_median_days,
+        lifetime_sigma)``. ``"exponential"``: ``L ~ Exponential(rate = ln 2 /
+        lifetime_median_days)``: validity has the half-life
+        ``H = lifetime_median_days``, ``P(valid at age a) = 0.5 ** (a / H)``
+        (the median is ``H`` under both laws), the law for which the best
+        decay is known (module docstring); ``lifetime_sigma`` is then unused.
+        Both laws draw from the class's stream at the same point, so adding
+        this knob left every lognormal stream bit-identical.
     lifetime_median_days, lifetime_sigma : float, default 60.0, 0.75
-        ``P(L > 180 d) = 7 %`` with the defaults.
+        ``P(L > 180 d) = 7 %`` with the defaults (lognormal).
     size_median, size_sigma : float, default 250.0, 1.0
     tier : str, default "task"
     """
@@ -300,6 +358,9 @@ class ScratchClass(_ExpiringClass):
     query_share : float, default 0.2
     notes_per_slot : float, default 2.0
     interval_days : float, default 1.0
+    lifetime_law : {"lognormal", "exponential"}, default "lognormal"
+        As in :class:`ProjectClass` (``"exponential"``: half-life
+        ``lifetime_median_days``, ``lifetime_sigma`` unused).
     lifetime_median_days, lifetime_sigma : float, default 4.0, 0.5
     size_median, size_sigma : float, default 120.0, 1.0
     tier : str, default "scratch"
@@ -411,6 +472,88 @@ class NoteClasses(_Knobs):
 
 
 # --------------------------------------------------------------------------
+# The similarity law
+# --------------------------------------------------------------------------
+
+
+def _cosine_moments(shared: float, total: float, d: int) -> tuple[float, float]:
+    """Mean and sd of the cosine of two vectors that share a component.
+
+    Both are ``A + B`` with ``A`` common, ``B`` independent, all coordinates
+    centred Gaussian with variance ``shared / d`` (``A``) and ``total / d``
+    (``A + B``); see :meth:`SyntheticWorkload.similarity_model`.
+    """
+    rho = shared / total
+    return rho * (1.0 - (1.0 - rho * rho) / (2.0 * d)), (1.0 - rho * rho) / math.sqrt(d)
+
+
+@dataclass(frozen=True)
+class SimilarityModel:
+    """Mean and standard deviation of the query-note cosine, per kind of note.
+
+    Returned by :meth:`SyntheticWorkload.similarity_model` (which derives
+    them); a plain function of the knobs ``slot_weight``, ``retriever_noise``
+    and ``embedding_dim``.
+
+    Attributes
+    ----------
+    on_slot_mean, on_slot_sd : float
+        A note of the asked slot (every note of the slot: current, older
+        valid, stale).
+    same_topic_mean, same_topic_sd : float
+        A note of another slot of the query's topic.
+    other_topic_mean, other_topic_sd : float
+        A note of another topic (mean 0).
+    distractor_mean, distractor_sd : float
+        A distractor of the query's topic (the same law as ``same_topic``: a
+        distractor is a one-note slot nobody asks about).
+    """
+
+    on_slot_mean: float
+    on_slot_sd: float
+    same_topic_mean: float
+    same_topic_sd: float
+    other_topic_mean: float
+    other_topic_sd: float
+    distractor_mean: float
+    distractor_sd: float
+
+    @property
+    def beta(self) -> float:
+        """Slope of the log likelihood ratio of similarity, at the on-slot mean.
+
+        ``beta = d/dcos log(f_on(cos) / f_same(cos))`` at ``cos = on_slot_mean``
+        with Gaussian ``f_on = N(mu_on, sd_on^2)`` and ``f_same = N(mu_same,
+        sd_same^2)``; the ``f_on`` term vanishes there, leaving ``(mu_on -
+        mu_same) / sd_same^2``.
+
+        Why there: the asked note's cosine sits around ``mu_on``, and the
+        rivals that can displace it are the notes of its own topic in the
+        upper tail of ``f_same``, near the same cosine (notes of other topics
+        are ~``mu_on / other_topic_sd`` sds below). So ``beta`` is the local
+        exchange rate between similarity and log prior where the ranking is
+        decided: with a prior ``0.5 ** (age / H)`` the posterior ranks by
+        ``exp(beta * cos) * 0.5 ** (age / H)``, i.e. one unit of cosine is
+        worth ``beta / ln 2`` half-lives. 0 when similarity says nothing
+        (``mu_on = mu_same``).
+        """
+        gap = self.on_slot_mean - self.same_topic_mean
+        return 0.0 if gap == 0 else gap / self.same_topic_sd ** 2
+
+    def log_likelihood_ratio(self, cos) -> np.ndarray:
+        """``log(f_on(cos) / f_same(cos))`` under the Gaussian approximation.
+
+        Quadratic in ``cos``; its slope at ``on_slot_mean`` is :attr:`beta`.
+        Undefined (NaN) when ``on_slot_sd = 0`` (``retriever_noise = 0``).
+        """
+        c = np.asarray(cos, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.log(self.same_topic_sd / self.on_slot_sd)
+                    - 0.5 * ((c - self.on_slot_mean) / self.on_slot_sd) ** 2
+                    + 0.5 * ((c - self.same_topic_mean) / self.same_topic_sd) ** 2)
+
+
+# --------------------------------------------------------------------------
 # The workload
 # --------------------------------------------------------------------------
 
@@ -466,9 +609,27 @@ class SyntheticWorkload(_Knobs):
     slot_weight : float, default 1.0
         Norm of the slot direction relative to the topic centroid: how well
         similarity separates slots of one topic.
-    retriever_noise : float, default 0.8
+    retriever_noise : float, default 1.35
         Noise scale of note and query vectors (0 = similarity perfectly
-        informative).
+        informative). The default is chosen by measurement
+        (``benchmarks/default_world.py``) so that retrieval is about as hard
+        as a real retriever on real memory: BM25 on LoCoMo packs 0.69 of a
+        question's evidence within 1,500 tokens, and a similarity-only store
+        (preset ``similarity-only``) on the default workload packs 0.685
+        (3 replicates, 1,500 tokens; 0.63-0.73 by age bucket). On slot the
+        cosine is 0.52 +- 0.09 against 0.26 +- 0.12 for other notes of the
+        topic (:meth:`similarity_model`, ``beta = 19``); all of a query's
+        relevant notes are in the cosine top 5 for 0.54 of queries, any of
+        them for 0.66 (BM25 on LoCoMo: 0.46, 0.56). The earlier 0.8 made
+        similarity nearly an oracle (recall 0.95, 0.99 at ages over a
+        year), too easy for decay to matter; 1.2 gives 0.81, 1.6 gives 0.47.
+        What then comes out (skip-fill for all, paired 95% intervals): no
+        decay has utility 0.378, ``0.95 ** days`` 0.304 (-0.074 [-0.086,
+        -0.064]; recall 0 beyond 90 days), a 180-day half-life with floor
+        0.35 0.442 (+0.063 [+0.054, +0.072]; it drops stale notes, stale
+        rate 0.053 against 0.080, and loses old ones, recall 0.26 at
+        180-365 days against 0.73). At 0.8 that half-life lost to no decay
+        (-0.015 [-0.023, -0.007]).
     uniform_tokens : int, default 0
         0: sizes follow each class's LogNormal law. Otherwise every note has
         exactly this many tokens (a benchmark-like workload), in [8, 4000].
@@ -510,7 +671,7 @@ class SyntheticWorkload(_Knobs):
     personal_share: float = 0.3
     embedding_dim: int = 64
     slot_weight: float = 1.0
-    retriever_noise: float = 0.8
+    retriever_noise: float = 1.35
     uniform_tokens: int = 0
     accesses_per_day: float = 0.0
     gain_current: float = 1.0
@@ -556,6 +717,60 @@ class SyntheticWorkload(_Knobs):
     def actor_names(self) -> list[str]:
         """``["a0", "a1", ...]``."""
         return [f"a{i}" for i in range(self.n_actors)]
+
+    def similarity_model(self) -> SimilarityModel:
+        """The law of the query-note cosine, derived from the knobs.
+
+        Returns
+        -------
+        SimilarityModel
+            Mean and sd of the cosine of a query with a note of the asked
+            slot, another note of its topic, a note of another topic and a
+            distractor of its topic, and the slope :attr:`SimilarityModel.beta`.
+
+        Notes
+        -----
+        A note and a query are ``normalise(c + w u + s e)`` with ``c, u, e``
+        i.i.d. ``N(0, I / d)`` (``w = slot_weight``, ``s = retriever_noise``,
+        ``d = embedding_dim``), the noises ``e`` independent. Before
+        normalisation the two vectors ``x``, ``q`` have coordinates that are
+        i.i.d. pairs, centred Gaussian with variance ``T / d``, ``T = 1 + w^2
+        + s^2``, and covariance ``S / d`` where ``S`` is the variance of the
+        part they share: ``S = 1 + w^2`` on the asked slot (``c`` and ``u``),
+        ``S = 1`` for another slot or a distractor of the topic (``c``), ``S
+        = 0`` for another topic. So ``cos(x, q)`` is the (uncentred) sample
+        correlation of ``d`` pairs with correlation ``rho = S / T``.
+
+        Delta method on the ratio ``P / sqrt(X Q)`` (``P = x.q``, ``X =
+        |x|^2``, ``Q = |q|^2``, means ``S, T, T``): with ``Var P = (T^2 +
+        S^2) / d``, ``Var X = Var Q = 2 T^2 / d``, ``Cov(X, Q) = 2 S^2 / d``
+        and ``Cov(P, X) = Cov(P, Q) = 2 S T / d`` (Gaussian fourth moments),
+        the linear term ``P / T - rho (X + Q) / (2 T)`` has variance
+
+            ``(1 + rho^2 + rho^2 (1 + rho^2) - 4 rho^2) / d = (1 - rho^2)^2 / d``,
+
+        so ``sd = (1 - rho^2) / sqrt(d)``; the second-order term gives the
+        mean ``rho (1 - (1 - rho^2) / (2 d))`` (the familiar small bias of a
+        sample correlation). With the defaults (``w = 1, s = 1.35, d = 64``):
+        on slot ``0.520 +- 0.091``, same topic and distractors ``0.260 +-
+        0.116``, other topics ``0 +- 0.125``; ``beta = 19.2``.
+
+        The law is the one averaged over the draws of the topic centroids
+        ``c``; a stream has one ``c`` per topic, and its popular topics
+        weigh most, so the same-topic mean of one stream can sit ~0.02 off
+        (``|c|^2`` of its few popular topics). With many equally popular
+        topics a stream matches the model's means to ~0.005 and its sds to a
+        few percent (``tests/test_workload.py``).
+        """
+        w2, s2, d = self.slot_weight ** 2, self.retriever_noise ** 2, self.embedding_dim
+        total = 1.0 + w2 + s2
+        on = _cosine_moments(1.0 + w2, total, d)
+        topic = _cosine_moments(1.0, total, d)
+        other = _cosine_moments(0.0, total, d)
+        return SimilarityModel(on_slot_mean=on[0], on_slot_sd=on[1],
+                               same_topic_mean=topic[0], same_topic_sd=topic[1],
+                               other_topic_mean=other[0], other_topic_sd=other[1],
+                               distractor_mean=topic[0], distractor_sd=topic[1])
 
     # -- generation -------------------------------------------------------------
     def generate(self, seed: np.random.SeedSequence | int) -> Stream:
@@ -712,8 +927,13 @@ def _draw_class(wl: SyntheticWorkload, name: str, rate: float, t0: float, t1: fl
     gaps[np.cumsum(counts) - counts] = 0.0
     created = birth[slot] + _segment_cumsum(gaps, counts)
     if getattr(spec, "expires", False):
-        lifetime = rng.lognormal(math.log(spec.lifetime_median_days), spec.lifetime_sigma,
-                                 slot.size)
+        # one draw per note from the class stream under either law, so the
+        # lognormal draws are those of a workload without the law knob
+        if spec.lifetime_law == "exponential":
+            lifetime = rng.exponential(spec.lifetime_median_days / math.log(2.0), slot.size)
+        else:
+            lifetime = rng.lognormal(math.log(spec.lifetime_median_days), spec.lifetime_sigma,
+                                     slot.size)
     else:
         lifetime = np.full(slot.size, np.inf)
 

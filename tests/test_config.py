@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from memsim.config import (
+    ExperimentSettings,
     apply_override,
     dumps_toml,
     experiment_from_dict,
     load_experiment,
     parse_override,
 )
+from memsim.engine import SimSettings
 from memsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +54,20 @@ def test_resolved_config_round_trips_through_toml(tmp_path):
     again = experiment_from_dict(tomllib.loads(text))
     assert again.to_config() == exp.to_config()
     assert again.hash8() == exp.hash8()
+
+
+def test_experiment_settings_hold_the_engine_settings():
+    # one [experiment] table, one object: every engine setting is a field of
+    # ExperimentSettings, with the engine's default
+    sim_fields = {f.name: f.default for f in dataclasses.fields(SimSettings)}
+    exp_fields = {f.name: f.default for f in dataclasses.fields(ExperimentSettings)}
+    assert sim_fields.items() <= exp_fields.items()
+    s = ExperimentSettings(candidates=7, feedback_mode="per-query")
+    assert s.sim == SimSettings(candidates=7, feedback_mode="per-query")
+    assert dataclasses.replace(s, candidates=9).sim.candidates == 9
+    with pytest.raises(ConfigError, match=r"^experiment\.candidates: The 'candidates' "
+                                          "parameter of SimSettings must be"):
+        ExperimentSettings.from_table({"candidates": 0})
 
 
 def test_set_overrides_use_the_dotted_keys():

@@ -1,35 +1,45 @@
 """Contract suite over the whole policy registry (Gymnasium's checker pattern).
 
-For every registered component: it builds with its defaults and round-trips
-through its config; every numeric parameter refuses NaN and +-inf (and
-negatives where the range starts at 0) with the uniform message naming the
-parameter; outputs have the documented shapes and dtypes on a small random
-context built by the real engine classes; inputs are not mutated; results are
-deterministic for a seed; components and policies pickle. Every preset
-resolves to a Policy, and ``experiments/presets.toml`` runs every preset.
+Every registered component goes through :func:`memsim.testing.check_component`
+(frozen validated construction, the uniform parameter messages, config round
+trip, pickling, shapes, dtypes, bounds, no mutation, determinism) on the
+checker's own random contexts *and* on contexts built by the real engine
+classes; every preset through :func:`memsim.testing.check_policy`. A user
+component that breaks the contract is caught. ``experiments/presets.toml``
+runs every preset.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import functools
-import pickle
+import pickle  # noqa: TID251 - worker processes (--jobs) receive policies pickled
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from memsim.config import resolve_policy
-from memsim.engine import Batch, NoteArrays, PolicyState
+from memsim.engine import Batch, BatchContext, NoteArrays, PolicyState
 from memsim.errors import ConfigError, ParameterError
 from memsim.metrics import RelevanceIndex
-from memsim.params import Interval, Options
-from memsim.policies import PRESETS, REGISTRY, Policy, ScoringContext, build_component
+from memsim.params import Interval
+from memsim.policies import (
+    PRESETS,
+    REGISTRY,
+    Decay,
+    Orderer,
+    Packer,
+    Policy,
+    ScoringContext,
+    build_component,
+)
 from memsim.policies.base import MEMORY_TYPE_CODES, TIER_CODES
 from memsim.stream import make_stream
+from memsim.testing import CheckError, check_component, check_policy, random_context
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,8 +109,8 @@ def _static(seed: int):
     return stream, notes, RelevanceIndex(stream, notes.created_at)
 
 
-def make_context(seed: int = 0, sweep: bool = False) -> ScoringContext:
-    """A real ScoringContext: random notes, random per-policy state (uses,
+def make_context(seed: int = 0, sweep: bool = False) -> BatchContext:
+    """The engine's context: random notes, random per-policy state (uses,
     last access, actors, tiers, a few evictions), 5 queries (1 for a sweep)."""
     stream, notes, relevance = _static(seed)
     rng = np.random.default_rng(seed + 1)
@@ -119,53 +129,28 @@ def make_context(seed: int = 0, sweep: bool = False) -> ScoringContext:
     batch = Batch(qrows=rows, t=qt, actors=np.zeros(len(rows), dtype=np.int64), notes=notes,
                   qemb=qemb, qnorm2=np.einsum("ij,ij->i", qemb, qemb, dtype=np.float64),
                   relevance=relevance)
-    return ScoringContext(batch, state, np.random.default_rng(seed + 2))
+    return BatchContext(batch, state, np.random.default_rng(seed + 2))
 
 
-def _snapshot(ctx: ScoringContext) -> dict:
-    """Copies of everything a component can read, to check nothing changed."""
-    out = {}
-    for obj, prefix in ((ctx.notes, "notes"), (ctx.state, "state"), (ctx.batch, "batch")):
-        for k, v in vars(obj).items():
-            if isinstance(v, np.ndarray):
-                out[f"{prefix}.{k}"] = v.copy()
-    for k in ("age_created", "age_updated", "age_last_access", "since_access", "recalls",
-              "tier", "distinct_actors", "gains"):
-        out[f"ctx.{k}"] = np.array(getattr(ctx, k), copy=True)
-    return out
-
-
-def _assert_unchanged(before: dict, ctx: ScoringContext) -> None:
-    after = _snapshot(ctx)
-    for k, v in before.items():
-        np.testing.assert_array_equal(after[k], v, err_msg=f"{k} was mutated")
+def test_both_contexts_satisfy_the_protocol():
+    assert isinstance(random_context(0), ScoringContext)
+    assert isinstance(make_context(0), ScoringContext)
 
 
 # --------------------------------------------------------------------------
-# Construction, validation, config round-trip, pickling
+# Every registered component, through the checker
 # --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("slot, name, cls", COMPONENTS, ids=IDS)
-def test_builds_with_defaults_and_round_trips(slot, name, cls):
-    comp = cls()
-    assert comp.slot == slot and comp.name == name
+def test_component_passes_the_checker(slot, name, cls):
+    assert cls.slot == slot and cls.name == name
     assert REGISTRY[slot][name] is cls
-    assert dataclasses.is_dataclass(comp)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        comp._probe = 1  # frozen
-    cfg = comp.to_config()
-    assert cfg["kind"] == name
-    assert build_component(slot, cfg, "x") == comp
-    assert build_component(slot, copy.deepcopy(cfg), "x").to_config() == cfg
-    for pname, _default, allowed in cls.describe():
-        assert isinstance(pname, str) and isinstance(allowed, str)
-
-
-@pytest.mark.parametrize("slot, name, cls", COMPONENTS, ids=IDS)
-def test_pickles(slot, name, cls):
+    for seed in (0, 3):
+        check_component(cls, seed=seed, contexts=[make_context])
+    # and through the registry itself (what an experiment's TOML uses)
     comp = cls()
-    assert pickle.loads(pickle.dumps(comp)) == comp
+    assert build_component(slot, comp.to_config(), "x") == comp
 
 
 @pytest.mark.parametrize("slot, name, cls",
@@ -183,30 +168,12 @@ def test_documented(slot, name, cls):
 
 @pytest.mark.parametrize("slot, name, cls, param, iv", NUMERIC,
                          ids=[f"{s}:{n}.{p}" for s, n, _, p, _ in NUMERIC])
-def test_numeric_parameter_refuses_nan_inf_negative(slot, name, cls, param, iv):
-    bad = [float("nan"), float("inf"), float("-inf")]
-    if iv.low is not None and iv.low >= 0:
-        bad.append(-1 if iv.integer else -1.0)
-    if iv.high is not None:
-        bad.append(iv.high + 1)
-    for value in bad:
-        with pytest.raises(ParameterError) as err:
-            cls(**{param: value})
-        msg = str(err.value)
-        assert msg.startswith(f"The {param!r} parameter of {cls.__name__} must be "), msg
-        assert "instead" in msg
-        # and through a config table, with the dotted key in front
+def test_numeric_parameter_refused_through_a_config_table(slot, name, cls, param, iv):
+    # the checker refuses the values on the class; a config table puts the
+    # dotted key in front of the same message
+    for value in (float("nan"), float("inf"), float("-inf")):
         with pytest.raises(ConfigError, match=f"policies.p.{slot}: The '{param}' parameter"):
             build_component(slot, {"kind": name, param: value}, f"policies.p.{slot}")
-
-
-@pytest.mark.parametrize("slot, name, cls", COMPONENTS, ids=IDS)
-def test_option_parameters_refuse_unknown_values(slot, name, cls):
-    for param, cons in cls._all_constraints().items():
-        alts = cons if isinstance(cons, (list, tuple)) else (cons,)
-        if all(isinstance(c, Options) for c in alts):
-            with pytest.raises(ParameterError, match=f"'{param}' parameter of {cls.__name__}"):
-                cls(**{param: "no-such-value"})
 
 
 def test_invalid_parameters_named_in_the_uniform_message():
@@ -230,103 +197,6 @@ def test_unknown_parameter_is_refused_with_suggestion():
         build_component("decay", {"kind": "half-life", "half_life_day": 3}, "policies.p.decay")
 
 
-# --------------------------------------------------------------------------
-# Shapes, dtypes, no mutation, determinism
-# --------------------------------------------------------------------------
-
-
-def _run(slot, comp, ctx):
-    """The component's answer on ``ctx``, checked for shape and dtype."""
-    q, n = len(ctx.t), len(ctx.idx)
-    if slot == "retriever":
-        out = comp.similarity(ctx)
-        assert out.shape == (q, n) and out.dtype.kind == "f"
-        return out
-    if slot == "decay":
-        age = np.array(ctx.age(comp.clock), copy=True)
-        age_before = age.copy()
-        out = comp.recency(age, ctx)
-        np.testing.assert_array_equal(age, age_before, err_msg="recency mutated its age input")
-        out = np.asarray(out)
-        assert out.shape == (q, n) and out.dtype.kind == "f"
-        assert np.all(np.isfinite(out)) and np.all(out >= 0)
-        return out
-    if slot == "stickiness":
-        age = np.array(ctx.age_created, copy=True)
-        age_before = age.copy()
-        eff = np.asarray(comp.effective_age(age, ctx))
-        np.testing.assert_array_equal(age, age_before)
-        assert eff.shape == (q, n) and eff.dtype.kind == "f"
-        acc = np.broadcast_to(np.asarray(comp.access_term(ctx), dtype=np.float64), (q, n))
-        assert np.all(np.isfinite(acc)) and np.all(acc >= 0)
-        return np.stack([eff, acc])
-    if slot == "breadth":
-        outs = []
-        for f in (comp.on_access, comp.on_score):
-            b = np.broadcast_to(np.asarray(f(ctx), dtype=np.float64), (q, n))
-            assert np.all(b >= 1.0)
-            outs.append(b)
-        return np.stack(outs)
-    if slot == "ranker":
-        rel = np.asarray(ctx.similarity(build_component("retriever", "cosine", "r")))
-        rec = np.clip(np.asarray(ctx.age_created) / -400.0 + 1.0, 0.0, 1.0)
-        rel_before, rec_before = rel.copy(), rec.copy()
-        out = np.asarray(comp.combine(rel, rec if comp.uses_recency else None, ctx))
-        np.testing.assert_array_equal(rel, rel_before)
-        np.testing.assert_array_equal(rec, rec_before)
-        assert out.shape == (q, n) and out.dtype.kind == "f"
-        return out
-    if slot == "retention":
-        out = np.asarray(comp.evict(ctx))
-        assert out.shape == (n,) and out.dtype == bool
-        return out
-    if slot == "packer":
-        rng = np.random.default_rng(5)
-        c = 12
-        values = rng.uniform(-0.2, 1, (q, c))
-        tokens = rng.integers(1, 400, (q, c)).astype(np.int64)
-        valid = rng.random((q, c)) < 0.9
-        budget = np.full(q, 800, dtype=np.int64)
-        args = [values.copy(), tokens.copy(), valid.copy(), budget.copy()]
-        out = np.asarray(comp.pack(*args))
-        for a, b in zip(args, (values, tokens, valid, budget)):
-            np.testing.assert_array_equal(a, b)
-        assert out.shape == (q, c) and out.dtype == bool
-        assert np.all((tokens * out).sum(axis=1) <= budget)
-        assert not np.any(out & ~valid)
-        return out
-    if slot == "orderer":
-        rng = np.random.default_rng(6)
-        c = 12
-        values = -np.sort(-rng.uniform(0, 1, (q, c)), axis=1)
-        packed = rng.random((q, c)) < 0.5
-        out = np.asarray(comp.order(values, packed))
-        assert out.shape == (q, c) and out.dtype == np.int64
-        for r in range(q):
-            assert sorted(out[r][packed[r]]) == list(range(packed[r].sum()))
-            assert np.all(out[r][~packed[r]] == -1)
-        return out
-    if slot == "feedback":
-        return np.zeros(0)
-    raise AssertionError(f"unknown slot {slot}")
-
-
-@pytest.mark.parametrize("slot, name, cls", COMPONENTS, ids=IDS)
-def test_shapes_dtypes_and_no_mutation(slot, name, cls):
-    ctx = make_context(0, sweep=(slot == "retention"))
-    before = _snapshot(ctx)
-    _run(slot, cls(), ctx)
-    _assert_unchanged(before, ctx)
-
-
-@pytest.mark.parametrize("slot, name, cls", COMPONENTS, ids=IDS)
-def test_deterministic_for_a_seed(slot, name, cls):
-    sweep = slot == "retention"
-    a = _run(slot, cls(), make_context(3, sweep=sweep))
-    b = _run(slot, cls(), make_context(3, sweep=sweep))
-    np.testing.assert_array_equal(a, b)
-
-
 def test_randomised_components_depend_on_the_seed():
     from memsim.policies.rank import RandomRanker
     from memsim.policies.retention import MemoryBankForgetting
@@ -341,6 +211,95 @@ def test_randomised_components_depend_on_the_seed():
     np.testing.assert_array_equal(prob.evict(s1), prob.evict(s2))
     s2.rng = np.random.default_rng(12345)
     assert not np.array_equal(prob.evict(make_context(4, sweep=True)), prob.evict(s2))
+
+
+# --------------------------------------------------------------------------
+# The checker catches broken user components
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class _FloorBreaker(Decay):
+    """Declares a floor of 0.2 but decays to 0."""
+
+    name: ClassVar[str] = "floor-breaker"
+    half_life_days: float = 10.0
+    _constraints: ClassVar[dict] = {"half_life_days": Interval(0, None, closed="neither")}
+
+    def recency(self, age, ctx):
+        return np.exp2(-np.maximum(age, 0.0) / self.half_life_days)
+
+    def lower_bound(self):
+        return 0.2
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Unchecked(Decay):
+    """A numeric parameter without a constraint: NaN would pass."""
+
+    name: ClassVar[str] = "unchecked"
+    half_life_days: float = 10.0
+
+    def recency(self, age, ctx):
+        return np.exp2(-np.maximum(age, 0.0) / self.half_life_days)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Overpacker(Packer):
+    """Packs every valid candidate, whatever the budget."""
+
+    name: ClassVar[str] = "overpacker"
+
+    def pack(self, values, tokens, valid, budget):
+        return np.asarray(valid, dtype=bool).copy()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Duplicator(Orderer):
+    """Puts every packed note at position 0."""
+
+    name: ClassVar[str] = "duplicator"
+
+    def order(self, values, packed):
+        return np.where(packed, 0, -1).astype(np.int64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Mutator(Decay):
+    """Writes into its age argument."""
+
+    name: ClassVar[str] = "mutator"
+
+    def recency(self, age, ctx):
+        age[...] = 0.0
+        return np.ones_like(age)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Incomplete(Decay):
+    """Forgets to implement recency."""
+
+    name: ClassVar[str] = "incomplete"
+
+
+@pytest.mark.parametrize("cls, check", [
+    (_FloorBreaker, "floor never crossed"),
+    (_Unchecked, "validation"),
+    (_Overpacker, "budget"),
+    (_Duplicator, "permutation"),
+    (_Mutator, "no mutation"),
+    (_Incomplete, "construct with defaults"),
+])
+def test_checker_catches_a_broken_user_component(cls, check):
+    with pytest.raises(CheckError) as err:
+        check_component(cls)
+    assert err.value.check == check
+    assert cls.name in str(err.value) and cls.__name__ in str(err.value)
+    assert f"check {check!r} failed" in str(err.value)
+    if check != "construct with defaults":
+        # the same component inside a policy is caught by check_policy too
+        with pytest.raises(CheckError, match=cls.name):
+            check_policy(Policy(**{cls.slot: cls()}))
 
 
 # --------------------------------------------------------------------------
@@ -367,12 +326,7 @@ def test_preset_resolves_scores_and_pickles(name):
     assert Policy.from_config(policy.to_config()) == policy
     doc = PRESETS[name].doc
     assert len(doc) > 80
-    ctx = make_context(1)
-    before = _snapshot(ctx)
-    score = np.asarray(policy.score(ctx), dtype=np.float64)
-    _assert_unchanged(before, ctx)
-    assert score.shape == (N_QUERIES, len(ctx.idx))
-    assert not np.any(np.isnan(score))
+    check_policy(policy, seed=1, contexts=[make_context])
 
 
 BASELINES = ("similarity-only", "recency-only", "random", "oracle")

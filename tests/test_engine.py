@@ -187,9 +187,8 @@ def test_gini():
     {"kind": "half-life", "half_life_days": 3.0, "clock": "last_access"},
 ])
 def test_separable_recency_equals_the_per_cell_formula(decay):
-    from memsim.engine import Batch, NoteArrays, PolicyState
+    from memsim.engine import Batch, BatchContext, NoteArrays, PolicyState
     from memsim.metrics import RelevanceIndex
-    from memsim.policies import ScoringContext
 
     s = random_stream(6, n_notes=400, n_queries=30)
     s.notes.loc[::7, "tier"] = "scratch"
@@ -204,7 +203,7 @@ def test_separable_recency_equals_the_per_cell_formula(decay):
                   notes=notes, qemb=qe[rows], qnorm2=(qe[rows] ** 2).sum(1),
                   relevance=RelevanceIndex(s, notes.created_at))
     policy = resolve_policy({"decay": decay}, "p")
-    ctx = ScoringContext(batch, state, np.random.default_rng(0))
+    ctx = BatchContext(batch, state, np.random.default_rng(0))
     form = policy.decay.exponential_form(ctx)
     fast = ctx.exponential_recency(policy.decay.clock, *form)
     assert fast is not None
@@ -214,9 +213,9 @@ def test_separable_recency_equals_the_per_cell_formula(decay):
 
 
 def test_separable_recency_declines_when_a_cell_would_need_clamping():
-    from memsim.policies.base import ScoringContext
+    from memsim.engine import BatchContext
 
-    class Ctx(ScoringContext):
+    class Ctx(BatchContext):
         def __init__(self):  # a bare stand-in: only what exponential_recency reads
             pass
 

@@ -1,8 +1,8 @@
 """Golden tests: the real code's vectors and every numeric claim of the seeds.
 
-* ``../shared/golden/source_vectors.json`` (computed from the real code of
+* ``tests/golden/source_vectors.json`` (a copy of ``../shared/golden``, computed from the real code of
   ai-memory, Feather DB and Hivemind's published formula) is reproduced by
-  calling memsim's own components on a :class:`memsim.curves.SyntheticContext`
+  calling memsim's own components on a :class:`memsim.policies.ArrayContext`
   (a stand-in for the engine's scoring context built from plain arrays).
   ``hivemind_packing`` is the packers' golden set and lives with their tests.
 * Every numeric claim of the three seed documents has one test below, named
@@ -24,7 +24,8 @@ import pandas as pd
 import pytest
 
 from memsim.config import resolve_policy
-from memsim.curves import SyntheticContext, crossover_age, curves_table, format_curves
+from memsim.curves import crossover_age, curves_table, format_curves
+from memsim.policies import ArrayContext
 from memsim.errors import ParameterError
 from memsim.policies import Policy
 from memsim.policies.breadth import LogActors, ai_memory_coerce_weight, breadth_factor
@@ -34,8 +35,9 @@ from memsim.policies.retention import AiMemorySweep
 from memsim.policies.retrieval import InverseSquaredL2
 from memsim.policies.stickiness import AccessTerm, LogRecall, log_recall_factor
 
-GOLDEN_PATH = Path(__file__).resolve().parents[2] / "shared" / "golden" / "source_vectors.json"
-GOLDEN = json.loads(GOLDEN_PATH.read_text()) if GOLDEN_PATH.exists() else None
+# kept in the repository (tests/golden/README.md), so a fresh clone runs them
+GOLDEN_PATH = Path(__file__).resolve().parent / "golden" / "source_vectors.json"
+GOLDEN = json.loads(GOLDEN_PATH.read_text())
 needs_golden = pytest.mark.skipif(GOLDEN is None, reason=f"no {GOLDEN_PATH}")
 
 F32 = np.float32
@@ -52,7 +54,7 @@ def _one(x):
 
 def _recency(decay, age, **note):
     """``decay``'s multiplier for one note of age ``age`` (days)."""
-    ctx = SyntheticContext(t=0.0, created_at=[-float(age)], **note)
+    ctx = ArrayContext(t=0.0, created_at=[-float(age)], **note)
     return _one(decay.recency(ctx.age(decay.clock), ctx))
 
 
@@ -70,7 +72,7 @@ def _ai_memory_case(v):
     # modelled here, outside memsim's components.
     w = ai_memory_coerce_weight(raw_w)
     dsa = v["days_since_access"]
-    ctx = SyntheticContext(
+    ctx = ArrayContext(
         t=0.0,
         created_at=[-float(v["age_days"])],
         updated_at=[-float(v["age_days"])],
@@ -119,7 +121,7 @@ def test_ai_memory_vector_never_evicts_pinned_or_non_episodic(i):
     _, _, sweep, _, _ = _ai_memory_case(v)
     for extra in ({"pinned": True}, {"memory_type": "semantic"}, {"memory_type": "procedural"}):
         dsa = v["days_since_access"]
-        ctx = SyntheticContext(
+        ctx = ArrayContext(
             t=0.0, created_at=[-float(v["age_days"])],
             last_access=[np.nan if dsa is None else -float(dsa)], recalls=[v["access_count"]],
             salience=[v.get("salience", 1.0)], distinct_actors=[v.get("distinct_actors", 0)],
@@ -144,7 +146,7 @@ def _feather_ctx(v):
     # one query at the origin and one note at squared L2 distance d from it,
     # so that the retriever computes Feather's similarity itself
     d = float(v["sq_l2_distance"])
-    return SyntheticContext(
+    return ArrayContext(
         t=0.0, created_at=[-float(v["age_days"])], recalls=[v["recall_count_at_scoring"]],
         importance=[float(v["importance"])],
         query_emb=np.zeros((1, 1), dtype=F32), note_emb=np.array([[math.sqrt(d)]], dtype=F32))
@@ -259,7 +261,7 @@ def test_seed000_notes_older_than_two_months_never_win():
     # matched": at 60 days even a perfect match (similarity 1) scores 0.046,
     # below a fresh note of similarity 0.05
     bug = resolve_policy({"preset": "hivemind-2025-bug"}, "bug")
-    ctx = SyntheticContext(t=0.0, created_at=[-60.0, 0.0], similarity=[[1.0, 0.05]])
+    ctx = ArrayContext(t=0.0, created_at=[-60.0, 0.0], similarity=[[1.0, 0.05]])
     old, fresh = bug.score(ctx)[0]
     assert old == pytest.approx(0.95 ** 60) and old < fresh
 
@@ -283,7 +285,7 @@ def test_seed000_best_match_still_wins_at_one_year():
     # 0.5. (Against a fresh note of similarity 0.8 it would not: the claim
     # holds for a clear best match, not for any margin.)
     fixed = resolve_policy({"preset": "hivemind"}, "hivemind")
-    ctx = SyntheticContext(t=0.0, created_at=[-365.0, 0.0], similarity=[[1.0, 0.5]])
+    ctx = ArrayContext(t=0.0, created_at=[-365.0, 0.0], similarity=[[1.0, 0.5]])
     old, fresh = fixed.score(ctx)[0]
     assert old > fresh
 
@@ -335,14 +337,14 @@ EXAMPLE = dict(t=0.0, created_at=[-30.0], last_access=[-3.0], recalls=[5])
 def _retention(w, actors, **kw):
     note = dict(EXAMPLE)
     note.update(kw)
-    ctx = SyntheticContext(distinct_actors=[actors], **note)
+    ctx = ArrayContext(distinct_actors=[actors], **note)
     return _one(AiMemorySweep(breadth_weight=w).retention_score(ctx))
 
 
 def _access(w, actors, **kw):
     note = dict(EXAMPLE)
     note.update(kw)
-    ctx = SyntheticContext(distinct_actors=[actors], **note)
+    ctx = ArrayContext(distinct_actors=[actors], **note)
     b = LogActors(weight=w).on_access(ctx) if w > 0 else 1.0
     return _one(AccessTerm().access_term(ctx) * b)
 
@@ -411,8 +413,8 @@ def test_seed001_breadth_keeps_a_shared_page_above_the_cold_threshold():
     # the golden case (100 d old, 50 hits, last 100 d ago, 5 actors)
     note = dict(t=0.0, created_at=[-100.0], last_access=[-100.0], recalls=[50],
                 distinct_actors=[5])
-    assert AiMemorySweep(breadth_weight=0.0).evict(SyntheticContext(**note))[0]
-    assert not AiMemorySweep(breadth_weight=1.5).evict(SyntheticContext(**note))[0]
+    assert AiMemorySweep(breadth_weight=0.0).evict(ArrayContext(**note))[0]
+    assert not AiMemorySweep(breadth_weight=1.5).evict(ArrayContext(**note))[0]
 
 
 def test_seed001_growth_is_sublinear():
@@ -447,7 +449,7 @@ FEATHER = resolve_policy({"preset": "feather"}, "feather")
 
 
 def _feather_recency(age, recalls=0):
-    ctx = SyntheticContext(t=0.0, created_at=[-float(age)], recalls=[recalls])
+    ctx = ArrayContext(t=0.0, created_at=[-float(age)], recalls=[recalls])
     eff = FEATHER.stickiness.effective_age(ctx.age(FEATHER.decay.clock), ctx)
     return _one(eff), _one(FEATHER.decay.recency(eff, ctx))
 
@@ -468,11 +470,11 @@ def test_seed002_similarity_advantage_needed_at_30_days_is_0_214_not_0_15():
     assert adv == pytest.approx(0.2143, abs=1e-4)
     old = resolve_policy({"preset": "feather"}, "f")
     for s_fresh in (0.5, 0.7):
-        ctx = SyntheticContext(t=0.0, created_at=[-30.0, 0.0],
+        ctx = ArrayContext(t=0.0, created_at=[-30.0, 0.0],
                                similarity=[[s_fresh + adv, s_fresh]])
         a, b = old.score(ctx)[0].astype(np.float64)
         assert a == pytest.approx(b, abs=1e-6)
-        ctx = SyntheticContext(t=0.0, created_at=[-30.0, 0.0],
+        ctx = ArrayContext(t=0.0, created_at=[-30.0, 0.0],
                                similarity=[[s_fresh + 0.15, s_fresh]])
         a, b = old.score(ctx)[0]
         assert a < b  # an advantage of 0.15 is not enough
@@ -551,7 +553,7 @@ def test_seed002_unprotected_name_fades_after_30_days():
 
 def test_seed002_time_weight_0_is_similarity_1_is_recency():
     # "0.0 = pure similarity (static vector store behavior). 1.0 = pure recency."
-    ctx = SyntheticContext(t=0.0, created_at=[-30.0, -5.0], similarity=[[0.9, 0.4]])
+    ctx = ArrayContext(t=0.0, created_at=[-30.0, -5.0], similarity=[[0.9, 0.4]])
     rec = np.exp2(-np.array([30.0, 5.0]) / 30)
     np.testing.assert_allclose(FeatherBlend(time_weight=0.0).combine(np.array([[0.9, 0.4]]),
                                                                      rec[None], ctx)[0],
@@ -563,8 +565,8 @@ def test_seed002_time_weight_0_is_similarity_1_is_recency():
 
 def test_seed002_importance_is_a_per_node_multiplier():
     # "importance: a per-node multiplier set at ingest time"
-    base = SyntheticContext(t=0.0, created_at=[-10.0], similarity=[[0.8]])
-    high = SyntheticContext(t=0.0, created_at=[-10.0], similarity=[[0.8]], importance=[0.95])
+    base = ArrayContext(t=0.0, created_at=[-10.0], similarity=[[0.8]])
+    high = ArrayContext(t=0.0, created_at=[-10.0], similarity=[[0.8]], importance=[0.95])
     assert _one(FEATHER.score(high)) == pytest.approx(0.95 * _one(FEATHER.score(base)), rel=1e-6)
 
 

@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memsim.config import resolve_policy
-from memsim.curves import SyntheticContext, crossover_age, curves_table, format_curves
+from memsim.curves import crossover_age, curves_table, format_curves
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.errors import ConfigError
-from memsim.policies import PRESETS, REGISTRY, Policy, Retention
+from memsim.policies import PRESETS, REGISTRY, ArrayContext, Policy, Retention
 from memsim.policies.breadth import LogActors
 from memsim.policies.decay import (
     AiMemoryTime,
@@ -88,7 +88,7 @@ def test_every_registered_decay_is_covered_by_the_strategy():
 
 def _note_ctx(ages, **note):
     """One note seen at several ages: Q = len(ages) sweep times, L = 1."""
-    return SyntheticContext(t=np.asarray(ages, dtype=float), created_at=[0.0],
+    return ArrayContext(t=np.asarray(ages, dtype=float), created_at=[0.0],
                             updated_at=[0.0], **{k: [v] for k, v in note.items()})
 
 
@@ -158,12 +158,12 @@ def test_half_lives():
 
 def test_clocks():
     # age from last update (ai-memory), last access (GA, LangChain, MemoryBank)
-    ctx = SyntheticContext(t=100.0, created_at=[0.0], updated_at=[90.0], last_access=[99.0])
+    ctx = ArrayContext(t=100.0, created_at=[0.0], updated_at=[90.0], last_access=[99.0])
     assert AiMemoryTime().recency(ctx.age("updated"), ctx)[0, 0] == pytest.approx(
         math.exp(-0.02 * 10))
     assert LangChainRecency().recency(ctx.age("last_access"), ctx)[0, 0] == pytest.approx(
         0.99 ** 24)
-    never = SyntheticContext(t=1.0, created_at=[0.0])  # never accessed: from creation
+    never = ArrayContext(t=1.0, created_at=[0.0])  # never accessed: from creation
     assert GenerativeAgentsRecency().recency(never.age("last_access"), never)[0, 0] == \
         pytest.approx(0.995 ** 24)
 
@@ -186,7 +186,7 @@ STICKINESS = st.one_of(
                       min_size=1, max_size=20))
 def test_stickiness_never_lowers_a_score(decay, stick, w, notes):
     age, recalls, since, actors, tier, sim = map(np.array, zip(*notes))
-    ctx = SyntheticContext(t=0.0, created_at=-age, updated_at=-age,
+    ctx = ArrayContext(t=0.0, created_at=-age, updated_at=-age,
                            last_access=np.where(np.isnan(since), np.nan,
                                                 -np.minimum(since, age)),
                            recalls=recalls, distinct_actors=actors, tier=tier,
@@ -204,7 +204,7 @@ def test_stickiness_never_lowers_a_score(decay, stick, w, notes):
        apply=st.sampled_from(["access", "score"]))
 def test_breadth_is_at_least_one(w, actors, apply):
     b = LogActors(weight=w, apply=apply)
-    ctx = SyntheticContext(created_at=np.zeros(len(actors)), distinct_actors=actors)
+    ctx = ArrayContext(created_at=np.zeros(len(actors)), distinct_actors=actors)
     for f in (b.on_access, b.on_score):
         assert np.all(np.asarray(f(ctx)) >= 1.0)
     factor = b.on_access(ctx) if apply == "access" else b.on_score(ctx)
@@ -212,7 +212,7 @@ def test_breadth_is_at_least_one(w, actors, apply):
 
 
 def test_breadth_on_score_multiplies_any_ranker():
-    ctx = SyntheticContext(t=0.0, created_at=[-5.0, -5.0], distinct_actors=[1, 10],
+    ctx = ArrayContext(t=0.0, created_at=[-5.0, -5.0], distinct_actors=[1, 10],
                            similarity=[[0.5, 0.5]])
     base = Policy(ranker=Product(), decay=HalfLife()).score(ctx)[0]
     wide = Policy(ranker=Product(), decay=HalfLife(),
@@ -236,7 +236,7 @@ def test_weighted_sum_is_normalised_per_query(q, n, data):
     rec = np.abs(np.array(data.draw(arr))).reshape(q, n)
     live = np.array(data.draw(st.lists(st.booleans(), min_size=q * n, max_size=q * n))
                     ).reshape(q, n)
-    ctx = SyntheticContext(t=np.zeros(q), created_at=np.zeros(n), live=live,
+    ctx = ArrayContext(t=np.zeros(q), created_at=np.zeros(n), live=live,
                            importance=np.linspace(0, 1, n))
     score = WeightedSum().combine(rel, rec, ctx)
     assert score.shape == (q, n)
@@ -251,19 +251,19 @@ def test_weighted_sum_is_normalised_per_query(q, n, data):
 
 
 def test_generative_agents_all_equal_terms_score_half():
-    ctx = SyntheticContext(t=0.0, created_at=[0.0, 0.0, 0.0], similarity=[[0.3, 0.3, 0.3]])
+    ctx = ArrayContext(t=0.0, created_at=[0.0, 0.0, 0.0], similarity=[[0.3, 0.3, 0.3]])
     policy = resolve_policy({"preset": "generative-agents"}, "ga")
     np.testing.assert_allclose(policy.score(ctx), 1.5)
 
 
 def test_random_and_oracle_rankers():
-    ctx = SyntheticContext(t=[0.0, 1.0], created_at=[0.0, 0.0, 0.0],
+    ctx = ArrayContext(t=[0.0, 1.0], created_at=[0.0, 0.0, 0.0],
                            gains=[[0.0, 1.0, -0.5], [2.0, 0.0, 0.0]], rng=7)
     oracle = resolve_policy({"preset": "oracle"}, "o")
     np.testing.assert_array_equal(oracle.score(ctx), ctx.gains)
     rnd = resolve_policy({"preset": "random"}, "r")
-    a = rnd.score(SyntheticContext(t=[0.0], created_at=[0.0] * 5, rng=7))
-    b = rnd.score(SyntheticContext(t=[0.0], created_at=[0.0] * 5, rng=7))
+    a = rnd.score(ArrayContext(t=[0.0], created_at=[0.0] * 5, rng=7))
+    b = rnd.score(ArrayContext(t=[0.0], created_at=[0.0] * 5, rng=7))
     np.testing.assert_array_equal(a, b)
     assert np.all((a >= 0) & (a < 1))
 
@@ -285,7 +285,7 @@ SWEEP_NOTES = st.lists(
 def _sweep_ctx(notes, seed=0):
     age, acc, since, sal, pinned, mtype, tier, actors = map(np.array, zip(*notes))
     recalls = np.where(np.isnan(since), 0, acc)
-    return SyntheticContext(t=0.0, created_at=-age - 1.0, updated_at=-age,
+    return ArrayContext(t=0.0, created_at=-age - 1.0, updated_at=-age,
                             last_access=np.where(np.isnan(since), np.nan, -since),
                             recalls=recalls, salience=sal, pinned=pinned.astype(bool),
                             memory_type=mtype, tier=tier, distinct_actors=actors, rng=seed)
@@ -327,9 +327,9 @@ def test_capacity_keeps_the_cap(notes, cap, by):
 
 
 def test_capacity_keeps_the_best():
-    ctx = SyntheticContext(t=0.0, created_at=[-9.0, -1.0, -5.0, -3.0])
+    ctx = ArrayContext(t=0.0, created_at=[-9.0, -1.0, -5.0, -3.0])
     assert Capacity(max_notes=2, by="created").evict(ctx).tolist() == [True, False, True, False]
-    ctx = SyntheticContext(t=0.0, created_at=[-9.0] * 4, recalls=[3, 0, 7, 3])
+    ctx = ArrayContext(t=0.0, created_at=[-9.0] * 4, recalls=[3, 0, 7, 3])
     # ties at 3 recalls: the lower note_id is kept
     assert Capacity(max_notes=2, by="recalls").evict(ctx).tolist() == [False, True, False, True]
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import memsim
 from memsim.config import experiment_from_dict
 from memsim.errors import ConfigError, MemsimError
-from memsim.runner import run_status
+from memsim.rundir import run_status
 
 from .helpers import tiny_stream
 from .test_engine import run

@@ -33,7 +33,8 @@ from memsim import plots  # noqa: E402
 from memsim.cli import main as cli_main  # noqa: E402
 from memsim.compare import Comparison, compare  # noqa: E402
 from memsim.report import build_report  # noqa: E402
-from memsim.runner import load_run, run_experiment  # noqa: E402
+from memsim.rundir import load_run  # noqa: E402
+from memsim.runner import run_experiment  # noqa: E402
 from memsim.stats import holm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,11 @@ import pandas as pd
 import pytest
 
 import memsim
+import memsim.runner
+from memsim import rundir
 from memsim.cli import main
+from memsim.errors import ConfigError
+from memsim.rundir import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
@@ -52,6 +56,74 @@ def test_summary_has_ci_per_policy_and_metric(run_dir):
     assert row["mean"] == pytest.approx(mine.groupby("replicate")["utility"].mean().mean())
     # the interval is over replicates, or over the pooled queries when they are few
     assert row["n"] == (2 if row["ci_over"] == "replicates" else len(mine))
+
+
+def test_load_run_gives_what_run_experiment_returned(tmp_path):
+    res = memsim.run_experiment(QUICKSTART, overrides=SMALL, out=tmp_path, report=False)
+    back = memsim.load_run(res.path)
+    assert isinstance(res, RunResult) and isinstance(back, RunResult)
+    pd.testing.assert_frame_equal(res.queries, back.queries)
+    pd.testing.assert_frame_equal(res.store, back.store)
+    assert back.arms.shape == res.arms.shape and back.summary.shape == res.summary.shape
+    assert back.rankings is None and back.experiment is None
+    assert back.config == tomllib.loads(
+        (res.path / "config.toml").read_text()) == res.experiment.to_config()
+    assert back.manifest["status"] == res.manifest["status"] == "completed"
+    assert back.baseline == res.baseline == "bug-5pct-per-day"
+    assert back.policies == res.policies and set(back.policies) == set(
+        res.experiment.policies)
+    assert back.timings == pytest.approx(res.timings)
+    assert RunResult.load(res.path).path == res.path
+    with pytest.raises(ConfigError, match="not a run folder"):
+        memsim.load_run(tmp_path)
+
+
+def test_manifest_needs_no_experiment(tmp_path):
+    folder = rundir.new_run_dir(tmp_path, "plain", "0123abcd")
+    m = rundir.Manifest(folder, name="plain", config_hash="0123abcd", argv=["x"])
+    assert rundir.run_status(folder)["status"] == "running"
+    m.update(status="completed")
+    status = rundir.run_status(folder)
+    assert status["status"] == "completed" and status["argv"] == ["x"]
+    assert status["pid"] == os.getpid() and status["config_hash"] == "0123abcd"
+    assert not list(folder.glob(".*tmp*"))
+
+
+def test_pid_alive():
+    me = os.getpid()
+    assert rundir.pid_alive(me)
+    assert rundir.pid_alive(me, rundir.proc_start(me))
+    assert rundir.pid_alive(me, "")
+    assert not rundir.pid_alive(0) and not rundir.pid_alive(-1)
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert not rundir.pid_alive(proc.pid)
+    if rundir.proc_start(me):  # a host with /proc: a reused pid reads as gone
+        assert not rundir.pid_alive(me, "not-my-start")
+
+
+def test_layers_reports_read_run_folders_only():
+    # DESIGN.md section 9: rundir sits low; reports never import the runner or config
+    import ast
+
+    def imports(module: str) -> set[str]:
+        tree = ast.parse((ROOT / "memsim" / f"{module}.py").read_text())
+        out = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                out.add(("." * node.level) + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+        return out
+
+    bottom = {".params", ".errors", ".stream"}
+    for name in imports("rundir"):
+        assert name in bottom or not name.startswith(".") and name.split(".")[0] in (
+            sys.stdlib_module_names | {"numpy", "pandas"}), name
+    for module in ("report", "compare"):
+        assert not imports(module) & {".runner", ".config", "memsim.runner", "memsim.config"}
+    assert memsim.runner.write_atomic is rundir.write_atomic
+    assert memsim.runner.RunResult is rundir.RunResult is memsim.RunResult
 
 
 def test_resolved_config_reproduces_the_run_bit_for_bit(run_dir, tmp_path):

@@ -8,6 +8,7 @@ not need more.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -26,7 +27,7 @@ import pytest
 import memsim
 from memsim.cli import main
 from memsim.errors import ConfigError
-from memsim.sweep import SweepSpec, TrialEvaluator, open_storage, run_sweep
+from memsim.sweep import SweepSpec, TrialEvaluator, apply_params, open_storage, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 ONLY = {"share": 0.0}
@@ -200,8 +201,6 @@ def test_trial_zero_is_the_experiment_and_matches_a_plain_run():
 
 
 def test_a_categorical_naming_the_current_kind_keeps_the_component_as_it_is():
-    from memsim.sweep import apply_params
-
     t = table(own=45.0)
     t["policies"]["p"]["packer"] = {"kind": "greedy-swap", "max_swaps": 2}
     t["sweep"]["params"]["policies.p.packer"] = {
@@ -470,3 +469,41 @@ def test_two_sweeps_on_one_journal_file_lose_no_trial(tmp_path):
     assert len(numbers) == len(set(numbers))
     # both commands worked on the study
     assert len({t.user_attrs["worker"] for t in complete}) == 2
+
+
+# --------------------------------------------------------------------------
+# The package: one concern per module, lower modules never import higher ones
+# --------------------------------------------------------------------------
+
+#: memsim.sweep's modules from the bottom up, as its docstring lists them.
+SWEEP_LAYERS = ("space", "evaluate", "study", "storage", "liveness", "workers", "robustness",
+                "outputs", "resume", "run")
+
+
+def _sweep_imports(tree: ast.Module) -> set[str]:
+    """The memsim.sweep modules a module imports ("" for the package itself)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1:
+                out.update([node.module] if node.module else [a.name for a in node.names])
+            elif node.level == 0 and (node.module or "").startswith("memsim.sweep"):
+                out.add(node.module.removeprefix("memsim.sweep").lstrip("."))
+        elif isinstance(node, ast.Import):
+            out.update(a.name.removeprefix("memsim.sweep").lstrip(".") for a in node.names
+                       if a.name.startswith("memsim.sweep"))
+    return out
+
+
+def test_sweep_modules_import_only_modules_below_them():
+    pkg = ROOT / "memsim" / "sweep"
+    assert {p.stem for p in pkg.glob("*.py")} == set(SWEEP_LAYERS) | {"__init__"}
+    for i, name in enumerate(SWEEP_LAYERS):
+        imported = _sweep_imports(ast.parse((pkg / f"{name}.py").read_text()))
+        assert imported <= set(SWEEP_LAYERS[:i]), f"memsim.sweep.{name} imports {imported}"
+
+
+def test_the_package_exports_its_public_api():
+    for name in memsim.sweep.__all__:
+        assert getattr(memsim.sweep, name) is not None, name
+    assert memsim.run_sweep is run_sweep and memsim.SweepResult is memsim.sweep.SweepResult

@@ -313,9 +313,152 @@ def test_similarity_is_informative_and_noise_blurs_it():
         return float(np.mean(np.sum(s.query_embeddings[cur.query_id]
                                     * s.note_embeddings[cur.note_id], axis=1)))
 
-    exact, default, blurred = (on_slot_cosine(x) for x in (0.0, 0.8, 2.0))
+    default_noise = SyntheticWorkload().retriever_noise
+    assert 0.8 < default_noise < 2.0
+    exact, sharp, default, blurred = (on_slot_cosine(x) for x in (0.0, 0.8, default_noise, 2.0))
     assert exact > 0.9999  # a note of the slot is the query itself
-    assert blurred < default < 0.85
+    assert blurred < default < sharp < 0.85
+
+
+def _cosines_by_kind(stream) -> dict[str, np.ndarray]:
+    """Cosine of every answerable query with every note, split by the note's kind."""
+    q, n = stream.queries, stream.notes
+    ans = q[q.slot >= 0]
+    cos = stream.query_embeddings[ans.query_id.to_numpy()] @ stream.note_embeddings.T
+    q_slot, q_topic = ans["slot"].to_numpy()[:, None], ans["topic"].to_numpy()[:, None]
+    n_slot, n_topic = n["slot"].to_numpy()[None, :], n["topic"].to_numpy()[None, :]
+    distractor = (n["note_class"] == "distractor").to_numpy()[None, :]
+    same = n_topic == q_topic
+    return {"on_slot": cos[n_slot == q_slot], "same_topic": cos[same & (n_slot != q_slot) & ~distractor],
+            "other_topic": cos[~same], "distractor": cos[same & distractor]}
+
+
+@pytest.mark.parametrize("noise", [None, 0.8])
+def test_similarity_model_matches_generated_cosines(noise):
+    # Many equally popular topics: the pooled cosines average over many
+    # centroid draws, as the model does (see similarity_model's notes).
+    knobs = {"topic_zipf": 0.0, "n_topics": 200, **SHORT}
+    if noise is not None:
+        knobs["retriever_noise"] = noise
+    wl = SyntheticWorkload(**knobs)
+    model = wl.similarity_model()
+    for kind, emp in _cosines_by_kind(wl.generate(_seed(1))).items():
+        mean, sd = getattr(model, f"{kind}_mean"), getattr(model, f"{kind}_sd")
+        assert emp.size > 3000, kind
+        assert abs(emp.mean() - mean) < 0.01, (kind, emp.mean(), mean)
+        assert abs(emp.std() / sd - 1.0) < 0.1, (kind, emp.std(), sd)
+    # the asked note stands out from its topic, which stands out from the rest
+    assert model.on_slot_mean > model.same_topic_mean > model.other_topic_mean == 0.0
+
+
+def test_similarity_model_is_a_function_of_three_knobs():
+    wl = SyntheticWorkload()
+    m = wl.similarity_model()
+    assert m == SyntheticWorkload(notes_per_day=3.0, n_topics=7).similarity_model()
+    # T = 1 + w^2 + s^2; rho = 2 / T on slot, 1 / T on the topic; sd = (1 - rho^2) / sqrt(d)
+    w, s, d = wl.slot_weight, wl.retriever_noise, wl.embedding_dim
+    total = 1 + w * w + s * s
+    for rho, mean, sd in (((1 + w * w) / total, m.on_slot_mean, m.on_slot_sd),
+                          (1 / total, m.same_topic_mean, m.same_topic_sd),
+                          (0.0, m.other_topic_mean, m.other_topic_sd)):
+        assert mean == pytest.approx(rho * (1 - (1 - rho * rho) / (2 * d)))
+        assert sd == pytest.approx((1 - rho * rho) / np.sqrt(d))
+    assert (m.distractor_mean, m.distractor_sd) == (m.same_topic_mean, m.same_topic_sd)
+    # beta: slope of log(f_on / f_same) at the on-slot mean, (mu_on - mu_same) / sd_same^2
+    assert m.beta == pytest.approx((m.on_slot_mean - m.same_topic_mean) / m.same_topic_sd ** 2)
+    eps = 1e-5
+    slope = (m.log_likelihood_ratio(m.on_slot_mean + eps)
+             - m.log_likelihood_ratio(m.on_slot_mean - eps)) / (2 * eps)
+    assert slope == pytest.approx(m.beta, rel=1e-6)
+    assert 15 < m.beta < 25  # the default world (19.2)
+    # sharper similarity, steeper slope; no slot signal, no slope
+    assert SyntheticWorkload(retriever_noise=0.8).similarity_model().beta > m.beta
+    assert SyntheticWorkload(slot_weight=0.0).similarity_model().beta == 0.0
+    exact = SyntheticWorkload(retriever_noise=0.0).similarity_model()
+    assert (exact.on_slot_mean, exact.on_slot_sd) == (1.0, 0.0)
+
+
+# --------------------------------------------------------------------------
+# lifetime laws
+# --------------------------------------------------------------------------
+
+
+def _expiring_only(law: str, half_life: float, **extra) -> SyntheticWorkload:
+    return SyntheticWorkload.from_config({**SHORT, "personal_share": 0.0, "classes": _only(
+        "project", notes_per_slot=1.0, lifetime_law=law, lifetime_median_days=half_life,
+        **extra)})
+
+
+def test_exponential_lifetimes_have_the_half_life_of_validity():
+    s = _expiring_only("exponential", 20.0).generate(_seed(1))
+    life = (s.notes["valid_until"] - s.notes["created_at"]).to_numpy()
+    assert life.size > 3000
+    for age in (5.0, 10.0, 20.0, 40.0, 60.0):
+        expected = 0.5 ** (age / 20.0)
+        se = np.sqrt(expected * (1 - expected) / life.size)
+        assert abs((life > age).mean() - expected) < 4 * se + 0.005, age
+    # lifetime_sigma is unused under the exponential law
+    other = _expiring_only("exponential", 20.0, lifetime_sigma=3.0).generate(_seed(1))
+    pd.testing.assert_frame_equal(s.notes, other.notes)
+    # the scratch class has the knob too
+    assert ScratchClass(lifetime_law="exponential").lifetime_law == "exponential"
+
+
+def test_exponential_law_plants_a_prior_proportional_to_half_life_decay():
+    # One note per slot, every slot a team slot: a query asks a note of age a
+    # with probability 0.5 ** (a / H) / N (module docstring). Observed counts
+    # of asked notes by age bucket match that law, not one with H / 2 or 2 H.
+    half_life = 20.0
+    s = _expiring_only("exponential", half_life).generate(_seed(1))
+    created, slot = s.notes["created_at"].to_numpy(), s.notes["slot"].to_numpy()
+    q = s.queries[s.queries.slot >= 0]
+    age = q["t"].to_numpy()[:, None] - created[None, :]
+    exists = age >= 0
+    asked = slot[None, :] == q["slot"].to_numpy()[:, None]
+    edges = np.array([0.0, 10.0, 20.0, 30.0, 45.0, 60.0, np.inf])
+    bucket = np.digitize(age, edges) - 1
+    observed = np.array([(asked & exists & (bucket == b)).sum() for b in range(6)])
+    assert observed.sum() == len(q) > 1000
+
+    def chi2(h: float) -> float:
+        w = np.where(exists, 0.5 ** (np.maximum(age, 0.0) / h), 0.0)
+        p = w / w.sum(axis=1, keepdims=True)  # each query asks exactly one note
+        expected = np.array([p[bucket == b].sum() for b in range(6)])
+        return float(((observed - expected) ** 2 / expected).sum())
+
+    assert chi2(half_life) < 20.0  # 5 degrees of freedom: p ~ 0.001
+    assert min(chi2(half_life / 2), chi2(half_life * 2)) > 100.0
+
+
+def test_lognormal_lifetimes_are_unchanged_by_the_law_knob():
+    # Lifetimes of seed 0 as drawn before lifetime_law existed: the lognormal
+    # law still draws the same numbers from the same stream.
+    table = {c: {"share": 0.0} for c in CLASS_NAMES}
+    table["project"] = {"share": 1.0, "notes_per_slot": 4.0, "interval_days": 10.0,
+                        "lifetime_median_days": 60.0, "lifetime_sigma": 0.75}
+    table["scratch"] = {"share": 1.0, "notes_per_slot": 2.0, "interval_days": 1.0,
+                        "lifetime_median_days": 4.0, "lifetime_sigma": 0.5}
+    wl = SyntheticWorkload.from_config({"horizon_days": 30.0, "backfill_days": 60.0,
+                                        "notes_per_day": 20.0, "n_topics": 40,
+                                        "classes": table})
+    n = wl.generate(child_seq(seed_sequence(0), "replicate", 0, "workload")).notes
+    pinned = {
+        "project": (908, [84.68828842355227, 29.8103866143889, 54.71306829237462,
+                          159.18601717945336], 72327.12523729354),
+        "scratch": (885, [1.8540946148911246, 2.579125328687674, 3.0684663224034807,
+                          4.560430066791419], 4123.919257055605),
+    }
+    for cls, (count, first, total) in pinned.items():
+        mine = n[n.note_class == cls]
+        life = (mine["valid_until"] - mine["created_at"]).to_numpy()
+        assert life.size == count
+        np.testing.assert_allclose(life[:4], first, rtol=1e-12)
+        assert life.sum() == pytest.approx(total, rel=1e-12)
+    explicit = {**table, "project": {**table["project"], "lifetime_law": "lognormal"}}
+    assert SyntheticWorkload.from_config({"horizon_days": 30.0, "backfill_days": 60.0,
+                                          "classes": explicit}) == \
+        SyntheticWorkload.from_config({"horizon_days": 30.0, "backfill_days": 60.0,
+                                       "classes": table})
 
 
 def _mean_utility(stream, half_life: float | None, budget: int = 1500, top_c: int = 50,
@@ -434,6 +577,8 @@ def test_config_round_trip():
     ({"gain_valid": 2.0}, "workload.gain_valid:", "<= gain_current"),
     ({"uniform_tokens": 4}, "workload.uniform_tokens:", "Got 4 instead"),
     ({"n_actors": 2.0}, "workload.n_actors:", "an int >= 1"),
+    ({"classes": {"project": {"lifetime_law": "weibull"}}},
+     "workload.classes.project.lifetime_law:", "one of 'lognormal', 'exponential'"),
 ])
 def test_config_errors_name_the_dotted_key(table, start, fragment):
     with pytest.raises(ConfigError) as info:

@@ -112,9 +112,9 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from ..errors import ConfigError, StreamError
-from ..lexical import bm25_embeddings
-from ..stream import Stream, make_stream
+from memsim.errors import ConfigError, StreamError
+from memsim.lexical import bm25_embeddings
+from memsim.stream import Stream, make_stream
 
 __all__ = ["import_locomo", "cli_import_locomo", "load_locomo_records",
            "parse_session_datetime", "parse_evidence", "NOTE_KINDS", "QUERY_ACTOR"]
@@ -632,7 +632,7 @@ def cli_import_locomo(path: str | os.PathLike, out: str | os.PathLike,
     -------
     Stream
     """
-    from ..stream import write_stream
+    from memsim.stream import write_stream
 
     stream = import_locomo(path, notes=notes, captions=captions)
     write_stream(stream, Path(out))

@@ -9,6 +9,7 @@ from . import breadth, decay, ordering, packing, rank, retention, retrieval, sti
 from .base import (
     REGISTRY,
     SLOTS,
+    ArrayContext,
     Breadth,
     Component,
     Decay,
@@ -24,15 +25,20 @@ from .base import (
     build_component,
     register,
 )
-from .presets import PRESETS, Preset, add_preset, preset_table
+from .context import MEMORY_TYPE_CODES, TIER_CODES
+from .presets import PRESETS, Preset, add_preset, preset_table, resolve_policy
 
 __all__ = [
     "REGISTRY",
+    "TIER_CODES",
+    "MEMORY_TYPE_CODES",
+    "ArrayContext",
     "SLOTS",
     "PRESETS",
     "Preset",
     "add_preset",
     "preset_table",
+    "resolve_policy",
     "Breadth",
     "Component",
     "Decay",

@@ -27,22 +27,27 @@ The score of note *i* for query *q* is computed in this fixed order::
     score = ranker.combine(rel, rec, ctx) * breadth.on_score(ctx)
 
 Every component is registered under ``(slot, name)`` in :data:`REGISTRY`.
+Components read only the :class:`~memsim.policies.context.ScoringContext`
+protocol, never the engine. What the engine may ask of a component beyond
+its slot's method is a declared capability on the slot's base class, never a
+name: ``Ranker.uses_recency``, ``Ranker.set_dependent``,
+``Ranker.needs_truth``, ``Ranker.recency_floor()``, ``Retention.evicts``,
+``Decay.exponential_form()`` and ``Decay.lower_bound()`` (the two methods
+return None for "not available").
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..params import Interval, Options, Validated, describe_constraint, did_you_mean, fields_of
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..engine import Batch, PolicyState
+from memsim.errors import ConfigError
+from memsim.params import Interval, Options, Validated, describe_constraint, did_you_mean, fields_of
+from .context import MEMORY_TYPE_CODES, TIER_CODES, ArrayContext, ScoringContext
 
 __all__ = [
     "SLOTS",
@@ -60,7 +65,10 @@ __all__ = [
     "Feedback",
     "Policy",
     "ScoringContext",
+    "ArrayContext",
     "build_component",
+    "build_from_spec",
+    "construct",
     "TIER_CODES",
     "MEMORY_TYPE_CODES",
 ]
@@ -72,11 +80,6 @@ SLOTS = (
 
 #: slot -> registry name -> component class
 REGISTRY: dict[str, dict[str, type[Component]]] = {slot: {} for slot in SLOTS}
-
-#: Integer codes for the ``tier`` column (unknown tiers map to "task").
-TIER_CODES = {"task": 0, "scratch": 1, "longterm": 2}
-#: Integer codes for the ``memory_type`` column (anything else is "other").
-MEMORY_TYPE_CODES = {"episodic": 0, "semantic": 1, "procedural": 2, "other": 3}
 
 
 def register(cls: type[Component]) -> type[Component]:
@@ -91,8 +94,12 @@ def register(cls: type[Component]) -> type[Component]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Component(Validated):
-    """Base of every pluggable part. Subclasses set ``slot`` and ``name``."""
+class Component(Validated, abc.ABC):
+    """Base of every pluggable part. Subclasses set ``slot`` and ``name``.
+
+    A slot's base class marks the method a component must provide as
+    abstract, so that a class missing it fails at construction.
+    """
 
     slot: ClassVar[str] = ""
     name: ClassVar[str] = ""
@@ -114,6 +121,80 @@ class Component(Validated):
         return out
 
 
+def construct(cls: type, params: Mapping[str, Any], *, what: str, where: str,
+              key_names_param: bool = False) -> Any:
+    """Build ``cls(**params)`` from a config table, with one-line errors.
+
+    The routine shared by every config-built object (components, readers).
+
+    Parameters
+    ----------
+    cls : type
+        A validated frozen dataclass.
+    params : mapping
+        Its parameters (no ``kind``).
+    what : str
+        How errors call the object, e.g. ``"decay 'half-life'"``.
+    where : str
+        The dotted key of the table, put in front of every message.
+    key_names_param : bool
+        Put the offending parameter in the key of a refused value
+        (``reader.depth: The 'depth' parameter ...``) instead of the table's
+        key alone (``policies.p.decay: The 'half_life_days' parameter ...``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown parameter (with a suggestion), a value the class refuses
+        (its :class:`~memsim.errors.ParameterError` keeps its type), or a
+        wrong type the dataclass itself refused.
+    """
+    allowed = fields_of(cls)
+    for key in params:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}.{key}: unknown parameter of {what}{did_you_mean(key, allowed)}"
+                f"; allowed: {', '.join(allowed) or '(none)'}"
+            )
+    try:
+        return cls(**params)
+    except ConfigError as exc:
+        bad = next((k for k in params if f"'{k}' parameter" in str(exc)), None)
+        prefix = f"{where}.{bad}" if key_names_param and bad else where
+        raise type(exc)(f"{prefix}: {exc}") from None
+    except TypeError as exc:  # wrong type that the dataclass itself refused
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def build_from_spec(spec: Any, registry: Mapping[str, type], *, what: str, where: str,
+                    base: type | None = None, default_kind: str | None = None,
+                    key_names_param: bool = False) -> Any:
+    """Build an object of a registry from a config value.
+
+    ``spec`` is a kind name (``"skip-fill"``), a table with ``kind`` and
+    parameters, an already built object (an instance of ``base``), or None
+    when ``default_kind`` is given. ``what`` names the registry in errors
+    (``"packer"``); ``where`` is the dotted key. See :func:`construct`.
+    """
+    if base is not None and isinstance(spec, base):
+        return spec
+    if spec is None and default_kind is not None:
+        spec = {}
+    if isinstance(spec, str):
+        spec = {"kind": spec}
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: expected a {what} name or a table with 'kind', got {spec!r}")
+    kind = spec.get("kind", default_kind)
+    if kind not in registry:
+        raise ConfigError(
+            f"{where}.kind: unknown {what} {kind!r}{did_you_mean(str(kind), registry)}; "
+            f"allowed: {', '.join(sorted(registry))}"
+        )
+    params = {k: v for k, v in spec.items() if k != "kind"}
+    return construct(registry[kind], params, what=f"{what} {kind!r}", where=where,
+                     key_names_param=key_names_param)
+
+
 def build_component(slot: str, spec: Any, where: str) -> Component:
     """Build a component from a config value.
 
@@ -121,33 +202,8 @@ def build_component(slot: str, spec: Any, where: str) -> Component:
     parameters, or an already built component. ``where`` is the dotted key used
     in error messages.
     """
-    if isinstance(spec, Component):
-        return spec
-    if isinstance(spec, str):
-        spec = {"kind": spec}
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{where}: expected a name or a table with 'kind', got {spec!r}")
-    table = REGISTRY.get(slot, {})
-    kind = spec.get("kind")
-    if kind not in table:
-        raise ConfigError(
-            f"{where}.kind: unknown {slot} {kind!r}; allowed: {', '.join(sorted(table))}"
-        )
-    cls = table[kind]
-    params = {k: v for k, v in spec.items() if k != "kind"}
-    allowed = fields_of(cls)
-    for key in params:
-        if key not in allowed:
-            raise ConfigError(
-                f"{where}.{key}: unknown parameter of {slot} {kind!r}{did_you_mean(key, allowed)}"
-                f"; allowed: {', '.join(allowed) or '(none)'}"
-            )
-    try:
-        return cls(**params)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    except TypeError as exc:  # wrong type that the dataclass itself refused
-        raise ConfigError(f"{where}: {exc}") from None
+    return build_from_spec(spec, REGISTRY.get(slot, {}), what=slot, where=where,
+                           base=Component)
 
 
 # --------------------------------------------------------------------------
@@ -167,8 +223,9 @@ class Retriever(Component):
     prefilter: int = 0
     _constraints: ClassVar[dict] = {"prefilter": Interval(0, None, integer=True)}
 
+    @abc.abstractmethod
     def similarity(self, ctx: ScoringContext) -> np.ndarray:
-        raise NotImplementedError
+        """Similarity (Q, L) of each query to each note of ``ctx``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,22 +241,33 @@ class Decay(Component):
     clock: str = "created"
     _constraints: ClassVar[dict] = {"clock": Options(("created", "updated", "last_access"))}
 
+    @abc.abstractmethod
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
-        raise NotImplementedError
+        """Multiplier (Q, L) at the (effective) ages ``age`` (Q, L), days."""
 
     def half_life(self) -> float:
         """Age (days) at which a fresh, never-used note's multiplier halves
-        its distance to the floor; inf if it never decays."""
+        its distance to the floor; inf if it never decays, NaN if unknown."""
         return float("nan")
 
-    def exponential_form(self, ctx: ScoringContext):
+    def exponential_form(self, ctx: ScoringContext
+                         ) -> tuple[float | np.ndarray, float | np.ndarray] | None:
         """``(floor, rate)`` when ``recency = floor + (1 - floor) * exp(-rate *
-        age)`` (scalars or per-note (L,) arrays), else None.
+        age)`` (scalars or per-note (L,) arrays); None when the family is not
+        of that form (the default).
 
         Lets the engine compute the (Q, L) recency without a transcendental
         per cell (see :meth:`ScoringContext.exponential_recency`); the value
         is the same as :meth:`recency`'s up to rounding.
         """
+        return None
+
+    def lower_bound(self) -> float | None:
+        """The smallest multiplier :meth:`recency` returns for a note of
+        default salience at any age (its floor; 0 when the curve goes to 0);
+        None when the family declares none (the default). The checker
+        (:func:`memsim.testing.check_component`) verifies a declared floor is
+        never crossed."""
         return None
 
 
@@ -240,23 +308,38 @@ class Ranker(Component):
     #: normalisation over the candidates); False lets the engine score only
     #: the notes a retriever prefilter keeps.
     set_dependent: ClassVar[bool] = False
+    #: True when the ranker reads the ground truth (``ctx.gains``): then the
+    #: engine hands the packer and the orderer the true gains of the
+    #: candidates as their values, instead of the scores (the oracle).
+    needs_truth: ClassVar[bool] = False
 
-    def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def combine(self, rel: np.ndarray, rec: np.ndarray | None,
+                ctx: ScoringContext) -> np.ndarray:
+        """Score (Q, L) from the similarity ``rel`` (Q, L) and the recency
+        ``rec`` (Q, L), None when ``uses_recency`` is False."""
+
+    def recency_floor(self) -> float | None:
+        """A floor the ranker puts under the recency before combining it
+        (Feather DB's ``min_weight``); None when it puts none (the default)."""
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Retention(Component):
-    """Periodic eviction sweep. Neutral: keeps everything."""
+    """Periodic eviction sweep."""
 
     slot: ClassVar[str] = "retention"
+    #: False for a retention that never evicts: the engine then skips its
+    #: sweeps altogether.
+    evicts: ClassVar[bool] = True
 
+    @abc.abstractmethod
     def evict(self, ctx: ScoringContext) -> np.ndarray:
         """Boolean mask over ``ctx.idx``: notes to evict now (at ``ctx.t[0]``).
 
         The engine only passes notes that exist and are not yet evicted.
         """
-        return np.zeros(len(ctx.idx), dtype=bool)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,6 +348,7 @@ class Packer(Component):
 
     slot: ClassVar[str] = "packer"
 
+    @abc.abstractmethod
     def pack(self, values: np.ndarray, tokens: np.ndarray, valid: np.ndarray,
              budget: np.ndarray) -> np.ndarray:
         """Boolean mask (Q, C) of packed candidates.
@@ -274,7 +358,6 @@ class Packer(Component):
         may hold fewer than C); ``budget`` (Q,) int64. The packed tokens of a
         row never exceed its budget.
         """
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,10 +366,10 @@ class Orderer(Component):
 
     slot: ClassVar[str] = "orderer"
 
+    @abc.abstractmethod
     def order(self, values: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """Context position (Q, C) int64 of each packed candidate, 0 first;
         -1 where not packed."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -329,162 +412,6 @@ class Feedback(Component):
 
 
 register(Feedback)
-
-
-# --------------------------------------------------------------------------
-# Scoring context: everything a component may read, computed lazily.
-# --------------------------------------------------------------------------
-
-
-_AGE_ATTR = {"created": "age_created", "updated": "age_updated",
-             "last_access": "age_last_access"}
-
-
-class ScoringContext:
-    """Read-only view of one batch of queries over the existing notes, for one
-    policy. Matrices are (Q, L) with L = ``len(idx)``; note vectors are (L,).
-
-    Components read attributes; nothing here is mutated by them.
-    """
-
-    def __init__(self, batch: Batch, state: PolicyState, rng: np.random.Generator):
-        self.batch = batch
-        self.state = state
-        self.rng = rng
-        self.t = batch.t
-        self.idx = batch.idx
-        self.notes = batch.notes
-        #: (Q, L) bool: the notes each query may see (existing, not expired,
-        #: not evicted, inside the prefilter); set by the engine before scoring
-        self.live: np.ndarray | None = None
-
-    # -- shared, from the batch -------------------------------------------
-    @property
-    def dots(self) -> np.ndarray:
-        return self.batch.dots
-
-    @property
-    def qnorm2(self) -> np.ndarray:
-        return self.batch.qnorm2
-
-    @property
-    def nnorm2(self) -> np.ndarray:
-        return self.notes.norm2[self.idx]
-
-    def shared(self, key, compute):
-        """A value computed once per batch and shared by every policy (the
-        similarity matrix, the age matrix): ``compute()`` runs on first use."""
-        cache = self.batch.cache
-        if key not in cache:
-            cache[key] = compute()
-        return cache[key]
-
-    def similarity(self, retriever: Retriever) -> np.ndarray:
-        """The retriever's similarity (Q, L), shared across policies."""
-        return self.shared(("similarity", retriever.name),
-                           lambda: retriever.similarity(self))
-
-    @property
-    def age_created(self) -> np.ndarray:
-        return self.shared("age_created",
-                           lambda: self.t[:, None] - self.notes.created_at[self.idx][None, :])
-
-    @property
-    def age_updated(self) -> np.ndarray:
-        return self.shared("age_updated",
-                           lambda: self.t[:, None] - self.notes.updated_at[self.idx][None, :])
-
-    @cached_property
-    def since_access(self) -> np.ndarray:
-        """Days since last access; NaN where never accessed."""
-        return self.t[:, None] - self.state.last_access[self.idx][None, :]
-
-    @cached_property
-    def age_last_access(self) -> np.ndarray:
-        """Days since last access, counting creation as the first access."""
-        s = self.since_access
-        return np.where(np.isnan(s), self.age_created, s)
-
-    def age(self, clock: str) -> np.ndarray:
-        return getattr(self, _AGE_ATTR[clock])
-
-    def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
-        """``floor + (1 - floor) * exp(-rate * age)`` (Q, L) for the ages of
-        ``clock``, or None where the fast form does not apply.
-
-        Every clock's age is ``t_q - origin_n``; with ``t0`` the batch's last
-        query time, ``exp(-r (t_q - o)) = exp(-r (t_q - t0)) * exp(-r (t0 - o))``:
-        one exponential per note and one per (query, distinct rate) instead of
-        one per cell. It applies when no live cell has a negative age (which
-        the slow path clamps to 0) and the per-query factor cannot overflow.
-        """
-        t = self.t
-        t0, tmin = float(t.max()), float(t.min())
-        if clock == "created":
-            origin = self.notes.created_at[self.idx]
-        elif clock == "last_access":
-            last = self.state.last_access[self.idx]
-            if (last > tmin).any():  # a use inside the batch's window: the slow path clamps
-                return None
-            origin = np.where(np.isnan(last), self.notes.created_at[self.idx], last)
-        elif clock == "updated":
-            origin = self.notes.updated_at[self.idx]
-            if (origin > self.notes.created_at[self.idx]).any():
-                return None  # an update may postdate the query: the slow path clamps
-        else:
-            return None
-        rate = np.asarray(rate, dtype=np.float64)
-        if float(rate.max(initial=0.0)) * (t0 - tmin) > 300.0:
-            return None
-        note_factor = np.exp(-rate * (t0 - origin))  # (L,) or scalar rate broadcast
-        rates, inverse = np.unique(np.broadcast_to(rate, origin.shape), return_inverse=True)
-        query_factor = np.exp(-(t - t0)[:, None] * rates[None, :])  # (Q, K), >= 1
-        rec = np.take(query_factor, inverse, axis=1) if len(rates) > 1 else (
-            np.repeat(query_factor, len(origin), axis=1))
-        rec *= note_factor
-        floor = np.asarray(floor, dtype=np.float64)
-        if floor.ndim or float(floor) != 0.0:
-            rec *= 1.0 - floor
-            rec += floor
-        return rec
-
-    @property
-    def tokens(self) -> np.ndarray:
-        return self.notes.tokens[self.idx]
-
-    @property
-    def importance(self) -> np.ndarray:
-        return self.notes.importance[self.idx]
-
-    @property
-    def salience(self) -> np.ndarray:
-        return self.notes.salience[self.idx]
-
-    @property
-    def pinned(self) -> np.ndarray:
-        return self.notes.pinned[self.idx]
-
-    @property
-    def memory_type(self) -> np.ndarray:
-        return self.notes.memory_type[self.idx]
-
-    # -- per policy, from the state ----------------------------------------
-    @property
-    def recalls(self) -> np.ndarray:
-        return self.state.recalls[self.idx]
-
-    @property
-    def tier(self) -> np.ndarray:
-        return self.state.tier[self.idx]
-
-    @cached_property
-    def distinct_actors(self) -> np.ndarray:
-        return self.state.distinct_actors(self.idx)
-
-    @cached_property
-    def gains(self) -> np.ndarray:
-        """True gains (Q, L), 0 where no qrel: only the oracle may read this."""
-        return self.batch.gains_for(self.idx)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -565,13 +492,12 @@ class Policy(Validated):
         rel = ctx.similarity(self.retriever)
         if self.ranker.uses_recency:
             rec = None
-            fast = getattr(ctx, "exponential_recency", None)  # stand-in contexts lack it
-            if fast is not None and type(self.stickiness).effective_age is Stickiness.effective_age:
+            if type(self.stickiness).effective_age is Stickiness.effective_age:
                 # age is the plain clock: an exponential family can be
                 # computed separably (same values, far fewer exponentials)
                 form = self.decay.exponential_form(ctx)
                 if form is not None:
-                    rec = fast(self.decay.clock, *form)
+                    rec = ctx.exponential_recency(self.decay.clock, *form)
             if rec is None:
                 age = self.stickiness.effective_age(ctx.age(self.decay.clock), ctx)
                 rec = self.decay.recency(age, ctx)

@@ -35,7 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..params import Interval, Options
+from memsim.params import Interval, Options
 from .base import MEMORY_TYPE_CODES, TIER_CODES, Decay, ScoringContext, register
 
 __all__ = [

@@ -28,22 +28,20 @@ never pack a note whose value is ``<= 0`` (or NaN): such a note can only lower
 the sum. That is also what makes ``exact`` usable as the oracle's packer, with
 ``values`` = true gains (stale notes have negative gains, irrelevant ones 0).
 
-:func:`knapsack_value` is the exact optimum for one query, used by the metrics
-for the oracle's utility (the denominator of ``utility_ratio``).
+The exact solver itself lives in :mod:`memsim.knapsack`, shared with the
+metrics' oracle (:func:`memsim.knapsack.knapsack_value`, re-exported here).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from ..params import Interval, Options
+from memsim import knapsack
+from memsim.knapsack import knapsack_value
+from memsim.params import Interval, Options
 from .base import Packer, register
 
 __all__ = ["TopKCutoff", "SkipFill", "Greedy", "GreedySwap", "Exact", "knapsack_value"]
@@ -385,108 +383,6 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
 # --------------------------------------------------------------------------
 
 
-def _dp_row(v: np.ndarray, t: np.ndarray, cap: int) -> np.ndarray:
-    """Exact 0/1 knapsack for one query by dynamic programming.
-
-    ``dp[b]`` = best value with capacity ``b`` after the items seen so far;
-    item ``j`` updates ``dp[b] = max(dp[b], dp[b - t_j] + v_j)`` for all
-    ``b >= t_j`` at once (one numpy max over shifted arrays), and records where
-    taking ``j`` was strictly better in a boolean table for the backtrack.
-    O(n * cap) time and memory. ``t`` must be integers in ``[0, cap]``.
-    """
-    n = len(v)
-    dp = np.zeros(cap + 1)
-    take = np.zeros((n, cap + 1), dtype=bool)
-    for j in range(n):
-        w = int(t[j])
-        # the right-hand side is a new array, so the update reads the old dp
-        # (each item is used at most once).
-        cand = dp[: cap + 1 - w] + v[j]
-        better = cand > dp[w:]
-        take[j, w:] = better
-        np.maximum(dp[w:], cand, out=dp[w:])
-    chosen = np.zeros(n, dtype=bool)
-    b = cap
-    for j in range(n - 1, -1, -1):
-        if take[j, b]:
-            chosen[j] = True
-            b -= int(t[j])
-    return chosen
-
-
-_STDOUT_LOCK = threading.Lock()
-
-
-@contextmanager
-def _quiet_c_stdout():
-    """Silence C-level stdout for the duration (HiGHS 1.x prints a stray debug
-    line, "HighsMipSolverData::transformNewIntegerFeasibleSolution", on some
-    knapsacks even with ``disp=False``; the CLI's stdout is a contract)."""
-    with _STDOUT_LOCK:
-        try:
-            fd = os.dup(1)
-        except OSError:  # no stdout at all
-            yield
-            return
-        # Python's own buffered output must reach the real stdout first, and
-        # C's buffer must be emptied into /dev/null before fd 1 is restored.
-        if sys.stdout is not None:
-            sys.stdout.flush()
-        try:
-            with open(os.devnull, "w") as null:
-                os.dup2(null.fileno(), 1)
-                yield
-        finally:
-            _c_fflush()
-            os.dup2(fd, 1)
-            os.close(fd)
-
-
-def _c_fflush() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).fflush(None)
-    except (OSError, AttributeError, TypeError):  # pragma: no cover (no libc)
-        pass
-
-
-def _milp_row(v: np.ndarray, t: np.ndarray, cap: int, time_limit: float) -> np.ndarray | None:
-    """Exact 0/1 knapsack for one query with HiGHS (``scipy.optimize.milp``).
-
-    Returns the chosen mask, or None when HiGHS does not prove optimality within
-    ``time_limit`` (the caller then falls back to the DP).
-    """
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
-    # Scale the objective to max 1e3: HiGHS stops at an absolute gap of 1e-6,
-    # which on the scaled problem is a relative gap of 1e-9 at most.
-    scale = 1e3 / float(v.max())
-    with _quiet_c_stdout():
-        res = milp(
-            c=-v * scale,
-            constraints=LinearConstraint(t.astype(np.float64)[None, :], -np.inf, float(cap)),
-            integrality=np.ones(len(v)),
-            bounds=Bounds(0.0, 1.0),
-            options={"mip_rel_gap": 0.0, "time_limit": float(time_limit), "presolve": True},
-        )
-    if res.status != 0 or res.x is None:
-        return None
-    chosen = res.x > 0.5
-    if int(t[chosen].sum()) > cap:  # defensive: rounding never lets a row overflow
-        return None
-    return chosen
-
-
-def _bucket_width(n: int, cap: int, max_cells: int) -> int:
-    """Smallest bucket width ``w`` such that ``n * (cap // w + 1) <= max_cells``
-    (``w = 1`` when the exact table fits)."""
-    if n * (cap + 1) <= max_cells:
-        return 1
-    k = max(max_cells // max(n, 1) - 1, 1)  # largest allowed cap // w
-    return cap // (k + 1) + 1
-
-
 @register
 @dataclass(frozen=True, kw_only=True)
 class Exact(_ValuePacker):
@@ -588,7 +484,7 @@ class Exact(_ValuePacker):
     def bucket_width(self, n: int, budget: int) -> int:
         """The bucket width ``w`` the guard uses for ``n`` notes and a (reduced)
         budget; 1 when no bucketing is needed."""
-        return _bucket_width(n, budget, self.max_cells)
+        return knapsack.bucket_width(n, budget, self.max_cells)
 
     def solve(self, v: np.ndarray, t: np.ndarray, budget: int, *,
               never_bucket: bool = False) -> np.ndarray:
@@ -598,82 +494,14 @@ class Exact(_ValuePacker):
         ``never_bucket=True`` trades the memory guard for exactness: a table
         over ``max_cells`` goes to HiGHS, and if HiGHS fails, to the full DP.
         """
-        v = np.asarray(v, dtype=np.float64)
-        t = np.asarray(t, dtype=np.int64)
-        chosen = t == 0  # free notes of positive value are always in an optimum
-        rest = np.flatnonzero(~chosen)
-        if len(rest) == 0 or int(t[rest].sum()) <= budget:
-            chosen[rest] = True
-            return chosen
-        vr, tr = v[rest], t[rest]
-        g = int(np.gcd.reduce(tr))
-        tr_g, cap = tr // g, budget // g
-        n = len(rest)
-        method = self.method
-        w = _bucket_width(n, cap, self.max_cells)
-        if method == "auto":
-            method = "milp" if cap > self.milp_budget or (never_bucket and w > 1) else "dp"
-        sub = None
-        if method == "milp":
-            sub = _milp_row(vr, tr_g, cap, self.milp_time_limit)
-        if sub is None:
-            if w == 1 or never_bucket:
-                sub = _dp_row(vr, tr_g, cap)
-            else:
-                sub = _dp_row(vr, -(-tr_g // w), cap // w)
-                # never worse than the heuristic: keep greedy-swap if it beats
-                # the bucketed optimum.
-                alt = GreedySwap().pack(vr[None, :], tr[None, :], np.ones((1, n), bool),
-                                        np.array([budget]))[0]
-                if vr[alt].sum() > vr[sub].sum():
-                    sub = alt
-        chosen[rest[sub]] = True
-        return chosen
+        return knapsack.solve(v, t, budget, method=self.method, max_cells=self.max_cells,
+                              milp_budget=self.milp_budget,
+                              milp_time_limit=self.milp_time_limit,
+                              never_bucket=never_bucket, heuristic=_greedy_swap_one)
 
 
-def knapsack_value(values, tokens, budget: int) -> tuple[float, np.ndarray]:
-    """Exact 0/1 knapsack optimum for one query.
-
-    Parameters
-    ----------
-    values : array_like, shape (n,)
-        Value of each note (e.g. its gain); only ``values > 0`` are candidates.
-    tokens : array_like of int, shape (n,)
-        Size of each note in tokens (``>= 0``).
-    budget : int
-        Token budget.
-
-    Returns
-    -------
-    best_value : float
-        ``max sum(values[S])`` over subsets ``S`` with ``sum(tokens[S]) <= budget``
-        (0.0 when nothing fits).
-    chosen : ndarray of bool, shape (n,)
-        One optimal set.
-
-    Notes
-    -----
-    Fast path when every candidate fits (O(n)); otherwise :meth:`Exact.solve`:
-    the DP (O(n * B)), or HiGHS when the gcd-reduced budget exceeds
-    ``Exact.milp_budget`` or the DP table would exceed 2**27 cells. Never
-    bucketed: this is the oracle's denominator and must be exact.
-    """
-    values = np.asarray(values, dtype=np.float64).reshape(-1)
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    budget = int(budget)
-    elig = (values > 0) & (tokens >= 0) & (tokens <= budget)
-    chosen = np.zeros(len(values), dtype=bool)
-    if not elig.any():
-        return 0.0, chosen
-    if int(tokens[elig].sum()) <= budget:
-        return float(values[elig].sum()), elig
-    cols = np.flatnonzero(elig)
-    sub = _ORACLE_SOLVER.solve(values[cols], tokens[cols], budget, never_bucket=True)
-    chosen[cols[sub]] = True
-    return float(values[chosen].sum()), chosen
-
-
-#: Solver behind :func:`knapsack_value`: a larger DP table than the packer's
-#: default (exactness matters more here, and there is one call per query whose
-#: R+ overflows), HiGHS above ``milp_budget``, never bucketed.
-_ORACLE_SOLVER = Exact(max_cells=2**27)
+def _greedy_swap_one(v: np.ndarray, t: np.ndarray, budget: int) -> np.ndarray:
+    """:class:`GreedySwap`'s set for one query: what a bucketed exact answer
+    must beat."""
+    return GreedySwap().pack(v[None, :], t[None, :], np.ones((1, len(v)), bool),
+                             np.array([budget]))[0]

@@ -8,13 +8,15 @@ design where the source is silent.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
-from ..params import did_you_mean
+from memsim.errors import ConfigError
+from memsim.params import did_you_mean
+from .base import SLOTS, Policy
 
-__all__ = ["Preset", "PRESETS", "add_preset", "preset_table"]
+__all__ = ["Preset", "PRESETS", "add_preset", "preset_table", "resolve_policy"]
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,48 @@ def preset_table(name: str, where: str) -> dict[str, Any]:
             f"{where}: unknown preset {name!r}{did_you_mean(name, PRESETS)}; "
             f"allowed: {', '.join(sorted(PRESETS))}"
         )
-    import copy
-
     return copy.deepcopy(PRESETS[name].table)
+
+
+def resolve_policy(ptable: dict[str, Any], where: str) -> Policy:
+    """Merge a policy table over its preset (if any) and build the Policy.
+
+    Parameters
+    ----------
+    ptable : dict
+        A ``[policies.NAME]`` table: ``preset = "..."`` and/or one entry per
+        slot. A slot given as parameters only (no ``kind``) keeps the
+        preset's (or the default) component kind; a slot of the preset's
+        kind merges its parameters over the preset's; another kind replaces it.
+    where : str
+        The dotted key, for error messages.
+    """
+    ptable = copy.deepcopy(ptable)
+    name = ptable.pop("preset", None)
+    base: dict[str, Any] = {}
+    if name is not None:
+        if not isinstance(name, str):
+            raise ConfigError(f"{where}.preset: expected a preset name, got {name!r}")
+        base = preset_table(name, f"{where}.preset")
+    for key, value in ptable.items():
+        if key in SLOTS and isinstance(value, dict) and "kind" not in value:
+            # parameters only: keep the preset's (or the default) component kind
+            prev = base.get(key, Policy.DEFAULTS[key])
+            prev = {"kind": prev} if isinstance(prev, str) else dict(prev)
+            prev.update(value)
+            base[key] = prev
+        elif key in SLOTS and isinstance(value, dict):
+            prev = base.get(key)
+            prev_kind = prev if isinstance(prev, str) else (prev or {}).get("kind")
+            if prev_kind == value["kind"] and isinstance(prev, dict):
+                merged = dict(prev)
+                merged.update(value)
+                base[key] = merged
+            else:
+                base[key] = value
+        else:
+            base[key] = value
+    return Policy.from_config(base, where)
 
 
 # --------------------------------------------------------------------------

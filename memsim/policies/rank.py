@@ -32,7 +32,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..params import Interval
+from memsim.params import Interval
 from .base import Ranker, ScoringContext, register
 
 __all__ = [
@@ -106,12 +106,15 @@ class FeatherBlend(Ranker):
         imp32 = np.asarray(ctx.importance, dtype=f32)
         return ((f32(1.0) - tw) * sim32 + tw * rec32) * imp32
 
+    def recency_floor(self) -> float:
+        return self.min_weight
+
 
 def live_mask(ctx: ScoringContext) -> np.ndarray | None:
     """(Q, L) bool: the notes a query can see (existing, not expired, not
     evicted, inside the retriever's prefilter); None when the context does not
     say (then all count)."""
-    live = getattr(ctx, "live", None)
+    live = ctx.live
     return None if live is None else np.asarray(live, dtype=bool)
 
 
@@ -162,7 +165,6 @@ class WeightedSum(Ranker):
 
     name: ClassVar[str] = "weighted-sum"
     set_dependent: ClassVar[bool] = True  # min-max over the live notes
-    set_dependent: ClassVar[bool] = True
     w_recency: float = 1.0
     w_importance: float = 1.0
     w_relevance: float = 1.0
@@ -259,15 +261,16 @@ class RandomRanker(Ranker):
 class Oracle(Ranker):
     """The ground truth: ``score = gain`` of the query's qrels (0 if none).
 
-    The upper bound for regret. The engine recognises the name ``oracle`` and
+    The upper bound for regret. It declares ``needs_truth``, so the engine
     gives the packer the true gains as values; with the ``exact`` packer the
     context is the best subset of the top-C by gain (the ``oracle`` preset).
-    Only this ranker may read ``ctx.gains``.
+    Only a ranker that declares ``needs_truth`` may read ``ctx.gains``.
     """
 
     name: ClassVar[str] = "oracle"
     uses_recency: ClassVar[bool] = False
     set_dependent: ClassVar[bool] = True
+    needs_truth: ClassVar[bool] = True
 
     def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
         return np.asarray(ctx.gains, dtype=np.float64)

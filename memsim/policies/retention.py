@@ -25,7 +25,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..params import Interval, Options
+from memsim.params import Interval, Options
 from .base import MEMORY_TYPE_CODES, TIER_CODES, Retention, ScoringContext, register
 from .breadth import breadth_factor
 from .decay import ai_memory_lambda, ai_memory_time_term, ebbinghaus_retention
@@ -43,6 +43,10 @@ class KeepAll(Retention):
     """Never evicts (TTL expiry still applies: the engine enforces ``expires_at``)."""
 
     name: ClassVar[str] = "none"
+    evicts: ClassVar[bool] = False
+
+    def evict(self, ctx: ScoringContext) -> np.ndarray:
+        return np.zeros(len(ctx.idx), dtype=bool)
 
 
 @register

@@ -1,0 +1,387 @@
+"""Run folders: atomic writes, the manifest, run status and reading a run back.
+
+A run folder (DESIGN.md section 6) is ``<out>/<UTC time>_<name>_<hash8>/``:
+
+=================== ============================================================
+file                content
+=================== ============================================================
+config.toml         the resolved experiment: every default, concrete seed
+manifest.json       status (running / completed / failed), versions, git commit,
+                    argv, timings, error
+queries.parquet     one row per (replicate, policy, budget, query): every metric
+store.parquet       store size over time per arm
+arms.csv            per (replicate, policy, budget): recall_gini, evictions ...
+summary.csv         policy x budget x metric: mean, ci_low, ci_high, n
+rankings.parquet    top-C rankings, when ``save_rankings = true``
+figures/, report.*  the report (memsim report RUN_DIR)
+sweep/              a sweep's trials, best configuration and storage
+=================== ============================================================
+
+Every file is written to a temporary name and renamed into place
+(:func:`write_atomic`), and the manifest says ``completed`` only after all of
+them exist: a crashed or killed run never looks complete.
+
+This module sits below the runner, the sweep and the reports: it knows the
+folder's files, not how they were produced, so reports and notebooks read a
+run (:func:`load_run`) without importing the machinery that ran it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from .errors import ConfigError
+
+__all__ = [
+    "RunResult",
+    "Manifest",
+    "load_run",
+    "run_status",
+    "new_run_dir",
+    "write_atomic",
+    "write_text_atomic",
+    "pid_alive",
+    "proc_start",
+    "utc_now",
+]
+
+#: Packages whose versions the manifest records.
+_VERSIONED = ("memsim", "numpy", "pandas", "scipy", "matplotlib", "optuna", "pyarrow")
+
+
+# --------------------------------------------------------------------------
+# Atomic writes
+# --------------------------------------------------------------------------
+
+
+def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> None:
+    """Write ``path`` through ``writer(tmp)``, then rename it into place.
+
+    Parameters
+    ----------
+    path : path
+        The file to write.
+    writer : callable
+        Called with a temporary path next to ``path``; it writes the whole file.
+
+    Notes
+    -----
+    The rename is atomic on one file system: a reader sees the old file or the
+    new one, never half of it. The temporary name carries the process id so
+    that two processes writing the same file do not share a temporary.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        writer(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`write_atomic`)."""
+    write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------
+# Folders and manifests
+# --------------------------------------------------------------------------
+
+
+def utc_now() -> str:
+    """The current UTC time as the manifest writes it (ISO 8601, seconds)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_dir(out: str | Path, name: str, hash8: str) -> Path:
+    """Create a fresh run folder ``out/<UTC time>_<name>_<hash8>``.
+
+    An existing folder is never reused: a second run in the same second gets
+    a ``-2``, ``-3`` ... suffix.
+
+    Raises
+    ------
+    ConfigError
+        If no fresh name could be made.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = f"{stamp}_{name}_{hash8}"
+    for k in range(1000):
+        path = out / (base if k == 0 else f"{base}-{k + 1}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise ConfigError(f"{out}: could not create a fresh run folder for {base}")
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in _VERSIONED:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent.parent
+    try:
+        res = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+class Manifest:
+    """The ``manifest.json`` of a run folder, written when created and on each update.
+
+    Parameters
+    ----------
+    folder : path
+        The run folder.
+    name : str
+        The experiment's name.
+    config_hash : str
+        The 8 hex digits of the resolved configuration's hash.
+    source_file : str
+        The experiment file the run came from ("" if none).
+    argv : list of str, optional
+        The command line (default ``sys.argv``).
+
+    Attributes
+    ----------
+    path : Path
+        The run folder.
+    data : dict
+        The manifest's content; ``status`` starts as ``running``.
+    """
+
+    def __init__(self, folder: str | Path, *, name: str, config_hash: str,
+                 source_file: str = "", argv: list[str] | None = None):
+        self.path = Path(folder)
+        self.data: dict[str, Any] = {
+            "status": "running",
+            "name": name,
+            "config_hash": config_hash,
+            "source_file": source_file,
+            "argv": list(argv if argv is not None else sys.argv),
+            "versions": _versions(),
+            "git_commit": _git_commit(),
+            "started_utc": utc_now(),
+            # who is writing: lets a reader tell a live run from a killed one
+            "pid": os.getpid(),
+            "host": platform.node(),
+            "timings_s": {},
+        }
+        self.write()
+
+    @property
+    def file(self) -> Path:
+        """The path of ``manifest.json``."""
+        return self.path / "manifest.json"
+
+    def write(self) -> None:
+        """Rewrite ``manifest.json`` atomically from :attr:`data`."""
+        write_text_atomic(self.file, json.dumps(self.data, indent=2) + "\n")
+
+    def update(self, **kw: Any) -> None:
+        """Set keys of the manifest and rewrite it."""
+        self.data.update(kw)
+        self.write()
+
+
+# --------------------------------------------------------------------------
+# Status
+# --------------------------------------------------------------------------
+
+
+def proc_start(pid: int) -> str:
+    """Start time of a process (Linux clock ticks since boot), "" if unknown.
+
+    With the pid it tells a live process from a later one that reused its pid.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        # the command name (field 2) may hold spaces and ')': split after the last ')'
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def pid_alive(pid: int, start: str | None = None) -> bool:
+    """Whether process ``pid`` of this host still exists.
+
+    Parameters
+    ----------
+    pid : int
+        The process id.
+    start : str, optional
+        Its :func:`proc_start` when it was recorded: a process with that pid
+        but another start time is a later one that reused the pid, and reads
+        as gone. None or "" skips this check (as does a host without
+        ``/proc``).
+    """
+    if pid <= 0:  # 0 and negative pids address process groups, never one process
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return not start or proc_start(pid) in ("", start)
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: unreadable manifest.json ({exc})") from None
+
+
+def run_status(path: str | Path) -> dict[str, Any]:
+    """The manifest of a run folder, with ``status`` corrected for killed runs.
+
+    A run killed with SIGKILL cannot mark itself failed: its manifest still
+    says ``running``. When the writing process (same host) no longer exists,
+    the status reads ``failed`` with ``error = "interrupted"``; re-run it with
+    ``memsim run RUN_DIR/config.toml`` (a new folder, the same numbers).
+
+    Raises
+    ------
+    ConfigError
+        If ``manifest.json`` is missing or not JSON.
+    """
+    path = Path(path)
+    manifest = _read_manifest(path)
+    if (manifest.get("status") == "running" and manifest.get("host") == platform.node()
+            and isinstance(manifest.get("pid"), int) and not pid_alive(manifest["pid"])):
+        manifest["status"] = "failed"
+        manifest["error"] = "interrupted (the process that wrote this run is gone)"
+    return manifest
+
+
+# --------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class RunResult:
+    """What a run produced: the frames of its run folder, in memory.
+
+    :func:`memsim.runner.run_experiment` returns one, and :func:`load_run`
+    reads one back from a run folder; both give the same attributes.
+
+    Attributes
+    ----------
+    queries : DataFrame or None
+        One row per (replicate, policy, budget, query) with every metric.
+    summary : DataFrame or None
+        Policy x budget x metric: mean, ci_low, ci_high, n.
+    store : DataFrame or None
+        Store size over time per arm.
+    arms : DataFrame or None
+        Per (replicate, policy, budget) measures (recall_gini ...).
+    rankings : DataFrame or None
+        Top-C rankings, when the experiment saves them.
+    path : Path or None
+        The run folder (None for a run kept in memory).
+    timings : dict
+        Seconds per phase.
+    config : dict
+        The resolved configuration (``config.toml`` as a table; empty if the
+        folder has none).
+    manifest : dict or None
+        The manifest, its status corrected as :func:`run_status` does (None
+        for a run kept in memory).
+    experiment : Experiment or None
+        The :class:`~memsim.config.Experiment` that ran (None when read back
+        from a folder: rebuild it with ``memsim.load_experiment(path /
+        "config.toml")``).
+    """
+
+    queries: pd.DataFrame | None = None
+    summary: pd.DataFrame | None = None
+    store: pd.DataFrame | None = None
+    arms: pd.DataFrame | None = None
+    rankings: pd.DataFrame | None = None
+    path: Path | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] | None = None
+    experiment: Any = None
+
+    def metric(self, name: str) -> pd.DataFrame:
+        """Summary rows of one metric."""
+        return self.summary[self.summary["metric"] == name].reset_index(drop=True)
+
+    @property
+    def baseline(self) -> str | None:
+        """The experiment's baseline policy (None when it names none)."""
+        return (self.config.get("experiment") or {}).get("baseline") or None
+
+    @property
+    def policies(self) -> dict[str, Any]:
+        """The resolved policy tables, by name (the ``[policies]`` of the config)."""
+        return dict(self.config.get("policies") or {})
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunResult:
+        """Read a run folder's files.
+
+        Files a run has not written (a failed run, a sweep folder, rankings
+        not saved) read as None.
+
+        Raises
+        ------
+        ConfigError
+            If ``path`` has no ``manifest.json``, or one that cannot be read.
+        """
+        path = Path(path)
+        if not (path / "manifest.json").exists():
+            raise ConfigError(f"{path}: not a run folder (no manifest.json)")
+        manifest = run_status(path)
+        frames: dict[str, pd.DataFrame | None] = {}
+        for name in ("queries", "store", "rankings"):
+            f = path / f"{name}.parquet"
+            frames[name] = pd.read_parquet(f) if f.exists() else None
+        for name in ("summary", "arms"):
+            f = path / f"{name}.csv"
+            frames[name] = pd.read_csv(f) if f.exists() else None
+        cfg = path / "config.toml"
+        try:
+            config = tomllib.loads(cfg.read_text(encoding="utf-8")) if cfg.exists() else {}
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{cfg}: not valid TOML: {exc}") from None
+        timings = manifest.get("timings_s")
+        return cls(**frames, path=path, manifest=manifest, config=config,
+                   timings=dict(timings) if isinstance(timings, dict) else {})
+
+
+def load_run(path: str | Path) -> RunResult:
+    """Read a run folder (for reports and notebooks): :meth:`RunResult.load`."""
+    return RunResult.load(path)

@@ -1,0 +1,186 @@
+"""Optuna sweeps: any dotted parameter, one or several objectives, resumable,
+parallel on one machine and distributed through PostgreSQL.
+
+The ``[sweep]`` table
+---------------------
+
+::
+
+    [sweep]
+    trials = 50                 # COMPLETE trials the study must end with
+    sampler = "tpe"             # tpe | random | qmc | cmaes | nsga2 | grid
+    seed = 1                    # default: the experiment's seed
+    objectives = [{ metric = "utility", direction = "maximize" }]
+    #   optional per objective: policy = "NAME" (default: the first policy),
+    #   budget = N (required when experiment.budgets lists several)
+
+    [sweep.params]
+    "policies.hivemind.decay.task_half_life_days" = {
+        type = "float", low = 7, high = 720, log = true }
+    "policies.hivemind.packer" = {
+        type = "categorical", choices = ["greedy", "greedy-swap", "exact"] }
+    "policies.hivemind.candidates" = { type = "int", low = 10, high = 200, step = 10 }
+
+    [sweep.robustness]          # optional
+    replicates = 3              # fresh replicate seeds (default: experiment.replicates)
+    variants = [{ name = "noisy", "workload.retriever_noise" = 1.2 }]
+
+Every key is validated against the experiment before anything runs: a key
+must name a value of the resolved experiment (``memsim sweep`` refuses a key
+that would silently add a new policy), its range must build a valid
+experiment at both ends, and the experiment's own value must lie in the
+range, because it is trial 0.
+
+What a trial is
+---------------
+A trial applies its parameters to the experiment with
+:meth:`~memsim.config.Experiment.with_overrides` (shallower keys first, so a
+categorical that switches a component's kind is applied before a parameter of
+that component) and simulates it with
+:func:`~memsim.runner.simulate_experiment`, the code path of ``memsim run``, on
+the experiment's replicate seeds ``0 .. R-1``: every trial sees the identical
+streams (common random numbers), so trials differ only by their parameters.
+Only the policies (and budgets) the objectives name are simulated; arms never
+interact (each has its own state and its own named random stream), so this
+changes nothing but the time taken. Streams are generated once per process and
+reused across trials; a swept ``workload.*`` key regenerates them (from the
+same seeds) for each trial.
+
+The objective of a trial is the mean over replicates of each replicate's mean
+of the metric over its queries (NaN values left out), exactly the ``mean`` of
+``summary.csv`` (:func:`memsim.stats.summarise`). The per-replicate values are
+kept as trial user attributes ``<objective>_rep<r>``. The experiment's own
+values are enqueued as trial 0 (user attribute ``origin = "experiment"``).
+
+Storage, resuming and the run folder
+------------------------------------
+The default storage is an Optuna journal file inside the run folder
+(``sweep/journal.log``, :class:`optuna.storages.JournalStorage` over
+:class:`optuna.storages.journal.JournalFileBackend`), which several processes
+on one machine can share. ``--storage`` also takes Optuna's RDB URLs
+(``sqlite:///file.db``, ``postgresql://user:pw@host/db``) or
+``journal:PATH``.
+
+The run folder is ``<out>/<UTC time>_<name>_<hash8>/`` where ``hash8`` hashes
+the resolved experiment and search space (without ``sweep.trials``, which may
+grow) and, when given, the study name. ``sweep/sweep.json``, written once,
+records the study name, that identity and the storage. Running the same
+command again finds the newest folder under ``--out`` with the same identity
+and continues its study, in its storage, until it has ``trials`` COMPLETE
+trials (``--trials`` may be raised to extend a finished sweep);
+``--resume DIR`` names the folder explicitly (the experiment then defaults to
+the folder's ``config.toml``). The study name is ``--study NAME`` or
+``<name>-<hash8>``. Changing the experiment or the search space starts a new
+folder and a new study.
+
+A trial whose process died is marked FAIL and its parameters are enqueued
+again (Optuna's :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback`),
+so it is never lost, and a worker only starts a trial while fewer than
+``trials`` trials are COMPLETE or running, so none is counted twice. A dead
+trial is found two ways: every trial records its worker (``host:pid``), and
+any worker on the same host fails the RUNNING trials of processes that no
+longer exist; on RDB storages Optuna's heartbeat (every
+:data:`HEARTBEAT_S` s, stale after :data:`GRACE_S` s) also catches workers on
+other machines.
+
+Parallel and distributed
+------------------------
+``--workers N`` starts N worker processes (spawned) that share the storage,
+each running ``study.optimize`` one trial at a time and stopping when the
+study has ``trials`` COMPLETE trials. The same command on another machine,
+with the same ``--storage postgresql://...`` and ``--study``, joins the
+study; each machine writes its own run folder and, once the study is
+complete, the same outputs.
+
+Reproducibility: with one worker on a fresh study, the sampler is seeded
+with ``seed`` and the whole sweep (the parameters sampled, the values, the
+outputs) is reproducible. With several workers, or on resume, the order in
+which trials finish depends on timing, so the set of parameters sampled is
+not reproducible (each extra worker seeds its sampler from ``seed``, its host
+and its pid so that workers do not propose the same points); what still
+holds is that each trial's value is a deterministic function of its
+parameters (same seeds, same code path), so any trial can be re-run exactly
+from ``best.toml`` or its row of ``trials.csv``.
+
+Outputs (``<run>/sweep/``)
+--------------------------
+``trials.csv`` (one row per trial: ``number``, ``state``, ``values_<objective>``,
+one column per parameter named by its dotted key, ``origin``, ``worker``,
+``retry_of``, ``seconds``, ``<objective>_rep<r>``), ``best.toml`` (the resolved
+experiment with the best parameters applied, runnable with ``memsim run``;
+with several objectives the Pareto member best on the first objective, and
+``pareto/trial_<n>.toml`` for every Pareto member), ``robustness.csv`` (see
+:func:`robustness_check`; its ``vs-experiment`` rows say whether the best
+beats the experiment's own parameters on fresh seeds, with a paired
+interval), ``plateau.csv`` (see :func:`plateau_table`: per parameter the best
+value, the plateau of values within the replicate noise of the best, and a
+warning when the best lies in the outer 5% of its range), ``summary.txt``
+(what ``memsim sweep`` prints), and Optuna's matplotlib plots as PNG
+(``history``, ``importance``, ``slice``, ``pareto_front``). The study can be
+browsed with optuna-dashboard::
+
+    optuna-dashboard results/<run>/sweep/journal.log     # the default journal
+    optuna-dashboard sqlite:///sweep.db
+    optuna-dashboard postgresql://memsim:memsim@127.0.0.1:5432/memsim
+
+Modules
+-------
+From the bottom up (a module imports only modules above it in this list):
+
+``space``
+    The ``[sweep]`` table: :class:`SweepSpec`, :class:`ParamSpec`,
+    :class:`Objective`, :class:`RobustnessSpec`, :func:`apply_params`.
+``evaluate``
+    :class:`TrialEvaluator`: one parameter set on fixed replicate seeds.
+``study``
+    The Optuna study: sampler, creating or loading it, trial 0.
+``storage``
+    ``--storage`` strings and :func:`open_storage`.
+``liveness``
+    Which workers are alive; failing and retrying the trials of dead ones.
+``workers``
+    The trial loop of a worker, and spawning worker processes.
+``robustness``
+    :func:`robustness_check` of the winners on fresh seeds and variants.
+``plateau``
+    :func:`plateau_table`: how sure the sweep is of each best value.
+``outputs``
+    :func:`trials_table`, the best trial(s), the files of ``sweep/``,
+    :class:`SweepResult`.
+``resume``
+    The run folder's identity, ``sweep.json`` and finding it again.
+``run``
+    :func:`run_sweep`.
+"""
+
+from __future__ import annotations
+
+from .evaluate import TrialEvaluator
+from .outputs import SweepResult, trials_table
+from .plateau import EDGE, plateau_table, range_position
+from .robustness import robustness_check
+from .run import run_sweep
+from .space import (OBJECTIVE_METRICS, SAMPLERS, Objective, ParamSpec, RobustnessSpec, SweepSpec,
+                    apply_params)
+from .storage import GRACE_S, HEARTBEAT_S, open_storage
+
+__all__ = [
+    "SAMPLERS",
+    "OBJECTIVE_METRICS",
+    "ParamSpec",
+    "Objective",
+    "RobustnessSpec",
+    "SweepSpec",
+    "apply_params",
+    "TrialEvaluator",
+    "SweepResult",
+    "run_sweep",
+    "open_storage",
+    "trials_table",
+    "robustness_check",
+    "plateau_table",
+    "range_position",
+    "EDGE",
+    "HEARTBEAT_S",
+    "GRACE_S",
+]

@@ -1,0 +1,324 @@
+"""What a sweep produces: the trials table, the best trial(s), files, plots.
+
+Holds :func:`trials_table`, the choice of the best trial or the Pareto set
+(:func:`_best_trials`), the files of ``<run>/sweep/`` (:func:`_write_outputs`)
+and :class:`SweepResult`, what :func:`~memsim.sweep.run_sweep` returns.
+
+Files (``<run>/sweep/``): ``trials.csv`` (one row per trial: ``number``,
+``state``, ``values_<objective>``, one column per parameter named by its
+dotted key, ``origin``, ``retry_of``, ``worker``, ``seconds``,
+``datetime_start``, ``datetime_complete``, ``error``, ``<objective>_rep<r>``),
+``best.toml`` (the resolved experiment with the best parameters applied,
+runnable with ``memsim run``; with several objectives the Pareto member best
+on the first objective, and ``pareto/trial_<n>.toml`` for every Pareto
+member), ``robustness.csv`` (:func:`~memsim.sweep.robustness_check`),
+``plateau.csv`` (:func:`~memsim.sweep.plateau_table`: each parameter's best
+value, plateau and edge warning), ``summary.txt``
+(:meth:`SweepResult.summary_text`, what ``memsim sweep`` prints) and Optuna's
+matplotlib plots as PNG (``history``, ``importance``, ``slice``,
+``pareto_front``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+from optuna.trial import TrialState
+
+from memsim.config import Experiment, dumps_toml
+from memsim.rundir import write_atomic
+
+from .plateau import plateau_lines
+from .robustness import _SAME_NOTE
+from .space import SweepSpec, _fmt, apply_params
+from .study import _quiet_optuna
+
+
+def trials_table(study, spec: SweepSpec) -> pd.DataFrame:
+    """One row per trial: number, state, ``values_<objective>``, one column per
+    parameter (its dotted key), then the user attributes."""
+    rows = []
+    rep_cols: list[str] = []
+    for t in study.get_trials(deepcopy=False):
+        row: dict[str, Any] = {"number": t.number, "state": t.state.name}
+        vals = t.values if t.values is not None else [math.nan] * len(spec.objectives)
+        for lab, v in zip(spec.labels, vals):
+            row[f"values_{lab}"] = v
+        for k in spec.keys:
+            row[k] = t.params.get(k)
+        ua = t.user_attrs
+        row["origin"] = ua.get("origin", "retry" if "failed_trial" in t.system_attrs
+                               else "sampler")
+        row["retry_of"] = t.system_attrs.get("failed_trial")
+        row["worker"] = ua.get("worker")
+        row["seconds"] = ua.get("seconds")
+        row["datetime_start"] = t.datetime_start.isoformat() if t.datetime_start else None
+        row["datetime_complete"] = (t.datetime_complete.isoformat() if t.datetime_complete
+                                    else None)
+        row["error"] = ua.get("error") or ua.get("failed_reason") or (
+            "surplus" if ua.get("surplus") else None)
+        for k, v in ua.items():
+            if re.search(r"_rep\d+$", k):
+                row[k] = v
+                if k not in rep_cols:
+                    rep_cols.append(k)
+        rows.append(row)
+    base = (["number", "state"] + [f"values_{lab}" for lab in spec.labels] + spec.keys
+            + ["origin", "retry_of", "worker", "seconds", "datetime_start", "datetime_complete",
+               "error"])
+    df = pd.DataFrame(rows, columns=base + sorted(rep_cols, key=_rep_sort))
+    if len(df):
+        df["retry_of"] = df["retry_of"].astype("Int64")
+    return df.sort_values("number").reset_index(drop=True)
+
+
+def _rep_sort(col: str):
+    """Sort key of a ``<objective>_rep<r>`` column: objective, then replicate
+    as a number (``rep10`` after ``rep9``)."""
+    m = re.match(r"^(.*)_rep(\d+)$", col)
+    return (m.group(1), int(m.group(2))) if m else (col, 0)
+
+
+def _best_trials(study, spec: SweepSpec) -> list:
+    """The best COMPLETE trial (one objective) or the Pareto set, best first
+    on the first objective."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not done:
+        return []
+    sign = [1.0 if d == "maximize" else -1.0 for d in spec.directions]
+    if not spec.multi:
+        # ties go to the lower trial number (trial 0, the experiment, first)
+        return [max(done, key=lambda t: (sign[0] * t.values[0], -t.number))]
+    pts = np.array([[s * v for s, v in zip(sign, t.values)] for t in done])
+    front = []
+    for i, p in enumerate(pts):
+        dominated = np.any(np.all(pts >= p, axis=1) & np.any(pts > p, axis=1))
+        if not dominated:
+            front.append(done[i])
+    front.sort(key=lambda t: (-sign[0] * t.values[0], t.number))
+    return front
+
+
+def _write_outputs(study, exp: Experiment, spec: SweepSpec, table: pd.DataFrame,
+                   robust: pd.DataFrame, best: list, sdir: Path, timings: dict, quiet: bool,
+                   want_plots: bool, plateau: pd.DataFrame | None = None) -> dict[str, str]:
+    """Write ``trials.csv``, ``robustness.csv``, ``plateau.csv``, the best
+    configuration(s) and the plots into ``sdir``; returns plot name ->
+    "written" or why skipped."""
+    sdir.mkdir(exist_ok=True)
+    write_atomic(sdir / "trials.csv", lambda p: table.to_csv(p, index=False))
+    write_atomic(sdir / "robustness.csv", lambda p: robust.to_csv(p, index=False))
+    if plateau is not None:
+        write_atomic(sdir / "plateau.csv", lambda p: plateau.to_csv(p, index=False))
+    if best:
+        _write_best(exp, spec, best, sdir)
+    t1 = time.perf_counter()
+    plots = _write_plots(study, spec, sdir) if want_plots else {}
+    timings["plots"] = time.perf_counter() - t1
+    skipped = {k: v for k, v in plots.items() if v != "written"}
+    if skipped and not quiet:
+        for k, v in skipped.items():
+            print(f"memsim sweep: plot {k} {v}", file=sys.stderr)
+    return plots
+
+
+def _plot_jobs(study, spec: SweepSpec) -> list[tuple[str, Callable]]:
+    """(file name, function drawing an Optuna plot) for each plot of the sweep."""
+    # matplotlib is heavy and only the run folder's plots need it: load on use
+    import optuna.visualization.matplotlib as ovm
+
+    jobs: list[tuple[str, Callable]] = []
+    if spec.multi:
+        for i, lab in enumerate(spec.labels):
+            def tgt(t, i=i):
+                return t.values[i]
+            safe = re.sub(r"[^A-Za-z0-9_.@-]+", "-", lab)
+            jobs.append((f"history_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_optimization_history(
+                study, target=tgt, target_name=lab)))
+            # Optuna's importance evaluator ranks parameters by how they reach
+            # *low* target values: negate a maximised objective
+            def low(t, i=i, sgn=(-1.0 if spec.directions[i] == "maximize" else 1.0)):
+                return sgn * t.values[i]
+            jobs.append((f"importance_{safe}", lambda low=low, lab=lab: ovm.plot_param_importances(
+                study, target=low, target_name=lab)))
+            jobs.append((f"slice_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_slice(
+                study, target=tgt, target_name=lab)))
+        if len(spec.objectives) in (2, 3):
+            jobs.append(("pareto_front", lambda: ovm.plot_pareto_front(
+                study, target_names=spec.labels)))
+    else:
+        lab = spec.labels[0]
+        jobs.append(("history", lambda: ovm.plot_optimization_history(study, target_name=lab)))
+        jobs.append(("importance", lambda: ovm.plot_param_importances(study)))
+        jobs.append(("slice", lambda: ovm.plot_slice(study, target_name=lab)))
+    return jobs
+
+
+def _write_plots(study, spec: SweepSpec, sdir: Path) -> dict[str, str]:
+    """Optuna's matplotlib plots as PNG; returns name -> "written" or why skipped."""
+    # matplotlib is heavy and only the run folder's plots need it: load on use
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    status: dict[str, str] = {}
+    jobs = _plot_jobs(study, spec)
+    with matplotlib.rc_context({"figure.max_open_warning": 0}):
+        for name, make in jobs:
+            try:
+                with _quiet_optuna():
+                    ax = make()
+                first = np.asarray(ax, dtype=object).ravel()[0]
+                fig = first.figure
+                fig.set_size_inches(max(fig.get_size_inches()[0], 6.4),
+                                    max(fig.get_size_inches()[1], 4.2))
+                write_atomic(sdir / f"{name}.png",
+                             lambda p, fig=fig: fig.savefig(p, format="png", dpi=110,
+                                                            bbox_inches="tight"))
+                plt.close(fig)
+                status[name] = "written"
+            except Exception as exc:  # a plot Optuna cannot make must not fail the sweep
+                status[name] = f"skipped: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                plt.close("all")
+    return status
+
+
+def _write_best(exp: Experiment, spec: SweepSpec, best: list, sdir: Path) -> None:
+    """``best.toml`` and, with several objectives, ``pareto/trial_<n>.toml``."""
+    def config_of(t) -> str:
+        e = apply_params(exp, dict(t.params))
+        table = e.to_config()
+        table.pop("sweep", None)
+        vals = ", ".join(f"{lab} = {v:.6g}" for lab, v in zip(spec.labels, t.values))
+        params = "\n".join(f"#   {k} = {_fmt(v)}" for k, v in t.params.items())
+        head = (f"# Best configuration of the sweep of {exp.name}: trial {t.number} "
+                f"({vals}).\n# Parameters:\n{params}\n# Run it with: memsim run best.toml\n")
+        return head + dumps_toml(table)
+
+    write_atomic(sdir / "best.toml", lambda p: p.write_text(config_of(best[0]),
+                                                            encoding="utf-8"))
+    if spec.multi:
+        pdir = sdir / "pareto"
+        pdir.mkdir(exist_ok=True)
+        for t in best:
+            write_atomic(pdir / f"trial_{t.number}.toml",
+                         lambda p, t=t: p.write_text(config_of(t), encoding="utf-8"))
+
+
+@dataclass
+class SweepResult:
+    """What a sweep produced; the frames are also in ``<path>/sweep/``.
+
+    Attributes
+    ----------
+    trials : DataFrame
+        :func:`trials_table` of the study.
+    best_params : dict
+        Dotted key -> value of the best trial (with several objectives, the
+        Pareto member best on the first objective).
+    best_values : dict
+        Objective label -> value of that trial.
+    best_number : int
+    pareto : list of int
+        Trial numbers of the Pareto set (the best trial alone with one objective).
+    robustness : DataFrame
+        :func:`robustness_check` of the best trial(s) and the experiment,
+        with the paired difference best - experiment (``vs-experiment`` rows).
+    plateau : DataFrame
+        :func:`~memsim.sweep.plateau_table`: per objective and parameter,
+        ``best``, the plateau ``low``/``high`` (or ``choices``), ``n_trials``,
+        ``edge_warning`` and ``note``.
+    study : optuna.Study
+    path : Path or None
+        The run folder.
+    plots : dict
+        Plot name -> "written" or the reason it was skipped.
+    """
+
+    experiment: Experiment
+    spec: SweepSpec
+    study: Any
+    trials: pd.DataFrame
+    best_params: dict
+    best_values: dict
+    best_number: int | None
+    pareto: list[int]
+    robustness: pd.DataFrame
+    path: Path | None = None
+    study_name: str = ""
+    storage: str = ""
+    plots: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    plateau: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def best_value(self) -> float:
+        """Value of the first objective for the best trial."""
+        return next(iter(self.best_values.values())) if self.best_values else math.nan
+
+    def summary_text(self) -> str:
+        """A few lines for the console: best trial, Pareto set, each
+        parameter's plateau, a ``WARNING`` line per best value at an edge of
+        its range, the robustness re-check and whether the best beats the
+        experiment's preset."""
+        n_done = int((self.trials["state"] == "COMPLETE").sum()) if len(self.trials) else 0
+        lines = [f"study {self.study_name}: {n_done} COMPLETE trials of {len(self.trials)}"]
+        if self.best_number is not None:
+            vals = ", ".join(f"{k} = {v:.4g}" for k, v in self.best_values.items())
+            lines.append(f"best: trial {self.best_number} ({vals})")
+            for k, v in self.best_params.items():
+                lines.append(f"  {k} = {_fmt(v)}")
+        if len(self.pareto) > 1:
+            lines.append(f"Pareto set: trials {', '.join(map(str, self.pareto))}")
+        lines += plateau_lines(self.plateau)
+        if len(self.robustness):
+            lab = self.spec.labels[0]
+            for _, r in self.robustness.iterrows():
+                if r["check"] in ("sweep", "vs-experiment"):
+                    continue
+                what = "fresh seeds" if r["check"] == "fresh-seeds" else f"variant {r['variant']}"
+                lines.append(f"robustness: trial {r['number']} ({r['role']}) on {what} "
+                             f"(replicates {r['replicates']}): {lab} = "
+                             f"{r[f'values_{lab}']:.4g} ({r[f'change_{lab}']:+.4g})")
+            lines += _paired_lines(self.robustness, self.spec)
+        return "\n".join(lines)
+
+    def best_experiment(self) -> Experiment:
+        """The experiment with the best parameters applied (sweep table removed)."""
+        e = apply_params(self.experiment, self.best_params)
+        return dataclasses.replace(e, sweep=None)
+
+
+def _paired_lines(robust: pd.DataFrame, spec: SweepSpec) -> list[str]:
+    """One line per ``vs-experiment`` row of the robustness table and objective:
+    the paired difference winner - preset, its interval and the verdict."""
+    lines = []
+    if "check" not in robust:
+        return lines
+    for _, r in robust[robust["check"] == "vs-experiment"].iterrows():
+        what = "fresh seeds" if not r["variant"] else f"variant {r['variant']}"
+        for lab in spec.labels:
+            d, lo, hi = r[f"diff_{lab}"], r[f"diff_ci_low_{lab}"], r[f"diff_ci_high_{lab}"]
+            verdict = r[f"verdict_{lab}"]
+            if verdict == "not measured":
+                ci = "no interval from one replicate"
+            else:
+                ci = (f"95% paired t-interval [{lo:+.4g}, {hi:+.4g}] "
+                      f"{'excludes' if r[f'excludes_0_{lab}'] else 'includes'} 0")
+            says = {"better": "beats the experiment's preset",
+                    "worse": "is worse than the experiment's preset",
+                    "no difference shown": "not shown to beat the experiment's preset",
+                    "not measured": "not measured"}.get(verdict, verdict)
+            same = " (it is the preset)" if r.get("note") == _SAME_NOTE else ""
+            lines.append(f"vs preset: trial {r['number']} ({r['role']}){same} on {what} "
+                         f"(replicates {r['replicates']}): {lab} {d:+.4g} minus preset, {ci}: "
+                         f"{says}")
+    return lines

@@ -1,0 +1,189 @@
+"""The robustness re-check of a sweep's winners (``[sweep.robustness]``).
+
+A sweep that looks only at its own replicate seeds can overfit to them. The
+best trial(s) and the experiment's own parameters (trial 0, the published
+preset) are evaluated again on fresh replicate seeds the sweep never used,
+and on each workload variant; :func:`robustness_check` returns the values,
+their change from the sweep's, and whether the best beats the preset: the
+paired difference on the same fresh replicates with its confidence interval
+(``sweep/robustness.csv``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+from optuna.trial import TrialState
+
+from memsim.stats import mean_ci
+
+from .evaluate import TrialEvaluator
+from .space import SweepSpec
+
+#: Confidence level of the paired difference with the experiment's preset.
+PAIRED_LEVEL = 0.95
+#: ``note`` of a ``vs-experiment`` row whose winner is the preset itself.
+_SAME_NOTE = "the best trial is the experiment's own parameters"
+
+
+def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: list[dict],
+                     ) -> pd.DataFrame:
+    """Re-evaluate parameter sets on fresh seeds and on workload variants.
+
+    Parameters
+    ----------
+    evaluator : TrialEvaluator
+    spec : SweepSpec
+    candidates : list of dict
+        Each with ``number``, ``role`` (``best``, ``pareto`` or
+        ``experiment``), ``params`` and ``values`` (the sweep's values);
+        ``experiment = True`` marks the experiment's own parameters when they
+        won (role ``best``).
+
+    Returns
+    -------
+    DataFrame
+        One row per (candidate, check): ``number, role, check, variant,
+        replicates``, then per objective ``values_<objective>`` (mean over the
+        check's replicates), ``change_<objective>`` (minus the sweep's value:
+        a large drop on fresh seeds is overfitting to the seeds, on a variant
+        overfitting to the workload) and ``per_replicate_<objective>`` (JSON).
+        ``check`` is ``sweep`` (the trial's own values, replicates 0..R-1),
+        ``fresh-seeds`` (replicates R..R+K-1, never used by the sweep),
+        ``variant``, or ``vs-experiment``.
+
+        A ``vs-experiment`` row compares a winner with the experiment's own
+        parameters (the preset the sweep started from) on the replicates of
+        one check (``variant`` empty: the fresh seeds; else that variant);
+        it has one per check other than ``sweep``, for each winner, when the
+        experiment's own parameters are among the candidates. On the sweep's
+        seeds the winner was selected, so the comparison there would flatter
+        it; fresh seeds are unbiased. Its columns, per objective:
+        ``per_replicate_<objective>``, the paired differences
+        :math:`d_r = y_r^{\mathrm{winner}} - y_r^{\mathrm{preset}}` (same
+        replicate seed, so the replicate's own luck cancels);
+        ``diff_<objective>`` their mean :math:`\bar d`;
+        ``diff_ci_low_<objective>``, ``diff_ci_high_<objective>`` the Student
+        t interval :math:`\bar d \pm t_{K-1,\,0.975}\, s_d/\sqrt{K}` over the
+        K replicates (:func:`memsim.stats.mean_ci`; a t-interval rather than a
+        bootstrap because K is small, often 2-5, where a bootstrap has only a
+        handful of distinct resamples and its interval is too narrow; NaN with
+        one replicate); ``excludes_0_<objective>``; and
+        ``verdict_<objective>``: ``better`` or ``worse`` (the interval
+        excludes 0, in the objective's direction), ``no difference shown``,
+        or ``not measured``. ``values_`` and ``change_`` are NaN there;
+        ``note`` says when the winner is the preset itself (difference 0).
+    """
+    R = evaluator.exp.settings.replicates
+    K = spec.robustness.replicates
+    fresh = list(range(R, R + K))
+    checks: list[tuple[str, str, dict | None, list[int]]] = []
+    if fresh:
+        checks.append(("fresh-seeds", "", None, fresh))
+    for name, ov in spec.robustness.variants:
+        checks.append(("variant", name, ov, fresh or list(range(R))))
+    rows = []
+    # (candidate index, check index) -> objective label -> {replicate: value}
+    evals: dict[tuple[int, int], dict[str, dict[int, float]]] = {}
+    for i, c in enumerate(candidates):
+        base = {"number": c["number"], "role": c["role"]}
+        row = dict(base, check="sweep", variant="", replicates=_reps_text(range(R)))
+        for lab, v in zip(spec.labels, c["values"]):
+            row[f"values_{lab}"] = v
+            row[f"change_{lab}"] = 0.0
+            row[f"per_replicate_{lab}"] = json.dumps(c.get("per_replicate", {}).get(lab, []))
+        rows.append(row)
+        for j, (check, name, ov, reps) in enumerate(checks):
+            values, per = evaluator.evaluate(c["params"], replicates=reps, variant=ov)
+            evals[i, j] = per
+            row = dict(base, check=check, variant=name, replicates=_reps_text(reps))
+            for lab, v, v0 in zip(spec.labels, values, c["values"]):
+                row[f"values_{lab}"] = v
+                row[f"change_{lab}"] = v - v0
+                row[f"per_replicate_{lab}"] = json.dumps([per[lab][r] for r in reps])
+            rows.append(row)
+    rows += _paired_rows(spec, candidates, checks, evals)
+    cols = ["number", "role", "check", "variant", "replicates"]
+    for lab in spec.labels:
+        cols += [f"values_{lab}", f"change_{lab}", f"per_replicate_{lab}"]
+    for lab in spec.labels:
+        cols += [f"diff_{lab}", f"diff_ci_low_{lab}", f"diff_ci_high_{lab}",
+                 f"excludes_0_{lab}", f"verdict_{lab}"]
+    return pd.DataFrame(rows, columns=cols + ["note"])
+
+
+def _paired_rows(spec: SweepSpec, candidates: list[dict], checks: list, evals: dict,
+                 ) -> list[dict]:
+    """The ``vs-experiment`` rows of :func:`robustness_check`: each winner
+    minus the experiment's own parameters, replicate by replicate."""
+    preset = next((i for i, c in enumerate(candidates)
+                   if c["role"] == "experiment" or c.get("experiment")), None)
+    if preset is None:
+        return []
+    rows = []
+    for i, c in enumerate(candidates):
+        if c["role"] == "experiment":
+            continue
+        same = i == preset
+        for j, (_, name, _, reps) in enumerate(checks):
+            row = {"number": c["number"], "role": c["role"], "check": "vs-experiment",
+                   "variant": name, "replicates": _reps_text(reps),
+                   "note": (_SAME_NOTE if same else f"minus trial {candidates[preset]['number']} "
+                                 "(the experiment's own parameters)")}
+            for lab, direction in zip(spec.labels, spec.directions):
+                d = np.array([evals[i, j][lab][r] - evals[preset, j][lab][r] for r in reps],
+                             dtype=np.float64)
+                mean, lo, hi, n = mean_ci(d, PAIRED_LEVEL)
+                excl = bool(np.isfinite(lo) and (lo > 0 or hi < 0))
+                sign = 1.0 if direction == "maximize" else -1.0
+                if not np.isfinite(lo):
+                    verdict = "not measured"
+                elif not excl:
+                    verdict = "no difference shown"
+                else:
+                    verdict = "better" if sign * mean > 0 else "worse"
+                row.update({f"values_{lab}": math.nan, f"change_{lab}": math.nan,
+                            f"per_replicate_{lab}": json.dumps(d.tolist()),
+                            f"diff_{lab}": mean, f"diff_ci_low_{lab}": lo,
+                            f"diff_ci_high_{lab}": hi, f"excludes_0_{lab}": excl,
+                            f"verdict_{lab}": verdict})
+            rows.append(row)
+    return rows
+
+
+def _reps_text(reps) -> str:
+    """Replicates as a range (``2-4``) when consecutive, else listed."""
+    reps = list(reps)
+    if reps and reps == list(range(reps[0], reps[-1] + 1)):
+        return f"{reps[0]}-{reps[-1]}" if len(reps) > 1 else str(reps[0])
+    return " ".join(str(r) for r in reps)
+
+
+def _candidates(study, spec: SweepSpec, best: list, R: int) -> list[dict]:
+    """What :func:`robustness_check` re-evaluates: the first ten of ``best``
+    (the best trial, or the Pareto set best first), then trial 0 (the
+    experiment's own parameters) when it is not among them."""
+    zero = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("origin") == "experiment"]
+    cands = []
+    for t in best[:10]:
+        cands.append({"number": t.number, "role": "pareto" if spec.multi else "best",
+                      "params": dict(t.params), "values": list(t.values),
+                      "per_replicate": _per_rep(t, spec, R),
+                      # the preset won: the paired comparison is with itself
+                      "experiment": bool(zero) and t.number == zero[0].number})
+    if zero and zero[0].number not in {c["number"] for c in cands}:
+        t = zero[0]
+        cands.append({"number": t.number, "role": "experiment", "params": dict(t.params),
+                      "values": list(t.values),
+                      "per_replicate": _per_rep(t, spec, R)})
+    return cands
+
+
+def _per_rep(t, spec: SweepSpec, R: int) -> dict[str, list[float]]:
+    """Objective label -> the trial's value on each replicate 0..R-1."""
+    return {lab: [t.user_attrs.get(f"{lab}_rep{r}", math.nan) for r in range(R)]
+            for lab in spec.labels}

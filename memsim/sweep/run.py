@@ -1,0 +1,300 @@
+"""Running a sweep: :func:`run_sweep` and its steps.
+
+:func:`run_sweep` loads the experiment and its ``[sweep]`` table, settles the
+study's identity, run folder and storage (:mod:`memsim.sweep.resume`), writes
+``config.toml`` and the manifest, runs the trials in this process or in
+worker processes (:mod:`memsim.sweep.workers`) until the study has
+``trials`` COMPLETE trials, then re-checks the winners
+(:mod:`memsim.sweep.robustness`), measures each parameter's plateau
+(:mod:`memsim.sweep.plateau`), writes the outputs
+(:mod:`memsim.sweep.outputs`) and the run folder's ``report.html``. The
+manifest records every session that worked on the folder; a failure marks
+it failed with the hint to run the same command again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import optuna
+import pandas as pd
+
+from memsim.config import Experiment, dumps_toml, load_experiment, parse_override
+from memsim.errors import ConfigError, MemsimError
+from memsim.report import build_report
+from memsim.rundir import new_run_dir, write_atomic
+from memsim.runner import experiment_manifest
+
+from .evaluate import TrialEvaluator
+from .liveness import _host
+from .outputs import SweepResult, _best_trials, _write_outputs, trials_table
+from .plateau import plateau_table
+from .resume import (_header, _load_resume_dir, _locate_run_dir, _prior_manifest,
+                     _resume_storage, _study_identity, _write_ident)
+from .robustness import _candidates, robustness_check
+from .space import SweepSpec
+from .storage import _mask_url, _recorded_storage, _storage_spec, open_storage
+from .study import _n_complete, _open_study
+from .workers import _run_workers, _work, _WorkerJob
+
+
+@dataclass
+class _Plan:
+    """What :func:`run_sweep` settles before any trial runs."""
+
+    exp: Experiment
+    spec: SweepSpec
+    hash8: str
+    study_name: str
+    run_dir: Path | None
+    storage_spec: str
+    workers: int
+
+
+def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None = None,
+              storage: str | None = None, study_name: str | None = None, workers: int = 1,
+              out: str | Path | None = "results", overrides: list[str] | dict | None = None,
+              quiet: bool = True, resume: str | Path | None = None,
+              progress: Callable[[float], None] | None = None,
+              plots: bool = True, report: bool = True,
+              argv: list[str] | None = None) -> SweepResult:
+    """Run (or resume, or join) an Optuna sweep of an experiment.
+
+    Parameters
+    ----------
+    exp_or_path : Experiment, path or None
+        The experiment or its TOML file (with a ``[sweep]`` table); None with
+        ``resume`` reads the run folder's ``config.toml``.
+    trials : int, optional
+        COMPLETE trials the study must end with (default ``sweep.trials``).
+    storage : str, optional
+        ``sqlite:///...``, ``postgresql://...`` or ``journal:PATH``; default a
+        journal file in the run folder (in memory when ``out`` is None).
+    study_name : str, optional
+        Default ``<name>-<hash8>``.
+    workers : int
+        Worker processes on this machine (1: in this process).
+    out : path or None
+        Parent of the run folder; None keeps everything in memory (no plots,
+        no files; ``workers > 1`` then needs ``storage``).
+    overrides : list of "KEY=VALUE" or dict, optional
+        Dotted-key overrides, applied before validation (``sweep.*`` too).
+    quiet : bool
+        Keep Optuna's per-trial log lines off stderr.
+    resume : path, optional
+        A sweep run folder to continue (otherwise found from ``out``, the
+        experiment and the study name).
+    progress : callable, optional
+        Called with the fraction of COMPLETE trials.
+    plots : bool
+        Write Optuna's plots (a few seconds).
+    report : bool
+        Build the run folder's ``report.html`` (:func:`memsim.report.build_report`).
+
+    Returns
+    -------
+    SweepResult
+    """
+    t_start = time.perf_counter()
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ConfigError(f"--workers: expected an integer >= 1, got {workers!r}")
+    exp, spec, resume_dir, ident = _load_sweep(exp_or_path, overrides, trials, resume)
+    hash8, study_name = _study_identity(exp, spec, study_name, ident)
+    plan = _place(exp, spec, hash8, study_name, storage, out, resume_dir, ident, workers)
+    prior = _prior_manifest(plan.run_dir)
+
+    verbosity = optuna.logging.get_verbosity()
+    # quiet: failed trials are in trials.csv (column error), no need for their tracebacks
+    optuna.logging.set_verbosity(optuna.logging.ERROR if quiet else optuna.logging.INFO)
+    manifest, sessions = _start_manifest(plan, prior, argv)
+    timings: dict[str, float] = {}
+    try:
+        study, n_done = _run_trials(plan, progress, timings)
+        result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots)
+        result.study_name, result.storage = study_name, _mask_url(plan.storage_spec)
+        if plan.run_dir is not None:
+            # what `memsim sweep` prints, kept with the files it describes
+            write_atomic(plan.run_dir / "sweep" / "summary.txt", lambda p: p.write_text(
+                result.summary_text() + "\n", encoding="utf-8"))
+        if plan.run_dir is not None and report:
+            _write_report(plan.run_dir, timings)
+        timings["total"] = time.perf_counter() - t_start
+        if manifest is not None:
+            _complete_manifest(manifest, sessions, result, timings, n_done)
+        return result
+    except BaseException as exc:
+        if manifest is not None:
+            manifest.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                            timings_s=timings, finished_utc=_now(),
+                            hint="run the same command again to resume the sweep")
+        raise
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _coerce_overrides(overrides) -> dict:
+    """``--set`` overrides as a dict (from a dict or "KEY=VALUE" strings)."""
+    if overrides is None:
+        return {}
+    if isinstance(overrides, dict):
+        return dict(overrides)
+    return dict(parse_override(o) for o in overrides)
+
+
+def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: int | None,
+                resume: str | Path | None,
+                ) -> tuple[Experiment, SweepSpec, Path | None, dict | None]:
+    """The experiment (with its resolved ``[sweep]`` table) and its spec; with
+    ``resume``, the folder and its ``sweep.json``."""
+    ov = _coerce_overrides(overrides)
+    ident: dict | None = None  # sweep/sweep.json of the folder resumed
+    resume_dir: Path | None = None
+    if resume is not None:
+        resume_dir = Path(resume)
+        ident, cfg_file = _load_resume_dir(resume_dir)
+        if exp_or_path is None:
+            exp_or_path = cfg_file
+    if exp_or_path is None:
+        raise ConfigError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
+    if isinstance(exp_or_path, Experiment):
+        exp = exp_or_path.with_overrides(ov) if ov else exp_or_path
+    else:
+        exp = load_experiment(exp_or_path, ov)
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    if trials is not None:
+        spec = spec.with_trials(trials)
+    # the resolved experiment, with the resolved sweep table, is what runs
+    exp = dataclasses.replace(exp, sweep=spec.to_config())
+    return exp, spec, resume_dir, ident
+
+
+def _place(exp: Experiment, spec: SweepSpec, hash8: str, study_name: str,
+           storage: str | None, out: str | Path | None, resume_dir: Path | None,
+           ident: dict | None, workers: int) -> _Plan:
+    """Find or make the run folder and settle the storage the study lives in."""
+    run_dir, ident = _locate_run_dir(exp, hash8, out, resume_dir, ident)
+    storage = _resume_storage(storage, ident, run_dir)
+    if run_dir is None and out is not None:
+        run_dir = new_run_dir(Path(out), exp.name, hash8)
+    storage_spec = _storage_spec(storage, run_dir)
+    if storage_spec == "memory" and workers > 1:
+        raise ConfigError("--workers: several workers need a storage they share; pass --storage "
+                          "or an output folder")
+    if run_dir is not None and ident is None:
+        _write_ident(run_dir, study_name, hash8, storage_spec)
+    return _Plan(exp, spec, hash8, study_name, run_dir, storage_spec, workers)
+
+
+def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
+                    ) -> tuple[Any, list[dict]]:
+    """Write ``config.toml`` and the manifest (status running), with this
+    session appended to the folder's earlier ones.
+
+    Returns the manifest (``memsim.rundir.Manifest``) and the sessions
+    list, or (None, []) without a folder.
+    """
+    run_dir, exp, spec = plan.run_dir, plan.exp, plan.spec
+    if run_dir is None:
+        return None, []
+    write_atomic(run_dir / "config.toml", lambda p: p.write_text(
+        _header(exp, "Resolved sweep configuration") + dumps_toml(exp.to_config()),
+        encoding="utf-8"))
+    manifest = experiment_manifest(run_dir, exp, argv)
+    sessions = list(prior.get("sessions", []))
+    session = {"started_utc": manifest.data["started_utc"], "host": _host(),
+               "pid": os.getpid(), "workers": plan.workers, "argv": manifest.data["argv"]}
+    sessions.append(session)
+    manifest.update(kind="sweep", sessions=sessions, sweep={
+        "study": plan.study_name, "identity": plan.hash8,
+        "storage": _recorded_storage(plan.storage_spec, run_dir),
+        "trials": spec.trials, "sampler": spec.sampler, "seed": spec.seed,
+        "objectives": spec.labels, "directions": spec.directions, "params": spec.keys,
+        "workers": plan.workers})
+    return manifest, sessions
+
+
+def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
+                timings: dict) -> tuple[optuna.Study, int]:
+    """Open the study and work on it until it has ``trials`` COMPLETE trials.
+
+    Returns the study and the number of trials completed by this call.
+    """
+    exp, spec, workers = plan.exp, plan.spec, plan.workers
+    storage_obj = open_storage(plan.storage_spec)
+    study, fresh = _open_study(storage_obj, plan.study_name, exp, spec, plan.hash8)
+    n_before = _n_complete(study)
+    t0 = time.perf_counter()
+    job = _WorkerJob(config=exp.to_config(), base_dir=str(exp.base_dir),
+                     source_file=exp.source_file, storage=plan.storage_spec,
+                     study_name=plan.study_name, trials=spec.trials,
+                     seed=spec.seed if (workers == 1 and fresh) else None)
+    if workers == 1:
+        _work(job, exp=exp, spec=spec, storage=storage_obj, progress=progress)
+    else:
+        _run_workers(job, workers, study, spec, progress)
+    timings["trials"] = time.perf_counter() - t0
+    n_after = _n_complete(study)
+    if n_after < spec.trials:
+        raise MemsimError(f"sweep: the study has {n_after} of {spec.trials} COMPLETE trials "
+                          "(workers stopped early); run the same command again to resume")
+    return study, n_after - n_before
+
+
+def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
+            timings: dict, quiet: bool, want_plots: bool = True) -> SweepResult:
+    """Trials table, best configuration, robustness check, plateaus and plots."""
+    t0 = time.perf_counter()
+    table = trials_table(study, spec)
+    best = _best_trials(study, spec)
+    best_params = dict(best[0].params) if best else {}
+    best_values = dict(zip(spec.labels, best[0].values)) if best else {}
+    evaluator = TrialEvaluator(exp, spec)
+    cands = _candidates(study, spec, best, exp.settings.replicates)
+    robust = robustness_check(evaluator, spec, cands) if cands else pd.DataFrame()
+    timings["robustness"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    plateau = plateau_table(table, spec)
+    timings["plateau"] = time.perf_counter() - t1
+    plots: dict[str, str] = {}
+    if run_dir is not None:
+        plots = _write_outputs(study, exp, spec, table, robust, best, run_dir / "sweep",
+                               timings, quiet, want_plots, plateau)
+    return SweepResult(experiment=exp, spec=spec, study=study, trials=table,
+                       best_params=best_params, best_values=best_values,
+                       best_number=best[0].number if best else None,
+                       pareto=[t.number for t in best], robustness=robust, path=run_dir,
+                       plots=plots, timings=timings, plateau=plateau)
+
+
+def _complete_manifest(manifest, sessions: list[dict], result: SweepResult,
+                       timings: dict, n_done: int) -> None:
+    """Mark the run completed: this session's trials, the timings, the best trial."""
+    sessions[-1].update(trials_completed=n_done, finished_utc=_now())
+    manifest.update(status="completed", timings_s=timings, finished_utc=_now(),
+                    sessions=sessions, plots=result.plots,
+                    best={"number": result.best_number, "values": result.best_values,
+                          "params": result.best_params})
+
+
+def _write_report(run_dir: Path, timings: dict) -> None:
+    """Build the run folder's ``report.html``; a failure only warns."""
+    t1 = time.perf_counter()
+    try:
+        build_report(run_dir)
+    except Exception as exc:  # the sweep's results stand without a report
+        # stacklevel 3: the caller of run_sweep, whose call the warning is about
+        warnings.warn(f"memsim sweep: report.html failed: {type(exc).__name__}: {exc}",
+                      stacklevel=3)
+    timings["report"] = time.perf_counter() - t1
+
+
+def _now() -> str:
+    """The current UTC time as the manifest records it."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

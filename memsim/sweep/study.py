@@ -1,0 +1,90 @@
+"""The Optuna study of a sweep: its sampler, creating or loading it, trial 0.
+
+Holds :func:`_open_study` (create the study or join an existing one, refuse
+one that belongs to another sweep, enqueue the experiment's own parameters as
+trial 0 on a fresh study), :func:`_make_sampler` (the ``sampler = "..."`` of
+the ``[sweep]`` table), :func:`_n_complete` (the count of COMPLETE trials
+every loop polls) and :func:`_quiet_optuna`, which keeps the warnings about
+Optuna's experimental features that memsim uses on purpose off the console.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import optuna
+from optuna.trial import TrialState
+
+from memsim.config import Experiment
+from memsim.errors import ConfigError
+
+from .space import SweepSpec
+
+
+@contextlib.contextmanager
+def _quiet_optuna():
+    """Optuna warns about experimental features memsim uses on purpose
+    (heartbeats, retries, metric names, plots); keep them off the console."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", message=".*computes the importances of params to "
+                                "achieve low `target` values")
+        yield
+
+
+def _n_complete(study) -> int:
+    """Number of COMPLETE trials of ``study``."""
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def _make_sampler(spec: SweepSpec, seed: int):
+    """The Optuna sampler named by ``spec.sampler``, seeded with ``seed``."""
+    with _quiet_optuna():
+        if spec.sampler == "tpe":
+            return optuna.samplers.TPESampler(seed=seed)
+        if spec.sampler == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if spec.sampler == "qmc":
+            return optuna.samplers.QMCSampler(seed=seed, scramble=True)
+        if spec.sampler == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed)
+        if spec.sampler == "cmaes":
+            try:
+                # optional dependency: only this sampler needs it, so look for it here
+                import cmaes  # noqa: F401
+            except ImportError:
+                raise ConfigError("sweep.sampler: 'cmaes' needs the cmaes package "
+                                  "(pip install cmaes)") from None
+            return optuna.samplers.CmaEsSampler(seed=seed)
+        space = {p.key: p.grid() for p in spec.params}
+        return optuna.samplers.GridSampler(space, seed=seed)
+
+
+def _open_study(storage, study_name: str, exp: Experiment, spec: SweepSpec, hash8: str):
+    """Create or load the study; enqueue trial 0 on a fresh one.
+
+    Returns (study, fresh): fresh when the study had no trial yet.
+    """
+    directions = spec.directions
+    with _quiet_optuna():
+        study = optuna.create_study(storage=storage, study_name=study_name,
+                                    directions=directions, load_if_exists=True)
+        got = [d.name.lower() for d in study.directions]
+        if got != directions:
+            raise ConfigError(f"--study {study_name}: the study exists with directions {got}, "
+                              f"this sweep has {directions}; pick another --study name")
+        attrs = study.user_attrs
+        if "memsim_identity" in attrs and attrs["memsim_identity"] != hash8:
+            raise ConfigError(f"--study {study_name}: the study belongs to another experiment or "
+                              "search space; pick another --study name")
+        if "memsim_identity" not in attrs:
+            study.set_user_attr("memsim_identity", hash8)
+            study.set_user_attr("memsim_objectives", spec.labels)
+            study.set_metric_names(spec.labels)
+        fresh = len(study.get_trials(deepcopy=False)) == 0
+        if fresh:
+            study.enqueue_trial(spec.own_params(exp), user_attrs={"origin": "experiment"},
+                                skip_if_exists=True)
+    return study, fresh
