@@ -4,7 +4,9 @@
 note has age 0 cannot see a decay bug, one with a single actor cannot see a
 breadth weight, one whose notes all have one size cannot tell packers apart.
 :func:`audit` measures, for an experiment, whether what its policies rank on
-varies where it matters, and whether each swept parameter moves the objective:
+varies where it matters, whether the workload reaches the regime each
+floor, promotion or eviction threshold controls, and whether each swept
+parameter moves the objective beyond replicate noise:
 
 *Signals.* For every signal a ranking or a retention rule can use (``age``,
 ``recall_count``, ``distinct_actors``, ``tokens``, ``importance``,
@@ -30,19 +32,62 @@ so counts can be slightly high for policies with one. ``distinct_actors`` is
 ``max(actors, 1)``, the quantity a breadth term reads (``ln max(n, 1)``: no
 actor and one actor weigh the same).
 
+*Reach.* A parameter that controls a regime can only be tested when the
+workload gets into that regime. For every such parameter of the audited
+policies (swept: at its low, middle and high probe values; not swept: at the
+experiment's value), over the sampled (query, note) pairs, with the use
+counts, tiers (after promotion) and last accesses rebuilt above:
+
+- a decay floor (a decay parameter whose name contains ``floor``): the
+  multiplier the decay gives (``decay.recency`` of the stickiness's effective
+  age), over the pairs of the tier the floor applies to (``task_floor``: task
+  tier, ``scratch_floor``: scratch; a plain ``floor``: every tier). The floor
+  is *reached* when some pair has ``recency - floor <= 0.1 * (1 - floor)``: the
+  part above the floor is down to a tenth of its range. Measure: the least
+  ``(recency - floor) / (1 - floor)``, over pairs and probe values. (A
+  relative rule ``recency <= 1.1 * floor`` could never be met by a floor of 0.)
+  For ``half-life-floor`` and ``per-tier`` the rule reads ``0.5 ** (age / H)
+  <= 0.1``, i.e. age >= 3.32 half-lives, whatever the floor.
+- a promotion threshold (the feedback's ``promote_after``, when > 0): reached
+  when some note's use count over the replicate reaches it. Measure: the
+  largest use count.
+- an eviction threshold (a retention parameter whose name contains
+  ``threshold``, or a capacity's ``max_notes``): the retention rule's own
+  ``evict`` at each sampled query's time, on the notes it scores. Reached
+  when it would evict any of them. Measure: the largest share of pairs
+  evicted. (A ``memorybank`` threshold in ``"probabilistic"`` mode is never
+  read: flagged as such.)
+
+Reach is measured on the audited replicate under the experiment's other
+parameter values (use counts come from a simulation at the experiment's own
+``promote_after``).
+
 *Parameters.* Every parameter of ``[sweep.params]`` is evaluated at its low,
 middle and high value (each choice of a categorical), the others at the
-experiment's values, on one replicate, with the sweep's own objective code
-(:class:`memsim.sweep.TrialEvaluator`). ``spread`` is how far the objective
-moves across the range.
+experiment's values, with the sweep's own objective code
+(:class:`memsim.sweep.TrialEvaluator`), on replicates ``0 .. R-1``, R = the
+``replicates`` argument (default: the experiment's replicates, at least 3),
+the same seeds for every value (common random numbers). ``values`` are the
+means over replicates; ``spread`` is how far they move across the range.
+*Effect*: the best and the worst probe value (by that mean, in the
+objective's direction); per replicate ``d = better - worse``; the effect is
+the mean of ``d`` with a Student-t 95% interval (``mean +- t_{0.975, R-1} *
+sd / sqrt(R)``, replicates where either value is NaN left out). Choosing the
+best and worst from the same replicates makes the effect biased upwards, so
+the rule errs towards calling a parameter testable.
 
-*Flags.* A parameter is untestable when the signal it acts on is constant
-within every sampled query (decay rates when every age is 0, breadth weights
-with one actor, stickiness when recall counts never vary, packers when every
-note has the same size, importance weights when importance is constant, a
-per-tier constant for a tier no scored note is in), when the policy ignores
-it (a decay under a ranker that does not use recency), or when the objective
-does not move at all across its range.
+*Flags.* A swept parameter is untestable when the signal it acts on is
+constant within every sampled query (decay rates when every age is 0, breadth
+weights with one actor, stickiness when recall counts never vary, packers
+when every note has the same size, importance weights when importance is
+constant, a per-tier constant for a tier no scored note is in), when the
+policy ignores it (a decay under a ranker that does not use recency), when it
+controls a regime the workload never reaches (reason: what the measure
+shows), when the objective does not move at all across its range (spread <=
+1e-9 of its scale), or when its effect is within replicate noise (the 95%
+interval of the effect includes 0, or fewer than 2 replicates give values).
+A regime parameter that is not swept and not reached is flagged
+``unreached``.
 """
 
 from __future__ import annotations
@@ -58,12 +103,13 @@ import pandas as pd
 
 from .config import Experiment, StreamSource
 from .errors import ConfigError
-from .policies.base import TIER_CODES
+from .policies.base import TIER_CODES, ArrayContext
 from .rundir import write_atomic
 from .runner import load_stream_for, simulate_experiment
 from .stats import mean_ci
 
-__all__ = ["AuditReport", "audit", "SIGNALS", "param_signals"]
+__all__ = ["AuditReport", "audit", "SIGNALS", "param_signals", "regime_kind",
+           "REGIMES", "PARAM_COLUMNS", "MIN_REPLICATES"]
 
 #: Signals a ranking or retention rule can read, in report order.
 SIGNALS = ("age", "recall_count", "distinct_actors", "tokens", "importance", "salience")
@@ -468,8 +514,6 @@ def _regime_keys(exp: Experiment, policies: list[str]) -> list[str]:
 
 def _context(notes, scored_i: np.ndarray, tq: float, use: _PolicyUses, i: int):
     """An :class:`ArrayContext` of the notes a sampled query scores, at its time."""
-    from .policies import ArrayContext
-
     def col(name):
         return notes[name].to_numpy()[scored_i] if name in notes else None
 
@@ -495,8 +539,8 @@ def _reach(key: str, kind: str, values: list, exp: Experiment, notes, tq: np.nda
     from .sweep import apply_params
 
     pol, slot, name = key.split(".")[1:]
-    lo_hi = f"{_short(values[0])}" if len(values) == 1 else \
-        f"{_short(values[0])} .. {_short(values[-1])}"
+    lo_hi = (_short(values[0]) if len(values) == 1
+             else f"{_short(values[0])} .. {_short(values[-1])}")
     if kind == "promotion":
         on = [v for v in values if v > 0]
         reached = any(use.max_uses >= v for v in on)

@@ -1,12 +1,16 @@
 """The ``memsim`` command line: a thin layer over the Python API.
 
 A user mistake (:class:`memsim.errors.MemsimError`) prints one line on stderr
-and exits with code 2; anything else is a bug and keeps its traceback.
+and exits with code 2; a fault of the environment (an ``OSError``: disk full,
+read-only folder, file-size limit) prints one line and exits with code 1;
+Ctrl-C and SIGTERM exit with code 130; anything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -16,12 +20,14 @@ from pathlib import Path
 
 from .audit import audit
 from .calibrate import calibrate_revlog, format_calibration
+from .compare import headline_text
 from .config import StreamSource, load_experiment, parse_override
 from .curves import curves_table, format_curves
 from .errors import MemsimError
 from .feather_check import main as feather_main
 from .importers.locomo import cli_import_locomo
-from .policies import PRESETS, REGISTRY
+from .optimum import optimum
+from .policies import PRESETS, REGISTRY, assumptions
 from .report import build_report
 from .rng import child_seq, seed_sequence
 from .runner import run_many
@@ -71,8 +77,16 @@ def _cmd_run(args) -> int:
     finally:
         prog.close()
     for p in paths:
+        if not args.quiet:
+            # the headline in plain text, so that the terminal shows the result
+            print(headline_text(p, ascii=not _utf8_stdout()))
+            print()
         print(p)
     return 0
+
+
+def _utf8_stdout() -> bool:
+    return (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "") == "utf8"
 
 
 def _cmd_report(args) -> int:
@@ -111,6 +125,8 @@ def _cmd_policies(args) -> int:
     for name, preset in sorted(PRESETS.items()):
         first = preset.doc.split(".")[0].replace("\n", " ")
         print(f"  {name}: {' '.join(first.split())}.")
+        for key, why in assumptions(name).items():
+            print(f"      assumed {key}: {why}")
     return 0
 
 
@@ -166,12 +182,20 @@ def _cmd_audit(args) -> int:
     prog = Progress("memsim audit", args.quiet)
     try:
         report = audit(exp, replicate=args.replicate, max_queries=args.queries,
-                       params=not args.no_params, progress=prog)
+                       params=not args.no_params, replicates=args.param_replicates,
+                       progress=prog)
     finally:
         prog.close()
     print(report.to_text())
     if args.out is not None:
         print(report.save(Path(args.out)))
+    return 0
+
+
+def _cmd_optimum(args) -> int:
+    exp = load_experiment(args.experiment, args.set)
+    rep = optimum(exp, simulate=not args.no_simulate)
+    print(rep.to_json() if args.json else rep.to_text())
     return 0
 
 
@@ -200,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("experiments", nargs="+", metavar="EXPERIMENT.toml")
     r.add_argument("--jobs", type=int, default=1, help="worker processes for grids/batches")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
+    # --quiet (from the common options) also keeps the headline table off:
+    # only the run folders are printed
     r.set_defaults(func=_cmd_run)
 
     sw = sub.add_parser("sweep", parents=[common],
@@ -222,14 +248,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     au = sub.add_parser("audit", parents=[common],
                         help="which signals vary and which swept parameters the workload can test")
-    add_out(au, None, "folder to save signals.csv, params.csv and audit.txt in")
+    add_out(au, None, "folder to save signals.csv, params.csv, reach.csv and audit.txt in")
     au.add_argument("experiment", metavar="EXPERIMENT.toml")
     au.add_argument("--replicate", type=int, default=0, help="replicate stream to audit")
     au.add_argument("--queries", type=int, default=300,
                     help="queries sampled for the signal spreads")
     au.add_argument("--no-params", action="store_true",
                     help="skip evaluating the swept parameters (signals only)")
+    au.add_argument("--param-replicates", type=int, default=None, metavar="N",
+                    help="replicates each probe value is evaluated on "
+                         "(default: the experiment's, at least 3)")
     au.set_defaults(func=_cmd_audit)
+
+    op = sub.add_parser("optimum", parents=[common],
+                        help="the optimal parameters that follow from a planted workload")
+    op.add_argument("experiment", metavar="EXPERIMENT.toml")
+    op.add_argument("--json", action="store_true", help="print JSON instead of text")
+    op.add_argument("--no-simulate", action="store_true",
+                    help="skip simulating each policy beside its bayes twin")
+    op.set_defaults(func=_cmd_optimum)
 
     rep = sub.add_parser("report", help="(re)build report.html from a run folder")
     rep.add_argument("run_dir")
@@ -297,10 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
+        # explicit: a process started with SIGINT ignored (`memsim run ... &` from a
+        # script) would otherwise keep ignoring Ctrl-C and `kill -INT`
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return int(args.func(args) or 0)
     except MemsimError as exc:
-        print(f"memsim: error: {exc}", file=sys.stderr)
+        print(f"memsim: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memsim: interrupted", file=sys.stderr)
@@ -310,6 +350,23 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        # the environment failed us (disk full, read-only, file-size limit)
+        print(f"memsim: error: {_one_line(_describe_os_error(exc))}", file=sys.stderr)
+        return 1
+
+
+def _describe_os_error(exc: OSError) -> str:
+    text = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is not None:
+        text = f"{exc.filename}: {text}"
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        text += " (disk full or a file-size limit)"
+    return text
+
+
+def _one_line(exc: object) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -29,6 +29,7 @@ from __future__ import annotations
 import html
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -36,14 +37,21 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from .metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN
 from .rundir import RunResult, load_run
-from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, SEED, format_ci, format_p,
-                    paired_tests, round_to_ci, summarise)
+from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
+                    column_decimals, format_fixed, format_p, paired_tests, summarise)
 
-__all__ = ["compare", "Comparison", "MARKS", "markdown_table"]
+__all__ = ["compare", "Comparison", "MARKS", "ASCII_MARKS", "markdown_table", "headline_text",
+           "TERMINAL_METRICS"]
 
 #: Marks after a value: significantly better / worse than the baseline.
 MARKS = {"better": "▲", "worse": "▼", "": ""}
+#: Marks for a terminal that cannot show ▲ / ▼.
+ASCII_MARKS = {"better": "^", "worse": "v", "": ""}
+#: The columns of :func:`headline_text`, with their headers.
+TERMINAL_METRICS = {"utility_share": "utility share", "recall": "recall",
+                    OLD_RECALL_COLUMN: f"recall >= {OLD_AGE_DAYS} d", "tokens_used": "tokens used"}
 _LATEX_MARKS = {"better": r"$^{\blacktriangle}$", "worse": r"$^{\blacktriangledown}$", "": ""}
 
 
@@ -103,19 +111,31 @@ class Comparison:
         return out
 
     # ------------------------------------------------------------------
-    def _cell(self, row: pd.Series, marks: dict[str, str]) -> str:
-        text = format_ci(row["mean"], row["ci_low"], row["ci_high"])
-        mark = marks.get(str(row["direction"]), "") if not row["is_baseline"] else ""
-        return f"{text} {mark}".rstrip()
+    @property
+    def n_comparisons(self) -> int:
+        """Size of the Holm family: the comparisons that were tested."""
+        return int(np.isfinite(pd.to_numeric(self.tests["p_value"], errors="coerce")).sum()) \
+            if len(self.tests) else 0
+
+    def decimals(self) -> dict[str, int]:
+        """Decimals of each metric's column (:func:`memsim.stats.column_decimals`)."""
+        s = self.summary
+        return {m: column_decimals(m, g["mean"], g["ci_low"], g["ci_high"])
+                for m, g in s.groupby("metric", sort=False)}
 
     def summary_table(self, marks: dict[str, str] | None = None) -> pd.DataFrame:
         """Wide table of strings: rows (budget, policy), columns metrics,
-        cells ``mean [lo, hi]`` with significance marks."""
+        cells ``mean [lo, hi]`` with significance marks; one number of
+        decimals per column (3 for shares and ratios)."""
         marks = MARKS if marks is None else marks
         df = self.to_dataframe()
         if len(df) == 0:
             return pd.DataFrame()
-        df["cell"] = [self._cell(r, marks) for _, r in df.iterrows()]
+        dec = self.decimals()
+        df["cell"] = [
+            (format_fixed(r.mean, r.ci_low, r.ci_high, dec[r.metric]) + " "
+             + ("" if r.is_baseline else marks.get(str(r.direction), ""))).rstrip()
+            for r in df.itertuples(index=False)]
         wide = df.pivot_table(index=["budget", "policy"], columns="metric", values="cell",
                               aggfunc="first", sort=False)
         wide = wide[[m for m in self.metrics if m in wide.columns]]
@@ -125,24 +145,21 @@ class Comparison:
     def detail_table(self) -> pd.DataFrame:
         """Long table of strings, one row per comparison with the baseline."""
         t = self.tests
+        # one precision per metric: that of the differences' intervals (3
+        # decimals for shares and ratios), the means shown at the same place
+        dec = {m: column_decimals(m, g["diff"], g["diff_ci_low"], g["diff_ci_high"])
+               for m, g in t.groupby("metric", sort=False)}
         rows = []
         for _, r in t.iterrows():
-            # both means at the precision of the difference's interval (or,
-            # when the policies never differ, at three significant digits)
-            lo, hi = r["diff_ci_low"], r["diff_ci_high"]
-            if np.isfinite(lo) and np.isfinite(hi) and hi > lo:
-                dec = round_to_ci(r["diff"], lo, hi)[3]
-                diff = format_ci(r["diff"], lo, hi, signed=True)
-            else:
-                dec = round_to_ci(r["baseline_mean"], np.nan, np.nan)[3]
-                diff = _fixed(r["diff"], dec, signed=True)
+            d = dec[r["metric"]]
             rows.append({
                 "budget": r["budget"],
                 "policy": r["policy"],
                 "metric": r["metric"],
-                "baseline": _fixed(r["baseline_mean"], dec),
-                "policy mean": _fixed(r["policy_mean"], dec),
-                "difference [95% CI]": diff,
+                "baseline": _fixed(r["baseline_mean"], d),
+                "policy mean": _fixed(r["policy_mean"], d),
+                "difference [95% CI]": format_fixed(r["diff"], r["diff_ci_low"],
+                                                    r["diff_ci_high"], d, signed=True),
                 "p": format_p(r["p_value"]),
                 "p (Holm)": format_p(r["p_holm"]),
                 "": MARKS[r["direction"]],
@@ -163,12 +180,22 @@ class Comparison:
             few = (f" With fewer than {MIN_REPLICATES} replicates the intervals resample "
                    "queries within each replicate; they leave out the variation between "
                    "workloads and are too narrow for claims about other workloads.")
-        return (f"Mean [{self.level:.0%} bootstrap interval over {unit}].{few} "
-                f"▲ / ▼: significantly better / worse than the baseline "
-                f"'{self.baseline}' (two-sided Wilcoxon signed-rank test on the per-query "
-                f"pairs, Holm-adjusted over the {int(np.isfinite(self.tests['p_value']).sum())}"
-                f" comparisons of this table, p < {self.alpha:g}). Values are rounded to the "
-                "precision their interval supports.")
+        share = ""
+        if any(m in RATIO_METRICS for m in self.metrics):
+            share = (" utility_share = sum of utility / sum of the oracle's utility over the "
+                     "queries where some relevant note fits the budget (pooled over "
+                     "replicates; its interval resamples the ratio of sums).")
+        head = (f"Mean [{self.level:.0%} bootstrap interval over {unit}].{few}{share} "
+                "Each column has one number of decimals (3 for shares and ratios).")
+        if len(self.policies) < 2:
+            return head + f" Only one policy ('{self.baseline}'): nothing to compare against."
+        test = "two-sided Wilcoxon signed-rank test on the per-query pairs"
+        if any(m in RATIO_METRICS for m in self.metrics):
+            test += ("; for utility_share a z-test of the difference of the pooled shares "
+                     "with a delta-method standard error over the same pairs")
+        return (f"{head} ▲ / ▼: significantly better / worse than the baseline "
+                f"'{self.baseline}' ({test}; Holm-adjusted over the {self.n_comparisons} "
+                f"comparisons of this table, p < {self.alpha:g}).")
 
     def to_markdown(self, detail: bool = False) -> str:
         """A GitHub-flavoured Markdown table: the summary (default) or the
@@ -213,6 +240,57 @@ class Comparison:
     def __repr__(self) -> str:
         return (f"Comparison(baseline={self.baseline!r}, policies={self.policies}, "
                 f"budgets={self.budgets}, metrics={self.metrics})\n" + self.to_markdown())
+
+    # ------------------------------------------------------------------
+    def test_row(self, policy: str, metric: str, budget: Any = None) -> pd.Series | None:
+        """The paired comparison of ``policy`` with the baseline on ``metric``
+        (at ``budget``, default the first), or None when there is none."""
+        t = self.tests
+        if len(t) == 0:
+            return None
+        budget = self.budgets[0] if budget is None else budget
+        r = t[(t["budget"] == budget) & (t["policy"] == policy) & (t["metric"] == metric)]
+        return None if len(r) == 0 else r.iloc[0]
+
+    def significance(self, row: pd.Series) -> str:
+        """How the interval and the Holm-adjusted test of a comparison read.
+
+        The interval is per comparison; the test is corrected for the whole
+        table, so the two can disagree, and then the sentence says that the
+        correction decides, e.g. "the 95% CI excludes 0, but after Holm
+        correction over 30 comparisons p = 0.07: not significant".
+        """
+        n = self.n_comparisons
+        lo, hi = float(row["diff_ci_low"]), float(row["diff_ci_high"])
+        p = float(row["p_holm"])
+        ci = f"{self.level:.0%} CI"
+        fp = format_p(p)
+        holm_p = (f"after Holm correction over {n} comparisons p "
+                  + (fp.replace("<", "< ") if fp.startswith("<") else f"= {fp}"))
+        if not math.isfinite(p):
+            return "not tested: the policies never differ on these queries"
+        sig = p < self.alpha
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return f"{'significant' if sig else 'not significant'} ({holm_p})"
+        excludes = lo > 0 or hi < 0
+        if sig and excludes:
+            return f"significant: the {ci} excludes 0 and {holm_p}"
+        if not sig and not excludes:
+            return f"not significant: the {ci} includes 0 and {holm_p}"
+        if excludes:
+            return f"the {ci} excludes 0, but {holm_p}: not significant"
+        return f"the {ci} includes 0, but {holm_p}: significant by the test"
+
+    def headline_text(self, width: int = 100, ascii: bool = False) -> str:
+        """The headline as plain text for a terminal (see :func:`headline_text`)."""
+        return _terminal_table(self, width, ASCII_MARKS if ascii else MARKS)
+
+
+def _informative(queries: pd.DataFrame, m: str) -> bool:
+    """Whether metric ``m`` has at least one finite value in ``queries``."""
+    cols = RATIO_METRICS.get(m, (m,))
+    return all(c in queries.columns and np.isfinite(queries[c].to_numpy(np.float64)).any()
+               for c in cols)
 
 
 def _fixed(x: float, dec: int, signed: bool = False) -> str:
@@ -399,12 +477,11 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
             raise ValueError(f"no rows at budget {budget!r}")
     if metrics is None:
         # a metric that is NaN everywhere (answer_prob without a reader) says nothing
-        metrics = [m for m in HEADLINE_METRICS if m in queries.columns
-                   and np.isfinite(queries[m].to_numpy(np.float64)).any()]
+        metrics = [m for m in HEADLINE_METRICS if _informative(queries, m)]
     else:
         metrics = list(metrics)
         for m in metrics:
-            if m not in queries.columns:
+            if not all(c in queries.columns for c in RATIO_METRICS.get(m, (m,))):
                 raise KeyError(f"no metric column {m!r} in the queries table")
     policies = [str(p) for p in pd.unique(queries["policy"])]
     baseline = baseline or default_base or (policies[0] if policies else "")
@@ -420,3 +497,102 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
     budgets = sorted(pd.unique(queries["budget"]).tolist())
     return Comparison(summary=summary, tests=tests, baseline=baseline, metrics=list(metrics),
                       alpha=alpha, level=level, policies=policies, budgets=budgets)
+
+
+# --------------------------------------------------------------------------
+# The headline for a terminal
+# --------------------------------------------------------------------------
+
+
+def headline_text(data: Any, baseline: str | None = None, *, width: int = 100,
+                  ascii: bool = False, n_boot: int = N_BOOT, seed: int = SEED) -> str:
+    """A plain-text headline table of a run, at most ``width`` columns wide.
+
+    Per budget and policy: utility_share, recall, recall of the relevant
+    notes at least 90 days old (``recall_age_90_inf``) and tokens used, each
+    as its mean with the 95% bootstrap interval on the line below, and the
+    mark of its paired comparison with the baseline (▲ / ▼, Holm-adjusted
+    over the same family as :func:`compare` and the report). A short legend
+    follows. Columns the run lacks are left out.
+
+    Parameters
+    ----------
+    data : Comparison, RunResult, DataFrame, dict or path
+        A :class:`Comparison` (nothing recomputed), or anything
+        :func:`compare` takes.
+    baseline : str, optional
+        As in :func:`compare` (ignored for a Comparison).
+    width : int
+        Widest line: long policy names are shortened with "~" to fit. The
+        four metric columns alone take about 65 characters, so a width below
+        about 75 is exceeded rather than wrapping the table.
+    ascii : bool
+        ``^`` / ``v`` and no non-ASCII character, for consoles without UTF-8.
+    n_boot, seed : int
+        As in :func:`compare`.
+
+    Returns
+    -------
+    str
+        Lines joined by newlines, with a final newline.
+    """
+    cmp = data if isinstance(data, Comparison) else compare(data, baseline, n_boot=n_boot,
+                                                              seed=seed)
+    return cmp.headline_text(width=width, ascii=ascii)
+
+
+def _short(name: str, n: int) -> str:
+    return name if len(name) <= n else name[:max(n - 1, 1)] + "~"
+
+
+def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
+    metrics = [m for m in TERMINAL_METRICS if m in cmp.metrics]
+    if not metrics or len(cmp.summary) == 0:
+        return "(no metric to show)\n"
+    df = cmp.to_dataframe()
+    dec = cmp.decimals()
+    cells: dict[tuple, tuple[str, str]] = {}
+    for r in df[df["metric"].isin(metrics)].itertuples(index=False):
+        d = dec[r.metric]
+        mark = "" if r.is_baseline else marks.get(str(r.direction), "")
+        ci = format_fixed(r.ci_low, dec=d) + ", " + format_fixed(r.ci_high, dec=d) \
+            if math.isfinite(r.ci_low) and math.isfinite(r.ci_high) else ""
+        cells[r.budget, r.policy, r.metric] = (
+            f"{format_fixed(r.mean, dec=d)} {mark}".rstrip(), f"[{ci}]" if ci else "")
+    heads = [TERMINAL_METRICS[m] for m in metrics]
+    colw = [max([len(h)] + [len(c[i]) for k, c in cells.items() if k[2] == m
+                            for i in (0, 1)]) + 2 for m, h in zip(metrics, heads)]
+    labels = {p: p + (" (baseline)" if p == cmp.baseline and len(cmp.policies) > 1 else "")
+              for p in cmp.policies}
+    room = max(width - sum(colw), 8)
+    namew = min(max(len(v) for v in labels.values()), room - 2)
+    lines = []
+    for bud in cmp.budgets:
+        head = (f"at {bud} tokens" if len(cmp.budgets) > 1 else "policy").ljust(namew + 2)
+        lines.append((head + "".join(h.ljust(w) for h, w in zip(heads, colw))).rstrip())
+        for pol in cmp.policies:
+            if not any((bud, pol, m) in cells for m in metrics):
+                continue
+            vals = [cells.get((bud, pol, m), ("n/a", "")) for m in metrics]
+            lines.append((_short(labels[pol], namew).ljust(namew + 2)
+                          + "".join(v[0].ljust(w) for v, w in zip(vals, colw))).rstrip())
+            if any(v[1] for v in vals):
+                lines.append((" " * (namew + 2)
+                              + "".join(v[1].ljust(w) for v, w in zip(vals, colw))).rstrip())
+    over = set(cmp.summary["ci_over"])
+    unit = ("queries, resampled within each replicate (fewer than "
+            f"{MIN_REPLICATES} replicates: too narrow for other workloads)"
+            if "queries" in over else "replicates")
+    legend = (f"Mean and [{cmp.level:.0%} bootstrap interval over {unit}]. utility share: sum "
+              "of utility / sum of the best achievable (oracle) utility.")
+    if OLD_RECALL_COLUMN in metrics:
+        legend += (f" recall >= {OLD_AGE_DAYS} d: recall of relevant notes at least "
+                   f"{OLD_AGE_DAYS} days old.")
+    if len(cmp.policies) > 1:
+        legend += (f" {marks['better']} / {marks['worse']}: significantly better / worse than "
+                   f"'{cmp.baseline}' (Holm-adjusted p < {cmp.alpha:g} over "
+                   f"{cmp.n_comparisons} comparisons).")
+    else:
+        legend += " Only one policy: nothing to compare against."
+    lines += [""] + textwrap.wrap(legend, width=width)
+    return "\n".join(lines) + "\n"

@@ -25,11 +25,14 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from .engine import SimSettings
 from .errors import ConfigError, MemsimError
@@ -46,9 +49,56 @@ __all__ = [
     "did_you_mean",
     "dumps_toml",
     "config_hash",
+    "MAX_CONFIG_BYTES",
+    "MAX_TOKENS_BUDGET",
+    "MAX_CANDIDATES",
+    "MAX_NAME_CHARS",
+    "max_runs",
+    "max_stream_gib",
+    "estimate_stream_bytes",
 ]
 
 TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep")
+
+# --------------------------------------------------------------------------
+# Limits: what a config may ask for before anything runs
+# --------------------------------------------------------------------------
+
+#: Largest experiment file memsim reads (bytes): a config is a few KiB.
+MAX_CONFIG_BYTES = 1 << 20
+#: Largest ``experiment.budget_tokens`` and ``experiment.budgets`` entry (2**40).
+MAX_TOKENS_BUDGET = 1 << 40
+#: Largest ``candidates`` (experiment or policy): the top-C the engine keeps per query.
+MAX_CANDIDATES = 1 << 20
+#: Longest ``experiment.name`` (it is part of the run folder's name).
+MAX_NAME_CHARS = 120
+#: Runs a ``[grid]`` may expand to, unless ``MEMSIM_MAX_RUNS`` says otherwise.
+DEFAULT_MAX_RUNS = 10_000
+#: GiB a synthetic stream may take, unless ``MEMSIM_MAX_STREAM_GB`` says otherwise.
+DEFAULT_MAX_STREAM_GIB = 8.0
+
+
+def _env_limit(name: str, default: float, integer: bool) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a {'whole ' if integer else ''}number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name}={raw!r}: expected a number > 0")
+    return value
+
+
+def max_runs() -> int:
+    """Runs a ``[grid]`` may expand to: ``MEMSIM_MAX_RUNS``, default 10,000."""
+    return int(_env_limit("MEMSIM_MAX_RUNS", DEFAULT_MAX_RUNS, integer=True))
+
+
+def max_stream_gib() -> float:
+    """GiB a synthetic stream may take: ``MEMSIM_MAX_STREAM_GB``, default 8."""
+    return float(_env_limit("MEMSIM_MAX_STREAM_GB", DEFAULT_MAX_STREAM_GIB, integer=False))
 
 
 # --------------------------------------------------------------------------
@@ -96,9 +146,19 @@ class StreamSource:
     notes: str = "turns"
 
     def to_config(self) -> dict:
-        if self.importer is None:
-            return {"source": str(self.path)}
-        return {"source": str(self.path), "importer": self.importer, "notes": self.notes}
+        """``source`` (an absolute path), ``source_hash`` (of its content) and
+        the importer's settings. :func:`config_hash` hashes the content, not
+        the path, so a stream moved or reached from another folder keeps its
+        run hash."""
+        out: dict[str, Any] = {"source": str(self.path), "source_hash": self.content_hash()}
+        if self.importer is not None:
+            out.update(importer=self.importer, notes=self.notes)
+        return out
+
+    def content_hash(self) -> str:
+        """``sha256:<hex>`` of the source's bytes (a folder: every file, by
+        relative path); cached while no file's size or mtime changes."""
+        return _content_hash(Path(self.path))
 
     def load(self):
         """Read (or import) the stream."""
@@ -109,6 +169,34 @@ class StreamSource:
         from .stream import read_stream
 
         return read_stream(self.path)
+
+
+_HASH_CACHE: dict[tuple, str] = {}
+
+
+def _content_hash(path: Path) -> str:
+    try:
+        if path.is_dir():
+            files = sorted(f for f in path.rglob("*") if f.is_file())
+        else:
+            files = [path]
+        stats = tuple((str(f.relative_to(path)) if f != path else "", f.stat().st_size,
+                       f.stat().st_mtime_ns) for f in files)
+        key = (str(path), stats)
+        if key in _HASH_CACHE:
+            return _HASH_CACHE[key]
+        h = hashlib.sha256()
+        for f, (rel, _, _) in zip(files, stats):
+            h.update(f"{rel}\0".encode())
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            h.update(b"\0")
+    except OSError as exc:
+        raise ConfigError(f"workload.source: {path}: cannot read: {exc.strerror or exc}") from None
+    digest = f"sha256:{h.hexdigest()}"
+    _HASH_CACHE[key] = digest
+    return digest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,15 +260,25 @@ class ExperimentSettings(Validated):
                 self._fail(name, "a string", getattr(self, name))
         if not re.match(r"^[A-Za-z0-9_.\-]+$", self.name):
             self._fail("name", "letters, digits, '_', '-' or '.'", self.name)
+        if len(self.name) > MAX_NAME_CHARS:
+            self._fail("name", f"at most {MAX_NAME_CHARS} characters long",
+                       f"{self.name[:20]}... ({len(self.name)} characters)")
         for b in self.budgets:
-            if not Interval(1, None, integer=True).check(b):
-                self._fail("budgets", "a list of ints >= 1", list(self.budgets))
+            if not Interval(1, MAX_TOKENS_BUDGET, integer=True).check(b):
+                self._fail("budgets", f"a list of ints from 1 to {MAX_TOKENS_BUDGET} (2**40)",
+                           list(self.budgets))
         # built here, so that an invalid engine setting fails on construction
         object.__setattr__(self, "_sim", SimSettings(
             budget_tokens=self.budget_tokens, candidates=self.candidates,
             tick_days=self.tick_days, feedback_mode=self.feedback_mode,
             retention_period_days=self.retention_period_days,
             save_rankings=self.save_rankings))
+        # bounded so that token sums stay exact in the engine's float64/int64
+        if self.budget_tokens > MAX_TOKENS_BUDGET:
+            self._fail("budget_tokens", f"at most {MAX_TOKENS_BUDGET} (2**40)",
+                       self.budget_tokens)
+        if self.candidates > MAX_CANDIDATES:
+            self._fail("candidates", f"at most {MAX_CANDIDATES} (2**20)", self.candidates)
 
     @property
     def sim(self) -> SimSettings:
@@ -198,6 +296,12 @@ class ExperimentSettings(Validated):
         """
         check_keys(table, sorted(f.name for f in fields(cls)), where)
         kwargs = dict(table)
+        for key, value in kwargs.items():
+            # TOML integers are unbounded in tomllib; float() of a huge one overflows
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63
+                   for v in values):
+                raise ConfigError(f"{where}.{key}: {value!r} is beyond a 64-bit integer")
         if "budgets" in kwargs:
             if not isinstance(kwargs["budgets"], list):
                 raise ConfigError(f"{where}.budgets: expected a list of ints, got "
@@ -252,19 +356,25 @@ class Experiment:
     def hash8(self) -> str:
         return config_hash(self.to_config())
 
-    def expand(self) -> list[Experiment]:
-        """One experiment per combination of the ``[grid]`` (itself if none)."""
+    def n_runs(self) -> int:
+        """How many runs :meth:`expand` makes (the product of the grid's lengths)."""
+        return math.prod(len(v) for v in self.grid.values()) if self.grid else 1
+
+    def expand(self, limit: int | None = None) -> list[Experiment]:
+        """One experiment per combination of the ``[grid]`` (itself if none);
+        the first ``limit`` only when given."""
         if not self.grid:
             return [self]
         keys = list(self.grid)
         out = []
         base = self.to_config()
         base.pop("grid", None)
-        for combo in itertools.product(*(self.grid[k] for k in keys)):
+        combos = itertools.product(*(self.grid[k] for k in keys))
+        for combo in itertools.islice(combos, limit):
             table = copy.deepcopy(base)
             label = []
             for k, v in zip(keys, combo):
-                apply_override(table, k, v)
+                _override(table, k, v, "grid")
                 label.append(f"{k.split('.')[-1]}={v}")
             table["experiment"]["name"] = _safe_name(
                 f"{self.name}_{'_'.join(str(x) for x in label)}")
@@ -275,7 +385,7 @@ class Experiment:
     def with_overrides(self, overrides: dict[str, Any]) -> Experiment:
         table = self.to_config()
         for k, v in overrides.items():
-            apply_override(table, k, v)
+            _override(table, k, v, "--set")
         return experiment_from_dict(table, base_dir=self.base_dir, source_file=self.source_file)
 
 
@@ -284,7 +394,14 @@ def _safe_name(text: str) -> str:
 
 
 def config_hash(table: dict) -> str:
-    """First 8 hex digits of the SHA-256 of the canonical JSON of a table."""
+    """First 8 hex digits of the SHA-256 of the canonical JSON of a table.
+
+    A replayed stream counts by its content: when ``workload`` holds a
+    ``source_hash``, its ``source`` path is left out of the hash.
+    """
+    wl = table.get("workload") if isinstance(table, dict) else None
+    if isinstance(wl, dict) and "source_hash" in wl:
+        table = {**table, "workload": {k: v for k, v in wl.items() if k != "source"}}
     blob = json.dumps(table, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:8]
 
@@ -300,11 +417,7 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
     Raises :class:`ConfigError` with one line naming the file and the key.
     """
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: no such experiment file")
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a folder, not an experiment file")
-    text = path.read_bytes()
+    text = _read_config_file(path)
     if not text.strip():
         raise ConfigError(f"{path}: the experiment file is empty")
     try:
@@ -313,17 +426,65 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
         raise ConfigError(f"{path}: not a UTF-8 text file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    if not isinstance(table.get("experiment", {}), dict):
+        raise ConfigError(f"{path}: experiment: expected a table, got "
+                          f"{_short(table['experiment'])}")
     table.setdefault("experiment", {}).setdefault("name", _safe_name(path.stem))
     if isinstance(overrides, dict):
         items = list(overrides.items())
     else:
         items = [parse_override(o) for o in (overrides or [])]
     for k, v in items:
-        apply_override(table, k, v)
+        _override(table, k, v, "--set")
     try:
-        return experiment_from_dict(table, base_dir=path.parent, source_file=str(path))
+        # relative paths in the file (workload.source) are relative to the file
+        return experiment_from_dict(table, base_dir=path.absolute().parent,
+                                    source_file=str(path))
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def _read_config_file(path: Path) -> bytes:
+    """The bytes of an experiment file: a regular file of at most
+    :data:`MAX_CONFIG_BYTES` (a device or a FIFO would never end)."""
+    try:
+        if not path.exists():
+            raise ConfigError(f"{path}: no such experiment file")
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a folder, not an experiment file")
+        if not path.is_file():
+            raise ConfigError(f"{path}: not a regular file (a device or a pipe?), "
+                              "not an experiment file")
+        with open(path, "rb") as f:
+            text = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; "
+                          "not an experiment file")
+    return text
+
+
+def _short(value: Any, n: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def _override(table: dict, key: str, value: Any, where: str) -> None:
+    """:func:`apply_override`, refusing a key that runs through a value."""
+    node: Any = table
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if not isinstance(node, dict):
+            break
+        node = node.get(part)
+        if node is not None and not isinstance(node, (dict, str)):
+            raise ConfigError(f"{where} {key}: {'.'.join(parts[:i + 1])} is "
+                              f"{_short(node)}, not a table")
+    try:
+        apply_override(table, key, value)
+    except (AttributeError, TypeError):
+        raise ConfigError(f"{where} {key}: a part of this key is a value, not a table") from None
 
 
 def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
@@ -339,7 +500,7 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
 
     wl = _table(table, "workload")
     if "source" in wl:
-        extra = [k for k in wl if k not in ("source", "importer", "notes")]
+        extra = [k for k in wl if k not in ("source", "source_hash", "importer", "notes")]
         if extra:
             raise ConfigError(f"workload.{extra[0]}: a workload with 'source' replays a stream "
                               "and takes no generator knobs")
@@ -353,11 +514,18 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
         if notes not in IMPORT_NOTES or ("notes" in wl and importer is None):
             raise ConfigError(f"workload.notes: must be one of {', '.join(IMPORT_NOTES)}, "
                               f"with an importer; got {notes!r}")
-        src = Path(wl["source"])
-        workload: Any = StreamSource(src if src.is_absolute() else (Path(base_dir) / src),
-                                     importer, notes)
+        src = Path(wl["source"]).expanduser()
+        src = src if src.is_absolute() else Path(base_dir).absolute() / src
+        if not src.exists():
+            raise ConfigError(f"workload.source: {src}: no such file or folder")
+        workload: Any = StreamSource(src, importer, notes)
+        if "source_hash" in wl and wl["source_hash"] != workload.content_hash():
+            raise ConfigError(f"workload.source_hash: the content of {src} changed since this "
+                              "config was written (it would not reproduce the run); remove "
+                              "source_hash to run on the new content")
     else:
         workload = SyntheticWorkload.from_config(wl, "workload")
+        _check_stream_size(workload)
 
     reader = reader_from_config(_table(table, "reader"), "reader")
 
@@ -373,6 +541,10 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
         if not isinstance(ptable, dict):
             raise ConfigError(f"{where}: expected a table, got {ptable!r}")
         policies[name] = resolve_policy(ptable, where)
+        cands = getattr(policies[name], "candidates", None)
+        if cands is not None and cands > MAX_CANDIDATES:
+            raise ConfigError(f"{where}.candidates: must be at most {MAX_CANDIDATES} (2**20); "
+                              f"got {cands}")
     if settings.baseline and settings.baseline not in policies:
         raise ConfigError(f"experiment.baseline: {settings.baseline!r} is not a policy of this "
                           f"experiment{did_you_mean(settings.baseline, policies)}; "
@@ -382,6 +554,10 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"grid.{key}: expected a non-empty list of values")
+    n_runs = math.prod(len(v) for v in grid.values()) if grid else 1
+    if n_runs > max_runs():
+        raise ConfigError(f"grid: {n_runs:,} combinations, more than the limit of "
+                          f"{max_runs():,} runs (set MEMSIM_MAX_RUNS to allow more)")
     sweep = table.get("sweep")
     if sweep is not None and not isinstance(sweep, dict):
         raise ConfigError("sweep: expected a table")
@@ -391,10 +567,43 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     # A grid key must name something real: try the first combination now.
     if grid:
         try:
-            exp.expand()[0]
+            exp.expand(limit=1)
         except ConfigError as exc:
             raise ConfigError(f"grid: {exc}") from None
     return exp
+
+
+def estimate_stream_bytes(wl: Any) -> float:
+    """Rough peak memory (bytes) of generating ``wl``'s synthetic stream.
+
+    Notes ~ ``notes_per_day x (horizon_days + backfill_days)`` and queries ~
+    ``queries_per_day x horizon_days``, each with an ``embedding_dim`` float32
+    vector (counted 4 times: the generator's noise, centroid and direction
+    arrays) and ~256 bytes of columns and relevance judgements; plus
+    ``n_topics`` centroids, ``n_actors`` names and the organic accesses.
+    Computed in floats, so absurd knobs give a huge number, never an error.
+    """
+    span = float(wl.horizon_days) + float(wl.backfill_days)
+    notes = float(wl.notes_per_day) * span
+    queries = float(wl.queries_per_day) * float(wl.horizon_days)
+    accesses = float(getattr(wl, "accesses_per_day", 0.0)) * span
+    vec = 4.0 * float(wl.embedding_dim)
+    return (notes * (4 * vec + 256) + queries * (4 * vec + 256) + accesses * 64
+            + float(wl.n_topics) * (vec + 16) + float(wl.n_actors) * 128)
+
+
+def _check_stream_size(wl: Any) -> None:
+    """Refuse a workload whose stream would not fit :func:`max_stream_gib`."""
+    est = estimate_stream_bytes(wl)
+    limit = max_stream_gib()
+    if not est <= limit * 2**30:
+        span = float(wl.horizon_days) + float(wl.backfill_days)
+        raise ConfigError(
+            f"workload: the stream would take about {est / 2**30:.3g} GiB of memory "
+            f"(~{float(wl.notes_per_day) * span:.3g} notes, "
+            f"~{float(wl.queries_per_day) * float(wl.horizon_days):.3g} queries, "
+            f"embedding_dim {wl.embedding_dim}, n_topics {wl.n_topics}, n_actors "
+            f"{wl.n_actors}); the limit is {limit:g} GiB (set MEMSIM_MAX_STREAM_GB to raise it)")
 
 
 def _table(table: dict, key: str) -> dict:
@@ -416,57 +625,27 @@ def _build(cls, kwargs: dict, where: str):
 
 
 # --------------------------------------------------------------------------
-# A small TOML writer for resolved configs (nested tables of scalars/lists)
+# Writing resolved configs (tomli-w)
 # --------------------------------------------------------------------------
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, Path):
-        return json.dumps(str(v), ensure_ascii=False)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+def _plain(v: Any) -> Any:
+    """``v`` with the types tomli-w writes: paths as strings, tuples as lists,
+    numpy scalars as Python ones."""
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, (bool, int, float, str)):
+        return v
     if hasattr(v, "item"):  # numpy scalar
-        return _toml_value(v.item())
+        return _plain(v.item())
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
-def _toml_key(k: str) -> str:
-    return k if re.match(r"^[A-Za-z0-9_\-]+$", k) else json.dumps(k)
-
-
 def dumps_toml(table: dict) -> str:
-    """Serialise nested dicts of scalars and lists to TOML (round-trips with tomllib)."""
-    lines: list[str] = []
-
-    def emit(prefix: list[str], node: dict) -> None:
-        scalars = {k: v for k, v in node.items() if not isinstance(v, dict)}
-        tables = {k: v for k, v in node.items() if isinstance(v, dict)}
-        # small component tables (with 'kind') read better inline
-        inline = {k: v for k, v in tables.items()
-                  if "kind" in v and not any(isinstance(x, dict) for x in v.values())}
-        if prefix and (scalars or inline or not tables):
-            lines.append(f"\n[{'.'.join(_toml_key(p) for p in prefix)}]")
-        for k, v in scalars.items():
-            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
-        for k, v in inline.items():
-            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
-        for k, v in tables.items():
-            if k not in inline:
-                emit(prefix + [k], v)
-
-    emit([], table)
-    return "\n".join(lines).lstrip("\n") + "\n"
+    """Serialise nested dicts of scalars and lists to TOML with ``tomli-w``
+    (any string, control characters included, reads back equal with tomllib)."""
+    return tomli_w.dumps(_plain(table))

@@ -9,21 +9,34 @@ top-C candidates in score order; *packed* is what the packer put in the context.
 column                    definition (NaN where the denominator is empty)
 ========================= =====================================================
 utility                   sum of gains of packed notes (negative gains count)
-utility_ratio             utility / oracle; oracle = best sum of gains of a
-                          subset of R+ with total tokens <= B (exact knapsack)
+utility_ratio             utility / oracle_utility; NaN when oracle_utility = 0
+                          (R+ empty, or nothing in it fits B)
+oracle_utility            the oracle: best sum of gains of a subset of R+ with
+                          total tokens <= B (exact 0/1 knapsack); 0 if none fits
 recall                    share of R+ packed
 precision                 tokens of packed R+ notes / tokens packed
 ndcg@10                   DCG of the ranking's first 10 (gain max(g, 0),
                           discount log2(rank + 1)) / ideal DCG of R+
 mrr                       1 / rank of the first R+ note among the top-C, 0 if none
 stale_rate                share of packed notes with gain < 0
+harm                      sum of |gain| over packed notes with gain < 0 (0 when
+                          none is packed): what ndcg@10, which clips gains at
+                          0, cannot see
 tokens_used, n_packed     tokens and count of packed notes
 recall_age_A_B            recall over R+ notes with age in [A, B) days
+recall_age_90_inf         recall over R+ notes at least 90 days old (the three
+                          oldest buckets pooled within the query)
 max_relevant_age          age of the oldest packed R+ note
 evicted_relevant          1 if an R+ note was already evicted, else 0
 n_relevant                size of R+
 answer_prob               the reader model's probability that the answer is used
 ========================= =====================================================
+
+A per-query ratio with a possibly negative numerator (stale notes packed) can
+fall far below 0, so the mean of ``utility_ratio`` over queries is dominated by
+a few queries. Summaries and headlines therefore use the run-level
+``utility_share = sum(utility) / sum(oracle_utility)`` over the queries with
+``oracle_utility > 0`` (:func:`memsim.stats.utility_share`).
 """
 
 from __future__ import annotations
@@ -36,6 +49,8 @@ from .stream import Stream
 __all__ = [
     "AGE_BUCKETS",
     "AGE_BUCKET_COLUMNS",
+    "OLD_AGE_DAYS",
+    "OLD_RECALL_COLUMN",
     "METRIC_COLUMNS",
     "HIGHER_IS_BETTER",
     "RelevanceIndex",
@@ -49,14 +64,19 @@ AGE_BUCKETS = ((0, 7), (7, 30), (30, 90), (90, 180), (180, 365), (365, np.inf))
 AGE_BUCKET_COLUMNS = tuple(
     f"recall_age_{lo}_{'inf' if np.isinf(hi) else hi}" for lo, hi in AGE_BUCKETS
 )
+#: Notes at least this many days old are "old" (``recall_age_90_inf``).
+OLD_AGE_DAYS = 90
+OLD_RECALL_COLUMN = f"recall_age_{OLD_AGE_DAYS}_inf"
 METRIC_COLUMNS = (
-    "utility", "utility_ratio", "recall", "precision", "ndcg@10", "mrr", "stale_rate",
-    "tokens_used", "n_packed", *AGE_BUCKET_COLUMNS, "max_relevant_age", "evicted_relevant",
-    "n_relevant", "answer_prob",
+    "utility", "utility_ratio", "oracle_utility", "recall", "precision", "ndcg@10", "mrr",
+    "stale_rate", "harm", "tokens_used", "n_packed", *AGE_BUCKET_COLUMNS, OLD_RECALL_COLUMN,
+    "max_relevant_age", "evicted_relevant", "n_relevant", "answer_prob",
 )
-#: Direction of each metric, for sweeps and reports.
+#: Direction of each metric, for sweeps and reports (``utility_share`` is the
+#: run-level ratio of :func:`memsim.stats.utility_share`, not a column).
 HIGHER_IS_BETTER = {m: True for m in METRIC_COLUMNS}
-HIGHER_IS_BETTER.update({"stale_rate": False, "evicted_relevant": False, "tokens_used": False})
+HIGHER_IS_BETTER.update({"stale_rate": False, "harm": False, "evicted_relevant": False,
+                         "tokens_used": False, "utility_share": True})
 
 
 class RelevanceIndex:
@@ -191,11 +211,15 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     recall = _ratio(rp_packed.sum(axis=1), n_rel)
 
     ages = t[:, None] - relevance.created_at[rp_rows] if rp_rows.size else np.zeros((q, 0))
+    oracle = np.asarray(oracle, dtype=np.float64)
     out: dict[str, np.ndarray] = {
         "query_id": relevance.query_ids[qrows],
         "t": t.astype(np.float64),
         "utility": utility,
-        "utility_ratio": np.where(has_rel, _ratio(utility, oracle), np.nan),
+        # R+ gains are > 0, so oracle = 0 exactly when R+ is empty or none of
+        # it fits the budget: the ratio is undefined (NaN), never 0 or inf
+        "utility_ratio": _ratio(utility, oracle),
+        "oracle_utility": oracle,
         "recall": recall,
         "precision": _ratio(np.where(rel_packed, tokens, 0).sum(axis=1), tokens_used),
     }
@@ -211,12 +235,18 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     first = (np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, 0) if hit.shape[1]
              else np.zeros(q, dtype=np.int64))
     out["mrr"] = np.where(has_rel, np.where(first > 0, 1.0 / np.maximum(first, 1), 0.0), np.nan)
-    out["stale_rate"] = _ratio((packed & (gains < 0)).sum(axis=1), n_packed)
+    stale = packed & (gains < 0)
+    out["stale_rate"] = _ratio(stale.sum(axis=1), n_packed)
+    # harm = sum |g| over packed notes with g < 0; defined (0) for every query
+    out["harm"] = -np.where(stale, gains, 0.0).sum(axis=1) + 0.0  # + 0.0: no -0.0
     out["tokens_used"] = tokens_used.astype(np.int64)
     out["n_packed"] = n_packed.astype(np.int64)
     for col, (lo, hi) in zip(AGE_BUCKET_COLUMNS, AGE_BUCKETS):
         in_b = rp_mask & (ages >= lo) & (ages < hi)
         out[col] = _ratio((rp_packed & in_b).sum(axis=1), in_b.sum(axis=1))
+    # the old buckets pooled within the query (counts, not a mean of bucket ratios)
+    old = rp_mask & (ages >= OLD_AGE_DAYS)
+    out[OLD_RECALL_COLUMN] = _ratio((rp_packed & old).sum(axis=1), old.sum(axis=1))
     packed_ages = np.where(rp_packed, ages, -np.inf)
     mx = packed_ages.max(axis=1) if packed_ages.shape[1] else np.full(q, -np.inf)
     out["max_relevant_age"] = np.where(np.isfinite(mx), mx, np.nan)

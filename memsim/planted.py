@@ -30,7 +30,9 @@ expected askable span (Little's law; the elapsed window ``t + backfill_days``
 for classes whose slots never close), times ``1 - personal_share +
 personal_share / n_actors``.
 
-*Likelihood.* Cosines are Gaussian (:meth:`SyntheticWorkload.similarity_model`):
+*Likelihood.* Cosines within one query are Gaussian
+(:meth:`SyntheticWorkload.query_similarity_model`: a ranking compares notes of
+one query, which share its vector):
 ``f_on = N(mu_on, sd_on^2)`` for a note of the asked slot; for any other note a
 mixture ``f_off = p f_same + (1 - p) f_other`` with ``p = sum_k p_k^2``, the
 chance that two notes drawn by topic popularity share a topic. The posterior
@@ -60,9 +62,14 @@ exponential law of half-life ``H``, ``A(x) = 0.5 ** (x / H)`` and every asked
 note is valid, so the Bayes ranking is by ``log LR(s) - x ln 2 / H``. If
 ``log LR`` were linear with slope ``beta`` the family ``exp(beta (cos - 1)) *
 0.5 ** (age / h)`` would rank exactly so at ``h = H``; only ``beta * h`` is
-identifiable from a ranking. :func:`known_optimum` reports ``beta`` as the
-slope of ``log(f_on / f_same)`` at the on-slot mean (where the asked note meets
-its strongest rivals, the same-topic notes) and ``h = H``.
+identifiable from a ranking. ``log LR`` is quadratic (the two laws have
+different sds), so :func:`known_optimum` reports ``beta`` as the
+linear-discriminant slope of the within-query laws, ``(mu_on - mu_same) /
+((sd_on^2 + sd_same^2) / 2)`` (:attr:`memsim.workload.SimilarityModel.beta`):
+the slope ``log LR`` has when both laws get their pooled variance. The asked
+note's rivals are the notes of its own topic; notes of other topics sit about
+``mu_on / sd_other`` sds lower. At that ``beta`` the optimal half-life is
+``H``.
 """
 
 from __future__ import annotations
@@ -117,7 +124,7 @@ class PlantedModel:
     workload : SyntheticWorkload
         The knobs the stream was generated from.
     similarity : SimilarityModel
-        Its cosine law.
+        Its cosine law within one query.
     """
 
     workload: SyntheticWorkload
@@ -125,7 +132,7 @@ class PlantedModel:
 
     @classmethod
     def from_workload(cls, workload: SyntheticWorkload) -> PlantedModel:
-        return cls(workload=workload, similarity=workload.similarity_model())
+        return cls(workload=workload, similarity=workload.query_similarity_model())
 
     @classmethod
     def from_config(cls, config: dict | None, where: str = "stream") -> PlantedModel:
@@ -256,10 +263,10 @@ def known_optimum(workload: SyntheticWorkload) -> Optimum:
     expiring class with one note per slot and the exponential lifetime law,
     all with one half-life ``H`` (then ``h = H``), or when every one is
     evergreen with one note per slot (then ``h = inf``: no decay). ``beta``
-    is the likelihood-ratio slope of the similarity model
-    (:attr:`SimilarityModel.beta`); see the module docstring.
+    is the linear-discriminant slope of the within-query similarity law
+    (:attr:`memsim.workload.SimilarityModel.beta`); see the module docstring.
     """
-    beta = float(workload.similarity_model().beta)
+    beta = float(workload.query_similarity_model().beta)
     askable = [n for n in SLOT_CLASSES
                if workload.classes.spec(n).share > 0 and workload.classes.spec(n).query_share > 0]
     specs = [workload.classes.spec(n) for n in askable]

@@ -44,9 +44,11 @@ import pandas as pd
 from . import plots
 from .compare import Comparison, compare, markdown_table
 from .errors import ConfigError
-from .metrics import HIGHER_IS_BETTER
+from .policies import assumptions
+from .metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
+                      OLD_RECALL_COLUMN)
 from .rundir import RunResult, load_run, write_atomic
-from .stats import N_BOOT, SEED, format_ci
+from .stats import N_BOOT, SEED, column_decimals, format_ci, format_fixed, summarise
 
 __all__ = ["build_report", "ReportFigure"]
 
@@ -102,27 +104,136 @@ def _draw(name: str, title: str, caption: str, draw: Callable[[Any], Any],
 # --------------------------------------------------------------------------
 
 
-def _headline_sentences(cmp: Comparison, budget: Any) -> list[str]:
-    """One sentence per (policy, metric) of the first two metrics."""
-    t = cmp.tests[cmp.tests["budget"] == budget]
-    out = []
-    for pol in cmp.policies[1:]:
-        parts = []
-        for m in cmp.metrics[:2]:
-            r = t[(t["policy"] == pol) & (t["metric"] == m)]
-            if len(r) == 0 or int(r["n_pairs"].iloc[0]) == 0:
-                continue
-            r = r.iloc[0]
-            n = int(r["n_pairs"])
-            verdict = {"better": "significantly better", "worse": "significantly worse",
-                       "": "no significant difference"}[r["direction"]]
-            parts.append(
-                f"{m} {format_ci(r['diff'], r['diff_ci_low'], r['diff_ci_high'], signed=True)}"
-                f" ({verdict}; better on {r['wins'] / n:.0%} of the queries, equal on "
-                f"{r['ties'] / n:.0%}, worse on {r['losses'] / n:.0%})")
-        if parts:
-            out.append(f"{pol} against {cmp.baseline}: " + "; ".join(parts) + ".")
+class _Glance:
+    """Formats a Comparison's numbers at one budget for the At a glance sentences,
+    each at its table column's decimals."""
+
+    def __init__(self, cmp: Comparison, budget: Any):
+        self.cmp, self.budget = cmp, budget
+        s = cmp.summary
+        self.s = s[s["budget"] == budget].set_index(["policy", "metric"])
+        self.dec = cmp.decimals()
+
+    def has(self, metric: str) -> bool:
+        return metric in self.cmp.metrics
+
+    def mean(self, pol: str, metric: str) -> float:
+        return float(self.s.loc[(pol, metric), "mean"]) if (pol, metric) in self.s.index \
+            else float("nan")
+
+    def value(self, pol: str, metric: str) -> str:
+        """``mean [lo, hi]`` of a policy."""
+        if (pol, metric) not in self.s.index:
+            return "n/a"
+        r = self.s.loc[(pol, metric)]
+        return format_fixed(r["mean"], r["ci_low"], r["ci_high"], self.dec.get(metric, 3))
+
+    def diff(self, pol: str, metric: str) -> float:
+        r = self.cmp.test_row(pol, metric, self.budget)
+        return float("nan") if r is None else float(r["diff"])
+
+    def versus(self, pol: str, metric: str) -> str:
+        """``pol``'s value against the baseline's, then the difference and
+        how its interval and test read, in parentheses."""
+        cmp = self.cmp
+        text = (f"{self.value(pol, metric)} against {self.value(cmp.baseline, metric)} for "
+                f"the baseline '{cmp.baseline}'")
+        r = cmp.test_row(pol, metric, self.budget)
+        if r is None or int(r["n_pairs"]) == 0:
+            return text
+        t = cmp.tests[(cmp.tests["budget"] == self.budget) & (cmp.tests["metric"] == metric)]
+        dec = column_decimals(metric, t["diff"], t["diff_ci_low"], t["diff_ci_high"])
+        diff = format_fixed(r["diff"], r["diff_ci_low"], r["diff_ci_high"], dec, signed=True)
+        return f"{text} (difference {diff}; {cmp.significance(r)})"
+
+
+def _glance_sentences(cmp: Comparison, budget: Any,
+                      buckets: pd.DataFrame | None = None) -> list[str]:
+    """Two to four plain sentences a reader can act on, each with its numbers.
+
+    1. which policy gets the most of the achievable utility (utility_share),
+       with its paired difference to the baseline;
+    2. how it recalls the relevant notes at least 90 days old;
+    3. the stale notes it packs (harm, stale_rate);
+    4. with more than two policies, every policy's utility_share.
+
+    Sentences 2 and 3 compare the best policy other than the baseline (the
+    contender) with the baseline; an interval and a Holm-corrected test that
+    disagree are both reported (:meth:`Comparison.significance`).
+    ``buckets`` (summary rows of the old ``recall_age_*`` buckets at this
+    budget) adds the recall of each old bucket to sentence 2.
+    """
+    g = _Glance(cmp, budget)
+    base = cmp.baseline
+    share = "utility_share" if g.has("utility_share") else None
+    if len(cmp.policies) < 2:
+        out = [f"Only one policy ('{base}'): nothing to compare against."]
+        if share:
+            out.append(f"It gets {g.value(base, share)} of the achievable utility "
+                       "(utility_share: sum of utility / sum of the oracle's).")
+        return out
+    others = [p for p in cmp.policies if p != base]
+    key = share or (cmp.metrics[0] if cmp.metrics else None)
+    if key is None:
+        return []
+    sign = 1.0 if HIGHER_IS_BETTER.get(key, True) else -1.0
+
+    def score(p: str) -> float:  # larger is better; a policy without a value comes last
+        v = sign * g.mean(p, key)
+        return v if math.isfinite(v) else -math.inf
+    ranked = sorted(cmp.policies, key=score, reverse=True)  # stable: ties keep table order
+    contender = max(others, key=score)
+    what = "the most of the achievable utility" if share else f"the best {key}"
+    if ranked[0] == base:
+        first = (f"The baseline '{base}' gives {what}; the best other policy, '{contender}', "
+                 f"gets {key} " + g.versus(contender, key) + ".")
+    else:
+        first = (f"'{contender}' gives {what}: {key} " + g.versus(contender, key) + ".")
+    if share:
+        first += (" utility_share = sum of utility / sum of the oracle's (the best packing "
+                  "of the relevant notes), over the queries where a relevant note fits.")
+    out = [first]
+    if g.has(OLD_RECALL_COLUMN):
+        sent = (f"Of the relevant notes at least {OLD_AGE_DAYS} days old, '{contender}' packs "
+                + g.versus(contender, OLD_RECALL_COLUMN))
+        if buckets is not None and len(buckets):
+            b = buckets.set_index(["policy", "metric"])["mean"]
+            parts = [f"{m.removeprefix('recall_age_').replace('_inf', '+').replace('_', '-')} d "
+                     f"{format_fixed(b.get((contender, m), np.nan))} vs "
+                     f"{format_fixed(b.get((base, m), np.nan))}"
+                     for m in pd.unique(buckets["metric"])]
+            sent += "; by age bucket, " + ", ".join(parts)
+        out.append(sent + ".")
+    elif g.has("recall"):
+        out.append(f"No relevant note was {OLD_AGE_DAYS} days old or more, so the run says "
+                   f"nothing about old notes; recall of '{contender}': "
+                   + g.versus(contender, "recall") + ".")
+    if g.has("harm"):
+        d = g.diff(contender, "harm")
+        more = "more" if d > 0 else "less" if d < 0 else "as much"
+        stale = (f"; share of packed notes that are stale {g.value(contender, 'stale_rate')} "
+                 f"against {g.value(base, 'stale_rate')}" if g.has("stale_rate") else "")
+        out.append(f"Stale notes: '{contender}' packs {more} stale content, harm (sum of "
+                   "|gain| of the packed notes with negative gain, per query) "
+                   + g.versus(contender, "harm") + stale + ".")
+    if len(cmp.policies) > 2:
+        out.append(f"Every policy by {key}: "
+                   + ", ".join(f"'{p}' {format_fixed(g.mean(p, key), dec=g.dec.get(key, 3))}"
+                               for p in ranked) + ".")
     return out
+
+
+def _old_buckets(ctx: _Context) -> pd.DataFrame | None:
+    """Summary rows (point estimates) of the recall_age buckets at or past
+    90 days at the focus budget; None when the run has none of them."""
+    cols = [c for c, (lo, _) in zip(AGE_BUCKET_COLUMNS, AGE_BUCKETS) if lo >= OLD_AGE_DAYS
+            and c in ctx.q and np.isfinite(ctx.q[c].to_numpy(np.float64)).any()]
+    if not cols or len(ctx.policies) < 2:
+        return None
+    q = ctx.q[ctx.q["budget"] == ctx.focus]
+    # the summary's estimator (mean over replicates of per-replicate means);
+    # only the point estimates are shown, so no resampling is needed
+    return summarise(q, metrics=cols, n_boot=1, seed=ctx.seed)
 
 
 def _focus_budget(run: RunResult, budgets: list) -> Any:
@@ -202,7 +313,9 @@ def _context(run: RunResult, n_boot: int, seed: int) -> _Context:
 
 def _run_sentence(ctx: _Context) -> str:
     q, budgets = ctx.q, ctx.budgets
-    return (f"{len(ctx.policies)} policies, {int(q['replicate'].nunique())} replicate stream(s) "
+    n = len(ctx.policies)
+    return (f"{n} polic{'y' if n == 1 else 'ies'}, {int(q['replicate'].nunique())} "
+            "replicate stream(s) "
             f"(every policy sees the same stream: common random numbers), "
             f"{q.groupby('replicate')['query_id'].nunique().sum()} queries in all, "
             f"budget{'s' if len(budgets) > 1 else ''} "
@@ -212,11 +325,11 @@ def _run_sentence(ctx: _Context) -> str:
 def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     """At a glance, the summary, the paired comparisons and the per-run measures."""
     cmp = ctx.cmp
-    glance = _headline_sentences(cmp, ctx.focus)
+    glance = _glance_sentences(cmp, ctx.focus, _old_buckets(ctx))
     if len(ctx.budgets) > 1:
         glance = [f"At {ctx.focus} tokens: " + s for s in glance]
     sections = [("At a glance", [("list", glance)] if glance else
-                 [("p", "Only one policy: nothing to compare.")]),
+                 [("p", "The queries table has no metric to summarise.")]),
                 ("Summary", [("p", cmp.legend()), ("cmp", cmp)])]
     if len(cmp.tests):
         sections.append(("Paired comparisons with the baseline", [
@@ -234,6 +347,14 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "on one note; 0: even); store size after evictions. Intervals over "
                   "replicates (Student t with fewer than 5)."),
             ("table", run_tab)]))
+    marks = [(name, key, why) for name, table in ctx.run.policies.items()
+             for key, why in assumptions(table).items()]
+    if marks:
+        sections.append(("Assumed parameters", [
+            ("p", "Values the presets' sources do not give, which memsim supplied "
+                  "(memsim.policies.assumptions). Results that depend on them are only as "
+                  "good as these guesses."),
+            ("table", pd.DataFrame(marks, columns=["policy", "parameter", "why assumed"]))]))
     return sections
 
 
@@ -253,8 +374,9 @@ def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
     if len(ctx.policies) > 1 and len(cmp.tests):
         # at most ~40 bars: with many policies, fewer metrics per policy
         per = max(1, 40 // (len(ctx.policies) - 1))
-        shown = [m for m in ("utility", "recall", "stale_rate", "answer_prob", "ndcg@10",
-                             "utility_ratio", "precision", "mrr") if m in cmp.metrics][:per]
+        shown = [m for m in ("utility", "recall", OLD_RECALL_COLUMN, "harm", "stale_rate",
+                             "answer_prob", "ndcg@10", "precision", "mrr")
+                 if m in cmp.metrics][:per]
         wtl = plots.win_tie_loss_data(cmp.tests[cmp.tests["metric"].isin(shown)], ctx.focus)
         figs.append(_draw(
             "win_tie_loss", "Wins, ties and losses",
@@ -502,6 +624,9 @@ def _robustness_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
         rob = pd.read_csv(path)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
         return None
+    if "check" in rob:
+        # the paired rows (winner minus preset) get their own table
+        rob = rob[rob["check"] != "vs-experiment"]
     if len(rob) == 0:
         return None
     keep = [c for c in ("number", "role", "check", "variant", "replicates") if c in rob]
@@ -515,6 +640,75 @@ def _robustness_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
                 "" if c == "sweep" else ("n/a" if not np.isfinite(x) else f"{x:+.3g}")
                 for c, x in zip(rob.get("check", [""] * len(rob)), rob[f"change_{lab}"])]
     return out
+
+
+def _paired_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
+    """The ``vs-experiment`` rows of ``sweep/robustness.csv``: each winner minus
+    the experiment's own parameters on the same fresh replicates."""
+    try:
+        rob = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return None
+    if "check" not in rob:
+        return None
+    rob = rob[rob["check"] == "vs-experiment"]
+    if len(rob) == 0:
+        return None
+    out = pd.DataFrame({
+        "trial": rob["number"].to_numpy(), "role": rob["role"].to_numpy(),
+        "on": ["fresh seeds" if not isinstance(v, str) or not v else f"variant {v}"
+               for v in rob["variant"]],
+        "replicates": rob["replicates"].astype(str).to_numpy()})
+    for lab in labels:
+        cols = [f"diff_{lab}", f"diff_ci_low_{lab}", f"diff_ci_high_{lab}", f"verdict_{lab}"]
+        if not all(c in rob for c in cols):
+            continue
+        out[f"{lab}: best - preset [95% CI]"] = [
+            "n/a" if not np.isfinite(d) else
+            f"{d:+.3g}" + ("" if not np.isfinite(lo) else f" [{lo:+.3g}, {hi:+.3g}]")
+            for d, lo, hi in zip(rob[cols[0]], rob[cols[1]], rob[cols[2]])]
+        out[f"{lab}: verdict"] = rob[cols[3]].fillna("").astype(str).to_numpy()
+    return out
+
+
+def _plateau_items(path: Path) -> list[Any]:
+    """The plateau table of ``sweep/plateau.csv`` and its edge warnings."""
+    try:
+        pl = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return []
+    need = {"objective", "param", "best", "low", "high", "edge_warning"}
+    if len(pl) == 0 or not need <= set(pl.columns):
+        return []
+
+    def plateau_of(r) -> str:
+        if isinstance(r.get("choices"), str) and r["choices"].startswith("["):
+            return r["choices"].strip("[]")  # a JSON list: its values as written
+        if not (np.isfinite(r["low"]) and np.isfinite(r["high"])):
+            return "not measured"
+        return f"[{_g4(r['low'])}, {_g4(r['high'])}]"
+
+    rows = [r for _, r in pl.iterrows()]
+    table = pd.DataFrame({
+        "objective": [r["objective"] for r in rows], "parameter": [r["param"] for r in rows],
+        "best": [_g4(r["best"]) for r in rows], "plateau": [plateau_of(r) for r in rows],
+        "trials on it": [f"{int(r['n_plateau'])} of {int(r['n_trials'])}"
+                         if np.isfinite(r.get("n_plateau", np.nan)) else "" for r in rows],
+        "edge": ["WARNING: " + str(r.get("edge", "")) if bool(r["edge_warning"]) else ""
+                 for r in rows],
+        "note": [r["note"] if isinstance(r.get("note"), str) else "" for r in rows]})
+    items: list[Any] = [
+        ("p", "How sure the sweep is of each best value. The plateau is the range of a "
+              "parameter over the trials whose objective is within the replicate noise of "
+              "the best (a paired bootstrap over replicates with the best recomputed in "
+              "each resample; it contains the truly best trial with about 95% "
+              "probability). A wide plateau means the objective hardly cares; a best "
+              "value at an edge of its range means the optimum may lie beyond it."),
+        ("table", table)]
+    warns = [f"WARNING ({r['objective']}): {r['warning']}" for r in rows
+             if bool(r["edge_warning"]) and isinstance(r.get("warning"), str)]
+    items += [("warn", w) for w in warns]
+    return items
 
 
 def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
@@ -550,6 +744,8 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
                               f"Pareto set on {labels[0]} and {labels[1]} (best first on "
                               f"{labels[0]}; at most 10)"))
                 items.append(("table", best))
+            if (sdir / "plateau.csv").exists():
+                items += _plateau_items(sdir / "plateau.csv")
             for i, (c, lab, d) in enumerate(zip(cols, labels, dirs)):
                 if i >= 3:
                     break
@@ -583,6 +779,13 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
                           "on workload variants. A large drop on fresh seeds is overfitting to "
                           "the seeds; on a variant, overfitting to the workload."))
             items.append(("table", rob))
+        paired = _paired_table(rob_file, labels)
+        if paired is not None:
+            items.append(("p", "Does the best beat the published preset? Each winner minus "
+                          "the experiment's own parameters, replicate by replicate on the "
+                          "same fresh seeds (paired), with a 95% Student t interval over "
+                          "those replicates; 'better' or 'worse' when it excludes 0."))
+            items.append(("table", paired))
     # Optuna's own plots, except those drawn above from the same trials
     for png in sorted(sdir.glob("*.png")):
         if png.stem.startswith(("history", "pareto_front")):
@@ -642,6 +845,8 @@ def _to_html(rep: _Report) -> str:
         for kind, item in items:
             if kind == "p":
                 out.append(f'<p class="muted">{html.escape(item)}</p>')
+            elif kind == "warn":
+                out.append(f'<div class="warn">{html.escape(item)}</div>')
             elif kind == "list":
                 out.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in item)
                            + "</ul>")
@@ -683,6 +888,8 @@ def _to_markdown(rep: _Report) -> str:
         for kind, item in items:
             if kind == "p":
                 out += [item, ""]
+            elif kind == "warn":
+                out += [f"> **Warning:** {item}", ""]
             elif kind == "list":
                 out += [f"- {x}" for x in item] + [""]
             elif kind == "cmp":

@@ -46,6 +46,8 @@ from .errors import ConfigError
 
 __all__ = [
     "RunResult",
+    "RunFolderError",
+    "QUERY_KEY_COLUMNS",
     "Manifest",
     "load_run",
     "run_status",
@@ -255,11 +257,50 @@ def pid_alive(pid: int, start: str | None = None) -> bool:
     return not start or proc_start(pid) in ("", start)
 
 
+class RunFolderError(ConfigError):
+    """A run folder's file is missing, damaged or not what memsim writes.
+
+    The message names the file; the CLI prints it as one line (exit code 2).
+    """
+
+
 def _read_manifest(path: Path) -> dict[str, Any]:
+    f = path / "manifest.json"
     try:
-        return json.loads((path / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: unreadable manifest.json ({exc})") from None
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bad UTF-8
+        raise RunFolderError(f"{f}: unreadable manifest.json ({exc})") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{f}: not a run manifest (a JSON {type(data).__name__}, "
+                             "not an object)")
+    return data
+
+
+#: Columns every queries.parquet has: what pairs queries across policies.
+QUERY_KEY_COLUMNS = ("replicate", "policy", "budget", "query_id")
+
+
+def _read_frame(f: Path, required: tuple[str, ...] = ()) -> pd.DataFrame | None:
+    """Read a run folder's parquet or CSV file; None when it does not exist.
+
+    Raises
+    ------
+    RunFolderError
+        If the file cannot be parsed (truncated, not parquet / CSV) or lacks
+        one of the ``required`` columns.
+    """
+    if not f.exists():
+        return None
+    try:
+        df = pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunFolderError(f"{f}: unreadable ({msg})") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise RunFolderError(f"{f}: not a memsim {f.name}: no column "
+                             f"{', '.join(repr(c) for c in missing)}")
+    return df
 
 
 def run_status(path: str | Path) -> dict[str, Any]:
@@ -358,25 +399,30 @@ class RunResult:
 
         Raises
         ------
-        ConfigError
-            If ``path`` has no ``manifest.json``, or one that cannot be read.
+        RunFolderError
+            If ``path`` has no ``manifest.json``, or one of its files cannot
+            be read: a manifest that is not a JSON object, a config.toml that
+            is not TOML, a truncated parquet or CSV file, a queries.parquet
+            without the columns ``replicate, policy, budget, query_id``. The
+            message names the file.
         """
         path = Path(path)
         if not (path / "manifest.json").exists():
-            raise ConfigError(f"{path}: not a run folder (no manifest.json)")
+            raise RunFolderError(f"{path}: not a run folder (no manifest.json)")
         manifest = run_status(path)
         frames: dict[str, pd.DataFrame | None] = {}
         for name in ("queries", "store", "rankings"):
-            f = path / f"{name}.parquet"
-            frames[name] = pd.read_parquet(f) if f.exists() else None
+            frames[name] = _read_frame(path / f"{name}.parquet",
+                                       QUERY_KEY_COLUMNS if name == "queries" else ())
         for name in ("summary", "arms"):
-            f = path / f"{name}.csv"
-            frames[name] = pd.read_csv(f) if f.exists() else None
+            frames[name] = _read_frame(path / f"{name}.csv")
         cfg = path / "config.toml"
         try:
             config = tomllib.loads(cfg.read_text(encoding="utf-8")) if cfg.exists() else {}
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{cfg}: not valid TOML: {exc}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise RunFolderError(f"{cfg}: not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise RunFolderError(f"{cfg}: unreadable ({exc})") from None
         timings = manifest.get("timings_s")
         return cls(**frames, path=path, manifest=manifest, config=config,
                    timings=dict(timings) if isinstance(timings, dict) else {})

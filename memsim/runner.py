@@ -7,10 +7,14 @@ and writes a run folder (its files and their atomic writing are described in
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import shutil
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.connection import wait as wait_any
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -21,7 +25,7 @@ from .report import build_report
 from .rng import child_seq, seed_sequence
 # the run-folder names below are also imported from here by older callers
 from .rundir import (Manifest, RunResult, load_run, new_run_dir, run_status, utc_now,
-                     write_atomic, write_text_atomic)
+                     write_atomic)
 from .stats import summarise
 from .stream import Stream
 
@@ -127,32 +131,93 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         summary = summarise(frames["queries"], frames["arms"], frames["store"])
         return _result(exp, frames, summary, None, timings)
 
-    path = new_run_dir(Path(out), exp.name, exp.hash8())
-    write_text_atomic(path / "config.toml", _config_header(exp) + dumps_toml(exp.to_config()))
-    manifest = experiment_manifest(path, exp, argv)
+    config_text = _config_header(exp) + dumps_toml(exp.to_config())
+    path = _new_folder(Path(out), exp)
+    manifest = _first_manifest(path, exp, argv)
+    summary_file = path / "summary.csv"
     try:
+        _write(path / "config.toml", lambda p: p.write_text(config_text, encoding="utf-8"))
         frames = simulate_experiment(exp, progress=progress)
         timings["simulate"] = time.perf_counter() - t0
         summary = summarise(frames["queries"], frames["arms"], frames["store"])
-        write_atomic(path / "queries.parquet", lambda p: frames["queries"].to_parquet(p))
-        write_atomic(path / "store.parquet", lambda p: frames["store"].to_parquet(p))
-        write_atomic(path / "arms.csv", lambda p: frames["arms"].to_csv(p, index=False))
-        write_atomic(path / "summary.csv", lambda p: summary.to_csv(p, index=False))
+        _write(path / "queries.parquet", lambda p: frames["queries"].to_parquet(p))
+        _write(path / "store.parquet", lambda p: frames["store"].to_parquet(p))
+        _write(path / "arms.csv", lambda p: frames["arms"].to_csv(p, index=False))
         if frames["rankings"] is not None:
-            write_atomic(path / "rankings.parquet", lambda p: frames["rankings"].to_parquet(p))
+            _write(path / "rankings.parquet", lambda p: frames["rankings"].to_parquet(p))
+        # summary.csv last: only a run whose data files all exist has one
+        _write(summary_file, lambda p: summary.to_csv(p, index=False))
         timings["total_before_report"] = time.perf_counter() - t0
         result = _result(exp, frames, summary, path, timings)
+        # The report shows the manifest, so the manifest says completed before
+        # it is built; a report that fails (or is interrupted) turns the run
+        # back to failed and takes summary.csv away again.
+        manifest.update(status="completed", timings_s=timings, finished_utc=utc_now())
         if report:
             t1 = time.perf_counter()
             build_report(path)
             timings["report"] = time.perf_counter() - t1
-        manifest.update(status="completed", timings_s=timings, finished_utc=utc_now())
+            manifest.update(timings_s=timings)
         result.manifest = manifest.data
         return result
     except BaseException as exc:
+        _mark_failed(manifest, summary_file, exc, timings)
+        raise
+
+
+class RunWriteError(OSError):
+    """A file of a run folder could not be written (disk full, read-only,
+    file-size limit): an environment fault, not a mistake in the config."""
+
+
+def _write(path: Path, writer: Callable[[Path], None]) -> None:
+    """:func:`write_atomic`, naming ``path`` in the error when the write fails."""
+    try:
+        write_atomic(path, writer)
+    except OSError as exc:
+        raise RunWriteError(exc.errno, f"cannot write {path}: "
+                            f"{exc.strerror or exc}") from None
+
+
+def _new_folder(out: Path, exp: Experiment) -> Path:
+    """The fresh run folder under ``out``; a ``--out`` that cannot hold one
+    (a file, under a file, read-only) is the user's mistake."""
+    try:
+        return new_run_dir(out, exp.name, exp.hash8())
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create a run folder there: "
+                          f"{exc.strerror or exc}") from None
+
+
+def _first_manifest(path: Path, exp: Experiment, argv: list[str] | None) -> Manifest:
+    """The manifest (status running), written first: a folder whose manifest
+    cannot be written is removed again, never left without one."""
+    try:
+        return experiment_manifest(path, exp, argv)
+    except BaseException as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise RunWriteError(exc.errno, f"cannot write {path / 'manifest.json'}: "
+                                f"{exc.strerror or exc}") from None
+        raise
+
+
+def _mark_failed(manifest: Manifest, summary_file: Path, exc: BaseException,
+                 timings: dict[str, float]) -> None:
+    """Mark a run failed; a failed run holds no ``summary.csv``."""
+    on_disk = manifest.data.get("status")
+    try:
+        summary_file.unlink(missing_ok=True)
+    except OSError:
+        pass
+    try:
         manifest.update(status="failed", error=f"{type(exc).__name__}: {exc}",
                         timings_s=timings, finished_utc=utc_now())
-        raise
+    except OSError:
+        # nothing more can be written: run_status reads a dead writer as failed,
+        # but a manifest left "completed" by the report step must not stay so
+        if on_disk == "completed":
+            shutil.rmtree(manifest.path, ignore_errors=True)
 
 
 def _result(exp: Experiment, frames: dict[str, pd.DataFrame], summary: pd.DataFrame,
@@ -167,15 +232,40 @@ def _config_header(exp: Experiment) -> str:
             f"# Re-run exactly with: memsim run config.toml\n")
 
 
-def _run_one(args) -> str:
-    exp, out, report = args
-    return str(run_experiment(exp, out=out, report=report).path)
+def _stop_on_signal(signum, frame):
+    # the first SIGINT/SIGTERM unwinds the run (its folder is marked failed);
+    # later ones are ignored so that they cannot cut that bookkeeping short
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _child(exp: Experiment, out, report: bool, argv, conn) -> None:
+    """A worker process of :func:`run_many`: one run, its outcome sent back."""
+    signal.signal(signal.SIGINT, _stop_on_signal)
+    signal.signal(signal.SIGTERM, _stop_on_signal)
+    try:
+        res = run_experiment(exp, out=out, report=report, argv=argv)
+        conn.send(("ok", str(res.path)))
+    except BaseException as exc:  # sent to the parent, which raises it
+        try:
+            conn.send(("error", exc))
+        except Exception:  # an exception that does not pickle
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        conn.close()
 
 
 def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs: int = 1,
              report: bool = True, progress: Callable[[float], None] | None = None,
              argv: list[str] | None = None) -> list[Path]:
-    """Run several experiments (grids expanded), ``jobs`` at a time in worker processes."""
+    """Run several experiments (grids expanded), ``jobs`` at a time in worker processes.
+
+    The first failure stops the queue (running jobs finish) and is raised. An
+    interrupt (SIGINT, or SIGTERM where the CLI turns it into one) stops the
+    queue at once: no further run starts and every running one is stopped
+    and marks its folder failed.
+    """
     expanded = [e for exp in experiments for e in exp.expand()]
     if jobs <= 1 or len(expanded) == 1:
         paths = []
@@ -185,10 +275,77 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
             paths.append(run_experiment(e, out=out, report=report, progress=sub,
                                         argv=argv).path)
         return paths
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        done = []
-        for i, p in enumerate(pool.map(_run_one, [(e, out, report) for e in expanded])):
-            done.append(Path(p))
-            if progress is not None:
-                progress((i + 1) / len(expanded))
-    return done
+    return _run_parallel(expanded, out, jobs, report, progress, argv)
+
+
+def _run_parallel(expanded: list[Experiment], out, jobs: int, report: bool,
+                  progress: Callable[[float], None] | None, argv) -> list[Path]:
+    ctx = multiprocessing.get_context()
+    results: dict[int, str] = {}
+    running: dict[int, tuple[Any, Any]] = {}  # index -> (process, parent end of its pipe)
+    error: BaseException | None = None
+    queue = list(range(len(expanded)))
+    try:
+        while queue or running:
+            while queue and error is None and len(running) < jobs:
+                i = queue.pop(0)
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(expanded[i], out, report, argv, send),
+                                   daemon=False)
+                proc.start()
+                send.close()
+                running[i] = (proc, recv)
+            if error is not None:
+                queue.clear()
+            if not running:
+                break
+            ready = wait_any([conn for _, conn in running.values()]
+                             + [proc.sentinel for proc, _ in running.values()])
+            for i, (proc, conn) in list(running.items()):
+                if conn not in ready and proc.sentinel not in ready:
+                    continue
+                outcome = _receive(conn)
+                proc.join()
+                conn.close()
+                del running[i]
+                if outcome is None:
+                    outcome = ("error", RuntimeError(
+                        f"{expanded[i].name}: the worker process died (exit code "
+                        f"{proc.exitcode})"))
+                if outcome[0] == "ok":
+                    results[i] = outcome[1]
+                    if progress is not None:
+                        progress(len(results) / len(expanded))
+                elif error is None:
+                    error = outcome[1]
+    except BaseException:
+        _stop_children(running)
+        raise
+    if error is not None:
+        raise error
+    return [Path(results[i]) for i in range(len(expanded))]
+
+
+def _receive(conn) -> tuple | None:
+    """The outcome a worker sent, or None if it died without sending one."""
+    try:
+        return conn.recv() if conn.poll() else None
+    except (EOFError, OSError):
+        return None
+
+
+def _stop_children(running: dict, timeout: float = 60.0) -> None:
+    """Stop running workers (SIGTERM: each marks its folder failed) and wait."""
+    for proc, _ in running.values():
+        if proc.is_alive():
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout
+    for proc, conn in running.values():
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():  # its manifest then reads failed (its writer is gone)
+            proc.kill()
+            proc.join()
+        conn.close()

@@ -20,6 +20,19 @@ Either way the point estimate is the same: the mean over replicates of each
 replicate's mean over its queries (NaN query values, e.g. recall where a query
 has nothing relevant, are left out of their replicate's mean).
 
+Run-level shares
+----------------
+``utility_share`` (:data:`RATIO_METRICS`) is not a mean of per-query values
+but a ratio of sums, ``S = sum_q utility_q / sum_q oracle_utility_q`` over
+the queries with ``oracle_utility > 0`` (every replicate pooled; per policy
+and budget). A per-query ratio can reach -4 when stale notes are packed, so
+the mean of ``utility_ratio`` can rank two policies the other way round from
+their summed utility; the share cannot. Its interval is a percentile
+bootstrap of the ratio of sums, with the same unit rule as above: with at
+least :data:`MIN_REPLICATES` replicates, resample replicates (their sums of
+utility and of oracle) and recompute the ratio; with fewer, resample queries
+within each replicate, add the sums over replicates, and recompute the ratio.
+
 Every bootstrap draws from an explicit :class:`numpy.random.Generator` built
 from a fixed seed and the names of what is resampled (never the global random
 state), so a report is reproducible bit for bit.
@@ -47,6 +60,21 @@ baseline on those pairs:
 * ``wins``, ``ties``, ``losses``: pairs where the policy is better, equal or
   worse than the baseline, in the metric's direction
   (:data:`memsim.metrics.HIGHER_IS_BETTER`).
+
+For ``utility_share`` the difference is ``S_policy - S_baseline`` over the
+queries both policies have with ``oracle_utility > 0``; its interval
+resamples the same queries (or replicates) for both policies (common random
+numbers), so the shared workload noise cancels. Its p-value is a two-sided
+z-test of that difference with the delta-method standard error of a
+difference of two ratios of sums on the same query pairs::
+
+    e_q = (u_q^P - S_P o_q^P) / sum o^P - (u_q^B - S_B o_q^B) / sum o^B
+    se^2 = n / (n - 1) * sum_q e_q^2,     z = (S_P - S_B) / se
+
+(``u`` utility, ``o`` oracle_utility, n pairs). Like the Wilcoxon test it
+treats queries as independent; it enters the same Holm family. Effect sizes
+and wins/ties/losses of that row are those of the per-query utility pairs,
+and ``statistic`` holds z instead of W+.
 """
 
 from __future__ import annotations
@@ -60,11 +88,18 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .metrics import HIGHER_IS_BETTER, METRIC_COLUMNS
+from .metrics import AGE_BUCKET_COLUMNS, HIGHER_IS_BETTER, METRIC_COLUMNS, OLD_RECALL_COLUMN
 
 __all__ = [
     "mean_ci",
     "summarise",
+    "utility_share",
+    "utility_share_by",
+    "ratio_of_sums",
+    "RATIO_METRICS",
+    "SHARE_METRICS",
+    "column_decimals",
+    "format_fixed",
     "bootstrap_mean_ci",
     "paired_tests",
     "holm",
@@ -82,9 +117,21 @@ __all__ = [
 #: Per-run metrics (one value per replicate and arm).
 RUN_METRICS = ("recall_gini", "store_notes", "store_tokens")
 
-#: Metrics a report compares by default (the rest stay in ``summary.csv``).
-HEADLINE_METRICS = ("utility", "utility_ratio", "recall", "precision", "ndcg@10", "mrr",
-                    "stale_rate", "answer_prob")
+#: Run-level ratios of sums: name -> (numerator column, denominator column).
+#: The value is ``sum(num) / sum(den)`` over the queries with ``den > 0``.
+RATIO_METRICS = {"utility_share": ("utility", "oracle_utility")}
+
+#: Metrics a report compares by default (the rest stay in ``summary.csv``):
+#: the share of the achievable utility first (it, not the mean of
+#: ``utility_ratio``, ranks policies), then recall, recall of old notes and
+#: the stale notes packed.
+HEADLINE_METRICS = ("utility_share", "recall", OLD_RECALL_COLUMN, "harm", "stale_rate",
+                    "utility", "tokens_used", "precision", "ndcg@10", "mrr", "answer_prob")
+
+#: Shares and ratios: shown with a fixed 3 decimals in every table.
+SHARE_METRICS = frozenset({
+    "utility_share", "utility_ratio", "recall", "precision", "ndcg@10", "mrr", "stale_rate",
+    "evicted_relevant", "answer_prob", "recall_gini", *AGE_BUCKET_COLUMNS, OLD_RECALL_COLUMN})
 
 #: Fewest replicates for a bootstrap over replicates; below, over queries.
 MIN_REPLICATES = 5
@@ -301,6 +348,190 @@ def _aligned(queries: pd.DataFrame, metrics: list[str], budget) -> tuple[list[st
 
 
 # --------------------------------------------------------------------------
+# Run-level shares (ratios of sums)
+# --------------------------------------------------------------------------
+
+
+def ratio_of_sums(num: np.ndarray, den: np.ndarray) -> float:
+    """``sum(num) / sum(den)`` over the pairs with finite values and ``den > 0``.
+
+    NaN when no pair qualifies. This is the pooled estimator of
+    :data:`RATIO_METRICS`: each query weighs by its denominator, so a query
+    with little to gain cannot swing the value the way a per-query ratio can.
+    """
+    n = np.asarray(num, dtype=np.float64)
+    d = np.asarray(den, dtype=np.float64)
+    ok = np.isfinite(n) & np.isfinite(d) & (d > 0)
+    total = d[ok].sum()
+    return float(n[ok].sum() / total) if total > 0 else float("nan")
+
+
+def _ratio_columns(name: str, queries: pd.DataFrame) -> tuple[str, str]:
+    num, den = RATIO_METRICS[name]
+    for c in (num, den):
+        if c not in queries.columns:
+            raise KeyError(f"{name} needs the column {c!r}, which the queries table lacks "
+                           "(a run folder written before it existed: re-run its config.toml)")
+    return num, den
+
+
+def utility_share(queries: pd.DataFrame) -> float:
+    """Share of the achievable utility: ``sum(utility) / sum(oracle_utility)``.
+
+    Pooled over every row of ``queries`` with ``oracle_utility > 0`` (filter
+    the frame to one policy and budget first, or use :func:`utility_share_by`)::
+
+        S = sum_q utility_q / sum_q oracle_utility_q,   q: oracle_utility_q > 0
+
+    1 means every query got the oracle's best packing; negative gains of
+    packed stale notes pull it down. NaN when no query has an achievable
+    utility.
+
+    Raises
+    ------
+    KeyError
+        If the frame has no ``utility`` or ``oracle_utility`` column.
+    """
+    num, den = _ratio_columns("utility_share", queries)
+    return ratio_of_sums(queries[num].to_numpy(np.float64), queries[den].to_numpy(np.float64))
+
+
+def utility_share_by(queries: pd.DataFrame, by: Sequence[str] = ("policy", "budget")
+                     ) -> pd.Series:
+    """:func:`utility_share` of each group (default: per policy and budget).
+
+    ``by=["policy", "budget", "replicate"]`` gives one share per replicate
+    (e.g. a sweep objective averaged over replicates). Groups keep the
+    order in which they first appear.
+    """
+    num, den = _ratio_columns("utility_share", queries)
+    by = list(by)
+    o = queries[den].to_numpy(np.float64)
+    u = queries[num].to_numpy(np.float64)
+    ok = np.isfinite(u) & np.isfinite(o) & (o > 0)
+    part = pd.DataFrame({"u": np.where(ok, u, 0.0), "o": np.where(ok, o, 0.0)})
+    for c in by:
+        part[c] = queries[c].to_numpy()
+    sums = part.groupby(by, sort=False)[["u", "o"]].sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(sums["o"] > 0, sums["u"] / sums["o"].where(sums["o"] > 0, 1.0), np.nan)
+    return pd.Series(share, index=sums.index, name="utility_share")
+
+
+def _valid_pairs(u: np.ndarray, o: np.ndarray) -> np.ndarray:
+    return np.isfinite(u) & np.isfinite(o) & (o > 0)
+
+
+def _boot_sums(blocks: Sequence[np.ndarray], n_boot: int, seed: int, names: tuple,
+               min_replicates: int) -> tuple[np.ndarray, np.ndarray, str, int]:
+    """Column sums of replicate blocks and their bootstrap resamples.
+
+    ``blocks[r]`` is an (n_r, K) array without NaN (invalid queries already
+    zeroed). Returns (sums (K,), bootstrap sums (n_boot, K), unit, n units):
+    with at least ``min_replicates`` blocks, whole replicates are resampled
+    (their column sums); else queries within each replicate, the resampled
+    sums added over replicates. Every column sees the same resample, so
+    ratios and differences formed from them are paired.
+    """
+    k = blocks[0].shape[1]
+    per = np.vstack([b.sum(axis=0) for b in blocks])  # (R, K)
+    boot = np.zeros((n_boot, k))
+    if len(blocks) >= min_replicates:
+        row = 0
+        for w in _resample_weights(_rng(seed, *names, "replicates"), n_boot, len(blocks)):
+            boot[row:row + len(w)] = w @ per
+            row += len(w)
+        return per.sum(axis=0), boot, "replicates", len(blocks)
+    for i, b in enumerate(blocks):
+        if len(b) == 0:
+            continue
+        row = 0
+        for w in _resample_weights(_rng(seed, *names, "queries", i), n_boot, len(b)):
+            boot[row:row + len(w)] += w @ b
+            row += len(w)
+    return per.sum(axis=0), boot, "queries", sum(len(b) for b in blocks)
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+
+
+def _ratio_summary(queries: pd.DataFrame, name: str, budget, level: float, n_boot: int,
+                   seed: int, min_replicates: int) -> dict[str, tuple]:
+    """Per policy at one budget: (share, lo, hi, n, unit) of a ratio metric."""
+    num, den = _ratio_columns(name, queries)
+    pols, per_rep = _aligned(queries, [num, den], budget)
+    blocks, counts = [], np.zeros(len(pols), dtype=np.int64)
+    for arr in per_rep.values():
+        u, o = arr[:, :, 0], arr[:, :, 1]
+        ok = _valid_pairs(u, o)
+        counts += ok.sum(axis=0)
+        blocks.append(np.concatenate([np.where(ok, u, 0.0), np.where(ok, o, 0.0)], axis=1))
+    sums, boot, over, n_units = _boot_sums(blocks, n_boot, seed, ("share", name, budget),
+                                           min_replicates)
+    p = len(pols)
+    share = _div(sums[:p], sums[p:])
+    lo, hi = _percentile(_div(boot[:, :p], boot[:, p:]), level)
+    out = {}
+    for j, pol in enumerate(pols):
+        # replicates that contribute (a positive oracle sum), or valid queries
+        n = (int(sum((b[:, p + j] > 0).any() for b in blocks)) if over == "replicates"
+             else int(counts[j]))
+        few = n < 2  # one unit gives no interval
+        out[pol] = (float(share[j]), np.nan if few else float(lo[j]),
+                    np.nan if few else float(hi[j]), n, over)
+    return out
+
+
+def _ratio_paired(arr_by_rep: dict, b: int, others: list[int], level: float, n_boot: int,
+                  seed: int, names: tuple, min_replicates: int) -> list[dict]:
+    """Paired difference of a ratio metric between policies ``others`` and ``b``.
+
+    ``arr_by_rep[r]`` is (n_q, P, 2): numerator and denominator per policy.
+    """
+    blocks = []
+    for arr in arr_by_rep.values():
+        ub, ob = arr[:, b, 0], arr[:, b, 1]
+        cols = []
+        for j in others:
+            uj, oj = arr[:, j, 0], arr[:, j, 1]
+            ok = _valid_pairs(uj, oj) & _valid_pairs(ub, ob)  # the same queries for both
+            cols += [np.where(ok, uj, 0.0), np.where(ok, oj, 0.0),
+                     np.where(ok, ub, 0.0), np.where(ok, ob, 0.0)]
+        blocks.append(np.stack(cols, axis=1))
+    sums, boot, over, _ = _boot_sums(blocks, n_boot, seed, names, min_replicates)
+    alld = np.concatenate(blocks, axis=0)
+    rows = []
+    for k in range(len(others)):
+        su, so, sbu, sbo = sums[4 * k:4 * k + 4]
+        s_p, s_b = _div(su, so), _div(sbu, sbo)
+        bt = boot[:, 4 * k:4 * k + 4]
+        lo, hi = _percentile((_div(bt[:, 0], bt[:, 1]) - _div(bt[:, 2], bt[:, 3]))[:, None],
+                             level)
+        x = alld[:, 4 * k:4 * k + 4]
+        ok = (x[:, 1] > 0) & (x[:, 3] > 0)
+        x = x[ok]
+        n = len(x)
+        diff = float(s_p - s_b) if n else np.nan
+        z = p = np.nan
+        if n > 1:
+            # delta method: linearised influence of each pair on S_P - S_B
+            e = (x[:, 0] - s_p * x[:, 1]) / so - (x[:, 2] - s_b * x[:, 3]) / sbo
+            se = math.sqrt(n / (n - 1) * float((e * e).sum()))
+            if se > 0:
+                z = diff / se
+                p = float(2.0 * sps.norm.sf(abs(z)))
+            elif diff != 0:  # every pair moves in lockstep: no sampling noise at all
+                z, p = math.copysign(np.inf, diff), 0.0
+        rows.append({"n_pairs": n, "policy_mean": float(s_p), "baseline_mean": float(s_b),
+                     "diff": diff, "diff_ci_low": float(lo[0]) if n > 1 else np.nan,
+                     "diff_ci_high": float(hi[0]) if n > 1 else np.nan, "ci_over": over,
+                     "statistic": z, "p_value": p, "d": x[:, 0] - x[:, 2]})
+    return rows
+
+
+# --------------------------------------------------------------------------
 # Summary table
 # --------------------------------------------------------------------------
 
@@ -322,8 +553,10 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
     level : float
         Confidence level.
     metrics : iterable of str, optional
-        Query metrics to summarise (default: every column of
-        :data:`memsim.metrics.METRIC_COLUMNS` present).
+        Metrics to summarise: query columns and the run-level ratios of
+        :data:`RATIO_METRICS` (default: ``utility_share`` when its columns
+        exist, then every column of :data:`memsim.metrics.METRIC_COLUMNS`
+        present).
     n_boot, seed : int
         Bootstrap resamples and seed.
     min_replicates : int
@@ -334,29 +567,40 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
     DataFrame
         Columns ``policy, budget, metric, mean, ci_low, ci_high, n, ci_over,
         ci_method``. ``n`` counts replicates when ``ci_over = "replicates"``,
-        finite query values when ``"queries"``. Per-run metrics with fewer
-        than ``min_replicates`` replicates use a Student-t interval over
-        replicates (``ci_method = "t"``): they have no queries to resample.
+        finite query values when ``"queries"``. A ratio metric's ``mean`` is
+        the pooled ratio of sums (module doc) and ``n`` counts the replicates
+        or queries with a positive denominator; its interval is a bootstrap
+        of the ratio of sums (``ci_method = "bootstrap-ratio"``). Per-run
+        metrics with fewer than ``min_replicates`` replicates use a Student-t
+        interval over replicates (``ci_method = "t"``): they have no queries
+        to resample.
     """
     keys = ["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n", "ci_over",
             "ci_method"]
     if metrics is None:
-        metrics = [m for m in METRIC_COLUMNS if m in queries.columns]
-    else:
-        metrics = [m for m in metrics if m in queries.columns]
+        metrics = [*RATIO_METRICS, *METRIC_COLUMNS]
+    metrics = [m for m in metrics if _has_metric(queries, m)]
+    cols = [m for m in metrics if m not in RATIO_METRICS]
     rows = []
     if len(queries) and metrics:
         for bud in pd.unique(queries["budget"]):
-            pols, per_rep = _aligned(queries, metrics, bud)
-            blocks = [a.reshape(len(a), -1) for a in per_rep.values()]
-            mean, lo, hi, n, over = _hierarchical(blocks, level, n_boot, seed,
-                                                  ("summary", bud), min_replicates)
-            k = 0
-            for pol in pols:
+            cells: dict[tuple[str, str], tuple] = {}
+            if cols:
+                pols, per_rep = _aligned(queries, cols, bud)
+                blocks = [a.reshape(len(a), -1) for a in per_rep.values()]
+                mean, lo, hi, n, over = _hierarchical(blocks, level, n_boot, seed,
+                                                      ("summary", bud), min_replicates)
+                for k, (pol, m) in enumerate((p, m) for p in pols for m in cols):
+                    cells[pol, m] = (mean[k], lo[k], hi[k], int(n[k]), over, "bootstrap")
+            for m in metrics:
+                if m in RATIO_METRICS:
+                    res = _ratio_summary(queries, m, bud, level, n_boot, seed, min_replicates)
+                    for pol, vals in res.items():
+                        cells[pol, m] = (*vals, "bootstrap-ratio")
+            for pol in _policy_order(queries[queries["budget"] == bud]):
                 for m in metrics:
-                    rows.append((pol, bud, m, mean[k], lo[k], hi[k], int(n[k]), over,
-                                 "bootstrap"))
-                    k += 1
+                    if (pol, m) in cells:
+                        rows.append((pol, bud, m, *cells[pol, m]))
     run = _run_level(arms, store)
     if run is not None:
         for (pol, bud), grp in run.groupby(["policy", "budget"], sort=False):
@@ -373,6 +617,13 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
                     method = "t"
                 rows.append((pol, bud, m, mean_, lo_, hi_, n_, "replicates", method))
     return pd.DataFrame(rows, columns=keys)
+
+
+def _has_metric(queries: pd.DataFrame, m: str) -> bool:
+    """Whether ``queries`` can give metric ``m`` (a column, or a ratio's columns)."""
+    if m in RATIO_METRICS:
+        return all(c in queries.columns for c in RATIO_METRICS[m])
+    return m in queries.columns
 
 
 def _stable(*names: object) -> int:
@@ -470,7 +721,8 @@ def paired_tests(queries: pd.DataFrame, baseline: str | None = None,
     baseline : str, optional
         Policy to compare against (default: the first policy in the table).
     metrics : iterable of str, optional
-        Default :data:`HEADLINE_METRICS` present in ``queries``.
+        Query columns and ratio metrics (:data:`RATIO_METRICS`); default
+        :data:`HEADLINE_METRICS` present in ``queries``.
     level, alpha : float
         Confidence level of the intervals; significance level of ``significant``
         (on the Holm-adjusted p-values).
@@ -483,37 +735,50 @@ def paired_tests(queries: pd.DataFrame, baseline: str | None = None,
         One row per (budget, policy != baseline, metric): ``budget, policy,
         baseline, metric, higher_is_better, n_pairs, baseline_mean,
         policy_mean, diff, diff_ci_low, diff_ci_high, ci_over, statistic
-        (W+), p_value, p_holm, significant, direction ("better", "worse" or
-        ""), rank_biserial, cohen_dz, wins, ties, losses``.
+        (W+; z for a ratio metric), p_value, p_holm, significant, direction
+        ("better", "worse" or ""), rank_biserial, cohen_dz, wins, ties,
+        losses``. Empty (with these columns) when there is only one policy.
     """
     cols = ["budget", "policy", "baseline", "metric", "higher_is_better", "n_pairs",
             "baseline_mean", "policy_mean", "diff", "diff_ci_low", "diff_ci_high", "ci_over",
             "statistic", "p_value", "p_holm", "significant", "direction", "rank_biserial",
             "cohen_dz", "wins", "ties", "losses"]
     if metrics is None:
-        metrics = [m for m in HEADLINE_METRICS if m in queries.columns]
+        metrics = [m for m in HEADLINE_METRICS if _has_metric(queries, m)]
     else:
         metrics = list(metrics)
-        missing = [m for m in metrics if m not in queries.columns]
+        missing = [m for m in metrics if not _has_metric(queries, m)]
         if missing:
             raise KeyError(f"no column {missing[0]!r} in the queries table")
     if len(queries) == 0 or not metrics:
-        return pd.DataFrame(columns=cols)
+        return _typed_tests(pd.DataFrame(columns=cols))
     pols_all = _policy_order(queries)
     if baseline is None:
         baseline = pols_all[0]
     if baseline not in pols_all:
         raise KeyError(f"baseline {baseline!r} is not a policy of the table; "
                        f"policies: {', '.join(pols_all)}")
+    cols_m = [m for m in metrics if m not in RATIO_METRICS]
+    mpos = {m: i for i, m in enumerate(metrics)}
     rows = []
     for bud in pd.unique(queries["budget"]):
-        pols, per_rep = _aligned(queries, metrics, bud)
+        pols = _policy_order(queries[queries["budget"] == bud])
         if baseline not in pols:
             continue
         b = pols.index(baseline)
         others = [j for j, p in enumerate(pols) if p != baseline]
         if not others:
             continue
+        for m in metrics:
+            if m in RATIO_METRICS:
+                _, rat = _aligned(queries, list(_ratio_columns(m, queries)), bud)
+                res = _ratio_paired(rat, b, others, level, n_boot, seed,
+                                    ("paired-share", m, bud, baseline), min_replicates)
+                for j, r in zip(others, res):
+                    rows.append(_paired_row(bud, pols[j], baseline, m, r))
+        if not cols_m:
+            continue
+        _, per_rep = _aligned(queries, cols_m, bud)
         # differences and baseline values per replicate: (n_q, len(others), M)
         diffs, bases, alls = [], [], []
         for arr in per_rep.values():
@@ -523,7 +788,7 @@ def paired_tests(queries: pd.DataFrame, baseline: str | None = None,
             diffs.append(np.where(pair_ok, other - base, np.nan))
             bases.append(np.where(pair_ok, np.broadcast_to(base, other.shape), np.nan))
             alls.append(np.where(pair_ok, other, np.nan))
-        k = len(others) * len(metrics)
+        k = len(others) * len(cols_m)
         blocks = [np.concatenate([d.reshape(len(d), k), p.reshape(len(p), k),
                                   x.reshape(len(x), k)], axis=1)
                   for d, p, x in zip(diffs, bases, alls)]
@@ -531,40 +796,72 @@ def paired_tests(queries: pd.DataFrame, baseline: str | None = None,
                                               ("paired", bud, baseline), min_replicates)
         d_all = np.concatenate(diffs, axis=0)
         for oi, j in enumerate(others):
-            for mi, m in enumerate(metrics):
-                kk = oi * len(metrics) + mi
+            for mi, m in enumerate(cols_m):
+                kk = oi * len(cols_m) + mi
                 d = d_all[:, oi, mi]
                 d = d[np.isfinite(d)]
-                hib = bool(HIGHER_IS_BETTER.get(m, True))
-                sign = 1.0 if hib else -1.0
-                n_pairs = len(d)
-                if n_pairs:
-                    wp = _w_plus(d)
-                    p = _wilcoxon_p(d)
-                    sd = d.std(ddof=1) if n_pairs > 1 else np.nan
-                    dz = float(d.mean() / sd) if n_pairs > 1 and sd > 0 else np.nan
-                    wins = int((sign * d > 0).sum())
-                    losses = int((sign * d < 0).sum())
-                else:
-                    wp, p, dz, wins, losses = np.nan, np.nan, np.nan, 0, 0
-                rows.append({
-                    "budget": bud, "policy": pols[j], "baseline": baseline, "metric": m,
-                    "higher_is_better": hib, "n_pairs": n_pairs,
-                    "baseline_mean": mean[k + kk], "policy_mean": mean[2 * k + kk],
-                    "diff": mean[kk], "diff_ci_low": lo[kk], "diff_ci_high": hi[kk],
-                    "ci_over": over, "statistic": wp, "p_value": p,
-                    "rank_biserial": rank_biserial(d), "cohen_dz": dz,
-                    "wins": wins, "ties": n_pairs - wins - losses, "losses": losses,
-                })
+                rows.append(_paired_row(bud, pols[j], baseline, m, {
+                    "n_pairs": len(d), "baseline_mean": mean[k + kk],
+                    "policy_mean": mean[2 * k + kk], "diff": mean[kk],
+                    "diff_ci_low": lo[kk], "diff_ci_high": hi[kk], "ci_over": over,
+                    "statistic": _w_plus(d) if len(d) else np.nan,
+                    "p_value": _wilcoxon_p(d) if len(d) else np.nan, "d": d}))
+    # one order whatever the computation order: budget, policy, metric
+    bpos = {bb: i for i, bb in enumerate(pd.unique(queries["budget"]))}
+    ppos = {p: i for i, p in enumerate(pols_all)}
+    rows.sort(key=lambda r: (bpos[r["budget"]], ppos[r["policy"]], mpos[r["metric"]]))
     out = pd.DataFrame(rows, columns=[c for c in cols if c not in
                                       ("p_holm", "significant", "direction")])
+    out = _typed_tests(out)
     out["p_holm"] = holm(out["p_value"].to_numpy(np.float64)) if len(out) else []
     sig = (out["p_holm"] < alpha).to_numpy(bool) if len(out) else np.zeros(0, bool)
     better = np.where(out["higher_is_better"].to_numpy(bool), out["diff"] > 0, out["diff"] < 0) \
         if len(out) else np.zeros(0, bool)
     out["significant"] = sig
     out["direction"] = np.where(sig, np.where(better, "better", "worse"), "")
-    return out[cols]
+    return _typed_tests(out[cols].copy())
+
+
+def _paired_row(bud, pol: str, baseline: str, m: str, r: dict) -> dict:
+    """A row of :func:`paired_tests`: ``r`` holds the difference, its interval
+    and p-value; ``r["d"]`` the per-query differences the effect sizes and
+    win/tie/loss counts are computed from."""
+    d = r["d"]
+    hib = bool(HIGHER_IS_BETTER.get(m, True))
+    sign = 1.0 if hib else -1.0
+    n = len(d)
+    sd = d.std(ddof=1) if n > 1 else np.nan
+    wins = int((sign * d > 0).sum())
+    losses = int((sign * d < 0).sum())
+    return {"budget": bud, "policy": pol, "baseline": baseline, "metric": m,
+            "higher_is_better": hib, "n_pairs": int(r["n_pairs"]),
+            "baseline_mean": r["baseline_mean"], "policy_mean": r["policy_mean"],
+            "diff": r["diff"], "diff_ci_low": r["diff_ci_low"],
+            "diff_ci_high": r["diff_ci_high"], "ci_over": r["ci_over"],
+            "statistic": r["statistic"], "p_value": r["p_value"],
+            "rank_biserial": rank_biserial(d),
+            "cohen_dz": float(d.mean() / sd) if n > 1 and sd > 0 else np.nan,
+            "wins": wins, "ties": n - wins - losses, "losses": losses}
+
+
+_FLOAT_COLS = ("baseline_mean", "policy_mean", "diff", "diff_ci_low", "diff_ci_high",
+               "statistic", "p_value", "p_holm", "rank_biserial", "cohen_dz")
+_INT_COLS = ("n_pairs", "wins", "ties", "losses")
+
+
+def _typed_tests(t: pd.DataFrame) -> pd.DataFrame:
+    """Numeric dtypes even when empty (an empty frame's columns are objects,
+    and ``np.isfinite`` refuses objects)."""
+    for c in _FLOAT_COLS:
+        if c in t:
+            t[c] = t[c].astype(np.float64)
+    for c in _INT_COLS:
+        if c in t:
+            t[c] = t[c].astype(np.int64)
+    for c in ("higher_is_better", "significant"):
+        if c in t:
+            t[c] = t[c].astype(bool)
+    return t
 
 
 def _w_plus(d: np.ndarray) -> float:
@@ -643,6 +940,43 @@ def format_ci(mean: float, lo: float, hi: float, *, signed: bool = False,
     if not (math.isfinite(a) and math.isfinite(b)):
         return _fmt(m, dec, signed)
     return f"{_fmt(m, dec, signed)} [{_fmt(a, dec, signed)}, {_fmt(b, dec, signed)}]"
+
+
+def column_decimals(metric: str, means: Iterable[float], lows: Iterable[float] | None = None,
+                    highs: Iterable[float] | None = None, *, max_decimals: int = 4) -> int:
+    """One number of decimals for a whole table column of ``metric``.
+
+    Shares and ratios (:data:`SHARE_METRICS`) always get 3. Other metrics get
+    the coarsest decimal place that :func:`round_to_ci` gives a row of the
+    column: the precision every row's interval supports (a row with a much
+    narrower interval is shown with fewer digits than it could have, never
+    with digits another row's interval makes meaningless), between 0 and
+    ``max_decimals``. Rows without an interval count with three significant
+    digits of their mean.
+    """
+    if metric in SHARE_METRICS:
+        return 3
+    means = list(means)
+    lows = list(lows) if lows is not None else [np.nan] * len(means)
+    highs = list(highs) if highs is not None else [np.nan] * len(means)
+    decs = [round_to_ci(m, a, b)[3] for m, a, b in zip(means, lows, highs)
+            if m is not None and math.isfinite(float(m))]
+    return int(min(max(min(decs, default=0), 0), max_decimals))
+
+
+def format_fixed(mean: float, lo: float = float("nan"), hi: float = float("nan"), dec: int = 3,
+                 *, signed: bool = False) -> str:
+    """``"mean [lo, hi]"`` with exactly ``dec`` decimals (see :func:`column_decimals`).
+
+    ``"n/a"`` for a NaN mean; the interval is left out when a bound is NaN.
+    """
+    if mean is None or not math.isfinite(float(mean)):
+        return "n/a"
+    m = _fmt(round(float(mean), dec), dec, signed)
+    if lo is None or hi is None or not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
+        return m
+    return (f"{m} [{_fmt(round(float(lo), dec), dec, signed)}, "
+            f"{_fmt(round(float(hi), dec), dec, signed)}]")
 
 
 def format_p(p: float) -> str:

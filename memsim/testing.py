@@ -41,7 +41,9 @@ from .errors import ParameterError
 from .params import Interval, Options, Validated
 from .policies import SLOTS, ArrayContext, Component, Policy
 from .policies.base import build_from_spec
+from .planted import PlantedModel
 from .policies.context import MEMORY_TYPE_CODES, TIER_CODES
+from .workload import CLASS_NAMES, SyntheticWorkload
 
 __all__ = ["CheckError", "check_component", "check_policy", "random_context"]
 
@@ -94,7 +96,15 @@ def random_context(seed: int = 0, sweep: bool = False) -> ArrayContext:
         note_emb=rng.normal(size=(n, DIM)), query_emb=rng.normal(size=(q, DIM)),
         gains=np.where(rng.random((q, n)) < 0.05, rng.choice([1.0, 0.5, -0.5], (q, n)), 0.0),
         live=live, rng=np.random.default_rng(seed + 1),
+        # for rankers that read the planted model (bayes): the default world's
+        note_class=rng.integers(-1, len(CLASS_NAMES), n),
+        note_actor=rng.integers(0, 3, n), query_actor=rng.integers(0, 3, q),
+        planted=_default_planted(),
     )
+
+
+def _default_planted() -> PlantedModel:
+    return PlantedModel.from_workload(SyntheticWorkload())
 
 
 def _fresh_context(ages: np.ndarray, **cols: Any) -> ArrayContext:

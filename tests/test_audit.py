@@ -1,7 +1,9 @@
 """memsim audit: a test can only catch a bug its data can express (seed 000).
 
 The audit must flag the decay parameters as untestable on a workload whose
-every age is 0, and as testable on quickstart, where ages vary.
+every age is 0, and as testable on quickstart, where ages vary; flag a floor,
+a promotion or an eviction threshold the workload never reaches; and flag an
+effect that replicates cannot tell from noise.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pandas as pd
 import pytest
 
 import memsim
-from memsim.audit import audit, param_signals
+from memsim.audit import _effect, audit, param_signals, regime_kind
 from memsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,17 +25,21 @@ DECAY = f"policies.{FIX}.decay.half_life_days"
 FLOOR = f"policies.{FIX}.decay.floor"
 PACKER = f"policies.{FIX}.packer"
 
-# quickstart, smaller (ages still span a year), with a sweep of the fix's
-# decay and packer
+# quickstart, smaller (ages still span two years, so that a floor is
+# reached), with a sweep of the fix's decay and packer. The fix's decay is set
+# to a 30-day half-life without floor here: with a 0.35 floor, half-lives of 2
+# to 720 days move utility by less than three replicates can tell apart.
 SMALL = {
     "experiment.replicates": 1,
-    "workload.queries_per_day": 2.0,
-    "workload.notes_per_day": 6.0,
-    "workload.horizon_days": 90,
-    "workload.backfill_days": 270,
+    "workload.queries_per_day": 10.0,
+    "workload.notes_per_day": 3.0,
+    "workload.horizon_days": 60,
+    "workload.backfill_days": 640,
+    f"policies.{FIX}.decay.half_life_days": 30.0,
+    f"policies.{FIX}.decay.floor": 0.0,
     "sweep.objectives": [{"metric": "utility", "policy": FIX}],
     "sweep.params": {
-        DECAY: {"type": "float", "low": 7.0, "high": 720.0, "log": True},
+        DECAY: {"type": "float", "low": 2.0, "high": 720.0, "log": True},
         FLOOR: {"type": "float", "low": 0.0, "high": 0.9},
         PACKER: {"type": "categorical", "choices": ["skip-fill", "greedy"]},
     },
@@ -61,16 +67,28 @@ def all_ages_zero():
 
 
 def test_decay_parameters_are_testable_on_quickstart(natural):
-    for key in (DECAY, FLOOR):
-        r = rows(natural, key)
-        assert len(r) == 1 and bool(r["testable"].iloc[0]), natural.to_text()
-        assert bool(r["moves"].iloc[0]) and r["spread"].iloc[0] > 0.005
+    # a half-life swept from 2 to 720 days has a clear effect: its 95%
+    # interval over 3 paired replicates excludes 0
+    r = rows(natural, DECAY)
+    assert len(r) == 1 and bool(r["testable"].iloc[0]), natural.to_text()
+    r = r.iloc[0]
+    assert r["moves"] and not r["within_noise"] and r["replicates"] == 3
+    assert r["effect_lo"] > 0.05 and r["effect_hi"] >= r["effect"] >= r["effect_lo"]
+    assert r["worst"] == "2"  # a 2-day half-life forgets the evergreen facts
+    # two-year-old notes bring the multiplier to its floor
+    f = rows(natural, FLOOR).iloc[0]
+    assert f["regime"] == "floor" and f["reached"] and f["reach"] <= 0.1
+    assert f["moves"] and f["spread"] > 0.005
+    assert "within 10%" not in f["reason"]
+    reach = natural.reach.set_index("param")
+    assert reach.loc[FLOOR, "swept"] and reach.loc[FLOOR, "reached"]
     sig = natural.signals.set_index(["signal", "policy"])
     assert not sig.loc[("age", ""), "constant"]
     assert sig.loc[("age", ""), "varies_within"] == 1.0
-    assert sig.loc[("age", ""), "p95"] > 180  # a year of backfill shows
+    assert sig.loc[("age", ""), "p95"] > 180  # two years of backfill show
     assert not sig.loc[("tokens", ""), "constant"]
-    assert bool(rows(natural, PACKER)["testable"].iloc[0])
+    p = rows(natural, PACKER).iloc[0]
+    assert p["moves"] and p["signal_varies"]
     # the fix's feedback touches packed notes: recall counts vary
     assert not sig.loc[("recall_count", FIX), "constant"]
 
@@ -148,3 +166,145 @@ def test_cli_audit_prints_the_report_and_saves_it(tmp_path, capsys):
     assert set(sig["signal"]) >= {"age", "recall_count", "distinct_actors", "tokens",
                                   "importance", "salience"}
     assert (tmp_path / "audit" / "audit.txt").read_text().startswith("memsim audit")
+    reach = pd.read_csv(tmp_path / "audit" / "reach.csv")
+    assert list(reach.columns) == ["param", "policy", "kind", "swept", "values",
+                                   "measure_name", "measure", "reached", "reason"]
+
+
+# --------------------------------------------------------------------------
+# Reach: does the workload get into the regime a parameter controls?
+# --------------------------------------------------------------------------
+
+TASK_FLOOR = "policies.hivemind.decay.task_floor"
+
+
+def tiny(policy, params, *, backfill, horizon, queries_per_day=2.0):
+    """A small experiment of one policy ``hivemind`` (whatever it is) and a sweep."""
+    return memsim.experiment_from_dict({
+        "experiment": {"name": "reach", "seed": 7, "replicates": 1},
+        "workload": {"horizon_days": horizon, "backfill_days": backfill,
+                     "notes_per_day": 3.0, "queries_per_day": queries_per_day},
+        "policies": {"hivemind": policy},
+        "sweep": {"objectives": [{"metric": "utility", "policy": "hivemind"}],
+                  "params": params},
+    })
+
+
+FLOOR_SWEEP = {TASK_FLOOR: {"type": "float", "low": 0.0, "high": 0.9}}
+
+
+def test_task_floor_is_unreachable_when_no_note_is_older_than_30_days():
+    # seed 000's new pitfall: the floor is swept, utility wiggles, but no task
+    # note ever gets old enough for its multiplier to approach the floor
+    rep = audit(tiny({"preset": "hivemind"}, FLOOR_SWEEP, backfill=0, horizon=30),
+                max_queries=60)
+    r = rows(rep, TASK_FLOOR).iloc[0]
+    assert r["regime"] == "floor" and not r["reached"] and not r["testable"]
+    # 0.5 ** (30 / 180) = 0.89: the part above the floor never falls below 89%
+    assert 0.85 < r["reach"] < 0.95
+    assert "never comes within 10% of task_floor = 0 .. 0.9" in r["reason"], r["reason"]
+    assert "oldest task-tier note scored" in r["reason"]
+    assert f"untestable: {TASK_FLOOR}" in rep.to_text()
+    reach = rep.reach.set_index("param")
+    assert reach.loc[TASK_FLOOR, "values"] == "0, 0.45, 0.9"
+    # the scratch floor is not swept: it is still reported, as unreached
+    assert not reach.loc["policies.hivemind.decay.scratch_floor", "swept"]
+    assert any(f.startswith("unreached: policies.hivemind.decay.scratch_floor = 0.05 "
+                            "(not swept)") for f in rep.flags)
+
+
+def test_task_floor_is_reached_with_year_old_notes():
+    rep = audit(tiny({"preset": "hivemind"}, FLOOR_SWEEP, backfill=700, horizon=30),
+                max_queries=60, params=False)
+    reach = rep.reach.set_index("param")
+    assert reach.loc[TASK_FLOOR, "reached"], rep.to_text()
+    # a 700-day-old task note: 0.5 ** (700 / 180) = 0.07 of the range is left
+    assert reach.loc[TASK_FLOOR, "measure"] <= 0.1
+    assert reach.loc[TASK_FLOOR, "reason"] == ""
+    assert not any(TASK_FLOOR in f for f in rep.flags)
+
+
+def test_promotion_threshold_above_any_use_count_is_flagged():
+    policy = {"preset": "hivemind",
+              "feedback": {"kind": "default", "touch": "packed", "promote_after": 500}}
+    key = "policies.hivemind.feedback.promote_after"
+    rep = audit(tiny(policy, {key: {"type": "int", "low": 500, "high": 1000}},
+                     backfill=0, horizon=30), max_queries=40)
+    r = rows(rep, key).iloc[0]
+    assert r["regime"] == "promotion" and not r["reached"] and not r["testable"]
+    assert 0 < r["reach"] < 500  # the most used note's count
+    assert f"no note is used more than {int(r['reach'])} times" in r["reason"]
+    assert "no note is ever promoted" in r["reason"]
+    # Hivemind's own threshold (5 uses) is reached on the same workload
+    rep5 = audit(tiny({"preset": "hivemind"}, FLOOR_SWEEP, backfill=0, horizon=30),
+                 max_queries=40, params=False)
+    got = rep5.reach.set_index("param").loc[key]
+    assert got["reached"] and got["measure"] >= 5 and not got["swept"]
+
+
+def test_eviction_threshold_reach():
+    key = "policies.hivemind.retention.cold_threshold"
+    sweep = {key: {"type": "float", "low": 0.05, "high": 0.3}}
+    aim = {"preset": "ai-memory"}
+    # a note at most 30 days old keeps exp(-0.02 * 30) = 0.55 > 0.3: never evicted
+    young = audit(tiny(aim, sweep, backfill=0, horizon=30), max_queries=40, params=False)
+    r = young.reach.set_index("param").loc[key]
+    assert r["kind"] == "eviction" and not r["reached"] and r["measure"] == 0.0
+    assert "the rule never evicts" in r["reason"]
+    old = audit(tiny(aim, sweep, backfill=300, horizon=30), max_queries=40, params=False)
+    r = old.reach.set_index("param").loc[key]
+    assert r["reached"] and 0 < r["measure"] <= 1
+
+
+def test_regime_kind():
+    exp = memsim.load_experiment(ROOT / "experiments" / "presets.toml")
+    assert regime_kind("policies.hivemind.decay.task_floor", exp) == "floor"
+    assert regime_kind("policies.hivemind.decay.task_half_life_days", exp) is None
+    assert regime_kind("policies.hivemind.feedback.promote_after", exp) == "promotion"
+    assert regime_kind("policies.ai-memory.retention.cold_threshold", exp) == "eviction"
+    assert regime_kind("workload.backfill_days", exp) is None
+
+
+# --------------------------------------------------------------------------
+# Noise: is the effect larger than what replicates disagree by?
+# --------------------------------------------------------------------------
+
+
+def test_effect_within_noise_is_flagged():
+    # the scratch half-life nudged from 19 to 23 days: the notes it acts on
+    # exist and age, the objective moves, but not consistently across replicates
+    # (without the preset's relevance cut, under which it does not move at all)
+    key = "policies.hivemind.decay.scratch_half_life_days"
+    uncut = {"preset": "hivemind", "packer": {"min_relative_score": 0.0}}
+    rep = audit(tiny(uncut, {key: {"type": "float", "low": 19, "high": 23}},
+                     backfill=60, horizon=60), max_queries=40)
+    r = rows(rep, key).iloc[0]
+    assert r["moves"] and r["signal_varies"] and r["reached"] and r["regime"] == ""
+    assert r["within_noise"] and not r["testable"] and r["replicates"] == 3
+    assert r["effect_lo"] <= 0 <= r["effect_hi"]
+    assert r["reason"].startswith("effect within noise: utility of "), r["reason"]
+    assert "95% CI" in r["reason"] and "over 3 replicates includes 0" in r["reason"]
+
+
+def test_effect_rule_is_paired_and_directed():
+    # common random numbers: replicates differ a lot, the difference does not
+    low = {0: 0.2, 1: 0.5, 2: 0.8}
+    high = {0: 0.21, 1: 0.512, 2: 0.811}
+    clear = _effect([low, high], "maximize")
+    assert clear["best"] == 1 and clear["worst"] == 0 and not clear["within_noise"]
+    assert clear["effect"] == pytest.approx(0.011)
+    assert 0 < clear["effect_lo"] < clear["effect"] < clear["effect_hi"]
+    mini = _effect([low, high], "minimize")
+    assert mini["best"] == 0 and mini["effect"] == pytest.approx(0.011)
+    noisy = _effect([low, {0: 0.25, 1: 0.45, 2: 0.81}], "maximize")
+    assert noisy["within_noise"] and noisy["effect_lo"] < 0 < noisy["effect_hi"]
+    # identical values: no effect at all, and nothing to tell it from
+    assert _effect([low, dict(low)], "maximize")["within_noise"]
+    # one replicate: no interval, so no claim of an effect
+    assert _effect([{0: 0.1}, {0: 0.9}], "maximize")["within_noise"]
+
+
+def test_replicates_must_allow_an_interval():
+    exp = tiny({"preset": "hivemind"}, FLOOR_SWEEP, backfill=0, horizon=10)
+    with pytest.raises(memsim.ConfigError, match="replicates .*expected an integer >= 2"):
+        audit(exp, replicates=1)

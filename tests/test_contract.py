@@ -24,6 +24,7 @@ import pytest
 
 from memsim.config import resolve_policy
 from memsim.engine import Batch, BatchContext, NoteArrays, PolicyState
+from memsim.workload import CLASS_NAMES, SyntheticWorkload
 from memsim.errors import ConfigError, ParameterError
 from memsim.metrics import RelevanceIndex
 from memsim.params import Interval
@@ -88,6 +89,8 @@ def _stream(seed: int):
         "salience": rng.uniform(0.25, 2, n),
         "memory_type": rng.choice(["episodic", "semantic", "procedural"], n, p=[.6, .2, .2]),
         "pinned": rng.random(n) < 0.2,
+        # planted classes and the default workload's config: the bayes ranker reads them
+        "note_class": rng.choice(list(CLASS_NAMES), n),
     })
     queries = pd.DataFrame({"query_id": np.arange(N_QUERIES),
                             "t": np.sort(rng.uniform(0, 10, N_QUERIES)),
@@ -98,7 +101,9 @@ def _stream(seed: int):
                          ).drop_duplicates(["query_id", "note_id"])
     return make_stream(notes, queries, qrels,
                        note_embeddings=rng.normal(size=(n, DIM)).astype(np.float32),
-                       query_embeddings=rng.normal(size=(N_QUERIES, DIM)).astype(np.float32))
+                       query_embeddings=rng.normal(size=(N_QUERIES, DIM)).astype(np.float32),
+                       meta={"source": "memsim.workload",
+                             "config": SyntheticWorkload().to_config()})
 
 
 @functools.lru_cache(maxsize=None)

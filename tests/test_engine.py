@@ -66,6 +66,9 @@ def test_metrics_by_hand_similarity_only():
     assert row["n_packed"] == 2 and row["tokens_used"] == 200
     assert row["utility"] == pytest.approx(0.5)            # 1.0 - 0.5
     assert row["utility_ratio"] == pytest.approx(0.5)      # oracle packs note 0 only: 1.0
+    assert row["oracle_utility"] == pytest.approx(1.0)
+    assert row["harm"] == pytest.approx(0.5)               # |-0.5| of the stale note 1
+    assert row["recall_age_90_inf"] == 1.0                 # note 0 (100 d) is old and packed
     assert row["recall"] == 1.0
     assert row["precision"] == pytest.approx(0.5)          # 100 relevant of 200 tokens
     assert row["stale_rate"] == pytest.approx(0.5)
@@ -83,9 +86,21 @@ def test_metrics_by_hand_fast_decay_loses_the_old_note():
     # 0.95**100 = 0.006 buries note 0; note 2 (1 day old) wins the only slot
     assert row["n_packed"] == 1
     assert row["utility"] == 0.0 and row["recall"] == 0.0
+    assert row["harm"] == 0.0                              # nothing stale packed: 0, not NaN
+    assert row["recall_age_90_inf"] == 0.0
     assert row["mrr"] == pytest.approx(1 / 3)
     assert row["ndcg@10"] == pytest.approx(1 / np.log2(4))
     assert np.isnan(row["max_relevant_age"])
+
+
+def test_utility_ratio_is_nan_when_no_relevant_note_fits_the_budget():
+    # the only relevant note (300 tokens) never fits 200 tokens: oracle 0
+    s = tiny_stream(created=[0.0, 0.0], tokens=[300, 100], note_vecs=[[1.0, 0.0], [0.9, 0.1]],
+                    queries=[(1.0, [1.0, 0.0])], qrels=[(0, 0, 1.0), (0, 1, -0.5)])
+    row = run(s, {"sim": {"preset": "similarity-only"}}, budget_tokens=200).queries.iloc[0]
+    assert row["n_relevant"] == 1 and row["oracle_utility"] == 0.0
+    assert np.isnan(row["utility_ratio"])
+    assert row["utility"] == pytest.approx(-0.5) and row["harm"] == pytest.approx(0.5)
 
 
 def test_notes_created_after_a_query_are_invisible_to_it():

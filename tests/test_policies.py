@@ -7,6 +7,8 @@ never decays; the ai-memory sweep never evicts a pinned or a non-episodic note
 runs through :func:`memsim.engine.simulate` on a tiny hand-built stream, and
 the feedback rules are checked note by note (Feather 0.21.0 bumps only the k
 returned notes, after scoring; v0.16 bumps the whole prefilter set, before).
+Last, the presets' assumed marks: each names a real parameter of its policy,
+is stated in the preset's text, and drops out when a table overrides it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,17 @@ from memsim.config import resolve_policy
 from memsim.curves import crossover_age, curves_table, format_curves
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.errors import ConfigError
-from memsim.policies import PRESETS, REGISTRY, ArrayContext, Policy, Retention
+from memsim.policies import (
+    PRESETS,
+    REGISTRY,
+    ArrayContext,
+    Policy,
+    Retention,
+    add_preset,
+    assumptions,
+    parameter_paths,
+    preset_of,
+)
 from memsim.policies.breadth import LogActors
 from memsim.policies.decay import (
     AiMemoryTime,
@@ -40,10 +52,12 @@ from memsim.policies.decay import (
     PerTier,
     PowerLaw,
 )
+from memsim.policies.presets import HIVEMIND_CUT
 from memsim.policies.rank import FeatherBlend, Product, WeightedSum, minmax_normalise
 from memsim.policies.retention import AiMemorySweep, Capacity, MemoryBankForgetting
 from memsim.policies.stickiness import AccessTerm, LogRecall, NoStickiness
 from memsim.stream import make_stream
+from memsim.workload import SyntheticWorkload
 
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -550,3 +564,75 @@ def test_memorybank_forgets_unrecalled_notes():
     stream = _stream(n_notes=10, query_times=(0.0, 10.0))
     res = _run(stream, resolve_policy({"preset": "memorybank"}, "mb"))
     assert int(res.arms.loc[0, "evicted_notes"]) == 10  # all > 3 days untouched at t = 0
+
+
+# --------------------------------------------------------------------------
+# Assumed marks: what memsim supplied where a source is silent
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_assumed_mark_names_a_parameter_of_the_resolved_policy(preset):
+    marks = assumptions(preset)
+    paths = parameter_paths(resolve_policy({"preset": preset}, preset).to_config())
+    paths.setdefault("candidates", None)
+    assert set(marks) <= set(paths), set(marks) - set(paths)
+    for key, reason in marks.items():
+        assert isinstance(reason, str) and reason.strip() and "\n" not in reason
+        assert f"``{key}``" in PRESETS[preset].doc  # stated in the preset's text
+
+
+def test_hivemind_relevance_cut_is_on_and_marked_assumed():
+    policy = resolve_policy({"preset": "hivemind"}, "h")
+    assert policy.packer.min_relative_score == HIVEMIND_CUT > 0
+    marks = assumptions("hivemind")
+    assert "packer.min_relative_score" in marks
+    # the private parts named by the source: the swap rule and the access weight
+    assert {"packer.max_swaps", "stickiness.kind"} <= set(marks)
+    # published facts are not marked
+    assert not {"decay.task_half_life_days", "decay.task_floor",
+                "feedback.promote_after"} & set(marks)
+    assert "packer.min_relative_score" not in assumptions("hivemind-2025-bug")
+
+
+def test_the_cut_follows_from_the_similarity_law():
+    # HIVEMIND_CUT = (mu - sd) / (mu + sd) of the asked slot's cosine, rounded
+    m = SyntheticWorkload().similarity_model()
+    mu, sd = m.on_slot_mean, m.on_slot_sd
+    assert HIVEMIND_CUT == pytest.approx((mu - sd) / (mu + sd), abs=0.01)
+    assert m.same_topic_mean / mu < HIVEMIND_CUT
+
+
+def test_an_override_is_the_tables_choice_not_an_assumption():
+    marks = assumptions({"preset": "hivemind", "packer": {"min_relative_score": 0.5}})
+    assert "packer.min_relative_score" not in marks and "packer.max_swaps" in marks
+    # the same value again keeps the mark
+    assert "packer.min_relative_score" in assumptions(
+        {"preset": "hivemind", "packer": {"min_relative_score": HIVEMIND_CUT}})
+    # another component kind drops every mark of its slot
+    marks = assumptions({"preset": "hivemind", "packer": "exact"})
+    assert not [k for k in marks if k.startswith("packer.")]
+    assert "retriever.kind" in marks
+
+
+def test_a_run_folders_resolved_table_finds_its_preset():
+    for name in sorted(PRESETS):
+        table = resolve_policy({"preset": name}, name).to_config()
+        table.setdefault("candidates", 50)  # as the experiment writes it
+        assert preset_of(table) == name
+        assert assumptions(table) == assumptions(name)
+    tuned = resolve_policy({"preset": "ai-memory-breadth",
+                            "retention": {"breadth_weight": 0.7}}, "t")
+    assert preset_of(tuned) in {"ai-memory", "ai-memory-breadth"}
+    assert "retention.breadth_weight" not in assumptions(tuned)
+    custom = {"ranker": "product", "decay": {"kind": "half-life-floor"}, "packer": "greedy"}
+    assert preset_of(custom) is None and assumptions(custom) == {}
+
+
+def test_add_preset_refuses_a_mark_on_no_parameter():
+    with pytest.raises(RuntimeError, match="not parameters of its policy"):
+        add_preset("test-bad-mark", "x.", assumed={"packer.no_such": "why"},
+                   packer="greedy")
+    assert "test-bad-mark" not in PRESETS
+    with pytest.raises(ConfigError, match="unknown preset"):
+        assumptions("no-such-preset")

@@ -31,7 +31,7 @@ from matplotlib.axes import Axes  # noqa: E402
 
 from memsim import plots  # noqa: E402
 from memsim.cli import main as cli_main  # noqa: E402
-from memsim.compare import Comparison, compare  # noqa: E402
+from memsim.compare import MARKS, Comparison, compare, headline_text  # noqa: E402
 from memsim.report import build_report  # noqa: E402
 from memsim.rundir import load_run  # noqa: E402
 from memsim.runner import run_experiment  # noqa: E402
@@ -431,6 +431,113 @@ def test_compare_tables(plain_run):
         cell = row.split("|")[2 + cmp.metrics.index(r["metric"])]
         assert ("▲" in cell) == (r["direction"] == "better")
         assert ("▼" in cell) == (r["direction"] == "worse")
+
+
+def test_at_a_glance_leads_with_utility_share_old_recall_and_stale_notes(plain_run):
+    md = (plain_run.path / "report.md").read_text(encoding="utf-8")
+    glance = md.split("## At a glance", 1)[1].split("## ", 1)[0]
+    items = [ln for ln in glance.splitlines() if ln.startswith("- ")]
+    assert 2 <= len(items) <= 4
+    assert "gives the most of the achievable utility: utility_share" in items[0]
+    assert "days old" in items[1] and "harm" in items[2]
+    for it in items[:3]:  # each with its number, interval and reading of the test
+        assert re.search(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", it), it
+        assert "Holm correction over" in it or "not tested" in it
+
+
+def test_significance_says_which_correction_decides(plain_run):
+    cmp = compare(plain_run)
+    row = cmp.tests.iloc[0].copy()
+    row["diff_ci_low"], row["diff_ci_high"], row["p_holm"] = 0.01, 0.05, 0.07
+    text = cmp.significance(row)
+    assert text == (f"the 95% CI excludes 0, but after Holm correction over "
+                    f"{cmp.n_comparisons} comparisons p = 0.07: not significant")
+    row["p_holm"] = 0.0001
+    assert cmp.significance(row).startswith("significant: the 95% CI excludes 0")
+    assert "p < 0.001" in cmp.significance(row)
+
+
+def test_summary_columns_have_one_number_of_decimals(plain_run):
+    table = compare(plain_run).summary_table()
+    for m in table.columns:
+        decs = {len(x.group(1)) for cell in table[m]
+                for x in re.finditer(r"\d\.(\d+)", cell)}
+        assert len(decs) <= 1, (m, decs)
+        if m in ("utility_share", "recall", "stale_rate"):
+            assert decs == {3}, m
+
+
+def test_headline_text_fits_a_terminal(plain_run):
+    cmp = compare(plain_run)
+    text = headline_text(cmp)
+    assert text == headline_text(plain_run.path)  # from a folder: the same numbers
+    lines = text.splitlines()
+    assert max(len(ln) for ln in lines) <= 100
+    assert lines[0].split()[:3] == ["policy", "utility", "share"]
+    assert "tokens used" in lines[0] and "recall" in lines[0]
+    for pol in plain_run.experiment.policies:
+        assert any(ln.startswith(pol) for ln in lines)
+    # the mark of a policy follows the paired test of utility_share
+    for pol in cmp.policies[1:]:
+        value, after = next(ln for ln in lines if ln.startswith(pol))[len(pol):].split()[:2]
+        mark = MARKS[cmp.test_row(pol, "utility_share")["direction"]]
+        assert float(value) >= 0 and (after == mark if mark else after not in ("▲", "▼"))
+    assert "Holm-adjusted" in text
+    narrow = headline_text(cmp, width=80, ascii=True)
+    assert max(len(ln) for ln in narrow.splitlines()) <= 80
+    assert narrow.isascii()
+
+
+@pytest.fixture(scope="module")
+def one_policy_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one")
+    exp = out / "one.toml"
+    exp.write_text('[experiment]\nreplicates = 1\n[workload]\nhorizon_days = 20\n'
+                   'backfill_days = 10\n[policies.a]\npreset = "hivemind"\n')
+    assert cli_main(["run", str(exp), "--out", str(out / "runs")]) == 0
+    return next((out / "runs").iterdir())
+
+
+def test_a_single_policy_run_reports_nothing_to_compare(one_policy_run, capsys):
+    md = (one_policy_run / "report.md").read_text(encoding="utf-8")
+    assert "nothing to compare against" in md
+    assert "| a | " in md and "utility_share" in md
+    text = headline_text(one_policy_run)
+    assert "nothing to compare against" in text and "(baseline)" not in text
+    cmp = compare(one_policy_run)
+    assert len(cmp.tests) == 0 and cmp.n_comparisons == 0
+    assert cmp.tests["p_value"].dtype == np.float64
+    assert cli_main(["report", str(one_policy_run)]) == 0
+
+
+def _damage(folder: Path, how: str) -> str:
+    """Damage a copy of a run folder; return the name of the damaged file."""
+    if how == "manifest-list":
+        (folder / "manifest.json").write_text("[1, 2]")
+        return "manifest.json"
+    if how == "config-garbage":
+        (folder / "config.toml").write_bytes(b"\x00\xff[[[ not = toml =\n")
+        return "config.toml"
+    q = folder / "queries.parquet"
+    if how == "queries-truncated":
+        q.write_bytes(q.read_bytes()[: q.stat().st_size // 2])
+    elif how == "queries-columns":
+        pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}).to_parquet(q)
+    return "queries.parquet"
+
+
+@pytest.mark.parametrize("how", ["manifest-list", "config-garbage", "queries-truncated",
+                                 "queries-columns"])
+def test_cli_report_on_a_damaged_folder_prints_one_line(one_policy_run, tmp_path, capsys, how):
+    folder = tmp_path / "run"
+    shutil.copytree(one_policy_run, folder)
+    name = _damage(folder, how)
+    capsys.readouterr()
+    assert cli_main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memsim: error: "), err
+    assert name in lines[0] and "Traceback" not in err
 
 
 def test_compare_errors(plain_run):

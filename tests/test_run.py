@@ -58,6 +58,22 @@ def test_summary_has_ci_per_policy_and_metric(run_dir):
     assert row["n"] == (2 if row["ci_over"] == "replicates" else len(mine))
 
 
+def test_summary_has_the_pooled_utility_share(run_dir):
+    s = pd.read_csv(run_dir / "summary.csv")
+    q = pd.read_parquet(run_dir / "queries.parquet")
+    assert {"harm", "oracle_utility", "recall_age_90_inf"} <= set(q.columns)
+    assert (q["harm"] >= 0).all()
+    assert q.loc[q["oracle_utility"] == 0, "utility_ratio"].isna().all()
+    share = s[s["metric"] == "utility_share"].set_index("policy")
+    assert len(share) == 2 and (share["ci_method"] == "bootstrap-ratio").all()
+    for pol, r in share.iterrows():
+        mine = q[(q["policy"] == pol) & (q["oracle_utility"] > 0)]
+        # one pooled ratio over every replicate's queries, not a mean of ratios
+        assert r["mean"] == pytest.approx(mine["utility"].sum() / mine["oracle_utility"].sum())
+        assert r["ci_low"] <= r["mean"] <= r["ci_high"]
+        assert r["n"] == len(mine)  # 2 replicates: the interval is over queries
+
+
 def test_load_run_gives_what_run_experiment_returned(tmp_path):
     res = memsim.run_experiment(QUICKSTART, overrides=SMALL, out=tmp_path, report=False)
     back = memsim.load_run(res.path)

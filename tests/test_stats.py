@@ -17,7 +17,9 @@ from scipy import stats as sps
 from memsim.stats import (
     MIN_REPLICATES,
     bootstrap_mean_ci,
+    column_decimals,
     format_ci,
+    format_fixed,
     format_p,
     holm,
     mean_ci,
@@ -25,6 +27,8 @@ from memsim.stats import (
     rank_biserial,
     round_to_ci,
     summarise,
+    utility_share,
+    utility_share_by,
 )
 
 
@@ -253,6 +257,108 @@ def test_paired_tests_are_per_budget():
     t = paired_tests(pd.concat([a, b]), "a", ["utility"]).set_index("budget")
     assert t.loc[100, "diff"] == pytest.approx(1.0)
     assert t.loc[200, "diff"] == pytest.approx(-1.0)
+
+
+# -- utility_share: a ratio of sums ----------------------------------------------
+
+
+def share_frame(utility: dict[str, np.ndarray], oracle: np.ndarray, n_rep: int = 1,
+                shuffle: int | None = None) -> pd.DataFrame:
+    """A per-query table with utility (per policy) and the policy-free oracle."""
+    q = frame(utility, n_rep=n_rep, shuffle=shuffle)
+    n = len(oracle)
+    key = (q["replicate"] * n // n_rep + q["query_id"] - 100).to_numpy()
+    q["oracle_utility"] = np.asarray(oracle, dtype=float)[key]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q["utility_ratio"] = np.where(q["oracle_utility"] > 0,
+                                      q["utility"] / q["oracle_utility"], np.nan)
+    return q
+
+
+def test_utility_share_is_a_ratio_of_sums_over_queries_with_an_oracle():
+    # the hivemind-vs-bug pattern: one query packs stale notes (ratio -4), so
+    # the mean ratio ranks b first while a gets more of the achievable utility
+    oracle = np.array([1.0, 1.0, 1.0, 0.25, 0.0])
+    a = np.array([0.95, 0.95, 0.95, -1.0, -0.5])   # ratio of query 3: -4
+    b = np.array([0.5, 0.5, 0.5, 0.25, 0.0])
+    q = share_frame({"a": a, "b": b}, oracle)
+    # query 4 (oracle 0: nothing relevant fits) is left out of the sums
+    assert utility_share(q[q["policy"] == "a"]) == pytest.approx((2.85 - 1.0) / 3.25)
+    assert utility_share(q[q["policy"] == "b"]) == pytest.approx(1.75 / 3.25)
+    means = q.groupby("policy")["utility_ratio"].mean()
+    assert means["a"] < means["b"]                   # the mean of ratios says b
+    by = utility_share_by(q)
+    assert by[("a", 1500)] > by[("b", 1500)]         # the share says a
+    assert list(by.index.get_level_values("policy")) == ["a", "b"]
+    assert math.isnan(utility_share(q[q["oracle_utility"] == 0]))
+    with pytest.raises(KeyError, match="oracle_utility"):
+        utility_share(q.drop(columns="oracle_utility"))
+
+
+def test_summarise_gives_the_pooled_share_with_a_bootstrap_interval():
+    rng = np.random.default_rng(3)
+    for n_rep, unit in ((2, "queries"), (MIN_REPLICATES, "replicates")):
+        oracle = rng.uniform(0, 2, size=n_rep * 60)
+        oracle[::9] = 0.0                            # nothing fits: left out
+        u = oracle * rng.uniform(0.2, 0.8, size=len(oracle)) - rng.uniform(0, 0.2, len(oracle))
+        q = share_frame({"a": u}, oracle, n_rep=n_rep, shuffle=5)
+        s = summarise(q).set_index("metric")
+        assert s.index[0] == "utility_share"         # first, before the query columns
+        r = s.loc["utility_share"]
+        ok = oracle > 0
+        assert r["mean"] == pytest.approx(u[ok].sum() / oracle[ok].sum())
+        assert r["ci_over"] == unit and r["ci_method"] == "bootstrap-ratio"
+        assert r["n"] == (ok.sum() if unit == "queries" else n_rep)
+        assert r["ci_low"] < r["mean"] < r["ci_high"]
+
+
+def test_paired_share_difference_and_its_delta_method_test():
+    rng = np.random.default_rng(4)
+    n = 300
+    oracle = rng.uniform(0.5, 2.0, size=n)
+    base = oracle * rng.uniform(0.2, 0.6, size=n)
+    pol = base + oracle * rng.normal(0.05, 0.1, size=n)
+    q = share_frame({"base": base, "pol": pol}, oracle, n_rep=3, shuffle=2)
+    t = paired_tests(q, "base", ["utility_share", "utility"])
+    assert list(t["metric"]) == ["utility_share", "utility"]
+    r = t.iloc[0]
+    so = oracle.sum()
+    sp, sb = pol.sum() / so, base.sum() / so
+    assert r["policy_mean"] == pytest.approx(sp) and r["baseline_mean"] == pytest.approx(sb)
+    assert r["diff"] == pytest.approx(sp - sb)
+    assert r["diff_ci_low"] < r["diff"] < r["diff_ci_high"] and r["ci_over"] == "queries"
+    e = (pol - sp * oracle) / so - (base - sb * oracle) / so
+    z = (sp - sb) / math.sqrt(n / (n - 1) * (e ** 2).sum())
+    assert r["statistic"] == pytest.approx(z)
+    assert r["p_value"] == pytest.approx(2 * sps.norm.sf(abs(z)))
+    d = pol - base
+    assert (r["wins"], r["losses"], r["n_pairs"]) == ((d > 0).sum(), (d < 0).sum(), n)
+    # one Holm family with the other metrics
+    assert t["p_holm"].to_numpy() == pytest.approx(holm(t["p_value"].to_numpy()))
+    assert r["direction"] == "better"
+    # the same resampled queries for both policies: identical policies give a
+    # zero-width interval and no test
+    same = paired_tests(share_frame({"a": base, "b": base}, oracle), "a", ["utility_share"])
+    assert same.iloc[0]["diff"] == 0 and same.iloc[0]["diff_ci_low"] == 0
+    assert math.isnan(same.iloc[0]["p_value"]) and same.iloc[0]["direction"] == ""
+
+
+def test_paired_tests_with_one_policy_are_empty_but_typed():
+    t = paired_tests(share_frame({"a": [1.0, 0.5]}, np.array([1.0, 1.0])), "a")
+    assert len(t) == 0
+    assert t["p_value"].dtype == np.float64 and t["n_pairs"].dtype == np.int64
+    assert np.isfinite(t["p_value"]).sum() == 0      # the ufunc that used to raise
+
+
+def test_column_decimals_and_format_fixed():
+    assert column_decimals("recall", [0.5], [0.4], [0.6]) == 3
+    # the coarsest place any row's interval supports
+    assert column_decimals("tokens_used", [1141.1, 1493.7], [1136.2, 1493.6],
+                           [1146.2, 1493.7]) == 1
+    assert column_decimals("utility", [0.3, 0.4], [0.2, 0.39], [0.4, 0.41]) == 2
+    assert format_fixed(0.5, 0.41234, 0.6, 3) == "0.500 [0.412, 0.600]"
+    assert format_fixed(-0.0001, np.nan, np.nan, 3, signed=True) == "+0.000"
+    assert format_fixed(np.nan) == "n/a"
 
 
 # -- rounding ----------------------------------------------------------------------

@@ -257,9 +257,25 @@ def test_planted_optimum_and_the_sweep_folder(tmp_path):
     rob = pd.read_csv(sdir / "robustness.csv")
     fresh = rob[(rob["role"] == "best") & (rob["check"] == "fresh-seeds")]
     assert len(fresh) == 1 and fresh["replicates"].iloc[0] == "2-3"
-    assert set(rob["check"]) == {"sweep", "fresh-seeds", "variant"}
+    assert set(rob["check"]) == {"sweep", "fresh-seeds", "variant", "vs-experiment"}
+    # best minus the experiment's own parameters, on the fresh seeds and on the
+    # variant (two replicates: a t interval with 1 degree of freedom may well
+    # include 0, and then the verdict says so)
+    paired = rob[rob["check"] == "vs-experiment"]
+    assert list(paired["variant"].fillna("")) == ["", "noisy"]
+    assert (paired["diff_utility"] > 0).all()
+    for _, r in paired.iterrows():
+        assert r["verdict_utility"] == ("better" if r["excludes_0_utility"]
+                                        else "no difference shown")
+    # the plateau holds the best and the best of the fine grid (the optimum of
+    # a log range that contains it), inside the range: no edge warning
+    pl = pd.read_csv(sdir / "plateau.csv")
+    assert pl["low"].iloc[0] <= h_sweep <= pl["high"].iloc[0]
+    assert pl["low"].iloc[0] <= h_grid <= pl["high"].iloc[0], (h_grid, pl.iloc[0].to_dict())
+    assert res.plateau["best"].iloc[0] == pytest.approx(h_sweep)
+    assert not pl["edge_warning"].iloc[0]
     assert set(rob["role"]) == {"best", "experiment"}
-    assert np.isfinite(rob["values_utility"]).all()
+    assert np.isfinite(rob.loc[rob["check"] != "vs-experiment", "values_utility"]).all()
     for name in ("history", "importance", "slice"):
         assert name in res.plots
     assert (sdir / "history.png").read_bytes()[:4] == b"\x89PNG"
@@ -305,6 +321,232 @@ def test_several_objectives_give_a_pareto_set(tmp_path):
     pareto_files = sorted((res.path / "sweep" / "pareto").glob("trial_*.toml"))
     assert len(pareto_files) == len(res.pareto)
     assert set(res.robustness["role"]) <= {"pareto", "experiment"}
+    # a plateau per objective, each from its own best trial; one replicate: not measured
+    pl = pd.read_csv(res.path / "sweep" / "plateau.csv")
+    assert list(pl["objective"]) == ["utility", "stale_rate"] and list(pl["param"]) == [HL] * 2
+    assert pl["low"].isna().all() and pl["note"].str.contains("one replicate").all()
+    best_stale = res.trials.loc[res.trials["values_stale_rate"].idxmin(), HL]
+    assert pl["best"].iloc[1] == pytest.approx(best_stale)
+
+
+# --------------------------------------------------------------------------
+# How sure a sweep is: plateau, edge warning, best against the preset
+# --------------------------------------------------------------------------
+
+
+def synthetic_trials(h, truth, *, replicates=4, noise=0.005, shared=0.05, seed=0, label="utility",
+                     key=HL, extra=None):
+    """A trials table for parameter values ``h`` with expected objective
+    ``truth(h)``: each replicate adds an effect common to every trial (what
+    common random numbers share, sd ``shared``) and a small independent
+    noise per trial and replicate (sd ``noise``)."""
+    rng = np.random.default_rng(seed)
+    h = np.asarray(h, dtype=float)
+    x = (np.asarray(truth(h), dtype=float)[:, None] + rng.normal(0.0, shared, replicates)
+         + rng.normal(0.0, noise, (len(h), replicates)))
+    df = pd.DataFrame({"number": np.arange(len(h)), "state": "COMPLETE",
+                       f"values_{label}": x.mean(axis=1), key: h})
+    for k, v in (extra or {}).items():
+        df[k] = v
+    for r in range(replicates):
+        df[f"{label}_rep{r}"] = x[:, r]
+    return df
+
+
+def flat_20_80(h):
+    """1 on [20, 80] days, falling by 0.3 per decade outside it."""
+    out = np.log10(np.maximum(20.0 / h, h / 80.0))
+    return 1.0 - 0.3 * np.maximum(out, 0.0)
+
+
+def test_plateau_covers_a_known_flat_region_and_excludes_clearly_worse_values():
+    from memsim.sweep import plateau_table
+
+    spec = SweepSpec.from_config(experiment().sweep, experiment())
+    h = np.geomspace(1.0, 1000.0, 61)  # 8 points per factor of 10
+    tr = synthetic_trials(h, flat_20_80)
+    pl = plateau_table(tr, spec)
+    assert list(pl.columns[:6]) == ["objective", "param", "type", "best", "low", "high"]
+    row = pl.iloc[0]
+    assert row["objective"] == "utility" and row["param"] == HL
+    assert 20.0 <= row["best"] <= 80.0
+    assert row["low"] <= row["best"] <= row["high"]  # the plateau contains the best
+    flat = h[(h >= 20.0) & (h <= 80.0)]
+    # the flat region is covered up to one grid step at each end ...
+    assert row["low"] <= flat[1] and row["high"] >= flat[-2], (row["low"], row["high"])
+    # ... and values 0.06 worse (a factor of 1.6 outside it) are not on it
+    assert row["low"] > 20.0 / 1.6 and row["high"] < 80.0 * 1.6, (row["low"], row["high"])
+    assert row["n_plateau"] < row["n_trials"] == 61 and row["n_replicates"] == 4
+    assert not row["edge_warning"] and row["note"] == ""
+    # deterministic: a named child stream of the sweep's seed
+    pd.testing.assert_frame_equal(pl, plateau_table(tr, spec))
+    # minimising the negated objective gives the same plateau
+    neg = tr.copy()
+    for c in [c for c in tr.columns if c.startswith(("values_", "utility_rep"))]:
+        neg[c] = -tr[c]
+    spec_min = SweepSpec.from_config(
+        experiment(objectives=[{"metric": "utility", "direction": "minimize"}]).sweep,
+        experiment())
+    low_high = plateau_table(neg, spec_min).iloc[0][["low", "high"]]
+    assert tuple(low_high) == (row["low"], row["high"])
+
+
+def test_plateau_contains_the_truly_best_trial_despite_the_winners_curse():
+    """Many trials near a smooth optimum: the best observed trial is a lucky
+    one; the plateau still holds the trial with the best expected value."""
+    from memsim.sweep import plateau_table
+
+    spec = SweepSpec.from_config(experiment().sweep, experiment())
+    h = np.geomspace(20.0, 80.0, 40)
+
+    def peak(x):
+        return 1.0 - 0.05 * np.log2(x / 40.0) ** 2
+
+    for seed in range(5):
+        tr = synthetic_trials(h, peak, replicates=3, noise=0.01, seed=seed)
+        row = plateau_table(tr, spec).iloc[0]
+        assert row["low"] <= 40.0 <= row["high"], (seed, row["low"], row["high"])
+
+
+def test_one_replicate_gives_no_plateau_and_says_why():
+    from memsim.sweep import plateau_table
+
+    spec = SweepSpec.from_config(experiment().sweep, experiment())
+    tr = synthetic_trials(np.geomspace(1.0, 1000.0, 20), flat_20_80, replicates=1)
+    row = plateau_table(tr, spec).iloc[0]
+    assert math.isnan(row["low"]) and math.isnan(row["high"]) and math.isnan(row["n_plateau"])
+    assert "one replicate" in row["note"]
+    assert 20.0 <= row["best"] <= 80.0
+
+
+def test_categorical_plateau_lists_its_choices():
+    from memsim.sweep import plateau_table
+
+    exp = memsim.experiment_from_dict(_mut(lambda t: t["sweep"]["params"].update(
+        {"policies.p.packer": {"type": "categorical",
+                               "choices": ["skip-fill", "greedy", "exact"]}})))
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    packers = np.array(["skip-fill", "greedy", "exact"] * 10)
+    h = np.full(30, 40.0)
+    gain = {"skip-fill": 1.0, "greedy": 1.0, "exact": 0.5}
+    tr = synthetic_trials(h, lambda x: np.array([gain[k] for k in packers]),
+                          extra={"policies.p.packer": packers})
+    pl = plateau_table(tr, spec).set_index("param")
+    assert json.loads(pl.loc["policies.p.packer", "choices"]) == ["skip-fill", "greedy"]
+    assert not pl.loc["policies.p.packer", "edge_warning"]
+
+
+def test_edge_warning_at_the_top_of_a_log_range_and_not_inside():
+    from memsim.sweep import EDGE, ParamSpec, plateau_table, range_position
+    from memsim.sweep.plateau import plateau_lines
+
+    log = ParamSpec.from_config(HL, {"type": "float", "low": 1.0, "high": 1000.0,
+                                     "log": True}, "sweep.params")
+    lin = ParamSpec.from_config(HL, {"type": "float", "low": 1.0, "high": 1000.0},
+                                "sweep.params")
+    ints = ParamSpec.from_config("policies.p.candidates",
+                                 {"type": "int", "low": 10, "high": 200, "step": 10},
+                                 "sweep.params")
+    assert EDGE == 0.05
+    # 750 is at 96% of [1, 1000] on a log scale, 75% on a linear one
+    assert range_position(log, 750.0) == pytest.approx(math.log(750) / math.log(1000))
+    assert range_position(log, 750.0) >= 0.95 > range_position(lin, 750.0)
+    assert range_position(ints, 200) == 1.0 and range_position(ints, 190) < 0.95
+
+    spec = SweepSpec.from_config(experiment().sweep, experiment())
+    h = np.geomspace(1.0, 1000.0, 30)
+    top = plateau_table(synthetic_trials(h, lambda x: np.log(x)), spec)
+    r = top.iloc[0]
+    assert r["best"] == pytest.approx(1000.0) and r["edge_warning"] and r["edge"] == "high"
+    assert "top 5% of its range [1, 1000] (log)" in r["warning"]
+    assert "the plateau reaches the top 5% of the range" in r["note"]
+    lines = plateau_lines(top)
+    assert any(ln.startswith("WARNING (utility): best " + HL) for ln in lines), lines
+    inside = plateau_table(synthetic_trials(h, flat_20_80), spec).iloc[0]
+    assert not inside["edge_warning"] and inside["edge"] == "" and inside["warning"] == ""
+    assert not any(ln.startswith("WARNING") for ln in plateau_lines(
+        plateau_table(synthetic_trials(h, flat_20_80), spec)))
+    bottom = plateau_table(synthetic_trials(h, lambda x: -np.log(x)), spec).iloc[0]
+    assert bottom["edge"] == "low" and "bottom 5%" in bottom["warning"]
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_paired_difference_with_the_preset_has_the_right_sign(direction):
+    """Half-life 40 days is far better than 1 day on the planted workload
+    (utility about 0.85 against 0.2); the paired interval over three fresh
+    replicates excludes 0 with the sign of the difference, and the verdict
+    follows the objective's direction."""
+    from memsim.sweep import robustness_check
+
+    exp = experiment(robustness={"replicates": 3},
+                     objectives=[{"metric": "utility", "direction": direction}])
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    ev = TrialEvaluator(exp, spec)
+    good = {"number": 5, "role": "best", "params": {HL: 40.0}, "values": [math.nan]}
+    poor = {"number": 0, "role": "experiment", "params": {HL: 1.0}, "values": [math.nan]}
+    rob = robustness_check(ev, spec, [good, poor])
+    row = rob[rob["check"] == "vs-experiment"]
+    assert len(row) == 1
+    row = row.iloc[0]
+    assert row["number"] == 5 and row["replicates"] == "2-4" and row["variant"] == ""
+    fresh = rob[rob["check"] == "fresh-seeds"].set_index("number")["values_utility"]
+    assert row["diff_utility"] == pytest.approx(fresh[5] - fresh[0], rel=1e-12)
+    per = json.loads(row["per_replicate_utility"])
+    assert len(per) == 3 and all(d > 0.3 for d in per)
+    assert 0 < row["diff_ci_low_utility"] < row["diff_utility"] < row["diff_ci_high_utility"]
+    assert row["excludes_0_utility"]
+    assert row["verdict_utility"] == ("better" if direction == "maximize" else "worse")
+    # the other way round: the sweep's "best" is the poorer one
+    swapped = robustness_check(ev, spec, [dict(poor, role="best", number=7),
+                                          dict(good, role="experiment", number=0)])
+    srow = swapped[swapped["check"] == "vs-experiment"].iloc[0]
+    assert srow["diff_ci_high_utility"] < 0 and srow["excludes_0_utility"]
+    assert srow["verdict_utility"] == ("worse" if direction == "maximize" else "better")
+
+
+def test_a_preset_that_wins_is_compared_with_itself():
+    from memsim.sweep import robustness_check
+
+    exp = experiment(robustness={"replicates": 2})
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    own = {"number": 0, "role": "best", "params": {HL: 40.0}, "values": [math.nan],
+           "experiment": True}
+    rob = robustness_check(TrialEvaluator(exp, spec), spec, [own])
+    row = rob[rob["check"] == "vs-experiment"].iloc[0]
+    assert row["diff_utility"] == 0.0 and not row["excludes_0_utility"]
+    assert row["verdict_utility"] == "no difference shown"
+    assert "own parameters" in row["note"]
+
+
+def test_memsim_sweep_prints_and_writes_plateau_edge_and_preset_lines(tmp_path, capsys):
+    """End to end on a tiny sweep: evergreen notes (decay only hurts) with a
+    half-life range topping at 120 days, so the best lies at its top."""
+    t = table(EVERGREEN, own=10.0, low=1.0, high=120.0, trials=6, replicates=2,
+              sampler="grid", robustness={"replicates": 2})
+    t["sweep"]["params"][HL] = {"type": "float", "low": 10.0, "high": 120.0, "step": 10.0}
+    t["sweep"]["trials"] = 12
+    f = write_toml(tmp_path / "e.toml", t)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    run = Path(out.strip().splitlines()[-1])
+    sdir = run / "sweep"
+    pl = pd.read_csv(sdir / "plateau.csv")
+    assert list(pl["param"]) == [HL] and pl["n_replicates"].iloc[0] == 2
+    r = pl.iloc[0]
+    assert r["low"] <= r["best"] <= r["high"]
+    assert r["best"] == 120.0 and bool(r["edge_warning"]) and r["edge"] == "high"
+    rob = pd.read_csv(sdir / "robustness.csv")
+    paired = rob[rob["check"] == "vs-experiment"]
+    assert len(paired) == 1 and paired["replicates"].iloc[0] == "2-3"
+    assert paired["diff_utility"].iloc[0] > 0  # 120 days beat the preset's 10
+    summary = (sdir / "summary.txt").read_text()
+    for text in (out, summary):
+        assert f"plateau of {HL} (utility): best 120, plateau [" in text, text
+        assert f"WARNING (utility): best {HL} = 120 lies in the top 5% of its range" in text
+        assert "vs preset: trial" in text and "95% paired t-interval" in text
+    report = (run / "report.html").read_text()
+    assert "plateau" in report and "lies in the top 5% of its range" in report
+    assert "best - preset [95% CI]" in report
 
 
 # --------------------------------------------------------------------------
@@ -477,7 +719,7 @@ def test_two_sweeps_on_one_journal_file_lose_no_trial(tmp_path):
 
 #: memsim.sweep's modules from the bottom up, as its docstring lists them.
 SWEEP_LAYERS = ("space", "evaluate", "study", "storage", "liveness", "workers", "robustness",
-                "outputs", "resume", "run")
+                "plateau", "outputs", "resume", "run")
 
 
 def _sweep_imports(tree: ast.Module) -> set[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -364,13 +366,16 @@ def test_similarity_model_is_a_function_of_three_knobs():
         assert mean == pytest.approx(rho * (1 - (1 - rho * rho) / (2 * d)))
         assert sd == pytest.approx((1 - rho * rho) / np.sqrt(d))
     assert (m.distractor_mean, m.distractor_sd) == (m.same_topic_mean, m.same_topic_sd)
-    # beta: slope of log(f_on / f_same) at the on-slot mean, (mu_on - mu_same) / sd_same^2
-    assert m.beta == pytest.approx((m.on_slot_mean - m.same_topic_mean) / m.same_topic_sd ** 2)
+    # beta: the linear-discriminant slope, (mu_on - mu_same) / pooled variance
+    pooled = (m.on_slot_sd ** 2 + m.same_topic_sd ** 2) / 2
+    assert m.beta == pytest.approx((m.on_slot_mean - m.same_topic_mean) / pooled)
+    # with both laws at the pooled variance, log LR is linear with that slope
     eps = 1e-5
-    slope = (m.log_likelihood_ratio(m.on_slot_mean + eps)
-             - m.log_likelihood_ratio(m.on_slot_mean - eps)) / (2 * eps)
+    equal = dataclasses.replace(m, on_slot_sd=np.sqrt(pooled), same_topic_sd=np.sqrt(pooled))
+    slope = (equal.log_likelihood_ratio(m.on_slot_mean + eps)
+             - equal.log_likelihood_ratio(m.on_slot_mean - eps)) / (2 * eps)
     assert slope == pytest.approx(m.beta, rel=1e-6)
-    assert 15 < m.beta < 25  # the default world (19.2)
+    assert 15 < m.beta < 30  # the default world, marginal law (23.9)
     # sharper similarity, steeper slope; no slot signal, no slope
     assert SyntheticWorkload(retriever_noise=0.8).similarity_model().beta > m.beta
     assert SyntheticWorkload(slot_weight=0.0).similarity_model().beta == 0.0
@@ -608,3 +613,27 @@ def test_generation_is_fast_enough():
     start = time.perf_counter()
     wl.generate(_seed(11))
     assert time.perf_counter() - start < 2.0
+
+
+def test_within_query_similarity_matches_the_cosines_of_one_query():
+    """The law a ranking sees: conditional on the query's vector. Measured on
+    a stream of many equally popular topics (the model averages over
+    centroids), per query: the sd of the same-topic cosines and their mean."""
+    wl = SyntheticWorkload(n_topics=200, topic_zipf=0.0, horizon_days=30.0, backfill_days=200.0)
+    m = wl.query_similarity_model()
+    s = wl.generate(3)
+    cos = s.query_embeddings @ s.note_embeddings.T
+    nt, ns = s.notes["topic"].to_numpy(), s.notes["slot"].to_numpy()
+    qt, qs = s.queries["topic"].to_numpy(), s.queries["slot"].to_numpy()
+    sds, means = [], []
+    for i in np.flatnonzero(qs >= 0)[::5]:
+        same = (nt == qt[i]) & (ns != qs[i])
+        if same.sum() > 20:
+            sds.append(cos[i, same].std())
+            means.append(cos[i, same].mean())
+    assert np.mean(means) == pytest.approx(m.same_topic_mean, abs=0.015)
+    assert np.mean(sds) == pytest.approx(m.same_topic_sd, rel=0.1)
+    # within a query the sds are smaller than across queries, the slope steeper
+    marginal = wl.similarity_model()
+    assert m.same_topic_sd < marginal.same_topic_sd and m.on_slot_sd < marginal.on_slot_sd
+    assert m.beta > marginal.beta

@@ -26,7 +26,16 @@ from .base import (
     register,
 )
 from .context import MEMORY_TYPE_CODES, TIER_CODES
-from .presets import PRESETS, Preset, add_preset, preset_table, resolve_policy
+from .presets import (
+    PRESETS,
+    Preset,
+    add_preset,
+    assumptions,
+    parameter_paths,
+    preset_of,
+    preset_table,
+    resolve_policy,
+)
 
 __all__ = [
     "REGISTRY",
@@ -37,6 +46,9 @@ __all__ = [
     "PRESETS",
     "Preset",
     "add_preset",
+    "assumptions",
+    "parameter_paths",
+    "preset_of",
     "preset_table",
     "resolve_policy",
     "Breadth",

@@ -312,6 +312,10 @@ class Ranker(Component):
     #: engine hands the packer and the orderer the true gains of the
     #: candidates as their values, instead of the scores (the oracle).
     needs_truth: ClassVar[bool] = False
+    #: True when the ranker reads the synthetic workload's planted model
+    #: (``ctx.planted``, ``ctx.note_class``): the ``bayes`` ranker. It runs
+    #: only on streams memsim generated.
+    needs_planted: ClassVar[bool] = False
 
     @abc.abstractmethod
     def combine(self, rel: np.ndarray, rec: np.ndarray | None,

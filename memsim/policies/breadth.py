@@ -61,9 +61,17 @@ class LogActors(Breadth):
       score. For a ranker whose scores can be negative (cosine), a factor > 1
       pushes a negative score further down.
 
-    ai-memory's default weight is 0 (identity); memsim's component defaults to
-    1.0, the lower end of the 1.0 to 2.0 the seed suggests. Invalid weights are
-    refused, never coerced (see :func:`ai_memory_coerce_weight`).
+    Default weight. ai-memory's own default (``decay_breadth_weight``) is 0.0,
+    the identity; its test suite checks only that (``access_breadth.rs``,
+    ``breadth_is_identity_at_the_default_weight``). Seed 001 says that suite
+    "suggests evaluating 1.0 to 2.0", but the test it quotes never uses a
+    nonzero weight, so no published source recommends a value: the seed's
+    worked examples use 1.5 and 1.0. memsim's component defaults to 1.0, an
+    **assumption**: choosing ``log-actors`` should change something (0 would
+    make it :class:`NoBreadth`), and 1.0 is the smaller of the seed's example
+    weights (10 actors: 3.3x). The ``ai-memory`` preset keeps ai-memory's 0.0.
+    Invalid weights are refused, never coerced (see
+    :func:`ai_memory_coerce_weight`).
 
     Parameters
     ----------

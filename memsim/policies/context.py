@@ -71,6 +71,14 @@ class ScoringContext(Protocol):
     gains : ndarray, shape (Q, L)
         True gains (0 where no qrel). Only a ranker that declares
         ``needs_truth = True`` (the oracle) may read them.
+    planted : memsim.planted.PlantedModel or None
+        The synthetic workload's own model (None when the stream has none),
+        and ``note_class`` (L,): each note's planted class (index into
+        :data:`memsim.workload.CLASS_NAMES`, -1 unknown). Only a ranker that
+        declares ``needs_planted = True`` (``bayes``) may read them.
+    note_actor, query_actor : ndarray of int, shapes (L,) and (Q,)
+        Codes of each note's author and each query's actor (equal codes: the
+        same actor).
     """
 
     t: np.ndarray
@@ -136,6 +144,18 @@ class ScoringContext(Protocol):
 
     @property
     def gains(self) -> np.ndarray: ...
+
+    @property
+    def planted(self) -> Any: ...
+
+    @property
+    def note_class(self) -> np.ndarray: ...
+
+    @property
+    def note_actor(self) -> np.ndarray: ...
+
+    @property
+    def query_actor(self) -> np.ndarray: ...
 
 
 def _codes(values: Any, table: dict[str, int], n: int, default: str) -> np.ndarray:
@@ -203,6 +223,12 @@ class ArrayContext:
         Which notes each query can see (default: all, ``None``).
     idx : array_like of int, shape (L,), optional
         Store row of each note (default ``0..L-1``).
+    note_class : array_like of int, shape (L,), optional
+        Planted class codes (default -1: unknown).
+    note_actor, query_actor : array_like of int, shapes (L,) and (Q,), optional
+        Author and asking-actor codes (default 0: one actor).
+    planted : memsim.planted.PlantedModel, optional
+        The planted model, for the ``bayes`` ranker (default None).
     rng : numpy.random.Generator or int, optional
         Random stream for randomised components; an int seeds a new
         Generator; default: a fixed named child stream of seed 0.
@@ -219,7 +245,8 @@ class ArrayContext:
                  pinned: Any = None, distinct_actors: Any = None, tokens: Any = None,
                  similarity: Any = None, note_emb: Any = None, query_emb: Any = None,
                  gains: Any = None, live: Any = None, idx: Any = None,
-                 rng: np.random.Generator | int | None = None):
+                 note_class: Any = None, note_actor: Any = None, query_actor: Any = None,
+                 planted: Any = None, rng: np.random.Generator | int | None = None):
         self.t = np.atleast_1d(np.asarray(t, dtype=np.float64))
         created = np.atleast_1d(np.asarray(created_at, dtype=np.float64))
         n, q = len(created), len(self.t)
@@ -252,6 +279,11 @@ class ArrayContext:
         self.query_emb = None if query_emb is None else np.asarray(query_emb, dtype=np.float32)
         self.gains = np.zeros((q, n)) if gains is None else mat(gains, np.float64)
         self.live = None if live is None else mat(live, bool)
+        self.note_class = vec(note_class, -1, np.int64)
+        self.note_actor = vec(note_actor, 0, np.int64)
+        self.query_actor = (np.zeros(q, dtype=np.int64) if query_actor is None else
+                            np.array(np.broadcast_to(np.asarray(query_actor, np.int64), (q,))))
+        self._planted = planted
         if rng is None:
             rng = _default_rng()
         elif isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
@@ -313,3 +345,7 @@ class ArrayContext:
     def exponential_recency(self, clock: str, floor: Any, rate: Any) -> None:
         """Always None: decays are evaluated cell by cell here."""
         return None
+
+    @property
+    def planted(self) -> Any:
+        return self._planted

@@ -4,6 +4,21 @@ A preset is a partial policy table (slot -> component spec). In an experiment,
 ``preset = "NAME"`` starts from it and any other key of the policy table
 overrides it. Each preset's text cites its source and says what memsim had to
 design where the source is silent.
+
+Assumed marks. Every parameter of a preset whose value is not in the source
+system (memsim designed or guessed it) is recorded in :attr:`Preset.assumed`,
+a mapping from the parameter's dotted path in the resolved policy table
+(``packer.min_relative_score``; ``packer.kind`` for the choice of component;
+``candidates``) to a one-line reason. :func:`add_preset` checks that every
+path names a real parameter of the resolved policy and appends the marks to
+the preset's text, so the record and the text cannot disagree;
+:func:`assumptions` gives the marks that still apply to a policy table, a run
+folder's resolved table or a :class:`Policy`. A fact of the source is never
+marked, even where the source itself calls its constant a guess (Hivemind's
+180 d / 0.35: "every constant in there is a guess"): the mark says what
+*memsim* had to supply. The reference points (``similarity-only``, ``recency-only``,
+``random``, ``oracle``) are memsim's own definitions, not models of a
+system, so they carry no marks.
 """
 
 from __future__ import annotations
@@ -16,25 +31,91 @@ from memsim.errors import ConfigError
 from memsim.params import did_you_mean
 from .base import SLOTS, Policy
 
-__all__ = ["Preset", "PRESETS", "add_preset", "preset_table", "resolve_policy"]
+__all__ = ["HIVEMIND_CUT", "Preset", "PRESETS", "add_preset", "assumptions", "parameter_paths",
+           "preset_of", "preset_table", "resolve_policy"]
 
 
 @dataclass(frozen=True)
 class Preset:
-    """A named, documented policy table."""
+    """A named, documented policy table.
+
+    Attributes
+    ----------
+    name : str
+    doc : str
+        The source, the formulas, and (appended by :func:`add_preset`) the
+        assumed parameters.
+    table : dict
+        The partial policy table (slot -> component spec).
+    assumed : dict[str, str]
+        Dotted parameter path in the resolved policy table -> why memsim chose
+        the value (the source does not give it). Read-only by convention; use
+        :func:`assumptions` for a copy.
+    """
 
     name: str
     doc: str
     table: dict[str, Any] = field(default_factory=dict)
+    assumed: dict[str, str] = field(default_factory=dict)
 
 
 PRESETS: dict[str, Preset] = {}
 
 
-def add_preset(name: str, doc: str, **table: Any) -> Preset:
+def parameter_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """The dotted parameter paths of a resolved policy table and their values.
+
+    ``{"packer": {"kind": "greedy", "min_relative_score": 0.7}, "candidates":
+    10}`` gives ``{"packer.kind": "greedy", "packer.min_relative_score": 0.7,
+    "candidates": 10}``: the paths :attr:`Preset.assumed` may use.
+    """
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            for pname, pval in value.items():
+                out[f"{key}.{pname}"] = pval
+        else:
+            out[key] = value
+    return out
+
+
+def add_preset(name: str, doc: str, *, assumed: dict[str, str] | None = None,
+               **table: Any) -> Preset:
+    """Register a preset.
+
+    Parameters
+    ----------
+    name : str
+    doc : str
+        First line: a one-sentence summary; then the source and its formulas.
+    assumed : dict[str, str], optional
+        Parameter path -> one-line reason, for every value memsim supplied.
+        Each path must be a parameter of the resolved policy
+        (:func:`parameter_paths`); the marks are appended to ``doc``.
+    **table
+        The partial policy table.
+
+    Raises
+    ------
+    RuntimeError
+        A duplicate name, or an assumed path that is not a parameter of the
+        resolved policy (a programming error in the catalogue).
+    """
     if name in PRESETS:
         raise RuntimeError(f"duplicate preset {name!r}")
-    PRESETS[name] = Preset(name=name, doc=doc.strip(), table=table)
+    assumed = dict(assumed or {})
+    paths = parameter_paths(resolve_policy(copy.deepcopy(table), name).to_config())
+    paths.setdefault("candidates", None)  # a preset may leave top-C to the experiment
+    unknown = sorted(set(assumed) - set(paths))
+    if unknown:
+        raise RuntimeError(f"preset {name!r}: assumed {unknown} are not parameters of its "
+                           f"policy; allowed: {', '.join(sorted(paths))}")
+    doc = doc.strip()
+    if assumed:
+        lines = "\n".join(f"    * ``{k}`` = {paths[k]!r}: {v}" for k, v in sorted(assumed.items()))
+        doc += ("\n\n    Assumed (not in the source; memsim's values, see "
+                "``memsim.policies.assumptions``):\n\n" + lines)
+    PRESETS[name] = Preset(name=name, doc=doc, table=table, assumed=assumed)
     return PRESETS[name]
 
 
@@ -89,9 +170,114 @@ def resolve_policy(ptable: dict[str, Any], where: str) -> Policy:
     return Policy.from_config(base, where)
 
 
+def _resolved(name: str) -> dict[str, Any]:
+    return resolve_policy({"preset": name}, name).to_config()
+
+
+def preset_of(spec: str | dict[str, Any] | Policy) -> str | None:
+    """The preset a policy comes from, or None.
+
+    Parameters
+    ----------
+    spec : str, dict or Policy
+        A preset name; a policy table (its ``preset`` key, if any, decides);
+        or a resolved table / :class:`Policy` without one, such as the
+        ``[policies.NAME]`` tables of a run folder's ``config.toml``.
+
+    Notes
+    -----
+    A resolved table does not keep its preset's name, so it is matched: the
+    presets whose component kinds equal the table's in every slot, and among
+    them the one with the fewest parameters of other value (ties: the first
+    registered). A table of other kinds than every preset has none.
+    """
+    if isinstance(spec, str):
+        preset_table(spec, "preset")  # an unknown name fails clearly
+        return spec
+    if isinstance(spec, dict) and spec.get("preset") is not None:
+        return spec["preset"] if spec["preset"] in PRESETS else None
+    config = spec.to_config() if isinstance(spec, Policy) else \
+        resolve_policy(spec, "policy").to_config()
+    paths = parameter_paths(config)
+    best, best_diff = None, None
+    for name in PRESETS:
+        ref = parameter_paths(_resolved(name))
+        kinds = [k for k in ref if k.endswith(".kind")]
+        if any(paths.get(k) != ref[k] for k in kinds):
+            continue
+        diff = sum(paths.get(k) != v for k, v in ref.items() if k != "candidates")
+        if best_diff is None or diff < best_diff:
+            best, best_diff = name, diff
+    return best
+
+
+def assumptions(spec: str | dict[str, Any] | Policy) -> dict[str, str]:
+    """The assumed parameters of a preset, or of a policy built on one.
+
+    Parameters
+    ----------
+    spec : str, dict or Policy
+        A preset name (all its marks); a policy table with ``preset = ...``
+        and overrides; or a resolved table / :class:`Policy` (a run folder's
+        ``[policies.NAME]``), whose preset is found by :func:`preset_of`.
+
+    Returns
+    -------
+    dict[str, str]
+        Dotted parameter path -> reason, sorted by path. A mark applies only
+        while the policy keeps the preset's value: a parameter the table
+        overrides with another value, or a slot given another component kind,
+        is the table's choice and drops out. Empty when the policy comes from
+        no preset.
+
+    Examples
+    --------
+    >>> "packer.min_relative_score" in assumptions("hivemind")
+    True
+    >>> "packer.min_relative_score" in assumptions(
+    ...     {"preset": "hivemind", "packer": {"min_relative_score": 0.5}})
+    False
+    """
+    name = preset_of(spec)
+    if name is None:
+        return {}
+    marks = PRESETS[name].assumed
+    if isinstance(spec, str):
+        return dict(sorted(marks.items()))
+    config = spec.to_config() if isinstance(spec, Policy) else \
+        resolve_policy(spec, "policy").to_config()
+    paths = parameter_paths(config)
+    ref = parameter_paths(_resolved(name))
+    out = {}
+    for key, reason in sorted(marks.items()):
+        slot = key.split(".")[0]
+        same_kind = "." not in key or paths.get(f"{slot}.kind") == ref.get(f"{slot}.kind")
+        if same_kind and key in paths and paths[key] == ref.get(key):
+            out[key] = reason
+    return out
+
+
 # --------------------------------------------------------------------------
 # Hivemind (seed 000; the code is private: facts from the author's post)
 # --------------------------------------------------------------------------
+
+#: Relevance cut of the ``hivemind`` preset (``packer.min_relative_score``),
+#: assumed. The cut is relative to the best candidate's score, so it must keep
+#: the asked note when it scores below the best: with cosines of the asked
+#: slot ``mu +- sd`` (default world, ``SyntheticWorkload().similarity_model()``:
+#: 0.520 +- 0.091), the asked note one sd low against a best one sd high sits
+#: at ``(mu - sd) / (mu + sd) = 0.70`` of the best; a typical same-topic note
+#: (0.260) sits at 0.50 of a typical asked note. 0.70 is the strictest cut
+#: that keeps the first and drops the second; it is argued from the
+#: similarity law, not tuned on utility (experiments/packing.toml uses the same
+#: cut, named ``cut70``).
+HIVEMIND_CUT = 0.7
+
+_HIVEMIND_ASSUMED = {
+    "retriever.kind": "relevance is cosine similarity: the post does not name its measure",
+    "decay.clock": "age counts from creation: the post says 'older notes' and no more",
+    "feedback.touch": "a 'use' (promotion after 5) is being packed into the context",
+}
 
 add_preset(
     "hivemind-2025-bug",
@@ -103,8 +289,9 @@ add_preset(
     (top-k with a cutoff), in score order. Notes are promoted to the longterm
     tier after 5 uses, but the decay ignores the tier: "the quiet one won".
 
-    memsim's choices where the post is silent: similarity is cosine, a "use"
-    is being packed into the context.""",
+    memsim's choices where the post is silent: similarity is cosine, age
+    counts from creation, a "use" is being packed into the context.""",
+    assumed=_HIVEMIND_ASSUMED,
     retriever="cosine",
     decay={"kind": "per-day", "rate": 0.05},
     ranker="product",
@@ -131,14 +318,37 @@ add_preset(
     ``greedy-swap`` packer's docstring), the **access weight** (how much a use
     counts beyond promotion: memsim gives uses no weight in the score, no
     stickiness), what counts as a use (being packed), the scratch tier's
-    constants (21 d / 0.05, from DESIGN.md; the post only says scratch should
-    fade fast) and the similarity (cosine).""",
+    constants (21 d / 0.05, memsim's values; the post only says scratch
+    should fade fast) and the similarity (cosine).
+
+    **Relevance cut (assumed).** Candidates scoring under 0.70 of the query's
+    best candidate are not packed (``min_relative_score``). The post publishes
+    no cut, but without one value per token on raw cosine packs dozens of
+    small, weakly related notes per query (the post's own caveat: "more notes
+    isn't always better"): on ``experiments/presets.toml`` the uncut packer
+    packs ~33 notes per query and loses to the bug it fixes. The threshold is
+    argued from the similarity law, not tuned (see ``HIVEMIND_CUT``); notebook
+    03 shows the result at other cuts.""",
+    assumed={
+        **_HIVEMIND_ASSUMED,
+        "packer.min_relative_score": "relevance cut before packing; no threshold is "
+                                     "published: 0.70 = (mu - sd) / (mu + sd) of the asked "
+                                     "note's cosine (see HIVEMIND_CUT)",
+        "packer.max_swaps": "the swap rule is not public: memsim's rule (greedy-swap "
+                            "docstring), at most 4 swaps per query",
+        "stickiness.kind": "the access weight is not public: uses add nothing to the "
+                           "score beyond promotion",
+        "decay.scratch_half_life_days": "the post only says scratch notes should fade "
+                                        "fast: 21 d is memsim's value",
+        "decay.scratch_floor": "the post only says scratch notes should fade fast: "
+                               "0.05 is memsim's value",
+    },
     retriever="cosine",
     decay={"kind": "per-tier", "task_half_life_days": 180.0, "task_floor": 0.35,
            "scratch_half_life_days": 21.0, "scratch_floor": 0.05},
     stickiness="none",
     ranker="product",
-    packer="greedy-swap",
+    packer={"kind": "greedy-swap", "min_relative_score": HIVEMIND_CUT},
     orderer="edges",
     feedback={"kind": "default", "touch": "packed", "promote_after": 5},
 )
@@ -147,6 +357,13 @@ add_preset(
 # ai-memory (seed 001; crates/ai-memory-store/src/decay.rs,
 # crates/ai-memory-consolidate/src/sweep.rs)
 # --------------------------------------------------------------------------
+
+#: What both ai-memory presets assume (the source is silent on them).
+_AI_MEMORY_ASSUMED = {
+    "retriever.kind": "seed 001 covers eviction only: retrieval by cosine similarity assumed",
+    "packer.kind": "ai-memory has no token budget: skip-fill in score order",
+    "feedback.touch": "an access is a note being packed into the context",
+}
 
 _AI_MEMORY_DOC = """ai-memory (akitaonrails/ai-memory; seed 001,
     ``crates/ai-memory-store/src/decay.rs`` and
@@ -176,6 +393,7 @@ add_preset(
     + _AI_MEMORY_DOC + """
 
     Breadth weight 0.0, ai-memory's default (the breadth term is off).""",
+    assumed=_AI_MEMORY_ASSUMED,
     retriever="cosine",
     ranker="similarity",
     retention={"kind": "ai-memory", "lambda_per_day": 0.02, "sigma": 0.6, "mu_per_day": 0.04,
@@ -192,7 +410,14 @@ add_preset(
 
     With the breadth term on: ``breadth_weight = 1.5`` (seed 001's example:
     10 distinct actors multiply the access term by 4.45, 4 actors by 3.08),
-    so notes used by many actors survive the sweep longer.""",
+    so notes used by many actors survive the sweep longer. The value is the
+    seed's example, not a recommendation of the project (its default is 0.0
+    and its tests check only that 0.0 is the identity).""",
+    assumed={
+        **_AI_MEMORY_ASSUMED,
+        "retention.breadth_weight": "the seed's worked example (1.5); ai-memory's default "
+                                    "is 0.0 and it publishes no recommended value",
+    },
     retriever="cosine",
     ranker="similarity",
     retention={"kind": "ai-memory", "lambda_per_day": 0.02, "sigma": 0.6, "mu_per_day": 0.04,
@@ -218,6 +443,13 @@ _FEATHER_DOC = """Feather DB's scored search (feather-store/feather,
     ``candidates`` and ``feedback.k`` together. The engine reads ages from the
     wall clock in whole seconds; memsim's ages are exact (fractional days)."""
 
+#: What both Feather presets assume: k is the caller's argument, and there is no budget.
+_FEATHER_ASSUMED = {
+    "feedback.k": "k is the caller's argument to search(): 10, as in seed 002's example call",
+    "candidates": "the packer sees the k = 10 returned notes (follows feedback.k)",
+    "packer.kind": "Feather has no token budget: skip-fill in score order",
+}
+
 #: What both Feather presets share: the 3k = 30 nearest by squared L2, scored by
 #: Feather's blend with a 30-day half-life and log-recall stickiness, top k = 10.
 _FEATHER_TABLE = dict(
@@ -241,6 +473,7 @@ add_preset(
     approximate on large stores), the top k by final score are returned, and
     only then do the k returned notes gain a recall (scores use the counts
     from before the search).""",
+    assumed=_FEATHER_ASSUMED,
     **_FEATHER_TABLE,
     feedback={"kind": "default", "touch": "returned", "k": 10, "before_scoring": False},
 )
@@ -254,6 +487,7 @@ add_preset(
     recall *before* they are scored, so every candidate's stickiness grows on
     each search whether it is returned or not. Kept as a variant to show how
     much the feedback rule alone moves rankings.""",
+    assumed=_FEATHER_ASSUMED,
     **_FEATHER_TABLE,
     feedback={"kind": "default", "touch": "prefilter", "k": 10, "before_scoring": True},
 )
@@ -278,6 +512,11 @@ add_preset(
     the query. The released code (``retrieve.py``) differs from the paper:
     weights 0.5 / 3 / 2 (recency / relevance / importance) and a recency of
     ``0.99 ** rank``; override ``ranker`` weights to approach it.""",
+    assumed={
+        "packer.kind": "the paper has no token budget (the released code takes the top 30 "
+                       "whatever their size): skip-fill in score order",
+        "feedback.touch": "the retrieved memories (whose last access resets) are the packed ones",
+    },
     retriever="cosine",
     decay={"kind": "generative-agents", "decay_factor": 0.995},
     ranker={"kind": "weighted-sum", "w_recency": 1.0, "w_importance": 1.0, "w_relevance": 1.0},
@@ -303,6 +542,11 @@ add_preset(
     only the 100 nearest are candidates); similarity is cosine (LangChain
     uses the vector store's relevance score, often a rescaled distance);
     packing is skip-fill in score order.""",
+    assumed={
+        "retriever.kind": "LangChain uses the vector store's relevance score (often a "
+                          "rescaled distance): cosine assumed",
+        "packer.kind": "the retriever has no token budget: skip-fill in score order",
+    },
     retriever={"kind": "cosine", "prefilter": 100},
     decay={"kind": "langchain", "decay_rate": 0.01},
     ranker="additive",
@@ -323,6 +567,14 @@ add_preset(
     threshold; ``mode = "probabilistic"`` forgets with probability 1 - R
     instead). memsim's choices: a recall is being packed into the context;
     pinned notes are never forgotten; skip-fill packing in score order.""",
+    assumed={
+        "retention.threshold": "the paper forgets 'when R falls low' and gives no threshold: 0.05",
+        "retention.strength_days": "S starts at 1 as published; reading t in days is memsim's",
+        "retention.protect_pinned": "MemoryBank has no pinned notes: memsim never forgets them",
+        "retriever.kind": "the paper retrieves by embedding similarity: cosine assumed",
+        "packer.kind": "MemoryBank has no token budget: skip-fill in score order",
+        "feedback.touch": "a recall (S + 1, t reset) is a note being packed into the context",
+    },
     retriever="cosine",
     ranker="similarity",
     retention={"kind": "memorybank", "strength_days": 1.0, "strength_per_recall": 1.0,

@@ -23,7 +23,7 @@ The ``[sweep]`` table
 
     [sweep.robustness]          # optional
     replicates = 3              # fresh replicate seeds (default: experiment.replicates)
-    variants = [{ name = "noisy", "workload.retriever_noise" = 1.2 }]
+    variants = [{ name = "noisy", "workload.retriever_noise" = 1.6 }]
 
 Every key is validated against the experiment before anything runs: a key
 must name a value of the resolved experiment (``memsim sweep`` refuses a key

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -98,19 +99,21 @@ def _rep_matrix(done: pd.DataFrame, label: str) -> np.ndarray:
                             for _, c in cols])
 
 
-def as_good_share(x: np.ndarray, best: int, sign: float, n_boot: int = N_BOOT,
-                  rng: np.random.Generator | None = None) -> np.ndarray:
-    """Share of paired bootstrap resamples in which each trial is at least as
-    good as trial ``best``.
+def plateau_members(x: np.ndarray, sign: float, *, level: float = LEVEL, n_boot: int = N_BOOT,
+                    rng: np.random.Generator | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which trials are not significantly worse than the best, from a paired
+    bootstrap over replicates that accounts for the best being selected.
 
     Parameters
     ----------
     x : ndarray, shape (T, R)
-        ``x[t, r]``: trial t's objective on replicate r (NaN where missing).
-    best : int
-        Row of the best trial.
+        ``x[t, r]``: trial t's objective on replicate r (NaN where missing),
+        R >= 2.
     sign : float
         +1 for a maximised objective, -1 for a minimised one.
+    level : float
+        Confidence level.
     n_boot : int
         Resamples B.
     rng : numpy.random.Generator
@@ -118,18 +121,47 @@ def as_good_share(x: np.ndarray, best: int, sign: float, n_boot: int = N_BOOT,
 
     Returns
     -------
-    ndarray, shape (T,)
-        :math:`p_t = \\frac{1}{B} \\sum_b \\mathbf{1}[g_{b,t} \\le 0]`, with the
-        gap :math:`g_{b,t} = s\\,(m_{b,t^*} - m_{b,t})` and the resampled mean
-        :math:`m_{b,t} = \\sum_r w_{b,r} x_{t,r} / \\sum_r w_{b,r}` over finite
-        :math:`x_{t,r}`, where :math:`w_{b,r}` counts the draws of replicate r
-        in resample b, the same for every trial (paired: the trials share
-        their replicate seeds, so what is common to all trials on a replicate
-        cancels in the gap). A gap that is NaN (nothing finite drawn) counts
-        as worse.
+    on : ndarray of bool, shape (T,)
+        :math:`L_t \\le c_t`: trial t is on the plateau.
+    lead : ndarray, shape (T,)
+        :math:`L_t = \\max_u s\\,m_u - s\\,m_t`, how far the best is ahead of t.
+    threshold : ndarray, shape (T,)
+        :math:`c_t`.
+
+    Notes
+    -----
+    With :math:`m_t` the mean of trial t's finite replicate values and
+    :math:`m_{b,t} = \\sum_r w_{b,r} x_{t,r} / \\sum_r w_{b,r}` (finite
+    :math:`x_{t,r}` only) its mean in resample b, where :math:`w_{b,r}` counts
+    the draws of replicate r and is the same for every trial (paired: trials
+    share their replicate seeds, so what is common to all trials on a
+    replicate cancels), the centred deviations are
+
+    .. math::
+
+        \\delta_{b,t} = s\\,(m_{b,t} - m_t)\\,\\sqrt{R/(R-1)}
+
+    (the factor undoes the plug-in bootstrap's variance divisor R instead of
+    R - 1, which matters at the 2-5 replicates sweeps use), and
+
+    .. math::
+
+        c_t = Q_{\\text{level}}\\Big(\\max_u \\delta_{b,u} - \\delta_{b,t}\\Big)
+        \\quad\\text{over } b = 1..B.
+
+    This is Gupta's subset selection (multiple comparisons with the best) with
+    bootstrap critical values. If trial k has the best expected value
+    :math:`\\mu_k`, its lead is :math:`L_k = \\max_u [s(\\mu_u - \\mu_k) +
+    s(e_u - e_k)] \\le \\max_u s(e_u - e_k)` (:math:`e = m - \\mu`, the
+    replicate noise), whose distribution the bootstrap approximates by that
+    of :math:`\\max_u \\delta_{b,u} - \\delta_{b,k}`: the plateau contains the
+    truly best trial with probability about ``level``. The best observed
+    trial always belongs (:math:`L = 0 \\le c`).
     """
     x = np.asarray(x, dtype=np.float64)
     T, R = x.shape
+    if R < 2:
+        raise ValueError(f"plateau_members needs at least 2 replicates. Got {R} instead.")
     rng = rng if rng is not None else child(seed_sequence(0), "sweep", "plateau")
     idx = rng.integers(0, R, size=(n_boot, R))
     # counts of each replicate in each resample: one matrix product then
@@ -137,13 +169,22 @@ def as_good_share(x: np.ndarray, best: int, sign: float, n_boot: int = N_BOOT,
     flat = (np.arange(n_boot)[:, None] * R + idx).ravel()
     w = np.bincount(flat, minlength=n_boot * R).reshape(n_boot, R).astype(np.float64)
     fin = np.isfinite(x)
+    xs = np.where(fin, x, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        m = (w @ np.where(fin, x, 0.0).T) / (w @ fin.T.astype(np.float64))
-        gap = sign * (m[:, [best]] - m)
-    # trials with the best's exact values (same parameters, common random
-    # numbers) must tie, whatever the rounding of the resampled means
-    tol = 1e-12 * max(1.0, float(np.nanmax(np.abs(x))) if np.isfinite(x).any() else 1.0)
-    return (gap <= tol).mean(axis=0)
+        m = xs.sum(axis=1) / fin.sum(axis=1)
+        mb = (w @ xs.T) / (w @ fin.T.astype(np.float64))
+    delta = sign * (mb - m) * math.sqrt(R / (R - 1))
+    with warnings.catch_warnings():
+        # a resample that drew only a trial's NaN replicates leaves NaN: skipped
+        warnings.simplefilter("ignore", RuntimeWarning)
+        top = np.nanmax(delta, axis=1, keepdims=True)
+        threshold = np.nanquantile(top - delta, level, axis=0)
+    lead = np.nanmax(sign * m) - sign * m
+    # ties with the best (same parameters under common random numbers) must
+    # stay ties whatever the rounding of the means
+    tol = 1e-12 * max(1.0, float(np.nanmax(np.abs(m))))
+    on = lead <= np.nan_to_num(threshold, nan=0.0) + tol
+    return on, lead, threshold
 
 
 def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL,
@@ -156,40 +197,39 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
 
     Plateau. Let :math:`x_{t,r}` be trial t's objective on replicate r (the
     ``<objective>_rep<r>`` columns of the trials table), :math:`s = +1` to
-    maximise and :math:`-1` to minimise, and :math:`t^*` the best COMPLETE
-    trial (largest :math:`s\\,m_t`, :math:`m_t` the mean over replicates;
-    ties to the lowest number, as the sweep picks it). Trial t is **on the
-    plateau** when its paired gap to the best is not significantly above 0:
+    maximise and :math:`-1` to minimise, and the best trial the COMPLETE one
+    with the largest :math:`s\\,m_t` (:math:`m_t` the mean over replicates;
+    ties to the lowest number, as the sweep picks it). A trial is **on the
+    plateau** when the best's lead over it, :math:`L_t = \\max_u s\\,m_u -
+    s\\,m_t`, is within what replicate noise alone could produce:
+    :math:`L_t \\le c_t`, with :math:`c_t` the ``level`` quantile, over paired
+    bootstrap resamples of the replicates (the same resample for every trial:
+    common random numbers), of the largest amount by which any trial's
+    resampled mean moves ahead of t's (:func:`plateau_members` gives the
+    formula). The plateau of a numeric parameter is :math:`[\\min, \\max]` of
+    its values over the plateau's trials; of a categorical one, the choices
+    they use. It always contains the best value.
 
-    .. math::
-
-        p_t = \\frac{1}{B}\\sum_{b=1}^{B} \\mathbf{1}\\left[s\\,(m_{b,t^*} - m_{b,t})
-        \\le 0\\right] \\ \\ge\\ \\frac{\\alpha}{2}, \\qquad \\alpha = 1 - \\text{level},
-
-    with :math:`m_{b,t}` the mean of resample b of the replicates, the same
-    resample for every trial (:func:`as_good_share`); equivalently, the
-    two-sided ``level`` percentile interval of the gap reaches 0. The
-    plateau of a numeric parameter is :math:`[\\min, \\max]` of its values over
-    the plateau's trials; of a categorical one, the choices they use. It
-    always contains the best value (:math:`p_{t^*} = 1`).
-
-    Why this rule and not "best in at least 5% of resamples": the argmax
-    share is split among all the trials that sampled the flat region, so it
-    would shrink as a sampler concentrates trials near the optimum (the
-    better explored, the narrower). The paired gap compares each trial with
-    the best alone, whatever the number of its neighbours.
+    Why this rule. The best trial is the maximum of many noisy values, and a
+    plain paired interval of each trial's difference to it ignores that
+    selection: on a small workload (180 queries per replicate, 3 replicates,
+    60 trials) the best trial had beaten its neighbours on every replicate by
+    luck, and that interval excluded the half-lives that were best on fresh
+    seeds. Taking the maximum over all trials in each resample (the argmax
+    recomputed) makes the plateau contain the truly best trial with
+    probability about ``level``, whatever the number of trials. The other
+    usual rule, "best in at least 5% of resamples", splits that share among
+    all the trials of a flat region, so its plateau would shrink as a sampler
+    concentrates trials near the optimum.
 
     Reading it: the interval is the range of values seen among trials as good
     as the best, not a promise that every value inside is (a multimodal
     objective can dip in between); in a sweep of several parameters, a
     parameter's plateau is the projection of the trials on the joint plateau.
-    The best is chosen on the same replicates (winner's curse), which widens
-    the gaps a little, so the plateau errs on the narrow side; with few
-    replicates it errs on the wide side: with R <= 3 a resample drawing one
-    replicate R times has probability :math:`R^{1-R} \\ge 1/9`, so a trial
-    that matches the best on any one replicate is on the plateau. With one
-    replicate the noise cannot be measured: ``low``, ``high``, ``choices``
-    and ``n_plateau`` are NaN and ``note`` says why.
+    The maximum runs over every trial, hopeless ones too, so the plateau errs
+    on the wide side. With one replicate the noise cannot be measured:
+    ``low``, ``high``, ``choices`` and ``n_plateau`` are NaN and ``note``
+    says why.
 
     Edge warning. ``edge_warning`` is true when the best value lies in the
     outer ``edge`` share of a numeric range (:func:`range_position`, on a log
@@ -230,7 +270,6 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
     if not 0.0 < level < 1.0:
         raise ValueError(f"The 'level' parameter of plateau_table must be in (0, 1). "
                          f"Got {level!r} instead.")
-    alpha = 1.0 - level
     root = seed_sequence(spec.seed if seed is None else seed)
     rows: list[dict] = []
     state = trials["state"] if "state" in trials else pd.Series("COMPLETE", index=trials.index)
@@ -244,14 +283,20 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
         else:
             done = done.iloc[0:0]
         done = done.sort_values("number") if "number" in done else done
+        x = _rep_matrix(done, lab)
+        on = None  # one bootstrap per objective, shared by its parameters
+        if len(done) and x.shape[1] >= 2:
+            on, _, _ = plateau_members(x, sign, level=level, n_boot=n_boot,
+                                       rng=child(root, "sweep", "plateau", lab))
         for p in spec.params:
-            rows.append(_row(done, lab, sign, vcol, p, alpha, n_boot, root, edge))
+            rows.append(_row(done, lab, sign, vcol, p, x.shape[1], on, edge))
     return pd.DataFrame(rows, columns=list(PLATEAU_COLUMNS))
 
 
-def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, alpha: float,
-         n_boot: int, root, edge: float) -> dict:
-    """One row of :func:`plateau_table`."""
+def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: int,
+         on: np.ndarray | None, edge: float) -> dict:
+    """One row of :func:`plateau_table` (``on``: the plateau's trials, None
+    when not measured)."""
     numeric = p.type != "categorical"
     row: dict[str, Any] = {
         "objective": lab, "param": p.key, "type": p.type, "best": None,
@@ -275,18 +320,16 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, alp
         row["edge"] = edge_of(p, bval, edge)
         row["edge_warning"] = bool(row["edge"])
         row["warning"] = edge_message(p, bval, edge)
-    x = _rep_matrix(done, lab)
-    R = x.shape[1]
     row["n_replicates"] = R
-    if R < 2:
-        notes.append("plateau not measured: the sweep has one replicate, so the replicate "
+    if on is None:
+        notes.append(f"plateau not measured: the trials table has no {lab}_rep<r> columns"
+                     if R == 0 else
+                     "plateau not measured: the sweep has one replicate, so the replicate "
                      "noise cannot be measured (set experiment.replicates >= 2)")
         row["note"] = "; ".join(notes)
         return row
-    rng = child(root, "sweep", "plateau", lab)
-    share = as_good_share(x, best, sign, n_boot, rng)
-    on = share >= alpha / 2
-    on[best] = True  # p = 1 for the best itself; kept explicit for NaN-only replicates
+    on = on.copy()
+    on[best] = True  # L = 0 <= c for the best; explicit for a trial with NaN replicates
     row["n_plateau"] = int(on.sum())
     pv = done[p.key].to_numpy()[on]
     if numeric:

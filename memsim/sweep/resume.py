@@ -109,7 +109,13 @@ def _locate_run_dir(exp: Experiment, hash8: str, out: str | Path | None,
 def _resume_storage(storage: str | None, ident: dict | None, run_dir: Path | None,
                     ) -> str | None:
     """The storage to open: the one the folder recorded, which an explicit
-    ``storage`` must match."""
+    ``storage`` must match.
+
+    An explicit ``storage`` is checked here, before any run folder exists, so
+    that a bad ``--storage`` leaves nothing behind.
+    """
+    if storage is not None:
+        _storage_spec(storage, run_dir)
     recorded = (ident or {}).get("storage")
     if recorded is None:
         return storage

@@ -31,7 +31,7 @@ _SAME_NOTE = "the best trial is the experiment's own parameters"
 
 def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: list[dict],
                      ) -> pd.DataFrame:
-    """Re-evaluate parameter sets on fresh seeds and on workload variants.
+    r"""Re-evaluate parameter sets on fresh seeds and on workload variants.
 
     Parameters
     ----------

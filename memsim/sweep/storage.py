@@ -13,18 +13,26 @@ Holds the normalisation of ``--storage`` (:func:`_storage_spec`), the form
 recorded in the run folder (:func:`_recorded_storage`, relative for a journal
 inside the folder, without a password otherwise), :func:`open_storage` and
 the choice of a PostgreSQL driver.
+
+A journal whose last write did not finish (disk full, a killed writer) ends
+in a torn record; Optuna would refuse the file from then on. Opening it
+(:func:`repair_journal`) keeps every complete record and moves the torn bytes
+into a side file ``<journal>.torn-<n>``, saying so on stderr.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
 from memsim.errors import ConfigError
 
@@ -49,14 +57,30 @@ def _storage_spec(storage: str | None, run_dir: Path | None) -> str:
     if not isinstance(storage, str) or not storage:
         raise ConfigError(f"--storage: expected a URL, got {storage!r}")
     if storage.startswith("journal:"):
-        path = Path(storage[len("journal:"):]).expanduser()
-        return f"journal:{path.resolve()}"
+        return _journal_spec(Path(storage[len("journal:"):]).expanduser(), storage)
     if re.match(r"^(sqlite|postgresql|postgres|mysql)(\+\w+)?://", storage):
         return storage
     if storage.endswith((".log", ".jsonl", ".journal")):
-        return f"journal:{Path(storage).expanduser().resolve()}"
+        return _journal_spec(Path(storage).expanduser(), storage)
     raise ConfigError(f"--storage: {_mask_url(storage)!r} is not a storage URL; expected "
                       "sqlite:///FILE.db, postgresql://USER:PASSWORD@HOST/DB or journal:FILE.log")
+
+
+def _journal_spec(path: Path, given: str) -> str:
+    """``journal:<absolute path>``, refusing a path that cannot be a journal file."""
+    if not str(path) or str(path) == ".":
+        raise ConfigError(f"--storage {given}: expected journal:FILE.log")
+    if path.is_dir():
+        raise ConfigError(f"--storage {given}: {path} is a folder; give a file in it, "
+                          f"e.g. journal:{path / 'journal.log'}")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"--storage {given}: {path} is not a regular file")
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"--storage {given}: {parent} is a file, not a folder")
+            break
+    return f"journal:{path.resolve()}"
 
 
 def _recorded_storage(spec: str, run_dir: Path | None) -> str:
@@ -84,6 +108,7 @@ def open_storage(spec: str):
     if spec.startswith("journal:"):
         path = Path(spec[len("journal:"):])
         path.parent.mkdir(parents=True, exist_ok=True)
+        repair_journal(path)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     if re.match(r"^postgres(ql)?://", spec):
         spec = _pg_driver(spec)
@@ -116,3 +141,89 @@ def _pg_driver(url: str) -> str:
             return f"postgresql+{dialect}://{rest}"
     raise ConfigError("--storage: a PostgreSQL storage needs a driver: pip install "
                       "psycopg2-binary (memsim[postgres])")
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _split_record(line: bytes) -> tuple[bytes, bytes] | None:
+    """(torn prefix, complete record) of a line where a torn write was
+    followed by a complete one; None when no suffix is a record."""
+    start = line.find(b"{", 1)
+    while start != -1:
+        if _is_record(line[start:]):
+            return line[:start], line[start:]
+        start = line.find(b"{", start + 1)
+    return None
+
+
+def repair_journal(path: Path) -> int:
+    """Set aside the torn records of an Optuna journal file.
+
+    Every complete record (a line that is a JSON object) stays, in order.
+    The bytes of a torn one (a write cut short, after which the file ends or
+    the next write went on) go to ``<journal>.torn-<n>``, and one line on
+    stderr says so. Runs under the journal's own lock.
+
+    Returns
+    -------
+    int
+        The number of bytes set aside (0: the journal was whole).
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    with open(path, "rb") as f:  # a cheap look first: a whole journal is left alone
+        f.seek(-1, os.SEEK_END)
+        ends_whole = f.read(1) == b"\n"
+    if ends_whole and all(_is_record(line) for line in _lines(path)):
+        return 0
+    lock = JournalFileSymlinkLock(str(path))
+    while not lock.acquire():  # pragma: no cover - acquire() blocks until it succeeds
+        pass
+    try:
+        kept, torn = [], []
+        for line in _lines(path):
+            if line.endswith(b"\n") and _is_record(line):
+                kept.append(line)
+                continue
+            split = _split_record(line) if line.endswith(b"\n") else None
+            if split is None:
+                torn.append(line)
+            else:
+                torn.append(split[0])
+                kept.append(split[1])
+        if not torn:
+            return 0
+        side = _side_file(path)
+        side.write_bytes(b"".join(torn))
+        tmp = path.with_name(f".{path.name}.repair-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(b"".join(kept))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    finally:
+        lock.release()
+    n = sum(len(t) for t in torn)
+    print(f"memsim: warning: {path}: an unfinished write left {n} torn bytes; kept the "
+          f"{len(kept)} complete records and moved the rest to {side}", file=sys.stderr)
+    return n
+
+
+def _lines(path: Path):
+    with open(path, "rb") as f:
+        yield from f
+
+
+def _side_file(path: Path) -> Path:
+    n = 1
+    while path.with_name(f"{path.name}.torn-{n}").exists():
+        n += 1
+    return path.with_name(f"{path.name}.torn-{n}")
