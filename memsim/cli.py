@@ -26,6 +26,7 @@ from .curves import curves_table, format_curves
 from .errors import MemsimError
 from .feather_check import main as feather_main
 from .importers.locomo import cli_import_locomo
+from .importers.trace import cli_import_trace
 from .optimum import optimum
 from .policies import PRESETS, REGISTRY, assumptions
 from .report import build_report
@@ -141,6 +142,10 @@ def _cmd_curves(args) -> int:
 
 
 def _cmd_stream_import(args) -> int:
+    if args.format == "trace":
+        cli_import_trace(Path(args.path), Path(args.out))
+        print(args.out)
+        return 0
     if args.format != "locomo":  # argparse restricts choices; kept for clarity
         raise MemsimError(f"unknown import format {args.format!r}")
     cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions)
@@ -201,6 +206,15 @@ def _cmd_optimum(args) -> int:
 
 def _cmd_feather_check(args) -> int:
     return feather_main([args.config] + (["--csv", args.csv] if args.csv else []))
+
+
+def _cmd_engine_check(args) -> int:
+    argv = [args.config] + (["--csv", args.csv] if args.csv else [])
+    if args.engine == "feather":
+        return feather_main(argv)
+    from .langchain_check import main as langchain_main
+
+    return langchain_main(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -285,8 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=_cmd_stream_validate)
 
     imp = ssub.add_parser("import", help="import a real trace into a stream folder")
-    imp.add_argument("format", choices=["locomo"])
-    imp.add_argument("path", help="locomo10.zip or locomo10.json")
+    imp.add_argument("format", choices=["locomo", "trace"])
+    imp.add_argument("path", help="locomo10.zip or locomo10.json; a trace: FILE.jsonl "
+                     "(memory-layer log, format in memsim/importers/trace.py)")
     imp.add_argument("--out", required=True, help="stream folder to create")
     imp.add_argument("--notes", choices=["turns", "observations", "summaries"], default="turns",
                      help="what becomes a note (default: turns)")
@@ -311,6 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
     fc.add_argument("config", help="TOML file (see experiments/feather_check.toml)")
     fc.add_argument("--csv", metavar="PREFIX", help="write PREFIX_<search>.csv per search")
     fc.set_defaults(func=_cmd_feather_check)
+
+    ec = sub.add_parser("engine-check",
+                        help="replay a stream through a real engine and its memsim preset")
+    ec.add_argument("engine", choices=["feather", "langchain"])
+    ec.add_argument("config", help="TOML file (experiments/feather_check.toml, "
+                    "experiments/langchain_check.toml)")
+    ec.add_argument("--csv", metavar="PREFIX", help="write the per-query tables as CSV")
+    ec.set_defaults(func=_cmd_engine_check)
 
     cal = sub.add_parser("calibrate", help="fit decay families to real recall data")
     csub = cal.add_subparsers(dest="calibrate_command", required=True)

@@ -35,7 +35,7 @@ from .planted import PlantedModel
 from .policies import ArrayContext, Policy
 from .policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
 from .rng import child
-from .stream import Stream
+from .stream import LoggedRankings, Stream
 from .workload import CLASS_NAMES
 
 __all__ = ["SimSettings", "Arm", "simulate", "SimResult", "NoteArrays", "PolicyState",
@@ -467,6 +467,25 @@ class BatchContext:
     def note_actor(self) -> np.ndarray:
         return self.notes.actor[self.idx]
 
+    # -- the logged rankings (for rankers that declare needs_logged) ---------
+    @cached_property
+    def _logged(self) -> tuple[np.ndarray, np.ndarray] | None:
+        logged = getattr(self.batch, "logged", None)
+        return None if logged is None else logged.dense(self.batch.qrows, self.idx)
+
+    @property
+    def logged_rank(self) -> np.ndarray | None:
+        """(Q, L) rank (from 1) the production system gave each note, ``inf``
+        where it did not return it; None when the stream has no logged
+        rankings."""
+        return None if self._logged is None else self._logged[0]
+
+    @property
+    def logged_score(self) -> np.ndarray | None:
+        """(Q, L) score the production system logged, NaN where none; None
+        when the stream has no logged rankings."""
+        return None if self._logged is None else self._logged[1]
+
     @property
     def query_actor(self) -> np.ndarray:
         return self.batch.actors
@@ -586,6 +605,11 @@ class _Inputs:
     acc_t: np.ndarray
     acc_rows: np.ndarray
     acc_actor: np.ndarray
+    #: the stream's logged rankings (its optional ``retrieved`` table), or None
+    logged: LoggedRankings | None = None
+    #: each query's category (as text; by row), or None: the queries'
+    #: ``category`` column, else the synthetic class asked (``note_class``)
+    qcategory: np.ndarray | None = None
 
 
 def _inputs(stream: Stream) -> _Inputs:
@@ -620,6 +644,10 @@ def _inputs(stream: Stream) -> _Inputs:
         acc_rows=np.array([note_row[int(x)] for x in stream.accesses["note_id"]],
                           dtype=np.int64),
         acc_actor=_codes(stream.accesses["actor"], actor_codes),
+        logged=(LoggedRankings(stream) if getattr(stream, "retrieved", None) is not None
+                else None),
+        qcategory=next((queries[c].astype(str).to_numpy(dtype=object)
+                        for c in ("category", "note_class") if c in queries), None),
     )
 
 
@@ -662,6 +690,7 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
         batch = Batch(qrows=rows, t=t, actors=inp.qactor[rows], notes=notes,
                       qemb=inp.qemb[rows], qnorm2=inp.qnorm2[rows], relevance=inp.relevance,
                       namespaces=None if inp.qns is None else inp.qns[rows])
+        batch.logged = inp.logged  # for rankers that declare needs_logged
         # 4. each arm
         for ai, (arm, st) in enumerate(zip(arms, states)):
             budget = resolve_budget(arm, settings, inp.qbudget[rows])
@@ -723,6 +752,10 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
     qframe = pd.concat(frames, ignore_index=True)
     qframe["actor"] = np.asarray(inp.actor_names, dtype=object)[
         qframe.pop("actor_code").to_numpy()] if len(qframe) else pd.Series(dtype=object)
+    if inp.qcategory is not None:
+        # per-category results: the query's category tag, as text
+        qframe["category"] = (pd.Series(inp.qcategory, index=inp.relevance.query_ids)
+                              .reindex(qframe["query_id"].to_numpy()).to_numpy(dtype=object))
 
     store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens"])
     store.insert(0, "policy", [arms[i].policy_name for i in store["arm"]])
@@ -797,6 +830,12 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
             cols = np.flatnonzero(mask.any(axis=0))
             batch, mask = batch.subset(cols), mask[:, cols]
             ctx = BatchContext(batch, st, rng)
+    if getattr(policy.ranker, "needs_logged", False):
+        # replaying a production system: only the notes it returned
+        if ctx.logged_rank is None:
+            raise ConfigError(f"ranker {policy.ranker.name!r} needs a stream with logged "
+                              "rankings (retrieved.parquet, from a trace's 'retrieved' events)")
+        mask = mask & np.isfinite(ctx.logged_rank)
     ctx.live = mask
     return ctx, batch
 
@@ -808,6 +847,9 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
     ctx, batch = _scoring_context(policy, st, rng, batch)
     mask = ctx.live
     scores = np.asarray(policy.score(ctx), dtype=np.float64)
+    pick = getattr(policy.ranker, "candidate_mask", None)
+    if pick is not None:  # a ranker that chooses its own candidates (LangChain's)
+        mask = mask & np.asarray(pick(ctx), dtype=bool)
     scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
     pos, cand_scores = top_candidates(scores, c)
     cand_ok = np.isfinite(cand_scores)

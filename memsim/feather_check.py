@@ -59,7 +59,6 @@ import shutil
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,8 +66,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .engine_check import DAY_S, quantise_stream
 from .errors import ConfigError, MemsimError
-from .stream import Stream, make_stream
+from .stream import Stream
 
 __all__ = [
     "CrossCheckResult",
@@ -88,8 +88,6 @@ __all__ = [
 #: ``ef >= min(n_notes, 2000)``; exact on a few thousand notes, while on 20,000
 #: the HNSW still misses a near note about once in 7,000 queries).
 EXACT_EF_CAP = 2000
-#: Seconds per simulated day.
-DAY_S = 86400
 #: Notes not about to be scored are stamped this far in the future: their age
 #: clamps to 0, the highest recency there is (see the module docstring).
 _FUTURE_S = 20 * 365 * DAY_S
@@ -109,34 +107,6 @@ def _require_feather():
 # --------------------------------------------------------------------------
 # Stream preparation
 # --------------------------------------------------------------------------
-
-
-def quantise_stream(stream: Stream) -> Stream:
-    """The stream with every time rounded to a whole second.
-
-    Note ``created_at`` / ``updated_at`` / ``expires_at``, query ``t`` and
-    access ``t`` become ``round(x * 86400) / 86400`` days. Both replays of the
-    cross-check run on this stream, because the engine's clock has whole
-    seconds and memsim's has float days.
-    """
-
-    def q(x):
-        x = np.asarray(x, dtype=np.float64)
-        return np.where(np.isfinite(x), np.round(x * DAY_S) / DAY_S, x)
-
-    notes = stream.notes.copy()
-    for col in ("created_at", "updated_at", "expires_at"):
-        if col in notes:
-            notes[col] = q(notes[col].to_numpy())
-    queries = stream.queries.copy()
-    queries["t"] = q(queries["t"].to_numpy())
-    accesses = stream.accesses.copy()
-    if len(accesses):
-        accesses["t"] = q(accesses["t"].to_numpy())
-    meta = dict(stream.meta)
-    meta["time_quantised_s"] = 1
-    return make_stream(notes, queries, stream.qrels, accesses, stream.note_embeddings,
-                       stream.query_embeddings, meta)
 
 
 def _seconds(days: np.ndarray) -> np.ndarray:
@@ -733,7 +703,31 @@ def _compare(stream: Stream, mem: MemsimReplay, eng: EngineReplay, k: int) -> pd
     df["clock_tick"] = eng.clock_tick
     df["unstamped"] = eng.unstamped
     df["beyond_exact"] = eng.beyond_exact
+    df["cause"] = _causes(df, eng, mem)
     return df
+
+
+def _causes(df: pd.DataFrame, eng: EngineReplay, mem: MemsimReplay) -> np.ndarray:
+    """A likely cause for each differing query (empty where identical)."""
+    out = np.full(len(df), "", dtype=object)
+    differs = np.flatnonzero(~df["identical"].to_numpy(bool))
+    first = int(differs[0]) if len(differs) else len(df)
+    for j in differs:
+        if df["beyond_exact"].iat[j] or df["unscored"].iat[j]:
+            out[j] = "index miss (the engine's HNSW did not score a nearer note)"
+        elif df["clock_tick"].iat[j] or df["unstamped"].iat[j]:
+            out[j] = "clock (the search straddled a second, or an unstamped note)"
+        elif _near_tie(eng.scores[j]) or _near_tie(mem.scores[j]):
+            out[j] = "near tie (float32 scores within 1e-6)"
+        elif j > first:
+            out[j] = "recall counts differ since an earlier difference"
+        else:
+            out[j] = "scores differ"
+    return out
+
+
+def _near_tie(scores: np.ndarray) -> bool:
+    return len(scores) > 1 and bool((np.abs(np.diff(scores)) < 1e-6).any())
 
 
 def feather_cross_check(stream: Stream, *, k: int = 10, half_life: float = 30.0,
@@ -858,6 +852,13 @@ def _summary(qs: Stream, per_query: pd.DataFrame, mem: MemsimReplay, eng: Engine
     return summary
 
 
+def _first_lines(per_query: pd.DataFrame, n: int = 5) -> list[str]:
+    from .engine_check import first_differences
+
+    return [f"    query {r.query_id} (day {r.t:.3f}): overlap {r.overlap:.2f}; {r.cause}"
+            for r in first_differences(per_query, n).itertuples(index=False)]
+
+
 def format_cross_check(result: CrossCheckResult) -> str:
     """A short plain-text report of a cross-check."""
     s = result.summary
@@ -885,6 +886,7 @@ def format_cross_check(result: CrossCheckResult) -> str:
         f"the exact {3 * s['k']} nearest, or a better one not scored)",
         f"  clock: {s['clock_ticks']} searches straddled a second; "
         f"{s['unstamped_returns']} unstamped notes returned",
+        *_first_lines(result.per_query),
         f"  time: memsim {s['memsim_s']:.1f} s; engine {s['engine_s']:.1f} s (ingest "
         f"{s['engine_ingest_s']:.1f} s, search {s['engine_search_s']:.1f} s); whole replay "
         f"{s['replay_s']:.1f} s (re-stamping {s['restamp_s']:.1f} s, clock waits "
@@ -905,31 +907,19 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True
                       ) -> list[CrossCheckResult]:
     """Run the cross-check a TOML file (or its parsed dict) describes.
 
-    The file has a ``[feather_check]`` table (``seed``, ``k``, ``half_life``,
+    The file has a ``[feather_check]`` (or ``[engine_check]``) table (``seed``, ``k``, ``half_life``,
     ``time_weight``, ``min_weight``, ``searches``: a list of ``"exact"``,
     ``"default"`` or an integer ef; ``feedback``: true, false or a list of
     them) and a ``[workload]`` table of
-    :class:`memsim.workload.SyntheticWorkload` knobs. One result per
+    :class:`memsim.workload.SyntheticWorkload` knobs, or ``source = "DIR"``
+    to replay a stream folder (:func:`memsim.engine_check.load_check_config`). One result per
     (feedback, search) pair, all on one stream and one memsim replay per
     feedback setting.
     """
-    from .workload import SyntheticWorkload
+    from .engine_check import load_check_config
 
-    if isinstance(path, dict):
-        cfg, where = path, "feather_check"
-    else:
-        where = str(path)
-        try:
-            cfg = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-    check = cfg.get("feather_check", {})
-    unknown = set(check) - _CHECK_KEYS
-    if unknown:
-        raise ConfigError(f"{where}: feather_check.{sorted(unknown)[0]}: unknown key; allowed: "
-                          f"{', '.join(sorted(_CHECK_KEYS))}")
-    workload = SyntheticWorkload.from_config(cfg.get("workload", {}), "workload")
-    stream = workload.generate(np.random.SeedSequence(int(check.get("seed", 0))))
+    check, stream, where = load_check_config(path, ("feather_check", "engine_check"),
+                                             _CHECK_KEYS)
     params = {key: check[key] for key in ("k", "half_life", "time_weight", "min_weight")
               if key in check}
     feedbacks = check.get("feedback", [True])

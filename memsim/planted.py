@@ -70,6 +70,16 @@ the slope ``log LR`` has when both laws get their pooled variance. The asked
 note's rivals are the notes of its own topic; notes of other topics sit about
 ``mu_on / sd_other`` sds lower. At that ``beta`` the optimal half-life is
 ``H``.
+
+*How close.* Both statements rest on Gaussian approximations of the cosine
+laws, and measured they hold to within a few percent, not exactly: a 60-trial
+sweep of the family recovers ``H`` within 25% for ``H`` = 8, 20 and 40 days
+(``tests/test_optimum.py``), and on a 10-point grid at ``H = 30`` (6
+replicates, 7,244 queries) the family's utility is flat within 0.003 from
+``h = 27`` to ``42``, with the ``bayes`` ranker 0.003 below the grid's best
+(0.815 against 0.818). A conditional-logit fit of ``exp(beta cos - gamma
+age)`` on the queries of such streams gives ``gamma = ln 2 / H`` to 5% and a
+``beta`` within 5-17% of the model's over ``retriever_noise`` 1.0-1.8.
 """
 
 from __future__ import annotations

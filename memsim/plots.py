@@ -25,9 +25,18 @@ data                                 drawing
 :func:`run_metric_data`              :func:`plot_run_metric`
 :func:`store_size_data`              :func:`plot_store_size`
 :func:`sweep_history_data`           :func:`plot_sweep_history`
-:func:`param_importance_data`        :func:`plot_param_importance`
+``sweep/importance.csv``             :func:`plot_param_importance`
+:func:`slice_data`                   :func:`plot_slice`
 :func:`pareto_data`                  :func:`plot_pareto_front`
 ==================================== ==========================================
+
+The parameter importance is Optuna's fANOVA, computed by the sweep from the
+study itself (:func:`memsim.sweep.outputs.importance_table`) and read back from
+``sweep/importance.csv``: this module draws it, it does not estimate one.
+
+Text is never smaller than :data:`SMALLEST_PT` points, so that a figure
+shown at the report's narrowest width (540 CSS px for a 7.5-inch figure)
+keeps its text at 9 px or more.
 """
 
 from __future__ import annotations
@@ -55,9 +64,12 @@ __all__ = [
     "run_metric_data", "plot_run_metric",
     "store_size_data", "plot_store_size",
     "trial_columns", "sweep_history_data", "plot_sweep_history",
-    "param_importance_data", "plot_param_importance",
-    "pareto_data", "plot_pareto_front",
+    "plot_param_importance", "slice_data", "plot_slice",
+    "pareto_data", "plot_pareto_front", "SMALLEST_PT",
 ]
+
+#: The smallest text of any figure, in points.
+SMALLEST_PT = 9
 
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf")
@@ -78,9 +90,10 @@ def policy_colors(policies: Iterable[str]) -> dict[str, Any]:
 def _legend(ax, n: int, **kw) -> None:
     """A legend inside the axes for a few entries, to the right of it for many."""
     if n > 6:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        ax.legend(fontsize=SMALLEST_PT, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  borderaxespad=0)
     else:
-        ax.legend(fontsize=8, **kw)
+        ax.legend(fontsize=SMALLEST_PT, **kw)
 
 
 def _ax(ax):
@@ -100,6 +113,23 @@ def _colors(df: pd.DataFrame, colors: Mapping[str, Any] | None) -> dict[str, Any
     for p in names:  # policies the caller did not colour
         out.setdefault(p, extra[p])
     return out
+
+
+def _wrap(label: str, width: int) -> str:
+    """``label`` on lines of at most about ``width`` characters, broken after
+    a ``.``, ``-`` or space (a dotted key, a policy name), after a ``_`` only
+    where a piece is still too long, never inside a word."""
+    parts = re.findall(r"[^.\- ]+[.\- ]?", label) or [label]
+    if any(len(part) > width for part in parts):
+        parts = re.findall(r"[^.\-_ ]+[.\-_ ]?", label) or [label]
+    lines, cur = [], ""
+    for part in parts:
+        if cur and len(cur) + len(part) > width:
+            lines.append(cur)
+            cur = ""
+        cur += part
+    lines.append(cur)
+    return "\n".join(line.rstrip(" ") for line in lines)
 
 
 def _empty(ax, text: str):
@@ -479,14 +509,14 @@ def plot_win_tie_loss(df: pd.DataFrame, ax=None):
                     color="#2ca02c" if d == "better" else "#d62728", fontsize=10,
                     transform=ax.get_yaxis_transform())
     ax.set_yticks(y)
-    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_yticklabels(labels, fontsize=SMALLEST_PT)
     ax.set_xlim(0, 1)
     ax.axvline(0.5, color="k", lw=0.6, ls=":")
     ax.set_xlabel(f"share of paired queries (vs baseline '{df['baseline'].iloc[0]}')")
     # the legend sits between the title and the bars (pads in points, so it
     # stays put whatever the figure's height)
     ax.set_title("Wins, ties and losses against the baseline", pad=20)
-    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3,
+    ax.legend(fontsize=SMALLEST_PT, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3,
               frameon=False, borderaxespad=0.1)
     return ax
 
@@ -703,8 +733,14 @@ def plot_run_metric(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
     hi = np.nan_to_num(np.clip(df["ci_high"].to_numpy(float) - y, 0, None))
     ax.bar(x, y, color=[cols[p] for p in df["policy"]], yerr=np.vstack([lo, hi]), capsize=4)
     ax.set_xticks(x)
-    ax.set_xticklabels(df["policy"], rotation=15 if len(df) <= 5 else 40, ha="right",
-                       fontsize=8)
+    # long names are wrapped at their dashes and, when many, turned about
+    # their anchor so that the layout engine keeps them inside the figure
+    names = [_wrap(str(p), 18) for p in df["policy"]]
+    if len(df) <= 4:
+        ax.set_xticklabels(names, fontsize=SMALLEST_PT)
+    else:
+        ax.set_xticklabels(names, rotation=30, ha="right", rotation_mode="anchor",
+                           fontsize=SMALLEST_PT)
     metric = str(df["metric"].iloc[0])
     ax.set_ylabel(metric)
     method = "Student t" if (df["ci_method"] == "t").any() else "bootstrap"
@@ -821,76 +857,196 @@ def plot_sweep_history(df: pd.DataFrame, ax=None, label: str | None = None):
     ax.set_xlabel("trial")
     ax.set_ylabel(label or df.attrs.get("objective", "objective"))
     ax.set_title("Sweep history")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=SMALLEST_PT)
     ax.grid(alpha=0.3)
     return ax
 
 
-def param_importance_data(trials: pd.DataFrame, objective: str | None = None,
-                          params: Sequence[str] | None = None) -> pd.DataFrame:
-    """A model-free importance of each swept parameter for the objective.
+def plot_param_importance(df: pd.DataFrame, ax=None):
+    """Horizontal bars of a parameter importance table (``param``,
+    ``importance``; ``sweep/importance.csv`` of one objective).
 
-    For a numeric parameter, the squared Spearman rank correlation with the
-    objective; for a categorical one, the correlation ratio eta squared (the
-    share of the objective's variance between the parameter's values). Both
-    are in [0, 1]; they are normalised to sum to 1. A rough guide only:
-    they see one parameter at a time (Optuna's fANOVA, from the study
-    itself, also sees interactions).
+    The sweep fills the table with Optuna's fANOVA importance
+    (:func:`memsim.sweep.outputs.importance_table`): the share of the objective's
+    variance, over the completed trials, that a random forest fitted to
+    them attributes to each parameter alone (normalised to sum to 1).
+    """
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no parameter importance")
+    df = df.sort_values("importance", ascending=False, kind="stable")
+    y = np.arange(len(df))[::-1]
+    ax.barh(y, df["importance"], color="#1f77b4")
+    for yi, v in zip(y, df["importance"].to_numpy(float)):
+        ax.text(v, yi, f" {v:.2f}", va="center", ha="left", fontsize=SMALLEST_PT)
+    ax.set_yticks(y)
+    ax.set_yticklabels([_wrap(str(p), 28) for p in df["param"]], fontsize=SMALLEST_PT)
+    ax.set_xlim(0, max(1.0, float(df["importance"].max()) * 1.15))
+    ax.set_xlabel("share of the objective's variance (fANOVA, normalised to sum to 1)")
+    ax.set_title("Parameter importance (Optuna fANOVA)")
+    ax.grid(alpha=0.3, axis="x")
+    return ax
+
+
+def slice_data(trials: pd.DataFrame, objective: str | None = None,
+               params: Sequence[str] | None = None, log: Mapping[str, bool] | None = None,
+               direction: str = "maximize") -> pd.DataFrame:
+    """Each completed trial's objective against each parameter (a slice plot).
+
+    Parameters
+    ----------
+    log : dict, optional
+        Parameter -> whether its range is searched on a log scale (the
+        ``log = true`` of the ``[sweep]`` table); drawn on a log axis.
 
     Returns
     -------
     DataFrame
-        ``param, importance, raw, kind``, most important first.
+        ``param, value, objective, number, best`` (one row per trial and
+        parameter; ``best``: the trial is the best on the objective);
+        ``attrs`` holds the objective's name and, per parameter, ``log`` and
+        ``kind`` (numeric or categorical).
     """
-    from scipy import stats as sps
-
     objs, params = trial_columns(trials, params)
     objective = objective or (objs[0] if objs else None)
-    cols = ["param", "importance", "raw", "kind"]
-    if objective is None or not params:
+    cols = ["param", "value", "objective", "number", "best"]
+    if objective is None or objective not in trials.columns or not params:
         return pd.DataFrame(columns=cols)
     t = _complete(trials)
     y = t[objective].to_numpy(float)
-    rows = []
+    ok = np.isfinite(y)
+    t, y = t[ok], y[ok]
+    num = (t["number"].to_numpy() if "number" in t.columns else np.arange(len(t)))
+    best = np.zeros(len(t), dtype=bool)
+    if len(t):
+        best[int(np.argmax(y) if direction.startswith("max") else np.argmin(y))] = True
+    rows, kinds, logs = [], {}, {}
     for p in params:
+        name = p.removeprefix("params_")
         x = t[p]
-        ok = np.isfinite(y) & x.notna().to_numpy()
-        if ok.sum() < 3:
-            continue
-        xv, yv = x[ok], y[ok]
-        num = pd.to_numeric(xv, errors="coerce")
-        if num.notna().all() and num.nunique() > 2:
-            if np.std(num) == 0 or np.std(yv) == 0:
-                raw = 0.0
-            else:
-                raw = float(sps.spearmanr(num.to_numpy(float), yv).statistic ** 2)
-            kind = "numeric"
+        numeric = pd.to_numeric(x, errors="coerce")
+        kinds[name] = "numeric" if numeric.notna().all() and x.notna().all() else "categorical"
+        logs[name] = bool((log or {}).get(name, (log or {}).get(p, False)))
+        rows.append(pd.DataFrame({"param": name, "value": x.to_numpy(dtype=object),
+                                  "objective": y, "number": num, "best": best}))
+    out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
+    out.attrs.update({"objective": objective.removeprefix("values_"), "kind": kinds,
+                      "log": logs})
+    return out
+
+
+def _nice_log_ticks(lo: float, hi: float) -> list[float]:
+    """At most about six tick values between ``lo`` and ``hi`` (> 0) on a
+    log axis: 1-2-5 steps per decade, thinned to decades on a wide range."""
+    if not (lo > 0 and hi > lo):
+        return [lo] if lo > 0 else []
+    for mults in ((1, 2, 5), (1, 3), (1,)):
+        ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)),
+                                             math.ceil(math.log10(hi)) + 1)
+                 for m in mults if lo <= m * 10.0 ** k <= hi]
+        if len(ticks) <= 6:
+            break
+    if len(ticks) > 6:  # many decades: every other one
+        ticks = ticks[::2]
+    if len(ticks) < 2:  # less than a decade: the ends and a middle value
+        mid = math.sqrt(lo * hi)
+        ticks = sorted({float(f"{v:.2g}") for v in (lo, mid, hi)})
+    return ticks
+
+
+def _tick_label(v: float) -> str:
+    """A short tick label: 7, 20, 0.5, 1e+04 (never 2x10^1 overlapping 3x10^1)."""
+    if v == 0:
+        return "0"
+    if 1 <= abs(v) < 1e5 and float(v).is_integer():
+        return f"{v:.0f}"
+    if 1e-3 <= abs(v) < 1e5:
+        return f"{v:.3g}"
+    return f"{v:.0e}"
+
+
+def plot_slice(df: pd.DataFrame, fig=None, label: str | None = None) -> list:
+    """One panel per parameter: each trial's objective against the
+    parameter's value (colour: trial number; red ring: the best trial).
+
+    Log-scale parameters get a log axis with a few plain-number ticks; long
+    dotted keys are wrapped at their dots; categories are spread over their
+    column. Draws on ``fig`` (a new figure when None, two panels a row) and
+    returns the list of Axes.
+    """
+    params = list(dict.fromkeys(df["param"])) if len(df) else []
+    ncols = max(1, min(2, len(params)))
+    nrows = max(1, math.ceil(len(params) / ncols))
+    if fig is None:
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure(figsize=(7.5, 3.2 * nrows), layout="constrained")
+    axes = list(np.asarray(fig.subplots(nrows, ncols, squeeze=False)).ravel())
+    for ax in axes[len(params):]:
+        ax.set_visible(False)
+    if not params:
+        _empty(axes[0], "no completed trials")
+        axes[0].set_visible(True)
+        return axes[:1]
+    label = label or df.attrs.get("objective", "objective")
+    kinds, logs = df.attrs.get("kind", {}), df.attrs.get("log", {})
+    n_max = max(float(df["number"].max()), 1.0)
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap
+
+    # the light end of "Blues" is left out: the first trials stay visible
+    cmap = ListedColormap(colormaps["Blues"](np.linspace(0.25, 1.0, 256)))
+    sc = None
+    for i, (ax, p) in enumerate(zip(axes, params)):
+        g = df[df["param"] == p]
+        yv = g["objective"].to_numpy(float)
+        if kinds.get(p) == "categorical":
+            cats = sorted(pd.unique(g["value"].astype(str)))
+            pos = {c: j for j, c in enumerate(cats)}
+            x = np.array([pos[str(v)] for v in g["value"]], dtype=float)
+            # spread the points of one category evenly over its column
+            rank = pd.Series(x).groupby(x).cumcount().to_numpy(float)
+            size = pd.Series(x).groupby(x).transform("size").to_numpy(float)
+            x = x + 0.5 * ((rank + 0.5) / size - 0.5)
+            ax.set_xticks(range(len(cats)))
+            ax.set_xticklabels([_wrap(c, 14) for c in cats], fontsize=SMALLEST_PT)
+            ax.set_xlim(-0.6, len(cats) - 0.4)
         else:
-            groups = pd.Series(yv).groupby(xv.astype(str).to_numpy())
-            tot = float(((yv - yv.mean()) ** 2).sum())
-            between = float(sum(len(g) * (g.mean() - yv.mean()) ** 2 for _, g in groups))
-            raw = between / tot if tot > 0 else 0.0
-            kind = "categorical"
-        rows.append((p.removeprefix("params_"), raw, raw, kind))
-    out = pd.DataFrame(rows, columns=cols)
-    s = out["raw"].sum()
-    out["importance"] = out["raw"] / s if s > 0 else 0.0
-    return out.sort_values("importance", ascending=False, kind="stable").reset_index(drop=True)
+            x = g["value"].to_numpy(float)
+            if logs.get(p) and np.all(x > 0):
+                ax.set_xscale("log")
+                lo, hi = float(x.min()), float(x.max())
+                ticks = _nice_log_ticks(lo, hi)
+                ax.set_xticks(ticks)
+                ax.set_xticklabels([_tick_label(v) for v in ticks])
+                ax.xaxis.set_minor_formatter(_null_formatter())
+            else:
+                from matplotlib.ticker import MaxNLocator
+
+                ax.xaxis.set_major_locator(MaxNLocator(5))
+        sc = ax.scatter(x, yv, c=g["number"].to_numpy(float), cmap=cmap, vmin=0, vmax=n_max,
+                        s=22, edgecolors="0.3", linewidths=0.4)
+        b = g["best"].to_numpy(bool)
+        if b.any():
+            ax.scatter(x[b], yv[b], s=90, facecolors="none", edgecolors="#d62728",
+                       linewidths=1.6, label="best trial")
+        ax.set_xlabel(_wrap(p, 34) + (" (log)" if logs.get(p) else ""), fontsize=SMALLEST_PT + 1)
+        if i % ncols == 0:
+            ax.set_ylabel(label)
+        ax.tick_params(labelsize=SMALLEST_PT)
+        ax.grid(alpha=0.3)
+    if sc is not None:
+        cb = fig.colorbar(sc, ax=axes[:len(params)], shrink=0.9, pad=0.02)
+        cb.set_label("trial", fontsize=SMALLEST_PT)
+        cb.ax.tick_params(labelsize=SMALLEST_PT)
+    fig.suptitle(f"Slice plot: {label} against each parameter", fontsize=11)
+    return axes[:len(params)]
 
 
-def plot_param_importance(df: pd.DataFrame, ax=None):
-    """Horizontal bars of :func:`param_importance_data`."""
-    ax = _ax(ax)
-    if len(df) == 0:
-        return _empty(ax, "no swept parameters")
-    y = np.arange(len(df))[::-1]
-    ax.barh(y, df["importance"], color="#1f77b4")
-    ax.set_yticks(y)
-    ax.set_yticklabels(df["param"], fontsize=8)
-    ax.set_xlabel("relative importance (rank correlation / eta squared, normalised)")
-    ax.set_title("Which swept parameters matter (one at a time)")
-    ax.grid(alpha=0.3, axis="x")
-    return ax
+def _null_formatter():
+    from matplotlib.ticker import NullFormatter
+
+    return NullFormatter()
 
 
 def pareto_data(trials: pd.DataFrame, objectives: Sequence[str] | None = None,
@@ -947,6 +1103,6 @@ def plot_pareto_front(df: pd.DataFrame, ax=None):
     ax.set_xlabel(f"{df.attrs.get('x', 'objective 0')} ({dirs[0]})")
     ax.set_ylabel(f"{df.attrs.get('y', 'objective 1')} ({dirs[1]})")
     ax.set_title("Pareto front of the sweep")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=SMALLEST_PT)
     ax.grid(alpha=0.3)
     return ax

@@ -32,7 +32,10 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import math
+import re
+import shlex
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -711,6 +714,121 @@ def _plateau_items(path: Path) -> list[Any]:
     return items
 
 
+def _draw_fig(name: str, title: str, caption: str, draw: Callable[[Any], Any],
+              size: tuple[float, float]) -> ReportFigure:
+    """Like :func:`_draw`, for a figure of several panels: ``draw`` gets the Figure."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, layout="constrained")
+    try:
+        draw(fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=_DPI)
+        return ReportFigure(name, title, caption, buf.getvalue())
+    except Exception as exc:  # one broken figure must not hide the rest of the report
+        warnings.warn(f"report figure {name!r} failed: {type(exc).__name__}: {exc}",
+                      stacklevel=2)
+        return ReportFigure(name, title, caption, error=f"{type(exc).__name__}: {exc}")
+
+
+def _log_params(config: dict) -> dict[str, bool]:
+    """Parameter -> searched on a log scale, from config.toml's ``[sweep.params]``."""
+    pars = ((config or {}).get("sweep") or {}).get("params") or {}
+    if not isinstance(pars, dict):
+        return {}
+    return {str(k): bool(v.get("log", False)) for k, v in pars.items() if isinstance(v, dict)}
+
+
+#: One sentence on the importance the report shows (Optuna's fANOVA).
+IMPORTANCE_SENTENCE = (
+    "Optuna's fANOVA importance: a random forest is fitted to the completed trials and "
+    "each parameter gets the share of the objective's variance it explains on its own "
+    "(normalised to sum to 1, seeded with the sweep's seed), so it says which parameters "
+    "the objective moved with inside the searched ranges, not in which direction.")
+
+
+def _importance_items(sdir: Path, labels: list[str]) -> list[Any]:
+    """Bars of ``sweep/importance.csv`` (Optuna's fANOVA, written by the sweep),
+    one figure per objective (at most three)."""
+    try:
+        imp = pd.read_csv(sdir / "importance.csv")
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return []
+    if not {"objective", "param", "importance"} <= set(imp.columns) or len(imp) == 0:
+        return []
+    items: list[Any] = []
+    objectives = list(dict.fromkeys(imp["objective"].astype(str)))
+    objectives.sort(key=lambda o: labels.index(o) if o in labels else len(labels))
+    for i, lab in enumerate(objectives[:3]):
+        part = imp[imp["objective"].astype(str) == lab]
+        items.append(("fig", _draw(
+            "sweep_importance" + (f"_{i}" if i else ""), f"Parameter importance for {lab}",
+            IMPORTANCE_SENTENCE,
+            lambda ax, part=part: plots.plot_param_importance(part, ax),
+            size=(7.5, max(2.6, 0.5 * len(part) + 1.6)))))
+    return items
+
+
+def study_access_lines(storage: str, study_name: str, run_dir: Path | None = None,
+                       absolute_sqlite: bool = True) -> list[str]:
+    """How to open a sweep's study: the ``optuna-dashboard`` command and the
+    Python that loads it, for a storage as memsim records it.
+
+    ``journal:PATH`` (relative: to ``run_dir``) gives the journal file's
+    absolute path, which optuna-dashboard opens directly (it reads an
+    existing file as a journal) and Python opens as
+    ``optuna.storages.JournalStorage(JournalFileBackend(PATH))``; an RDB URL
+    is given as recorded, a relative SQLite path made absolute, a password
+    masked as ``***``; ``memory`` has nothing to open.
+    """
+    if not storage or storage == "memory":
+        return ["the study was kept in memory only (no run folder, no --storage): "
+                "nothing to open with optuna-dashboard"]
+    name = repr(study_name)
+    if storage.startswith("journal:"):
+        path = Path(storage[len("journal:"):])
+        if not path.is_absolute() and run_dir is not None:
+            path = Path(run_dir) / path
+        path = path.absolute()
+        py = (f"optuna.load_study(study_name={name}, storage=optuna.storages.JournalStorage("
+              f"optuna.storages.journal.JournalFileBackend({str(path)!r})))")
+        return [f"open the study: optuna-dashboard {shlex.quote(str(path))}   "
+                "(pip install optuna-dashboard; it opens a journal file by its path)",
+                f"in Python: {py}"]
+    url = storage
+    m = re.match(r"^(sqlite(?:\+\w+)?:///)(.+)$", url)
+    if (absolute_sqlite and m and not m.group(2).startswith("/")
+            and not m.group(2).startswith(":memory:")):
+        url = m.group(1) + str(Path(m.group(2)).absolute())
+    lines = [f"open the study: optuna-dashboard {shlex.quote(url)}   "
+             "(pip install optuna-dashboard)",
+             f"in Python: optuna.load_study(study_name={name}, storage={url!r})"]
+    if "***" in url:
+        lines.append("the password is masked: put it in place of *** in both")
+    return lines
+
+
+def _study_items(sdir: Path) -> list[Any]:
+    """The report's lines on opening the study, from ``sweep/sweep.json``."""
+    try:
+        ident = json.loads((sdir / "sweep.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(ident, dict) or not ident.get("storage") or not ident.get("study"):
+        return []
+    # a relative SQLite path is relative to where the sweep ran, not to here
+    lines = study_access_lines(str(ident["storage"]), str(ident["study"]), sdir.parent,
+                               absolute_sqlite=False)
+    items: list[Any] = [("p", f"Study {ident['study']} (identity {ident.get('identity', '?')}, "
+                              "the hash in the run folder's name). Browse it in "
+                              "optuna-dashboard or load it in Python:"),
+                        ("list", lines)]
+    if str(ident["storage"]).startswith("sqlite") and "sqlite:////" not in str(ident["storage"]):
+        items.append(("p", "The SQLite path was given relative to the folder the sweep "
+                           "was started in: run the command from there."))
+    return items
+
+
 def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
     sdir = run_dir / "sweep"
     if not sdir.is_dir():
@@ -754,15 +872,21 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
                     f"sweep_history_{i}", f"Sweep history: {lab}",
                     f"{lab} of each completed trial and the best so far ({d}).",
                     lambda ax, h=hist, lab=lab: plots.plot_sweep_history(h, ax, lab))))
-            imp = plots.param_importance_data(trials, cols[0], params)
-            if len(imp):
-                items.append(("fig", _draw(
-                    "sweep_importance", f"Parameter importance for {labels[0]}",
-                    "A one-at-a-time, model-free importance: squared Spearman correlation "
-                    "(numeric) or eta squared (categorical) with the objective, normalised. "
-                    "It does not see interactions.",
-                    lambda ax: plots.plot_param_importance(imp, ax),
-                    size=(7.5, max(2.5, 0.35 * len(imp) + 1.2)))))
+            items += _importance_items(sdir, labels)
+            log = _log_params(config)
+            for i, (c, lab, d) in enumerate(zip(cols, labels, dirs)):
+                if i >= 3:
+                    break
+                sl = plots.slice_data(trials, c, params, log, d)
+                if len(sl):
+                    n_par = len(pd.unique(sl["param"]))
+                    items.append(("fig", _draw_fig(
+                        f"sweep_slice_{i}", f"Slice plot: {lab}",
+                        f"{lab} of each completed trial against each parameter (darker: a "
+                        "later trial; red ring: the best). A parameter whose points form no "
+                        "pattern hardly matters within its range.",
+                        lambda fig, sl=sl, lab=lab: plots.plot_slice(sl, fig, lab),
+                        size=(7.5, 0.6 + 3.0 * math.ceil(n_par / 2)))))
             if len(cols) >= 2:
                 par = plots.pareto_data(trials, cols[:2], dirs[:2])
                 par.attrs["x"], par.attrs["y"] = labels[0], labels[1]
@@ -786,9 +910,10 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
                           "same fresh seeds (paired), with a 95% Student t interval over "
                           "those replicates; 'better' or 'worse' when it excludes 0."))
             items.append(("table", paired))
-    # Optuna's own plots, except those drawn above from the same trials
+    items += _study_items(sdir)
+    # any other PNG left in sweep/ (the sweep's own ones are drawn above from its files)
     for png in sorted(sdir.glob("*.png")):
-        if png.stem.startswith(("history", "pareto_front")):
+        if png.stem.startswith(("history", "pareto_front", "importance", "slice")):
             continue
         data = png.read_bytes()
         if data[:8] == b"\x89PNG\r\n\x1a\n":
@@ -803,21 +928,35 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
 # Writers
 # --------------------------------------------------------------------------
 
+# Layout: the body is at most 1240 px wide, so that the widest table (the
+# paired tests, one column per statistic) fits at 1400 px; headers and cells
+# wrap at spaces, and a table scrolls (inside its own box, never the page)
+# only when the window is narrower than it. Figures are drawn 7.5 in wide
+# (825 px) with text of at least 9 pt (plots.SMALLEST_PT): they are shown at
+# their own size, shrunk to the page, but never below 560 px, where their
+# smallest text is still 9 CSS px; on a narrower screen a figure scrolls
+# sideways inside its box.
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;
-max-width:1100px;padding:0 1em;color:#222;line-height:1.45}
+max-width:1240px;padding:0 1em;color:#222;line-height:1.45;font-size:16px}
 h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px solid #ddd}
+h1,h2,p,li,figcaption{overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:.8em 0;font-size:.86em}
-th,td{border:1px solid #ddd;padding:.3em .55em;text-align:right;white-space:nowrap}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
+th,td{border:1px solid #ddd;padding:.3em .55em;text-align:right;white-space:normal;
+vertical-align:top}
+th{background:#f4f4f4;overflow-wrap:anywhere;min-width:4.5em}
+td:first-child,th:first-child{text-align:left}
 table.cmp td:nth-child(-n+2){text-align:left}
 .better{color:#1a7f37;font-weight:bold}.worse{color:#c62828;font-weight:bold}
 .warn{background:#fff3cd;border:1px solid #e0c060;padding:.6em;margin:1em 0}
-figure{margin:1.4em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figure{margin:1.4em 0;overflow-x:auto}
+figure img{display:block;width:auto;max-width:100%;min-width:560px;height:auto;
+border:1px solid #eee}
 figcaption{font-size:.88em;color:#444;max-width:800px}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.8em}
 .muted{color:#666;font-size:.88em}
-.scroll{overflow-x:auto}.ci{color:#555;font-size:.9em}
+.scroll{overflow-x:auto;max-width:100%}.ci{color:#555;font-size:.9em;white-space:nowrap}
+@media (max-width:600px){body{margin:1em auto;padding:0 .6em}table{font-size:.8em}}
 """
 
 

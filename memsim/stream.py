@@ -44,6 +44,15 @@ Decisions worth knowing
   (0 notes or 0 queries) is valid.
 - Extra columns in any table (``note_class``, ``topic``, ``slot``,
   ``valid_until``...) are kept unchanged after the documented ones.
+
+Optional table ``retrieved`` (``retrieved.parquet``)
+----------------------------------------------------
+What a production system returned for each query (an imported trace's
+``retrieved`` events, :mod:`memsim.importers.trace`): ``query_id``, ``rank``
+(int >= 1, 1 = best), ``note_id``, ``score`` (float, NaN when not logged).
+Ids must be known; a (query_id, rank) or (query_id, note_id) pair appears at
+most once. Sorted by ``(query_id, rank)``. The ``as-logged`` ranker replays
+it (:class:`LoggedRankings` looks it up by stream row).
 """
 
 from __future__ import annotations
@@ -73,6 +82,7 @@ __all__ = [
     "NOTE_DEFAULTS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "LoggedRankings",
 ]
 
 FORMAT_NAME = "memsim-stream"
@@ -89,7 +99,8 @@ NOTE_DEFAULTS: dict[str, Any] = {
 }
 
 # Table names, in checking order; also the keys of ``where``.
-_TABLES = ("notes", "queries", "qrels", "accesses", "note_embeddings", "query_embeddings")
+_TABLES = ("notes", "queries", "qrels", "accesses", "note_embeddings", "query_embeddings",
+           "retrieved")
 
 # Documented columns of each table, in canonical order (extras follow).
 _NOTE_COLUMNS = ("note_id", "created_at", "updated_at", "tokens", "actor", "tier",
@@ -97,6 +108,7 @@ _NOTE_COLUMNS = ("note_id", "created_at", "updated_at", "tokens", "actor", "tier
 _QUERY_COLUMNS = ("query_id", "t", "actor", "budget_tokens")
 _QREL_COLUMNS = ("query_id", "note_id", "gain")
 _ACCESS_COLUMNS = ("t", "note_id", "actor")
+_RETRIEVED_COLUMNS = ("query_id", "rank", "note_id", "score")
 
 # Columns read as text from CSV, so that an actor "007" stays "007".
 _STR_COLUMNS = {
@@ -104,6 +116,7 @@ _STR_COLUMNS = {
     "queries": ("actor",),
     "qrels": (),
     "accesses": ("actor",),
+    "retrieved": (),
 }
 
 _INT64_MAX_FLOAT = 2.0 ** 63  # first float that does not fit in int64
@@ -135,6 +148,10 @@ class Stream:
         ``(t, note_id)``.
     note_embeddings, query_embeddings : ndarray or None
         float32 arrays, one row per note / query.
+    retrieved : DataFrame or None
+        Optional logged rankings of a production system: ``query_id``,
+        ``rank`` (from 1), ``note_id``, ``score`` (NaN when not logged),
+        sorted by ``(query_id, rank)``.
     meta : dict
         ``name``, ``source`` and free-form provenance.
 
@@ -154,6 +171,7 @@ class Stream:
     note_embeddings: np.ndarray | None = None
     query_embeddings: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
+    retrieved: pd.DataFrame | None = None
 
     @property
     def n_notes(self) -> int:
@@ -503,6 +521,84 @@ def _check_accesses(t: _Table, frame: Any, note_ids: np.ndarray, notes_label: st
     return _assemble({"t": times, "note_id": nid, "actor": actor}, frame, _ACCESS_COLUMNS)
 
 
+def _check_retrieved(t: _Table, frame: Any, note_ids: np.ndarray, query_ids: np.ndarray,
+                     notes_label: str, queries_label: str) -> pd.DataFrame:
+    frame = _frame(t, frame, "retrieved", ("query_id", "rank", "note_id"))
+    qid = _int_column(t, frame["query_id"], "query_id")
+    nid = _int_column(t, frame["note_id"], "note_id")
+    t.context = lambda row: f" (query_id {qid[row]}, note_id {nid[row]})"
+    unknown = ~np.isin(qid, query_ids)
+    if unknown.any():
+        row = int(np.flatnonzero(unknown)[0])
+        t.fail(f"query_id {qid[row]} is not in {queries_label}", column="query_id", row=row)
+    rank = _int_column(t, frame["rank"], "rank", positive=True)
+    unknown = ~np.isin(nid, note_ids)
+    if unknown.any():
+        row = int(np.flatnonzero(unknown)[0])
+        t.fail(f"note_id {nid[row]} is not in {notes_label}", column="note_id", row=row)
+    for col, other in (("rank", rank), ("note_id", nid)):
+        dup = pd.DataFrame({"q": qid, "x": other}).duplicated(keep="first").to_numpy()
+        if dup.any():
+            row = int(np.flatnonzero(dup)[0])
+            first = int(np.flatnonzero((qid == qid[row]) & (other == other[row]))[0])
+            t.fail(f"duplicate (query_id, {col}) pair (first at row {first})", column=col,
+                   row=row)
+    score = (_float_column(t, frame["score"], "score", "a finite number or NaN (not logged)",
+                           nan_ok=True)
+             if "score" in frame.columns else np.full(len(frame), np.nan))
+    return _assemble({"query_id": qid, "rank": rank, "note_id": nid, "score": score}, frame,
+                     _RETRIEVED_COLUMNS)
+
+
+class LoggedRankings:
+    """A stream's logged rankings (the optional ``retrieved`` table), looked
+    up by stream row: what the ``as-logged`` ranker reads.
+
+    Parameters
+    ----------
+    stream : Stream
+        With a ``retrieved`` table.
+    """
+
+    def __init__(self, stream: Stream):
+        r = stream.retrieved if stream.retrieved is not None else pd.DataFrame(
+            {c: pd.Series(dtype="float64") for c in _RETRIEVED_COLUMNS})
+        qrow = pd.Index(stream.queries["query_id"].to_numpy()).get_indexer(
+            r["query_id"].to_numpy(np.int64))
+        nrow = pd.Index(stream.notes["note_id"].to_numpy()).get_indexer(
+            r["note_id"].to_numpy(np.int64))
+        order = np.lexsort((nrow, qrow))
+        self.n_notes = len(stream.notes)
+        self.qrow = qrow[order].astype(np.int64)
+        self.nrow = nrow[order].astype(np.int64)
+        self.rank = r["rank"].to_numpy(np.float64)[order]
+        self.score = r["score"].to_numpy(np.float64)[order]
+
+    def dense(self, qrows: np.ndarray, note_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(rank, score)``, each (Q, L) for the query rows ``qrows`` and the
+        note rows ``note_rows``: the logged rank (from 1; ``inf`` where the
+        note was not returned) and score (NaN where not returned or not
+        logged)."""
+        qrows = np.asarray(qrows, dtype=np.int64)
+        note_rows = np.asarray(note_rows, dtype=np.int64)
+        rank = np.full((len(qrows), len(note_rows)), np.inf)
+        score = np.full((len(qrows), len(note_rows)), np.nan)
+        lo = np.searchsorted(self.qrow, qrows, side="left")
+        hi = np.searchsorted(self.qrow, qrows, side="right")
+        if not (hi > lo).any():
+            return rank, score
+        col = np.full(self.n_notes, -1, dtype=np.int64)
+        col[note_rows] = np.arange(len(note_rows))
+        counts = hi - lo
+        take = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
+        qi = np.repeat(np.arange(len(qrows)), counts)
+        ci = col[self.nrow[take]]
+        keep = ci >= 0
+        rank[qi[keep], ci[keep]] = self.rank[take[keep]]
+        score[qi[keep], ci[keep]] = self.score[take[keep]]
+        return rank, score
+
+
 def _assemble(columns: dict[str, Any], frame: pd.DataFrame, known: tuple[str, ...]) -> pd.DataFrame:
     """Documented columns in canonical order and dtype, then extras as given."""
     index = pd.RangeIndex(len(frame))
@@ -537,7 +633,7 @@ def _check_embeddings(t: _Table, arr: Any, rows: int, owner_label: str) -> np.nd
 
 
 def _checked(notes: Any, queries: Any, qrels: Any, accesses: Any, note_embeddings: Any,
-             query_embeddings: Any, where: dict | None) -> tuple:
+             query_embeddings: Any, where: dict | None, retrieved: Any = None) -> tuple:
     """Validate and convert every table; return canonical but unsorted parts."""
     labels = {k: k for k in _TABLES}
     if where:
@@ -573,6 +669,10 @@ def _checked(notes: Any, queries: Any, qrels: Any, accesses: Any, note_embedding
             tq.fail(f"has dimension {query_embeddings.shape[1]} but {labels['note_embeddings']} "
                     f"has dimension {ne.shape[1]}")
         qe = _check_embeddings(tq, query_embeddings, len(queries_c), labels["queries"])
+    if retrieved is not None:
+        retrieved_c = _check_retrieved(_Table(labels["retrieved"]), retrieved, note_ids,
+                                       query_ids, labels["notes"], labels["queries"])
+        return notes_c, queries_c, qrels_c, accesses_c, ne, qe, retrieved_c
     return notes_c, queries_c, qrels_c, accesses_c, ne, qe
 
 
@@ -585,6 +685,7 @@ def validate_frames(
     query_embeddings: np.ndarray | None = None,
     *,
     where: dict | None = None,
+    retrieved: pd.DataFrame | None = None,
 ) -> None:
     """Check stream tables without building a :class:`Stream`.
 
@@ -597,8 +698,10 @@ def validate_frames(
     where : dict, optional
         Label of each table in messages, keyed by ``"notes"``, ``"queries"``,
         ``"qrels"``, ``"accesses"``, ``"note_embeddings"``,
-        ``"query_embeddings"`` (e.g. ``{"notes": "notes.parquet"}``); the
-        default label is the key itself.
+        ``"query_embeddings"``, ``"retrieved"`` (e.g. ``{"notes":
+        "notes.parquet"}``); the default label is the key itself.
+    retrieved : DataFrame, optional
+        Logged rankings (module docstring, "Optional table ``retrieved``").
 
     Raises
     ------
@@ -606,7 +709,8 @@ def validate_frames(
         On the first problem found, with one message naming the table, the
         column and the row (counted from 0 in the order given).
     """
-    _checked(notes, queries, qrels, accesses, note_embeddings, query_embeddings, where)
+    _checked(notes, queries, qrels, accesses, note_embeddings, query_embeddings, where,
+             retrieved)
 
 
 def make_stream(
@@ -619,6 +723,7 @@ def make_stream(
     meta: dict | None = None,
     *,
     where: dict | None = None,
+    retrieved: pd.DataFrame | None = None,
 ) -> Stream:
     """Validate frames and build a canonical :class:`Stream`.
 
@@ -636,6 +741,9 @@ def make_stream(
         ``name``, ``source`` and free-form provenance (copied).
     where : dict, optional
         Labels of the tables in error messages (see :func:`validate_frames`).
+    retrieved : DataFrame, optional
+        Logged rankings of a production system (``query_id``, ``rank``,
+        ``note_id``, optional ``score``); sorted by ``(query_id, rank)``.
 
     Returns
     -------
@@ -648,8 +756,12 @@ def make_stream(
     """
     if meta is not None and not isinstance(meta, dict):
         raise StreamError(f"meta: expected a dict, got {type(meta).__name__}")
-    notes, queries, qrels, accesses, note_embeddings, query_embeddings = _checked(
-        notes, queries, qrels, accesses, note_embeddings, query_embeddings, where)
+    checked = _checked(notes, queries, qrels, accesses, note_embeddings, query_embeddings,
+                       where, retrieved)
+    notes, queries, qrels, accesses, note_embeddings, query_embeddings = checked[:6]
+    if retrieved is not None:
+        retrieved = (checked[6].sort_values(["query_id", "rank"], kind="stable")
+                     .reset_index(drop=True))
     order = np.argsort(notes["note_id"].to_numpy(), kind="stable")
     notes = notes.iloc[order].reset_index(drop=True)
     if note_embeddings is not None:
@@ -665,7 +777,7 @@ def make_stream(
         accesses = accesses.sort_values(["t", "note_id"], kind="stable").reset_index(drop=True)
     return Stream(notes=notes, queries=queries, qrels=qrels, accesses=accesses,
                   note_embeddings=note_embeddings, query_embeddings=query_embeddings,
-                  meta=dict(meta or {}))
+                  meta=dict(meta or {}), retrieved=retrieved)
 
 
 def _empty_accesses() -> pd.DataFrame:
@@ -764,8 +876,8 @@ def read_stream(path: str | os.PathLike) -> Stream:
     ----------
     path : str or PathLike
         The folder holding ``stream.json``, ``notes``, ``queries`` and
-        ``qrels`` (``.parquet`` or ``.csv``), optionally ``accesses`` and
-        ``note_embeddings.npy`` / ``query_embeddings.npy``.
+        ``qrels`` (``.parquet`` or ``.csv``), optionally ``accesses``,
+        ``retrieved`` and ``note_embeddings.npy`` / ``query_embeddings.npy``.
 
     Returns
     -------
@@ -788,7 +900,7 @@ def read_stream(path: str | os.PathLike) -> Stream:
         raise StreamError(f"not a stream folder (it is a file): {folder}")
     header = _read_header(folder)
     files = {t: _table_file(folder, t, required=t in _REQUIRED_FILES)
-             for t in ("notes", "queries", "qrels", "accesses")}
+             for t in ("notes", "queries", "qrels", "accesses", "retrieved")}
     frames = {t: (None if p is None else _read_table(p, t)) for t, p in files.items()}
     where = {t: p.name for t, p in files.items() if p is not None}
     emb: dict[str, np.ndarray | None] = {}
@@ -810,7 +922,8 @@ def read_stream(path: str | os.PathLike) -> Stream:
             if k not in ("format", "version", "time_unit", "embedding_dim")}
     meta.setdefault("name", folder.resolve().name)
     return make_stream(frames["notes"], frames["queries"], frames["qrels"], frames["accesses"],
-                       emb["note_embeddings"], emb["query_embeddings"], meta, where=where)
+                       emb["note_embeddings"], emb["query_embeddings"], meta, where=where,
+                       retrieved=frames["retrieved"])
 
 
 def _json_default(value: Any) -> Any:
@@ -877,7 +990,8 @@ def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
         raise StreamError(f"write_stream: expected a Stream, got {type(stream).__name__}")
     dest = Path(path)
     canon = make_stream(stream.notes, stream.queries, stream.qrels, stream.accesses,
-                        stream.note_embeddings, stream.query_embeddings, stream.meta)
+                        stream.note_embeddings, stream.query_embeddings, stream.meta,
+                        retrieved=stream.retrieved)
     header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "time_unit": "day",
               "embedding_dim": canon.embedding_dim, "name": canon.name,
               "source": canon.meta.get("source")}
@@ -903,6 +1017,8 @@ def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
         _write_table(canon.qrels, tmp / "qrels.parquet")
         if len(canon.accesses):
             _write_table(canon.accesses, tmp / "accesses.parquet")
+        if canon.retrieved is not None:
+            _write_table(canon.retrieved, tmp / "retrieved.parquet")
         if canon.note_embeddings is not None:
             _write_npy(canon.note_embeddings, tmp / "note_embeddings.npy")
             _write_npy(canon.query_embeddings, tmp / "query_embeddings.npy")

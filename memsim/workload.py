@@ -74,8 +74,10 @@ sqrt(d)``, where ``rho = (1 + w^2) / T`` for a note of its own slot, ``1 / T``
 for another note or a distractor of its topic and 0 for another topic (``T =
 1 + w^2 + s^2``, ``w = slot_weight``, ``s = retriever_noise``, ``d =
 embedding_dim``); with ``s = 0`` similarity is perfectly informative.
-:meth:`SyntheticWorkload.similarity_model` derives this law and gives its
-likelihood-ratio slope ``beta``.
+:meth:`SyntheticWorkload.similarity_model` derives this law;
+:meth:`SyntheticWorkload.query_similarity_model` derives the law *within one
+query* (given the query's vector), the one a ranking sees, and its slope
+``beta``.
 
 *The posterior of the asked note.* Lifetimes are drawn independently of
 everything else, so the generative story gives, for each note, the
@@ -98,13 +100,16 @@ Gaussians above, independent of age), so by Bayes
 
     P(n asked | cos_n, a_n) ~ 0.5 ** (a_n / H) * f_on(cos_n) / f_same(cos_n),
 
-which, when the asked note competes with its strongest same-topic rivals
-(``cos`` near the on-slot mean) is ``~ exp(beta * cos_n) * 0.5 ** (a_n / H)``:
-ranking by it is Bayes-optimal, and the best half-life of that family is
-the planted ``H``. (Notes of other topics have ``f_other``; they rarely
-compete.) Under the default lognormal law, or with several notes per slot,
-the prior is no longer a pure exponential in age, which is why nothing
-closed-form is claimed there.
+which, with both laws given their pooled variance (the linear-discriminant
+approximation of :attr:`SimilarityModel.beta`, on the within-query laws), is
+``~ exp(beta * cos_n) * 0.5 ** (a_n / H)``: ranking by it is Bayes-optimal up
+to that approximation, and the best half-life of that family is the planted
+``H`` (:mod:`memsim.planted` builds the full posterior, ``memsim optimum``
+reports the optimum, and ``tests/test_optimum.py`` checks that a sweep
+recovers it). Notes of other topics have ``f_other``; they rarely compete.
+Under the default lognormal law, or with several notes per slot, the prior is
+no longer a pure exponential in age, which is why nothing closed-form is
+claimed there.
 
 Randomness: every part draws from its own named child stream of the seed
 (:func:`memsim.rng.child`), e.g. ``("class", "project")``, ``("sizes",
@@ -615,7 +620,7 @@ class SyntheticWorkload(_Knobs):
         (preset ``similarity-only``) on the default workload packs 0.685
         (3 replicates, 1,500 tokens; 0.63-0.73 by age bucket). On slot the
         cosine is 0.52 +- 0.09 against 0.26 +- 0.12 for other notes of the
-        topic (:meth:`similarity_model`, ``beta = 19``); all of a query's
+        topic (:meth:`similarity_model`); all of a query's
         relevant notes are in the cosine top 5 for 0.54 of queries, any of
         them for 0.66 (BM25 on LoCoMo: 0.46, 0.56). The earlier 0.8 made
         similarity nearly an oracle (recall 0.95, 0.99 at ages over a
@@ -723,7 +728,7 @@ class SyntheticWorkload(_Knobs):
         SimilarityModel
             Mean and sd of the cosine of a query with a note of the asked
             slot, another note of its topic, a note of another topic and a
-            distractor of its topic, and the slope :attr:`SimilarityModel.beta`.
+            distractor of its topic, averaged over queries.
 
         Notes
         -----
@@ -750,7 +755,8 @@ class SyntheticWorkload(_Knobs):
         mean ``rho (1 - (1 - rho^2) / (2 d))`` (the familiar small bias of a
         sample correlation). With the defaults (``w = 1, s = 1.35, d = 64``):
         on slot ``0.520 +- 0.091``, same topic and distractors ``0.260 +-
-        0.116``, other topics ``0 +- 0.125``; ``beta = 19.2``.
+        0.116``, other topics ``0 +- 0.125`` (a ranking sees the narrower
+        laws of :meth:`query_similarity_model`).
 
         The law is the one averaged over the draws of the topic centroids
         ``c``; a stream has one ``c`` per topic, and its popular topics

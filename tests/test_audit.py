@@ -116,7 +116,7 @@ def test_constant_signals_are_flagged_even_without_a_sweep():
     assert any(f.startswith("constant signal: importance") for f in rep.flags)
     assert any(f.startswith("constant signal: salience") for f in rep.flags)
     assert "No [sweep.params]" in rep.to_text()
-    assert set(rep.signals["policy"]) == {"", "bug-5pct-per-day", FIX}
+    assert set(rep.signals["policy"]) == {"", "bug-5pct-per-day", FIX, "no-decay"}
 
 
 def test_breadth_weight_is_untestable_with_a_single_actor():

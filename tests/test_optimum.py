@@ -59,9 +59,11 @@ def test_the_planted_posterior_orders_by_similarity_and_by_the_age_prior():
     g = model.expected_gain(cos, age, np.full(5, project), np.array([10.0]))[0]
     assert g[0] < g[1] < g[2]  # more similar, more likely the asked note
     assert g[2] > g[3] > g[4] > 0  # older, less likely still valid
-    # one note per slot, exponential law: log odds fall by ln 2 per half-life
-    # (the posterior is small, so its log tracks the log odds)
-    assert math.log(g[2] / g[3]) == pytest.approx(math.log(2), rel=0.02)
+    # one note per slot, exponential law: the log odds of being the asked
+    # note fall by ln 2 per half-life (prior odds ~ prior: it is small)
+    odds = g / (1 - g)  # gain_current = 1, so g is the posterior itself
+    assert math.log(odds[2] / odds[3]) == pytest.approx(math.log(2), rel=0.02)
+    assert math.log(odds[3] / odds[4]) == pytest.approx(math.log(2), rel=0.02)
     # a class nobody asks about, or an unknown class, is worth nothing
     assert model.expected_gain(cos, age, np.full(5, -1), np.array([10.0])).max() == 0.0
 

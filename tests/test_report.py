@@ -233,8 +233,10 @@ def test_budget_report_has_budget_curves(budget_run):
 
 def test_sweep_report(sweep_run, sweep_only_run):
     names = {f.stem for f in (sweep_run / "figures").glob("*.png")}
-    assert names >= {"sweep_history_0", "sweep_history_1", "sweep_importance", "sweep_pareto",
+    # no importance.csv (written by memsim sweep from the study): no importance figure
+    assert names >= {"sweep_history_0", "sweep_history_1", "sweep_slice_0", "sweep_pareto",
                      "sweep_optuna_contour"}
+    assert "sweep_importance" not in names
     assert "sweep_optuna_history" not in names
     md = (sweep_run / "report.md").read_text(encoding="utf-8")
     assert "## Sweep" in md and "utility (maximize), tokens_used (minimize)" in md
@@ -246,7 +248,7 @@ def test_sweep_report(sweep_run, sweep_only_run):
            "policies.fix.decay.half_life_days" in only
     assert "| trial | role | check | variant |" in only and "-0.2" in only
     assert {f.stem for f in (sweep_only_run / "figures").glob("*.png")} == {
-        "sweep_history_0", "sweep_importance"}
+        "sweep_history_0", "sweep_slice_0"}
 
 
 def test_sweep_folder_without_trials(tmp_path):
@@ -611,10 +613,10 @@ def test_sweep_history_and_importance():
     assert len(h) == 29  # the failed trial is left out
     assert np.all(np.diff(h["best"]) >= 0)
     assert h["best"].iloc[-1] == pytest.approx(np.nanmax(t["values_0"]))
-    imp = plots.param_importance_data(t, "values_0")
-    assert imp["param"].iloc[0] == "policies.fix.decay.half_life_days"
-    assert imp["importance"].sum() == pytest.approx(1.0)
-    assert set(imp["kind"]) == {"numeric", "categorical"}
+    imp = pd.DataFrame({"objective": "0", "param": ["policies.fix.decay.floor",
+                                                    "policies.fix.decay.half_life_days"],
+                        "importance": [0.1, 0.9]})
+    assert not hasattr(plots, "param_importance_data")  # one importance: the sweep's fANOVA
     assert isinstance(plots.plot_sweep_history(h), Axes)
     assert isinstance(plots.plot_param_importance(imp), Axes)
     plt.close("all")
@@ -676,3 +678,204 @@ def test_notebook_executes(nb, tmp_path):
          "--nbmake-timeout=600", "--rootdir", str(tmp_path), str(nb)],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------
+# Layout: no horizontal overflow at 1400 px, readable figures at 420 px
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full_sweep_run(sweep_only_run, tmp_path_factory):
+    """The sweep-only folder with every table a real sweep writes: the
+    paired rows, a plateau with a long note, fANOVA importance, sweep.json."""
+    d = tmp_path_factory.mktemp("fullsweep") / sweep_only_run.name
+    shutil.copytree(sweep_only_run, d)
+    shutil.rmtree(d / "figures")
+    rob = pd.read_csv(d / "sweep" / "robustness.csv")
+    paired = pd.DataFrame({
+        "number": [7, 7], "role": "best", "check": "vs-experiment",
+        "variant": ["", "a-rather-long-variant-name"], "replicates": "2-3",
+        "diff_utility": [0.031, -0.012], "diff_ci_low_utility": [-0.3276, -0.41],
+        "diff_ci_high_utility": [0.3893, 0.39], "excludes_0_utility": False,
+        "verdict_utility": "no difference shown"})
+    pd.concat([rob, paired], ignore_index=True).to_csv(d / "sweep" / "robustness.csv",
+                                                        index=False)
+    keys = ["policies.fix.decay.half_life_days", "policies.fix.decay.floor",
+            "policies.fix.packer"]
+    pd.DataFrame({"objective": "utility", "param": keys, "importance": [0.8, 0.15, 0.05]}
+                 ).to_csv(d / "sweep" / "importance.csv", index=False)
+    pd.DataFrame({"objective": "utility", "param": keys[:2], "best": [120.0, 0.3],
+                  "low": [20.0, 0.0], "high": [400.0, 0.6], "choices": "", "n_plateau": 12,
+                  "n_trials": 19, "edge_warning": [True, False], "edge": ["high", ""],
+                  "warning": ["best policies.fix.decay.half_life_days = 120 lies in the top "
+                              "5% of its range", ""],
+                  "note": ["the plateau spans the range: the objective hardly depends on this "
+                           "parameter within the replicate noise", ""]}
+                 ).to_csv(d / "sweep" / "plateau.csv", index=False)
+    (d / "sweep" / "sweep.json").write_text(json.dumps({
+        "study": "s-00000000", "identity": "00000000", "storage": "journal:sweep/journal.log"}))
+    build_report(d)
+    return d
+
+
+_LAYOUT = """<script>
+window.addEventListener("load", function () {
+  var w = window.innerWidth, wide = [], clipped = [], scales = [];
+  function scrolls(e) {  // inside a box that scrolls sideways on its own
+    for (var p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+      var o = getComputedStyle(p).overflowX;
+      if (o === "auto" || o === "scroll") return true;
+    }
+    return false;
+  }
+  var els = document.body.getElementsByTagName("*");
+  for (var i = 0; i < els.length; i++) {
+    var r = els[i].getBoundingClientRect();
+    if ((r.width > w + 0.5 || r.right > w + 0.5) && (STRICT || !scrolls(els[i])))
+      wide.push(els[i].tagName + ":" + Math.round(r.width));
+  }
+  var boxes = document.querySelectorAll(".scroll, figure");
+  for (var j = 0; j < boxes.length; j++)
+    if (boxes[j].scrollWidth > boxes[j].clientWidth + 1) clipped.push(boxes[j].tagName);
+  for (var k = 0; k < document.images.length; k++) {
+    var im = document.images[k];
+    scales.push((im.getBoundingClientRect().width / im.naturalWidth).toFixed(4));
+  }
+  REPORT("inner=" + w + "|scroll=" + document.documentElement.scrollWidth + "|wide="
+         + wide.join(",") + "|clipped=" + clipped.join(",") + "|scales=" + scales.join(",")REPORTED);
+});
+</script>"""
+
+
+def _layout(report: Path, tmp: Path, width: int) -> dict[str, str]:
+    """Render ``report`` ``width`` CSS px wide in headless Chromium and measure it.
+
+    At 1400 px the window is that wide. Chromium keeps a headless window at
+    least 500 px wide, so a narrower width is an iframe of that width in a
+    page (the report posts its measures to the page, which Chromium dumps).
+    """
+    tmp.mkdir(parents=True, exist_ok=True)
+    page = tmp / "report.html"
+    if width >= 500:
+        script = _LAYOUT.replace("STRICT", "true").replace(
+            "REPORT(", 'document.body.setAttribute("data-layout", ')
+        script = script.replace("REPORTED", "")
+        page.write_text(report.read_text(encoding="utf-8").replace("<head>", "<head>" + script,
+                                                                    1), encoding="utf-8")
+        target, size = page, f"{width},1000"
+    else:
+        script = _LAYOUT.replace("STRICT", "false").replace("REPORT(",
+                                                            'parent.postMessage("*" + ')
+        script = script.replace("REPORTED", ', "*"')
+        page.write_text(report.read_text(encoding="utf-8").replace("<head>", "<head>" + script,
+                                                                    1), encoding="utf-8")
+        target, size = tmp / "frame.html", "1000,1000"
+        target.write_text(
+            '<!DOCTYPE html><html><head><meta charset="utf-8"><title>frame</title></head><body>'
+            f'<iframe src="report.html" style="width:{width}px;height:900px;border:0"></iframe>'
+            '<script>window.addEventListener("message", function (e) {'
+            'document.body.setAttribute("data-layout", String(e.data).slice(1)); });</script>'
+            "</body></html>", encoding="utf-8")
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--no-first-run", f"--user-data-dir={tmp / 'profile'}", f"--window-size={size}",
+           "--hide-scrollbars", "--virtual-time-budget=5000", "--dump-dom", target.as_uri()]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = re.search(r'data-layout="([^"]*)"', res.stdout)
+    assert m, res.stdout[-1000:]
+    import html
+
+    return dict(part.split("=", 1) for part in html.unescape(m.group(1)).split("|"))
+
+
+@needs_chromium
+@pytest.mark.parametrize("run_dir", ["plain", "full_sweep"])
+def test_report_at_1400px_has_no_horizontal_overflow(run_dir, plain_run, full_sweep_run,
+                                                     tmp_path):
+    report = (plain_run.path if run_dir == "plain" else full_sweep_run) / "report.html"
+    m = _layout(report, tmp_path, 1400)
+    assert m["inner"] == "1400"
+    assert int(m["scroll"]) <= 1400, m
+    assert m["wide"] == "", f"elements wider than the 1400 px viewport: {m['wide']}"
+    # no table (the paired tests, the plateau) hidden behind its own scrollbar
+    assert m["clipped"] == "", m
+    # figures at their own size (825 px for 7.5 in at 110 dpi), not stretched
+    assert all(abs(float(s) - 1.0) < 0.01 for s in m["scales"].split(",")), m
+
+
+@needs_chromium
+@pytest.mark.parametrize("run_dir", ["plain", "full_sweep"])
+def test_report_at_420px_keeps_figure_text_at_9px(run_dir, plain_run, full_sweep_run, tmp_path):
+    report = (plain_run.path if run_dir == "plain" else full_sweep_run) / "report.html"
+    m = _layout(report, tmp_path, 420)
+    assert m["inner"] == "420"
+    assert int(m["scroll"]) <= 420, m  # the page itself never scrolls sideways
+    assert m["wide"] == "", m          # only boxes that scroll on their own may be wider
+    # the smallest text is plots.SMALLEST_PT points at 110 dpi in the PNG
+    smallest_px = plots.SMALLEST_PT * 110 / 72
+    for s in m["scales"].split(","):
+        assert float(s) * smallest_px >= 9.0, m["scales"]
+
+
+def test_figure_text_is_never_smaller_than_9pt(plain_run, full_sweep_run, tmp_path,
+                                               monkeypatch):
+    """Every text of every figure the report draws is at least SMALLEST_PT."""
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+
+    sizes: dict[str, float] = {}
+    save = Figure.savefig
+
+    def recording(fig, *a, **kw):
+        out = save(fig, *a, **kw)
+        for t in fig.findobj(Text):
+            if t.get_visible() and t.get_text().strip():
+                sizes[t.get_text()] = t.get_fontsize()
+        return out
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    for src in (plain_run.path, full_sweep_run):
+        dst = tmp_path / src.name
+        shutil.copytree(src, dst)
+        build_report(dst)
+    assert len(sizes) > 50
+    small = {t: s for t, s in sizes.items() if s < plots.SMALLEST_PT}
+    assert small == {}
+
+
+def test_sweep_report_shows_one_importance_the_slice_and_how_to_open_the_study(full_sweep_run):
+    md = (full_sweep_run / "report.md").read_text(encoding="utf-8")
+    names = {f.stem for f in (full_sweep_run / "figures").glob("*.png")}
+    assert {"sweep_importance", "sweep_slice_0"} <= names
+    assert "fANOVA" in md and "Spearman" not in md and "eta squared" not in md
+    assert md.count("![Parameter importance") == 1  # one importance figure
+    journal = (full_sweep_run / "sweep" / "journal.log").absolute()
+    assert f"optuna-dashboard {journal}" in md
+    assert f"JournalFileBackend('{journal}')" in md
+    assert "identity 00000000" in md
+
+
+def test_slice_plot_log_axis_has_plain_ticks_and_one_panel_per_parameter():
+    t = _fake_trials()
+    d = plots.slice_data(t, "values_0", log={"policies.fix.decay.half_life_days": True})
+    assert set(d["param"]) == {"policies.fix.decay.half_life_days", "policies.fix.decay.floor",
+                               "policies.fix.packer"}
+    assert d.attrs["kind"]["policies.fix.packer"] == "categorical"
+    assert d["best"].sum() == 3  # one best trial, in each of the three panels
+    fig = plt.figure(figsize=(7.5, 6.6), layout="constrained")
+    axes = plots.plot_slice(d, fig)
+    assert len(axes) == 3
+    log_ax = axes[0]
+    assert log_ax.get_xscale() == "log"
+    labels = [lab.get_text() for lab in log_ax.get_xticklabels()]
+    assert labels and all(re.fullmatch(r"[0-9.]+", lab) for lab in labels), labels
+    assert 2 <= len(labels) <= 6
+    fig.canvas.draw()
+    # no two tick labels of a panel overlap
+    for ax in axes:
+        boxes = [lab.get_window_extent() for lab in ax.get_xticklabels() if lab.get_text()]
+        for a, b in zip(boxes, boxes[1:]):
+            assert not a.overlaps(b), [lab.get_text() for lab in ax.get_xticklabels()]
+    plt.close("all")

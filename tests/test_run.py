@@ -47,7 +47,7 @@ def test_summary_has_ci_per_policy_and_metric(run_dir):
     s = pd.read_csv(run_dir / "summary.csv")
     assert set(s.columns) >= {"policy", "metric", "mean", "ci_low", "ci_high", "n"}
     u = s[s["metric"] == "utility"]
-    assert len(u) == 2
+    assert len(u) == 3  # the quickstart's three policies
     assert ((u["ci_low"] <= u["mean"]) & (u["mean"] <= u["ci_high"])).all()
     q = pd.read_parquet(run_dir / "queries.parquet")
     row = u.iloc[0]
@@ -65,7 +65,7 @@ def test_summary_has_the_pooled_utility_share(run_dir):
     assert (q["harm"] >= 0).all()
     assert q.loc[q["oracle_utility"] == 0, "utility_ratio"].isna().all()
     share = s[s["metric"] == "utility_share"].set_index("policy")
-    assert len(share) == 2 and (share["ci_method"] == "bootstrap-ratio").all()
+    assert len(share) == 3 and (share["ci_method"] == "bootstrap-ratio").all()
     for pol, r in share.iterrows():
         mine = q[(q["policy"] == pol) & (q["oracle_utility"] > 0)]
         # one pooled ratio over every replicate's queries, not a mean of ratios

@@ -17,7 +17,7 @@ folder's resolved table or a :class:`Policy`. A fact of the source is never
 marked, even where the source itself calls its constant a guess (Hivemind's
 180 d / 0.35: "every constant in there is a guess"): the mark says what
 *memsim* had to supply. The reference points (``similarity-only``, ``recency-only``,
-``random``, ``oracle``) are memsim's own definitions, not models of a
+``random``, ``oracle``, ``as-logged``) are memsim's own definitions, not models of a
 system, so they carry no marks.
 """
 
@@ -441,7 +441,11 @@ _FEATHER_DOC = """Feather DB's scored search (feather-store/feather,
     notes (skip-fill in score order: Feather has no token budget, memsim's
     choice). If you change k, change ``retriever.prefilter`` (3k),
     ``candidates`` and ``feedback.k`` together. The engine reads ages from the
-    wall clock in whole seconds; memsim's ages are exact (fractional days)."""
+    wall clock in whole seconds; memsim's ages are exact (fractional days).
+    The engine adds its recalls after every search: run the preset with
+    ``[experiment] feedback_mode = "per-query"`` (per-tick mode applies them
+    once a day, an approximation; ``memsim engine-check feather`` replays in
+    per-query mode)."""
 
 #: What both Feather presets assume: k is the caller's argument, and there is no budget.
 _FEATHER_ASSUMED = {
@@ -511,7 +515,10 @@ add_preset(
     the top 30 regardless of size); normalisation is over the notes live at
     the query. The released code (``retrieve.py``) differs from the paper:
     weights 0.5 / 3 / 2 (recency / relevance / importance) and a recency of
-    ``0.99 ** rank``; override ``ranker`` weights to approach it.""",
+    ``0.99 ** rank`` in last-access order: the ``generative-agents-code``
+    preset. The paper's system resets last access per retrieval: run it with
+    ``[experiment] feedback_mode = "per-query"`` (per-tick mode applies the
+    resets once a day, an approximation).""",
     assumed={
         "packer.kind": "the paper has no token budget (the released code takes the top 30 "
                        "whatever their size): skip-fill in score order",
@@ -530,30 +537,81 @@ add_preset(
     """LangChain's time-weighted retriever: similarity plus an hourly decay since last use.
 
     LangChain's ``TimeWeightedVectorStoreRetriever``
-    (``langchain/retrievers/time_weighted_retriever.py``): score =
-    ``similarity + (1 - 0.01) ** hours_since_last_access``; it scores the
-    vector store's 100 nearest (``search_kwargs = {"k": 100}``), returns the
-    top ``k = 4`` and sets their ``last_accessed_at`` to now (retrieval
-    resets last access: feedback ``touch = "returned"``). ``candidates = 4``
-    so the packer sees the 4 returned documents.
+    (``langchain_classic/retrievers/time_weighted_retriever.py``,
+    langchain-classic 1.0.8; ``langchain/retrievers/...`` before LangChain
+    1.x), all of it in the ``langchain-time-weighted`` ranker: the candidates
+    of a query are the vector store's 100 nearest (``search_kwargs = {"k":
+    100}``) with the store's relevance, and the ``k = 4`` most recently
+    added documents (``memory_stream[-k:]``) with relevance
+    ``default_salience`` (None: none, i.e. 0); each scores
+    ``relevance + (1 - 0.01) ** hours_since_last_access``; the top ``k = 4``
+    after a stable sort are returned and their ``last_accessed_at`` set to
+    now (feedback ``touch = "returned"``, ``k = 4``; ``candidates = 4`` so the
+    packer sees the 4 returned documents).
 
-    memsim's simplifications: LangChain also rescores the ``k`` most recently
-    added memories even when they are not among the nearest (not modelled:
-    only the 100 nearest are candidates); similarity is cosine (LangChain
-    uses the vector store's relevance score, often a rescaled distance);
-    packing is skip-fill in score order.""",
+    The relevance is the vector store's (``ranker.relevance``): ``"cosine"``
+    here (an inner-product FAISS index over normalised vectors whose
+    relevance is the cosine); ``"l2"`` is LangChain's FAISS default
+    (``1 - d / sqrt(2)`` on the squared L2 distance FAISS returns),
+    ``"inner-product"`` its ``MAX_INNER_PRODUCT`` rule. ``memsim engine-check
+    langchain`` replays a stream through the real retriever and this preset.
+
+    Run it with ``[experiment] feedback_mode = "per-query"``: the retriever
+    resets last access after every call, and the default per-tick mode
+    applies the resets once a day, so queries of one day do not see each
+    other's resets (an approximation; measured in the README, "Real data and
+    a real engine"). memsim's choice: packing is skip-fill in score order
+    (the retriever has no token budget).""",
     assumed={
-        "retriever.kind": "LangChain uses the vector store's relevance score (often a "
-                          "rescaled distance): cosine assumed",
+        "ranker.relevance": "the vector store is the user's choice: an inner-product index "
+                            "over normalised vectors with cosine relevance (FAISS's default "
+                            "is l2)",
         "packer.kind": "the retriever has no token budget: skip-fill in score order",
     },
-    retriever={"kind": "cosine", "prefilter": 100},
+    retriever="cosine",
     decay={"kind": "langchain", "decay_rate": 0.01},
-    ranker="additive",
+    ranker={"kind": "langchain-time-weighted", "relevance": "cosine", "search_k": 100, "k": 4,
+            "default_salience": 0.0},
     packer="skip-fill",
     orderer="score",
     feedback={"kind": "default", "touch": "returned", "k": 4},
     candidates=4,
+)
+
+add_preset(
+    "generative-agents-code",
+    """Generative Agents as released: rank-based recency, weights 0.5 / 3 / 2, top 30 reset.
+
+    ``joonspk-research/generative_agents``,
+    ``reverie/backend_server/persona/cognitive_modules/retrieve.py``
+    (``new_retrieve``): every memory is ranked by last access (oldest
+    first, as the code sorts) and gets recency ``0.99 ** rank``; recency,
+    relevance (cosine) and importance are each min-max normalised over the
+    memories and weighed ``0.5 / 3 / 2`` (``gw``; ``recency_w =
+    relevance_w = importance_w = 1``); the top ``n_count = 30`` are
+    returned and their ``last_accessed`` set to now (feedback ``touch =
+    "returned"``, ``k = 30``; ``candidates = 30``). As coded, the memory
+    accessed longest ago gets the highest recency (the ranker's
+    ``rank_from = "least-recent"``); the ``generative-agents`` preset is the
+    paper (``0.995 ** hours``, weights 1).
+
+    Run it with ``[experiment] feedback_mode = "per-query"``: each retrieval
+    resets last access, which moves every later rank; per-tick mode applies
+    the resets once a day (an approximation). memsim's choices: the 30
+    returned are packed skip-fill in score order within the budget (the code
+    hands all 30 on), and every note counts as an event memory (the code's
+    event / thought split only orders ties).""",
+    assumed={
+        "packer.kind": "the code takes the top 30 whatever their size: skip-fill in score "
+                       "order within the budget",
+    },
+    retriever="cosine",
+    ranker={"kind": "generative-agents-code", "recency_decay": 0.99, "w_recency": 0.5,
+            "w_relevance": 3.0, "w_importance": 2.0, "rank_from": "least-recent"},
+    packer="skip-fill",
+    orderer="score",
+    feedback={"kind": "default", "touch": "returned", "k": 30},
+    candidates=30,
 )
 
 add_preset(
@@ -632,6 +690,25 @@ add_preset(
     retriever="cosine",
     ranker="oracle",
     packer="exact",
+    orderer="score",
+    feedback={"kind": "default", "touch": "none"},
+)
+
+add_preset(
+    "as-logged",
+    """What runs today: the production system's logged ranking, replayed.
+
+    For streams imported from a memory-layer trace with ``retrieved`` events
+    (:mod:`memsim.importers.trace`): each query gets exactly the notes the
+    system returned, in its order (scored by its logged scores, else
+    ``1 / rank``), packed into the budget with skip-fill in that order. Every
+    other policy of an experiment is then compared with the system as it
+    runs. A reference point of memsim's: no decay, no retention (the log
+    already reflects the system's own), no feedback (the log's rankings do
+    not change with what memsim's replay uses).""",
+    retriever="cosine",
+    ranker="as-logged",
+    packer="skip-fill",
     orderer="score",
     feedback={"kind": "default", "touch": "none"},
 )

@@ -21,6 +21,12 @@ name              score
 product``         follows from a planted workload (memsim.planted)
 ``bayes``         the posterior expected gain under the synthetic workload's
                   own model (memsim.planted): the best score-based ranking
+``langchain-time- rec + relevance over LangChain's candidates (the store's
+weighted``        nearest and the k newest), which it chooses itself
+``generative-     0.5 n(0.99 ** rank) + 3 n(rel) + 2 n(importance), the rank
+agents-code``     in last-access order                  (Generative Agents' code)
+``as-logged``     the production system's logged ranking (a trace's
+                  ``retrieved`` events): its scores, else 1 / rank
 ================= =============================================================
 
 Rankers with ``set_dependent = True`` score a note relative to the other
@@ -37,7 +43,7 @@ from typing import ClassVar
 import numpy as np
 
 from memsim.errors import ConfigError
-from memsim.params import Interval
+from memsim.params import Interval, Options
 from .base import Ranker, ScoringContext, register
 
 __all__ = [
@@ -51,6 +57,7 @@ __all__ = [
     "Oracle",
     "CalibratedProduct",
     "Bayes",
+    "AsLogged",
     "live_mask",
     "minmax_normalise",
 ]
@@ -344,3 +351,301 @@ class Bayes(Ranker):
         same = np.asarray(ctx.note_actor)[None, :] == np.asarray(ctx.query_actor)[:, None]
         return model.expected_gain(cos, ctx.age("created"), np.asarray(ctx.note_class),
                                    np.asarray(ctx.t), same)
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class AsLogged(Ranker):
+    """What the production system returned: its order, its scores if logged.
+
+    Reads the stream's logged rankings (the optional ``retrieved`` table, from
+    a trace's ``retrieved`` events, :mod:`memsim.importers.trace`) through
+    ``ctx.logged_rank`` (Q, L: the rank from 1, ``inf`` where the system did
+    not return the note) and ``ctx.logged_score`` (Q, L: NaN where not
+    logged). It declares ``needs_logged``: the engine then lets it rank only
+    the notes the system returned for each query.
+
+    ``score`` = the logged score when ``use_scores`` and the query's
+    returned notes all have one and they do not increase down the list;
+    otherwise ``1 / rank``. Either way the order is the logged order (ties
+    of equal logged scores go to the lower ``note_id``, as everywhere in the
+    engine); value-based packers see the logged scores. Notes the system did
+    not return score 0 (the engine leaves them out).
+
+    Parameters
+    ----------
+    use_scores : bool
+        Use the logged scores where possible (default True); False ranks by
+        ``1 / rank`` only.
+    """
+
+    name: ClassVar[str] = "as-logged"
+    uses_recency: ClassVar[bool] = False
+    set_dependent: ClassVar[bool] = True  # the score comes from the log, not the note
+    #: reads ``ctx.logged_rank`` / ``ctx.logged_score``: the engine restricts
+    #: the live notes of each query to the ones the system returned
+    needs_logged: ClassVar[bool] = True
+    use_scores: bool = True
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
+        shape = np.shape(rel)
+        rank = getattr(ctx, "logged_rank", None)
+        if rank is None:  # a context without logged rankings: nothing was returned
+            return np.zeros(shape)
+        rank = np.broadcast_to(np.asarray(rank, dtype=np.float64), shape)
+        returned = np.isfinite(rank)
+        with np.errstate(divide="ignore"):
+            out = np.where(returned, 1.0 / np.where(returned, rank, 1.0), 0.0)
+        score = getattr(ctx, "logged_score", None)
+        if not self.use_scores or score is None:
+            return out
+        score = np.broadcast_to(np.asarray(score, dtype=np.float64), shape)
+        # per query: every returned note has a finite score, non-increasing in rank
+        have = np.where(returned, np.isfinite(score), True).all(axis=1)
+        order = np.argsort(np.where(returned, rank, np.inf), axis=1, kind="stable")
+        s_sorted = np.take_along_axis(np.where(returned, score, -np.inf), order, axis=1)
+        r_sorted = np.take_along_axis(returned, order, axis=1)
+        with np.errstate(invalid="ignore"):
+            rising = (np.diff(s_sorted, axis=1) > 0) & r_sorted[:, 1:]
+        ok = have & ~rising.any(axis=1) & returned.any(axis=1)
+        return np.where(ok[:, None] & returned, np.where(returned, score, 0.0), out)
+
+
+# --------------------------------------------------------------------------
+# LangChain's time-weighted retriever, whole (candidates and score)
+# --------------------------------------------------------------------------
+
+#: The store normalisations of :class:`LangChainTimeWeighted` (``relevance``).
+LANGCHAIN_RELEVANCE = ("cosine", "l2", "inner-product")
+
+
+def _index_score_and_relevance(ctx: ScoringContext, relevance: str
+                               ) -> tuple[np.ndarray, np.ndarray]:
+    """The vector store's search order (higher first) and LangChain's relevance
+    (Q, L), both float32 as FAISS computes them.
+
+    ``cosine``: inner product of L2-normalised vectors, relevance = the cosine;
+    ``l2``: squared L2 distance ``d``, relevance ``1 - d / sqrt(2)``;
+    ``inner-product``: inner product ``s``, relevance ``1 - s`` if ``s > 0``
+    else ``-s`` (``VectorStore._max_inner_product_relevance_score_fn``).
+    """
+    f32 = np.float32
+    dots = np.asarray(ctx.dots, dtype=f32)
+    qn2 = np.asarray(ctx.qnorm2, dtype=np.float64)
+    nn2 = np.asarray(ctx.nnorm2, dtype=np.float64)
+    if relevance == "cosine":
+        with np.errstate(divide="ignore"):
+            qi = np.where(qn2 > 0, 1.0 / np.sqrt(qn2), 0.0).astype(f32)
+            ni = np.where(nn2 > 0, 1.0 / np.sqrt(nn2), 0.0).astype(f32)
+        cos = dots * qi[:, None] * ni[None, :]
+        return cos, cos
+    if relevance == "l2":
+        d = qn2[:, None].astype(f32) + nn2[None, :].astype(f32) - f32(2.0) * dots
+        np.maximum(d, f32(0.0), out=d)
+        return -d, f32(1.0) - d / f32(np.sqrt(2.0))
+    rel = np.where(dots > 0, f32(1.0) - dots, -dots).astype(f32)
+    return dots, rel
+
+
+def _top_by_row(score: np.ndarray, allowed: np.ndarray, m: int) -> np.ndarray:
+    """(Q, L) bool: the ``m`` highest ``score`` per row among ``allowed``
+    (ties by lower column)."""
+    q, n = score.shape
+    out = np.zeros((q, n), dtype=bool)
+    if m <= 0 or n == 0:
+        return out
+    s = np.where(allowed, np.asarray(score, dtype=np.float64), -np.inf)
+    if n <= m:
+        return allowed.copy()
+    order = np.argsort(-s, axis=1, kind="stable")[:, :m]
+    np.put_along_axis(out, order, True, axis=1)
+    return out & allowed
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class LangChainTimeWeighted(Ranker):
+    """LangChain's ``TimeWeightedVectorStoreRetriever``: its candidates and its score.
+
+    Source: ``langchain_classic/retrievers/time_weighted_retriever.py``
+    (langchain-classic 1.0.8; ``langchain/retrievers/...`` before LangChain
+    1.x). A query's candidates are
+
+    * the ``k`` most recently *added* documents (``memory_stream[-k:]``),
+      with relevance ``default_salience`` (LangChain's None adds nothing,
+      which is ``default_salience = 0`` here), and
+    * the vector store's ``search_k`` nearest (``search_kwargs["k"]``, 100),
+      with the store's relevance; a document in both keeps the store's
+      relevance (``docs_and_scores.update(...)``).
+
+    Each is scored ``(1 - decay_rate) ** hours_since_last_access`` (the
+    ``langchain`` decay, the ``rec`` given here) ``+ importance_weight *
+    importance`` (``other_score_keys = ["importance"]`` with weight 1) ``+
+    relevance``; the list is sorted by score (Python's stable sort) and the
+    top ``k`` are returned (the engine's ``candidates``; the preset's
+    feedback resets their last access).
+
+    The relevance is the store's normalisation of its raw score, computed in
+    float32 as FAISS does (``relevance``): ``"cosine"`` (default of the
+    preset): an inner-product index over L2-normalised vectors whose
+    relevance is the cosine itself; ``"l2"`` (FAISS's default
+    ``EUCLIDEAN_DISTANCE``): ``1 - d / sqrt(2)`` with ``d`` the *squared* L2
+    distance FAISS returns; ``"inner-product"`` (``MAX_INNER_PRODUCT``):
+    ``1 - s`` for an inner product ``s > 0``, else ``-s``, LangChain's rule
+    (the nearest by inner product are searched, whatever their relevance).
+    The score of a store candidate is float32 (the float32 relevance added to
+    a Python float), that of a recent-only one float64, as in LangChain.
+
+    The ranker computes the relevance itself from the context (the policy's
+    retriever is not read; leave it without a prefilter), and it chooses the
+    candidates: the engine keeps only the notes :meth:`candidate_mask` marks.
+    "Added" order is creation order, ties by the lower ``note_id`` first.
+    Exact score ties (rare) go to the lower ``note_id``, where LangChain
+    keeps its candidate order.
+
+    Parameters
+    ----------
+    relevance : {"cosine", "l2", "inner-product"}
+    search_k : int >= 1
+        ``search_kwargs["k"]``.
+    k : int >= 0
+        The retriever's ``k``: the recent window (and the number returned,
+        set by the preset's ``candidates`` and ``feedback.k``).
+    default_salience : float
+        Relevance of a recent document the store did not return.
+    importance_weight : float >= 0
+    """
+
+    name: ClassVar[str] = "langchain-time-weighted"
+    set_dependent: ClassVar[bool] = True  # the candidates depend on the other notes
+    relevance: str = "cosine"
+    search_k: int = 100
+    k: int = 4
+    default_salience: float = 0.0
+    importance_weight: float = 0.0
+    _constraints: ClassVar[dict] = {
+        "relevance": Options(LANGCHAIN_RELEVANCE),
+        "search_k": Interval(1, None, integer=True),
+        "k": Interval(0, None, integer=True),
+        "default_salience": Interval(None, None),
+        "importance_weight": _NON_NEGATIVE,
+    }
+
+    def _sets(self, ctx: ScoringContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(store results, recent window, relevance), each (Q, L)."""
+        live = live_mask(ctx)
+        order, rel = _index_score_and_relevance(ctx, self.relevance)
+        q, n = np.shape(order)
+        allowed = np.ones((q, n), dtype=bool) if live is None else np.broadcast_to(live, (q, n))
+        store = _top_by_row(order, allowed, self.search_k)
+        # the k newest allowed notes by insertion: the smallest age since
+        # creation, ties by the higher note row (added later)
+        age = np.broadcast_to(np.asarray(ctx.age_created, dtype=np.float64), (q, n))
+        idx = np.broadcast_to(np.asarray(ctx.idx), (q, n))
+        newest = np.lexsort((-idx, age, ~allowed), axis=1)[:, :self.k]
+        recent = np.zeros((q, n), dtype=bool)
+        np.put_along_axis(recent, newest, True, axis=1)
+        recent &= allowed
+        return store, recent, rel
+
+    def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
+        """(Q, L) bool: the notes LangChain scores for each query (the store's
+        ``search_k`` nearest and the ``k`` newest); the engine drops the others."""
+        store, recent, _ = self._sets(ctx)
+        return store | recent
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        store, _, relevance = self._sets(ctx)
+        base = np.broadcast_to(np.asarray(rec, dtype=np.float64), store.shape)
+        if self.importance_weight:
+            base = base + self.importance_weight * np.asarray(ctx.importance, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            scored = (base.astype(np.float32) + relevance).astype(np.float64)
+        return np.where(store, scored, base + self.default_salience)
+
+
+# --------------------------------------------------------------------------
+# Generative Agents as released (retrieve.py)
+# --------------------------------------------------------------------------
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class GenerativeAgentsCode(Ranker):
+    """Generative Agents' released retrieval: rank-based recency, weights 0.5 / 3 / 2.
+
+    Source: ``joonspk-research/generative_agents``,
+    ``reverie/backend_server/persona/cognitive_modules/retrieve.py``
+    (``new_retrieve``, ``extract_recency``, ``normalize_dict_floats``)::
+
+        nodes = sorted(nodes, key=lambda x: x[0])        # by last_accessed, ascending
+        recency_vals = [recency_decay ** i for i in range(1, len(nodes) + 1)]
+        # each of recency, importance, relevance min-max normalised to [0, 1]
+        gw = [0.5, 3, 2]
+        score = 0.5 * recency + 3 * relevance + 2 * importance
+
+    with ``recency_decay = 0.99`` and ``recency_w = relevance_w =
+    importance_w = 1`` (``scratch.py``); relevance is the cosine similarity;
+    the top ``n_count = 30`` are returned and their ``last_accessed`` set to
+    now. The rank is taken over every memory (here: every note live at the
+    query), so the recency is not a function of a note's age alone, and,
+    as coded, the list is sorted oldest access first, so the memory accessed
+    longest ago gets ``0.99 ** 1``, the largest recency (``rank_from =
+    "least-recent"``); ``rank_from = "most-recent"`` ranks the other way
+    (the most recently accessed first), as the paper's intent reads.
+    Notes never accessed count from their creation. Equal last accesses keep
+    the code's list order (events newest first): the more recently created
+    first, then the higher ``note_id``. A row whose values are all equal
+    normalises to 0.5 (``normalize_dict_floats``).
+
+    The ranker computes its own recency (``uses_recency = False``: the
+    policy's decay is not used).
+
+    Parameters
+    ----------
+    recency_decay : float in (0, 1]
+    w_recency, w_relevance, w_importance : float >= 0
+    rank_from : {"least-recent", "most-recent"}
+    """
+
+    name: ClassVar[str] = "generative-agents-code"
+    uses_recency: ClassVar[bool] = False
+    set_dependent: ClassVar[bool] = True
+    recency_decay: float = 0.99
+    w_recency: float = 0.5
+    w_relevance: float = 3.0
+    w_importance: float = 2.0
+    rank_from: str = "least-recent"
+    _constraints: ClassVar[dict] = {
+        "recency_decay": Interval(0, 1, closed="right"),
+        "w_recency": _NON_NEGATIVE, "w_relevance": _NON_NEGATIVE,
+        "w_importance": _NON_NEGATIVE,
+        "rank_from": Options(("least-recent", "most-recent")),
+    }
+
+    def rank_recency(self, ctx: ScoringContext) -> np.ndarray:
+        """``recency_decay ** rank`` (Q, L), rank 1.. over each query's live
+        notes in the code's last-access order (0 where not live)."""
+        age = np.asarray(ctx.age_last_access, dtype=np.float64)
+        q, n = age.shape
+        live = live_mask(ctx)
+        allowed = np.ones((q, n), dtype=bool) if live is None else np.broadcast_to(live, (q, n))
+        created_age = np.broadcast_to(np.asarray(ctx.age_created, dtype=np.float64), (q, n))
+        idx = np.broadcast_to(np.asarray(ctx.idx), (q, n))
+        # ascending last access = descending age since last access; ties: newer
+        # created first (smaller creation age), then the higher note row
+        key_access = -age if self.rank_from == "least-recent" else age
+        order = np.lexsort((-idx, created_age, key_access, ~allowed), axis=1)
+        rank = np.empty((q, n), dtype=np.int64)
+        np.put_along_axis(rank, order, np.arange(1, n + 1)[None, :].repeat(q, axis=0), axis=1)
+        return np.where(allowed, np.exp(rank * np.log(self.recency_decay)), 0.0)
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
+        live = live_mask(ctx)
+        rec_rank = self.rank_recency(ctx)
+        shape = rec_rank.shape
+        cos = np.broadcast_to(np.asarray(rel, dtype=np.float64), shape)
+        imp = np.broadcast_to(np.asarray(ctx.importance, dtype=np.float64), shape)
+        return (self.w_recency * minmax_normalise(rec_rank, live)
+                + self.w_relevance * minmax_normalise(cos, live)
+                + self.w_importance * minmax_normalise(imp, live))

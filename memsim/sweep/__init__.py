@@ -114,14 +114,31 @@ with several objectives the Pareto member best on the first objective, and
 beats the experiment's own parameters on fresh seeds, with a paired
 interval), ``plateau.csv`` (see :func:`plateau_table`: per parameter the best
 value, the plateau of values within the replicate noise of the best, and a
-warning when the best lies in the outer 5% of its range), ``summary.txt``
-(what ``memsim sweep`` prints), and Optuna's matplotlib plots as PNG
-(``history``, ``importance``, ``slice``, ``pareto_front``). The study can be
-browsed with optuna-dashboard::
+warning when the best lies in the outer 5% of its range), ``importance.csv``
+(Optuna's fANOVA importance per objective, seeded with ``seed``: the share of
+the objective's variance each parameter explains on its own, from a random
+forest fitted to the completed trials; it needs scikit-learn), ``summary.txt``
+(what ``memsim sweep`` prints) and the plots as PNG: Optuna's ``history`` and
+``pareto_front``, memsim's ``importance`` and ``slice`` (one panel per
+parameter, log axes for log ranges).
 
-    optuna-dashboard results/<run>/sweep/journal.log     # the default journal
-    optuna-dashboard sqlite:///sweep.db
-    optuna-dashboard postgresql://memsim:memsim@127.0.0.1:5432/memsim
+Opening the study: ``summary.txt`` and the report end with the exact
+``optuna-dashboard`` command (``pip install optuna-dashboard``, not a memsim
+dependency) and the Python that loads the study. optuna-dashboard opens a
+journal file given by its path, and an RDB URL as it is::
+
+    optuna-dashboard /abs/path/results/<run>/sweep/journal.log   # the default journal
+    optuna-dashboard sqlite:////abs/path/sweep.db
+    optuna-dashboard postgresql://USER:PASSWORD@HOST:5432/DB
+
+In Python, a journal is opened through Optuna's journal backend (memsim
+records it as ``journal:sweep/journal.log`` in ``sweep.json``, a form only
+memsim reads)::
+
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    study = optuna.load_study(study_name="NAME",
+                              storage=JournalStorage(JournalFileBackend(PATH)))
 
 Modules
 -------

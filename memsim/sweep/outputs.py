@@ -13,10 +13,13 @@ runnable with ``memsim run``; with several objectives the Pareto member best
 on the first objective, and ``pareto/trial_<n>.toml`` for every Pareto
 member), ``robustness.csv`` (:func:`~memsim.sweep.robustness_check`),
 ``plateau.csv`` (:func:`~memsim.sweep.plateau_table`: each parameter's best
-value, plateau and edge warning), ``summary.txt``
-(:meth:`SweepResult.summary_text`, what ``memsim sweep`` prints) and Optuna's
-matplotlib plots as PNG (``history``, ``importance``, ``slice``,
-``pareto_front``).
+value, plateau and edge warning), ``importance.csv`` (:func:`importance_table`:
+Optuna's fANOVA importance, seeded), ``summary.txt``
+(:meth:`SweepResult.summary_text`, what ``memsim sweep`` prints, ending with
+the ``optuna-dashboard`` command that opens the study) and the plots as PNG:
+Optuna's ``history`` and ``pareto_front``, memsim's ``importance`` (the bars
+of ``importance.csv``) and ``slice`` (one panel per parameter, log axes for
+log ranges).
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ import numpy as np
 import pandas as pd
 from optuna.trial import TrialState
 
+from memsim import plots as mplots
 from memsim.config import Experiment, dumps_toml
+from memsim.report import study_access_lines
 from memsim.rundir import write_atomic
 
 from .plateau import plateau_lines
@@ -108,84 +113,165 @@ def _best_trials(study, spec: SweepSpec) -> list:
     return front
 
 
+#: Columns of ``importance.csv`` / :func:`importance_table`.
+IMPORTANCE_COLUMNS = ["objective", "param", "importance"]
+
+
+def importance_table(study, spec: SweepSpec) -> pd.DataFrame:
+    """Optuna's fANOVA importance of each parameter, per objective.
+
+    :func:`optuna.importance.get_param_importances` with a
+    :class:`~optuna.importance.FanovaImportanceEvaluator` seeded with the
+    sweep's seed (so the same study gives the same numbers): a random forest
+    is fitted to the COMPLETE trials and each parameter gets the share of
+    the objective's variance it explains on its own, normalised to sum to 1
+    per objective. It needs scikit-learn (Optuna's fANOVA fits its forest
+    with it) and at least two COMPLETE trials.
+
+    Returns
+    -------
+    DataFrame
+        ``objective, param, importance``, most important first per objective.
+
+    Raises
+    ------
+    ImportError
+        Without scikit-learn.
+    """
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(done) < 2 or not spec.keys:
+        return pd.DataFrame(columns=IMPORTANCE_COLUMNS)
+    rows = []
+    for i, lab in enumerate(spec.labels):
+        with _quiet_optuna():
+            imp = get_param_importances(
+                study, evaluator=FanovaImportanceEvaluator(seed=spec.seed),
+                target=lambda t, i=i: t.values[i])
+        rows += [(lab, k, float(v)) for k, v in imp.items()]
+    return pd.DataFrame(rows, columns=IMPORTANCE_COLUMNS)
+
+
+def _importance(study, spec: SweepSpec) -> tuple[pd.DataFrame, str]:
+    """:func:`importance_table`, and "written" or why there is none."""
+    empty = pd.DataFrame(columns=IMPORTANCE_COLUMNS)
+    try:
+        imp = importance_table(study, spec)
+    except ImportError as exc:
+        return empty, f"skipped: Optuna's fANOVA importance needs scikit-learn ({exc})"
+    except Exception as exc:  # e.g. every trial has the same value: nothing to explain
+        return empty, f"skipped: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    return imp, "written" if len(imp) else "skipped: fewer than two COMPLETE trials"
+
+
 def _write_outputs(study, exp: Experiment, spec: SweepSpec, table: pd.DataFrame,
                    robust: pd.DataFrame, best: list, sdir: Path, timings: dict, quiet: bool,
-                   want_plots: bool, plateau: pd.DataFrame | None = None) -> dict[str, str]:
-    """Write ``trials.csv``, ``robustness.csv``, ``plateau.csv``, the best
-    configuration(s) and the plots into ``sdir``; returns plot name ->
-    "written" or why skipped."""
+                   want_plots: bool, plateau: pd.DataFrame | None = None,
+                   ) -> tuple[dict[str, str], pd.DataFrame]:
+    """Write ``trials.csv``, ``robustness.csv``, ``plateau.csv``,
+    ``importance.csv``, the best configuration(s) and the plots into
+    ``sdir``; returns (plot name -> "written" or why skipped, the
+    importance table)."""
     sdir.mkdir(exist_ok=True)
     write_atomic(sdir / "trials.csv", lambda p: table.to_csv(p, index=False))
     write_atomic(sdir / "robustness.csv", lambda p: robust.to_csv(p, index=False))
     if plateau is not None:
         write_atomic(sdir / "plateau.csv", lambda p: plateau.to_csv(p, index=False))
+    t0 = time.perf_counter()
+    importance, imp_status = _importance(study, spec)
+    timings["importance"] = time.perf_counter() - t0
+    if len(importance):
+        write_atomic(sdir / "importance.csv", lambda p: importance.to_csv(p, index=False))
     if best:
         _write_best(exp, spec, best, sdir)
     t1 = time.perf_counter()
-    plots = _write_plots(study, spec, sdir) if want_plots else {}
+    plots = _write_plots(study, spec, sdir, table, importance) if want_plots else {}
+    if want_plots and imp_status != "written":
+        for lab in spec.labels:
+            safe = re.sub(r"[^A-Za-z0-9_.@-]+", "-", lab)
+            plots[f"importance_{safe}" if spec.multi else "importance"] = imp_status
     timings["plots"] = time.perf_counter() - t1
     skipped = {k: v for k, v in plots.items() if v != "written"}
     if skipped and not quiet:
         for k, v in skipped.items():
             print(f"memsim sweep: plot {k} {v}", file=sys.stderr)
-    return plots
+    return plots, importance
 
 
-def _plot_jobs(study, spec: SweepSpec) -> list[tuple[str, Callable]]:
-    """(file name, function drawing an Optuna plot) for each plot of the sweep."""
+def _plot_jobs(study, spec: SweepSpec, table: pd.DataFrame,
+               importance: pd.DataFrame | None) -> list[tuple[str, Callable]]:
+    """(file name, function drawing the plot and returning its Axes or
+    Figure) for each plot of the sweep: Optuna's history and Pareto front,
+    memsim's importance bars (of :func:`importance_table`) and slice panels."""
     # matplotlib is heavy and only the run folder's plots need it: load on use
     import optuna.visualization.matplotlib as ovm
+    from matplotlib.figure import Figure
+
+    imp = importance if importance is not None else pd.DataFrame(columns=IMPORTANCE_COLUMNS)
+    log = {p.key: bool(p.log) for p in spec.params}
+
+    def importance_of(lab: str):
+        part = imp[imp["objective"] == lab]
+        fig = Figure(figsize=(7.5, max(2.6, 0.5 * len(part) + 1.6)), layout="constrained")
+        return mplots.plot_param_importance(part, fig.add_subplot())
+
+    def slice_of(col: str, lab: str, direction: str):
+        data = mplots.slice_data(table, col, spec.keys, log, direction)
+        fig = Figure(figsize=(7.5, 0.6 + 3.0 * math.ceil(max(1, len(spec.keys)) / 2)),
+                     layout="constrained")
+        mplots.plot_slice(data, fig, lab)
+        return fig
 
     jobs: list[tuple[str, Callable]] = []
-    if spec.multi:
-        for i, lab in enumerate(spec.labels):
+    multi = spec.multi
+    for i, (lab, d) in enumerate(zip(spec.labels, spec.directions)):
+        safe = re.sub(r"[^A-Za-z0-9_.@-]+", "-", lab)
+        sfx = f"_{safe}" if multi else ""
+        if multi:
             def tgt(t, i=i):
                 return t.values[i]
-            safe = re.sub(r"[^A-Za-z0-9_.@-]+", "-", lab)
-            jobs.append((f"history_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_optimization_history(
+            jobs.append((f"history{sfx}", lambda tgt=tgt, lab=lab: ovm.plot_optimization_history(
                 study, target=tgt, target_name=lab)))
-            # Optuna's importance evaluator ranks parameters by how they reach
-            # *low* target values: negate a maximised objective
-            def low(t, i=i, sgn=(-1.0 if spec.directions[i] == "maximize" else 1.0)):
-                return sgn * t.values[i]
-            jobs.append((f"importance_{safe}", lambda low=low, lab=lab: ovm.plot_param_importances(
-                study, target=low, target_name=lab)))
-            jobs.append((f"slice_{safe}", lambda tgt=tgt, lab=lab: ovm.plot_slice(
-                study, target=tgt, target_name=lab)))
-        if len(spec.objectives) in (2, 3):
-            jobs.append(("pareto_front", lambda: ovm.plot_pareto_front(
-                study, target_names=spec.labels)))
-    else:
-        lab = spec.labels[0]
-        jobs.append(("history", lambda: ovm.plot_optimization_history(study, target_name=lab)))
-        jobs.append(("importance", lambda: ovm.plot_param_importances(study)))
-        jobs.append(("slice", lambda: ovm.plot_slice(study, target_name=lab)))
+        else:
+            jobs.append(("history", lambda lab=lab: ovm.plot_optimization_history(
+                study, target_name=lab)))
+        if len(imp):  # without a table, _write_outputs says why there is no plot
+            jobs.append((f"importance{sfx}", lambda lab=lab: importance_of(lab)))
+        jobs.append((f"slice{sfx}", lambda lab=lab, d=d: slice_of(f"values_{lab}", lab, d)))
+    if multi and len(spec.objectives) in (2, 3):
+        jobs.append(("pareto_front", lambda: ovm.plot_pareto_front(
+            study, target_names=spec.labels)))
     return jobs
 
 
-def _write_plots(study, spec: SweepSpec, sdir: Path) -> dict[str, str]:
-    """Optuna's matplotlib plots as PNG; returns name -> "written" or why skipped."""
+def _write_plots(study, spec: SweepSpec, sdir: Path, table: pd.DataFrame,
+                 importance: pd.DataFrame | None = None) -> dict[str, str]:
+    """The sweep's plots as PNG; returns name -> "written" or why skipped."""
     # matplotlib is heavy and only the run folder's plots need it: load on use
     import matplotlib
     import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     status: dict[str, str] = {}
-    jobs = _plot_jobs(study, spec)
+    jobs = _plot_jobs(study, spec, table, importance)
     with matplotlib.rc_context({"figure.max_open_warning": 0}):
         for name, make in jobs:
             try:
                 with _quiet_optuna():
-                    ax = make()
-                first = np.asarray(ax, dtype=object).ravel()[0]
-                fig = first.figure
-                fig.set_size_inches(max(fig.get_size_inches()[0], 6.4),
-                                    max(fig.get_size_inches()[1], 4.2))
+                    drawn = make()
+                if isinstance(drawn, Figure):
+                    fig = drawn
+                else:
+                    fig = np.asarray(drawn, dtype=object).ravel()[0].figure
+                    fig.set_size_inches(max(fig.get_size_inches()[0], 6.4),
+                                        max(fig.get_size_inches()[1], 4.2))
                 write_atomic(sdir / f"{name}.png",
                              lambda p, fig=fig: fig.savefig(p, format="png", dpi=110,
                                                             bbox_inches="tight"))
                 plt.close(fig)
                 status[name] = "written"
-            except Exception as exc:  # a plot Optuna cannot make must not fail the sweep
+            except Exception as exc:  # a plot that cannot be made must not fail the sweep
                 status[name] = f"skipped: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
                 plt.close("all")
     return status
@@ -236,9 +322,15 @@ class SweepResult:
         :func:`~memsim.sweep.plateau_table`: per objective and parameter,
         ``best``, the plateau ``low``/``high`` (or ``choices``), ``n_trials``,
         ``edge_warning`` and ``note``.
+    importance : DataFrame
+        :func:`importance_table` (Optuna's fANOVA, seeded), written with the
+        run folder's files; empty without a run folder (call
+        ``importance_table(result.study, result.spec)``).
     study : optuna.Study
     path : Path or None
         The run folder.
+    storage : str
+        Where the study lives (a password masked, a SQLite path absolute).
     plots : dict
         Plot name -> "written" or the reason it was skipped.
     """
@@ -258,6 +350,7 @@ class SweepResult:
     plots: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     plateau: pd.DataFrame = field(default_factory=pd.DataFrame)
+    importance: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def best_value(self) -> float:
@@ -267,8 +360,10 @@ class SweepResult:
     def summary_text(self) -> str:
         """A few lines for the console: best trial, Pareto set, each
         parameter's plateau, a ``WARNING`` line per best value at an edge of
-        its range, the robustness re-check and whether the best beats the
-        experiment's preset."""
+        its range, the parameter importance (fANOVA), the robustness
+        re-check, whether the best beats the experiment's preset, and last
+        how to open the study: the ``optuna-dashboard`` command and the
+        Python that loads it (:func:`memsim.report.study_access_lines`)."""
         n_done = int((self.trials["state"] == "COMPLETE").sum()) if len(self.trials) else 0
         lines = [f"study {self.study_name}: {n_done} COMPLETE trials of {len(self.trials)}"]
         if self.best_number is not None:
@@ -289,12 +384,24 @@ class SweepResult:
                              f"(replicates {r['replicates']}): {lab} = "
                              f"{r[f'values_{lab}']:.4g} ({r[f'change_{lab}']:+.4g})")
             lines += _paired_lines(self.robustness, self.spec)
+        lines += _importance_lines(self.importance)
+        if self.study_name:
+            lines += study_access_lines(self.storage, self.study_name, self.path)
         return "\n".join(lines)
 
     def best_experiment(self) -> Experiment:
         """The experiment with the best parameters applied (sweep table removed)."""
         e = apply_params(self.experiment, self.best_params)
         return dataclasses.replace(e, sweep=None)
+
+
+def _importance_lines(importance: pd.DataFrame) -> list[str]:
+    """One line per objective: the parameters by fANOVA importance."""
+    if importance is None or not len(importance):
+        return []
+    return [f"importance (fANOVA, {lab}): "
+            + ", ".join(f"{r['param']} {r['importance']:.2f}" for _, r in g.iterrows())
+            for lab, g in importance.groupby("objective", sort=False)]
 
 
 def _paired_lines(robust: pd.DataFrame, spec: SweepSpec) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from memsim.runner import experiment_manifest
 
 from .evaluate import TrialEvaluator
 from .liveness import _host
-from .outputs import SweepResult, _best_trials, _write_outputs, trials_table
+from .outputs import IMPORTANCE_COLUMNS, SweepResult, _best_trials, _write_outputs, trials_table
 from .plateau import plateau_table
 from .resume import (_header, _load_resume_dir, _locate_run_dir, _prior_manifest,
                      _resume_storage, _study_identity, _write_ident)
@@ -118,7 +119,8 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     try:
         study, n_done = _run_trials(plan, progress, timings)
         result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots)
-        result.study_name, result.storage = study_name, _mask_url(plan.storage_spec)
+        result.study_name = study_name
+        result.storage = _mask_url(_absolute_sqlite(plan.storage_spec))
         if plan.run_dir is not None:
             # what `memsim sweep` prints, kept with the files it describes
             write_atomic(plan.run_dir / "sweep" / "summary.txt", lambda p: p.write_text(
@@ -211,7 +213,10 @@ def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
     session = {"started_utc": manifest.data["started_utc"], "host": _host(),
                "pid": os.getpid(), "workers": plan.workers, "argv": manifest.data["argv"]}
     sessions.append(session)
-    manifest.update(kind="sweep", sessions=sessions, sweep={
+    # config_hash: the hash that names the folder and the study (the sweep's
+    # identity: experiment and search space without sweep.trials, and the
+    # study name), not the hash of config.toml, which changes with --trials
+    manifest.update(kind="sweep", config_hash=plan.hash8, sessions=sessions, sweep={
         "study": plan.study_name, "identity": plan.hash8,
         "storage": _recorded_storage(plan.storage_spec, run_dir),
         "trials": spec.trials, "sampler": spec.sampler, "seed": spec.seed,
@@ -263,14 +268,16 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
     plateau = plateau_table(table, spec)
     timings["plateau"] = time.perf_counter() - t1
     plots: dict[str, str] = {}
+    importance = pd.DataFrame(columns=IMPORTANCE_COLUMNS)
     if run_dir is not None:
-        plots = _write_outputs(study, exp, spec, table, robust, best, run_dir / "sweep",
-                               timings, quiet, want_plots, plateau)
+        plots, importance = _write_outputs(study, exp, spec, table, robust, best,
+                                           run_dir / "sweep", timings, quiet, want_plots,
+                                           plateau)
     return SweepResult(experiment=exp, spec=spec, study=study, trials=table,
                        best_params=best_params, best_values=best_values,
                        best_number=best[0].number if best else None,
                        pareto=[t.number for t in best], robustness=robust, path=run_dir,
-                       plots=plots, timings=timings, plateau=plateau)
+                       plots=plots, timings=timings, plateau=plateau, importance=importance)
 
 
 def _complete_manifest(manifest, sessions: list[dict], result: SweepResult,
@@ -293,6 +300,15 @@ def _write_report(run_dir: Path, timings: dict) -> None:
         warnings.warn(f"memsim sweep: report.html failed: {type(exc).__name__}: {exc}",
                       stacklevel=3)
     timings["report"] = time.perf_counter() - t1
+
+
+def _absolute_sqlite(spec: str) -> str:
+    """A SQLite URL with a relative path made absolute (it is relative to the
+    folder the sweep runs in), so that the printed URL opens from anywhere."""
+    m = re.match(r"^(sqlite(?:\+\w+)?:///)(.+)$", spec)
+    if m and not m.group(2).startswith(("/", ":memory:")):
+        return m.group(1) + str(Path(m.group(2)).absolute())
+    return spec
 
 
 def _now() -> str:

@@ -1,0 +1,890 @@
+"""Your own memory log: a production trace of a memory layer, imported as a stream.
+
+A *trace* is what a running memory layer can log about itself: notes written,
+changed and deleted, queries asked, what the system returned for each query,
+and which of those notes the answer used. :func:`import_trace` turns it into
+a memsim stream (DESIGN.md section 3), so that every policy can be replayed
+on your own workload and compared with what runs today (the ``as-logged``
+preset replays the logged rankings).
+
+Trace format, version 1
+=======================
+
+JSON Lines (UTF-8): one JSON object per line; empty lines are skipped. Every
+object has ``"event"``, one of the names below. Ids (``id``, ``query``,
+``note``, ``notes``) are integers or strings; times (``t``, ``expires_at``)
+are numbers in the header's ``time_unit`` since its ``origin``, or ISO 8601
+strings (``"2025-03-01T12:00:00Z"``; without a zone they are read as UTC),
+which are converted to the same scale. memsim's clock is in days.
+
+``header`` (optional; only as the first line)
+    ``format`` = ``"memsim-trace"``; ``version`` = 1 (a newer version is
+    refused); ``time_unit``: ``"day"`` (default), ``"hour"``, ``"minute"``,
+    ``"second"`` or ``"millisecond"``; ``origin``: the ISO time that numbers
+    count from (default ``1970-01-01T00:00:00Z``); ``name``, ``source`` and
+    any other key go to the stream's ``meta``.
+
+``note_added``
+    ``id`` (unique), ``t``, ``actor`` (str), and ``tokens`` (int > 0) or
+    ``text`` (str) or both (``tokens`` defaults to ``ceil(len(text) / 4)``).
+    Optional: ``embedding`` (list of numbers), ``tier`` (str, default
+    ``"task"``), ``type`` (memory type, default ``"episodic"``),
+    ``importance`` and ``salience`` (numbers >= 0, default 1), ``pinned``
+    (bool), ``expires_at`` (time), ``namespace`` (str: a separate store, e.g.
+    one per user; a query only sees notes of its own namespace).
+
+``note_updated``
+    ``id`` (an added note), ``t``, and any of the optional fields of
+    ``note_added`` plus ``text``, ``tokens`` and ``actor``. The update is a
+    new *version* of the note: the live version expires at ``t`` and a new
+    row, created at ``t``, takes every field not given from it
+    (``first_created_at`` keeps the note's original creation time,
+    ``version`` counts from 0). With embeddings in the trace, an update that
+    changes ``text`` must give a new ``embedding``.
+
+``note_deleted``
+    ``id``, ``t``: the live version expires at ``t``; no event may name the
+    note afterwards except ``retrieved``, ``used`` and ``judgement`` of
+    earlier queries.
+
+``query``
+    ``id`` (unique), ``t``, ``actor``, and ``text`` or ``embedding`` (as
+    the notes). Optional: ``budget`` (int > 0: the token budget the system
+    had), ``category`` (str or int: a tag to group results by, kept in the
+    ``category`` column), ``namespace``.
+
+``retrieved``
+    ``query``, ``notes`` (list of note ids, best first: what the production
+    system returned), optional ``scores`` (numbers, one per note). At most
+    one per query; no note twice. Written to the stream's optional
+    ``retrieved`` table (``query_id``, ``rank`` from 1, ``note_id``,
+    ``score``, NaN when not logged).
+
+``used``
+    ``query``, ``notes``: the notes the answer cited or the user kept
+    (implicit relevance). Several events for one query add up; a note used
+    twice counts once.
+
+``judgement``
+    ``query``, ``note``, ``gain`` (a non-zero number; negative = misleading):
+    explicit relevance. At most one per (query, note).
+
+``accessed``
+    ``note``, ``t``, ``actor``: an organic read outside any query (the
+    stream's ``accesses`` table).
+
+Every event that names a note or a query must come after the line that
+added it, and a note's own events (``note_added``, ``note_updated``,
+``note_deleted``) must have non-decreasing ``t``. Other events may appear in
+any time order. Unknown keys are ignored (logs carry more than memsim reads).
+
+How the stream is built
+-----------------------
+- **qrels** come from ``judgement`` events when the trace has any, else from
+  ``used`` events (gain 1), else there are none; ``stream.json`` says which
+  in ``"qrels_from"`` (``"judgement"``, ``"used"`` or ``"none"``). A note
+  id named by a query's ``retrieved``, ``used`` or ``judgement`` event means
+  the version of the note live at the query's time (its first version if the
+  query came before the note).
+- **ids**: when every note id is an integer and no note was updated, the
+  stream's ``note_id`` is the logged id; otherwise notes are numbered from 0
+  in the order their versions appear. Queries likewise (integer ids kept,
+  else numbered in file order). When the ids are renumbered, the logged id
+  is kept as text in ``trace_id``.
+- **embeddings**: from the trace when the first note or query carries one
+  (then every note and query must, with one dimension); otherwise exact BM25
+  vectors over ``text`` (:func:`memsim.lexical.bm25_embeddings`, per
+  namespace), as the LoCoMo importer does, and every note and query needs
+  ``text``. Dense BM25 vectors take ``(notes + queries) * (vocabulary + 1) *
+  4`` bytes: for large logs, log the embeddings.
+- **columns** besides the documented ones: notes ``first_created_at``,
+  ``version``, and ``trace_id``, ``namespace`` as said; queries
+  ``category`` (``""`` when untagged), ``text`` (when any query has one),
+  ``trace_id``, ``namespace`` (when any event has one).
+
+Errors: a malformed line raises :class:`~memsim.errors.StreamError` with one
+message naming the file, the line (from 1) and the field, e.g.
+``trace.jsonl: line 17: field 'tokens': must be a positive integer, got 0``.
+
+Memory: the file is read line by line; each column is appended to a compact
+``array`` (8 bytes a number) or a list of strings, and no event object is
+kept. Measured on a generated trace of 2 million events with 16-dimension
+embeddings: see README, "Your own memory log".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from array import array
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from memsim.errors import StreamError
+from memsim.lexical import bm25_embeddings
+from memsim.stream import Stream, make_stream
+
+__all__ = ["import_trace", "cli_import_trace", "write_trace", "TRACE_FORMAT", "TRACE_VERSION",
+           "EVENTS", "TIME_UNITS"]
+
+TRACE_FORMAT = "memsim-trace"
+TRACE_VERSION = 1
+#: Event names of trace format version 1.
+EVENTS = ("header", "note_added", "note_updated", "note_deleted", "query", "retrieved", "used",
+          "judgement", "accessed")
+#: Units a header may give for numeric times, in days.
+TIME_UNITS = {"day": 1.0, "hour": 1.0 / 24.0, "minute": 1.0 / 1440.0,
+              "second": 1.0 / 86400.0, "millisecond": 1.0 / 86_400_000.0}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class _Codes:
+    """Strings interned to small integer codes (actors, tiers, namespaces...)."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def __call__(self, name: str) -> int:
+        c = self.code.get(name)
+        if c is None:
+            c = self.code[name] = len(self.names)
+            self.names.append(name)
+        return c
+
+    def decode(self, codes: array) -> np.ndarray:
+        return np.asarray(self.names, dtype=object)[np.frombuffer(codes, dtype=np.int32)] \
+            if len(codes) else np.zeros(0, dtype=object)
+
+
+class _Reader:
+    """Reads a trace line by line into column arrays."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.line = 0
+        self.unit = 1.0
+        self.origin_days = 0.0
+        self.meta: dict[str, Any] = {}
+        self.has_emb: bool | None = None
+        self.dim = 0
+        self.emb_line = 0
+        # interned strings
+        self.actors, self.tiers, self.types = _Codes(), _Codes(), _Codes()
+        self.spaces, self.categories = _Codes(), _Codes()
+        self.any_namespace = False
+        # notes: one row per version
+        self.note_key: dict[Any, int] = {}       # logged id -> note key
+        self.note_ids: list = []                 # key -> logged id
+        self.live_row = array("q")               # key -> row of its live version
+        self.deleted = bytearray()               # key -> deleted flag
+        self.first_row = array("q")              # key -> row of version 0
+        self.n_created = array("d")              # row -> created_at
+        self.n_first = array("d")                # row -> first_created_at
+        self.n_tokens = array("q")
+        self.n_actor, self.n_tier, self.n_type, self.n_space = (array("i") for _ in range(4))
+        self.n_imp, self.n_sal, self.n_exp = array("d"), array("d"), array("d")
+        self.n_pinned = bytearray()
+        self.n_key = array("q")
+        self.n_version = array("i")
+        self.n_next = array("q")                 # row -> next version row (-1: none)
+        self.n_text: list[str] = []
+        self.n_emb = array("f")
+        self.versioned = False
+        # queries
+        self.query_key: dict[Any, int] = {}
+        self.query_ids: list = []
+        self.q_t = array("d")
+        self.q_actor, self.q_space, self.q_cat = array("i"), array("i"), array("i")
+        self.q_budget = array("q")
+        self.q_text: list[str] = []
+        self.q_emb = array("f")
+        self.q_retrieved = bytearray()
+        # relations (query row, note key)
+        self.r_q, self.r_n, self.r_rank, self.r_score = array("q"), array("q"), array("q"), array("d")
+        self.u_q, self.u_n = array("q"), array("q")
+        self.j_q, self.j_n, self.j_gain, self.j_line = array("q"), array("q"), array("d"), array("q")
+        self.a_t, self.a_n, self.a_actor = array("d"), array("q"), array("i")
+
+    def release(self) -> None:
+        """Drop the column arrays (once the frames are built)."""
+        for name, value in list(vars(self).items()):
+            if isinstance(value, (array, bytearray, list, dict)) and name != "meta":
+                setattr(self, name, type(value)() if not isinstance(value, array)
+                        else array(value.typecode))
+
+    # -- errors and fields ---------------------------------------------------
+    def fail(self, message: str, field: str | None = None) -> None:
+        where = f"{self.label}: line {self.line}"
+        if field is not None:
+            where += f": field {field!r}"
+        raise StreamError(f"{where}: {message}")
+
+    def get(self, ev: dict, field: str) -> Any:
+        if field not in ev or ev[field] is None:
+            self.fail("required field is missing", field)
+        return ev[field]
+
+    def text(self, ev: dict, field: str) -> str:
+        v = self.get(ev, field)
+        if not isinstance(v, str):
+            self.fail(f"must be a string, got {_show(v)}", field)
+        return v
+
+    def number(self, v: Any, field: str, *, minimum: float | None = None,
+               nonzero: bool = False) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            self.fail(f"must be a finite number, got {_show(v)}", field)
+        if minimum is not None and v < minimum:
+            self.fail(f"must be >= {minimum:g}, got {_show(v)}", field)
+        if nonzero and v == 0:
+            self.fail("must be a non-zero number, got 0", field)
+        return float(v)
+
+    def positive_int(self, v: Any, field: str) -> int:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            self.fail(f"must be a positive integer, got {_show(v)}", field)
+        return v
+
+    def ident(self, v: Any, field: str) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, (int, str)) or v == "":
+            self.fail(f"must be an integer or a non-empty string id, got {_show(v)}", field)
+        return v
+
+    def time(self, v: Any, field: str) -> float:
+        if isinstance(v, str):
+            try:
+                when = datetime.fromisoformat(v.strip().replace("Z", "+00:00"))
+            except ValueError:
+                self.fail(f"must be a number or an ISO 8601 time, got {_show(v)}", field)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            return (when - _EPOCH).total_seconds() / 86400.0 - self.origin_days
+        return self.number(v, field) * self.unit
+
+    def embedding(self, ev: dict, what: str) -> list | None:
+        v = ev.get("embedding")
+        if self.has_emb is None:
+            self.has_emb = v is not None
+            self.emb_line = self.line
+        if not self.has_emb:
+            if v is not None:
+                self.fail(f"this {what} has an embedding but the first note or query (line "
+                          f"{self.emb_line}) had none: give embeddings everywhere or nowhere",
+                          "embedding")
+            return None
+        if v is None:
+            self.fail(f"missing: the first note or query (line {self.emb_line}) had an "
+                      "embedding, so every note and query needs one", "embedding")
+        if not isinstance(v, list) or not v:
+            self.fail(f"must be a non-empty list of numbers, got {_show(v)}", "embedding")
+        if not self.dim:
+            self.dim = len(v)
+        if len(v) != self.dim:
+            self.fail(f"has {len(v)} dimensions, the first embedding (line {self.emb_line}) "
+                      f"has {self.dim}", "embedding")
+        for i, x in enumerate(v):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+                self.fail(f"item {i} must be a finite number, got {_show(x)}", "embedding")
+        return v
+
+    def namespace(self, ev: dict) -> int:
+        v = ev.get("namespace")
+        if v is None:
+            return self.spaces("")
+        if not isinstance(v, str):
+            self.fail(f"must be a string, got {_show(v)}", "namespace")
+        self.any_namespace = True
+        return self.spaces(v)
+
+    def note_of(self, v: Any, field: str) -> int:
+        key = self.note_key.get(self.ident(v, field))
+        if key is None:
+            self.fail(f"note {v!r} has not been added before this line", field)
+        return key
+
+    def query_of(self, v: Any, field: str) -> int:
+        row = self.query_key.get(self.ident(v, field))
+        if row is None:
+            self.fail(f"query {v!r} has not been logged before this line", field)
+        return row
+
+    # -- events --------------------------------------------------------------
+    def header(self, ev: dict) -> None:
+        if self.line != 1:
+            self.fail("a header is only allowed as the first line", "event")
+        if ev.get("format", TRACE_FORMAT) != TRACE_FORMAT:
+            self.fail(f"expected {TRACE_FORMAT!r}, got {_show(ev.get('format'))}", "format")
+        version = ev.get("version", TRACE_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            self.fail(f"must be a positive integer, got {_show(version)}", "version")
+        if version > TRACE_VERSION:
+            self.fail(f"trace format version {version} is newer than this memsim reads "
+                      f"(version {TRACE_VERSION}); upgrade memsim", "version")
+        unit = ev.get("time_unit", "day")
+        if unit not in TIME_UNITS:
+            self.fail(f"must be one of {', '.join(TIME_UNITS)}, got {_show(unit)}", "time_unit")
+        if "origin" in ev:
+            if not isinstance(ev["origin"], str):
+                self.fail(f"must be an ISO 8601 time, got {_show(ev['origin'])}", "origin")
+            self.origin_days = self.time(ev["origin"], "origin")
+        self.unit = TIME_UNITS[unit]
+        self.meta = {k: v for k, v in ev.items() if k not in ("event", "format", "version")}
+
+    def note_added(self, ev: dict) -> None:
+        nid = self.ident(self.get(ev, "id"), "id")
+        if nid in self.note_key:
+            self.fail(f"note {nid!r} was already added", "id")
+        t = self.time(self.get(ev, "t"), "t")
+        actor = self.actors(self.text(ev, "actor"))
+        text = ev.get("text")
+        if text is not None and not isinstance(text, str):
+            self.fail(f"must be a string, got {_show(text)}", "text")
+        if "tokens" in ev and ev["tokens"] is not None:
+            tokens = self.positive_int(ev["tokens"], "tokens")
+        elif text is not None:
+            tokens = max(1, math.ceil(len(text) / 4))
+        else:
+            self.fail("a note needs 'tokens' or 'text'", "tokens")
+        emb = self.embedding(ev, "note")
+        key = len(self.note_ids)
+        self.note_key[nid] = key
+        self.note_ids.append(nid)
+        self.deleted.append(0)
+        row = len(self.n_created)
+        self.first_row.append(row)
+        self.live_row.append(row)
+        self._version(ev, key, row, t, t, 0, tokens, actor, text if text is not None else "",
+                      emb, self.tiers("task"), self.types("episodic"), 1.0, 1.0, False,
+                      math.nan, self.namespace(ev))
+
+    def _version(self, ev: dict, key: int, row: int, t: float, first: float, version: int,
+                 tokens: int, actor: int, text: str, emb: list | None, tier: int, mtype: int,
+                 imp: float, sal: float, pinned: bool, expires: float, space: int) -> None:
+        """Append a note row; optional fields of ``ev`` override the given ones."""
+        if ev.get("tier") is not None:
+            tier = self.tiers(self.text(ev, "tier"))
+        if ev.get("type") is not None:
+            mtype = self.types(self.text(ev, "type"))
+        if ev.get("importance") is not None:
+            imp = self.number(ev["importance"], "importance", minimum=0.0)
+        if ev.get("salience") is not None:
+            sal = self.number(ev["salience"], "salience", minimum=0.0)
+        if ev.get("pinned") is not None:
+            if not isinstance(ev["pinned"], bool):
+                self.fail(f"must be true or false, got {_show(ev['pinned'])}", "pinned")
+            pinned = ev["pinned"]
+        if ev.get("expires_at") is not None:
+            expires = self.time(ev["expires_at"], "expires_at")
+            if expires < t:
+                self.fail(f"must not be before the note's time ({t:g} days)", "expires_at")
+        self.n_created.append(t)
+        self.n_first.append(first)
+        self.n_tokens.append(tokens)
+        self.n_actor.append(actor)
+        self.n_tier.append(tier)
+        self.n_type.append(mtype)
+        self.n_space.append(space)
+        self.n_imp.append(imp)
+        self.n_sal.append(sal)
+        self.n_exp.append(expires)
+        self.n_pinned.append(1 if pinned else 0)
+        self.n_key.append(key)
+        self.n_version.append(version)
+        self.n_next.append(-1)
+        self.n_text.append(text)
+        if emb is not None:
+            self.n_emb.extend(emb)
+
+    def _live(self, ev: dict) -> tuple[int, int, float]:
+        key = self.note_of(self.get(ev, "id"), "id")
+        if self.deleted[key]:
+            self.fail(f"note {self.note_ids[key]!r} was deleted earlier", "id")
+        row = self.live_row[key]
+        t = self.time(self.get(ev, "t"), "t")
+        if t < self.n_created[row]:
+            self.fail(f"{t:g} days is before the note's previous event "
+                      f"({self.n_created[row]:g} days)", "t")
+        return key, row, t
+
+    def note_updated(self, ev: dict) -> None:
+        key, old, t = self._live(ev)
+        text = self.n_text[old]
+        changed_text = ev.get("text") is not None
+        if changed_text:
+            text = self.text(ev, "text")
+        if ev.get("tokens") is not None:
+            tokens = self.positive_int(ev["tokens"], "tokens")
+        elif changed_text:
+            tokens = max(1, math.ceil(len(text) / 4))
+        else:
+            tokens = self.n_tokens[old]
+        actor = self.actors(self.text(ev, "actor")) if ev.get("actor") is not None \
+            else self.n_actor[old]
+        emb = None
+        if self.has_emb:
+            if ev.get("embedding") is not None:
+                emb = self.embedding(ev, "note")
+            elif changed_text:
+                self.fail("the text changed: give the new embedding (the trace has "
+                          "embeddings)", "embedding")
+            else:
+                emb = list(self.n_emb[old * self.dim:(old + 1) * self.dim])
+        elif ev.get("embedding") is not None:
+            self.embedding(ev, "note")  # raises: the trace has none
+        old_exp = self.n_exp[old]
+        self.n_exp[old] = t if math.isnan(old_exp) else min(old_exp, t)
+        row = len(self.n_created)
+        self.n_next[old] = row
+        self.live_row[key] = row
+        self.versioned = True
+        self._version(ev, key, row, t, self.n_first[old], self.n_version[old] + 1, tokens,
+                      actor, text, emb, self.n_tier[old], self.n_type[old], self.n_imp[old],
+                      self.n_sal[old], bool(self.n_pinned[old]), old_exp, self.n_space[old])
+
+    def note_deleted(self, ev: dict) -> None:
+        key, row, t = self._live(ev)
+        old = self.n_exp[row]
+        self.n_exp[row] = t if math.isnan(old) else min(old, t)
+        self.deleted[key] = 1
+
+    def query(self, ev: dict) -> None:
+        qid = self.ident(self.get(ev, "id"), "id")
+        if qid in self.query_key:
+            self.fail(f"query {qid!r} was already logged", "id")
+        t = self.time(self.get(ev, "t"), "t")
+        actor = self.actors(self.text(ev, "actor"))
+        text = ev.get("text")
+        if text is not None and not isinstance(text, str):
+            self.fail(f"must be a string, got {_show(text)}", "text")
+        emb = self.embedding(ev, "query")
+        budget = self.positive_int(ev["budget"], "budget") if ev.get("budget") is not None else 0
+        cat = ev.get("category")
+        if cat is not None and (isinstance(cat, bool) or not isinstance(cat, (str, int))):
+            self.fail(f"must be a string or an integer, got {_show(cat)}", "category")
+        self.query_key[qid] = len(self.query_ids)
+        self.query_ids.append(qid)
+        self.q_t.append(t)
+        self.q_actor.append(actor)
+        self.q_space.append(self.namespace(ev))
+        self.q_cat.append(self.categories("" if cat is None else str(cat)))
+        self.q_budget.append(budget)
+        self.q_text.append("" if text is None else text)
+        self.q_retrieved.append(0)
+        if emb is not None:
+            self.q_emb.extend(emb)
+
+    def _note_list(self, ev: dict) -> list[int]:
+        v = self.get(ev, "notes")
+        if not isinstance(v, list):
+            self.fail(f"must be a list of note ids, got {_show(v)}", "notes")
+        return [self.note_of(x, f"notes[{i}]") for i, x in enumerate(v)]
+
+    def retrieved(self, ev: dict) -> None:
+        q = self.query_of(self.get(ev, "query"), "query")
+        if self.q_retrieved[q]:
+            self.fail(f"query {self.query_ids[q]!r} already has a 'retrieved' event", "query")
+        self.q_retrieved[q] = 1
+        keys = self._note_list(ev)
+        if len(set(keys)) != len(keys):
+            seen: set[int] = set()
+            for i, k in enumerate(keys):
+                if k in seen:
+                    self.fail(f"note {self.note_ids[k]!r} is listed twice", f"notes[{i}]")
+                seen.add(k)
+        scores = ev.get("scores")
+        if scores is not None:
+            if not isinstance(scores, list) or len(scores) != len(keys):
+                self.fail(f"must be a list of {len(keys)} numbers (one per note), got "
+                          f"{_show(scores)}", "scores")
+            vals = [self.number(s, f"scores[{i}]") for i, s in enumerate(scores)]
+        else:
+            vals = [math.nan] * len(keys)
+        for rank, (k, s) in enumerate(zip(keys, vals), start=1):
+            self.r_q.append(q)
+            self.r_n.append(k)
+            self.r_rank.append(rank)
+            self.r_score.append(s)
+
+    def used(self, ev: dict) -> None:
+        q = self.query_of(self.get(ev, "query"), "query")
+        for k in self._note_list(ev):
+            self.u_q.append(q)
+            self.u_n.append(k)
+
+    def judgement(self, ev: dict) -> None:
+        q = self.query_of(self.get(ev, "query"), "query")
+        k = self.note_of(self.get(ev, "note"), "note")
+        self.j_q.append(q)
+        self.j_n.append(k)
+        self.j_gain.append(self.number(self.get(ev, "gain"), "gain", nonzero=True))
+        self.j_line.append(self.line)
+
+    def accessed(self, ev: dict) -> None:
+        k = self.note_of(self.get(ev, "note"), "note")
+        self.a_t.append(self.time(self.get(ev, "t"), "t"))
+        self.a_n.append(k)
+        self.a_actor.append(self.actors(self.text(ev, "actor")))
+
+    def read(self, lines: Iterable[bytes | str]) -> None:
+        handlers = {name: getattr(self, name) for name in EVENTS}
+        for raw in lines:
+            self.line += 1
+            if not raw.strip():
+                continue
+            try:
+                ev = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                self.fail(f"not valid JSON: {exc}")
+            if not isinstance(ev, dict):
+                self.fail(f"expected a JSON object, got a JSON {type(ev).__name__}")
+            name = ev.get("event")
+            handler = handlers.get(name) if isinstance(name, str) else None
+            if handler is None:
+                self.fail(f"unknown event {_show(name)}; known: {', '.join(EVENTS)}", "event")
+            handler(ev)
+
+
+def _show(v: Any) -> str:
+    text = json.dumps(v) if not isinstance(v, float) or math.isfinite(v) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _i64(a: array) -> np.ndarray:
+    return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64)
+
+
+def _f64(a: array) -> np.ndarray:
+    return np.frombuffer(a, dtype=np.float64) if len(a) else np.zeros(0, np.float64)
+
+
+def _version_rows(r: _Reader, qrow: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The note row (version) live at each query's time."""
+    rows = _i64(r.first_row)[key].copy()
+    if not r.versioned or not len(rows):
+        return rows
+    created, nxt = _f64(r.n_created), _i64(r.n_next)
+    qt = _f64(r.q_t)[qrow]
+    # walk version chains only where a later version exists (updates are rare)
+    todo = np.flatnonzero(nxt[rows] >= 0)
+    while len(todo):
+        cand = nxt[rows[todo]]
+        step = created[cand] <= qt[todo]
+        rows[todo[step]] = cand[step]
+        todo = todo[step]
+        todo = todo[nxt[rows[todo]] >= 0]
+    return rows
+
+
+def _ids(logged: list, keys: np.ndarray, keep_logged: bool) -> np.ndarray:
+    if keep_logged:
+        return np.asarray([logged[k] for k in keys], dtype=np.int64) if len(keys) else \
+            np.zeros(0, np.int64)
+    return np.arange(len(keys), dtype=np.int64)
+
+
+def _build(r: _Reader, label: str) -> Stream:
+    n_rows, n_q = len(r.n_created), len(r.query_ids)
+    keys = _i64(r.n_key)
+    int_notes = not r.versioned and all(isinstance(x, int) for x in r.note_ids)
+    int_queries = all(isinstance(x, int) for x in r.query_ids)
+    note_id = _ids(r.note_ids, keys, int_notes)
+    query_id = _ids(r.query_ids, np.arange(n_q), int_queries)
+    notes = pd.DataFrame({
+        "note_id": note_id,
+        "created_at": _f64(r.n_created),
+        "tokens": _i64(r.n_tokens),
+        "actor": r.actors.decode(r.n_actor),
+        "tier": r.tiers.decode(r.n_tier),
+        "importance": _f64(r.n_imp),
+        "salience": _f64(r.n_sal),
+        "memory_type": r.types.decode(r.n_type),
+        "pinned": np.frombuffer(bytes(r.n_pinned), dtype=np.uint8).astype(bool),
+        "expires_at": _f64(r.n_exp),
+        "first_created_at": _f64(r.n_first),
+        "version": np.frombuffer(r.n_version, dtype=np.int32).astype(np.int64)
+        if n_rows else np.zeros(0, np.int64),
+    })
+    queries = pd.DataFrame({
+        "query_id": query_id,
+        "t": _f64(r.q_t),
+        "actor": r.actors.decode(r.q_actor),
+        "category": r.categories.decode(r.q_cat),
+    })
+    # text only when some note / query has one; the logged id only when the
+    # stream's id is not the logged one
+    if any(r.n_text):
+        notes.insert(len(notes.columns) - 2, "text", np.asarray(r.n_text, dtype=object))
+    if any(r.q_text):
+        queries["text"] = np.asarray(r.q_text, dtype=object)
+    if not int_notes:
+        notes["trace_id"] = np.asarray([str(r.note_ids[k]) for k in keys], dtype=object)
+    if not int_queries:
+        queries["trace_id"] = np.asarray([str(x) for x in r.query_ids], dtype=object)
+    budget = _i64(r.q_budget)
+    if len(budget) and (budget > 0).any():
+        if not (budget > 0).all():
+            miss = int(np.flatnonzero(budget == 0)[0])
+            raise StreamError(f"{label}: query {r.query_ids[miss]!r} has no 'budget' while "
+                              "other queries have one: give every query a budget, or none")
+        queries.insert(3, "budget_tokens", budget)
+    if r.any_namespace:
+        notes["namespace"] = r.spaces.decode(r.n_space)
+        queries["namespace"] = r.spaces.decode(r.q_space)
+
+    # qrels: judgements, else used
+    if len(r.j_q):
+        qrow, key, gain = _i64(r.j_q), _i64(r.j_n), _f64(r.j_gain)
+        dup = pd.DataFrame({"q": qrow, "n": key}).duplicated().to_numpy()
+        if dup.any():
+            i = int(np.flatnonzero(dup)[0])
+            raise StreamError(f"{label}: line {r.j_line[i]}: field 'note': a second judgement "
+                              f"of note {r.note_ids[key[i]]!r} for query "
+                              f"{r.query_ids[qrow[i]]!r}")
+        source = "judgement"
+    elif len(r.u_q):
+        pairs = pd.DataFrame({"q": _i64(r.u_q), "n": _i64(r.u_n)}).drop_duplicates()
+        qrow, key = pairs["q"].to_numpy(), pairs["n"].to_numpy()
+        gain = np.ones(len(qrow))
+        source = "used"
+    else:
+        qrow, key, gain, source = (np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                   np.zeros(0), "none")
+    rows = _version_rows(r, qrow, key)
+    qrels = pd.DataFrame({"query_id": query_id[qrow], "note_id": note_id[rows], "gain": gain})
+    qrels = qrels.drop_duplicates(["query_id", "note_id"])  # two versions can map to one row
+
+    retrieved = None
+    if len(r.r_q):
+        rq = _i64(r.r_q)
+        rrows = _version_rows(r, rq, _i64(r.r_n))
+        retrieved = pd.DataFrame({"query_id": query_id[rq], "rank": _i64(r.r_rank),
+                                  "note_id": note_id[rrows], "score": _f64(r.r_score)})
+    accesses = None
+    if len(r.a_t):
+        at, ak = _f64(r.a_t), _i64(r.a_n)
+        # the version live at the access time
+        arows = _i64(r.first_row)[ak].copy()
+        if r.versioned:
+            created, nxt = _f64(r.n_created), _i64(r.n_next)
+            for i in np.flatnonzero(nxt[arows] >= 0):
+                while nxt[arows[i]] >= 0 and created[nxt[arows[i]]] <= at[i]:
+                    arows[i] = nxt[arows[i]]
+        accesses = pd.DataFrame({"t": at, "note_id": note_id[arows],
+                                 "actor": r.actors.decode(r.a_actor)})
+
+    meta: dict[str, Any] = {"name": Path(label).stem, "source": f"memory-layer trace "
+                            f"({Path(label).name})"}
+    meta.update(r.meta)
+    meta.update({"trace_format": TRACE_FORMAT, "trace_version": TRACE_VERSION,
+                 "qrels_from": source,
+                 "note_versions": int(n_rows), "notes_logged": len(r.note_ids),
+                 "logged_rankings": retrieved is not None})
+    if r.has_emb:
+        ne = np.frombuffer(r.n_emb, dtype=np.float32).reshape(n_rows, r.dim)
+        qe = np.frombuffer(r.q_emb, dtype=np.float32).reshape(n_q, r.dim)
+        meta["embedding"] = {"retriever": "logged", "dim": r.dim}
+    else:
+        for frame in (notes, queries):
+            if "text" not in frame.columns:
+                frame["text"] = ""
+        ns = notes["namespace"].to_numpy() if r.any_namespace else None
+        qs = queries["namespace"].to_numpy() if r.any_namespace else None
+        missing = np.flatnonzero(queries["text"].to_numpy() == "")
+        if len(missing):
+            raise StreamError(f"{label}: query {r.query_ids[missing[0]]!r}: field 'text': "
+                              "required when the trace has no embeddings (BM25 needs text)")
+        missing = np.flatnonzero(notes["text"].to_numpy() == "")
+        if len(missing):
+            raise StreamError(f"{label}: note {r.note_ids[keys[missing[0]]]!r}: field 'text': "
+                              "required when the trace has no embeddings (BM25 needs text)")
+        emb = bm25_embeddings(notes["text"].tolist(), queries["text"].tolist(), ns, qs)
+        ne, qe = emb.notes, emb.queries
+        meta["embedding"] = emb.info
+    where = {t: f"{label} ({t})" for t in ("notes", "queries", "qrels", "accesses")}
+    r.release()  # the frames hold copies: free the columns before validation copies them
+    return make_stream(notes, queries, qrels, accesses, ne, qe, meta, where=where,
+                       retrieved=retrieved)
+
+
+def import_trace(path: str | os.PathLike) -> Stream:
+    """Import a memory-layer trace (format version 1, see the module docstring).
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A ``.jsonl`` file (JSON Lines).
+
+    Returns
+    -------
+    Stream
+        Validated, with the logged rankings in ``stream.retrieved`` when the
+        trace has ``retrieved`` events; ``meta["qrels_from"]`` says where the
+        qrels came from.
+
+    Raises
+    ------
+    StreamError
+        A missing or unreadable file, or a malformed line (the message names
+        the file, the line and the field).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise StreamError(f"trace not found: {p}")
+    reader = _Reader(p.name)
+    try:
+        with open(p, "rb") as fh:
+            reader.read(fh)
+    except OSError as exc:
+        raise StreamError(f"{p.name}: cannot read: {exc}") from exc
+    return _build(reader, p.name)
+
+
+def cli_import_trace(path: str | os.PathLike, out: str | os.PathLike) -> Stream:
+    """``memsim stream import trace FILE.jsonl --out DIR``: import and write the
+    stream folder (atomic; refuses a non-empty ``out``)."""
+    from memsim.stream import write_stream
+
+    stream = import_trace(path)
+    write_stream(stream, Path(out))
+    return stream
+
+
+# ---------------------------------------------------------------------------
+# Writing a trace (examples, tests, exporters)
+# ---------------------------------------------------------------------------
+
+def _num(x: Any) -> Any:
+    x = float(x)
+    return int(x) if x.is_integer() and abs(x) < 2 ** 53 else x
+
+
+def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = False,
+                relevance: str = "judgement", retrieved: pd.DataFrame | None = None,
+                header: dict | None = None) -> Path:
+    """Write a stream as a trace (format version 1), one note per ``note_added``.
+
+    Events are written in time order (notes before queries at equal times,
+    then each query's ``retrieved`` and relevance events right after it).
+
+    Parameters
+    ----------
+    stream : Stream
+    path : str or PathLike
+        The ``.jsonl`` file to create.
+    embeddings : bool
+        Write the stream's embeddings (else the importer computes BM25 over
+        ``text``, which the notes and queries must then have).
+    relevance : {"judgement", "used"}
+        Write qrels as ``judgement`` events (every gain), or as ``used``
+        events (the notes of gain > 0).
+    retrieved : DataFrame, optional
+        Logged rankings (``query_id``, ``rank``, ``note_id``, optional
+        ``score``); default: ``stream.retrieved``.
+    header : dict, optional
+        Extra header keys (``name``, ``source``...).
+
+    Returns
+    -------
+    Path
+    """
+    if relevance not in ("judgement", "used"):
+        raise ValueError(f"relevance must be 'judgement' or 'used', got {relevance!r}")
+    notes, queries = stream.notes, stream.queries
+    if retrieved is None:
+        retrieved = getattr(stream, "retrieved", None)
+    has_ns = "namespace" in notes.columns and "namespace" in queries.columns
+    ne, qe = stream.note_embeddings, stream.query_embeddings
+    if embeddings and ne is None:
+        raise ValueError("the stream has no embeddings to write")
+    cat_col = next((c for c in ("category", "note_class") if c in queries.columns), None)
+    by_query: dict[int, list[str]] = {}
+    qr = stream.qrels
+    if relevance == "judgement":
+        for q, n, g in zip(qr["query_id"], qr["note_id"], qr["gain"]):
+            by_query.setdefault(int(q), []).append(json.dumps(
+                {"event": "judgement", "query": int(q), "note": int(n), "gain": _num(g)}))
+    else:
+        pos = qr[qr["gain"] > 0]
+        for q, grp in pos.groupby("query_id", sort=False):
+            by_query.setdefault(int(q), []).append(json.dumps(
+                {"event": "used", "query": int(q), "notes": [int(x) for x in grp["note_id"]]}))
+    if retrieved is not None and len(retrieved):
+        rs = retrieved.sort_values(["query_id", "rank"])
+        for q, grp in rs.groupby("query_id", sort=False):
+            ev: dict[str, Any] = {"event": "retrieved", "query": int(q),
+                                  "notes": [int(x) for x in grp["note_id"]]}
+            if "score" in grp and grp["score"].notna().all():
+                ev["scores"] = [float(x) for x in grp["score"]]
+            by_query.setdefault(int(q), []).insert(0, json.dumps(ev))
+    # (time, kind, row): notes (0) before queries (1) at equal times; a query's
+    # retrieved and relevance events (2) once the query and every note they
+    # name have been written
+    created = pd.Series(notes["created_at"].to_numpy(), index=notes["note_id"].to_numpy())
+    named: dict[int, float] = {}
+    for frame in (qr, retrieved):
+        if frame is not None and len(frame):
+            latest = pd.Series(created.reindex(frame["note_id"]).to_numpy(),
+                               index=frame["query_id"].to_numpy()).groupby(level=0).max()
+            for q, v in latest.items():
+                named[int(q)] = max(named.get(int(q), -math.inf), float(v))
+    order = sorted([(float(t), 0, i) for i, t in enumerate(notes["created_at"])]
+                   + [(float(t), 1, i) for i, t in enumerate(queries["t"])]
+                   + [(max(float(t), named.get(int(q), -math.inf)), 2, i)
+                      for i, (t, q) in enumerate(zip(queries["t"], queries["query_id"]))])
+    dest = Path(path)
+    with open(dest, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps({"event": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION,
+                             "time_unit": "day", **(header or {})}) + "\n")
+        for t, kind, i in order:
+            if kind == 0:
+                row = notes.iloc[i]
+                ev = {"event": "note_added", "id": int(row["note_id"]), "t": t,
+                      "actor": str(row["actor"]), "tokens": int(row["tokens"])}
+                if "text" in notes.columns and str(row["text"]):
+                    ev["text"] = str(row["text"])
+                for col, key, default in (("tier", "tier", "task"),
+                                          ("memory_type", "type", "episodic")):
+                    if str(row[col]) != default:
+                        ev[key] = str(row[col])
+                for col in ("importance", "salience"):
+                    if float(row[col]) != 1.0:
+                        ev[col] = float(row[col])
+                if bool(row["pinned"]):
+                    ev["pinned"] = True
+                if np.isfinite(row["expires_at"]):
+                    ev["expires_at"] = float(row["expires_at"])
+                if has_ns:
+                    ev["namespace"] = str(row["namespace"])
+                if embeddings:
+                    ev["embedding"] = [float(x) for x in ne[i]]
+                fh.write(json.dumps(ev) + "\n")
+            elif kind == 1:
+                row = queries.iloc[i]
+                qid = int(row["query_id"])
+                ev = {"event": "query", "id": qid, "t": t, "actor": str(row["actor"])}
+                if "text" in queries.columns and str(row["text"]):
+                    ev["text"] = str(row["text"])
+                if "budget_tokens" in queries.columns:
+                    ev["budget"] = int(row["budget_tokens"])
+                if cat_col is not None:
+                    cat = row[cat_col]
+                    ev["category"] = int(cat) if isinstance(cat, (int, np.integer)) else str(cat)
+                if has_ns:
+                    ev["namespace"] = str(row["namespace"])
+                if embeddings:
+                    ev["embedding"] = [float(x) for x in qe[i]]
+                fh.write(json.dumps(ev) + "\n")
+            else:
+                for line in by_query.get(int(queries["query_id"].iat[i]), ()):
+                    fh.write(line + "\n")
+    return dest

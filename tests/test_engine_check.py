@@ -1,0 +1,189 @@
+"""``memsim engine-check``: the LangChain preset against LangChain's real
+retriever, and the shared comparison. Tests that need the optional extras
+(``memsim[langchain]``, ``memsim[feather]``) skip without them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from memsim.cli import main as cli_main
+from memsim.engine import Arm, SimSettings, simulate
+from memsim.engine_check import compare_rankings, load_check_config, quantise_stream, summarise
+from memsim.errors import ConfigError, MemsimError
+from memsim.policies import ArrayContext, PRESETS, resolve_policy
+from memsim.policies.rank import LangChainTimeWeighted
+from memsim.stream import write_stream
+from memsim.testing import check_component
+from memsim.workload import SyntheticWorkload
+
+HAS_LANGCHAIN = all(importlib.util.find_spec(m) is not None
+                    for m in ("langchain_classic", "langchain_community", "faiss"))
+needs_langchain = pytest.mark.skipif(
+    not HAS_LANGCHAIN, reason="langchain-classic / faiss-cpu not installed "
+                              "(pip install memsim[langchain])")
+HAS_FEATHER = importlib.util.find_spec("feather_db") is not None
+needs_feather = pytest.mark.skipif(
+    not HAS_FEATHER, reason="feather-db is not installed (pip install memsim[feather])")
+
+WORKLOAD = dict(horizon_days=25, backfill_days=5, notes_per_day=20.0, queries_per_day=8.0)
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return SyntheticWorkload(**WORKLOAD).generate(np.random.SeedSequence(8128))
+
+
+# --------------------------------------------------------------------------
+# The ranker, by hand
+# --------------------------------------------------------------------------
+
+
+def _hand_ctx():
+    # 6 notes, created at days 0..5 (note 5 newest); one query at day 10.
+    # query along x; note vectors at decreasing cosines 1, .8, .6, .4, .2, 0
+    cos = np.array([1.0, 0.8, 0.6, 0.4, 0.2, 0.0])
+    emb = np.stack([cos, np.sqrt(1 - cos ** 2)], axis=1)
+    return ArrayContext(t=10.0, created_at=np.arange(6.0), note_emb=emb,
+                        query_emb=np.array([[1.0, 0.0]])), cos
+
+
+def test_candidates_are_the_nearest_and_the_newest():
+    ctx, _ = _hand_ctx()
+    r = LangChainTimeWeighted(search_k=2, k=2)
+    # nearest 2: notes 0, 1; newest 2: notes 5, 4
+    assert r.candidate_mask(ctx)[0].tolist() == [True, True, False, False, True, True]
+
+
+def test_recent_only_documents_get_default_salience():
+    ctx, cos = _hand_ctx()
+    rec = np.full((1, 6), 0.5)
+    score = LangChainTimeWeighted(search_k=2, k=2).combine(np.zeros((1, 6)), rec, ctx)[0]
+    np.testing.assert_allclose(score[:2], 0.5 + cos[:2], atol=1e-6)  # store relevance
+    np.testing.assert_allclose(score[4:], [0.5, 0.5])                # None -> 0
+    s2 = LangChainTimeWeighted(search_k=2, k=2, default_salience=0.25).combine(
+        np.zeros((1, 6)), rec, ctx)[0]
+    np.testing.assert_allclose(s2[4:], [0.75, 0.75])
+    # a document both recent and near keeps the store's relevance
+    s3 = LangChainTimeWeighted(search_k=6, k=2, default_salience=5.0).combine(
+        np.zeros((1, 6)), rec, ctx)[0]
+    np.testing.assert_allclose(s3, 0.5 + cos, atol=1e-6)
+
+
+def test_store_relevance_options():
+    ctx, cos = _hand_ctx()
+    rec = np.zeros((1, 6))
+    l2 = LangChainTimeWeighted(relevance="l2", k=0).combine(None, rec, ctx)[0]
+    np.testing.assert_allclose(l2, 1 - (2 - 2 * cos) / np.sqrt(2), atol=1e-6)
+    ip = LangChainTimeWeighted(relevance="inner-product", k=0).combine(None, rec, ctx)[0]
+    np.testing.assert_allclose(ip, np.where(cos > 0, 1 - cos, -cos), atol=1e-6)
+
+
+def test_contract_and_preset():
+    for rel in ("cosine", "l2", "inner-product"):
+        check_component(LangChainTimeWeighted(relevance=rel, search_k=7, k=3))
+    with pytest.raises(ConfigError, match="relevance"):
+        LangChainTimeWeighted(relevance="dot")
+    pol = resolve_policy({"preset": "langchain-time-weighted"}, "p")
+    assert pol.ranker.search_k == 100 and pol.ranker.k == 4 and pol.candidates == 4
+    assert pol.feedback.touch == "returned" and pol.feedback.k == 4
+    doc = PRESETS["langchain-time-weighted"].doc
+    assert "langchain_classic/retrievers/time_weighted_retriever.py" in doc
+    assert "per-query" in doc
+
+
+def test_engine_keeps_only_the_rankers_candidates(stream):
+    pol = resolve_policy({"preset": "langchain-time-weighted",
+                          "ranker": {"search_k": 3, "k": 1}, "candidates": 10}, "p")
+    res = simulate(stream, [Arm("lc", pol)], SimSettings(feedback_mode="per-query",
+                                                         save_rankings=True),
+                   np.random.SeedSequence(0))
+    # at most 3 nearest + 1 newest are ever ranked, whatever top-C
+    assert res.rankings.groupby("query_id")["rank"].max().max() <= 4
+
+
+# --------------------------------------------------------------------------
+# Shared comparison
+# --------------------------------------------------------------------------
+
+
+def test_compare_rankings_and_summary(stream):
+    qs = quantise_stream(stream)
+    n = qs.n_queries
+    a = [np.array([1, 2, 3]) for _ in range(n)]
+    b = [np.array([1, 2, 3]) for _ in range(n)]
+    b[2] = np.array([1, 3, 4])
+    s = [np.array([3.0, 2.0, 1.0]) for _ in range(n)]
+    pq = compare_rankings(qs, a, s, b, s, 3)
+    summ = summarise(pq, 3)
+    assert summ["first_difference"] == 2
+    assert pq["overlap"].iat[2] == pytest.approx(2 / 3)
+    assert summ["identical_share"] == pytest.approx((n - 1) / n)
+
+
+def test_load_check_config_reads_a_stream_folder(stream, tmp_path):
+    write_stream(stream, tmp_path / "s")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[engine_check]\nk = 4\n[workload]\nsource = "s"\n')
+    check, got, _ = load_check_config(cfg, ("langchain_check", "engine_check"), {"k"})
+    assert check["k"] == 4 and got.n_notes == stream.n_notes
+    cfg.write_text('[engine_check]\nbogus = 1\n')
+    with pytest.raises(ConfigError, match="bogus"):
+        load_check_config(cfg, ("engine_check",), {"k"})
+
+
+# --------------------------------------------------------------------------
+# Against the real engines
+# --------------------------------------------------------------------------
+
+
+def test_missing_langchain_is_a_clear_error(stream, monkeypatch):
+    from memsim.langchain_check import langchain_cross_check
+
+    monkeypatch.setitem(sys.modules, "langchain_classic.retrievers", None)
+    with pytest.raises(MemsimError, match=r"pip install memsim\[langchain\]"):
+        langchain_cross_check(stream)
+
+
+@needs_langchain
+@pytest.mark.parametrize("k,relevance", [(4, "cosine"), (10, "l2"), (4, "inner-product")])
+def test_langchain_agrees(stream, k, relevance):
+    from memsim.langchain_check import langchain_cross_check
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = langchain_cross_check(stream, k=k, relevance=relevance)
+    s = res.summary
+    assert s["identical_share"] >= 0.99, res.per_query[~res.per_query.identical].head()
+    assert s["max_score_diff"] < 1e-5
+    if relevance != "inner-product":  # the recent window is exercised
+        assert (res.per_query["recent_only"] > 0).any()
+
+
+@needs_langchain
+def test_engine_check_command_langchain(stream, tmp_path, capsys):
+    write_stream(stream, tmp_path / "s")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[langchain_check]\nk = 4\nrelevance = "cosine"\n'
+                   '[workload]\nsource = "s"\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli_main(["engine-check", "langchain", str(cfg)]) == 0
+    assert "identical top-4:      100.00%" in capsys.readouterr().out
+
+
+@needs_feather
+def test_engine_check_command_feather(stream, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FEATHER_WAL_SYNC", "0")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[engine_check]\nseed = 8128\nk = 4\nsearches = ["exact"]\n'
+                   '[workload]\nhorizon_days = 10\nbackfill_days = 3\nnotes_per_day = 15\n'
+                   'queries_per_day = 5\n')
+    assert cli_main(["engine-check", "feather", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "identical top-4:      100.00%" in out
+    assert cli_main(["feather-check", str(cfg)]) == 0  # the alias

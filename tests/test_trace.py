@@ -1,0 +1,251 @@
+"""Memory-layer traces (memsim.importers.trace) and the as-logged baseline.
+
+The LoCoMo round trip reads ``../shared/data/locomo/locomo10.zip`` (never
+copied into the repository) and is skipped when it is absent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import memsim
+from memsim.cli import main
+from memsim.errors import ConfigError, StreamError
+from memsim.importers.trace import import_trace, write_trace
+from memsim.policies.rank import AsLogged
+from memsim.stream import LoggedRankings, make_stream, read_stream, write_stream
+from memsim.testing import check_component
+from memsim.workload import SyntheticWorkload
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "experiments" / "traces" / "example.jsonl"
+ZIP = ROOT.parent / "shared" / "data" / "locomo" / "locomo10.zip"
+
+
+def _write(path: Path, events: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    return path
+
+
+def _metrics(stream_dir: Path, presets, **experiment) -> pd.DataFrame:
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "trace", "replicates": 1, "seed": 5, **experiment},
+        "workload": {"source": str(stream_dir)},
+        "policies": {p: {"preset": p} for p in presets}})
+    return memsim.run_experiment(exp, out=None).queries
+
+
+def _same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    assert len(a) == len(b) > 0
+    for col in a.columns:
+        if a[col].dtype.kind in "fiub":
+            assert np.array_equal(a[col].to_numpy(), b[col].to_numpy(), equal_nan=True), col
+        else:
+            assert (a[col].astype(str).to_numpy() == b[col].astype(str).to_numpy()).all(), col
+
+
+TINY = [
+    {"event": "header", "format": "memsim-trace", "version": 1, "time_unit": "hour"},
+    {"event": "note_added", "id": "n1", "t": 0, "actor": "ann", "text": "the cat sat on the mat"},
+    {"event": "note_added", "id": "n2", "t": 1, "actor": "bob", "text": "dogs chase cats",
+     "tokens": 7, "tier": "longterm", "importance": 2.0},
+    {"event": "note_added", "id": "n3", "t": 2, "actor": "ann", "text": "a note about mats"},
+    {"event": "query", "id": "q1", "t": 3, "actor": "ann", "text": "where did the cat sit",
+     "category": "single-hop", "budget": 100},
+    {"event": "retrieved", "query": "q1", "notes": ["n1", "n3"], "scores": [0.9, 0.4]},
+    {"event": "used", "query": "q1", "notes": ["n1"]},
+    {"event": "note_updated", "id": "n1", "t": 4, "text": "the cat moved to the sofa"},
+    {"event": "query", "id": "q2", "t": 5, "actor": "bob", "text": "where is the cat now",
+     "budget": 100},
+    {"event": "used", "query": "q2", "notes": ["n1", "n2", "n1"]},
+    {"event": "note_deleted", "id": "n3", "t": 6},
+    {"event": "accessed", "note": "n2", "t": 5.5, "actor": "bob"},
+]
+
+
+def test_tiny_trace_versions_ids_times_and_qrels(tmp_path):
+    s = import_trace(_write(tmp_path / "tiny.jsonl", TINY))
+    n, q = s.notes, s.queries
+    # n1 was updated: two versions, numbered in file order, logged id kept
+    assert n["trace_id"].tolist() == ["n1", "n2", "n3", "n1"]
+    assert n["version"].tolist() == [0, 0, 0, 1]
+    assert np.allclose(n["created_at"], np.array([0, 1, 2, 4]) / 24)
+    assert np.allclose(n["first_created_at"].iloc[3], 0.0)
+    assert n["expires_at"].iloc[0] == pytest.approx(4 / 24)     # superseded
+    assert n["expires_at"].iloc[2] == pytest.approx(6 / 24)     # deleted
+    assert np.isnan(n["expires_at"].iloc[1])
+    assert n["tokens"].tolist()[:2] == [6, 7]                   # ceil(22 / 4); given
+    assert n["tier"].iloc[1] == "longterm" and n["importance"].iloc[1] == 2.0
+    assert n["text"].iloc[3] == "the cat moved to the sofa"
+    assert q["category"].tolist() == ["single-hop", ""]
+    assert q["budget_tokens"].tolist() == [100, 100]
+    # qrels from used: q1 -> n1 version 0, q2 -> n1 version 1 (live at t = 5 h) and n2
+    assert s.meta["qrels_from"] == "used"
+    pairs = set(zip(s.qrels["query_id"], s.qrels["note_id"]))
+    assert pairs == {(0, 0), (1, 3), (1, 1)}
+    assert s.retrieved[["query_id", "rank", "note_id"]].values.tolist() == [[0, 1, 0], [0, 2, 2]]
+    assert s.retrieved["score"].tolist() == [0.9, 0.4]
+    assert s.accesses["note_id"].tolist() == [1]
+    assert s.note_embeddings.shape[0] == 4 and s.meta["embedding"]["retriever"] == "bm25"
+
+
+def test_judgements_take_precedence_and_iso_times(tmp_path):
+    events = [
+        {"event": "header", "origin": "2025-01-01T00:00:00Z"},
+        {"event": "note_added", "id": 7, "t": "2025-01-02T00:00:00Z", "actor": "a", "tokens": 3,
+         "embedding": [1, 0]},
+        {"event": "note_added", "id": 9, "t": "2025-01-02T12:00:00", "actor": "a", "tokens": 3,
+         "embedding": [0, 1]},
+        {"event": "query", "id": 1, "t": 2.5, "actor": "a", "embedding": [1, 1]},
+        {"event": "used", "query": 1, "notes": [7]},
+        {"event": "judgement", "query": 1, "note": 9, "gain": -0.5},
+    ]
+    s = import_trace(_write(tmp_path / "j.jsonl", events))
+    assert s.notes["note_id"].tolist() == [7, 9]                 # integer ids kept
+    assert s.notes["created_at"].tolist() == [1.0, 1.5]
+    assert s.meta["qrels_from"] == "judgement"
+    assert s.qrels.values.tolist() == [[1, 9, -0.5]]
+    assert s.retrieved is None and s.meta["logged_rankings"] is False
+
+
+@pytest.mark.parametrize("line, field, fragment", [
+    ("not json", None, "not valid JSON"),
+    ({"event": "note_added", "id": 1, "t": 0, "actor": "a", "tokens": 0}, "tokens",
+     "positive integer"),
+    ({"event": "note_added", "id": 1, "t": "yesterday", "actor": "a", "tokens": 3}, "t",
+     "ISO 8601"),
+    ({"event": "note_added", "id": 1, "t": 0, "tokens": 3}, "actor", "missing"),
+    ({"event": "note_added", "id": 1, "t": 0, "actor": "a"}, "tokens", "'tokens' or 'text'"),
+    ({"event": "note_added", "id": 0, "t": 0, "actor": "a", "tokens": 3}, "id", "already added"),
+    ({"event": "query", "id": 5, "t": 0, "actor": "a", "text": "x", "embedding": [1]},
+     "embedding", "everywhere or nowhere"),
+    ({"event": "retrieved", "query": 99, "notes": [0]}, "query", "not been logged"),
+    ({"event": "used", "query": 0, "notes": [0, "zz"]}, "notes[1]", "not been added"),
+    ({"event": "retrieved", "query": 0, "notes": [0], "scores": [1, 2]}, "scores", "1 numbers"),
+    ({"event": "judgement", "query": 0, "note": 0, "gain": 0}, "gain", "non-zero"),
+    ({"event": "note_updated", "id": 0, "t": -1}, "t", "before the note's previous event"),
+    ({"event": "banana"}, "event", "unknown event"),
+    ({"event": "header", "version": 2}, "event", "first line"),
+])
+def test_bad_line_names_file_line_and_field(tmp_path, line, field, fragment):
+    good = [{"event": "note_added", "id": 0, "t": 0, "actor": "a", "text": "hello world"},
+            {"event": "query", "id": 0, "t": 1, "actor": "a", "text": "hello"}]
+    path = tmp_path / "bad.jsonl"
+    text = "".join(json.dumps(e) + "\n" for e in good)
+    text += (line if isinstance(line, str) else json.dumps(line)) + "\n"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(StreamError) as err:
+        import_trace(path)
+    msg = str(err.value)
+    assert msg.startswith("bad.jsonl: line 3")
+    if field is not None:
+        assert f"field {field!r}" in msg
+    assert fragment in msg
+    assert "\n" not in msg
+
+
+def test_newer_version_and_missing_file(tmp_path):
+    with pytest.raises(StreamError, match=r"line 1: field 'version': .*newer"):
+        import_trace(_write(tmp_path / "v.jsonl", [{"event": "header", "version": 2}]))
+    with pytest.raises(StreamError, match="trace not found"):
+        import_trace(tmp_path / "nope.jsonl")
+
+
+def test_synthetic_round_trip_gives_identical_metrics(tmp_path):
+    stream = SyntheticWorkload(horizon_days=12, backfill_days=12, notes_per_day=8,
+                               queries_per_day=4).generate(3)
+    write_trace(stream, tmp_path / "t.jsonl", embeddings=True)
+    back = import_trace(tmp_path / "t.jsonl")
+    assert np.array_equal(back.note_embeddings, stream.note_embeddings)
+    # the synthetic class asked becomes the query's category
+    assert (back.queries["category"] == stream.queries["note_class"].astype(str)).all()
+    write_stream(stream, tmp_path / "direct")
+    write_stream(back, tmp_path / "traced")
+    presets = ("hivemind", "feather", "ai-memory", "similarity-only")
+    direct = _metrics(tmp_path / "direct", presets)
+    _same_metrics(direct, _metrics(tmp_path / "traced", presets))
+    # queries.parquet keeps each query's category (here the class asked) and actor
+    want = stream.queries.set_index("query_id")["note_class"].astype(str)
+    assert (direct["category"].to_numpy() == want.reindex(direct["query_id"]).to_numpy()).all()
+    assert direct["actor"].notna().all()
+
+
+@pytest.mark.skipif(not ZIP.exists(), reason=f"LoCoMo data not found at {ZIP} (shared data)")
+def test_locomo_round_trip_gives_identical_metrics(tmp_path):
+    from memsim.importers import import_locomo
+
+    direct = import_locomo(ZIP)
+    write_trace(direct, tmp_path / "locomo.jsonl")      # text only: BM25 again on import
+    back = import_trace(tmp_path / "locomo.jsonl")
+    assert np.array_equal(back.note_embeddings, direct.note_embeddings)
+    assert back.qrels.equals(direct.qrels)
+    assert (back.queries["category"] == direct.queries["category"].astype(str)).all()
+    write_stream(direct, tmp_path / "direct")
+    write_stream(back, tmp_path / "traced")
+    presets = ("hivemind", "similarity-only")
+    _same_metrics(_metrics(tmp_path / "direct", presets, candidates=50),
+                  _metrics(tmp_path / "traced", presets, candidates=50))
+
+
+def test_cli_import_writes_stream_with_retrieved(tmp_path):
+    out = tmp_path / "example"
+    assert main(["stream", "import", "trace", str(EXAMPLE), "--out", str(out)]) == 0
+    header = json.loads((out / "stream.json").read_text())
+    assert header["qrels_from"] == "used" and header["logged_rankings"] is True
+    assert (out / "retrieved.parquet").exists()
+    s = read_stream(out)
+    assert len(s.retrieved) > 0 and s.retrieved["rank"].min() == 1
+    assert main(["stream", "import", "trace", str(tmp_path / "x.jsonl"), "--out",
+                 str(tmp_path / "y")]) == 2
+
+
+def test_retrieved_table_is_validated(tmp_path):
+    s = import_trace(_write(tmp_path / "tiny.jsonl", TINY))
+    bad = s.retrieved.copy()
+    bad.loc[1, "rank"] = 1
+    with pytest.raises(StreamError, match=r"retrieved: column 'rank': row 1 .*duplicate"):
+        make_stream(s.notes, s.queries, s.qrels, None, s.note_embeddings, s.query_embeddings,
+                    retrieved=bad)
+    bad = s.retrieved.assign(note_id=[0, 42])
+    with pytest.raises(StreamError, match="note_id 42 is not in notes"):
+        make_stream(s.notes, s.queries, s.qrels, None, s.note_embeddings, s.query_embeddings,
+                    retrieved=bad)
+    rank, score = LoggedRankings(s).dense(np.array([0, 1]), np.array([2, 0, 1]))
+    assert rank.tolist() == [[2, 1, np.inf], [np.inf] * 3]
+    assert score[0].tolist()[:2] == [0.4, 0.9]
+
+
+def test_as_logged_replays_the_logged_ranking(tmp_path):
+    check_component(AsLogged)
+    stream = import_trace(EXAMPLE)
+    write_stream(stream, tmp_path / "s")
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "asl", "replicates": 1, "seed": 1, "save_rankings": True,
+                       "budget_tokens": 100000},
+        "workload": {"source": str(tmp_path / "s")},
+        "policies": {"today": {"preset": "as-logged"},
+                     "hivemind": {"preset": "hivemind"}}})
+    res = memsim.run_experiment(exp, out=None)
+    got = res.rankings[res.rankings["policy"] == "today"]
+    got = got.sort_values(["query_id", "rank"])[["query_id", "rank", "note_id", "score"]]
+    want = stream.retrieved.sort_values(["query_id", "rank"])
+    # every returned note existed at its query in the example: the same lists
+    assert got[["query_id", "rank", "note_id"]].values.tolist() == \
+        want[["query_id", "rank", "note_id"]].values.tolist()
+    assert np.allclose(got["score"], want["score"])
+    # with a budget for all of them, everything returned is packed
+    q = res.queries[res.queries["policy"] == "today"]
+    assert (q["n_packed"].to_numpy() == want.groupby("query_id").size()
+            .reindex(q["query_id"]).fillna(0).to_numpy()).all()
+
+
+def test_as_logged_needs_logged_rankings(tmp_path):
+    stream = SyntheticWorkload(horizon_days=3, backfill_days=3).generate(0)
+    write_stream(stream, tmp_path / "s")
+    with pytest.raises(ConfigError, match="needs a stream with logged rankings"):
+        _metrics(tmp_path / "s", ("as-logged",))
