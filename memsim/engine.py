@@ -830,7 +830,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
             cols = np.flatnonzero(mask.any(axis=0))
             batch, mask = batch.subset(cols), mask[:, cols]
             ctx = BatchContext(batch, st, rng)
-    if getattr(policy.ranker, "needs_logged", False):
+    if policy.ranker.needs_logged:
         # replaying a production system: only the notes it returned
         if ctx.logged_rank is None:
             raise ConfigError(f"ranker {policy.ranker.name!r} needs a stream with logged "

@@ -65,7 +65,7 @@ def quantise_stream(stream: Stream) -> Stream:
     meta = dict(stream.meta)
     meta["time_quantised_s"] = 1
     return make_stream(notes, queries, stream.qrels, accesses, stream.note_embeddings,
-                       stream.query_embeddings, meta)
+                       stream.query_embeddings, meta, retrieved=stream.retrieved)
 
 
 def load_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],

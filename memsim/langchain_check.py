@@ -75,7 +75,7 @@ def _prepare(stream: Stream) -> Stream:
     notes = qs.notes.copy()
     notes["expires_at"] = np.nan
     return make_stream(notes, qs.queries, qs.qrels, qs.accesses, qs.note_embeddings,
-                       qs.query_embeddings, dict(qs.meta))
+                       qs.query_embeddings, dict(qs.meta), retrieved=qs.retrieved)
 
 
 def langchain_policy(*, k: int = 4, search_k: int = 100, decay_rate: float = 0.01,

@@ -22,7 +22,8 @@ Sections, each present only when the files support it:
    bucket, utility against the token budget (several budgets), per-query
    distributions, metrics over time, the feedback loop (concentration of use,
    recall Gini, store size);
-5. a sweep's history, parameter importance and Pareto front (``sweep/``), and
+5. a sweep's history, fANOVA parameter importance, slice plot, Pareto front, plateaus
+   and how to open its study (``sweep/``), and
    any PNG figures Optuna left there;
 6. provenance: manifest and resolved configuration.
 """

@@ -749,3 +749,87 @@ def test_the_package_exports_its_public_api():
     for name in memsim.sweep.__all__:
         assert getattr(memsim.sweep, name) is not None, name
     assert memsim.run_sweep is run_sweep and memsim.SweepResult is memsim.sweep.SweepResult
+
+
+# --------------------------------------------------------------------------
+# Opening the study, the folder's hash, the one importance measure
+# --------------------------------------------------------------------------
+
+
+def _access_lines(summary: str) -> tuple[str, str]:
+    """(storage given to optuna-dashboard, the Python expression) of a summary."""
+    import shlex
+
+    dash = [ln for ln in summary.splitlines() if ln.startswith("open the study: optuna-dashboard ")]
+    py = [ln for ln in summary.splitlines() if ln.startswith("in Python: optuna.load_study(")]
+    assert len(dash) == 1 and len(py) == 1, summary
+    command = shlex.split(dash[0].removeprefix("open the study: ").split("   (")[0])
+    assert command[0] == "optuna-dashboard" and len(command) == 2, command
+    return command[1], py[0].removeprefix("in Python: ")
+
+
+def test_summary_prints_an_optuna_dashboard_command_that_opens_the_journal(tmp_path):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from memsim.sweep.outputs import importance_table
+
+    exp = experiment(own=45.0, trials=4, replicates=1, robustness={"replicates": 0})
+    res = run_sweep(exp, out=tmp_path, plots=False)
+    sdir = res.path / "sweep"
+    summary = (sdir / "summary.txt").read_text()
+    assert summary.rstrip("\n") == res.summary_text()
+    path, expr = _access_lines(summary)
+    # optuna-dashboard opens a journal by the path of the file (sweep.json's
+    # "journal:sweep/journal.log" is memsim's own form, which it cannot open)
+    assert Path(path) == (sdir / "journal.log").resolve() and Path(path).is_absolute()
+    study = optuna.load_study(study_name=res.study_name,
+                              storage=JournalStorage(JournalFileBackend(path)))
+    assert len(study.get_trials()) == 4
+    assert len(eval(expr, {"optuna": optuna}).get_trials()) == 4  # the printed Python works
+    report = (res.path / "report.md").read_text()
+    assert f"optuna-dashboard {path}" in report
+
+    # the report, the manifest, the folder and the study share one hash
+    hash8 = res.path.name.rsplit("_", 1)[-1]
+    manifest = json.loads((res.path / "manifest.json").read_text())
+    assert manifest["config_hash"] == hash8 == manifest["sweep"]["identity"]
+    assert study.user_attrs["memsim_identity"] == hash8
+    assert f"| config_hash | {hash8} |" in report
+    assert res.study_name.endswith(hash8)
+
+    # one importance measure: Optuna's fANOVA, seeded, in importance.csv and the report
+    pytest.importorskip("sklearn")
+    imp = pd.read_csv(sdir / "importance.csv")
+    assert list(imp.columns) == ["objective", "param", "importance"]
+    assert list(imp["param"]) == [HL] and imp["importance"].sum() == pytest.approx(1.0)
+    again = importance_table(study, res.spec)
+    assert np.allclose(again["importance"], imp["importance"])
+    assert "fANOVA" in report and "Spearman" not in report
+    assert "importance (fANOVA, utility): " in summary
+
+
+def test_sqlite_storage_prints_an_absolute_url_that_loads_the_study(tmp_path, monkeypatch):
+    import optuna
+
+    monkeypatch.chdir(tmp_path)
+    exp = experiment(own=45.0, trials=2, replicates=1, robustness={"replicates": 0})
+    res = run_sweep(exp, out=tmp_path / "out", storage="sqlite:///rel.db", plots=False,
+                    report=False)
+    url, expr = _access_lines(res.summary_text())
+    assert url == f"sqlite:///{(tmp_path / 'rel.db').absolute()}"
+    monkeypatch.chdir(ROOT)  # the URL opens from anywhere
+    study = optuna.load_study(study_name=res.study_name, storage=url)
+    assert len(study.get_trials()) == 2
+    assert len(eval(expr, {"optuna": optuna}).get_trials()) == 2
+
+
+def test_study_access_lines_mask_a_password_and_say_so():
+    from memsim.report import study_access_lines
+
+    lines = study_access_lines("postgresql://memsim:***@db:5432/memsim", "s")
+    assert lines[0].startswith("open the study: optuna-dashboard "
+                               "'postgresql://memsim:***@db:5432/memsim'")
+    assert "put it in place of ***" in lines[-1]
+    assert "nothing to open" in study_access_lines("memory", "s")[0]

@@ -593,6 +593,9 @@ def _ids(logged: list, keys: np.ndarray, keep_logged: bool) -> np.ndarray:
 
 
 def _build(r: _Reader, label: str) -> Stream:
+    # Free each part of the reader once its frame holds a copy: the peak is
+    # the reader's columns plus the frames, not both in full.
+    r.note_key, r.query_key = {}, {}
     n_rows, n_q = len(r.n_created), len(r.query_ids)
     keys = _i64(r.n_key)
     int_notes = not r.versioned and all(isinstance(x, int) for x in r.note_ids)
@@ -669,6 +672,8 @@ def _build(r: _Reader, label: str) -> Stream:
         rrows = _version_rows(r, rq, _i64(r.r_n))
         retrieved = pd.DataFrame({"query_id": query_id[rq], "rank": _i64(r.r_rank),
                                   "note_id": note_id[rrows], "score": _f64(r.r_score)})
+        del rq, rrows
+        r.r_q, r.r_n, r.r_rank, r.r_score = array("q"), array("q"), array("q"), array("d")
     accesses = None
     if len(r.a_t):
         at, ak = _f64(r.a_t), _i64(r.a_n)

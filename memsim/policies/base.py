@@ -31,7 +31,8 @@ Components read only the :class:`~memsim.policies.context.ScoringContext`
 protocol, never the engine. What the engine may ask of a component beyond
 its slot's method is a declared capability on the slot's base class, never a
 name: ``Ranker.uses_recency``, ``Ranker.set_dependent``,
-``Ranker.needs_truth``, ``Ranker.recency_floor()``, ``Retention.evicts``,
+``Ranker.needs_truth``, ``Ranker.needs_planted``, ``Ranker.needs_logged``,
+``Ranker.recency_floor()``, ``Retention.evicts``,
 ``Decay.exponential_form()`` and ``Decay.lower_bound()`` (the two methods
 return None for "not available").
 """
@@ -316,6 +317,10 @@ class Ranker(Component):
     #: (``ctx.planted``, ``ctx.note_class``): the ``bayes`` ranker. It runs
     #: only on streams memsim generated.
     needs_planted: ClassVar[bool] = False
+    #: True when the ranker replays a production system's logged rankings
+    #: (``ctx.logged_rank``, ``ctx.logged_score``): the engine then restricts
+    #: it to the notes the system returned (the ``as-logged`` preset).
+    needs_logged: ClassVar[bool] = False
 
     @abc.abstractmethod
     def combine(self, rel: np.ndarray, rec: np.ndarray | None,

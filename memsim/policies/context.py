@@ -79,6 +79,12 @@ class ScoringContext(Protocol):
     note_actor, query_actor : ndarray of int, shapes (L,) and (Q,)
         Codes of each note's author and each query's actor (equal codes: the
         same actor).
+    logged_rank, logged_score : ndarray, shape (Q, L), or None
+        What a production system returned for each query (from a trace's
+        ``retrieved`` events): the rank from 1 (inf where not returned) and
+        the logged score (NaN where none); None when the stream has none.
+        Only a ranker that declares ``needs_logged = True`` (``as-logged``)
+        may read them.
     """
 
     t: np.ndarray
@@ -157,6 +163,12 @@ class ScoringContext(Protocol):
     @property
     def query_actor(self) -> np.ndarray: ...
 
+    @property
+    def logged_rank(self) -> np.ndarray | None: ...
+
+    @property
+    def logged_score(self) -> np.ndarray | None: ...
+
 
 def _codes(values: Any, table: dict[str, int], n: int, default: str) -> np.ndarray:
     """Integer codes (L,) from names or codes; unknown names map to "other"
@@ -229,6 +241,9 @@ class ArrayContext:
         Author and asking-actor codes (default 0: one actor).
     planted : memsim.planted.PlantedModel, optional
         The planted model, for the ``bayes`` ranker (default None).
+    logged_rank, logged_score : array_like, shape (Q, L), optional
+        A logged production ranking (rank from 1, inf = not returned; score,
+        NaN = not logged), for the ``as-logged`` ranker (default None).
     rng : numpy.random.Generator or int, optional
         Random stream for randomised components; an int seeds a new
         Generator; default: a fixed named child stream of seed 0.
@@ -246,7 +261,8 @@ class ArrayContext:
                  similarity: Any = None, note_emb: Any = None, query_emb: Any = None,
                  gains: Any = None, live: Any = None, idx: Any = None,
                  note_class: Any = None, note_actor: Any = None, query_actor: Any = None,
-                 planted: Any = None, rng: np.random.Generator | int | None = None):
+                 planted: Any = None, logged_rank: Any = None, logged_score: Any = None,
+                 rng: np.random.Generator | int | None = None):
         self.t = np.atleast_1d(np.asarray(t, dtype=np.float64))
         created = np.atleast_1d(np.asarray(created_at, dtype=np.float64))
         n, q = len(created), len(self.t)
@@ -284,6 +300,9 @@ class ArrayContext:
         self.query_actor = (np.zeros(q, dtype=np.int64) if query_actor is None else
                             np.array(np.broadcast_to(np.asarray(query_actor, np.int64), (q,))))
         self._planted = planted
+        self.logged_rank = None if logged_rank is None else mat(logged_rank, np.float64)
+        self.logged_score = (None if logged_score is None and logged_rank is None else
+                             mat(np.nan if logged_score is None else logged_score, np.float64))
         if rng is None:
             rng = _default_rng()
         elif isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):

@@ -173,7 +173,7 @@ From the bottom up (a module imports only modules above it in this list):
 from __future__ import annotations
 
 from .evaluate import TrialEvaluator
-from .outputs import SweepResult, trials_table
+from .outputs import SweepResult, importance_table, trials_table
 from .plateau import EDGE, plateau_table, range_position
 from .robustness import robustness_check
 from .run import run_sweep
@@ -194,6 +194,7 @@ __all__ = [
     "run_sweep",
     "open_storage",
     "trials_table",
+    "importance_table",
     "robustness_check",
     "plateau_table",
     "range_position",
