@@ -52,7 +52,8 @@ from .policies import assumptions
 from .metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
 from .rundir import RunResult, load_run, write_atomic
-from .stats import N_BOOT, SEED, column_decimals, format_ci, format_fixed, summarise
+from .stats import (N_BOOT, SEED, column_decimals, format_ci, format_fixed, summarise,
+                    utility_share, utility_share_by)
 
 __all__ = ["build_report", "ReportFigure"]
 
@@ -326,6 +327,42 @@ def _run_sentence(ctx: _Context) -> str:
             f"{', '.join(str(b) for b in budgets)} tokens; baseline '{ctx.baseline}'.")
 
 
+def _breakdown_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
+    """Utility share per query category, and the worst-served actor, at the
+    focus budget: a mean over everything can hide who or what loses."""
+    q = ctx.q[ctx.q["budget"] == ctx.focus] if "budget" in ctx.q else ctx.q
+    out: list[tuple[str, list[Any]]] = []
+    if "category" in q and q["category"].nunique() > 1 and "oracle_utility" in q:
+        share = utility_share_by(q, ("category", "policy")).unstack("policy")
+        share = share.reindex(columns=[p for p in ctx.policies if p in share.columns])
+        n = q[q["policy"] == ctx.policies[0]].groupby("category").size()
+        table = share.map(lambda x: "n/a" if not np.isfinite(x) else f"{x:.3f}")
+        table.insert(0, "queries", n.reindex(table.index).fillna(0).astype(int))
+        out.append(("Per category", [
+            ("p", "utility_share per query category (the trace's tag, the LoCoMo category or "
+                  "the synthetic class asked), over all replicates; n/a where no relevant "
+                  "note fits the budget (e.g. unanswerable questions)."),
+            ("table", table.reset_index())]))
+    if "actor" in q and q["actor"].nunique() > 1 and "oracle_utility" in q:
+        per = utility_share_by(q, ("policy", "actor"))
+        rows = []
+        for pol in ctx.policies:
+            if pol not in per.index.get_level_values(0):
+                continue
+            s = per.loc[pol].dropna()
+            if len(s):
+                mean = utility_share(q[q["policy"] == pol])
+                rows.append({"policy": pol, "utility_share (all)": f"{mean:.3f}",
+                             "worst actor": str(s.idxmin()), "its utility_share": f"{s.min():.3f}",
+                             "best actor": str(s.idxmax()), "its share": f"{s.max():.3f}"})
+        if rows:
+            out.append(("Per actor", [
+                ("p", "The actor each policy serves worst and best (utility_share over that "
+                      "actor's queries): a policy can win on average and fail one user."),
+                ("table", pd.DataFrame(rows))]))
+    return out
+
+
 def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     """At a glance, the summary, the paired comparisons and the per-run measures."""
     cmp = ctx.cmp
@@ -343,6 +380,7 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "on every pair, -1 if lower; d_z: mean difference over its standard "
                   "deviation. Win/tie/loss count queries in the metric's own direction."),
             ("cmp-detail", cmp)]))
+    sections += _breakdown_sections(ctx)
     run_tab = _run_table(ctx.run)
     if run_tab is not None:
         sections.append(("Per-run measures", [

@@ -29,6 +29,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
+import memsim  # noqa: E402
 from memsim import plots  # noqa: E402
 from memsim.cli import main as cli_main  # noqa: E402
 from memsim.compare import MARKS, Comparison, compare, headline_text  # noqa: E402
@@ -879,3 +880,19 @@ def test_slice_plot_log_axis_has_plain_ticks_and_one_panel_per_parameter():
         for a, b in zip(boxes, boxes[1:]):
             assert not a.overlaps(b), [lab.get_text() for lab in ax.get_xticklabels()]
     plt.close("all")
+
+
+def test_report_breaks_utility_down_by_category_and_actor(tmp_path):
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "cat", "replicates": 1},
+        "workload": {"horizon_days": 15.0, "backfill_days": 15.0},
+        "policies": {"a": {"preset": "hivemind"}, "b": {"preset": "similarity-only"}}})
+    res = memsim.run_experiment(exp, out=tmp_path)
+    md = (res.path / "report.md").read_text()
+    q = res.queries
+    assert "## Per category" in md and "## Per actor" in md
+    # each category's row holds that category's pooled share
+    from memsim.stats import utility_share
+    cat = q["category"].dropna().iloc[0]
+    mine = q[(q["category"] == cat) & (q["policy"] == "a")]
+    assert f"| {cat} | {len(mine)} | {utility_share(mine):.3f} |" in md
