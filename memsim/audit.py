@@ -107,6 +107,7 @@ from .policies.base import TIER_CODES, ArrayContext
 from .rundir import write_atomic
 from .runner import load_stream_for, simulate_experiment
 from .stats import mean_ci
+from .sweep import SweepSpec, TrialEvaluator, apply_params
 
 __all__ = ["AuditReport", "audit", "SIGNALS", "param_signals", "regime_kind",
            "REGIMES", "PARAM_COLUMNS", "MIN_REPLICATES"]
@@ -536,8 +537,6 @@ def _reach(key: str, kind: str, values: list, exp: Experiment, notes, tq: np.nda
     the largest share of sampled pairs the rule would evict), ``reached`` and
     ``reason`` (why not, in words; "" when reached).
     """
-    from .sweep import apply_params
-
     pol, slot, name = key.split(".")[1:]
     lo_hi = (_short(values[0]) if len(values) == 1
              else f"{_short(values[0])} .. {_short(values[-1])}")
@@ -652,8 +651,6 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     -------
     AuditReport
     """
-    from .sweep import SweepSpec, TrialEvaluator
-
     if not isinstance(replicate, int) or replicate < 0:
         raise ConfigError(f"--replicate: expected an integer >= 0, got {replicate!r}")
     if not isinstance(max_queries, int) or max_queries < 1:

@@ -35,9 +35,14 @@ from typing import Any
 import tomli_w
 
 from .engine import SimSettings
+from .importers.locomo import import_locomo
+from .importers.trace import import_trace
 from .errors import ConfigError, MemsimError
 from .params import Interval, Validated, apply_override, check_keys, did_you_mean
 from .policies import Policy, resolve_policy
+from .reader import reader_from_config
+from .stream import read_stream
+from .workload import SyntheticWorkload
 
 __all__ = [
     "Experiment",
@@ -131,7 +136,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 #: Real-trace importers a workload can name (``importer = "locomo"``).
-IMPORTERS = ("locomo",)
+IMPORTERS = ("locomo", "trace")
 IMPORT_NOTES = ("turns", "observations", "summaries")
 
 
@@ -139,7 +144,8 @@ IMPORT_NOTES = ("turns", "observations", "summaries")
 class StreamSource:
     """Replay a stream from disk instead of generating one: a stream folder,
     or a real trace imported on load (``importer = "locomo"``, with ``notes``
-    saying what a note is)."""
+    saying what a note is; ``importer = "trace"``: a memory-layer log in
+    memsim's trace format, :mod:`memsim.importers.trace`)."""
 
     path: Path
     importer: str | None = None
@@ -152,7 +158,9 @@ class StreamSource:
         run hash."""
         out: dict[str, Any] = {"source": str(self.path), "source_hash": self.content_hash()}
         if self.importer is not None:
-            out.update(importer=self.importer, notes=self.notes)
+            out["importer"] = self.importer
+        if self.importer == "locomo":
+            out["notes"] = self.notes
         return out
 
     def content_hash(self) -> str:
@@ -163,11 +171,9 @@ class StreamSource:
     def load(self):
         """Read (or import) the stream."""
         if self.importer == "locomo":
-            from .importers.locomo import import_locomo
-
             return import_locomo(self.path, notes=self.notes)
-        from .stream import read_stream
-
+        if self.importer == "trace":
+            return import_trace(self.path)
         return read_stream(self.path)
 
 
@@ -490,9 +496,6 @@ def _override(table: dict, key: str, value: Any, where: str) -> None:
 def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
                          source_file: str = "") -> Experiment:
     """Validate a config table and build the :class:`Experiment`."""
-    from .reader import reader_from_config
-    from .workload import SyntheticWorkload
-
     if not isinstance(table, dict):
         raise ConfigError("the config must be a table")
     check_keys(table, TOP_LEVEL, "")
@@ -511,9 +514,9 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
             raise ConfigError(f"workload.importer: unknown importer {importer!r}; "
                               f"allowed: {', '.join(IMPORTERS)}")
         notes = wl.get("notes", "turns")
-        if notes not in IMPORT_NOTES or ("notes" in wl and importer is None):
+        if notes not in IMPORT_NOTES or ("notes" in wl and importer != "locomo"):
             raise ConfigError(f"workload.notes: must be one of {', '.join(IMPORT_NOTES)}, "
-                              f"with an importer; got {notes!r}")
+                              f"with importer = \"locomo\"; got {notes!r}")
         src = Path(wl["source"]).expanduser()
         src = src if src.is_absolute() else Path(base_dir).absolute() / src
         if not src.exists():

@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
-from .stream import Stream, make_stream
+from .stream import Stream, make_stream, read_stream
+from .workload import SyntheticWorkload
 
 __all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "first_differences", "format_summary",
            "kendall", "load_check_config", "quantise_stream", "summarise"]
@@ -101,7 +102,6 @@ def load_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
                           f"{', '.join(sorted(keys | {'seed'}))}")
     wl = cfg.get("workload", {})
     if "source" in wl:
-        from .stream import read_stream
 
         extra = sorted(set(wl) - {"source"})
         if extra:
@@ -113,7 +113,6 @@ def load_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
             raise ConfigError(f"{where}: workload.source: {src}: no such file or folder")
         stream = read_stream(src)
     else:
-        from .workload import SyntheticWorkload
 
         workload = SyntheticWorkload.from_config(wl, "workload")
         stream = workload.generate(np.random.SeedSequence(int(check.get("seed", 0))))

@@ -53,6 +53,7 @@ experiments/feather_check.toml`` (or :func:`run_feather_check`).
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import shutil
@@ -66,7 +67,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .engine_check import DAY_S, quantise_stream
+from .config import resolve_policy
+from .engine import Arm, SimSettings, simulate
+from .engine_check import DAY_S, first_differences, load_check_config, quantise_stream
 from .errors import ConfigError, MemsimError
 from .stream import Stream
 
@@ -138,8 +141,6 @@ def feather_policy(*, k: int = 10, half_life: float = 30.0, time_weight: float =
     ``candidates = feedback.k = k`` (the k returned notes gain a recall;
     none when ``feedback`` is False, as ``record_salience=False``).
     """
-    from .config import resolve_policy
-
     table = {
         "preset": "feather",
         "retriever": {"prefilter": 3 * k},
@@ -186,8 +187,6 @@ def replay_memsim(stream: Stream, *, k: int = 10, half_life: float = 30.0,
     ``"per-tick"`` (memsim's default, recalls applied after each day's batch)
     is only for timing comparisons. ``feedback = False`` turns recalls off.
     """
-    from .engine import Arm, SimSettings, simulate
-
     _check_stream(stream)
     policy = feather_policy(k=k, half_life=half_life, time_weight=time_weight,
                             min_weight=min_weight, feedback=feedback)
@@ -853,7 +852,6 @@ def _summary(qs: Stream, per_query: pd.DataFrame, mem: MemsimReplay, eng: Engine
 
 
 def _first_lines(per_query: pd.DataFrame, n: int = 5) -> list[str]:
-    from .engine_check import first_differences
 
     return [f"    query {r.query_id} (day {r.t:.3f}): overlap {r.overlap:.2f}; {r.cause}"
             for r in first_differences(per_query, n).itertuples(index=False)]
@@ -916,8 +914,6 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True
     (feedback, search) pair, all on one stream and one memsim replay per
     feedback setting.
     """
-    from .engine_check import load_check_config
-
     check, stream, where = load_check_config(path, ("feather_check", "engine_check"),
                                              _CHECK_KEYS)
     params = {key: check[key] for key in ("k", "half_life", "time_weight", "min_weight")
@@ -953,8 +949,6 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m memsim.feather_check CONFIG.toml [--csv PREFIX]``."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m memsim.feather_check",
                                      description="Cross-check memsim's feather preset "
                                                  "against the feather-db engine.")

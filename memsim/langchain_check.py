@@ -29,19 +29,22 @@ by a subclass that changes nothing else).
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .engine_check import compare_rankings, load_check_config, summarise
+from .config import resolve_policy
+from .engine import Arm, SimSettings, simulate
+from .engine_check import compare_rankings, format_summary, load_check_config, quantise_stream, summarise
 from .errors import ConfigError, MemsimError
-from .engine_check import quantise_stream
 from .stream import Stream, make_stream
 
 __all__ = ["LangChainCheckResult", "langchain_cross_check", "langchain_policy",
@@ -81,8 +84,6 @@ def _prepare(stream: Stream) -> Stream:
 def langchain_policy(*, k: int = 4, search_k: int = 100, decay_rate: float = 0.01,
                      relevance: str = "cosine", default_salience: float | None = None):
     """memsim's ``langchain-time-weighted`` preset with the retriever's parameters."""
-    from .config import resolve_policy
-
     table = {
         "preset": "langchain-time-weighted",
         "decay": {"decay_rate": decay_rate},
@@ -96,7 +97,6 @@ def langchain_policy(*, k: int = 4, search_k: int = 100, decay_rate: float = 0.0
 
 
 def _replay_memsim(stream: Stream, policy, k: int, feedback_mode: str = "per-query"):
-    from .engine import Arm, SimSettings, simulate
 
     settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
     t0 = time.perf_counter()
@@ -189,7 +189,6 @@ def replay_langchain(stream: Stream, *, k: int = 4, search_k: int = 100,
                      default_salience: float | None = None) -> _EngineSide:
     """Replay a prepared stream (whole seconds, no expiry) through LangChain."""
     _require_langchain()
-    import warnings
 
     from langchain_core.documents import Document
     from langchain_core.utils import mock_now
@@ -324,7 +323,6 @@ def format_langchain_check(res: LangChainCheckResult) -> str:
             f"preset 'langchain-time-weighted' ({s['feedback_mode']} feedback)\n"
             f"  stream: {s['n_notes']:,} notes, {s['n_queries']:,} queries; k = {s['k']}, "
             f"search k = {s['search_k']}, decay_rate = {s['decay_rate']:g}")
-    from .engine_check import format_summary
 
     return head + "\n" + format_summary(res.per_query, s) + (
         f"\n  time: memsim {s['memsim_s']:.1f} s, LangChain {s['engine_s']:.1f} s")
@@ -359,8 +357,6 @@ def run_langchain_check(path: str | os.PathLike | dict, *, verbose: bool = True
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m memsim.langchain_check CONFIG.toml [--csv PREFIX]``."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="memsim engine-check langchain",
                                      description="Cross-check memsim's langchain-time-weighted "
                                                  "preset against LangChain's retriever.")

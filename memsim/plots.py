@@ -49,8 +49,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .curves import recency_curve
 from .metrics import AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, gini
-from .stats import N_BOOT, SEED, summarise
+from .policies import Policy, resolve_policy
+from .stats import MIN_REPLICATES, N_BOOT, SEED, bootstrap_mean_ci, mean_ci, summarise
 
 __all__ = [
     "policy_colors",
@@ -155,8 +157,6 @@ def _policies_from(source: Any) -> dict[str, Any]:
     """name -> Policy, from an Experiment, a resolved config table, a
     load_run() dict or a mapping of Policy objects / policy tables (a table
     may name a preset)."""
-    from .policies import Policy, resolve_policy
-
     if hasattr(source, "policies") and isinstance(source.policies, dict):
         source = source.policies
     elif isinstance(source, Mapping) and "config" in source and isinstance(source["config"],
@@ -206,8 +206,6 @@ def recency_curve_data(source: Any, ages: Sequence[float] | None = None,
         ``policy, age_days, recency, half_life_days, decay`` (the decay's
         registry name).
     """
-    from .curves import recency_curve
-
     ages_arr = np.arange(0.0, float(max_age) + 1.0) if ages is None else np.asarray(
         ages, dtype=np.float64)
     rows = []
@@ -702,8 +700,6 @@ def run_metric_data(arms: pd.DataFrame, metric: str = "recall_gini",
     DataFrame
         ``policy, budget, metric, mean, ci_low, ci_high, n, ci_method``.
     """
-    from .stats import MIN_REPLICATES, bootstrap_mean_ci, mean_ci
-
     rows = []
     if arms is not None and metric in arms.columns:
         for (pol, bud), g in arms.groupby(["policy", "budget"], sort=False):

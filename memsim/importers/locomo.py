@@ -114,7 +114,7 @@ import pandas as pd
 
 from memsim.errors import ConfigError, StreamError
 from memsim.lexical import bm25_embeddings
-from memsim.stream import Stream, make_stream
+from memsim.stream import Stream, make_stream, write_stream
 
 __all__ = ["import_locomo", "cli_import_locomo", "load_locomo_records",
            "parse_session_datetime", "parse_evidence", "NOTE_KINDS", "QUERY_ACTOR"]
@@ -632,8 +632,6 @@ def cli_import_locomo(path: str | os.PathLike, out: str | os.PathLike,
     -------
     Stream
     """
-    from memsim.stream import write_stream
-
     stream = import_locomo(path, notes=notes, captions=captions)
     write_stream(stream, Path(out))
     return stream

@@ -127,7 +127,7 @@ import pandas as pd
 
 from memsim.errors import StreamError
 from memsim.lexical import bm25_embeddings
-from memsim.stream import Stream, make_stream
+from memsim.stream import Stream, make_stream, write_stream
 
 __all__ = ["import_trace", "cli_import_trace", "write_trace", "TRACE_FORMAT", "TRACE_VERSION",
            "EVENTS", "TIME_UNITS"]
@@ -757,8 +757,6 @@ def import_trace(path: str | os.PathLike) -> Stream:
 def cli_import_trace(path: str | os.PathLike, out: str | os.PathLike) -> Stream:
     """``memsim stream import trace FILE.jsonl --out DIR``: import and write the
     stream folder (atomic; refuses a non-empty ``out``)."""
-    from memsim.stream import write_stream
-
     stream = import_trace(path)
     write_stream(stream, Path(out))
     return stream

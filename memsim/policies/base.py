@@ -35,6 +35,16 @@ name: ``Ranker.uses_recency``, ``Ranker.set_dependent``,
 ``Ranker.recency_floor()``, ``Retention.evicts``,
 ``Decay.exponential_form()`` and ``Decay.lower_bound()`` (the two methods
 return None for "not available").
+
+Bounds that let the engine find a policy's exact top C without scoring every
+live note (see :mod:`memsim.engine`, "pruning") are declared the same way,
+each None (or unavailable) by default, which keeps the engine on full
+scoring: ``Decay.upper_bound()``, ``Stickiness.access_term_bound(ctx)``,
+``Breadth.access_factor_bound(ctx)``, ``Breadth.score_factor_bound(ctx)`` and
+``Ranker.score_bound(rel, rec_lo, rec_hi, ctx)``. A component that declares
+one must also be *elementwise*: the value for a (query, note) cell depends
+only on that cell's and that note's inputs, so that the engine may score any
+subset of cells (note vectors then arrive with the cells' shape).
 """
 
 from __future__ import annotations
@@ -271,6 +281,14 @@ class Decay(Component):
         never crossed."""
         return None
 
+    def upper_bound(self) -> float | None:
+        """The largest multiplier :meth:`recency` returns for any note at any
+        age (negative ages clamp to 0), in exact arithmetic; None when the
+        family declares none (the default: the engine then scores every live
+        note). Declaring it also declares the family elementwise (module
+        docstring)."""
+        return None
+
 
 @dataclass(frozen=True, kw_only=True)
 class Stickiness(Component):
@@ -284,6 +302,12 @@ class Stickiness(Component):
     def access_term(self, ctx: ScoringContext) -> np.ndarray | float:
         return 0.0
 
+    def access_term_bound(self, ctx: ScoringContext) -> float | None:
+        """An upper bound of :meth:`access_term` over the notes of ``ctx``
+        (the term must be >= 0), or None when unknown. The default: 0 when the
+        class keeps the neutral access term, else None."""
+        return 0.0 if type(self).access_term is Stickiness.access_term else None
+
 
 @dataclass(frozen=True, kw_only=True)
 class Breadth(Component):
@@ -296,6 +320,18 @@ class Breadth(Component):
 
     def on_score(self, ctx: ScoringContext) -> np.ndarray | float:
         return 1.0
+
+    def access_factor_bound(self, ctx: ScoringContext) -> float | None:
+        """An upper bound of :meth:`on_access` (>= 0) over the notes of
+        ``ctx``, or None when unknown. The default: 1 when the class keeps
+        the neutral factor, else None."""
+        return 1.0 if type(self).on_access is Breadth.on_access else None
+
+    def score_factor_bound(self, ctx: ScoringContext) -> float | None:
+        """1.0 when :meth:`on_score` is exactly 1 for every note of ``ctx``
+        (the engine prunes only then), else None. The default: 1 when the
+        class keeps the neutral factor, else None."""
+        return 1.0 if type(self).on_score is Breadth.on_score else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,6 +367,23 @@ class Ranker(Component):
     def recency_floor(self) -> float | None:
         """A floor the ranker puts under the recency before combining it
         (Feather DB's ``min_weight``); None when it puts none (the default)."""
+        return None
+
+    def score_bound(self, rel: np.ndarray, rec_lo: float | None, rec_hi: float | None,
+                    ctx: ScoringContext) -> np.ndarray | None:
+        """An upper bound, elementwise over ``rel``, of the score
+        :meth:`combine` gives any note of ``ctx`` whose similarity is at most
+        ``rel`` and whose recency lies in ``[rec_lo, rec_hi]`` (either None
+        when unknown; both None when ``uses_recency`` is False).
+
+        It must hold for the scores as computed in floating point (the
+        engine stops scoring a query once its C-th best score found is
+        *strictly* above the bound of the best note left), so add a relative
+        slack for rounding. None (the default) when the ranker cannot bound
+        its score by a non-decreasing function of the similarity (a
+        set-dependent ranker, an unknown one): the engine then scores every
+        live note. Declaring it also declares :meth:`combine` elementwise.
+        """
         return None
 
 

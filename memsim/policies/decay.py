@@ -24,7 +24,10 @@ name                recency (age t in days, h = 24 t hours)                   cl
 Besides :meth:`~memsim.policies.base.Decay.recency` and
 :meth:`~memsim.policies.base.Decay.half_life`, every family here has
 ``lower_bound()``: the smallest multiplier it can return for a note of default
-salience (its floor; 0 when the curve goes to 0).
+salience (its floor; 0 when the curve goes to 0). Every family but ``ai-memory``
+(whose multiplier scales with the note's salience) has ``upper_bound() = 1``:
+its multiplier never exceeds 1, which lets the engine prune (see
+:mod:`memsim.engine`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class NoDecay(Decay):
     def lower_bound(self) -> float:
         return 1.0
 
+    def upper_bound(self) -> float:
+        return 1.0
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +120,9 @@ class PerDayRate(Decay):
     def lower_bound(self) -> float:
         return 1.0 if self.rate == 0 else 0.0
 
+    def upper_bound(self) -> float:
+        return 1.0
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +155,9 @@ class HalfLife(Decay):
 
     def lower_bound(self) -> float:
         return 0.0
+
+    def upper_bound(self) -> float:
+        return 1.0
 
 
 @register
@@ -184,6 +196,9 @@ class HalfLifeFloor(Decay):
 
     def lower_bound(self) -> float:
         return self.floor
+
+    def upper_bound(self) -> float:
+        return 1.0
 
 
 @register
@@ -246,6 +261,9 @@ class PerTier(Decay):
 
     def lower_bound(self) -> float:
         return min(self.task_floor, self.scratch_floor)
+
+    def upper_bound(self) -> float:
+        return 1.0
 
 
 def ai_memory_lambda(lambda_per_day: float, tier: np.ndarray,
@@ -374,6 +392,9 @@ class GenerativeAgentsRecency(Decay):
     def lower_bound(self) -> float:
         return 1.0 if self.decay_factor == 1 else 0.0
 
+    def upper_bound(self) -> float:
+        return 1.0
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -408,6 +429,9 @@ class LangChainRecency(Decay):
 
     def lower_bound(self) -> float:
         return 1.0 if self.decay_rate == 0 else 0.0
+
+    def upper_bound(self) -> float:
+        return 1.0
 
 
 def ebbinghaus_retention(t_days, recalls, strength_days: float,
@@ -455,6 +479,9 @@ class Ebbinghaus(Decay):
 
     def lower_bound(self) -> float:
         return 0.0
+
+    def upper_bound(self) -> float:
+        return 1.0
 
 
 @register
@@ -514,3 +541,6 @@ class PowerLaw(Decay):
 
     def lower_bound(self) -> float:
         return 0.0
+
+    def upper_bound(self) -> float:
+        return 1.0

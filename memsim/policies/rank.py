@@ -29,6 +29,11 @@ agents-code``     in last-access order                  (Generative Agents' code
                   ``retrieved`` events): its scores, else 1 / rank
 ================= =============================================================
 
+``score_bound`` (on ``product``, ``feather-blend``, ``additive``,
+``similarity`` and ``calibrated-product``) bounds a note's score by a
+non-decreasing function of its similarity, given bounds of its recency: the
+engine then finds the exact top C without scoring every live note.
+
 Rankers with ``set_dependent = True`` score a note relative to the other
 candidates of its query (or not from its features at all), so a pairwise
 comparison such as :func:`memsim.curves.curves_table`'s crossover is not
@@ -65,6 +70,22 @@ __all__ = [
 _NON_NEGATIVE = Interval(0, None)
 _UNIT = Interval(0, 1)
 
+#: Relative slack added to score bounds, far above the rounding of the few
+#: float64 (or float32) operations of a score.
+_SLACK = 1e-5
+
+
+def _with_slack(bound: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+    """``bound`` raised by a relative slack of the terms' ``magnitude``."""
+    return bound + _SLACK * magnitude + 1e-300
+
+
+def _importance_range(ctx: ScoringContext) -> tuple[float, float]:
+    imp = np.asarray(ctx.importance, dtype=np.float64)
+    if imp.size == 0:
+        return 0.0, 0.0
+    return float(imp.min()), float(imp.max())
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +100,16 @@ class Product(Ranker):
 
     def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return rel * rec
+
+    def score_bound(self, rel, rec_lo, rec_hi, ctx):
+        """``rel * rec_hi`` where ``rel >= 0``, ``rel * rec_lo`` below (needs
+        ``0 <= rec_lo``)."""
+        if rec_lo is None or rec_hi is None or rec_lo < 0:
+            return None
+        rel = np.asarray(rel, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            b = np.where(rel >= 0, rel * rec_hi, rel * rec_lo)
+        return _with_slack(b, np.abs(b))
 
 
 @register
@@ -119,6 +150,21 @@ class FeatherBlend(Ranker):
         sim32 = np.asarray(rel, dtype=f32)
         imp32 = np.asarray(ctx.importance, dtype=f32)
         return ((f32(1.0) - tw) * sim32 + tw * rec32) * imp32
+
+    def score_bound(self, rel, rec_lo, rec_hi, ctx):
+        """``((1 - w) rel + w max(rec_hi, min_weight)) * importance``, the
+        largest importance where that is >= 0, the smallest below."""
+        if rec_hi is None:
+            return None
+        lo, hi = _importance_range(ctx)
+        if lo < 0:
+            return None
+        rel = np.asarray(rel, dtype=np.float64)
+        w = self.time_weight
+        r = max(rec_hi, self.min_weight)
+        term = (1.0 - w) * rel + w * r
+        b = np.where(term >= 0, term * hi, term * lo)
+        return _with_slack(b, ((1.0 - w) * np.abs(rel) + w * abs(r)) * hi)
 
     def recency_floor(self) -> float:
         return self.min_weight
@@ -223,6 +269,15 @@ class Additive(Ranker):
             score = score + self.importance_weight * np.asarray(ctx.importance, dtype=np.float64)
         return score
 
+    def score_bound(self, rel, rec_lo, rec_hi, ctx):
+        """``rel + rec_hi (+ c * max importance)``."""
+        if rec_hi is None:
+            return None
+        rel = np.asarray(rel, dtype=np.float64)
+        extra = self.importance_weight * _importance_range(ctx)[1] if self.importance_weight \
+            else 0.0
+        return _with_slack(rel + rec_hi + extra, np.abs(rel) + abs(rec_hi) + abs(extra))
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -235,6 +290,10 @@ class SimilarityOnly(Ranker):
 
     def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
         return rel
+
+    def score_bound(self, rel, rec_lo, rec_hi, ctx):
+        """The similarity itself."""
+        return np.asarray(rel, dtype=np.float64)
 
 
 @register
@@ -316,6 +375,14 @@ class CalibratedProduct(Ranker):
 
     def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return np.exp(self.beta * (np.asarray(rel, dtype=np.float64) - 1.0)) * rec
+
+    def score_bound(self, rel, rec_lo, rec_hi, ctx):
+        """``exp(beta (rel - 1)) * rec_hi`` (needs ``0 <= rec_lo``)."""
+        if rec_lo is None or rec_hi is None or rec_lo < 0:
+            return None
+        with np.errstate(over="ignore"):
+            b = np.exp(self.beta * (np.asarray(rel, dtype=np.float64) - 1.0)) * rec_hi
+        return _with_slack(b, b)
 
 
 @register

@@ -184,7 +184,11 @@ def _place(exp: Experiment, spec: SweepSpec, hash8: str, study_name: str,
     run_dir, ident = _locate_run_dir(exp, hash8, out, resume_dir, ident)
     storage = _resume_storage(storage, ident, run_dir)
     if run_dir is None and out is not None:
-        run_dir = new_run_dir(Path(out), exp.name, hash8)
+        try:
+            run_dir = new_run_dir(Path(out), exp.name, hash8)
+        except OSError as exc:  # a file, under a file, read-only: the user's --out
+            raise ConfigError(f"--out {out}: cannot create a run folder there: "
+                              f"{exc.strerror or exc}") from None
     storage_spec = _storage_spec(storage, run_dir)
     if storage_spec == "memory" and workers > 1:
         raise ConfigError("--workers: several workers need a storage they share; pass --storage "
@@ -205,10 +209,11 @@ def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
     run_dir, exp, spec = plan.run_dir, plan.exp, plan.spec
     if run_dir is None:
         return None, []
+    # the manifest first: a folder never holds files without one
+    manifest = experiment_manifest(run_dir, exp, argv)
     write_atomic(run_dir / "config.toml", lambda p: p.write_text(
         _header(exp, "Resolved sweep configuration") + dumps_toml(exp.to_config()),
         encoding="utf-8"))
-    manifest = experiment_manifest(run_dir, exp, argv)
     sessions = list(prior.get("sessions", []))
     session = {"started_utc": manifest.data["started_utc"], "host": _host(),
                "pid": os.getpid(), "workers": plan.workers, "argv": manifest.data["argv"]}
