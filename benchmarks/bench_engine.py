@@ -2,6 +2,9 @@
 
 Run from the repository root::
 
+    python benchmarks/bench_engine.py --scale-only    # the scale targets only (~1 min)
+    python benchmarks/bench_engine.py --scale-only --big   # time the whole 1M-note year
+
     python benchmarks/bench_engine.py                 # standard sizes, ~3-5 min on 2 idle cores
     python benchmarks/bench_engine.py --quick         # smaller variant, ~1-2 min
     python benchmarks/bench_engine.py --sizes 10000,50000 --policies 1,4,12 --window-days 30
@@ -24,10 +27,10 @@ For each size, in a **fresh subprocess** each (so that peak memory, the
 maximum resident set size from ``resource.getrusage``, belongs to that run
 alone; it includes the stream):
 
-* the **bare kernel**: per day-batch, the similarity matrix product, one
-  recency formula (``cos * 0.5 ** (age / 180)``), the mask of notes created
-  later in the batch, and top-C selection (``argpartition`` + sort of the C),
-  vectorised like the engine and single-threaded BLAS like the engine;
+* the **fastest exact kernel** (:func:`bare_kernel`): per day-batch one
+  float32 product of queries x the notes existing by the batch's last query,
+  a recency multiplier computed once per note, ``argpartition`` top-C and a
+  sort of the C, single-threaded BLAS like the engine;
 * a **full policy**: Hivemind's ranker (cosine x per-tier half-life with
   floor, promotion after 5 uses), ai-memory's retention sweep (daily),
   greedy-swap packing into 1,500 tokens, edges ordering, every metric;
@@ -139,25 +142,29 @@ def _year_note_scores(n_notes: int) -> float:
 
 
 def bare_kernel(stream, c: int = CANDIDATES, half_life: float = 180.0) -> None:
-    """Similarity product + one recency formula + top-C, per day-batch."""
+    """The least work any exact brute-force replay must do, per day-batch:
+    one float32 product of the batch's queries x the notes existing by its
+    last query (a view of the embeddings: the generator's notes are in
+    creation order), a recency multiplier computed once per note (at the
+    batch's last query), one in-place multiply, ``argpartition`` top-C (no
+    negated copy) and a sort of the C."""
     from threadpoolctl import threadpool_limits
 
     emb = np.ascontiguousarray(stream.note_embeddings, dtype=np.float32)
     qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)
     created = stream.notes["created_at"].to_numpy(np.float64)
+    assert np.all(np.diff(created) >= 0), "notes must be in creation order"
     t = stream.queries["t"].to_numpy(np.float64)
     with threadpool_limits(limits=1, user_api="blas"):
         for rows in _day_batches(t):
-            tt = t[rows]
-            idx = np.flatnonzero(created <= tt.max())
-            sim = qemb[rows] @ emb[idx].T  # unit vectors: the cosine
-            age = tt[:, None] - created[idx][None, :]
-            score = sim * np.exp2(age * (-1.0 / half_life))
-            score[age < 0] = -np.inf  # created later in the batch
-            if score.shape[1] > c:
-                part = np.argpartition(-score, c - 1, axis=1)[:, :c]
+            t0 = float(t[rows].max())
+            m = int(np.searchsorted(created, t0, side="right"))
+            score = qemb[rows] @ emb[:m].T  # unit vectors: the cosine
+            score *= np.exp2((created[:m] - t0) * (1.0 / half_life)).astype(np.float32)
+            if m > c:
+                part = np.argpartition(score, m - c, axis=1)[:, m - c:]
             else:
-                part = np.broadcast_to(np.arange(score.shape[1]), score.shape).copy()
+                part = np.broadcast_to(np.arange(m), score.shape).copy()
             vals = np.take_along_axis(score, part, axis=1)
             order = np.argsort(-vals, axis=1, kind="stable")
             np.take_along_axis(part, order, axis=1)
@@ -188,11 +195,51 @@ def _maxrss_mib() -> float:
     return r / (1024.0 * 1024.0) if sys.platform == "darwin" else r / 1024.0
 
 
+def _cpu(fn, *args) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn(*args)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def child_side_by_side(spec: dict) -> dict:
+    """The fastest kernel, one full policy and P of them on one stream, in one
+    process, alternated ``repeat`` times (the minimum CPU time of each)."""
+    stream = _stream(spec["n"], spec["window"])
+    p = spec["p"]
+    runs: dict[str, list[float]] = {"kernel": [], "policy": [], f"policies_{p}": []}
+    for _ in range(spec.get("repeat", 2)):
+        runs["kernel"].append(_cpu(bare_kernel, stream)[1])
+        runs["policy"].append(_cpu(run_policies, stream, 1)[1])
+        if p > 1:
+            runs[f"policies_{p}"].append(_cpu(run_policies, stream, p)[1])
+    out = {k: min(v) for k, v in runs.items() if v}
+    out.update(n_notes=stream.n_notes, n_queries=stream.n_queries,
+               note_scores=_note_scores(stream), peak_mib=_maxrss_mib(), p=p)
+    return out
+
+
+def child_big(spec: dict) -> dict:
+    """One full policy on the 1M-note store: the whole year (``window`` 365)
+    or its last days, with the fixed cost measured on one day of queries."""
+    t0 = time.perf_counter()
+    stream = _stream(spec["n"], spec["window"])
+    gen = time.perf_counter() - t0
+    wall, cpu = _cpu(run_policies, stream, 1)
+    out = {"n_notes": stream.n_notes, "n_queries": stream.n_queries, "gen_s": gen,
+           "wall_s": wall, "cpu_s": cpu, "note_scores": _note_scores(stream)}
+    out["peak_mib"] = _maxrss_mib()
+    return out
+
+
 def child(spec: dict) -> dict:
     """Run one measurement; return its figures."""
     what = spec["what"]
     if what == "sweep":
         return child_sweep(spec)
+    if what == "side":
+        return child_side_by_side(spec)
+    if what == "big":
+        return child_big(spec)
     t0 = time.perf_counter()
     stream = _stream(spec["n"], spec["window"])
     gen_s = time.perf_counter() - t0
@@ -326,6 +373,47 @@ def _verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("PASS" if ok else "MISS")
 
 
+def scale_targets(window: float, big: bool, big_days: float) -> dict:
+    """The three scale targets, each with PASS or MISS."""
+    side = spawn({"what": "side", "n": 50000, "window": window, "p": 10, "repeat": 2})
+    days = YEAR if big else big_days
+    b = spawn({"what": "big", "n": 1_000_000, "window": days})
+    if big:
+        year_s, how = b["wall_s"], "measured"
+    else:
+        # two windows (d and 3d days at the year's end): the cost per
+        # note-score from their difference, the fixed cost from the intercept
+        b3 = spawn({"what": "big", "n": 1_000_000, "window": 3 * days})
+        per = max(b3["wall_s"] - b["wall_s"], 1e-9) / max(b3["note_scores"] - b["note_scores"], 1)
+        fixed = max(b["wall_s"] - per * b["note_scores"], 0.0)
+        year_s = fixed + per * _year_note_scores(1_000_000)
+        b["peak_mib"] = max(b["peak_mib"], b3["peak_mib"])
+        how = (f"ESTIMATE from the last {days:g} and {3 * days:g} days ({b['wall_s']:.1f} s, "
+               f"{b3['wall_s']:.1f} s): fixed {fixed:.1f} s + {per * 1e9:.2f} s per G "
+               f"note-scores x the year's {_fmt_n(_year_note_scores(1_000_000))}; "
+               f"--big measures it")
+    r1 = side["policy"] / side["kernel"]
+    r10 = side["policies_10"] / side["policy"]
+    rows = [
+        ("full policy vs fastest exact kernel, 50k notes (CPU, same process)",
+         f"{r1:.2f}x (kernel {side['kernel']:.2f} s, policy {side['policy']:.2f} s, "
+         f"{side['n_queries']} queries)", "<= 1.5x", r1 <= 1.5),
+        ("10 policies vs one, 50k notes (CPU, same process)",
+         f"{r10:.2f}x ({side['policies_10']:.2f} s)", "<= 3x", r10 <= 3.0),
+        ("1M notes x 365 d x 50 queries/d, one full policy (wall)",
+         f"{year_s / 60:.2f} min ({how})", "<= 2 min", year_s <= 120.0),
+        ("  peak memory of that run (incl. stream)", f"{b['peak_mib'] / 1024:.2f} GiB",
+         "<= 3 GiB", b["peak_mib"] <= 3 * 1024),
+    ]
+    print(f"Scale targets   (load average {_load()})")
+    w = max(len(r[0]) for r in rows)
+    for name, value, goal, ok in rows:
+        print(f"  {name:<{w}}  {goal:>9}  {_verdict(ok):>4}  {value}")
+    print()
+    return {"side_by_side": side, "big": b, "year_1m_s": year_s,
+            "targets": [dict(zip(("name", "value", "goal", "pass"), r)) for r in rows]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=None, help="note counts, comma-separated "
@@ -345,6 +433,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-feather", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a smaller variant (~1-2 min)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    ap.add_argument("--big", action="store_true",
+                    help="time the whole 1M-note year (several minutes) instead of "
+                         "estimating it from its last --big-days and 3x as many days")
+    ap.add_argument("--big-days", type=float, default=4.0,
+                    help="days timed at 1M notes without --big (default 3)")
+    ap.add_argument("--scale-only", action="store_true",
+                    help="only the three scale targets (fastest kernel, 10 policies, 1M notes)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -366,6 +461,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memsim engine benchmark   (python {sys.version.split()[0]}, numpy {np.__version__},"
           f" {os.cpu_count()} CPUs)")
     print(f"load average at start: {_load()}")
+    scale = scale_targets(window, args.big, args.big_days)
+    if args.scale_only:
+        print(f"load average at end: {_load()}; total wall time "
+              f"{time.perf_counter() - t_start:.0f} s")
+        if args.json:
+            Path(args.json).write_text(json.dumps(scale, indent=2, default=str) + "\n")
+        return 0
     print(f"standard year: 365 days x {QUERIES_PER_DAY:g} queries/day, store reaches N notes "
           f"(backfill 365 d); timed window: last {window:g} days; C = {CANDIDATES}")
     print()

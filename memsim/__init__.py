@@ -8,6 +8,8 @@ The notebook API::
     result = memsim.run_experiment(exp, out=None)      # frames in memory
     result.summary, result.queries
     run = memsim.load_run("results/...")               # a run folder, read back
+    run.recall_by_age()                                # tidy: policy x budget x age bucket
+    memsim.compare([result, run])                      # several runs, paired query by query
 """
 
 from __future__ import annotations

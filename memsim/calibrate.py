@@ -57,6 +57,25 @@ cannot make the loss infinite), over log-transformed positive parameters
 box bounds), from a fixed grid of starting points; the best optimum is kept.
 Deterministic: no random starts.
 
+Which fits are offered
+----------------------
+A fit is offered as a policy (a table of ``fitted_decay.toml``, and the
+``best`` family) only if both hold:
+
+* no parameter ends on a bound of its search box (a half-life of 1e-4 days,
+  i.e. nine seconds, is the data pushing the family to a degenerate curve,
+  not a measured half-life);
+* its log loss is at least :data:`MIN_GAIN` (0.1%) below the constant
+  baseline's: a curve that predicts recall no better than its mean rate says
+  nothing about decay, whatever its parameters. A relative margin, not a
+  likelihood-ratio test: with ten thousand reviews such a test calls a 0.05%
+  gain significant, and a decay that moves the log loss that little would not
+  change a ranking either.
+
+The printed table marks every other family with the reason; when none
+qualifies, ``best`` is ``constant`` and the TOML fragment offers no policy and
+says why.
+
 Metrics per family: log loss; AUC (the Mann-Whitney statistic from average
 ranks, so a constant prediction has AUC exactly 0.5); calibration in ten
 equal-width bins of ``p`` (count, mean prediction, observed recall rate) and
@@ -79,10 +98,12 @@ power-law           0.5823   0.4517  S = 1e-4 d (search bound), d = 0.0198
 ebbinghaus          0.9694   0.5537  s0 = 0.0021 d, s1 = 3.32 d per success
 =================== ======== ======= =========================================
 
-The half-life with a floor "wins" by collapsing onto its floor (a constant).
+The half-life with a floor has the lowest log loss by collapsing onto its
+floor (a constant, its half-life at the search bound): no family is offered.
 With ``min_elapsed_days = 1`` (5,329 reviews, recall 0.792) the FSRS power
-law is best (0.5047 against 0.5112 for the constant; S = 0.32 d, d = 0.053:
-a slow, long-tailed decline), the exponential reaches S = 31 d (0.5671) and
+law is best and the only family offered (0.5047 against 0.5112 for the
+constant; S = 0.32 d, d = 0.053: a slow, long-tailed decline; the half-life
+with a floor again sits on its floor, at 0.5112), the exponential reaches S = 31 d (0.5671) and
 Ebbinghaus s0 = 9.8 d, s1 = 4.2 d (0.5568, the best AUC, 0.579). On this
 log, time since the last use alone predicts recall poorly; the use history
 matters (FSRS grows stability with each review for that reason).
@@ -105,12 +126,14 @@ from .errors import ConfigError, StreamError
 
 __all__ = [
     "FAMILIES",
+    "MIN_GAIN",
     "FamilyFit",
     "CalibrationResult",
     "load_revlog",
     "review_table",
     "predict",
     "fit_family",
+    "offer_flags",
     "log_loss",
     "auc",
     "calibration_bins",
@@ -122,6 +145,9 @@ __all__ = [
 
 #: Families in report order: the baseline first.
 FAMILIES = ("constant", "exponential", "half-life-floor", "power-law", "ebbinghaus")
+#: Smallest relative drop of log loss below the constant baseline's for a fit
+#: to be offered as a policy (module docstring, "Which fits are offered").
+MIN_GAIN = 1e-3
 
 _EPS = 1e-6
 _LN09 = math.log(0.9)
@@ -505,6 +531,39 @@ def fit_family(family: str, t: np.ndarray, y: np.ndarray,
     return _metrics(family, params, t, ns, y, bool(best.success), len(spec.names), at_bound)
 
 
+def offer_flags(fits: dict) -> dict[str, str]:
+    """Why each fitted family is not offered as a policy ("" when it is).
+
+    Parameters
+    ----------
+    fits : dict of str to FamilyFit
+        With a ``constant`` fit (the baseline).
+
+    Returns
+    -------
+    dict of str to str
+        ``"baseline"`` for ``constant``; for another family the reasons it
+        is not offered, joined by "; " (a parameter at a bound of its search
+        box; log loss not at least :data:`MIN_GAIN` below the constant's),
+        or "" when it is offered.
+    """
+    base = fits["constant"].log_loss
+    out = {}
+    for family, fit in fits.items():
+        if family == "constant":
+            out[family] = "baseline"
+            continue
+        why = []
+        if fit.at_bound:
+            why.append(f"{', '.join(fit.at_bound)} at the search bound")
+        change = (fit.log_loss - base) / base if base > 0 else 0.0
+        if not change <= -MIN_GAIN:  # NaN is no gain
+            word = "worse than" if change >= MIN_GAIN else "no better than"
+            why.append(f"{word} the constant (log loss {100 * change:+.2f}%)")
+        out[family] = "; ".join(why)
+    return out
+
+
 # ---------------------------------------------------------------------------
 # The calibration run
 # ---------------------------------------------------------------------------
@@ -523,9 +582,12 @@ class CalibrationResult:
         In :data:`FAMILIES` order.
     summary : DataFrame
         One row per family: ``family``, ``log_loss``, ``auc``, ``ece``,
-        ``n_params``, ``converged``, ``at_bound``, ``params`` (text).
+        ``n_params``, ``converged``, ``at_bound``, ``offered`` (bool),
+        ``flag`` (why it is not offered, :func:`offer_flags`; "" when it is),
+        ``params`` (text).
     best : str
-        The family with the lowest log loss.
+        The offered family with the lowest log loss; ``constant`` when no
+        family is offered (module docstring, "Which fits are offered").
     toml : str
         The experiment fragment (:func:`calibration_toml`).
     stats : dict
@@ -606,11 +668,15 @@ def calibrate_revlog(path_or_folder: str | os.PathLike, out_dir: str | os.PathLi
     y = reviews["y"].to_numpy()
     ns = reviews["n_success"].to_numpy()
     fits = {f: fit_family(f, t, y, ns) for f in names}
+    flags = offer_flags(fits)
     summary = pd.DataFrame([{"family": f, "log_loss": r.log_loss, "auc": r.auc, "ece": r.ece,
                              "n_params": r.n_params, "converged": r.converged,
-                             "at_bound": ",".join(r.at_bound),
+                             "at_bound": ",".join(r.at_bound), "offered": flags[f] == "",
+                             "flag": "" if f == "constant" else flags[f],
                              "params": _fmt_params(r.params)} for f, r in fits.items()])
-    best = min(fits, key=lambda f: (fits[f].log_loss, names.index(f)))
+    offered = [f for f in names if flags[f] == ""]
+    best = min(offered, key=lambda f: (fits[f].log_loss, names.index(f))) if offered \
+        else "constant"
     span = (log["review_time"].max() - log["review_time"].min()).total_seconds() / 86400.0
     st = {"reviews_total": int(len(log)),
           "cards": int(log[["source", "card_id"]].drop_duplicates().shape[0]),
@@ -659,23 +725,37 @@ def _registered(kind: str, keys: Sequence[str]) -> bool:
 
 def calibration_toml(fits: dict, *, source: str = "", stats: dict | None = None,
                      best: str | None = None) -> str:
-    """An experiment fragment with one ``[policies.fitted-<family>]`` table per fit.
+    """An experiment fragment with one ``[policies.fitted-<family>]`` table per
+    offered fit (:func:`offer_flags`).
 
     Each table has ``ranker = "product"`` (score = similarity x recency) and
     the fitted ``decay`` with ``clock = "last_access"`` (the fit's ``t``
     counts from the previous review, i.e. the last use). Families whose
     memsim kind is not registered (or not with these parameters) are written
     as ``#`` comments; the constant baseline is a comment (it is
-    ``decay = "none"``).
+    ``decay = "none"``). A fit that is not offered (a parameter at its
+    search bound, or no better than the constant) is a comment line saying
+    why, without a table; when no fit is offered, a comment near the top says
+    so.
     """
+    flags = offer_flags(fits)
     lines = [f"# Decay curves fitted by memsim.calibrate to {source or 'a review log'}",
              "# (maximum likelihood on recall after t days; t = days since the previous review)."]
     if stats:
         lines.append(f"# {stats['reviews']:,} reviews modelled ({stats['reviews_total']:,} in the "
                      f"log, {stats['cards']:,} cards); recall rate {stats['recall_rate']:.3f}.")
-    if best:
-        lines.append(f"# Best by log loss: {best} ({fits[best].log_loss:.4f}).")
-    lines.append("# Paste the tables into an experiment's policies.")
+    lines.append(f"# A fit is offered only if it lowers the constant's log loss by at least "
+                 f"{100 * MIN_GAIN:.1f}%")
+    lines.append("# with every parameter inside its search box.")
+    if not any(v == "" for v in flags.values()):
+        lines += ["# No fitted policy is offered: no family qualifies (reasons below). Recall "
+                  "does not fall",
+                  "# measurably with the time since the previous review here; keep "
+                  "decay = \"none\" or fit other data."]
+    else:
+        if best and flags.get(best) == "":
+            lines.append(f"# Best by log loss: {best} ({fits[best].log_loss:.4f}).")
+        lines.append("# Paste the tables into an experiment's policies.")
     for family, fit in fits.items():
         head = (f"# {family}: {_fmt_params(fit.params)}; log loss {fit.log_loss:.4f}, "
                 f"AUC {fit.auc:.3f}" + (f" (at the search bound: {', '.join(fit.at_bound)})"
@@ -684,6 +764,9 @@ def calibration_toml(fits: dict, *, source: str = "", stats: dict | None = None,
         lines += ["", head]
         if spec is None:
             lines.append("# (no decay: the same ranking as decay = \"none\")")
+            continue
+        if flags[family]:
+            lines.append(f"# not offered: {flags[family]}")
             continue
         kind, values = spec
         inline = ", ".join([f'kind = "{kind}"']
@@ -710,15 +793,27 @@ def format_calibration(result: CalibrationResult) -> str:
            + (f", t >= {st['min_elapsed_days']:g} d" if st["min_elapsed_days"] else "")
            + f"), recall rate {st['recall_rate']:.3f}",
            "",
-           f"{'family':<16} {'log loss':>9} {'AUC':>7} {'ECE':>7}  parameters"]
+           f"{'family':<16} {'log loss':>9} {'AUC':>7} {'ECE':>7}  {'offered':<8}  parameters"]
+    flags = offer_flags(result.fits)
     for f, r in result.fits.items():
-        out.append(f"{f:<16} {r.log_loss:>9.4f} {r.auc:>7.4f} {r.ece:>7.4f}  "
-                   f"{_fmt_params(r.params)}" + ("" if r.converged else "  (not converged)")
-                   + (f"  (at bound: {', '.join(r.at_bound)})" if r.at_bound else ""))
+        offered = "baseline" if f == "constant" else ("yes" if flags[f] == "" else "NO")
+        out.append(f"{f:<16} {r.log_loss:>9.4f} {r.auc:>7.4f} {r.ece:>7.4f}  {offered:<8}  "
+                   f"{_fmt_params(r.params)}" + ("" if r.converged else "  (not converged)"))
+    refused = {f: why for f, why in flags.items() if f != "constant" and why}
+    if refused:
+        out += ["", f"not offered as a policy (a fit must lower the constant's log loss by at "
+                    f"least {100 * MIN_GAIN:.1f}%, every parameter inside its search box):"]
+        out += [f"  {f}: {why}" for f, why in refused.items()]
     base = result.fits["constant"].log_loss
     best = result.fits[result.best]
-    out += ["", f"best: {result.best} (log loss {best.log_loss:.4f}, "
-                f"{100 * (best.log_loss - base) / base:+.1f}% vs constant)"]
+    if result.best != "constant":
+        out += ["", f"best: {result.best} (log loss {best.log_loss:.4f}, "
+                    f"{100 * (best.log_loss - base) / base:+.1f}% vs constant)"]
+    else:
+        out += ["", "best: constant (no decay family qualifies: no fitted policy is offered)"]
+        if not result.stats.get("min_elapsed_days"):
+            out.append("  (same-session re-drills can hide a decline: try "
+                       "--min-elapsed-days 1)")
     for k, p in result.files.items():
         out.append(f"{k}: {p}")
     return "\n".join(out)

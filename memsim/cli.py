@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib.metadata
 import os
+import re
 import signal
 import sys
 import threading
@@ -38,40 +40,119 @@ __all__ = ["main"]
 
 
 class Progress:
-    """A one-line progress bar on stderr, shown once a job has run 2 seconds
-    (on a terminal only)."""
+    """Progress of a long command on stderr, as a ``progress(frac)`` callable
+    (``frac`` in [0, 1], the share of the current phase done).
 
-    def __init__(self, label: str, quiet: bool = False):
+    On a terminal, a tqdm bar labelled with the phase (``memsim run:
+    replicates``), shown once the phase has run 2 seconds. Anywhere else (a
+    pipe, a log file, a notebook cell running the command) one plain line per
+    unit of work, ``memsim run: replicate 2/3 done (12.3 s, about 12 s
+    left)``, or per tenth of the phase when it has no units. ``quiet``
+    silences both. :meth:`phase` starts the next phase of the same command.
+
+    ``units`` is a number of equal units, or a list of ``(frac, name)``: the
+    unit ``name`` is done once ``frac`` reaches that value. With ``resumed``,
+    the first call tells how much was done before (a resumed sweep), not
+    what this command did.
+    """
+
+    def __init__(self, label: str, quiet: bool = False, *, phase: str = "",
+                 units: int | list[tuple[float, str]] | None = None, unit: str = "step",
+                 resumed: bool = False, then: str = "", stream=None, tty: bool | None = None):
         self.label = label
-        # a bar redrawn with carriage returns only makes sense on a terminal
-        self.quiet = quiet or not sys.stderr.isatty()
+        self.quiet = quiet
+        self.stream = sys.stderr if stream is None else stream
+        if tty is None:
+            isatty = getattr(self.stream, "isatty", None)
+            tty = bool(isatty and isatty())
+        self.tty = tty
+        self._bar = None
+        self._start(phase, units, unit, resumed, then)
+
+    def _start(self, phase, units, unit, resumed, then) -> None:
+        self.phase_name = phase
+        if isinstance(units, int) and not isinstance(units, bool):
+            units = [((k + 1) / units, f"{unit} {k + 1}/{units}") for k in range(units)]
+        self.units = list(units) if units else None
+        self.unit = unit
+        self.then = then
+        self.resumed = resumed
         self.t0 = time.monotonic()
-        self.shown = False
-        self.last = 0.0
+        self.frac0: float | None = None  # the first frac seen
+        self.n_done = 0                  # units (or tenths) reported
+        self.finished = False
+
+    def phase(self, phase: str, units: int | list[tuple[float, str]] | None = None,
+              unit: str = "step", then: str = "") -> Progress:
+        """Close this phase and start the next one; returns ``self``."""
+        self.close()
+        self._start(phase, units, unit, False, then)
+        return self
+
+    def _title(self) -> str:
+        return f"{self.label}: {self.phase_name}" if self.phase_name else self.label
+
+    def _write(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
 
     def __call__(self, frac: float) -> None:
-        now = time.monotonic()
-        if self.quiet or now - self.t0 < 2.0 or (now - self.last < 0.2 and frac < 1):
+        if self.quiet or self.finished:
             return
-        self.last = now
-        width = 30
-        fill = int(round(width * min(max(frac, 0.0), 1.0)))
-        bar = "#" * fill + "-" * (width - fill)
-        eta = (now - self.t0) * (1 - frac) / frac if frac > 0 else float("nan")
-        end = "\n" if frac >= 1 else ""
-        sys.stderr.write(f"\r{self.label} [{bar}] {100 * frac:5.1f}%  eta {eta:5.0f}s{end}")
-        sys.stderr.flush()
-        self.shown = frac < 1
+        frac = min(max(float(frac), 0.0), 1.0)
+        first = self.frac0 is None
+        if first:
+            self.frac0 = frac if self.resumed else 0.0
+        marks = self.units or [((k + 1) / 10, f"{10 * (k + 1)}%") for k in range(10)]
+        done = self.n_done
+        while done < len(marks) and frac >= marks[done][0] - 1e-9:
+            done += 1
+        if first and self.resumed:
+            if done and not self.tty:
+                self._write(f"{self._title()}: {done}/{len(marks)} {self.unit}s done before")
+            self.n_done = done
+        if self.tty:
+            self._draw(frac, done, len(marks))
+        else:
+            for k in range(self.n_done, done):
+                self._write(f"{self.label}: {marks[k][1]} done ({self._timing(marks[k][0])})")
+        self.n_done = done
+        if frac >= 1.0:
+            self.finished = True
+            if self.then:
+                self.close()
+                self._write(f"{self.label}: {self.then}")
+
+    def _timing(self, frac: float) -> str:
+        elapsed = time.monotonic() - self.t0
+        text = f"{elapsed:.1f} s"
+        share = frac - (self.frac0 or 0.0)
+        if frac < 1.0 and share > 0:
+            text += f", about {elapsed * (1.0 - frac) / share:.0f} s left"
+        return text
+
+    def _draw(self, frac: float, done: int, total: int) -> None:
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=1.0, file=self.stream, delay=2.0, leave=True,
+                             desc=self._title(), initial=frac, dynamic_ncols=True,
+                             bar_format="{desc}{percentage:3.0f}%|{bar}| "
+                                        "[{elapsed}<{remaining}]")
+        counted = f" {done}/{total} {self.unit}s" if self.units else ""
+        self._bar.set_description_str(f"{self._title()}{counted} ", refresh=False)
+        self._bar.update(frac - self._bar.n)
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")
-            self.shown = False
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def _cmd_run(args) -> int:
     exps = [load_experiment(p, args.set) for p in args.experiments]
-    prog = Progress("memsim run", args.quiet)
+    phase, units = _run_units(exps, args.jobs)
+    prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1])
     try:
         paths = run_many(exps, out=args.out, jobs=args.jobs, report=not args.no_report,
                          progress=prog, argv=sys.argv)
@@ -84,6 +165,21 @@ def _cmd_run(args) -> int:
             print()
         print(p)
     return 0
+
+
+def _run_units(exps: list, jobs: int) -> tuple[str, list[tuple[float, str]]]:
+    """The units :func:`memsim.runner.run_many` reports progress in: its
+    replicates, or its runs when they run in parallel (or are very many)."""
+    n = sum(e.n_runs() for e in exps)
+    if (jobs > 1 and n > 1) or n > 200:
+        return "runs", [((k + 1) / n, f"run {k + 1}/{n}") for k in range(n)]
+    units = []
+    for i, e in enumerate(x for exp in exps for x in exp.expand()):
+        r = e.settings.replicates
+        for j in range(r):
+            name = f"replicate {j + 1}/{r}" + (f" of run {i + 1}/{n}" if n > 1 else "")
+            units.append(((i + (j + 1) / r) / n, name))
+    return "replicates", units
 
 
 def _utf8_stdout() -> bool:
@@ -119,16 +215,30 @@ def _cmd_policies(args) -> int:
         print(f"[{slot}]")
         for name, cls in sorted(table.items()):
             doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-            print(f"  {name}: {doc}")
+            print(f"  {name}: {_plain_text(doc)}")
             for pname, default, allowed in cls.describe():
                 print(f"      {pname} = {default!r}  ({allowed})")
     print("[presets]")
     for name, preset in sorted(PRESETS.items()):
         first = preset.doc.split(".")[0].replace("\n", " ")
-        print(f"  {name}: {' '.join(first.split())}.")
+        print(f"  {name}: {_plain_text(' '.join(first.split()))}.")
         for key, why in assumptions(name).items():
-            print(f"      assumed {key}: {why}")
+            print(f"      assumed {key}: {_plain_text(why)}")
     return 0
+
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?(?:[^`<]*<)?([^`>]+)>?`")
+
+
+def _plain_text(text: str) -> str:
+    """Docstring text without its reST markup: ``code``, :class:`~a.B`,
+    **bold**, *emphasis*, `title`."""
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if "~" in m.group(0)
+                     else m.group(1), text)
+    text = re.sub(r"``(.+?)``", r"\1", text)
+    text = re.sub(r"\*\*(.+?)\*\*", r"\1", text)
+    text = re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"\1", text)
+    return re.sub(r"`([^`]+)`_?", r"\1", text)
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -168,7 +278,9 @@ def _cmd_sweep(args) -> int:
 
     if args.experiment is None and args.resume is None:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
-    prog = Progress("memsim sweep", args.quiet)
+    prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
+                    unit="trial", resumed=True,
+                    then="trials done; robustness check on fresh seeds, plateaus, report")
     try:
         res = run_sweep(args.experiment, trials=args.trials, storage=args.storage,
                         study_name=args.study, workers=args.workers, out=args.out,
@@ -182,9 +294,28 @@ def _cmd_sweep(args) -> int:
     return 0
 
 
+def _sweep_trials(args) -> int | None:
+    """How many COMPLETE trials the sweep asks for (for progress lines), or
+    None when that is not known before the sweep loads its experiment."""
+    if args.trials is not None:
+        return args.trials if isinstance(args.trials, int) and args.trials > 0 else None
+    from .sweep.space import SweepSpec
+
+    path = args.experiment
+    if path is None and args.resume is not None:
+        path = Path(args.resume) / "config.toml"
+    if path is None:
+        return None
+    try:
+        exp = load_experiment(path, args.set)
+        return SweepSpec.from_config(exp.sweep, exp).trials if exp.sweep else None
+    except MemsimError:
+        return None  # run_sweep says what is wrong
+
+
 def _cmd_audit(args) -> int:
     exp = load_experiment(args.experiment, args.set)
-    prog = Progress("memsim audit", args.quiet)
+    prog = Progress("memsim audit", args.quiet, phase="signals and parameters")
     try:
         report = audit(exp, replicate=args.replicate, max_queries=args.queries,
                        params=not args.no_params, replicates=args.param_replicates,
@@ -217,35 +348,82 @@ def _cmd_engine_check(args) -> int:
     return langchain_main(argv)
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' line breaks, and appends ``(default: X)`` to an
+    option's help when it has a default worth saying and the help does not
+    already say it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default in (None, False, [], argparse.SUPPRESS)
+                or not action.option_strings or isinstance(default, bool)):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("memsim")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        from . import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memsim", description="Simulate and sweep the ranking, retention and packing "
-        "policies of AI memory layers.")
-    sub = p.add_subparsers(dest="command", required=True)
+        "policies of AI memory layers.", formatter_class=_HelpFormatter,
+        epilog=_examples("memsim run experiments/quickstart.toml", "memsim policies",
+                         "memsim curves hivemind feather", "memsim run --help")
+        + "\n\nEvery command has --help with its options and examples.")
+    p.add_argument("--version", action="version", version=f"memsim {_package_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="what to do (COMMAND --help says more)")
+
+    def add(parent, name: str, help: str, examples: tuple[str, ...] = (), **kw):
+        return parent.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".",
+                                 formatter_class=_HelpFormatter,
+                                 epilog=_examples(*examples) if examples else None, **kw)
 
     # A parent parser shares its action objects with every child, so --out,
     # whose default differs between commands, is added per command.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a dotted config key (repeatable)")
-    common.add_argument("--quiet", action="store_true", help="no progress bar")
+    common.add_argument("--quiet", action="store_true",
+                        help="no progress bar or progress lines on stderr")
 
     def add_out(parser, default="results", text="parent folder of run folders"):
-        parser.add_argument("--out", default=default, help=text)
+        parser.add_argument("--out", default=default, metavar="DIR", help=text)
 
-    r = sub.add_parser("run", parents=[common], help="run experiments, write run folders")
+    r = add(sub, "run", "run experiments, write run folders", (
+        "memsim run experiments/quickstart.toml",
+        "memsim run experiments/quickstart.toml "
+        "--set policies.half-life-180-floor.decay.floor=0.2",
+        "memsim run experiments/quickstart.toml experiments/packing.toml --jobs 2"),
+        parents=[common])
     add_out(r)
-    r.add_argument("experiments", nargs="+", metavar="EXPERIMENT.toml")
+    r.add_argument("experiments", nargs="+", metavar="EXPERIMENT.toml",
+                   help="experiment files (a [grid] table expands into one run per "
+                        "combination)")
     r.add_argument("--jobs", type=int, default=1, help="worker processes for grids/batches")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
     # --quiet (from the common options) also keeps the headline table off:
     # only the run folders are printed
     r.set_defaults(func=_cmd_run)
 
-    sw = sub.add_parser("sweep", parents=[common],
-                        help="Optuna sweep of an experiment's [sweep] table (resumable)")
+    sw = add(sub, "sweep", "Optuna sweep of an experiment's [sweep] table (resumable)", (
+        "memsim sweep experiments/sweep_hivemind.toml --trials 100 --workers 2",),
+        parents=[common])
     add_out(sw)
-    sw.add_argument("experiment", nargs="?", default=None, metavar="EXPERIMENT.toml")
+    sw.add_argument("experiment", nargs="?", default=None, metavar="EXPERIMENT.toml",
+                    help="experiment file with a [sweep] table (optional with --resume)")
     sw.add_argument("--trials", type=int, default=None,
                     help="COMPLETE trials the study must end with (default: sweep.trials)")
     sw.add_argument("--storage", default=None, metavar="URL",
@@ -260,10 +438,13 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--no-report", action="store_true", help="skip report.html")
     sw.set_defaults(func=_cmd_sweep)
 
-    au = sub.add_parser("audit", parents=[common],
-                        help="which signals vary and which swept parameters the workload can test")
-    add_out(au, None, "folder to save signals.csv, params.csv, reach.csv and audit.txt in")
-    au.add_argument("experiment", metavar="EXPERIMENT.toml")
+    au = add(sub, "audit",
+             "which signals vary and which swept parameters the workload can test",
+             ("memsim audit experiments/sweep_hivemind.toml --queries 100",), parents=[common])
+    add_out(au, None, "folder to save signals.csv, params.csv, reach.csv and audit.txt in "
+            "(default: print only)")
+    au.add_argument("experiment", metavar="EXPERIMENT.toml",
+                    help="experiment file (its [sweep] table names the parameters to probe)")
     au.add_argument("--replicate", type=int, default=0, help="replicate stream to audit")
     au.add_argument("--queries", type=int, default=300,
                     help="queries sampled for the signal spreads")
@@ -274,72 +455,96 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: the experiment's, at least 3)")
     au.set_defaults(func=_cmd_audit)
 
-    op = sub.add_parser("optimum", parents=[common],
-                        help="the optimal parameters that follow from a planted workload")
-    op.add_argument("experiment", metavar="EXPERIMENT.toml")
+    op = add(sub, "optimum", "the optimal parameters that follow from a planted workload",
+             parents=[common])
+    op.add_argument("experiment", metavar="EXPERIMENT.toml",
+                    help="experiment on a synthetic workload whose validity has one "
+                         "exponential law")
     op.add_argument("--json", action="store_true", help="print JSON instead of text")
     op.add_argument("--no-simulate", action="store_true",
                     help="skip simulating each policy beside its bayes twin")
     op.set_defaults(func=_cmd_optimum)
 
-    rep = sub.add_parser("report", help="(re)build report.html from a run folder")
-    rep.add_argument("run_dir")
+    rep = add(sub, "report", "(re)build report.html from a run folder")
+    rep.add_argument("run_dir", metavar="RUN_DIR",
+                     help="a run folder (the path `memsim run` printed last)")
     rep.set_defaults(func=_cmd_report)
 
-    s = sub.add_parser("stream", help="generate, validate or import streams")
-    ssub = s.add_subparsers(dest="stream_command", required=True)
-    g = ssub.add_parser("generate", help="write an experiment's synthetic stream")
-    g.add_argument("experiment")
+    s = add(sub, "stream", "generate, validate or import streams")
+    ssub = s.add_subparsers(dest="stream_command", required=True, metavar="SUBCOMMAND",
+                            help="what to do with streams")
+    g = add(ssub, "generate", "write an experiment's synthetic stream")
+    g.add_argument("experiment", metavar="EXPERIMENT.toml",
+                   help="experiment file whose [workload] is generated")
     g.add_argument("--out", required=True, help="stream folder to create")
-    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a dotted config key (repeatable)")
     g.add_argument("--replicate", type=int, default=0, help="which replicate's stream")
     g.set_defaults(func=_cmd_stream_generate)
-    v = ssub.add_parser("validate", help="check a stream folder and summarise it")
-    v.add_argument("path")
+    v = add(ssub, "validate", "check a stream folder and summarise it")
+    v.add_argument("path", metavar="DIR", help="stream folder")
     v.set_defaults(func=_cmd_stream_validate)
 
-    imp = ssub.add_parser("import", help="import a real trace into a stream folder")
-    imp.add_argument("format", choices=["locomo", "trace"])
+    imp = add(ssub, "import", "import a real trace into a stream folder", (
+        "memsim stream import trace experiments/traces/example.jsonl --out /tmp/mine",
+        "memsim stream import locomo ../shared/data/locomo/locomo10.zip --out /tmp/locomo"))
+    imp.add_argument("format", choices=["locomo", "trace"],
+                     help="locomo: the LoCoMo conversations; trace: a memory-layer log")
     imp.add_argument("path", help="locomo10.zip or locomo10.json; a trace: FILE.jsonl "
                      "(memory-layer log, format in memsim/importers/trace.py)")
     imp.add_argument("--out", required=True, help="stream folder to create")
     imp.add_argument("--notes", choices=["turns", "observations", "summaries"], default="turns",
-                     help="what becomes a note (default: turns)")
+                     help="what becomes a note (LoCoMo)")
     imp.add_argument("--captions", action="store_true",
                      help="append image captions to the turns they belong to")
     imp.set_defaults(func=_cmd_stream_import)
 
-    pol = sub.add_parser("policies", help="list registered components and presets")
+    pol = add(sub, "policies", "list registered components and presets", ("memsim policies",))
     pol.set_defaults(func=_cmd_policies)
 
-    cur = sub.add_parser("curves", help="recency multipliers, half-lives and crossover ages")
-    cur.add_argument("presets", nargs="+", metavar="PRESET")
+    cur = add(sub, "curves", "recency multipliers, half-lives and crossover ages", (
+        "memsim curves hivemind feather",
+        "memsim curves hivemind feather --set policies.feather.decay.half_life_days=90",
+        "memsim curves feather feather-v0.16 --set decay.half_life_days=90"))
+    cur.add_argument("presets", nargs="+", metavar="PRESET",
+                     help="preset names (`memsim policies` lists them)")
     cur.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a preset parameter, e.g. decay.half_life_days=90")
+                     help="override a parameter of every preset given (decay.half_life_days=90)"
+                          " or of one (policies.feather.decay.half_life_days=90); repeatable")
     cur.add_argument("--s", type=float, default=0.8, help="similarity of the old note")
     cur.add_argument("--delta", type=float, default=0.1,
                      help="similarity advantage of the old note over a fresh one")
     cur.set_defaults(func=_cmd_curves)
 
-    fc = sub.add_parser("feather-check",
-                        help="compare the feather preset with the real feather-db engine")
-    fc.add_argument("config", help="TOML file (see experiments/feather_check.toml)")
+    fc = add(sub, "feather-check",
+             "compare the feather preset with the real feather-db engine",
+             ("memsim feather-check experiments/feather_check.toml",))
+    fc.add_argument("config", metavar="EXPERIMENT.toml",
+                    help="TOML file (see experiments/feather_check.toml)")
     fc.add_argument("--csv", metavar="PREFIX", help="write PREFIX_<search>.csv per search")
     fc.set_defaults(func=_cmd_feather_check)
 
-    ec = sub.add_parser("engine-check",
-                        help="replay a stream through a real engine and its memsim preset")
-    ec.add_argument("engine", choices=["feather", "langchain"])
-    ec.add_argument("config", help="TOML file (experiments/feather_check.toml, "
-                    "experiments/langchain_check.toml)")
+    ec = add(sub, "engine-check",
+             "replay a stream through a real engine and its memsim preset",
+             ("memsim engine-check feather experiments/feather_check.toml",
+              "memsim engine-check langchain experiments/langchain_check.toml"))
+    ec.add_argument("engine", choices=["feather", "langchain"],
+                    help="the real engine (needs pip install -e \".[feather]\" or "
+                         "\".[langchain]\")")
+    ec.add_argument("config", metavar="EXPERIMENT.toml",
+                    help="TOML file (experiments/feather_check.toml, "
+                         "experiments/langchain_check.toml)")
     ec.add_argument("--csv", metavar="PREFIX", help="write the per-query tables as CSV")
     ec.set_defaults(func=_cmd_engine_check)
 
-    cal = sub.add_parser("calibrate", help="fit decay families to real recall data")
-    csub = cal.add_subparsers(dest="calibrate_command", required=True)
-    rv = csub.add_parser("revlog", help="a spaced-repetition review log (CSV)")
+    cal = add(sub, "calibrate", "fit decay families to real recall data")
+    csub = cal.add_subparsers(dest="calibrate_command", required=True, metavar="SOURCE",
+                            help="the kind of recall data")
+    rv = add(csub, "revlog", "a spaced-repetition review log (CSV)",
+             ("memsim calibrate revlog ../shared/data/fsrs_revlog/ --out /tmp/calibration",))
     rv.add_argument("path", help="a review-log CSV or a folder of them")
-    rv.add_argument("--out", default=None, help="folder for the plot and TOML fragment")
+    rv.add_argument("--out", default=None,
+                    help="folder for the plot and TOML fragment (default: print only)")
     rv.add_argument("--min-elapsed-days", type=float, default=0.0,
                     help="ignore reviews sooner than this after the previous one "
                          "(same-session re-drills)")

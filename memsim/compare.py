@@ -32,11 +32,12 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from .errors import ConfigError
 from .metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN
 from .rundir import RunResult, load_run
 from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
@@ -79,6 +80,8 @@ class Comparison:
     level: float = 0.95
     policies: list[str] = field(default_factory=list)
     budgets: list[Any] = field(default_factory=list)
+    #: False for runs compared unpaired (``compare([...], paired=False)``): no tests
+    paired: bool = True
 
     # ------------------------------------------------------------------
     def to_dataframe(self) -> pd.DataFrame:
@@ -189,6 +192,9 @@ class Comparison:
                 "Each column has one number of decimals (3 for shares and ratios).")
         if len(self.policies) < 2:
             return head + f" Only one policy ('{self.baseline}'): nothing to compare against."
+        if not self.paired:
+            return (head + " Runs compared unpaired (their queries differ): each run's "
+                    "intervals come from its own queries; no paired test, no marks.")
         test = "two-sided Wilcoxon signed-rank test on the per-query pairs"
         if any(m in RATIO_METRICS for m in self.metrics):
             test += ("; for utility_share a z-test of the difference of the pooled shares "
@@ -420,26 +426,127 @@ def _queries_and_baseline(data: Any) -> tuple[pd.DataFrame, str | None]:
         exp = getattr(data, "experiment", None)
         base = getattr(getattr(exp, "settings", None), "baseline", None) or None
         return q, base
-    raise TypeError(f"compare() takes a queries DataFrame, a RunResult or a run folder, "
-                    f"not {type(data).__name__}")
+    raise TypeError(f"compare() takes a queries DataFrame, a RunResult, a run folder or a "
+                    f"list of them, not {type(data).__name__}")
+
+
+#: Columns that are the same for a query whatever the policy: two runs whose
+#: rows with the same (replicate, query_id) differ in one of them ask
+#: different queries under the same ids.
+_QUERY_FINGERPRINT = ("t", "n_relevant")
+
+
+def _run_labels(runs: list[Any], labels: Sequence[str] | None) -> list[str]:
+    """A short, unique name per run: the given labels, else the experiments'
+    names, else the run folders' names, else ``run1``, ``run2`` ..."""
+    if labels is not None:
+        labels = [str(x) for x in labels]
+        if len(labels) != len(runs) or len(set(labels)) != len(labels) or not all(labels):
+            raise ConfigError(f"compare(): labels must be {len(runs)} distinct non-empty names, "
+                              f"one per run; got {labels}")
+        return labels
+    names = [(((getattr(r, "config", None) or {}).get("experiment") or {}).get("name") or "")
+             if isinstance(r, RunResult) else "" for r in runs]
+    if all(names) and len(set(names)) == len(names):
+        return names
+    folders = [(r.path.name if isinstance(r, RunResult) and r.path is not None else "")
+               for r in runs]
+    if all(folders) and len(set(folders)) == len(folders):
+        return folders
+    return [f"run{i + 1}" for i in range(len(runs))]
+
+
+def _pairing_problem(frames: list[pd.DataFrame], labels: list[str]) -> str | None:
+    """Why the runs' queries cannot be paired query by query (None if they can)."""
+    def shape(q: pd.DataFrame) -> str:
+        reps = q["replicate"].nunique()
+        ids = q[["replicate", "query_id"]].drop_duplicates().shape[0]
+        return (f"{reps} replicate{'s' if reps != 1 else ''}, {ids:,} "
+                f"quer{'ies' if ids != 1 else 'y'}")
+
+    def keys(q: pd.DataFrame) -> pd.DataFrame:
+        cols = ["replicate", "query_id", *[c for c in _QUERY_FINGERPRINT if c in q.columns]]
+        return q[cols].drop_duplicates(["replicate", "query_id"]).set_index(
+            ["replicate", "query_id"]).sort_index()
+
+    first = keys(frames[0])
+    for label, q in zip(labels[1:], frames[1:]):
+        other = keys(q)
+        if not first.index.equals(other.index):
+            return (f"cannot pair run {labels[0]!r} ({shape(frames[0])}) with run {label!r} "
+                    f"({shape(q)}): a paired test needs the same replicates and query ids "
+                    "in every run (the same [experiment] seed and replicates and the same "
+                    "[workload])")
+        for col in (c for c in _QUERY_FINGERPRINT if c in first.columns and c in other.columns):
+            a, b = first[col].to_numpy(np.float64), other[col].to_numpy(np.float64)
+            differ = ~((a == b) | (np.isnan(a) & np.isnan(b)))
+            if differ.any():
+                rep, qid = first.index[int(np.flatnonzero(differ)[0])]
+                return (f"cannot pair run {labels[0]!r} with run {label!r}: they ask different "
+                        f"queries under the same ids (replicate {rep}, query_id {qid}: {col} = "
+                        f"{a[differ][0]:g} in {labels[0]!r}, {b[differ][0]:g} in {label!r}), "
+                        "so their workloads differ (another seed or [workload])")
+    return None
+
+
+def _combine(data: Sequence[Any], labels: Sequence[str] | None, paired: bool
+             ) -> tuple[pd.DataFrame, str | None, list[pd.DataFrame]]:
+    """The queries of several runs as one table, with a ``run`` column.
+
+    Policy names that occur in more than one run become ``<run>/<policy>``.
+    Returns the table, the default baseline (the first run's, renamed as its
+    policy was) and the renamed per-run tables.
+    """
+    runs = [load_run(d) if isinstance(d, (str, Path)) else d for d in data]
+    names = _run_labels(runs, labels)
+    parts = [_queries_and_baseline(r) for r in runs]
+    for label, (q, _) in zip(names, parts):
+        for col in ("replicate", "policy", "budget", "query_id"):
+            if col not in q.columns:
+                raise KeyError(f"run {label!r}: the queries table has no {col!r} column")
+    seen: dict[str, int] = {}
+    for q, _ in parts:
+        for p in pd.unique(q["policy"]).tolist():
+            seen[str(p)] = seen.get(str(p), 0) + 1
+    frames, base = [], None
+    for i, (label, (q, b)) in enumerate(zip(names, parts)):
+        rename = {p: f"{label}/{p}" if seen[str(p)] > 1 else str(p)
+                  for p in pd.unique(q["policy"]).tolist()}
+        q = q.assign(policy=q["policy"].map(rename), run=label)
+        frames.append(q)
+        if i == 0:
+            pols = list(rename)
+            b = b if b in rename else (pols[0] if pols else None)
+            base = rename.get(b) if b is not None else None
+    if paired:
+        problem = _pairing_problem(frames, names)
+        if problem:
+            raise ConfigError(problem + "; compare(..., paired=False) shows each run's "
+                              "intervals side by side without paired tests")
+    return pd.concat(frames, ignore_index=True), base, frames
 
 
 def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | None = None, *,
             budget: Any = None, alpha: float = 0.05, level: float = 0.95,
             n_boot: int = N_BOOT, seed: int = SEED,
-            min_replicates: int = MIN_REPLICATES) -> Comparison:
-    """Compare every policy of a run with a baseline.
+            min_replicates: int = MIN_REPLICATES, paired: bool = True,
+            labels: Sequence[str] | None = None) -> Comparison:
+    """Compare every policy of a run, or of several runs, with a baseline.
 
     Parameters
     ----------
-    data : DataFrame, RunResult, dict or path
+    data : DataFrame, RunResult, dict, path, or a list or tuple of them
         The per-query table (columns ``replicate, policy, budget, query_id``
         and metric columns), a :class:`~memsim.rundir.RunResult` (of
         :func:`~memsim.runner.run_experiment` or :func:`~memsim.rundir.load_run`),
-        a run folder, or a dict with ``queries`` (and ``config``).
+        a run folder, or a dict with ``queries`` (and ``config``). A list of
+        runs is compared as one table (their queries concatenated, with a
+        ``run`` column); a policy name that occurs in more than one run becomes ``<run>/<policy>`` (the run
+        labelled by ``labels``, else by its experiment's name, else by its
+        folder's name, else ``run1``, ``run2`` ...).
     baseline : str, optional
-        Policy compared against; default the experiment's ``baseline``, else
-        the first policy of the table.
+        Policy compared against; default the experiment's ``baseline`` (of
+        the first run), else the first policy of the table.
     metrics : iterable of str, optional
         Default: the :data:`memsim.stats.HEADLINE_METRICS` of the table that
         have at least one finite value.
@@ -454,6 +561,15 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         report).
     min_replicates : int
         Fewest replicates for intervals over replicates (else over queries).
+    paired : bool
+        Several runs only. True (default): the runs must ask the same queries
+        (the same replicates and query ids, with the same query times), so
+        that each query is paired across runs; otherwise :class:`ConfigError`
+        says which runs differ and how. False: an unpaired comparison, each
+        run's intervals computed on its own queries, with no paired tests
+        and no marks.
+    labels : sequence of str, optional
+        Several runs only: one name per run.
 
     Returns
     -------
@@ -461,20 +577,39 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         With ``to_dataframe()``, ``to_markdown()``, ``to_latex()`` and
         ``to_html()``; rendered as a table in Jupyter.
 
+    Raises
+    ------
+    ConfigError
+        Runs whose queries cannot be paired (different replicate counts,
+        query ids or workloads), unless ``paired=False``.
+
     Notes
     -----
     The Holm family is every (budget, policy, metric) comparison of this
     object: asking for more metrics makes each test more conservative.
     """
-    queries, default_base = _queries_and_baseline(data)
+    frames = None
+    if isinstance(data, (list, tuple)):
+        if not data:
+            raise ValueError("compare(): an empty list of runs")
+        if len(data) == 1 and labels is None:
+            data = data[0]
+        else:
+            queries, default_base, frames = _combine(data, labels, paired)
+            paired = paired or len(frames) == 1
+    if frames is None:
+        queries, default_base = _queries_and_baseline(data)
+        paired = True
     for col in ("replicate", "policy", "budget", "query_id"):
         if col not in queries.columns:
             raise KeyError(f"the queries table has no {col!r} column")
     if budget is not None:
-        wanted = budget if isinstance(budget, (list, tuple, set)) else [budget]
-        queries = queries[queries["budget"].isin(list(wanted))]
+        wanted = list(budget if isinstance(budget, (list, tuple, set)) else [budget])
+        queries = queries[queries["budget"].isin(wanted)]
         if len(queries) == 0:
             raise ValueError(f"no rows at budget {budget!r}")
+        if frames is not None:
+            frames = [f[f["budget"].isin(wanted)] for f in frames]
     if metrics is None:
         # a metric that is NaN everywhere (answer_prob without a reader) says nothing
         metrics = [m for m in HEADLINE_METRICS if _informative(queries, m)]
@@ -490,13 +625,21 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
                        f"policies: {', '.join(policies)}")
     # baseline first in every table
     policies = [baseline] + [p for p in policies if p != baseline]
-    summary = summarise(queries, level=level, metrics=metrics, n_boot=n_boot, seed=seed,
-                        min_replicates=min_replicates)
-    tests = paired_tests(queries, baseline, metrics, level=level, alpha=alpha, n_boot=n_boot,
-                         seed=seed, min_replicates=min_replicates)
+    if paired:
+        summary = summarise(queries, level=level, metrics=metrics, n_boot=n_boot, seed=seed,
+                            min_replicates=min_replicates)
+        tests = paired_tests(queries, baseline, metrics, level=level, alpha=alpha,
+                             n_boot=n_boot, seed=seed, min_replicates=min_replicates)
+    else:
+        # each run's intervals on its own queries and replicates; nothing is paired
+        summary = pd.concat([summarise(f, level=level, metrics=metrics, n_boot=n_boot,
+                                       seed=seed, min_replicates=min_replicates)
+                             for f in frames if len(f)], ignore_index=True)
+        tests = paired_tests(queries.iloc[:0], baseline, metrics)
     budgets = sorted(pd.unique(queries["budget"]).tolist())
     return Comparison(summary=summary, tests=tests, baseline=baseline, metrics=list(metrics),
-                      alpha=alpha, level=level, policies=policies, budgets=budgets)
+                      alpha=alpha, level=level, policies=policies, budgets=budgets,
+                      paired=paired)
 
 
 # --------------------------------------------------------------------------

@@ -480,6 +480,13 @@ def _override(table: dict, key: str, value: Any, where: str) -> None:
     """:func:`apply_override`, refusing a key that runs through a value."""
     node: Any = table
     parts = key.split(".")
+    pols = table.get("policies")
+    if (parts[0] == "policies" and len(parts) >= 2 and isinstance(pols, dict)
+            and parts[1] not in pols and not (len(parts) == 2 and isinstance(value, dict))):
+        # a key into a policy the experiment does not have would make a new,
+        # half-defined one; a whole table (policies.NAME = {...}) adds one
+        raise ConfigError(f"{where} {key}: no policy {parts[1]!r}"
+                          f"{did_you_mean(parts[1], pols)} (policies: {', '.join(pols)})")
     for i, part in enumerate(parts[:-1]):
         if not isinstance(node, dict):
             break

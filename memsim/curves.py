@@ -52,15 +52,26 @@ _MAX_AGE = 1e5
 
 
 def _resolve(name: str, overrides: dict[str, Any] | None) -> Policy:
+    from .errors import ConfigError
+
     table: dict[str, Any] = {"preset": name}
+    shared = []
     for key, value in (overrides or {}).items():
         parts = key.split(".")
         if parts[0] == "policies":  # policies.NAME.slot.param: only for that preset
             if len(parts) < 4 or parts[1] != name:
                 continue
             key = ".".join(parts[2:])
+        else:
+            shared.append(key)
         apply_override(table, key, value)
-    return resolve_policy(table, name)
+    try:
+        return resolve_policy(table, name)
+    except ConfigError as exc:
+        if not shared:
+            raise
+        raise ConfigError(f"{exc} ({shared[0]} applies to every preset; "
+                          f"policies.PRESET.{shared[0]} to one only)") from None
 
 
 def recency_curve(policy: Policy, ages, *, rng: np.random.Generator | None = None

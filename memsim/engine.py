@@ -16,6 +16,22 @@ budget), time advances over batches of queries:
 
 Everything is vectorised over notes; the only Python loops run over batches,
 arms and (inside packers) candidate ranks.
+
+**Pruning.** A policy whose components declare bounds (``Ranker.score_bound``,
+``Decay.upper_bound``, ``Stickiness.access_term_bound``,
+``Breadth.access_factor_bound``, ``Breadth.score_factor_bound``; see
+:mod:`memsim.policies.base`) is not scored on every live note. Per query, the
+notes whose similarity is above a threshold ``tau`` are scored (the
+thresholds and the notes above them are computed once per batch and shared by
+every arm), and the query is done when its C-th best score is strictly above
+the ranker's bound at ``tau``: no note left out can then enter, or tie into,
+the top C. Otherwise ``tau`` is lowered (about 4x more notes) until it holds
+or every note is scored. Scores of the notes scored are the same floats as
+full scoring gives (the notes' columns are kept in ``note_id`` order, so ties
+still go to the lower ``note_id``), so rankings, packing, metrics and
+feedback are identical bit for bit; :data:`PRUNE` = False turns it off.
+Everything that reads more than the top C (set-dependent rankers, rankers
+that choose their candidates, the oracle) is scored in full.
 """
 
 from __future__ import annotations
@@ -33,13 +49,18 @@ from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
 from .params import Interval, Options, Validated
 from .planted import PlantedModel
 from .policies import ArrayContext, Policy
+from .policies.base import Ranker
 from .policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
 from .rng import child
 from .stream import LoggedRankings, Stream
 from .workload import CLASS_NAMES
 
 __all__ = ["SimSettings", "Arm", "simulate", "SimResult", "NoteArrays", "PolicyState",
-           "Batch", "BatchContext", "top_candidates", "resolve_budget"]
+           "Batch", "BatchContext", "top_candidates", "resolve_budget", "PRUNE"]
+
+#: Exact pruning of the scoring (module docstring); False scores every live
+#: note of every query, as a reference.
+PRUNE = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,6 +236,10 @@ class PolicyState:
         self._words = max(1, (n_actors + 63) // 64)
         self.actor_bits = np.zeros((n, self._words), dtype=np.uint64)
         self._last_bump: dict[tuple[int, int], float] = {}
+        #: pruning: notes per query to score first (learnt from the last
+        #: batch), and whether this arm's components turned out not to support it
+        self.prune_level = 0
+        self.prune_off = False
 
     def distinct_actors(self, idx: np.ndarray) -> np.ndarray:
         """Number of distinct actors that used each note of ``idx``."""
@@ -277,11 +302,22 @@ class Batch:
         self.idx = np.flatnonzero((notes.created_at <= tmax) & (notes.expires_at > tmin))
         created = notes.created_at[self.idx]
         expires = notes.expires_at[self.idx]
-        self.valid = (created[None, :] <= t[:, None]) & (expires[None, :] > t[:, None])
+        # only the notes created or expiring inside the batch's window are
+        # valid for some of its queries and not others
+        self.valid = np.ones((len(t), len(self.idx)), dtype=bool)
+        part = np.flatnonzero((created > tmin) | (expires <= tmax))
+        if len(part):
+            self.valid[:, part] = ((created[part][None, :] <= t[:, None])
+                                   & (expires[part][None, :] > t[:, None]))
         if notes.namespace is not None:
             # separate stores (one per user or conversation) in one stream
             self.valid &= notes.namespace[self.idx][None, :] == namespaces[:, None]
-        self.dots = qemb @ notes.emb[self.idx].T
+        n = len(self.idx)
+        if n and int(self.idx[-1]) - int(self.idx[0]) + 1 == n:
+            emb = notes.emb[int(self.idx[0]):int(self.idx[-1]) + 1]  # a view: no copy
+        else:
+            emb = notes.emb[self.idx]
+        self.dots = qemb @ emb.T
         self.qnorm2 = qnorm2
         #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
@@ -384,35 +420,34 @@ class BatchContext:
         one per cell. It applies when no live cell has a negative age (which
         the slow path clamps to 0) and the per-query factor cannot overflow.
         """
-        t = self.t
-        t0, tmin = float(t.max()), float(t.min())
-        if clock == "created":
-            origin = self.notes.created_at[self.idx]
-        elif clock == "last_access":
-            last = self.state.last_access[self.idx]
-            if (last > tmin).any():  # a use inside the batch's window: the slow path clamps
-                return None
-            origin = np.where(np.isnan(last), self.notes.created_at[self.idx], last)
-        elif clock == "updated":
-            origin = self.notes.updated_at[self.idx]
-            if (origin > self.notes.created_at[self.idx]).any():
-                return None  # an update may postdate the query: the slow path clamps
-        else:
+        origin = self.separable_origin(clock)
+        if origin is None:
             return None
         rate = np.asarray(rate, dtype=np.float64)
-        if float(rate.max(initial=0.0)) * (t0 - tmin) > 300.0:
+        if float(rate.max(initial=0.0)) * (float(self.t.max()) - float(self.t.min())) > 300.0:
             return None
-        note_factor = np.exp(-rate * (t0 - origin))  # (L,) or scalar rate broadcast
-        rates, inverse = np.unique(np.broadcast_to(rate, origin.shape), return_inverse=True)
-        query_factor = np.exp(-(t - t0)[:, None] * rates[None, :])  # (Q, K), >= 1
-        rec = np.take(query_factor, inverse, axis=1) if len(rates) > 1 else (
-            np.repeat(query_factor, len(origin), axis=1))
-        rec *= note_factor
-        floor = np.asarray(floor, dtype=np.float64)
-        if floor.ndim or float(floor) != 0.0:
-            rec *= 1.0 - floor
-            rec += floor
-        return rec
+        return _separable_recency(self.t, float(self.t.max()), origin, floor, rate)
+
+    def separable_origin(self, clock: str) -> np.ndarray | None:
+        """The origin (L,) of ``clock``'s ages when :meth:`exponential_recency`
+        may use its fast form (no live cell has a negative age), else None."""
+        cache = self.__dict__.setdefault("_origins", {})
+        if clock not in cache:
+            tmin = float(self.t.min())
+            origin = None
+            if clock == "created":
+                origin = self.notes.created_at[self.idx]
+            elif clock == "last_access":
+                last = self.state.last_access[self.idx]
+                # a use inside the batch's window: the slow path clamps
+                if not (last > tmin).any():
+                    origin = np.where(np.isnan(last), self.notes.created_at[self.idx], last)
+            elif clock == "updated":
+                origin = self.notes.updated_at[self.idx]
+                if (origin > self.notes.created_at[self.idx]).any():
+                    origin = None  # an update may postdate the query: the slow path clamps
+            cache[clock] = origin
+        return cache[clock]
 
     @property
     def tokens(self) -> np.ndarray:
@@ -489,6 +524,318 @@ class BatchContext:
     @property
     def query_actor(self) -> np.ndarray:
         return self.batch.actors
+
+
+def _separable_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor, rate: np.ndarray
+                       ) -> np.ndarray:
+    """``floor + (1 - floor) * exp(-rate * (t - origin))`` for queries ``t``
+    (Q,) and notes ``origin`` (L,), or cells ``origin`` (Q, W), as
+    ``exp(-rate (t - t0)) * exp(-rate (t0 - origin))``: the same floats
+    either way for the same (query, note) cell."""
+    note_factor = np.exp(-rate * (t0 - origin))  # (L,) or scalar rate broadcast
+    if origin.ndim == 1:
+        rates, inverse = np.unique(np.broadcast_to(rate, origin.shape), return_inverse=True)
+        query_factor = np.exp(-(t - t0)[:, None] * rates[None, :])  # (Q, K), >= 1
+        rec = np.take(query_factor, inverse, axis=1) if len(rates) > 1 else (
+            np.repeat(query_factor, len(origin), axis=1))
+    elif rate.ndim:
+        # cells: the same exponential of the same product, cell by cell
+        rec = np.exp(-(t - t0)[:, None] * rate)
+    else:
+        rec = np.repeat(np.exp(-(t - t0)[:, None] * rate[None]), origin.shape[1], axis=1)
+    rec *= note_factor
+    floor = np.asarray(floor, dtype=np.float64)
+    if floor.ndim or float(floor) != 0.0:
+        rec *= 1.0 - floor
+        rec += floor
+    return rec
+
+
+class _GatheredContext:
+    """Chosen cells of a :class:`BatchContext`: for the queries ``rows`` (R,),
+    the note columns ``cols`` (R, W) of each. Matrices are (R, W) and so are
+    note vectors (each cell's note); every value is the full context's for
+    that cell, computed by the same float operations, so an elementwise
+    component scores each cell exactly as on the full context."""
+
+    def __init__(self, full: BatchContext, rows: np.ndarray, cols: np.ndarray,
+                 live: np.ndarray, rate_max):
+        self.full = full
+        self.rows = rows
+        self.cols = cols
+        self.idx = full.idx[cols]
+        self.t = full.t[rows]
+        self.rng = full.rng
+        self.live = live
+        self.notes = full.notes
+        self.state = full.state
+        self._rate_max = rate_max
+        self._cache: dict = {}
+
+    def _cells(self, mat: np.ndarray) -> np.ndarray:
+        return mat[self.rows[:, None], self.cols]
+
+    @property
+    def dots(self) -> np.ndarray:
+        return self._cells(self.full.dots)
+
+    @property
+    def qnorm2(self) -> np.ndarray:
+        return self.full.qnorm2[self.rows]
+
+    @property
+    def nnorm2(self) -> np.ndarray:
+        return self.notes.norm2[self.idx]
+
+    def shared(self, key, compute):
+        if key not in self._cache:
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def similarity(self, retriever) -> np.ndarray:
+        return self.shared(("similarity", retriever.name),
+                           lambda: self._cells(self.full.similarity(retriever)))
+
+    @property
+    def age_created(self) -> np.ndarray:
+        return self.shared("age_created",
+                           lambda: self.t[:, None] - self.notes.created_at[self.idx])
+
+    @property
+    def age_updated(self) -> np.ndarray:
+        return self.shared("age_updated",
+                           lambda: self.t[:, None] - self.notes.updated_at[self.idx])
+
+    @cached_property
+    def since_access(self) -> np.ndarray:
+        return self.t[:, None] - self.state.last_access[self.idx]
+
+    @cached_property
+    def age_last_access(self) -> np.ndarray:
+        s = self.since_access
+        return np.where(np.isnan(s), self.age_created, s)
+
+    def age(self, clock: str) -> np.ndarray:
+        return getattr(self, AGE_CLOCKS[clock])
+
+    def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
+        # the full context's decisions (taken over every note of the batch)
+        origin = self.full.separable_origin(clock)
+        if origin is None:
+            return None
+        full_t = self.full.t
+        if self._rate_max() * (float(full_t.max()) - float(full_t.min())) > 300.0:
+            return None
+        rate = np.asarray(rate, dtype=np.float64)
+        return _separable_recency(self.t, float(full_t.max()), origin[self.cols], floor, rate)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.notes.tokens[self.idx]
+
+    @property
+    def importance(self) -> np.ndarray:
+        return self.notes.importance[self.idx]
+
+    @property
+    def salience(self) -> np.ndarray:
+        return self.notes.salience[self.idx]
+
+    @property
+    def pinned(self) -> np.ndarray:
+        return self.notes.pinned[self.idx]
+
+    @property
+    def memory_type(self) -> np.ndarray:
+        return self.notes.memory_type[self.idx]
+
+    @property
+    def recalls(self) -> np.ndarray:
+        return self.state.recalls[self.idx]
+
+    @property
+    def tier(self) -> np.ndarray:
+        return self.state.tier[self.idx]
+
+    @cached_property
+    def distinct_actors(self) -> np.ndarray:
+        return self.state.distinct_actors(self.idx.ravel()).reshape(self.idx.shape)
+
+    @property
+    def note_actor(self) -> np.ndarray:
+        return self.notes.actor[self.idx]
+
+    @property
+    def query_actor(self) -> np.ndarray:
+        return self.full.query_actor[self.rows]
+
+
+class _SimOrder:
+    """The notes of each query of a batch by decreasing similarity, in levels
+    shared by every arm: level ``m`` holds, per query, the valid notes whose
+    similarity is above a threshold ``tau`` chosen (from a fixed sample of
+    the columns) so that about ``m`` notes are above it. Every note left out
+    of a level has a similarity <= its ``tau``."""
+
+    SAMPLE = 4096
+
+    def __init__(self, sim: np.ndarray, valid: np.ndarray):
+        self.sim = sim
+        self.valid = valid
+        q, n = sim.shape
+        step = max(1, n // self.SAMPLE)
+        sample = np.asarray(sim[:, ::step], dtype=np.float64)
+        self.sample = -np.sort(-sample, axis=1)  # descending
+        self.n = n
+        self._tau: dict[int, np.ndarray] = {}
+        self._cols: dict[int, dict[int, np.ndarray]] = {}
+
+    def tau(self, m: int) -> np.ndarray:
+        if m not in self._tau:
+            k = self.sample.shape[1]
+            j = -(-m * k // self.n)
+            if j >= k:
+                tau = np.full(len(self.sample), -np.inf)
+            else:
+                tau = self.sample[:, j].copy()
+            self._tau[m] = tau
+            self._cols[m] = {}
+        return self._tau[m]
+
+    def cols(self, m: int, rows: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """For each query of ``rows``: the valid columns above level ``m``'s
+        threshold (ascending), and the thresholds (R,)."""
+        tau = self.tau(m)
+        got = self._cols[m]
+        out = []
+        for r in rows.tolist():
+            c = got.get(r)
+            if c is None:
+                c = np.flatnonzero(self.sim[r] > tau[r]) if np.isfinite(tau[r]) else (
+                    np.arange(self.n))
+                c = c[self.valid[r, c]]
+                got[r] = c
+            out.append(c)
+        return out, tau[rows]
+
+
+def _prune_plan(policy: Policy, ctx: BatchContext) -> tuple[float | None, float | None] | None:
+    """(lowest, highest recency) the ranker's bound needs when the policy can
+    be pruned (module docstring), else None."""
+    r = policy.ranker
+    if (not PRUNE or r.set_dependent or r.needs_truth or r.needs_planted
+            or getattr(r, "needs_logged", False) or hasattr(r, "candidate_mask")
+            or type(r).score_bound is Ranker.score_bound):
+        return None
+    if policy.breadth.score_factor_bound(ctx) != 1.0:
+        return None
+    lo = hi = None
+    if r.uses_recency:
+        hi = policy.decay.upper_bound()
+        if hi is None:
+            return None
+        acc = policy.stickiness.access_term_bound(ctx)
+        if acc is None:
+            return None
+        if acc > 0:
+            f = policy.breadth.access_factor_bound(ctx)
+            if f is None:
+                return None
+            hi = hi + acc * f
+        hi = hi * (1.0 + 1e-9)  # rounding of the computed recency
+        lo = policy.decay.lower_bound()
+        if lo is not None:
+            lo = lo * (1.0 - 1e-9)
+    if r.score_bound(np.zeros(1), lo, hi, ctx) is None:
+        return None
+    return lo, hi
+
+
+def _pow2(x: float) -> int:
+    return 1 << max(0, int(np.ceil(np.log2(max(x, 1.0)))))
+
+
+def _pruned_top(policy: Policy, ctx: BatchContext, mask: np.ndarray, c: int,
+                st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`top_candidates` of the policy's masked scores without scoring
+    every live note (module docstring), or None when the policy cannot be
+    pruned (then the caller scores in full)."""
+    if st.prune_off or mask.shape[1] == 0:
+        return None
+    plan = _prune_plan(policy, ctx)
+    if plan is None:
+        return None
+    lo, hi = plan
+    ranker, retriever = policy.ranker, policy.retriever
+    q, n = mask.shape
+    cc = min(c, n)
+    order = ctx.shared(("similarity-order", retriever.name),
+                       lambda: _SimOrder(ctx.similarity(retriever), ctx.batch.valid))
+    rate_cache: list[float] = []
+
+    def rate_max() -> float:  # the full context's largest decay rate
+        if not rate_cache:
+            form = policy.decay.exponential_form(ctx)
+            rate_cache.append(0.0 if form is None else
+                              float(np.asarray(form[1], dtype=np.float64).max(initial=0.0)))
+        return rate_cache[0]
+
+    pos = np.zeros((q, cc), dtype=np.int64)
+    vals = np.full((q, cc), -np.inf)
+    todo = np.arange(q)
+    base = _pow2(max(64, 2 * c))
+    level = max(base, st.prune_level)
+    need = 0
+    while len(todo):
+        full = 2 * level >= n
+        if full:
+            lists, tau = [np.arange(n)] * len(todo), np.full(len(todo), -np.inf)
+        else:
+            lists, tau = order.cols(level, todo)
+        width = max(1, max(len(x) for x in lists))
+        cols = np.zeros((len(todo), width), dtype=np.int64)
+        real = np.zeros((len(todo), width), dtype=bool)
+        for i, x in enumerate(lists):
+            cols[i, :len(x)] = x
+            real[i, :len(x)] = True
+        live = real & mask[todo[:, None], cols]
+        gctx = _GatheredContext(ctx, todo, cols, live, rate_max)
+        try:
+            scores = np.asarray(policy.score(gctx), dtype=np.float64)
+        except AttributeError:  # a component reads what the gathered cells lack
+            st.prune_off = True
+            return None
+        if scores.shape != cols.shape:
+            st.prune_off = True
+            return None
+        scores = np.where(live & ~np.isnan(scores), scores, -np.inf)
+        p, v = top_candidates(scores, c)
+        if full:
+            done = np.ones(len(todo), dtype=bool)
+        elif p.shape[1] < cc:
+            done = np.zeros(len(todo), dtype=bool)
+        else:
+            kth = v[:, cc - 1]
+            with np.errstate(invalid="ignore", over="ignore"):
+                bound = np.asarray(ranker.score_bound(tau, lo, hi, ctx), dtype=np.float64)
+            bound = np.where(np.isneginf(tau), -np.inf, bound)
+            done = np.isfinite(kth) & (kth > bound)
+        if done.any():
+            d = np.flatnonzero(done)
+            rows = todo[d]
+            pos[rows] = np.take_along_axis(cols[d], p[d, :cc], axis=1)
+            vals[rows] = v[d, :cc]
+            # notes a query had to score: those whose bound reaches its C-th score
+            kth = v[d, cc - 1]
+            if np.isfinite(kth).all():
+                sim = gctx.similarity(retriever)[d]
+                with np.errstate(invalid="ignore", over="ignore"):
+                    b = np.asarray(ranker.score_bound(sim, lo, hi, ctx), dtype=np.float64)
+                need = max(need, int(((b >= kth[:, None]) & real[d]).sum(axis=1).max()))
+        todo = todo[~done]
+        level *= 4
+    st.prune_level = max(base, _pow2(1.5 * need + c))
+    return pos, vals
 
 
 def _make_batches(t: np.ndarray, tick_days: float, per_query: bool) -> list[np.ndarray]:
@@ -846,12 +1193,16 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
     c = settings.candidates if policy.candidates is None else policy.candidates
     ctx, batch = _scoring_context(policy, st, rng, batch)
     mask = ctx.live
-    scores = np.asarray(policy.score(ctx), dtype=np.float64)
-    pick = getattr(policy.ranker, "candidate_mask", None)
-    if pick is not None:  # a ranker that chooses its own candidates (LangChain's)
-        mask = mask & np.asarray(pick(ctx), dtype=bool)
-    scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
-    pos, cand_scores = top_candidates(scores, c)
+    top = _pruned_top(policy, ctx, mask, c, st)
+    if top is not None:
+        pos, cand_scores = top
+    else:
+        scores = np.asarray(policy.score(ctx), dtype=np.float64)
+        pick = getattr(policy.ranker, "candidate_mask", None)
+        if pick is not None:  # a ranker that chooses its own candidates (LangChain's)
+            mask = mask & np.asarray(pick(ctx), dtype=bool)
+        scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
+        pos, cand_scores = top_candidates(scores, c)
     cand_ok = np.isfinite(cand_scores)
     cand_rows = batch.idx[pos]
     tokens = batch.notes.tokens[cand_rows]

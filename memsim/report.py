@@ -638,21 +638,45 @@ def _g4(x: Any) -> str:
     return "n/a" if not math.isfinite(v) else f"{v:.4g}"
 
 
+#: Objectives that measure a cost (storage, evictions, context tokens): a
+#: Pareto front of one of them against a utility puts the cost on the x axis.
+COST_OBJECTIVES = ("store_tokens", "store_notes", "evicted_notes", "tokens_used")
+#: Most rows of the table of non-dominated trials.
+MAX_FRONT_ROWS = 30
+
+
+def _front_order(labels: list[str]) -> list[int]:
+    """Indices of the two objectives a Pareto front is drawn on, x first: a
+    cost objective (:data:`COST_OBJECTIVES`) against the other one (utility
+    against storage), else the first two in order."""
+    first = [i for i in range(min(2, len(labels)))]
+    cost = [i for i in first if labels[i].split("@")[0] in COST_OBJECTIVES]
+    if len(cost) == 1:
+        return [cost[0], 1 - cost[0]]
+    return first
+
+
 def _best_table(trials: pd.DataFrame, cols: list[str], labels: list[str], dirs: list[str],
                 params: list[str]) -> pd.DataFrame:
-    """The best trial (one objective) or the Pareto set (several)."""
+    """The best trial (one objective) or the non-dominated trials on the first
+    two objectives (several; at most :data:`MAX_FRONT_ROWS`, best first on the
+    objective that is not a cost)."""
     done = plots._complete(trials)
+    first = 0
     if len(cols) >= 2:
         front = plots.pareto_data(done, cols[:2], dirs[:2])
         numbers = front.loc[front["on_front"], "number"].tolist()
         rows = done[done["number"].isin(numbers)]
+        first = _front_order(labels)[1]
+        limit = MAX_FRONT_ROWS
     else:
         v = done[cols[0]].astype(float)
         if not v.notna().any():
             return pd.DataFrame()
         rows = done.loc[[v.idxmax() if dirs[0] == "maximize" else v.idxmin()]]
-    key = rows[cols[0]].astype(float)
-    rows = rows.loc[key.sort_values(ascending=dirs[0] != "maximize").index][:10]
+        limit = 1
+    key = rows[cols[first]].astype(float)
+    rows = rows.loc[key.sort_values(ascending=dirs[first] != "maximize").index][:limit]
     out = pd.DataFrame({"trial": rows["number"].astype(int).to_numpy()})
     for c, lab in zip(cols, labels):
         out[lab] = [_g4(x) for x in rows[c]]
@@ -897,9 +921,13 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
                              if params else "") + "."))
             best = _best_table(trials, cols, labels, dirs, params)
             if len(best):
+                fx, fy = _front_order(labels)[:2] if len(cols) >= 2 else (0, 0)
                 items.append(("p", "Best trial" if len(cols) == 1 else
-                              f"Pareto set on {labels[0]} and {labels[1]} (best first on "
-                              f"{labels[0]}; at most 10)"))
+                              f"Pareto set: the {len(best)} non-dominated trials on "
+                              f"{labels[fy]} ({dirs[fy]}) and {labels[fx]} ({dirs[fx]}): "
+                              f"no other trial is at least as good on both and better on "
+                              f"one. Best first on {labels[fy]}"
+                              f"{f'; at most {MAX_FRONT_ROWS}' if len(best) >= MAX_FRONT_ROWS else ''}."))
                 items.append(("table", best))
             if (sdir / "plateau.csv").exists():
                 items += _plateau_items(sdir / "plateau.csv")
@@ -927,11 +955,18 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
                         lambda fig, sl=sl, lab=lab: plots.plot_slice(sl, fig, lab),
                         size=(7.5, 0.6 + 3.0 * math.ceil(n_par / 2)))))
             if len(cols) >= 2:
-                par = plots.pareto_data(trials, cols[:2], dirs[:2])
-                par.attrs["x"], par.attrs["y"] = labels[0], labels[1]
+                fx, fy = _front_order(labels)[:2]
+                par = plots.pareto_data(trials, [cols[fx], cols[fy]], [dirs[fx], dirs[fy]])
+                par.attrs["x"], par.attrs["y"] = labels[fx], labels[fy]
+                cost = labels[fx].split("@")[0] in COST_OBJECTIVES
                 items.append(("fig", _draw(
-                    "sweep_pareto", "Pareto front",
-                    f"Completed trials on {labels[0]} and {labels[1]}; red: not dominated.",
+                    "sweep_pareto", "Pareto front" + (f": {labels[fy]} against {labels[fx]}"
+                                                      if cost else ""),
+                    f"Every completed trial on {labels[fy]} ({dirs[fy]}) against "
+                    f"{labels[fx]} ({dirs[fx]}); red, joined: the non-dominated trials "
+                    "(the table above)."
+                    + (" Reading along the front gives the price of each saving: how much "
+                       f"{labels[fy]} a smaller {labels[fx]} costs." if cost else ""),
                     lambda ax: plots.plot_pareto_front(par, ax))))
     rob_file = sdir / "robustness.csv"
     if rob_file.exists():

@@ -40,9 +40,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
+from .metrics import AGE_BUCKET_COLUMNS, AGE_BUCKETS
 
 __all__ = [
     "RunResult",
@@ -380,6 +382,67 @@ class RunResult:
         """Summary rows of one metric."""
         return self.summary[self.summary["metric"] == name].reset_index(drop=True)
 
+    def recall_by_age(self) -> pd.DataFrame:
+        """Recall of the relevant notes by their age, as a tidy (long) table.
+
+        One row per policy x budget x age bucket, buckets in age order, so
+        that a pandas user filters, pivots or plots without melting the six
+        ``recall_age_*`` columns::
+
+            r = run.recall_by_age()
+            r.pivot_table(index="bucket", columns="policy", values="recall", sort=False)
+            r.query("low_days >= 90 and budget == 1500")
+
+        Returns
+        -------
+        DataFrame
+            ``policy``, ``budget``, ``bucket`` (``"0-7"``, ``"7-30"``,
+            ``"30-90"``, ``"90-180"``, ``"180-365"``, ``"365+"``),
+            ``low_days``, ``high_days`` (the bucket is ``[low_days,
+            high_days)`` of note age when asked about; ``inf`` for the last),
+            ``recall`` (mean over the queries with a relevant note of that
+            age), ``ci_low``, ``ci_high`` (its 95% interval) and ``n``, as in
+            the summary. The rows come from the summary; a run without them
+            in its summary (a failed run has no summary.csv) gets the means
+            and counts of its per-query table, without intervals (NaN). A
+            bucket no query reached has ``n = 0`` and a NaN recall. The
+            pooled ``recall_age_90_inf`` (every bucket from 90 days) is not
+            a row: it overlaps the buckets.
+
+        Raises
+        ------
+        ValueError
+            If the run has neither summary rows nor per-query columns of the
+            age buckets.
+        """
+        label = {c: (_bucket_label(lo, hi), float(lo), float(hi))
+                 for c, (lo, hi) in zip(AGE_BUCKET_COLUMNS, AGE_BUCKETS)}
+        s = self.summary
+        if s is not None and len(s) and s["metric"].isin(AGE_BUCKET_COLUMNS).any():
+            rows = s[s["metric"].isin(AGE_BUCKET_COLUMNS)]
+            rows = rows[["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n"]]
+        elif self.queries is not None and set(AGE_BUCKET_COLUMNS) & set(self.queries.columns):
+            cols = [c for c in AGE_BUCKET_COLUMNS if c in self.queries.columns]
+            long = self.queries.melt(id_vars=["policy", "budget"], value_vars=cols,
+                                     var_name="metric", value_name="value")
+            g = long.groupby(["policy", "budget", "metric"], sort=False)["value"]
+            rows = g.agg(mean="mean", n="count").reset_index()
+            rows["ci_low"] = rows["ci_high"] = np.nan
+        else:
+            raise ValueError(f"{self.path or 'the run'}: no recall_age_* rows in its summary "
+                             "and no recall_age_* columns in its queries")
+        rows = rows.rename(columns={"mean": "recall"})
+        rows["bucket"] = rows["metric"].map(lambda m: label[m][0])
+        rows["low_days"] = rows["metric"].map(lambda m: label[m][1])
+        rows["high_days"] = rows["metric"].map(lambda m: label[m][2])
+        order = {c: i for i, c in enumerate(AGE_BUCKET_COLUMNS)}
+        policies = {p: i for i, p in enumerate(pd.unique(rows["policy"]))}
+        rows = rows.assign(_p=rows["policy"].map(policies), _b=rows["metric"].map(order))
+        rows = rows.sort_values(["budget", "_p", "_b"], kind="stable")
+        rows["n"] = rows["n"].astype(np.int64)
+        return rows[["policy", "budget", "bucket", "low_days", "high_days", "recall", "ci_low",
+                     "ci_high", "n"]].reset_index(drop=True)
+
     @property
     def baseline(self) -> str | None:
         """The experiment's baseline policy (None when it names none)."""
@@ -426,6 +489,10 @@ class RunResult:
         timings = manifest.get("timings_s")
         return cls(**frames, path=path, manifest=manifest, config=config,
                    timings=dict(timings) if isinstance(timings, dict) else {})
+
+
+def _bucket_label(lo: float, hi: float) -> str:
+    return f"{int(lo)}+" if np.isinf(hi) else f"{int(lo)}-{int(hi)}"
 
 
 def load_run(path: str | Path) -> RunResult:

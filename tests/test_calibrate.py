@@ -17,12 +17,15 @@ import pytest
 
 from memsim.calibrate import (
     FAMILIES,
+    MIN_GAIN,
+    FamilyFit,
     auc,
     calibrate_revlog,
     calibration_bins,
     fit_family,
     format_calibration,
     log_loss,
+    offer_flags,
     predict,
     review_table,
     load_revlog,
@@ -161,6 +164,91 @@ def test_bad_logs_raise_clear_errors(tmp_path):
 
 
 # ---------------------------------------------------------------------------
+# Which fits are offered as policies
+# ---------------------------------------------------------------------------
+
+
+def synthetic_log(path: Path, recall, seed: int = 8, cards: int = 400,
+                  reviews: int = 12) -> Path:
+    """A review log whose outcome after a delay of ``t`` days is drawn with
+    probability ``recall(t)``; delays mix same-session re-drills (minutes)
+    and days to months."""
+    rng = np.random.default_rng(seed)
+    start = pd.Timestamp("2024-01-01", tz="UTC")
+    rows = []
+    for card in range(cards):
+        when = start + pd.Timedelta(days=float(rng.uniform(0, 30)))
+        rows.append((card, 3, when.isoformat(), 1000))
+        for _ in range(reviews - 1):
+            t = rng.uniform(1, 20) / 1440 if rng.random() < 0.4 else rng.exponential(15.0)
+            when += pd.Timedelta(days=float(t))
+            rating = 3 if rng.random() < recall(t) else 1
+            rows.append((card, rating, when.isoformat(), 1000))
+    return write_log(path, rows)
+
+
+def test_a_log_without_decay_offers_no_policy(tmp_path):
+    """Recall independent of the delay (0.8 always). By chance the half-life
+    with a floor has a lower log loss than the constant (by 1e-6): the
+    lowest log loss belongs to a curve fitted to noise. No family lowers it
+    by the margin, so none is crowned, none is written as a policy, and the
+    fragment says why."""
+    log = synthetic_log(tmp_path / "flat.csv", lambda t: 0.8, seed=9)
+    r = calibrate_revlog(log, tmp_path / "out")
+    assert r.best == "constant"
+    offered = r.summary.set_index("family")["offered"]
+    assert not offered.any()
+    # the family with the lowest log loss is a degenerate fit, and flagged
+    lowest = r.summary.sort_values("log_loss", kind="stable")["family"].iloc[0]
+    assert lowest == "half-life-floor"
+    assert r.summary.set_index("family").loc[lowest, "flag"]
+    doc = tomllib.loads(r.files["toml"].read_text())
+    assert "policies" not in doc
+    text = r.files["toml"].read_text()
+    assert "# No fitted policy is offered" in text
+    assert text.count("# not offered: ") == len(FAMILIES) - 1
+    out = format_calibration(r)
+    assert "best: constant (no decay family qualifies" in out
+    assert f"{lowest}: " in out.split("not offered as a policy")[1]
+    for family in FAMILIES[1:]:
+        assert f"{family:<16} {r.fits[family].log_loss:>9.4f}" in out
+        line = next(x for x in out.splitlines() if x.startswith(f"{family:<16} "))
+        assert "  NO  " in line
+
+
+def test_a_log_with_decay_offers_the_fits_that_beat_the_constant(tmp_path):
+    """Recall falls as exp(-t / 20) (never below 0.3): the families that
+    capture it are offered and written; the best is one of them."""
+    log = synthetic_log(tmp_path / "decay.csv",
+                        lambda t: 0.3 + 0.7 * math.exp(-t / 20.0), seed=9)
+    r = calibrate_revlog(log, tmp_path / "out")
+    flags = offer_flags(r.fits)
+    assert flags["constant"] == "baseline"
+    assert flags["half-life-floor"] == ""
+    assert r.best != "constant" and flags[r.best] == ""
+    base = r.fits["constant"].log_loss
+    assert r.fits[r.best].log_loss <= (1 - MIN_GAIN) * base
+    tables = tomllib.loads(r.files["toml"].read_text())["policies"]
+    assert set(tables) == {f"fitted-{f}" for f, why in flags.items() if why == ""}
+    assert f"best: {r.best} (log loss" in format_calibration(r)
+
+
+def test_a_fit_at_its_search_bound_is_never_offered():
+    """Even when it beats the constant by far."""
+    const = FamilyFit("constant", {"p": 0.7}, 0.60, 0.5, 0.0, 1, pd.DataFrame())
+    good = FamilyFit("exponential", {"S": 5.0}, 0.40, 0.8, 0.01, 1, pd.DataFrame())
+    edge = FamilyFit("power-law", {"S": 1e-4, "d": 0.3}, 0.40, 0.8, 0.01, 2, pd.DataFrame(),
+                     at_bound=("S",))
+    tiny = FamilyFit("ebbinghaus", {"s0": 1.0, "s1": 1.0}, 0.60 * (1 - MIN_GAIN / 2), 0.6,
+                     0.01, 2, pd.DataFrame())
+    flags = offer_flags({"constant": const, "exponential": good, "power-law": edge,
+                         "ebbinghaus": tiny})
+    assert flags["exponential"] == ""
+    assert flags["power-law"] == "S at the search bound"
+    assert flags["ebbinghaus"].startswith("no better than the constant (log loss -0.05%")
+
+
+# ---------------------------------------------------------------------------
 # The real log
 # ---------------------------------------------------------------------------
 
@@ -188,12 +276,23 @@ def test_real_log_reports_every_family(result):
 
 
 @needs_data
-def test_best_family_beats_the_constant_baseline(result):
+def test_the_degenerate_fit_of_the_full_log_is_not_crowned(result):
+    """Every review after a card's first: the half-life with a floor has the
+    lowest log loss (0.5585 against 0.5588) only by collapsing onto its
+    floor (half-life 1e-4 d, the search bound). It is flagged, and no family
+    is offered."""
     const = result.fits["constant"]
-    assert result.best != "constant"
-    assert result.fits[result.best].log_loss < const.log_loss
     assert const.auc == 0.5
     assert const.params["p"] == pytest.approx(result.reviews["y"].mean())
+    hlf = result.fits["half-life-floor"]
+    assert hlf.log_loss < const.log_loss and hlf.at_bound == ("half_life",)
+    assert result.best == "constant"
+    assert not result.summary["offered"].any()
+    assert "policies" not in tomllib.loads(result.toml)
+    assert "# No fitted policy is offered" in result.toml
+    text = format_calibration(result)
+    assert "half-life-floor: half_life at the search bound; no better than the constant" in text
+    assert "--min-elapsed-days 1" in text
 
 
 @needs_data
@@ -204,6 +303,8 @@ def test_long_term_reviews_power_law_beats_constant_clearly():
     assert r.stats["reviews"] == 5329
     assert r.best == "power-law"
     assert r.fits["power-law"].log_loss < 0.99 * r.fits["constant"].log_loss
+    # the only family offered: the others are worse than the constant, or equal to it
+    assert r.summary.loc[r.summary["offered"], "family"].tolist() == ["power-law"]
 
 
 @needs_data
@@ -227,14 +328,18 @@ def test_outputs_plot_and_toml_fragment(result):
     summary = pd.read_csv(files["summary"])
     assert summary["family"].tolist() == list(FAMILIES)
     assert set(pd.read_csv(files["bins"])["family"]) == set(FAMILIES)
-    doc = tomllib.loads(files["toml"].read_text())
-    tables = doc["policies"]
-    hl = tables["fitted-half-life-floor"]["decay"]
-    assert hl["kind"] == "half-life-floor"
-    assert hl["floor"] == pytest.approx(result.fits["half-life-floor"].params["floor"], rel=1e-5)
-    exp = tables["fitted-exponential"]["decay"]
-    assert exp["half_life_days"] == pytest.approx(
-        result.fits["exponential"].params["S"] * math.log(2), rel=1e-5)
+    assert files["toml"].read_text() == result.toml
+
+
+@needs_data
+def test_toml_fragment_of_the_long_term_reviews(tmp_path):
+    r = calibrate_revlog(REVLOG, tmp_path, min_elapsed_days=1.0)
+    tables = tomllib.loads(r.files["toml"].read_text())["policies"]
+    assert list(tables) == ["fitted-power-law"]
+    pl = tables["fitted-power-law"]["decay"]
+    assert pl["kind"] == "power-law"
+    assert pl["stability_days"] == pytest.approx(r.fits["power-law"].params["S"], rel=1e-5)
+    assert pl["decay"] == pytest.approx(r.fits["power-law"].params["d"], rel=1e-5)
     # every table the fragment holds is a valid memsim policy
     from memsim.config import resolve_policy
 

@@ -246,3 +246,36 @@ def test_separable_recency_declines_when_a_cell_would_need_clamping():
     assert ctx.exponential_recency("updated", 0.0, 0.1) is None
     assert ctx.exponential_recency("created", 0.0, 1000.0) is None  # would overflow
     assert ctx.exponential_recency("created", 0.0, 0.1).shape == (2, 2)
+
+
+# -- exact pruning ---------------------------------------------------------------
+
+
+def test_pruning_is_on_by_default_and_keeps_rankings():
+    import memsim.engine as engine
+
+    assert engine.PRUNE is True
+    stream = random_stream(4, n_notes=1500, n_queries=30)
+    pol = {"h": {"preset": "hivemind"}, "f": {"preset": "feather"}}
+    on = run(stream, pol, candidates=8, save_rankings=True)
+    engine.PRUNE = False
+    try:
+        off = run(stream, pol, candidates=8, save_rankings=True)
+    finally:
+        engine.PRUNE = True
+    assert on.rankings.equals(off.rankings)
+    assert on.queries.equals(off.queries)
+
+
+def test_components_declare_bounds_conservatively():
+    from memsim.policies import build_component
+
+    assert build_component("decay", "per-tier", "d").upper_bound() == 1.0
+    assert build_component("decay", "ai-memory", "d").upper_bound() is None
+    assert build_component("stickiness", "none", "s").access_term_bound(None) == 0.0
+    assert build_component("stickiness", "access-term", "s").access_term_bound(None) is None
+    weighted = build_component("ranker", "weighted-sum", "r")
+    assert weighted.score_bound(np.zeros(1), 0.0, 1.0, None) is None
+    product = build_component("ranker", "product", "r")
+    b = product.score_bound(np.array([0.5, -0.5]), 0.35, 1.0, None)
+    assert b[0] >= 0.5 and b[1] >= -0.5 * 0.35

@@ -440,7 +440,9 @@ def _with_probe(preset, **kw):
     return policy, probe
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+# presets that replay a production log run on traces (tests/test_trace.py)
+@pytest.mark.parametrize("preset", sorted(
+    n for n in PRESETS if not resolve_policy({"preset": n}, n).ranker.needs_logged))
 def test_every_preset_runs_end_to_end(preset):
     stream = _stream(n_notes=60, query_times=np.linspace(0, 20, 12), seed=3,
                      pinned=np.arange(60) % 7 == 0,

@@ -1,4 +1,5 @@
-"""Reports: compare(), figures, report.html / report.md, and the notebooks.
+"""Reports: compare(), figures, report.html / report.md (the notebooks are
+run by tests/test_notebooks.py).
 
 The HTML report must be self-contained, every embedded figure a decodable
 PNG, and it must render in headless Chromium without console errors (checked
@@ -11,11 +12,9 @@ import base64
 import io
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -645,40 +644,6 @@ def test_figure_functions_return_axes(budget_run, plain_run):
     # empty frames draw a message instead of failing
     assert isinstance(plots.plot_concentration(plots.concentration_data(None, q)), Axes)
     plt.close("all")
-
-
-# ---------------------------------------------------------------------------
-# Notebooks: executed by nbmake, committed without outputs
-# ---------------------------------------------------------------------------
-
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-#: notebooks that replay real data from ../shared/data
-NEEDS_DATA = {"06_locomo": ROOT.parent / "shared" / "data" / "locomo" / "locomo10.zip"}
-
-
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_is_committed_without_outputs(nb):
-    data = json.loads(nb.read_text(encoding="utf-8"))
-    for cell in data["cells"]:
-        if cell["cell_type"] == "code":
-            assert cell.get("outputs") == [] and cell.get("execution_count") is None, nb.name
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes(nb, tmp_path):
-    """Run the notebook with nbmake (a fresh kernel, in the notebook's folder)."""
-    pytest.importorskip("nbmake")
-    data = NEEDS_DATA.get(nb.stem)
-    if data is not None and not data.exists():
-        pytest.skip(f"{nb.name} replays {data}, which is absent")
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbmake",
-         "--nbmake-timeout=600", "--rootdir", str(tmp_path), str(nb)],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
 
 
 # ---------------------------------------------------------------------------

@@ -192,7 +192,8 @@ def test_cli_run_prints_the_folder_last(tmp_path, capsys):
 @pytest.mark.parametrize("args, needle", [
     (["--set", "policies.half-life-180-floor.decay.half_life_days=-1"], "half_life_days"),
     (["--set", "experiment.replicats=2"], "did you mean 'replicates'"),
-    (["--set", "policies.x.preset=nope"], "unknown preset 'nope'"),
+    (["--set", "policies.half-life-180-floor.preset=nope"], "unknown preset 'nope'"),
+    (["--set", "policies.fixed.decay.floor=0.2"], "no policy 'fixed'"),
 ])
 def test_cli_user_mistakes_exit_2_with_one_line_and_no_folder(tmp_path, args, needle):
     proc = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART),
@@ -228,3 +229,86 @@ def test_cli_run_defaults_to_a_results_folder_in_the_working_directory(tmp_path)
     assert proc.returncode == 0, proc.stderr
     last = Path(proc.stdout.strip().splitlines()[-1])
     assert last.parent == Path("results") and (tmp_path / last / "summary.csv").exists()
+
+
+# ---------------------------------------------------------------------------
+# The tidy recall-by-age table, and compare() over several runs
+# ---------------------------------------------------------------------------
+
+
+def test_recall_by_age_is_one_row_per_policy_budget_and_bucket(run_dir):
+    run = memsim.load_run(run_dir)
+    r = run.recall_by_age()
+    assert list(r.columns) == ["policy", "budget", "bucket", "low_days", "high_days", "recall",
+                               "ci_low", "ci_high", "n"]
+    buckets = ["0-7", "7-30", "30-90", "90-180", "180-365", "365+"]
+    assert len(r) == 3 * len(buckets)  # three policies, one budget
+    for _, g in r.groupby("policy", sort=False):
+        assert g["bucket"].tolist() == buckets
+        assert g["low_days"].tolist() == [0, 7, 30, 90, 180, 365]
+        assert g["high_days"].tolist() == [7, 30, 90, 180, 365, float("inf")]
+    # the same numbers as the summary's recall_age_* rows
+    s = run.summary.set_index(["policy", "metric"])
+    for row in r.itertuples(index=False):
+        hi = "inf" if row.high_days == float("inf") else int(row.high_days)
+        want = s.loc[(row.policy, f"recall_age_{int(row.low_days)}_{hi}")]
+        assert row.n == want["n"]
+        assert row.recall == pytest.approx(want["mean"], nan_ok=True)
+        assert row.ci_low == pytest.approx(want["ci_low"], nan_ok=True)
+    # RunResult.load and a run in memory give the same table
+    pd.testing.assert_frame_equal(RunResult.load(run_dir).recall_by_age(), r)
+    # without a summary: the per-query means, no intervals
+    bare = RunResult(queries=run.queries).recall_by_age()
+    assert bare[["policy", "bucket", "n"]].equals(r[["policy", "bucket", "n"]])
+    assert bare["ci_low"].isna().all()
+    one = run.queries[run.queries["policy"] == r["policy"].iloc[0]]
+    assert bare["recall"].iloc[0] == pytest.approx(one["recall_age_0_7"].mean())
+
+
+@pytest.fixture(scope="module")
+def two_runs(run_dir):
+    """The run folder, the same experiment again in memory with a shorter
+    half-life in one policy, and a one-replicate run."""
+    a = memsim.load_run(run_dir)
+    exp = memsim.load_experiment(run_dir / "config.toml")
+    b = memsim.run_experiment(exp.with_overrides(
+        {"policies.half-life-180-floor.decay.half_life_days": 10.0}), out=None)
+    one = memsim.run_experiment(exp.with_overrides({"experiment.replicates": 1}), out=None)
+    return a, b, one
+
+
+def test_compare_several_runs_labels_colliding_policies(two_runs):
+    a, b, _ = two_runs
+    cmp = memsim.compare([a, b], labels=["before", "after"],
+                         metrics=["utility", "recall", "ndcg@10"])
+    pols = ["bug-5pct-per-day", "half-life-180-floor", "no-decay"]
+    assert cmp.policies == [f"before/{p}" for p in pols] + [f"after/{p}" for p in pols]
+    assert cmp.baseline == "before/bug-5pct-per-day"  # the first run's baseline
+    df = cmp.to_dataframe()
+    same = df[(df["policy"] == "after/bug-5pct-per-day") & (df["metric"] == "recall")].iloc[0]
+    assert same["diff"] == 0 and same["ties"] == same["n_pairs"] > 0  # paired query by query
+    # without labels: the experiments share a name, the in-memory run has no folder
+    assert memsim.compare([a, b]).policies[0] == "run1/bug-5pct-per-day"
+    # paths work too, and one run in a list is that run
+    assert memsim.compare([a.path]).policies == pols
+
+
+def test_compare_refuses_runs_that_cannot_be_paired(two_runs):
+    a, _, one = two_runs
+    with pytest.raises(ConfigError, match=r"cannot pair run 'run1' \(2 replicates, .*\) with "
+                                          r"run 'run2' \(1 replicate, .*\).*paired=False"):
+        memsim.compare([a, one])
+    # the same ids, other queries: another workload
+    moved = a.queries.assign(t=a.queries["t"] + 1.0)
+    with pytest.raises(ConfigError, match=r"different queries under the same ids \(replicate 0,"
+                                          r" query_id \d+: t = "):
+        memsim.compare([a.queries, moved])
+    # asked for explicitly, an unpaired comparison: intervals per run, no tests
+    cmp = memsim.compare([a, one], paired=False, metrics=["utility"])
+    assert not cmp.paired and len(cmp.tests) == 0
+    assert "unpaired" in cmp.legend()
+    s = cmp.summary.set_index("policy")["mean"]
+    own = memsim.compare(one, metrics=["utility"]).summary.set_index("policy")["mean"]
+    assert s["run2/no-decay"] == pytest.approx(own["no-decay"])
+    assert "▲" not in cmp.to_markdown() and "▼" not in cmp.to_markdown()
+

@@ -833,3 +833,94 @@ def test_study_access_lines_mask_a_password_and_say_so():
                                "'postgresql://memsim:***@db:5432/memsim'")
     assert "put it in place of ***" in lines[-1]
     assert "nothing to open" in study_access_lines("memory", "s")[0]
+
+
+# --------------------------------------------------------------------------
+# Cost objectives: store size, evictions, pooled utility share; Pareto front
+# --------------------------------------------------------------------------
+
+RETENTION = "policies.aim.retention"
+
+
+def retention_table(trials=8):
+    """ai-memory's eviction sweep on a tiny workload, two objectives."""
+    return {
+        "experiment": {"name": "retention", "seed": 3, "replicates": 1, "budget_tokens": 600,
+                       "tick_days": 5.0},
+        "workload": {"horizon_days": 40, "backfill_days": 40, "notes_per_day": 6.0,
+                     "queries_per_day": 3.0, "n_topics": 10, "n_actors": 2},
+        "policies": {"aim": {"preset": "ai-memory"}},
+        "sweep": {"trials": trials, "seed": 1, "sampler": "random",
+                  "objectives": [{"metric": "utility_share", "direction": "maximize"},
+                                 {"metric": "store_tokens", "direction": "minimize"}],
+                  "params": {f"{RETENTION}.cold_threshold": {"type": "float", "low": 0.0,
+                                                             "high": 0.8},
+                             f"{RETENTION}.lambda_per_day": {"type": "float", "low": 0.002,
+                                                             "high": 0.3, "log": True}},
+                  "robustness": {"replicates": 0}},
+    }
+
+
+def test_a_cost_objective_needs_its_direction():
+    t = retention_table()
+    t["sweep"]["objectives"][1].pop("direction")
+    exp = memsim.experiment_from_dict(t)  # the [sweep] table is checked by the sweep
+    with pytest.raises(ConfigError, match=r"objectives\[1\]\.direction: missing; store_tokens"):
+        SweepSpec.from_config(exp.sweep, exp)
+    for metric in ("store_notes", "evicted_notes"):
+        t["sweep"]["objectives"][1] = {"metric": metric}
+        exp = memsim.experiment_from_dict(t)
+        with pytest.raises(ConfigError, match="has no default direction"):
+            SweepSpec.from_config(exp.sweep, exp)
+
+
+def test_run_level_objectives_match_the_run_frames():
+    """Each run-level objective is the per-replicate value of the run's own
+    frames: the last store row, the arms row, the pooled utility share."""
+    t = retention_table()
+    t["experiment"]["replicates"] = 2
+    t["sweep"]["objectives"] = [
+        {"metric": "utility_share", "direction": "maximize"},
+        {"metric": "store_tokens", "direction": "minimize"},
+        {"metric": "store_notes", "direction": "minimize"},
+        {"metric": "evicted_notes", "direction": "minimize"},
+        {"metric": "tokens_used", "direction": "minimize"}]
+    exp = memsim.experiment_from_dict(t)
+    spec = SweepSpec.from_config(t["sweep"], exp)
+    params = {f"{RETENTION}.cold_threshold": 0.4, f"{RETENTION}.lambda_per_day": 0.05}
+    values, per = TrialEvaluator(exp, spec).evaluate(params)
+    from memsim.runner import simulate_experiment
+    from memsim.stats import utility_share
+
+    frames = simulate_experiment(apply_params(exp, params))
+    q, st, arms = frames["queries"], frames["store"], frames["arms"]
+    for r in (0, 1):
+        last = st[st["replicate"] == r].sort_values("t").iloc[-1]
+        assert per["store_tokens"][r] == last["store_tokens"]
+        assert per["store_notes"][r] == last["store_notes"]
+        assert per["evicted_notes"][r] == arms.loc[arms["replicate"] == r, "evicted_notes"].item()
+        assert per["utility_share"][r] == pytest.approx(utility_share(q[q["replicate"] == r]))
+        assert per["tokens_used"][r] == pytest.approx(q.loc[q["replicate"] == r,
+                                                            "tokens_used"].mean())
+    assert values[1] == pytest.approx(np.mean(list(per["store_tokens"].values())))
+    assert per["evicted_notes"][0] > 0  # the threshold evicts: the objective measures it
+
+
+def test_two_objective_retention_sweep_gives_a_front_and_its_report_section(tmp_path):
+    res = run_sweep(memsim.experiment_from_dict(retention_table()), out=tmp_path, plots=False)
+    assert len(res.pareto) >= 2, res.trials
+    front = res.trials[res.trials["number"].isin(res.pareto)]
+    # along the front, more utility costs more storage
+    front = front.sort_values("values_store_tokens")
+    assert front["values_utility_share"].is_monotonic_increasing
+    report = (res.path / "report.md").read_text(encoding="utf-8")
+    assert f"Pareto set: the {len(res.pareto)} non-dominated trials on utility_share" in report
+    assert "Pareto front: utility_share against store_tokens" in report
+    assert (res.path / "figures" / "sweep_pareto.png").stat().st_size > 1000
+
+
+def test_the_retention_example_is_a_valid_two_objective_sweep():
+    exp = memsim.load_experiment(ROOT / "experiments" / "sweep_retention.toml")
+    spec = SweepSpec.from_config(exp.to_config()["sweep"], exp)
+    assert [(o.metric, o.direction) for o in spec.objectives] == [
+        ("utility_share", "maximize"), ("store_tokens", "minimize")]

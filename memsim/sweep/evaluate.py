@@ -13,7 +13,13 @@ key regenerates them (from the same seeds) for each trial.
 
 The objective of a trial is the mean over replicates of each replicate's mean
 of the metric over its queries (NaN values left out), exactly the ``mean`` of
-``summary.csv`` (:func:`memsim.stats.summarise`).
+``summary.csv`` (:func:`memsim.stats.summarise`). A run-level objective
+(:data:`~memsim.sweep.space.RUN_OBJECTIVES`) has one value per replicate,
+averaged over replicates: ``recall_gini`` and ``evicted_notes`` from the
+arm's ``arms`` row, ``store_notes`` and ``store_tokens`` from the last row
+(in time) of its ``store`` frame, the store left after the last eviction
+sweep, and ``utility_share`` pooled over the replicate's queries
+(:func:`memsim.stats.utility_share_by` by policy, budget and replicate).
 """
 
 from __future__ import annotations
@@ -26,8 +32,42 @@ import numpy as np
 
 from memsim.config import Experiment, config_hash
 from memsim.runner import load_stream_for, simulate_experiment
+from memsim.stats import utility_share_by
 
 from .space import RUN_OBJECTIVES, SweepSpec, apply_params
+
+
+def run_level_values(frames: dict[str, Any], metric: str, policy: str, budget: Any,
+                     replicates: Sequence[int]) -> dict[int, float]:
+    """Replicate -> value of a run-level metric (:data:`RUN_OBJECTIVES`) of
+    one arm, from :func:`~memsim.runner.simulate_experiment`'s frames.
+
+    NaN for a replicate without a value (e.g. no query with an achievable
+    utility, for ``utility_share``).
+    """
+    out = {int(r): math.nan for r in replicates}
+    if metric == "utility_share":
+        q = frames["queries"]
+        sub = q[(q["policy"] == policy) & (q["budget"] == budget)]
+        if len(sub):
+            share = utility_share_by(sub, ("replicate",))
+            out.update({int(r): float(v) for r, v in share.items() if int(r) in out})
+        return out
+    if metric in ("store_notes", "store_tokens"):
+        st = frames.get("store")
+        if st is None or not len(st):
+            return out
+        sub = st[(st["policy"] == policy) & (st["budget"] == budget)]
+        last = sub.sort_values("t", kind="stable").groupby("replicate").last()
+        out.update({int(r): float(v) for r, v in last[metric].items() if int(r) in out})
+        return out
+    arms = frames["arms"]
+    sub = arms[(arms["policy"] == policy) & (arms["budget"] == budget)]
+    for r, v in zip(sub["replicate"], sub[metric]):
+        if int(r) in out:
+            out[int(r)] = float(v)
+    return out
+
 
 class TrialEvaluator:
     """Evaluates parameter sets on fixed replicate seeds (common random numbers).
@@ -99,19 +139,19 @@ class TrialEvaluator:
         reps = list(range(e.settings.replicates)) if replicates is None else list(replicates)
         sim = self._restricted(e)
         frames = simulate_experiment(sim, replicates=reps, streams=self.streams_for(e, reps))
-        q, arms = frames["queries"], frames["arms"]
+        q = frames["queries"]
         values, per = [], {}
         for o in self.spec.objectives:
             budget = o.budget if o.budget is not None else e.sim.budget_tokens
             if o.metric in RUN_OBJECTIVES:
-                sub = arms[(arms["policy"] == o.policy) & (arms["budget"] == budget)]
+                by_rep = run_level_values(frames, o.metric, o.policy, budget, reps)
             else:
                 sub = q[(q["policy"] == o.policy) & (q["budget"] == budget)]
-            by_rep = {}
-            for r in reps:
-                v = sub.loc[sub["replicate"] == r, o.metric].to_numpy(np.float64)
-                v = v[np.isfinite(v)]
-                by_rep[r] = float(v.mean()) if v.size else math.nan
+                by_rep = {}
+                for r in reps:
+                    v = sub.loc[sub["replicate"] == r, o.metric].to_numpy(np.float64)
+                    v = v[np.isfinite(v)]
+                    by_rep[r] = float(v.mean()) if v.size else math.nan
             fin = [v for v in by_rep.values() if math.isfinite(v)]
             values.append(float(np.mean(fin)) if fin else math.nan)
             per[o.label] = by_rep

@@ -28,8 +28,18 @@ from memsim.params import check_keys
 
 #: Samplers by their ``sampler = "..."`` name.
 SAMPLERS = ("tpe", "random", "qmc", "cmaes", "nsga2", "grid")
-#: Per-run metrics an objective may also name (from ``arms``, one value per replicate).
-RUN_OBJECTIVES = ("recall_gini",)
+#: Run-level metrics an objective may also name, one value per replicate:
+#: ``recall_gini`` and ``evicted_notes`` (the arm's ``arms`` row),
+#: ``store_notes`` and ``store_tokens`` (the end-of-run store size after
+#: evictions: the last row of the arm's ``store`` frame) and ``utility_share``
+#: (sum of utility / sum of oracle utility over the replicate's queries,
+#: :func:`memsim.stats.utility_share_by`). The objective is their mean over
+#: replicates. ``tokens_used`` (a query column) is the mean context cost.
+RUN_OBJECTIVES = ("recall_gini", "store_tokens", "store_notes", "evicted_notes",
+                  "utility_share")
+#: Cost objectives without a default direction: a sweep must say whether it
+#: wants the store small (``"minimize"``) or, e.g., kept large.
+NO_DEFAULT_DIRECTION = ("store_tokens", "store_notes", "evicted_notes")
 #: Every metric an objective may name.
 OBJECTIVE_METRICS = tuple(METRIC_COLUMNS) + RUN_OBJECTIVES
 
@@ -550,6 +560,9 @@ def _objectives(raw: Any, exp: Experiment | None, where: str) -> tuple[Objective
             raise ConfigError(f"{w}.metric: unknown metric {metric!r}"
                               f"{did_you_mean(metric, OBJECTIVE_METRICS)}; allowed: "
                               f"{', '.join(OBJECTIVE_METRICS)}")
+        if metric in NO_DEFAULT_DIRECTION and "direction" not in o:
+            raise ConfigError(f"{w}.direction: missing; {metric} has no default direction: "
+                              "say \"minimize\" (a smaller store is better) or \"maximize\"")
         default_dir = "maximize" if HIGHER_IS_BETTER.get(metric, False) else "minimize"
         direction = o.get("direction", default_dir)
         if direction not in ("maximize", "minimize"):

@@ -1,0 +1,155 @@
+"""The command line's own behaviour: progress on stderr, help texts, version,
+what ``memsim policies`` prints, and overrides of policies that do not exist."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memsim.cli import Progress, build_parser, main
+from memsim.config import load_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "experiments" / "quickstart.toml"
+SMALL = ["experiment.replicates=2", "workload.horizon_days=10", "workload.backfill_days=10"]
+
+
+class Pipe(io.StringIO):
+    def isatty(self) -> bool:
+        return False
+
+
+def test_progress_writes_one_line_per_unit_when_not_a_terminal():
+    out = Pipe()
+    prog = Progress("memsim run", phase="replicates", units=3, unit="replicate", stream=out)
+    for frac in (0.1, 0.2, 1 / 3, 0.5, 0.9, 1.0):
+        prog(frac)
+    prog.close()
+    lines = out.getvalue().splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        "memsim run: replicate 1/3 done", "memsim run: replicate 2/3 done",
+        "memsim run: replicate 3/3 done"]
+    assert "s left)" in lines[0] and lines[-1].endswith(" s)")
+
+
+def test_progress_without_units_writes_tenths_and_quiet_writes_nothing():
+    out = Pipe()
+    prog = Progress("memsim audit", stream=out)
+    for frac in (0.2, 0.3, 1.0):
+        prog(frac)
+    assert [line.split(" done")[0] for line in out.getvalue().splitlines()] == [
+        f"memsim audit: {k}%" for k in range(10, 101, 10)]
+    quiet = Pipe()
+    prog = Progress("memsim run", quiet=True, units=2, stream=quiet)
+    prog(0.5)
+    prog(1.0)
+    prog.close()
+    assert quiet.getvalue() == ""
+
+
+def test_progress_of_a_resumed_sweep_counts_from_where_it_was_and_names_the_next_phase():
+    out = Pipe()
+    prog = Progress("memsim sweep", phase="trials", units=4, unit="trial", resumed=True,
+                    then="trials done; robustness check", stream=out)
+    prog(0.5)   # two trials complete before this command
+    prog(0.75)
+    prog(1.0)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "memsim sweep: trials: 2/4 trials done before"
+    assert lines[1].startswith("memsim sweep: trial 3/4 done (")
+    assert lines[2].startswith("memsim sweep: trial 4/4 done (")
+    assert lines[3] == "memsim sweep: trials done; robustness check"
+    # the next phase, labelled
+    prog.phase("robustness", units=2, unit="candidate")
+    prog(1.0)
+    assert [line.split(" (")[0] for line in out.getvalue().splitlines()[4:]] == [
+        "memsim sweep: candidate 1/2 done", "memsim sweep: candidate 2/2 done"]
+
+
+def test_progress_on_a_terminal_draws_a_labelled_bar():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    prog = Progress("memsim sweep", phase="trials", units=2, unit="trial", stream=out)
+    prog.t0 -= 5  # the bar shows once a phase has run 2 s
+    prog(0.5)
+    bar = prog._bar
+    assert bar is not None and "memsim sweep: trials 1/2 trials" in bar.desc
+    prog.close()
+
+
+def test_memsim_run_in_a_pipe_prints_a_line_per_replicate(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART),
+                           "--out", str(tmp_path), "--no-report",
+                           *[x for s in SMALL for x in ("--set", s)]],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        "memsim run: replicate 1/2 done", "memsim run: replicate 2/2 done"]
+    quiet = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART),
+                            "--out", str(tmp_path), "--no-report", "--quiet",
+                            *[x for s in SMALL for x in ("--set", s)]],
+                           capture_output=True, text=True, cwd=ROOT)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("memsim 0.")
+
+
+def _parsers(parser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from _parsers(sub)
+
+
+def test_every_argument_has_help_and_defaults_are_shown():
+    for parser in _parsers(build_parser()):
+        for action in parser._actions:
+            assert action.help, f"{parser.prog}: {action.dest} has no help text"
+    help_of = {p.prog: p.format_help() for p in _parsers(build_parser())}
+    assert "(default: results)" in " ".join(help_of["memsim run"].split())
+    assert "(default: 1)" in help_of["memsim run"]
+    assert "(default: 300)" in help_of["memsim audit"]
+    assert "(default: 0.8)" in help_of["memsim curves"]
+
+
+def test_policies_prints_no_rest_markup(capsys):
+    assert main(["policies"]) == 0
+    out = capsys.readouterr().out
+    for mark in ("``", ":class:", ":func:", ":meth:", ":mod:"):
+        assert mark not in out, mark
+    assert "cosine: Cosine similarity, q . n / (|q| |n|), in [-1, 1]." in out
+    assert "d the squared L2 distance" in out            # was **squared**
+    assert "recency = 0.5 ** (days / half_life)" in out  # a power stays a power
+
+
+@pytest.mark.parametrize("key", ["policies.fixed.decay.floor=0.2", "policies.fixed.preset=hivemind",
+                                 "policies.fixed=hivemind"])
+def test_an_override_of_a_policy_that_does_not_exist_is_refused(key):
+    proc = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART),
+                           "--set", key, "--out", "/nonexistent/never"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].endswith("no policy 'fixed' (policies: bug-5pct-per-day, "
+                             "half-life-180-floor, no-decay)")
+
+
+def test_a_whole_policy_table_can_still_be_added():
+    exp = load_experiment(QUICKSTART, {"policies.extra": {"preset": "hivemind"}})
+    assert list(exp.policies) == ["bug-5pct-per-day", "half-life-180-floor", "no-decay", "extra"]

@@ -1,0 +1,164 @@
+"""Exact pruning: the engine's top C without scoring every note equals full scoring.
+
+Each test runs the same stream twice, with :data:`memsim.engine.PRUNE` on and
+off, and asks for identical frames (same candidates, order, scores, packing,
+metrics and feedback, ties to the lower ``note_id``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memsim
+import memsim.engine as engine
+from memsim.config import resolve_policy
+from memsim.engine import Arm, SimSettings, simulate
+from memsim.policies.presets import PRESETS
+from memsim.rng import seed_sequence
+
+from .helpers import random_stream
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# presets that run on any stream (as-logged needs logged rankings, bayes a planted model)
+PRESET_NAMES = sorted(set(PRESETS) - {"as-logged"})
+
+RANKERS = [
+    "product", "similarity", "recency",
+    {"kind": "feather-blend", "time_weight": 0.3, "min_weight": 0.2},
+    {"kind": "additive", "importance_weight": 0.5},
+    {"kind": "calibrated-product", "beta": 8.0},
+    "weighted-sum",
+]
+DECAYS = [
+    "none", "per-day", {"kind": "half-life", "half_life_days": 2.0}, "half-life-floor",
+    "per-tier", "generative-agents", "langchain", "ebbinghaus",
+    {"kind": "power-law", "recall_growth": 0.5}, "ai-memory",
+]
+STICKINESS = ["none", "log-recall", "access-term"]
+RETRIEVERS = ["cosine", "inverse-sq-l2", {"kind": "cosine", "prefilter": 30}]
+FEEDBACK = [
+    {"touch": "packed"}, {"touch": "returned", "k": 3}, {"touch": "none"},
+    {"touch": "packed", "promote_after": 2}, {"touch": "prefilter"},
+]
+
+
+def both(stream, arms, **kw):
+    """Results with pruning off and on."""
+    out = []
+    for flag in (False, True):
+        old = engine.PRUNE
+        engine.PRUNE = flag
+        try:
+            out.append(simulate(stream, arms, SimSettings(save_rankings=True, **kw),
+                                seed_sequence(0)))
+        finally:
+            engine.PRUNE = old
+    return out
+
+
+def assert_same(full, pruned):
+    pd.testing.assert_frame_equal(full.queries, pruned.queries, check_exact=True)
+    pd.testing.assert_frame_equal(full.store, pruned.store, check_exact=True)
+    pd.testing.assert_frame_equal(full.arms, pruned.arms, check_exact=True)
+    if full.rankings is None:
+        assert pruned.rankings is None
+    else:
+        pd.testing.assert_frame_equal(full.rankings, pruned.rankings, check_exact=True)
+
+
+def policy_table(draw) -> dict:
+    if draw(st.booleans()):
+        return {"preset": draw(st.sampled_from(PRESET_NAMES))}
+    return {
+        "retriever": draw(st.sampled_from(RETRIEVERS)),
+        "ranker": draw(st.sampled_from(RANKERS)),
+        "decay": draw(st.sampled_from(DECAYS)),
+        "stickiness": draw(st.sampled_from(STICKINESS)),
+        "feedback": draw(st.sampled_from(FEEDBACK)),
+        "retention": draw(st.sampled_from(["none", "ai-memory"])),
+    }
+
+
+@st.composite
+def cases(draw):
+    n_pol = draw(st.integers(1, 3))
+    tables = [policy_table(draw) for _ in range(n_pol)]
+    return {
+        "seed": draw(st.integers(0, 10**6)),
+        "n_notes": draw(st.integers(30, 400)),  # some notes exist by the first query
+        "n_queries": draw(st.integers(1, 30)),
+        "dim": draw(st.sampled_from([2, 4, 8])),
+        "c": draw(st.integers(1, 60)),
+        "mode": draw(st.sampled_from(["per-tick", "per-query"])),
+        "tables": tables,
+    }
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_pruned_scoring_equals_full_scoring(case):
+    stream = random_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
+                           dim=case["dim"])
+    arms = [Arm(f"p{i}", resolve_policy(t, f"policies.p{i}"))
+            for i, t in enumerate(case["tables"])]
+    full, pruned = both(stream, arms, candidates=case["c"], feedback_mode=case["mode"])
+    assert_same(full, pruned)
+
+
+@pytest.mark.parametrize("c", [1, 5, 50])
+def test_every_preset_on_a_larger_stream(c):
+    stream = random_stream(7, n_notes=2500, n_queries=80, dim=8)
+    arms = [Arm(name, resolve_policy({"preset": name}, name)) for name in PRESET_NAMES]
+    full, pruned = both(stream, arms, candidates=c)
+    assert_same(full, pruned)
+
+
+def test_ties_go_to_the_lower_note_id():
+    # many notes with the same vector and the same age: equal scores
+    stream = random_stream(1, n_notes=600, n_queries=20, dim=2)
+    emb = stream.note_embeddings.copy()
+    emb[::3] = emb[0]
+    stream.note_embeddings[:] = emb
+    arms = [Arm("s", resolve_policy({"ranker": "similarity"}, "s")),
+            Arm("p", resolve_policy({"ranker": "product", "decay": "none"}, "p"))]
+    full, pruned = both(stream, arms, candidates=40)
+    assert_same(full, pruned)
+
+
+def test_pruning_scores_few_notes(monkeypatch):
+    """The pruned path runs (and is not a silent fallback) for the presets
+    whose components declare bounds."""
+    calls = []
+    real = engine._pruned_top
+
+    def spy(*args):
+        out = real(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(engine, "_pruned_top", spy)
+    stream = random_stream(2, n_notes=3000, n_queries=40, dim=8)
+    simulate(stream, [Arm("h", resolve_policy({"preset": "hivemind"}, "h"))],
+             SimSettings(candidates=10), seed_sequence(0))
+    assert calls and all(calls)
+
+
+def test_queries_parquet_identical_with_pruning_on_and_off(tmp_path, monkeypatch):
+    overrides = ["experiment.replicates=1", "workload.horizon_days=20",
+                 "workload.backfill_days=60", "workload.queries_per_day=5",
+                 "workload.notes_per_day=40"]
+    frames = []
+    for flag in (False, True):
+        monkeypatch.setattr(engine, "PRUNE", flag)
+        res = memsim.run_experiment(ROOT / "experiments" / "quickstart.toml",
+                                    overrides=overrides, out=tmp_path / str(flag), report=False)
+        frames.append(pd.read_parquet(res.path / "queries.parquet"))
+    pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=True)
+    assert np.isfinite(frames[0]["utility"]).any()
