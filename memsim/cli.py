@@ -35,6 +35,7 @@ from .report import build_report
 from .rng import child_seq, seed_sequence
 from .runner import run_many
 from .stream import describe_stream, read_stream, write_stream
+from .twin import calibrate_workload, format_twin
 
 __all__ = ["main"]
 
@@ -272,6 +273,16 @@ def _cmd_calibrate(args) -> int:
     return 0
 
 
+def _cmd_calibrate_workload(args) -> int:
+    say = None if args.quiet else (
+        lambda m: print(f"memsim calibrate workload: {m}", file=sys.stderr))
+    twin = calibrate_workload(Path(args.stream), Path(args.out), budget=args.budget,
+                              seed=args.seed, steps=args.steps, progress=say)
+    print(format_twin(twin))
+    print(args.out)
+    return 0
+
+
 def _cmd_sweep(args) -> int:
     # imported here: memsim.sweep loads Optuna, which only this command needs
     from .sweep import run_sweep
@@ -280,7 +291,8 @@ def _cmd_sweep(args) -> int:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
     prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
                     unit="trial", resumed=True,
-                    then="trials done; robustness check on fresh seeds, plateaus, report")
+                    then="trials done; robustness check on fresh seeds, plateaus"
+                         + ("" if args.no_report else ", report"))
     try:
         res = run_sweep(args.experiment, trials=args.trials, storage=args.storage,
                         study_name=args.study, workers=args.workers, out=args.out,
@@ -537,9 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
     ec.add_argument("--csv", metavar="PREFIX", help="write the per-query tables as CSV")
     ec.set_defaults(func=_cmd_engine_check)
 
-    cal = add(sub, "calibrate", "fit decay families to real recall data")
+    cal = add(sub, "calibrate", "fit models to real data: decay families (revlog), the "
+              "workload generator (workload)")
     csub = cal.add_subparsers(dest="calibrate_command", required=True, metavar="SOURCE",
-                            help="the kind of recall data")
+                            help="the kind of real data")
     rv = add(csub, "revlog", "a spaced-repetition review log (CSV)",
              ("memsim calibrate revlog ../shared/data/fsrs_revlog/ --out /tmp/calibration",))
     rv.add_argument("path", help="a review-log CSV or a folder of them")
@@ -549,6 +562,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ignore reviews sooner than this after the previous one "
                          "(same-session re-drills)")
     rv.set_defaults(func=_cmd_calibrate)
+    tw = add(csub, "workload", "fit the synthetic generator's knobs to a real stream (a twin)",
+             ("memsim calibrate workload experiments/traces/example.jsonl --out /tmp/twin "
+              "--steps 4",))
+    tw.add_argument("stream", help="a stream folder, a trace (.jsonl) or LoCoMo (.zip, .json)")
+    tw.add_argument("--out", required=True, help="folder for twin.toml, report.md, figures/")
+    tw.add_argument("--budget", type=int, default=1500,
+                    help="token budget of the similarity-only recall the noise is fitted to")
+    tw.add_argument("--seed", type=int, default=0, help="seed of the twin's streams")
+    tw.add_argument("--steps", type=int, default=10, help="bisection steps of the noise search")
+    tw.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    tw.set_defaults(func=_cmd_calibrate_workload)
     return p
 
 

@@ -923,10 +923,10 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
             if len(best):
                 fx, fy = _front_order(labels)[:2] if len(cols) >= 2 else (0, 0)
                 items.append(("p", "Best trial" if len(cols) == 1 else
-                              f"Pareto set: the {len(best)} non-dominated trials on "
-                              f"{labels[fy]} ({dirs[fy]}) and {labels[fx]} ({dirs[fx]}): "
-                              f"no other trial is at least as good on both and better on "
-                              f"one. Best first on {labels[fy]}"
+                              f"Pareto set on {labels[fy]} and {labels[fx]}: the "
+                              f"{len(best)} non-dominated trials ({labels[fy]} {dirs[fy]}, "
+                              f"{labels[fx]} {dirs[fx]}): no other trial is at least as good "
+                              f"on both and better on one. Best first on {labels[fy]}"
                               f"{f'; at most {MAX_FRONT_ROWS}' if len(best) >= MAX_FRONT_ROWS else ''}."))
                 items.append(("table", best))
             if (sdir / "plateau.csv").exists():

@@ -32,6 +32,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tomllib
@@ -44,7 +45,6 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
-from .metrics import AGE_BUCKET_COLUMNS, AGE_BUCKETS
 
 __all__ = [
     "RunResult",
@@ -415,14 +415,16 @@ class RunResult:
             If the run has neither summary rows nor per-query columns of the
             age buckets.
         """
-        label = {c: (_bucket_label(lo, hi), float(lo), float(hi))
-                 for c, (lo, hi) in zip(AGE_BUCKET_COLUMNS, AGE_BUCKETS)}
         s = self.summary
-        if s is not None and len(s) and s["metric"].isin(AGE_BUCKET_COLUMNS).any():
-            rows = s[s["metric"].isin(AGE_BUCKET_COLUMNS)]
+        in_summary = _age_buckets(s["metric"].unique()) if s is not None and len(s) else {}
+        in_queries = _age_buckets(self.queries.columns) if self.queries is not None else {}
+        if in_summary:
+            label = in_summary
+            rows = s[s["metric"].isin(list(label))]
             rows = rows[["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n"]]
-        elif self.queries is not None and set(AGE_BUCKET_COLUMNS) & set(self.queries.columns):
-            cols = [c for c in AGE_BUCKET_COLUMNS if c in self.queries.columns]
+        elif in_queries:
+            label = in_queries
+            cols = list(label)
             long = self.queries.melt(id_vars=["policy", "budget"], value_vars=cols,
                                      var_name="metric", value_name="value")
             g = long.groupby(["policy", "budget", "metric"], sort=False)["value"]
@@ -432,10 +434,11 @@ class RunResult:
             raise ValueError(f"{self.path or 'the run'}: no recall_age_* rows in its summary "
                              "and no recall_age_* columns in its queries")
         rows = rows.rename(columns={"mean": "recall"})
-        rows["bucket"] = rows["metric"].map(lambda m: label[m][0])
-        rows["low_days"] = rows["metric"].map(lambda m: label[m][1])
-        rows["high_days"] = rows["metric"].map(lambda m: label[m][2])
-        order = {c: i for i, c in enumerate(AGE_BUCKET_COLUMNS)}
+        rows["low_days"] = rows["metric"].map(lambda m: label[m][0])
+        rows["high_days"] = rows["metric"].map(lambda m: label[m][1])
+        rows["bucket"] = [_bucket_label(lo, hi) for lo, hi in zip(rows["low_days"],
+                                                                  rows["high_days"])]
+        order = {c: i for i, c in enumerate(label)}
         policies = {p: i for i, p in enumerate(pd.unique(rows["policy"]))}
         rows = rows.assign(_p=rows["policy"].map(policies), _b=rows["metric"].map(order))
         rows = rows.sort_values(["budget", "_p", "_b"], kind="stable")
@@ -489,6 +492,31 @@ class RunResult:
         timings = manifest.get("timings_s")
         return cls(**frames, path=path, manifest=manifest, config=config,
                    timings=dict(timings) if isinstance(timings, dict) else {})
+
+
+_AGE_COLUMN = re.compile(r"recall_age_(\d+)_(\d+|inf)")
+
+
+def _age_buckets(names) -> dict[str, tuple[float, float]]:
+    """The ``recall_age_A_B`` names that partition note age from 0, in age
+    order, with their ``[A, B)`` in days; the pooled ``recall_age_90_inf``,
+    which overlaps ``recall_age_90_180``, is left out."""
+    spans = {}
+    for name in names:
+        m = _AGE_COLUMN.fullmatch(str(name))
+        if m:
+            spans[str(name)] = (float(m.group(1)), float(m.group(2)))  # float("inf") parses
+    out: dict[str, tuple[float, float]] = {}
+    low = 0.0
+    while True:
+        nxt = [(hi, name) for name, (lo, hi) in spans.items() if lo == low]
+        if not nxt:
+            return out
+        hi, name = min(nxt)  # the narrowest bucket from here
+        out[name] = (low, hi)
+        if np.isinf(hi):
+            return out
+        low = hi
 
 
 def _bucket_label(lo: float, hi: float) -> str:

@@ -914,7 +914,8 @@ def test_two_objective_retention_sweep_gives_a_front_and_its_report_section(tmp_
     front = front.sort_values("values_store_tokens")
     assert front["values_utility_share"].is_monotonic_increasing
     report = (res.path / "report.md").read_text(encoding="utf-8")
-    assert f"Pareto set: the {len(res.pareto)} non-dominated trials on utility_share" in report
+    assert (f"Pareto set on utility_share and store_tokens: the {len(res.pareto)} "
+            "non-dominated trials") in report
     assert "Pareto front: utility_share against store_tokens" in report
     assert (res.path / "figures" / "sweep_pareto.png").stat().st_size > 1000
 
