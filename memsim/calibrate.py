@@ -583,7 +583,8 @@ class CalibrationResult:
     summary : DataFrame
         One row per family: ``family``, ``log_loss``, ``auc``, ``ece``,
         ``n_params``, ``converged``, ``at_bound``, ``offered`` (bool),
-        ``flag`` (why it is not offered, :func:`offer_flags`; "" when it is),
+        ``flag`` (:func:`offer_flags`: ``baseline`` for the constant, else
+        why the family is not offered, "" when it is),
         ``params`` (text).
     best : str
         The offered family with the lowest log loss; ``constant`` when no
@@ -672,7 +673,7 @@ def calibrate_revlog(path_or_folder: str | os.PathLike, out_dir: str | os.PathLi
     summary = pd.DataFrame([{"family": f, "log_loss": r.log_loss, "auc": r.auc, "ece": r.ece,
                              "n_params": r.n_params, "converged": r.converged,
                              "at_bound": ",".join(r.at_bound), "offered": flags[f] == "",
-                             "flag": "" if f == "constant" else flags[f],
+                             "flag": flags[f],
                              "params": _fmt_params(r.params)} for f, r in fits.items()])
     offered = [f for f in names if flags[f] == ""]
     best = min(offered, key=lambda f: (fits[f].log_loss, names.index(f))) if offered \

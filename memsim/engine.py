@@ -360,6 +360,33 @@ class BatchContext:
         #: not evicted, inside the prefilter); set by the engine before scoring
         self.live: np.ndarray | None = None
 
+    @property
+    def live(self) -> np.ndarray | None:
+        if self._live is None and self._live_parts is not None:
+            valid, evicted = self._live_parts
+            self._live = valid & ~evicted[None, :]
+            self._live_parts = None
+        return self._live
+
+    @live.setter
+    def live(self, value: np.ndarray | None) -> None:
+        self._live = value
+        self._live_parts = None
+
+    def set_live_lazily(self, valid: np.ndarray, evicted: np.ndarray) -> None:
+        """``live = valid & ~evicted`` ((Q, L) and (L,)), computed on first
+        read only: a pruned arm reads only the cells it scores."""
+        self._live = None
+        self._live_parts = (valid, evicted)
+
+    def live_cells(self, flat: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``live`` at the flat (row-major) cell indices ``flat``, whose note
+        columns are ``cols``."""
+        if self._live_parts is None:
+            return np.take(self.live, flat)
+        valid, evicted = self._live_parts
+        return np.take(valid, flat) & ~evicted[cols]
+
     # -- shared, from the batch -------------------------------------------
     @property
     def dots(self) -> np.ndarray:
@@ -563,6 +590,7 @@ class _GatheredContext:
         self.full = full
         self.rows = rows
         self.cols = cols
+        self.flat = rows[:, None] * len(full.idx) + cols
         self.idx = full.idx[cols]
         self.t = full.t[rows]
         self.rng = full.rng
@@ -573,7 +601,7 @@ class _GatheredContext:
         self._cache: dict = {}
 
     def _cells(self, mat: np.ndarray) -> np.ndarray:
-        return mat[self.rows[:, None], self.cols]
+        return np.take(mat, self.flat)
 
     @property
     def dots(self) -> np.ndarray:
@@ -751,23 +779,25 @@ def _prune_plan(policy: Policy, ctx: BatchContext) -> tuple[float | None, float 
     return lo, hi
 
 
-def _pow2(x: float) -> int:
-    return 1 << max(0, int(np.ceil(np.log2(max(x, 1.0)))))
+def _level(x: float) -> int:
+    """The smallest level >= x of the ladder 64 * sqrt(2) ** k."""
+    k = max(0, int(np.ceil(2.0 * np.log2(max(x, 64.0) / 64.0) - 0.05)))
+    return int(round(64 * 2.0 ** (k / 2.0)))
 
 
-def _pruned_top(policy: Policy, ctx: BatchContext, mask: np.ndarray, c: int,
+def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                 st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's masked scores without scoring
     every live note (module docstring), or None when the policy cannot be
     pruned (then the caller scores in full)."""
-    if st.prune_off or mask.shape[1] == 0:
+    q, n = len(ctx.t), len(ctx.idx)
+    if st.prune_off or n == 0:
         return None
     plan = _prune_plan(policy, ctx)
     if plan is None:
         return None
     lo, hi = plan
     ranker, retriever = policy.ranker, policy.retriever
-    q, n = mask.shape
     cc = min(c, n)
     order = ctx.shared(("similarity-order", retriever.name),
                        lambda: _SimOrder(ctx.similarity(retriever), ctx.batch.valid))
@@ -783,7 +813,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, mask: np.ndarray, c: int,
     pos = np.zeros((q, cc), dtype=np.int64)
     vals = np.full((q, cc), -np.inf)
     todo = np.arange(q)
-    base = _pow2(max(64, 2 * c))
+    base = _level(2 * c)
     level = max(base, st.prune_level)
     need = 0
     while len(todo):
@@ -798,8 +828,9 @@ def _pruned_top(policy: Policy, ctx: BatchContext, mask: np.ndarray, c: int,
         for i, x in enumerate(lists):
             cols[i, :len(x)] = x
             real[i, :len(x)] = True
-        live = real & mask[todo[:, None], cols]
-        gctx = _GatheredContext(ctx, todo, cols, live, rate_max)
+        gctx = _GatheredContext(ctx, todo, cols, real, rate_max)
+        live = real & ctx.live_cells(gctx.flat, cols)
+        gctx.live = live
         try:
             scores = np.asarray(policy.score(gctx), dtype=np.float64)
         except AttributeError:  # a component reads what the gathered cells lack
@@ -833,8 +864,8 @@ def _pruned_top(policy: Policy, ctx: BatchContext, mask: np.ndarray, c: int,
                     b = np.asarray(ranker.score_bound(sim, lo, hi, ctx), dtype=np.float64)
                 need = max(need, int(((b >= kth[:, None]) & real[d]).sum(axis=1).max()))
         todo = todo[~done]
-        level *= 4
-    st.prune_level = max(base, _pow2(1.5 * need + c))
+        level = _level(4 * level)
+    st.prune_level = max(base, _level(1.25 * need + c))
     return pos, vals
 
 
@@ -1163,6 +1194,10 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
     allows it, to the union of the prefilter's columns). Applies a
     prefilter touch that comes before scoring (Feather DB v0.16)."""
     fb = policy.feedback
+    if not policy.retriever.prefilter and not getattr(policy.ranker, "needs_logged", False):
+        ctx = BatchContext(batch, st, rng)
+        ctx.set_live_lazily(batch.valid, st.evicted[batch.idx])
+        return ctx, batch
     mask = batch.valid & ~st.evicted[batch.idx][None, :]
     ctx = BatchContext(batch, st, rng)
     if policy.retriever.prefilter:
@@ -1192,11 +1227,12 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
     policy = arm.policy
     c = settings.candidates if policy.candidates is None else policy.candidates
     ctx, batch = _scoring_context(policy, st, rng, batch)
-    mask = ctx.live
-    top = _pruned_top(policy, ctx, mask, c, st)
+    top = _pruned_top(policy, ctx, c, st)
+    mask = None
     if top is not None:
         pos, cand_scores = top
     else:
+        mask = ctx.live
         scores = np.asarray(policy.score(ctx), dtype=np.float64)
         pick = getattr(policy.ranker, "candidate_mask", None)
         if pick is not None:  # a ranker that chooses its own candidates (LangChain's)
@@ -1231,6 +1267,8 @@ def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
             "position": position.ravel()[keep],
         }
     # 5. feedback
+    if mask is None and policy.feedback.touch == "prefilter":
+        mask = ctx.live
     _feedback(policy.feedback, st, batch, mask, packed, cand_ok, cand_rows)
     return out
 

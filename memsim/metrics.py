@@ -30,6 +30,9 @@ max_relevant_age          age of the oldest packed R+ note
 evicted_relevant          1 if an R+ note was already evicted, else 0
 n_relevant                size of R+
 answer_prob               the reader model's probability that the answer is used
+abstained                 for a query with an empty R+ (an unanswerable question,
+                          e.g. LoCoMo's adversarial category): 1 if nothing was
+                          packed, else 0; NaN for queries with a relevant note
 ========================= =====================================================
 
 A per-query ratio with a possibly negative numerator (stale notes packed) can
@@ -70,7 +73,7 @@ OLD_RECALL_COLUMN = f"recall_age_{OLD_AGE_DAYS}_inf"
 METRIC_COLUMNS = (
     "utility", "utility_ratio", "oracle_utility", "recall", "precision", "ndcg@10", "mrr",
     "stale_rate", "harm", "tokens_used", "n_packed", *AGE_BUCKET_COLUMNS, OLD_RECALL_COLUMN,
-    "max_relevant_age", "evicted_relevant", "n_relevant", "answer_prob",
+    "max_relevant_age", "evicted_relevant", "n_relevant", "answer_prob", "abstained",
 )
 #: Direction of each metric, for sweeps and reports (``utility_share`` is the
 #: run-level ratio of :func:`memsim.stats.utility_share`, not a column).
@@ -258,4 +261,7 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     else:
         ap = np.asarray(reader.answer_prob(position, gains, n_packed), dtype=np.float64)
         out["answer_prob"] = np.where(has_rel, ap, np.nan)
+    # a question with no relevant note (LoCoMo's adversarial ones): the right
+    # answer is to pack nothing; defined only for those queries
+    out["abstained"] = np.where(has_rel, np.nan, (n_packed == 0).astype(np.float64))
     return out

@@ -893,6 +893,7 @@ def _study_items(sdir: Path) -> list[Any]:
 
 
 def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
+    """The sweep's section: its trials, how sure it is, and how to open it."""
     sdir = run_dir / "sweep"
     if not sdir.is_dir():
         return []
@@ -909,83 +910,108 @@ def _sweep_section(run_dir: Path, config: dict, manifest: dict) -> list[Any]:
     labels: list[str] = []
     if trials is not None:
         cols, labels, dirs, pkeys = _sweep_meta(config, manifest, trials)
-        _, params = plots.trial_columns(trials, pkeys)
-        done = plots._complete(trials)
-        if not cols:
-            items.append(("p", f"{len(trials)} trials; no objective column."))
-        else:
-            items.append(("p", f"{len(trials)} trials, {len(done)} completed; objective"
-                          f"{'s' if len(cols) > 1 else ''}: "
-                          + ", ".join(f"{lab} ({d})" for lab, d in zip(labels, dirs))
-                          + (f"; parameters: {', '.join(p.removeprefix('params_') for p in params)}"
-                             if params else "") + "."))
-            best = _best_table(trials, cols, labels, dirs, params)
-            if len(best):
-                fx, fy = _front_order(labels)[:2] if len(cols) >= 2 else (0, 0)
-                items.append(("p", "Best trial" if len(cols) == 1 else
-                              f"Pareto set on {labels[fy]} and {labels[fx]}: the "
-                              f"{len(best)} non-dominated trials ({labels[fy]} {dirs[fy]}, "
-                              f"{labels[fx]} {dirs[fx]}): no other trial is at least as good "
-                              f"on both and better on one. Best first on {labels[fy]}"
-                              f"{f'; at most {MAX_FRONT_ROWS}' if len(best) >= MAX_FRONT_ROWS else ''}."))
-                items.append(("table", best))
-            if (sdir / "plateau.csv").exists():
-                items += _plateau_items(sdir / "plateau.csv")
-            for i, (c, lab, d) in enumerate(zip(cols, labels, dirs)):
-                if i >= 3:
-                    break
-                hist = plots.sweep_history_data(trials, c, d)
-                items.append(("fig", _draw(
-                    f"sweep_history_{i}", f"Sweep history: {lab}",
-                    f"{lab} of each completed trial and the best so far ({d}).",
-                    lambda ax, h=hist, lab=lab: plots.plot_sweep_history(h, ax, lab))))
-            items += _importance_items(sdir, labels)
-            log = _log_params(config)
-            for i, (c, lab, d) in enumerate(zip(cols, labels, dirs)):
-                if i >= 3:
-                    break
-                sl = plots.slice_data(trials, c, params, log, d)
-                if len(sl):
-                    n_par = len(pd.unique(sl["param"]))
-                    items.append(("fig", _draw_fig(
-                        f"sweep_slice_{i}", f"Slice plot: {lab}",
-                        f"{lab} of each completed trial against each parameter (darker: a "
-                        "later trial; red ring: the best). A parameter whose points form no "
-                        "pattern hardly matters within its range.",
-                        lambda fig, sl=sl, lab=lab: plots.plot_slice(sl, fig, lab),
-                        size=(7.5, 0.6 + 3.0 * math.ceil(n_par / 2)))))
-            if len(cols) >= 2:
-                fx, fy = _front_order(labels)[:2]
-                par = plots.pareto_data(trials, [cols[fx], cols[fy]], [dirs[fx], dirs[fy]])
-                par.attrs["x"], par.attrs["y"] = labels[fx], labels[fy]
-                cost = labels[fx].split("@")[0] in COST_OBJECTIVES
-                items.append(("fig", _draw(
-                    "sweep_pareto", "Pareto front" + (f": {labels[fy]} against {labels[fx]}"
-                                                      if cost else ""),
-                    f"Every completed trial on {labels[fy]} ({dirs[fy]}) against "
-                    f"{labels[fx]} ({dirs[fx]}); red, joined: the non-dominated trials "
-                    "(the table above)."
-                    + (" Reading along the front gives the price of each saving: how much "
-                       f"{labels[fy]} a smaller {labels[fx]} costs." if cost else ""),
-                    lambda ax: plots.plot_pareto_front(par, ax))))
-    rob_file = sdir / "robustness.csv"
-    if rob_file.exists():
-        rob = _robustness_table(rob_file, labels)
-        if rob is not None:
-            items.append(("p", "Robustness check: the best trial(s) and the experiment's own "
-                          "parameters re-run on fresh replicate seeds the sweep never saw, and "
-                          "on workload variants. A large drop on fresh seeds is overfitting to "
-                          "the seeds; on a variant, overfitting to the workload."))
-            items.append(("table", rob))
-        paired = _paired_table(rob_file, labels)
-        if paired is not None:
-            items.append(("p", "Does the best beat the published preset? Each winner minus "
-                          "the experiment's own parameters, replicate by replicate on the "
-                          "same fresh seeds (paired), with a 95% Student t interval over "
-                          "those replicates; 'better' or 'worse' when it excludes 0."))
-            items.append(("table", paired))
+        items += _sweep_trial_items(sdir, config, trials, cols, labels, dirs, pkeys)
+    items += _sweep_robustness_items(sdir / "robustness.csv", labels)
     items += _study_items(sdir)
-    # any other PNG left in sweep/ (the sweep's own ones are drawn above from its files)
+    items += _optuna_pngs(sdir)
+    return items
+
+
+def _sweep_trial_items(sdir: Path, config: dict, trials: pd.DataFrame, cols: list[str],
+                       labels: list[str], dirs: list[str], pkeys: list[str]) -> list[Any]:
+    """The trials: the best (or the Pareto set), plateaus, history, importance,
+    slices and the front."""
+    _, params = plots.trial_columns(trials, pkeys)
+    done = plots._complete(trials)
+    if not cols:
+        return [("p", f"{len(trials)} trials; no objective column.")]
+    items: list[Any] = [("p", f"{len(trials)} trials, {len(done)} completed; objective"
+                         f"{'s' if len(cols) > 1 else ''}: "
+                         + ", ".join(f"{lab} ({d})" for lab, d in zip(labels, dirs))
+                         + (f"; parameters: {', '.join(p.removeprefix('params_') for p in params)}"
+                            if params else "") + ".")]
+    best = _best_table(trials, cols, labels, dirs, params)
+    if len(best):
+        fx, fy = _front_order(labels)[:2] if len(cols) >= 2 else (0, 0)
+        items.append(("p", "Best trial" if len(cols) == 1 else
+                      f"Pareto set on {labels[fy]} and {labels[fx]}: the "
+                      f"{len(best)} non-dominated trials ({labels[fy]} {dirs[fy]}, "
+                      f"{labels[fx]} {dirs[fx]}): no other trial is at least as good "
+                      f"on both and better on one. Best first on {labels[fy]}"
+                      f"{f'; at most {MAX_FRONT_ROWS}' if len(best) >= MAX_FRONT_ROWS else ''}."))
+        items.append(("table", best))
+    if (sdir / "plateau.csv").exists():
+        items += _plateau_items(sdir / "plateau.csv")
+    for i, (c, lab, d) in enumerate(list(zip(cols, labels, dirs))[:3]):
+        hist = plots.sweep_history_data(trials, c, d)
+        items.append(("fig", _draw(
+            f"sweep_history_{i}", f"Sweep history: {lab}",
+            f"{lab} of each completed trial and the best so far ({d}).",
+            lambda ax, h=hist, lab=lab: plots.plot_sweep_history(h, ax, lab))))
+    items += _importance_items(sdir, labels)
+    items += _slice_items(trials, cols, labels, dirs, params, _log_params(config))
+    if len(cols) >= 2:
+        items.append(_pareto_item(trials, cols, labels, dirs))
+    return items
+
+
+def _slice_items(trials, cols, labels, dirs, params, log) -> list[Any]:
+    items: list[Any] = []
+    for i, (c, lab, d) in enumerate(list(zip(cols, labels, dirs))[:3]):
+        sl = plots.slice_data(trials, c, params, log, d)
+        if len(sl):
+            n_par = len(pd.unique(sl["param"]))
+            items.append(("fig", _draw_fig(
+                f"sweep_slice_{i}", f"Slice plot: {lab}",
+                f"{lab} of each completed trial against each parameter (darker: a "
+                "later trial; red ring: the best). A parameter whose points form no "
+                "pattern hardly matters within its range.",
+                lambda fig, sl=sl, lab=lab: plots.plot_slice(sl, fig, lab),
+                size=(7.5, 0.6 + 3.0 * math.ceil(n_par / 2)))))
+    return items
+
+
+def _pareto_item(trials, cols, labels, dirs) -> tuple[str, Any]:
+    fx, fy = _front_order(labels)[:2]
+    par = plots.pareto_data(trials, [cols[fx], cols[fy]], [dirs[fx], dirs[fy]])
+    par.attrs["x"], par.attrs["y"] = labels[fx], labels[fy]
+    cost = labels[fx].split("@")[0] in COST_OBJECTIVES
+    return ("fig", _draw(
+        "sweep_pareto", "Pareto front" + (f": {labels[fy]} against {labels[fx]}"
+                                          if cost else ""),
+        f"Every completed trial on {labels[fy]} ({dirs[fy]}) against "
+        f"{labels[fx]} ({dirs[fx]}); red, joined: the non-dominated trials "
+        "(the table above)."
+        + (" Reading along the front gives the price of each saving: how much "
+           f"{labels[fy]} a smaller {labels[fx]} costs." if cost else ""),
+        lambda ax: plots.plot_pareto_front(par, ax)))
+
+
+def _sweep_robustness_items(rob_file: Path, labels: list[str]) -> list[Any]:
+    if not rob_file.exists():
+        return []
+    items: list[Any] = []
+    rob = _robustness_table(rob_file, labels)
+    if rob is not None:
+        items.append(("p", "Robustness check: the best trial(s) and the experiment's own "
+                      "parameters re-run on fresh replicate seeds the sweep never saw, and "
+                      "on workload variants. A large drop on fresh seeds is overfitting to "
+                      "the seeds; on a variant, overfitting to the workload."))
+        items.append(("table", rob))
+    paired = _paired_table(rob_file, labels)
+    if paired is not None:
+        items.append(("p", "Does the best beat the published preset? Each winner minus "
+                      "the experiment's own parameters, replicate by replicate on the "
+                      "same fresh seeds (paired), with a 95% Student t interval over "
+                      "those replicates; 'better' or 'worse' when it excludes 0."))
+        items.append(("table", paired))
+    return items
+
+
+def _optuna_pngs(sdir: Path) -> list[Any]:
+    """Any other PNG left in sweep/ (the sweep's own ones are drawn above from
+    its files)."""
+    items: list[Any] = []
     for png in sorted(sdir.glob("*.png")):
         if png.stem.startswith(("history", "pareto_front", "importance", "slice")):
             continue

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+
+import memsim
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -279,3 +281,16 @@ def test_components_declare_bounds_conservatively():
     product = build_component("ranker", "product", "r")
     b = product.score_bound(np.array([0.5, -0.5]), 0.35, 1.0, None)
     assert b[0] >= 0.5 and b[1] >= -0.5 * 0.35
+
+
+def test_abstention_is_measured_on_unanswerable_queries_only():
+    from memsim.metrics import query_metrics  # noqa: F401  (the column's definition)
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "abst", "replicates": 1},
+        "workload": {"horizon_days": 10.0, "backfill_days": 10.0},
+        "policies": {"a": {"preset": "similarity-only"}}})
+    q = memsim.run_experiment(exp, out=None, report=False).queries
+    none = q["n_relevant"] == 0
+    assert q.loc[~none, "abstained"].isna().all()
+    assert set(q.loc[none, "abstained"]) <= {0.0, 1.0}
+    assert (q.loc[none, "abstained"] == (q.loc[none, "n_packed"] == 0)).all()

@@ -29,6 +29,7 @@ PAIRED_LEVEL = 0.95
 _SAME_NOTE = "the best trial is the experiment's own parameters"
 
 
+# Over 80 lines only through its docstring, which states the rule exactly.
 def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: list[dict],
                      ) -> pd.DataFrame:
     r"""Re-evaluate parameter sets on fresh seeds and on workload variants.
