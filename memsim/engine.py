@@ -111,7 +111,8 @@ class Arm:
     budget: int | None = None
 
 
-def resolve_budget(arm: Arm, settings: SimSettings, stream_budget: np.ndarray | None = None):
+def resolve_budget(arm: Arm, settings: SimSettings, stream_budget: np.ndarray | None = None,
+                   *, per_query: bool = False):
     """The token budget of an arm: the one place that resolves it.
 
     Parameters
@@ -125,12 +126,17 @@ def resolve_budget(arm: Arm, settings: SimSettings, stream_budget: np.ndarray | 
     -------
     int or ndarray of int64
         Without ``stream_budget``: the arm's budget label in the result
-        frames, ``arm.budget`` or else ``settings.budget_tokens``. With it: the
+        frames, ``arm.budget`` or else ``settings.budget_tokens``; 0 when the
+        arm sets none and the stream gives queries budgets of their own
+        (``per_query``): each query's budget is then in the ``budget_tokens``
+        column, and no single label would be true. With it: the
         budget (Q,) of each query: ``arm.budget`` when the arm sets one (it
         overrides the stream), else the stream's value, else
         ``settings.budget_tokens``.
     """
     if stream_budget is None:
+        if arm.budget is None and per_query:
+            return 0
         return arm.budget or settings.budget_tokens
     if arm.budget is not None:
         return np.full(len(stream_budget), arm.budget, dtype=np.int64)
@@ -739,12 +745,32 @@ class _SimOrder:
         for r in rows.tolist():
             c = got.get(r)
             if c is None:
-                c = np.flatnonzero(self.sim[r] > tau[r]) if np.isfinite(tau[r]) else (
-                    np.arange(self.n))
-                c = c[self.valid[r, c]]
+                c = self._from_higher(m, r)
+                if c is None:
+                    # scan the row once at a higher level, and filter it for
+                    # this level and any lower one later
+                    hi = _level(4 * m)
+                    thi = self.tau(hi)[r]
+                    c = np.flatnonzero(self.sim[r] > thi) if np.isfinite(thi) else (
+                        np.arange(self.n))
+                    c = c[self.valid[r, c]]
+                    self._cols[hi][r] = c
+                    c = c[self.sim[r, c] > tau[r]]
                 got[r] = c
             out.append(c)
         return out, tau[rows]
+
+    def _from_higher(self, m: int, r: int) -> np.ndarray | None:
+        """Row ``r``'s columns at level ``m``, filtered from the smallest
+        higher level already scanned (None when there is none)."""
+        best = None
+        for lv, got in self._cols.items():
+            if lv > m and r in got and (best is None or lv < best):
+                best = lv
+        if best is None:
+            return None
+        c = self._cols[best][r]
+        return c[self.sim[r, c] > self._tau[m][r]]
 
 
 def _prune_plan(policy: Policy, ctx: BatchContext) -> tuple[float | None, float | None] | None:
@@ -1113,20 +1139,22 @@ def _concat_columns(parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
     return pd.DataFrame({k: np.concatenate([b[k] for b in parts]) for k in parts[0]})
 
 
-def _labelled(df: pd.DataFrame, arm: Arm, settings: SimSettings) -> pd.DataFrame:
+def _labelled(df: pd.DataFrame, arm: Arm, settings: SimSettings,
+              per_query: bool) -> pd.DataFrame:
     df.insert(0, "policy", arm.policy_name)
-    df.insert(1, "budget", resolve_budget(arm, settings))
+    df.insert(1, "budget", resolve_budget(arm, settings, per_query=per_query))
     return df
 
 
 def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) -> SimResult:
     """The tidy frames of the run."""
     notes = inp.notes
+    pq = bool(np.isfinite(inp.qbudget).any())  # queries with budgets of their own
     frames = []
     for ai, arm in enumerate(arms):
         df = (_concat_columns(got.metrics[ai]) if got.metrics[ai]
               else pd.DataFrame({"query_id": np.zeros(0, np.int64)}))
-        frames.append(_labelled(df, arm, settings))
+        frames.append(_labelled(df, arm, settings, pq))
     qframe = pd.concat(frames, ignore_index=True)
     qframe["actor"] = np.asarray(inp.actor_names, dtype=object)[
         qframe.pop("actor_code").to_numpy()] if len(qframe) else pd.Series(dtype=object)
@@ -1137,7 +1165,8 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
 
     store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens"])
     store.insert(0, "policy", [arms[i].policy_name for i in store["arm"]])
-    store.insert(1, "budget", [resolve_budget(arms[i], settings) for i in store["arm"]])
+    store.insert(1, "budget", [resolve_budget(arms[i], settings, per_query=pq)
+                               for i in store["arm"]])
     store = store.drop(columns="arm")
 
     t_end = inp.qt.max() if len(inp.qt) else 0.0
@@ -1145,14 +1174,14 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
     longterm = TIER_CODES["longterm"]
     arm_rows = [{
         "policy": arm.policy_name,
-        "budget": resolve_budget(arm, settings),
+        "budget": resolve_budget(arm, settings, per_query=pq),
         "recall_gini": gini(st.recalls[exist]),
         "evicted_notes": int(st.evicted.sum()),
         "promoted_notes": int(((st.tier == longterm) & (notes.tier0 != longterm)).sum()),
     } for arm, st in zip(arms, states)]
     rankings = None
     if settings.save_rankings:
-        parts = [_labelled(_concat_columns(got.rankings[ai]), arm, settings)
+        parts = [_labelled(_concat_columns(got.rankings[ai]), arm, settings, pq)
                  for ai, arm in enumerate(arms) if got.rankings[ai]]
         rankings = pd.concat(parts, ignore_index=True) if parts else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings)

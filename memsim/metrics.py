@@ -23,6 +23,8 @@ harm                      sum of |gain| over packed notes with gain < 0 (0 when
                           none is packed): what ndcg@10, which clips gains at
                           0, cannot see
 tokens_used, n_packed     tokens and count of packed notes
+budget_tokens             the query's own budget B (the run's, or the stream's
+                          per-query one)
 recall_age_A_B            recall over R+ notes with age in [A, B) days
 recall_age_90_inf         recall over R+ notes at least 90 days old (the three
                           oldest buckets pooled within the query)
@@ -243,6 +245,8 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     # harm = sum |g| over packed notes with g < 0; defined (0) for every query
     out["harm"] = -np.where(stale, gains, 0.0).sum(axis=1) + 0.0  # + 0.0: no -0.0
     out["tokens_used"] = tokens_used.astype(np.int64)
+    # the budget this query really had (a stream may give queries their own)
+    out["budget_tokens"] = np.broadcast_to(np.asarray(budget, dtype=np.int64), (q,)).copy()
     out["n_packed"] = n_packed.astype(np.int64)
     for col, (lo, hi) in zip(AGE_BUCKET_COLUMNS, AGE_BUCKETS):
         in_b = rp_mask & (ages >= lo) & (ages < hi)

@@ -291,7 +291,14 @@ def _is_extension_number(dtype: Any) -> bool:
             and not pd.api.types.is_bool_dtype(dtype) and pd.api.types.is_numeric_dtype(dtype))
 
 
-def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = False) -> np.ndarray:
+#: Largest ``tokens`` of a note and ``budget_tokens`` of a query: a store of
+#: millions of notes must still sum its tokens in int64 without wrapping, and
+#: no context holds a trillion tokens.
+MAX_TOKENS = 2 ** 40
+
+
+def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = False,
+                maximum: int | None = None) -> np.ndarray:
     """An int64 column; floats are accepted when integral, never truncated."""
     values, bad = _parse_number(raw)
     if values.dtype.kind == "f":
@@ -305,7 +312,11 @@ def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = Fals
     out = values.astype(np.int64)
     if positive:
         bad = bad | (out <= 0)
-    t.fail_first(bad, raw, column, "a positive integer" if positive else "an integer")
+    rule = "a positive integer" if positive else "an integer"
+    if maximum is not None:
+        bad = bad | (out > maximum)
+        rule += f" <= {maximum:,}"
+    t.fail_first(bad, raw, column, rule)
     return out
 
 
@@ -435,7 +446,7 @@ def _check_notes(t: _Table, frame: Any) -> pd.DataFrame:
         out["updated_at"] = np.where(np.isnan(upd), created, upd)
     else:
         out["updated_at"] = created.copy()
-    out["tokens"] = _int_column(t, frame["tokens"], "tokens", positive=True)
+    out["tokens"] = _int_column(t, frame["tokens"], "tokens", positive=True, maximum=MAX_TOKENS)
     out["actor"] = _str_column(t, frame["actor"], "actor")
     out["tier"] = (_str_column(t, frame["tier"], "tier") if "tier" in frame.columns
                    else _const_text(NOTE_DEFAULTS["tier"], len(frame)))
@@ -479,7 +490,8 @@ def _check_queries(t: _Table, frame: Any) -> pd.DataFrame:
                            "t": _float_column(t, frame["t"], "t", "a finite number of days"),
                            "actor": _str_column(t, frame["actor"], "actor")}
     if "budget_tokens" in frame.columns:
-        out["budget_tokens"] = _int_column(t, frame["budget_tokens"], "budget_tokens", positive=True)
+        out["budget_tokens"] = _int_column(t, frame["budget_tokens"], "budget_tokens",
+                                           positive=True, maximum=MAX_TOKENS)
     return _assemble(out, frame, _QUERY_COLUMNS)
 
 

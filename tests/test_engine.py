@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 import memsim
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -294,3 +296,24 @@ def test_abstention_is_measured_on_unanswerable_queries_only():
     assert q.loc[~none, "abstained"].isna().all()
     assert set(q.loc[none, "abstained"]) <= {0.0, 1.0}
     assert (q.loc[none, "abstained"] == (q.loc[none, "n_packed"] == 0)).all()
+
+
+
+def test_per_query_budgets_are_reported_as_they_were():
+    """A stream whose queries carry their own budget_tokens: each query's real
+    budget is in queries.parquet, and the budget label of an arm without a
+    budget of its own is 0 (per query), never the experiment's default."""
+    base = random_stream(seed=4)
+    queries = base.queries.copy()
+    queries["budget_tokens"] = np.where(np.arange(len(queries)) % 2 == 0, 300, 2000)
+    stream = dataclasses.replace(base, queries=queries)
+    policy = resolve_policy({"preset": "similarity-only"}, "p")
+    res = simulate(stream, [Arm("own", policy), Arm("fixed", policy, 800)],
+                   SimSettings(budget_tokens=1500, save_rankings=True), seed_sequence(1))
+    q = res.queries.set_index(["policy", "query_id"])
+    own, fixed = q.loc["own"], q.loc["fixed"]
+    assert (own["budget_tokens"].to_numpy() == queries["budget_tokens"].to_numpy()).all()
+    assert (own["tokens_used"] <= own["budget_tokens"]).all()
+    assert set(own["budget"]) == {0} and set(fixed["budget"]) == {800}
+    assert (fixed["budget_tokens"] == 800).all()
+    assert set(res.arms["budget"]) == {0, 800} and set(res.store["budget"]) == {0, 800}

@@ -811,3 +811,16 @@ def test_fuzz_on_disk_loads_or_raises_stream_error(tmp_path: Path, parts: dict[s
         assert str(exc)
         return
     assert isinstance(s, Stream)
+
+
+def test_token_counts_are_bounded_so_store_sums_cannot_wrap():
+    from memsim.stream import MAX_TOKENS, make_stream
+    from memsim.errors import StreamError
+    notes = pd.DataFrame({"note_id": [0, 1], "created_at": [0.0, 1.0],
+                          "tokens": [10, 2 ** 62], "actor": ["a", "a"]})
+    queries = pd.DataFrame({"query_id": [0], "t": [2.0], "actor": ["a"]})
+    qrels = pd.DataFrame({"query_id": [0], "note_id": [0], "gain": [1.0]})
+    with pytest.raises(StreamError, match=r"tokens.*row 1.*<= "):
+        make_stream(notes, queries, qrels)
+    notes["tokens"] = [10, MAX_TOKENS]
+    make_stream(notes, queries, qrels)  # the bound itself is allowed
