@@ -226,7 +226,7 @@ def child_big(spec: dict) -> dict:
     gen = time.perf_counter() - t0
     wall, cpu = _cpu(run_policies, stream, 1)
     out = {"n_notes": stream.n_notes, "n_queries": stream.n_queries, "gen_s": gen,
-           "wall_s": wall, "cpu_s": cpu, "note_scores": _note_scores(stream)}
+           "wall_s": wall, "cpu_s": cpu, "note_scores": _note_scores(stream), "load": _load()}
     out["peak_mib"] = _maxrss_mib()
     return out
 
@@ -379,7 +379,9 @@ def scale_targets(window: float, big: bool, big_days: float) -> dict:
     days = YEAR if big else big_days
     b = spawn({"what": "big", "n": 1_000_000, "window": days})
     if big:
-        year_s, how = b["wall_s"], "measured"
+        year_s = b["wall_s"]
+        how = (f"measured; CPU {b['cpu_s']:.0f} s, load average during the run "
+               f"{b['load']}")
     else:
         # two windows (d and 3d days at the year's end): the cost per
         # note-score from their difference, the fixed cost from the intercept
@@ -388,10 +390,13 @@ def scale_targets(window: float, big: bool, big_days: float) -> dict:
         fixed = max(b["wall_s"] - per * b["note_scores"], 0.0)
         year_s = fixed + per * _year_note_scores(1_000_000)
         b["peak_mib"] = max(b["peak_mib"], b3["peak_mib"])
+        per_c = max(b3["cpu_s"] - b["cpu_s"], 1e-9) / max(b3["note_scores"] - b["note_scores"], 1)
+        cpu_year = max(b["cpu_s"] - per_c * b["note_scores"], 0.0) + per_c * _year_note_scores(
+            1_000_000)
         how = (f"ESTIMATE from the last {days:g} and {3 * days:g} days ({b['wall_s']:.1f} s, "
                f"{b3['wall_s']:.1f} s): fixed {fixed:.1f} s + {per * 1e9:.2f} s per G "
-               f"note-scores x the year's {_fmt_n(_year_note_scores(1_000_000))}; "
-               f"--big measures it")
+               f"note-scores x the year's {_fmt_n(_year_note_scores(1_000_000))}; same in CPU "
+               f"time {cpu_year / 60:.2f} min; --big measures it")
     r1 = side["policy"] / side["kernel"]
     r10 = side["policies_10"] / side["policy"]
     rows = [
@@ -526,10 +531,10 @@ def main(argv: list[str] | None = None) -> int:
     if 50000 in results["sizes"]:
         s = results["sizes"][50000]
         ratio = s["policy"]["cpu_s"] / s["kernel"]["cpu_s"]
-        targets.append(("full policy vs bare kernel at 50k notes (CPU)", f"{ratio:.2f}x",
-                        "<= 2x", ratio <= 2.0))
+        targets.append(("full policy vs fastest kernel at 50k notes (CPU, separate processes)",
+                        f"{ratio:.2f}x", "<= 1.5x", ratio <= 1.5))
     else:
-        targets.append(("full policy vs bare kernel at 50k notes", "not measured", "<= 2x",
+        targets.append(("full policy vs fastest kernel at 50k notes", "not measured", "<= 1.5x",
                         None))
     one = results["sizes"].get(psize, {}).get("policy") or results["policies"].get(1)
     for p in pols:

@@ -709,7 +709,8 @@ class _SimOrder:
     shared by every arm: level ``m`` holds, per query, the valid notes whose
     similarity is above a threshold ``tau`` chosen (from a fixed sample of
     the columns) so that about ``m`` notes are above it. Every note left out
-    of a level has a similarity <= its ``tau``."""
+    of a level has a similarity <= its ``tau``. A row is scanned once, at a
+    level above the one first asked, and lower levels are filtered from it."""
 
     SAMPLE = 4096
 
@@ -728,11 +729,8 @@ class _SimOrder:
         if m not in self._tau:
             k = self.sample.shape[1]
             j = -(-m * k // self.n)
-            if j >= k:
-                tau = np.full(len(self.sample), -np.inf)
-            else:
-                tau = self.sample[:, j].copy()
-            self._tau[m] = tau
+            self._tau[m] = (np.full(len(self.sample), -np.inf) if j >= k
+                            else self.sample[:, j].copy())
             self._cols[m] = {}
         return self._tau[m]
 
@@ -747,8 +745,6 @@ class _SimOrder:
             if c is None:
                 c = self._from_higher(m, r)
                 if c is None:
-                    # scan the row once at a higher level, and filter it for
-                    # this level and any lower one later
                     hi = _level(4 * m)
                     thi = self.tau(hi)[r]
                     c = np.flatnonzero(self.sim[r] > thi) if np.isfinite(thi) else (
@@ -845,15 +841,17 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     while len(todo):
         full = 2 * level >= n
         if full:
-            lists, tau = [np.arange(n)] * len(todo), np.full(len(todo), -np.inf)
+            cols = np.broadcast_to(np.arange(n), (len(todo), n))
+            real = np.ones((len(todo), n), dtype=bool)
+            tau = np.full(len(todo), -np.inf)
         else:
             lists, tau = order.cols(level, todo)
-        width = max(1, max(len(x) for x in lists))
-        cols = np.zeros((len(todo), width), dtype=np.int64)
-        real = np.zeros((len(todo), width), dtype=bool)
-        for i, x in enumerate(lists):
-            cols[i, :len(x)] = x
-            real[i, :len(x)] = True
+            width = max(1, max(len(x) for x in lists))
+            cols = np.zeros((len(todo), width), dtype=np.int64)
+            real = np.zeros((len(todo), width), dtype=bool)
+            for i, x in enumerate(lists):
+                cols[i, :len(x)] = x
+                real[i, :len(x)] = True
         gctx = _GatheredContext(ctx, todo, cols, real, rate_max)
         live = real & ctx.live_cells(gctx.flat, cols)
         gctx.live = live
@@ -866,7 +864,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
             st.prune_off = True
             return None
         scores = np.where(live & ~np.isnan(scores), scores, -np.inf)
-        p, v = top_candidates(scores, c)
+        p, v = top_candidates(scores, c)  # columns ascending: ties to the lower
         if full:
             done = np.ones(len(todo), dtype=bool)
         elif p.shape[1] < cc:
@@ -891,7 +889,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                 need = max(need, int(((b >= kth[:, None]) & real[d]).sum(axis=1).max()))
         todo = todo[~done]
         level = _level(4 * level)
-    st.prune_level = max(base, _level(1.25 * need + c))
+    st.prune_level = max(base, _level(1.1 * need + c))
     return pos, vals
 
 

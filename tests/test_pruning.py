@@ -162,3 +162,24 @@ def test_queries_parquet_identical_with_pruning_on_and_off(tmp_path, monkeypatch
         frames.append(pd.read_parquet(res.path / "queries.parquet"))
     pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=True)
     assert np.isfinite(frames[0]["utility"]).any()
+
+
+def test_namespaces_and_expiry():
+    # separate stores in one stream (a query sees its own namespace only),
+    # and notes that expire: the valid notes differ from query to query
+    from memsim.stream import make_stream
+
+    base = random_stream(5, n_notes=1200, n_queries=60, dim=4)
+    rng = np.random.default_rng(5)
+    notes = base.notes.copy()
+    queries = base.queries.copy()
+    notes["namespace"] = rng.choice(["u0", "u1", "u2"], len(notes))
+    queries["namespace"] = rng.choice(["u0", "u1", "u2"], len(queries))
+    notes["expires_at"] = np.where(rng.random(len(notes)) < 0.3,
+                                   notes["created_at"] + rng.uniform(1, 20, len(notes)), np.nan)
+    stream = make_stream(notes, queries, base.qrels, None, base.note_embeddings,
+                         base.query_embeddings, {"name": "ns"})
+    arms = [Arm(name, resolve_policy({"preset": name}, name))
+            for name in ("hivemind", "feather", "similarity-only", "generative-agents")]
+    full, pruned = both(stream, arms, candidates=12)
+    assert_same(full, pruned)
