@@ -348,13 +348,22 @@ def _cmd_optimum(args) -> int:
 
 
 def _cmd_feather_check(args) -> int:
-    return feather_main([args.config] + (["--csv", args.csv] if args.csv else []))
+    prog = Progress("memsim feather-check", getattr(args, "quiet", False))
+    try:
+        return feather_main([args.config] + (["--csv", args.csv] if args.csv else []),
+                            progress=prog)
+    finally:
+        prog.close()
 
 
 def _cmd_engine_check(args) -> int:
     argv = [args.config] + (["--csv", args.csv] if args.csv else [])
     if args.engine == "feather":
-        return feather_main(argv)
+        prog = Progress("memsim engine-check feather", getattr(args, "quiet", False))
+        try:
+            return feather_main(argv, progress=prog)
+        finally:
+            prog.close()
     from .langchain_check import main as langchain_main
 
     return langchain_main(argv)

@@ -344,7 +344,45 @@ class Batch:
         return sub
 
 
-class BatchContext:
+class _NoteColumns:
+    """The note columns and per-arm state a context reads at its ``idx``
+    (a vector of rows, or a matrix of gathered cells): shared by the batch's
+    context and the pruned scoring's gathered one."""
+
+    notes: NoteArrays
+    state: PolicyState
+    idx: np.ndarray
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.notes.tokens[self.idx]
+
+    @property
+    def importance(self) -> np.ndarray:
+        return self.notes.importance[self.idx]
+
+    @property
+    def salience(self) -> np.ndarray:
+        return self.notes.salience[self.idx]
+
+    @property
+    def pinned(self) -> np.ndarray:
+        return self.notes.pinned[self.idx]
+
+    @property
+    def memory_type(self) -> np.ndarray:
+        return self.notes.memory_type[self.idx]
+
+    @property
+    def recalls(self) -> np.ndarray:
+        return self.state.recalls[self.idx]
+
+    @property
+    def tier(self) -> np.ndarray:
+        return self.state.tier[self.idx]
+
+
+class BatchContext(_NoteColumns):
     """A :class:`Batch` seen by one arm: the engine's
     :class:`~memsim.policies.context.ScoringContext`.
 
@@ -482,34 +520,8 @@ class BatchContext:
             cache[clock] = origin
         return cache[clock]
 
-    @property
-    def tokens(self) -> np.ndarray:
-        return self.notes.tokens[self.idx]
-
-    @property
-    def importance(self) -> np.ndarray:
-        return self.notes.importance[self.idx]
-
-    @property
-    def salience(self) -> np.ndarray:
-        return self.notes.salience[self.idx]
-
-    @property
-    def pinned(self) -> np.ndarray:
-        return self.notes.pinned[self.idx]
-
-    @property
-    def memory_type(self) -> np.ndarray:
-        return self.notes.memory_type[self.idx]
 
     # -- per arm, from the state ---------------------------------------------
-    @property
-    def recalls(self) -> np.ndarray:
-        return self.state.recalls[self.idx]
-
-    @property
-    def tier(self) -> np.ndarray:
-        return self.state.tier[self.idx]
 
     @cached_property
     def distinct_actors(self) -> np.ndarray:
@@ -584,7 +596,7 @@ def _separable_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor, rate
     return rec
 
 
-class _GatheredContext:
+class _GatheredContext(_NoteColumns):
     """Chosen cells of a :class:`BatchContext`: for the queries ``rows`` (R,),
     the note columns ``cols`` (R, W) of each. Matrices are (R, W) and so are
     note vectors (each cell's note); every value is the full context's for
@@ -663,33 +675,7 @@ class _GatheredContext:
         rate = np.asarray(rate, dtype=np.float64)
         return _separable_recency(self.t, float(full_t.max()), origin[self.cols], floor, rate)
 
-    @property
-    def tokens(self) -> np.ndarray:
-        return self.notes.tokens[self.idx]
 
-    @property
-    def importance(self) -> np.ndarray:
-        return self.notes.importance[self.idx]
-
-    @property
-    def salience(self) -> np.ndarray:
-        return self.notes.salience[self.idx]
-
-    @property
-    def pinned(self) -> np.ndarray:
-        return self.notes.pinned[self.idx]
-
-    @property
-    def memory_type(self) -> np.ndarray:
-        return self.notes.memory_type[self.idx]
-
-    @property
-    def recalls(self) -> np.ndarray:
-        return self.state.recalls[self.idx]
-
-    @property
-    def tier(self) -> np.ndarray:
-        return self.state.tier[self.idx]
 
     @cached_property
     def distinct_actors(self) -> np.ndarray:
@@ -807,6 +793,24 @@ def _level(x: float) -> int:
     return int(round(64 * 2.0 ** (k / 2.0)))
 
 
+def _level_cells(order: _SimOrder, level: int, todo: np.ndarray, n: int, full: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cells the queries ``todo`` score at this level: columns (padded),
+    which of them are real, and the similarity threshold below which no note
+    was taken (-inf when every note is)."""
+    if full:
+        return (np.broadcast_to(np.arange(n), (len(todo), n)),
+                np.ones((len(todo), n), dtype=bool), np.full(len(todo), -np.inf))
+    lists, tau = order.cols(level, todo)
+    width = max(1, max(len(x) for x in lists))
+    cols = np.zeros((len(todo), width), dtype=np.int64)
+    real = np.zeros((len(todo), width), dtype=bool)
+    for i, x in enumerate(lists):  # a loop over the batch's queries, not notes
+        cols[i, :len(x)] = x
+        real[i, :len(x)] = True
+    return cols, real, tau
+
+
 def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                 st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's masked scores without scoring
@@ -840,18 +844,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     need = 0
     while len(todo):
         full = 2 * level >= n
-        if full:
-            cols = np.broadcast_to(np.arange(n), (len(todo), n))
-            real = np.ones((len(todo), n), dtype=bool)
-            tau = np.full(len(todo), -np.inf)
-        else:
-            lists, tau = order.cols(level, todo)
-            width = max(1, max(len(x) for x in lists))
-            cols = np.zeros((len(todo), width), dtype=np.int64)
-            real = np.zeros((len(todo), width), dtype=bool)
-            for i, x in enumerate(lists):
-                cols[i, :len(x)] = x
-                real[i, :len(x)] = True
+        cols, real, tau = _level_cells(order, level, todo, n, full)
         gctx = _GatheredContext(ctx, todo, cols, real, rate_max)
         live = real & ctx.live_cells(gctx.flat, cols)
         gctx.live = live

@@ -62,14 +62,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate
-from .engine_check import DAY_S, first_differences, load_check_config, quantise_stream
+from .engine_check import DAY_S, first_differences, kendall, load_check_config, quantise_stream
 from .errors import ConfigError, MemsimError
 from .stream import Stream
 
@@ -499,7 +499,8 @@ def replay_feather(stream: Stream, *, k: int = 10, half_life: float = 30.0,
                    time_weight: float = 0.3, min_weight: float = 0.0, ef: int | None = None,
                    feedback: bool = True, margin: int | None = None,
                    workdir: str | os.PathLike | None = None,
-                   guard_s: float = 0.02) -> EngineReplay:
+                   guard_s: float = 0.02,
+                   progress: Callable[[float], None] | None = None) -> EngineReplay:
     """Replay ``stream`` (already quantised) through a fresh feather-db store.
 
     Parameters
@@ -541,7 +542,9 @@ def replay_feather(stream: Stream, *, k: int = 10, half_life: float = 30.0,
         clock = _Clock(guard_s=guard_s)
         t_all = time.perf_counter()
         out = _replay_queries(store, clock, cfg, k=k, feedback=feedback,
-                              n_stamp=3 * k + _margin(k, ef, margin))
+                              n_stamp=3 * k + _margin(k, ef, margin), progress=progress)
+        if progress is not None:
+            progress(1.0)
         total_s = time.perf_counter() - t_all
         recalls = store.recalls()
     finally:
@@ -567,7 +570,8 @@ def _margin(k: int, ef: int | None, margin: int | None) -> int:
 
 
 def _replay_queries(store: _EngineStore, clock: _Clock, cfg, *, k: int, feedback: bool,
-                    n_stamp: int) -> dict[str, Any]:
+                    n_stamp: int, progress: Callable[[float], None] | None = None
+                    ) -> dict[str, Any]:
     """Every query in turn: bring the store up to its time, then search.
 
     Returns the per-query fields of :class:`EngineReplay` (``ids``,
@@ -581,6 +585,8 @@ def _replay_queries(store: _EngineStore, clock: _Clock, cfg, *, k: int, feedback
     unstamped = np.zeros(nq, dtype=np.int64)
     beyond = np.zeros(nq, dtype=np.int64)
     for j in range(nq):
+        if progress is not None:
+            progress(j / nq)
         t = int(inp.qt[j])
         t0, c0 = time.perf_counter(), time.process_time()
         store.ingest_until(t)
@@ -607,17 +613,6 @@ def _replay_queries(store: _EngineStore, clock: _Clock, cfg, *, k: int, feedback
 # --------------------------------------------------------------------------
 # Comparison
 # --------------------------------------------------------------------------
-
-
-def _kendall(a: np.ndarray, b: np.ndarray) -> float:
-    """Kendall's tau-a between two rankings of the same items (no ties)."""
-    m = len(a)
-    if m < 2:
-        return float("nan")
-    da = np.sign(a[:, None] - a[None, :])
-    db = np.sign(b[:, None] - b[None, :])
-    iu = np.triu_indices(m, 1)
-    return float((da[iu] * db[iu]).sum() / len(iu[0]))
 
 
 @dataclass
@@ -690,7 +685,7 @@ def _compare(stream: Stream, mem: MemsimReplay, eng: EngineReplay, k: int) -> pd
             bool(len(a_ids) == len(b_ids) and np.array_equal(a_ids, b_ids)),
             len(shared) / k,
             len(shared),
-            _kendall(ia.astype(float), ib.astype(float)),
+            kendall(ia.astype(float), ib.astype(float)),
             float(np.abs(a_s[ia] - b_s[ib]).max()) if len(shared) else float("nan"),
             above,
         ))
@@ -733,7 +728,8 @@ def feather_cross_check(stream: Stream, *, k: int = 10, half_life: float = 30.0,
                         time_weight: float = 0.3, min_weight: float = 0.0,
                         ef: int | None = None, exact: bool = True, feedback: bool = True,
                         reuse: CrossCheckResult | None = None,
-                        workdir: str | os.PathLike | None = None) -> CrossCheckResult:
+                        workdir: str | os.PathLike | None = None,
+                        progress: Callable[[float], None] | None = None) -> CrossCheckResult:
     """Replay ``stream`` through Feather DB and memsim's ``feather`` preset and
     compare them query by query.
 
@@ -795,7 +791,8 @@ def feather_cross_check(stream: Stream, *, k: int = 10, half_life: float = 30.0,
     if exact:
         ef = max(ef or 0, min(qs.n_notes, EXACT_EF_CAP), 3 * k)
     eng = replay_feather(qs, k=k, half_life=half_life, time_weight=time_weight,
-                         min_weight=min_weight, ef=ef, feedback=feedback, workdir=workdir)
+                         min_weight=min_weight, ef=ef, feedback=feedback, workdir=workdir,
+                         progress=progress)
     per_query = _compare(qs, mem, eng, k)
     note_ids = qs.notes["note_id"].to_numpy(np.int64)
     recalls = pd.DataFrame({"note_id": note_ids, "engine": eng.recalls, "memsim": mem.recalls})
@@ -901,8 +898,8 @@ def format_cross_check(result: CrossCheckResult) -> str:
 _CHECK_KEYS = {"seed", "k", "half_life", "time_weight", "min_weight", "searches", "feedback"}
 
 
-def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True
-                      ) -> list[CrossCheckResult]:
+def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
+                      progress: Any = None) -> list[CrossCheckResult]:
     """Run the cross-check a TOML file (or its parsed dict) describes.
 
     The file has a ``[feather_check]`` (or ``[engine_check]``) table (``seed``, ``k``, ``half_life``,
@@ -939,7 +936,12 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True
     for fb in feedbacks:
         first = None
         for kw in kws:
-            res = feather_cross_check(stream, **params, **kw, feedback=fb, reuse=first)
+            # one progress phase per replay through the engine
+            phase = progress
+            if hasattr(progress, "phase"):
+                phase = progress.phase(f"engine replay ({_search_label(kw, fb)})")
+            res = feather_cross_check(stream, **params, **kw, feedback=fb, reuse=first,
+                                      progress=phase)
             first = first or res
             results.append(res)
             if verbose:
@@ -947,8 +949,14 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m memsim.feather_check CONFIG.toml [--csv PREFIX]``."""
+def _search_label(kw: dict, feedback: bool) -> str:
+    search = "exact" if kw.get("exact") else f"ef {kw.get('ef', 'default')}"
+    return search + ("" if feedback else ", no feedback")
+
+
+def main(argv: list[str] | None = None, progress: Any = None) -> int:
+    """``python -m memsim.feather_check CONFIG.toml [--csv PREFIX]``; ``progress``
+    (the CLI's) gets a phase per replay through the engine."""
     parser = argparse.ArgumentParser(prog="python -m memsim.feather_check",
                                      description="Cross-check memsim's feather preset "
                                                  "against the feather-db engine.")
@@ -960,9 +968,9 @@ def main(argv: list[str] | None = None) -> int:
     # write-ahead-log record, whatever the work folder's file system.
     os.environ.setdefault("FEATHER_WAL_SYNC", "0")
     try:
-        results = run_feather_check(args.config)
+        results = run_feather_check(args.config, progress=progress)
     except MemsimError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
     if args.csv:
         for res in results:

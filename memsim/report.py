@@ -85,16 +85,16 @@ class _Report:
 
 
 def _draw(name: str, title: str, caption: str, draw: Callable[[Any], Any],
-          size: tuple[float, float] = (7.5, 4.2)) -> ReportFigure:
-    """Draw on a fresh Figure (no pyplot state) and keep the PNG bytes."""
+          size: tuple[float, float] = (7.5, 4.2), panels: bool = False) -> ReportFigure:
+    """Draw on a fresh Figure (no pyplot state) and keep the PNG bytes;
+    ``draw`` gets the figure's one Axes, or the Figure itself with ``panels``."""
     # matplotlib is imported on the first figure only: reading a run folder
     # (and importing memsim) must not pay for it
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, layout="constrained")
-    ax = fig.add_subplot()
     try:
-        draw(ax)
+        draw(fig if panels else fig.add_subplot())
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=_DPI)
         return ReportFigure(name, title, caption, buf.getvalue())
@@ -780,18 +780,7 @@ def _plateau_items(path: Path) -> list[Any]:
 def _draw_fig(name: str, title: str, caption: str, draw: Callable[[Any], Any],
               size: tuple[float, float]) -> ReportFigure:
     """Like :func:`_draw`, for a figure of several panels: ``draw`` gets the Figure."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size, layout="constrained")
-    try:
-        draw(fig)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=_DPI)
-        return ReportFigure(name, title, caption, buf.getvalue())
-    except Exception as exc:  # one broken figure must not hide the rest of the report
-        warnings.warn(f"report figure {name!r} failed: {type(exc).__name__}: {exc}",
-                      stacklevel=2)
-        return ReportFigure(name, title, caption, error=f"{type(exc).__name__}: {exc}")
+    return _draw(name, title, caption, draw, size, panels=True)
 
 
 def _log_params(config: dict) -> dict[str, bool]:

@@ -189,8 +189,9 @@ def minmax_normalise(x: np.ndarray, live: np.ndarray | None) -> np.ndarray:
     if live is None:
         live = np.ones(x.shape, dtype=bool)
     live = np.broadcast_to(live, x.shape)
-    lo = np.min(np.where(live, x, np.inf), axis=1, keepdims=True)
-    hi = np.max(np.where(live, x, -np.inf), axis=1, keepdims=True)
+    # initial=: a batch over an empty store has rows of no columns
+    lo = np.min(np.where(live, x, np.inf), axis=1, keepdims=True, initial=np.inf)
+    hi = np.max(np.where(live, x, -np.inf), axis=1, keepdims=True, initial=-np.inf)
     rng = hi - lo
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(rng > 0, (x - lo) / np.where(rng > 0, rng, 1.0), 0.5)
