@@ -33,7 +33,7 @@ from .optimum import optimum
 from .policies import PRESETS, REGISTRY, assumptions
 from .report import build_report
 from .rng import child_seq, seed_sequence
-from .runner import run_many
+from .runner import default_jobs, run_many
 from .stream import describe_stream, read_stream, write_stream
 from .twin import calibrate_workload, format_twin
 
@@ -181,6 +181,17 @@ def _run_units(exps: list, jobs: int) -> tuple[str, list[tuple[float, str]]]:
             name = f"replicate {j + 1}/{r}" + (f" of run {i + 1}/{n}" if n > 1 else "")
             units.append(((i + (j + 1) / r) / n, name))
     return "replicates", units
+
+
+def _jobs(text: str) -> int:
+    """``--jobs``: a positive number of worker processes."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of processes, >= 1")
+    return n
 
 
 def _utf8_stdout() -> bool:
@@ -433,7 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("experiments", nargs="+", metavar="EXPERIMENT.toml",
                    help="experiment files (a [grid] table expands into one run per "
                         "combination)")
-    r.add_argument("--jobs", type=int, default=1, help="worker processes for grids/batches")
+    r.add_argument("--jobs", type=_jobs, default=default_jobs(), metavar="N",
+                   help="worker processes (default: the cores, %(default)s here): several "
+                        "runs in parallel, or a single run's replicates; results do not "
+                        "depend on it")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
     # --quiet (from the common options) also keeps the headline table off:
     # only the run folders are printed

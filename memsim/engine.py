@@ -325,6 +325,8 @@ class Batch:
             emb = notes.emb[self.idx]
         self.dots = qemb @ emb.T
         self.qnorm2 = qnorm2
+        #: the queries' embeddings (Q, D), for a retriever that searches an index
+        self.qemb = qemb
         #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
 
@@ -443,6 +445,14 @@ class BatchContext(_NoteColumns):
     @property
     def nnorm2(self) -> np.ndarray:
         return self.notes.norm2[self.idx]
+
+    @property
+    def note_vectors(self) -> np.ndarray:
+        return self.notes.emb[self.idx]
+
+    @property
+    def query_vectors(self) -> np.ndarray:
+        return self.batch.qemb
 
     def shared(self, key, compute):
         """A value computed once per batch and shared by every arm (the
@@ -1221,7 +1231,12 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
     mask = batch.valid & ~st.evicted[batch.idx][None, :]
     ctx = BatchContext(batch, st, rng)
     if policy.retriever.prefilter:
-        mask = _prefilter_mask(ctx.similarity(policy.retriever), mask, policy.retriever.prefilter)
+        choose = getattr(policy.retriever, "prefilter_mask", None)
+        if choose is not None:  # a retriever that chooses its own candidates (an ANN index)
+            mask = mask & np.asarray(choose(ctx, mask), dtype=bool)
+        else:
+            mask = _prefilter_mask(ctx.similarity(policy.retriever), mask,
+                                   policy.retriever.prefilter)
         if fb.touch == "prefilter" and fb.before_scoring:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)

@@ -2,7 +2,9 @@
 
 :func:`run_experiment` simulates every arm of an experiment on every replicate
 and writes a run folder (its files and their atomic writing are described in
-:mod:`memsim.rundir`); :func:`run_many` runs a batch or a grid.
+:mod:`memsim.rundir`); :func:`run_many` runs a batch or a grid. ``jobs`` > 1
+runs several runs, or a run's replicates, in worker processes, with results
+identical to one process.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import shutil
 import signal
 import time
+import traceback
 from multiprocessing.connection import wait as wait_any
 from pathlib import Path
 from typing import Any, Callable
@@ -29,7 +32,8 @@ from .rundir import (Manifest, RunResult, load_run, new_run_dir, run_status, utc
 from .stats import summarise
 from .stream import Stream
 
-__all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "load_stream_for",
+__all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "default_jobs",
+           "load_stream_for",
            "experiment_manifest", "write_atomic", "load_run", "run_status", "new_run_dir"]
 
 
@@ -46,41 +50,212 @@ def _arms(exp: Experiment) -> list[Arm]:
     return [Arm(name, pol, b) for b in budgets for name, pol in exp.policies.items()]
 
 
+def default_jobs() -> int:
+    """The cores this process may run on (its CPU affinity where the system
+    has one, else ``os.cpu_count()``): the default of ``memsim run --jobs``."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
                         progress: Callable[[float], None] | None = None,
-                        streams: dict[int, Stream] | None = None) -> dict[str, pd.DataFrame]:
+                        streams: dict[int, Stream] | None = None,
+                        jobs: int = 1) -> dict[str, pd.DataFrame]:
     """Simulate every arm on every replicate; return the concatenated frames.
 
     ``replicates`` defaults to ``range(experiment.replicates)``; a sweep's
     robustness check passes fresh ones. ``streams`` may hold pre-built streams
-    by replicate (a sweep reuses them across trials).
+    by replicate (a sweep reuses them across trials). ``jobs`` > 1 simulates
+    up to that many replicates at once in worker processes; every replicate
+    has its own named seed streams, so the frames are identical to ``jobs=1``.
     """
     reps = list(range(exp.settings.replicates)) if replicates is None else list(replicates)
     arms = _arms(exp)
+    cached_source: Stream | None = None
+
+    def stream_of(r: int) -> Stream | None:
+        nonlocal cached_source
+        if streams is not None and r in streams:
+            return streams[r]
+        if isinstance(exp.workload, StreamSource):
+            # a replayed stream is read once and shared by every replicate
+            cached_source = cached_source or load_stream_for(exp, r)
+            return cached_source
+        return None  # generated from the replicate's seed where it is simulated
+
+    if jobs > 1 and len(reps) > 1 and not multiprocessing.current_process().daemon:
+        per_rep = _simulate_parallel(exp, arms, reps, stream_of, progress, jobs)
+    else:
+        per_rep = (_simulate_replicate(exp, arms, r, stream_of(r), None if progress is None
+                                       else (lambda f, i=i: progress((i + f) / len(reps))))
+                   for i, r in enumerate(reps))
     parts: dict[str, list[pd.DataFrame]] = {"queries": [], "store": [], "arms": [],
                                             "rankings": []}
-    cached_source: Stream | None = None
-    for i, r in enumerate(reps):
-        if streams is not None and r in streams:
-            stream = streams[r]
-        elif isinstance(exp.workload, StreamSource):
-            cached_source = cached_source or load_stream_for(exp, r)
-            stream = cached_source
-        else:
-            stream = load_stream_for(exp, r)
-        sub = None if progress is None else (
-            lambda f, i=i: progress((i + f) / len(reps)))
-        res = simulate(stream, arms, exp.sim,
-                       child_seq(seed_sequence(exp.seed), "replicate", r, "policies"),
-                       reader=exp.reader, progress=sub)
-        for key in ("queries", "store", "arms"):
-            df = getattr(res, key)
-            df.insert(0, "replicate", r)
-            parts[key].append(df)
-        if res.rankings is not None:
-            res.rankings.insert(0, "replicate", r)
-            parts["rankings"].append(res.rankings)
+    for frames in per_rep:
+        for key, df in frames.items():
+            if df is not None:
+                parts[key].append(df)
     return {k: (pd.concat(v, ignore_index=True) if v else None) for k, v in parts.items()}
+
+
+def _simulate_replicate(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,
+                        progress: Callable[[float], None] | None
+                        ) -> dict[str, pd.DataFrame | None]:
+    """The frames of replicate ``r`` (its ``replicate`` column first)."""
+    if stream is None:
+        stream = load_stream_for(exp, r)
+    res = simulate(stream, arms, exp.sim,
+                   child_seq(seed_sequence(exp.seed), "replicate", r, "policies"),
+                   reader=exp.reader, progress=progress)
+    frames: dict[str, pd.DataFrame | None] = {}
+    for key in ("queries", "store", "arms", "rankings"):
+        df = getattr(res, key)
+        if df is not None:
+            df.insert(0, "replicate", r)
+        frames[key] = df
+    return frames
+
+
+# --------------------------------------------------------------------------
+# Replicates in worker processes
+# --------------------------------------------------------------------------
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _replicate_worker(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,
+                      send_progress: bool, parent: int, conn) -> None:
+    """A worker process of :func:`simulate_experiment`: one replicate's frames,
+    or its exception, sent back. The parent alone handles signals: a worker
+    ignores SIGINT (Ctrl-C reaches the whole process group), dies on SIGTERM
+    and is killed when the parent stops; it writes no file."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+    def report(frac: float) -> None:
+        if os.getppid() != parent:  # the parent was killed: stop at once
+            os._exit(1)
+        if send_progress:
+            conn.send(("progress", frac))
+
+    try:
+        conn.send(("ok", _simulate_replicate(exp, arms, r, stream, report)))
+    except BaseException as exc:  # sent to the parent, which raises it
+        exc.add_note(f"(in the worker process of replicate {r}:\n"
+                     f"{''.join(traceback.format_exception(exc)).rstrip()})")
+        try:
+            conn.send(("error", exc))
+        except Exception:  # an exception that does not pickle, or no parent
+            try:
+                conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+            except Exception:
+                pass
+    finally:
+        conn.close()
+
+
+def _simulate_parallel(exp: Experiment, arms: list[Arm], reps: list[int],
+                       stream_of: Callable[[int], Stream | None],
+                       progress: Callable[[float], None] | None,
+                       jobs: int) -> list[dict[str, pd.DataFrame | None]]:
+    """The frames of every replicate, in order, ``jobs`` replicates at a time.
+
+    The error raised is the one ``jobs=1`` would raise: that of the first
+    failing replicate in order (later ones are stopped, earlier ones finish).
+    """
+    ctx = multiprocessing.get_context()
+    done: dict[int, dict[str, pd.DataFrame | None]] = {}
+    frac = [0.0] * len(reps)
+    running: dict[int, tuple[Any, Any]] = {}  # position -> (process, parent end of its pipe)
+    failed: tuple[int, BaseException] | None = None
+    queue = list(range(len(reps)))
+    try:
+        while queue or running:
+            while queue and failed is None and len(running) < jobs:
+                i = queue.pop(0)
+                running[i] = _start_worker(ctx, (exp, arms, reps[i], stream_of(reps[i]),
+                                                 progress is not None, os.getpid()))
+            if not running:
+                break
+            ready = wait_any([conn for _, conn in running.values()]
+                             + [proc.sentinel for proc, _ in running.values()])
+            for i, (proc, conn) in list(running.items()):
+                if i not in running or (conn not in ready and proc.sentinel not in ready):
+                    continue
+                outcome = _drain(conn, lambda f, i=i: frac.__setitem__(i, f))
+                if outcome is None and proc.sentinel in ready:
+                    proc.join()
+                    outcome = ("error", RuntimeError(
+                        f"replicate {reps[i]}: the worker process died (exit code "
+                        f"{proc.exitcode})"))
+                if outcome is None:  # still running; it reported progress
+                    if progress is not None:
+                        progress(sum(frac) / len(reps))
+                    continue
+                proc.join()
+                conn.close()
+                del running[i]
+                if outcome[0] == "ok":
+                    done[i] = outcome[1]
+                    frac[i] = 1.0
+                    if progress is not None:
+                        progress(sum(frac) / len(reps))
+                elif failed is None or i < failed[0]:
+                    failed = (i, outcome[1])
+                    queue.clear()
+                    # replicates after the failing one would not have run
+                    _stop_workers({k: w for k, w in running.items() if k > i})
+                    for k in [k for k in running if k > i]:
+                        del running[k]
+    except BaseException:
+        _stop_workers(running)
+        raise
+    if failed is not None:
+        raise failed[1]
+    return [done[i] for i in range(len(reps))]
+
+
+def _start_worker(ctx, args: tuple) -> tuple[Any, Any]:
+    """Start a replicate worker with SIGINT/SIGTERM blocked until it has set
+    its own handlers (a signal cannot reach it while it holds the parent's)."""
+    recv, send = ctx.Pipe(duplex=False)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        proc = ctx.Process(target=_replicate_worker, args=(*args, send), daemon=True)
+        proc.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        send.close()
+    return proc, recv
+
+
+def _drain(conn, on_progress: Callable[[float], None]) -> tuple | None:
+    """Read what a worker sent: its outcome, or None while it is still running
+    (or when it died without sending one)."""
+    try:
+        while conn.poll():
+            msg = conn.recv()
+            if msg[0] != "progress":
+                return msg
+            on_progress(msg[1])
+    except (EOFError, OSError):
+        return None
+    except Exception as exc:  # an error that pickled but does not unpickle
+        return ("error", RuntimeError(f"a worker's error could not be read back: {exc}"))
+    return None
+
+
+def _stop_workers(running: dict) -> None:
+    """Kill replicate workers (they write nothing) and wait for them."""
+    for proc, _ in running.values():
+        if proc.is_alive():
+            proc.kill()
+    for proc, conn in running.values():
+        proc.join()
+        conn.close()
 
 
 # --------------------------------------------------------------------------
@@ -102,7 +277,7 @@ _Manifest = experiment_manifest
 def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict | None = None,
                    out: str | Path | None = "results", report: bool = True,
                    progress: Callable[[float], None] | None = None,
-                   argv: list[str] | None = None) -> RunResult:
+                   argv: list[str] | None = None, jobs: int = 1) -> RunResult:
     """Run one experiment and (unless ``out`` is None) write its run folder.
 
     Parameters
@@ -115,6 +290,9 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         Parent folder of the run folder; None keeps everything in memory.
     report : bool
         Build ``report.html`` at the end.
+    jobs : int
+        Replicates simulated at once in worker processes (default 1: all in
+        this process). Any ``jobs`` gives identical results.
     """
     if not isinstance(exp, Experiment):
         exp = load_experiment(exp, overrides)
@@ -126,7 +304,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if out is None:
-        frames = simulate_experiment(exp, progress=progress)
+        frames = simulate_experiment(exp, progress=progress, jobs=jobs)
         timings["simulate"] = time.perf_counter() - t0
         summary = summarise(frames["queries"], frames["arms"], frames["store"])
         return _result(exp, frames, summary, None, timings)
@@ -137,7 +315,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
     summary_file = path / "summary.csv"
     try:
         _write(path / "config.toml", lambda p: p.write_text(config_text, encoding="utf-8"))
-        frames = simulate_experiment(exp, progress=progress)
+        frames = simulate_experiment(exp, progress=progress, jobs=jobs)
         timings["simulate"] = time.perf_counter() - t0
         summary = summarise(frames["queries"], frames["arms"], frames["store"])
         _write(path / "queries.parquet", lambda p: frames["queries"].to_parquet(p))
@@ -240,12 +418,13 @@ def _stop_on_signal(signum, frame):
     raise KeyboardInterrupt
 
 
-def _child(exp: Experiment, out, report: bool, argv, conn) -> None:
-    """A worker process of :func:`run_many`: one run, its outcome sent back."""
+def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1) -> None:
+    """A worker process of :func:`run_many`: one run (its replicates ``jobs``
+    at a time), its outcome sent back."""
     signal.signal(signal.SIGINT, _stop_on_signal)
     signal.signal(signal.SIGTERM, _stop_on_signal)
     try:
-        res = run_experiment(exp, out=out, report=report, argv=argv)
+        res = run_experiment(exp, out=out, report=report, argv=argv, jobs=jobs)
         conn.send(("ok", str(res.path)))
     except BaseException as exc:  # sent to the parent, which raises it
         try:
@@ -261,6 +440,12 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
              argv: list[str] | None = None) -> list[Path]:
     """Run several experiments (grids expanded), ``jobs`` at a time in worker processes.
 
+    ``jobs`` worker processes in all: a single run simulates its replicates
+    ``jobs`` at a time; several runs run ``jobs`` at a time, each simulating
+    its replicates in ``jobs // runs`` processes when there are cores to spare
+    (4 jobs, 2 runs: 2 replicates at a time in each), one at a time otherwise.
+    Results never depend on ``jobs``.
+
     The first failure stops the queue (running jobs finish) and is raised. An
     interrupt (SIGINT, or SIGTERM where the CLI turns it into one) stops the
     queue at once: no further run starts and every running one is stopped
@@ -273,7 +458,7 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
             sub = None if progress is None else (
                 lambda f, i=i: progress((i + f) / len(expanded)))
             paths.append(run_experiment(e, out=out, report=report, progress=sub,
-                                        argv=argv).path)
+                                        argv=argv, jobs=jobs).path)
         return paths
     return _run_parallel(expanded, out, jobs, report, progress, argv)
 
@@ -290,7 +475,8 @@ def _run_parallel(expanded: list[Experiment], out, jobs: int, report: bool,
             while queue and error is None and len(running) < jobs:
                 i = queue.pop(0)
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(expanded[i], out, report, argv, send),
+                proc = ctx.Process(target=_child, args=(expanded[i], out, report, argv, send,
+                                                        max(1, jobs // len(expanded))),
                                    daemon=False)
                 proc.start()
                 send.close()

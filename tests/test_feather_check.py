@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from memsim.errors import ConfigError, MemsimError
+from memsim.engine_check import kendall as _kendall
 from memsim.feather_check import (
-    _kendall,
     feather_cross_check,
     feather_policy,
     format_cross_check,
