@@ -445,9 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="experiment files (a [grid] table expands into one run per "
                         "combination)")
     r.add_argument("--jobs", type=_jobs, default=default_jobs(), metavar="N",
-                   help="worker processes (default: the cores, %(default)s here): several "
-                        "runs in parallel, or a single run's replicates; results do not "
-                        "depend on it")
+                   help="worker processes, one per core unless given: several runs at once, "
+                        "or a single run's replicates; results do not depend on it")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
     # --quiet (from the common options) also keeps the headline table off:
     # only the run folders are printed

@@ -312,11 +312,9 @@ def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = Fals
     out = values.astype(np.int64)
     if positive:
         bad = bad | (out <= 0)
-    rule = "a positive integer" if positive else "an integer"
+    t.fail_first(bad, raw, column, "a positive integer" if positive else "an integer")
     if maximum is not None:
-        bad = bad | (out > maximum)
-        rule += f" <= {maximum:,}"
-    t.fail_first(bad, raw, column, rule)
+        t.fail_first(out > maximum, raw, column, f"at most {maximum:,}")
     return out
 
 

@@ -312,3 +312,24 @@ def test_compare_refuses_runs_that_cannot_be_paired(two_runs):
     assert s["run2/no-decay"] == pytest.approx(own["no-decay"])
     assert "▲" not in cmp.to_markdown() and "▼" not in cmp.to_markdown()
 
+
+
+def test_cli_jobs_defaults_to_the_cores_and_the_api_to_one(monkeypatch):
+    import inspect
+
+    from memsim.cli import build_parser
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert memsim.runner.default_jobs() == 3
+    assert build_parser().parse_args(["run", "x.toml"]).jobs == memsim.runner.default_jobs()
+    for fn in (memsim.runner.run_experiment, memsim.runner.run_many,
+               memsim.runner.simulate_experiment):
+        assert inspect.signature(fn).parameters["jobs"].default == 1
+
+
+@pytest.mark.parametrize("jobs", ["0", "-2", "two"])
+def test_cli_refuses_a_jobs_below_one(jobs, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(QUICKSTART), "--jobs", jobs])
+    assert exit_.value.code == 2
+    assert "--jobs" in capsys.readouterr().err

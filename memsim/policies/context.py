@@ -59,6 +59,9 @@ class ScoringContext(Protocol):
     dots, qnorm2, nnorm2
         Query-note dot products (Q, L), squared query norms (Q,) and squared
         note norms (L,): what a retriever computes its similarity from.
+    note_vectors, query_vectors : ndarray, shapes (L, D) and (Q, D)
+        The note and query embeddings themselves, for a retriever that
+        searches an index of its own (``hnsw``).
     age_created, age_updated, age_last_access : ndarray, shape (Q, L)
         Days since creation, since the last update, and since the last use
         (creation counting as the first use).
@@ -100,6 +103,12 @@ class ScoringContext(Protocol):
 
     @property
     def nnorm2(self) -> np.ndarray: ...
+
+    @property
+    def note_vectors(self) -> np.ndarray: ...
+
+    @property
+    def query_vectors(self) -> np.ndarray: ...
 
     def similarity(self, retriever: Any) -> np.ndarray:
         """The retriever's similarity (Q, L); a context may share or fix it."""
@@ -330,6 +339,14 @@ class ArrayContext:
     def nnorm2(self) -> np.ndarray:
         _, ne = self._embeddings()
         return np.einsum("ij,ij->i", ne, ne, dtype=np.float64)
+
+    @property
+    def note_vectors(self) -> np.ndarray:
+        return self._embeddings()[1]
+
+    @property
+    def query_vectors(self) -> np.ndarray:
+        return self._embeddings()[0]
 
     def similarity(self, retriever: Any) -> np.ndarray:
         """The given ``similarity``, else the retriever's on the embeddings,

@@ -1,0 +1,161 @@
+"""Replicates in worker processes (`--jobs`): identical results, the same
+errors, and interrupted runs that still end failed."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import memsim.runner as runner
+from memsim.cli import main
+from memsim.config import load_experiment
+from memsim.errors import ConfigError
+from memsim.rundir import run_status
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "experiments" / "quickstart.toml"
+SMALL = ["experiment.replicates=3", "workload.horizon_days=30", "workload.backfill_days=30",
+         "workload.queries_per_day=3", "workload.notes_per_day=5"]
+
+
+def _small(*more: str):
+    return load_experiment(QUICKSTART, SMALL + list(more))
+
+
+def test_two_jobs_give_the_frames_of_one(tmp_path):
+    one = runner.run_experiment(_small(), out=tmp_path / "one", report=False, jobs=1)
+    two = runner.run_experiment(_small(), out=tmp_path / "two", report=False, jobs=2)
+    q1 = pd.read_parquet(one.path / "queries.parquet")
+    pd.testing.assert_frame_equal(q1, pd.read_parquet(two.path / "queries.parquet"),
+                                  check_exact=True)
+    assert sorted(q1["replicate"].unique()) == [0, 1, 2]
+    for name in ("queries", "store", "arms", "summary"):
+        pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name), check_exact=True)
+    assert ((one.path / "summary.csv").read_bytes()
+            == (two.path / "summary.csv").read_bytes())
+
+
+def test_more_jobs_than_replicates_and_a_budget_curve_with_rankings():
+    exp = _small("experiment.budgets=[300, 1500]", "experiment.save_rankings=true")
+    one = runner.simulate_experiment(exp, replicates=[4, 1])
+    fracs: list[float] = []
+    many = runner.simulate_experiment(exp, replicates=[4, 1], jobs=8, progress=fracs.append)
+    for key, frame in one.items():
+        if frame is None:
+            assert many[key] is None
+        else:
+            pd.testing.assert_frame_equal(frame, many[key], check_exact=True)
+    assert list(one["queries"]["replicate"].unique()) == [4, 1]
+    assert fracs == sorted(fracs) and fracs[-1] == pytest.approx(1.0)
+
+
+def test_a_grid_with_spare_cores_gives_the_frames_of_one(tmp_path):
+    exp = _small("experiment.replicates=2")
+    grid = dataclasses.replace(exp, grid={"experiment.budget_tokens": [500, 1500]})
+    serial = runner.run_many([grid], out=tmp_path / "one", jobs=1, report=False)
+    parallel = runner.run_many([grid], out=tmp_path / "four", jobs=4, report=False)
+    for a, b in zip(serial, parallel):
+        pd.testing.assert_frame_equal(pd.read_parquet(a / "queries.parquet"),
+                                      pd.read_parquet(b / "queries.parquet"), check_exact=True)
+
+
+def _break_replicates(monkeypatch, error):
+    """Replicates 1 and 2 fail while their streams are generated."""
+    real = runner.load_stream_for
+
+    def load(exp, r):
+        if r >= 1:
+            raise error(r)
+        return real(exp, r)
+
+    monkeypatch.setattr(runner, "load_stream_for", load)
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_a_worker_error_is_raised_as_one_process_raises_it(tmp_path, monkeypatch, jobs):
+    _break_replicates(monkeypatch, lambda r: ValueError(f"replicate {r} is broken"))
+    with pytest.raises(ValueError) as serial:
+        runner.run_experiment(_small(), out=tmp_path / "one", report=False)
+    with pytest.raises(ValueError) as parallel:
+        runner.run_experiment(_small(), out=tmp_path / "two", report=False, jobs=jobs)
+    assert str(serial.value) == str(parallel.value) == "replicate 1 is broken"
+    # the worker's own traceback travels along as a note
+    assert "in the worker process of replicate 1" in "".join(parallel.value.__notes__)
+    for out in ("one", "two"):
+        (folder,) = (tmp_path / out).iterdir()
+        status = run_status(folder)
+        assert status["status"] == "failed"
+        assert status["error"] == "ValueError: replicate 1 is broken"
+        assert not (folder / "summary.csv").exists()
+
+
+def test_a_worker_error_is_the_same_one_line_on_the_command_line(tmp_path, monkeypatch,
+                                                                   capsys):
+    _break_replicates(monkeypatch, lambda r: ConfigError(f"replicate {r}:\n  bad   value"))
+    lines = []
+    for jobs in ("1", "2"):
+        code = main(["run", str(QUICKSTART), "--jobs", jobs, "--quiet", "--no-report",
+                     "--out", str(tmp_path / jobs), *(a for s in SMALL for a in ("--set", s))])
+        assert code == 2
+        lines.append(capsys.readouterr().err)
+    assert lines[0] == lines[1] == "memsim: error: replicate 1: bad value\n"
+
+
+def test_a_worker_that_dies_is_an_error(monkeypatch):
+    real = runner.load_stream_for
+
+    def load(exp, r):
+        if r == 1:
+            os._exit(3)
+        return real(exp, r)
+
+    monkeypatch.setattr(runner, "load_stream_for", load)
+    with pytest.raises(RuntimeError, match=r"replicate 1: the worker process died \(exit code 3"):
+        runner.simulate_experiment(_small(), jobs=2)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in (d / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(d.name))
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_during_parallel_replicates_fails_the_run(tmp_path, sig):
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART),
+                             "--jobs", "2", "--quiet", "--no-report", "--out", str(out),
+                             "--set", "experiment.replicates=20"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60 and len(_processes_mentioning(str(out))) < 3:
+        time.sleep(0.05)  # the run and its two replicate workers
+    assert len(_processes_mentioning(str(out))) >= 3
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (130 if sig != signal.SIGKILL else -signal.SIGKILL)
+    if sig != signal.SIGKILL:
+        assert err.strip() == "memsim: interrupted"
+    (folder,) = out.iterdir()
+    assert run_status(folder)["status"] == "failed"
+    assert not (folder / "summary.csv").exists()
+    # no worker outlives its run (a killed parent's workers stop at their next batch)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20 and _processes_mentioning(str(out)):
+        time.sleep(0.1)
+    assert _processes_mentioning(str(out)) == []
