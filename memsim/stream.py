@@ -507,7 +507,7 @@ def _check_qrels(t: _Table, frame: Any, note_ids: np.ndarray, query_ids: np.ndar
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
         t.fail(f"note_id {nid[row]} is not in {notes_label}", column="note_id", row=row)
-    dup = pd.DataFrame({"q": qid, "n": nid}).duplicated(keep="first").to_numpy()
+    dup = pd.DataFrame({"q": qid, "n": nid}, copy=False).duplicated(keep="first").to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
         first = int(np.flatnonzero((qid == qid[row]) & (nid == nid[row]))[0])
@@ -547,7 +547,7 @@ def _check_retrieved(t: _Table, frame: Any, note_ids: np.ndarray, query_ids: np.
         row = int(np.flatnonzero(unknown)[0])
         t.fail(f"note_id {nid[row]} is not in {notes_label}", column="note_id", row=row)
     for col, other in (("rank", rank), ("note_id", nid)):
-        dup = pd.DataFrame({"q": qid, "x": other}).duplicated(keep="first").to_numpy()
+        dup = pd.DataFrame({"q": qid, "x": other}, copy=False).duplicated(keep="first").to_numpy()
         if dup.any():
             row = int(np.flatnonzero(dup)[0])
             first = int(np.flatnonzero((qid == qid[row]) & (other == other[row]))[0])
@@ -612,7 +612,9 @@ class LoggedRankings:
 def _assemble(columns: dict[str, Any], frame: pd.DataFrame, known: tuple[str, ...]) -> pd.DataFrame:
     """Documented columns in canonical order and dtype, then extras as given."""
     index = pd.RangeIndex(len(frame))
-    data = {k: (v if isinstance(v, pd.Series) else pd.Series(v, index=index))
+    # copy=False: the DataFrame below copies every column once; a Series
+    # copy first would hold each table twice while it is built
+    data = {k: (v if isinstance(v, pd.Series) else pd.Series(v, index=index, copy=False))
             for k, v in columns.items()}
     # Extras share the RangeIndex: the frame was reset by _frame.
     data.update(_extras(frame, known))

@@ -580,7 +580,11 @@ def _start_and_kill(cmd, out: Path) -> list[int]:
         while time.monotonic() < deadline and proc.poll() is None:
             journals = list(out.glob("*/sweep/journal.log"))
             if journals:
-                trials = _study(journals[0]).get_trials(deepcopy=False)
+                try:
+                    trials = _study(journals[0]).get_trials(deepcopy=False)
+                except ValueError:  # the journal exists before its study is created
+                    time.sleep(0.02)
+                    continue
                 n_done = sum(t.state == TrialState.COMPLETE for t in trials)
                 if n_done >= 2 and any(t.state == TrialState.RUNNING and t.params
                                        for t in trials):
