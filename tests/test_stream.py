@@ -824,3 +824,12 @@ def test_token_counts_are_bounded_so_store_sums_cannot_wrap():
         make_stream(notes, queries, qrels)
     notes["tokens"] = [10, MAX_TOKENS]
     make_stream(notes, queries, qrels)  # the bound itself is allowed
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), max_size=40))
+def test_first_repeat_flags_the_row_pandas_would(pairs):
+    from memsim.stream import _first_repeat
+    a = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    dup = pd.DataFrame({"a": a, "b": b}).duplicated(keep="first").to_numpy()
+    assert _first_repeat(a, b) == (int(np.flatnonzero(dup)[0]) if dup.any() else None)
