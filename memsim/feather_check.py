@@ -102,7 +102,7 @@ def _require_feather():
     except ImportError:
         raise MemsimError(
             "the Feather DB cross-check needs the feather-db engine, which is not "
-            "installed: pip install memsim[feather]"
+            "installed: pip install -e \".[feather]\" (from the repository)"
         ) from None
     return feather_db
 

@@ -62,7 +62,7 @@ def _require_langchain():
     except ImportError:
         raise MemsimError(
             "the LangChain cross-check needs langchain-classic, langchain-community and "
-            "faiss-cpu, which are not installed: pip install memsim[langchain]"
+            "faiss-cpu, which are not installed: pip install -e \".[langchain]\" (from the repository)"
         ) from None
 
 
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = run_langchain_check(args.config)
     except MemsimError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
     if args.csv:
         for res in results:
