@@ -25,10 +25,10 @@ HAS_LANGCHAIN = all(importlib.util.find_spec(m) is not None
                     for m in ("langchain_classic", "langchain_community", "faiss"))
 needs_langchain = pytest.mark.skipif(
     not HAS_LANGCHAIN, reason="langchain-classic / faiss-cpu not installed "
-                              "(pip install memsim[langchain])")
+                              "(pip install -e '.[langchain]')")
 HAS_FEATHER = importlib.util.find_spec("feather_db") is not None
 needs_feather = pytest.mark.skipif(
-    not HAS_FEATHER, reason="feather-db is not installed (pip install memsim[feather])")
+    not HAS_FEATHER, reason="feather-db is not installed (pip install -e '.[feather]')")
 
 WORKLOAD = dict(horizon_days=25, backfill_days=5, notes_per_day=20.0, queries_per_day=8.0)
 
@@ -145,7 +145,7 @@ def test_missing_langchain_is_a_clear_error(stream, monkeypatch):
     from memsim.langchain_check import langchain_cross_check
 
     monkeypatch.setitem(sys.modules, "langchain_classic.retrievers", None)
-    with pytest.raises(MemsimError, match=r"pip install memsim\[langchain\]"):
+    with pytest.raises(MemsimError, match=r"pip install -e \"\.\[langchain\]\""):
         langchain_cross_check(stream)
 
 

@@ -26,7 +26,7 @@ from memsim.workload import SyntheticWorkload
 
 HAS_FEATHER = importlib.util.find_spec("feather_db") is not None
 needs_feather = pytest.mark.skipif(
-    not HAS_FEATHER, reason="feather-db is not installed (pip install memsim[feather])")
+    not HAS_FEATHER, reason="feather-db is not installed (pip install -e '.[feather]')")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def exact_result(stream):
 
 def test_missing_engine_is_a_clear_error(stream, monkeypatch):
     monkeypatch.setitem(sys.modules, "feather_db", None)  # import now fails
-    with pytest.raises(MemsimError, match=r"pip install memsim\[feather\]"):
+    with pytest.raises(MemsimError, match=r"pip install -e \"\.\[feather\]\""):
         feather_cross_check(stream)
 
 
