@@ -493,42 +493,22 @@ def _check_queries(t: _Table, frame: Any) -> pd.DataFrame:
     return _assemble(out, frame, _QUERY_COLUMNS)
 
 
-def _check_qrels(t: _Table, frame: Any, note_ids: np.ndarray, query_ids: np.ndarray,
-                 notes_label: str, queries_label: str) -> pd.DataFrame:
-    frame = _frame(t, frame, "qrels", _QREL_COLUMNS)
-    qid = _int_column(t, frame["query_id"], "query_id")
-    nid = _int_column(t, frame["note_id"], "note_id")
-    t.context = lambda row: f" (query_id {qid[row]}, note_id {nid[row]})"
-    unknown = ~np.isin(qid, query_ids)
+def _check_known(t: _Table, ids: np.ndarray, known: np.ndarray, column: str,
+                 label: str) -> None:
+    """Refuse, at its first row, an id that is not among ``known`` (of ``label``)."""
+    unknown = ~np.isin(ids, known)
     if unknown.any():
         row = int(np.flatnonzero(unknown)[0])
-        t.fail(f"query_id {qid[row]} is not in {queries_label}", column="query_id", row=row)
-    unknown = ~np.isin(nid, note_ids)
-    if unknown.any():
-        row = int(np.flatnonzero(unknown)[0])
-        t.fail(f"note_id {nid[row]} is not in {notes_label}", column="note_id", row=row)
-    dup = pd.DataFrame({"q": qid, "n": nid}, copy=False).duplicated(keep="first").to_numpy()
-    if dup.any():
-        row = int(np.flatnonzero(dup)[0])
-        first = int(np.flatnonzero((qid == qid[row]) & (nid == nid[row]))[0])
-        t.fail(f"duplicate (query_id, note_id) pair (first at row {first})",
-               column="note_id", row=row)
-    gain = _float_column(t, frame["gain"], "gain", "a finite non-zero number")
-    t.fail_first(gain == 0.0, frame["gain"], "gain", "a finite non-zero number")
-    return _assemble({"query_id": qid, "note_id": nid, "gain": gain}, frame, _QREL_COLUMNS)
+        t.fail(f"{column} {ids[row]} is not in {label}", column=column, row=row)
 
 
-def _check_accesses(t: _Table, frame: Any, note_ids: np.ndarray, notes_label: str) -> pd.DataFrame:
-    frame = _frame(t, frame, "accesses", _ACCESS_COLUMNS)
-    nid = _int_column(t, frame["note_id"], "note_id")
-    t.context = lambda row: f" (note_id {nid[row]})"
-    times = _float_column(t, frame["t"], "t", "a finite number of days")
-    unknown = ~np.isin(nid, note_ids)
-    if unknown.any():
-        row = int(np.flatnonzero(unknown)[0])
-        t.fail(f"note_id {nid[row]} is not in {notes_label}", column="note_id", row=row)
-    actor = _str_column(t, frame["actor"], "actor")
-    return _assemble({"t": times, "note_id": nid, "actor": actor}, frame, _ACCESS_COLUMNS)
+def _check_unique_pairs(t: _Table, qid: np.ndarray, other: np.ndarray, column: str) -> None:
+    """Refuse the first row whose ``(query_id, column)`` pair came earlier."""
+    row = _first_repeat(qid, other)
+    if row is not None:
+        first = int(np.flatnonzero((qid == qid[row]) & (other == other[row]))[0])
+        t.fail(f"duplicate (query_id, {column}) pair (first at row {first})", column=column,
+               row=row)
 
 
 def _first_repeat(a: np.ndarray, b: np.ndarray) -> int | None:
@@ -545,27 +525,41 @@ def _first_repeat(a: np.ndarray, b: np.ndarray) -> int | None:
     return int(order[1:][same].min()) if same.any() else None
 
 
+def _check_qrels(t: _Table, frame: Any, note_ids: np.ndarray, query_ids: np.ndarray,
+                 notes_label: str, queries_label: str) -> pd.DataFrame:
+    frame = _frame(t, frame, "qrels", _QREL_COLUMNS)
+    qid = _int_column(t, frame["query_id"], "query_id")
+    nid = _int_column(t, frame["note_id"], "note_id")
+    t.context = lambda row: f" (query_id {qid[row]}, note_id {nid[row]})"
+    _check_known(t, qid, query_ids, "query_id", queries_label)
+    _check_known(t, nid, note_ids, "note_id", notes_label)
+    _check_unique_pairs(t, qid, nid, "note_id")
+    gain = _float_column(t, frame["gain"], "gain", "a finite non-zero number")
+    t.fail_first(gain == 0.0, frame["gain"], "gain", "a finite non-zero number")
+    return _assemble({"query_id": qid, "note_id": nid, "gain": gain}, frame, _QREL_COLUMNS)
+
+
+def _check_accesses(t: _Table, frame: Any, note_ids: np.ndarray, notes_label: str) -> pd.DataFrame:
+    frame = _frame(t, frame, "accesses", _ACCESS_COLUMNS)
+    nid = _int_column(t, frame["note_id"], "note_id")
+    t.context = lambda row: f" (note_id {nid[row]})"
+    times = _float_column(t, frame["t"], "t", "a finite number of days")
+    _check_known(t, nid, note_ids, "note_id", notes_label)
+    actor = _str_column(t, frame["actor"], "actor")
+    return _assemble({"t": times, "note_id": nid, "actor": actor}, frame, _ACCESS_COLUMNS)
+
+
 def _check_retrieved(t: _Table, frame: Any, note_ids: np.ndarray, query_ids: np.ndarray,
                      notes_label: str, queries_label: str) -> pd.DataFrame:
     frame = _frame(t, frame, "retrieved", ("query_id", "rank", "note_id"))
     qid = _int_column(t, frame["query_id"], "query_id")
     nid = _int_column(t, frame["note_id"], "note_id")
     t.context = lambda row: f" (query_id {qid[row]}, note_id {nid[row]})"
-    unknown = ~np.isin(qid, query_ids)
-    if unknown.any():
-        row = int(np.flatnonzero(unknown)[0])
-        t.fail(f"query_id {qid[row]} is not in {queries_label}", column="query_id", row=row)
+    _check_known(t, qid, query_ids, "query_id", queries_label)
     rank = _int_column(t, frame["rank"], "rank", positive=True)
-    unknown = ~np.isin(nid, note_ids)
-    if unknown.any():
-        row = int(np.flatnonzero(unknown)[0])
-        t.fail(f"note_id {nid[row]} is not in {notes_label}", column="note_id", row=row)
-    for col, other in (("rank", rank), ("note_id", nid)):
-        row = _first_repeat(qid, other)
-        if row is not None:
-            first = int(np.flatnonzero((qid == qid[row]) & (other == other[row]))[0])
-            t.fail(f"duplicate (query_id, {col}) pair (first at row {first})", column=col,
-                   row=row)
+    _check_known(t, nid, note_ids, "note_id", notes_label)
+    _check_unique_pairs(t, qid, rank, "rank")
+    _check_unique_pairs(t, qid, nid, "note_id")
     score = (_float_column(t, frame["score"], "score", "a finite number or NaN (not logged)",
                            nan_ok=True)
              if "score" in frame.columns else np.full(len(frame), np.nan))
