@@ -35,6 +35,7 @@ from memsim.planted import known_optimum
 from memsim.policies import Policy
 from memsim.policies.rank import Bayes
 from memsim.runner import simulate_experiment
+from memsim.stats import utility_share
 from memsim.workload import SyntheticWorkload
 
 __all__ = ["optimum", "OptimumReport", "family_of"]
@@ -87,16 +88,6 @@ class OptimumReport:
 
 def _days(h: float) -> str:
     return "inf (no decay)" if math.isinf(h) else ("n/a" if math.isnan(h) else f"{h:.1f}")
-
-
-def _share(q: pd.DataFrame) -> float:
-    ok = q["oracle_utility"] > 0 if "oracle_utility" in q else q["utility_ratio"].notna()
-    if "oracle_utility" in q:
-        oracle = q.loc[ok, "oracle_utility"]
-    else:  # utility_ratio = utility / oracle where defined
-        oracle = q.loc[ok, "utility"] / q.loc[ok, "utility_ratio"]
-    total = float(oracle.sum())
-    return float(q.loc[ok, "utility"].sum()) / total if total > 0 else math.nan
 
 
 def optimum(exp: Experiment, *, simulate: bool = True) -> OptimumReport:
@@ -158,6 +149,6 @@ def _simulate(exp: Experiment, table: pd.DataFrame) -> None:
     for i, name in enumerate(table["policy"]):
         own, twin = q[q["policy"] == name], q[q["policy"] == name + BAYES_SUFFIX]
         table.loc[i, "utility"] = float(own["utility"].mean())
-        table.loc[i, "utility_share"] = _share(own)
+        table.loc[i, "utility_share"] = utility_share(own)
         table.loc[i, "bayes_utility"] = float(twin["utility"].mean())
-        table.loc[i, "bayes_utility_share"] = _share(twin)
+        table.loc[i, "bayes_utility_share"] = utility_share(twin)
