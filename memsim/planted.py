@@ -170,20 +170,23 @@ class PlantedModel:
                  if p < 1.0 else np.full_like(cos, -np.inf))
         return on - np.logaddexp(same, other)
 
-    def askable_slots(self, name: str, t: float) -> float:
-        """Expected number of slots of class ``name`` askable by one actor at ``t``."""
+    def askable_slots(self, name: str, t: np.ndarray | float) -> np.ndarray:
+        """Expected number of slots of class ``name`` askable by one actor at
+        each time of ``t`` (an array of the same shape)."""
         wl = self.workload
         spec = wl.classes.spec(name)
         m = float(spec.notes_per_slot)
         rho = wl.notes_per_day * wl.classes.note_shares()[name] / m
-        elapsed = max(float(t) + float(wl.backfill_days), 1e-9)
+        t = np.asarray(t, dtype=np.float64)
+        elapsed = np.maximum(t + float(wl.backfill_days), 1e-9)
         if wl.age_mode == "zero":
-            elapsed = float(wl.horizon_days) + float(wl.backfill_days)
+            elapsed = np.full_like(t, float(wl.horizon_days) + float(wl.backfill_days))
         span = elapsed
         if getattr(spec, "expires", False):
-            span = min(elapsed, (m - 1.0) * float(spec.interval_days) + _mean_lifetime(spec))
+            span = np.minimum(elapsed, (m - 1.0) * float(spec.interval_days)
+                              + _mean_lifetime(spec))
         visible = 1.0 - wl.personal_share + wl.personal_share / wl.n_actors
-        return max(rho * span * visible, 1e-12)
+        return np.maximum(rho * span * visible, 1e-12)
 
     def _class_terms(self, name: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(A_c(x), E[gain | on slot, x, c] * A_c(x))`` for class ``name``."""
@@ -239,7 +242,7 @@ class PlantedModel:
             cols = np.flatnonzero(note_class == CLASS_NAMES.index(name))
             if cols.size == 0 or w <= 0:
                 continue
-            n_slots = np.array([self.askable_slots(name, tq) for tq in np.atleast_1d(t)])
+            n_slots = self.askable_slots(name, np.atleast_1d(t))
             a, g = self._class_terms(name, age[:, cols])
             base = (w / total_w) / n_slots[:, None] * visible[:, cols]
             prior[:, cols] = np.minimum(base * a, 1.0 - 1e-12)
