@@ -26,8 +26,9 @@ one simulated replicate with ``save_rankings``: a use is a packed note
 (``touch = "packed"``), a note among the first ``k`` of the ranking
 (``"returned"``) or any ranked candidate (``"prefilter"``, approximated by the
 top-C the rankings keep), plus the stream's organic accesses; a use counts
-for queries of later ticks (``feedback_mode = "per-tick"``) or later queries
-(``"per-query"``), as in the engine. The engine's cooldown is not replayed,
+for queries of later ticks (per-tick feedback) or later queries (per-query:
+the policy's ``feedback.timing``, else the experiment's ``feedback_mode``), as
+in the engine. The engine's cooldown is not replayed,
 so counts can be slightly high for policies with one. ``distinct_actors`` is
 ``max(actors, 1)``, the quantity a breadth term reads (``ln max(n, 1)``: no
 actor and one actor weigh the same).
@@ -102,6 +103,7 @@ import numpy as np
 import pandas as pd
 
 from .config import Experiment, StreamSource
+from .engine import feedback_timing
 from .errors import ConfigError
 from .policies.base import TIER_CODES, ArrayContext
 from .rundir import write_atomic
@@ -386,13 +388,13 @@ def _uses(exp: Experiment, stream, replicate: int, policies: list[str],
                                        streams={replicate: stream})["rankings"]
     tier0 = notes["tier"].astype(str).map(lambda x: TIER_CODES.get(x, TIER_CODES["task"])
                                           ).to_numpy(np.int64)
-    per_tick = exp.sim.feedback_mode == "per-tick"
     tick = exp.sim.tick_days
     out: dict[str, dict[str, list[np.ndarray]]] = {}
     tiers: dict[str, dict[str, float]] = {}
     state: dict[str, _PolicyUses] = {}
     for pol in policies:
         fb = exp.policies[pol].feedback
+        per_tick = feedback_timing(exp.policies[pol], exp.sim) == "per-tick"
         ev_t, ev_rows, ev_actor = [acc_t], [acc_rows], [acc_actor]
         # accesses before a query's time count; feedback uses as in the engine
         ev_key = [acc_t]

@@ -234,7 +234,8 @@ class ExperimentSettings(Validated):
     tick_days : float
         Length of a tick.
     feedback_mode : {"per-tick", "per-query"}
-        When uses are applied: after each tick, or after each query.
+        When uses are applied, for policies whose ``feedback.timing`` is
+        "experiment": after each tick, or before the next query.
     retention_period_days : float
         Period of the retention sweeps.
     save_rankings : bool

@@ -36,6 +36,7 @@ that choose their candidates, the oracle) is scored in full.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -56,7 +57,8 @@ from .stream import LoggedRankings, Stream
 from .workload import CLASS_NAMES
 
 __all__ = ["SimSettings", "Arm", "simulate", "SimResult", "NoteArrays", "PolicyState",
-           "Batch", "BatchContext", "top_candidates", "resolve_budget", "PRUNE"]
+           "Batch", "BatchContext", "top_candidates", "resolve_budget", "feedback_timing", "PRUNE",
+           "WALK_FAST"]
 
 #: Exact pruning of the scoring (module docstring); False scores every live
 #: note of every query, as a reference.
@@ -78,7 +80,9 @@ class SimSettings(Validated):
         Length of a tick; all queries of a tick are scored with one matrix
         product and (in per-tick mode) see the same state.
     feedback_mode : {"per-tick", "per-query"}
-        When uses are applied: after each tick, or after each query (exact).
+        When uses are applied, for policies whose ``feedback.timing`` is
+        "experiment": after each tick, or before the next query (exact; the
+        presets of real systems set it themselves).
     retention_period_days : float
         Period of the retention sweeps.
     save_rankings : bool
@@ -104,11 +108,18 @@ class SimSettings(Validated):
 
 @dataclass(frozen=True)
 class Arm:
-    """One simulated arm: a named policy at a budget (``None`` = the default)."""
+    """One simulated arm: a named policy at a budget (``None`` = the default).
+
+    ``stream_name`` names the arm's random stream (default: ``policy_name``):
+    a sweep that simulates several trials of one policy as arms of one replay
+    gives each the stream the policy would have alone, so its values are
+    those of a replay of its own.
+    """
 
     policy_name: str
     policy: Policy
     budget: int | None = None
+    stream_name: str | None = None
 
 
 def resolve_budget(arm: Arm, settings: SimSettings, stream_budget: np.ndarray | None = None,
@@ -298,9 +309,12 @@ class Batch:
 
     def __init__(self, *, qrows: np.ndarray, t: np.ndarray, actors: np.ndarray, notes: NoteArrays,
                  qemb: np.ndarray, qnorm2: np.ndarray, relevance: RelevanceIndex,
-                 namespaces: np.ndarray | None = None):
+                 namespaces: np.ndarray | None = None, t0: float | None = None):
         self.qrows = qrows
         self.t = t
+        #: the anchor of separable recencies (the end of the batch's tick;
+        #: default its last query): the same for every subset of its queries
+        self.t0 = float(t.max()) if t0 is None else float(t0)
         self.actors = actors
         self.notes = notes
         self.relevance = relevance
@@ -344,6 +358,21 @@ class Batch:
         sub.dots = self.dots[:, cols]
         sub.cache = {}
         return sub
+
+    def row(self, i: int) -> Batch:
+        """Query ``i`` alone over the same note columns (the same similarity
+        cells and anchor), kept in the cache so that every arm shares it."""
+        key = ("row", i)
+        if key not in self.cache:
+            sub = Batch.__new__(Batch)
+            sub.__dict__.update(self.__dict__)
+            r = slice(i, i + 1)
+            sub.qrows, sub.t, sub.actors = self.qrows[r], self.t[r], self.actors[r]
+            sub.valid, sub.dots = self.valid[r], self.dots[r]
+            sub.qnorm2, sub.qemb = self.qnorm2[r], self.qemb[r]
+            sub.cache = {}
+            self.cache[key] = sub
+        return self.cache[key]
 
 
 class _NoteColumns:
@@ -493,43 +522,27 @@ class BatchContext(_NoteColumns):
 
     def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
         """``floor + (1 - floor) * exp(-rate * age)`` (Q, L) for the ages of
-        ``clock``, or None where the fast form does not apply.
+        ``clock`` (negative ages count as 0), or None for a clock without an
+        origin.
 
-        Every clock's age is ``t_q - origin_n``; with ``t0`` the batch's last
-        query time, ``exp(-r (t_q - o)) = exp(-r (t_q - t0)) * exp(-r (t0 - o))``:
-        one exponential per note and one per (query, distinct rate) instead of
-        one per cell. It applies when no live cell has a negative age (which
-        the slow path clamps to 0) and the per-query factor cannot overflow.
+        Every clock's age is ``t_q - origin_n``; with ``t0`` the batch's anchor
+        (the end of its tick), ``exp(-r (t_q - o)) = exp(-r (t_q - t0)) *
+        exp(-r (t0 - o))``: one exponential per note and one per (query,
+        distinct rate) instead of one per cell (see :func:`_exponential_recency`).
         """
-        origin = self.separable_origin(clock)
+        origin = self.clock_origin(clock)
         if origin is None:
             return None
-        rate = np.asarray(rate, dtype=np.float64)
-        if float(rate.max(initial=0.0)) * (float(self.t.max()) - float(self.t.min())) > 300.0:
-            return None
-        return _separable_recency(self.t, float(self.t.max()), origin, floor, rate)
+        return _exponential_recency(self.t, self.batch.t0, origin, floor,
+                                    np.asarray(rate, dtype=np.float64))
 
-    def separable_origin(self, clock: str) -> np.ndarray | None:
-        """The origin (L,) of ``clock``'s ages when :meth:`exponential_recency`
-        may use its fast form (no live cell has a negative age), else None."""
+    def clock_origin(self, clock: str) -> np.ndarray | None:
+        """The origin (L,) of ``clock``'s ages, read from the state when first
+        asked (None for an unknown clock)."""
         cache = self.__dict__.setdefault("_origins", {})
         if clock not in cache:
-            tmin = float(self.t.min())
-            origin = None
-            if clock == "created":
-                origin = self.notes.created_at[self.idx]
-            elif clock == "last_access":
-                last = self.state.last_access[self.idx]
-                # a use inside the batch's window: the slow path clamps
-                if not (last > tmin).any():
-                    origin = np.where(np.isnan(last), self.notes.created_at[self.idx], last)
-            elif clock == "updated":
-                origin = self.notes.updated_at[self.idx]
-                if (origin > self.notes.created_at[self.idx]).any():
-                    origin = None  # an update may postdate the query: the slow path clamps
-            cache[clock] = origin
+            cache[clock] = _clock_origin(clock, self.notes, self.state, self.idx)
         return cache[clock]
-
 
     # -- per arm, from the state ---------------------------------------------
 
@@ -581,29 +594,90 @@ class BatchContext(_NoteColumns):
         return self.batch.actors
 
 
-def _separable_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor, rate: np.ndarray
-                       ) -> np.ndarray:
-    """``floor + (1 - floor) * exp(-rate * (t - origin))`` for queries ``t``
-    (Q,) and notes ``origin`` (L,), or cells ``origin`` (Q, W), as
-    ``exp(-rate (t - t0)) * exp(-rate (t0 - origin))``: the same floats
-    either way for the same (query, note) cell."""
-    note_factor = np.exp(-rate * (t0 - origin))  # (L,) or scalar rate broadcast
-    if origin.ndim == 1:
-        rates, inverse = np.unique(np.broadcast_to(rate, origin.shape), return_inverse=True)
-        query_factor = np.exp(-(t - t0)[:, None] * rates[None, :])  # (Q, K), >= 1
-        rec = np.take(query_factor, inverse, axis=1) if len(rates) > 1 else (
-            np.repeat(query_factor, len(origin), axis=1))
-    elif rate.ndim:
-        # cells: the same exponential of the same product, cell by cell
-        rec = np.exp(-(t - t0)[:, None] * rate)
-    else:
-        rec = np.repeat(np.exp(-(t - t0)[:, None] * rate[None]), origin.shape[1], axis=1)
-    rec *= note_factor
+def _clock_origin(clock: str, notes: NoteArrays, state: PolicyState, idx: np.ndarray
+                  ) -> np.ndarray | None:
+    """The time each note of ``idx`` (any shape) counts ``clock``'s age from:
+    creation, last update, or last use (creation when never used)."""
+    if clock == "created":
+        return notes.created_at[idx]
+    if clock == "updated":
+        return notes.updated_at[idx]
+    if clock == "last_access":
+        last = state.last_access[idx]
+        return np.where(np.isnan(last), notes.created_at[idx], last)
+    return None
+
+
+#: largest exponent ``rate * (t0 - t)`` of a query factor: beyond it the
+#: factor could overflow, and the cell is computed directly
+_MAX_EXPONENT = 300.0
+
+
+def _exponential_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor,
+                         rate: np.ndarray) -> np.ndarray:
+    """``floor + (1 - floor) * exp(-rate * max(t - origin, 0))`` for queries
+    ``t`` (Q,) and notes ``origin`` (L,), or cells ``origin`` (Q, W).
+
+    A cell is computed as ``exp(-rate (t - t0)) * exp(-rate (t0 - origin))``
+    (one exponential per note and per (query, rate)) when its age is >= 0 and
+    its query factor cannot overflow, else directly. A cell's value therefore
+    depends on its own query time, note and rate and on ``t0`` only, never
+    on which other cells are computed with it: a full batch, a few gathered
+    cells (pruning) and one query's row (per-query feedback) give the same
+    floats.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        note_factor = np.exp(-rate * (t0 - origin))  # (L,) or scalar rate broadcast
+        if origin.ndim == 1:
+            rates, inverse = np.unique(np.broadcast_to(rate, origin.shape),
+                                       return_inverse=True)
+            query_factor = np.exp(-(t - t0)[:, None] * rates[None, :])  # (Q, K), >= 1
+            rec = np.take(query_factor, inverse, axis=1) if len(rates) > 1 else (
+                np.repeat(query_factor, len(origin), axis=1))
+        elif rate.ndim:
+            # cells: the same exponential of the same product, cell by cell
+            rec = np.exp(-(t - t0)[:, None] * rate)
+        else:
+            rec = np.repeat(np.exp(-(t - t0)[:, None] * rate[None]), origin.shape[1], axis=1)
+        rec *= note_factor
+    _direct_cells(rec, t, t0, origin, rate)
     floor = np.asarray(floor, dtype=np.float64)
     if floor.ndim or float(floor) != 0.0:
         rec *= 1.0 - floor
         rec += floor
     return rec
+
+
+def _direct_cells(rec: np.ndarray, t: np.ndarray, t0: float, origin: np.ndarray,
+                  rate: np.ndarray) -> None:
+    """Overwrite, in ``rec``, the cells the separable form cannot take (a
+    negative age, or a query factor past :data:`_MAX_EXPONENT`) with
+    ``exp(-rate * max(age, 0))``. Usually none: the check is on the batch's
+    extremes first, and on the few late notes' columns next."""
+    tmin = float(t.min())
+    risky = float(rate.max(initial=0.0)) * (t0 - tmin) > _MAX_EXPONENT
+    if origin.ndim == 1 and not risky:
+        cols = np.flatnonzero(origin > tmin)  # notes created or used inside the batch
+        if len(cols) == 0:
+            return
+        o = origin[cols]
+        r = rate[cols] if rate.ndim else rate
+        bad = o[None, :] > t[:, None]
+        if bad.any():
+            direct = np.exp(-r * np.maximum(t[:, None] - o[None, :], 0.0))
+            sub = rec[:, cols]
+            sub[bad] = direct[bad]
+            rec[:, cols] = sub
+        return
+    if not risky and float(origin.max(initial=-np.inf)) <= tmin:
+        return
+    o = origin if origin.ndim == 2 else origin[None, :]
+    r = rate if rate.ndim != 1 or origin.ndim == 2 else rate[None, :]
+    bad = (o > t[:, None]) | (r * (t0 - t)[:, None] > _MAX_EXPONENT)
+    if bad.any():
+        direct = np.exp(-np.broadcast_to(r, bad.shape)[bad]
+                        * np.maximum(np.broadcast_to(t[:, None] - o, bad.shape)[bad], 0.0))
+        rec[bad] = direct
 
 
 class _GatheredContext(_NoteColumns):
@@ -614,7 +688,7 @@ class _GatheredContext(_NoteColumns):
     component scores each cell exactly as on the full context."""
 
     def __init__(self, full: BatchContext, rows: np.ndarray, cols: np.ndarray,
-                 live: np.ndarray, rate_max):
+                 live: np.ndarray):
         self.full = full
         self.rows = rows
         self.cols = cols
@@ -625,7 +699,6 @@ class _GatheredContext(_NoteColumns):
         self.live = live
         self.notes = full.notes
         self.state = full.state
-        self._rate_max = rate_max
         self._cache: dict = {}
 
     def _cells(self, mat: np.ndarray) -> np.ndarray:
@@ -675,17 +748,13 @@ class _GatheredContext(_NoteColumns):
         return getattr(self, AGE_CLOCKS[clock])
 
     def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
-        # the full context's decisions (taken over every note of the batch)
-        origin = self.full.separable_origin(clock)
+        # the cells' own origins, from the state as it is now (per-query
+        # feedback rescores used notes on a context built before the use)
+        origin = _clock_origin(clock, self.notes, self.state, self.idx)
         if origin is None:
             return None
-        full_t = self.full.t
-        if self._rate_max() * (float(full_t.max()) - float(full_t.min())) > 300.0:
-            return None
-        rate = np.asarray(rate, dtype=np.float64)
-        return _separable_recency(self.t, float(full_t.max()), origin[self.cols], floor, rate)
-
-
+        return _exponential_recency(self.t, self.full.batch.t0, origin, floor,
+                                    np.asarray(rate, dtype=np.float64))
 
     @cached_property
     def distinct_actors(self) -> np.ndarray:
@@ -837,15 +906,6 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     cc = min(c, n)
     order = ctx.shared(("similarity-order", retriever.name),
                        lambda: _SimOrder(ctx.similarity(retriever), ctx.batch.valid))
-    rate_cache: list[float] = []
-
-    def rate_max() -> float:  # the full context's largest decay rate
-        if not rate_cache:
-            form = policy.decay.exponential_form(ctx)
-            rate_cache.append(0.0 if form is None else
-                              float(np.asarray(form[1], dtype=np.float64).max(initial=0.0)))
-        return rate_cache[0]
-
     pos = np.zeros((q, cc), dtype=np.int64)
     vals = np.full((q, cc), -np.inf)
     todo = np.arange(q)
@@ -855,7 +915,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     while len(todo):
         full = 2 * level >= n
         cols, real, tau = _level_cells(order, level, todo, n, full)
-        gctx = _GatheredContext(ctx, todo, cols, real, rate_max)
+        gctx = _GatheredContext(ctx, todo, cols, real)
         live = real & ctx.live_cells(gctx.flat, cols)
         gctx.live = live
         try:
@@ -896,15 +956,14 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     return pos, vals
 
 
-def _make_batches(t: np.ndarray, tick_days: float, per_query: bool) -> list[np.ndarray]:
-    """Query row groups, in time order."""
+def _make_batches(t: np.ndarray, tick_days: float) -> list[tuple[np.ndarray, float]]:
+    """Query row groups of each tick, in time order, with the tick's end."""
     if len(t) == 0:
         return []
-    if per_query:
-        return [np.array([i]) for i in range(len(t))]
     tick = np.floor(t / tick_days).astype(np.int64)
     cuts = np.flatnonzero(np.diff(tick)) + 1
-    return np.split(np.arange(len(t)), cuts)
+    return [(rows, float((tick[rows[0]] + 1) * tick_days))
+            for rows in np.split(np.arange(len(t)), cuts)]
 
 
 def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1069,19 +1128,21 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
     inp = _inputs(stream)
     notes = inp.notes
     states = [PolicyState(notes, len(inp.actor_names)) for _ in arms]
-    rngs = [child(seed, "policy", arm.policy_name, "budget", arm.budget or 0) for arm in arms]
-    batches = _make_batches(inp.qt, settings.tick_days, settings.feedback_mode == "per-query")
+    rngs = [child(seed, "policy", arm.stream_name or arm.policy_name, "budget", arm.budget or 0)
+            for arm in arms]
+    per_query = [feedback_timing(arm.policy, settings) == "per-query" for arm in arms]
+    batches = _make_batches(inp.qt, settings.tick_days)
     got = _Collected(metrics=[[] for _ in arms], rankings=[[] for _ in arms])
     next_sweep = -np.inf
     last_store_day = None
-    acc_done = 0
+    acc_done = np.zeros(len(arms), dtype=np.int64)  # organic uses applied, per arm
     oracle_cache: dict[bytes, np.ndarray] = {}
 
-    for bi, rows in enumerate(batches):
+    for bi, (rows, t0) in enumerate(batches):
         t = inp.qt[rows]
         t_start = t.min()
-        # 1. organic accesses strictly before this batch
-        acc_done = _organic_uses(inp, arms, states, acc_done, t_start)
+        # 1. organic uses strictly before this batch
+        _organic_uses(inp, arms, states, acc_done, t_start)
         # 2. retention sweeps
         if t_start >= next_sweep:
             _sweep(arms, states, rngs, notes, t_start)
@@ -1094,7 +1155,7 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
         # 3. shared similarity
         batch = Batch(qrows=rows, t=t, actors=inp.qactor[rows], notes=notes,
                       qemb=inp.qemb[rows], qnorm2=inp.qnorm2[rows], relevance=inp.relevance,
-                      namespaces=None if inp.qns is None else inp.qns[rows])
+                      namespaces=None if inp.qns is None else inp.qns[rows], t0=t0)
         batch.logged = inp.logged  # for rankers that declare needs_logged
         # 4. each arm
         for ai, (arm, st) in enumerate(zip(arms, states)):
@@ -1103,8 +1164,12 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
             if key not in oracle_cache:  # arms at the same budgets share the oracle
                 oracle_cache.clear()
                 oracle_cache[key] = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
-            out = _run_arm(arm, st, rngs[ai], batch, budget, settings, reader,
-                           oracle_cache[key], inp.relevance)
+            job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader,
+                          oracle_cache[key], inp.relevance)
+            if per_query[ai]:
+                out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))
+            else:
+                out = _run_arm(job)
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
                 got.rankings[ai].append(out["rankings"])
@@ -1113,15 +1178,22 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
     return _result(inp, arms, states, settings, got)
 
 
-def _organic_uses(inp: _Inputs, arms, states, acc_done: int, t_start: float) -> int:
-    """Apply the stream's organic uses before ``t_start`` to every arm; the
-    index of the first use not yet applied."""
+def feedback_timing(policy: Policy, settings: SimSettings) -> str:
+    """When a policy's uses take effect: its feedback's ``timing``, or the
+    experiment's ``feedback_mode`` when the policy leaves it to the experiment."""
+    timing = policy.feedback.timing
+    return settings.feedback_mode if timing == "experiment" else timing
+
+
+def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: float) -> None:
+    """Apply the stream's organic uses before ``t_start`` to every arm (those
+    each has not applied yet, ``acc_done``, updated in place)."""
     acc_end = int(np.searchsorted(inp.acc_t, t_start, side="left"))
-    if acc_end > acc_done:
-        sl = slice(acc_done, acc_end)
-        for arm, st in zip(arms, states):
+    for ai, (arm, st) in enumerate(zip(arms, states)):
+        if acc_end > acc_done[ai]:
+            sl = slice(int(acc_done[ai]), acc_end)
             st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], arm.policy.feedback)
-    return max(acc_end, acc_done)
+            acc_done[ai] = acc_end
 
 
 def _store_rows(notes: NoteArrays, states, t: float) -> list[tuple]:
@@ -1257,70 +1329,289 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
     return ctx, batch
 
 
-def _run_arm(arm: Arm, st: PolicyState, rng, batch: Batch, budget: np.ndarray,
-             settings: SimSettings, reader, oracle: np.ndarray, relevance: RelevanceIndex):
-    policy = arm.policy
-    c = settings.candidates if policy.candidates is None else policy.candidates
-    ctx, batch = _scoring_context(policy, st, rng, batch)
+@dataclass(eq=False)
+class _ArmJob:
+    """One arm's work on one batch."""
+
+    arm: Arm
+    st: PolicyState
+    rng: np.random.Generator
+    batch: Batch
+    budget: np.ndarray
+    settings: SimSettings
+    reader: Any
+    oracle: np.ndarray
+    relevance: RelevanceIndex
+
+    @property
+    def c(self) -> int:
+        p = self.arm.policy
+        return self.settings.candidates if p.candidates is None else p.candidates
+
+    def row(self, i: int) -> _ArmJob:
+        """The same work for query ``i`` of the batch alone."""
+        r = slice(i, i + 1)
+        return dataclasses.replace(self, batch=self.batch.row(i), budget=self.budget[r],
+                                   oracle=self.oracle[r])
+
+
+@dataclass(eq=False)
+class _Packed:
+    """An arm's candidates (Q, C') and what it packs of them."""
+
+    pos: np.ndarray
+    vals: np.ndarray
+    cand_ok: np.ndarray
+    cand_rows: np.ndarray
+    tokens: np.ndarray
+    gains: np.ndarray
+    packed: np.ndarray
+    position: np.ndarray
+
+
+def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The arm's top C (positions, scores) and, when every note was scored,
+    the mask of the notes that could be candidates (None when pruned)."""
     top = _pruned_top(policy, ctx, c, st)
-    mask = None
     if top is not None:
-        pos, cand_scores = top
-    else:
-        mask = ctx.live
-        scores = np.asarray(policy.score(ctx), dtype=np.float64)
-        pick = getattr(policy.ranker, "candidate_mask", None)
-        if pick is not None:  # a ranker that chooses its own candidates (LangChain's)
-            mask = mask & np.asarray(pick(ctx), dtype=bool)
-        scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
-        pos, cand_scores = top_candidates(scores, c)
-    cand_ok = np.isfinite(cand_scores)
+        return top[0], top[1], None
+    mask = ctx.live
+    scores = np.asarray(policy.score(ctx), dtype=np.float64)
+    pick = getattr(policy.ranker, "candidate_mask", None)
+    if pick is not None:  # a ranker that chooses its own candidates (LangChain's)
+        mask = mask & np.asarray(pick(ctx), dtype=bool)
+    scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
+    pos, vals = top_candidates(scores, c)
+    return pos, vals, mask
+
+
+def _pack(job: _ArmJob, batch: Batch, pos: np.ndarray, vals: np.ndarray,
+          rows: slice = slice(None)) -> _Packed:
+    """Pack the candidates ``pos``/``vals`` of the queries ``rows`` of ``batch``."""
+    policy = job.arm.policy
+    cand_ok = np.isfinite(vals)
     cand_rows = batch.idx[pos]
     tokens = batch.notes.tokens[cand_rows]
-    gains = relevance.lookup(batch.qrows, cand_rows)
-    values = gains if policy.ranker.needs_truth else cand_scores
+    gains = job.relevance.lookup(batch.qrows[rows], cand_rows)
+    values = gains if policy.ranker.needs_truth else vals
     packed = np.asarray(policy.packer.pack(np.where(cand_ok, values, 0.0), tokens, cand_ok,
-                                           budget), dtype=bool)
+                                           job.budget[rows]), dtype=bool)
     packed &= cand_ok
     position = policy.orderer.order(np.where(cand_ok, values, -np.inf), packed)
+    return _Packed(pos, vals, cand_ok, cand_rows, tokens, gains, packed, position)
+
+
+def _outputs(job: _ArmJob, batch: Batch, pk: _Packed) -> dict[str, Any]:
+    """The per-query metrics (and rankings) of a packed batch."""
     m = query_metrics(
-        cand_rows=cand_rows, cand_ok=cand_ok, packed=packed, position=position, gains=gains,
-        tokens=tokens, t=batch.t, qrows=batch.qrows, budget=budget, oracle=oracle,
-        relevance=relevance, evicted=st.evicted, reader=reader,
+        cand_rows=pk.cand_rows, cand_ok=pk.cand_ok, packed=pk.packed, position=pk.position,
+        gains=pk.gains, tokens=pk.tokens, t=batch.t, qrows=batch.qrows, budget=job.budget,
+        oracle=job.oracle, relevance=job.relevance, evicted=job.st.evicted, reader=job.reader,
     )
     m["actor_code"] = batch.actors
     out: dict[str, Any] = {"metrics": m}
-    if settings.save_rankings:
-        q, cc = pos.shape
-        keep = cand_ok.ravel()
+    if job.settings.save_rankings:
+        q, cc = pk.pos.shape
+        keep = pk.cand_ok.ravel()
         out["rankings"] = {
-            "query_id": np.repeat(relevance.query_ids[batch.qrows], cc)[keep],
+            "query_id": np.repeat(job.relevance.query_ids[batch.qrows], cc)[keep],
             "rank": np.tile(np.arange(1, cc + 1), q)[keep],
-            "note_id": batch.notes.note_id[cand_rows].ravel()[keep],
-            "score": cand_scores.ravel()[keep],
-            "packed": packed.ravel()[keep],
-            "position": position.ravel()[keep],
+            "note_id": batch.notes.note_id[pk.cand_rows].ravel()[keep],
+            "score": pk.vals.ravel()[keep],
+            "packed": pk.packed.ravel()[keep],
+            "position": pk.position.ravel()[keep],
         }
-    # 5. feedback
-    if mask is None and policy.feedback.touch == "prefilter":
-        mask = ctx.live
-    _feedback(policy.feedback, st, batch, mask, packed, cand_ok, cand_rows)
     return out
 
 
-def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray, packed: np.ndarray,
-              cand_ok: np.ndarray, cand_rows: np.ndarray) -> None:
-    """Record the uses a query's answer makes (the feedback's ``touch``)."""
+def _run_arm(job: _ArmJob) -> dict[str, Any]:
+    """Score, pack and measure every query of the batch on the arm's state at
+    the batch's start; then apply the batch's uses (per-tick feedback)."""
+    return _outputs(job, job.batch, _answer(job))
+
+
+def _answer(job: _ArmJob) -> _Packed:
+    """The batch's candidates and packing on the arm's state at its start,
+    then its uses applied."""
+    policy, st = job.arm.policy, job.st
+    ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
+    pos, vals, mask = _top(policy, ctx, job.c, st)
+    pk = _pack(job, batch, pos, vals)
+    # 5. feedback
+    if mask is None and policy.feedback.touch == "prefilter":
+        mask = ctx.live
+    _feedback(policy.feedback, st, batch, mask, pk)
+    return pk
+
+
+def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray | None, pk: _Packed,
+              rows: slice = slice(None)) -> np.ndarray:
+    """Record the uses the answers of the queries ``rows`` make (the
+    feedback's ``touch``; ``mask``: the rows' prefilter); return the note
+    rows used."""
     if fb.touch == "none" or (fb.touch == "prefilter" and fb.before_scoring):
-        return
+        return np.zeros(0, dtype=np.int64)
+    actors, t = batch.actors[rows], batch.t[rows]
     if fb.touch == "prefilter":
         qi, li = np.nonzero(mask)
-        st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
-        return
-    if fb.touch == "packed":
-        target = packed
-    else:  # "returned": the top k of the ranking, as a search API returns them
-        target = cand_ok.copy()
-        target[:, fb.k:] = False
-    qi, ci = np.nonzero(target)
-    st.touch(cand_rows[qi, ci], batch.actors[qi], batch.t[qi], fb)
+        used = batch.idx[li]
+    else:
+        if fb.touch == "packed":
+            target = pk.packed[rows]
+        else:  # "returned": the top k of the ranking, as a search API returns them
+            target = pk.cand_ok[rows].copy()
+            target[:, fb.k:] = False
+        qi, ci = np.nonzero(target)
+        used = pk.cand_rows[rows][qi, ci]
+    st.touch(used, actors[qi], t[qi], fb)
+    return used
+
+
+# --------------------------------------------------------------------------
+# Per-query feedback
+# --------------------------------------------------------------------------
+
+#: Per-query feedback corrects the batch's scores for the notes used since
+#: its start (module docstring); False replays each query on its own, as a
+#: reference.
+WALK_FAST = True
+
+
+def _walkable(policy: Policy) -> bool:
+    """Whether a query's scores change only at the notes used before it: an
+    elementwise ranker, candidates chosen by similarity alone, and no use
+    before scoring."""
+    r, fb = policy.ranker, policy.feedback
+    return (WALK_FAST and not r.set_dependent and not getattr(r, "needs_logged", False)
+            and not hasattr(r, "candidate_mask")
+            and not (fb.touch == "prefilter" and fb.before_scoring))
+
+
+def _walk_arm(job: _ArmJob, inp: _Inputs, acc_done: int) -> tuple[dict[str, Any], int]:
+    """Per-query feedback over one batch: each query sees every use made
+    before it (its predecessors' answers and the organic uses before its
+    time). Returns the outputs and the organic uses now applied."""
+    cut = np.searchsorted(inp.acc_t, job.batch.t, side="left")
+    fb = job.arm.policy.feedback
+
+    def organic(i: int, done: int) -> tuple[np.ndarray, int]:
+        if cut[i] <= done:
+            return np.zeros(0, dtype=np.int64), done
+        sl = slice(done, int(cut[i]))
+        job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
+        return inp.acc_rows[sl], int(cut[i])
+
+    if not _walkable(job.arm.policy):
+        parts = []
+        for i in range(len(job.batch.t)):
+            acc_done = organic(i, acc_done)[1]
+            parts.append(_answer(job.row(i)))
+        return _outputs(job, job.batch, _stacked(parts)), acc_done
+    return _walk_fast(job, organic, acc_done)
+
+
+def _stacked(parts: list[_Packed]) -> _Packed:
+    """One batch's packing from its queries' (widths padded with
+    non-candidates)."""
+    w = max(p.pos.shape[1] for p in parts)
+    fills = {"pos": 0, "vals": -np.inf, "cand_ok": False, "cand_rows": 0, "tokens": 0,
+             "gains": 0.0, "packed": False, "position": -1}
+
+    def stack(name: str) -> np.ndarray:
+        arrays = [getattr(p, name) for p in parts]
+        out = np.full((len(arrays), w), fills[name], dtype=arrays[0].dtype)
+        for i, a in enumerate(arrays):  # a loop over the batch's queries
+            out[i, :a.shape[1]] = a[0]
+        return out
+
+    return _Packed(**{name: stack(name) for name in fills})
+
+
+def _walk_fast(job: _ArmJob, organic, acc_done: int) -> tuple[dict[str, Any], int]:
+    """Per-query feedback at about per-tick cost: the batch is scored and
+    packed once on the state at its start; before each query, only the
+    notes used since are rescored (on the state as it is then) and merged
+    into the query's top C; a query whose candidates changed is packed again
+    (a policy whose scores read no use, :meth:`Policy.reads_uses`, has
+    nothing to rescore: only its uses are applied query by query).
+    The merge is exact when the C-th merged candidate still ranks at or
+    above the C-th of the batch's scoring (every note not rescored ranks
+    below that one); otherwise the query is scored again in full."""
+    policy, st = job.arm.policy, job.st
+    ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
+    pos, vals, _ = _top(policy, ctx, job.c, st)
+    pk = _pack(job, batch, pos, vals)
+    used = np.zeros(len(batch.idx), dtype=bool)
+    reads = policy.reads_uses()  # else a use changes no score: nothing to rescore
+    for i in range(len(batch.t)):
+        rows, acc_done = organic(i, acc_done)
+        _mark(used, batch.idx, rows)
+        if reads and used.any():
+            top = _rescored(job, ctx, batch, i, used, pk.pos[i], pk.vals[i])
+            if top is not None:
+                r = slice(i, i + 1)
+                one = _pack(job, batch, top[0][None, :], top[1][None, :], r)
+                for name in ("pos", "vals", "cand_ok", "cand_rows", "tokens", "gains",
+                             "packed", "position"):
+                    getattr(pk, name)[i] = getattr(one, name)[0]
+        mask = ctx.live[i:i + 1] if policy.feedback.touch == "prefilter" else None
+        _mark(used, batch.idx, _feedback(policy.feedback, st, batch, mask, pk,
+                                         slice(i, i + 1)))
+    return _outputs(job, batch, pk), acc_done
+
+
+def _mark(used: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> None:
+    """Flag the columns of ``idx`` (ascending note rows) that ``rows`` used."""
+    if len(rows):
+        at = np.searchsorted(idx, rows)
+        hit = at < len(idx)
+        at = at[hit]
+        used[at[idx[at] == rows[hit]]] = True
+
+
+def _rescored(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int, used: np.ndarray,
+              pos: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Query ``i``'s top C on the state as it is now, from its batch top C
+    ``pos``/``vals`` and the ``used`` columns rescored; None when unchanged."""
+    policy = job.arm.policy
+    cols = np.flatnonzero(used)
+    n, cc = len(batch.idx), len(pos)
+    live = ctx.live_cells(i * n + cols, cols)
+    g = _GatheredContext(ctx, np.array([i]), cols[None, :], live[None, :])
+    try:
+        new = np.asarray(policy.score(g), dtype=np.float64).reshape(-1)
+    except AttributeError:  # a component reads what gathered cells lack
+        new = None
+    if new is None or new.shape != cols.shape:
+        return _rescored_row(job, ctx, batch, i)
+    new = np.where(live & ~np.isnan(new), new, -np.inf)
+    keep = np.isfinite(vals) & ~used[pos]
+    mc = np.concatenate([pos[keep], cols])
+    mv = np.concatenate([vals[keep], new])
+    fin = np.isfinite(mv)
+    mc, mv = mc[fin], mv[fin]
+    order = np.lexsort((mc, -mv))[:cc]  # score desc, then the lower column
+    mc, mv = mc[order], mv[order]
+    if np.isfinite(vals[cc - 1]):
+        # the batch's C-th candidate bounds every note not rescored
+        bv, bc = vals[cc - 1], pos[cc - 1]
+        if len(mv) < cc or not (mv[-1] > bv or (mv[-1] == bv and mc[-1] <= bc)):
+            return _rescored_row(job, ctx, batch, i)
+    was = np.isfinite(vals)
+    if len(mc) == int(was.sum()) and np.array_equal(mc, pos[was]) and np.array_equal(
+            mv, vals[was]):
+        return None
+    p = np.zeros(cc, dtype=np.int64)
+    v = np.full(cc, -np.inf)
+    p[:len(mc)], v[:len(mv)] = mc, mv
+    return p, v
+
+
+def _rescored_row(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Query ``i``'s top C scored in full on the state as it is now."""
+    rctx = BatchContext(batch.row(i), job.st, job.rng)
+    rctx.live = ctx.live[i:i + 1]
+    pos, vals, _ = _top(job.arm.policy, rctx, job.c, job.st)
+    return pos[0], vals[0]

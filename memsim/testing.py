@@ -25,7 +25,10 @@ it returns None when every check passes. The checks, run on seeded random
   note older and adds no negative access term; breadth factors are >= 1;
   packers return a subset of the valid candidates within the budget;
   orderers return a permutation of the packed notes (-1 elsewhere);
-  retentions return one flag per note.
+  retentions return one flag per note;
+- a scoring component that declares ``reads_uses()`` False gives the same
+  output when the notes' recalls, last uses, distinct actors and tiers
+  change.
 """
 
 from __future__ import annotations
@@ -405,6 +408,18 @@ _RUN = {
 }
 
 
+def _redraw_uses(ctx: ArrayContext, seed: int) -> None:
+    """Give a fresh context (nothing read yet) other uses: recalls, last
+    uses, distinct actors and tiers drawn again."""
+    rng = np.random.default_rng(seed + 1000)
+    n = len(ctx.idx)
+    used = rng.random(n) < 0.5
+    ctx.last_access = np.where(used, ctx.created_at + rng.uniform(0.0, 9.0, n), np.nan)
+    ctx.recalls = np.where(used, rng.integers(1, 60, n), 0)
+    ctx.distinct_actors = np.where(used, rng.integers(1, 7, n), 0)
+    ctx.tier = rng.choice(list(TIER_CODES.values()), n)
+
+
 def _check_outputs(c: _Checker, comp: Component, make_context: ContextFactory,
                    seed: int) -> None:
     slot = comp.slot
@@ -419,6 +434,13 @@ def _check_outputs(c: _Checker, comp: Component, make_context: ContextFactory,
     second = run(c, comp, make_context(seed, sweep))
     c.require(np.array_equal(first, second, equal_nan=True), "determinism",
               "two runs on the same context and seed differ")
+    if hasattr(comp, "reads_uses") and not c.call("reads_uses", comp.reads_uses):
+        other = make_context(seed, sweep)
+        if isinstance(other, ArrayContext):
+            _redraw_uses(other, seed)
+            c.require(np.array_equal(first, run(c, comp, other), equal_nan=True), "reads_uses",
+                      "reads_uses() is False, but the output changed with the notes' uses "
+                      "(recalls, last use, distinct actors, tier)")
     if slot == "decay":
         _decay_curve_checks(c, comp)
 

@@ -216,6 +216,7 @@ def test_separable_recency_equals_the_per_cell_formula(decay):
     notes = NoteArrays.from_stream(s, codes)
     state = PolicyState(notes, len(codes))
     state.last_access[::5] = -3.0  # some notes were used before the batch
+    state.last_access[3::9] = 15.0  # and some inside it (per-query feedback)
     rows = np.arange(10, 20)
     qe = s.query_embeddings
     batch = Batch(qrows=rows, t=s.queries["t"].to_numpy()[rows], actors=np.zeros(10, int),
@@ -229,27 +230,36 @@ def test_separable_recency_equals_the_per_cell_formula(decay):
     slow = policy.decay.recency(ctx.age(policy.decay.clock), ctx)
     live = batch.valid
     np.testing.assert_allclose(fast[live], slow[live], rtol=1e-12, atol=1e-300)
+    # the cells of notes used after a query count an age of 0
+    if policy.decay.clock == "last_access":
+        after = live & (state.last_access[batch.idx][None, :] > batch.t[:, None])
+        assert after.any()
+        np.testing.assert_allclose(fast[after], slow[after], rtol=1e-12)
 
 
-def test_separable_recency_declines_when_a_cell_would_need_clamping():
-    from memsim.engine import BatchContext
+def test_exponential_recency_takes_clamped_and_overflowing_cells_directly():
+    from memsim.engine import _exponential_recency
 
-    class Ctx(BatchContext):
-        def __init__(self):  # a bare stand-in: only what exponential_recency reads
-            pass
-
-    ctx = Ctx()
-    ctx.t = np.array([1.0, 2.0])
-    ctx.idx = np.arange(2)
-
-    class N:
-        created_at = np.array([0.0, 0.5])
-        updated_at = np.array([0.0, 3.0])  # updated after the queries
-
-    ctx.notes = N()
-    assert ctx.exponential_recency("updated", 0.0, 0.1) is None
-    assert ctx.exponential_recency("created", 0.0, 1000.0) is None  # would overflow
-    assert ctx.exponential_recency("created", 0.0, 0.1).shape == (2, 2)
+    t = np.array([1.0, 2.0, 2.9])
+    t0 = 3.0
+    origin = np.array([0.0, 0.5, 2.5, 2.0])  # notes 2 and 3 are newer than some queries
+    rate = np.array([0.1, 400.0, 0.1, 0.3])  # 400 * (t0 - t) would overflow a query factor
+    rec = _exponential_recency(t, t0, origin, 0.2, rate)
+    want = 0.2 + 0.8 * np.exp(-rate * np.maximum(t[:, None] - origin, 0.0))
+    np.testing.assert_allclose(rec, want, rtol=1e-12, atol=0)
+    assert (rec[t[:, None] < origin] == 1.0).all()  # a negative age counts as 0
+    # a cell's value does not depend on the cells computed with it: a row
+    # alone, a few columns, or gathered cells give the same floats
+    for q in range(len(t)):
+        np.testing.assert_array_equal(
+            _exponential_recency(t[q:q + 1], t0, origin, 0.2, rate)[0], rec[q])
+        for n in range(len(origin)):
+            cell = _exponential_recency(t[q:q + 1], t0, origin[None, n:n + 1], 0.2,
+                                        rate[None, n:n + 1])
+            assert cell[0, 0] == rec[q, n]
+    cols = np.array([0, 2])
+    np.testing.assert_array_equal(
+        _exponential_recency(t, t0, origin[cols], 0.2, rate[cols]), rec[:, cols])
 
 
 # -- exact pruning ---------------------------------------------------------------

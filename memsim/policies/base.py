@@ -238,6 +238,14 @@ class Retriever(Component):
     def similarity(self, ctx: ScoringContext) -> np.ndarray:
         """Similarity (Q, L) of each query to each note of ``ctx``."""
 
+    def reads_uses(self) -> bool:
+        """Whether the output may depend on the notes' uses (recalls, last
+        use, distinct actors, tier): True unless a class declares otherwise.
+        Per-query feedback rescores the notes used between two queries only
+        for policies that read them (:meth:`Policy.reads_uses`); the checker
+        verifies a declared False."""
+        return True
+
 
 @dataclass(frozen=True, kw_only=True)
 class Decay(Component):
@@ -289,6 +297,10 @@ class Decay(Component):
         docstring)."""
         return None
 
+    def reads_uses(self) -> bool:
+        """See :meth:`Retriever.reads_uses` (default True)."""
+        return True
+
 
 @dataclass(frozen=True, kw_only=True)
 class Stickiness(Component):
@@ -307,6 +319,13 @@ class Stickiness(Component):
         (the term must be >= 0), or None when unknown. The default: 0 when the
         class keeps the neutral access term, else None."""
         return 0.0 if type(self).access_term is Stickiness.access_term else None
+
+    def reads_uses(self) -> bool:
+        """See :meth:`Retriever.reads_uses`; the default: False when the class
+        keeps the neutral effective age and access term, else True."""
+        cls = type(self)
+        return not (cls.effective_age is Stickiness.effective_age
+                    and cls.access_term is Stickiness.access_term)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -332,6 +351,12 @@ class Breadth(Component):
         (the engine prunes only then), else None. The default: 1 when the
         class keeps the neutral factor, else None."""
         return 1.0 if type(self).on_score is Breadth.on_score else None
+
+    def reads_uses(self) -> bool:
+        """See :meth:`Retriever.reads_uses`; the default: False when the class
+        keeps both neutral factors, else True."""
+        cls = type(self)
+        return not (cls.on_access is Breadth.on_access and cls.on_score is Breadth.on_score)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -385,6 +410,10 @@ class Ranker(Component):
         live note. Declaring it also declares :meth:`combine` elementwise.
         """
         return None
+
+    def reads_uses(self) -> bool:
+        """See :meth:`Retriever.reads_uses` (default True)."""
+        return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -455,6 +484,12 @@ class Feedback(Component):
     cooldown_s : float
         At most one recall per (note, actor) per this many seconds (ai-memory
         uses 60).
+    timing : {"experiment", "per-query", "per-tick"}
+        When uses take effect: before the next query ("per-query", as the
+        real systems do; exact), after the tick ("per-tick": every query of
+        a tick sees the state at its start), or as ``[experiment]
+        feedback_mode`` says ("experiment", the default). The presets of real
+        systems set "per-query".
     """
 
     slot: ClassVar[str] = "feedback"
@@ -464,12 +499,14 @@ class Feedback(Component):
     before_scoring: bool = False
     promote_after: int = 0
     cooldown_s: float = 0.0
+    timing: str = "experiment"
     _constraints: ClassVar[dict] = {
         "touch": Options(("packed", "returned", "prefilter", "none")),
         "k": Interval(1, None, integer=True),
         "before_scoring": Options((True, False)),
         "promote_after": Interval(0, None, integer=True),
         "cooldown_s": Interval(0, None),
+        "timing": Options(("experiment", "per-query", "per-tick")),
     }
 
 
@@ -549,6 +586,15 @@ class Policy(Validated):
         return out
 
     # -- scoring -------------------------------------------------------------
+    def reads_uses(self) -> bool:
+        """Whether a note's score may change when notes are used (any
+        component :meth:`score` calls declares it reads the uses): per-query
+        feedback then rescores the notes used since the batch's start."""
+        parts = [self.retriever, self.ranker, self.breadth]
+        if self.ranker.uses_recency:
+            parts += [self.decay, self.stickiness]
+        return any(p.reads_uses() for p in parts)
+
     def score(self, ctx: ScoringContext) -> np.ndarray:
         """Scores (Q, L) of the context's notes for its queries (see module doc)."""
         rel = ctx.similarity(self.retriever)

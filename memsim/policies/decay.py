@@ -87,6 +87,10 @@ class NoDecay(Decay):
     def upper_bound(self) -> float:
         return 1.0
 
+    def reads_uses(self) -> bool:
+        # the age alone: it depends on use only on the last-use clock
+        return self.clock == "last_access"
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +127,10 @@ class PerDayRate(Decay):
     def upper_bound(self) -> float:
         return 1.0
 
+    def reads_uses(self) -> bool:
+        # the age alone: it depends on use only on the last-use clock
+        return self.clock == "last_access"
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +166,10 @@ class HalfLife(Decay):
 
     def upper_bound(self) -> float:
         return 1.0
+
+    def reads_uses(self) -> bool:
+        # the age alone: it depends on use only on the last-use clock
+        return self.clock == "last_access"
 
 
 @register
@@ -199,6 +211,10 @@ class HalfLifeFloor(Decay):
 
     def upper_bound(self) -> float:
         return 1.0
+
+    def reads_uses(self) -> bool:
+        # the age alone: it depends on use only on the last-use clock
+        return self.clock == "last_access"
 
 
 @register

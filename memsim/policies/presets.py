@@ -297,7 +297,7 @@ add_preset(
     ranker="product",
     packer="top-k-cutoff",
     orderer="score",
-    feedback={"kind": "default", "touch": "packed", "promote_after": 5},
+    feedback={"kind": "default", "touch": "packed", "promote_after": 5, "timing": "per-query"},
 )
 
 add_preset(
@@ -350,7 +350,7 @@ add_preset(
     ranker="product",
     packer={"kind": "greedy-swap", "min_relative_score": HIVEMIND_CUT},
     orderer="edges",
-    feedback={"kind": "default", "touch": "packed", "promote_after": 5},
+    feedback={"kind": "default", "touch": "packed", "promote_after": 5, "timing": "per-query"},
 )
 
 # --------------------------------------------------------------------------
@@ -400,7 +400,7 @@ add_preset(
                "breadth_weight": 0.0, "cold_threshold": 0.20},
     packer="skip-fill",
     orderer="score",
-    feedback={"kind": "default", "touch": "packed", "cooldown_s": 60.0},
+    feedback={"kind": "default", "touch": "packed", "cooldown_s": 60.0, "timing": "per-query"},
 )
 
 add_preset(
@@ -424,7 +424,7 @@ add_preset(
                "breadth_weight": 1.5, "cold_threshold": 0.20},
     packer="skip-fill",
     orderer="score",
-    feedback={"kind": "default", "touch": "packed", "cooldown_s": 60.0},
+    feedback={"kind": "default", "touch": "packed", "cooldown_s": 60.0, "timing": "per-query"},
 )
 
 # --------------------------------------------------------------------------
@@ -442,10 +442,10 @@ _FEATHER_DOC = """Feather DB's scored search (feather-store/feather,
     choice). If you change k, change ``retriever.prefilter`` (3k),
     ``candidates`` and ``feedback.k`` together. The engine reads ages from the
     wall clock in whole seconds; memsim's ages are exact (fractional days).
-    The engine adds its recalls after every search: run the preset with
-    ``[experiment] feedback_mode = "per-query"`` (per-tick mode applies them
-    once a day, an approximation; ``memsim engine-check feather`` replays in
-    per-query mode)."""
+    The engine adds its recalls after every search, and so does the preset
+    (``feedback.timing = "per-query"``, exact; ``"per-tick"`` applies them
+    once a tick, a faster approximation: ``memsim engine-check feather``
+    measures both)."""
 
 #: What both Feather presets assume: k is the caller's argument, and there is no budget.
 _FEATHER_ASSUMED = {
@@ -479,7 +479,8 @@ add_preset(
     from before the search).""",
     assumed=_FEATHER_ASSUMED,
     **_FEATHER_TABLE,
-    feedback={"kind": "default", "touch": "returned", "k": 10, "before_scoring": False},
+    feedback={"kind": "default", "touch": "returned", "k": 10, "before_scoring": False,
+              "timing": "per-query"},
 )
 
 add_preset(
@@ -493,7 +494,8 @@ add_preset(
     much the feedback rule alone moves rankings.""",
     assumed=_FEATHER_ASSUMED,
     **_FEATHER_TABLE,
-    feedback={"kind": "default", "touch": "prefilter", "k": 10, "before_scoring": True},
+    feedback={"kind": "default", "touch": "prefilter", "k": 10, "before_scoring": True,
+              "timing": "per-query"},
 )
 
 # --------------------------------------------------------------------------
@@ -516,8 +518,8 @@ add_preset(
     the query. The released code (``retrieve.py``) differs from the paper:
     weights 0.5 / 3 / 2 (recency / relevance / importance) and a recency of
     ``0.99 ** rank`` in last-access order: the ``generative-agents-code``
-    preset. The paper's system resets last access per retrieval: run it with
-    ``[experiment] feedback_mode = "per-query"`` (per-tick mode applies the
+    preset. The paper's system resets last access per retrieval, and so does
+    the preset (``feedback.timing = "per-query"``; ``"per-tick"`` applies the
     resets once a day, an approximation).""",
     assumed={
         "packer.kind": "the paper has no token budget (the released code takes the top 30 "
@@ -529,7 +531,7 @@ add_preset(
     ranker={"kind": "weighted-sum", "w_recency": 1.0, "w_importance": 1.0, "w_relevance": 1.0},
     packer="skip-fill",
     orderer="score",
-    feedback={"kind": "default", "touch": "packed"},
+    feedback={"kind": "default", "touch": "packed", "timing": "per-query"},
 )
 
 add_preset(
@@ -556,12 +558,11 @@ add_preset(
     ``"inner-product"`` its ``MAX_INNER_PRODUCT`` rule. ``memsim engine-check
     langchain`` replays a stream through the real retriever and this preset.
 
-    Run it with ``[experiment] feedback_mode = "per-query"``: the retriever
-    resets last access after every call, and the default per-tick mode
-    applies the resets once a day, so queries of one day do not see each
-    other's resets (an approximation; measured in the README, "Real data and
-    a real engine"). memsim's choice: packing is skip-fill in score order
-    (the retriever has no token budget).""",
+    The retriever resets last access after every call, and so does the
+    preset (``feedback.timing = "per-query"``); with ``"per-tick"`` the
+    queries of one day would not see each other's resets (an approximation;
+    measured in the README, "Real data and a real engine"). memsim's choice:
+    packing is skip-fill in score order (the retriever has no token budget).""",
     assumed={
         "ranker.relevance": "the vector store is the user's choice: an inner-product index "
                             "over normalised vectors with cosine relevance (FAISS's default "
@@ -574,7 +575,7 @@ add_preset(
             "default_salience": 0.0},
     packer="skip-fill",
     orderer="score",
-    feedback={"kind": "default", "touch": "returned", "k": 4},
+    feedback={"kind": "default", "touch": "returned", "k": 4, "timing": "per-query"},
     candidates=4,
 )
 
@@ -595,9 +596,10 @@ add_preset(
     ``rank_from = "least-recent"``); the ``generative-agents`` preset is the
     paper (``0.995 ** hours``, weights 1).
 
-    Run it with ``[experiment] feedback_mode = "per-query"``: each retrieval
-    resets last access, which moves every later rank; per-tick mode applies
-    the resets once a day (an approximation). memsim's choices: the 30
+    Each retrieval resets last access, which moves every later rank: the
+    preset applies the resets query by query (``feedback.timing =
+    "per-query"``; ``"per-tick"`` would apply them once a day, an
+    approximation). memsim's choices: the 30
     returned are packed skip-fill in score order within the budget (the code
     hands all 30 on), and every note counts as an event memory (the code's
     event / thought split only orders ties).""",
@@ -610,7 +612,7 @@ add_preset(
             "w_relevance": 3.0, "w_importance": 2.0, "rank_from": "least-recent"},
     packer="skip-fill",
     orderer="score",
-    feedback={"kind": "default", "touch": "returned", "k": 30},
+    feedback={"kind": "default", "touch": "returned", "k": 30, "timing": "per-query"},
     candidates=30,
 )
 
@@ -639,7 +641,7 @@ add_preset(
                "mode": "threshold", "threshold": 0.05},
     packer="skip-fill",
     orderer="score",
-    feedback={"kind": "default", "touch": "packed"},
+    feedback={"kind": "default", "touch": "packed", "timing": "per-query"},
 )
 
 add_preset(

@@ -111,6 +111,9 @@ class Product(Ranker):
             b = np.where(rel >= 0, rel * rec_hi, rel * rec_lo)
         return _with_slack(b, np.abs(b))
 
+    def reads_uses(self) -> bool:
+        return False
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +171,9 @@ class FeatherBlend(Ranker):
 
     def recency_floor(self) -> float:
         return self.min_weight
+
+    def reads_uses(self) -> bool:
+        return False
 
 
 def live_mask(ctx: ScoringContext) -> np.ndarray | None:
@@ -241,6 +247,9 @@ class WeightedSum(Ranker):
                 + self.w_importance * minmax_normalise(imp, live)
                 + self.w_relevance * minmax_normalise(rel, live))
 
+    def reads_uses(self) -> bool:
+        return False
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -279,6 +288,9 @@ class Additive(Ranker):
             else 0.0
         return _with_slack(rel + rec_hi + extra, np.abs(rel) + abs(rec_hi) + abs(extra))
 
+    def reads_uses(self) -> bool:
+        return False
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -296,6 +308,9 @@ class SimilarityOnly(Ranker):
         """The similarity itself."""
         return np.asarray(rel, dtype=np.float64)
 
+    def reads_uses(self) -> bool:
+        return False
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -310,6 +325,9 @@ class RecencyOnly(Ranker):
 
     def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return np.broadcast_to(np.asarray(rec, dtype=np.float64), np.shape(rel)).copy()
+
+    def reads_uses(self) -> bool:
+        return False
 
 
 @register
@@ -349,6 +367,9 @@ class Oracle(Ranker):
     def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
         return np.asarray(ctx.gains, dtype=np.float64)
 
+    def reads_uses(self) -> bool:
+        return False
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -385,6 +406,9 @@ class CalibratedProduct(Ranker):
             b = np.exp(self.beta * (np.asarray(rel, dtype=np.float64) - 1.0)) * rec_hi
         return _with_slack(b, b)
 
+    def reads_uses(self) -> bool:
+        return False
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -419,6 +443,9 @@ class Bayes(Ranker):
         same = np.asarray(ctx.note_actor)[None, :] == np.asarray(ctx.query_actor)[:, None]
         return model.expected_gain(cos, ctx.age("created"), np.asarray(ctx.note_class),
                                    np.asarray(ctx.t), same)
+
+    def reads_uses(self) -> bool:
+        return False
 
 
 @register

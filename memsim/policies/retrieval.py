@@ -48,6 +48,9 @@ class Cosine(Retriever):
     def similarity(self, ctx: ScoringContext) -> np.ndarray:
         return _cosine(ctx)
 
+    def reads_uses(self) -> bool:
+        return False
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +70,9 @@ class InverseSquaredL2(Retriever):
              - np.float32(2.0) * ctx.dots.astype(np.float32))
         np.maximum(d, np.float32(0.0), out=d)
         return np.float32(1.0) / (np.float32(1.0) + d)
+
+    def reads_uses(self) -> bool:
+        return False
 
 
 def _hnswlib() -> Any:
@@ -202,6 +208,9 @@ class HNSW(Retriever):
                 top = np.lexsort((np.arange(n), -sim))[:m]
                 keep[r, top] = True
         return keep
+
+    def reads_uses(self) -> bool:
+        return False
 
 
 def _cosine_row(ctx: ScoringContext, r: int) -> np.ndarray:

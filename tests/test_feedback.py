@@ -1,0 +1,158 @@
+"""Per-query feedback: each query sees every use made before it.
+
+The engine scores a tick's queries with one similarity product and, for an
+arm with per-query feedback, corrects each query's top C for the notes used
+since the tick began (:func:`memsim.engine._walk_fast`). These tests hold it
+to two references: the same replay with every query of the tick scored on
+its own (:data:`memsim.engine.WALK_FAST` off: bit-identical frames), and a
+per-tick replay whose ticks are so short that every query is alone in its
+own (the same semantics reached another way: the same rankings).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memsim.engine as engine
+from memsim.config import resolve_policy
+from memsim.engine import Arm, SimSettings, simulate
+from memsim.rng import seed_sequence
+from memsim.stream import make_stream
+
+from .helpers import random_stream
+from .test_pruning import PRESET_NAMES, assert_same, policy_table
+
+#: presets of real systems, whose sources update notes after every query
+PER_QUERY_PRESETS = ["hivemind", "hivemind-2025-bug", "ai-memory", "ai-memory-breadth",
+                     "feather", "feather-v0.16", "generative-agents", "generative-agents-code",
+                     "langchain-time-weighted", "memorybank"]
+
+
+def busy_stream(seed: int, n_notes: int = 400, n_queries: int = 150, dim: int = 8,
+                accesses: int = 120):
+    """A random stream with several queries a day and organic uses between them."""
+    base = random_stream(seed, n_notes=n_notes, n_queries=n_queries, dim=dim, horizon=20.0)
+    rng = np.random.default_rng(seed + 1)
+    t = np.sort(rng.uniform(0.0, 20.0, accesses))
+    created = base.notes.set_index("note_id")["created_at"]
+    ids = np.array([rng.choice(created.index[created <= x]) if (created <= x).any() else -1
+                    for x in t])
+    acc = pd.DataFrame({"t": t[ids >= 0], "note_id": ids[ids >= 0],
+                        "actor": rng.choice(["a0", "a1", "a2"], int((ids >= 0).sum()))})
+    return make_stream(base.notes, base.queries, base.qrels, acc, base.note_embeddings,
+                       base.query_embeddings, {"name": "busy"})
+
+
+def walked(stream, arms, fast: bool, **kw):
+    old = engine.WALK_FAST
+    engine.WALK_FAST = fast
+    try:
+        return simulate(stream, arms, SimSettings(save_rankings=True, feedback_mode="per-query",
+                                                  **kw), seed_sequence(0))
+    finally:
+        engine.WALK_FAST = old
+
+
+@st.composite
+def cases(draw):
+    return {
+        "seed": draw(st.integers(0, 10**6)),
+        "n_notes": draw(st.integers(30, 300)),
+        "n_queries": draw(st.integers(1, 80)),
+        "accesses": draw(st.integers(0, 80)),
+        "dim": draw(st.sampled_from([2, 4, 8])),
+        "c": draw(st.integers(1, 40)),
+        "tick": draw(st.sampled_from([0.5, 1.0, 3.0])),
+        "tables": [policy_table(draw) for _ in range(draw(st.integers(1, 3)))],
+    }
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_corrected_batch_equals_each_query_alone(case):
+    stream = busy_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
+                         dim=case["dim"], accesses=case["accesses"])
+    arms = [Arm(f"p{i}", resolve_policy(t, f"policies.p{i}"))
+            for i, t in enumerate(case["tables"])]
+    kw = {"candidates": case["c"], "tick_days": case["tick"]}
+    assert_same(walked(stream, arms, False, **kw), walked(stream, arms, True, **kw))
+
+
+@pytest.mark.parametrize("c", [4, 30])
+def test_every_preset_corrected_equals_alone(c):
+    stream = busy_stream(3, n_notes=1500, n_queries=200, accesses=300)
+    arms = [Arm(name, resolve_policy({"preset": name}, name)) for name in PRESET_NAMES]
+    assert_same(walked(stream, arms, False, candidates=c), walked(stream, arms, True,
+                                                                   candidates=c))
+
+
+def test_per_query_equals_one_query_per_tick():
+    """Per-query feedback within day-long ticks gives the rankings of a
+    per-tick replay whose ticks hold one query each (scores to rounding)."""
+    stream = busy_stream(11, n_notes=800, n_queries=160, accesses=200)
+    assert stream.queries["t"].is_unique
+    arms = [Arm(name, resolve_policy({"preset": name}, name)) for name in PER_QUERY_PRESETS]
+    arms.append(Arm("sticky", resolve_policy(
+        {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": 3.0},
+         "stickiness": "log-recall", "feedback": {"touch": "returned", "k": 3,
+                                                  "promote_after": 2}}, "sticky")))
+    settings_ = dict(save_rankings=True, candidates=12, retention_period_days=1.0)
+    walk = simulate(stream, arms, SimSettings(feedback_mode="per-query", **settings_),
+                    seed_sequence(0))
+    alone = simulate(stream, arms, SimSettings(feedback_mode="per-tick", tick_days=1e-5,
+                                               **settings_), seed_sequence(0))
+    a, b = walk.rankings, alone.rankings
+    assert len(a) == len(b)
+    pd.testing.assert_frame_equal(a[["policy", "query_id", "rank", "note_id", "packed"]],
+                                  b[["policy", "query_id", "rank", "note_id", "packed"]])
+    np.testing.assert_allclose(a["score"], b["score"], rtol=1e-6)
+    cols = ["recall", "utility", "tokens_used", "n_packed"]
+    np.testing.assert_allclose(walk.queries[cols].to_numpy(float),
+                               alone.queries[cols].to_numpy(float), rtol=1e-9)
+    pd.testing.assert_frame_equal(walk.arms, alone.arms)
+
+
+def test_per_query_feedback_changes_rankings_within_a_tick():
+    """The correction matters: with recall-driven stickiness, queries of one
+    tick rank differently once they see each other's uses."""
+    stream = busy_stream(5, n_notes=600, n_queries=200, accesses=0)
+    arm = Arm("sticky", resolve_policy(
+        {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": 1.0},
+         "stickiness": "log-recall", "feedback": {"touch": "returned", "k": 5}}, "sticky"))
+    runs = [simulate(stream, [arm], SimSettings(save_rankings=True, candidates=10,
+                                                feedback_mode=m), seed_sequence(0))
+            for m in ("per-tick", "per-query")]
+    a, b = (r.rankings.set_index(["query_id", "rank"])["note_id"] for r in runs)
+    assert (a != b.reindex(a.index)).mean() > 0.01
+
+
+def test_feedback_timing_is_per_policy():
+    """A policy's ``feedback.timing`` overrides the experiment's mode, and
+    arms of different timings in one replay equal their replays alone."""
+    stream = busy_stream(8, n_notes=500, n_queries=120)
+    quick = resolve_policy({"preset": "feather"}, "q")
+    assert quick.feedback.timing == "per-query"
+    tick = resolve_policy({"preset": "feather", "feedback": {"timing": "per-tick"}}, "t")
+    both = simulate(stream, [Arm("q", quick), Arm("t", tick)],
+                    SimSettings(save_rankings=True), seed_sequence(0))
+    for name, pol, mode in (("q", quick, "per-tick"), ("t", tick, "per-query")):
+        # the experiment's mode is the other one: the policy's timing wins
+        alone = simulate(stream, [Arm(name, pol)], SimSettings(save_rankings=True,
+                                                               feedback_mode=mode),
+                         seed_sequence(0))
+        got = both.rankings[both.rankings["policy"] == name].reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, alone.rankings)
+    assert not both.rankings[both.rankings["policy"] == "q"]["note_id"].reset_index(
+        drop=True).equals(both.rankings[both.rankings["policy"] == "t"]["note_id"]
+                          .reset_index(drop=True))
+
+
+def test_real_system_presets_run_per_query_and_baselines_follow_the_experiment():
+    for name in PER_QUERY_PRESETS:
+        assert resolve_policy({"preset": name}, name).feedback.timing == "per-query", name
+    for name in ("similarity-only", "recency-only", "random", "oracle"):
+        assert resolve_policy({"preset": name}, name).feedback.timing == "experiment", name
