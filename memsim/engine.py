@@ -32,6 +32,22 @@ still go to the lower ``note_id``), so rankings, packing, metrics and
 feedback are identical bit for bit; :data:`PRUNE` = False turns it off.
 Everything that reads more than the top C (set-dependent rankers, rankers
 that choose their candidates, the oracle) is scored in full.
+
+**Per-query feedback.** An arm whose uses take effect before the next query
+(:func:`feedback_timing`) still shares its tick's similarity product and is
+scored once on the state at the tick's start; before each query, only the
+notes used since (by earlier queries' answers and by organic uses before its
+time) are rescored on the state as it is then and merged into the query's
+top C, and a query whose candidates changed is packed again. The merge is
+exact when its C-th candidate ranks at or above the C-th of the tick's
+scoring (no note left alone can then enter); otherwise the query is scored
+again in full. A policy whose scores read no use (``Policy.reads_uses()``)
+has nothing to rescore; a set-dependent ranker, one that chooses its own
+candidates, or a use before scoring is scored query by query. A recency
+cell's value depends on its own query time, note and the tick's end alone
+(:func:`_exponential_recency`), so the corrected tick gives the same floats
+as scoring each query alone (:data:`WALK_FAST` = False, the reference), and
+retention sweeps and store rows stay at tick starts.
 """
 
 from __future__ import annotations
@@ -57,8 +73,8 @@ from .stream import LoggedRankings, Stream
 from .workload import CLASS_NAMES
 
 __all__ = ["SimSettings", "Arm", "simulate", "SimResult", "NoteArrays", "PolicyState",
-           "Batch", "BatchContext", "top_candidates", "resolve_budget", "feedback_timing", "PRUNE",
-           "WALK_FAST"]
+           "Batch", "BatchContext", "top_candidates", "resolve_budget", "feedback_timing",
+           "with_timing", "PRUNE", "WALK_FAST"]
 
 #: Exact pruning of the scoring (module docstring); False scores every live
 #: note of every query, as a reference.
@@ -454,13 +470,17 @@ class BatchContext(_NoteColumns):
         self._live = None
         self._live_parts = (valid, evicted)
 
-    def live_cells(self, flat: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    def live_cells(self, flat: np.ndarray, cols: np.ndarray,
+                   valid_cells: np.ndarray | None = None) -> np.ndarray:
         """``live`` at the flat (row-major) cell indices ``flat``, whose note
-        columns are ``cols``."""
+        columns are ``cols`` (``valid_cells``: the batch's ``valid`` there,
+        when known)."""
         if self._live_parts is None:
             return np.take(self.live, flat)
         valid, evicted = self._live_parts
-        return np.take(valid, flat) & ~evicted[cols]
+        if valid_cells is None:
+            valid_cells = np.take(valid, flat)
+        return valid_cells & ~evicted[cols]
 
     # -- shared, from the batch -------------------------------------------
     @property
@@ -688,11 +708,10 @@ class _GatheredContext(_NoteColumns):
     component scores each cell exactly as on the full context."""
 
     def __init__(self, full: BatchContext, rows: np.ndarray, cols: np.ndarray,
-                 live: np.ndarray):
+                 live: np.ndarray | None, cells: _LevelCells | None = None):
         self.full = full
         self.rows = rows
         self.cols = cols
-        self.flat = rows[:, None] * len(full.idx) + cols
         self.idx = full.idx[cols]
         self.t = full.t[rows]
         self.rng = full.rng
@@ -700,6 +719,11 @@ class _GatheredContext(_NoteColumns):
         self.notes = full.notes
         self.state = full.state
         self._cache: dict = {}
+        if cells is None:
+            self.flat = rows[:, None] * len(full.idx) + cols
+        else:  # a level's cells, shared by every arm: their similarity too
+            self.flat = cells.flat
+            self._cache[("similarity", cells.retriever)] = cells.sim
 
     def _cells(self, mat: np.ndarray) -> np.ndarray:
         return np.take(mat, self.flat)
@@ -769,6 +793,21 @@ class _GatheredContext(_NoteColumns):
         return self.full.query_actor[self.rows]
 
 
+@dataclass(frozen=True, eq=False)
+class _LevelCells:
+    """The padded cells (R, W) of one pruning level: note columns, which are
+    real, the level's thresholds (R,), flat indices into the batch's (Q, L)
+    matrices, and the similarity and ``real & valid`` there."""
+
+    cols: np.ndarray
+    real: np.ndarray
+    tau: np.ndarray
+    flat: np.ndarray
+    sim: np.ndarray
+    valid: np.ndarray
+    retriever: str
+
+
 class _SimOrder:
     """The notes of each query of a batch by decreasing similarity, in levels
     shared by every arm: level ``m`` holds, per query, the valid notes whose
@@ -789,6 +828,21 @@ class _SimOrder:
         self.n = n
         self._tau: dict[int, np.ndarray] = {}
         self._cols: dict[int, dict[int, np.ndarray]] = {}
+        self._cells: dict[tuple, _LevelCells] = {}
+
+    def cells(self, level: int, todo: np.ndarray, full: bool, retriever: str) -> _LevelCells:
+        """The cells the queries ``todo`` score at ``level`` (every note when
+        ``full``), built once per batch and shared by every arm that asks."""
+        key = (level, full, todo.tobytes())
+        got = self._cells.get(key)
+        if got is None:
+            cols, real, tau = _level_cells(self, level, todo, self.n, full)
+            flat = todo[:, None] * self.n + cols
+            got = _LevelCells(cols=cols, real=real, tau=tau, flat=flat,
+                              sim=np.take(self.sim, flat), valid=real & np.take(self.valid, flat),
+                              retriever=retriever)
+            self._cells[key] = got
+        return got
 
     def tau(self, m: int) -> np.ndarray:
         if m not in self._tau:
@@ -914,10 +968,10 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     need = 0
     while len(todo):
         full = 2 * level >= n
-        cols, real, tau = _level_cells(order, level, todo, n, full)
-        gctx = _GatheredContext(ctx, todo, cols, real)
-        live = real & ctx.live_cells(gctx.flat, cols)
-        gctx.live = live
+        cells = order.cells(level, todo, full, retriever.name)
+        cols, real, tau = cells.cols, cells.real, cells.tau
+        live = real & ctx.live_cells(cells.flat, cols, cells.valid)
+        gctx = _GatheredContext(ctx, todo, cols, live, cells)
         try:
             scores = np.asarray(policy.score(gctx), dtype=np.float64)
         except AttributeError:  # a component reads what the gathered cells lack
@@ -1183,6 +1237,13 @@ def feedback_timing(policy: Policy, settings: SimSettings) -> str:
     experiment's ``feedback_mode`` when the policy leaves it to the experiment."""
     timing = policy.feedback.timing
     return settings.feedback_mode if timing == "experiment" else timing
+
+
+def with_timing(policy: Policy, timing: str) -> Policy:
+    """``policy`` with its uses taking effect ``timing`` (its feedback's
+    ``timing``): the engine checks compare both modes of one preset."""
+    return dataclasses.replace(policy, feedback=dataclasses.replace(policy.feedback,
+                                                                    timing=timing))
 
 
 def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: float) -> None:

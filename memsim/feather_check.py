@@ -68,7 +68,7 @@ import numpy as np
 import pandas as pd
 
 from .config import resolve_policy
-from .engine import Arm, SimSettings, simulate
+from .engine import Arm, SimSettings, simulate, with_timing
 from .engine_check import DAY_S, first_differences, kendall, load_check_config, quantise_stream
 from .errors import ConfigError, MemsimError
 from .stream import Stream
@@ -188,8 +188,8 @@ def replay_memsim(stream: Stream, *, k: int = 10, half_life: float = 30.0,
     is only for timing comparisons. ``feedback = False`` turns recalls off.
     """
     _check_stream(stream)
-    policy = feather_policy(k=k, half_life=half_life, time_weight=time_weight,
-                            min_weight=min_weight, feedback=feedback)
+    policy = with_timing(feather_policy(k=k, half_life=half_life, time_weight=time_weight,
+                                        min_weight=min_weight, feedback=feedback), feedback_mode)
     settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(stream, [Arm("feather", policy)], settings, np.random.SeedSequence(0))

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from .config import resolve_policy
-from .engine import Arm, SimSettings, simulate
+from .engine import Arm, SimSettings, simulate, with_timing
 from .engine_check import compare_rankings, format_summary, load_check_config, quantise_stream, summarise
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
@@ -97,6 +97,7 @@ def langchain_policy(*, k: int = 4, search_k: int = 100, decay_rate: float = 0.0
 
 
 def _replay_memsim(stream: Stream, policy, k: int, feedback_mode: str = "per-query"):
+    policy = with_timing(policy, feedback_mode)
 
     settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
     t0 = time.perf_counter()
