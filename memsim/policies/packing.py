@@ -293,11 +293,23 @@ class GreedySwap(_ValuePacker):
         return _swap_passes(values, tokens, eligible, budget, packed, used, self.max_swaps)
 
 
+def _swap_candidates(values, tokens, eligible, budget, packed, used, dens):
+    """The unpacked notes that may beat the value any removal making room
+    for them must lose (at least ``need * least packed density``)."""
+    d_min = np.min(np.where(packed, dens, np.inf), axis=1)
+    need0 = tokens - (budget - used)[:, None]
+    with np.errstate(invalid="ignore"):
+        bound = np.where(need0 > 0, need0 * d_min[:, None], 0.0)
+    return eligible & ~packed & (values - bound > _TOL * values)
+
+
 def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     """The swap passes of :class:`GreedySwap` (see its docstring for the rule)."""
     q, c = tokens.shape
     rows_all = np.arange(q)
     dens = _density(values, tokens, eligible)
+    if not _swap_candidates(values, tokens, eligible, budget, packed, used, dens).any():
+        return packed  # no note can beat its cheapest removal: greedy's answer stands
     fill_order = np.argsort(-dens, axis=1, kind="stable")
     # Removal order: ascending density; among equal densities the worse rank
     # (higher column) goes first. Sorting the reversed columns stably gives that.
@@ -318,11 +330,7 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
         # ``need`` tokens costs at least ``need * (least packed density)``.
         # Notes that cannot beat it against the packed set at the start of the
         # pass are skipped in this pass (they are reconsidered in the next).
-        d_min = np.min(np.where(packed, dens, np.inf), axis=1)
-        need0 = tokens - (budget - used)[:, None]
-        with np.errstate(invalid="ignore"):
-            bound = np.where(need0 > 0, need0 * d_min[:, None], 0.0)
-        cand0 = eligible & ~packed & (values - bound > _TOL * values)
+        cand0 = _swap_candidates(values, tokens, eligible, budget, packed, used, dens)
         cand_s = np.take_along_axis(cand0, ins_order, axis=1)
         # per row, the candidates in insertion order, compacted to the left
         comp = np.take_along_axis(ins_order, np.argsort(~cand_s, axis=1, kind="stable"), axis=1)
