@@ -822,9 +822,12 @@ class _SimOrder:
         self.sim = sim
         self.valid = valid
         q, n = sim.shape
-        step = max(1, n // self.SAMPLE)
-        sample = np.asarray(sim[:, ::step], dtype=np.float64)
-        self.sample = -np.sort(-sample, axis=1)  # descending
+        # about n / 8 columns, 512 to SAMPLE: thresholds from a sample that
+        # costs a fraction of one pass over the row
+        step = max(1, n // min(self.SAMPLE, max(512, n // 8)))
+        # negated: the j-th smallest is the j-th largest similarity (an order
+        # statistic per level asked, not a sort of the whole sample)
+        self.neg_sample = -np.asarray(sim[:, ::step], dtype=np.float64)
         self.n = n
         self._tau: dict[int, np.ndarray] = {}
         self._cols: dict[int, dict[int, np.ndarray]] = {}
@@ -846,10 +849,10 @@ class _SimOrder:
 
     def tau(self, m: int) -> np.ndarray:
         if m not in self._tau:
-            k = self.sample.shape[1]
+            q, k = self.neg_sample.shape
             j = -(-m * k // self.n)
-            self._tau[m] = (np.full(len(self.sample), -np.inf) if j >= k
-                            else self.sample[:, j].copy())
+            self._tau[m] = (np.full(q, -np.inf) if j >= k else
+                            -np.partition(self.neg_sample, j, axis=1)[:, j])
             self._cols[m] = {}
         return self._tau[m]
 
@@ -1050,15 +1053,37 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
     return np.take_along_axis(pos, order, axis=1), np.take_along_axis(vals, order, axis=1)
 
 
-def _prefilter_mask(sim: np.ndarray, mask: np.ndarray, m: int) -> np.ndarray:
-    """Keep the ``m`` most similar allowed notes per query (an ANN index's
-    candidate set)."""
-    if sim.shape[1] <= m:
-        return mask
-    s = np.where(mask, sim, -np.inf)
-    pos, vals = top_candidates(s, m)
-    keep = np.zeros_like(mask)
-    np.put_along_axis(keep, pos, np.isfinite(vals), axis=1)
+def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray) -> np.ndarray:
+    """The ``retriever.prefilter`` most similar valid, unevicted notes of
+    each query (ties to the lower ``note_id``), as (Q, L) bool: an exact
+    nearest-M search. Like the pruned scoring, it looks only at the notes
+    above a similarity threshold (the batch's shared levels) and lowers it
+    until the M-th found is strictly above it."""
+    m = retriever.prefilter
+    order = ctx.shared(("similarity-order", retriever.name),
+                       lambda: _SimOrder(ctx.similarity(retriever), ctx.batch.valid))
+    q, n = order.sim.shape
+    keep = np.zeros((q, n), dtype=bool)
+    todo = np.arange(q)
+    level = _level(2 * m)
+    while len(todo):
+        full = 2 * level >= n
+        cells = order.cells(level, todo, full, retriever.name)
+        live = cells.valid & ~evicted[cells.cols]
+        pos, vals = top_candidates(np.where(live, cells.sim, -np.inf), m)
+        if full:
+            done = np.ones(len(todo), dtype=bool)
+        elif pos.shape[1] < m:
+            done = np.zeros(len(todo), dtype=bool)
+        else:  # every note left out is at or below the threshold
+            done = np.isfinite(vals[:, m - 1]) & (vals[:, m - 1] > cells.tau)
+        d = np.flatnonzero(done)
+        cols = np.take_along_axis(cells.cols[d], pos[d], axis=1)
+        rows = np.broadcast_to(todo[d][:, None], cols.shape)
+        ok = np.isfinite(vals[d])
+        keep[rows[ok], cols[ok]] = True
+        todo = todo[~done]
+        level = _level(4 * level)
     return keep
 
 
@@ -1368,8 +1393,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
         if choose is not None:  # a retriever that chooses its own candidates (an ANN index)
             mask = mask & np.asarray(choose(ctx, mask), dtype=bool)
         else:
-            mask = _prefilter_mask(ctx.similarity(policy.retriever), mask,
-                                   policy.retriever.prefilter)
+            mask = _prefilter_mask(ctx, policy.retriever, st.evicted[batch.idx])
         if fb.touch == "prefilter" and fb.before_scoring:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)

@@ -183,3 +183,39 @@ def test_namespaces_and_expiry():
             for name in ("hivemind", "feather", "similarity-only", "generative-agents")]
     full, pruned = both(stream, arms, candidates=12)
     assert_same(full, pruned)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), n_notes=st.integers(1, 3000), m=st.integers(1, 80),
+       dim=st.sampled_from([2, 4]), quantise=st.booleans(),
+       retriever=st.sampled_from(["cosine", "inverse-sq-l2"]))
+def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise, retriever):
+    """The prefilter's exact nearest-M search (threshold levels) keeps the
+    notes a full sort keeps, ties to the lower note_id."""
+    from memsim.engine import Batch, BatchContext, NoteArrays, PolicyState, top_candidates
+    from memsim.metrics import RelevanceIndex
+
+    s = random_stream(seed % 1000, n_notes=n_notes, n_queries=25, dim=dim)
+    if quantise:  # many equal similarities
+        s.note_embeddings[:] = np.round(s.note_embeddings)
+    codes = {a: i for i, a in enumerate(sorted(set(s.notes["actor"]) | set(s.queries["actor"])))}
+    notes = NoteArrays.from_stream(s, codes)
+    state = PolicyState(notes, len(codes))
+    rng = np.random.default_rng(seed)
+    state.evicted[:] = rng.random(n_notes) < 0.2
+    rows = np.arange(25)
+    qe = s.query_embeddings
+    batch = Batch(qrows=rows, t=s.queries["t"].to_numpy()[rows], actors=np.zeros(25, int),
+                  notes=notes, qemb=qe, qnorm2=(qe.astype(np.float64) ** 2).sum(1),
+                  relevance=RelevanceIndex(s, notes.created_at))
+    pol = resolve_policy({"retriever": {"kind": retriever, "prefilter": m}}, "p")
+    ctx = BatchContext(batch, state, rng)
+    evicted = state.evicted[batch.idx]
+    got = engine._prefilter_mask(ctx, pol.retriever, evicted)
+    live = batch.valid & ~evicted[None, :]
+    sim = np.where(live, ctx.similarity(pol.retriever), -np.inf)
+    want = np.zeros_like(live)
+    if sim.shape[1]:
+        pos, vals = top_candidates(sim, m)
+        np.put_along_axis(want, pos, np.isfinite(vals), axis=1)
+    np.testing.assert_array_equal(got, want)
