@@ -308,7 +308,8 @@ def _cmd_sweep(args) -> int:
         res = run_sweep(args.experiment, trials=args.trials, storage=args.storage,
                         study_name=args.study, workers=args.workers, out=args.out,
                         overrides=args.set, quiet=True, resume=args.resume, progress=prog,
-                        report=not args.no_report, argv=sys.argv)
+                        report=not args.no_report, argv=sys.argv, batch=args.batch,
+                        pruner=args.pruner)
     finally:
         prog.close()
     if not args.quiet:
@@ -453,7 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_cmd_run)
 
     sw = add(sub, "sweep", "Optuna sweep of an experiment's [sweep] table (resumable)", (
-        "memsim sweep experiments/sweep_hivemind.toml --trials 100 --workers 2",),
+        "memsim sweep experiments/sweep_hivemind.toml --trials 100 --workers 2",
+        "memsim sweep experiments/sweep_hivemind.toml --trials 20 --batch 10 --pruner median"),
         parents=[common])
     add_out(sw)
     sw.add_argument("experiment", nargs="?", default=None, metavar="EXPERIMENT.toml",
@@ -467,6 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="study name (default: <name>-<hash8>); the same command with the "
                          "same name resumes or joins it")
     sw.add_argument("--workers", type=int, default=1, help="worker processes on this machine")
+    sw.add_argument("--batch", type=int, default=None, metavar="N",
+                    help="trials simulated together as the arms of one replay (default: "
+                         "sweep.batch, 1); same values, less time when only policies.* keys "
+                         "are swept")
+    sw.add_argument("--pruner", default=None, metavar="NAME",
+                    help="stop unpromising trials between replicates: none, median, hyperband "
+                         "or successive-halving (default: sweep.pruner, none)")
     sw.add_argument("--resume", default=None, metavar="RUN_DIR",
                     help="continue the sweep of this run folder")
     sw.add_argument("--no-report", action="store_true", help="skip report.html")

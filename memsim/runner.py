@@ -33,7 +33,7 @@ from .stats import summarise
 from .stream import Stream
 
 __all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "default_jobs",
-           "load_stream_for",
+           "load_stream_for", "replicate_seed", "simulate_replicate",
            "experiment_manifest", "write_atomic", "load_run", "run_status", "new_run_dir"]
 
 
@@ -100,15 +100,32 @@ def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
     return {k: (pd.concat(v, ignore_index=True) if v else None) for k, v in parts.items()}
 
 
+def replicate_seed(exp: Experiment, replicate: int):
+    """The root of the arms' random streams on one replicate (each arm draws
+    its own named child of it, :class:`memsim.engine.Arm`)."""
+    return child_seq(seed_sequence(exp.seed), "replicate", replicate, "policies")
+
+
+def simulate_replicate(exp: Experiment, arms: list[Arm], replicate: int,
+                       stream: Stream | None = None) -> dict[str, pd.DataFrame | None]:
+    """The frames of one replicate of ``arms`` under ``exp``'s engine settings,
+    seeds and reader: what :func:`simulate_experiment` does per replicate, for
+    arms the caller builds (a sweep simulates several trials' policies as the
+    arms of one replay, each with the random stream it would have alone).
+
+    ``stream`` defaults to the replicate's stream of ``exp``'s workload.
+    """
+    return _simulate_replicate(exp, arms, replicate, stream, None)
+
+
 def _simulate_replicate(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,
                         progress: Callable[[float], None] | None
                         ) -> dict[str, pd.DataFrame | None]:
     """The frames of replicate ``r`` (its ``replicate`` column first)."""
     if stream is None:
         stream = load_stream_for(exp, r)
-    res = simulate(stream, arms, exp.sim,
-                   child_seq(seed_sequence(exp.seed), "replicate", r, "policies"),
-                   reader=exp.reader, progress=progress)
+    res = simulate(stream, arms, exp.sim, replicate_seed(exp, r), reader=exp.reader,
+                   progress=progress)
     frames: dict[str, pd.DataFrame | None] = {}
     for key in ("queries", "store", "arms", "rankings"):
         df = getattr(res, key)

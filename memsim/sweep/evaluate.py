@@ -20,18 +20,37 @@ arm's ``arms`` row, ``store_notes`` and ``store_tokens`` from the last row
 (in time) of its ``store`` frame, the store left after the last eviction
 sweep, and ``utility_share`` pooled over the replicate's queries
 (:func:`memsim.stats.utility_share_by` by policy, budget and replicate).
+
+Batches (:meth:`TrialEvaluator.evaluate_batch`). Trials that differ only in
+their policies (every swept key under ``policies.``) are simulated as the
+arms of one replay per replicate, so that the stream, the similarity product
+of each tick and the oracle are computed once for all of them. Arms never
+interact in the engine: each trial's arm is named ``<name>/<policy>`` but
+draws the random stream its policy would draw alone (the engine's
+``Arm.stream_name``), on the runner's replicate seed
+(:func:`memsim.runner.simulate_replicate`), so its values are bit for bit
+those of :meth:`TrialEvaluator.evaluate`. Replicates are the outer loop: after
+each one the caller sees every trial's running value (the mean over the
+replicates done, the definition of the final value) and may stop a trial
+(a pruner), which is then left out of the remaining replicates. A trial
+whose parameters do not build fails alone; trials whose experiments differ
+outside their policies (a swept ``workload.*`` or ``experiment.*`` key) are
+simulated in separate replays.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from memsim.config import Experiment, config_hash
-from memsim.runner import load_stream_for, simulate_experiment
+from memsim.engine import Arm
+from memsim.errors import MemsimError
+from memsim.runner import load_stream_for, simulate_experiment, simulate_replicate
 from memsim.stats import utility_share_by
 
 from .space import RUN_OBJECTIVES, SweepSpec, apply_params
@@ -67,6 +86,32 @@ def run_level_values(frames: dict[str, Any], metric: str, policy: str, budget: A
         if int(r) in out:
             out[int(r)] = float(v)
     return out
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """How one trial of :meth:`TrialEvaluator.evaluate_batch` ended.
+
+    Attributes
+    ----------
+    values : tuple of float
+        One per objective: the mean over the replicates simulated of the
+        per-replicate values (empty when ``error``).
+    per_replicate : dict
+        Objective label -> {replicate: value}, for the replicates simulated.
+    error : str
+        Why the trial failed (its parameters do not give a valid experiment,
+        or its simulation raised a :class:`~memsim.errors.MemsimError`);
+        ``""`` when it did not.
+    stopped_after : int or None
+        The number of replicates done when the caller stopped the trial
+        (``after_replicate`` returned True); None when it ran them all.
+    """
+
+    values: tuple = ()
+    per_replicate: dict = field(default_factory=dict)
+    error: str = ""
+    stopped_after: int | None = None
 
 
 class TrialEvaluator:
@@ -139,20 +184,144 @@ class TrialEvaluator:
         reps = list(range(e.settings.replicates)) if replicates is None else list(replicates)
         sim = self._restricted(e)
         frames = simulate_experiment(sim, replicates=reps, streams=self.streams_for(e, reps))
+        per = self._objective_values(frames, e, reps)
+        return [_mean_of(per[lab]) for lab in self.spec.labels], per
+
+    def _objective_values(self, frames: dict[str, Any], e: Experiment, reps: Sequence[int],
+                          prefix: str = "") -> dict[str, dict[int, float]]:
+        """Objective label -> {replicate: value} of the arms named
+        ``prefix + policy`` in ``frames``."""
         q = frames["queries"]
-        values, per = [], {}
+        per = {}
         for o in self.spec.objectives:
             budget = o.budget if o.budget is not None else e.sim.budget_tokens
+            policy = prefix + o.policy
             if o.metric in RUN_OBJECTIVES:
-                by_rep = run_level_values(frames, o.metric, o.policy, budget, reps)
+                by_rep = run_level_values(frames, o.metric, policy, budget, reps)
             else:
-                sub = q[(q["policy"] == o.policy) & (q["budget"] == budget)]
+                sub = q[(q["policy"] == policy) & (q["budget"] == budget)]
                 by_rep = {}
                 for r in reps:
                     v = sub.loc[sub["replicate"] == r, o.metric].to_numpy(np.float64)
                     v = v[np.isfinite(v)]
                     by_rep[r] = float(v.mean()) if v.size else math.nan
-            fin = [v for v in by_rep.values() if math.isfinite(v)]
-            values.append(float(np.mean(fin)) if fin else math.nan)
             per[o.label] = by_rep
-        return values, per
+        return per
+
+    # -- batches ---------------------------------------------------------------
+    def evaluate_batch(self, param_sets: Sequence[dict[str, Any]],
+                       names: Sequence[str] | None = None,
+                       replicates: Sequence[int] | None = None,
+                       after_replicate: Callable[[int, int, list[float]], bool] | None = None,
+                       variant: dict[str, Any] | None = None) -> list[TrialOutcome]:
+        """Evaluate several parameter sets, replicate by replicate, sharing
+        one replay per replicate among the trials that differ only in their
+        policies (see the module docstring).
+
+        Parameters
+        ----------
+        param_sets : sequence of dict
+            One parameter set per trial.
+        names : sequence of str, optional
+            Distinct names of the trials (their arms are ``<name>/<policy>``);
+            default ``t0, t1, ...``.
+        replicates : sequence of int, optional
+            Default ``0 .. R-1``.
+        after_replicate : callable, optional
+            ``after_replicate(i, step, values)`` is called after each
+            replicate for every trial ``i`` still running, with ``step`` the
+            number of replicates done and ``values`` its running values (one
+            per objective, NaN where no replicate has a value yet); returning
+            True stops the trial (it is not simulated on the rest).
+        variant : dict, optional
+            Dotted-key overrides applied to every trial's experiment (a
+            robustness variant), as in :meth:`evaluate`.
+
+        Returns
+        -------
+        list of TrialOutcome
+            In the order of ``param_sets``. A set's values are bit for bit
+            those of :meth:`evaluate` on the same replicates.
+        """
+        n = len(param_sets)
+        names = [f"t{i}" for i in range(n)] if names is None else [str(x) for x in names]
+        if len(set(names)) != n:
+            raise ValueError(f"evaluate_batch needs {n} distinct names. Got {names!r} instead.")
+        full: list[Experiment | None] = []
+        errors = [""] * n
+        for i, params in enumerate(param_sets):
+            try:
+                full.append(self.trial_experiment(params, variant))
+            except MemsimError as exc:  # this trial fails alone
+                full.append(None)
+                errors[i] = str(exc)
+        sims = [None if e is None else self._restricted(e) for e in full]
+        context = [None if e is None else _context_key(e) for e in full]
+        reps = list(range(self.exp.settings.replicates)) if replicates is None \
+            else list(replicates)
+        per: list[dict[str, dict[int, float]]] = [{lab: {} for lab in self.spec.labels}
+                                                  for _ in range(n)]
+        stopped: list[int | None] = [None] * n
+        for step, r in enumerate(reps, 1):
+            live = [i for i in range(n) if not errors[i] and stopped[i] is None]
+            if not live:
+                break
+            # one replay per experiment context (all of them when only policies differ)
+            groups: dict[str, list[int]] = {}
+            for i in live:
+                groups.setdefault(context[i], []).append(i)
+            for group in groups.values():
+                got = self._replay(group, full, sims, names, r, errors)
+                for i, by_label in got.items():
+                    for lab, by_rep in by_label.items():
+                        per[i][lab][r] = by_rep[r]
+            if after_replicate is not None:
+                for i in live:
+                    if not errors[i] and after_replicate(
+                            i, step, [_mean_of(per[i][lab]) for lab in self.spec.labels]):
+                        stopped[i] = step
+        return [TrialOutcome(error=errors[i], per_replicate=per[i]) if errors[i] else
+                TrialOutcome(values=tuple(_mean_of(per[i][lab]) for lab in self.spec.labels),
+                             per_replicate=per[i], stopped_after=stopped[i])
+                for i in range(n)]
+
+    def _replay(self, group: list[int], full: list, sims: list, names: list[str], r: int,
+                errors: list[str]) -> dict[int, dict[str, dict[int, float]]]:
+        """Simulate replicate ``r`` of the trials of ``group`` (same experiment
+        context) as the arms of one replay; trial -> objective values. An
+        error fails the trial alone: a group that raises is replayed trial
+        by trial, so the error lands on the trial that caused it."""
+        e0, sim0 = full[group[0]], sims[group[0]]
+        budgets = sim0.settings.budgets or (None,)
+        # each trial's arm draws its policy's own random stream (stream_name)
+        arms = [Arm(f"{names[i]}/{p}", sims[i].policies[p], b, stream_name=p)
+                for b in budgets for i in group for p in self.policies]
+        try:
+            frames = simulate_replicate(sim0, arms, r, self.streams_for(e0, [r])[r])
+        except MemsimError as exc:
+            if len(group) == 1:
+                errors[group[0]] = str(exc)
+                return {}
+            out: dict[int, dict[str, dict[int, float]]] = {}
+            for i in group:
+                out.update(self._replay([i], full, sims, names, r, errors))
+            return out
+        return {i: self._objective_values(frames, full[i], [r], prefix=f"{names[i]}/")
+                for i in group}
+
+
+def _mean_of(by_rep: dict[int, float]) -> float:
+    """An objective's value: the mean of its finite per-replicate values
+    (NaN when none is finite)."""
+    fin = [v for v in by_rep.values() if math.isfinite(v)]
+    return float(np.mean(fin)) if fin else math.nan
+
+
+def _context_key(e: Experiment) -> str:
+    """What trials must share to be simulated as arms of one replay: the
+    experiment without its policies (workload, engine settings, reader,
+    seed)."""
+    table = e.to_config()
+    table.pop("policies", None)
+    table.pop("sweep", None)
+    return config_hash(table)

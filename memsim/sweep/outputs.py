@@ -20,6 +20,14 @@ the ``optuna-dashboard`` command that opens the study) and the plots as PNG:
 Optuna's ``history`` and ``pareto_front``, memsim's ``importance`` (the bars
 of ``importance.csv``) and ``slice`` (one panel per parameter, log axes for
 log ranges).
+
+Trials that did not complete (PRUNED by ``sweep.pruner``, FAIL) keep their
+row and their ``state`` in ``trials.csv``; a PRUNED trial's
+``values_<objective>`` is its running value when it was stopped (the mean
+over the replicates it ran, Optuna's last intermediate value) and its
+``<objective>_rep<r>`` columns cover only those replicates. The best
+trial(s), ``plateau.csv``, ``importance.csv``, the robustness candidates and
+the plots use COMPLETE trials only.
 """
 
 from __future__ import annotations
@@ -333,6 +341,10 @@ class SweepResult:
         Where the study lives (a password masked, a SQLite path absolute).
     plots : dict
         Plot name -> "written" or the reason it was skipped.
+    notes : list of str
+        What the sweep wants its user to know about how it ran (e.g. that
+        ``sweep.batch`` could not batch trials), printed after the first
+        line of :meth:`summary_text`.
     """
 
     experiment: Experiment
@@ -351,6 +363,7 @@ class SweepResult:
     timings: dict = field(default_factory=dict)
     plateau: pd.DataFrame = field(default_factory=pd.DataFrame)
     importance: pd.DataFrame = field(default_factory=pd.DataFrame)
+    notes: list = field(default_factory=list)
 
     @property
     def best_value(self) -> float:
@@ -365,7 +378,10 @@ class SweepResult:
         how to open the study: the ``optuna-dashboard`` command and the
         Python that loads it (:func:`memsim.report.study_access_lines`)."""
         n_done = int((self.trials["state"] == "COMPLETE").sum()) if len(self.trials) else 0
-        lines = [f"study {self.study_name}: {n_done} COMPLETE trials of {len(self.trials)}"]
+        n_pruned = int((self.trials["state"] == "PRUNED").sum()) if len(self.trials) else 0
+        lines = [f"study {self.study_name}: {n_done} COMPLETE trials of {len(self.trials)}"
+                 + (f" ({n_pruned} PRUNED)" if n_pruned else "")]
+        lines += [f"note: {n}" for n in self.notes]
         if self.best_number is not None:
             vals = ", ".join(f"{k} = {v:.4g}" for k, v in self.best_values.items())
             lines.append(f"best: trial {self.best_number} ({vals})")

@@ -2,7 +2,8 @@
 
 The run folder is ``<out>/<UTC time>_<name>_<hash8>/`` where ``hash8`` hashes
 the resolved experiment and search space (without ``sweep.trials``, which may
-grow) and, when given, the study name (:func:`_study_identity`).
+grow, nor ``sweep.batch`` and ``sweep.pruner``, which change how trials run,
+not what they mean) and, when given, the study name (:func:`_study_identity`).
 ``sweep/sweep.json``, written once (:func:`_write_ident`), records the study
 name, that identity and the storage. Running the same command again finds
 the newest folder under ``--out`` with the same identity
@@ -29,11 +30,20 @@ from .storage import _mask_url, _recorded_storage, _storage_spec
 _IDENT = "sweep.json"
 
 
+#: ``[sweep]`` keys outside a sweep's identity: how many trials (which may
+#: grow), how many are simulated together and whether bad ones are stopped
+#: early change how the study is worked on, not what a trial means, so a
+#: study may be resumed with other values.
+_NOT_IDENTITY = ("trials", "batch", "pruner")
+
+
 def _identity(exp: Experiment, spec: SweepSpec) -> str:
-    """hash8 of a sweep whatever its number of trials (which may grow)."""
+    """hash8 of a sweep whatever its number of trials (which may grow), its
+    batch size and its pruner (:data:`_NOT_IDENTITY`)."""
     table = exp.to_config()
     sweep = spec.to_config()
-    sweep.pop("trials")
+    for key in _NOT_IDENTITY:
+        sweep.pop(key)
     table["sweep"] = sweep
     return config_hash(table)
 

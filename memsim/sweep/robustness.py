@@ -6,7 +6,10 @@ preset) are evaluated again on fresh replicate seeds the sweep never used,
 and on each workload variant; :func:`robustness_check` returns the values,
 their change from the sweep's, and whether the best beats the preset: the
 paired difference on the same fresh replicates with its confidence interval
-(``sweep/robustness.csv``).
+(``sweep/robustness.csv``). Only COMPLETE trials are candidates (a PRUNED
+trial never is). The candidates of a check are evaluated as one batch
+(:meth:`~memsim.sweep.TrialEvaluator.evaluate_batch`: one replay per
+replicate when only policies are swept), with the values of one at a time.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 import pandas as pd
 from optuna.trial import TrialState
 
+from memsim.errors import MemsimError
 from memsim.stats import mean_ci
 
 from .evaluate import TrialEvaluator
@@ -89,6 +93,10 @@ def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: lis
     rows = []
     # (candidate index, check index) -> objective label -> {replicate: value}
     evals: dict[tuple[int, int], dict[str, dict[int, float]]] = {}
+    # every candidate of a check in one batch (one replay per replicate when
+    # only policies are swept): the values are those of evaluate(), bit for bit
+    outcomes = {j: _evaluate_all(evaluator, candidates, reps, ov)
+                for j, (_, _, ov, reps) in enumerate(checks)}
     for i, c in enumerate(candidates):
         base = {"number": c["number"], "role": c["role"]}
         row = dict(base, check="sweep", variant="", replicates=_reps_text(range(R)))
@@ -97,8 +105,8 @@ def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: lis
             row[f"change_{lab}"] = 0.0
             row[f"per_replicate_{lab}"] = json.dumps(c.get("per_replicate", {}).get(lab, []))
         rows.append(row)
-        for j, (check, name, ov, reps) in enumerate(checks):
-            values, per = evaluator.evaluate(c["params"], replicates=reps, variant=ov)
+        for j, (check, name, _ov, reps) in enumerate(checks):
+            values, per = outcomes[j][i]
             evals[i, j] = per
             row = dict(base, check=check, variant=name, replicates=_reps_text(reps))
             for lab, v, v0 in zip(spec.labels, values, c["values"]):
@@ -114,6 +122,20 @@ def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: lis
         cols += [f"diff_{lab}", f"diff_ci_low_{lab}", f"diff_ci_high_{lab}",
                  f"excludes_0_{lab}", f"verdict_{lab}"]
     return pd.DataFrame(rows, columns=cols + ["note"])
+
+
+def _evaluate_all(evaluator: TrialEvaluator, candidates: list[dict], reps: list[int],
+                  variant: dict | None) -> list[tuple[list[float], dict]]:
+    """(values, per-replicate values) of every candidate on ``reps`` (and a
+    variant): one :meth:`~TrialEvaluator.evaluate_batch`, so that candidates
+    differing only in their policies share each replay."""
+    outs = evaluator.evaluate_batch([c["params"] for c in candidates],
+                                    names=[f"c{i}" for i in range(len(candidates))],
+                                    replicates=reps, variant=variant)
+    for c, out in zip(candidates, outs):
+        if out.error:  # a COMPLETE trial's parameters built during the sweep
+            raise MemsimError(f"robustness check of trial {c['number']}: {out.error}")
+    return [(list(out.values), out.per_replicate) for out in outs]
 
 
 def _paired_rows(spec: SweepSpec, candidates: list[dict], checks: list, evals: dict,

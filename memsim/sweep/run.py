@@ -9,7 +9,9 @@ worker processes (:mod:`memsim.sweep.workers`) until the study has
 (:mod:`memsim.sweep.plateau`), writes the outputs
 (:mod:`memsim.sweep.outputs`) and the run folder's ``report.html``. The
 manifest records every session that worked on the folder; a failure marks
-it failed with the hint to run the same command again.
+it failed with the hint to run the same command again. The summary notes a
+``sweep.batch`` that could not batch (a swept key outside ``policies.``) and
+a ``sweep.pruner`` that cannot prune (one replicate; also a warning).
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
               quiet: bool = True, resume: str | Path | None = None,
               progress: Callable[[float], None] | None = None,
               plots: bool = True, report: bool = True,
-              argv: list[str] | None = None) -> SweepResult:
+              argv: list[str] | None = None, batch: int | None = None,
+              pruner: str | None = None) -> SweepResult:
     """Run (or resume, or join) an Optuna sweep of an experiment.
 
     Parameters
@@ -98,6 +101,10 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
         Write Optuna's plots (a few seconds).
     report : bool
         Build the run folder's ``report.html`` (:func:`memsim.report.build_report`).
+    batch, pruner : optional
+        ``sweep.batch`` and ``sweep.pruner`` for this session (``--batch``,
+        ``--pruner``); neither changes the study's identity, so a sweep may
+        be resumed with others.
 
     Returns
     -------
@@ -106,7 +113,9 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     t_start = time.perf_counter()
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"--workers: expected an integer >= 1, got {workers!r}")
-    exp, spec, resume_dir, ident = _load_sweep(exp_or_path, overrides, trials, resume)
+    options = {k: v for k, v in (("batch", batch), ("pruner", pruner)) if v is not None}
+    exp, spec, resume_dir, ident = _load_sweep(exp_or_path, overrides, trials, resume, options)
+    notes = _run_notes(exp, spec)
     hash8, study_name = _study_identity(exp, spec, study_name, ident)
     plan = _place(exp, spec, hash8, study_name, storage, out, resume_dir, ident, workers)
     prior = _prior_manifest(plan.run_dir)
@@ -119,6 +128,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     try:
         study, n_done = _run_trials(plan, progress, timings)
         result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots)
+        result.notes = notes
         result.study_name = study_name
         result.storage = _mask_url(_absolute_sqlite(plan.storage_spec))
         if plan.run_dir is not None:
@@ -150,11 +160,29 @@ def _coerce_overrides(overrides) -> dict:
     return dict(parse_override(o) for o in overrides)
 
 
+def _run_notes(exp: Experiment, spec: SweepSpec) -> list[str]:
+    """What the summary says about how the trials run: a ``batch`` that
+    cannot batch, a ``pruner`` that cannot prune (also a warning)."""
+    notes = []
+    if spec.batch > 1 and not spec.batchable:
+        notes.append(f"sweep.batch = {spec.batch}: trials ran one at a time, since "
+                     f"{', '.join(spec.unbatchable_keys)} (not under policies.) changes what "
+                     "trials would share in one replay")
+    if spec.pruner != "none" and exp.settings.replicates < 2:
+        msg = (f"sweep.pruner = {spec.pruner!r} prunes nothing with experiment.replicates = "
+               f"{exp.settings.replicates}: a trial can only be stopped between replicates")
+        # stacklevel 3: the caller of run_sweep, whose call the warning is about
+        warnings.warn(f"memsim sweep: {msg}", stacklevel=3)
+        notes.append(msg)
+    return notes
+
+
 def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: int | None,
-                resume: str | Path | None,
+                resume: str | Path | None, options: dict | None = None,
                 ) -> tuple[Experiment, SweepSpec, Path | None, dict | None]:
     """The experiment (with its resolved ``[sweep]`` table) and its spec; with
-    ``resume``, the folder and its ``sweep.json``."""
+    ``resume``, the folder and its ``sweep.json``. ``options`` (``batch``,
+    ``pruner``) replace the table's keys and are checked with it."""
     ov = _coerce_overrides(overrides)
     ident: dict | None = None  # sweep/sweep.json of the folder resumed
     resume_dir: Path | None = None
@@ -169,7 +197,8 @@ def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: 
         exp = exp_or_path.with_overrides(ov) if ov else exp_or_path
     else:
         exp = load_experiment(exp_or_path, ov)
-    spec = SweepSpec.from_config(exp.sweep, exp)
+    table = exp.sweep if exp.sweep is None or not options else {**exp.sweep, **options}
+    spec = SweepSpec.from_config(table, exp)
     if trials is not None:
         spec = spec.with_trials(trials)
     # the resolved experiment, with the resolved sweep table, is what runs
@@ -225,6 +254,7 @@ def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
         "study": plan.study_name, "identity": plan.hash8,
         "storage": _recorded_storage(plan.storage_spec, run_dir),
         "trials": spec.trials, "sampler": spec.sampler, "seed": spec.seed,
+        "batch": spec.batch if spec.batchable else 1, "pruner": spec.pruner,
         "objectives": spec.labels, "directions": spec.directions, "params": spec.keys,
         "workers": plan.workers})
     return manifest, sessions

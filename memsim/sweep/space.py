@@ -28,6 +28,8 @@ from memsim.params import check_keys
 
 #: Samplers by their ``sampler = "..."`` name.
 SAMPLERS = ("tpe", "random", "qmc", "cmaes", "nsga2", "grid")
+#: Pruners by their ``pruner = "..."`` name (see :class:`SweepSpec`).
+PRUNERS = ("none", "median", "hyperband", "successive-halving")
 #: Run-level metrics an objective may also name, one value per replicate:
 #: ``recall_gini`` and ``evicted_notes`` (the arm's ``arms`` row),
 #: ``store_notes`` and ``store_tokens`` (the end-of-run store size after
@@ -43,7 +45,8 @@ NO_DEFAULT_DIRECTION = ("store_tokens", "store_notes", "evicted_notes")
 #: Every metric an objective may name.
 OBJECTIVE_METRICS = tuple(METRIC_COLUMNS) + RUN_OBJECTIVES
 
-_SWEEP_KEYS = ("trials", "sampler", "seed", "objectives", "params", "robustness")
+_SWEEP_KEYS = ("trials", "sampler", "seed", "batch", "pruner", "objectives", "params",
+               "robustness")
 _PARAM_TYPES = ("float", "int", "categorical")
 _PARAM_FIELDS = {
     "float": ("type", "low", "high", "log", "step"),
@@ -291,6 +294,31 @@ class SweepSpec:
 
     Build it with :meth:`from_config`; :meth:`check_against` then checks every
     key against an experiment.
+
+    Two keys change how trials are run, never what a trial means (so neither
+    is part of the sweep's identity: a study may be resumed with others):
+
+    ``batch`` (int >= 1, default 1)
+        Trials a worker asks Optuna for at once and simulates as the arms of
+        one replay per replicate, sharing the stream and the similarity
+        product (their values are bit for bit those of one trial at a
+        time). Only possible when every swept key is under ``policies.``
+        (:attr:`batchable`); otherwise trials run one at a time and the
+        sweep's summary says so.
+    ``pruner`` (one of :data:`PRUNERS`, default ``"none"``)
+        Stops unpromising trials after a replicate (state PRUNED; they do
+        not count toward ``trials``). After each replicate a trial reports
+        its running objective (the mean over the replicates done, as the
+        final value) and the pruner compares it with the other trials at
+        the same number of replicates: ``median`` (Optuna's MedianPruner:
+        prune a trial below the median of the COMPLETE trials once 5 are
+        COMPLETE), ``successive-halving`` (asynchronous successive halving:
+        at 1, 2, 4... replicates keep the better half of the trials that got
+        there) or ``hyperband`` (several successive-halving brackets of
+        different aggressiveness, up to the experiment's replicates). One
+        objective only (Optuna cannot prune several); it needs at least 2
+        replicates, and trial 0 (the experiment's own parameters) is never
+        pruned: it is the reference of the robustness check.
     """
 
     params: tuple[ParamSpec, ...]
@@ -299,6 +327,8 @@ class SweepSpec:
     sampler: str = "tpe"
     seed: int = 0
     robustness: RobustnessSpec = field(default_factory=lambda: RobustnessSpec(0))
+    batch: int = 1
+    pruner: str = "none"
 
     @property
     def keys(self) -> list[str]:
@@ -315,6 +345,17 @@ class SweepSpec:
     @property
     def multi(self) -> bool:
         return len(self.objectives) > 1
+
+    @property
+    def batchable(self) -> bool:
+        """Whether trials can be simulated as arms of one replay: every swept
+        key is under ``policies.``, so trials differ only in their policies."""
+        return all(k.startswith("policies.") for k in self.keys)
+
+    @property
+    def unbatchable_keys(self) -> list[str]:
+        """The swept keys that keep trials from sharing a replay."""
+        return [k for k in self.keys if not k.startswith("policies.")]
 
     @classmethod
     def from_config(cls, table: Any, exp: Experiment | None = None, where: str = "sweep",
@@ -343,15 +384,25 @@ class SweepSpec:
             raise ConfigError(f"{where}: expected a table, got {table!r}")
         check_keys(table, _SWEEP_KEYS, where)
         trials, sampler, seed = _settings(table, exp, where)
+        batch, pruner = _batch_pruner(table, where)
         params = _params(table.get("params"), where)
         objectives = _objectives(table.get("objectives"), exp, f"{where}.objectives")
         if len(objectives) > 1 and sampler == "cmaes":
             raise ConfigError(f"{where}.sampler: 'cmaes' optimises one objective; use 'nsga2' "
                               "or 'tpe' for several")
+        if len(objectives) > 1 and pruner != "none":
+            raise ConfigError(f"{where}.pruner: {pruner!r} prunes a single-objective sweep; "
+                              f"this one has {len(objectives)} objectives (Optuna cannot prune "
+                              "several): use pruner = \"none\"")
+        if sampler == "grid" and pruner != "none":
+            raise ConfigError(f"{where}.pruner: the grid sampler runs each point once, so a "
+                              "pruned point would never complete; use pruner = \"none\" with "
+                              "sampler = \"grid\"")
         if sampler == "grid":
             trials = _grid_trials(params, trials if "trials" in table else None, where)
         spec = cls(params=params, objectives=objectives, trials=trials, sampler=sampler,
-                   seed=seed, robustness=_robustness(table.get("robustness", {}), exp, where))
+                   seed=seed, robustness=_robustness(table.get("robustness", {}), exp, where),
+                   batch=batch, pruner=pruner)
         if exp is not None:
             spec.check_against(exp, where)
         return spec
@@ -362,6 +413,8 @@ class SweepSpec:
             "trials": self.trials,
             "sampler": self.sampler,
             "seed": self.seed,
+            "batch": self.batch,
+            "pruner": self.pruner,
             "objectives": [o.to_config() for o in self.objectives],
             "params": {p.key: p.to_config() for p in self.params},
             "robustness": self.robustness.to_config(),
@@ -457,6 +510,19 @@ def _settings(table: dict, exp: Experiment | None, where: str) -> tuple[int, str
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise ConfigError(f"{where}.seed: expected an integer in [0, 2**32), got {seed!r}")
     return trials, sampler, seed
+
+
+def _batch_pruner(table: dict, where: str) -> tuple[int, str]:
+    """``batch`` and ``pruner`` of a ``[sweep]`` table, checked."""
+    batch = table.get("batch", 1)
+    if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 10_000:
+        raise ConfigError(f"{where}.batch: expected an integer >= 1 (trials simulated together), "
+                          f"got {batch!r}")
+    pruner = table.get("pruner", "none")
+    if pruner not in PRUNERS:
+        raise ConfigError(f"{where}.pruner: unknown pruner {pruner!r}"
+                          f"{did_you_mean(pruner, PRUNERS)}; allowed: {', '.join(PRUNERS)}")
+    return batch, pruner
 
 
 def _params(params_t: Any, where: str) -> tuple[ParamSpec, ...]:

@@ -3,7 +3,9 @@
 Holds :func:`_open_study` (create the study or join an existing one, refuse
 one that belongs to another sweep, enqueue the experiment's own parameters as
 trial 0 on a fresh study), :func:`_make_sampler` (the ``sampler = "..."`` of
-the ``[sweep]`` table), :func:`_n_complete` (the count of COMPLETE trials
+the ``[sweep]`` table), :func:`_make_pruner` (its ``pruner = "..."``; a
+pruner lives in each worker, not in the storage, so a study may be resumed
+with another), :func:`_n_complete` (the count of COMPLETE trials
 every loop polls) and :func:`_quiet_optuna`, which keeps the warnings about
 Optuna's experimental features that memsim uses on purpose off the console.
 """
@@ -25,12 +27,16 @@ from .space import SweepSpec
 @contextlib.contextmanager
 def _quiet_optuna():
     """Optuna warns about experimental features memsim uses on purpose
-    (heartbeats, retries, metric names, plots); keep them off the console."""
+    (heartbeats, retries, metric names, plots, heartbeats outside
+    ``study.optimize``); keep them off the console."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.simplefilter("ignore", FutureWarning)
         warnings.filterwarnings("ignore", message=".*computes the importances of params to "
                                 "achieve low `target` values")
+        # memsim's ask-and-tell batches send the heartbeat themselves
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used "
+                                "with Study.optimize")
         yield
 
 
@@ -60,6 +66,35 @@ def _make_sampler(spec: SweepSpec, seed: int):
             return optuna.samplers.CmaEsSampler(seed=seed)
         space = {p.key: p.grid() for p in spec.params}
         return optuna.samplers.GridSampler(space, seed=seed)
+
+
+def _make_pruner(spec: SweepSpec, replicates: int):
+    """The Optuna pruner named by ``spec.pruner``; a step is one replicate.
+
+    ``median``: :class:`optuna.pruners.MedianPruner` with its defaults (no
+    pruning before 5 COMPLETE trials; then a trial whose best running value
+    is worse than the median of the COMPLETE trials' at the same replicate is
+    stopped). ``successive-halving``:
+    :class:`optuna.pruners.SuccessiveHalvingPruner` with rungs at 1, 2, 4...
+    replicates (``min_resource = 1``, ``reduction_factor = 2``): a trial
+    goes past a rung only in the better half of the trials that reached it
+    (Optuna's asynchronous rule: while a rung has one other trial, only if
+    it beats it). ``hyperband``: :class:`optuna.pruners.HyperbandPruner` over
+    1 .. ``replicates`` replicates with the same reduction factor 2: several
+    successive-halving brackets, from aggressive to none (the last bracket
+    runs every trial to the end), the sampler seeing each bracket's trials
+    apart. The factor is 2 rather than Optuna's 3 or 4 because sweeps run
+    2-5 replicates: with 3, the rungs after the first lie beyond the last
+    replicate. Returns a :class:`~optuna.pruners.NopPruner` for ``"none"``.
+    """
+    if spec.pruner == "median":
+        return optuna.pruners.MedianPruner()
+    if spec.pruner == "successive-halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(1, replicates),
+                                              reduction_factor=2)
+    return optuna.pruners.NopPruner()
 
 
 def _open_study(storage, study_name: str, exp: Experiment, spec: SweepSpec, hash8: str):

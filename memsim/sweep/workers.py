@@ -1,35 +1,49 @@
-"""Worker processes: the loop that runs trials until the study is complete.
+"""Worker processes: the loop that runs trials until the study has enough.
 
 A worker (:func:`_work`) loads the study, reaps the trials of dead workers
-(:mod:`memsim.sweep.liveness`) and runs ``study.optimize`` one trial at a
-time until the study has ``trials`` COMPLETE trials. The function Optuna
-calls (:class:`_TrialObjective`) claims its trial, steps aside when enough
-trials are COMPLETE or under way (so none is counted twice), evaluates the
-parameters with a :class:`~memsim.sweep.evaluate.TrialEvaluator` and records
-the per-replicate values as user attributes.
+(:mod:`memsim.sweep.liveness`) and runs batches of trials
+(:class:`_TrialBatch`) until the study has ``trials`` COMPLETE trials.
+
+A batch is Optuna's ask-and-tell: the worker asks for up to ``sweep.batch``
+trials (no more than the study still needs: ``trials`` minus the COMPLETE
+and running ones), claims each (its worker, so that a reaper can tell whose
+it is), steps aside when enough trials are COMPLETE or under way (so none is
+counted twice: see :meth:`_TrialBatch._surplus`), suggests its parameters
+and evaluates the batch with
+:meth:`~memsim.sweep.evaluate.TrialEvaluator.evaluate_batch`: one replay
+per replicate for all of them when only policies are swept, replicates
+outermost. After each replicate a single-objective trial reports its running
+value (``trial.report``, step = replicates done) and, with a pruner, asks
+whether to stop (``trial.should_prune``); a stopped trial ends PRUNED and
+does not count. A trial whose parameters fail fails alone. Trials run one at
+a time (a batch of one) by default and when a swept key is outside
+``policies.``. On an RDB storage each trial of a batch sends Optuna's
+heartbeat.
 
 ``--workers N`` starts N such processes, spawned (:func:`_run_workers`), that
 share the storage. The same command on another machine, with the same
 ``--storage postgresql://...`` and ``--study``, joins the study.
 
 Reproducibility: with one worker on a fresh study the sampler is seeded with
-the sweep's ``seed``. Each extra worker seeds its sampler from ``seed``, its
+the sweep's ``seed`` (a batch asks its trials in order, so a given batch size
+is reproducible too). Each extra worker seeds its sampler from ``seed``, its
 host and its pid (:func:`_worker_seed`) so that workers do not propose the
 same points; the order in which their trials finish depends on timing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import multiprocessing
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Callable
 
 import numpy as np
@@ -40,68 +54,207 @@ from memsim.config import Experiment, experiment_from_dict
 from memsim.errors import ConfigError, MemsimError
 from memsim.rundir import proc_start
 
-from .evaluate import TrialEvaluator
+from .evaluate import TrialEvaluator, TrialOutcome
 from .liveness import _host, _reap, _retry, _worker_id
 from .space import SweepSpec, _grid_size
 from .storage import open_storage
-from .study import _make_sampler, _n_complete, _quiet_optuna
+from .study import _make_pruner, _make_sampler, _n_complete, _quiet_optuna
 
 #: Seconds a worker waits before re-checking the study when the last trials
 #: are running elsewhere.
 POLL_S = 0.5
 
 
-class _Surplus(Exception):
-    """The study already has enough trials COMPLETE or under way."""
-
-
-class _TrialFailed(MemsimError):
-    """A trial's parameters gave an invalid experiment or a NaN objective."""
-
-
-class _TrialObjective:
-    """The function Optuna calls: claim, check for surplus, evaluate, record."""
+class _TrialBatch:
+    """Runs batches of trials for one worker: ask, claim, evaluate, tell."""
 
     def __init__(self, evaluator: TrialEvaluator, spec: SweepSpec):
         self.evaluator = evaluator
         self.spec = spec
         self.worker = _worker_id()
         self.start = proc_start(os.getpid())
-        #: number of the trial being evaluated (None between trials)
-        self.current: int | None = None
+        #: trials asked for at once (1 when trials cannot share a replay)
+        self.size = spec.batch if spec.batchable else 1
+        self.replicates = evaluator.exp.settings.replicates
+        self.prune = spec.pruner != "none" and self.replicates >= 2
+        #: Optuna takes intermediate values of a single-objective study only
+        self.report = not spec.multi
+        #: the trials asked and not yet told (given back on Ctrl-C)
+        self.open: list = []
 
-    def __call__(self, trial):
-        self.current = trial.number
-        # claim first: a reaper must be able to tell whose trial this is
-        trial.set_user_attr("worker", self.worker)
-        trial.set_user_attr("worker_start", self.start)
-        trial.set_user_attr("worker_trial", trial.number)
-        # Surplus check by trial number: the set of trials numbered below this
-        # one only grows, so two workers racing for the last slot agree on
-        # which of them is surplus.
-        ahead = sum(1 for t in trial.study.get_trials(
+    def run(self, study, n: int) -> list[tuple[TrialState, str]]:
+        """Ask for up to ``n`` trials, evaluate them together and tell Optuna.
+
+        Returns (state, error) of each trial this batch ran (not the surplus
+        one, which only stepped aside).
+        """
+        self.open = []
+        try:
+            with _quiet_optuna():
+                params = self._ask(study, n)
+                if not params:
+                    return []
+                with _heartbeats(study._storage, [t._trial_id for t in self.open]):
+                    return self._evaluate(study, params)
+        except KeyboardInterrupt:
+            # give the interrupted trials' parameters back to the study
+            for t in self._still_open(study):
+                _tell(study, t, state=TrialState.FAIL)
+                _retry(study, study._storage.get_trial(t._trial_id))
+            raise
+        except BaseException as exc:
+            # as study.optimize does: the trials fail and the error is raised
+            for t in self._still_open(study):
+                with contextlib.suppress(Exception):
+                    t.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:500])
+                with contextlib.suppress(Exception):
+                    _tell(study, t, state=TrialState.FAIL)
+            raise
+        finally:
+            self.open = []
+
+    def _ask(self, study, n: int) -> list[dict]:
+        """Ask for, claim and parametrise up to ``n`` trials (fewer when the
+        study turns out to have enough)."""
+        params = []
+        for _ in range(n):
+            trial = study.ask()
+            self.open.append(trial)
+            # claim first: a reaper must be able to tell whose trial this is
+            trial.set_user_attr("worker", self.worker)
+            trial.set_user_attr("worker_start", self.start)
+            trial.set_user_attr("worker_trial", trial.number)
+            if self._surplus(study, trial):
+                trial.set_user_attr("surplus", True)
+                _tell(study, trial, state=TrialState.FAIL)
+                self.open.pop()
+                break  # any later trial would be surplus too
+            params.append({p.key: p.suggest(trial) for p in self.spec.params})
+        return params
+
+    def _surplus(self, study, trial) -> bool:
+        """Whether the study has ``trials`` trials COMPLETE or under way
+        numbered below ``trial``. By trial number: the set of trials numbered
+        below this one only grows, so two workers racing for the last slot
+        agree on which of them is surplus; a trial of this batch counts for
+        the ones asked after it."""
+        ahead = sum(1 for t in study.get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING))
             if t.number < trial.number)
-        if ahead >= self.spec.trials:
-            trial.set_user_attr("surplus", True)
-            raise _Surplus()
-        params = {p.key: p.suggest(trial) for p in self.spec.params}
+        return ahead >= self.spec.trials
+
+    def _evaluate(self, study, params: list[dict]) -> list[tuple[TrialState, str]]:
+        """Evaluate the open trials (replicates outermost, reporting and
+        pruning after each), record their values and tell Optuna."""
+        trials = list(self.open)
         t0 = time.perf_counter()
-        try:
-            values, per = self.evaluator.evaluate(params)
-        except MemsimError as exc:
-            trial.set_user_attr("error", str(exc)[:500])
-            raise _TrialFailed(str(exc)) from None
-        trial.set_user_attr("seconds", round(time.perf_counter() - t0, 4))
-        for label, reps in per.items():
+        ended: dict[int, float] = {}
+        reference = [t.user_attrs.get("origin") == "experiment" for t in trials]
+
+        def after_replicate(i: int, step: int, values: list[float]) -> bool:
+            t = trials[i]
+            if self.report and math.isfinite(values[0]):
+                t.report(values[0], step)
+            # trial 0 is the reference of the robustness check: never pruned;
+            # nor is a trial that has run every replicate
+            if not self.prune or reference[i] or step >= self.replicates:
+                return False
+            if t.should_prune():
+                ended[i] = time.perf_counter()
+                return True
+            return False
+
+        outcomes = self.evaluator.evaluate_batch(
+            params, names=[f"t{t.number}" for t in trials], after_replicate=after_replicate)
+        t_end = time.perf_counter()
+        return [self._tell_outcome(study, t, out, ended.get(i, t_end) - t0, len(trials))
+                for i, (t, out) in enumerate(zip(trials, outcomes))]
+
+    def _tell_outcome(self, study, t, out: TrialOutcome, seconds: float,
+                      size: int) -> tuple[TrialState, str]:
+        """Record one trial's outcome (user attributes) and tell Optuna."""
+        if out.error:
+            t.set_user_attr("error", out.error[:500])
+            _tell(study, t, state=TrialState.FAIL)
+            return TrialState.FAIL, out.error
+        # seconds: wall time from the start of the batch to this trial's end
+        t.set_user_attr("seconds", round(seconds, 4))
+        if size > 1:
+            t.set_user_attr("batch", size)
+        for label, reps in out.per_replicate.items():
             for r, v in reps.items():
-                trial.set_user_attr(f"{label}_rep{r}", v)
-        bad = [lab for lab, v in zip(self.spec.labels, values) if not math.isfinite(v)]
+                t.set_user_attr(f"{label}_rep{r}", v)
+        if out.stopped_after is not None:
+            t.set_user_attr("pruned_after", out.stopped_after)
+            _tell(study, t, state=TrialState.PRUNED)
+            return TrialState.PRUNED, ""
+        bad = [lab for lab, v in zip(self.spec.labels, out.values) if not math.isfinite(v)]
         if bad:
             msg = f"objective {bad[0]} is NaN for every replicate"
-            trial.set_user_attr("error", msg)
-            raise _TrialFailed(msg)
-        return values[0] if len(values) == 1 else values
+            t.set_user_attr("error", msg)
+            _tell(study, t, state=TrialState.FAIL)
+            return TrialState.FAIL, msg
+        _tell(study, t, values=list(out.values))
+        return TrialState.COMPLETE, ""
+
+    def _still_open(self, study) -> list:
+        """The open trials still RUNNING in the storage."""
+        out = []
+        for t in self.open:
+            with contextlib.suppress(Exception):
+                if study._storage.get_trial(t._trial_id).state == TrialState.RUNNING:
+                    out.append(t)
+        return out
+
+
+def _tell(study, trial, values: list[float] | None = None, state: TrialState | None = None,
+          ) -> None:
+    """``study.tell``. The grid sampler asks Optuna to stop its optimisation
+    loop once every point is taken, which ask-and-tell has not got: Optuna
+    raises then, after the trial's state is written; that is not an error."""
+    try:
+        study.tell(trial, values, state=state)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
+
+
+@contextlib.contextmanager
+def _heartbeats(storage, trial_ids: list[int]):
+    """Send Optuna's heartbeat for ``trial_ids`` while the block runs (RDB
+    storages with a heartbeat; nothing otherwise), one thread for the batch,
+    as ``study.optimize`` does for its one trial."""
+    get_interval = getattr(storage, "get_heartbeat_interval", None)
+    interval = get_interval() if get_interval is not None else None
+    if not interval or not trial_ids:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            for tid in trial_ids:
+                with contextlib.suppress(Exception):  # a trial finished or a glitch: next beat
+                    storage.record_heartbeat(tid)
+            if stop.wait(timeout=interval):
+                return
+
+    thread = threading.Thread(target=beat, name="memsim-sweep-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _fail_stale(study) -> None:
+    """Fail (and retry) the trials whose heartbeat stopped (RDB storages with
+    a heartbeat), as ``study.optimize`` does before each trial."""
+    get_interval = getattr(study._storage, "get_heartbeat_interval", None)
+    if get_interval is not None and get_interval() is not None:
+        with _quiet_optuna():
+            optuna.storages.fail_stale_trials(study)
 
 
 @dataclass
@@ -133,11 +286,12 @@ def _work(job: _WorkerJob, exp: Experiment | None = None, spec: SweepSpec | None
     (a spawned worker gets only the job). Returns the number of trials this
     worker completed.
     """
-    spec, study, objective = _start_worker(job, exp, spec, storage)
+    spec, study, batch = _start_worker(job, exp, spec, storage)
     done = failures = 0
     last_error = ""
     while True:
         _reap(study)
+        _fail_stale(study)
         trials = study.get_trials(deepcopy=False)
         n_complete = sum(t.state == TrialState.COMPLETE for t in trials)
         if progress is not None:
@@ -152,24 +306,23 @@ def _work(job: _WorkerJob, exp: Experiment | None = None, spec: SweepSpec | None
         if spec.sampler == "grid" and _grid_exhausted(study, spec) and not n_waiting:
             raise ConfigError(f"sweep.trials: the grid has only {_grid_size(spec)} points and "
                               f"{n_complete} trials completed; ask for at most that many")
-        _optimize_one(study, objective)
-        last = _last_trial_of(study, objective.worker)
-        if last is None:
-            continue
-        if last.state == TrialState.COMPLETE:
-            done += 1
-        elif last.state == TrialState.FAIL and not last.user_attrs.get("surplus"):
-            failures += 1
-            last_error = last.user_attrs.get("error", "the trial failed")
-            if failures > max(10, spec.trials):
-                raise ConfigError(f"sweep: {failures} trials failed in this worker; the last "
-                                  f"one: {last_error}")
+        # no more than the study still needs (a pruned trial frees its slot again)
+        n = max(1, min(batch.size, spec.trials - n_complete - n_running))
+        for state, error in batch.run(study, n):
+            if state == TrialState.COMPLETE:
+                done += 1
+            elif state == TrialState.FAIL:
+                failures += 1
+                last_error = error or "the trial failed"
+        if failures > max(10, spec.trials):
+            raise ConfigError(f"sweep: {failures} trials failed in this worker; the last "
+                              f"one: {last_error}")
 
 
 def _start_worker(job: _WorkerJob, exp: Experiment | None, spec: SweepSpec | None, storage,
-                  ) -> tuple[SweepSpec, optuna.Study, _TrialObjective]:
+                  ) -> tuple[SweepSpec, optuna.Study, _TrialBatch]:
     """The spec (with the job's trials), the study loaded with this worker's
-    sampler, and the objective Optuna will call."""
+    sampler and pruner, and the batch runner."""
     if exp is None:
         exp = experiment_from_dict(copy.deepcopy(job.config), base_dir=job.base_dir,
                                    source_file=job.source_file)
@@ -180,33 +333,9 @@ def _start_worker(job: _WorkerJob, exp: Experiment | None, spec: SweepSpec | Non
     seed = job.seed if job.seed is not None else _worker_seed(spec.seed)
     with _quiet_optuna():
         study = optuna.load_study(study_name=job.study_name, storage=storage,
-                                  sampler=_make_sampler(spec, seed))
-    return spec, study, _TrialObjective(TrialEvaluator(exp, spec), spec)
-
-
-def _optimize_one(study, objective: _TrialObjective) -> None:
-    """Let Optuna run one trial; on Ctrl-C give the interrupted trial's
-    parameters back to the study before stopping."""
-    objective.current = None
-    try:
-        with _quiet_optuna():
-            study.optimize(objective, n_trials=1, catch=(_Surplus, _TrialFailed),
-                           gc_after_trial=False)
-    except KeyboardInterrupt:
-        # Optuna marked the interrupted trial FAIL; give its parameters back
-        if objective.current is not None:
-            t = study.trials[objective.current]
-            if t.state == TrialState.FAIL:
-                _retry(study, t)
-        raise
-
-
-def _last_trial_of(study, worker: str):
-    """The trial ``worker`` started last (None before its first)."""
-    mine = [t for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("worker") == worker and t.user_attrs.get("worker_trial")
-            == t.number]
-    return max(mine, key=lambda t: t.datetime_start or datetime.min) if mine else None
+                                  sampler=_make_sampler(spec, seed),
+                                  pruner=_make_pruner(spec, exp.settings.replicates))
+    return spec, study, _TrialBatch(TrialEvaluator(exp, spec), spec)
 
 
 def _grid_exhausted(study, spec: SweepSpec) -> bool:
