@@ -372,7 +372,10 @@ class Batch:
         sub.idx = self.idx[cols]
         sub.valid = self.valid[:, cols]
         sub.dots = self.dots[:, cols]
-        sub.cache = {}
+        # the similarities already computed, at those columns (elementwise:
+        # the same floats as computing them on the subset)
+        sub.cache = {k: v[:, cols] for k, v in self.cache.items()
+                     if isinstance(k, tuple) and k[0] == "similarity"}
         return sub
 
     def row(self, i: int) -> Batch:
@@ -1472,7 +1475,7 @@ def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState
 
 
 def _pack(job: _ArmJob, batch: Batch, pos: np.ndarray, vals: np.ndarray,
-          rows: slice = slice(None)) -> _Packed:
+          rows: slice | np.ndarray = slice(None)) -> _Packed:
     """Pack the candidates ``pos``/``vals`` of the queries ``rows`` of ``batch``."""
     policy = job.arm.policy
     cand_ok = np.isfinite(vals)
@@ -1629,21 +1632,35 @@ def _walk_fast(job: _ArmJob, organic, acc_done: int) -> tuple[dict[str, Any], in
     pk = _pack(job, batch, pos, vals)
     used = np.zeros(len(batch.idx), dtype=bool)
     reads = policy.reads_uses()  # else a use changes no score: nothing to rescore
+    # uses that do not read the packing let the changed queries be packed
+    # again together, after the walk
+    pack_now = policy.feedback.touch == "packed"
+    later = []
     for i in range(len(batch.t)):
         rows, acc_done = organic(i, acc_done)
         _mark(used, batch.idx, rows)
         if reads and used.any():
             top = _rescored(job, ctx, batch, i, used, pk.pos[i], pk.vals[i])
             if top is not None:
-                r = slice(i, i + 1)
-                one = _pack(job, batch, top[0][None, :], top[1][None, :], r)
-                for name in ("pos", "vals", "cand_ok", "cand_rows", "tokens", "gains",
-                             "packed", "position"):
-                    getattr(pk, name)[i] = getattr(one, name)[0]
+                pk.pos[i], pk.vals[i] = top
+                pk.cand_ok[i], pk.cand_rows[i] = np.isfinite(top[1]), batch.idx[top[0]]
+                if pack_now:
+                    _repack(job, batch, pk, np.array([i]))
+                else:
+                    later.append(i)
         mask = ctx.live[i:i + 1] if policy.feedback.touch == "prefilter" else None
         _mark(used, batch.idx, _feedback(policy.feedback, st, batch, mask, pk,
                                          slice(i, i + 1)))
+    if later:
+        _repack(job, batch, pk, np.array(later))
     return _outputs(job, batch, pk), acc_done
+
+
+def _repack(job: _ArmJob, batch: Batch, pk: _Packed, rows: np.ndarray) -> None:
+    """Pack the queries ``rows`` of ``pk`` again, from their candidates."""
+    one = _pack(job, batch, pk.pos[rows], pk.vals[rows], rows)
+    for name in ("cand_ok", "cand_rows", "tokens", "gains", "packed", "position"):
+        getattr(pk, name)[rows] = getattr(one, name)
 
 
 def _mark(used: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> None:
@@ -1663,6 +1680,10 @@ def _rescored(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int, used: np.nd
     cols = np.flatnonzero(used)
     n, cc = len(batch.idx), len(pos)
     live = ctx.live_cells(i * n + cols, cols)
+    # a used note the query cannot see keeps its -inf: only the others change
+    cols, live = cols[live], live[live]
+    if len(cols) == 0:
+        return None
     g = _GatheredContext(ctx, np.array([i]), cols[None, :], live[None, :])
     try:
         new = np.asarray(policy.score(g), dtype=np.float64).reshape(-1)
