@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memsim.config import resolve_policy
@@ -114,6 +114,9 @@ def _note_ctx(ages, **note):
 @FAST
 @given(decay=DECAYS, ages=AGES, tier=TIERS, recalls=st.integers(0, 500),
        memory_type=MEMORY_TYPES)
+# a tier half-life decays even when lambda is 0: the floor is not 1
+@example(decay=AiMemoryTime(lambda_per_day=0.0, scratch_half_life_days=3.0), ages=[1.0],
+         tier="scratch", recalls=0, memory_type="episodic")
 def test_recency_within_floor_and_one_and_never_rises_with_age(decay, ages, tier, recalls,
                                                                 memory_type):
     ages = np.sort(np.asarray(ages))

@@ -369,7 +369,9 @@ class AiMemoryTime(Decay):
         return math.inf if self.lambda_per_day == 0 else _LN2 / self.lambda_per_day
 
     def lower_bound(self) -> float:
-        return 1.0 if self.half_life() == math.inf else 0.0
+        # 1 only when no tier decays: a tier half-life decays even at lambda 0
+        never = self.lambda_per_day == 0 and not any(h > 0 for h in self._half_lives().values())
+        return 1.0 if never else 0.0
 
 
 @register
