@@ -567,9 +567,18 @@ def _study(journal: Path):
     return optuna.load_study(study_name=None, storage=open_storage(f"journal:{journal}"))
 
 
-def _start_and_kill(cmd, out: Path) -> list[int]:
-    """Start the sweep, SIGKILL it while a trial with parameters is running
-    (after two trials completed); return the trials left RUNNING."""
+def _after_two_complete(trials) -> bool:
+    """Two trials COMPLETE and one RUNNING with its parameters."""
+    from optuna.trial import TrialState
+
+    n_done = sum(t.state == TrialState.COMPLETE for t in trials)
+    return n_done >= 2 and any(t.state == TrialState.RUNNING and t.params for t in trials)
+
+
+def _start_and_kill(cmd, out: Path, ready=_after_two_complete) -> list[int]:
+    """Start the sweep, SIGKILL it as soon as ``ready(trials)`` holds (by
+    default: a trial with parameters is running after two completed); return
+    the trials left RUNNING."""
     from optuna.trial import TrialState
 
     proc = subprocess.Popen(cmd, env=_env(), cwd=out.parent, stdout=subprocess.PIPE,
@@ -583,15 +592,13 @@ def _start_and_kill(cmd, out: Path) -> list[int]:
                 try:
                     trials = _study(journals[0]).get_trials(deepcopy=False)
                 except ValueError:  # the journal exists before its study is created
-                    time.sleep(0.02)
+                    time.sleep(0.01)
                     continue
-                n_done = sum(t.state == TrialState.COMPLETE for t in trials)
-                if n_done >= 2 and any(t.state == TrialState.RUNNING and t.params
-                                       for t in trials):
+                if ready(trials):
                     os.kill(proc.pid, signal.SIGKILL)
                     killed = True
                     break
-            time.sleep(0.02)
+            time.sleep(0.01)
     finally:
         if proc.poll() is None and not killed:
             proc.kill()

@@ -12,12 +12,8 @@ fraction of a second).
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,7 +25,8 @@ from memsim.cli import main
 from memsim.errors import ConfigError
 from memsim.sweep import SweepSpec, TrialEvaluator, run_sweep
 
-from .test_sweep import HL, _env, _study, retention_table, table, write_toml
+from .test_sweep import (HL, _env, _start_and_kill, _study, retention_table, table,
+                         write_toml)
 
 RANKER = "policies.p.ranker"
 
@@ -273,35 +270,14 @@ def test_ctrl_c_mid_batch_then_resume_completes_exactly(tmp_path, monkeypatch):
         assert len(retries) == 1 and retries[0].params == f.params
 
 
-def _kill_mid_batch(cmd, out: Path) -> list[int]:
-    """Start the sweep and SIGKILL it while a whole batch is running (every
-    RUNNING trial claimed and given its parameters, after two COMPLETE
-    trials); return the trials left RUNNING. (A trial killed between
-    Optuna's ask and its claim is reaped only after ``UNCLAIMED_S``: a
-    window of microseconds the test avoids so as to stay fast.)"""
-    proc = subprocess.Popen(cmd, env=_env(), cwd=out.parent, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            journals = list(out.glob("*/sweep/journal.log"))
-            try:
-                trials = _study(journals[0]).get_trials(deepcopy=False) if journals else []
-            except ValueError:  # the journal exists before its study is created
-                trials = []
-            running = [t for t in trials if t.state == TrialState.RUNNING]
-            if (sum(t.state == TrialState.COMPLETE for t in trials) >= 2 and len(running) >= 2
-                    and all(t.params and "worker" in t.user_attrs for t in running)):
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-            time.sleep(0.01)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-    journal = next(out.glob("*/sweep/journal.log"))
-    return [t.number for t in _study(journal).get_trials(deepcopy=False)
-            if t.state == TrialState.RUNNING]
+def _batch_running(trials) -> bool:
+    """A whole batch is running: every RUNNING trial claimed and given its
+    parameters, after two COMPLETE trials. (A trial killed between Optuna's
+    ask and its claim is reaped only after ``UNCLAIMED_S``: a window of
+    microseconds the test avoids so as to stay fast.)"""
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    return (sum(t.state == TrialState.COMPLETE for t in trials) >= 2 and len(running) >= 2
+            and all(t.params and "worker" in t.user_attrs for t in running))
 
 
 def test_sigkill_mid_batch_then_the_same_command_completes_exactly(tmp_path):
@@ -313,7 +289,7 @@ def test_sigkill_mid_batch_then_the_same_command_completes_exactly(tmp_path):
            "--no-report"]
     killed: list[int] = []
     for _ in range(4):
-        killed = _kill_mid_batch(cmd, out)
+        killed = _start_and_kill(cmd, out, _batch_running)
         if len(killed) >= 2:
             break
     assert len(killed) >= 2, "no kill landed mid-batch"
