@@ -270,7 +270,9 @@ class PolicyState:
         self.actor_bits = np.zeros((n, self._words), dtype=np.uint64)
         self._last_bump: dict[tuple[int, int], float] = {}
         #: pruning: notes per query to score first (learnt from the last
-        #: batch), and whether this arm's components turned out not to support it
+        #: batch), and whether this arm's components turned out to read what
+        #: gathered cells lack (then neither pruning nor the per-query
+        #: rescoring of used notes scores cells: both score whole rows)
         self.prune_level = 0
         self.prune_off = False
 
@@ -950,6 +952,19 @@ def _level_cells(order: _SimOrder, level: int, todo: np.ndarray, n: int, full: b
     return cols, real, tau
 
 
+def _proven(vals: np.ndarray, k: int, full: bool, left_out: np.ndarray) -> np.ndarray:
+    """Which queries' top ``k`` found on a similarity level (``vals``, best
+    first) is their exact top ``k``: every note was looked at (``full``), or
+    the k-th value found is strictly above ``left_out``, what any note the
+    level left out could reach (so no such note enters, or ties in)."""
+    if full:
+        return np.ones(len(vals), dtype=bool)
+    if vals.shape[1] < k:
+        return np.zeros(len(vals), dtype=bool)
+    kth = vals[:, k - 1]
+    return np.isfinite(kth) & (kth > left_out)
+
+
 def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                 st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's masked scores without scoring
@@ -988,16 +1003,9 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
             return None
         scores = np.where(live & ~np.isnan(scores), scores, -np.inf)
         p, v = top_candidates(scores, c)  # columns ascending: ties to the lower
-        if full:
-            done = np.ones(len(todo), dtype=bool)
-        elif p.shape[1] < cc:
-            done = np.zeros(len(todo), dtype=bool)
-        else:
-            kth = v[:, cc - 1]
-            with np.errstate(invalid="ignore", over="ignore"):
-                bound = np.asarray(ranker.score_bound(tau, lo, hi, ctx), dtype=np.float64)
-            bound = np.where(np.isneginf(tau), -np.inf, bound)
-            done = np.isfinite(kth) & (kth > bound)
+        with np.errstate(invalid="ignore", over="ignore"):
+            bound = np.asarray(ranker.score_bound(tau, lo, hi, ctx), dtype=np.float64)
+        done = _proven(v, cc, full, np.where(np.isneginf(tau), -np.inf, bound))
         if done.any():
             d = np.flatnonzero(done)
             rows = todo[d]
@@ -1074,12 +1082,7 @@ def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray) -> np.nda
         cells = order.cells(level, todo, full, retriever.name)
         live = cells.valid & ~evicted[cells.cols]
         pos, vals = top_candidates(np.where(live, cells.sim, -np.inf), m)
-        if full:
-            done = np.ones(len(todo), dtype=bool)
-        elif pos.shape[1] < m:
-            done = np.zeros(len(todo), dtype=bool)
-        else:  # every note left out is at or below the threshold
-            done = np.isfinite(vals[:, m - 1]) & (vals[:, m - 1] > cells.tau)
+        done = _proven(vals, m, full, cells.tau)  # a note left out is at or below tau
         d = np.flatnonzero(done)
         cols = np.take_along_axis(cells.cols[d], pos[d], axis=1)
         rows = np.broadcast_to(todo[d][:, None], cols.shape)
@@ -1684,12 +1687,15 @@ def _rescored(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int, used: np.nd
     cols, live = cols[live], live[live]
     if len(cols) == 0:
         return None
+    if job.st.prune_off:
+        return _rescored_row(job, ctx, batch, i)
     g = _GatheredContext(ctx, np.array([i]), cols[None, :], live[None, :])
     try:
         new = np.asarray(policy.score(g), dtype=np.float64).reshape(-1)
     except AttributeError:  # a component reads what gathered cells lack
         new = None
     if new is None or new.shape != cols.shape:
+        job.st.prune_off = True
         return _rescored_row(job, ctx, batch, i)
     new = np.where(live & ~np.isnan(new), new, -np.inf)
     keep = np.isfinite(vals) & ~used[pos]

@@ -156,3 +156,32 @@ def test_real_system_presets_run_per_query_and_baselines_follow_the_experiment()
         assert resolve_policy({"preset": name}, name).feedback.timing == "per-query", name
     for name in ("similarity-only", "recency-only", "random", "oracle"):
         assert resolve_policy({"preset": name}, name).feedback.timing == "experiment", name
+
+
+def test_a_component_that_reads_what_gathered_cells_lack_is_rescored_by_rows():
+    """A ranker reading the raw note vectors (which pruned and rescored cells
+    do not offer) falls back to whole rows, with the same frames."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from memsim.policies import Policy
+    from memsim.policies.rank import Product
+
+    @dataclass(frozen=True, kw_only=True)
+    class VectorReading(Product):
+        name: ClassVar[str] = "vector-reading"
+
+        def combine(self, rel, rec, ctx):
+            assert ctx.note_vectors is not None  # a BatchContext has them; cells do not
+            return super().combine(rel, rec, ctx)
+
+    base = resolve_policy({"preset": "feather"}, "v")
+    policy = Policy(**{**{k: getattr(base, k) for k in ("retriever", "decay", "stickiness",
+                                                          "breadth", "retention", "packer",
+                                                          "orderer", "feedback")},
+                       "ranker": VectorReading()})
+    stream = busy_stream(4, n_notes=400, n_queries=120)
+    arms = [Arm("v", policy)]
+    fast, alone = walked(stream, arms, True), walked(stream, arms, False)
+    assert_same(alone, fast)
+    assert not fast.rankings.empty
