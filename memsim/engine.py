@@ -989,9 +989,9 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     need = 0
     while len(todo):
         full = 2 * level >= n
-        cells = order.cells(level, todo, full, retriever.name)
-        cols, real, tau = cells.cols, cells.real, cells.tau
-        live = real & ctx.live_cells(cells.flat, cols, cells.valid)
+        level_cells = order.cells(level, todo, full, retriever.name)
+        cells, live = _live_cells(level_cells, ctx, c)
+        cols, tau = cells.cols, cells.tau
         gctx = _GatheredContext(ctx, todo, cols, live, cells)
         try:
             scores = np.asarray(policy.score(gctx), dtype=np.float64)
@@ -1014,14 +1014,49 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
             # notes a query had to score: those whose bound reaches its C-th score
             kth = v[d, cc - 1]
             if np.isfinite(kth).all():
-                sim = gctx.similarity(retriever)[d]
                 with np.errstate(invalid="ignore", over="ignore"):
-                    b = np.asarray(ranker.score_bound(sim, lo, hi, ctx), dtype=np.float64)
-                need = max(need, int(((b >= kth[:, None]) & real[d]).sum(axis=1).max()))
+                    b = np.asarray(ranker.score_bound(level_cells.sim[d], lo, hi, ctx),
+                                   dtype=np.float64)
+                need = max(need, int(((b >= kth[:, None]) & level_cells.real[d])
+                                     .sum(axis=1).max()))
         todo = todo[~done]
         level = _level(4 * level)
     st.prune_level = max(base, _level(1.1 * need + c))
     return pos, vals
+
+
+#: a level's cells are packed to an arm's live ones when at most this share
+#: of them is live (packing costs a few passes over the cells)
+_PACK_BELOW = 0.6
+
+
+def _live_cells(cells: _LevelCells, ctx: BatchContext, c: int
+                ) -> tuple[_LevelCells, np.ndarray]:
+    """The cells of a level an arm scores, and which of them are live.
+
+    A level holds every valid note above its similarity threshold; the notes
+    an arm evicted (or its prefilter left out) are not live for it. When few
+    cells are live (a retention that evicts most of the store), they are
+    packed to the left, in column order so that ties still go to the lower
+    note, and at least ``c`` wide when the level is.
+    """
+    live = cells.real & ctx.live_cells(cells.flat, cells.cols, cells.valid)
+    k = live.sum(axis=1)
+    if k.sum() > _PACK_BELOW * live.size:
+        return cells, live
+    r, j0 = np.nonzero(live)
+    j = np.arange(len(r)) - np.repeat(np.cumsum(k) - k, k)
+    shape = (len(live), max(1, int(k.max(initial=0)), min(c, cells.cols.shape[1])))
+    cols = np.zeros(shape, dtype=np.int64)
+    real = np.zeros(shape, dtype=bool)
+    # padding: column 0 of the row, as the level's own padding
+    flat = np.repeat(cells.flat[:, :1] - cells.cols[:, :1], shape[1], axis=1)
+    sim = np.zeros(shape, dtype=cells.sim.dtype)
+    cols[r, j] = cells.cols[r, j0]
+    real[r, j] = True
+    flat[r, j] = cells.flat[r, j0]
+    sim[r, j] = cells.sim[r, j0]
+    return dataclasses.replace(cells, cols=cols, real=real, flat=flat, sim=sim, valid=real), real
 
 
 def _make_batches(t: np.ndarray, tick_days: float) -> list[tuple[np.ndarray, float]]:

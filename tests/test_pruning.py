@@ -150,6 +150,33 @@ def test_pruning_scores_few_notes(monkeypatch):
     assert calls and all(calls)
 
 
+@pytest.mark.parametrize("c", [3, 40])
+def test_levels_packed_to_the_live_notes(monkeypatch, c):
+    """An arm that evicted most of the store scores only its live cells of a
+    level, packed to the left (the path runs), with the same frames as full
+    scoring, ties included."""
+    packed = []
+    real = engine._live_cells
+
+    def spy(cells, ctx, c):
+        out, live = real(cells, ctx, c)
+        packed.append(out is not cells)
+        return out, live
+
+    monkeypatch.setattr(engine, "_live_cells", spy)
+    stream = random_stream(5, n_notes=3000, n_queries=60, dim=4)
+    emb = stream.note_embeddings.copy()
+    emb[::4] = emb[1]  # equal similarities: ties across packed columns
+    stream.note_embeddings[:] = emb
+    decays = {"5d": {"kind": "half-life", "half_life_days": 5.0}, "none": "none"}
+    arms = [Arm(f"cap-{m}-{d}", resolve_policy(
+        {"ranker": "product", "decay": decay, "retention": {"kind": "capacity", "max_notes": m}},
+        f"cap-{m}-{d}")) for m in (60, 400) for d, decay in decays.items()]
+    full, pruned = both(stream, arms, candidates=c)
+    assert_same(full, pruned)
+    assert any(packed)
+
+
 def test_queries_parquet_identical_with_pruning_on_and_off(tmp_path, monkeypatch):
     overrides = ["experiment.replicates=1", "workload.horizon_days=20",
                  "workload.backfill_days=60", "workload.queries_per_day=5",
