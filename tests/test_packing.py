@@ -100,6 +100,82 @@ def test_exact_is_optimal_and_dominates(problem):
         Greedy().pack(values, tokens, valid, budget))
 
 
+def _swap_rule(values, tokens, valid, budget, max_swaps, tol=1e-12):
+    """:class:`GreedySwap`'s rule for one query, note by note, as its
+    docstring states it (a reference for the vectorised passes)."""
+    c = len(values)
+    ok = [bool(valid[i]) and values[i] > 0 and 0 <= tokens[i] <= budget for i in range(c)]
+    dens = [np.inf if tokens[i] == 0 else values[i] / tokens[i] for i in range(c)]
+    by_density = sorted((i for i in range(c) if ok[i]), key=lambda i: -dens[i])  # stable: rank
+    packed, used = set(), 0
+
+    def refill():
+        nonlocal used
+        for i in by_density:
+            if i not in packed and used + tokens[i] <= budget:
+                packed.add(i)
+                used += tokens[i]
+
+    refill()
+    swaps = 0
+    for _ in range(max_swaps):
+        d_min = min((dens[i] for i in packed), default=np.inf)
+        free = budget - used
+
+        def beats_bound(j):
+            need0 = tokens[j] - free
+            bound = need0 * d_min if need0 > 0 else 0.0
+            return values[j] - bound > tol * values[j]
+
+        cands = sorted((j for j in range(c) if ok[j] and j not in packed and beats_bound(j)),
+                       key=lambda j: -values[j])
+        swapped = False
+        for j in cands:
+            if swaps >= max_swaps:
+                break
+            need = tokens[j] - (budget - used)
+            removal, removed = [], 0.0
+            if need > 0:
+                # the greedy cover: ascending value per token, worse rank first
+                order = sorted(packed, key=lambda i: (dens[i], -i))
+                got = 0
+                for i in order:
+                    if got >= need:
+                        break
+                    removal.append(i)
+                    got += tokens[i]
+                    removed += values[i]
+                singles = [i for i in packed if tokens[i] >= need]
+                if singles:
+                    one = min(singles, key=lambda i: (values[i], -i))
+                    if values[one] < removed:
+                        removal, removed = [one], values[one]
+            if values[j] - removed > tol * abs(values[j]):
+                for i in removal:
+                    packed.discard(i)
+                    used -= tokens[i]
+                packed.add(j)
+                used += tokens[j]
+                swaps += 1
+                swapped = True
+        refill()
+        if not swapped:
+            break
+    out = np.zeros(c, dtype=bool)
+    out[sorted(packed)] = True
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(packing_problems(max_c=30), st.integers(1, 5))
+def test_greedy_swap_follows_its_rule_note_by_note(problem, max_swaps):
+    values, tokens, valid, budget = problem
+    got = GreedySwap(max_swaps=max_swaps).pack(values, tokens, valid, budget)
+    for r in range(len(values)):
+        want = _swap_rule(values[r], tokens[r], valid[r], budget[r], max_swaps)
+        assert np.array_equal(got[r], want), r
+
+
 @settings(max_examples=100, deadline=None)
 @given(packing_problems(max_c=10))
 def test_knapsack_value_is_exact(problem):

@@ -303,10 +303,73 @@ def _swap_candidates(values, tokens, eligible, budget, packed, used, dens):
     return eligible & ~packed & (values - bound > _TOL * values)
 
 
+#: cells (rows x candidates x packed slots) of one step of the swap pass
+_SWAP_CELLS = 1 << 18
+
+
+def _next_swap(r, start, n_cand, comp, packed, used, state):
+    """For the rows ``r``: the slot of each row's next swap among its
+    candidates ``comp`` from ``start`` on (-1 when none), and the swaps
+    (rows of ``r`` that swap, the notes swapped in, the notes removed
+    (D, C), the tokens freed); None when no row swaps.
+
+    Every (row, candidate) pair is evaluated with the float operations of the
+    rule (:class:`GreedySwap`): the greedy cover and the single note, against
+    the packed set of its row as it is now.
+    """
+    values, tokens, budget, rem_order, tok_o, val_o = state
+    c = tokens.shape[1]
+    slots = np.arange(comp.shape[1])
+    todo = (slots >= start[:, None]) & (slots < n_cand[:, None])
+    rr = r[:, None]
+    vj = values[rr, comp]
+    tj = tokens[rr, comp]
+    need = tj - (budget[r] - used[r])[:, None]  # (R, S)
+    pk = packed[r]
+    k = np.arange(len(r))[:, None]
+    # (a) greedy cover: shortest prefix in ascending-density order; ct is
+    # non-decreasing, so the count of "< need" is the first index with
+    # ct >= need (it exists because need <= used, as tj <= budget)
+    pk_o = pk[k, rem_order[r]]
+    ct = np.cumsum(np.where(pk_o, tok_o[r], 0), axis=1)
+    cv = np.cumsum(np.where(pk_o, val_o[r], 0.0), axis=1)
+    p = np.minimum((ct[:, None, :] < need[:, :, None]).sum(axis=2), c - 1)
+    cover_val = np.where(need > 0, cv[k, p], 0.0)
+    # (b) the single least valuable packed note that frees enough alone
+    # (ties: worse rank, i.e. the last column, via the reversed argmin)
+    ok1 = pk[:, None, :] & (tokens[r][:, None, :] >= need[:, :, None])
+    v1 = np.where(ok1, values[r][:, None, :], np.inf)[:, :, ::-1]
+    i1 = (c - 1) - np.argmin(v1, axis=2)
+    single_val = v1.min(axis=2)
+    use_single = (need > 0) & (single_val < cover_val)
+    removed = np.where(use_single, single_val, cover_val)
+    do = todo & ((vj - removed) > _TOL * np.abs(vj))
+    hit = do.any(axis=1)
+    at = np.where(hit, np.argmax(do, axis=1), -1)
+    if not hit.any():
+        return at, None
+    d = np.flatnonzero(hit)
+    s = at[d]
+    j, nd, pd = comp[d, s], need[d, s], p[d, s]
+    single, i1d = use_single[d, s], i1[d, s]
+    remove = pk[d] & (_rem_rank(rem_order[r[d]]) <= pd[:, None]) & (nd[:, None] > 0) \
+        & ~single[:, None]
+    remove[np.flatnonzero(single), i1d[single]] = True
+    cover_tok = np.where(nd > 0, ct[d, pd], 0)
+    freed = np.where(single, tokens[r[d], i1d], cover_tok)
+    return at, (d, j, remove, freed)
+
+
+def _rem_rank(rem_order):
+    """Each column's place in the removal order (the inverse permutation)."""
+    rank = np.empty_like(rem_order)
+    np.put_along_axis(rank, rem_order, np.arange(rem_order.shape[1])[None, :], axis=1)
+    return rank
+
+
 def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     """The swap passes of :class:`GreedySwap` (see its docstring for the rule)."""
     q, c = tokens.shape
-    rows_all = np.arange(q)
     dens = _density(values, tokens, eligible)
     if not _swap_candidates(values, tokens, eligible, budget, packed, used, dens).any():
         return packed  # no note can beat its cheapest removal: greedy's answer stands
@@ -314,8 +377,6 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     # Removal order: ascending density; among equal densities the worse rank
     # (higher column) goes first. Sorting the reversed columns stably gives that.
     rem_order = (c - 1) - np.argsort(dens[:, ::-1], axis=1, kind="stable")
-    rem_rank = np.empty_like(rem_order)
-    rem_rank[rows_all[:, None], rem_order] = np.arange(c)[None, :]
     tok_el = np.where(eligible, tokens, 0)
     val_el = np.where(eligible, values, 0.0)
     tok_o = np.take_along_axis(tok_el, rem_order, axis=1)
@@ -323,6 +384,7 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     # Insertion candidates: by value, best first, ties by rank.
     ins_order = np.argsort(-np.where(eligible, values, -np.inf), axis=1, kind="stable")
     swaps = np.zeros(q, dtype=np.int64)
+    state = (values, tokens, budget, rem_order, tok_o, val_o)
 
     for _ in range(max_swaps):
         swapped_any = False
@@ -332,53 +394,33 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
         # pass are skipped in this pass (they are reconsidered in the next).
         cand0 = _swap_candidates(values, tokens, eligible, budget, packed, used, dens)
         cand_s = np.take_along_axis(cand0, ins_order, axis=1)
-        # per row, the candidates in insertion order, compacted to the left
-        comp = np.take_along_axis(ins_order, np.argsort(~cand_s, axis=1, kind="stable"), axis=1)
         n_cand = cand_s.sum(axis=1)
-        for s in range(int(n_cand.max(initial=0))):
-            j_all = comp[:, s]
-            cand = (s < n_cand) & (swaps < max_swaps) & ~packed[rows_all, j_all]
-            if not cand.any():
+        # per row, the candidates in insertion order, compacted to the left
+        comp = np.take_along_axis(ins_order, np.argsort(~cand_s, axis=1, kind="stable"),
+                                  axis=1)[:, :int(n_cand.max(initial=0))]
+        # The pass visits each row's candidates in order and swaps in those
+        # that beat their removal against the packed set as it is then. The
+        # set changes only at a swap, so the next swap of a row is its first
+        # remaining candidate that beats its removal now: every candidate
+        # before it is evaluated at once, against the same set.
+        start = np.zeros(q, dtype=np.int64)
+        while True:
+            act = np.flatnonzero((start < n_cand) & (swaps < max_swaps))
+            if not len(act):
                 break
-            r = rows_all[cand]
-            j = j_all[cand]
-            vj = values[r, j]
-            tj = tokens[r, j]
-            need = tj - (budget[r] - used[r])
-            pk = packed[r]
-            k = np.arange(len(r))
-            # (a) greedy cover: shortest prefix in ascending-density order.
-            pk_o = np.take_along_axis(pk, rem_order[r], axis=1)
-            ct = np.cumsum(np.where(pk_o, tok_o[r], 0), axis=1)
-            cv = np.cumsum(np.where(pk_o, val_o[r], 0.0), axis=1)
-            # ct is non-decreasing, so the count of "< need" is the first index
-            # with ct >= need; it exists because need <= used (tj <= budget).
-            p = np.minimum((ct < need[:, None]).sum(axis=1), c - 1)
-            cover_val = np.where(need > 0, cv[k, p], 0.0)
-            cover_tok = np.where(need > 0, ct[k, p], 0)
-            # (b) the single least valuable packed note that frees enough alone
-            # (ties: worse rank, i.e. the last column, via the reversed argmin).
-            ok1 = pk & (tokens[r] >= need[:, None])
-            v1 = np.where(ok1, values[r], np.inf)[:, ::-1]
-            i1 = (c - 1) - np.argmin(v1, axis=1)
-            single_val = v1[k, (c - 1) - i1]
-            use_single = (need > 0) & (single_val < cover_val)
-            removed = np.where(use_single, single_val, cover_val)
-            do = (vj - removed) > _TOL * np.abs(vj)
-            if not do.any():
-                continue
-            swapped_any = True
-            d = k[do]
-            rd = r[do]
-            remove = (pk[d] & (rem_rank[rd] <= p[d, None])
-                      & (need[d, None] > 0) & ~use_single[d, None])
-            single_cols = i1[d][use_single[d]]
-            remove[np.flatnonzero(use_single[d]), single_cols] = True
-            freed = np.where(use_single[d], tokens[rd, i1[d]], cover_tok[d])
-            packed[rd] &= ~remove
-            packed[rd, j[do]] = True
-            used[rd] += tj[do] - freed
-            swaps[rd] += 1
+            per = max(1, _SWAP_CELLS // max(1, comp.shape[1] * c))
+            for r in np.split(act, np.arange(per, len(act), per)):
+                at, sw = _next_swap(r, start[r], n_cand[r], comp[r], packed, used, state)
+                start[r] = np.where(at >= 0, at + 1, n_cand[r])
+                if sw is None:
+                    continue
+                swapped_any = True
+                d, j, removed_cols, freed = sw
+                rd = r[d]
+                packed[rd] &= ~removed_cols
+                packed[rd, j] = True
+                used[rd] += tokens[rd, j] - freed
+                swaps[rd] += 1
         # Refill the space the swaps left (only adds notes: value can only grow).
         packed, used = _greedy_fill(fill_order, tokens, eligible, budget, packed, used)
         if not swapped_any:
