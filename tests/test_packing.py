@@ -122,13 +122,10 @@ def _swap_rule(values, tokens, valid, budget, max_swaps, tol=1e-12):
         d_min = min((dens[i] for i in packed), default=np.inf)
         free = budget - used
 
-        def beats_bound(j):
-            need0 = tokens[j] - free
-            bound = need0 * d_min if need0 > 0 else 0.0
-            return values[j] - bound > tol * values[j]
-
-        cands = sorted((j for j in range(c) if ok[j] and j not in packed and beats_bound(j)),
-                       key=lambda j: -values[j])
+        # the pass-start bound: making room costs at least need * least density
+        bound = [(tokens[j] - free) * d_min if tokens[j] > free else 0.0 for j in range(c)]
+        cands = sorted((j for j in range(c) if ok[j] and j not in packed
+                        and values[j] - bound[j] > tol * values[j]), key=lambda j: -values[j])
         swapped = False
         for j in cands:
             if swaps >= max_swaps:
