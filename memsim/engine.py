@@ -26,7 +26,10 @@ thresholds and the notes above them are computed once per batch and shared by
 every arm), and the query is done when its C-th best score is strictly above
 the ranker's bound at ``tau``: no note left out can then enter, or tie into,
 the top C. Otherwise ``tau`` is lowered (about 4x more notes) until it holds
-or every note is scored. Scores of the notes scored are the same floats as
+or every note is scored. The levels hold only the notes some arm can see: a
+note every arm has evicted is in none (retention sweeps run between
+batches), and an arm whose retention evicted most of a level scores only
+its own live cells of it. Scores of the notes scored are the same floats as
 full scoring gives (the notes' columns are kept in ``note_id`` order, so ties
 still go to the lower ``note_id``), so rankings, packing, metrics and
 feedback are identical bit for bit; :data:`PRUNE` = False turns it off.
@@ -361,6 +364,10 @@ class Batch:
         self.qemb = qemb
         #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
+        #: (L,) bool, the notes every arm of the replay has evicted (no arm
+        #: can see them this batch: the shared levels leave them out); None
+        #: when unknown
+        self.dead: np.ndarray | None = None
 
     def gains_for(self, idx: np.ndarray) -> np.ndarray:
         """Dense true gains (Q, len(idx)); 0 where no qrel."""
@@ -374,6 +381,7 @@ class Batch:
         sub.idx = self.idx[cols]
         sub.valid = self.valid[:, cols]
         sub.dots = self.dots[:, cols]
+        sub.dead = None if self.dead is None else self.dead[cols]
         # the similarities already computed, at those columns (elementwise:
         # the same floats as computing them on the subset)
         sub.cache = {k: v[:, cols] for k, v in self.cache.items()
@@ -818,21 +826,30 @@ class _SimOrder:
     shared by every arm: level ``m`` holds, per query, the valid notes whose
     similarity is above a threshold ``tau`` chosen (from a fixed sample of
     the columns) so that about ``m`` notes are above it. Every note left out
-    of a level has a similarity <= its ``tau``. A row is scanned once, at a
-    level above the one first asked, and lower levels are filtered from it."""
+    of a level has a similarity <= its ``tau``, or is one no arm can see (the
+    batch's ``dead`` notes: every arm evicted it), which no level holds. A
+    row is scanned once, at a level above the one first asked, and lower
+    levels are filtered from it."""
 
     SAMPLE = 4096
 
-    def __init__(self, sim: np.ndarray, valid: np.ndarray):
+    def __init__(self, sim: np.ndarray, valid: np.ndarray, dead: np.ndarray | None = None):
         self.sim = sim
+        self.n_all = sim.shape[1]
+        #: the columns some arm can see, ascending
+        self.open = (np.arange(self.n_all) if dead is None or not dead.any()
+                     else np.flatnonzero(~dead))
         self.valid = valid
-        q, n = sim.shape
+        self.dead = dead if len(self.open) < self.n_all else None
+        n = len(self.open)
         # about n / 8 columns, 512 to SAMPLE: thresholds from a sample that
         # costs a fraction of one pass over the row
         step = max(1, n // min(self.SAMPLE, max(512, n // 8)))
         # negated: the j-th smallest is the j-th largest similarity (an order
         # statistic per level asked, not a sort of the whole sample)
-        self.neg_sample = -np.asarray(sim[:, ::step], dtype=np.float64)
+        self.neg_sample = -np.asarray(sim[:, self.open[::step]] if n < self.n_all
+                                      else sim[:, ::step], dtype=np.float64)
+        #: how many notes the levels are counted in
         self.n = n
         self._tau: dict[int, np.ndarray] = {}
         self._cols: dict[int, dict[int, np.ndarray]] = {}
@@ -844,8 +861,8 @@ class _SimOrder:
         key = (level, full, todo.tobytes())
         got = self._cells.get(key)
         if got is None:
-            cols, real, tau = _level_cells(self, level, todo, self.n, full)
-            flat = todo[:, None] * self.n + cols
+            cols, real, tau = _level_cells(self, level, todo, full)
+            flat = todo[:, None] * self.n_all + cols
             got = _LevelCells(cols=cols, real=real, tau=tau, flat=flat,
                               sim=np.take(self.sim, flat), valid=real & np.take(self.valid, flat),
                               retriever=retriever)
@@ -874,8 +891,12 @@ class _SimOrder:
                 if c is None:
                     hi = _level(4 * m)
                     thi = self.tau(hi)[r]
-                    c = np.flatnonzero(self.sim[r] > thi) if np.isfinite(thi) else (
-                        np.arange(self.n))
+                    if not np.isfinite(thi):
+                        c = self.open
+                    else:
+                        c = np.flatnonzero(self.sim[r] > thi)
+                        if self.dead is not None:
+                            c = c[~self.dead[c]]
                     c = c[self.valid[r, c]]
                     self._cols[hi][r] = c
                     c = c[self.sim[r, c] > tau[r]]
@@ -928,19 +949,27 @@ def _prune_plan(policy: Policy, ctx: BatchContext) -> tuple[float | None, float 
     return lo, hi
 
 
+def _sim_order(ctx: BatchContext, retriever) -> _SimOrder:
+    """The batch's similarity levels of ``retriever``, shared by every arm."""
+    return ctx.shared(("similarity-order", retriever.name),
+                      lambda: _SimOrder(ctx.similarity(retriever), ctx.batch.valid,
+                                        ctx.batch.dead))
+
+
 def _level(x: float) -> int:
     """The smallest level >= x of the ladder 64 * sqrt(2) ** k."""
     k = max(0, int(np.ceil(2.0 * np.log2(max(x, 64.0) / 64.0) - 0.05)))
     return int(round(64 * 2.0 ** (k / 2.0)))
 
 
-def _level_cells(order: _SimOrder, level: int, todo: np.ndarray, n: int, full: bool
+def _level_cells(order: _SimOrder, level: int, todo: np.ndarray, full: bool
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cells the queries ``todo`` score at this level: columns (padded),
     which of them are real, and the similarity threshold below which no note
-    was taken (-inf when every note is)."""
+    was taken (-inf when every open note is)."""
     if full:
-        return (np.broadcast_to(np.arange(n), (len(todo), n)),
+        n = len(order.open)
+        return (np.broadcast_to(order.open, (len(todo), n)),
                 np.ones((len(todo), n), dtype=bool), np.full(len(todo), -np.inf))
     lists, tau = order.cols(level, todo)
     width = max(1, max(len(x) for x in lists))
@@ -979,8 +1008,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     lo, hi = plan
     ranker, retriever = policy.ranker, policy.retriever
     cc = min(c, n)
-    order = ctx.shared(("similarity-order", retriever.name),
-                       lambda: _SimOrder(ctx.similarity(retriever), ctx.batch.valid))
+    order = _sim_order(ctx, retriever)
     pos = np.zeros((q, cc), dtype=np.int64)
     vals = np.full((q, cc), -np.inf)
     todo = np.arange(q)
@@ -988,7 +1016,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     level = max(base, st.prune_level)
     need = 0
     while len(todo):
-        full = 2 * level >= n
+        full = 2 * level >= order.n
         level_cells = order.cells(level, todo, full, retriever.name)
         cells, live = _live_cells(level_cells, ctx, c)
         cols, tau = cells.cols, cells.tau
@@ -1009,8 +1037,9 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
         if done.any():
             d = np.flatnonzero(done)
             rows = todo[d]
-            pos[rows] = np.take_along_axis(cols[d], p[d, :cc], axis=1)
-            vals[rows] = v[d, :cc]
+            w = min(cc, p.shape[1])  # fewer only when every open note was scored
+            pos[rows, :w] = np.take_along_axis(cols[d], p[d, :w], axis=1)
+            vals[rows, :w] = v[d, :w]
             # notes a query had to score: those whose bound reaches its C-th score
             kth = v[d, cc - 1]
             if np.isfinite(kth).all():
@@ -1106,14 +1135,12 @@ def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray) -> np.nda
     above a similarity threshold (the batch's shared levels) and lowers it
     until the M-th found is strictly above it."""
     m = retriever.prefilter
-    order = ctx.shared(("similarity-order", retriever.name),
-                       lambda: _SimOrder(ctx.similarity(retriever), ctx.batch.valid))
-    q, n = order.sim.shape
-    keep = np.zeros((q, n), dtype=bool)
-    todo = np.arange(q)
+    order = _sim_order(ctx, retriever)
+    keep = np.zeros(order.sim.shape, dtype=bool)
+    todo = np.arange(len(keep))
     level = _level(2 * m)
     while len(todo):
-        full = 2 * level >= n
+        full = 2 * level >= order.n
         cells = order.cells(level, todo, full, retriever.name)
         live = cells.valid & ~evicted[cells.cols]
         pos, vals = top_candidates(np.where(live, cells.sim, -np.inf), m)
@@ -1277,6 +1304,7 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
                       qemb=inp.qemb[rows], qnorm2=inp.qnorm2[rows], relevance=inp.relevance,
                       namespaces=None if inp.qns is None else inp.qns[rows], t0=t0)
         batch.logged = inp.logged  # for rankers that declare needs_logged
+        batch.dead = _dead(states, batch.idx)
         # 4. each arm
         for ai, (arm, st) in enumerate(zip(arms, states)):
             budget = resolve_budget(arm, settings, inp.qbudget[rows])
@@ -1296,6 +1324,19 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
         if progress is not None:
             progress((bi + 1) / len(batches))
     return _result(inp, arms, states, settings, got)
+
+
+def _dead(states: list[PolicyState], idx: np.ndarray) -> np.ndarray | None:
+    """The notes of ``idx`` every arm has evicted (None when no arm evicted
+    any): no arm can see them until the next retention sweep, which comes
+    only between batches."""
+    dead = None
+    for st in states:
+        ev = st.evicted[idx]
+        dead = ev if dead is None else dead & ev
+        if not dead.any():
+            return None
+    return dead
 
 
 def feedback_timing(policy: Policy, settings: SimSettings) -> str:

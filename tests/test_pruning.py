@@ -177,6 +177,42 @@ def test_levels_packed_to_the_live_notes(monkeypatch, c):
     assert any(packed)
 
 
+@pytest.mark.parametrize("prefilter", [None, 25])
+def test_levels_leave_out_the_notes_every_arm_evicted(monkeypatch, prefilter):
+    """The shared levels hold only the notes some arm can see; the notes
+    every arm evicted are left out (the path runs), and every arm's frames
+    equal full scoring's, with and without a prefilter (the nearest-M search
+    runs on the same levels), for one arm alone and for several."""
+    opened = []
+    real = engine._SimOrder.__init__
+
+    def spy(self, sim, valid, dead=None):
+        real(self, sim, valid, dead)
+        opened.append(len(self.open) / max(self.n_all, 1))
+
+    monkeypatch.setattr(engine._SimOrder, "__init__", spy)
+    stream = random_stream(9, n_notes=2500, n_queries=50, dim=6)
+    retriever = {"kind": "cosine", "prefilter": prefilter} if prefilter else "cosine"
+
+    def arm(m, hl):
+        return Arm(f"cap-{m}-{hl}", resolve_policy(
+            {"ranker": "product", "retriever": retriever,
+             "decay": {"kind": "half-life", "half_life_days": hl},
+             "retention": {"kind": "capacity", "max_notes": m}}, f"cap-{m}-{hl}"))
+
+    for arms in ([arm(150, 3.0)], [arm(80, 3.0), arm(300, 30.0), arm(300, 3.0)]):
+        opened.clear()
+        full, pruned = both(stream, arms, candidates=10)
+        assert_same(full, pruned)
+        assert min(opened) < 0.5
+    # arms never interact: each one's rankings alone are those it had with the others
+    for a in arms:
+        alone = simulate(stream, [a], SimSettings(save_rankings=True, candidates=10),
+                         seed_sequence(0)).rankings
+        together = pruned.rankings[pruned.rankings["policy"] == a.policy_name].reset_index(drop=True)
+        pd.testing.assert_frame_equal(alone, together, check_exact=True)
+
+
 def test_queries_parquet_identical_with_pruning_on_and_off(tmp_path, monkeypatch):
     overrides = ["experiment.replicates=1", "workload.horizon_days=20",
                  "workload.backfill_days=60", "workload.queries_per_day=5",
@@ -215,10 +251,13 @@ def test_namespaces_and_expiry():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6), n_notes=st.integers(1, 3000), m=st.integers(1, 80),
        dim=st.sampled_from([2, 4]), quantise=st.booleans(),
-       retriever=st.sampled_from(["cosine", "inverse-sq-l2"]))
-def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise, retriever):
+       retriever=st.sampled_from(["cosine", "inverse-sq-l2"]),
+       evicted_share=st.sampled_from([0.2, 0.9]), dead=st.booleans())
+def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise, retriever,
+                                                evicted_share, dead):
     """The prefilter's exact nearest-M search (threshold levels) keeps the
-    notes a full sort keeps, ties to the lower note_id."""
+    notes a full sort keeps, ties to the lower note_id; also when the levels
+    leave out notes every arm evicted (some of this arm's evicted notes)."""
     from memsim.engine import Batch, BatchContext, NoteArrays, PolicyState, top_candidates
     from memsim.metrics import RelevanceIndex
 
@@ -229,15 +268,17 @@ def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise,
     notes = NoteArrays.from_stream(s, codes)
     state = PolicyState(notes, len(codes))
     rng = np.random.default_rng(seed)
-    state.evicted[:] = rng.random(n_notes) < 0.2
+    state.evicted[:] = rng.random(n_notes) < evicted_share
     rows = np.arange(25)
     qe = s.query_embeddings
     batch = Batch(qrows=rows, t=s.queries["t"].to_numpy()[rows], actors=np.zeros(25, int),
                   notes=notes, qemb=qe, qnorm2=(qe.astype(np.float64) ** 2).sum(1),
                   relevance=RelevanceIndex(s, notes.created_at))
     pol = resolve_policy({"retriever": {"kind": retriever, "prefilter": m}}, "p")
-    ctx = BatchContext(batch, state, rng)
     evicted = state.evicted[batch.idx]
+    if dead:  # as if other arms saw some of them
+        batch.dead = evicted & (rng.random(len(evicted)) < 0.7)
+    ctx = BatchContext(batch, state, rng)
     got = engine._prefilter_mask(ctx, pol.retriever, evicted)
     live = batch.valid & ~evicted[None, :]
     sim = np.where(live, ctx.similarity(pol.retriever), -np.inf)
