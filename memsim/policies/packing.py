@@ -336,11 +336,9 @@ def _next_swap(r, start, n_cand, comp, packed, used, state):
     p = np.minimum((ct[:, None, :] < need[:, :, None]).sum(axis=2), c - 1)
     cover_val = np.where(need > 0, cv[k, p], 0.0)
     # (b) the single least valuable packed note that frees enough alone
-    # (ties: worse rank, i.e. the last column, via the reversed argmin)
+    # (which one, when several tie, is found below for the rows that swap)
     ok1 = pk[:, None, :] & (tokens[r][:, None, :] >= need[:, :, None])
-    v1 = np.where(ok1, values[r][:, None, :], np.inf)[:, :, ::-1]
-    i1 = (c - 1) - np.argmin(v1, axis=2)
-    single_val = v1.min(axis=2)
+    single_val = np.where(ok1, values[r][:, None, :], np.inf).min(axis=2)
     use_single = (need > 0) & (single_val < cover_val)
     removed = np.where(use_single, single_val, cover_val)
     do = todo & ((vj - removed) > _TOL * np.abs(vj))
@@ -351,7 +349,10 @@ def _next_swap(r, start, n_cand, comp, packed, used, state):
     d = np.flatnonzero(hit)
     s = at[d]
     j, nd, pd = comp[d, s], need[d, s], p[d, s]
-    single, i1d = use_single[d, s], i1[d, s]
+    single = use_single[d, s]
+    # ties: the worse rank, i.e. the last column, via the reversed argmin
+    ok1 = pk[d] & (tokens[r[d]] >= nd[:, None])
+    i1d = (c - 1) - np.argmin(np.where(ok1, values[r[d]], np.inf)[:, ::-1], axis=1)
     remove = pk[d] & (_rem_rank(rem_order[r[d]]) <= pd[:, None]) & (nd[:, None] > 0) \
         & ~single[:, None]
     remove[np.flatnonzero(single), i1d[single]] = True
@@ -371,7 +372,8 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     """The swap passes of :class:`GreedySwap` (see its docstring for the rule)."""
     q, c = tokens.shape
     dens = _density(values, tokens, eligible)
-    if not _swap_candidates(values, tokens, eligible, budget, packed, used, dens).any():
+    cand0 = _swap_candidates(values, tokens, eligible, budget, packed, used, dens)
+    if not cand0.any():
         return packed  # no note can beat its cheapest removal: greedy's answer stands
     fill_order = np.argsort(-dens, axis=1, kind="stable")
     # Removal order: ascending density; among equal densities the worse rank
@@ -386,13 +388,14 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     swaps = np.zeros(q, dtype=np.int64)
     state = (values, tokens, budget, rem_order, tok_o, val_o)
 
-    for _ in range(max_swaps):
+    for pass_ in range(max_swaps):
         swapped_any = False
         # Prune with a lower bound on the value any removal must lose: freeing
         # ``need`` tokens costs at least ``need * (least packed density)``.
         # Notes that cannot beat it against the packed set at the start of the
         # pass are skipped in this pass (they are reconsidered in the next).
-        cand0 = _swap_candidates(values, tokens, eligible, budget, packed, used, dens)
+        if pass_:
+            cand0 = _swap_candidates(values, tokens, eligible, budget, packed, used, dens)
         cand_s = np.take_along_axis(cand0, ins_order, axis=1)
         n_cand = cand_s.sum(axis=1)
         # per row, the candidates in insertion order, compacted to the left
