@@ -1041,7 +1041,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
             pos[rows, :w] = np.take_along_axis(cols[d], p[d, :w], axis=1)
             vals[rows, :w] = v[d, :w]
             # notes a query had to score: those whose bound reaches its C-th score
-            kth = v[d, cc - 1]
+            kth = v[d, cc - 1] if w == cc else np.full(len(d), -np.inf)
             if np.isfinite(kth).all():
                 with np.errstate(invalid="ignore", over="ignore"):
                     b = np.asarray(ranker.score_bound(level_cells.sim[d], lo, hi, ctx),

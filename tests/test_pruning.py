@@ -182,7 +182,8 @@ def test_levels_leave_out_the_notes_every_arm_evicted(monkeypatch, prefilter):
     """The shared levels hold only the notes some arm can see; the notes
     every arm evicted are left out (the path runs), and every arm's frames
     equal full scoring's, with and without a prefilter (the nearest-M search
-    runs on the same levels), for one arm alone and for several."""
+    runs on the same levels), for one arm alone and for several, also when
+    fewer notes are left than the top C asks for."""
     opened = []
     real = engine._SimOrder.__init__
 
@@ -200,7 +201,8 @@ def test_levels_leave_out_the_notes_every_arm_evicted(monkeypatch, prefilter):
              "decay": {"kind": "half-life", "half_life_days": hl},
              "retention": {"kind": "capacity", "max_notes": m}}, f"cap-{m}-{hl}"))
 
-    for arms in ([arm(150, 3.0)], [arm(80, 3.0), arm(300, 30.0), arm(300, 3.0)]):
+    # (capacity 6 < 10 candidates: fewer notes left than the top C asks for)
+    for arms in ([arm(6, 3.0)], [arm(150, 3.0)], [arm(80, 3.0), arm(300, 30.0), arm(300, 3.0)]):
         opened.clear()
         full, pruned = both(stream, arms, candidates=10)
         assert_same(full, pruned)
