@@ -317,7 +317,7 @@ def _next_swap(r, start, n_cand, comp, packed, used, state):
     rule (:class:`GreedySwap`): the greedy cover and the single note, against
     the packed set of its row as it is now.
     """
-    values, tokens, budget, rem_order, tok_o, val_o = state
+    values, tokens, budget, rem_order, rem_rank, tok_o, val_o = state
     c = tokens.shape[1]
     slots = np.arange(comp.shape[1])
     todo = (slots >= start[:, None]) & (slots < n_cand[:, None])
@@ -353,19 +353,12 @@ def _next_swap(r, start, n_cand, comp, packed, used, state):
     # ties: the worse rank, i.e. the last column, via the reversed argmin
     ok1 = pk[d] & (tokens[r[d]] >= nd[:, None])
     i1d = (c - 1) - np.argmin(np.where(ok1, values[r[d]], np.inf)[:, ::-1], axis=1)
-    remove = pk[d] & (_rem_rank(rem_order[r[d]]) <= pd[:, None]) & (nd[:, None] > 0) \
+    remove = pk[d] & (rem_rank[r[d]] <= pd[:, None]) & (nd[:, None] > 0) \
         & ~single[:, None]
     remove[np.flatnonzero(single), i1d[single]] = True
     cover_tok = np.where(nd > 0, ct[d, pd], 0)
     freed = np.where(single, tokens[r[d], i1d], cover_tok)
     return at, (d, j, remove, freed)
-
-
-def _rem_rank(rem_order):
-    """Each column's place in the removal order (the inverse permutation)."""
-    rank = np.empty_like(rem_order)
-    np.put_along_axis(rank, rem_order, np.arange(rem_order.shape[1])[None, :], axis=1)
-    return rank
 
 
 def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
@@ -379,6 +372,9 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     # Removal order: ascending density; among equal densities the worse rank
     # (higher column) goes first. Sorting the reversed columns stably gives that.
     rem_order = (c - 1) - np.argsort(dens[:, ::-1], axis=1, kind="stable")
+    # each column's place in that order (the inverse permutation)
+    rem_rank = np.empty_like(rem_order)
+    np.put_along_axis(rem_rank, rem_order, np.arange(c)[None, :], axis=1)
     tok_el = np.where(eligible, tokens, 0)
     val_el = np.where(eligible, values, 0.0)
     tok_o = np.take_along_axis(tok_el, rem_order, axis=1)
@@ -386,7 +382,7 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     # Insertion candidates: by value, best first, ties by rank.
     ins_order = np.argsort(-np.where(eligible, values, -np.inf), axis=1, kind="stable")
     swaps = np.zeros(q, dtype=np.int64)
-    state = (values, tokens, budget, rem_order, tok_o, val_o)
+    state = (values, tokens, budget, rem_order, rem_rank, tok_o, val_o)
 
     for pass_ in range(max_swaps):
         swapped_any = False
@@ -401,6 +397,7 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
         # per row, the candidates in insertion order, compacted to the left
         comp = np.take_along_axis(ins_order, np.argsort(~cand_s, axis=1, kind="stable"),
                                   axis=1)[:, :int(n_cand.max(initial=0))]
+        per = max(1, _SWAP_CELLS // max(1, comp.shape[1] * c))  # rows per step
         # The pass visits each row's candidates in order and swaps in those
         # that beat their removal against the packed set as it is then. The
         # set changes only at a swap, so the next swap of a row is its first
@@ -411,7 +408,6 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
             act = np.flatnonzero((start < n_cand) & (swaps < max_swaps))
             if not len(act):
                 break
-            per = max(1, _SWAP_CELLS // max(1, comp.shape[1] * c))
             for r in np.split(act, np.arange(per, len(act), per)):
                 at, sw = _next_swap(r, start[r], n_cand[r], comp[r], packed, used, state)
                 start[r] = np.where(at >= 0, at + 1, n_cand[r])
