@@ -69,7 +69,7 @@ from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
 from .params import Interval, Options, Validated
 from .planted import PlantedModel
 from .policies import ArrayContext, Policy
-from .policies.base import Ranker
+from .policies.base import Breadth, Ranker, Stickiness
 from .policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
 from .rng import child
 from .stream import LoggedRankings, Stream
@@ -669,7 +669,10 @@ def _exponential_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor,
                 np.repeat(query_factor, len(origin), axis=1))
         elif rate.ndim:
             # cells: the same exponential of the same product, cell by cell
+            # (a rate per cell, or per row (R, 1): arms scored together)
             rec = np.exp(-(t - t0)[:, None] * rate)
+            if rec.shape != origin.shape:
+                rec = np.repeat(rec, origin.shape[1], axis=1)
         else:
             rec = np.repeat(np.exp(-(t - t0)[:, None] * rate[None]), origin.shape[1], axis=1)
         rec *= note_factor
@@ -852,6 +855,7 @@ class _SimOrder:
         #: how many notes the levels are counted in
         self.n = n
         self._tau: dict[int, np.ndarray] = {}
+        self._sorted: np.ndarray | None = None
         self._cols: dict[int, dict[int, np.ndarray]] = {}
         self._cells: dict[tuple, _LevelCells] = {}
 
@@ -873,8 +877,16 @@ class _SimOrder:
         if m not in self._tau:
             q, k = self.neg_sample.shape
             j = -(-m * k // self.n)
-            self._tau[m] = (np.full(q, -np.inf) if j >= k else
-                            -np.partition(self.neg_sample, j, axis=1)[:, j])
+            if j >= k:
+                self._tau[m] = np.full(q, -np.inf)
+            elif self._sorted is not None or self._tau:
+                # a second level of the batch: sorting the sample once costs
+                # about two partitions, and every further level is a read
+                if self._sorted is None:
+                    self._sorted = np.sort(self.neg_sample, axis=1)
+                self._tau[m] = -self._sorted[:, j]
+            else:
+                self._tau[m] = -np.partition(self.neg_sample, j, axis=1)[:, j]
             self._cols[m] = {}
         return self._tau[m]
 
@@ -1034,24 +1046,188 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
         with np.errstate(invalid="ignore", over="ignore"):
             bound = np.asarray(ranker.score_bound(tau, lo, hi, ctx), dtype=np.float64)
         done = _proven(v, cc, full, np.where(np.isneginf(tau), -np.inf, bound))
-        if done.any():
-            d = np.flatnonzero(done)
-            rows = todo[d]
-            w = min(cc, p.shape[1])  # fewer only when every open note was scored
-            pos[rows, :w] = np.take_along_axis(cols[d], p[d, :w], axis=1)
-            vals[rows, :w] = v[d, :w]
-            # notes a query had to score: those whose bound reaches its C-th score
-            kth = v[d, cc - 1] if w == cc else np.full(len(d), -np.inf)
-            if np.isfinite(kth).all():
-                with np.errstate(invalid="ignore", over="ignore"):
-                    b = np.asarray(ranker.score_bound(level_cells.sim[d], lo, hi, ctx),
-                                   dtype=np.float64)
-                need = max(need, int(((b >= kth[:, None]) & level_cells.real[d])
-                                     .sum(axis=1).max()))
+        need = max(need, _keep_proven(pos, vals, todo, done, cols, p, v, cc, level_cells,
+                                      lambda x: ranker.score_bound(x, lo, hi, ctx)))
         todo = todo[~done]
         level = _level(4 * level)
     st.prune_level = max(base, _level(1.1 * need + c))
     return pos, vals
+
+
+def _keep_proven(pos: np.ndarray, vals: np.ndarray, todo: np.ndarray, done: np.ndarray,
+                 cols: np.ndarray, p: np.ndarray, v: np.ndarray, cc: int,
+                 level_cells: _LevelCells, bound_of) -> int:
+    """Store the top C (note columns, scores) of the queries ``todo[done]``
+    found on a level (``p``, ``v``: positions in ``cols``, scores) into
+    ``pos``/``vals``; return how many notes the hardest of them had to score
+    (those whose bound, ``bound_of(similarity)``, reaches its C-th score),
+    0 when unknown."""
+    if not done.any():
+        return 0
+    d = np.flatnonzero(done)
+    rows = todo[d]
+    w = min(cc, p.shape[1])  # fewer only when every open note was scored
+    pos[rows, :w] = np.take_along_axis(cols[d], p[d, :w], axis=1)
+    vals[rows, :w] = v[d, :w]
+    kth = v[d, cc - 1] if w == cc else np.full(len(d), -np.inf)
+    if not np.isfinite(kth).all():
+        return 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        b = np.asarray(bound_of(level_cells.sim[d]), dtype=np.float64)
+    return int(((b >= kth[:, None]) & level_cells.real[d]).sum(axis=1).max())
+
+
+#: arms of one family are scored together (:func:`_stacked_tops`); False
+#: scores each arm alone, as a reference
+STACK = True
+
+#: cells scored at once by :func:`_stacked_tops` (the arms of one level are
+#: split into chunks of about this many)
+_STACK_CELLS = 1 << 21
+
+
+@dataclass(eq=False)
+class _Member:
+    """An arm scored with others of its family, and its progress on a batch."""
+
+    ai: int
+    st: PolicyState
+    lo: float | None
+    hi: float | None
+    floor: float
+    rate: float
+    level: int = 0
+    todo: np.ndarray | None = None
+    pos: np.ndarray | None = None
+    vals: np.ndarray | None = None
+    need: int = 0
+
+
+def _stack_key(policy: Policy, ctx: BatchContext, c: int) -> tuple | None:
+    """(family, member) of a policy the engine can score together with
+    others of its family, or None.
+
+    A family shares everything a score reads but the decay's ``(floor,
+    rate)``: the retriever (without a prefilter), an elementwise ranker with
+    a bound (:func:`_prune_plan`), the decay's clock (creation or update: the
+    same origin for every arm) and C, with the neutral stickiness and
+    breadth, so that ``score = combine(similarity, floor + (1 - floor) *
+    exp(-rate * age))``; the recency of all its arms is then one array, with
+    a ``(floor, rate)`` per row.
+    """
+    if not STACK or policy.retriever.prefilter or getattr(policy.ranker, "needs_logged", False):
+        return None
+    stick, breadth = type(policy.stickiness), type(policy.breadth)
+    if (stick.effective_age is not Stickiness.effective_age
+            or stick.access_term is not Stickiness.access_term
+            or breadth.on_score is not Breadth.on_score):
+        return None
+    plan = _prune_plan(policy, ctx)
+    if plan is None:
+        return None
+    floor = rate = 0.0
+    if policy.ranker.uses_recency:
+        form = policy.decay.exponential_form(ctx)
+        if (policy.decay.clock not in ("created", "updated") or form is None
+                or np.ndim(form[0]) or np.ndim(form[1])):
+            return None
+        floor, rate = float(form[0]), float(form[1])
+    family = (repr(policy.retriever), repr(policy.ranker),
+              policy.decay.clock if policy.ranker.uses_recency else None, c)
+    return family, plan, floor, rate
+
+
+def _stacked_tops(members: list[_Member], policy: Policy, ctx: BatchContext, c: int) -> bool:
+    """:func:`_pruned_top` of several arms of one family (:func:`_stack_key`;
+    ``policy``: any of them) at once: each arm visits the levels it would
+    alone, but the arms at a level are scored as one array, a row per (arm,
+    query) with the arm's ``(floor, rate)``. The cells and their floats are
+    those of each arm alone, so are the top C. Fills each member's ``pos``
+    and ``vals``; False when the family cannot be scored so (then each arm
+    is scored alone)."""
+    q, n = len(ctx.t), len(ctx.idx)
+    if n == 0:
+        return False
+    ranker, retriever = policy.ranker, policy.retriever
+    cc = min(c, n)
+    order = _sim_order(ctx, retriever)
+    base = _level(2 * c)
+    for m in members:
+        m.level, m.todo, m.need = max(base, m.st.prune_level), np.arange(q), 0
+        m.pos, m.vals = np.zeros((q, cc), dtype=np.int64), np.full((q, cc), -np.inf)
+    evicted = np.stack([m.st.evicted[ctx.idx] for m in members])
+    if not evicted.any():
+        evicted = None
+    origin = (_clock_origin(policy.decay.clock, ctx.notes, ctx.state, ctx.idx)
+              if ranker.uses_recency else None)
+    while True:
+        active = [m for m in members if len(m.todo)]
+        if not active:
+            break
+        level = min(m.level for m in active)
+        at = [m for m in active if m.level == level]
+        full = 2 * level >= order.n
+        union = np.unique(np.concatenate([m.todo for m in at]))
+        level_cells = order.cells(level, union, full, retriever.name)
+        per = max(1, _STACK_CELLS // max(1, q * level_cells.cols.shape[1]))
+        for k in range(0, len(at), per):
+            if not _score_members(at[k:k + per], members, union, level_cells, full, ctx, c, cc,
+                                  ranker, retriever, evicted, origin):
+                return False
+        for m in at:
+            m.level = _level(4 * level)
+    for m in members:
+        m.st.prune_level = max(base, _level(1.1 * m.need + c))
+    return True
+
+
+def _score_members(at: list[_Member], members: list[_Member], union: np.ndarray,
+                   level_cells: _LevelCells, full: bool, ctx: BatchContext, c: int, cc: int,
+                   ranker, retriever, evicted: np.ndarray | None,
+                   origin: np.ndarray | None) -> bool:
+    """Score the arms ``at`` on one level's cells (rows ``union``) as one
+    array; keep each arm's proven queries (see :func:`_stacked_tops`)."""
+    sizes = [len(m.todo) for m in at]
+    u = np.concatenate([np.searchsorted(union, m.todo) for m in at])
+    arm = np.repeat(np.arange(len(at)), sizes)
+    rows = union[u]
+    cells = dataclasses.replace(level_cells, cols=level_cells.cols[u], real=level_cells.real[u],
+                                tau=level_cells.tau[u], flat=level_cells.flat[u],
+                                sim=level_cells.sim[u], valid=level_cells.valid[u])
+    live = cells.valid
+    if evicted is not None:
+        which = np.array([members.index(m) for m in at])[arm]
+        live = live & ~evicted[which[:, None], cells.cols]
+    packed, live = _pack_live(cells, live, c)
+    gctx = _GatheredContext(ctx, rows, packed.cols, live, packed)
+    try:
+        rel = gctx.similarity(retriever)
+        rec = None
+        if origin is not None:
+            floor = np.array([m.floor for m in at])[arm][:, None]
+            rate = np.array([m.rate for m in at])[arm][:, None]
+            rec = _exponential_recency(gctx.t, ctx.batch.t0, origin[packed.cols], floor, rate)
+        scores = np.asarray(ranker.combine(rel, rec, gctx), dtype=np.float64)
+    except AttributeError:  # a component reads what the gathered cells lack
+        return False
+    if scores.shape != packed.cols.shape:
+        return False
+    scores = np.where(live & ~np.isnan(scores), scores, -np.inf)
+    p, v = top_candidates(scores, c)
+    start = 0
+    for m, size in zip(at, sizes):
+        sl = slice(start, start + size)
+        start += size
+        with np.errstate(invalid="ignore", over="ignore"):
+            bound = np.asarray(ranker.score_bound(cells.tau[sl], m.lo, m.hi, ctx),
+                               dtype=np.float64)
+        done = _proven(v[sl], cc, full, np.where(np.isneginf(cells.tau[sl]), -np.inf, bound))
+        sub = dataclasses.replace(cells, sim=cells.sim[sl], real=cells.real[sl])
+        m.need = max(m.need, _keep_proven(
+            m.pos, m.vals, m.todo, done, packed.cols[sl], p[sl], v[sl], cc, sub,
+            lambda x, m=m: ranker.score_bound(x, m.lo, m.hi, ctx)))
+        m.todo = m.todo[~done]
+    return True
 
 
 #: a level's cells are packed to an arm's live ones when at most this share
@@ -1069,7 +1245,11 @@ def _live_cells(cells: _LevelCells, ctx: BatchContext, c: int
     packed to the left, in column order so that ties still go to the lower
     note, and at least ``c`` wide when the level is.
     """
-    live = cells.real & ctx.live_cells(cells.flat, cells.cols, cells.valid)
+    return _pack_live(cells, cells.real & ctx.live_cells(cells.flat, cells.cols, cells.valid), c)
+
+
+def _pack_live(cells: _LevelCells, live: np.ndarray, c: int) -> tuple[_LevelCells, np.ndarray]:
+    """:func:`_live_cells` given which cells are live."""
     k = live.sum(axis=1)
     if k.sum() > _PACK_BELOW * live.size:
         return cells, live
@@ -1305,7 +1485,10 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
                       namespaces=None if inp.qns is None else inp.qns[rows], t0=t0)
         batch.logged = inp.logged  # for rankers that declare needs_logged
         batch.dead = _dead(states, batch.idx)
-        # 4. each arm
+        tops = _family_tops(arms, states, rngs, per_query, batch, settings)
+        # 4. each arm (the per-tick ones pack and measure together: _run_arms)
+        outs: dict[int, dict] = {}
+        tick_jobs: dict[int, _ArmJob] = {}
         for ai, (arm, st) in enumerate(zip(arms, states)):
             budget = resolve_budget(arm, settings, inp.qbudget[rows])
             key = budget.tobytes() + rows.tobytes()
@@ -1313,17 +1496,46 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
                 oracle_cache.clear()
                 oracle_cache[key] = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader,
-                          oracle_cache[key], inp.relevance)
+                          oracle_cache[key], inp.relevance, tops.get(ai))
             if per_query[ai]:
                 out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))
+                outs[ai] = out
             else:
-                out = _run_arm(job)
+                tick_jobs[ai] = job
+        outs.update(zip(tick_jobs, _run_arms(list(tick_jobs.values()))))
+        for ai, out in outs.items():
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
                 got.rankings[ai].append(out["rankings"])
         if progress is not None:
             progress((bi + 1) / len(batches))
     return _result(inp, arms, states, settings, got)
+
+
+def _family_tops(arms, states, rngs, per_query, batch: Batch, settings: SimSettings
+                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Arm index -> top C (positions, scores) of the per-tick arms scored
+    together with others of their family (:func:`_stack_key`)."""
+    if not (PRUNE and STACK) or len(arms) < 2:
+        return {}
+    ctx = None
+    families: dict[tuple, list[_Member]] = {}
+    for ai, (arm, st) in enumerate(zip(arms, states)):
+        if per_query[ai] or st.prune_off:
+            continue
+        if ctx is None:  # reads only the batch, and the state no member's score reads
+            ctx = BatchContext(batch, st, rngs[ai])
+        c = settings.candidates if arm.policy.candidates is None else arm.policy.candidates
+        key = _stack_key(arm.policy, ctx, c)
+        if key is not None:
+            family, (lo, hi), floor, rate = key
+            families.setdefault(family, []).append(_Member(ai, st, lo, hi, floor, rate))
+    out = {}
+    for family, members in families.items():
+        if len(members) > 1 and _stacked_tops(members, arms[members[0].ai].policy, ctx,
+                                               family[-1]):
+            out.update({m.ai: (m.pos, m.vals) for m in members})
+    return out
 
 
 def _dead(states: list[PolicyState], idx: np.ndarray) -> np.ndarray | None:
@@ -1509,6 +1721,8 @@ class _ArmJob:
     reader: Any
     oracle: np.ndarray
     relevance: RelevanceIndex
+    #: the batch's top C (positions, scores) when scored with the arm's family
+    top: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def c(self) -> int:
@@ -1556,60 +1770,138 @@ def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState
 def _pack(job: _ArmJob, batch: Batch, pos: np.ndarray, vals: np.ndarray,
           rows: slice | np.ndarray = slice(None)) -> _Packed:
     """Pack the candidates ``pos``/``vals`` of the queries ``rows`` of ``batch``."""
-    policy = job.arm.policy
-    cand_ok = np.isfinite(vals)
-    cand_rows = batch.idx[pos]
-    tokens = batch.notes.tokens[cand_rows]
-    gains = job.relevance.lookup(batch.qrows[rows], cand_rows)
-    values = gains if policy.ranker.needs_truth else vals
-    packed = np.asarray(policy.packer.pack(np.where(cand_ok, values, 0.0), tokens, cand_ok,
-                                           job.budget[rows]), dtype=bool)
-    packed &= cand_ok
-    position = policy.orderer.order(np.where(cand_ok, values, -np.inf), packed)
-    return _Packed(pos, vals, cand_ok, cand_rows, tokens, gains, packed, position)
+    return _pack_all([(job, batch, pos, vals, rows)])[0]
+
+
+def _pack_all(items: list[tuple]) -> list[_Packed]:
+    """:func:`_pack` of several arms' candidates, ``(job, batch, pos, vals,
+    rows)`` each. Arms that pack alike (the same packer, orderer and C) pack
+    as one array, a row per (arm, query): packers and orderers treat rows
+    independently, so each row gets what it gets alone."""
+    cand = []
+    groups: dict[tuple, list[int]] = {}
+    for i, (job, batch, pos, vals, rows) in enumerate(items):
+        policy = job.arm.policy
+        cand_ok = np.isfinite(vals)
+        cand_rows = batch.idx[pos]
+        gains = job.relevance.lookup(batch.qrows[rows], cand_rows)
+        cand.append({"cand_ok": cand_ok, "cand_rows": cand_rows,
+                     "tokens": batch.notes.tokens[cand_rows], "gains": gains,
+                     "values": gains if policy.ranker.needs_truth else vals,
+                     "budget": job.budget[rows]})
+        groups.setdefault((repr(policy.packer), repr(policy.orderer), pos.shape[1]), []).append(i)
+    out: list[_Packed] = [None] * len(items)  # type: ignore[list-item]
+    for members in groups.values():
+        policy = items[members[0]][0].arm.policy
+        got = _rows_of_all([cand[i] for i in members], ("cand_ok", "tokens", "values", "budget"))
+        ok, values = got["cand_ok"], got["values"]
+        packed = np.asarray(policy.packer.pack(np.where(ok, values, 0.0), got["tokens"], ok,
+                                               got["budget"]), dtype=bool)
+        packed &= ok
+        position = policy.orderer.order(np.where(ok, values, -np.inf), packed)
+        for i, sl in zip(members, _row_blocks([cand[i]["cand_ok"] for i in members])):
+            c = cand[i]
+            out[i] = _Packed(items[i][2], items[i][3], c["cand_ok"], c["cand_rows"], c["tokens"],
+                             c["gains"], packed[sl], position[sl])
+    return out
+
+
+def _rows_of_all(parts: list[dict], names) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of several arms' rows, one below the other."""
+    if len(parts) == 1:
+        return {k: parts[0][k] for k in names}
+    return {k: np.concatenate([p[k] for p in parts]) for k in names}
+
+
+def _row_blocks(arrays: list[np.ndarray]) -> list[slice]:
+    """The row slices of ``arrays`` stacked one below the other."""
+    ends = np.cumsum([len(a) for a in arrays]).tolist()
+    return [slice(e - len(a), e) for e, a in zip(ends, arrays)]
+
+
+#: the arrays query_metrics reads of each arm's packed batch
+_METRIC_INPUTS = ("cand_rows", "cand_ok", "packed", "position", "gains", "tokens", "t",
+                  "qrows", "budget", "oracle")
 
 
 def _outputs(job: _ArmJob, batch: Batch, pk: _Packed) -> dict[str, Any]:
     """The per-query metrics (and rankings) of a packed batch."""
-    m = query_metrics(
-        cand_rows=pk.cand_rows, cand_ok=pk.cand_ok, packed=pk.packed, position=pk.position,
-        gains=pk.gains, tokens=pk.tokens, t=batch.t, qrows=batch.qrows, budget=job.budget,
-        oracle=job.oracle, relevance=job.relevance, evicted=job.st.evicted, reader=job.reader,
-    )
-    m["actor_code"] = batch.actors
-    out: dict[str, Any] = {"metrics": m}
-    if job.settings.save_rankings:
-        q, cc = pk.pos.shape
-        keep = pk.cand_ok.ravel()
-        out["rankings"] = {
-            "query_id": np.repeat(job.relevance.query_ids[batch.qrows], cc)[keep],
-            "rank": np.tile(np.arange(1, cc + 1), q)[keep],
-            "note_id": batch.notes.note_id[pk.cand_rows].ravel()[keep],
-            "score": pk.vals.ravel()[keep],
-            "packed": pk.packed.ravel()[keep],
-            "position": pk.position.ravel()[keep],
-        }
+    return _outputs_all([(job, batch, pk)])[0]
+
+
+def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
+    """:func:`_outputs` of several arms' packed batches, ``(job, batch, pk)``
+    each: the metrics of arms with the same C are computed as one array, a
+    row per (arm, query) (every metric is per query)."""
+    groups: dict[int, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(item[2].pos.shape[1], []).append(i)
+    metrics: list[dict] = [None] * len(items)  # type: ignore[list-item]
+    for members in groups.values():
+        parts = []
+        for i in members:
+            job, batch, pk = items[i]
+            part = {name: getattr(pk, name) for name in _METRIC_INPUTS[:6]}
+            part.update(t=batch.t, qrows=batch.qrows, budget=job.budget, oracle=job.oracle)
+            parts.append(part)
+        blocks = _row_blocks([p["t"] for p in parts])
+        job = items[members[0]][0]
+        m = query_metrics(**_rows_of_all(parts, _METRIC_INPUTS), relevance=job.relevance,
+                          evicted=[(sl, items[i][0].st.evicted) for i, sl in zip(members, blocks)],
+                          reader=job.reader)
+        for i, sl in zip(members, blocks):
+            metrics[i] = {k: v[sl] for k, v in m.items()} if len(members) > 1 else m
+    out = []
+    for (job, batch, pk), m in zip(items, metrics):
+        m["actor_code"] = batch.actors
+        one: dict[str, Any] = {"metrics": m}
+        if job.settings.save_rankings:
+            q, cc = pk.pos.shape
+            keep = pk.cand_ok.ravel()
+            one["rankings"] = {
+                "query_id": np.repeat(job.relevance.query_ids[batch.qrows], cc)[keep],
+                "rank": np.tile(np.arange(1, cc + 1), q)[keep],
+                "note_id": batch.notes.note_id[pk.cand_rows].ravel()[keep],
+                "score": pk.vals.ravel()[keep],
+                "packed": pk.packed.ravel()[keep],
+                "position": pk.position.ravel()[keep],
+            }
+        out.append(one)
     return out
 
 
-def _run_arm(job: _ArmJob) -> dict[str, Any]:
-    """Score, pack and measure every query of the batch on the arm's state at
-    the batch's start; then apply the batch's uses (per-tick feedback)."""
-    return _outputs(job, job.batch, _answer(job))
+def _run_arms(jobs: list[_ArmJob]) -> list[dict[str, Any]]:
+    """Score, pack and measure every query of the batch on each arm's state
+    at the batch's start; then apply the batch's uses (per-tick feedback).
+    The arms' packing and metrics run together (:func:`_pack_all`,
+    :func:`_outputs_all`)."""
+    packs = _answer_all(jobs)
+    return _outputs_all([(job, batch, pk) for job, (batch, pk) in zip(jobs, packs)])
 
 
 def _answer(job: _ArmJob) -> _Packed:
     """The batch's candidates and packing on the arm's state at its start,
     then its uses applied."""
-    policy, st = job.arm.policy, job.st
-    ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
-    pos, vals, mask = _top(policy, ctx, job.c, st)
-    pk = _pack(job, batch, pos, vals)
+    return _answer_all([job])[0][1]
+
+
+def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
+    """:func:`_answer` of several arms: (the batch each scored, its packing)."""
+    scored = []
+    for job in jobs:
+        policy, st = job.arm.policy, job.st
+        ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
+        pos, vals, mask = _top(policy, ctx, job.c, st) if job.top is None else (*job.top, None)
+        scored.append((ctx, batch, pos, vals, mask))
+    packs = _pack_all([(job, batch, pos, vals, slice(None))
+                       for job, (ctx, batch, pos, vals, mask) in zip(jobs, scored)])
     # 5. feedback
-    if mask is None and policy.feedback.touch == "prefilter":
-        mask = ctx.live
-    _feedback(policy.feedback, st, batch, mask, pk)
-    return pk
+    for job, (ctx, batch, *_, mask), pk in zip(jobs, scored, packs):
+        fb = job.arm.policy.feedback
+        if mask is None and fb.touch == "prefilter":
+            mask = ctx.live
+        _feedback(fb, job.st, batch, mask, pk)
+    return [(batch, pk) for (ctx, batch, *_), pk in zip(scored, packs)]
 
 
 def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray | None, pk: _Packed,

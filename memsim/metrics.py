@@ -195,7 +195,9 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     """Every per-query column of a batch (see the module docstring).
 
     Candidate arrays are (Q, C), best first; ``gains`` are the true gains of the
-    candidates; ``evicted`` is the arm's eviction flag per note row.
+    candidates; ``evicted`` is the arm's eviction flag per note row, or, for
+    the rows of several arms one below the other, a list of (rows slice,
+    that arm's flags).
     """
     q = len(qrows)
     g_packed = np.where(packed, gains, 0.0)
@@ -257,7 +259,11 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     packed_ages = np.where(rp_packed, ages, -np.inf)
     mx = packed_ages.max(axis=1) if packed_ages.shape[1] else np.full(q, -np.inf)
     out["max_relevant_age"] = np.where(np.isfinite(mx), mx, np.nan)
-    ev = (rp_mask & evicted[rp_rows]).any(axis=1) if rp_rows.size else np.zeros(q, bool)
+    ev = np.zeros(q, dtype=bool)
+    if rp_rows.size:
+        for rows, flags in ([(slice(None), evicted)] if isinstance(evicted, np.ndarray)
+                            else evicted):
+            ev[rows] = (rp_mask[rows] & flags[rp_rows[rows]]).any(axis=1)
     out["evicted_relevant"] = np.where(has_rel, ev.astype(np.float64), np.nan)
     out["n_relevant"] = n_rel.astype(np.int64)
     if reader is None:

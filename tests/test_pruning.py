@@ -156,14 +156,14 @@ def test_levels_packed_to_the_live_notes(monkeypatch, c):
     level, packed to the left (the path runs), with the same frames as full
     scoring, ties included."""
     packed = []
-    real = engine._live_cells
+    real = engine._pack_live
 
-    def spy(cells, ctx, c):
-        out, live = real(cells, ctx, c)
+    def spy(cells, live, c):
+        out, live = real(cells, live, c)
         packed.append(out is not cells)
         return out, live
 
-    monkeypatch.setattr(engine, "_live_cells", spy)
+    monkeypatch.setattr(engine, "_pack_live", spy)
     stream = random_stream(5, n_notes=3000, n_queries=60, dim=4)
     emb = stream.note_embeddings.copy()
     emb[::4] = emb[1]  # equal similarities: ties across packed columns
@@ -289,3 +289,87 @@ def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise,
         pos, vals = top_candidates(sim, m)
         np.put_along_axis(want, pos, np.isfinite(vals), axis=1)
     np.testing.assert_array_equal(got, want)
+
+
+# -- arms scored together ------------------------------------------------------
+
+#: rankers and decays of the families scored as one array (engine._stack_key)
+FAMILY_RANKERS = ["product", "similarity",
+                  {"kind": "feather-blend", "time_weight": 0.3, "min_weight": 0.2},
+                  {"kind": "additive", "importance_weight": 0.5},
+                  {"kind": "calibrated-product", "beta": 8.0}]
+
+
+@st.composite
+def family_cases(draw):
+    ranker = draw(st.sampled_from(FAMILY_RANKERS))
+    clock = draw(st.sampled_from(["created", "updated"]))
+    decays = st.one_of(
+        st.builds(lambda r: {"kind": "per-day", "rate": r}, st.floats(0.0, 0.5)),
+        st.builds(lambda h: {"kind": "half-life", "half_life_days": h}, st.floats(0.5, 200.0)),
+        st.builds(lambda h, f: {"kind": "half-life-floor", "half_life_days": h, "floor": f},
+                  st.floats(0.5, 200.0), st.floats(0.0, 0.95)))
+    tables = []
+    for _ in range(draw(st.integers(2, 5))):
+        tables.append({
+            "ranker": ranker,
+            "decay": {**draw(decays), "clock": clock},
+            "packer": draw(st.sampled_from(["skip-fill", "greedy-swap", "exact", "top-k-cutoff"])),
+            "feedback": draw(st.sampled_from(FEEDBACK)),
+            "retention": draw(st.sampled_from(
+                ["none", "ai-memory", {"kind": "capacity", "max_notes": 40}])),
+        })
+    if draw(st.booleans()):  # an arm of another family, or of none
+        tables.append(policy_table(draw))
+    return {
+        "seed": draw(st.integers(0, 10**6)),
+        "n_notes": draw(st.integers(30, 600)),
+        "n_queries": draw(st.integers(1, 30)),
+        "dim": draw(st.sampled_from([2, 4, 8])),
+        "c": draw(st.integers(1, 60)),
+        "reader": draw(st.booleans()),
+        "tables": tables,
+    }
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family_cases())
+def test_arms_scored_together_equal_each_arm_alone(case):
+    """Arms of one family are scored as one array, and every per-tick arm
+    packs and is measured together with the others: each arm's frames equal
+    those it gets alone and those of full scoring, bit for bit."""
+    from memsim.reader import PositionalReader
+
+    stream = random_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
+                           dim=case["dim"])
+    arms = [Arm(f"p{i}", resolve_policy(t, f"policies.p{i}"))
+            for i, t in enumerate(case["tables"])]
+    reader = PositionalReader() if case["reader"] else None
+    kw = {"candidates": case["c"], "save_rankings": True}
+    stacked = []
+    real = engine._stacked_tops
+
+    def spy(*args):
+        out = real(*args)
+        stacked.append(out)
+        return out
+
+    engine._stacked_tops = spy
+    try:
+        together = simulate(stream, arms, SimSettings(**kw), seed_sequence(0), reader=reader)
+    finally:
+        engine._stacked_tops = real
+    assert stacked and all(stacked)
+    old = engine.PRUNE
+    engine.PRUNE = False
+    try:
+        full = simulate(stream, arms, SimSettings(**kw), seed_sequence(0), reader=reader)
+    finally:
+        engine.PRUNE = old
+    assert_same(full, together)
+    for a in arms:
+        alone = simulate(stream, [a], SimSettings(**kw), seed_sequence(0), reader=reader)
+        for name in ("queries", "rankings"):
+            got = getattr(together, name)
+            got = got[got["policy"] == a.policy_name].reset_index(drop=True)
+            pd.testing.assert_frame_equal(getattr(alone, name), got, check_exact=True)
