@@ -36,6 +36,12 @@ feedback are identical bit for bit; :data:`PRUNE` = False turns it off.
 Everything that reads more than the top C (set-dependent rankers, rankers
 that choose their candidates, the oracle) is scored in full.
 
+**Arms together.** The per-tick arms of a batch are scored one by one, then
+packed (those with the same packer, orderer and C) and measured as one
+array, a row per (arm, query): packers, orderers and metrics treat rows
+independently, so every value is the one the arm gets alone, for the cost
+of one call instead of one per arm.
+
 **Per-query feedback.** An arm whose uses take effect before the next query
 (:func:`feedback_timing`) still shares its tick's similarity product and is
 scored once on the state at the tick's start; before each query, only the
@@ -69,7 +75,7 @@ from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
 from .params import Interval, Options, Validated
 from .planted import PlantedModel
 from .policies import ArrayContext, Policy
-from .policies.base import Breadth, Ranker, Stickiness
+from .policies.base import Ranker
 from .policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
 from .rng import child
 from .stream import LoggedRankings, Stream
@@ -669,10 +675,7 @@ def _exponential_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor,
                 np.repeat(query_factor, len(origin), axis=1))
         elif rate.ndim:
             # cells: the same exponential of the same product, cell by cell
-            # (a rate per cell, or per row (R, 1): arms scored together)
             rec = np.exp(-(t - t0)[:, None] * rate)
-            if rec.shape != origin.shape:
-                rec = np.repeat(rec, origin.shape[1], axis=1)
         else:
             rec = np.repeat(np.exp(-(t - t0)[:, None] * rate[None]), origin.shape[1], axis=1)
         rec *= note_factor
@@ -1046,188 +1049,24 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
         with np.errstate(invalid="ignore", over="ignore"):
             bound = np.asarray(ranker.score_bound(tau, lo, hi, ctx), dtype=np.float64)
         done = _proven(v, cc, full, np.where(np.isneginf(tau), -np.inf, bound))
-        need = max(need, _keep_proven(pos, vals, todo, done, cols, p, v, cc, level_cells,
-                                      lambda x: ranker.score_bound(x, lo, hi, ctx)))
+        if done.any():
+            d = np.flatnonzero(done)
+            rows = todo[d]
+            w = min(cc, p.shape[1])  # fewer only when every open note was scored
+            pos[rows, :w] = np.take_along_axis(cols[d], p[d, :w], axis=1)
+            vals[rows, :w] = v[d, :w]
+            # notes a query had to score: those whose bound reaches its C-th score
+            kth = v[d, cc - 1] if w == cc else np.full(len(d), -np.inf)
+            if np.isfinite(kth).all():
+                with np.errstate(invalid="ignore", over="ignore"):
+                    b = np.asarray(ranker.score_bound(level_cells.sim[d], lo, hi, ctx),
+                                   dtype=np.float64)
+                need = max(need, int(((b >= kth[:, None]) & level_cells.real[d])
+                                     .sum(axis=1).max()))
         todo = todo[~done]
         level = _level(4 * level)
     st.prune_level = max(base, _level(1.1 * need + c))
     return pos, vals
-
-
-def _keep_proven(pos: np.ndarray, vals: np.ndarray, todo: np.ndarray, done: np.ndarray,
-                 cols: np.ndarray, p: np.ndarray, v: np.ndarray, cc: int,
-                 level_cells: _LevelCells, bound_of) -> int:
-    """Store the top C (note columns, scores) of the queries ``todo[done]``
-    found on a level (``p``, ``v``: positions in ``cols``, scores) into
-    ``pos``/``vals``; return how many notes the hardest of them had to score
-    (those whose bound, ``bound_of(similarity)``, reaches its C-th score),
-    0 when unknown."""
-    if not done.any():
-        return 0
-    d = np.flatnonzero(done)
-    rows = todo[d]
-    w = min(cc, p.shape[1])  # fewer only when every open note was scored
-    pos[rows, :w] = np.take_along_axis(cols[d], p[d, :w], axis=1)
-    vals[rows, :w] = v[d, :w]
-    kth = v[d, cc - 1] if w == cc else np.full(len(d), -np.inf)
-    if not np.isfinite(kth).all():
-        return 0
-    with np.errstate(invalid="ignore", over="ignore"):
-        b = np.asarray(bound_of(level_cells.sim[d]), dtype=np.float64)
-    return int(((b >= kth[:, None]) & level_cells.real[d]).sum(axis=1).max())
-
-
-#: arms of one family are scored together (:func:`_stacked_tops`); False
-#: scores each arm alone, as a reference
-STACK = True
-
-#: cells scored at once by :func:`_stacked_tops` (the arms of one level are
-#: split into chunks of about this many)
-_STACK_CELLS = 1 << 21
-
-
-@dataclass(eq=False)
-class _Member:
-    """An arm scored with others of its family, and its progress on a batch."""
-
-    ai: int
-    st: PolicyState
-    lo: float | None
-    hi: float | None
-    floor: float
-    rate: float
-    level: int = 0
-    todo: np.ndarray | None = None
-    pos: np.ndarray | None = None
-    vals: np.ndarray | None = None
-    need: int = 0
-
-
-def _stack_key(policy: Policy, ctx: BatchContext, c: int) -> tuple | None:
-    """(family, member) of a policy the engine can score together with
-    others of its family, or None.
-
-    A family shares everything a score reads but the decay's ``(floor,
-    rate)``: the retriever (without a prefilter), an elementwise ranker with
-    a bound (:func:`_prune_plan`), the decay's clock (creation or update: the
-    same origin for every arm) and C, with the neutral stickiness and
-    breadth, so that ``score = combine(similarity, floor + (1 - floor) *
-    exp(-rate * age))``; the recency of all its arms is then one array, with
-    a ``(floor, rate)`` per row.
-    """
-    if not STACK or policy.retriever.prefilter or getattr(policy.ranker, "needs_logged", False):
-        return None
-    stick, breadth = type(policy.stickiness), type(policy.breadth)
-    if (stick.effective_age is not Stickiness.effective_age
-            or stick.access_term is not Stickiness.access_term
-            or breadth.on_score is not Breadth.on_score):
-        return None
-    plan = _prune_plan(policy, ctx)
-    if plan is None:
-        return None
-    floor = rate = 0.0
-    if policy.ranker.uses_recency:
-        form = policy.decay.exponential_form(ctx)
-        if (policy.decay.clock not in ("created", "updated") or form is None
-                or np.ndim(form[0]) or np.ndim(form[1])):
-            return None
-        floor, rate = float(form[0]), float(form[1])
-    family = (repr(policy.retriever), repr(policy.ranker),
-              policy.decay.clock if policy.ranker.uses_recency else None, c)
-    return family, plan, floor, rate
-
-
-def _stacked_tops(members: list[_Member], policy: Policy, ctx: BatchContext, c: int) -> bool:
-    """:func:`_pruned_top` of several arms of one family (:func:`_stack_key`;
-    ``policy``: any of them) at once: each arm visits the levels it would
-    alone, but the arms at a level are scored as one array, a row per (arm,
-    query) with the arm's ``(floor, rate)``. The cells and their floats are
-    those of each arm alone, so are the top C. Fills each member's ``pos``
-    and ``vals``; False when the family cannot be scored so (then each arm
-    is scored alone)."""
-    q, n = len(ctx.t), len(ctx.idx)
-    if n == 0:
-        return False
-    ranker, retriever = policy.ranker, policy.retriever
-    cc = min(c, n)
-    order = _sim_order(ctx, retriever)
-    base = _level(2 * c)
-    for m in members:
-        m.level, m.todo, m.need = max(base, m.st.prune_level), np.arange(q), 0
-        m.pos, m.vals = np.zeros((q, cc), dtype=np.int64), np.full((q, cc), -np.inf)
-    evicted = np.stack([m.st.evicted[ctx.idx] for m in members])
-    if not evicted.any():
-        evicted = None
-    origin = (_clock_origin(policy.decay.clock, ctx.notes, ctx.state, ctx.idx)
-              if ranker.uses_recency else None)
-    while True:
-        active = [m for m in members if len(m.todo)]
-        if not active:
-            break
-        level = min(m.level for m in active)
-        at = [m for m in active if m.level == level]
-        full = 2 * level >= order.n
-        union = np.unique(np.concatenate([m.todo for m in at]))
-        level_cells = order.cells(level, union, full, retriever.name)
-        per = max(1, _STACK_CELLS // max(1, q * level_cells.cols.shape[1]))
-        for k in range(0, len(at), per):
-            if not _score_members(at[k:k + per], members, union, level_cells, full, ctx, c, cc,
-                                  ranker, retriever, evicted, origin):
-                return False
-        for m in at:
-            m.level = _level(4 * level)
-    for m in members:
-        m.st.prune_level = max(base, _level(1.1 * m.need + c))
-    return True
-
-
-def _score_members(at: list[_Member], members: list[_Member], union: np.ndarray,
-                   level_cells: _LevelCells, full: bool, ctx: BatchContext, c: int, cc: int,
-                   ranker, retriever, evicted: np.ndarray | None,
-                   origin: np.ndarray | None) -> bool:
-    """Score the arms ``at`` on one level's cells (rows ``union``) as one
-    array; keep each arm's proven queries (see :func:`_stacked_tops`)."""
-    sizes = [len(m.todo) for m in at]
-    u = np.concatenate([np.searchsorted(union, m.todo) for m in at])
-    arm = np.repeat(np.arange(len(at)), sizes)
-    rows = union[u]
-    cells = dataclasses.replace(level_cells, cols=level_cells.cols[u], real=level_cells.real[u],
-                                tau=level_cells.tau[u], flat=level_cells.flat[u],
-                                sim=level_cells.sim[u], valid=level_cells.valid[u])
-    live = cells.valid
-    if evicted is not None:
-        which = np.array([members.index(m) for m in at])[arm]
-        live = live & ~evicted[which[:, None], cells.cols]
-    packed, live = _pack_live(cells, live, c)
-    gctx = _GatheredContext(ctx, rows, packed.cols, live, packed)
-    try:
-        rel = gctx.similarity(retriever)
-        rec = None
-        if origin is not None:
-            floor = np.array([m.floor for m in at])[arm][:, None]
-            rate = np.array([m.rate for m in at])[arm][:, None]
-            rec = _exponential_recency(gctx.t, ctx.batch.t0, origin[packed.cols], floor, rate)
-        scores = np.asarray(ranker.combine(rel, rec, gctx), dtype=np.float64)
-    except AttributeError:  # a component reads what the gathered cells lack
-        return False
-    if scores.shape != packed.cols.shape:
-        return False
-    scores = np.where(live & ~np.isnan(scores), scores, -np.inf)
-    p, v = top_candidates(scores, c)
-    start = 0
-    for m, size in zip(at, sizes):
-        sl = slice(start, start + size)
-        start += size
-        with np.errstate(invalid="ignore", over="ignore"):
-            bound = np.asarray(ranker.score_bound(cells.tau[sl], m.lo, m.hi, ctx),
-                               dtype=np.float64)
-        done = _proven(v[sl], cc, full, np.where(np.isneginf(cells.tau[sl]), -np.inf, bound))
-        sub = dataclasses.replace(cells, sim=cells.sim[sl], real=cells.real[sl])
-        m.need = max(m.need, _keep_proven(
-            m.pos, m.vals, m.todo, done, packed.cols[sl], p[sl], v[sl], cc, sub,
-            lambda x, m=m: ranker.score_bound(x, m.lo, m.hi, ctx)))
-        m.todo = m.todo[~done]
-    return True
 
 
 #: a level's cells are packed to an arm's live ones when at most this share
@@ -1245,11 +1084,7 @@ def _live_cells(cells: _LevelCells, ctx: BatchContext, c: int
     packed to the left, in column order so that ties still go to the lower
     note, and at least ``c`` wide when the level is.
     """
-    return _pack_live(cells, cells.real & ctx.live_cells(cells.flat, cells.cols, cells.valid), c)
-
-
-def _pack_live(cells: _LevelCells, live: np.ndarray, c: int) -> tuple[_LevelCells, np.ndarray]:
-    """:func:`_live_cells` given which cells are live."""
+    live = cells.real & ctx.live_cells(cells.flat, cells.cols, cells.valid)
     k = live.sum(axis=1)
     if k.sum() > _PACK_BELOW * live.size:
         return cells, live
@@ -1485,7 +1320,6 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
                       namespaces=None if inp.qns is None else inp.qns[rows], t0=t0)
         batch.logged = inp.logged  # for rankers that declare needs_logged
         batch.dead = _dead(states, batch.idx)
-        tops = _family_tops(arms, states, rngs, per_query, batch, settings)
         # 4. each arm (the per-tick ones pack and measure together: _run_arms)
         outs: dict[int, dict] = {}
         tick_jobs: dict[int, _ArmJob] = {}
@@ -1496,7 +1330,7 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
                 oracle_cache.clear()
                 oracle_cache[key] = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader,
-                          oracle_cache[key], inp.relevance, tops.get(ai))
+                          oracle_cache[key], inp.relevance)
             if per_query[ai]:
                 out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))
                 outs[ai] = out
@@ -1510,32 +1344,6 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
         if progress is not None:
             progress((bi + 1) / len(batches))
     return _result(inp, arms, states, settings, got)
-
-
-def _family_tops(arms, states, rngs, per_query, batch: Batch, settings: SimSettings
-                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Arm index -> top C (positions, scores) of the per-tick arms scored
-    together with others of their family (:func:`_stack_key`)."""
-    if not (PRUNE and STACK) or len(arms) < 2:
-        return {}
-    ctx = None
-    families: dict[tuple, list[_Member]] = {}
-    for ai, (arm, st) in enumerate(zip(arms, states)):
-        if per_query[ai] or st.prune_off:
-            continue
-        if ctx is None:  # reads only the batch, and the state no member's score reads
-            ctx = BatchContext(batch, st, rngs[ai])
-        c = settings.candidates if arm.policy.candidates is None else arm.policy.candidates
-        key = _stack_key(arm.policy, ctx, c)
-        if key is not None:
-            family, (lo, hi), floor, rate = key
-            families.setdefault(family, []).append(_Member(ai, st, lo, hi, floor, rate))
-    out = {}
-    for family, members in families.items():
-        if len(members) > 1 and _stacked_tops(members, arms[members[0].ai].policy, ctx,
-                                               family[-1]):
-            out.update({m.ai: (m.pos, m.vals) for m in members})
-    return out
 
 
 def _dead(states: list[PolicyState], idx: np.ndarray) -> np.ndarray | None:
@@ -1721,8 +1529,6 @@ class _ArmJob:
     reader: Any
     oracle: np.ndarray
     relevance: RelevanceIndex
-    #: the batch's top C (positions, scores) when scored with the arm's family
-    top: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def c(self) -> int:
@@ -1891,7 +1697,7 @@ def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
     for job in jobs:
         policy, st = job.arm.policy, job.st
         ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
-        pos, vals, mask = _top(policy, ctx, job.c, st) if job.top is None else (*job.top, None)
+        pos, vals, mask = _top(policy, ctx, job.c, st)
         scored.append((ctx, batch, pos, vals, mask))
     packs = _pack_all([(job, batch, pos, vals, slice(None))
                        for job, (ctx, batch, pos, vals, mask) in zip(jobs, scored)])

@@ -156,14 +156,14 @@ def test_levels_packed_to_the_live_notes(monkeypatch, c):
     level, packed to the left (the path runs), with the same frames as full
     scoring, ties included."""
     packed = []
-    real = engine._pack_live
+    real = engine._live_cells
 
-    def spy(cells, live, c):
-        out, live = real(cells, live, c)
+    def spy(cells, ctx, c):
+        out, live = real(cells, ctx, c)
         packed.append(out is not cells)
         return out, live
 
-    monkeypatch.setattr(engine, "_pack_live", spy)
+    monkeypatch.setattr(engine, "_live_cells", spy)
     stream = random_stream(5, n_notes=3000, n_queries=60, dim=4)
     emb = stream.note_embeddings.copy()
     emb[::4] = emb[1]  # equal similarities: ties across packed columns
@@ -291,36 +291,29 @@ def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise,
     np.testing.assert_array_equal(got, want)
 
 
-# -- arms scored together ------------------------------------------------------
+# -- arms packed and measured together -----------------------------------------
 
-#: rankers and decays of the families scored as one array (engine._stack_key)
-FAMILY_RANKERS = ["product", "similarity",
-                  {"kind": "feather-blend", "time_weight": 0.3, "min_weight": 0.2},
-                  {"kind": "additive", "importance_weight": 0.5},
-                  {"kind": "calibrated-product", "beta": 8.0}]
+PACKERS = ["skip-fill", "greedy-swap", "exact", "top-k-cutoff", "greedy",
+           {"kind": "greedy-swap", "min_relative_score": 0.5}]
 
 
 @st.composite
-def family_cases(draw):
-    ranker = draw(st.sampled_from(FAMILY_RANKERS))
-    clock = draw(st.sampled_from(["created", "updated"]))
-    decays = st.one_of(
-        st.builds(lambda r: {"kind": "per-day", "rate": r}, st.floats(0.0, 0.5)),
-        st.builds(lambda h: {"kind": "half-life", "half_life_days": h}, st.floats(0.5, 200.0)),
-        st.builds(lambda h, f: {"kind": "half-life-floor", "half_life_days": h, "floor": f},
-                  st.floats(0.5, 200.0), st.floats(0.0, 0.95)))
+def together_cases(draw):
+    """Per-tick arms, several with the same packer (they pack as one array),
+    with retention (each its own evictions in the metrics), feedback and
+    various C."""
     tables = []
-    for _ in range(draw(st.integers(2, 5))):
-        tables.append({
-            "ranker": ranker,
-            "decay": {**draw(decays), "clock": clock},
-            "packer": draw(st.sampled_from(["skip-fill", "greedy-swap", "exact", "top-k-cutoff"])),
-            "feedback": draw(st.sampled_from(FEEDBACK)),
-            "retention": draw(st.sampled_from(
-                ["none", "ai-memory", {"kind": "capacity", "max_notes": 40}])),
-        })
-    if draw(st.booleans()):  # an arm of another family, or of none
-        tables.append(policy_table(draw))
+    for i in range(draw(st.integers(2, 5))):
+        table = policy_table(draw)
+        if i < 2 and "preset" in table:  # at least two per-tick arms
+            table = {"ranker": draw(st.sampled_from(RANKERS))}
+        if "preset" not in table:
+            table["packer"] = draw(st.sampled_from(PACKERS))
+            table["retention"] = draw(st.sampled_from(
+                ["none", "ai-memory", {"kind": "capacity", "max_notes": 40}]))
+            if draw(st.booleans()):
+                table["candidates"] = draw(st.integers(1, 30))
+        tables.append(table)
     return {
         "seed": draw(st.integers(0, 10**6)),
         "n_notes": draw(st.integers(30, 600)),
@@ -333,11 +326,11 @@ def family_cases(draw):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(family_cases())
-def test_arms_scored_together_equal_each_arm_alone(case):
-    """Arms of one family are scored as one array, and every per-tick arm
-    packs and is measured together with the others: each arm's frames equal
-    those it gets alone and those of full scoring, bit for bit."""
+@given(together_cases())
+def test_arms_packed_together_equal_each_arm_alone(case):
+    """The per-tick arms of a batch pack (those alike) and are measured as
+    one array: each arm's frames equal those it gets alone, and those of
+    full scoring, bit for bit."""
     from memsim.reader import PositionalReader
 
     stream = random_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
@@ -346,20 +339,19 @@ def test_arms_scored_together_equal_each_arm_alone(case):
             for i, t in enumerate(case["tables"])]
     reader = PositionalReader() if case["reader"] else None
     kw = {"candidates": case["c"], "save_rankings": True}
-    stacked = []
-    real = engine._stacked_tops
+    grouped = []
+    real = engine._pack_all
 
-    def spy(*args):
-        out = real(*args)
-        stacked.append(out)
-        return out
+    def spy(items):
+        grouped.append(len(items))
+        return real(items)
 
-    engine._stacked_tops = spy
+    engine._pack_all = spy
     try:
         together = simulate(stream, arms, SimSettings(**kw), seed_sequence(0), reader=reader)
     finally:
-        engine._stacked_tops = real
-    assert stacked and all(stacked)
+        engine._pack_all = real
+    assert max(grouped) > 1  # the path runs
     old = engine.PRUNE
     engine.PRUNE = False
     try:
