@@ -1698,16 +1698,19 @@ def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
         policy, st = job.arm.policy, job.st
         ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
         pos, vals, mask = _top(policy, ctx, job.c, st)
-        scored.append((ctx, batch, pos, vals, mask))
-    packs = _pack_all([(job, batch, pos, vals, slice(None))
-                       for job, (ctx, batch, pos, vals, mask) in zip(jobs, scored)])
-    # 5. feedback
-    for job, (ctx, batch, *_, mask), pk in zip(jobs, scored, packs):
-        fb = job.arm.policy.feedback
-        if mask is None and fb.touch == "prefilter":
+        # keep only what the feedback reads (the prefilter touch: the
+        # candidates' mask), not the context: (Q, L) matrices per arm
+        if policy.feedback.touch != "prefilter":
+            mask = None
+        elif mask is None:
             mask = ctx.live
-        _feedback(fb, job.st, batch, mask, pk)
-    return [(batch, pk) for (ctx, batch, *_), pk in zip(scored, packs)]
+        scored.append((batch, pos, vals, mask))
+    packs = _pack_all([(job, batch, pos, vals, slice(None))
+                       for job, (batch, pos, vals, _) in zip(jobs, scored)])
+    # 5. feedback
+    for job, (batch, *_, mask), pk in zip(jobs, scored, packs):
+        _feedback(job.arm.policy.feedback, job.st, batch, mask, pk)
+    return [(batch, pk) for (batch, *_), pk in zip(scored, packs)]
 
 
 def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray | None, pk: _Packed,
