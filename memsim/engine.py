@@ -882,7 +882,7 @@ class _SimOrder:
             j = -(-m * k // self.n)
             if j >= k:
                 self._tau[m] = np.full(q, -np.inf)
-            elif self._sorted is not None or self._tau:
+            elif self._tau:
                 # a second level of the batch: sorting the sample once costs
                 # about two partitions, and every further level is a read
                 if self._sorted is None:
@@ -1625,9 +1625,9 @@ def _row_blocks(arrays: list[np.ndarray]) -> list[slice]:
     return [slice(e - len(a), e) for e, a in zip(ends, arrays)]
 
 
-#: the arrays query_metrics reads of each arm's packed batch
-_METRIC_INPUTS = ("cand_rows", "cand_ok", "packed", "position", "gains", "tokens", "t",
-                  "qrows", "budget", "oracle")
+#: the arrays query_metrics reads of each arm's packed batch (the rest:
+#: the batch's ``t`` and ``qrows``, the arm's ``budget`` and ``oracle``)
+_PACKED_METRIC_INPUTS = ("cand_rows", "cand_ok", "packed", "position", "gains", "tokens")
 
 
 def _outputs(job: _ArmJob, batch: Batch, pk: _Packed) -> dict[str, Any]:
@@ -1647,12 +1647,12 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
         parts = []
         for i in members:
             job, batch, pk = items[i]
-            part = {name: getattr(pk, name) for name in _METRIC_INPUTS[:6]}
+            part = {name: getattr(pk, name) for name in _PACKED_METRIC_INPUTS}
             part.update(t=batch.t, qrows=batch.qrows, budget=job.budget, oracle=job.oracle)
             parts.append(part)
         blocks = _row_blocks([p["t"] for p in parts])
         job = items[members[0]][0]
-        m = query_metrics(**_rows_of_all(parts, _METRIC_INPUTS), relevance=job.relevance,
+        m = query_metrics(**_rows_of_all(parts, list(parts[0])), relevance=job.relevance,
                           evicted=[(sl, items[i][0].st.evicted) for i, sl in zip(members, blocks)],
                           reader=job.reader)
         for i, sl in zip(members, blocks):

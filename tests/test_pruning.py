@@ -49,7 +49,7 @@ FEEDBACK = [
 ]
 
 
-def both(stream, arms, **kw):
+def both(stream, arms, reader=None, **kw):
     """Results with pruning off and on."""
     out = []
     for flag in (False, True):
@@ -57,10 +57,22 @@ def both(stream, arms, **kw):
         engine.PRUNE = flag
         try:
             out.append(simulate(stream, arms, SimSettings(save_rankings=True, **kw),
-                                seed_sequence(0)))
+                                seed_sequence(0), reader=reader))
         finally:
             engine.PRUNE = old
     return out
+
+
+def assert_each_alone(stream, arms, together, names=("rankings",), reader=None, **kw):
+    """Arms never interact: each arm's frames ``names`` alone are those it
+    had with the others in ``together``."""
+    for a in arms:
+        alone = simulate(stream, [a], SimSettings(save_rankings=True, **kw), seed_sequence(0),
+                         reader=reader)
+        for name in names:
+            got = getattr(together, name)
+            got = got[got["policy"] == a.policy_name].reset_index(drop=True)
+            pd.testing.assert_frame_equal(getattr(alone, name), got, check_exact=True)
 
 
 def assert_same(full, pruned):
@@ -207,12 +219,7 @@ def test_levels_leave_out_the_notes_every_arm_evicted(monkeypatch, prefilter):
         full, pruned = both(stream, arms, candidates=10)
         assert_same(full, pruned)
         assert min(opened) < 0.5
-    # arms never interact: each one's rankings alone are those it had with the others
-    for a in arms:
-        alone = simulate(stream, [a], SimSettings(save_rankings=True, candidates=10),
-                         seed_sequence(0)).rankings
-        together = pruned.rankings[pruned.rankings["policy"] == a.policy_name].reset_index(drop=True)
-        pd.testing.assert_frame_equal(alone, together, check_exact=True)
+    assert_each_alone(stream, arms, pruned, candidates=10)
 
 
 def test_queries_parquet_identical_with_pruning_on_and_off(tmp_path, monkeypatch):
@@ -338,7 +345,6 @@ def test_arms_packed_together_equal_each_arm_alone(case):
     arms = [Arm(f"p{i}", resolve_policy(t, f"policies.p{i}"))
             for i, t in enumerate(case["tables"])]
     reader = PositionalReader() if case["reader"] else None
-    kw = {"candidates": case["c"], "save_rankings": True}
     grouped = []
     real = engine._pack_all
 
@@ -346,22 +352,12 @@ def test_arms_packed_together_equal_each_arm_alone(case):
         grouped.append(len(items))
         return real(items)
 
-    engine._pack_all = spy
+    engine._pack_all = spy  # (a Hypothesis test: no function-scoped monkeypatch)
     try:
-        together = simulate(stream, arms, SimSettings(**kw), seed_sequence(0), reader=reader)
+        full, together = both(stream, arms, reader=reader, candidates=case["c"])
     finally:
         engine._pack_all = real
     assert max(grouped) > 1  # the path runs
-    old = engine.PRUNE
-    engine.PRUNE = False
-    try:
-        full = simulate(stream, arms, SimSettings(**kw), seed_sequence(0), reader=reader)
-    finally:
-        engine.PRUNE = old
     assert_same(full, together)
-    for a in arms:
-        alone = simulate(stream, [a], SimSettings(**kw), seed_sequence(0), reader=reader)
-        for name in ("queries", "rankings"):
-            got = getattr(together, name)
-            got = got[got["policy"] == a.policy_name].reset_index(drop=True)
-            pd.testing.assert_frame_equal(getattr(alone, name), got, check_exact=True)
+    assert_each_alone(stream, arms, together, names=("queries", "rankings"), reader=reader,
+                      candidates=case["c"])
