@@ -44,13 +44,17 @@ of one call instead of one per arm.
 
 **Per-query feedback.** An arm whose uses take effect before the next query
 (:func:`feedback_timing`) still shares its tick's similarity product and is
-scored once on the state at the tick's start; before each query, only the
-notes used since (by earlier queries' answers and by organic uses before its
-time) are rescored on the state as it is then and merged into the query's
-top C, and a query whose candidates changed is packed again. The merge is
-exact when its C-th candidate ranks at or above the C-th of the tick's
-scoring (no note left alone can then enter); otherwise the query is scored
-again in full. A policy whose scores read no use (``Policy.reads_uses()``)
+scored once on the state at the tick's start. The uses its queries make
+with those answers (and the organic uses before each query's time) are a
+guess at what each query sees: every query is corrected at once, the notes
+used before it rescored on the state they have at its time (what-if copies
+of their state, not the arm's) and merged into its top C, and packed again.
+The first query whose own uses change ends what the guess got right; it is
+made again from the next query, so a tick costs a few array passes, not a
+loop over its queries. The merge is exact when the query's C-th candidate
+ranks at or above the C-th of the tick's scoring (no note left alone can
+then enter); otherwise the query is scored again in full on the state at
+its time. A policy whose scores read no use (``Policy.reads_uses()``)
 has nothing to rescore; a set-dependent ranker, one that chooses its own
 candidates, or a use before scoring is scored query by query. A recency
 cell's value depends on its own query time, note and the tick's end alone
@@ -259,6 +263,15 @@ class NoteArrays:
         )
 
 
+    def take(self, rows: np.ndarray) -> NoteArrays:
+        """The notes ``rows`` as arrays of their own (row k is note
+        ``rows[k]``)."""
+        n = len(self.note_id)
+        return dataclasses.replace(self, **{
+            f.name: v[rows] for f in dataclasses.fields(self)
+            if isinstance(v := getattr(self, f.name), np.ndarray) and len(v) == n})
+
+
 def _codes(values: pd.Series, codes: dict[str, int]) -> np.ndarray:
     """Integer code of each value (as text), vectorised."""
     return pd.Index(list(codes)).get_indexer(values.astype(str)).astype(np.int64)
@@ -284,6 +297,24 @@ class PolicyState:
         #: rescoring of used notes scores cells: both score whole rows)
         self.prune_level = 0
         self.prune_off = False
+
+    def gather(self, rows: np.ndarray, bumps: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> PolicyState:
+        """The state of the notes ``rows`` as a state of its own (row k is
+        note ``rows[k]``), to record what-if uses without touching this one.
+        ``bumps``: (row k, actor) pairs whose last counted use (the feedback's
+        cooldown) is carried over."""
+        own = PolicyState.__new__(PolicyState)
+        own.__dict__.update(self.__dict__)
+        for name in ("recalls", "last_access", "tier", "evicted", "evicted_at", "actor_bits"):
+            setattr(own, name, getattr(self, name)[rows])
+        own._last_bump = {}
+        if bumps is not None:
+            for k, a in set(zip(*(x.tolist() for x in bumps))):
+                prev = self._last_bump.get((int(rows[k]), a))
+                if prev is not None:
+                    own._last_bump[(k, a)] = prev
+        return own
 
     def distinct_actors(self, idx: np.ndarray) -> np.ndarray:
         """Number of distinct actors that used each note of ``idx``."""
@@ -876,21 +907,37 @@ class _SimOrder:
             self._cells[key] = got
         return got
 
+    def _rank(self, m: int) -> int:
+        """The sample rank whose value is level ``m``'s threshold."""
+        return -(-m * self.neg_sample.shape[1] // self.n)
+
+    def _set_tau(self, m: int, tau: np.ndarray) -> None:
+        self._tau[m] = tau
+        self._cols[m] = {}
+
     def tau(self, m: int) -> np.ndarray:
-        if m not in self._tau:
-            q, k = self.neg_sample.shape
-            j = -(-m * k // self.n)
-            if j >= k:
-                self._tau[m] = np.full(q, -np.inf)
-            elif self._tau:
-                # a second level of the batch: sorting the sample once costs
-                # about two partitions, and every further level is a read
-                if self._sorted is None:
-                    self._sorted = np.sort(self.neg_sample, axis=1)
-                self._tau[m] = -self._sorted[:, j]
-            else:
-                self._tau[m] = -np.partition(self.neg_sample, j, axis=1)[:, j]
-            self._cols[m] = {}
+        if m in self._tau:
+            return self._tau[m]
+        q, k = self.neg_sample.shape
+        j = self._rank(m)
+        if j >= k:
+            self._set_tau(m, np.full(q, -np.inf))
+        elif not self._tau:
+            # the batch's first level: its scan (cols) reads the level four
+            # times as deep, so one partition gives both thresholds
+            hi = _level(4 * m)
+            jh = self._rank(hi)
+            kth = [j, jh] if jh < k else [j]
+            part = np.partition(self.neg_sample, kth, axis=1)
+            self._set_tau(m, -part[:, j])
+            if jh < k:
+                self._set_tau(hi, -part[:, jh])
+        else:
+            # a further level: sorting the sample once costs about two
+            # partitions, and every level after it is a read
+            if self._sorted is None:
+                self._sorted = np.sort(self.neg_sample, axis=1)
+            self._set_tau(m, -self._sorted[:, j])
         return self._tau[m]
 
     def cols(self, m: int, rows: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
@@ -1066,6 +1113,47 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
         todo = todo[~done]
         level = _level(4 * level)
     st.prune_level = max(base, _level(1.1 * need + c))
+    return pos, vals
+
+
+def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
+                   st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`top_candidates` of the policy's masked scores when a prefilter
+    leaves each query a few live notes (its M nearest): only those cells are
+    scored, in column order (so ties still go to the lower note). None when
+    the policy has no prefilter or must be scored in full."""
+    r = policy.ranker
+    if (not PRUNE or st.prune_off or not policy.retriever.prefilter or r.set_dependent
+            or r.needs_truth or r.needs_planted or getattr(r, "needs_logged", False)
+            or hasattr(r, "candidate_mask")):
+        return None
+    live = ctx.live
+    q, n = live.shape
+    cc = min(c, n)
+    k = np.count_nonzero(live, axis=1)
+    rows, j0 = np.nonzero(live)  # row-major: each row's columns ascending
+    j = np.arange(len(rows)) - np.repeat(np.cumsum(k) - k, k)
+    w = max(1, int(k.max(initial=0)))
+    cols = np.zeros((q, w), dtype=np.int64)
+    real = np.zeros((q, w), dtype=bool)
+    cols[rows, j] = j0
+    real[rows, j] = True
+    g = _GatheredContext(ctx, np.arange(q), cols, real)
+    try:
+        scores = np.asarray(policy.score(g), dtype=np.float64)
+    except AttributeError:  # a component reads what gathered cells lack
+        st.prune_off = True
+        return None
+    if scores.shape != cols.shape:
+        st.prune_off = True
+        return None
+    scores = np.where(real & ~np.isnan(scores), scores, -np.inf)
+    p, v = top_candidates(scores, c)
+    pos = np.zeros((q, cc), dtype=np.int64)
+    vals = np.full((q, cc), -np.inf)
+    m = min(cc, p.shape[1])
+    pos[:, :m] = np.take_along_axis(cols, p[:, :m], axis=1)
+    vals[:, :m] = v[:, :m]
     return pos, vals
 
 
@@ -1488,11 +1576,12 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
         ctx = BatchContext(batch, st, rng)
         ctx.set_live_lazily(batch.valid, st.evicted[batch.idx])
         return ctx, batch
-    mask = batch.valid & ~st.evicted[batch.idx][None, :]
+    mask = None
     ctx = BatchContext(batch, st, rng)
     if policy.retriever.prefilter:
         choose = getattr(policy.retriever, "prefilter_mask", None)
         if choose is not None:  # a retriever that chooses its own candidates (an ANN index)
+            mask = batch.valid & ~st.evicted[batch.idx][None, :]
             mask = mask & np.asarray(choose(ctx, mask), dtype=bool)
         else:
             mask = _prefilter_mask(ctx, policy.retriever, st.evicted[batch.idx])
@@ -1506,6 +1595,8 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
             cols = np.flatnonzero(mask.any(axis=0))
             batch, mask = batch.subset(cols), mask[:, cols]
             ctx = BatchContext(batch, st, rng)
+    if mask is None:
+        mask = batch.valid & ~st.evicted[batch.idx][None, :]
     if policy.ranker.needs_logged:
         # replaying a production system: only the notes it returned
         if ctx.logged_rank is None:
@@ -1560,7 +1651,9 @@ def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The arm's top C (positions, scores) and, when every note was scored,
     the mask of the notes that could be candidates (None when pruned)."""
-    top = _pruned_top(policy, ctx, c, st)
+    top = _prefilter_top(policy, ctx, c, st)
+    if top is None:
+        top = _pruned_top(policy, ctx, c, st)
     if top is not None:
         return top[0], top[1], None
     mask = ctx.live
@@ -1746,6 +1839,13 @@ def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray | None, pk: _P
 WALK_FAST = True
 
 
+#: queries of a tick corrected at once, to start with: the work past the
+#: first query whose uses change is redone, so the window then follows how
+#: far apart the changes are (twice the distance to the last one, at least
+#: 16; doubled after a window with none)
+WALK_WINDOW = 64
+
+
 def _walkable(policy: Policy) -> bool:
     """Whether a query's scores change only at the notes used before it: an
     elementwise ranker, candidates chosen by similarity alone, and no use
@@ -1761,22 +1861,17 @@ def _walk_arm(job: _ArmJob, inp: _Inputs, acc_done: int) -> tuple[dict[str, Any]
     before it (its predecessors' answers and the organic uses before its
     time). Returns the outputs and the organic uses now applied."""
     cut = np.searchsorted(inp.acc_t, job.batch.t, side="left")
+    if _walkable(job.arm.policy):
+        return _walk_fast(job, inp, cut, acc_done)
     fb = job.arm.policy.feedback
-
-    def organic(i: int, done: int) -> tuple[np.ndarray, int]:
-        if cut[i] <= done:
-            return np.zeros(0, dtype=np.int64), done
-        sl = slice(done, int(cut[i]))
-        job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
-        return inp.acc_rows[sl], int(cut[i])
-
-    if not _walkable(job.arm.policy):
-        parts = []
-        for i in range(len(job.batch.t)):
-            acc_done = organic(i, acc_done)[1]
-            parts.append(_answer(job.row(i)))
-        return _outputs(job, job.batch, _stacked(parts)), acc_done
-    return _walk_fast(job, organic, acc_done)
+    parts = []
+    for i in range(len(job.batch.t)):  # the reference: each query on its own
+        if cut[i] > acc_done:
+            sl = slice(acc_done, int(cut[i]))
+            job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
+            acc_done = int(cut[i])
+        parts.append(_answer(job.row(i)))
+    return _outputs(job, job.batch, _stacked(parts)), acc_done
 
 
 def _stacked(parts: list[_Packed]) -> _Packed:
@@ -1796,44 +1891,208 @@ def _stacked(parts: list[_Packed]) -> _Packed:
     return _Packed(**{name: stack(name) for name in fills})
 
 
-def _walk_fast(job: _ArmJob, organic, acc_done: int) -> tuple[dict[str, Any], int]:
-    """Per-query feedback at about per-tick cost: the batch is scored and
-    packed once on the state at its start; before each query, only the
-    notes used since are rescored (on the state as it is then) and merged
-    into the query's top C; a query whose candidates changed is packed again
-    (a policy whose scores read no use, :meth:`Policy.reads_uses`, has
-    nothing to rescore: only its uses are applied query by query).
-    The merge is exact when the C-th merged candidate still ranks at or
-    above the C-th of the batch's scoring (every note not rescored ranks
-    below that one); otherwise the query is scored again in full."""
+def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
+               ) -> tuple[dict[str, Any], int]:
+    """Per-query feedback at about per-tick cost.
+
+    The batch is scored and packed once, on the state at its start. The uses
+    its queries make with those answers, and the organic uses before each
+    query's time, are a guess at the order of uses: every query that sees a
+    note used before it is corrected at once, its used notes rescored on the
+    state they have then (:func:`_corrected`). The first query whose own uses
+    change ends what the guess gets right: the queries up to it are final,
+    and the guess is made again from the next one, with their new uses. A
+    query whose correction cannot be proven exact is scored again in full on
+    the state at its time. A policy whose scores read no use
+    (:meth:`Policy.reads_uses`) has nothing to correct. Every use is then
+    recorded, in time order."""
     policy, st = job.arm.policy, job.st
     ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
     pos, vals, _ = _top(policy, ctx, job.c, st)
     pk = _pack(job, batch, pos, vals)
-    used = np.zeros(len(batch.idx), dtype=bool)
-    reads = policy.reads_uses()  # else a use changes no score: nothing to rescore
-    # uses that do not read the packing let the changed queries be packed
-    # again together, after the walk
-    pack_now = policy.feedback.touch == "packed"
-    later = []
-    for i in range(len(batch.t)):
-        rows, acc_done = organic(i, acc_done)
-        _mark(used, batch.idx, rows)
-        if reads and used.any():
-            top = _rescored(job, ctx, batch, i, used, pk.pos[i], pk.vals[i])
-            if top is not None:
-                pk.pos[i], pk.vals[i] = top
-                pk.cand_ok[i], pk.cand_rows[i] = np.isfinite(top[1]), batch.idx[top[0]]
-                if pack_now:
-                    _repack(job, batch, pk, np.array([i]))
-                else:
-                    later.append(i)
-        mask = ctx.live[i:i + 1] if policy.feedback.touch == "prefilter" else None
-        _mark(used, batch.idx, _feedback(policy.feedback, st, batch, mask, pk,
-                                         slice(i, i + 1)))
-    if later:
-        _repack(job, batch, pk, np.array(later))
-    return _outputs(job, batch, pk), acc_done
+    first = dataclasses.replace(pk, **{f.name: getattr(pk, f.name).copy()
+                                       for f in dataclasses.fields(pk)})
+    q = len(batch.t)
+    # the organic uses in the batch's time, each seen from the first query after it
+    acc_end = max(acc_done, int(cut[-1]))
+    org = np.arange(acc_done, acc_end)
+    org_seen = np.searchsorted(cut, org, side="right")
+    organic = (inp.acc_rows[org], inp.acc_actor[org], inp.acc_t[org], org_seen)
+    applied = 0  # uses at order keys below it are recorded in the state
+    start = 0
+    window = WALK_WINDOW
+    while policy.reads_uses() and start < q:
+        stop = min(q, start + window)
+        uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
+        changed, redo = _corrected(job, ctx, batch, pk, first, uses, start, stop, applied)
+        if changed < redo:  # final up to the first query whose uses change
+            window = max(16, 2 * (changed + 1 - start))
+            start = changed + 1
+            continue
+        if redo == stop:
+            window *= 2
+            start = stop
+            continue
+        # the first query whose correction is not proven: record the uses
+        # before it and score it in full on the state as it is then
+        applied = _record(st, policy.feedback, uses, applied, 2 * redo + 1)
+        pk.pos[redo], pk.vals[redo] = _rescored_row(job, ctx, batch, redo)
+        _set_candidates(pk, batch, np.array([redo]))
+        _repack(job, batch, pk, np.array([redo]))
+        start = redo + 1
+    _record(st, policy.feedback, _walk_uses(policy.feedback, batch, pk, ctx, organic), applied)
+    return _outputs(job, batch, pk), acc_end
+
+
+#: a batch's uses in the order they happen: note rows, actors, times, the
+#: first query that sees each, and an order key (2i for the organic uses
+#: before query i, 2i + 1 for query i's own)
+_Uses = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _walk_uses(fb, batch: Batch, pk: _Packed, ctx: BatchContext, organic) -> _Uses:
+    """The organic uses and those the answers in ``pk`` make (the
+    feedback's ``touch``), in the order they happen."""
+    o_rows, o_actors, o_t, o_seen = organic
+    if fb.touch == "none":
+        qi, rows = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    elif fb.touch == "prefilter":
+        qi, li = np.nonzero(ctx.live)
+        rows = batch.idx[li]
+    else:
+        target = pk.packed if fb.touch == "packed" else pk.cand_ok & (
+            np.arange(pk.cand_ok.shape[1]) < fb.k)
+        qi, ci = np.nonzero(target)
+        rows = pk.cand_rows[qi, ci]
+    key = np.concatenate([2 * o_seen, 2 * qi + 1])
+    order = np.argsort(key, kind="stable")
+    return (np.concatenate([o_rows, rows])[order],
+            np.concatenate([o_actors, batch.actors[qi]])[order],
+            np.concatenate([o_t, batch.t[qi]])[order],
+            np.concatenate([o_seen, qi + 1])[order], key[order])
+
+
+def _record(st: PolicyState, fb, uses: _Uses, lo: int, hi: float = np.inf) -> int:
+    """Record the uses whose order key is in [lo, hi); return hi."""
+    rows, actors, t, _, key = uses
+    sel = (key >= lo) & (key < hi)
+    st.touch(rows[sel], actors[sel], t[sel], fb)
+    return hi
+
+
+def _set_candidates(pk: _Packed, batch: Batch, rows: np.ndarray) -> None:
+    pk.cand_ok[rows] = np.isfinite(pk.vals[rows])
+    pk.cand_rows[rows] = batch.idx[pk.pos[rows]]
+
+
+def _used_rows(fb, pk: _Packed, rows: np.ndarray) -> np.ndarray:
+    """Each query's used note rows, sorted (-1 for none), to compare uses."""
+    if fb.touch == "packed":
+        target = pk.packed[rows]
+    elif fb.touch == "returned":
+        target = pk.cand_ok[rows] & (np.arange(pk.cand_ok.shape[1]) < fb.k)
+    else:  # "prefilter" and "none": the answers do not choose them
+        return np.zeros((len(rows), 0), dtype=np.int64)
+    return np.sort(np.where(target, pk.cand_rows[rows], -1), axis=1)
+
+
+def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _Packed,
+               uses: _Uses, start: int, stop: int, applied: int) -> tuple[int, int]:
+    """Correct the queries ``start`` to ``stop`` for the ``uses`` before each:
+    the notes a query sees that were used before it are rescored on the
+    state they have then (the state, plus the uses not yet recorded in it,
+    ``applied`` on, before the query) and merged into its first top C
+    (``first``); the rest keep their first answers. Returns the first
+    query whose uses changed and the first whose merge is not proven exact,
+    which is left as it was (``stop`` when none)."""
+    fb = job.arm.policy.feedback
+    q, n = len(batch.t), len(batch.idx)
+    rows_u, seen_u = uses[0], uses[3]
+    # the first query that sees a use of each column of the batch
+    at = np.minimum(np.searchsorted(batch.idx, rows_u), max(n - 1, 0))
+    hit = (batch.idx[at] == rows_u) if n else np.zeros(len(rows_u), dtype=bool)
+    seen = np.full(n, q, dtype=np.int64)
+    np.minimum.at(seen, at[hit], seen_u[hit])
+    used = np.flatnonzero(seen < stop)
+    qs = np.arange(start, stop)
+    live = ctx.live_cells((qs[:, None] * n + used).ravel(), np.tile(used, len(qs)))
+    cell = live.reshape(len(qs), len(used)) & (seen[used][None, :] <= qs[:, None])
+    ri, ui = np.nonzero(cell)
+    ci, cq = used[ui], qs[ri]  # a cell per (query, used note it sees)
+    redo = stop
+    new = _used_note_scores(job, ctx, batch, ci, cq, uses, applied) if len(ci) else None
+    if new is None and len(ci):
+        redo = int(cq[0])  # cells cannot be scored: every such query in full
+    old_uses = _used_rows(fb, pk, qs)
+    # every query from start: its first answer, corrected where it sees a use
+    back = qs[np.any(pk.pos[qs] != first.pos[qs], axis=1)
+              | np.any(pk.vals[qs] != first.vals[qs], axis=1)]
+    for f in dataclasses.fields(pk):
+        getattr(pk, f.name)[back] = getattr(first, f.name)[back]
+    if new is not None and len(ci):
+        aq, k = np.unique(cq, return_counts=True)
+        cc = first.pos.shape[1]
+        w = int(k.max())
+        j = np.arange(len(cq)) - np.repeat(np.cumsum(k) - k, k)
+        r = np.repeat(np.arange(len(aq)), k)
+        cv = np.full((len(aq), w), -np.inf)
+        cp = np.zeros((len(aq), w), dtype=np.int64)
+        cv[r, j], cp[r, j] = new, ci
+        kv = first.vals[aq].copy()
+        kp = first.pos[aq]
+        kv[seen[kp] <= aq[:, None]] = -np.inf  # used before: among the cells when seen
+        mv = np.concatenate([kv, cv], axis=1)
+        mp = np.concatenate([kp, cp], axis=1)
+        order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column
+        mv = np.take_along_axis(mv, order, axis=1)
+        mp = np.where(np.isfinite(mv), np.take_along_axis(mp, order, axis=1), 0)
+        # the first scoring's C-th candidate bounds every note not rescored
+        bv, bp = first.vals[aq, cc - 1], first.pos[aq, cc - 1]
+        ok = ~np.isfinite(bv) | (mv[:, -1] > bv) | ((mv[:, -1] == bv) & (mp[:, -1] <= bp))
+        if not ok.all():
+            redo = int(aq[np.argmin(ok)])
+        pk.pos[aq], pk.vals[aq] = mp, mv
+        _set_candidates(pk, batch, aq)
+        _repack(job, batch, pk, aq)
+    moved = np.flatnonzero(np.any(_used_rows(fb, pk, qs) != old_uses, axis=1))
+    changed = int(qs[moved[0]]) if len(moved) else stop
+    return changed, redo
+
+
+def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.ndarray,
+                      qs: np.ndarray, uses: _Uses, applied: int) -> np.ndarray | None:
+    """Scores of the cells (``qs[k]``, ``cols[k]``), each on the state its
+    note has at its query: the state plus the uses not yet recorded
+    (``applied`` on) seen by then. None when cells cannot be scored."""
+    policy, st, fb = job.arm.policy, job.st, job.arm.policy.feedback
+    if st.prune_off:
+        return None
+    rows_u, actors_u, t_u, seen_u, key_u = uses
+    note = batch.idx[cols]
+    # each cell's pending uses: those of its note seen by its query, a
+    # prefix of the note's uses in time order
+    pend = np.flatnonzero(key_u >= applied)
+    span = len(ctx.t) + 1
+    by_note = rows_u[pend] * span + seen_u[pend]
+    order = np.argsort(by_note, kind="stable")
+    pend, by_note = pend[order], by_note[order]
+    lo = np.searchsorted(by_note, note * span, side="left")
+    count = np.searchsorted(by_note, note * span + qs, side="right") - lo
+    k = np.repeat(np.arange(len(cols)), count)
+    e = pend[np.repeat(lo, count) + np.arange(len(k)) - np.repeat(np.cumsum(count) - count, count)]
+    own = st.gather(note, (k, actors_u[e]) if fb.cooldown_s > 0 else None)
+    own.touch(k, actors_u[e], t_u[e], fb)
+    g = _GatheredContext(ctx, qs, cols[:, None], np.ones((len(cols), 1), dtype=bool))
+    g.notes, g.state, g.idx = batch.notes.take(note), own, np.arange(len(cols))[:, None]
+    try:
+        new = np.asarray(policy.score(g), dtype=np.float64)
+    except AttributeError:  # a component reads what gathered cells lack
+        new = None
+    if new is None or new.shape != (len(cols), 1):
+        st.prune_off = True
+        return None
+    new = new[:, 0]
+    return np.where(np.isnan(new), -np.inf, new)
 
 
 def _repack(job: _ArmJob, batch: Batch, pk: _Packed, rows: np.ndarray) -> None:
@@ -1841,60 +2100,6 @@ def _repack(job: _ArmJob, batch: Batch, pk: _Packed, rows: np.ndarray) -> None:
     one = _pack(job, batch, pk.pos[rows], pk.vals[rows], rows)
     for name in ("cand_ok", "cand_rows", "tokens", "gains", "packed", "position"):
         getattr(pk, name)[rows] = getattr(one, name)
-
-
-def _mark(used: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> None:
-    """Flag the columns of ``idx`` (ascending note rows) that ``rows`` used."""
-    if len(rows):
-        at = np.searchsorted(idx, rows)
-        hit = at < len(idx)
-        at = at[hit]
-        used[at[idx[at] == rows[hit]]] = True
-
-
-def _rescored(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int, used: np.ndarray,
-              pos: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Query ``i``'s top C on the state as it is now, from its batch top C
-    ``pos``/``vals`` and the ``used`` columns rescored; None when unchanged."""
-    policy = job.arm.policy
-    cols = np.flatnonzero(used)
-    n, cc = len(batch.idx), len(pos)
-    live = ctx.live_cells(i * n + cols, cols)
-    # a used note the query cannot see keeps its -inf: only the others change
-    cols, live = cols[live], live[live]
-    if len(cols) == 0:
-        return None
-    if job.st.prune_off:
-        return _rescored_row(job, ctx, batch, i)
-    g = _GatheredContext(ctx, np.array([i]), cols[None, :], live[None, :])
-    try:
-        new = np.asarray(policy.score(g), dtype=np.float64).reshape(-1)
-    except AttributeError:  # a component reads what gathered cells lack
-        new = None
-    if new is None or new.shape != cols.shape:
-        job.st.prune_off = True
-        return _rescored_row(job, ctx, batch, i)
-    new = np.where(live & ~np.isnan(new), new, -np.inf)
-    keep = np.isfinite(vals) & ~used[pos]
-    mc = np.concatenate([pos[keep], cols])
-    mv = np.concatenate([vals[keep], new])
-    fin = np.isfinite(mv)
-    mc, mv = mc[fin], mv[fin]
-    order = np.lexsort((mc, -mv))[:cc]  # score desc, then the lower column
-    mc, mv = mc[order], mv[order]
-    if np.isfinite(vals[cc - 1]):
-        # the batch's C-th candidate bounds every note not rescored
-        bv, bc = vals[cc - 1], pos[cc - 1]
-        if len(mv) < cc or not (mv[-1] > bv or (mv[-1] == bv and mc[-1] <= bc)):
-            return _rescored_row(job, ctx, batch, i)
-    was = np.isfinite(vals)
-    if len(mc) == int(was.sum()) and np.array_equal(mc, pos[was]) and np.array_equal(
-            mv, vals[was]):
-        return None
-    p = np.zeros(cc, dtype=np.int64)
-    v = np.full(cc, -np.inf)
-    p[:len(mc)], v[:len(mv)] = mc, mv
-    return p, v
 
 
 def _rescored_row(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int

@@ -11,6 +11,7 @@ own (the same semantics reached another way: the same rankings).
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
@@ -47,14 +48,14 @@ def busy_stream(seed: int, n_notes: int = 400, n_queries: int = 150, dim: int = 
                        base.query_embeddings, {"name": "busy"})
 
 
-def walked(stream, arms, fast: bool, **kw):
-    old = engine.WALK_FAST
-    engine.WALK_FAST = fast
+def walked(stream, arms, fast: bool, window: int = engine.WALK_WINDOW, **kw):
+    old = engine.WALK_FAST, engine.WALK_WINDOW
+    engine.WALK_FAST, engine.WALK_WINDOW = fast, window
     try:
         return simulate(stream, arms, SimSettings(save_rankings=True, feedback_mode="per-query",
                                                   **kw), seed_sequence(0))
     finally:
-        engine.WALK_FAST = old
+        engine.WALK_FAST, engine.WALK_WINDOW = old
 
 
 @st.composite
@@ -66,7 +67,9 @@ def cases(draw):
         "accesses": draw(st.integers(0, 80)),
         "dim": draw(st.sampled_from([2, 4, 8])),
         "c": draw(st.integers(1, 40)),
-        "tick": draw(st.sampled_from([0.5, 1.0, 3.0])),
+        # a tick of every query (20 days) corrects past the first window
+        "tick": draw(st.sampled_from([0.5, 1.0, 3.0, 20.0])),
+        "window": draw(st.sampled_from([1, 3, 64])),
         "tables": [policy_table(draw) for _ in range(draw(st.integers(1, 3)))],
     }
 
@@ -79,7 +82,8 @@ def test_corrected_batch_equals_each_query_alone(case):
     arms = [Arm(f"p{i}", resolve_policy(t, f"policies.p{i}"))
             for i, t in enumerate(case["tables"])]
     kw = {"candidates": case["c"], "tick_days": case["tick"]}
-    assert_same(walked(stream, arms, False, **kw), walked(stream, arms, True, **kw))
+    assert_same(walked(stream, arms, False, **kw),
+                walked(stream, arms, True, window=case["window"], **kw))
 
 
 @pytest.mark.parametrize("c", [4, 30])
@@ -88,6 +92,65 @@ def test_every_preset_corrected_equals_alone(c):
     arms = [Arm(name, resolve_policy({"preset": name}, name)) for name in PRESET_NAMES]
     assert_same(walked(stream, arms, False, candidates=c), walked(stream, arms, True,
                                                                    candidates=c))
+
+
+def test_cooldown_carries_over_ticks_in_the_correction():
+    """Queries a few minutes apart, ticks shorter than the cooldown: a use
+    within the cooldown of the same actor's last counted use of a note (in
+    an earlier tick or earlier in this one) does not count, in the
+    correction's what-if state as in the real one."""
+    stream = busy_stream(7, n_notes=120, n_queries=150, dim=2, accesses=0)
+    stream = make_stream(stream.notes.assign(created_at=stream.notes["created_at"] / 100,
+                                             updated_at=stream.notes["created_at"] / 100),
+                         stream.queries.assign(t=stream.queries["t"] / 100), stream.qrels,
+                         None, stream.note_embeddings, stream.query_embeddings, {"name": "fast"})
+
+    def policy(cooldown_s: float):
+        return resolve_policy(
+            {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": 0.05},
+             "stickiness": "log-recall",
+             "feedback": {"touch": "returned", "k": 4, "cooldown_s": cooldown_s,
+                          "promote_after": 3}}, "p")
+
+    arms = [Arm("cooldown", policy(3600.0)), Arm("none", policy(0.0))]
+    kw = {"candidates": 8, "tick_days": 0.02}
+    fast = walked(stream, arms, True, **kw)
+    assert_same(walked(stream, arms, False, **kw), fast)
+    promoted = fast.arms.set_index("policy")["promoted_notes"]
+    assert 0 < promoted["cooldown"] < promoted["none"]
+
+
+def test_a_use_that_lowers_a_score_is_rescored_in_full(monkeypatch):
+    """When a used candidate falls below the tick's C-th score, a note
+    outside the tick's top C may enter: the merge cannot prove its top C,
+    and the query is scored again in full, with the same frames."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from memsim.policies import Policy
+    from memsim.policies.rank import Product
+
+    @dataclass(frozen=True, kw_only=True)
+    class Novelty(Product):
+        name: ClassVar[str] = "novelty"
+
+        def combine(self, rel, rec, ctx):
+            return rel * rec / (1.0 + ctx.recalls)
+
+        def reads_uses(self) -> bool:
+            return True
+
+    base = resolve_policy({"ranker": "product", "feedback": {"touch": "returned", "k": 3}}, "n")
+    policy = dataclasses.replace(base, ranker=Novelty())
+    assert isinstance(policy, Policy)
+    stream = busy_stream(5, n_notes=300, n_queries=150, dim=2)
+    full_rows = []
+    real = engine._rescored_row
+    monkeypatch.setattr(engine, "_rescored_row", lambda *a: full_rows.append(a[3]) or real(*a))
+    arms = [Arm("novelty", policy)]
+    fast = walked(stream, arms, True, candidates=5)
+    assert full_rows
+    assert_same(walked(stream, arms, False, candidates=5), fast)
 
 
 def test_per_query_equals_one_query_per_tick():

@@ -66,10 +66,12 @@ class InverseSquaredL2(Retriever):
     name: ClassVar[str] = "inverse-sq-l2"
 
     def similarity(self, ctx: ScoringContext) -> np.ndarray:
-        d = (ctx.qnorm2[:, None].astype(np.float32) + ctx.nnorm2[None, :].astype(np.float32)
-             - np.float32(2.0) * ctx.dots.astype(np.float32))
+        d = ctx.qnorm2[:, None].astype(np.float32) + ctx.nnorm2[None, :].astype(np.float32)
+        d -= np.float32(2.0) * np.asarray(ctx.dots, dtype=np.float32)
         np.maximum(d, np.float32(0.0), out=d)
-        return np.float32(1.0) / (np.float32(1.0) + d)
+        # 1 / (1 + d), in place: the same float32 operations, no temporaries
+        d += np.float32(1.0)
+        return np.divide(np.float32(1.0), d, out=d)
 
     def reads_uses(self) -> bool:
         return False
