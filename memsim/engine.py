@@ -1056,6 +1056,20 @@ def _proven(vals: np.ndarray, k: int, full: bool, left_out: np.ndarray) -> np.nd
     return np.isfinite(kth) & (kth > left_out)
 
 
+def _cell_scores(policy: Policy, g: _GatheredContext, st: PolicyState) -> np.ndarray | None:
+    """The policy's scores of the gathered cells, -inf where not live (or
+    NaN); None when a component reads what gathered cells lack: the arm is
+    then scored by whole rows (``st.prune_off``)."""
+    try:
+        scores = np.asarray(policy.score(g), dtype=np.float64)
+    except AttributeError:
+        scores = None
+    if scores is None or scores.shape != g.cols.shape:
+        st.prune_off = True
+        return None
+    return np.where(g.live & ~np.isnan(scores), scores, -np.inf)
+
+
 def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                 st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's masked scores without scoring
@@ -1082,16 +1096,9 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
         level_cells = order.cells(level, todo, full, retriever.name)
         cells, live = _live_cells(level_cells, ctx, c)
         cols, tau = cells.cols, cells.tau
-        gctx = _GatheredContext(ctx, todo, cols, live, cells)
-        try:
-            scores = np.asarray(policy.score(gctx), dtype=np.float64)
-        except AttributeError:  # a component reads what the gathered cells lack
-            st.prune_off = True
+        scores = _cell_scores(policy, _GatheredContext(ctx, todo, cols, live, cells), st)
+        if scores is None:
             return None
-        if scores.shape != cols.shape:
-            st.prune_off = True
-            return None
-        scores = np.where(live & ~np.isnan(scores), scores, -np.inf)
         p, v = top_candidates(scores, c)  # columns ascending: ties to the lower
         with np.errstate(invalid="ignore", over="ignore"):
             bound = np.asarray(ranker.score_bound(tau, lo, hi, ctx), dtype=np.float64)
@@ -1138,16 +1145,9 @@ def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
     real = np.zeros((q, w), dtype=bool)
     cols[rows, j] = j0
     real[rows, j] = True
-    g = _GatheredContext(ctx, np.arange(q), cols, real)
-    try:
-        scores = np.asarray(policy.score(g), dtype=np.float64)
-    except AttributeError:  # a component reads what gathered cells lack
-        st.prune_off = True
+    scores = _cell_scores(policy, _GatheredContext(ctx, np.arange(q), cols, real), st)
+    if scores is None:
         return None
-    if scores.shape != cols.shape:
-        st.prune_off = True
-        return None
-    scores = np.where(real & ~np.isnan(scores), scores, -np.inf)
     p, v = top_candidates(scores, c)
     pos = np.zeros((q, cc), dtype=np.int64)
     vals = np.full((q, cc), -np.inf)
@@ -2084,15 +2084,8 @@ def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.nd
     own.touch(k, actors_u[e], t_u[e], fb)
     g = _GatheredContext(ctx, qs, cols[:, None], np.ones((len(cols), 1), dtype=bool))
     g.notes, g.state, g.idx = batch.notes.take(note), own, np.arange(len(cols))[:, None]
-    try:
-        new = np.asarray(policy.score(g), dtype=np.float64)
-    except AttributeError:  # a component reads what gathered cells lack
-        new = None
-    if new is None or new.shape != (len(cols), 1):
-        st.prune_off = True
-        return None
-    new = new[:, 0]
-    return np.where(np.isnan(new), -np.inf, new)
+    new = _cell_scores(policy, g, st)
+    return None if new is None else new[:, 0]
 
 
 def _repack(job: _ArmJob, batch: Batch, pk: _Packed, rows: np.ndarray) -> None:
