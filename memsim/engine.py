@@ -49,14 +49,15 @@ with those answers (and the organic uses before each query's time) are a
 guess at what each query sees: every query is corrected at once, the notes
 used before it rescored on the state they have at its time (what-if copies
 of their state, not the arm's) and merged into its top C, and packed again.
-The first query whose own uses change ends what the guess got right; it is
-made again from the next query, so a tick costs a few array passes, not a
-loop over its queries. The merge is exact when the query's C-th candidate
-ranks at or above the C-th of the tick's scoring (no note left alone can
-then enter); otherwise the query is scored again in full on the state at
-its time. A policy whose scores read no use (``Policy.reads_uses()``)
-has nothing to rescore; a set-dependent ranker, one that chooses its own
-candidates, or a use before scoring is scored query by query. A recency
+A query whose own uses change makes the guess wrong only for the later
+queries that see the notes concerned; it is made again from the first of
+them, so a tick costs a few array passes, not a loop over its queries.
+The merge is exact when the query's C-th candidate ranks at or above the
+C-th of the tick's scoring (no note left alone can then enter); otherwise
+the query is scored again in full on the state at its time. A policy whose
+scores read no use (``Policy.reads_uses()``) has nothing to rescore; a
+set-dependent ranker, one that chooses its own candidates, or a use before
+scoring is scored query by query. A recency
 cell's value depends on its own query time, note and the tick's end alone
 (:func:`_exponential_recency`), so the corrected tick gives the same floats
 as scoring each query alone (:data:`WALK_FAST` = False, the reference), and
@@ -946,21 +947,26 @@ class _SimOrder:
         tau = self.tau(m)
         got = self._cols[m]
         out = []
+        scanned = None
         for r in rows.tolist():
             c = got.get(r)
             if c is None:
                 c = self._from_higher(m, r)
                 if c is None:
-                    hi = _level(4 * m)
-                    thi = self.tau(hi)[r]
-                    if not np.isfinite(thi):
-                        c = self.open
+                    if scanned is None:
+                        hi = _level(4 * m)
+                        # the thresholds are sample values: exact in the
+                        # similarity's own dtype, where the comparison is cheaper
+                        thi = self.tau(hi).astype(self.sim.dtype)
+                        scanned = self._cols[hi]
+                    if not np.isfinite(thi[r]):
+                        c = self.open[self.valid[r, self.open]]
                     else:
-                        c = np.flatnonzero(self.sim[r] > thi)
+                        hit = (self.sim[r] > thi[r]) & self.valid[r]
                         if self.dead is not None:
-                            c = c[~self.dead[c]]
-                    c = c[self.valid[r, c]]
-                    self._cols[hi][r] = c
+                            hit &= ~self.dead
+                        c = np.flatnonzero(hit)
+                    scanned[r] = c
                     c = c[self.sim[r, c] > tau[r]]
                 got[r] = c
             out.append(c)
@@ -1840,9 +1846,9 @@ WALK_FAST = True
 
 
 #: queries of a tick corrected at once, to start with: the work past the
-#: first query whose uses change is redone, so the window then follows how
-#: far apart the changes are (twice the distance to the last one, at least
-#: 16; doubled after a window with none)
+#: first query corrected on a wrong guess is redone, so the window then
+#: follows how far apart those are (twice the distance to the last one, at
+#: least 16; doubled after a window with none)
 WALK_WINDOW = 64
 
 
@@ -1899,11 +1905,12 @@ def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
     its queries make with those answers, and the organic uses before each
     query's time, are a guess at the order of uses: every query that sees a
     note used before it is corrected at once, its used notes rescored on the
-    state they have then (:func:`_corrected`). The first query whose own uses
-    change ends what the guess gets right: the queries up to it are final,
-    and the guess is made again from the next one, with their new uses. A
-    query whose correction cannot be proven exact is scored again in full on
-    the state at its time. A policy whose scores read no use
+    state they have then (:func:`_corrected`). A query whose own uses change
+    makes the guess wrong for the later queries that see the notes
+    concerned: the queries before the first of them are final, and the
+    guess is made again from it, with their new uses. A query whose
+    correction cannot be proven exact is scored again in full on the state
+    at its time. A policy whose scores read no use
     (:meth:`Policy.reads_uses`) has nothing to correct. Every use is then
     recorded, in time order."""
     policy, st = job.arm.policy, job.st
@@ -1924,17 +1931,19 @@ def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
     while policy.reads_uses() and start < q:
         stop = min(q, start + window)
         uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
-        changed, redo = _corrected(job, ctx, batch, pk, first, uses, start, stop, applied)
-        if changed < redo:  # final up to the first query whose uses change
-            window = max(16, 2 * (changed + 1 - start))
-            start = changed + 1
+        final, redo = _corrected(job, ctx, batch, pk, first, uses, start, stop, applied)
+        if final < redo:  # a query saw a changed use: the guess is made again from it
+            window = max(16, 2 * (final - start))
+            start = final
             continue
         if redo == stop:
             window *= 2
             start = stop
             continue
         # the first query whose correction is not proven: record the uses
-        # before it and score it in full on the state as it is then
+        # before it (the queries before it are final) and score it in full
+        # on the state as it is then
+        uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
         applied = _record(st, policy.feedback, uses, applied, 2 * redo + 1)
         pk.pos[redo], pk.vals[redo] = _rescored_row(job, ctx, batch, redo)
         _set_candidates(pk, batch, np.array([redo]))
@@ -2003,7 +2012,8 @@ def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first
     state they have then (the state, plus the uses not yet recorded in it,
     ``applied`` on, before the query) and merged into its first top C
     (``first``); the rest keep their first answers. Returns the first
-    query whose uses changed and the first whose merge is not proven exact,
+    query corrected on a wrong guess (one that sees a note whose use an
+    earlier query changed) and the first whose merge is not proven exact,
     which is left as it was (``stop`` when none)."""
     fb = job.arm.policy.feedback
     q, n = len(batch.t), len(batch.idx)
@@ -2054,9 +2064,23 @@ def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first
         pk.pos[aq], pk.vals[aq] = mp, mv
         _set_candidates(pk, batch, aq)
         _repack(job, batch, pk, aq)
-    moved = np.flatnonzero(np.any(_used_rows(fb, pk, qs) != old_uses, axis=1))
-    changed = int(qs[moved[0]]) if len(moved) else stop
-    return changed, redo
+    new_uses = _used_rows(fb, pk, qs)
+    final = stop
+    for i in np.flatnonzero(np.any(new_uses != old_uses, axis=1)).tolist():
+        if qs[i] >= min(final, redo):
+            break
+        # the queries after it that see a note whose use it changed were
+        # corrected on a wrong guess; the others saw what they would have
+        notes = np.setxor1d(old_uses[i], new_uses[i])
+        notes = notes[notes >= 0]
+        at = np.minimum(np.searchsorted(batch.idx, notes), max(n - 1, 0))
+        cols = at[batch.idx[at] == notes] if n else at[:0]
+        later = qs[i + 1:]
+        sees = ctx.live_cells((later[:, None] * n + cols).ravel(), np.tile(cols, len(later)))
+        hit = np.flatnonzero(sees.reshape(len(later), len(cols)).any(axis=1))
+        if len(hit):
+            final = min(final, int(later[hit[0]]))
+    return final, redo
 
 
 def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.ndarray,

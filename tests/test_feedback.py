@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import memsim.engine as engine
@@ -76,6 +76,13 @@ def cases(draw):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
+# a query whose uses change, seen by no later one, before a query scored in
+# full: the uses recorded before the latter must be the changed ones
+@example(case={"seed": 0, "n_notes": 30, "n_queries": 3, "accesses": 0, "dim": 4, "c": 17,
+               "tick": 20.0, "window": 1,
+               "tables": [{"retriever": "cosine", "ranker": "product", "decay": "none",
+                           "stickiness": "access-term", "feedback": {"touch": "packed"},
+                           "retention": "none"}]})
 def test_corrected_batch_equals_each_query_alone(case):
     stream = busy_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
                          dim=case["dim"], accesses=case["accesses"])
