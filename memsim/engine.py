@@ -501,6 +501,9 @@ class BatchContext(_NoteColumns):
         #: (Q, L) bool: the notes each query may see (existing, not expired,
         #: not evicted, inside the prefilter); set by the engine before scoring
         self.live: np.ndarray | None = None
+        #: the prefilter's cells, (Q, M) columns ascending and which are
+        #: real, when they are the live ones and the arm scores them alone
+        self.prefilter_cells: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def live(self) -> np.ndarray | None:
@@ -1129,28 +1132,37 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     return pos, vals
 
 
+def _cells_scorable(policy: Policy) -> bool:
+    """Whether the policy's score of a note can be computed on gathered
+    cells: an elementwise ranker that reads no truth, plan or log and does
+    not choose its own candidates."""
+    r = policy.ranker
+    return (PRUNE and not r.set_dependent and not r.needs_truth and not r.needs_planted
+            and not getattr(r, "needs_logged", False) and not hasattr(r, "candidate_mask"))
+
+
 def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
                    st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's masked scores when a prefilter
     leaves each query a few live notes (its M nearest): only those cells are
     scored, in column order (so ties still go to the lower note). None when
     the policy has no prefilter or must be scored in full."""
-    r = policy.ranker
-    if (not PRUNE or st.prune_off or not policy.retriever.prefilter or r.set_dependent
-            or r.needs_truth or r.needs_planted or getattr(r, "needs_logged", False)
-            or hasattr(r, "candidate_mask")):
+    if st.prune_off or not policy.retriever.prefilter or not _cells_scorable(policy):
         return None
     live = ctx.live
     q, n = live.shape
     cc = min(c, n)
-    k = np.count_nonzero(live, axis=1)
-    rows, j0 = np.nonzero(live)  # row-major: each row's columns ascending
-    j = np.arange(len(rows)) - np.repeat(np.cumsum(k) - k, k)
-    w = max(1, int(k.max(initial=0)))
-    cols = np.zeros((q, w), dtype=np.int64)
-    real = np.zeros((q, w), dtype=bool)
-    cols[rows, j] = j0
-    real[rows, j] = True
+    if ctx.prefilter_cells is not None:
+        cols, real = ctx.prefilter_cells
+    else:
+        k = np.count_nonzero(live, axis=1)
+        rows, j0 = np.nonzero(live)  # row-major: each row's columns ascending
+        j = np.arange(len(rows)) - np.repeat(np.cumsum(k) - k, k)
+        w = max(1, int(k.max(initial=0)))
+        cols = np.zeros((q, w), dtype=np.int64)
+        real = np.zeros((q, w), dtype=bool)
+        cols[rows, j] = j0
+        real[rows, j] = True
     scores = _cell_scores(policy, _GatheredContext(ctx, np.arange(q), cols, real), st)
     if scores is None:
         return None
@@ -1237,15 +1249,19 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
     return np.take_along_axis(pos, order, axis=1), np.take_along_axis(vals, order, axis=1)
 
 
-def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray) -> np.ndarray:
+def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray
+                    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """The ``retriever.prefilter`` most similar valid, unevicted notes of
     each query (ties to the lower ``note_id``), as (Q, L) bool: an exact
     nearest-M search. Like the pruned scoring, it looks only at the notes
     above a similarity threshold (the batch's shared levels) and lowers it
-    until the M-th found is strictly above it."""
+    until the M-th found is strictly above it. Also returns the same cells
+    as (Q, M) note columns, ascending in each row, and which are real."""
     m = retriever.prefilter
     order = _sim_order(ctx, retriever)
     keep = np.zeros(order.sim.shape, dtype=bool)
+    none = order.n_all  # sorts after every column
+    chosen = np.full((len(keep), m), none, dtype=np.int64)
     todo = np.arange(len(keep))
     level = _level(2 * m)
     while len(todo):
@@ -1259,9 +1275,13 @@ def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray) -> np.nda
         rows = np.broadcast_to(todo[d][:, None], cols.shape)
         ok = np.isfinite(vals[d])
         keep[rows[ok], cols[ok]] = True
+        chosen[todo[d], :cols.shape[1]] = np.where(ok, cols, none)
         todo = todo[~done]
         level = _level(4 * level)
-    return keep
+    chosen.sort(axis=1)
+    real = chosen < none
+    chosen[~real] = 0
+    return keep, (chosen, real)
 
 
 # --------------------------------------------------------------------------
@@ -1582,7 +1602,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
         ctx = BatchContext(batch, st, rng)
         ctx.set_live_lazily(batch.valid, st.evicted[batch.idx])
         return ctx, batch
-    mask = None
+    mask = cells = None
     ctx = BatchContext(batch, st, rng)
     if policy.retriever.prefilter:
         choose = getattr(policy.retriever, "prefilter_mask", None)
@@ -1590,12 +1610,15 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
             mask = batch.valid & ~st.evicted[batch.idx][None, :]
             mask = mask & np.asarray(choose(ctx, mask), dtype=bool)
         else:
-            mask = _prefilter_mask(ctx, policy.retriever, st.evicted[batch.idx])
+            mask, cells = _prefilter_mask(ctx, policy.retriever, st.evicted[batch.idx])
         if fb.touch == "prefilter" and fb.before_scoring:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
             ctx = BatchContext(batch, st, rng)
-        if not policy.ranker.set_dependent:
+        if cells is not None and not st.prune_off and _cells_scorable(policy):
+            # the prefilter's cells are what the arm scores (_prefilter_top)
+            ctx.prefilter_cells = cells
+        elif not policy.ranker.set_dependent:
             # only the prefilter's notes can be ranked: score those columns
             # alone (their union over the batch's queries)
             cols = np.flatnonzero(mask.any(axis=0))

@@ -288,7 +288,7 @@ def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise,
     if dead:  # as if other arms saw some of them
         batch.dead = evicted & (rng.random(len(evicted)) < 0.7)
     ctx = BatchContext(batch, state, rng)
-    got = engine._prefilter_mask(ctx, pol.retriever, evicted)
+    got, (cols, real) = engine._prefilter_mask(ctx, pol.retriever, evicted)
     live = batch.valid & ~evicted[None, :]
     sim = np.where(live, ctx.similarity(pol.retriever), -np.inf)
     want = np.zeros_like(live)
@@ -296,6 +296,11 @@ def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise,
         pos, vals = top_candidates(sim, m)
         np.put_along_axis(want, pos, np.isfinite(vals), axis=1)
     np.testing.assert_array_equal(got, want)
+    # the same cells, each row's columns ascending, padding after them
+    assert cols.shape == real.shape == (len(want), m)
+    for row, c, r in zip(want, cols, real):
+        np.testing.assert_array_equal(c[r], np.flatnonzero(row))
+        assert not r[r.sum():].any()
 
 
 # -- arms packed and measured together -----------------------------------------
