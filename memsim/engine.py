@@ -949,31 +949,49 @@ class _SimOrder:
         threshold (ascending), and the thresholds (R,)."""
         tau = self.tau(m)
         got = self._cols[m]
-        out = []
-        scanned = None
+        scan = []
         for r in rows.tolist():
-            c = got.get(r)
-            if c is None:
+            if r not in got:
                 c = self._from_higher(m, r)
                 if c is None:
-                    if scanned is None:
-                        hi = _level(4 * m)
-                        # the thresholds are sample values: exact in the
-                        # similarity's own dtype, where the comparison is cheaper
-                        thi = self.tau(hi).astype(self.sim.dtype)
-                        scanned = self._cols[hi]
-                    if not np.isfinite(thi[r]):
-                        c = self.open[self.valid[r, self.open]]
-                    else:
-                        hit = (self.sim[r] > thi[r]) & self.valid[r]
-                        if self.dead is not None:
-                            hit &= ~self.dead
-                        c = np.flatnonzero(hit)
-                    scanned[r] = c
-                    c = c[self.sim[r, c] > tau[r]]
-                got[r] = c
-            out.append(c)
-        return out, tau[rows]
+                    scan.append(r)
+                else:
+                    got[r] = c
+        if scan:
+            self._scan(m, np.array(scan))
+        return [got[r] for r in rows.tolist()], tau[rows]
+
+    def _scan(self, m: int, rows: np.ndarray) -> None:
+        """Scan the rows ``rows`` (none of them at a level above ``m`` yet)
+        at the level four times as deep, kept for the lower thresholds to
+        come, and filter level ``m`` from it: one pass over the rows."""
+        hi = _level(4 * m)
+        # the thresholds are sample values: exact in the similarity's own
+        # dtype, where the comparison is cheaper
+        thi = self.tau(hi)[rows]
+        tau = self.tau(m)
+        deep, at_m = self._cols[hi], self._cols[m]
+        every = ~np.isfinite(thi)  # a level as deep as the whole store
+        for r in rows[every].tolist():
+            deep[r] = c = self.open[self.valid[r, self.open]]
+            at_m[r] = c[self.sim[r, c] > tau[r]]
+        rows = rows[~every]
+        if len(rows) == 0:
+            return
+        whole = len(rows) == len(self.sim) and bool((rows == np.arange(len(rows))).all())
+        sim = self.sim if whole else self.sim[rows]
+        hit = sim > thi[~every].astype(self.sim.dtype)[:, None]
+        hit &= self.valid if whole else self.valid[rows]
+        if self.dead is not None:
+            hit &= ~self.dead
+        r_i, c = np.divmod(np.flatnonzero(hit), self.n_all)  # row-major: columns ascending
+        above = sim[r_i, c] > tau[rows][r_i]
+        ends = np.searchsorted(r_i, np.arange(1, len(rows) + 1)).tolist()
+        start = 0
+        for r, end in zip(rows.tolist(), ends):
+            deep[r] = c[start:end]
+            at_m[r] = c[start:end][above[start:end]]
+            start = end
 
     def _from_higher(self, m: int, r: int) -> np.ndarray | None:
         """Row ``r``'s columns at level ``m``, filtered from the smallest
