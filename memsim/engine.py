@@ -975,17 +975,24 @@ class _SimOrder:
         for r in rows[every].tolist():
             deep[r] = c = self.open[self.valid[r, self.open]]
             at_m[r] = c[self.sim[r, c] > tau[r]]
+        thi = thi[~every].astype(self.sim.dtype)
         rows = rows[~every]
-        if len(rows) == 0:
+        if not np.array_equal(rows, np.arange(len(self.sim))):
+            # some rows (an arm's unproven ones): each on its own, no copies
+            for r, th in zip(rows.tolist(), thi):
+                hit = (self.sim[r] > th) & self.valid[r]
+                if self.dead is not None:
+                    hit &= ~self.dead
+                deep[r] = c = np.flatnonzero(hit)
+                at_m[r] = c[self.sim[r, c] > tau[r]]
             return
-        whole = len(rows) == len(self.sim) and bool((rows == np.arange(len(rows))).all())
-        sim = self.sim if whole else self.sim[rows]
-        hit = sim > thi[~every].astype(self.sim.dtype)[:, None]
-        hit &= self.valid if whole else self.valid[rows]
+        # every row (a batch's first level): one comparison over the matrix
+        hit = self.sim > thi[:, None]
+        hit &= self.valid
         if self.dead is not None:
             hit &= ~self.dead
         r_i, c = np.divmod(np.flatnonzero(hit), self.n_all)  # row-major: columns ascending
-        above = sim[r_i, c] > tau[rows][r_i]
+        above = self.sim[r_i, c] > tau[r_i]
         ends = np.searchsorted(r_i, np.arange(1, len(rows) + 1)).tolist()
         start = 0
         for r, end in zip(rows.tolist(), ends):
