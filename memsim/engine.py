@@ -32,7 +32,9 @@ batches), and an arm whose retention evicted most of a level scores only
 its own live cells of it. Scores of the notes scored are the same floats as
 full scoring gives (the notes' columns are kept in ``note_id`` order, so ties
 still go to the lower ``note_id``), so rankings, packing, metrics and
-feedback are identical bit for bit; :data:`PRUNE` = False turns it off.
+feedback are identical bit for bit; :data:`PRUNE` = False turns it off. A
+retriever's prefilter (its M nearest notes per query, an exact search
+through the same levels) hands its cells on, and an arm scores those alone.
 Everything that reads more than the top C (set-dependent rankers, rankers
 that choose their candidates, the oracle) is scored in full.
 
@@ -44,24 +46,24 @@ of one call instead of one per arm.
 
 **Per-query feedback.** An arm whose uses take effect before the next query
 (:func:`feedback_timing`) still shares its tick's similarity product and is
-scored once on the state at the tick's start. The uses its queries make
-with those answers (and the organic uses before each query's time) are a
-guess at what each query sees: every query is corrected at once, the notes
-used before it rescored on the state they have at its time (what-if copies
-of their state, not the arm's) and merged into its top C, and packed again.
-A query whose own uses change makes the guess wrong only for the later
-queries that see the notes concerned; it is made again from the first of
-them, so a tick costs a few array passes, not a loop over its queries.
-The merge is exact when the query's C-th candidate ranks at or above the
-C-th of the tick's scoring (no note left alone can then enter); otherwise
-the query is scored again in full on the state at its time. A policy whose
-scores read no use (``Policy.reads_uses()``) has nothing to rescore; a
-set-dependent ranker, one that chooses its own candidates, or a use before
-scoring is scored query by query. A recency
-cell's value depends on its own query time, note and the tick's end alone
-(:func:`_exponential_recency`), so the corrected tick gives the same floats
-as scoring each query alone (:data:`WALK_FAST` = False, the reference), and
-retention sweeps and store rows stay at tick starts.
+scored once on the state at the tick's start. The uses its queries make with
+those answers (and the organic uses before each query's time) are a guess at
+what each query sees: every query is corrected at once, the notes used
+before it rescored on the state they have at its time (what-if copies of
+their state, not the arm's) and merged into its top C, and packed again. A
+query whose own uses change makes the guess wrong only for the later queries
+that see the notes concerned; it is made again from the first of them, so a
+tick costs a few array passes, not a loop over its queries. The merge is
+exact when the query's C-th candidate ranks at or above the C-th of the
+tick's scoring (no note left alone can then enter); otherwise the query is
+scored again in full on the state at its time. A policy whose scores read no
+use (``Policy.reads_uses()``) has nothing to rescore; a set-dependent
+ranker, one that chooses its own candidates, or a use before scoring is
+scored query by query. A recency cell's value depends on its own query time,
+note and the tick's end alone (:func:`_exponential_recency`), so the
+corrected tick gives the same floats as scoring each query alone
+(:data:`WALK_FAST` = False, the reference), and retention sweeps and store
+rows stay at tick starts.
 """
 
 from __future__ import annotations
@@ -262,7 +264,6 @@ class NoteArrays:
             workload_config=(stream.meta.get("config")
                              if stream.meta.get("source") == "memsim.workload" else None),
         )
-
 
     def take(self, rows: np.ndarray) -> NoteArrays:
         """The notes ``rows`` as arrays of their own (row k is note
