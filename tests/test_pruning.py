@@ -42,7 +42,8 @@ DECAYS = [
     {"kind": "power-law", "recall_growth": 0.5}, "ai-memory",
 ]
 STICKINESS = ["none", "log-recall", "access-term"]
-RETRIEVERS = ["cosine", "inverse-sq-l2", {"kind": "cosine", "prefilter": 30}]
+RETRIEVERS = ["cosine", "inverse-sq-l2", {"kind": "cosine", "prefilter": 30},
+              {"kind": "inverse-sq-l2", "prefilter": 3}]
 FEEDBACK = [
     {"touch": "packed"}, {"touch": "returned", "k": 3}, {"touch": "none"},
     {"touch": "packed", "promote_after": 2}, {"touch": "prefilter"},
