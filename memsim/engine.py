@@ -2151,12 +2151,16 @@ def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.nd
     pend, by_note = pend[order], by_note[order]
     lo = np.searchsorted(by_note, note * span, side="left")
     count = np.searchsorted(by_note, note * span + qs, side="right") - lo
-    k = np.repeat(np.arange(len(cols)), count)
+    # one what-if state per (note, uses seen), shared by the cells that have it
+    _, first, which = np.unique(note * (len(pend) + 1) + count, return_index=True,
+                                return_inverse=True)
+    note, lo, count = note[first], lo[first], count[first]
+    k = np.repeat(np.arange(len(note)), count)
     e = pend[np.repeat(lo, count) + np.arange(len(k)) - np.repeat(np.cumsum(count) - count, count)]
     own = st.gather(note, (k, actors_u[e]) if fb.cooldown_s > 0 else None)
     own.touch(k, actors_u[e], t_u[e], fb)
     g = _GatheredContext(ctx, qs, cols[:, None], np.ones((len(cols), 1), dtype=bool))
-    g.notes, g.state, g.idx = batch.notes.take(note), own, np.arange(len(cols))[:, None]
+    g.notes, g.state, g.idx = batch.notes.take(note), own, which.reshape(-1, 1)
     new = _cell_scores(policy, g, st)
     return None if new is None else new[:, 0]
 
