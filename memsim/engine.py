@@ -1167,6 +1167,12 @@ def _cells_scorable(policy: Policy) -> bool:
             and not getattr(r, "needs_logged", False) and not hasattr(r, "candidate_mask"))
 
 
+def _within(counts: np.ndarray) -> np.ndarray:
+    """Each item's position within its group, for groups of ``counts``
+    items one after the other."""
+    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
 def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
                    st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's masked scores when a prefilter
@@ -1183,7 +1189,7 @@ def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
     else:
         k = np.count_nonzero(live, axis=1)
         rows, j0 = np.nonzero(live)  # row-major: each row's columns ascending
-        j = np.arange(len(rows)) - np.repeat(np.cumsum(k) - k, k)
+        j = _within(k)
         w = max(1, int(k.max(initial=0)))
         cols = np.zeros((q, w), dtype=np.int64)
         real = np.zeros((q, w), dtype=bool)
@@ -1221,7 +1227,7 @@ def _live_cells(cells: _LevelCells, ctx: BatchContext, c: int
     if k.sum() > _PACK_BELOW * live.size:
         return cells, live
     r, j0 = np.nonzero(live)
-    j = np.arange(len(r)) - np.repeat(np.cumsum(k) - k, k)
+    j = _within(k)
     shape = (len(live), max(1, int(k.max(initial=0)), min(c, cells.cols.shape[1])))
     cols = np.zeros(shape, dtype=np.int64)
     real = np.zeros(shape, dtype=bool)
@@ -1861,27 +1867,40 @@ def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
     return [(batch, pk) for (batch, *_), pk in zip(scored, packs)]
 
 
-def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray | None, pk: _Packed,
-              rows: slice = slice(None)) -> np.ndarray:
-    """Record the uses the answers of the queries ``rows`` make (the
-    feedback's ``touch``; ``mask``: the rows' prefilter); return the note
-    rows used."""
-    if fb.touch == "none" or (fb.touch == "prefilter" and fb.before_scoring):
-        return np.zeros(0, dtype=np.int64)
-    actors, t = batch.actors[rows], batch.t[rows]
+def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray | None,
+              pk: _Packed) -> None:
+    """Record the uses the batch's answers make (the feedback's ``touch``;
+    ``mask``: the prefilter)."""
+    if fb.touch == "prefilter" and fb.before_scoring:
+        return
+    qi, used = _answer_uses(fb, batch, pk, mask)
+    st.touch(used, batch.actors[qi], batch.t[qi], fb)
+
+
+def _chosen(fb, pk: _Packed, rows: slice | np.ndarray = slice(None)) -> np.ndarray | None:
+    """(R, C) bool: the candidates the answers of the queries ``rows`` use
+    (``touch = "packed"``: those packed; ``"returned"``: the top k, as a
+    search API returns them); None when the answers choose none
+    (``"prefilter"``, ``"none"``)."""
+    if fb.touch == "packed":
+        return pk.packed[rows]
+    if fb.touch == "returned":
+        return pk.cand_ok[rows] & (np.arange(pk.cand_ok.shape[1]) < fb.k)
+    return None
+
+
+def _answer_uses(fb, batch: Batch, pk: _Packed, mask: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(query, note row) of every use the answers in ``pk`` make, by query
+    (``mask``: the prefilter, what a ``"prefilter"`` touch uses)."""
     if fb.touch == "prefilter":
         qi, li = np.nonzero(mask)
-        used = batch.idx[li]
-    else:
-        if fb.touch == "packed":
-            target = pk.packed[rows]
-        else:  # "returned": the top k of the ranking, as a search API returns them
-            target = pk.cand_ok[rows].copy()
-            target[:, fb.k:] = False
-        qi, ci = np.nonzero(target)
-        used = pk.cand_rows[rows][qi, ci]
-    st.touch(used, actors[qi], t[qi], fb)
-    return used
+        return qi, batch.idx[li]
+    target = _chosen(fb, pk)
+    if target is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    qi, ci = np.nonzero(target)
+    return qi, pk.cand_rows[qi, ci]
 
 
 # --------------------------------------------------------------------------
@@ -1975,9 +1994,9 @@ def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
     org_seen = np.searchsorted(cut, org, side="right")
     organic = (inp.acc_rows[org], inp.acc_actor[org], inp.acc_t[org], org_seen)
     applied = 0  # uses at order keys below it are recorded in the state
-    start = 0
+    start = 0 if policy.reads_uses() else q  # else a use changes no score
     window = WALK_WINDOW
-    while policy.reads_uses() and start < q:
+    while start < q:
         stop = min(q, start + window)
         uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
         final, redo = _corrected(job, ctx, batch, pk, first, uses, start, stop, applied)
@@ -2012,16 +2031,7 @@ def _walk_uses(fb, batch: Batch, pk: _Packed, ctx: BatchContext, organic) -> _Us
     """The organic uses and those the answers in ``pk`` make (the
     feedback's ``touch``), in the order they happen."""
     o_rows, o_actors, o_t, o_seen = organic
-    if fb.touch == "none":
-        qi, rows = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    elif fb.touch == "prefilter":
-        qi, li = np.nonzero(ctx.live)
-        rows = batch.idx[li]
-    else:
-        target = pk.packed if fb.touch == "packed" else pk.cand_ok & (
-            np.arange(pk.cand_ok.shape[1]) < fb.k)
-        qi, ci = np.nonzero(target)
-        rows = pk.cand_rows[qi, ci]
+    qi, rows = _answer_uses(fb, batch, pk, ctx.live if fb.touch == "prefilter" else None)
     key = np.concatenate([2 * o_seen, 2 * qi + 1])
     order = np.argsort(key, kind="stable")
     return (np.concatenate([o_rows, rows])[order],
@@ -2045,11 +2055,8 @@ def _set_candidates(pk: _Packed, batch: Batch, rows: np.ndarray) -> None:
 
 def _used_rows(fb, pk: _Packed, rows: np.ndarray) -> np.ndarray:
     """Each query's used note rows, sorted (-1 for none), to compare uses."""
-    if fb.touch == "packed":
-        target = pk.packed[rows]
-    elif fb.touch == "returned":
-        target = pk.cand_ok[rows] & (np.arange(pk.cand_ok.shape[1]) < fb.k)
-    else:  # "prefilter" and "none": the answers do not choose them
+    target = _chosen(fb, pk, rows)
+    if target is None:  # the answers do not choose them
         return np.zeros((len(rows), 0), dtype=np.int64)
     return np.sort(np.where(target, pk.cand_rows[rows], -1), axis=1)
 
@@ -2068,8 +2075,7 @@ def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first
     q, n = len(batch.t), len(batch.idx)
     rows_u, seen_u = uses[0], uses[3]
     # the first query that sees a use of each column of the batch
-    at = np.minimum(np.searchsorted(batch.idx, rows_u), max(n - 1, 0))
-    hit = (batch.idx[at] == rows_u) if n else np.zeros(len(rows_u), dtype=bool)
+    at, hit = _columns(batch.idx, rows_u)
     seen = np.full(n, q, dtype=np.int64)
     np.minimum.at(seen, at[hit], seen_u[hit])
     used = np.flatnonzero(seen < stop)
@@ -2092,7 +2098,7 @@ def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first
         aq, k = np.unique(cq, return_counts=True)
         cc = first.pos.shape[1]
         w = int(k.max())
-        j = np.arange(len(cq)) - np.repeat(np.cumsum(k) - k, k)
+        j = _within(k)
         r = np.repeat(np.arange(len(aq)), k)
         cv = np.full((len(aq), w), -np.inf)
         cp = np.zeros((len(aq), w), dtype=np.int64)
@@ -2121,15 +2127,23 @@ def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first
         # the queries after it that see a note whose use it changed were
         # corrected on a wrong guess; the others saw what they would have
         notes = np.setxor1d(old_uses[i], new_uses[i])
-        notes = notes[notes >= 0]
-        at = np.minimum(np.searchsorted(batch.idx, notes), max(n - 1, 0))
-        cols = at[batch.idx[at] == notes] if n else at[:0]
+        at, hit = _columns(batch.idx, notes[notes >= 0])
+        cols = at[hit]
         later = qs[i + 1:]
         sees = ctx.live_cells((later[:, None] * n + cols).ravel(), np.tile(cols, len(later)))
         hit = np.flatnonzero(sees.reshape(len(later), len(cols)).any(axis=1))
         if len(hit):
             final = min(final, int(later[hit[0]]))
     return final, redo
+
+
+def _columns(idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the note rows ``rows`` are among the batch's columns ``idx``
+    (ascending), and which of them are there at all."""
+    if len(idx) == 0:
+        return np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)
+    at = np.minimum(np.searchsorted(idx, rows), len(idx) - 1)
+    return at, idx[at] == rows
 
 
 def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.ndarray,
@@ -2156,7 +2170,7 @@ def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.nd
                                 return_inverse=True)
     note, lo, count = note[first], lo[first], count[first]
     k = np.repeat(np.arange(len(note)), count)
-    e = pend[np.repeat(lo, count) + np.arange(len(k)) - np.repeat(np.cumsum(count) - count, count)]
+    e = pend[np.repeat(lo, count) + _within(count)]
     own = st.gather(note, (k, actors_u[e]) if fb.cooldown_s > 0 else None)
     own.touch(k, actors_u[e], t_u[e], fb)
     g = _GatheredContext(ctx, qs, cols[:, None], np.ones((len(cols), 1), dtype=bool))

@@ -12,6 +12,7 @@ own (the same semantics reached another way: the same rankings).
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
