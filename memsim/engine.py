@@ -82,7 +82,7 @@ from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
 from .params import Interval, Options, Validated
 from .planted import PlantedModel
 from .policies import ArrayContext, Policy
-from .policies.base import Ranker
+from .policies.base import Ranker, Stickiness
 from .policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
 from .rng import child
 from .stream import LoggedRankings, Stream
@@ -748,6 +748,17 @@ def _direct_cells(rec: np.ndarray, t: np.ndarray, t0: float, origin: np.ndarray,
         return
     o = origin if origin.ndim == 2 else origin[None, :]
     r = rate if rate.ndim != 1 or origin.ndim == 2 else rate[None, :]
+    if not risky and origin.ndim == 2:
+        # gathered cells: only those of notes created or used inside the batch
+        at = np.flatnonzero(origin > tmin)
+        qt = t[at // origin.shape[1]]
+        late = np.take(origin, at)
+        bad = late > qt
+        if bad.any():
+            at, qt, late = at[bad], qt[bad], late[bad]
+            rr = np.take(np.broadcast_to(r, origin.shape), at)
+            np.put(rec, at, np.exp(-rr * np.maximum(qt - late, 0.0)))
+        return
     bad = (o > t[:, None]) | (r * (t0 - t)[:, None] > _MAX_EXPONENT)
     if bad.any():
         direct = np.exp(-np.broadcast_to(r, bad.shape)[bad]
@@ -1124,7 +1135,8 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     vals = np.full((q, cc), -np.inf)
     todo = np.arange(q)
     base = _level(2 * c)
-    level = max(base, st.prune_level)
+    highs = _recency_blocks(policy, ctx, hi)
+    level = base if highs is not None else max(base, st.prune_level)
     need = 0
     while len(todo):
         full = 2 * level >= order.n
@@ -1134,6 +1146,19 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
         scores = _cell_scores(policy, _GatheredContext(ctx, todo, cols, live, cells), st)
         if scores is None:
             return None
+        if highs is not None and not full:
+            # the level's C-th best score, which each query's top C reaches
+            kth = _kth_best(scores, cc)
+            ok = np.isfinite(kth)
+            if ok.any():
+                rows = todo[ok]
+                got = _filtered_top(policy, ctx, c, st, order, highs, lo, rows, kth[ok])
+                if got is None:
+                    return None
+                pos[rows], vals[rows] = got
+                todo = todo[~ok]
+                level = _level(4 * level)
+                continue
         p, v = top_candidates(scores, c)  # columns ascending: ties to the lower
         with np.errstate(invalid="ignore", over="ignore"):
             bound = np.asarray(ranker.score_bound(tau, lo, hi, ctx), dtype=np.float64)
@@ -1154,8 +1179,108 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                                      .sum(axis=1).max()))
         todo = todo[~done]
         level = _level(4 * level)
-    st.prune_level = max(base, _level(1.1 * need + c))
+    if highs is None:
+        st.prune_level = max(base, _level(1.1 * need + c))
     return pos, vals
+
+
+def _kth_best(scores: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k-th largest value (-inf when it has fewer than k)."""
+    if scores.shape[1] < k:
+        return np.full(len(scores), -np.inf)
+    return -np.partition(-scores, k - 1, axis=1)[:, k - 1]
+
+
+#: columns per block of :func:`_recency_blocks`
+_BLOCK = 32
+
+
+def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.ndarray | None:
+    """Per block of :data:`_BLOCK` consecutive columns (B,), the highest
+    recency term any of its notes has at any query of the batch, at most
+    the policy's ``hi``; None when the ranker declares no
+    ``similarity_needed`` or the recency is not an exponential of a clock
+    (``Decay.exponential_form`` of the plain age), whose highest value per
+    note is known."""
+    if (hi is None or type(policy.ranker).similarity_needed is Ranker.similarity_needed
+            or type(policy.stickiness).effective_age is not Stickiness.effective_age):
+        return None
+    form = policy.decay.exponential_form(ctx)
+    clock = policy.decay.clock
+    if form is None or clock not in AGE_CLOCKS:
+        return None
+    floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
+    starts = np.arange(0, len(ctx.idx), _BLOCK)
+    if floor.ndim == 0 and rate.ndim == 0:
+        # one curve: a block's extremes are at its newest and oldest origin
+        # (the same for every arm on the creation and update clocks)
+        def extremes():
+            origin = ctx.clock_origin(clock)
+            return np.maximum.reduceat(origin, starts), np.minimum.reduceat(origin, starts)
+
+        newest, oldest = (extremes() if clock == "last_access"
+                          else ctx.shared(("origin-blocks", clock), extremes))
+    else:
+        newest = oldest = ctx.clock_origin(clock)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # the curve is monotone in the age: its highest value over the
+        # batch's queries is at the youngest age or at the oldest
+        rec = np.maximum(
+            floor + (1.0 - floor) * np.exp(-rate * np.maximum(float(ctx.t.min()) - newest, 0.0)),
+            floor + (1.0 - floor) * np.exp(-rate * np.maximum(float(ctx.t.max()) - oldest, 0.0)))
+        if rec.shape != starts.shape:
+            rec = np.maximum.reduceat(rec, starts)
+        acc = policy.stickiness.access_term_bound(ctx)
+        if acc:
+            rec = rec + acc * policy.breadth.access_factor_bound(ctx)
+        # the rounding of the computed recency; never above hi (NaN -> hi)
+        return np.fmin(rec * (1.0 + 1e-9), hi)
+
+
+def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, order: _SimOrder,
+                  highs: np.ndarray, lo: float | None, rows: np.ndarray, kth: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`top_candidates` of the queries ``rows``, given ``kth`` (R,),
+    a score each of them has C notes at or above. A note can score ``kth``
+    or more only when its similarity reaches the ranker's
+    ``similarity_needed`` at ``kth`` and its block's highest recency, so
+    every note of the top C, and every note tied with its C-th, is among
+    those; they alone are scored (in column order: ties to the lower)."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        need = np.asarray(policy.ranker.similarity_needed(kth[:, None], lo, highs[None, :], ctx),
+                          dtype=np.float64)
+    sim = order.sim
+    # rounded down into the similarity's dtype (NaN: keep every note), so
+    # that the comparison keeps a superset
+    with np.errstate(over="ignore"):
+        need = np.where(np.isnan(need), -np.inf, need).astype(sim.dtype)
+    need = np.nextafter(need, need.dtype.type(-np.inf))
+    n_all = order.n_all
+    sub = sim if len(rows) == len(sim) else sim[rows]  # rows ascending: all of them is every row
+    hit = sub >= np.repeat(need, np.diff(np.append(np.arange(0, n_all, _BLOCK), n_all)), axis=1)
+    r, col = np.divmod(np.flatnonzero(hit), n_all)  # row-major: columns ascending
+    counts = np.bincount(r, minlength=len(rows))
+    shape = (len(rows), max(1, int(counts.max(initial=0))))
+    cols = np.zeros(shape, dtype=np.int64)
+    real = np.zeros(shape, dtype=bool)
+    j = _within(counts)
+    cols[r, j] = col
+    real[r, j] = True
+    flat = rows[:, None] * n_all + cols
+    cells = _LevelCells(cols=cols, real=real, tau=np.full(len(rows), -np.inf), flat=flat,
+                        sim=np.take(sim, flat), valid=real & np.take(order.valid, flat),
+                        retriever=policy.retriever.name)
+    cells, live = _live_cells(cells, ctx, c)
+    scores = _cell_scores(policy, _GatheredContext(ctx, rows, cells.cols, live, cells), st)
+    if scores is None:
+        return None
+    p, v = top_candidates(scores, c)
+    out_pos = np.zeros((len(rows), min(c, len(ctx.idx))), dtype=np.int64)
+    out_val = np.full(out_pos.shape, -np.inf)
+    w = min(out_pos.shape[1], p.shape[1])
+    out_pos[:, :w] = np.take_along_axis(cells.cols, p[:, :w], axis=1)
+    out_val[:, :w] = v[:, :w]
+    return out_pos, out_val
 
 
 def _cells_scorable(policy: Policy) -> bool:

@@ -163,6 +163,101 @@ def test_pruning_scores_few_notes(monkeypatch):
     assert calls and all(calls)
 
 
+@st.composite
+def filter_cases(draw):
+    """Arms whose recency is an exponential of a clock, on stores large
+    enough for the similarity filter (:func:`memsim.engine._filtered_top`)."""
+    def decay():
+        clock = draw(st.sampled_from(["created", "last_access"]))
+        kind = draw(st.sampled_from(["half-life-floor", "half-life", "per-day", "per-tier"]))
+        if kind == "half-life-floor":
+            return {"kind": kind, "clock": clock, "floor": draw(st.floats(0.0, 0.95)),
+                    "half_life_days": draw(st.floats(0.3, 400.0))}
+        if kind == "half-life":
+            return {"kind": kind, "clock": clock, "half_life_days": draw(st.floats(0.3, 400.0))}
+        if kind == "per-day":
+            return {"kind": kind, "clock": clock, "rate": draw(st.floats(0.0, 0.6))}
+        return {"kind": kind}
+
+    tables = [{"ranker": "product", "decay": decay(),
+               "retriever": draw(st.sampled_from(["cosine", "inverse-sq-l2"])),
+               "stickiness": draw(st.sampled_from(["none", "access-term"])),
+               "feedback": draw(st.sampled_from(FEEDBACK)),
+               "retention": draw(st.sampled_from(["none", "ai-memory"]))}
+              for _ in range(draw(st.integers(1, 3)))]
+    return {
+        "seed": draw(st.integers(0, 10**6)),
+        "n_notes": draw(st.integers(300, 2500)),
+        "n_queries": draw(st.integers(1, 40)),
+        "dim": draw(st.sampled_from([2, 4, 8])),
+        "horizon": draw(st.sampled_from([3.0, 30.0, 300.0])),
+        "c": draw(st.integers(1, 60)),
+        "mode": draw(st.sampled_from(["per-tick", "per-query"])),
+        "tables": tables,
+    }
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(filter_cases())
+def test_similarity_filter_equals_full_scoring(case):
+    """The level's C-th best score, each note's highest recency and the
+    ranker's ``similarity_needed`` keep every note of the top C: the frames
+    equal full scoring's, for short and long half-lives, floors, the
+    last-use clock, per-note rates (per tier), an access term, negative
+    similarities (cosine) and retention."""
+    stream = random_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
+                           dim=case["dim"], horizon=case["horizon"])
+    arms = [Arm(f"p{i}", resolve_policy(t, f"policies.p{i}"))
+            for i, t in enumerate(case["tables"])]
+    full, pruned = both(stream, arms, candidates=case["c"], feedback_mode=case["mode"])
+    assert_same(full, pruned)
+
+
+def test_similarity_filter_runs_and_keeps_ties(monkeypatch):
+    """The filter runs (not a silent fallback to the levels) and scores
+    fewer notes than lowering the similarity threshold does, a third as
+    many for a short half-life with a low floor; notes
+    tied at the C-th score (equal vectors, equal ages) go to the lower
+    note_id as in full scoring."""
+    cells = []
+    real = engine._cell_scores
+
+    def spy(policy, g, st):
+        cells.append(g.cols.size)
+        return real(policy, g, st)
+
+    monkeypatch.setattr(engine, "_cell_scores", spy)
+    arms = [Arm(name, resolve_policy({"ranker": "product", "decay": decay}, name))
+            for name, decay in (("short", {"kind": "half-life-floor", "half_life_days": 2.0,
+                                           "floor": 0.05}),
+                                ("long", {"kind": "half-life-floor", "half_life_days": 90.0,
+                                          "floor": 0.6}))]
+    stream = random_stream(3, n_notes=3000, n_queries=40, dim=4)
+    for arm, gain in zip(arms, (3, 1)):
+        cells.clear()
+        full, pruned = both(stream, [arm], candidates=30)
+        assert_same(full, pruned)
+        filtered = sum(cells)
+        cells.clear()
+        with monkeypatch.context() as m:
+            m.setattr(engine, "_recency_blocks", lambda *a: None)  # the levels alone
+            _, levels = both(stream, [arm], candidates=30)
+        assert_same(full, levels)
+        assert 0 < filtered < sum(cells) / gain
+
+    emb = stream.note_embeddings.copy()
+    emb[::5] = emb[2]  # equal vectors ...
+    stream.note_embeddings[:] = emb
+    notes = stream.notes
+    notes.loc[notes.index[::5], "created_at"] = notes["created_at"].iloc[2]  # ... and ages
+    filtered = []
+    monkeypatch.setattr(engine, "_filtered_top",
+                        lambda *a, real=engine._filtered_top: filtered.append(1) or real(*a))
+    full, pruned = both(stream, arms, candidates=30)
+    assert_same(full, pruned)
+    assert filtered
+
+
 @pytest.mark.parametrize("c", [3, 40])
 def test_levels_packed_to_the_live_notes(monkeypatch, c):
     """An arm that evicted most of the store scores only its live cells of a

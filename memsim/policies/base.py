@@ -411,6 +411,23 @@ class Ranker(Component):
         """
         return None
 
+    def similarity_needed(self, score: np.ndarray, rec_lo: float | None,
+                          rec_hi: np.ndarray, ctx: ScoringContext) -> np.ndarray | None:
+        """The inverse of :meth:`score_bound`: elementwise over ``score``
+        and ``rec_hi`` (arrays that broadcast), a similarity below which no
+        note of ``ctx`` whose recency lies in ``[rec_lo, rec_hi]`` gets a
+        score (as computed in floating point) of ``score`` or more; ``-inf``
+        where every similarity may.
+
+        The engine keeps a query's notes whose similarity reaches the value
+        at a lower bound of the query's C-th best score and at each note's
+        own highest recency, and scores those alone. Err low: a value too
+        low costs time, one too high loses notes. None (the default) when
+        the ranker declares none: the engine then lowers a similarity
+        threshold until :meth:`score_bound` proves the top C.
+        """
+        return None
+
     def reads_uses(self) -> bool:
         """See :meth:`Retriever.reads_uses` (default True)."""
         return True

@@ -111,6 +111,16 @@ class Product(Ranker):
             b = np.where(rel >= 0, rel * rec_hi, rel * rec_lo)
         return _with_slack(b, np.abs(b))
 
+    def similarity_needed(self, score, rec_lo, rec_hi, ctx):
+        """``score / rec_hi`` where ``score > 0`` (a note with ``rel <= 0``
+        scores <= 0 there; needs ``0 <= rec_lo``), ``-inf`` elsewhere."""
+        if rec_lo is None or rec_lo < 0:
+            return None
+        score = np.asarray(score, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = score / (np.asarray(rec_hi, dtype=np.float64) * (1.0 + _SLACK))
+        return np.where(score > 0, need, -np.inf)
+
     def reads_uses(self) -> bool:
         return False
 
