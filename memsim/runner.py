@@ -33,7 +33,7 @@ from .stats import summarise
 from .stream import Stream
 
 __all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "default_jobs",
-           "load_stream_for", "replicate_seed", "simulate_replicate",
+           "load_stream_for", "replicate_seed", "simulate_replicate", "simulate_replicates",
            "experiment_manifest", "write_atomic", "load_run", "run_status", "new_run_dir"]
 
 
@@ -116,6 +116,19 @@ def simulate_replicate(exp: Experiment, arms: list[Arm], replicate: int,
     ``stream`` defaults to the replicate's stream of ``exp``'s workload.
     """
     return _simulate_replicate(exp, arms, replicate, stream, None)
+
+
+def simulate_replicates(exp: Experiment, arms: list[Arm], replicates: list[int],
+                        streams: dict[int, Stream] | None = None, jobs: int = 1
+                        ) -> list[dict[str, pd.DataFrame | None]]:
+    """:func:`simulate_replicate` of several replicates, in order, up to
+    ``jobs`` at a time in worker processes (a replicate without a stream in
+    ``streams`` generates its own where it runs). The frames do not depend
+    on ``jobs``; the error raised is the one of the first failing replicate."""
+    streams = streams or {}
+    if jobs > 1 and len(replicates) > 1 and not multiprocessing.current_process().daemon:
+        return _simulate_parallel(exp, arms, list(replicates), streams.get, None, jobs)
+    return [_simulate_replicate(exp, arms, r, streams.get(r), None) for r in replicates]
 
 
 def _simulate_replicate(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 import memsim
 from memsim.cli import main
-from memsim.errors import ConfigError
+from memsim.errors import ConfigError, MemsimError
 from memsim.sweep import SweepSpec, TrialEvaluator, run_sweep
 
 from .test_sweep import (HL, _env, _start_and_kill, _study, retention_table, table,
@@ -84,6 +84,39 @@ def test_a_batch_gives_each_trial_its_values_alone_bit_for_bit():
     # the same parameters evaluated twice in one batch (distinct arms) agree
     twice = ev.evaluate_batch([sets[0], sets[0]])
     assert twice[0].values == twice[1].values == outs[0].values
+
+
+def test_replicates_in_worker_processes_give_the_same_values(monkeypatch):
+    """``jobs`` > 1 (the robustness check's replicates, after the sweep's
+    workers are done) simulates a batch's replicates in worker processes,
+    with the values of one process, bit for bit; a trial that does not build
+    still fails alone, and a replay that raises in a worker is replayed in
+    this process so that its error lands on its trial."""
+    exp = memsim.experiment_from_dict(two_policy_table())
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    sets = [{HL: 30.0, "policies.p.packer": "greedy", "policies.r.candidates": 9},
+            {HL: -3.0, "policies.p.packer": "greedy", "policies.r.candidates": 9},
+            {HL: 300.0, "policies.p.packer": "skip-fill", "policies.r.candidates": 30}]
+    one = TrialEvaluator(exp, spec).evaluate_batch(sets, replicates=[3, 4, 5])
+    calls = []
+    real = memsim.sweep.evaluate.simulate_replicates
+
+    def spy(*args, **kw):
+        calls.append(kw["jobs"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(memsim.sweep.evaluate, "simulate_replicates", spy)
+    two = TrialEvaluator(exp, spec, jobs=2).evaluate_batch(sets, replicates=[3, 4, 5])
+    assert calls == [2]
+    assert [o.values for o in two] == [o.values for o in one] and two[1].error
+    assert [o.per_replicate for o in two] == [o.per_replicate for o in one]
+
+    def fails(*args, **kw):
+        raise MemsimError("a worker's replay failed")
+
+    monkeypatch.setattr(memsim.sweep.evaluate, "simulate_replicates", fails)
+    again = TrialEvaluator(exp, spec, jobs=2).evaluate_batch(sets, replicates=[3, 4, 5])
+    assert [o.values for o in again] == [o.values for o in one]
 
 
 def test_a_trial_stopped_after_a_replicate_is_left_out_of_the_rest():

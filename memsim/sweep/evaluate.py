@@ -50,7 +50,8 @@ import numpy as np
 from memsim.config import Experiment, config_hash
 from memsim.engine import Arm
 from memsim.errors import MemsimError
-from memsim.runner import load_stream_for, simulate_experiment, simulate_replicate
+from memsim.runner import (load_stream_for, simulate_experiment, simulate_replicate,
+                           simulate_replicates)
 from memsim.stats import utility_share_by
 
 from .space import RUN_OBJECTIVES, SweepSpec, apply_params
@@ -130,9 +131,12 @@ class TrialEvaluator:
     #: streams kept per evaluator (a swept workload key would otherwise grow it)
     MAX_STREAMS = 64
 
-    def __init__(self, exp: Experiment, spec: SweepSpec):
+    def __init__(self, exp: Experiment, spec: SweepSpec, jobs: int = 1):
         self.exp = exp
         self.spec = spec
+        #: worker processes a batch without ``after_replicate`` may simulate
+        #: its replicates in (the robustness check); values do not depend on it
+        self.jobs = jobs
         self._streams: dict[tuple, Any] = {}
         self.policies = list(dict.fromkeys(o.policy for o in spec.objectives))
         self.budgets = tuple(dict.fromkeys(o.budget for o in spec.objectives
@@ -262,6 +266,9 @@ class TrialEvaluator:
         per: list[dict[str, dict[int, float]]] = [{lab: {} for lab in self.spec.labels}
                                                   for _ in range(n)]
         stopped: list[int | None] = [None] * n
+        if after_replicate is None and self.jobs > 1 and len(reps) > 1:
+            self._replay_parallel(full, sims, names, reps, errors, per)
+            reps = []  # done (a group that failed was replayed replicate by replicate)
         for step, r in enumerate(reps, 1):
             live = [i for i in range(n) if not errors[i] and stopped[i] is None]
             if not live:
@@ -285,6 +292,40 @@ class TrialEvaluator:
                              per_replicate=per[i], stopped_after=stopped[i])
                 for i in range(n)]
 
+    def _replay_parallel(self, full: list, sims: list, names: list[str], reps: list[int],
+                         errors: list[str], per: list[dict]) -> None:
+        """Every replicate of every trial that builds, ``self.jobs``
+        replicates at a time in worker processes, into ``per``; a group whose
+        replay raises is replayed replicate by replicate in this process
+        (:meth:`_replay`), so that the error lands on its trial."""
+        groups: dict[str, list[int]] = {}
+        for i, e in enumerate(full):
+            if e is not None and not errors[i]:
+                groups.setdefault(_context_key(e), []).append(i)
+        for group in groups.values():
+            e0 = full[group[0]]
+            source = (config_hash(e0.workload.to_config()), e0.seed)
+            kept = {k[2]: v for k, v in self._streams.items() if k[:2] == source}
+            try:
+                frames = simulate_replicates(sims[group[0]], self._arms(group, sims, names), reps,
+                                             streams=kept, jobs=self.jobs)
+            except MemsimError:
+                frames = None
+            for k, r in enumerate(reps):
+                got = (self._replay(group, full, sims, names, r, errors) if frames is None else
+                       {i: self._objective_values(frames[k], full[i], [r], prefix=f"{names[i]}/")
+                        for i in group})
+                for i, by_label in got.items():
+                    for lab, by_rep in by_label.items():
+                        per[i][lab][r] = by_rep[r]
+
+    def _arms(self, group: list[int], sims: list, names: list[str]) -> list[Arm]:
+        """The arms of the trials of ``group`` in one replay: each trial's
+        arm draws its policy's own random stream (``stream_name``)."""
+        budgets = sims[group[0]].settings.budgets or (None,)
+        return [Arm(f"{names[i]}/{p}", sims[i].policies[p], b, stream_name=p)
+                for b in budgets for i in group for p in self.policies]
+
     def _replay(self, group: list[int], full: list, sims: list, names: list[str], r: int,
                 errors: list[str]) -> dict[int, dict[str, dict[int, float]]]:
         """Simulate replicate ``r`` of the trials of ``group`` (same experiment
@@ -292,12 +333,9 @@ class TrialEvaluator:
         error fails the trial alone: a group that raises is replayed trial
         by trial, so the error lands on the trial that caused it."""
         e0, sim0 = full[group[0]], sims[group[0]]
-        budgets = sim0.settings.budgets or (None,)
-        # each trial's arm draws its policy's own random stream (stream_name)
-        arms = [Arm(f"{names[i]}/{p}", sims[i].policies[p], b, stream_name=p)
-                for b in budgets for i in group for p in self.policies]
         try:
-            frames = simulate_replicate(sim0, arms, r, self.streams_for(e0, [r])[r])
+            frames = simulate_replicate(sim0, self._arms(group, sims, names), r,
+                                        self.streams_for(e0, [r])[r])
         except MemsimError as exc:
             if len(group) == 1:
                 errors[group[0]] = str(exc)

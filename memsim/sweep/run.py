@@ -127,7 +127,8 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     timings: dict[str, float] = {}
     try:
         study, n_done = _run_trials(plan, progress, timings)
-        result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots)
+        result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots,
+                         jobs=plan.workers)
         result.notes = notes
         result.study_name = study_name
         result.storage = _mask_url(_absolute_sqlite(plan.storage_spec))
@@ -288,14 +289,15 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
 
 
 def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
-            timings: dict, quiet: bool, want_plots: bool = True) -> SweepResult:
-    """Trials table, best configuration, robustness check, plateaus and plots."""
+            timings: dict, quiet: bool, want_plots: bool = True, jobs: int = 1) -> SweepResult:
+    """Trials table, best configuration, robustness check (its replicates
+    ``jobs`` at a time: the sweep's workers are done), plateaus and plots."""
     t0 = time.perf_counter()
     table = trials_table(study, spec)
     best = _best_trials(study, spec)
     best_params = dict(best[0].params) if best else {}
     best_values = dict(zip(spec.labels, best[0].values)) if best else {}
-    evaluator = TrialEvaluator(exp, spec)
+    evaluator = TrialEvaluator(exp, spec, jobs=jobs)
     cands = _candidates(study, spec, best, exp.settings.replicates)
     robust = robustness_check(evaluator, spec, cands) if cands else pd.DataFrame()
     timings["robustness"] = time.perf_counter() - t0
