@@ -82,7 +82,7 @@ from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
 from .params import Interval, Options, Validated
 from .planted import PlantedModel
 from .policies import ArrayContext, Policy
-from .policies.base import Ranker, Stickiness
+from .policies.base import Breadth, Ranker, Stickiness
 from .policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
 from .rng import child
 from .stream import LoggedRankings, Stream
@@ -711,7 +711,10 @@ def _exponential_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor,
                 np.repeat(query_factor, len(origin), axis=1))
         elif rate.ndim:
             # cells: the same exponential of the same product, cell by cell
+            # (or row by row: a rate per row, arms scored as one array)
             rec = np.exp(-(t - t0)[:, None] * rate)
+            if rec.shape != origin.shape:
+                rec = np.repeat(rec, origin.shape[1], axis=1)
         else:
             rec = np.repeat(np.exp(-(t - t0)[:, None] * rate[None]), origin.shape[1], axis=1)
         rec *= note_factor
@@ -1246,41 +1249,222 @@ def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, or
     ``similarity_needed`` at ``kth`` and its block's highest recency, so
     every note of the top C, and every note tied with its C-th, is among
     those; they alone are scored (in column order: ties to the lower)."""
+    need = _needed(policy, ctx, kth, lo, highs, order.sim.dtype)
+    sub = order.sim if len(rows) == len(order.sim) else order.sim[rows]  # rows ascending
+    cells = _padded_cells(order, *_kept_cells(order, sub, need), rows, policy.retriever.name)
+    cells, live = _live_cells(cells, ctx, c)
+    scores = _cell_scores(policy, _GatheredContext(ctx, rows, cells.cols, live, cells), st)
+    if scores is None:
+        return None
+    return _top_of_cells(scores, cells.cols, c, len(ctx.idx))
+
+
+@dataclass(eq=False)
+class _Member:
+    """An arm of :func:`_stacked_tops`: its context, state, the bounds of its
+    pruning and its decay's one exponential (floor, rate)."""
+
+    key: Any
+    policy: Policy
+    ctx: BatchContext
+    st: PolicyState
+    lo: float | None
+    highs: np.ndarray
+    floor: float
+    rate: float
+
+
+def _stack_member(key: Any, policy: Policy, ctx: BatchContext, st: PolicyState
+                  ) -> _Member | None:
+    """The arm as a member of a stack, or None when its score of a cell is
+    not ``ranker.combine(similarity, floor + (1 - floor) exp(-rate age))``
+    alone (:meth:`Policy.score` with a neutral stickiness and breadth, and a
+    ranker that reads no use, so no state of its own) or it cannot be
+    filtered (:func:`_recency_blocks`)."""
+    s, b, r = policy.stickiness, policy.breadth, policy.ranker
+    if (st.prune_off or policy.retriever.prefilter or not _cells_scorable(policy)
+            or not r.uses_recency or r.reads_uses()
+            or type(s).access_term is not Stickiness.access_term
+            or type(b).on_score is not Breadth.on_score):
+        return None
+    plan = _prune_plan(policy, ctx)
+    highs = None if plan is None else _recency_blocks(policy, ctx, plan[1])
+    if highs is None:
+        return None
+    floor, rate = policy.decay.exponential_form(ctx)
+    if np.ndim(floor) or np.ndim(rate):
+        return None
+    return _Member(key, policy, ctx, st, plan[0], highs, float(floor), float(rate))
+
+
+def _stacked_tops(items: list[tuple[Any, Policy, BatchContext, int, PolicyState]]
+                  ) -> dict[Any, tuple[np.ndarray, np.ndarray]]:
+    """The top C of several arms at once, ``(key, policy, ctx, c, st)`` each:
+    key -> (positions, scores) for the arms scored here; the others are
+    scored one by one (:func:`_top`).
+
+    Arms with the same retriever, ranker, clock and C whose scores differ
+    only by their decay's floor and rate (:func:`_stack_member`) are scored
+    as one array, a row per (arm, query), through the two steps of
+    :func:`_pruned_top`: the base level's cells, then the cells its C-th best
+    score keeps (:func:`_filtered_top`). A cell's recency is computed by the
+    same float operations as the arm's own (:func:`_exponential_recency`
+    with a floor and rate per row), so every arm gets its own scores bit
+    for bit.
+    """
+    groups: dict[tuple, list[_Member]] = {}
+    for key, policy, ctx, c, st in items:
+        m = _stack_member(key, policy, ctx, st)
+        if m is not None:
+            groups.setdefault((repr(policy.retriever), repr(policy.ranker),
+                               policy.decay.clock, c), []).append(m)
+    out: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+    for (_, _, _, c), members in groups.items():
+        if len(members) > 1:
+            out.update(_stack_top(members, c))
+    return out
+
+
+def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np.ndarray]]:
+    """:func:`_stacked_tops` of one group (empty when its store is too small
+    for levels or a query has fewer than C live notes on the base level)."""
+    ctx0, policy0 = members[0].ctx, members[0].policy
+    q, n = len(ctx0.t), len(ctx0.idx)
+    order = _sim_order(ctx0, policy0.retriever)
+    level = _level(2 * c)
+    cc = min(c, n)
+    if n == 0 or 2 * level >= order.n:
+        return {}
+    rows = np.arange(q)
+    arm = np.repeat(np.arange(len(members)), q)  # the member of each (arm, query) row
+    qrow = np.tile(rows, len(members))
+    lv = order.cells(level, rows, False, policy0.retriever.name)
+    cols = np.tile(lv.cols, (len(members), 1))
+    live = np.concatenate([lv.real & m.ctx.live_cells(lv.flat, lv.cols, lv.valid)
+                           for m in members])
+    kth = _kth_best(_stack_scores(members, arm, qrow, cols, np.tile(lv.sim, (len(members), 1)),
+                                  live), cc).reshape(len(members), q)
+    # an arm with a query that has fewer than C live notes on the level
+    # (one that evicted most of the store) is scored on its own
+    ok = np.isfinite(kth).all(axis=1)
+    if not ok.all():
+        members = [m for m, k in zip(members, ok) if k]
+        if len(members) < 2:
+            return {}
+        kth = kth[ok]
+        arm = np.repeat(np.arange(len(members)), q)
+        qrow = np.tile(rows, len(members))
+    kth = kth.ravel()
+    need = np.concatenate([_needed(m.policy, m.ctx, kth[k * q:(k + 1) * q], m.lo, m.highs,
+                                   order.sim.dtype) for k, m in enumerate(members)])
+    r, col = _kept_cells(order, order.sim, need)
+    pos = np.zeros((len(arm), cc), dtype=np.int64)
+    vals = np.full(pos.shape, -np.inf)
+    where = np.full(len(arm), -1)
+    for chunk in _chunks(np.bincount(r, minlength=len(arm))):
+        where[chunk] = np.arange(len(chunk))
+        pick = where[r] >= 0
+        cells = _padded_cells(order, where[r[pick]], col[pick], qrow[chunk],
+                              policy0.retriever.name)
+        where[chunk] = -1
+        live = cells.real.copy()
+        for k in np.unique(arm[chunk]).tolist():
+            at = np.flatnonzero(arm[chunk] == k)
+            live[at] &= members[k].ctx.live_cells(cells.flat[at], cells.cols[at],
+                                                  cells.valid[at])
+        pos[chunk], vals[chunk] = _top_of_cells(
+            _stack_scores(members, arm[chunk], qrow[chunk], cells.cols, cells.sim, live),
+            cells.cols, c, n)
+    return {m.key: (pos[k * q:(k + 1) * q], vals[k * q:(k + 1) * q])
+            for k, m in enumerate(members)}
+
+
+def _chunks(counts: np.ndarray) -> list[np.ndarray]:
+    """The rows (ascending) of one or two padded arrays for rows of
+    ``counts`` cells: split where the padded area is least (a few rows that
+    keep many more cells than the rest are padded apart)."""
+    by = np.argsort(counts, kind="stable")
+    c = counts[by]
+    n = len(c)
+    area = np.arange(1, n + 1) * c + (n - np.arange(1, n + 1)) * c[-1]  # split after k
+    k = int(np.argmin(area)) + 1
+    return [np.sort(by[:k]), np.sort(by[k:])] if k < n else [np.arange(n)]
+
+
+def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, cols: np.ndarray,
+                  sim: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """The scores of the cells ``cols`` of the rows ``qrow`` of the batch,
+    each row scored by its member ``arm``, -inf where not live:
+    :meth:`Policy.score` of each member, as one array."""
+    ctx0, policy0 = members[0].ctx, members[0].policy
+    clock = policy0.decay.clock
+    idx = ctx0.idx[cols]
+    if clock == "last_access":  # each arm's own uses
+        origin = np.empty(idx.shape)
+        for k in np.unique(arm).tolist():
+            at = np.flatnonzero(arm == k)
+            origin[at] = _clock_origin(clock, ctx0.notes, members[k].st, idx[at])
+    else:
+        origin = _clock_origin(clock, ctx0.notes, members[0].st, idx)
+    floor = np.array([m.floor for m in members])[arm][:, None]
+    rate = np.array([m.rate for m in members])[arm][:, None]
+    rec = _exponential_recency(ctx0.t[qrow], ctx0.batch.t0, origin, floor, rate)
+    # the ranker reads no use: any member's cells give it the same columns
+    g = _GatheredContext(ctx0, qrow, cols, live)
+    scores = np.asarray(policy0.ranker.combine(sim, rec, g), dtype=np.float64)
+    return np.where(live & ~np.isnan(scores), scores, -np.inf)
+
+
+def _needed(policy: Policy, ctx: BatchContext, kth: np.ndarray, lo: float | None,
+            highs: np.ndarray, dtype) -> np.ndarray:
+    """The ranker's ``similarity_needed`` (R, B) at ``kth`` (R,) and each
+    block's highest recency, rounded down into the similarity's ``dtype``
+    (NaN: every note), so that comparing the similarity keeps a superset."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         need = np.asarray(policy.ranker.similarity_needed(kth[:, None], lo, highs[None, :], ctx),
                           dtype=np.float64)
-    sim = order.sim
-    # rounded down into the similarity's dtype (NaN: keep every note), so
-    # that the comparison keeps a superset
-    with np.errstate(over="ignore"):
-        need = np.where(np.isnan(need), -np.inf, need).astype(sim.dtype)
-    need = np.nextafter(need, need.dtype.type(-np.inf))
+        need = np.where(np.isnan(need), -np.inf, need).astype(dtype)
+    return np.nextafter(need, need.dtype.type(-np.inf))
+
+
+def _kept_cells(order: _SimOrder, sim: np.ndarray, need: np.ndarray) -> tuple[np.ndarray,
+                                                                              np.ndarray]:
+    """The cells whose similarity is at least their block's ``need`` (one
+    row per row of ``sim``; per (arm, query) when ``need`` stacks several
+    arms' rows): (row of ``need``, column), row by row, columns ascending."""
     n_all = order.n_all
-    sub = sim if len(rows) == len(sim) else sim[rows]  # rows ascending: all of them is every row
-    hit = sub >= np.repeat(need, np.diff(np.append(np.arange(0, n_all, _BLOCK), n_all)), axis=1)
-    r, col = np.divmod(np.flatnonzero(hit), n_all)  # row-major: columns ascending
-    counts = np.bincount(r, minlength=len(rows))
-    shape = (len(rows), max(1, int(counts.max(initial=0))))
+    wide = np.repeat(need, np.diff(np.append(np.arange(0, n_all, _BLOCK), n_all)), axis=1)
+    hit = sim >= wide.reshape((-1,) + sim.shape)  # (arms, R, L)
+    return np.divmod(np.flatnonzero(hit), n_all)  # row-major: columns ascending
+
+
+def _padded_cells(order: _SimOrder, r: np.ndarray, col: np.ndarray, qrow: np.ndarray,
+                  retriever: str) -> _LevelCells:
+    """Cells given as (row, column) pairs, row by row in column order, as a
+    padded (R, W) array of the rows ``qrow`` of the batch (W their most)."""
+    counts = np.bincount(r, minlength=len(qrow))
+    shape = (len(qrow), max(1, int(counts.max(initial=0))))
     cols = np.zeros(shape, dtype=np.int64)
     real = np.zeros(shape, dtype=bool)
     j = _within(counts)
     cols[r, j] = col
     real[r, j] = True
-    flat = rows[:, None] * n_all + cols
-    cells = _LevelCells(cols=cols, real=real, tau=np.full(len(rows), -np.inf), flat=flat,
-                        sim=np.take(sim, flat), valid=real & np.take(order.valid, flat),
-                        retriever=policy.retriever.name)
-    cells, live = _live_cells(cells, ctx, c)
-    scores = _cell_scores(policy, _GatheredContext(ctx, rows, cells.cols, live, cells), st)
-    if scores is None:
-        return None
+    flat = qrow[:, None] * order.n_all + cols
+    return _LevelCells(cols=cols, real=real, tau=np.full(len(qrow), -np.inf), flat=flat,
+                       sim=np.take(order.sim, flat), valid=real & np.take(order.valid, flat),
+                       retriever=retriever)
+
+
+def _top_of_cells(scores: np.ndarray, cols: np.ndarray, c: int, n: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`top_candidates` of gathered cells, as note columns: (R, min(c, n))."""
     p, v = top_candidates(scores, c)
-    out_pos = np.zeros((len(rows), min(c, len(ctx.idx))), dtype=np.int64)
-    out_val = np.full(out_pos.shape, -np.inf)
-    w = min(out_pos.shape[1], p.shape[1])
-    out_pos[:, :w] = np.take_along_axis(cells.cols, p[:, :w], axis=1)
-    out_val[:, :w] = v[:, :w]
-    return out_pos, out_val
+    pos = np.zeros((len(scores), min(c, n)), dtype=np.int64)
+    vals = np.full(pos.shape, -np.inf)
+    w = min(pos.shape[1], p.shape[1])
+    pos[:, :w] = np.take_along_axis(cols, p[:, :w], axis=1)
+    vals[:, :w] = v[:, :w]
+    return pos, vals
 
 
 def _cells_scorable(policy: Policy) -> bool:
@@ -1973,10 +2157,15 @@ def _answer(job: _ArmJob) -> _Packed:
 def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
     """:func:`_answer` of several arms: (the batch each scored, its packing)."""
     scored = []
-    for job in jobs:
+    contexts = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch) for job in jobs]
+    stacked = _stacked_tops([(i, job.arm.policy, ctx, job.c, job.st)
+                             for i, (job, (ctx, _)) in enumerate(zip(jobs, contexts))])
+    for i, (job, (ctx, batch)) in enumerate(zip(jobs, contexts)):
         policy, st = job.arm.policy, job.st
-        ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
-        pos, vals, mask = _top(policy, ctx, job.c, st)
+        if i in stacked:
+            pos, vals, mask = *stacked[i], None
+        else:
+            pos, vals, mask = _top(policy, ctx, job.c, st)
         # keep only what the feedback reads (the prefilter touch: the
         # candidates' mask), not the context: (Q, L) matrices per arm
         if policy.feedback.touch != "prefilter":

@@ -258,6 +258,44 @@ def test_similarity_filter_runs_and_keeps_ties(monkeypatch):
     assert filtered
 
 
+@pytest.mark.parametrize("clock", ["created", "last_access"])
+def test_arms_of_one_family_scored_as_one_array(monkeypatch, clock):
+    """Arms whose scores differ only by their decay's floor and rate are
+    scored as one array (the path runs, for most of the batches), each with
+    exactly the frames of full scoring and of being simulated alone: short
+    and long half-lives, floors 0 to 0.9, a per-day rate, evictions of its
+    own (capacity) and uses of its own (the last-use clock). An arm that
+    evicted most of the store is scored on its own."""
+    stacks = []
+    real = engine._stack_top
+
+    def spy(members, c):
+        out = real(members, c)
+        stacks.append(len(out))
+        return out
+
+    monkeypatch.setattr(engine, "_stack_top", spy)
+    stream = random_stream(11, n_notes=3000, n_queries=60, dim=4, horizon=120.0)
+    decays = [{"kind": "half-life-floor", "half_life_days": hl, "floor": f, "clock": clock}
+              for hl, f in ((1.5, 0.0), (9.0, 0.05), (30.0, 0.6), (400.0, 0.9))]
+    decays += [{"kind": "half-life", "half_life_days": 20.0, "clock": clock},
+               {"kind": "per-day", "rate": 0.05, "clock": clock}]
+    arms = [Arm(f"a{i}", resolve_policy({"ranker": "product", "decay": d}, f"a{i}"))
+            for i, d in enumerate(decays)]
+    # (a long half-life: the notes it evicted would rank high if they were live)
+    arms.append(Arm("cap", resolve_policy({"ranker": "product", "decay": decays[3],
+                                           "retention": {"kind": "capacity",
+                                                         "max_notes": 1500}}, "cap")))
+    # one that evicted most of the store is scored on its own, the rest together
+    arms.append(Arm("tiny", resolve_policy({"ranker": "product", "decay": decays[3],
+                                            "retention": {"kind": "capacity",
+                                                          "max_notes": 100}}, "tiny")))
+    full, pruned = both(stream, arms, candidates=20)
+    assert_same(full, pruned)
+    assert stacks and max(stacks) == len(arms) - 1
+    assert_each_alone(stream, arms[:3], pruned, names=("queries", "rankings"), candidates=20)
+
+
 @pytest.mark.parametrize("c", [3, 40])
 def test_levels_packed_to_the_live_notes(monkeypatch, c):
     """An arm that evicted most of the store scores only its live cells of a
