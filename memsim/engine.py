@@ -911,6 +911,8 @@ class _SimOrder:
         self._sorted: np.ndarray | None = None
         self._cols: dict[int, dict[int, np.ndarray]] = {}
         self._cells: dict[tuple, _LevelCells] = {}
+        self._blocks: np.ndarray | None = None
+        self._block_max: np.ndarray | None = None
 
     def cells(self, level: int, todo: np.ndarray, full: bool, retriever: str) -> _LevelCells:
         """The cells the queries ``todo`` score at ``level`` (every note when
@@ -925,6 +927,24 @@ class _SimOrder:
                               retriever=retriever)
             self._cells[key] = got
         return got
+
+    def blocks(self) -> np.ndarray:
+        """The similarity as (Q, B, :data:`_BLOCK`) blocks of consecutive
+        columns, the last padded with -inf (the similarity filter's cells)."""
+        if self._blocks is None:
+            q, n = self.sim.shape
+            nb = -(-n // _BLOCK)
+            pad = np.full((q, nb * _BLOCK), -np.inf, dtype=self.sim.dtype)
+            pad[:, :n] = self.sim
+            self._blocks = pad.reshape(q, nb, _BLOCK)
+        return self._blocks
+
+    def block_max(self) -> np.ndarray:
+        """(Q, B): the largest similarity of each block of :meth:`blocks`."""
+        if self._block_max is None:
+            # fmax: a NaN similarity (a zero vector) hides no other cell
+            self._block_max = np.fmax.reduce(self.blocks(), axis=2)
+        return self._block_max
 
     def _rank(self, m: int) -> int:
         """The sample rank whose value is level ``m``'s threshold."""
@@ -1250,8 +1270,7 @@ def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, or
     every note of the top C, and every note tied with its C-th, is among
     those; they alone are scored (in column order: ties to the lower)."""
     need = _needed(policy, ctx, kth, lo, highs, order.sim.dtype)
-    sub = order.sim if len(rows) == len(order.sim) else order.sim[rows]  # rows ascending
-    cells = _padded_cells(order, *_kept_cells(order, sub, need), rows, policy.retriever.name)
+    cells = _padded_cells(order, *_kept_cells(order, need, rows), rows, policy.retriever.name)
     cells, live = _live_cells(cells, ctx, c)
     scores = _cell_scores(policy, _GatheredContext(ctx, rows, cells.cols, live, cells), st)
     if scores is None:
@@ -1357,7 +1376,7 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
     kth = kth.ravel()
     need = np.concatenate([_needed(m.policy, m.ctx, kth[k * q:(k + 1) * q], m.lo, m.highs,
                                    order.sim.dtype) for k, m in enumerate(members)])
-    r, col = _kept_cells(order, order.sim, need)
+    r, col = _kept_cells(order, need, qrow)
     pos = np.zeros((len(arm), cc), dtype=np.int64)
     vals = np.full(pos.shape, -np.inf)
     where = np.full(len(arm), -1)
@@ -1427,15 +1446,22 @@ def _needed(policy: Policy, ctx: BatchContext, kth: np.ndarray, lo: float | None
     return np.nextafter(need, need.dtype.type(-np.inf))
 
 
-def _kept_cells(order: _SimOrder, sim: np.ndarray, need: np.ndarray) -> tuple[np.ndarray,
-                                                                              np.ndarray]:
-    """The cells whose similarity is at least their block's ``need`` (one
-    row per row of ``sim``; per (arm, query) when ``need`` stacks several
-    arms' rows): (row of ``need``, column), row by row, columns ascending."""
+def _kept_cells(order: _SimOrder, need: np.ndarray, qrow: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The cells whose similarity is at least their block's ``need`` (R, B),
+    row ``i`` of which is for the batch's query ``qrow[i]`` (several arms'
+    rows may stack): (row of ``need``, column), row by row, columns
+    ascending. Only the blocks whose largest similarity reaches ``need`` are
+    compared cell by cell."""
     n_all = order.n_all
-    wide = np.repeat(need, np.diff(np.append(np.arange(0, n_all, _BLOCK), n_all)), axis=1)
-    hit = sim >= wide.reshape((-1,) + sim.shape)  # (arms, R, L)
-    return np.divmod(np.flatnonzero(hit), n_all)  # row-major: columns ascending
+    blocks = order.blocks()  # (Q, B, _BLOCK), padded with -inf
+    rb = np.flatnonzero(order.block_max()[qrow] >= need)  # row-major: blocks ascending
+    r, b = np.divmod(rb, need.shape[1])
+    hit = blocks[qrow[r], b] >= need[r, b][:, None]
+    k, j = np.divmod(np.flatnonzero(hit), _BLOCK)
+    col = b[k] * _BLOCK + j
+    inside = col < n_all  # the padding compares with a need of -inf
+    return r[k][inside], col[inside]
 
 
 def _padded_cells(order: _SimOrder, r: np.ndarray, col: np.ndarray, qrow: np.ndarray,
