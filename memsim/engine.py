@@ -26,7 +26,15 @@ thresholds and the notes above them are computed once per batch and shared by
 every arm), and the query is done when its C-th best score is strictly above
 the ranker's bound at ``tau``: no note left out can then enter, or tie into,
 the top C. Otherwise ``tau`` is lowered (about 4x more notes) until it holds
-or every note is scored. The levels hold only the notes some arm can see: a
+or every note is scored. When the ranker declares ``similarity_needed`` and
+the recency is one exponential of a clock, the first level's C-th best score
+is a score the top C reaches, so only the notes whose similarity reaches the
+ranker's ``similarity_needed`` at it and at the highest recency of their
+block of columns can be in it (or tie); those alone are scored
+(:func:`_filtered_top`), whatever the half-life and floor. Arms that differ
+only by their decay's floor and rate (a sweep's trials) go through these
+two steps as one array, a row per (arm, query) (:func:`_stacked_tops`).
+The levels hold only the notes some arm can see: a
 note every arm has evicted is in none (retention sweeps run between
 batches), and an arm whose retention evicted most of a level scores only
 its own live cells of it. Scores of the notes scored are the same floats as

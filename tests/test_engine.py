@@ -295,6 +295,31 @@ def test_components_declare_bounds_conservatively():
     assert b[0] >= 0.5 and b[1] >= -0.5 * 0.35
 
 
+def test_similarity_needed_is_a_lower_bound_of_the_similarity_of_any_note_that_reaches_a_score():
+    """``Product.similarity_needed``: a note whose score (as computed) is at
+    least ``score`` never has a similarity below the value, whatever its
+    recency in ``[lo, hi]``; and the value is tight (a note at it with the
+    highest recency reaches the score, up to the slack)."""
+    from memsim.policies import build_component
+
+    product = build_component("ranker", "product", "r")
+    rng = np.random.default_rng(4)
+    rel = rng.uniform(-1, 1, 200_000).astype(np.float32).astype(np.float64)
+    lo, hi = 0.2, rng.uniform(0.2, 1.0, 200_000)
+    rec = rng.uniform(lo, hi)
+    score = product.combine(rel, rec, None)
+    target = rng.uniform(-0.5, 0.9, 200_000)
+    need = product.similarity_needed(target, lo, hi, None)
+    reach = score >= target
+    assert reach.any() and (~reach).any()
+    assert (rel[reach] >= need[reach]).all()
+    at = (target > 0) & (need <= 1)
+    assert np.allclose(need[at] * hi[at], target[at], rtol=1e-4)
+    assert product.similarity_needed(np.array([0.3]), -0.1, 1.0, None) is None
+    assert build_component("ranker", "weighted-sum", "r").similarity_needed(
+        np.array([0.3]), 0.0, 1.0, None) is None
+
+
 def test_abstention_is_measured_on_unanswerable_queries_only():
     from memsim.metrics import query_metrics  # noqa: F401  (the column's definition)
     exp = memsim.experiment_from_dict({

@@ -41,7 +41,10 @@ live note (see :mod:`memsim.engine`, "pruning") are declared the same way,
 each None (or unavailable) by default, which keeps the engine on full
 scoring: ``Decay.upper_bound()``, ``Stickiness.access_term_bound(ctx)``,
 ``Breadth.access_factor_bound(ctx)``, ``Breadth.score_factor_bound(ctx)`` and
-``Ranker.score_bound(rel, rec_lo, rec_hi, ctx)``. A component that declares
+``Ranker.score_bound(rel, rec_lo, rec_hi, ctx)``; with its inverse
+``Ranker.similarity_needed(score, rec_lo, rec_hi, ctx)`` and a decay of one
+exponential (``Decay.exponential_form``), the engine keeps only the notes
+whose similarity can reach a query's C-th best score. A component that declares
 one must also be *elementwise*: the value for a (query, note) cell depends
 only on that cell's and that note's inputs, so that the engine may score any
 subset of cells (note vectors then arrive with the cells' shape).
