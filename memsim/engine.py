@@ -919,7 +919,6 @@ class _SimOrder:
         self._sorted: np.ndarray | None = None
         self._cols: dict[int, dict[int, np.ndarray]] = {}
         self._cells: dict[tuple, _LevelCells] = {}
-        self._blocks: np.ndarray | None = None
         self._block_max: np.ndarray | None = None
 
     def cells(self, level: int, todo: np.ndarray, full: bool, retriever: str) -> _LevelCells:
@@ -936,23 +935,27 @@ class _SimOrder:
             self._cells[key] = got
         return got
 
-    def blocks(self) -> np.ndarray:
-        """The similarity as (Q, B, :data:`_BLOCK`) blocks of consecutive
-        columns, the last padded with -inf (the similarity filter's cells)."""
-        if self._blocks is None:
-            q, n = self.sim.shape
-            nb = -(-n // _BLOCK)
-            pad = np.full((q, nb * _BLOCK), -np.inf, dtype=self.sim.dtype)
-            pad[:, :n] = self.sim
-            self._blocks = pad.reshape(q, nb, _BLOCK)
-        return self._blocks
-
     def block_max(self) -> np.ndarray:
-        """(Q, B): the largest similarity of each block of :meth:`blocks`."""
+        """(Q, B): the largest similarity of each block of :data:`_BLOCK`
+        consecutive columns (the similarity filter's, :func:`_kept_cells`);
+        +inf for a block with a NaN similarity (its cells are then compared
+        one by one)."""
         if self._block_max is None:
-            # fmax: a NaN similarity (a zero vector) hides no other cell
-            self._block_max = np.fmax.reduce(self.blocks(), axis=2)
+            q, n = self.sim.shape
+            full = n // _BLOCK
+            bm = np.empty((q, -(-n // _BLOCK)), dtype=self.sim.dtype)
+            bm[:, :full] = self.full_blocks().max(axis=2)
+            if full < bm.shape[1]:
+                bm[:, full] = self.sim[:, full * _BLOCK:].max(axis=1)
+            bm[np.isnan(bm)] = np.inf
+            self._block_max = bm
         return self._block_max
+
+    def full_blocks(self) -> np.ndarray:
+        """The similarity's whole blocks as (Q, B', :data:`_BLOCK`), a view."""
+        q, n = self.sim.shape
+        full = n // _BLOCK
+        return self.sim[:, :full * _BLOCK].reshape(q, full, _BLOCK)
 
     def _rank(self, m: int) -> int:
         """The sample rank whose value is level ``m``'s threshold."""
@@ -1166,9 +1169,9 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     vals = np.full((q, cc), -np.inf)
     todo = np.arange(q)
     base = _level(2 * c)
-    highs = _recency_blocks(policy, ctx, hi)
-    level = base if highs is not None else max(base, st.prune_level)
+    level = max(base, st.prune_level)
     need = 0
+    highs: np.ndarray | bool | None = None  # per-block recency bounds, when first needed
     while len(todo):
         full = 2 * level >= order.n
         level_cells = order.cells(level, todo, full, retriever.name)
@@ -1177,19 +1180,6 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
         scores = _cell_scores(policy, _GatheredContext(ctx, todo, cols, live, cells), st)
         if scores is None:
             return None
-        if highs is not None and not full:
-            # the level's C-th best score, which each query's top C reaches
-            kth = _kth_best(scores, cc)
-            ok = np.isfinite(kth)
-            if ok.any():
-                rows = todo[ok]
-                got = _filtered_top(policy, ctx, c, st, order, highs, lo, rows, kth[ok])
-                if got is None:
-                    return None
-                pos[rows], vals[rows] = got
-                todo = todo[~ok]
-                level = _level(4 * level)
-                continue
         p, v = top_candidates(scores, c)  # columns ascending: ties to the lower
         with np.errstate(invalid="ignore", over="ignore"):
             bound = np.asarray(ranker.score_bound(tau, lo, hi, ctx), dtype=np.float64)
@@ -1208,10 +1198,23 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                                    dtype=np.float64)
                 need = max(need, int(((b >= kth[:, None]) & level_cells.real[d])
                                      .sum(axis=1).max()))
+        if not full and not done.all():
+            if highs is None:
+                highs = _recency_blocks(policy, ctx, hi)
+                highs = False if highs is None else highs
+            # the level's C-th best score is one each query's top C reaches
+            kth = v[:, cc - 1] if v.shape[1] >= cc else np.full(len(todo), -np.inf)
+            filt = ~done & np.isfinite(kth)
+            if highs is not False and filt.any():
+                rows = todo[filt]
+                got = _filtered_top(policy, ctx, c, st, order, highs, lo, rows, kth[filt])
+                if got is None:
+                    return None
+                pos[rows], vals[rows] = got
+                done |= filt
         todo = todo[~done]
         level = _level(4 * level)
-    if highs is None:
-        st.prune_level = max(base, _level(1.1 * need + c))
+    st.prune_level = max(base, _level(1.1 * need + c))
     return pos, vals
 
 
@@ -1462,13 +1465,17 @@ def _kept_cells(order: _SimOrder, need: np.ndarray, qrow: np.ndarray
     ascending. Only the blocks whose largest similarity reaches ``need`` are
     compared cell by cell."""
     n_all = order.n_all
-    blocks = order.blocks()  # (Q, B, _BLOCK), padded with -inf
     rb = np.flatnonzero(order.block_max()[qrow] >= need)  # row-major: blocks ascending
     r, b = np.divmod(rb, need.shape[1])
-    hit = blocks[qrow[r], b] >= need[r, b][:, None]
-    k, j = np.divmod(np.flatnonzero(hit), _BLOCK)
+    sims = np.full((len(r), _BLOCK), -np.inf, dtype=order.sim.dtype)
+    whole = b < n_all // _BLOCK
+    sims[whole] = order.full_blocks()[qrow[r[whole]], b[whole]]
+    if not whole.all():  # the last block, shorter
+        tail = order.sim[:, b[~whole][0] * _BLOCK:]
+        sims[~whole, :tail.shape[1]] = tail[qrow[r[~whole]]]
+    k, j = np.divmod(np.flatnonzero(sims >= need[r, b][:, None]), _BLOCK)
     col = b[k] * _BLOCK + j
-    inside = col < n_all  # the padding compares with a need of -inf
+    inside = col < n_all  # the last block's padding meets a need of -inf
     return r[k][inside], col[inside]
 
 

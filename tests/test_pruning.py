@@ -214,9 +214,10 @@ def test_similarity_filter_equals_full_scoring(case):
 
 
 def test_similarity_filter_runs_and_keeps_ties(monkeypatch):
-    """The filter runs (not a silent fallback to the levels) and scores
-    fewer notes than lowering the similarity threshold does, a third as
-    many for a short half-life with a low floor; notes
+    """The filter runs (not a silent fallback to the levels) where the
+    first level does not prove the top C, and scores a third as many notes
+    as lowering the similarity threshold does for a short half-life with a
+    low floor (no more for a long one with a high floor); notes
     tied at the C-th score (equal vectors, equal ages) go to the lower
     note_id as in full scoring."""
     cells = []
@@ -243,19 +244,44 @@ def test_similarity_filter_runs_and_keeps_ties(monkeypatch):
             m.setattr(engine, "_recency_blocks", lambda *a: None)  # the levels alone
             _, levels = both(stream, [arm], candidates=30)
         assert_same(full, levels)
-        assert 0 < filtered < sum(cells) / gain
+        assert 0 < filtered <= sum(cells) / gain
 
     emb = stream.note_embeddings.copy()
     emb[::5] = emb[2]  # equal vectors ...
     stream.note_embeddings[:] = emb
     notes = stream.notes
     notes.loc[notes.index[::5], "created_at"] = notes["created_at"].iloc[2]  # ... and ages
-    filtered = []
+    ran = []
     monkeypatch.setattr(engine, "_filtered_top",
-                        lambda *a, real=engine._filtered_top: filtered.append(1) or real(*a))
-    full, pruned = both(stream, arms, candidates=30)
-    assert_same(full, pruned)
-    assert filtered
+                        lambda *a, real=engine._filtered_top: ran.append("alone") or real(*a))
+    monkeypatch.setattr(engine, "_stack_top",
+                        lambda *a, real=engine._stack_top: ran.append("stacked") or real(*a))
+    for together in ([arms[0]], arms):  # alone, then both arms as one array
+        full, pruned = both(stream, together, candidates=30)
+        assert_same(full, pruned)
+    assert {"alone", "stacked"} <= set(ran)
+
+
+def test_kept_cells_are_every_cell_at_or_above_its_blocks_need():
+    """The filter's cells, compared block by block, are exactly the cells
+    whose similarity reaches their block's need, row by row in column
+    order: a short last block, a need of -inf (every note), NaN
+    similarities (never kept, and hiding no other cell of their block), and
+    rows stacked for several arms."""
+    rng = np.random.default_rng(8)
+    q, n = 3, 3 * engine._BLOCK + 7
+    sim = rng.normal(size=(q, n)).astype(np.float32)
+    sim[1, 5] = sim[2, n - 1] = np.nan
+    order = engine._SimOrder(sim, np.ones((q, n), dtype=bool))
+    nb = -(-n // engine._BLOCK)
+    qrow = np.array([0, 1, 2, 2, 1])
+    need = rng.normal(0.5, 0.5, size=(len(qrow), nb)).astype(np.float32)
+    need[3] = -np.inf
+    r, col = engine._kept_cells(order, need, qrow)
+    wide = np.repeat(need, engine._BLOCK, axis=1)[:, :n]
+    want_r, want_col = np.nonzero(sim[qrow] >= wide)
+    assert np.array_equal(r, want_r) and np.array_equal(col, want_col)
+    assert (r == 3).sum() == n - 1  # every note but the NaN
 
 
 @pytest.mark.parametrize("clock", ["created", "last_access"])
