@@ -26,11 +26,12 @@ thresholds and the notes above them are computed once per batch and shared by
 every arm), and the query is done when its C-th best score is strictly above
 the ranker's bound at ``tau``: no note left out can then enter, or tie into,
 the top C. Otherwise ``tau`` is lowered (about 4x more notes) until it holds
-or every note is scored. When the ranker declares ``similarity_needed`` and
-the recency is one exponential of a clock, the first level's C-th best score
-is a score the top C reaches, so only the notes whose similarity reaches the
-ranker's ``similarity_needed`` at it and at the highest recency of their
-block of columns can be in it (or tie); those alone are scored
+or every note is scored. When the ranker declares ``similarity_needed``, the
+recency is one exponential of a clock and the levels the batch's first scan
+holds do not prove the top C, a level's C-th best score is a score the top
+C reaches, so only the notes whose similarity reaches the ranker's
+``similarity_needed`` at it and at the highest recency of their block of
+columns can be in it (or tie); those alone are scored
 (:func:`_filtered_top`), whatever the half-life and floor. Arms that differ
 only by their decay's floor and rate (a sweep's trials) go through these
 two steps as one array, a row per (arm, query) (:func:`_stacked_tops`).
@@ -1172,6 +1173,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     level = max(base, st.prune_level)
     need = 0
     highs: np.ndarray | bool | None = None  # per-block recency bounds, when first needed
+    scanned = _level(4 * level)  # the first scan's depth: levels down to it cost no pass
     while len(todo):
         full = 2 * level >= order.n
         level_cells = order.cells(level, todo, full, retriever.name)
@@ -1198,7 +1200,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                                    dtype=np.float64)
                 need = max(need, int(((b >= kth[:, None]) & level_cells.real[d])
                                      .sum(axis=1).max()))
-        if not full and not done.all():
+        if not full and not done.all() and level >= scanned:
             if highs is None:
                 highs = _recency_blocks(policy, ctx, hi)
                 highs = False if highs is None else highs
