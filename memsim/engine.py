@@ -307,6 +307,9 @@ class PolicyState:
         #: gathered cells lack (then neither pruning nor the per-query
         #: rescoring of used notes scores cells: both score whole rows)
         self.prune_level = 0
+        #: the last batch had a query whose top C only the similarity filter
+        #: proved cheaply: the next one filters after its first level
+        self.prune_filter = False
         self.prune_off = False
 
     def gather(self, rows: np.ndarray, bumps: tuple[np.ndarray, np.ndarray] | None = None
@@ -1174,6 +1177,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
     need = 0
     highs: np.ndarray | bool | None = None  # per-block recency bounds, when first needed
     scanned = _level(4 * level)  # the first scan's depth: levels down to it cost no pass
+    far = 0  # notes the deepest filtered query would have scored on a level
     while len(todo):
         full = 2 * level >= order.n
         level_cells = order.cells(level, todo, full, retriever.name)
@@ -1200,7 +1204,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                                    dtype=np.float64)
                 need = max(need, int(((b >= kth[:, None]) & level_cells.real[d])
                                      .sum(axis=1).max()))
-        if not full and not done.all() and level >= scanned:
+        if not full and not done.all() and (level >= scanned or st.prune_filter):
             if highs is None:
                 highs = _recency_blocks(policy, ctx, hi)
                 highs = False if highs is None else highs
@@ -1214,10 +1218,26 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                     return None
                 pos[rows], vals[rows] = got
                 done |= filt
+                far = max(far, _level_needed(ranker, ctx, order, rows, got[1][:, cc - 1], lo, hi))
         todo = todo[~done]
         level = _level(4 * level)
-    st.prune_level = max(base, _level(1.1 * need + c))
+    # the next batch starts at the level its queries needed, unless that is
+    # deeper than the first scan holds: then it filters after its first level
+    st.prune_filter = far > _level(4 * base)
+    st.prune_level = max(base, _level(1.1 * max(need, 0 if st.prune_filter else far) + c))
     return pos, vals
+
+
+def _level_needed(ranker: Ranker, ctx: BatchContext, order: _SimOrder, rows: np.ndarray,
+                  kth: np.ndarray, lo: float | None, hi: float | None) -> int:
+    """About how many notes the deepest of the queries ``rows`` would have
+    had to score on a level to prove its top C (C-th score ``kth``): those
+    of the sample whose similarity reaches ``similarity_needed`` at the
+    highest recency, scaled to the store."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        need = np.asarray(ranker.similarity_needed(kth, lo, hi, ctx), dtype=np.float64)
+    above = (order.neg_sample[rows] <= -need[:, None]).sum(axis=1)
+    return int(above.max(initial=0)) * order.n // order.neg_sample.shape[1]
 
 
 def _kth_best(scores: np.ndarray, k: int) -> np.ndarray:
