@@ -213,6 +213,45 @@ def test_similarity_filter_equals_full_scoring(case):
     assert_same(full, pruned)
 
 
+@st.composite
+def stack_cases(draw):
+    """Several product arms on one retriever and clock, differing in their
+    decay's floor and rate, feedback and retention (the arms
+    :func:`memsim.engine._stacked_tops` scores as one array)."""
+    clock = draw(st.sampled_from(["created", "last_access"]))
+    n_arms = draw(st.integers(2, 5))
+    tables = []
+    for _ in range(n_arms):
+        if draw(st.booleans()):
+            decay = {"kind": "half-life-floor", "clock": clock,
+                     "floor": draw(st.floats(0.0, 0.95)),
+                     "half_life_days": draw(st.floats(0.3, 400.0))}
+        else:
+            decay = {"kind": "per-day", "clock": clock, "rate": draw(st.floats(0.0, 0.6))}
+        retention = draw(st.sampled_from(
+            ["none", "ai-memory", {"kind": "capacity", "max_notes": 200},
+             {"kind": "capacity", "max_notes": 1200}]))
+        tables.append({"ranker": "product", "decay": decay, "retention": retention,
+                       "feedback": draw(st.sampled_from(FEEDBACK[:3]))})
+    return {"seed": draw(st.integers(0, 10**6)), "n_notes": draw(st.integers(600, 2500)),
+            "n_queries": draw(st.integers(2, 40)), "dim": draw(st.sampled_from([2, 4, 8])),
+            "horizon": draw(st.sampled_from([3.0, 30.0, 300.0])), "c": draw(st.integers(1, 60)),
+            "tables": tables}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stack_cases())
+def test_stacked_arms_equal_full_scoring(case):
+    """Arms scored as one array get the frames of full scoring, for random
+    floors, rates, clocks, evictions and uses."""
+    stream = random_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
+                           dim=case["dim"], horizon=case["horizon"])
+    arms = [Arm(f"p{i}", resolve_policy(t, f"policies.p{i}"))
+            for i, t in enumerate(case["tables"])]
+    full, pruned = both(stream, arms, candidates=case["c"])
+    assert_same(full, pruned)
+
+
 def test_similarity_filter_runs_and_keeps_ties(monkeypatch):
     """The filter runs (not a silent fallback to the levels) where the
     levels the first scan holds do not prove the top C, and scores half as many notes
