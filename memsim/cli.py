@@ -430,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a dotted config key (repeatable)")
     common.add_argument("--quiet", action="store_true",
-                        help="no progress bar or progress lines on stderr")
+                        help="no progress bar or progress lines on stderr; run and sweep "
+                             "also print only the run folder (no headline table or summary)")
 
     def add_out(parser, default="results", text="parent folder of run folders"):
         parser.add_argument("--out", default=default, metavar="DIR", help=text)

@@ -99,6 +99,11 @@ def test_memsim_run_in_a_pipe_prints_a_line_per_replicate(tmp_path):
                             *[x for s in SMALL for x in ("--set", s)]],
                            capture_output=True, text=True, cwd=ROOT)
     assert quiet.returncode == 0 and quiet.stderr == ""
+    # and stdout holds only the run folder (no headline table), as --help says
+    assert len(quiet.stdout.splitlines()) == 1 and Path(quiet.stdout.strip()).is_dir()
+    helped = subprocess.run([sys.executable, "-m", "memsim.cli", "run", "--help"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert "print only the run folder" in " ".join(helped.stdout.split())
 
 
 def test_version(capsys):
