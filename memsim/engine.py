@@ -1379,7 +1379,8 @@ def _stacked_tops(items: list[tuple[Any, Policy, BatchContext, int, PolicyState]
 
 def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np.ndarray]]:
     """:func:`_stacked_tops` of one group (empty when its store is too small
-    for levels or a query has fewer than C live notes on the base level)."""
+    for levels; an arm with a query short of C live notes on the base level
+    is left to be scored on its own)."""
     ctx0, policy0 = members[0].ctx, members[0].policy
     q, n = len(ctx0.t), len(ctx0.idx)
     order = _sim_order(ctx0, policy0.retriever)
