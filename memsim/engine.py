@@ -1328,25 +1328,31 @@ class _Member:
 
 def _stack_member(key: Any, policy: Policy, ctx: BatchContext, st: PolicyState
                   ) -> _Member | None:
-    """The arm as a member of a stack, or None when its score of a cell is
-    not ``ranker.combine(similarity, floor + (1 - floor) exp(-rate age))``
-    alone (:meth:`Policy.score` with a neutral stickiness and breadth, and a
+    """The arm (one :func:`_stackable`) as a member of a stack, or None
+    when its score of a cell is not ``ranker.combine(similarity, floor + (1
+    - floor) exp(-rate age))`` alone with one floor and rate
+    (:meth:`Policy.score` with a neutral stickiness and breadth, and a
     ranker that reads no use, so no state of its own) or it cannot be
     filtered (:func:`_recency_blocks`)."""
-    s, b, r = policy.stickiness, policy.breadth, policy.ranker
-    if (st.prune_off or policy.retriever.prefilter or not _cells_scorable(policy)
-            or not r.uses_recency or r.reads_uses()
-            or type(s).access_term is not Stickiness.access_term
-            or type(b).on_score is not Breadth.on_score):
+    form = policy.decay.exponential_form(ctx)
+    if form is None or np.ndim(form[0]) or np.ndim(form[1]):
         return None
     plan = _prune_plan(policy, ctx)
     highs = None if plan is None else _recency_blocks(policy, ctx, plan[1])
     if highs is None:
         return None
-    floor, rate = policy.decay.exponential_form(ctx)
-    if np.ndim(floor) or np.ndim(rate):
-        return None
-    return _Member(key, policy, ctx, st, plan[0], highs, float(floor), float(rate))
+    return _Member(key, policy, ctx, st, plan[0], highs, float(form[0]), float(form[1]))
+
+
+def _stackable(policy: Policy, st: PolicyState) -> bool:
+    """What :func:`_stack_member` asks of the components alone (no batch
+    work): a neutral stickiness and breadth, a ranker that reads no use and
+    scores gathered cells, no prefilter."""
+    s, b, r = policy.stickiness, policy.breadth, policy.ranker
+    return not (st.prune_off or policy.retriever.prefilter or not _cells_scorable(policy)
+                or not r.uses_recency or r.reads_uses()
+                or type(s).access_term is not Stickiness.access_term
+                or type(b).on_score is not Breadth.on_score)
 
 
 def _stacked_tops(items: list[tuple[Any, Policy, BatchContext, int, PolicyState]]
@@ -1364,14 +1370,16 @@ def _stacked_tops(items: list[tuple[Any, Policy, BatchContext, int, PolicyState]
     with a floor and rate per row), so every arm gets its own scores bit
     for bit.
     """
-    groups: dict[tuple, list[_Member]] = {}
+    groups: dict[tuple, list[tuple]] = {}
     for key, policy, ctx, c, st in items:
-        m = _stack_member(key, policy, ctx, st)
-        if m is not None:
+        if _stackable(policy, st):
             groups.setdefault((repr(policy.retriever), repr(policy.ranker),
-                               policy.decay.clock, c), []).append(m)
+                               policy.decay.clock, c), []).append((key, policy, ctx, st))
     out: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
-    for (_, _, _, c), members in groups.items():
+    for (_, _, _, c), group in groups.items():
+        # an arm alone is scored on its own: no member's bounds to compute
+        members = [m for m in (_stack_member(*g) for g in group) if m is not None] \
+            if len(group) > 1 else []
         if len(members) > 1:
             out.update(_stack_top(members, c))
     return out
@@ -1506,13 +1514,7 @@ def _padded_cells(order: _SimOrder, r: np.ndarray, col: np.ndarray, qrow: np.nda
                   retriever: str) -> _LevelCells:
     """Cells given as (row, column) pairs, row by row in column order, as a
     padded (R, W) array of the rows ``qrow`` of the batch (W their most)."""
-    counts = np.bincount(r, minlength=len(qrow))
-    shape = (len(qrow), max(1, int(counts.max(initial=0))))
-    cols = np.zeros(shape, dtype=np.int64)
-    real = np.zeros(shape, dtype=bool)
-    j = _within(counts)
-    cols[r, j] = col
-    real[r, j] = True
+    cols, real, _ = _packed_left(r, col, np.bincount(r, minlength=len(qrow)))
     flat = qrow[:, None] * order.n_all + cols
     return _LevelCells(cols=cols, real=real, tau=np.full(len(qrow), -np.inf), flat=flat,
                        sim=np.take(order.sim, flat), valid=real & np.take(order.valid, flat),
@@ -1546,6 +1548,20 @@ def _within(counts: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
+def _packed_left(r: np.ndarray, col: np.ndarray, counts: np.ndarray, width: int = 1
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items ``col`` of rows ``r`` (row by row, ``counts`` per row) packed
+    to the left of a (rows, W) array, W their most per row (at least
+    ``width``): (values, which are real, each item's position in its row)."""
+    j = _within(counts)
+    shape = (len(counts), max(width, int(counts.max(initial=0))))
+    cols = np.zeros(shape, dtype=np.int64)
+    real = np.zeros(shape, dtype=bool)
+    cols[r, j] = col
+    real[r, j] = True
+    return cols, real, j
+
+
 def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
                    st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's masked scores when a prefilter
@@ -1556,28 +1572,15 @@ def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
         return None
     live = ctx.live
     q, n = live.shape
-    cc = min(c, n)
     if ctx.prefilter_cells is not None:
         cols, real = ctx.prefilter_cells
     else:
-        k = np.count_nonzero(live, axis=1)
         rows, j0 = np.nonzero(live)  # row-major: each row's columns ascending
-        j = _within(k)
-        w = max(1, int(k.max(initial=0)))
-        cols = np.zeros((q, w), dtype=np.int64)
-        real = np.zeros((q, w), dtype=bool)
-        cols[rows, j] = j0
-        real[rows, j] = True
+        cols, real, _ = _packed_left(rows, j0, np.count_nonzero(live, axis=1))
     scores = _cell_scores(policy, _GatheredContext(ctx, np.arange(q), cols, real), st)
     if scores is None:
         return None
-    p, v = top_candidates(scores, c)
-    pos = np.zeros((q, cc), dtype=np.int64)
-    vals = np.full((q, cc), -np.inf)
-    m = min(cc, p.shape[1])
-    pos[:, :m] = np.take_along_axis(cols, p[:, :m], axis=1)
-    vals[:, :m] = v[:, :m]
-    return pos, vals
+    return _top_of_cells(scores, cols, c, n)
 
 
 #: a level's cells are packed to an arm's live ones when at most this share
@@ -1600,15 +1603,12 @@ def _live_cells(cells: _LevelCells, ctx: BatchContext, c: int
     if k.sum() > _PACK_BELOW * live.size:
         return cells, live
     r, j0 = np.nonzero(live)
-    j = _within(k)
-    shape = (len(live), max(1, int(k.max(initial=0)), min(c, cells.cols.shape[1])))
-    cols = np.zeros(shape, dtype=np.int64)
-    real = np.zeros(shape, dtype=bool)
+    cols, real, j = _packed_left(r, cells.cols[r, j0], k,
+                                 width=max(1, min(c, cells.cols.shape[1])))
+    shape = cols.shape
     # padding: column 0 of the row, as the level's own padding
     flat = np.repeat(cells.flat[:, :1] - cells.cols[:, :1], shape[1], axis=1)
     sim = np.zeros(shape, dtype=cells.sim.dtype)
-    cols[r, j] = cells.cols[r, j0]
-    real[r, j] = True
     flat[r, j] = cells.flat[r, j0]
     sim[r, j] = cells.sim[r, j0]
     return dataclasses.replace(cells, cols=cols, real=real, flat=flat, sim=sim, valid=real), real
