@@ -85,12 +85,7 @@ def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
             return cached_source
         return None  # generated from the replicate's seed where it is simulated
 
-    if jobs > 1 and len(reps) > 1 and not multiprocessing.current_process().daemon:
-        per_rep = _simulate_parallel(exp, arms, reps, stream_of, progress, jobs)
-    else:
-        per_rep = (_simulate_replicate(exp, arms, r, stream_of(r), None if progress is None
-                                       else (lambda f, i=i: progress((i + f) / len(reps))))
-                   for i, r in enumerate(reps))
+    per_rep = _replicates(exp, arms, reps, stream_of, progress, jobs)
     parts: dict[str, list[pd.DataFrame]] = {"queries": [], "store": [], "arms": [],
                                             "rankings": []}
     for frames in per_rep:
@@ -125,10 +120,20 @@ def simulate_replicates(exp: Experiment, arms: list[Arm], replicates: list[int],
     ``jobs`` at a time in worker processes (a replicate without a stream in
     ``streams`` generates its own where it runs). The frames do not depend
     on ``jobs``; the error raised is the one of the first failing replicate."""
-    streams = streams or {}
-    if jobs > 1 and len(replicates) > 1 and not multiprocessing.current_process().daemon:
-        return _simulate_parallel(exp, arms, list(replicates), streams.get, None, jobs)
-    return [_simulate_replicate(exp, arms, r, streams.get(r), None) for r in replicates]
+    return _replicates(exp, arms, list(replicates), (streams or {}).get, None, jobs)
+
+
+def _replicates(exp: Experiment, arms: list[Arm], reps: list[int],
+                stream_of: Callable[[int], Stream | None],
+                progress: Callable[[float], None] | None, jobs: int
+                ) -> list[dict[str, pd.DataFrame | None]]:
+    """The frames of every replicate, in order: ``jobs`` at a time in
+    worker processes (not from inside one), else one after the other here."""
+    if jobs > 1 and len(reps) > 1 and not multiprocessing.current_process().daemon:
+        return _simulate_parallel(exp, arms, reps, stream_of, progress, jobs)
+    return [_simulate_replicate(exp, arms, r, stream_of(r), None if progress is None
+                                else (lambda f, i=i: progress((i + f) / len(reps))))
+            for i, r in enumerate(reps)]
 
 
 def _simulate_replicate(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,

@@ -267,7 +267,7 @@ class TrialEvaluator:
                                                   for _ in range(n)]
         stopped: list[int | None] = [None] * n
         if after_replicate is None and self.jobs > 1 and len(reps) > 1:
-            self._replay_parallel(full, sims, names, reps, errors, per)
+            self._replay_parallel(full, sims, context, names, reps, errors, per)
             reps = []  # done (a group that failed was replayed replicate by replicate)
         for step, r in enumerate(reps, 1):
             live = [i for i in range(n) if not errors[i] and stopped[i] is None]
@@ -278,10 +278,7 @@ class TrialEvaluator:
             for i in live:
                 groups.setdefault(context[i], []).append(i)
             for group in groups.values():
-                got = self._replay(group, full, sims, names, r, errors)
-                for i, by_label in got.items():
-                    for lab, by_rep in by_label.items():
-                        per[i][lab][r] = by_rep[r]
+                _record(per, self._replay(group, full, sims, names, r, errors), r)
             if after_replicate is not None:
                 for i in live:
                     if not errors[i] and after_replicate(
@@ -292,16 +289,16 @@ class TrialEvaluator:
                              per_replicate=per[i], stopped_after=stopped[i])
                 for i in range(n)]
 
-    def _replay_parallel(self, full: list, sims: list, names: list[str], reps: list[int],
-                         errors: list[str], per: list[dict]) -> None:
+    def _replay_parallel(self, full: list, sims: list, context: list, names: list[str],
+                         reps: list[int], errors: list[str], per: list[dict]) -> None:
         """Every replicate of every trial that builds, ``self.jobs``
         replicates at a time in worker processes, into ``per``; a group whose
         replay raises is replayed replicate by replicate in this process
         (:meth:`_replay`), so that the error lands on its trial."""
         groups: dict[str, list[int]] = {}
-        for i, e in enumerate(full):
-            if e is not None and not errors[i]:
-                groups.setdefault(_context_key(e), []).append(i)
+        for i in range(len(full)):
+            if not errors[i]:
+                groups.setdefault(context[i], []).append(i)
         for group in groups.values():
             e0 = full[group[0]]
             source = (config_hash(e0.workload.to_config()), e0.seed)
@@ -312,12 +309,9 @@ class TrialEvaluator:
             except MemsimError:
                 frames = None
             for k, r in enumerate(reps):
-                got = (self._replay(group, full, sims, names, r, errors) if frames is None else
-                       {i: self._objective_values(frames[k], full[i], [r], prefix=f"{names[i]}/")
-                        for i in group})
-                for i, by_label in got.items():
-                    for lab, by_rep in by_label.items():
-                        per[i][lab][r] = by_rep[r]
+                _record(per, self._replay(group, full, sims, names, r, errors) if frames is None
+                        else {i: self._objective_values(frames[k], full[i], [r],
+                                                        prefix=f"{names[i]}/") for i in group}, r)
 
     def _arms(self, group: list[int], sims: list, names: list[str]) -> list[Arm]:
         """The arms of the trials of ``group`` in one replay: each trial's
@@ -346,6 +340,14 @@ class TrialEvaluator:
             return out
         return {i: self._objective_values(frames, full[i], [r], prefix=f"{names[i]}/")
                 for i in group}
+
+
+def _record(per: list[dict], got: dict[int, dict[str, dict[int, float]]], r: int) -> None:
+    """Put replicate ``r``'s values of the trials in ``got`` (trial ->
+    objective -> {replicate: value}) into ``per``."""
+    for i, by_label in got.items():
+        for lab, by_rep in by_label.items():
+            per[i][lab][r] = by_rep[r]
 
 
 def _mean_of(by_rep: dict[int, float]) -> float:
