@@ -309,7 +309,7 @@ def _cmd_sweep(args) -> int:
                         study_name=args.study, workers=args.workers, out=args.out,
                         overrides=args.set, quiet=True, resume=args.resume, progress=prog,
                         report=not args.no_report, argv=sys.argv, batch=args.batch,
-                        pruner=args.pruner)
+                        pruner=args.pruner, cache_mb=args.cache_mb)
     finally:
         prog.close()
     if not args.quiet:
@@ -477,6 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--pruner", default=None, metavar="NAME",
                     help="stop unpromising trials between replicates: none, median, hyperband "
                          "or successive-halving (default: sweep.pruner, none)")
+    sw.add_argument("--cache-mb", type=int, default=None, metavar="MB",
+                    help="megabytes of similarity work each worker keeps between batches "
+                         "(default: sweep.cache_mb, else a quarter of the memory shared by "
+                         "the workers, at most 2048; 0: none); same values")
     sw.add_argument("--resume", default=None, metavar="RUN_DIR",
                     help="continue the sweep of this run folder")
     sw.add_argument("--no-report", action="store_true", help="skip report.html")

@@ -53,6 +53,13 @@ array, a row per (arm, query): packers, orderers and metrics treat rows
 independently, so every value is the one the arm gets alone, for the cost
 of one call instead of one per arm.
 
+**Replays of one stream.** A sweep replays the same replicate streams once
+per batch of trials. A :class:`ReplayCache` passed to :func:`simulate` keeps
+what does not depend on the arms (the stream's arrays, each batch with its
+similarity and levels) for the next replay of the same stream object, up to
+a budget of bytes; values built on the notes every arm evicted are rebuilt
+when those differ, so the results are those of a replay without it.
+
 **Per-query feedback.** An arm whose uses take effect before the next query
 (:func:`feedback_timing`) still shares its tick's similarity product and is
 scored once on the state at the tick's start. The uses its queries make with
@@ -404,21 +411,44 @@ class Batch:
         if notes.namespace is not None:
             # separate stores (one per user or conversation) in one stream
             self.valid &= notes.namespace[self.idx][None, :] == namespaces[:, None]
-        n = len(self.idx)
-        if n and int(self.idx[-1]) - int(self.idx[0]) + 1 == n:
-            emb = notes.emb[int(self.idx[0]):int(self.idx[-1]) + 1]  # a view: no copy
-        else:
-            emb = notes.emb[self.idx]
-        self.dots = qemb @ emb.T
         self.qnorm2 = qnorm2
         #: the queries' embeddings (Q, D), for a retriever that searches an index
         self.qemb = qemb
+        self._dots: np.ndarray | None = self._product()
         #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
         #: (L,) bool, the notes every arm of the replay has evicted (no arm
         #: can see them this batch: the shared levels leave them out); None
-        #: when unknown
+        #: when unknown (set with :meth:`set_dead`)
         self.dead: np.ndarray | None = None
+
+    def _product(self) -> np.ndarray:
+        """The (Q, L) float32 dot products of the queries and the notes."""
+        n = len(self.idx)
+        if n and int(self.idx[-1]) - int(self.idx[0]) + 1 == n:
+            emb = self.notes.emb[int(self.idx[0]):int(self.idx[-1]) + 1]  # a view: no copy
+        else:
+            emb = self.notes.emb[self.idx]
+        return self.qemb @ emb.T
+
+    @property
+    def dots(self) -> np.ndarray:
+        """(Q, L) dot products of the queries and the notes: computed again
+        (the same call, the same floats) when a kept batch released them
+        (:meth:`ReplayCache.keep`)."""
+        if self._dots is None:
+            self._dots = self._product()
+        return self._dots
+
+    def set_dead(self, dead: np.ndarray | None) -> None:
+        """Set :attr:`dead` for this replay; the values built on other dead
+        notes (the similarity levels, the per-query batches) are dropped."""
+        same = (dead is None and self.dead is None) or (
+            dead is not None and self.dead is not None and np.array_equal(dead, self.dead))
+        if not same:
+            for key in [k for k in self.cache if isinstance(k, tuple) and k[0] in _DEAD_KEYS]:
+                del self.cache[key]
+        self.dead = dead
 
     def gains_for(self, idx: np.ndarray) -> np.ndarray:
         """Dense true gains (Q, len(idx)); 0 where no qrel."""
@@ -431,7 +461,7 @@ class Batch:
         sub.__dict__.update(self.__dict__)
         sub.idx = self.idx[cols]
         sub.valid = self.valid[:, cols]
-        sub.dots = self.dots[:, cols]
+        sub._dots = self.dots[:, cols]
         sub.dead = None if self.dead is None else self.dead[cols]
         # the similarities already computed, at those columns (elementwise:
         # the same floats as computing them on the subset)
@@ -448,11 +478,118 @@ class Batch:
             sub.__dict__.update(self.__dict__)
             r = slice(i, i + 1)
             sub.qrows, sub.t, sub.actors = self.qrows[r], self.t[r], self.actors[r]
-            sub.valid, sub.dots = self.valid[r], self.dots[r]
+            sub.valid, sub._dots = self.valid[r], self.dots[r]
             sub.qnorm2, sub.qemb = self.qnorm2[r], self.qemb[r]
             sub.cache = {}
             self.cache[key] = sub
         return self.cache[key]
+
+
+#: the keys of a batch's cache whose values depend on its ``dead`` notes
+_DEAD_KEYS = ("similarity-order", "row")
+
+
+class ReplayCache:
+    """The work replays of the same stream share from one :func:`simulate`
+    call to the next: the stream's arrays and each batch's similarity, levels
+    and other values shared by its arms (:class:`Batch`), kept up to
+    ``max_bytes`` of arrays in all.
+
+    A sweep replays the same replicate streams once per batch of trials;
+    only the arms change, so the similarity products and the levels built on
+    them are the same every time. The results are those of a replay without
+    the cache, bit for bit: a kept batch's values are what it would compute
+    again, and those that depend on the arms (the notes every arm evicted)
+    are rebuilt when those differ (:meth:`Batch.set_dead`).
+
+    Batches are kept in the order they are first met until the budget is
+    spent (the earliest are the smallest); nothing is dropped to make room.
+    A batch's dot products are released when its similarities are kept (a
+    retriever that needs them again computes them, the same floats), and
+    values that are not arrays (an approximate index) are not kept, so that
+    :attr:`nbytes` counts everything the batches hold. Entries are keyed by
+    the stream object (``is``) and the tick length; the
+    :attr:`MAX_STREAMS` used last are kept (a sweep of workload keys
+    replays a new stream for every trial).
+
+    Parameters
+    ----------
+    max_bytes : int
+        Bytes of arrays kept, at most, over every stream (0 keeps nothing).
+    """
+
+    #: streams (at a tick length) kept, the ones used last
+    MAX_STREAMS = 16
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        #: bytes of the arrays kept
+        self.nbytes = 0
+        self._work: dict[tuple, _StreamWork] = {}
+
+    def work(self, stream: Stream, tick_days: float) -> _StreamWork:
+        """What is kept of ``stream`` at ``tick_days``: its arrays (computed
+        on first use) and its batches."""
+        key = (id(stream), float(tick_days))
+        got = self._work.pop(key, None)
+        if got is None or got.stream is not stream:
+            # the entry holds the stream, so that its id is not reused
+            got = _StreamWork(stream, _inputs(stream))
+        self._work[key] = got  # the last used, last
+        while len(self._work) > self.MAX_STREAMS:
+            self.nbytes -= sum(self._work.pop(next(iter(self._work))).sizes.values())
+        return got
+
+    def keep(self, work: _StreamWork, bi: int, batch: Batch) -> None:
+        """Keep (or measure again) batch ``bi`` of ``work`` once its arms are
+        done, while the budget allows; a kept batch that outgrows it (the
+        values its later arms added) is dropped."""
+        inputs = {id(batch.notes), id(batch.relevance), id(batch.logged)}  # not the batch's
+        for key in [k for k, v in batch.cache.items() if _array_bytes(v, set(inputs)) is None]:
+            del batch.cache[key]
+        keys = [k[0] for k in batch.cache if isinstance(k, tuple)]
+        if "similarity" in keys and "row" not in keys:
+            batch._dots = None  # the similarities are kept and no row holds a view of them
+        size = _array_bytes(batch, inputs)
+        total = self.nbytes - work.sizes.pop(bi, 0)
+        work.batches.pop(bi, None)
+        if total + size <= self.max_bytes:
+            work.batches[bi], work.sizes[bi] = batch, size
+            total += size
+        self.nbytes = total
+
+
+@dataclass(eq=False)
+class _StreamWork:
+    """What a :class:`ReplayCache` keeps of one stream: its arrays
+    (:class:`_Inputs`) and its batches by index, with their bytes."""
+
+    stream: Stream
+    inputs: _Inputs
+    batches: dict[int, Batch] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+
+
+def _array_bytes(x: Any, seen: set[int]) -> int | None:
+    """Bytes of the numpy arrays ``x`` holds that own their data (in dicts,
+    lists, tuples and object attributes, each counted once; ids in ``seen``
+    are left out); None when it holds an object of another kind."""
+    if x is None or isinstance(x, (bool, int, float, str, bytes, np.generic)):
+        return 0
+    if id(x) in seen:
+        return 0
+    seen.add(id(x))
+    if isinstance(x, np.ndarray):
+        return x.nbytes if x.base is None else 0  # a view's data is its base's
+    if isinstance(x, dict):
+        parts = [_array_bytes(v, seen) for v in x.values()]
+    elif isinstance(x, (list, tuple)):
+        parts = [_array_bytes(v, seen) for v in x]
+    elif hasattr(x, "__dict__") and type(x).__module__ == __name__:
+        parts = [_array_bytes(v, seen) for v in vars(x).values()]
+    else:
+        return None
+    return None if None in parts else sum(parts)
 
 
 class _NoteColumns:
@@ -1706,7 +1843,8 @@ class SimResult:
 
 
 def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
-             seed: np.random.SeedSequence, reader=None, progress=None) -> SimResult:
+             seed: np.random.SeedSequence, reader=None, progress=None,
+             cache: ReplayCache | None = None) -> SimResult:
     """Replay ``stream`` through every arm; return tidy per-query frames.
 
     Parameters
@@ -1725,13 +1863,17 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
         None, ``answer_prob`` is NaN.
     progress : callable, optional
         Called with the fraction done after each batch.
+    cache : ReplayCache, optional
+        Keeps the work that does not depend on the arms (the stream's arrays,
+        each batch's similarity and levels) for the next replay of the same
+        stream object; the results do not depend on it.
     """
     # The batch products are small (tens of queries x thousands of notes): a
     # multi-threaded BLAS spends more on synchronisation than it saves, and
     # is several times slower still when cores are shared (sweep workers,
     # --jobs). Parallelism comes from processes instead.
     with threadpool_limits(limits=1, user_api="blas"):
-        return _simulate(stream, arms, settings, seed, reader, progress)
+        return _simulate(stream, arms, settings, seed, reader, progress, cache)
 
 
 @dataclass(frozen=True, eq=False)
@@ -1805,8 +1947,9 @@ class _Collected:
     store: list[tuple] = field(default_factory=list)
 
 
-def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
-    inp = _inputs(stream)
+def _simulate(stream, arms, settings, seed, reader, progress, cache) -> SimResult:
+    work = None if cache is None else cache.work(stream, settings.tick_days)
+    inp = _inputs(stream) if work is None else work.inputs
     notes = inp.notes
     states = [PolicyState(notes, len(inp.actor_names)) for _ in arms]
     rngs = [child(seed, "policy", arm.stream_name or arm.policy_name, "budget", arm.budget or 0)
@@ -1834,11 +1977,13 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
             got.store.extend(_store_rows(notes, states, t_start))
             last_store_day = day
         # 3. shared similarity
-        batch = Batch(qrows=rows, t=t, actors=inp.qactor[rows], notes=notes,
-                      qemb=inp.qemb[rows], qnorm2=inp.qnorm2[rows], relevance=inp.relevance,
-                      namespaces=None if inp.qns is None else inp.qns[rows], t0=t0)
-        batch.logged = inp.logged  # for rankers that declare needs_logged
-        batch.dead = _dead(states, batch.idx)
+        batch = None if work is None else work.batches.get(bi)
+        if batch is None:
+            batch = Batch(qrows=rows, t=t, actors=inp.qactor[rows], notes=notes,
+                          qemb=inp.qemb[rows], qnorm2=inp.qnorm2[rows], relevance=inp.relevance,
+                          namespaces=None if inp.qns is None else inp.qns[rows], t0=t0)
+            batch.logged = inp.logged  # for rankers that declare needs_logged
+        batch.set_dead(_dead(states, batch.idx))
         # 4. each arm (the per-tick ones pack and measure together: _run_arms)
         outs: dict[int, dict] = {}
         tick_jobs: dict[int, _ArmJob] = {}
@@ -1860,6 +2005,8 @@ def _simulate(stream, arms, settings, seed, reader, progress) -> SimResult:
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
                 got.rankings[ai].append(out["rankings"])
+        if work is not None:
+            cache.keep(work, bi, batch)
         if progress is not None:
             progress((bi + 1) / len(batches))
     return _result(inp, arms, states, settings, got)

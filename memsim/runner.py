@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from .config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
-from .engine import Arm, simulate
+from .engine import Arm, ReplayCache, simulate
 from .errors import ConfigError
 from .report import build_report
 from .rng import child_seq, seed_sequence
@@ -102,15 +102,19 @@ def replicate_seed(exp: Experiment, replicate: int):
 
 
 def simulate_replicate(exp: Experiment, arms: list[Arm], replicate: int,
-                       stream: Stream | None = None) -> dict[str, pd.DataFrame | None]:
+                       stream: Stream | None = None, cache: ReplayCache | None = None
+                       ) -> dict[str, pd.DataFrame | None]:
     """The frames of one replicate of ``arms`` under ``exp``'s engine settings,
     seeds and reader: what :func:`simulate_experiment` does per replicate, for
     arms the caller builds (a sweep simulates several trials' policies as the
     arms of one replay, each with the random stream it would have alone).
 
-    ``stream`` defaults to the replicate's stream of ``exp``'s workload.
+    ``stream`` defaults to the replicate's stream of ``exp``'s workload;
+    ``cache`` keeps the work of the stream that does not depend on the arms
+    for the next call with the same stream object
+    (:class:`~memsim.engine.ReplayCache`; the frames do not depend on it).
     """
-    return _simulate_replicate(exp, arms, replicate, stream, None)
+    return _simulate_replicate(exp, arms, replicate, stream, None, cache)
 
 
 def simulate_replicates(exp: Experiment, arms: list[Arm], replicates: list[int],
@@ -137,13 +141,13 @@ def _replicates(exp: Experiment, arms: list[Arm], reps: list[int],
 
 
 def _simulate_replicate(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,
-                        progress: Callable[[float], None] | None
-                        ) -> dict[str, pd.DataFrame | None]:
+                        progress: Callable[[float], None] | None,
+                        cache: ReplayCache | None = None) -> dict[str, pd.DataFrame | None]:
     """The frames of replicate ``r`` (its ``replicate`` column first)."""
     if stream is None:
         stream = load_stream_for(exp, r)
     res = simulate(stream, arms, exp.sim, replicate_seed(exp, r), reader=exp.reader,
-                   progress=progress)
+                   progress=progress, cache=cache)
     frames: dict[str, pd.DataFrame | None] = {}
     for key in ("queries", "store", "arms", "rankings"):
         df = getattr(res, key)

@@ -119,6 +119,54 @@ def test_replicates_in_worker_processes_give_the_same_values(monkeypatch):
     assert [o.values for o in again] == [o.values for o in one]
 
 
+def test_batches_after_the_first_reuse_the_replays_work_with_the_same_values(monkeypatch):
+    """An evaluator with a cache (``sweep.cache_mb``) keeps each replicate's
+    batches from one batch of trials to the next, so that the next batch
+    builds no similarity, with the values of an evaluator without one, bit
+    for bit; a trial that does not build still fails alone."""
+    from memsim import engine
+
+    exp = memsim.experiment_from_dict(two_policy_table())
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    rng = np.random.default_rng(8)
+    rounds = [[{HL: float(np.exp(rng.uniform(0.0, 6.9))),
+                "policies.p.packer": str(rng.choice(["skip-fill", "greedy"])),
+                "policies.r.candidates": int(rng.integers(5, 41))} for _ in range(3)]
+              for _ in range(3)]
+    rounds[1].append(dict(rounds[1][0], **{HL: -3.0}))
+    plain, kept = TrialEvaluator(exp, spec), TrialEvaluator(exp, spec, cache_bytes=10**9)
+    built = []
+    real = engine.Batch.__init__
+
+    def spy(self, *args, **kw):
+        built.append(1)
+        real(self, *args, **kw)
+
+    for k, sets in enumerate(rounds):
+        want = plain.evaluate_batch(sets)
+        monkeypatch.setattr(engine.Batch, "__init__", spy)
+        built.clear()
+        got = kept.evaluate_batch(sets)
+        monkeypatch.undo()
+        assert [(o.values, o.per_replicate, o.error) for o in got] == \
+            [(o.values, o.per_replicate, o.error) for o in want]
+        assert (len(built) > 0) == (k == 0)
+        assert [bool(o.error) for o in got] == [False] * 3 + [True] * (k == 1)
+    assert 0 < kept.cache.nbytes <= 10**9
+    assert plain.cache.nbytes == 0
+
+
+def test_the_cache_budget():
+    from memsim.sweep import evaluate
+
+    assert evaluate.cache_budget(0) == 0 and evaluate.cache_budget(3, workers=8) == 3 << 20
+    auto = evaluate.cache_budget(None, workers=1)
+    assert 0 <= auto <= evaluate.CACHE_MAX
+    assert evaluate.cache_budget(None, workers=64) <= max(auto // 16, 1)
+    assert evaluate.cache_budget(None, workers=2) == min(evaluate.CACHE_MAX,
+                                                         evaluate._memory_bytes() // 8)
+
+
 def test_a_trial_stopped_after_a_replicate_is_left_out_of_the_rest():
     exp = memsim.experiment_from_dict(two_policy_table())
     spec = SweepSpec.from_config(exp.sweep, exp)
@@ -357,6 +405,10 @@ BAD = [
       "params": {HL: {"type": "float", "low": 5.0, "high": 45.0, "step": 5.0}}},
      "sweep.pruner: the grid sampler runs each point once"),
     ({"batchsize": 4}, "sweep.batchsize: unknown key (did you mean 'batch'?)"),
+    ({"cache_mb": -1}, "sweep.cache_mb: expected an integer >= 0"),
+    ({"cache_mb": 1.5}, "sweep.cache_mb: expected an integer >= 0"),
+    ({"cache_mb": False}, "sweep.cache_mb: expected an integer >= 0"),
+    ({"cache_mb": "auto"}, "sweep.cache_mb: expected an integer >= 0"),
 ]
 
 
@@ -379,12 +431,16 @@ def test_cli_batch_and_pruner_options(tmp_path, capsys):
     assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--batch", "0"]) == 2
     assert "sweep.batch: expected an integer >= 1" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--cache-mb", "-5"]) == 2
+    assert "sweep.cache_mb: expected an integer >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
     assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--quiet", "--no-report",
-                 "--batch", "2", "--pruner", "median"]) == 0
+                 "--batch", "2", "--pruner", "median", "--cache-mb", "64"]) == 0
     run = next((tmp_path / "o").iterdir())
     sweep = json.loads((run / "manifest.json").read_text())["sweep"]
     assert (sweep["batch"], sweep["pruner"]) == (2, "median")
-    assert 'batch = 2' in (run / "config.toml").read_text()
+    config = (run / "config.toml").read_text()
+    assert 'batch = 2' in config and 'cache_mb = 64' in config
 
 
 def test_batch_and_pruner_are_written_back_but_not_part_of_the_identity(tmp_path):
@@ -393,10 +449,11 @@ def test_batch_and_pruner_are_written_back_but_not_part_of_the_identity(tmp_path
     exp = memsim.experiment_from_dict(table(own=45.0))
     spec = SweepSpec.from_config(exp.sweep, exp)
     assert (spec.batch, spec.pruner) == (1, "none")
-    other = memsim.experiment_from_dict(table(own=45.0, batch=8, pruner="median"))
+    assert spec.cache_mb is None and "cache_mb" not in spec.to_config()
+    other = memsim.experiment_from_dict(table(own=45.0, batch=8, pruner="median", cache_mb=0))
     ospec = SweepSpec.from_config(other.sweep, other)
     cfg = ospec.to_config()
-    assert (cfg["batch"], cfg["pruner"]) == (8, "median")
+    assert (cfg["batch"], cfg["pruner"], cfg["cache_mb"]) == (8, "median", 0)
     assert SweepSpec.from_config(cfg, other) == ospec
     assert _identity(exp, spec) == _identity(other, ospec)
     # so the same sweep with another batch size resumes the same folder and study

@@ -12,6 +12,7 @@ The ``[sweep]`` table
     seed = 1                    # default: the experiment's seed
     batch = 1                   # trials simulated together in one replay (see below)
     pruner = "none"             # none | median | hyperband | successive-halving
+    cache_mb = 1024             # work kept between a worker's batches (default: automatic)
     objectives = [{ metric = "utility", direction = "maximize" }]
     #   optional per objective: policy = "NAME" (default: the first policy),
     #   budget = N (required when experiment.budgets lists several)
@@ -64,15 +65,20 @@ simulate them as the arms of one replay per replicate
 ``t<number>/<policy>`` but draws its policy's own random stream, so every
 value is bit for bit the one the trial gets alone. It needs every swept key
 under ``policies.`` (trials then differ only in their policies); otherwise
-trials run one at a time and the summary says so. On the quickstart
-(one policy simulated per trial, 3 replicates) a trial takes about 2.3 s
-of CPU in a batch of 10 and 2.0 s in a batch of 25, against 5.5 s one at a
-time: the arms of a batch share the stream, the similarity product, the
-oracle and the similarity levels, and pack and are measured together, but
-each is scored on its own (the engine's largest part), so larger batches
-gain less and less. TPE proposes the trials of a batch without the results of the
-others (Optuna's constant liar spreads them), so a batch explores a little
-less per trial than one at a time.
+trials run one at a time and the summary says so. The arms of a batch
+share the stream, the similarity product, the oracle and the similarity
+levels, are scored as one array when they differ only in their decay's
+floor and rate, and pack and are measured together. TPE proposes the trials
+of a batch without the results of the others (Optuna's constant liar
+spreads them), so a batch explores a little less per trial than one at a
+time.
+
+``cache_mb`` (default: a quarter of the memory shared by the workers, at
+most 2048 per worker; :func:`~memsim.sweep.evaluate.cache_budget`) is how
+many megabytes of that shared work a worker keeps from one batch to the
+next (:class:`memsim.engine.ReplayCache`): the replicate streams are the
+same for every batch, so each tick's similarity and its levels are too, and
+later batches skip them. ``0`` keeps nothing; values do not depend on it.
 
 Replicates are the outer loop: after each one a trial of a single-objective
 study reports its running value (``trial.report``: step = replicates done,
@@ -86,8 +92,8 @@ trials, each run on every replicate: pruning never makes a sweep of N
 trials finish sooner. It needs one objective (several: a ConfigError) and
 two replicates or more (with one it warns and does nothing); trial 0 is never
 pruned, and the grid sampler takes none (a pruned point would never
-complete). Neither key is part of the study's identity: a sweep may be
-resumed with another batch size or pruner.
+complete). None of the three keys is part of the study's identity: a sweep
+may be resumed with another batch size, pruner or cache.
 
 Storage, resuming and the run folder
 ------------------------------------
@@ -100,7 +106,7 @@ on one machine can share. ``--storage`` also takes Optuna's RDB URLs
 
 The run folder is ``<out>/<UTC time>_<name>_<hash8>/`` where ``hash8`` hashes
 the resolved experiment and search space (without ``sweep.trials``, which may
-grow, nor ``sweep.batch`` and ``sweep.pruner``) and, when given, the study
+grow, nor ``sweep.batch``, ``sweep.pruner`` and ``sweep.cache_mb``) and, when given, the study
 name. ``sweep/sweep.json``, written once,
 records the study name, that identity and the storage. Running the same
 command again finds the newest folder under ``--out`` with the same identity

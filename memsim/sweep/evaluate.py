@@ -42,13 +42,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from memsim.config import Experiment, config_hash
-from memsim.engine import Arm
+from memsim.engine import Arm, ReplayCache
 from memsim.errors import MemsimError
 from memsim.runner import (load_stream_for, simulate_experiment, simulate_replicate,
                            simulate_replicates)
@@ -131,12 +133,16 @@ class TrialEvaluator:
     #: streams kept per evaluator (a swept workload key would otherwise grow it)
     MAX_STREAMS = 64
 
-    def __init__(self, exp: Experiment, spec: SweepSpec, jobs: int = 1):
+    def __init__(self, exp: Experiment, spec: SweepSpec, jobs: int = 1,
+                 cache_bytes: int = 0):
         self.exp = exp
         self.spec = spec
         #: worker processes a batch without ``after_replicate`` may simulate
         #: its replicates in (the robustness check); values do not depend on it
         self.jobs = jobs
+        #: the replays' shared work kept from one batch to the next
+        #: (``cache_bytes`` of arrays at most); values do not depend on it
+        self.cache = ReplayCache(cache_bytes)
         self._streams: dict[tuple, Any] = {}
         self.policies = list(dict.fromkeys(o.policy for o in spec.objectives))
         self.budgets = tuple(dict.fromkeys(o.budget for o in spec.objectives
@@ -329,7 +335,7 @@ class TrialEvaluator:
         e0, sim0 = full[group[0]], sims[group[0]]
         try:
             frames = simulate_replicate(sim0, self._arms(group, sims, names), r,
-                                        self.streams_for(e0, [r])[r])
+                                        self.streams_for(e0, [r])[r], cache=self.cache)
         except MemsimError as exc:
             if len(group) == 1:
                 errors[group[0]] = str(exc)
@@ -340,6 +346,35 @@ class TrialEvaluator:
             return out
         return {i: self._objective_values(frames, full[i], [r], prefix=f"{names[i]}/")
                 for i in group}
+
+
+#: the most a worker keeps between batches by default (bytes)
+CACHE_MAX = 2 << 30
+
+
+def cache_budget(cache_mb: int | None, workers: int = 1) -> int:
+    """Bytes of replay work a sweep worker keeps between batches
+    (:class:`~memsim.engine.ReplayCache`): ``cache_mb`` megabytes, or by
+    default a quarter of the memory this process may use (the machine's, or
+    its control group's limit when lower) shared by ``workers``, at most
+    :data:`CACHE_MAX`; 0 where the memory is unknown."""
+    if cache_mb is not None:
+        return int(cache_mb) << 20
+    return min(CACHE_MAX, _memory_bytes() // (4 * max(1, workers)))
+
+
+def _memory_bytes() -> int:
+    """The memory this process may use: the machine's physical memory, or
+    its cgroup v2 limit when lower; 0 when unknown."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
 
 
 def _record(per: list[dict], got: dict[int, dict[str, dict[int, float]]], r: int) -> None:

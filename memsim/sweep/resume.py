@@ -34,16 +34,16 @@ _IDENT = "sweep.json"
 #: grow), how many are simulated together and whether bad ones are stopped
 #: early change how the study is worked on, not what a trial means, so a
 #: study may be resumed with other values.
-_NOT_IDENTITY = ("trials", "batch", "pruner")
+_NOT_IDENTITY = ("trials", "batch", "pruner", "cache_mb")
 
 
 def _identity(exp: Experiment, spec: SweepSpec) -> str:
     """hash8 of a sweep whatever its number of trials (which may grow), its
-    batch size and its pruner (:data:`_NOT_IDENTITY`)."""
+    batch size, its pruner and its cache (:data:`_NOT_IDENTITY`)."""
     table = exp.to_config()
     sweep = spec.to_config()
     for key in _NOT_IDENTITY:
-        sweep.pop(key)
+        sweep.pop(key, None)
     table["sweep"] = sweep
     return config_hash(table)
 

@@ -68,7 +68,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
               progress: Callable[[float], None] | None = None,
               plots: bool = True, report: bool = True,
               argv: list[str] | None = None, batch: int | None = None,
-              pruner: str | None = None) -> SweepResult:
+              pruner: str | None = None, cache_mb: int | None = None) -> SweepResult:
     """Run (or resume, or join) an Optuna sweep of an experiment.
 
     Parameters
@@ -101,10 +101,10 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
         Write Optuna's plots (a few seconds).
     report : bool
         Build the run folder's ``report.html`` (:func:`memsim.report.build_report`).
-    batch, pruner : optional
-        ``sweep.batch`` and ``sweep.pruner`` for this session (``--batch``,
-        ``--pruner``); neither changes the study's identity, so a sweep may
-        be resumed with others.
+    batch, pruner, cache_mb : optional
+        ``sweep.batch``, ``sweep.pruner`` and ``sweep.cache_mb`` for this
+        session (``--batch``, ``--pruner``, ``--cache-mb``); none changes the
+        study's identity, so a sweep may be resumed with others.
 
     Returns
     -------
@@ -113,7 +113,8 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     t_start = time.perf_counter()
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"--workers: expected an integer >= 1, got {workers!r}")
-    options = {k: v for k, v in (("batch", batch), ("pruner", pruner)) if v is not None}
+    options = {k: v for k, v in (("batch", batch), ("pruner", pruner), ("cache_mb", cache_mb))
+               if v is not None}
     exp, spec, resume_dir, ident = _load_sweep(exp_or_path, overrides, trials, resume, options)
     notes = _run_notes(exp, spec)
     hash8, study_name = _study_identity(exp, spec, study_name, ident)
@@ -275,7 +276,7 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
     job = _WorkerJob(config=exp.to_config(), base_dir=str(exp.base_dir),
                      source_file=exp.source_file, storage=plan.storage_spec,
                      study_name=plan.study_name, trials=spec.trials,
-                     seed=spec.seed if (workers == 1 and fresh) else None)
+                     seed=spec.seed if (workers == 1 and fresh) else None, workers=workers)
     if workers == 1:
         _work(job, exp=exp, spec=spec, storage=storage_obj, progress=progress)
     else:

@@ -45,8 +45,8 @@ NO_DEFAULT_DIRECTION = ("store_tokens", "store_notes", "evicted_notes")
 #: Every metric an objective may name.
 OBJECTIVE_METRICS = tuple(METRIC_COLUMNS) + RUN_OBJECTIVES
 
-_SWEEP_KEYS = ("trials", "sampler", "seed", "batch", "pruner", "objectives", "params",
-               "robustness")
+_SWEEP_KEYS = ("trials", "sampler", "seed", "batch", "pruner", "cache_mb", "objectives",
+               "params", "robustness")
 _PARAM_TYPES = ("float", "int", "categorical")
 _PARAM_FIELDS = {
     "float": ("type", "low", "high", "log", "step"),
@@ -295,7 +295,7 @@ class SweepSpec:
     Build it with :meth:`from_config`; :meth:`check_against` then checks every
     key against an experiment.
 
-    Two keys change how trials are run, never what a trial means (so neither
+    Three keys change how trials are run, never what a trial means (so none
     is part of the sweep's identity: a study may be resumed with others):
 
     ``batch`` (int >= 1, default 1)
@@ -319,6 +319,14 @@ class SweepSpec:
         objective only (Optuna cannot prune several); it needs at least 2
         replicates, and trial 0 (the experiment's own parameters) is never
         pruned: it is the reference of the robustness check.
+    ``cache_mb`` (int >= 0, default None: automatic)
+        Megabytes of arrays a worker keeps from one batch to the next: the
+        work of its replays that does not depend on the trials (each tick's
+        similarity, its levels; :class:`~memsim.engine.ReplayCache`), so
+        that later batches skip it. 0 keeps nothing. The default is a
+        quarter of the machine's memory shared among the workers, at most
+        2048 (:func:`~memsim.sweep.evaluate.cache_budget`). Values do not
+        depend on it.
     """
 
     params: tuple[ParamSpec, ...]
@@ -329,6 +337,7 @@ class SweepSpec:
     robustness: RobustnessSpec = field(default_factory=lambda: RobustnessSpec(0))
     batch: int = 1
     pruner: str = "none"
+    cache_mb: int | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -402,14 +411,14 @@ class SweepSpec:
             trials = _grid_trials(params, trials if "trials" in table else None, where)
         spec = cls(params=params, objectives=objectives, trials=trials, sampler=sampler,
                    seed=seed, robustness=_robustness(table.get("robustness", {}), exp, where),
-                   batch=batch, pruner=pruner)
+                   batch=batch, pruner=pruner, cache_mb=_cache_mb(table, where))
         if exp is not None:
             spec.check_against(exp, where)
         return spec
 
     def to_config(self) -> dict:
         """The resolved table (every default filled)."""
-        return {
+        out = {
             "trials": self.trials,
             "sampler": self.sampler,
             "seed": self.seed,
@@ -419,6 +428,9 @@ class SweepSpec:
             "params": {p.key: p.to_config() for p in self.params},
             "robustness": self.robustness.to_config(),
         }
+        if self.cache_mb is not None:  # absent: automatic (TOML has no null)
+            out["cache_mb"] = self.cache_mb
+        return out
 
     def with_trials(self, trials: int) -> SweepSpec:
         """This spec with ``trials`` (``--trials``), checked against a grid's size."""
@@ -523,6 +535,15 @@ def _batch_pruner(table: dict, where: str) -> tuple[int, str]:
         raise ConfigError(f"{where}.pruner: unknown pruner {pruner!r}"
                           f"{did_you_mean(pruner, PRUNERS)}; allowed: {', '.join(PRUNERS)}")
     return batch, pruner
+
+
+def _cache_mb(table: dict, where: str) -> int | None:
+    """``cache_mb`` of a ``[sweep]`` table, checked (None: automatic)."""
+    mb = table.get("cache_mb")
+    if mb is not None and (not isinstance(mb, int) or isinstance(mb, bool) or mb < 0):
+        raise ConfigError(f"{where}.cache_mb: expected an integer >= 0 (megabytes a worker keeps "
+                          f"between batches; 0 keeps nothing), got {mb!r}")
+    return mb
 
 
 def _params(params_t: Any, where: str) -> tuple[ParamSpec, ...]:

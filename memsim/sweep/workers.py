@@ -54,7 +54,7 @@ from memsim.config import Experiment, experiment_from_dict
 from memsim.errors import ConfigError, MemsimError
 from memsim.rundir import proc_start
 
-from .evaluate import TrialEvaluator, TrialOutcome
+from .evaluate import TrialEvaluator, TrialOutcome, cache_budget
 from .liveness import _host, _reap, _retry, _worker_id
 from .space import SweepSpec, _grid_size
 from .storage import open_storage
@@ -269,6 +269,8 @@ class _WorkerJob:
     trials: int
     seed: int | None  # None: derive from the spec's seed, the host and the pid
     index: int = 0
+    #: worker processes on this machine (they share its memory)
+    workers: int = 1
 
 
 def _worker_seed(spec_seed: int) -> int:
@@ -335,7 +337,8 @@ def _start_worker(job: _WorkerJob, exp: Experiment | None, spec: SweepSpec | Non
         study = optuna.load_study(study_name=job.study_name, storage=storage,
                                   sampler=_make_sampler(spec, seed),
                                   pruner=_make_pruner(spec, exp.settings.replicates))
-    return spec, study, _TrialBatch(TrialEvaluator(exp, spec), spec)
+    evaluator = TrialEvaluator(exp, spec, cache_bytes=cache_budget(spec.cache_mb, job.workers))
+    return spec, study, _TrialBatch(evaluator, spec)
 
 
 def _grid_exhausted(study, spec: SweepSpec) -> bool:
