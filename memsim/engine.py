@@ -86,12 +86,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from .errors import ConfigError
 from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
@@ -261,22 +261,17 @@ class NoteArrays:
             importance=n["importance"].to_numpy(np.float64),
             salience=n["salience"].to_numpy(np.float64),
             pinned=n["pinned"].to_numpy(bool),
-            memory_type=np.array([MEMORY_TYPE_CODES.get(str(m), MEMORY_TYPE_CODES["other"])
-                                  for m in n["memory_type"].astype(str).unique()],
-                                 dtype=np.int8)[pd.factorize(n["memory_type"].astype(str))[0]]
-            if len(n) else np.zeros(0, np.int8),
-            tier0=np.array([TIER_CODES.get(str(m), TIER_CODES["task"])
-                            for m in n["tier"].astype(str).unique()],
-                           dtype=np.int8)[pd.factorize(n["tier"].astype(str))[0]]
-            if len(n) else np.zeros(0, np.int8),
+            memory_type=_codes(n["memory_type"], MEMORY_TYPE_CODES,
+                               MEMORY_TYPE_CODES["other"]).astype(np.int8),
+            tier0=_codes(n["tier"], TIER_CODES, TIER_CODES["task"]).astype(np.int8),
             # NaN = never expires; inf keeps the comparisons simple
             expires_at=np.where(np.isnan(expires), np.inf, expires),
             actor=_codes(n["actor"], actor_codes),
             emb=emb,
             norm2=np.einsum("ij,ij->i", emb, emb, dtype=np.float64),
             namespace=None if namespace_codes is None else _codes(n["namespace"], namespace_codes),
-            note_class=(pd.Index(CLASS_NAMES).get_indexer(n["note_class"].astype(str))
-                        .astype(np.int64) if "note_class" in n else None),
+            note_class=(_codes(n["note_class"], {c: i for i, c in enumerate(CLASS_NAMES)})
+                        if "note_class" in n else None),
             workload_config=(stream.meta.get("config")
                              if stream.meta.get("source") == "memsim.workload" else None),
         )
@@ -290,9 +285,22 @@ class NoteArrays:
             if isinstance(v := getattr(self, f.name), np.ndarray) and len(v) == n})
 
 
-def _codes(values: pd.Series, codes: dict[str, int]) -> np.ndarray:
-    """Integer code of each value (as text), vectorised."""
-    return pd.Index(list(codes)).get_indexer(values.astype(str)).astype(np.int64)
+def _codes(values: pd.Series, codes: dict[str, int], default: int = -1) -> np.ndarray:
+    """Integer code of each value as text (``str``; a missing value reads
+    ``"nan"``), ``default`` for a text not in ``codes``: one lookup per
+    distinct value."""
+    rows, distinct = pd.factorize(values, use_na_sentinel=False)
+    return np.array([codes.get(_text(v), default) for v in distinct], dtype=np.int64)[rows]
+
+
+def _texts(values: pd.Series) -> set[str]:
+    """The distinct values as :func:`_codes` reads them."""
+    return {_text(v) for v in pd.factorize(values, use_na_sentinel=False)[1]}
+
+
+def _text(value: Any) -> str:
+    """A value as text, ``"nan"`` for a missing one (None, NaN, NA)."""
+    return "nan" if pd.isna(value) else str(value)
 
 
 class PolicyState:
@@ -1173,12 +1181,18 @@ class _SimOrder:
                 deep[r] = c = np.flatnonzero(hit)
                 at_m[r] = c[self.sim[r, c] > tau[r]]
             return
-        # every row (a batch's first level): one comparison over the matrix
-        hit = self.sim > thi[:, None]
-        hit &= self.valid
-        if self.dead is not None:
-            hit &= ~self.dead
-        r_i, c = np.divmod(np.flatnonzero(hit), self.n_all)  # row-major: columns ascending
+        # every row (a batch's first level): one comparison over the matrix,
+        # or over the open columns alone when some are dead (retention often
+        # leaves a small part of the store)
+        if self.dead is None:
+            hit = self.sim > thi[:, None]
+            hit &= self.valid
+            r_i, c = np.divmod(np.flatnonzero(hit), self.n_all)  # row-major: columns ascending
+        else:
+            hit = self.sim[:, self.open] > thi[:, None]
+            hit &= self.valid[:, self.open]
+            r_i, k = np.divmod(np.flatnonzero(hit), len(self.open))
+            c = self.open[k]
         above = self.sim[r_i, c] > tau[r_i]
         ends = np.searchsorted(r_i, np.arange(1, len(rows) + 1)).tolist()
         start = 0
@@ -1872,8 +1886,15 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
     # multi-threaded BLAS spends more on synchronisation than it saves, and
     # is several times slower still when cores are shared (sweep workers,
     # --jobs). Parallelism comes from processes instead.
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _threadpools().limit(limits=1, user_api="blas"):
         return _simulate(stream, arms, settings, seed, reader, progress, cache)
+
+
+@lru_cache(maxsize=1)
+def _threadpools() -> ThreadpoolController:
+    """The process's thread pools (BLAS, OpenMP), found once: finding them
+    reads the loaded libraries, a few milliseconds per call of simulate."""
+    return ThreadpoolController()
 
 
 @dataclass(frozen=True, eq=False)
@@ -1903,14 +1924,12 @@ def _inputs(stream: Stream) -> _Inputs:
     """Encode the stream: actor and namespace codes, note arrays, query
     vectors, the per-query budget column (NaN where unset), the organic uses."""
     queries = stream.queries
-    actor_names = sorted(set(pd.unique(stream.notes["actor"].astype(str)))
-                         | set(pd.unique(queries["actor"].astype(str)))
-                         | set(pd.unique(stream.accesses["actor"].astype(str))))
+    actor_names = sorted(_texts(stream.notes["actor"]) | _texts(queries["actor"])
+                         | _texts(stream.accesses["actor"]))
     actor_codes = {a: i for i, a in enumerate(actor_names)}
     ns_codes = None
     if "namespace" in stream.notes and "namespace" in queries:
-        ns_names = sorted(set(stream.notes["namespace"].astype(str))
-                          | set(queries["namespace"].astype(str)))
+        ns_names = sorted(_texts(stream.notes["namespace"]) | _texts(queries["namespace"]))
         ns_codes = {x: i for i, x in enumerate(ns_names)}
     notes = NoteArrays.from_stream(stream, actor_codes, ns_codes)
     qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)

@@ -352,3 +352,34 @@ def test_per_query_budgets_are_reported_as_they_were():
     assert set(own["budget"]) == {0} and set(fixed["budget"]) == {800}
     assert (fixed["budget_tokens"] == 800).all()
     assert set(res.arms["budget"]) == {0, 800} and set(res.store["budget"]) == {0, 800}
+
+
+@pytest.mark.parametrize("values", [
+    ["a0", "a1", "a0", "zz", "a2"],
+    ["x", None, "a1", None],
+    [1.0, np.nan, 2.5, 1.0],
+    [3, 1, 3, 7],
+    [],
+], ids=["text", "none", "float-nan", "int", "empty"])
+@pytest.mark.parametrize("dtype", [None, "string[pyarrow]", "category"])
+def test_codes_read_each_value_as_its_text(values, dtype):
+    """A column's codes (actors, namespaces, tiers) are those of each value
+    as text (``str``, ``"nan"`` when missing), the default for a text not
+    in the table, whatever the column's dtype."""
+    import pandas as pd
+
+    from memsim.engine import _codes, _texts
+
+    col = pd.Series(values, dtype=object)
+    if dtype == "string[pyarrow]":
+        if any(isinstance(v, float) for v in values):
+            pytest.skip("a text column")
+        col = col.astype(dtype)
+    elif dtype is not None:
+        col = col.astype(dtype)
+    table = {t: i for i, t in enumerate(sorted(_texts(col) - {"zz", "7"}))}
+    texts = [str(v) if pd.notna(v) else "nan" for v in col]
+    want = np.array([table.get(t, -5) for t in texts], dtype=np.int64)
+    got = _codes(col, table, -5)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+    assert _texts(col) == set(texts)
