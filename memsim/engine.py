@@ -588,7 +588,9 @@ def _array_bytes(x: Any, seen: set[int]) -> int | None:
         return 0
     seen.add(id(x))
     if isinstance(x, np.ndarray):
-        return x.nbytes if x.base is None else 0  # a view's data is its base's
+        # a view's data is its base's, counted where the base is held (a
+        # batch's views are of its own arrays or of the stream's)
+        return x.nbytes if x.base is None else 0
     if isinstance(x, dict):
         parts = [_array_bytes(v, seen) for v in x.values()]
     elif isinstance(x, (list, tuple)):

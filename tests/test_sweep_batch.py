@@ -153,7 +153,7 @@ def test_batches_after_the_first_reuse_the_replays_work_with_the_same_values(mon
         assert (len(built) > 0) == (k == 0)
         assert [bool(o.error) for o in got] == [False] * 3 + [True] * (k == 1)
     assert 0 < kept.cache.nbytes <= 10**9
-    assert plain.cache.nbytes == 0
+    assert plain.cache is None
 
 
 def test_the_cache_budget():
@@ -230,6 +230,7 @@ def test_a_batched_sweep_ends_with_exactly_its_trials_and_their_own_values(tmp_p
     assert study.trials[0].intermediate_values == {1: row0_rep0, 2: res.trials.loc[0, "values_utility"]}
     manifest = json.loads((res.path / "manifest.json").read_text())
     assert manifest["sweep"]["batch"] == 4 and manifest["sweep"]["pruner"] == "none"
+    assert manifest["sweep"]["cache_mb"] is None  # automatic
     # the same seed and batch give the same sweep
     again = run_sweep(exp, out=None)
     pd.testing.assert_frame_equal(again.trials[["number", "values_utility", HL]],
@@ -438,7 +439,7 @@ def test_cli_batch_and_pruner_options(tmp_path, capsys):
                  "--batch", "2", "--pruner", "median", "--cache-mb", "64"]) == 0
     run = next((tmp_path / "o").iterdir())
     sweep = json.loads((run / "manifest.json").read_text())["sweep"]
-    assert (sweep["batch"], sweep["pruner"]) == (2, "median")
+    assert (sweep["batch"], sweep["pruner"], sweep["cache_mb"]) == (2, "median", 64)
     config = (run / "config.toml").read_text()
     assert 'batch = 2' in config and 'cache_mb = 64' in config
 

@@ -141,8 +141,9 @@ class TrialEvaluator:
         #: its replicates in (the robustness check); values do not depend on it
         self.jobs = jobs
         #: the replays' shared work kept from one batch to the next
-        #: (``cache_bytes`` of arrays at most); values do not depend on it
-        self.cache = ReplayCache(cache_bytes)
+        #: (``cache_bytes`` of arrays at most; None: nothing kept); values do
+        #: not depend on it
+        self.cache = ReplayCache(cache_bytes) if cache_bytes > 0 else None
         self._streams: dict[tuple, Any] = {}
         self.policies = list(dict.fromkeys(o.policy for o in spec.objectives))
         self.budgets = tuple(dict.fromkeys(o.budget for o in spec.objectives

@@ -257,6 +257,7 @@ def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
         "storage": _recorded_storage(plan.storage_spec, run_dir),
         "trials": spec.trials, "sampler": spec.sampler, "seed": spec.seed,
         "batch": spec.batch if spec.batchable else 1, "pruner": spec.pruner,
+        "cache_mb": spec.cache_mb,  # null: automatic (evaluate.cache_budget)
         "objectives": spec.labels, "directions": spec.directions, "params": spec.keys,
         "workers": plan.workers})
     return manifest, sessions
