@@ -669,10 +669,12 @@ def main(argv: list[str] | None = None) -> int:
         q_year = QUERIES_PER_DAY * YEAR
         eng_year = per_note * fn + per_query * q_year
         mem_year = per_cell * _year_note_scores(fn)
-        targets.append((f"  projected to the standard year ({_fmt_n(fn)} notes, "
+        # not a target: the engine's search grows sublinearly with the store,
+        # memsim's exact replay with notes x queries
+        targets.append((f"  per-tick, projected to the standard year ({_fmt_n(fn)} notes, "
                         f"{q_year:.0f} queries)",
                         f"{eng_year / mem_year:.1f}x (engine {eng_year:.0f} s, memsim "
-                        f"{mem_year:.0f} s)", ">= 5x", eng_year / mem_year >= 5))
+                        f"{mem_year:.0f} s)", "(info)", None))
 
     print("Targets")
     w = max(len(t[0]) for t in targets)
