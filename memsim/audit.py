@@ -68,7 +68,10 @@ middle and high value (each choice of a categorical), the others at the
 experiment's values, with the sweep's own objective code
 (:class:`memsim.sweep.TrialEvaluator`), on replicates ``0 .. R-1``, R = the
 ``replicates`` argument (default: the experiment's replicates, at least 3),
-the same seeds for every value (common random numbers). ``values`` are the
+the same seeds for every value (common random numbers). Every probe value
+is an arm of one replay per replicate
+(:meth:`~memsim.sweep.TrialEvaluator.evaluate_batch`), with the values it
+gets alone. ``values`` are the
 means over replicates; ``spread`` is how far they move across the range.
 *Effect*: the best and the worst probe value (by that mean, in the
 objective's direction); per replicate ``d = better - worse``; the effect is
@@ -104,7 +107,7 @@ import pandas as pd
 
 from .config import Experiment, StreamSource
 from .engine import feedback_timing
-from .errors import ConfigError
+from .errors import ConfigError, MemsimError
 from .policies.base import TIER_CODES, ArrayContext
 from .rundir import write_atomic
 from .runner import load_stream_for, simulate_experiment
@@ -495,6 +498,36 @@ def regime_kind(key: str, exp: Experiment) -> str | None:
     return None
 
 
+def _probe(evaluator: TrialEvaluator, spec: SweepSpec, reps: list[int],
+           step_done: Callable[[int], None]) -> dict[str, list[tuple[list[float], dict]]]:
+    """Swept key -> (objective values, per-replicate values) at each of its
+    probe points, every point one parameter set on the replicates ``reps``.
+
+    All the points are simulated as the arms of one replay per replicate
+    (:meth:`TrialEvaluator.evaluate_batch`): each value is bit for bit the
+    one evaluating the point alone gives. A point whose evaluation fails is
+    evaluated alone again, so that its error is raised as it would be.
+    """
+    sets = [(p.key, {p.key: v}) for p in spec.params for v in p.probe_points()]
+    done: set[int] = set()
+
+    def after(i: int, step: int, values: list[float]) -> bool:
+        if step not in done:
+            done.add(step)
+            step_done(step)
+        return False
+
+    outs = evaluator.evaluate_batch([params for _, params in sets], replicates=reps,
+                                    after_replicate=after)
+    probed: dict[str, list[tuple[list[float], dict]]] = {p.key: [] for p in spec.params}
+    for (key, params), out in zip(sets, outs):
+        if out.error:
+            evaluator.evaluate(params, replicates=reps)  # raises the point's error
+            raise MemsimError(out.error)
+        probed[key].append((list(out.values), out.per_replicate))
+    return probed
+
+
 def _regime_keys(exp: Experiment, policies: list[str]) -> list[str]:
     """Regime parameters the audited policies actually use (at their values)."""
     keys = []
@@ -735,16 +768,11 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     param_rows = []
     reps = list(range(replicates))
     if spec is not None and params:
-        evaluator = TrialEvaluator(exp, spec)
-        n_pts = sum(len(p.probe_points()) for p in spec.params)
-        done = 0
+        probed = _probe(TrialEvaluator(exp, spec), spec, reps,
+                        lambda step: tick(0.3 + 0.7 * step / len(reps)))
         for p in spec.params:
             pts = p.probe_points()
-            vals = []
-            for v in pts:
-                vals.append(evaluator.evaluate({p.key: v}, replicates=reps))
-                done += 1
-                tick(0.3 + 0.7 * done / n_pts)
+            vals = probed[p.key]
             sigs, tier, structural = param_signals(p.key, exp)
             pol = p.key.split(".")[1] if p.key.startswith("policies.") else None
             const = [s for s in sigs if constant(s, pol)]

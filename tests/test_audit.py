@@ -308,3 +308,38 @@ def test_replicates_must_allow_an_interval():
     exp = tiny({"preset": "hivemind"}, FLOOR_SWEEP, backfill=0, horizon=10)
     with pytest.raises(memsim.ConfigError, match="replicates .*expected an integer >= 2"):
         audit(exp, replicates=1)
+
+
+def test_probe_points_simulated_together_give_each_point_its_own_values(monkeypatch):
+    """The audit simulates every probe point as the arms of one replay per
+    replicate; each point's values, and so the whole parameter table, are
+    those of evaluating it alone; a point that fails raises its own error."""
+    from memsim.sweep import TrialEvaluator
+
+    exp = quickstart(**{"workload.horizon_days": 20, "workload.backfill_days": 200})
+    together = audit(exp, max_queries=60, replicates=2)
+    calls = []
+
+    def alone(self, param_sets, names=None, replicates=None, after_replicate=None,
+              variant=None):
+        from memsim.sweep.evaluate import TrialOutcome
+
+        calls.append(len(param_sets))
+        outs = []
+        for params in param_sets:
+            values, per = self.evaluate(params, replicates=replicates)
+            outs.append(TrialOutcome(values=tuple(values), per_replicate=per))
+        return outs
+
+    monkeypatch.setattr(TrialEvaluator, "evaluate_batch", alone)
+    reference = audit(exp, max_queries=60, replicates=2)
+    assert calls == [8]  # 3 + 3 probe values and 2 packers, at once
+    pd.testing.assert_frame_equal(together.params, reference.params, check_exact=True)
+    monkeypatch.undo()
+
+    def fails(*args, **kw):
+        raise memsim.errors.MemsimError("the replay failed")
+
+    monkeypatch.setattr(memsim.sweep.evaluate, "simulate_replicate", fails)
+    with pytest.raises(memsim.errors.MemsimError, match="the replay failed"):
+        audit(exp, max_queries=30, replicates=2)
