@@ -1404,6 +1404,17 @@ def _kth_best(scores: np.ndarray, k: int) -> np.ndarray:
 _BLOCK = 32
 
 
+def _exponential_form(policy: Policy, ctx: BatchContext):
+    """``policy.decay.exponential_form(ctx)``, computed once per arm and
+    batch (the stack and the arm's own pruning both ask; a per-tier form is
+    a pass over the batch's notes)."""
+    got = ctx.__dict__.get("_exponential_form")
+    if got is None or got[0] is not policy.decay:
+        got = ctx.__dict__["_exponential_form"] = (policy.decay,
+                                                   policy.decay.exponential_form(ctx))
+    return got[1]
+
+
 def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.ndarray | None:
     """Per block of :data:`_BLOCK` consecutive columns (B,), the highest
     recency term any of its notes has at any query of the batch, at most
@@ -1414,7 +1425,7 @@ def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.n
     if (hi is None or type(policy.ranker).similarity_needed is Ranker.similarity_needed
             or type(policy.stickiness).effective_age is not Stickiness.effective_age):
         return None
-    form = policy.decay.exponential_form(ctx)
+    form = _exponential_form(policy, ctx)
     clock = policy.decay.clock
     if form is None or clock not in AGE_CLOCKS:
         return None
@@ -1487,7 +1498,7 @@ def _stack_member(key: Any, policy: Policy, ctx: BatchContext, st: PolicyState
     (:meth:`Policy.score` with a neutral stickiness and breadth, and a
     ranker that reads no use, so no state of its own) or it cannot be
     filtered (:func:`_recency_blocks`)."""
-    form = policy.decay.exponential_form(ctx)
+    form = _exponential_form(policy, ctx)
     if form is None or np.ndim(form[0]) or np.ndim(form[1]):
         return None
     plan = _prune_plan(policy, ctx)
