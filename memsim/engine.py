@@ -552,13 +552,21 @@ class ReplayCache:
         """Keep (or measure again) batch ``bi`` of ``work`` once its arms are
         done, while the budget allows; a kept batch that outgrows it (the
         values its later arms added) is dropped."""
-        inputs = {id(batch.notes), id(batch.relevance), id(batch.logged)}  # not the batch's
-        for key in [k for k, v in batch.cache.items() if _array_bytes(v, set(inputs)) is None]:
-            del batch.cache[key]
+        # one walk: each cache entry's arrays (an entry that is not only
+        # arrays is dropped, its walk undone), then the batch's own
+        seen = {id(batch.notes), id(batch.relevance), id(batch.logged)}  # not the batch's
+        size = 0
+        for key, value in list(batch.cache.items()):
+            walked = set(seen)
+            got = _array_bytes(value, walked)
+            if got is None:
+                del batch.cache[key]
+            else:
+                seen, size = walked, size + got
         keys = [k[0] for k in batch.cache if isinstance(k, tuple)]
         if "similarity" in keys and "row" not in keys:
             batch._dots = None  # the similarities are kept and no row holds a view of them
-        size = _array_bytes(batch, inputs)
+        size += _array_bytes(batch, seen)  # the kept entries count 0 there: seen
         total = self.nbytes - work.sizes.pop(bi, 0)
         work.batches.pop(bi, None)
         if total + size <= self.max_bytes:
