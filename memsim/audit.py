@@ -71,8 +71,8 @@ experiment's values, with the sweep's own objective code
 the same seeds for every value (common random numbers). Every probe value
 is an arm of one replay per replicate
 (:meth:`~memsim.sweep.TrialEvaluator.evaluate_batch`), with the values it
-gets alone. ``values`` are the
-means over replicates; ``spread`` is how far they move across the range.
+gets alone. ``values`` are the means over replicates; ``spread`` is how far
+they move across the range.
 *Effect*: the best and the worst probe value (by that mean, in the
 objective's direction); per replicate ``d = better - worse``; the effect is
 the mean of ``d`` with a Student-t 95% interval (``mean +- t_{0.975, R-1} *
