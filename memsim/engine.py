@@ -6,8 +6,9 @@ budget), time advances over batches of queries:
 
 1. organic accesses that happened before the batch are applied as uses;
 2. a retention sweep runs for every arm when one is due;
-3. the similarity of the batch's queries to every existing note is **one**
-   matrix product, shared by all arms;
+3. the similarity of the batch's queries to every existing note is one
+   matrix product in fixed blocks of columns (:data:`PRODUCT_BLOCK`), shared
+   by all arms; a block of notes every arm has evicted is not multiplied;
 4. for each arm: score -> top-C candidates (ties by lower ``note_id``) ->
    pack into the budget -> order -> per-query metrics;
 5. feedback: the notes each query used gain a recall (after the batch by
@@ -422,7 +423,11 @@ class Batch:
         self.qnorm2 = qnorm2
         #: the queries' embeddings (Q, D), for a retriever that searches an index
         self.qemb = qemb
-        self._dots: np.ndarray | None = self._product()
+        self._dots: np.ndarray | None = None
+        #: (B,) bool: the blocks of :data:`PRODUCT_BLOCK` columns whose dot
+        #: products the batch's values are built on (zeros stand for the
+        #: others); fixed at the first read of :attr:`dots` (None before)
+        self._real: np.ndarray | None = None
         #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
         #: (L,) bool, the notes every arm of the replay has evicted (no arm
@@ -430,33 +435,71 @@ class Batch:
         #: when unknown (set with :meth:`set_dead`)
         self.dead: np.ndarray | None = None
 
-    def _product(self) -> np.ndarray:
-        """The (Q, L) float32 dot products of the queries and the notes."""
+    def _open_blocks(self) -> np.ndarray:
+        """(B,) bool: the product blocks holding a note some arm can see."""
         n = len(self.idx)
-        if n and int(self.idx[-1]) - int(self.idx[0]) + 1 == n:
-            emb = self.notes.emb[int(self.idx[0]):int(self.idx[-1]) + 1]  # a view: no copy
-        else:
-            emb = self.notes.emb[self.idx]
-        return self.qemb @ emb.T
+        nb = -(-n // PRODUCT_BLOCK)
+        if self.dead is None:
+            return np.ones(nb, dtype=bool)
+        dead = np.ones(nb * PRODUCT_BLOCK, dtype=bool)
+        dead[:n] = self.dead
+        return ~dead.reshape(nb, PRODUCT_BLOCK).all(axis=1)
+
+    def _product(self) -> np.ndarray:
+        """The (Q, L) dot products of the queries and the notes, one matrix
+        product per block of :data:`PRODUCT_BLOCK` columns of :attr:`_real`
+        (zeros in the other blocks).
+
+        A column's floats depend on the columns multiplied with it (BLAS
+        tiles them), so the blocks are fixed: a block gives the same floats
+        whichever others are multiplied, and a note's similarity does not
+        depend on what the other arms evicted."""
+        if self._real is None:
+            self._real = self._open_blocks()
+        q, n = len(self.qemb), len(self.idx)
+        emb = self.notes.emb
+        out = np.empty((q, n), dtype=np.result_type(self.qemb, emb))
+        lo, hi = (int(self.idx[0]), int(self.idx[-1])) if n else (0, -1)
+        run = hi - lo + 1 == n  # the notes are consecutive rows: views, no copies
+        for b in np.flatnonzero(self._real).tolist():
+            s = slice(b * PRODUCT_BLOCK, min(n, (b + 1) * PRODUCT_BLOCK))
+            e = emb[lo + s.start:lo + s.stop] if run else emb[self.idx[s]]
+            np.matmul(self.qemb, e.T, out=out[:, s])
+        # the runs of skipped blocks, each in one write
+        edges = np.flatnonzero(np.diff(np.r_[True, self._real, True].astype(np.int8)))
+        for a, z in zip(edges[::2].tolist(), edges[1::2].tolist()):
+            out[:, a * PRODUCT_BLOCK:z * PRODUCT_BLOCK] = 0
+        return out
 
     @property
     def dots(self) -> np.ndarray:
-        """(Q, L) dot products of the queries and the notes: computed again
-        (the same call, the same floats) when a kept batch released them
-        (:meth:`ReplayCache.keep`)."""
+        """(Q, L) dot products of the queries and the notes (zeros in the
+        blocks of notes every arm had evicted when first read): computed
+        again (the same calls, the same floats) when a kept batch released
+        them (:meth:`ReplayCache.keep`)."""
         if self._dots is None:
             self._dots = self._product()
         return self._dots
 
     def set_dead(self, dead: np.ndarray | None) -> None:
         """Set :attr:`dead` for this replay; the values built on other dead
-        notes (the similarity levels, the per-query batches) are dropped."""
+        notes (the similarity levels, the per-query batches) are dropped, and
+        so are the similarities when a block some arm can now see was not
+        multiplied (its products are then computed)."""
         same = (dead is None and self.dead is None) or (
             dead is not None and self.dead is not None and np.array_equal(dead, self.dead))
         if not same:
             for key in [k for k in self.cache if isinstance(k, tuple) and k[0] in _DEAD_KEYS]:
                 del self.cache[key]
         self.dead = dead
+        if self._real is not None and not same:
+            more = self._open_blocks() & ~self._real
+            if more.any():
+                self._real = self._real | more
+                self._dots = None  # the products again, with those blocks
+                for key in [k for k in self.cache
+                            if isinstance(k, tuple) and k[0] == "similarity"]:
+                    del self.cache[key]
 
     def gains_for(self, idx: np.ndarray) -> np.ndarray:
         """Dense true gains (Q, len(idx)); 0 where no qrel."""
@@ -492,6 +535,9 @@ class Batch:
             self.cache[key] = sub
         return self.cache[key]
 
+
+#: columns of a batch's similarity product computed in one call (:meth:`Batch._product`)
+PRODUCT_BLOCK = 2048
 
 #: the keys of a batch's cache whose values depend on its ``dead`` notes
 _DEAD_KEYS = ("similarity-order", "row")

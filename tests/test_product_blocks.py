@@ -1,0 +1,187 @@
+"""A batch's similarity product is computed in fixed blocks of columns
+(:data:`memsim.engine.PRODUCT_BLOCK`), and the blocks of notes every arm has
+evicted are not multiplied: each block is its own matrix product, and
+skipping blocks changes no result, with or without a replay cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memsim.engine as engine
+from memsim.config import resolve_policy
+from memsim.engine import Arm, Batch, NoteArrays, ReplayCache, SimSettings, simulate
+from memsim.metrics import RelevanceIndex
+from memsim.rng import seed_sequence
+from memsim.stream import make_stream
+
+from .helpers import random_stream
+from .test_pruning import assert_each_alone, assert_same, policy_table
+
+
+def batch_of(stream, rows) -> Batch:
+    codes = {a: i for i, a in enumerate(sorted(set(stream.notes["actor"])
+                                               | set(stream.queries["actor"])))}
+    notes = NoteArrays.from_stream(stream, codes)
+    qe = stream.query_embeddings[rows]
+    return Batch(qrows=rows, t=stream.queries["t"].to_numpy()[rows],
+                 actors=np.zeros(len(rows), int), notes=notes, qemb=qe,
+                 qnorm2=(qe.astype(np.float64) ** 2).sum(1),
+                 relevance=RelevanceIndex(stream, notes.created_at))
+
+
+def expiring(stream, seed=0):
+    """``stream`` with a third of its notes expiring: a batch's notes are
+    then not consecutive rows."""
+    rng = np.random.default_rng(seed)
+    notes = stream.notes.copy()
+    notes["expires_at"] = np.where(rng.random(len(notes)) < 0.3,
+                                   notes["created_at"] + rng.uniform(0.5, 5, len(notes)),
+                                   np.nan)
+    return make_stream(notes, stream.queries, stream.qrels, None, stream.note_embeddings,
+                       stream.query_embeddings, {"name": "expiring"})
+
+
+def test_one_block_is_the_plain_product():
+    """A store of at most one block gets exactly ``Q @ N.T``."""
+    s = random_stream(1, n_notes=engine.PRODUCT_BLOCK, n_queries=40, horizon=1.0, dim=32)
+    b = batch_of(s, np.arange(40))
+    assert len(b.idx) <= engine.PRODUCT_BLOCK
+    np.testing.assert_array_equal(b.dots, b.qemb @ s.note_embeddings[b.idx].T)
+
+
+@pytest.mark.parametrize("expire", [False, True])
+def test_each_block_is_its_own_product(expire):
+    """Over several blocks (the last one partial), each block's columns are
+    exactly the product of the queries with that block's notes alone."""
+    s = random_stream(2, n_notes=3 * engine.PRODUCT_BLOCK + 123, n_queries=40, dim=32)
+    if expire:
+        s = expiring(s)
+    rows = np.arange(20, 40)
+    b = batch_of(s, rows)
+    n = len(b.idx)
+    assert n > 2 * engine.PRODUCT_BLOCK
+    assert expire == (int(b.idx[-1]) - int(b.idx[0]) + 1 != n)
+    dots = b.dots
+    assert dots.shape == (20, n) and dots.dtype == np.float32
+    for lo in range(0, n, engine.PRODUCT_BLOCK):
+        cols = b.idx[lo:lo + engine.PRODUCT_BLOCK]
+        np.testing.assert_array_equal(dots[:, lo:lo + len(cols)],
+                                      b.qemb @ s.note_embeddings[cols].T)
+
+
+def test_blocks_of_dead_notes_are_zeros_and_the_rest_unchanged(monkeypatch):
+    monkeypatch.setattr(engine, "PRODUCT_BLOCK", 64)
+    s = random_stream(3, n_notes=1000, n_queries=30, dim=8)
+    rows = np.arange(25, 30)
+    whole = batch_of(s, rows).dots
+    b = batch_of(s, rows)
+    n = len(b.idx)
+    dead = np.zeros(n, dtype=bool)
+    dead[64:192] = True  # blocks 1 and 2
+    dead[300:350] = True  # part of block 4: multiplied
+    dead[-(n % 64 or 64):] = True  # the last, partial block
+    b.set_dead(dead)
+    dots = b.dots
+    skipped = np.zeros(n, dtype=bool)
+    skipped[64:192] = True
+    skipped[-(n % 64 or 64):] = True
+    assert (dots[:, skipped] == 0).all()
+    np.testing.assert_array_equal(dots[:, ~skipped], whole[:, ~skipped])
+    # a block some arm sees again (another replay) is multiplied then
+    b.cache[("similarity", "cosine")] = "stale"
+    b.set_dead(None)
+    assert ("similarity", "cosine") not in b.cache
+    np.testing.assert_array_equal(b.dots, whole)
+
+
+def capacity_arm(name, m, hl=10.0, mode="experiment"):
+    table = {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": hl},
+             "retention": {"kind": "capacity", "max_notes": m}, "feedback": {"timing": mode}}
+    return Arm(name, resolve_policy(table, name))
+
+
+def every_block(monkeypatch):
+    """Multiply every block, whatever the arms evicted."""
+    monkeypatch.setattr(Batch, "_open_blocks",
+                        lambda self: np.ones(-(-len(self.idx) // engine.PRODUCT_BLOCK), bool))
+
+
+def test_skipped_blocks_change_no_frame(monkeypatch):
+    """Arms that evict most of the store (blocks are skipped: the path runs)
+    give the frames of a replay that multiplies every block, and each arm
+    alone the frames it has with the others."""
+    monkeypatch.setattr(engine, "PRODUCT_BLOCK", 32)
+    skipped = []
+    real = Batch._product
+
+    def spy(self):
+        out = real(self)
+        skipped.append(int((~self._real).sum()))
+        return out
+
+    monkeypatch.setattr(Batch, "_product", spy)
+    s = random_stream(4, n_notes=2000, n_queries=60, dim=6)
+    arms = [capacity_arm("a", 40), capacity_arm("b", 90, 50.0, "per-query"),
+            Arm("h", resolve_policy({"preset": "hivemind",
+                                     "retention": {"kind": "capacity", "max_notes": 60}}, "h"))]
+    kw = dict(save_rankings=True, candidates=8)
+    got = simulate(s, arms, SimSettings(**kw), seed_sequence(0))
+    assert max(skipped) > 10
+    assert_each_alone(s, arms, got, names=("queries", "rankings"), candidates=8)
+    every_block(monkeypatch)
+    skipped.clear()
+    assert_same(simulate(s, arms, SimSettings(**kw), seed_sequence(0)), got)
+    assert max(skipped) == 0
+
+
+RETENTIONS = [{"kind": "capacity", "max_notes": 15}, {"kind": "capacity", "max_notes": 60},
+              {"kind": "capacity", "max_notes": 300}, "ai-memory"]
+
+
+@st.composite
+def cases(draw):
+    """A stream and three replays of it, each with 1-3 arms that evict (a
+    random policy with a drawn retention), the later ones maybe with an
+    arm that keeps everything."""
+    def arm_table():
+        table = policy_table(draw)
+        table["retention"] = draw(st.sampled_from(RETENTIONS))
+        return table
+
+    return {
+        "seed": draw(st.integers(0, 10**6)),
+        "block": draw(st.sampled_from([1, 3, 16, 64])),
+        "n_notes": draw(st.integers(30, 800)),
+        "n_queries": draw(st.integers(1, 30)),
+        "c": draw(st.integers(1, 30)),
+        "expire": draw(st.booleans()),
+        "replays": [(draw(st.sampled_from(["per-tick", "per-query"])),
+                     [arm_table() for _ in range(draw(st.integers(1, 3)))]
+                     + ([{"ranker": "product"}] if k and draw(st.booleans()) else []))
+                    for k in range(3)],
+    }
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_skipping_blocks_equals_multiplying_every_block(case):
+    """Random policies that evict, three replays sharing a replay cache (the
+    later ones may see blocks the earlier skipped): each equals a replay
+    without the cache that multiplies every block."""
+    stream = random_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
+                           dim=4)
+    if case["expire"]:
+        stream = expiring(stream, case["seed"])
+    cache = ReplayCache(10**9)
+    with pytest.MonkeyPatch.context() as mp:  # (a Hypothesis test: no fixture)
+        mp.setattr(engine, "PRODUCT_BLOCK", case["block"])
+        for k, (mode, tables) in enumerate(case["replays"]):
+            arms = [Arm(f"p{k}{i}", resolve_policy(t, f"p{k}{i}")) for i, t in enumerate(tables)]
+            s = SimSettings(save_rankings=True, candidates=case["c"], feedback_mode=mode)
+            got = simulate(stream, arms, s, seed_sequence(0), cache=cache)
+            with pytest.MonkeyPatch.context() as every:
+                every_block(every)
+                assert_same(simulate(stream, arms, s, seed_sequence(0)), got)
