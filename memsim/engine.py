@@ -1469,6 +1469,14 @@ def _exponential_form(policy: Policy, ctx: BatchContext):
     return got[1]
 
 
+def _filterable(policy: Policy) -> bool:
+    """What :func:`_recency_blocks` asks of the components alone (no batch
+    work): a ranker that declares ``similarity_needed`` and the plain clock
+    as the age."""
+    return (type(policy.ranker).similarity_needed is not Ranker.similarity_needed
+            and type(policy.stickiness).effective_age is Stickiness.effective_age)
+
+
 def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.ndarray | None:
     """Per block of :data:`_BLOCK` consecutive columns (B,), the highest
     recency term any of its notes has at any query of the batch, at most
@@ -1476,8 +1484,7 @@ def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.n
     ``similarity_needed`` or the recency is not an exponential of a clock
     (``Decay.exponential_form`` of the plain age), whose highest value per
     note is known."""
-    if (hi is None or type(policy.ranker).similarity_needed is Ranker.similarity_needed
-            or type(policy.stickiness).effective_age is not Stickiness.effective_age):
+    if hi is None or not _filterable(policy):
         return None
     form = _exponential_form(policy, ctx)
     clock = policy.decay.clock
@@ -1552,6 +1559,8 @@ def _stack_member(key: Any, policy: Policy, ctx: BatchContext, st: PolicyState
     (:meth:`Policy.score` with a neutral stickiness and breadth, and a
     ranker that reads no use, so no state of its own) or it cannot be
     filtered (:func:`_recency_blocks`)."""
+    if policy.decay.per_note_form or not _filterable(policy):
+        return None  # before the form: a per-tier form is a pass over the notes
     form = _exponential_form(policy, ctx)
     if form is None or np.ndim(form[0]) or np.ndim(form[1]):
         return None

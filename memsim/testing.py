@@ -304,6 +304,9 @@ def _decay_curve_checks(c: _Checker, comp) -> None:
                       f"recency {rec.min():.6g} < declared lower_bound() {lower!r} "
                       f"(tier {tier})")
         form = c.call("exponential_form", comp.exponential_form, ctx)
+        c.require(not comp.per_note_form or (form is not None and np.ndim(form[0])
+                                             and np.ndim(form[1])), "per_note_form",
+                  "per_note_form = True, but exponential_form() gave no per-note arrays")
         if form is not None:
             floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
             want = floor + (1.0 - floor) * np.exp(-rate * np.maximum(age, 0.0))

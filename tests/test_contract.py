@@ -281,6 +281,20 @@ class _Mutator(Decay):
 
 
 @dataclass(frozen=True, kw_only=True)
+class _OneCurvePerNote(Decay):
+    """Declares per-note curves, but its exponential form is one curve."""
+
+    name: ClassVar[str] = "one-curve-per-note"
+    per_note_form: ClassVar[bool] = True
+
+    def recency(self, age, ctx):
+        return np.exp(-0.1 * np.maximum(age, 0.0))
+
+    def exponential_form(self, ctx):
+        return 0.0, 0.1
+
+
+@dataclass(frozen=True, kw_only=True)
 class _Incomplete(Decay):
     """Forgets to implement recency."""
 
@@ -293,6 +307,7 @@ class _Incomplete(Decay):
     (_Overpacker, "budget"),
     (_Duplicator, "permutation"),
     (_Mutator, "no mutation"),
+    (_OneCurvePerNote, "per_note_form"),
     (_Incomplete, "construct with defaults"),
 ])
 def test_checker_catches_a_broken_user_component(cls, check):

@@ -361,6 +361,24 @@ def test_arms_of_one_family_scored_as_one_array(monkeypatch, clock):
     assert_each_alone(stream, arms[:3], pruned, names=("queries", "rankings"), candidates=20)
 
 
+
+def test_per_note_curves_are_not_built_to_be_stacked(monkeypatch):
+    """Arms whose decay declares ``per_note_form`` (per-tier: a curve per
+    note) are not built a form over the batch's notes to learn they cannot
+    be scored as one array; their frames are those of full scoring."""
+    asked = []
+    real = engine._exponential_form
+    monkeypatch.setattr(engine, "_exponential_form",
+                        lambda policy, ctx: asked.append(1) or real(policy, ctx))
+    stream = random_stream(12, n_notes=2500, n_queries=40, dim=4, horizon=90.0)
+    arms = [Arm(f"t{hl}", resolve_policy({"preset": "hivemind", "feedback": {"timing": "per-tick"},
+                                          "decay": {"task_half_life_days": hl}}, f"t{hl}"))
+            for hl in (30.0, 180.0, 720.0)]
+    assert all(a.policy.decay.per_note_form for a in arms)
+    full, pruned = both(stream, arms, candidates=10)
+    assert_same(full, pruned)
+    assert asked == []
+
 @pytest.mark.parametrize("c", [3, 40])
 def test_levels_packed_to_the_live_notes(monkeypatch, c):
     """An arm that evicted most of the store scores only its live cells of a

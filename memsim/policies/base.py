@@ -260,6 +260,10 @@ class Decay(Component):
     """
 
     slot: ClassVar[str] = "decay"
+    #: True when :meth:`exponential_form` always gives per-note arrays (one
+    #: curve per note, never one for all): the engine then does not build it
+    #: to learn whether arms can be scored as one array
+    per_note_form: ClassVar[bool] = False
     clock: str = "created"
     _constraints: ClassVar[dict] = {"clock": Options(("created", "updated", "last_access"))}
 

@@ -242,6 +242,7 @@ class PerTier(Decay):
     """
 
     name: ClassVar[str] = "per-tier"
+    per_note_form: ClassVar[bool] = True
     task_half_life_days: float = 180.0
     task_floor: float = 0.35
     scratch_half_life_days: float = 21.0
