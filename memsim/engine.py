@@ -1182,11 +1182,16 @@ class _SimOrder:
             # times as deep, so one partition gives both thresholds
             hi = _level(4 * m)
             jh = self._rank(hi)
-            kth = [j, jh] if jh < k else [j]
-            part = np.partition(self.neg_sample, kth, axis=1)
-            self._set_tau(m, -part[:, j])
             if jh < k:
+                # two partitions, the second on the jh smallest only: numpy's
+                # partition at several ranks at once is several times slower
+                part = np.partition(self.neg_sample, jh, axis=1)
                 self._set_tau(hi, -part[:, jh])
+                if j < jh:
+                    part = np.partition(part[:, :jh], j, axis=1)
+            else:
+                part = np.partition(self.neg_sample, j, axis=1)
+            self._set_tau(m, -part[:, j])
         else:
             # a further level: sorting the sample once costs about two
             # partitions, and every level after it is a read

@@ -323,6 +323,29 @@ def test_kept_cells_are_every_cell_at_or_above_its_blocks_need():
     assert (r == 3).sum() == n - 1  # every note but the NaN
 
 
+@pytest.mark.parametrize("n, same_rank", [(700, False), (20_000, False), (20_000, True),
+                                          (300, False)])
+def test_level_thresholds_are_the_sample_order_statistics(monkeypatch, n, same_rank):
+    """A batch's first level and the one four times as deep get the sample
+    values of their ranks, as sorting the sample gives them (NaN
+    similarities sort last), also when both ranks are the same and when the
+    deep level is below the whole sample; the later levels read the sort."""
+    rng = np.random.default_rng(n)
+    q = 7
+    sim = rng.normal(size=(q, n)).astype(np.float32)
+    sim[2, ::3] = np.nan
+    sim[4, :] = sim[4, 0]  # one value: every rank ties
+    if same_rank:
+        monkeypatch.setattr(engine._SimOrder, "_rank", lambda self, m: 1)
+    order = engine._SimOrder(sim, np.ones((q, n), dtype=bool))
+    ranked = -np.sort(order.neg_sample, axis=1)
+    k = ranked.shape[1]
+    for m in (64, engine._level(4 * 64), 128, 91):
+        j = order._rank(m)
+        want = ranked[:, j] if j < k else np.full(q, -np.inf)
+        np.testing.assert_array_equal(order.tau(m), want)
+
+
 @pytest.mark.parametrize("clock", ["created", "last_access"])
 def test_arms_of_one_family_scored_as_one_array(monkeypatch, clock):
     """Arms whose scores differ only by their decay's floor and rate are
