@@ -1179,12 +1179,12 @@ class _SimOrder:
             self._set_tau(m, np.full(q, -np.inf))
         elif not self._tau:
             # the batch's first level: its scan (cols) reads the level four
-            # times as deep, so one partition gives both thresholds
+            # times as deep, so both thresholds are found here, by two
+            # partitions (the second over the jh smallest only: numpy's
+            # partition at several ranks at once is several times slower)
             hi = _level(4 * m)
             jh = self._rank(hi)
             if jh < k:
-                # two partitions, the second on the jh smallest only: numpy's
-                # partition at several ranks at once is several times slower
                 part = np.partition(self.neg_sample, jh, axis=1)
                 self._set_tau(hi, -part[:, jh])
                 if j < jh:
@@ -1193,8 +1193,8 @@ class _SimOrder:
                 part = np.partition(self.neg_sample, j, axis=1)
             self._set_tau(m, -part[:, j])
         else:
-            # a further level: sorting the sample once costs about two
-            # partitions, and every level after it is a read
+            # a further level: the sample sorted once, and every level
+            # after it is a read
             if self._sorted is None:
                 self._sorted = np.sort(self.neg_sample, axis=1)
             self._set_tau(m, -self._sorted[:, j])
