@@ -161,9 +161,9 @@ def _cmd_run(args) -> int:
         prog.close()
     for p in paths:
         if not args.quiet:
-            # the headline in plain text, so that the terminal shows the result
+            # the headline in plain text (it ends with a newline), so that the
+            # terminal shows the result, then a blank line
             print(headline_text(p, ascii=not _utf8_stdout()))
-            print()
         print(p)
     return 0
 

@@ -94,6 +94,10 @@ def test_memsim_run_in_a_pipe_prints_a_line_per_replicate(tmp_path):
     lines = proc.stderr.splitlines()
     assert [line.split(" (")[0] for line in lines] == [
         "memsim run: replicate 1/2 done", "memsim run: replicate 2/2 done"]
+    # stdout: the headline table, one blank line, the run folder (as the README shows)
+    out = proc.stdout.splitlines()
+    assert out[0].startswith("policy") and out[-2:-1] == [""] and out[-3] != ""
+    assert Path(out[-1]).is_dir()
     quiet = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART),
                             "--out", str(tmp_path), "--no-report", "--quiet",
                             *[x for s in SMALL for x in ("--set", s)]],
