@@ -185,3 +185,18 @@ def test_skipping_blocks_equals_multiplying_every_block(case):
             with pytest.MonkeyPatch.context() as every:
                 every_block(every)
                 assert_same(simulate(stream, arms, s, seed_sequence(0)), got)
+
+
+def test_an_approximate_index_over_skipped_blocks(monkeypatch):
+    """An HNSW retriever (its scores read the dot products) on arms that
+    evict most of the store: the frames of multiplying every block."""
+    pytest.importorskip("hnswlib")
+    monkeypatch.setattr(engine, "PRODUCT_BLOCK", 32)
+    s = random_stream(5, n_notes=2000, n_queries=60, dim=6)
+    arms = [Arm(f"h{m}", resolve_policy(
+        {"retriever": {"kind": "hnsw", "prefilter": 20, "ef": 40}, "ranker": "product",
+         "retention": {"kind": "capacity", "max_notes": m}}, f"h{m}")) for m in (50, 80)]
+    kw = dict(save_rankings=True, candidates=8)
+    got = simulate(s, arms, SimSettings(**kw), seed_sequence(0))
+    every_block(monkeypatch)
+    assert_same(simulate(s, arms, SimSettings(**kw), seed_sequence(0)), got)
