@@ -488,18 +488,18 @@ class Batch:
         multiplied (its products are then computed)."""
         same = (dead is None and self.dead is None) or (
             dead is not None and self.dead is not None and np.array_equal(dead, self.dead))
-        if not same:
-            for key in [k for k in self.cache if isinstance(k, tuple) and k[0] in _DEAD_KEYS]:
-                del self.cache[key]
         self.dead = dead
-        if self._real is not None and not same:
+        if same:
+            return
+        drop = set(_DEAD_KEYS)
+        if self._real is not None:
             more = self._open_blocks() & ~self._real
             if more.any():
                 self._real = self._real | more
                 self._dots = None  # the products again, with those blocks
-                for key in [k for k in self.cache
-                            if isinstance(k, tuple) and k[0] == "similarity"]:
-                    del self.cache[key]
+                drop.add("similarity")
+        for key in [k for k in self.cache if isinstance(k, tuple) and k[0] in drop]:
+            del self.cache[key]
 
     def gains_for(self, idx: np.ndarray) -> np.ndarray:
         """Dense true gains (Q, len(idx)); 0 where no qrel."""
