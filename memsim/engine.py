@@ -1245,15 +1245,12 @@ class _SimOrder:
         # every row (a batch's first level): one comparison over the matrix,
         # or over the open columns alone when some are dead (retention often
         # leaves a small part of the store)
-        if self.dead is None:
-            hit = self.sim > thi[:, None]
-            hit &= self.valid
-            r_i, c = np.divmod(np.flatnonzero(hit), self.n_all)  # row-major: columns ascending
-        else:
-            hit = self.sim[:, self.open] > thi[:, None]
-            hit &= self.valid[:, self.open]
-            r_i, k = np.divmod(np.flatnonzero(hit), len(self.open))
-            c = self.open[k]
+        dead = self.dead is not None
+        hit = (self.sim[:, self.open] if dead else self.sim) > thi[:, None]
+        hit &= self.valid[:, self.open] if dead else self.valid
+        r_i, c = np.divmod(np.flatnonzero(hit), hit.shape[1])  # row-major: columns ascending
+        if dead:
+            c = self.open[c]
         above = self.sim[r_i, c] > tau[r_i]
         ends = np.searchsorted(r_i, np.arange(1, len(rows) + 1)).tolist()
         start = 0
