@@ -79,21 +79,31 @@ def _density(values, tokens, eligible):
     return np.where(eligible, d, -np.inf)
 
 
-def _greedy_fill(order, tokens, eligible, budget, packed, used):
-    """Visit columns in ``order`` (Q, C), per row; add each eligible, unpacked
-    note that still fits. Updates ``packed`` and ``used`` in place.
+def _fill_plan(order, tokens, eligible):
+    """What a greedy fill visiting the columns in ``order`` (Q, C) reads,
+    prepared once for every fill in that order: the order, its inverse, and
+    the sizes and eligibility in that order, transposed (C, Q) so that each
+    step of the fill reads contiguous memory."""
+    inverse = np.empty_like(order)
+    np.put_along_axis(inverse, order, np.arange(order.shape[1])[None, :], axis=1)
+    return (order, inverse, np.take_along_axis(tokens, order, axis=1).T.copy(),
+            np.take_along_axis(eligible, order, axis=1).T.copy())
 
-    One loop over the C candidate ranks, vectorised over queries. The arrays are
-    gathered once in visiting order and transposed, so that each step reads
-    contiguous memory; the loop stops as soon as no remaining note of any row
-    can fit (suffix minimum of the sizes against the free space).
+
+def _greedy_fill(plan, budget, packed, used):
+    """Visit columns in the plan's order (:func:`_fill_plan`), per row; add
+    each eligible, unpacked note that still fits. Updates ``packed`` and
+    ``used`` in place.
+
+    One loop over the C candidate ranks, vectorised over queries; it stops
+    as soon as no remaining note of any row can fit (suffix minimum of the
+    sizes against the free space).
     """
-    q, c = tokens.shape
+    order, inverse, ts, eligible_s = plan
+    c, q = ts.shape
     if q == 0 or c == 0:
         return packed, used
-    ts = np.take_along_axis(tokens, order, axis=1).T.copy()
-    open_ = (np.take_along_axis(eligible, order, axis=1)
-             & ~np.take_along_axis(packed, order, axis=1)).T.copy()
+    open_ = eligible_s & ~np.take_along_axis(packed, order, axis=1).T
     big = np.iinfo(np.int64).max
     smallest_left = np.minimum.accumulate(np.where(open_, ts, big)[::-1], axis=0)[::-1]
     take_s = np.zeros((c, q), dtype=bool)
@@ -103,8 +113,7 @@ def _greedy_fill(order, tokens, eligible, budget, packed, used):
         take = open_[s] & (used + ts[s] <= budget)
         take_s[s] = take
         used += ts[s] * take
-    rows = np.arange(q)[:, None]
-    packed[rows, order] |= take_s.T
+    packed |= np.take_along_axis(take_s.T, inverse, axis=1)  # back to column order
     return packed, used
 
 
@@ -115,11 +124,12 @@ def _density_order(values, tokens, eligible):
 
 
 def _greedy(values, tokens, eligible, budget):
+    """The greedy fill by density: (packed, used, its fill plan)."""
     q, c = tokens.shape
     packed = np.zeros((q, c), dtype=bool)
     used = np.zeros(q, dtype=np.int64)
-    order = _density_order(values, tokens, eligible)
-    return _greedy_fill(order, tokens, eligible, budget, packed, used)
+    plan = _fill_plan(_density_order(values, tokens, eligible), tokens, eligible)
+    return (*_greedy_fill(plan, budget, packed, used), plan)
 
 
 # --------------------------------------------------------------------------
@@ -287,10 +297,10 @@ class GreedySwap(_ValuePacker):
     def pack(self, values, tokens, valid, budget):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
         eligible = self._eligible(values, tokens, valid, budget)
-        packed, used = _greedy(values, tokens, eligible, budget)
+        packed, used, plan = _greedy(values, tokens, eligible, budget)
         if self.max_swaps == 0 or not eligible.any():
             return packed
-        return _swap_passes(values, tokens, eligible, budget, packed, used, self.max_swaps)
+        return _swap_passes(values, tokens, eligible, budget, packed, used, self.max_swaps, plan)
 
 
 def _swap_candidates(values, tokens, eligible, budget, packed, used, dens):
@@ -307,6 +317,18 @@ def _swap_candidates(values, tokens, eligible, budget, packed, used, dens):
 _SWAP_CELLS = 1 << 18
 
 
+def _count_below(sorted_rows, x):
+    """For each row of the non-decreasing non-negative integers
+    ``sorted_rows`` (R, C): how many are below each of that row's ``x``
+    (R, S): one binary search over the rows laid end to end, each shifted
+    above the one before."""
+    span = int(sorted_rows[:, -1].max(initial=0)) + 2
+    shift = np.arange(len(sorted_rows), dtype=np.int64)[:, None] * span
+    # x beyond a row's range counts as its ends: 0 below, or all of it
+    at = np.searchsorted((sorted_rows + shift).ravel(), (np.clip(x, 0, span - 1) + shift).ravel())
+    return at.reshape(x.shape) - shift // span * sorted_rows.shape[1]
+
+
 def _next_swap(r, start, n_cand, comp, packed, used, state):
     """For the rows ``r``: the slot of each row's next swap among its
     candidates ``comp`` from ``start`` on (-1 when none), and the swaps
@@ -317,7 +339,7 @@ def _next_swap(r, start, n_cand, comp, packed, used, state):
     rule (:class:`GreedySwap`): the greedy cover and the single note, against
     the packed set of its row as it is now.
     """
-    values, tokens, budget, rem_order, rem_rank, tok_o, val_o = state
+    values, tokens, budget, rem_order, rem_rank, tok_o, val_o, size_order, size_asc, val_s = state
     c = tokens.shape[1]
     slots = np.arange(comp.shape[1])
     todo = (slots >= start[:, None]) & (slots < n_cand[:, None])
@@ -333,12 +355,16 @@ def _next_swap(r, start, n_cand, comp, packed, used, state):
     pk_o = pk[k, rem_order[r]]
     ct = np.cumsum(np.where(pk_o, tok_o[r], 0), axis=1)
     cv = np.cumsum(np.where(pk_o, val_o[r], 0.0), axis=1)
-    p = np.minimum((ct[:, None, :] < need[:, :, None]).sum(axis=2), c - 1)
+    p = np.minimum(_count_below(ct, need), c - 1)
     cover_val = np.where(need > 0, cv[k, p], 0.0)
-    # (b) the single least valuable packed note that frees enough alone
+    # (b) the single least valuable packed note that frees enough alone: the
+    # notes of at least ``need`` tokens are the first ones by size,
+    # descending; the least value among the packed of each prefix
     # (which one, when several tie, is found below for the rows that swap)
-    ok1 = pk[:, None, :] & (tokens[r][:, None, :] >= need[:, :, None])
-    single_val = np.where(ok1, values[r][:, None, :], np.inf).min(axis=2)
+    by_size = np.where(pk[k, size_order[r]], val_s[r], np.inf)
+    least = np.minimum.accumulate(by_size, axis=1)
+    n_ge = c - _count_below(size_asc[r], need)  # notes of at least need tokens
+    single_val = np.where(n_ge > 0, least[k, np.maximum(n_ge - 1, 0)], np.inf)
     use_single = (need > 0) & (single_val < cover_val)
     removed = np.where(use_single, single_val, cover_val)
     do = todo & ((vj - removed) > _TOL * np.abs(vj))
@@ -361,14 +387,14 @@ def _next_swap(r, start, n_cand, comp, packed, used, state):
     return at, (d, j, remove, freed)
 
 
-def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
-    """The swap passes of :class:`GreedySwap` (see its docstring for the rule)."""
+def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps, plan):
+    """The swap passes of :class:`GreedySwap` (see its docstring for the
+    rule), after the greedy fill of ``plan``, which also refills."""
     q, c = tokens.shape
     dens = _density(values, tokens, eligible)
     cand0 = _swap_candidates(values, tokens, eligible, budget, packed, used, dens)
     if not cand0.any():
         return packed  # no note can beat its cheapest removal: greedy's answer stands
-    fill_order = np.argsort(-dens, axis=1, kind="stable")
     # Removal order: ascending density; among equal densities the worse rank
     # (higher column) goes first. Sorting the reversed columns stably gives that.
     rem_order = (c - 1) - np.argsort(dens[:, ::-1], axis=1, kind="stable")
@@ -381,8 +407,14 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
     val_o = np.take_along_axis(val_el, rem_order, axis=1)
     # Insertion candidates: by value, best first, ties by rank.
     ins_order = np.argsort(-np.where(eligible, values, -np.inf), axis=1, kind="stable")
+    # the notes by size (eligible ones; only they are ever packed), ascending,
+    # and the columns by size descending
+    size_asc = np.sort(tok_el, axis=1)
+    size_order = np.argsort(tok_el, axis=1)[:, ::-1]
+    val_s = np.take_along_axis(values, size_order, axis=1)
     swaps = np.zeros(q, dtype=np.int64)
-    state = (values, tokens, budget, rem_order, rem_rank, tok_o, val_o)
+    state = (values, tokens, budget, rem_order, rem_rank, tok_o, val_o, size_order, size_asc,
+             val_s)
 
     for pass_ in range(max_swaps):
         swapped_any = False
@@ -421,7 +453,7 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps):
                 used[rd] += tokens[rd, j] - freed
                 swaps[rd] += 1
         # Refill the space the swaps left (only adds notes: value can only grow).
-        packed, used = _greedy_fill(fill_order, tokens, eligible, budget, packed, used)
+        packed, used = _greedy_fill(plan, budget, packed, used)
         if not swapped_any:
             break
     return packed
