@@ -359,16 +359,16 @@ class PolicyState:
             if len(rows) == 0:
                 return
         np.add.at(self.recalls, rows, 1)
-        last = np.full(len(self.last_access), -np.inf)
-        np.maximum.at(last, rows, t)
-        seen = np.isfinite(last)
-        self.last_access[seen] = np.fmax(self.last_access[seen], last[seen])
+        # each used note's latest use (work in the uses, not the store)
+        seen, which = np.unique(rows, return_inverse=True)
+        last = np.full(len(seen), -np.inf)
+        np.maximum.at(last, which, t)
+        self.last_access[seen] = np.fmax(self.last_access[seen], last)
         word, bit = np.divmod(actors, 64)
         np.bitwise_or.at(self.actor_bits, (rows, word), np.left_shift(np.uint64(1),
                                                                      bit.astype(np.uint64)))
         if feedback.promote_after > 0:
-            promote = np.unique(rows)
-            promote = promote[self.recalls[promote] >= feedback.promote_after]
+            promote = seen[self.recalls[seen] >= feedback.promote_after]
             self.tier[promote] = TIER_CODES["longterm"]
 
     def _apply_cooldown(self, rows, actors, t, cooldown_days):
@@ -1878,8 +1878,11 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
         sel = (s > v) | (eq & (np.cumsum(eq, axis=1) <= need[:, None]))
         pos = part.copy()
         pos[over] = np.nonzero(sel)[1].reshape(len(over), c)
+    # score descending, then the lower column: columns ascending, then a
+    # stable sort by score (faster than one lexsort of both keys)
+    pos = np.sort(pos, axis=1)
     vals = np.take_along_axis(scores, pos, axis=1)
-    order = np.lexsort((pos, -vals), axis=1)  # score desc, then lower column
+    order = np.argsort(-vals, axis=1, kind="stable")
     return np.take_along_axis(pos, order, axis=1), np.take_along_axis(vals, order, axis=1)
 
 
@@ -2225,6 +2228,42 @@ def _sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float
     )
 
 
+class _SweepView(_NoteColumns, ArrayContext):
+    """:func:`_sweep_context`, its columns gathered only when read: a
+    retention reads a few (ai-memory's seven of thirteen), each the same
+    values; anything else comes from the full context, built then."""
+
+    def __init__(self, notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float,
+                 rng: np.random.Generator):
+        self.notes, self.state, self.idx, self.rng = notes, st, idx, rng
+        self.t = np.array([t])
+        self.live = None
+
+    @cached_property
+    def _full(self) -> ArrayContext:
+        return _sweep_context(self.notes, self.state, self.idx, float(self.t[0]), self.rng)
+
+    def __getattr__(self, name: str) -> Any:
+        # only for what neither class defines: the full context's
+        return getattr(self._full, name)
+
+    @property
+    def created_at(self) -> np.ndarray:
+        return self.notes.created_at[self.idx]
+
+    @property
+    def updated_at(self) -> np.ndarray:
+        return self.notes.updated_at[self.idx]
+
+    @property
+    def last_access(self) -> np.ndarray:
+        return self.state.last_access[self.idx]
+
+    @cached_property
+    def distinct_actors(self) -> np.ndarray:
+        return self.state.distinct_actors(self.idx)
+
+
 def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
     """Run every arm's retention sweep at time ``t``."""
     exist = np.flatnonzero((notes.created_at <= t) & (notes.expires_at > t))
@@ -2234,8 +2273,8 @@ def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
         idx = exist[~st.evicted[exist]]
         if len(idx) == 0:
             continue
-        ctx = _sweep_context(notes, st, idx, t, rng)
-        evict = np.asarray(arm.policy.retention.evict(ctx), dtype=bool)
+        evict = np.asarray(arm.policy.retention.evict(_SweepView(notes, st, idx, t, rng)),
+                           dtype=bool)
         st.evicted[idx[evict]] = True
         st.evicted_at[idx[evict]] = t
 

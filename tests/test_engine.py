@@ -383,3 +383,73 @@ def test_codes_read_each_value_as_its_text(values, dtype):
     got = _codes(col, table, -5)
     assert got.dtype == np.int64 and np.array_equal(got, want)
     assert _texts(col) == set(texts)
+
+
+def _notes_and_state(seed: int):
+    from memsim.engine import NoteArrays, PolicyState
+
+    s = random_stream(seed, n_notes=200)
+    s.notes["updated_at"] = s.notes["created_at"] + np.random.default_rng(seed).uniform(0, 3, 200)
+    codes = {a: i for i, a in enumerate(sorted(set(s.notes["actor"]) | set(s.queries["actor"])))}
+    notes = NoteArrays.from_stream(s, codes)
+    return notes, PolicyState(notes, len(codes)), len(codes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6), st.integers(0, 60))
+def test_touch_records_each_notes_latest_use_and_promotes(seed, n_uses):
+    """Uses (repeated notes, times out of order) give every used note its
+    count, its latest use (never earlier than one recorded before), its
+    actors, and the longterm tier from the fifth use; other notes keep
+    theirs."""
+    from memsim.policies import Feedback
+    from memsim.policies.context import TIER_CODES
+
+    notes, state, n_actors = _notes_and_state(seed % 50)
+    rng = np.random.default_rng(seed)
+    n = len(notes.note_id)
+    state.last_access[:] = np.where(rng.random(n) < 0.3, rng.uniform(0, 20, n), np.nan)
+    state.recalls[:] = rng.integers(0, 6, n)
+    before = (state.last_access.copy(), state.recalls.copy(), state.tier.copy())
+    rows = rng.integers(0, 12, n_uses)  # few notes: repeats
+    actors = rng.integers(0, n_actors, n_uses)
+    t = rng.uniform(0, 40, n_uses)
+    state.touch(rows, actors, t, Feedback(promote_after=5))
+    for i in range(n):
+        mine = rows == i
+        last, recalls, tier = (x[i] for x in before)
+        assert state.recalls[i] == recalls + mine.sum()
+        want = np.fmax(last, t[mine].max()) if mine.any() else last
+        np.testing.assert_equal(state.last_access[i], want)
+        assert state.distinct_actors(np.array([i]))[0] == len(set(actors[mine].tolist()))
+        promoted = mine.any() and recalls + mine.sum() >= 5
+        assert state.tier[i] == (TIER_CODES["longterm"] if promoted else tier)
+
+
+def test_the_sweep_view_reads_what_the_full_sweep_context_holds():
+    """A retention sweep's lazily gathered view gives every column of the
+    context it replaces, the same values, and anything else from it."""
+    from memsim.engine import _sweep_context, _SweepView
+
+    notes, state, _ = _notes_and_state(7)
+    rng = np.random.default_rng(7)
+    n = len(notes.note_id)
+    state.last_access[:] = np.where(rng.random(n) < 0.5, rng.uniform(0, 20, n), np.nan)
+    state.recalls[:] = rng.integers(0, 9, n)
+    state.tier[::3] = 2
+    state.actor_bits[::4, 0] = 5
+    idx = np.flatnonzero(rng.random(n) < 0.6)
+    view = _SweepView(notes, state, idx, 25.0, rng)
+    full = _sweep_context(notes, state, idx, 25.0, rng)
+    for name in ("t", "idx", "tokens", "importance", "salience", "pinned", "memory_type",
+                 "recalls", "tier", "distinct_actors", "age_created", "age_updated",
+                 "since_access", "age_last_access", "created_at", "last_access", "gains",
+                 "note_class", "note_actor", "query_actor", "live"):
+        got, want = getattr(view, name), getattr(full, name)
+        if want is None:
+            assert got is None, name
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+    for clock in ("created", "updated", "last_access"):
+        np.testing.assert_array_equal(view.age(clock), full.age(clock))
+    assert view.rng is rng
