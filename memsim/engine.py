@@ -1125,6 +1125,7 @@ class _SimOrder:
         self._cols: dict[int, dict[int, np.ndarray]] = {}
         self._cells: dict[tuple, _LevelCells] = {}
         self._block_max: np.ndarray | None = None
+        self._group_max: np.ndarray | None = None
 
     def cells(self, level: int, todo: np.ndarray, full: bool, retriever: str) -> _LevelCells:
         """The cells the queries ``todo`` score at ``level`` (every note when
@@ -1144,17 +1145,28 @@ class _SimOrder:
         """(Q, B): the largest similarity of each block of :data:`_BLOCK`
         consecutive columns (the similarity filter's, :func:`_kept_cells`);
         +inf for a block with a NaN similarity (its cells are then compared
-        one by one)."""
+        one by one), -inf for one whose notes no arm can see (not read)."""
         if self._block_max is None:
             q, n = self.sim.shape
-            full = n // _BLOCK
-            bm = np.empty((q, -(-n // _BLOCK)), dtype=self.sim.dtype)
-            bm[:, :full] = self.full_blocks().max(axis=2)
-            if full < bm.shape[1]:
-                bm[:, full] = self.sim[:, full * _BLOCK:].max(axis=1)
+            if self.dead is None:
+                bm = np.maximum.reduceat(self.sim, np.arange(0, n, _BLOCK), axis=1)
+            else:  # the blocks some arm can see: often a small part of the store
+                bm = np.full((q, -(-n // _BLOCK)), -np.inf, dtype=self.sim.dtype)
+                seen = np.unique(self.open // _BLOCK)
+                cols = np.minimum((seen[:, None] * _BLOCK + np.arange(_BLOCK)).ravel(), n - 1)
+                bm[:, seen] = np.maximum.reduceat(self.sim[:, cols],
+                                                  np.arange(0, len(cols), _BLOCK), axis=1)
             bm[np.isnan(bm)] = np.inf
             self._block_max = bm
         return self._block_max
+
+    def group_max(self) -> np.ndarray:
+        """(Q, G): the largest similarity of each group of :data:`_GROUP`
+        blocks (+inf where a block's is)."""
+        if self._group_max is None:
+            bm = self.block_max()
+            self._group_max = np.maximum.reduceat(bm, np.arange(0, bm.shape[1], _GROUP), axis=1)
+        return self._group_max
 
     def full_blocks(self) -> np.ndarray:
         """The similarity's whole blocks as (Q, B', :data:`_BLOCK`), a view."""
@@ -1529,8 +1541,8 @@ def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, or
     ``similarity_needed`` at ``kth`` and its block's highest recency, so
     every note of the top C, and every note tied with its C-th, is among
     those; they alone are scored (in column order: ties to the lower)."""
-    need = _needed(policy, ctx, kth, lo, highs, order.sim.dtype)
-    cells = _padded_cells(order, *_kept_cells(order, need, rows), rows, policy.retriever.name)
+    r, col = _kept_cells(order, rows, [(np.arange(len(rows)), policy, ctx, kth, lo, highs)])
+    cells = _padded_cells(order, r, col, rows, policy.retriever.name)
     cells, live = _live_cells(cells, ctx, c)
     scores = _cell_scores(policy, _GatheredContext(ctx, rows, cells.cols, live, cells), st)
     if scores is None:
@@ -1645,9 +1657,9 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
         arm = np.repeat(np.arange(len(members)), q)
         qrow = np.tile(rows, len(members))
     kth = kth.ravel()
-    need = np.concatenate([_needed(m.policy, m.ctx, kth[k * q:(k + 1) * q], m.lo, m.highs,
-                                   order.sim.dtype) for k, m in enumerate(members)])
-    r, col = _kept_cells(order, need, qrow)
+    r, col = _kept_cells(order, qrow, [(np.arange(k * q, (k + 1) * q), m.policy, m.ctx,
+                                        kth[k * q:(k + 1) * q], m.lo, m.highs)
+                                       for k, m in enumerate(members)])
     pos = np.zeros((len(arm), cc), dtype=np.int64)
     vals = np.full(pos.shape, -np.inf)
     where = np.full(len(arm), -1)
@@ -1707,33 +1719,62 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
 
 def _needed(policy: Policy, ctx: BatchContext, kth: np.ndarray, lo: float | None,
             highs: np.ndarray, dtype) -> np.ndarray:
-    """The ranker's ``similarity_needed`` (R, B) at ``kth`` (R,) and each
-    block's highest recency, rounded down into the similarity's ``dtype``
-    (NaN: every note), so that comparing the similarity keeps a superset."""
+    """The ranker's ``similarity_needed`` at ``kth`` and the highest
+    recencies ``highs`` (arrays that broadcast), rounded down into the
+    similarity's ``dtype`` (NaN: every note), so that comparing the
+    similarity keeps a superset."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        need = np.asarray(policy.ranker.similarity_needed(kth[:, None], lo, highs[None, :], ctx),
-                          dtype=np.float64)
+        need = np.asarray(policy.ranker.similarity_needed(kth, lo, highs, ctx), dtype=np.float64)
         need = np.where(np.isnan(need), -np.inf, need).astype(dtype)
     return np.nextafter(need, need.dtype.type(-np.inf))
 
 
-def _kept_cells(order: _SimOrder, need: np.ndarray, qrow: np.ndarray
+#: blocks per group of the similarity filter's first comparison
+_GROUP = 16
+
+
+def _kept_cells(order: _SimOrder, qrow: np.ndarray, parts: list[tuple]
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The cells whose similarity is at least their block's ``need`` (R, B),
-    row ``i`` of which is for the batch's query ``qrow[i]`` (several arms'
-    rows may stack): (row of ``need``, column), row by row, columns
-    ascending. Only the blocks whose largest similarity reaches ``need`` are
-    compared cell by cell."""
+    """The cells of rows ``qrow`` (queries of the batch; several arms' rows
+    may stack) whose similarity reaches the ranker's ``similarity_needed``
+    at their row's C-th score ``kth`` and their block's highest recency:
+    (row, column), row by row, columns ascending. ``parts``: ``(rows,
+    policy, ctx, kth, lo, highs)``, each for its rows (ascending, and after
+    the previous part's), ``highs`` per block (:func:`_recency_blocks`).
+
+    The blocks are compared in groups of :data:`_GROUP` first: a group's
+    need at its highest recency is one for every note of it (the ranker's
+    contract holds for any recency up to it), so a group whose largest
+    similarity is below it is left out whole; the blocks of the others are
+    compared one by one, then the cells of the blocks that remain."""
+    dtype = order.sim.dtype
+    bmax, gmax = order.block_max(), order.group_max()
+    nb, ng = bmax.shape[1], gmax.shape[1]
+    within = np.arange(_GROUP)
+    rs, bs, needs = [], [], []
+    for rows, policy, ctx, kth, lo, highs in parts:
+        q = qrow[rows]
+        need = _needed(policy, ctx, kth[:, None], lo,
+                       np.maximum.reduceat(highs, np.arange(0, nb, _GROUP))[None, :], dtype)
+        r, g = np.divmod(np.flatnonzero(gmax[q] >= need), ng)  # row-major: groups ascending
+        b = (g[:, None] * _GROUP + within).ravel()
+        r = np.repeat(r, _GROUP)
+        inside = b < nb  # the last group may be short
+        r, b = r[inside], b[inside]
+        need = _needed(policy, ctx, kth[r], lo, highs[b], dtype)
+        hit = bmax[q[r], b] >= need
+        rs.append(rows[r[hit]])
+        bs.append(b[hit])
+        needs.append(need[hit])
+    r, b, need = (np.concatenate(x) for x in (rs, bs, needs))
     n_all = order.n_all
-    rb = np.flatnonzero(order.block_max()[qrow] >= need)  # row-major: blocks ascending
-    r, b = np.divmod(rb, need.shape[1])
-    sims = np.full((len(r), _BLOCK), -np.inf, dtype=order.sim.dtype)
+    sims = np.full((len(r), _BLOCK), -np.inf, dtype=dtype)
     whole = b < n_all // _BLOCK
     sims[whole] = order.full_blocks()[qrow[r[whole]], b[whole]]
     if not whole.all():  # the last block, shorter
         tail = order.sim[:, b[~whole][0] * _BLOCK:]
         sims[~whole, :tail.shape[1]] = tail[qrow[r[~whole]]]
-    k, j = np.divmod(np.flatnonzero(sims >= need[r, b][:, None]), _BLOCK)
+    k, j = np.divmod(np.flatnonzero(sims >= need[:, None]), _BLOCK)
     col = b[k] * _BLOCK + j
     inside = col < n_all  # the last block's padding meets a need of -inf
     return r[k][inside], col[inside]

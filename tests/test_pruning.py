@@ -302,25 +302,60 @@ def test_similarity_filter_runs_and_keeps_ties(monkeypatch):
 
 
 def test_kept_cells_are_every_cell_at_or_above_its_blocks_need():
-    """The filter's cells, compared block by block, are exactly the cells
-    whose similarity reaches their block's need, row by row in column
-    order: a short last block, a need of -inf (every note), NaN
-    similarities (never kept, and hiding no other cell of their block), and
-    rows stacked for several arms."""
+    """The filter's cells are exactly the cells whose similarity reaches the
+    ranker's need at their row's C-th score and their block's highest
+    recency, row by row in column order (the groups of blocks compared
+    first leave out only cells that cannot): a short last block and group,
+    a C-th score <= 0 (every note), NaN similarities (never kept, and
+    hiding no other cell of their block), and rows stacked for two arms
+    with recencies of their own."""
     rng = np.random.default_rng(8)
-    q, n = 3, 3 * engine._BLOCK + 7
-    sim = rng.normal(size=(q, n)).astype(np.float32)
+    q, n = 3, (engine._GROUP + 2) * engine._BLOCK + 7
+    sim = rng.normal(0.2, 0.3, size=(q, n)).astype(np.float32)
     sim[1, 5] = sim[2, n - 1] = np.nan
     order = engine._SimOrder(sim, np.ones((q, n), dtype=bool))
     nb = -(-n // engine._BLOCK)
+    policy = resolve_policy({"ranker": "product"}, "p")
     qrow = np.array([0, 1, 2, 2, 1])
-    need = rng.normal(0.5, 0.5, size=(len(qrow), nb)).astype(np.float32)
-    need[3] = -np.inf
-    r, col = engine._kept_cells(order, need, qrow)
-    wide = np.repeat(need, engine._BLOCK, axis=1)[:, :n]
-    want_r, want_col = np.nonzero(sim[qrow] >= wide)
+    kth = np.array([0.5, 0.3, 0.4, -0.1, 0.2])
+    highs = [np.where(rng.random(nb) < 0.3, 1.0, rng.uniform(0.05, 0.5, nb)) for _ in range(2)]
+    parts = [(np.arange(3), policy, None, kth[:3], 0.0, highs[0]),
+             (np.arange(3, 5), policy, None, kth[3:], 0.0, highs[1])]
+    r, col = engine._kept_cells(order, qrow, parts)
+    block = np.arange(n) // engine._BLOCK
+    want = np.vstack([sim[qrow[i]] >= engine._needed(policy, None, kth[i], 0.0,
+                                                     highs[i >= 3][block], sim.dtype)
+                      for i in range(len(qrow))])
+    want_r, want_col = np.nonzero(want)
     assert np.array_equal(r, want_r) and np.array_equal(col, want_col)
     assert (r == 3).sum() == n - 1  # every note but the NaN
+    assert 0 < len(r) < 0.5 * want.size  # the needs leave most cells out
+
+
+@pytest.mark.parametrize("dead_share", [0.0, 0.97])
+def test_block_max_is_each_seen_blocks_largest_similarity(dead_share):
+    """A block's largest similarity (+inf with a NaN), for every block with
+    a note some arm can see, a short last block included; blocks of dead
+    notes alone read -inf."""
+    rng = np.random.default_rng(4)
+    q, n = 4, 40 * engine._BLOCK + 9
+    sim = rng.normal(size=(q, n)).astype(np.float32)
+    sim[2, 70] = np.nan
+    dead = rng.random(n) < dead_share
+    dead[n - 3] = False  # the short last block is seen
+    order = engine._SimOrder(sim, np.ones((q, n), dtype=bool), dead if dead.any() else None)
+    block = np.arange(n) // engine._BLOCK
+    for b in range(block[-1] + 1):
+        cols = block == b
+        got = order.block_max()[:, b]
+        if dead[cols].all():
+            assert (got == -np.inf).all()
+        else:
+            want = sim[:, cols].max(axis=1)
+            np.testing.assert_array_equal(got, np.where(np.isnan(want), np.inf, want))
+    groups = np.arange(0, order.block_max().shape[1], engine._GROUP)
+    np.testing.assert_array_equal(order.group_max(),
+                                  np.maximum.reduceat(order.block_max(), groups, axis=1))
 
 
 @pytest.mark.parametrize("n, same_rank", [(700, False), (20_000, False), (20_000, True),
