@@ -2218,12 +2218,16 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
     """The tidy frames of the run."""
     notes = inp.notes
     pq = bool(np.isfinite(inp.qbudget).any())  # queries with budgets of their own
-    frames = []
-    for ai, arm in enumerate(arms):
-        df = (_concat_columns(got.metrics[ai]) if got.metrics[ai]
-              else pd.DataFrame({"query_id": np.zeros(0, np.int64)}))
-        frames.append(_labelled(df, arm, settings, pq))
-    qframe = pd.concat(frames, ignore_index=True)
+    # one frame for every arm's queries (a frame per arm costs more than
+    # the arrays: policy and budget labels repeated along them)
+    parts = [b for batches in got.metrics for b in batches]
+    counts = [sum(len(b["query_id"]) for b in batches) for batches in got.metrics]
+    qframe = pd.DataFrame({
+        "policy": np.repeat(np.array([a.policy_name for a in arms], dtype=object), counts),
+        "budget": np.repeat(np.array([resolve_budget(a, settings, per_query=pq) for a in arms],
+                                     dtype=np.int64), counts),
+        **({k: np.concatenate([b[k] for b in parts]) for k in parts[0]} if parts
+           else {"query_id": np.zeros(0, np.int64)})})
     qframe["actor"] = np.asarray(inp.actor_names, dtype=object)[
         qframe.pop("actor_code").to_numpy()] if len(qframe) else pd.Series(dtype=object)
     if inp.qcategory is not None:

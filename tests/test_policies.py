@@ -641,3 +641,22 @@ def test_add_preset_refuses_a_mark_on_no_parameter():
     assert "test-bad-mark" not in PRESETS
     with pytest.raises(ConfigError, match="unknown preset"):
         assumptions("no-such-preset")
+
+
+@given(st.floats(0.5, 900.0), st.floats(0.0, 0.95), st.floats(0.5, 900.0), st.floats(0.0, 0.95))
+def test_per_tier_form_of_any_code_is_the_same_from_its_lookup(task_hl, task_fl, scratch_hl,
+                                                               scratch_fl):
+    """The per-tier form read from a table for the contexts' int8 codes
+    equals the one computed code by code: every code, unknown ones as task."""
+    from memsim.policies.decay import PerTier
+
+    decay = PerTier(task_half_life_days=task_hl, task_floor=task_fl,
+                    scratch_half_life_days=scratch_hl, scratch_floor=scratch_fl)
+    codes = np.arange(-128, 128)
+    by_table = decay.exponential_form(ArrayContext(created_at=np.zeros(256),
+                                                   tier=codes.astype(np.int8)))
+    wide = type("Wide", (), {"tier": codes.astype(np.int64)})()  # codes as int64
+    by_code = decay.exponential_form(wide)
+    for a, b in zip(by_table, by_code):
+        np.testing.assert_array_equal(a, b)
+    assert by_code[0][codes == 2].tolist() == [1.0] and by_code[1][codes == 2].tolist() == [0.0]

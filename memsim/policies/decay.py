@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import numpy as np
@@ -264,6 +265,10 @@ class PerTier(Decay):
 
     def exponential_form(self, ctx: ScoringContext):
         tier = np.asarray(ctx.tier)
+        if tier.dtype == np.int8:  # the contexts' codes: one lookup per array
+            floor, rate = self._by_code
+            codes = tier.view(np.uint8)
+            return np.take(floor, codes), np.take(rate, codes)
         scratch = tier == _SCRATCH
         rate = np.where(scratch, _LN2 / self.scratch_half_life_days,
                         _LN2 / self.task_half_life_days)
@@ -271,6 +276,16 @@ class PerTier(Decay):
         longterm = tier == _LONGTERM
         floor[longterm] = 1.0  # 1 + 0 * anything: no decay
         rate[longterm] = 0.0
+        return floor, rate
+
+    @cached_property
+    def _by_code(self) -> tuple[np.ndarray, np.ndarray]:
+        """(floor, rate) for each int8 tier code, read as uint8 (256 codes;
+        any but scratch and longterm counts as task)."""
+        floor = np.full(256, self.task_floor)
+        rate = np.full(256, _LN2 / self.task_half_life_days)
+        floor[_SCRATCH], rate[_SCRATCH] = self.scratch_floor, _LN2 / self.scratch_half_life_days
+        floor[_LONGTERM], rate[_LONGTERM] = 1.0, 0.0  # 1 + 0 * anything: no decay
         return floor, rate
 
     def half_life(self) -> float:
