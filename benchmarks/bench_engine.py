@@ -405,7 +405,7 @@ def _verdict(ok: bool | None) -> str:
 
 def scale_targets(window: float, big: bool, big_days: float) -> dict:
     """The three scale targets, each with PASS or MISS."""
-    side = spawn({"what": "side", "n": 50000, "window": window, "p": 10, "repeat": 2})
+    side = spawn({"what": "side", "n": 50000, "window": window, "p": 10, "repeat": 3})
     days = YEAR if big else big_days
     b = spawn({"what": "big", "n": 1_000_000, "window": days})
     if big:
