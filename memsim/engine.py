@@ -1413,18 +1413,19 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
         done = _proven(v, cc, full, np.where(np.isneginf(tau), -np.inf, bound))
         if done.any():
             d = np.flatnonzero(done)
+            every = len(d) == len(todo)  # the rows' own arrays, no copies
             rows = todo[d]
             w = min(cc, p.shape[1])  # fewer only when every open note was scored
-            pos[rows, :w] = np.take_along_axis(cols[d], p[d, :w], axis=1)
+            pos[rows, :w] = np.take_along_axis(cols if every else cols[d], p[d, :w], axis=1)
             vals[rows, :w] = v[d, :w]
             # notes a query had to score: those whose bound reaches its C-th score
             kth = v[d, cc - 1] if w == cc else np.full(len(d), -np.inf)
             if np.isfinite(kth).all():
+                sim, real = ((level_cells.sim, level_cells.real) if every else
+                             (level_cells.sim[d], level_cells.real[d]))
                 with np.errstate(invalid="ignore", over="ignore"):
-                    b = np.asarray(ranker.score_bound(level_cells.sim[d], lo, hi, ctx),
-                                   dtype=np.float64)
-                need = max(need, int(((b >= kth[:, None]) & level_cells.real[d])
-                                     .sum(axis=1).max()))
+                    b = np.asarray(ranker.score_bound(sim, lo, hi, ctx), dtype=np.float64)
+                need = max(need, int(((b >= kth[:, None]) & real).sum(axis=1).max()))
         if not full and not done.all() and (level >= scanned or st.prune_filter):
             if highs is None:
                 highs = _recency_blocks(policy, ctx, hi)

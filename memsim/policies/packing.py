@@ -427,8 +427,10 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps, plan
         cand_s = np.take_along_axis(cand0, ins_order, axis=1)
         n_cand = cand_s.sum(axis=1)
         # per row, the candidates in insertion order, compacted to the left
-        comp = np.take_along_axis(ins_order, np.argsort(~cand_s, axis=1, kind="stable"),
-                                  axis=1)[:, :int(n_cand.max(initial=0))]
+        r, k = np.nonzero(cand_s)
+        comp = np.zeros((q, int(n_cand.max(initial=0))), dtype=ins_order.dtype)
+        comp[r, np.arange(len(r)) - np.repeat(np.cumsum(n_cand) - n_cand, n_cand)] = \
+            ins_order[r, k]
         per = max(1, _SWAP_CELLS // max(1, comp.shape[1] * c))  # rows per step
         # The pass visits each row's candidates in order and swaps in those
         # that beat their removal against the packed set as it is then. The
