@@ -2202,33 +2202,30 @@ def _store_rows(notes: NoteArrays, states, t: float) -> list[tuple]:
     return out
 
 
-def _concat_columns(parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
-    """One frame from the batches' column arrays (a DataFrame per batch costs
-    more than scoring it in per-query mode)."""
-    return pd.DataFrame({k: np.concatenate([b[k] for b in parts]) for k in parts[0]})
-
-
-def _labelled(df: pd.DataFrame, arm: Arm, settings: SimSettings,
-              per_query: bool) -> pd.DataFrame:
-    df.insert(0, "policy", arm.policy_name)
-    df.insert(1, "budget", resolve_budget(arm, settings, per_query=per_query))
-    return df
+def _arms_frame(arms: list[Arm], per_arm: list[list[dict[str, np.ndarray]]],
+                settings: SimSettings, per_query: bool,
+                empty: dict[str, np.ndarray] | None = None) -> pd.DataFrame | None:
+    """One frame of every arm's batches (column arrays, arm by arm), each
+    row labelled with its arm's policy and budget; ``empty``'s columns when
+    no arm has a row (None without it). One frame, not one per arm or per
+    batch: building frames costs more than scoring in per-query mode."""
+    parts = [b for batches in per_arm for b in batches]
+    if not parts and empty is None:
+        return None
+    counts = [sum(len(next(iter(b.values()))) for b in batches) for batches in per_arm]
+    budgets = [resolve_budget(a, settings, per_query=per_query) for a in arms]
+    return pd.DataFrame({
+        # text, not objects: an empty column then has the type a label would give it
+        "policy": np.repeat(np.array([a.policy_name for a in arms], dtype=str), counts),
+        "budget": np.repeat(np.array(budgets, dtype=np.int64), counts),
+        **({k: np.concatenate([b[k] for b in parts]) for k in parts[0]} if parts else empty)})
 
 
 def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) -> SimResult:
     """The tidy frames of the run."""
     notes = inp.notes
     pq = bool(np.isfinite(inp.qbudget).any())  # queries with budgets of their own
-    # one frame for every arm's queries (a frame per arm costs more than
-    # the arrays: policy and budget labels repeated along them)
-    parts = [b for batches in got.metrics for b in batches]
-    counts = [sum(len(b["query_id"]) for b in batches) for batches in got.metrics]
-    qframe = pd.DataFrame({
-        "policy": np.repeat(np.array([a.policy_name for a in arms], dtype=object), counts),
-        "budget": np.repeat(np.array([resolve_budget(a, settings, per_query=pq) for a in arms],
-                                     dtype=np.int64), counts),
-        **({k: np.concatenate([b[k] for b in parts]) for k in parts[0]} if parts
-           else {"query_id": np.zeros(0, np.int64)})})
+    qframe = _arms_frame(arms, got.metrics, settings, pq, {"query_id": np.zeros(0, np.int64)})
     qframe["actor"] = np.asarray(inp.actor_names, dtype=object)[
         qframe.pop("actor_code").to_numpy()] if len(qframe) else pd.Series(dtype=object)
     if inp.qcategory is not None:
@@ -2252,11 +2249,7 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         "evicted_notes": int(st.evicted.sum()),
         "promoted_notes": int(((st.tier == longterm) & (notes.tier0 != longterm)).sum()),
     } for arm, st in zip(arms, states)]
-    rankings = None
-    if settings.save_rankings:
-        parts = [_labelled(_concat_columns(got.rankings[ai]), arm, settings, pq)
-                 for ai, arm in enumerate(arms) if got.rankings[ai]]
-        rankings = pd.concat(parts, ignore_index=True) if parts else None
+    rankings = _arms_frame(arms, got.rankings, settings, pq) if settings.save_rankings else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings)
 
 

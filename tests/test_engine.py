@@ -453,3 +453,16 @@ def test_the_sweep_view_reads_what_the_full_sweep_context_holds():
     for clock in ("created", "updated", "last_access"):
         np.testing.assert_array_equal(view.age(clock), full.age(clock))
     assert view.rng is rng
+
+
+def test_a_replay_without_queries_gives_labels_of_the_usual_types():
+    """No queries: the queries frame is empty, its policy and budget labels
+    of the types a replay with queries gives them; no rankings."""
+    s = random_stream(6)
+    empty = dataclasses.replace(s, queries=s.queries.iloc[:0],
+                                query_embeddings=s.query_embeddings[:0], qrels=s.qrels.iloc[:0])
+    pol = {"sim": {"preset": "similarity-only"}, "floor": POLICIES["floor"]}
+    got, full = run(empty, pol, save_rankings=True), run(s, pol, save_rankings=True)
+    assert len(got.queries) == 0 and got.rankings is None
+    for col in ("policy", "budget", "query_id"):
+        assert got.queries[col].dtype == full.queries[col].dtype, col
