@@ -646,8 +646,9 @@ def test_add_preset_refuses_a_mark_on_no_parameter():
 @given(st.floats(0.5, 900.0), st.floats(0.0, 0.95), st.floats(0.5, 900.0), st.floats(0.0, 0.95))
 def test_per_tier_form_of_any_code_is_the_same_from_its_lookup(task_hl, task_fl, scratch_hl,
                                                                scratch_fl):
-    """The per-tier form read from a table for the contexts' int8 codes
-    equals the one computed code by code: every code, unknown ones as task."""
+    """The per-tier form of the contexts' int8 codes equals that of the
+    same codes as int64, and every code gets its tier's floor and rate:
+    unknown ones the task tier's."""
     from memsim.policies.decay import PerTier
 
     decay = PerTier(task_half_life_days=task_hl, task_floor=task_fl,
@@ -660,3 +661,8 @@ def test_per_tier_form_of_any_code_is_the_same_from_its_lookup(task_hl, task_fl,
     for a, b in zip(by_table, by_code):
         np.testing.assert_array_equal(a, b)
     assert by_code[0][codes == 2].tolist() == [1.0] and by_code[1][codes == 2].tolist() == [0.0]
+    # every code the values the docstring gives: scratch, longterm, else task
+    scratch, other = codes == 1, (codes != 1) & (codes != 2)
+    assert (by_code[0][scratch] == scratch_fl).all() and (by_code[0][other] == task_fl).all()
+    assert (by_code[1][scratch] == math.log(2.0) / scratch_hl).all()
+    assert (by_code[1][other] == math.log(2.0) / task_hl).all()

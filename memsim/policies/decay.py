@@ -265,23 +265,17 @@ class PerTier(Decay):
 
     def exponential_form(self, ctx: ScoringContext):
         tier = np.asarray(ctx.tier)
-        if tier.dtype == np.int8:  # the contexts' codes: one lookup per array
-            floor, rate = self._by_code
+        if tier.dtype == np.int8:  # the contexts' codes, read as they are
             codes = tier.view(np.uint8)
-            return np.take(floor, codes), np.take(rate, codes)
-        scratch = tier == _SCRATCH
-        rate = np.where(scratch, _LN2 / self.scratch_half_life_days,
-                        _LN2 / self.task_half_life_days)
-        floor = np.where(scratch, self.scratch_floor, self.task_floor)
-        longterm = tier == _LONGTERM
-        floor[longterm] = 1.0  # 1 + 0 * anything: no decay
-        rate[longterm] = 0.0
-        return floor, rate
+        else:  # other integers: every code but scratch and longterm is task
+            codes = np.where((tier == _SCRATCH) | (tier == _LONGTERM), tier, _TASK)
+        floor, rate = self._by_code
+        return np.take(floor, codes), np.take(rate, codes)
 
     @cached_property
     def _by_code(self) -> tuple[np.ndarray, np.ndarray]:
         """(floor, rate) for each int8 tier code, read as uint8 (256 codes;
-        any but scratch and longterm counts as task)."""
+        any but scratch and longterm counts as task): one lookup per array."""
         floor = np.full(256, self.task_floor)
         rate = np.full(256, _LN2 / self.task_half_life_days)
         floor[_SCRATCH], rate[_SCRATCH] = self.scratch_floor, _LN2 / self.scratch_half_life_days

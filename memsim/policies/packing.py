@@ -117,18 +117,14 @@ def _greedy_fill(plan, budget, packed, used):
     return packed, used
 
 
-def _density_order(values, tokens, eligible):
-    """Columns by value per token, best first; ties by candidate rank (the
-    sort is stable, and columns are in rank order)."""
-    return np.argsort(-_density(values, tokens, eligible), axis=1, kind="stable")
-
-
-def _greedy(values, tokens, eligible, budget):
-    """The greedy fill by density: (packed, used, its fill plan)."""
+def _greedy(dens, tokens, eligible, budget):
+    """The greedy fill by density ``dens`` (:func:`_density`): (packed, used,
+    its fill plan). Columns by value per token, best first; ties by
+    candidate rank (the sort is stable, and columns are in rank order)."""
     q, c = tokens.shape
     packed = np.zeros((q, c), dtype=bool)
     used = np.zeros(q, dtype=np.int64)
-    plan = _fill_plan(_density_order(values, tokens, eligible), tokens, eligible)
+    plan = _fill_plan(np.argsort(-dens, axis=1, kind="stable"), tokens, eligible)
     return (*_greedy_fill(plan, budget, packed, used), plan)
 
 
@@ -240,7 +236,7 @@ class Greedy(_ValuePacker):
     def pack(self, values, tokens, valid, budget):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
         eligible = self._eligible(values, tokens, valid, budget)
-        return _greedy(values, tokens, eligible, budget)[0]
+        return _greedy(_density(values, tokens, eligible), tokens, eligible, budget)[0]
 
 
 @register
@@ -297,10 +293,12 @@ class GreedySwap(_ValuePacker):
     def pack(self, values, tokens, valid, budget):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
         eligible = self._eligible(values, tokens, valid, budget)
-        packed, used, plan = _greedy(values, tokens, eligible, budget)
+        dens = _density(values, tokens, eligible)
+        packed, used, plan = _greedy(dens, tokens, eligible, budget)
         if self.max_swaps == 0 or not eligible.any():
             return packed
-        return _swap_passes(values, tokens, eligible, budget, packed, used, self.max_swaps, plan)
+        return _swap_passes(values, tokens, eligible, budget, packed, used, self.max_swaps,
+                            dens, plan)
 
 
 def _swap_candidates(values, tokens, eligible, budget, packed, used, dens):
@@ -387,11 +385,11 @@ def _next_swap(r, start, n_cand, comp, packed, used, state):
     return at, (d, j, remove, freed)
 
 
-def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps, plan):
+def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps, dens, plan):
     """The swap passes of :class:`GreedySwap` (see its docstring for the
-    rule), after the greedy fill of ``plan``, which also refills."""
+    rule), after the greedy fill by the densities ``dens`` of ``plan``,
+    which also refills."""
     q, c = tokens.shape
-    dens = _density(values, tokens, eligible)
     cand0 = _swap_candidates(values, tokens, eligible, budget, packed, used, dens)
     if not cand0.any():
         return packed  # no note can beat its cheapest removal: greedy's answer stands
