@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
-from .metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN
+from .metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN, UNDIRECTED_METRICS
 from .rundir import RunResult, load_run
 from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
                     column_decimals, format_fixed, format_p, paired_tests, summarise)
@@ -201,7 +201,7 @@ class Comparison:
                      "with a delta-method standard error over the same pairs")
         return (f"{head} ▲ / ▼: significantly better / worse than the baseline "
                 f"'{self.baseline}' ({test}; Holm-adjusted over the {self.n_comparisons} "
-                f"comparisons of this table, p < {self.alpha:g}).")
+                f"comparisons of this table, p < {self.alpha:g}).{_no_verdict(self.metrics)}")
 
     def to_markdown(self, detail: bool = False) -> str:
         """A GitHub-flavoured Markdown table: the summary (default) or the
@@ -688,6 +688,14 @@ def _short(name: str, n: int) -> str:
     return name if len(name) <= n else name[:max(n - 1, 1)] + "~"
 
 
+def _no_verdict(metrics) -> str:
+    """The legend's note on the metrics shown without a mark (costs such as
+    tokens used have no better direction)."""
+    shown = [TERMINAL_METRICS.get(m, m) for m in metrics if m in UNDIRECTED_METRICS]
+    return (f" {', '.join(shown)}: no better direction, shown without a mark."
+            if shown else "")
+
+
 def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
     metrics = [m for m in TERMINAL_METRICS if m in cmp.metrics]
     if not metrics or len(cmp.summary) == 0:
@@ -734,7 +742,7 @@ def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
     if len(cmp.policies) > 1:
         legend += (f" {marks['better']} / {marks['worse']}: significantly better / worse than "
                    f"'{cmp.baseline}' (Holm-adjusted p < {cmp.alpha:g} over "
-                   f"{cmp.n_comparisons} comparisons).")
+                   f"{cmp.n_comparisons} comparisons).{_no_verdict(metrics)}")
     else:
         legend += " Only one policy: nothing to compare against."
     lines += [""] + textwrap.wrap(legend, width=width)

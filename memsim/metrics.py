@@ -58,6 +58,7 @@ __all__ = [
     "OLD_RECALL_COLUMN",
     "METRIC_COLUMNS",
     "HIGHER_IS_BETTER",
+    "UNDIRECTED_METRICS",
     "RelevanceIndex",
     "query_metrics",
     "oracle_values",
@@ -82,6 +83,12 @@ METRIC_COLUMNS = (
 HIGHER_IS_BETTER = {m: True for m in METRIC_COLUMNS}
 HIGHER_IS_BETTER.update({"stale_rate": False, "harm": False, "evicted_relevant": False,
                          "tokens_used": False, "utility_share": True})
+#: Costs and descriptions of the query, which have no better direction in a
+#: comparison: more tokens used is neither better nor worse by itself. Reports
+#: show them without a significance verdict (no ▲ / ▼); a sweep may still
+#: minimise a cost (``HIGHER_IS_BETTER`` gives its default direction).
+UNDIRECTED_METRICS = frozenset({"tokens_used", "n_packed", "n_relevant", "oracle_utility",
+                                "max_relevant_age"})
 
 
 class RelevanceIndex:

@@ -1,0 +1,73 @@
+"""How numbers are printed: decimals from each metric's scale and interval,
+and marks only on metrics that have a better direction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+import memsim
+from memsim.metrics import UNDIRECTED_METRICS
+from memsim.stats import column_decimals, paired_tests
+
+
+def _binary_queries(n: int = 60, seed: int = 3) -> pd.DataFrame:
+    """Queries judged by 0/1 gains (as a trace's `used` events give): three
+    policies, one of which never packs a stale note and one that matches the
+    baseline exactly."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    base_u = rng.integers(0, 2, n).astype(float)
+    better_u = np.where(rng.random(n) < 0.5, 1.0, base_u)
+    harm = (rng.random(n) < 0.33).astype(float)
+    for pol, u, h, tok in (("a", base_u, harm, 200.0), ("b", better_u, harm * 0, 290.0),
+                           ("c", base_u, harm, 200.0)):
+        for q in range(n):
+            rows.append({"replicate": 0, "policy": pol, "budget": 300, "query_id": q,
+                         "utility": u[q], "harm": h[q], "tokens_used": tok + q % 7,
+                         "oracle_utility": 1.0})
+    return pd.DataFrame(rows)
+
+
+def test_decimals_ignore_a_row_that_never_moved():
+    # harm of 0/1 gains: 0.3333 [0.0667, 0.6] beside a policy that packs
+    # nothing stale (0 [0, 0]): two decimals, not 0 [0, 1]
+    assert column_decimals("harm", [0.3333, 0.0], [0.0667, 0.0], [0.6, 0.0]) == 2
+    # a difference of -0.40 [-1, 0] next to an identical policy (+0 [+0, +0])
+    assert column_decimals("utility", [-0.4, 0.0], [-1.0, 0.0], [0.0, 0.0]) == 2
+    # a non-zero mean without an interval still counts (three significant digits)
+    assert column_decimals("utility", [12.5, 0.3], [np.nan, 0.2], [np.nan, 0.4]) == 1
+    # nothing but zeros: whole numbers
+    assert column_decimals("harm", [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]) == 0
+
+
+def test_binary_gains_print_with_decimals_everywhere():
+    cmp = memsim.compare(_binary_queries(), baseline="a")
+    md = cmp.to_markdown()
+    detail = cmp.to_markdown(detail=True)
+    s = cmp.summary.set_index(["policy", "metric"])
+    harm = s.loc[("a", "harm")]
+    assert 0.2 < harm["mean"] < 0.5
+    # the baseline's harm is printed with its decimals in every table
+    assert f"{harm['mean']:.2f}" in md
+    assert "| 0 [0, 1]" not in md and "| 0 [0, 1]" not in detail
+    t = cmp.tests.set_index(["policy", "metric"])
+    d = t.loc[("b", "utility")]
+    assert d["diff"] > 0.1
+    assert f"+{d['diff']:.2f}" in detail or f"+{d['diff']:.3f}" in detail
+
+
+def test_costs_get_no_mark():
+    q = _binary_queries()
+    t = paired_tests(q, baseline="a", metrics=["utility", "harm", "tokens_used"])
+    tok = t[(t["policy"] == "b") & (t["metric"] == "tokens_used")].iloc[0]
+    # 90 more tokens on every query: significant, but no verdict
+    assert tok["significant"] and tok["direction"] == ""
+    assert "tokens_used" in UNDIRECTED_METRICS
+    cmp = memsim.compare(q, baseline="a")
+    row = cmp.summary_table().loc[(300, "b"), "tokens_used"]
+    assert "▲" not in row and "▼" not in row
+    assert "no better direction" in cmp.headline_text()
+    # a metric with a direction still gets its mark
+    harm = t[(t["policy"] == "b") & (t["metric"] == "harm")].iloc[0]
+    assert harm["significant"] and harm["direction"] == "better"
