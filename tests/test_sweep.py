@@ -809,6 +809,9 @@ def test_summary_prints_an_optuna_dashboard_command_that_opens_the_journal(tmp_p
     assert study.user_attrs["memsim_identity"] == hash8
     assert f"| config_hash | {hash8} |" in report
     assert res.study_name.endswith(hash8)
+    # the report says what the manifest says: completed, with the report's time
+    assert manifest["status"] == "completed" and "| status | completed |" in report
+    assert "report" in manifest["timings_s"]
 
     # one importance measure: Optuna's fANOVA, seeded, in importance.csv and the report
     pytest.importorskip("sklearn")

@@ -137,11 +137,16 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
             # what `memsim sweep` prints, kept with the files it describes
             write_atomic(plan.run_dir / "sweep" / "summary.txt", lambda p: p.write_text(
                 result.summary_text() + "\n", encoding="utf-8"))
-        if plan.run_dir is not None and report:
-            _write_report(plan.run_dir, timings)
         timings["total"] = time.perf_counter() - t_start
+        # The report shows the manifest, so the manifest says completed before
+        # the report is built (as `memsim run` does); the report's time is
+        # added to the completed manifest afterwards.
         if manifest is not None:
             _complete_manifest(manifest, sessions, result, timings, n_done)
+        if plan.run_dir is not None and report:
+            _write_report(plan.run_dir, timings)
+            if manifest is not None:
+                manifest.update(timings_s=timings)
         return result
     except BaseException as exc:
         if manifest is not None:
