@@ -323,8 +323,25 @@ def _run_sentence(ctx: _Context) -> str:
             "replicate stream(s) "
             f"(every policy sees the same stream: common random numbers), "
             f"{q.groupby('replicate')['query_id'].nunique().sum()} queries in all, "
-            f"budget{'s' if len(budgets) > 1 else ''} "
-            f"{', '.join(str(b) for b in budgets)} tokens; baseline '{ctx.baseline}'.")
+            f"{_budget_words(q, budgets)}; baseline '{ctx.baseline}'.")
+
+
+def _budget_words(q: pd.DataFrame, budgets: list) -> str:
+    """The budgets as a reader should read them. An arm labelled budget 0 takes
+    each query's own budget from the stream (``budget_tokens``): say so, with
+    their spread, rather than "budget 0 tokens"."""
+    words = []
+    for b in budgets:
+        real = q.loc[q["budget"] == b, "budget_tokens"] if "budget_tokens" in q else None
+        if b == 0 and real is not None and len(real) and (real != 0).any():
+            lo, mid, hi = (float(x) for x in np.nanpercentile(real, [0, 50, 100]))
+            words.append(f"per-query budgets from the stream (min-median-max "
+                         f"{lo:,.0f}-{mid:,.0f}-{hi:,.0f} tokens)")
+        else:
+            words.append(f"{b} tokens")
+    if len(words) == 1:
+        return "budget " + words[0] if not words[0].startswith("per-query") else words[0]
+    return "budgets " + ", ".join(words)
 
 
 def _breakdown_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:

@@ -71,3 +71,32 @@ def test_costs_get_no_mark():
     # a metric with a direction still gets its mark
     harm = t[(t["policy"] == "b") & (t["metric"] == "harm")].iloc[0]
     assert harm["significant"] and harm["direction"] == "better"
+
+
+def test_report_names_per_query_budgets_from_the_stream(tmp_path):
+    import json
+    from pathlib import Path
+
+    from memsim.importers.trace import import_trace
+    from memsim.stream import write_stream
+
+    example = Path(__file__).resolve().parents[1] / "experiments" / "traces" / "example.jsonl"
+    lines = []
+    for i, line in enumerate(example.read_text(encoding="utf-8").splitlines()):
+        ev = json.loads(line)
+        if ev.get("event") == "query":
+            ev["budget"] = 200 + 100 * (i % 3)  # 200, 300 or 400 tokens
+        lines.append(json.dumps(ev))
+    trace = tmp_path / "budgets.jsonl"
+    trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_stream(import_trace(trace), tmp_path / "stream")
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "per-query", "replicates": 1, "seed": 1},
+        "workload": {"source": str(tmp_path / "stream")},
+        "policies": {"a": {"preset": "similarity-only"}, "b": {"preset": "hivemind"}}})
+    res = memsim.run_experiment(exp, out=tmp_path / "runs")
+    assert set(res.queries["budget"]) == {0}
+    assert set(res.queries["budget_tokens"]) == {200, 300, 400}
+    report = (res.path / "report.md").read_text(encoding="utf-8")
+    assert "per-query budgets from the stream (min-median-max 200-300-400 tokens)" in report
+    assert "budget 0 tokens" not in report
