@@ -696,8 +696,27 @@ def _no_verdict(metrics) -> str:
             if shown else "")
 
 
+def _order_only(cmp: Comparison, metrics: list[str]) -> bool:
+    """Whether two policies tie on every headline metric at some budget while
+    their ``answer_prob`` differs: policies that differ only in the order of the
+    packed notes (an orderer), which only the reader model tells apart."""
+    if "answer_prob" not in cmp.metrics or not metrics:
+        return False
+    s = cmp.summary.pivot_table(index=["budget", "policy"], columns="metric", values="mean",
+                                sort=False)
+    if "answer_prob" not in s:
+        return False
+    for _, g in s.groupby(level="budget", sort=False):
+        same = g[metrics].round(12).duplicated(keep=False)
+        if same.any() and g.loc[same.to_numpy(), "answer_prob"].round(12).nunique() > 1:
+            return True
+    return False
+
+
 def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
     metrics = [m for m in TERMINAL_METRICS if m in cmp.metrics]
+    if _order_only(cmp, metrics):
+        metrics.append("answer_prob")
     if not metrics or len(cmp.summary) == 0:
         return "(no metric to show)\n"
     df = cmp.to_dataframe()
@@ -710,7 +729,7 @@ def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
             if math.isfinite(r.ci_low) and math.isfinite(r.ci_high) else ""
         cells[r.budget, r.policy, r.metric] = (
             f"{format_fixed(r.mean, dec=d)} {mark}".rstrip(), f"[{ci}]" if ci else "")
-    heads = [TERMINAL_METRICS[m] for m in metrics]
+    heads = [TERMINAL_METRICS.get(m, m.replace("_", " ")) for m in metrics]
     colw = [max([len(h)] + [len(c[i]) for k, c in cells.items() if k[2] == m
                             for i in (0, 1)]) + 2 for m, h in zip(metrics, heads)]
     labels = {p: p + (" (baseline)" if p == cmp.baseline and len(cmp.policies) > 1 else "")
@@ -739,6 +758,10 @@ def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
     if OLD_RECALL_COLUMN in metrics:
         legend += (f" recall >= {OLD_AGE_DAYS} d: recall of relevant notes at least "
                    f"{OLD_AGE_DAYS} days old.")
+    if "answer_prob" in metrics:
+        legend += (" answer prob: the reader model's chance of answering, which the order "
+                   "of the packed notes changes (shown because some policies differ only "
+                   "in that order).")
     if len(cmp.policies) > 1:
         legend += (f" {marks['better']} / {marks['worse']}: significantly better / worse than "
                    f"'{cmp.baseline}' (Holm-adjusted p < {cmp.alpha:g} over "

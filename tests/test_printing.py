@@ -100,3 +100,26 @@ def test_report_names_per_query_budgets_from_the_stream(tmp_path):
     report = (res.path / "report.md").read_text(encoding="utf-8")
     assert "per-query budgets from the stream (min-median-max 200-300-400 tokens)" in report
     assert "budget 0 tokens" not in report
+
+
+def _ordered(order_changes_answers: bool) -> pd.DataFrame:
+    q = _binary_queries()
+    q["recall"] = q["utility"]
+    rng = np.random.default_rng(9)
+    q["answer_prob"] = rng.uniform(0.3, 0.6, len(q))
+    # 'c' packs what 'a' packs, in another order
+    if order_changes_answers:
+        q.loc[q["policy"] == "c", "answer_prob"] += 0.2
+    else:
+        q.loc[q["policy"] == "c", "answer_prob"] = q.loc[q["policy"] == "a",
+                                                          "answer_prob"].to_numpy()
+    return q
+
+
+def test_headline_shows_answer_prob_when_policies_differ_only_in_order():
+    text = memsim.compare(_ordered(True), baseline="a").headline_text(width=140)
+    head = text.splitlines()[0]
+    assert "answer prob" in head and "utility share" in head
+    assert "differ only in that order" in text
+    plain = memsim.compare(_ordered(False), baseline="a").headline_text(width=140)
+    assert "answer prob" not in plain
