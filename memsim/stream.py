@@ -1092,7 +1092,11 @@ def describe_stream(stream: Stream) -> str:
         created = notes["created_at"].to_numpy()
         tok = notes["tokens"].to_numpy()
         q = np.quantile(tok, [0.5, 0.9])
-        lines.append(f"notes: {len(notes):,}, created {_num(created.min())} .. "
+        # a logged note that was updated is one row per version: say which count this is
+        ids = notes["trace_id"].nunique() if "trace_id" in notes.columns else len(notes)
+        what = (f" (note versions, of {ids:,} logged notes)" if ids != len(notes)
+                else "")
+        lines.append(f"notes: {len(notes):,}{what}, created {_num(created.min())} .. "
                      f"{_num(created.max())} days, {notes['actor'].nunique():,} actors")
         # min / max stay exact integers; the total is summed in float so that
         # huge token counts (up to 2**63 each) cannot overflow.

@@ -123,3 +123,16 @@ def test_headline_shows_answer_prob_when_policies_differ_only_in_order():
     assert "differ only in that order" in text
     plain = memsim.compare(_ordered(False), baseline="a").headline_text(width=140)
     assert "answer prob" not in plain
+
+
+def test_stream_description_names_versions_and_logged_notes():
+    from pathlib import Path
+
+    from memsim.importers.trace import import_trace
+    from memsim.stream import describe_stream
+
+    s = import_trace(Path(__file__).resolve().parents[1] / "experiments" / "traces"
+                     / "example.jsonl")
+    versions, logged = len(s.notes), s.notes["trace_id"].nunique()
+    assert versions > logged  # the example trace updates some notes
+    assert f"notes: {versions} (note versions, of {logged} logged notes)" in describe_stream(s)
