@@ -15,22 +15,54 @@ The notebook API::
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+import types
 
-from .compare import Comparison, compare
-from .config import Experiment, experiment_from_dict, load_experiment
-from .errors import ConfigError, MemsimError, ParameterError, StreamError
-from .report import build_report
-from .rundir import RunResult, load_run
-from .runner import run_experiment, run_many
+# Every public name is loaded on first use (PEP 562), so that `import memsim`
+# and `memsim --help` import no numerical library: the command line starts in
+# a fraction of a second and each command imports what it needs.
+_HOMES = {
+    "Comparison": "memsim.compare", "compare": "memsim.compare",
+    "Experiment": "memsim.config", "experiment_from_dict": "memsim.config",
+    "load_experiment": "memsim.config",
+    "ConfigError": "memsim.errors", "MemsimError": "memsim.errors",
+    "ParameterError": "memsim.errors", "StreamError": "memsim.errors",
+    "build_report": "memsim.report",
+    "RunResult": "memsim.rundir", "load_run": "memsim.rundir",
+    "run_experiment": "memsim.runner", "run_many": "memsim.runner",
+    "run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep",
+}
 
 
 def __getattr__(name):
-    # Sweeps pull in Optuna: load them on first use.
     # (The audit is ``memsim.audit.audit``: its module shares its name.)
-    homes = {"run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep"}
-    if name in homes:
-        return getattr(importlib.import_module(homes[name]), name)
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"memsim.{name}") is not None:
+        return importlib.import_module(f"memsim.{name}")  # a submodule, e.g. memsim.stats
     raise AttributeError(f"module 'memsim' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))
+
+
+class _Package(types.ModuleType):
+    """The package's module type. Loading a submodule binds it to the package's
+    attribute of the same name; ``memsim.compare`` names both a submodule and
+    the function users call, so that binding is skipped and the attribute
+    stays the function (as it was when ``memsim`` imported it eagerly)."""
+
+    def __setattr__(self, name, value):
+        if name in _HOMES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 __version__ = "0.1.0"

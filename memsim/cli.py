@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib.metadata
 import os
 import re
 import signal
@@ -20,22 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from .audit import audit
-from .calibrate import calibrate_revlog, format_calibration
-from .compare import headline_text
-from .config import StreamSource, load_experiment, parse_override
-from .curves import curves_table, format_curves
 from .errors import MemsimError
-from .feather_check import main as feather_main
-from .importers.locomo import cli_import_locomo
-from .importers.trace import cli_import_trace
-from .optimum import optimum
-from .policies import PRESETS, REGISTRY, assumptions
-from .report import build_report
-from .rng import child_seq, seed_sequence
-from .runner import default_jobs, run_many
-from .stream import describe_stream, read_stream, write_stream
-from .twin import calibrate_workload, format_twin
+from .machine import default_jobs
 
 __all__ = ["main"]
 
@@ -151,6 +136,9 @@ class Progress:
 
 
 def _cmd_run(args) -> int:
+    from .compare import headline_text
+    from .config import load_experiment
+    from .runner import run_many
     exps = [load_experiment(p, args.set) for p in args.experiments]
     phase, units = _run_units(exps, args.jobs)
     prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1])
@@ -199,11 +187,15 @@ def _utf8_stdout() -> bool:
 
 
 def _cmd_report(args) -> int:
+    from .report import build_report
     print(build_report(Path(args.run_dir)))
     return 0
 
 
 def _cmd_stream_generate(args) -> int:
+    from .config import StreamSource, load_experiment
+    from .rng import child_seq, seed_sequence
+    from .stream import write_stream
     exp = load_experiment(args.experiment, args.set)
     if isinstance(exp.workload, StreamSource):
         raise MemsimError(f"{args.experiment}: the workload replays {exp.workload.path}; "
@@ -216,6 +208,7 @@ def _cmd_stream_generate(args) -> int:
 
 
 def _cmd_stream_validate(args) -> int:
+    from .stream import describe_stream, read_stream
     stream = read_stream(Path(args.path))
     print(describe_stream(stream))
     print("valid")
@@ -223,6 +216,7 @@ def _cmd_stream_validate(args) -> int:
 
 
 def _cmd_policies(args) -> int:
+    from .policies import PRESETS, REGISTRY, assumptions
     for slot, table in REGISTRY.items():
         print(f"[{slot}]")
         for name, cls in sorted(table.items()):
@@ -232,7 +226,9 @@ def _cmd_policies(args) -> int:
                 print(f"      {pname} = {default!r}  ({allowed})")
     print("[presets]")
     for name, preset in sorted(PRESETS.items()):
-        first = preset.doc.split(".")[0].replace("\n", " ")
+        # the first sentence: a period followed by a space or the end ("weights 0.5"
+        # is not a sentence end)
+        first = re.split(r"\.(?=\s|$)", preset.doc.strip(), maxsplit=1)[0].replace("\n", " ")
         print(f"  {name}: {_plain_text(' '.join(first.split()))}.")
         for key, why in assumptions(name).items():
             print(f"      assumed {key}: {_plain_text(why)}")
@@ -254,16 +250,20 @@ def _plain_text(text: str) -> str:
 
 
 def _overrides(pairs: list[str]) -> dict:
+    from .config import parse_override
     return dict(parse_override(o) for o in pairs)
 
 
 def _cmd_curves(args) -> int:
+    from .curves import curves_table, format_curves
     df = curves_table(args.presets, overrides=_overrides(args.set), s=args.s, delta=args.delta)
     print(format_curves(df))
     return 0
 
 
 def _cmd_stream_import(args) -> int:
+    from .importers.locomo import cli_import_locomo
+    from .importers.trace import cli_import_trace
     if args.format == "trace":
         cli_import_trace(Path(args.path), Path(args.out))
         print(args.out)
@@ -276,6 +276,7 @@ def _cmd_stream_import(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
+    from .calibrate import calibrate_revlog, format_calibration
     out = None if args.out is None else Path(args.out)
     result = calibrate_revlog(Path(args.path), out, min_elapsed_days=args.min_elapsed_days)
     print(format_calibration(result))
@@ -285,6 +286,7 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_calibrate_workload(args) -> int:
+    from .twin import calibrate_workload, format_twin
     say = None if args.quiet else (
         lambda m: print(f"memsim calibrate workload: {m}", file=sys.stderr))
     twin = calibrate_workload(Path(args.stream), Path(args.out), budget=args.budget,
@@ -321,6 +323,7 @@ def _cmd_sweep(args) -> int:
 def _sweep_trials(args) -> int | None:
     """How many COMPLETE trials the sweep asks for (for progress lines), or
     None when that is not known before the sweep loads its experiment."""
+    from .config import load_experiment
     if args.trials is not None:
         return args.trials if isinstance(args.trials, int) and args.trials > 0 else None
     from .sweep.space import SweepSpec
@@ -338,6 +341,8 @@ def _sweep_trials(args) -> int | None:
 
 
 def _cmd_audit(args) -> int:
+    from .audit import audit
+    from .config import load_experiment
     exp = load_experiment(args.experiment, args.set)
     prog = Progress("memsim audit", args.quiet, phase="signals and parameters")
     try:
@@ -353,6 +358,8 @@ def _cmd_audit(args) -> int:
 
 
 def _cmd_optimum(args) -> int:
+    from .config import load_experiment
+    from .optimum import optimum
     exp = load_experiment(args.experiment, args.set)
     rep = optimum(exp, simulate=not args.no_simulate)
     print(rep.to_json() if args.json else rep.to_text())
@@ -360,6 +367,7 @@ def _cmd_optimum(args) -> int:
 
 
 def _cmd_feather_check(args) -> int:
+    from .feather_check import main as feather_main
     prog = Progress("memsim feather-check", getattr(args, "quiet", False))
     try:
         return feather_main([args.config] + (["--csv", args.csv] if args.csv else []),
@@ -369,6 +377,7 @@ def _cmd_feather_check(args) -> int:
 
 
 def _cmd_engine_check(args) -> int:
+    from .feather_check import main as feather_main
     argv = [args.config] + (["--csv", args.csv] if args.csv else [])
     if args.engine == "feather":
         prog = Progress("memsim engine-check feather", getattr(args, "quiet", False))
@@ -400,12 +409,22 @@ def _examples(*lines: str) -> str:
 
 
 def _package_version() -> str:
+    import importlib.metadata  # 60 ms: read only when --version is asked for
+
     try:
         return importlib.metadata.version("memsim")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
         from . import __version__
 
         return __version__
+
+
+class _Version(argparse.Action):
+    """``--version``, with the installed package's version looked up only when asked."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"memsim {_package_version()}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -415,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_examples("memsim run experiments/quickstart.toml", "memsim policies",
                          "memsim curves hivemind feather", "memsim run --help")
         + "\n\nEvery command has --help with its options and examples.")
-    p.add_argument("--version", action="version", version=f"memsim {_package_version()}")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="show the installed version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            help="what to do (COMMAND --help says more)")
 

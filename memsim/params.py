@@ -66,15 +66,22 @@ class Interval:
         kind = "an int" if self.integer else "a float"
         lo_op = ">=" if self.closed in ("both", "left") else ">"
         hi_op = "<=" if self.closed in ("both", "right") else "<"
+        lo, hi = self._text(self.low), self._text(self.high)
         if self.low is not None and self.high is not None:
             lb = "[" if self.closed in ("both", "left") else "("
             rb = "]" if self.closed in ("both", "right") else ")"
-            return f"{kind} in {lb}{self.low:g}, {self.high:g}{rb}"
+            return f"{kind} in {lb}{lo}, {hi}{rb}"
         if self.low is not None:
-            return f"{kind} {lo_op} {self.low:g}"
+            return f"{kind} {lo_op} {lo}"
         if self.high is not None:
-            return f"{kind} {hi_op} {self.high:g}"
+            return f"{kind} {hi_op} {hi}"
         return f"a finite {'int' if self.integer else 'float'}"
+
+    def _text(self, bound: float | None) -> str:
+        # an integer bound is written out whole (4294967295, not 4.29497e+09)
+        if bound is not None and self.integer and float(bound).is_integer():
+            return str(int(bound))
+        return "" if bound is None else f"{bound:g}"
 
 
 @dataclass(frozen=True)

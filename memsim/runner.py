@@ -24,6 +24,7 @@ import pandas as pd
 from .config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
 from .engine import Arm, ReplayCache, simulate
 from .errors import ConfigError
+from .machine import default_jobs
 from .report import build_report
 from .rng import child_seq, seed_sequence
 # the run-folder names below are also imported from here by older callers
@@ -48,15 +49,6 @@ def load_stream_for(exp: Experiment, replicate: int) -> Stream:
 def _arms(exp: Experiment) -> list[Arm]:
     budgets = exp.settings.budgets or (None,)
     return [Arm(name, pol, b) for b in budgets for name, pol in exp.policies.items()]
-
-
-def default_jobs() -> int:
-    """The cores this process may run on (its CPU affinity where the system
-    has one, else ``os.cpu_count()``): the default of ``memsim run --jobs``."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,

@@ -136,3 +136,15 @@ def test_stream_description_names_versions_and_logged_notes():
     versions, logged = len(s.notes), s.notes["trace_id"].nunique()
     assert versions > logged  # the example trace updates some notes
     assert f"notes: {versions} (note versions, of {logged} logged notes)" in describe_stream(s)
+
+
+def test_policies_listing_reads_right(capsys):
+    from memsim.cli import main
+
+    assert main(["policies"]) == 0
+    out = capsys.readouterr().out
+    # a decimal point is no sentence end
+    assert "weights 0.5 / 3 / 2, top 30 reset." in out
+    # an integer bound written out whole; a bool says what it takes
+    assert "an int in [0, 4294967295]" in out and "e+09" not in out
+    assert "(any)" not in out and "use_scores = True  (true or false)" in out

@@ -131,8 +131,22 @@ class Component(Validated, abc.ABC):
             default = f.default if f.default is not dataclasses.MISSING else None
             if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
                 default = f.default_factory()  # type: ignore[misc]
-            out.append((name, default, describe_constraint(cons[name]) if name in cons else "any"))
+            out.append((name, default, describe_constraint(cons[name]) if name in cons
+                        else _kind_text(default)))
         return out
+
+
+def _kind_text(default: Any) -> str:
+    """What an unconstrained parameter takes, read from its default's type."""
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, str):
+        return "a string"
+    if isinstance(default, (list, tuple)):
+        return "a list"
+    if isinstance(default, dict):
+        return "a table"
+    return "any value"
 
 
 def construct(cls: type, params: Mapping[str, Any], *, what: str, where: str,
