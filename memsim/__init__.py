@@ -32,6 +32,7 @@ _HOMES = {
     "RunResult": "memsim.rundir", "load_run": "memsim.rundir",
     "run_experiment": "memsim.runner", "run_many": "memsim.runner",
     "run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep",
+    "load_sweep": "memsim.sweep",
 }
 
 
@@ -78,6 +79,7 @@ __all__ = [
     "run_many",
     "run_sweep",
     "SweepResult",
+    "load_sweep",
     "build_report",
     "load_run",
     "ConfigError",

@@ -378,6 +378,35 @@ class RunResult:
     manifest: dict[str, Any] | None = None
     experiment: Any = None
 
+    #: The summary columns a notebook shows first (:meth:`_repr_html_`).
+    _HTML_METRICS = ("utility_share", "recall", "recall_age_90_inf", "harm", "tokens_used")
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: what ran, where it is, and its headline means
+        with their 95% intervals (``memsim.compare(run)`` has the tests)."""
+        import html
+
+        name = self.config.get("experiment", {}).get("name") or (
+            self.experiment.name if self.experiment is not None else "run")
+        where = f"<code>{html.escape(str(self.path))}</code>" if self.path else "in memory"
+        status = (self.manifest or {}).get("status", "completed" if self.summary is not None
+                                           else "no summary")
+        head = (f"<p><b>memsim run {html.escape(str(name))}</b>: {where}, "
+                f"{html.escape(str(status))}</p>")
+        s = self.summary
+        if s is None or len(s) == 0:
+            return head
+        s = s[s["metric"].isin(self._HTML_METRICS)]
+        cell = [f"{m:.3g} [{lo:.3g}, {hi:.3g}]" if np.isfinite(lo) and np.isfinite(hi)
+                else f"{m:.3g}" for m, lo, hi in zip(s["mean"], s["ci_low"], s["ci_high"])]
+        wide = s.assign(cell=cell).pivot_table(index=["policy", "budget"], columns="metric",
+                                               values="cell", aggfunc="first", sort=False)
+        wide = wide[[m for m in self._HTML_METRICS if m in wide.columns]]
+        wide.columns.name = None
+        return head + wide.to_html(escape=True) + (
+            "<p>Mean [95% interval]; <code>memsim.compare(run)</code> adds the paired "
+            "tests.</p>")
+
     def metric(self, name: str) -> pd.DataFrame:
         """Summary rows of one metric."""
         return self.summary[self.summary["metric"] == name].reset_index(drop=True)

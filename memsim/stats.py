@@ -376,11 +376,14 @@ def _ratio_columns(name: str, queries: pd.DataFrame) -> tuple[str, str]:
     return num, den
 
 
-def utility_share(queries: pd.DataFrame) -> float:
+def utility_share(queries: pd.DataFrame, by: Sequence[str] | None = None) -> float | pd.Series:
     """Share of the achievable utility: ``sum(utility) / sum(oracle_utility)``.
 
-    Pooled over every row of ``queries`` with ``oracle_utility > 0`` (filter
-    the frame to one policy and budget first, or use :func:`utility_share_by`)::
+    Pooled over every row of ``queries`` with ``oracle_utility > 0``; with
+    ``by`` (e.g. ``by="policy"``), one share per group, as
+    :func:`utility_share_by`. A frame that holds several policies or budgets
+    needs ``by``: a share pooled over different policies means nothing, so it
+    is refused rather than computed::
 
         S = sum_q utility_q / sum_q oracle_utility_q,   q: oracle_utility_q > 0
 
@@ -392,8 +395,18 @@ def utility_share(queries: pd.DataFrame) -> float:
     ------
     KeyError
         If the frame has no ``utility`` or ``oracle_utility`` column.
+    ValueError
+        If ``by`` is not given and the frame holds several policies or budgets.
     """
     num, den = _ratio_columns("utility_share", queries)
+    if by is not None:
+        return utility_share_by(queries, [by] if isinstance(by, str) else by)
+    mixed = [c for c in ("policy", "budget") if c in queries and queries[c].nunique() > 1]
+    if mixed:
+        counts = ", ".join(f"{queries[c].nunique()} {c}s" if c == "budget"
+                           else f"{queries[c].nunique()} policies" for c in mixed)
+        raise ValueError(f"utility_share: the frame holds {counts}; pass by={mixed!r} for "
+                         "one share per group, or select one first")
     return ratio_of_sums(queries[num].to_numpy(np.float64), queries[den].to_numpy(np.float64))
 
 

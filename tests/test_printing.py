@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import memsim
 from memsim.metrics import UNDIRECTED_METRICS
@@ -148,3 +149,25 @@ def test_policies_listing_reads_right(capsys):
     # an integer bound written out whole; a bool says what it takes
     assert "an int in [0, 4294967295]" in out and "e+09" not in out
     assert "(any)" not in out and "use_scores = True  (true or false)" in out
+
+
+def test_run_result_and_sweep_folder_read_back_in_a_notebook(tmp_path):
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "nb", "replicates": 1, "seed": 2},
+        "workload": {"horizon_days": 20, "backfill_days": 20, "queries_per_day": 4.0},
+        "policies": {"hivemind": {"preset": "hivemind"},
+                     "sim": {"preset": "similarity-only"}},
+        "sweep": {"trials": 3, "params": {"policies.hivemind.candidates": {
+            "type": "int", "low": 20, "high": 60}}}})
+    res = memsim.run_experiment(exp, out=None)
+    page = res._repr_html_()
+    share = res.summary.set_index(["policy", "metric"]).loc[("hivemind", "utility_share"), "mean"]
+    assert "memsim run nb" in page and "<table" in page and f"{share:.3g}" in page
+    swept = memsim.run_sweep(exp, out=tmp_path, quiet=True, plots=False, report=False)
+    back = memsim.load_sweep(swept.path)
+    assert back.status == "completed" and len(back.trials) == 3
+    assert back.best["number"] == swept.best_number
+    study = back.study()
+    assert study.study_name == swept.study_name and len(study.trials) == 3
+    with pytest.raises(memsim.ConfigError, match="not a sweep run folder"):
+        memsim.load_sweep(tmp_path)

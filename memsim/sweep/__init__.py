@@ -217,11 +217,14 @@ From the bottom up (a module imports only modules above it in this list):
     The run folder's identity, ``sweep.json`` and finding it again.
 ``run``
     :func:`run_sweep`.
+``load``
+    :func:`load_sweep`: a sweep's run folder read back, with its study.
 """
 
 from __future__ import annotations
 
 from .evaluate import TrialEvaluator, TrialOutcome
+from .load import SweepRun, load_sweep
 from .outputs import SweepResult, importance_table, trials_table
 from .plateau import EDGE, plateau_table, range_position
 from .robustness import robustness_check
@@ -243,6 +246,8 @@ __all__ = [
     "TrialOutcome",
     "SweepResult",
     "run_sweep",
+    "load_sweep",
+    "SweepRun",
     "open_storage",
     "trials_table",
     "importance_table",
