@@ -202,6 +202,9 @@ def _cmd_stream_generate(args) -> int:
                           "there is nothing to generate")
     stream = exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate",
                                              args.replicate, "workload"))
+    # named after the experiment it came from, not the generator
+    stream.meta.update(name=f"{exp.name}-replicate-{args.replicate}",
+                       experiment=str(args.experiment))
     write_stream(stream, Path(args.out))
     print(args.out)
     return 0

@@ -171,3 +171,16 @@ def test_run_result_and_sweep_folder_read_back_in_a_notebook(tmp_path):
     assert study.study_name == swept.study_name and len(study.trials) == 3
     with pytest.raises(memsim.ConfigError, match="not a sweep run folder"):
         memsim.load_sweep(tmp_path)
+
+
+def test_generated_stream_is_named_after_its_experiment(tmp_path, capsys):
+    from pathlib import Path
+
+    from memsim.cli import main
+    from memsim.stream import read_stream
+
+    exp = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.toml"
+    assert main(["stream", "generate", str(exp), "--out", str(tmp_path / "s"), "--replicate", "1",
+                 "--set", "workload.horizon_days=5", "--set", "workload.backfill_days=5"]) == 0
+    s = read_stream(tmp_path / "s")
+    assert s.name == "quickstart-replicate-1"
