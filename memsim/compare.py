@@ -43,7 +43,7 @@ from .rundir import RunResult, load_run
 from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
                     column_decimals, format_fixed, format_p, paired_tests, summarise)
 
-__all__ = ["compare", "Comparison", "MARKS", "ASCII_MARKS", "markdown_table", "headline_text",
+__all__ = ["compare", "Comparison", "MARKS", "ASCII_MARKS", "markdown_table", "header_html", "headline_text",
            "TERMINAL_METRICS"]
 
 #: Marks after a value: significantly better / worse than the baseline.
@@ -384,7 +384,7 @@ _CI_RE = re.compile(r" (\[[^\]]*\])( [▲▼])?")
 def _html(df: pd.DataFrame, split_ci: bool = False) -> str:
     if len(df) == 0:
         return "<p><em>(nothing to compare)</em></p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    head = "".join(f"<th>{header_html(c)}</th>" for c in df.columns)
     body = []
     for row in df.itertuples(index=False):
         cells = []
@@ -686,6 +686,12 @@ def headline_text(data: Any, baseline: str | None = None, *, width: int = 100,
 
 def _short(name: str, n: int) -> str:
     return name if len(name) <= n else name[:max(n - 1, 1)] + "~"
+
+
+def header_html(name: object) -> str:
+    """A column header for HTML: escaped, and breakable only after an
+    underscore or at a space (``utility_<wbr>share``), never inside a word."""
+    return html.escape(str(name)).replace("_", "_<wbr>")
 
 
 def _no_verdict(metrics) -> str:

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from . import plots
-from .compare import Comparison, compare, markdown_table
+from .compare import Comparison, compare, header_html, markdown_table
 from .errors import ConfigError
 from .policies import assumptions
 from .metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
@@ -542,7 +542,7 @@ def _content(run_dir: Path, run: RunResult, n_boot: int, seed: int) -> _Report:
     name = exp.get("name") or manifest.get("name") or run_dir.name
     rep = _Report(title=f"memsim report: {name}")
     if exp.get("description"):
-        rep.intro.append(str(exp["description"]))
+        rep.intro.append(f"What the experiment asks: {exp['description']}.".replace("..", "."))
     if manifest.get("status") == "failed":
         rep.alerts.append(f"This run FAILED ({manifest.get('error', 'no error recorded')}); "
                           "the tables below use whatever files it left.")
@@ -1050,7 +1050,7 @@ h1,h2,p,li,figcaption{overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:.8em 0;font-size:.86em}
 th,td{border:1px solid #ddd;padding:.3em .55em;text-align:right;white-space:normal;
 vertical-align:top}
-th{background:#f4f4f4;overflow-wrap:anywhere;min-width:4.5em}
+th{background:#f4f4f4;overflow-wrap:normal;word-break:normal;hyphens:none}
 td:first-child,th:first-child{text-align:left}
 table.cmp td:nth-child(-n+2){text-align:left}
 .better{color:#1a7f37;font-weight:bold}.worse{color:#c62828;font-weight:bold}
@@ -1062,12 +1062,13 @@ figcaption{font-size:.88em;color:#444;max-width:800px}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.8em}
 .muted{color:#666;font-size:.88em}
 .scroll{overflow-x:auto;max-width:100%}.ci{color:#555;font-size:.9em;white-space:nowrap}
-@media (max-width:600px){body{margin:1em auto;padding:0 .6em}table{font-size:.8em}}
+@media (max-width:600px){body{margin:1em auto;padding:0 .6em}table{font-size:.8em}
+figure img{min-width:0}}
 """
 
 
 def _df_html(df: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    head = "".join(f"<th>{header_html(c)}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
                    for row in df.itertuples(index=False))
     return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
