@@ -142,9 +142,21 @@ def _cmd_run(args) -> int:
     exps = [load_experiment(p, args.set) for p in args.experiments]
     phase, units = _run_units(exps, args.jobs)
     prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1])
+    n = sum(e.n_runs() for e in exps)
+
+    def report_progress(i: int):
+        # each report is a phase of its own (its tables, then each figure)
+        label = "memsim run: report" + (f" of run {i + 1}/{n}" if n > 1 else "")
+        prog_i = Progress(label, args.quiet)
+
+        def say(frac: float) -> None:
+            prog_i(frac)
+            if frac >= 1:
+                prog_i.close()
+        return say
     try:
         paths = run_many(exps, out=args.out, jobs=args.jobs, report=not args.no_report,
-                         progress=prog, argv=sys.argv)
+                         progress=prog, argv=sys.argv, report_progress=report_progress)
     finally:
         prog.close()
     for p in paths:
@@ -188,7 +200,12 @@ def _utf8_stdout() -> bool:
 
 def _cmd_report(args) -> int:
     from .report import build_report
-    print(build_report(Path(args.run_dir)))
+    prog = Progress("memsim report", getattr(args, "quiet", False), phase="tables and figures")
+    try:
+        out = build_report(Path(args.run_dir), progress=prog)
+    finally:
+        prog.close()
+    print(out)
     return 0
 
 

@@ -62,13 +62,45 @@ _DPI = 110
 
 @dataclass
 class ReportFigure:
-    """A drawn figure: its file name, title, caption and PNG bytes."""
+    """A figure of the report: its file name, title, caption and PNG bytes.
+
+    Figures are described while the report's content is built and drawn
+    afterwards, all in one pass (:meth:`render`), so that building a report
+    can say how many figures are left.
+    """
 
     name: str
     title: str
     caption: str
     png: bytes = b""
     error: str = ""
+    draw: Callable[[Any], Any] | None = field(default=None, repr=False, compare=False)
+    size: tuple[float, float] = (7.5, 4.2)
+    panels: bool = False
+
+    def render(self) -> ReportFigure:
+        """Draw the figure on a fresh Figure (no pyplot state) and keep its PNG
+        bytes; a figure that fails keeps its error and warns, and the rest of
+        the report stands."""
+        if self.draw is None or self.png or self.error:
+            return self
+        # matplotlib is imported on the first figure only: reading a run folder
+        # (and importing memsim) must not pay for it
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=self.size, layout="constrained")
+        try:
+            self.draw(fig if self.panels else fig.add_subplot())
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=_DPI)
+            self.png = buf.getvalue()
+        except Exception as exc:  # one broken figure must not hide the rest of the report
+            warnings.warn(f"report figure {self.name!r} failed: {type(exc).__name__}: {exc}",
+                          stacklevel=2)
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.draw = None
+        return self
 
 
 @dataclass
@@ -86,22 +118,9 @@ class _Report:
 
 def _draw(name: str, title: str, caption: str, draw: Callable[[Any], Any],
           size: tuple[float, float] = (7.5, 4.2), panels: bool = False) -> ReportFigure:
-    """Draw on a fresh Figure (no pyplot state) and keep the PNG bytes;
-    ``draw`` gets the figure's one Axes, or the Figure itself with ``panels``."""
-    # matplotlib is imported on the first figure only: reading a run folder
-    # (and importing memsim) must not pay for it
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size, layout="constrained")
-    try:
-        draw(fig if panels else fig.add_subplot())
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=_DPI)
-        return ReportFigure(name, title, caption, buf.getvalue())
-    except Exception as exc:  # one broken figure must not hide the rest of the report
-        warnings.warn(f"report figure {name!r} failed: {type(exc).__name__}: {exc}",
-                      stacklevel=2)
-        return ReportFigure(name, title, caption, error=f"{type(exc).__name__}: {exc}")
+    """A figure to draw later (:meth:`ReportFigure.render`); ``draw`` gets the
+    figure's one Axes, or the Figure itself with ``panels``."""
+    return ReportFigure(name, title, caption, draw=draw, size=size, panels=panels)
 
 
 # --------------------------------------------------------------------------
@@ -1158,11 +1177,11 @@ def _to_markdown(rep: _Report) -> str:
 
 
 def _all_figures(rep: _Report) -> list[ReportFigure]:
-    return [item for _, items in rep.sections for kind, item in items
-            if kind == "fig" and item.png]
+    return [item for _, items in rep.sections for kind, item in items if kind == "fig"]
 
 
-def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED) -> Path:
+def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED,
+                 progress: Callable[[float], None] | None = None) -> Path:
     """(Re)build ``report.html``, ``report.md`` and ``figures/*.png`` of a run folder.
 
     Parameters
@@ -1171,6 +1190,9 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED)
         A run folder (it must hold ``manifest.json``).
     n_boot, seed : int
         Bootstrap resamples and seed of the intervals.
+    progress : callable, optional
+        Called with the share done (0 to 1): the tables first (a tenth),
+        then once per figure drawn.
 
     Returns
     -------
@@ -1185,12 +1207,17 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run folder")
+    say = progress or (lambda _frac: None)
     run = load_run(run_dir)
     rep = _content(run_dir, run, n_boot, seed)
+    figures = _all_figures(rep)
+    say(0.1)
     figdir = run_dir / "figures"
     figdir.mkdir(exist_ok=True)
-    for f in _all_figures(rep):
-        write_atomic(figdir / f"{f.name}.png", lambda p, data=f.png: p.write_bytes(data))
+    for k, f in enumerate(figures):
+        if f.render().png:
+            write_atomic(figdir / f"{f.name}.png", lambda p, data=f.png: p.write_bytes(data))
+        say(0.1 + 0.9 * (k + 1) / len(figures))
     write_atomic(run_dir / "report.md",
                  lambda p: p.write_text(_to_markdown(rep), encoding="utf-8"))
     out = run_dir / "report.html"

@@ -308,7 +308,8 @@ _Manifest = experiment_manifest
 def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict | None = None,
                    out: str | Path | None = "results", report: bool = True,
                    progress: Callable[[float], None] | None = None,
-                   argv: list[str] | None = None, jobs: int = 1) -> RunResult:
+                   argv: list[str] | None = None, jobs: int = 1,
+                   report_progress: Callable[[float], None] | None = None) -> RunResult:
     """Run one experiment and (unless ``out`` is None) write its run folder.
 
     Parameters
@@ -324,6 +325,9 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
     jobs : int
         Replicates simulated at once in worker processes (default 1: all in
         this process). Any ``jobs`` gives identical results.
+    progress, report_progress : callable, optional
+        Called with the share done (0 to 1) of the simulation, and of the
+        report (:func:`memsim.report.build_report`).
     """
     if not isinstance(exp, Experiment):
         exp = load_experiment(exp, overrides)
@@ -364,7 +368,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         manifest.update(status="completed", timings_s=timings, finished_utc=utc_now())
         if report:
             t1 = time.perf_counter()
-            build_report(path)
+            build_report(path, progress=report_progress)
             timings["report"] = time.perf_counter() - t1
             manifest.update(timings_s=timings)
         result.manifest = manifest.data
@@ -468,7 +472,9 @@ def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1) -> Non
 
 def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs: int = 1,
              report: bool = True, progress: Callable[[float], None] | None = None,
-             argv: list[str] | None = None) -> list[Path]:
+             argv: list[str] | None = None,
+             report_progress: Callable[[int], Callable[[float], None]] | None = None
+             ) -> list[Path]:
     """Run several experiments (grids expanded), ``jobs`` at a time in worker processes.
 
     ``jobs`` worker processes in all: a single run simulates its replicates
@@ -481,6 +487,10 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
     interrupt (SIGINT, or SIGTERM where the CLI turns it into one) stops the
     queue at once: no further run starts and every running one is stopped
     and marks its folder failed.
+
+    ``report_progress(i)``, when given, returns the progress callable of run
+    ``i``'s report (runs one at a time only: parallel runs build their
+    reports in their worker processes, and ``progress`` counts whole runs).
     """
     expanded = [e for exp in experiments for e in exp.expand()]
     if jobs <= 1 or len(expanded) == 1:
@@ -488,8 +498,9 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
         for i, e in enumerate(expanded):
             sub = None if progress is None else (
                 lambda f, i=i: progress((i + f) / len(expanded)))
-            paths.append(run_experiment(e, out=out, report=report, progress=sub,
-                                        argv=argv, jobs=jobs).path)
+            paths.append(run_experiment(
+                e, out=out, report=report, progress=sub, argv=argv, jobs=jobs,
+                report_progress=None if report_progress is None else report_progress(i)).path)
         return paths
     return _run_parallel(expanded, out, jobs, report, progress, argv)
 

@@ -109,6 +109,24 @@ def test_report_names_per_query_budgets_from_the_stream(tmp_path):
     assert "figure img{min-width:0}" in page
 
 
+def test_report_building_shows_its_progress(tmp_path, capsys):
+    from memsim.cli import main
+
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "progress", "replicates": 1, "seed": 3},
+        "workload": {"horizon_days": 10, "backfill_days": 10, "queries_per_day": 3.0},
+        "policies": {"a": {"preset": "similarity-only"}, "b": {"preset": "hivemind"}}})
+    res = memsim.run_experiment(exp, out=tmp_path, report=False)
+    capsys.readouterr()
+    assert main(["report", str(res.path)]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    # a line per tenth of the work (tables, then each figure), the last at 100%
+    assert lines[0].startswith("memsim report: 10% done")
+    assert lines[-1].startswith("memsim report: 100% done") and len(lines) == 10
+    assert captured.out.strip().endswith("report.html")
+
+
 def _ordered(order_changes_answers: bool) -> pd.DataFrame:
     q = _binary_queries()
     q["recall"] = q["utility"]
