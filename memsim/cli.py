@@ -44,14 +44,16 @@ class Progress:
 
     def __init__(self, label: str, quiet: bool = False, *, phase: str = "",
                  units: int | list[tuple[float, str]] | None = None, unit: str = "step",
-                 resumed: bool = False, then: str = "", stream=None, tty: bool | None = None):
+                 resumed: bool = False, then: str = "", stream=None, tty: bool | None = None,
+                 json_lines: bool = False):
         self.label = label
         self.quiet = quiet
         self.stream = sys.stderr if stream is None else stream
         if tty is None:
             isatty = getattr(self.stream, "isatty", None)
-            tty = bool(isatty and isatty())
+            tty = bool(isatty and isatty()) and not json_lines
         self.tty = tty
+        self.json_lines = json_lines
         self._bar = None
         self._start(phase, units, unit, resumed, then)
 
@@ -101,13 +103,28 @@ class Progress:
             self._draw(frac, done, len(marks))
         else:
             for k in range(self.n_done, done):
-                self._write(f"{self.label}: {marks[k][1]} done ({self._timing(marks[k][0])})")
+                if self.json_lines:
+                    self._write(self._json_line(marks[k]))
+                else:
+                    self._write(f"{self.label}: {marks[k][1]} done "
+                                f"({self._timing(marks[k][0])})")
         self.n_done = done
         if frac >= 1.0:
             self.finished = True
             if self.then:
                 self.close()
                 self._write(f"{self.label}: {self.then}")
+
+    def _json_line(self, mark: tuple[float, str]) -> str:
+        """One progress record of ``--progress json``: a JSON object per line."""
+        import json
+
+        elapsed = time.monotonic() - self.t0
+        share = mark[0] - (self.frac0 or 0.0)
+        left = elapsed * (1.0 - mark[0]) / share if mark[0] < 1.0 and share > 0 else None
+        return json.dumps({"command": self.label, "phase": self.phase_name, "done": mark[1],
+                           "fraction": round(mark[0], 6), "elapsed_s": round(elapsed, 3),
+                           "left_s": None if left is None else round(left, 1)})
 
     def _timing(self, frac: float) -> str:
         elapsed = time.monotonic() - self.t0
@@ -135,19 +152,52 @@ class Progress:
             self._bar = None
 
 
+def _json_progress(args) -> bool:
+    """``--progress json``: progress as JSON lines on stderr."""
+    return getattr(args, "progress", "auto") == "json"
+
+
+def _print_json(data) -> None:
+    """A command's result as one JSON document on stdout (``--json``): NaN and
+    infinities as null (JSON has neither), numpy scalars as numbers, frames as
+    lists of records, paths as strings."""
+    import json
+
+    print(json.dumps(_plain(data), indent=2, allow_nan=False))
+
+
+def _plain(x):
+    import math
+
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if hasattr(x, "to_dict") and hasattr(x, "columns"):  # a DataFrame
+        return _plain(x.to_dict(orient="records"))
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # a numpy scalar
+        x = x.item()
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    return str(x)
+
+
 def _cmd_run(args) -> int:
     from .compare import headline_text
     from .config import load_experiment
     from .runner import run_many
     exps = [load_experiment(p, args.set) for p in args.experiments]
     phase, units = _run_units(exps, args.jobs)
-    prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1])
+    prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1],
+                    json_lines=_json_progress(args))
     n = sum(e.n_runs() for e in exps)
 
     def report_progress(i: int):
         # each report is a phase of its own (its tables, then each figure)
         label = "memsim run: report" + (f" of run {i + 1}/{n}" if n > 1 else "")
-        prog_i = Progress(label, args.quiet)
+        prog_i = Progress(label, args.quiet, json_lines=_json_progress(args))
 
         def say(frac: float) -> None:
             prog_i(frac)
@@ -159,6 +209,16 @@ def _cmd_run(args) -> int:
                          progress=prog, argv=sys.argv, report_progress=report_progress)
     finally:
         prog.close()
+    if args.json:
+        from .rundir import load_run
+        runs = []
+        for p in paths:
+            run = load_run(p)
+            runs.append({"path": str(p), "name": run.config.get("experiment", {}).get("name"),
+                         "status": (run.manifest or {}).get("status"),
+                         "summary": run.summary})
+        _print_json({"runs": runs})
+        return 0
     for p in paths:
         if not args.quiet:
             # the headline in plain text (it ends with a newline), so that the
@@ -200,7 +260,8 @@ def _utf8_stdout() -> bool:
 
 def _cmd_report(args) -> int:
     from .report import build_report
-    prog = Progress("memsim report", getattr(args, "quiet", False), phase="tables and figures")
+    prog = Progress("memsim report", getattr(args, "quiet", False), phase="tables and figures",
+                    json_lines=_json_progress(args))
     try:
         out = build_report(Path(args.run_dir), progress=prog)
     finally:
@@ -230,6 +291,10 @@ def _cmd_stream_generate(args) -> int:
 def _cmd_stream_validate(args) -> int:
     from .stream import describe_stream, read_stream
     stream = read_stream(Path(args.path))
+    if args.json:
+        from .stream import stream_facts
+        _print_json({"valid": True, **stream_facts(stream)})
+        return 0
     print(describe_stream(stream))
     print("valid")
     return 0
@@ -237,6 +302,17 @@ def _cmd_stream_validate(args) -> int:
 
 def _cmd_policies(args) -> int:
     from .policies import PRESETS, REGISTRY, assumptions
+    if args.json:
+        _print_json({
+            "components": {slot: [
+                {"name": name, "doc": _plain_text(_first_paragraph(cls.__doc__)),
+                 "params": [{"name": n, "default": d, "allowed": a}
+                            for n, d, a in cls.describe()]}
+                for name, cls in sorted(table.items())] for slot, table in REGISTRY.items()},
+            "presets": [{"name": name, "doc": _plain_text(_first_paragraph(preset.doc)),
+                         "assumed": {k: _plain_text(v) for k, v in assumptions(name).items()}}
+                        for name, preset in sorted(PRESETS.items())]})
+        return 0
     for slot, table in REGISTRY.items():
         print(f"[{slot}]")
         for name, cls in sorted(table.items()):
@@ -253,6 +329,13 @@ def _cmd_policies(args) -> int:
         for key, why in assumptions(name).items():
             print(f"      assumed {key}: {_plain_text(why)}")
     return 0
+
+
+def _first_paragraph(doc: str | None) -> str:
+    """A docstring's first paragraph, on one line."""
+    import inspect
+
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
 _ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?(?:[^`<]*<)?([^`>]+)>?`")
@@ -277,6 +360,9 @@ def _overrides(pairs: list[str]) -> dict:
 def _cmd_curves(args) -> int:
     from .curves import curves_table, format_curves
     df = curves_table(args.presets, overrides=_overrides(args.set), s=args.s, delta=args.delta)
+    if args.json:
+        _print_json({"curves": df})
+        return 0
     print(format_curves(df))
     return 0
 
@@ -323,7 +409,7 @@ def _cmd_sweep(args) -> int:
     if args.experiment is None and args.resume is None:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
     prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
-                    unit="trial", resumed=True,
+                    unit="trial", resumed=True, json_lines=_json_progress(args),
                     then="trials done; robustness check on fresh seeds, plateaus"
                          + ("" if args.no_report else ", report"))
     try:
@@ -334,6 +420,14 @@ def _cmd_sweep(args) -> int:
                         pruner=args.pruner, cache_mb=args.cache_mb)
     finally:
         prog.close()
+    if args.json:
+        _print_json({"path": None if res.path is None else str(res.path),
+                     "study": res.study_name, "storage": res.storage,
+                     "best": {"number": res.best_number, "values": res.best_values,
+                              "params": res.best_params},
+                     "pareto": res.pareto, "plateau": res.plateau,
+                     "robustness": res.robustness, "notes": list(res.notes)})
+        return 0
     if not args.quiet:
         print(res.summary_text())
     print(res.path if res.path is not None else res.study_name)
@@ -364,16 +458,25 @@ def _cmd_audit(args) -> int:
     from .audit import audit
     from .config import load_experiment
     exp = load_experiment(args.experiment, args.set)
-    prog = Progress("memsim audit", args.quiet, phase="signals and parameters")
+    prog = Progress("memsim audit", args.quiet, phase="signals and parameters",
+                    json_lines=_json_progress(args))
     try:
         report = audit(exp, replicate=args.replicate, max_queries=args.queries,
                        params=not args.no_params, replicates=args.param_replicates,
                        progress=prog)
     finally:
         prog.close()
+    saved = report.save(Path(args.out)) if args.out is not None else None
+    if args.json:
+        _print_json({"experiment": report.experiment, "replicate": report.replicate,
+                     "queries": report.n_queries, "notes": report.n_notes,
+                     "replicates": report.replicates, "signals": report.signals,
+                     "params": report.params, "reach": report.reach, "flags": report.flags,
+                     "untestable": report.untestable(), "out": saved})
+        return 0
     print(report.to_text())
-    if args.out is not None:
-        print(report.save(Path(args.out)))
+    if saved is not None:
+        print(saved)
     return 0
 
 
@@ -473,6 +576,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no progress bar or progress lines on stderr; run and sweep "
                              "also print only the run folder (no headline table or summary)")
 
+    common.add_argument("--progress", choices=["auto", "json"], default="auto",
+                        help="progress on stderr: a bar on a terminal and lines elsewhere "
+                             "(auto), or one JSON object per line (json)")
+    # --json: the command's result as one JSON document on stdout
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true",
+                         help="print the result as one JSON document on stdout instead of "
+                              "text (NaN as null)")
+
     def add_out(parser, default="results", text="parent folder of run folders"):
         parser.add_argument("--out", default=default, metavar="DIR", help=text)
 
@@ -480,8 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
         "memsim run experiments/quickstart.toml",
         "memsim run experiments/quickstart.toml "
         "--set policies.half-life-180-floor.decay.floor=0.2",
-        "memsim run experiments/quickstart.toml experiments/packing.toml --jobs 2"),
-        parents=[common])
+        "memsim run experiments/quickstart.toml experiments/packing.toml --jobs 2",
+        "memsim run experiments/quickstart.toml --json --progress json"),
+        parents=[common, as_json])
     add_out(r)
     r.add_argument("experiments", nargs="+", metavar="EXPERIMENT.toml",
                    help="experiment files (a [grid] table expands into one run per "
@@ -497,7 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw = add(sub, "sweep", "Optuna sweep of an experiment's [sweep] table (resumable)", (
         "memsim sweep experiments/sweep_hivemind.toml --trials 100 --workers 2",
         "memsim sweep experiments/sweep_hivemind.toml --trials 20 --batch 10 --pruner median"),
-        parents=[common])
+        parents=[common, as_json])
     add_out(sw)
     sw.add_argument("experiment", nargs="?", default=None, metavar="EXPERIMENT.toml",
                     help="experiment file with a [sweep] table (optional with --resume)")
@@ -528,7 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     au = add(sub, "audit",
              "which signals vary and which swept parameters the workload can test",
-             ("memsim audit experiments/sweep_hivemind.toml --queries 100",), parents=[common])
+             ("memsim audit experiments/sweep_hivemind.toml --queries 100",),
+             parents=[common, as_json])
     add_out(au, None, "folder to save signals.csv, params.csv, reach.csv and audit.txt in "
             "(default: print only)")
     au.add_argument("experiment", metavar="EXPERIMENT.toml",
@@ -554,6 +668,9 @@ def build_parser() -> argparse.ArgumentParser:
     op.set_defaults(func=_cmd_optimum)
 
     rep = add(sub, "report", "(re)build report.html from a run folder")
+    rep.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    rep.add_argument("--progress", choices=["auto", "json"], default="auto",
+                     help="progress on stderr: lines or a bar (auto), or JSON lines (json)")
     rep.add_argument("run_dir", metavar="RUN_DIR",
                      help="a run folder (the path `memsim run` printed last)")
     rep.set_defaults(func=_cmd_report)
@@ -569,7 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a dotted config key (repeatable)")
     g.add_argument("--replicate", type=int, default=0, help="which replicate's stream")
     g.set_defaults(func=_cmd_stream_generate)
-    v = add(ssub, "validate", "check a stream folder and summarise it")
+    v = add(ssub, "validate", "check a stream folder and summarise it", parents=[as_json])
     v.add_argument("path", metavar="DIR", help="stream folder")
     v.set_defaults(func=_cmd_stream_validate)
 
@@ -587,13 +704,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="append image captions to the turns they belong to")
     imp.set_defaults(func=_cmd_stream_import)
 
-    pol = add(sub, "policies", "list registered components and presets", ("memsim policies",))
+    pol = add(sub, "policies", "list registered components and presets",
+              ("memsim policies", "memsim policies --json"), parents=[as_json])
     pol.set_defaults(func=_cmd_policies)
 
     cur = add(sub, "curves", "recency multipliers, half-lives and crossover ages", (
         "memsim curves hivemind feather",
         "memsim curves hivemind feather --set policies.feather.decay.half_life_days=90",
-        "memsim curves feather feather-v0.16 --set decay.half_life_days=90"))
+        "memsim curves feather feather-v0.16 --set decay.half_life_days=90"), parents=[as_json])
     cur.add_argument("presets", nargs="+", metavar="PRESET",
                      help="preset names (`memsim policies` lists them)")
     cur.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
