@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import sys
 import types
+
+# A library logs, an application shows: memsim's diagnostics go to the
+# "memsim" logger, silent unless the application (or `memsim -v`) shows them.
+logging.getLogger("memsim").addHandler(logging.NullHandler())
 
 # Every public name is loaded on first use (PEP 562), so that `import memsim`
 # and `memsim --help` import no numerical library: the command line starts in

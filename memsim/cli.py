@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import re
 import signal
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from .errors import MemsimError
@@ -559,6 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
         + "\n\nEvery command has --help with its options and examples.")
     p.add_argument("--version", action=_Version, nargs=0,
                    help="show the installed version and exit")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="say what memsim is doing on stderr (-vv: debugging detail)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            help="what to do (COMMAND --help says more)")
 
@@ -572,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a dotted config key (repeatable)")
-    common.add_argument("--quiet", action="store_true",
+    common.add_argument("-q", "--quiet", action="store_true",
                         help="no progress bar or progress lines on stderr; run and sweep "
                              "also print only the run folder (no headline table or summary)")
 
@@ -775,9 +779,40 @@ def _terminate(signum, frame):  # pragma: no cover - exercised in a subprocess t
     raise KeyboardInterrupt
 
 
+class _OneLine(logging.Formatter):
+    """``memsim: warning: ...``: the command line's form of a log record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"memsim: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr (no source line): memsim's own as
+    ``memsim: warning: ...``, others with their category."""
+    from .errors import MemsimWarning
+
+    what = "" if issubclass(category, MemsimWarning) else f"{category.__name__}: "
+    print(f"memsim: warning: {what}{_one_line(message)}", file=sys.stderr if file is None
+          else file)
+
+
+def _logging(verbose: int) -> None:
+    """The ``memsim`` logger on stderr: warnings by default, ``-v`` adds what
+    memsim is doing, ``-vv`` its debugging detail; warnings as one line."""
+    log = logging.getLogger("memsim")
+    if not any(isinstance(h.formatter, _OneLine) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_OneLine())
+        log.addHandler(handler)
+    log.setLevel(logging.WARNING - 10 * min(verbose, 2))
+    log.propagate = False
+    warnings.showwarning = _show_warning
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _logging(getattr(args, "verbose", 0))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
         # explicit: a process started with SIGINT ignored (`memsim run ... &` from a

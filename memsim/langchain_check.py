@@ -173,7 +173,13 @@ def _store(relevance: str, embedding, dim: int):
     else:
         raise ConfigError(f"relevance: expected 'cosine', 'l2' or 'inner-product', got "
                           f"{relevance!r}")
-    return FAISS(embedding, index, InMemoryDocstore(), {}, **kw)
+    with warnings.catch_warnings():
+        # LangChain warns that L2 normalisation "is not applicable" to an
+        # inner-product index; normalised vectors under an inner product are
+        # exactly the cosine this check needs (LangChain's own cosine recipe),
+        # so the warning is about a combination memsim chose on purpose.
+        warnings.filterwarnings("ignore", message="Normalizing L2 is not applicable")
+        return FAISS(embedding, index, InMemoryDocstore(), {}, **kw)
 
 
 @dataclass

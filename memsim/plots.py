@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from .curves import recency_curve
+from .errors import ReportWarning
 from .metrics import AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, gini
 from .policies import Policy, resolve_policy
 from .stats import MIN_REPLICATES, N_BOOT, SEED, bootstrap_mean_ci, mean_ci, summarise
@@ -217,7 +218,7 @@ def recency_curve_data(source: Any, ages: Sequence[float] | None = None,
                 rec = np.asarray(recency_curve(pol, ages_arr), dtype=np.float64).reshape(-1)
             except (AttributeError, TypeError, ValueError, IndexError) as exc:
                 warnings.warn(f"policy {name!r}: cannot draw the recency curve of "
-                              f"{pol.decay.name!r} ({exc})", stacklevel=2)
+                              f"{pol.decay.name!r} ({exc})", ReportWarning, stacklevel=2)
                 continue
         hl = pol.decay.half_life() if pol.ranker.uses_recency else math.inf
         rows.append(pd.DataFrame({"policy": name, "age_days": ages_arr, "recency": rec,

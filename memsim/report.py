@@ -47,7 +47,7 @@ import pandas as pd
 
 from . import plots
 from .compare import Comparison, compare, header_html, markdown_table
-from .errors import ConfigError
+from .errors import ConfigError, ReportWarning
 from .policies import assumptions
 from .metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
@@ -96,7 +96,7 @@ class ReportFigure:
             self.png = buf.getvalue()
         except Exception as exc:  # one broken figure must not hide the rest of the report
             warnings.warn(f"report figure {self.name!r} failed: {type(exc).__name__}: {exc}",
-                          stacklevel=2)
+                          ReportWarning, stacklevel=2)
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.draw = None

@@ -9,6 +9,7 @@ identical to one process.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import shutil
@@ -305,6 +306,9 @@ def experiment_manifest(folder: Path, exp: Experiment, argv: list[str] | None = 
 _Manifest = experiment_manifest
 
 
+_log = logging.getLogger(__name__)
+
+
 def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict | None = None,
                    out: str | Path | None = "results", report: bool = True,
                    progress: Callable[[float], None] | None = None,
@@ -361,6 +365,8 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         # summary.csv last: only a run whose data files all exist has one
         _write(summary_file, lambda p: summary.to_csv(p, index=False))
         timings["total_before_report"] = time.perf_counter() - t0
+        _log.info("%s: %d replicate(s) simulated and written in %.1f s", path,
+                  exp.settings.replicates, timings["total_before_report"])
         result = _result(exp, frames, summary, path, timings)
         # The report shows the manifest, so the manifest says completed before
         # it is built; a report that fails (or is interrupted) turns the run
@@ -370,6 +376,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
             t1 = time.perf_counter()
             build_report(path, progress=report_progress)
             timings["report"] = time.perf_counter() - t1
+            _log.info("%s: report built in %.1f s", path, timings["report"])
             manifest.update(timings_s=timings)
         result.manifest = manifest.data
         return result

@@ -83,3 +83,32 @@ def test_policies_validate_curves_json(tmp_path, capsys):
     curves = _strict(capsys.readouterr().out)["curves"]
     assert [c["preset"] for c in curves] == ["hivemind", "feather"]
     assert curves[0]["rec_0d"] == 1.0
+
+
+def test_verbose_logs_and_warnings_have_categories(tmp_path):
+    import warnings
+
+    import memsim
+    from memsim.errors import MemsimWarning, SweepWarning
+
+    quiet = _cli("run", str(QUICKSTART), "--out", str(tmp_path), "--quiet", "--no-report",
+                 *SMALL)
+    assert "memsim: info:" not in quiet.stderr
+    loud = _cli("-v", "run", str(QUICKSTART), "--out", str(tmp_path), "--quiet", "--no-report",
+                *SMALL)
+    info = [ln for ln in loud.stderr.splitlines() if ln.startswith("memsim: info: ")]
+    assert len(info) == 1 and "1 replicate(s) simulated" in info[0]
+
+    exp = memsim.load_experiment(ROOT / "experiments" / "sweep_hivemind.toml",
+                                 ["experiment.replicates=1", "workload.horizon_days=6",
+                                  "workload.backfill_days=6", "sweep.trials=2",
+                                  "sweep.pruner=median", "sweep.robustness.replicates=0"])
+    with pytest.warns(SweepWarning, match="prunes nothing"):
+        memsim.run_sweep(exp, out=None, quiet=True, plots=False)
+    assert issubclass(SweepWarning, MemsimWarning)
+    # a user can silence memsim's warnings by category
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=MemsimWarning)
+        memsim.run_sweep(exp, out=None, quiet=True, plots=False)
+    assert not [w for w in seen if issubclass(w.category, MemsimWarning)]

@@ -30,7 +30,7 @@ import optuna
 import pandas as pd
 
 from memsim.config import Experiment, dumps_toml, load_experiment, parse_override
-from memsim.errors import ConfigError, MemsimError
+from memsim.errors import ConfigError, MemsimError, SweepWarning
 from memsim.report import build_report
 from memsim.rundir import new_run_dir, write_atomic
 from memsim.runner import experiment_manifest
@@ -179,7 +179,7 @@ def _run_notes(exp: Experiment, spec: SweepSpec) -> list[str]:
         msg = (f"sweep.pruner = {spec.pruner!r} prunes nothing with experiment.replicates = "
                f"{exp.settings.replicates}: a trial can only be stopped between replicates")
         # stacklevel 3: the caller of run_sweep, whose call the warning is about
-        warnings.warn(f"memsim sweep: {msg}", stacklevel=3)
+        warnings.warn(f"memsim sweep: {msg}", SweepWarning, stacklevel=3)
         notes.append(msg)
     return notes
 
@@ -342,7 +342,7 @@ def _write_report(run_dir: Path, timings: dict) -> None:
     except Exception as exc:  # the sweep's results stand without a report
         # stacklevel 3: the caller of run_sweep, whose call the warning is about
         warnings.warn(f"memsim sweep: report.html failed: {type(exc).__name__}: {exc}",
-                      stacklevel=3)
+                      SweepWarning, stacklevel=3)
     timings["report"] = time.perf_counter() - t1
 
 
