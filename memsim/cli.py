@@ -265,12 +265,13 @@ def _cmd_curves(args) -> int:
 
 def _cmd_stream_import(args) -> int:
     if args.format == "trace":
-        cli_import_trace(Path(args.path), Path(args.out))
+        cli_import_trace(Path(args.path), Path(args.out), embedder=args.embedder)
         print(args.out)
         return 0
     if args.format != "locomo":  # argparse restricts choices; kept for clarity
         raise MemsimError(f"unknown import format {args.format!r}")
-    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions)
+    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions,
+                      embedder=args.embedder or "bm25")
     print(args.out)
     return 0
 
@@ -545,6 +546,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what becomes a note (LoCoMo)")
     imp.add_argument("--captions", action="store_true",
                      help="append image captions to the turns they belong to")
+    imp.add_argument("--embedder", choices=["bm25", "wordllama", "vectors"], default=None,
+                     help="how text becomes vectors: bm25 (LoCoMo's default), wordllama (dense, "
+                     "offline; the [embed] extra) or vectors (a trace's logged ones; a trace's "
+                     "default when it logs them, else bm25)")
     imp.set_defaults(func=_cmd_stream_import)
 
     pol = add(sub, "policies", "list registered components and presets", ("memsim policies",))
