@@ -35,6 +35,8 @@ from .report import build_report
 from .rng import child_seq, seed_sequence
 from .runner import default_jobs, run_many
 from .stream import describe_stream, read_stream, write_stream
+from .tracking import log_run, log_sweep
+from .tracking import require as require_mlflow
 from .twin import calibrate_workload, format_twin
 
 __all__ = ["main"]
@@ -152,6 +154,8 @@ class Progress:
 
 def _cmd_run(args) -> int:
     exps = [load_experiment(p, args.set) for p in args.experiments]
+    if args.mlflow is not None:
+        require_mlflow()
     phase, units = _run_units(exps, args.jobs)
     prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1])
     try:
@@ -165,6 +169,9 @@ def _cmd_run(args) -> int:
             # terminal shows the result, then a blank line
             print(headline_text(p, ascii=not _utf8_stdout()))
         print(p)
+    if args.mlflow is not None:
+        for p in paths:
+            log_run(p, tracking_uri=args.mlflow or None)
     return 0
 
 
@@ -301,6 +308,8 @@ def _cmd_sweep(args) -> int:
 
     if args.experiment is None and args.resume is None:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
+    if args.mlflow is not None:
+        require_mlflow()
     prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
                     unit="trial", resumed=True,
                     then="trials done; robustness check on fresh seeds, plateaus"
@@ -316,6 +325,8 @@ def _cmd_sweep(args) -> int:
     if not args.quiet:
         print(res.summary_text())
     print(res.path if res.path is not None else res.study_name)
+    if args.mlflow is not None:
+        log_sweep(res, tracking_uri=args.mlflow or None)
     return 0
 
 
@@ -451,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes, one per core unless given: several runs at once, "
                         "or a single run's replicates; results do not depend on it")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
+    r.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                   help="export each run to MLflow (params, metrics, report): to URI, or "
+                        "MLflow's default without one; off unless given (the [mlflow] extra)")
     # --quiet (from the common options) also keeps the headline table off:
     # only the run folders are printed
     r.set_defaults(func=_cmd_run)
@@ -485,6 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--resume", default=None, metavar="RUN_DIR",
                     help="continue the sweep of this run folder")
     sw.add_argument("--no-report", action="store_true", help="skip report.html")
+    sw.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                    help="export the sweep to MLflow (a run, one nested run per trial): to "
+                         "URI, or MLflow's default without one; off unless given (the [mlflow] "
+                         "extra)")
     sw.set_defaults(func=_cmd_sweep)
 
     au = add(sub, "audit",
