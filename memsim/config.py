@@ -9,6 +9,7 @@ An experiment file has these tables::
     [experiment]        name, seed, replicates, description, baseline, budgets,
                         and the engine settings of :class:`memsim.engine.SimSettings`
     [workload]          synthetic knobs, or ``source = "DIR"`` to replay a stream
+                        (``importer``, ``notes``, ``embedder`` for data imported on load)
     [reader]            the reader model (``kind = "positional"`` ...)
     [policies.NAME]     ``preset = "..."`` and/or one entry per slot
     [grid]              "dotted.key" = [values ...]: one run per combination
