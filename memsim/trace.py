@@ -30,8 +30,10 @@ Guarantees
   together: :func:`join_segments` writes them as one trace.
 
 Times are the writer's ``clock()`` (default :func:`time.time`, seconds since
-1970-01-01 UTC) in the header's ``time_unit = "second"``; a test or a
-simulation passes its own clock.
+1970-01-01 UTC; a test or a simulation passes its own clock), written as
+seconds since the header's ``origin``: the whole second of the first reading
+(``"origin": "2025-01-01T00:00:01Z"``, ``time_unit = "second"``), so an
+imported trace starts near day 0.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -115,13 +118,23 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._last_t = -math.inf
         self._segment = 1
+        self._origin = float(math.floor(self._now()))  # epoch seconds of t = 0
         self._fh = None
         self._open(continues=None)
 
+    def _now(self) -> float:
+        now = float(self._clock())
+        if not math.isfinite(now):
+            raise ValueError(f"the clock gave {now!r}")
+        return now
+
     # -- the file ----------------------------------------------------------
     def _header(self, continues: str | None) -> dict:
+        origin = datetime.fromtimestamp(self._origin, tz=timezone.utc)
         head = {"event": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION,
-                "time_unit": "second", **self._extra}
+                "time_unit": "second",
+                "origin": origin.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                **self._extra}
         if continues is not None:
             head.update(segment=self._segment, continues=continues)
         return head
@@ -144,11 +157,18 @@ class TraceWriter:
             head = json.loads(first)
         except json.JSONDecodeError:
             head = None
-        if not isinstance(head, dict) or head.get("event") != "header" \
-                or head.get("format") != TRACE_FORMAT or head.get("time_unit") != "second":
+        origin = head.get("origin") if isinstance(head, dict) else None
+        try:
+            when = datetime.fromisoformat(origin.replace("Z", "+00:00"))
+        except (AttributeError, ValueError):
+            when = None
+        if when is None or head.get("event") != "header" or head.get("format") != TRACE_FORMAT \
+                or head.get("time_unit") != "second":
             raise ValueError(f"{self.path}: not a trace this writer started (its first line is "
-                             "not a memsim-trace header with time_unit 'second'); give a new path")
+                             "not a memsim-trace header with time_unit 'second' and an origin); "
+                             "give a new path")
         self._segment = int(head.get("segment", 1))
+        self._origin = when.timestamp()
 
     def _rotate(self) -> None:
         self._sync_close()
@@ -193,10 +213,7 @@ class TraceWriter:
                 raise ValueError(f"{self.path}: the trace writer is closed")
             ev = dict(event)
             if timed and ev.get("t") is None:
-                now = float(self._clock())
-                if not math.isfinite(now):
-                    raise ValueError(f"the clock gave {now!r}")
-                ev["t"] = self._last_t = max(now, self._last_t)
+                ev["t"] = self._last_t = max(self._now() - self._origin, self._last_t)
             elif timed:
                 self._last_t = max(float(ev["t"]), self._last_t)
             line = json.dumps(ev, default=_plain, ensure_ascii=False) + "\n"

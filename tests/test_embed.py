@@ -8,6 +8,7 @@ run reads ``../shared/data/locomo/locomo10.zip`` and skips without it.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -245,3 +246,21 @@ def test_locomo_run_with_wordllama_offline_names_the_embedder(tmp_path, offline,
     assert len(q) == 1986 and (q["tokens_used"] <= 1500).all()
     # dense vectors find evidence, less often than BM25 does (README, benchmarks)
     assert 0.2 < q.loc[q["category"] != 5, "recall"].mean() < 0.9
+
+
+def test_the_report_names_the_embedder(tmp_path):
+    """The report's opening lines say which vectors scored similarity."""
+    def run(**wl):
+        exp = memsim.experiment_from_dict({
+            "experiment": {"name": "emb", "replicates": 1, "seed": 1},
+            "workload": {"source": str(ROOT / "experiments" / "traces" / "example.jsonl"),
+                         "importer": "trace", **wl},
+            "policies": {"s": {"preset": "similarity-only"}}})
+        res = memsim.run_experiment(exp, out=tmp_path / "runs")
+        return (res.path / "report.html").read_text(encoding="utf-8")
+
+    assert "Embedder: vectors (the vectors logged in the trace)" in run(embedder="vectors")
+    default = run()
+    assert "Embedder: vectors" not in default
+    assert re.search(r"Embedder: the trace(&#x27;|&#39;|')s logged vectors, else exact BM25",
+                     default)

@@ -91,15 +91,17 @@ def test_writer_records_a_trace_that_imports(tmp_path):
         w.note_deleted("b")
     assert w.closed
     ev = _lines(path)
+    # the origin is the first clock reading's second: times start near 0
     assert ev[0] == {"event": "header", "format": "memsim-trace", "version": 1,
-                     "time_unit": "second", "name": "app"}
+                     "time_unit": "second", "origin": "2025-01-01T00:00:01Z", "name": "app"}
+    assert [e["t"] for e in ev[1:5]] == [1.0, 2.0, 3.0, 4.0]
     assert [e["event"] for e in ev[1:]] == ["note_added", "note_added", "note_updated", "query",
                                            "retrieved", "used", "accessed", "note_deleted"]
     assert ev[5]["scores"] == [0.9, 0.2] and "t" not in ev[5]
     s = import_trace(path)
     assert s.meta["name"] == "app" and s.meta["logged_rankings"]
-    # seconds since 1970 in days; the update is a second version of "a"
-    assert s.notes["created_at"].iloc[0] == pytest.approx((1_735_689_600 + 1) / 86400)
+    # seconds since the origin, in days; the update is a second version of "a"
+    assert s.notes["created_at"].iloc[0] == pytest.approx(1 / 86400)
     assert s.notes["trace_id"].tolist() == ["a", "b", "a"]
     assert s.qrels["note_id"].tolist() == [2]  # the version live at the query
     with pytest.raises(ValueError, match="closed"):
@@ -107,7 +109,7 @@ def test_writer_records_a_trace_that_imports(tmp_path):
 
 
 def test_times_never_go_backwards_and_bad_calls_raise(tmp_path):
-    ticks = iter([100.0, 50.0, 200.0])
+    ticks = iter([0.0, 100.0, 50.0, 200.0])  # the first reading sets the origin
     with TraceWriter(tmp_path / "t.jsonl", clock=lambda: next(ticks)) as w:
         w.note_added(1, "x")
         w.note_added(2, "y")   # the clock stepped back: written at 100, not 50
@@ -134,6 +136,8 @@ def test_reopening_appends_without_a_second_header(tmp_path):
         w.note_added(2, "second")
     ev = _lines(path)
     assert [e["event"] for e in ev] == ["header", "note_added", "note_added"]
+    # the second writer counts from the file's origin, not its own first reading
+    assert [e["t"] for e in ev[1:]] == [1.0, 3.0]
     other = tmp_path / "other.jsonl"
     other.write_text('{"event": "header", "format": "memsim-trace", "time_unit": "day"}\n')
     with pytest.raises(ValueError, match="not a trace this writer started"):
