@@ -134,6 +134,12 @@ def _summary_metrics(summary: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def _one_line(mlflow, exc: Exception, what: str) -> MemsimError:
+    uri = mlflow.get_tracking_uri()
+    return MemsimError(f"--mlflow: cannot export {what} to {uri}: "
+                       f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
+
+
 def log_run(run_dir: str | Path, *, tracking_uri: str | None = None,
             experiment: str | None = None) -> str:
     """Export a completed run folder to MLflow; returns the MLflow run id.
@@ -152,6 +158,13 @@ def log_run(run_dir: str | Path, *, tracking_uri: str | None = None,
     config, manifest = _read_run(run_dir)
     name = experiment or (config.get("experiment") or {}).get("name") or run_dir.name
     _start(mlflow, tracking_uri, str(name))
+    try:
+        return _log_run(mlflow, run_dir, config, manifest)
+    except (OSError, mlflow.exceptions.MlflowException) as exc:
+        raise _one_line(mlflow, exc, str(run_dir)) from None
+
+
+def _log_run(mlflow, run_dir: Path, config: dict, manifest: dict) -> str:
     with mlflow.start_run(run_name=run_dir.name) as run:
         _log_params(mlflow, flatten_config(config))
         summary_file = run_dir / "summary.csv"
@@ -190,11 +203,18 @@ def log_sweep(result: Any, *, tracking_uri: str | None = None,
     a parent run and one nested run per finished trial. Returns the parent
     run's id."""
     mlflow = _mlflow()
-    study, spec = result.study, result.spec
     run_dir = None if result.path is None else Path(result.path)
     config = _read_run(run_dir)[0] if run_dir is not None else {}
     name = experiment or result.experiment.name
     _start(mlflow, tracking_uri, str(name))
+    try:
+        return _log_sweep(mlflow, result, run_dir, config)
+    except (OSError, mlflow.exceptions.MlflowException) as exc:
+        raise _one_line(mlflow, exc, f"the sweep {result.study_name}") from None
+
+
+def _log_sweep(mlflow, result: Any, run_dir: Path | None, config: dict) -> str:
+    study, spec = result.study, result.spec
     labels = [_key(lab) for lab in spec.labels]
     directions = [d.name.lower() for d in study.directions]
     with mlflow.start_run(run_name=run_dir.name if run_dir is not None else result.study_name) \

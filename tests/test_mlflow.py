@@ -65,7 +65,8 @@ def test_flatten_config_gives_dotted_keys():
                     "experiment2.budgets": "[100, 200]"}
 
 
-def test_run_is_off_by_default_and_exported_with_the_flag(tmp_path, store, capsys):
+def test_run_is_off_by_default_and_exported_with_the_flag(tmp_path, store, capsys,
+                                                          monkeypatch):
     exp = _experiment(tmp_path / "e.toml")
     assert main(["run", str(exp), "--out", str(tmp_path / "plain"), "--quiet"]) == 0
     assert not (tmp_path / "mlruns").exists()  # off by default
@@ -86,6 +87,14 @@ def test_run_is_off_by_default_and_exported_with_the_flag(tmp_path, store, capsy
     assert r.data.tags["memsim.status"] == "completed"
     arts = {a.path for a in client.list_artifacts(r.info.run_id)}
     assert {"report.html", "config.toml", "summary.csv", "manifest.json"} <= arts
+    # a store MLflow refuses: one line naming the URI, no traceback
+    from memsim import tracking
+    from memsim.errors import MemsimError
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    with pytest.raises(MemsimError, match=r"--mlflow: cannot open the MLflow experiment "
+                                          r"'tracked' at file:"):
+        tracking.log_run(run_dir, tracking_uri=(tmp_path / "other").as_uri())
 
 
 def test_sweep_logs_a_parent_run_and_one_run_per_trial(tmp_path, store, capsys):
