@@ -36,6 +36,8 @@ def offline(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    # a download fails at the name lookup before any connect: refuse that too
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: refuse(None, *a))
     return calls
 
 
@@ -264,3 +266,36 @@ def test_the_report_names_the_embedder(tmp_path):
     assert "Embedder: vectors" not in default
     assert re.search(r"Embedder: the trace(&#x27;|&#39;|')s logged vectors, else exact BM25",
                      default)
+
+
+def test_wordllama_offline_in_a_fresh_process(tmp_path):
+    """From the first import on (a fresh interpreter), with every socket
+    refusing to connect and an empty HOME: loading and embedding never try
+    the network."""
+    pytest.importorskip("wordllama", reason="the [embed] extra (wordllama) is not installed")
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import socket\n"
+        "tried = []\n"
+        "def refuse(self, *a, **k):\n"
+        "    tried.append(a)\n"
+        "    raise OSError('network disabled')\n"
+        "socket.socket.connect = refuse\n"
+        "socket.socket.connect_ex = refuse\n"
+        "socket.getaddrinfo = lambda *a, **k: refuse(None, *a)\n"
+        "from memsim.embed import wordllama_vectors\n"
+        "vec, info = wordllama_vectors(['a cat on a mat', 'tax forms'])\n"
+        "assert vec.shape == (2, 256), vec.shape\n"
+        "assert tried == [], tried\n"
+        "print('offline ok')\n")
+    env = dict(os.environ, HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"),
+               MEMSIM_EMBED_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "offline ok" in proc.stdout
+    assert not (tmp_path / "home" / ".cache" / "wordllama").exists()

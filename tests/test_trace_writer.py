@@ -45,6 +45,8 @@ def offline(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    # a download fails at the name lookup before any connect: refuse that too
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: refuse(None, *a))
     return calls
 
 
