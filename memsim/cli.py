@@ -191,6 +191,9 @@ def _cmd_run(args) -> int:
     from .config import load_experiment
     from .runner import run_many
     exps = [load_experiment(p, args.set) for p in args.experiments]
+    if args.mlflow is not None:
+        from .tracking import require as require_mlflow
+        require_mlflow()
     phase, units = _run_units(exps, args.jobs)
     prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1],
                     json_lines=_json_progress(args))
@@ -211,6 +214,10 @@ def _cmd_run(args) -> int:
                          progress=prog, argv=sys.argv, report_progress=report_progress)
     finally:
         prog.close()
+    if args.mlflow is not None:
+        from .tracking import log_run
+        for p in paths:
+            log_run(p, tracking_uri=args.mlflow or None)
     if args.json:
         from .rundir import load_run
         runs = []
@@ -373,12 +380,13 @@ def _cmd_stream_import(args) -> int:
     from .importers.locomo import cli_import_locomo
     from .importers.trace import cli_import_trace
     if args.format == "trace":
-        cli_import_trace(Path(args.path), Path(args.out))
+        cli_import_trace(Path(args.path), Path(args.out), embedder=args.embedder)
         print(args.out)
         return 0
     if args.format != "locomo":  # argparse restricts choices; kept for clarity
         raise MemsimError(f"unknown import format {args.format!r}")
-    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions)
+    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions,
+                      embedder=args.embedder or "bm25")
     print(args.out)
     return 0
 
@@ -410,6 +418,9 @@ def _cmd_sweep(args) -> int:
 
     if args.experiment is None and args.resume is None:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
+    if args.mlflow is not None:
+        from .tracking import require as require_mlflow
+        require_mlflow()
     prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
                     unit="trial", resumed=True, json_lines=_json_progress(args),
                     then="trials done; robustness check on fresh seeds, plateaus"
@@ -422,6 +433,9 @@ def _cmd_sweep(args) -> int:
                         pruner=args.pruner, cache_mb=args.cache_mb)
     finally:
         prog.close()
+    if args.mlflow is not None:
+        from .tracking import log_sweep
+        log_sweep(res, tracking_uri=args.mlflow or None)
     if args.json:
         _print_json({"path": None if res.path is None else str(res.path),
                      "study": res.study_name, "storage": res.storage,
@@ -607,6 +621,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes, one per core unless given: several runs at once, "
                         "or a single run's replicates; results do not depend on it")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
+    r.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                   help="export each run to MLflow (params, metrics, report): to URI, or "
+                        "MLflow's default without one; off unless given (the [mlflow] extra)")
     # --quiet (from the common options) also keeps the headline table off:
     # only the run folders are printed
     r.set_defaults(func=_cmd_run)
@@ -641,6 +658,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--resume", default=None, metavar="RUN_DIR",
                     help="continue the sweep of this run folder")
     sw.add_argument("--no-report", action="store_true", help="skip report.html")
+    sw.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                    help="export the sweep to MLflow (a run, one nested run per trial): to "
+                         "URI, or MLflow's default without one; off unless given (the [mlflow] "
+                         "extra)")
     sw.set_defaults(func=_cmd_sweep)
 
     au = add(sub, "audit",
@@ -706,6 +727,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what becomes a note (LoCoMo)")
     imp.add_argument("--captions", action="store_true",
                      help="append image captions to the turns they belong to")
+    imp.add_argument("--embedder", choices=["bm25", "wordllama", "vectors"], default=None,
+                     help="how text becomes vectors: bm25 (LoCoMo's default), wordllama (dense, "
+                     "offline; the [embed] extra) or vectors (a trace's logged ones; a trace's "
+                     "default when it logs them, else bm25)")
     imp.set_defaults(func=_cmd_stream_import)
 
     pol = add(sub, "policies", "list registered components and presets",

@@ -9,6 +9,7 @@ An experiment file has these tables::
     [experiment]        name, seed, replicates, description, baseline, budgets,
                         and the engine settings of :class:`memsim.engine.SimSettings`
     [workload]          synthetic knobs, or ``source = "DIR"`` to replay a stream
+                        (``importer``, ``notes``, ``embedder`` for data imported on load)
     [reader]            the reader model (``kind = "positional"`` ...)
     [policies.NAME]     ``preset = "..."`` and/or one entry per slot
     [grid]              "dotted.key" = [values ...]: one run per combination
@@ -34,6 +35,7 @@ from typing import Any
 
 import tomli_w
 
+from .embed import check_embedder
 from .engine import SimSettings
 from .importers.locomo import import_locomo
 from .importers.trace import import_trace
@@ -150,6 +152,8 @@ class StreamSource:
     path: Path
     importer: str | None = None
     notes: str = "turns"
+    #: ``[workload] embedder`` (:mod:`memsim.embed`); None: the importer's default
+    embedder: str | None = None
 
     def to_config(self) -> dict:
         """``source`` (an absolute path), ``source_hash`` (of its content) and
@@ -161,6 +165,8 @@ class StreamSource:
             out["importer"] = self.importer
         if self.importer == "locomo":
             out["notes"] = self.notes
+        if self.embedder is not None:
+            out["embedder"] = self.embedder
         return out
 
     def content_hash(self) -> str:
@@ -171,9 +177,9 @@ class StreamSource:
     def load(self):
         """Read (or import) the stream."""
         if self.importer == "locomo":
-            return import_locomo(self.path, notes=self.notes)
+            return import_locomo(self.path, notes=self.notes, embedder=self.embedder or "bm25")
         if self.importer == "trace":
-            return import_trace(self.path)
+            return import_trace(self.path, embedder=self.embedder)
         return read_stream(self.path)
 
 
@@ -511,7 +517,8 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
 
     wl = _table(table, "workload")
     if "source" in wl:
-        extra = [k for k in wl if k not in ("source", "source_hash", "importer", "notes")]
+        extra = [k for k in wl if k not in ("source", "source_hash", "importer", "notes",
+                                            "embedder")]
         if extra:
             raise ConfigError(f"workload.{extra[0]}: a workload with 'source' replays a stream "
                               "and takes no generator knobs")
@@ -525,11 +532,19 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
         if notes not in IMPORT_NOTES or ("notes" in wl and importer != "locomo"):
             raise ConfigError(f"workload.notes: must be one of {', '.join(IMPORT_NOTES)}, "
                               f"with importer = \"locomo\"; got {notes!r}")
+        embedder = wl.get("embedder")
+        if embedder is not None:
+            check_embedder(embedder, "workload.embedder")
+            if importer is None or (importer == "locomo" and embedder == "vectors"):
+                raise ConfigError("workload.embedder: only for data imported on load: 'bm25' or "
+                                  "'wordllama' with importer = \"locomo\", any with importer = "
+                                  f"\"trace\"; got {embedder!r}"
+                                  + (" without an importer" if importer is None else ""))
         src = Path(wl["source"]).expanduser()
         src = src if src.is_absolute() else Path(base_dir).absolute() / src
         if not src.exists():
             raise ConfigError(f"workload.source: {src}: no such file or folder")
-        workload: Any = StreamSource(src, importer, notes)
+        workload: Any = StreamSource(src, importer, notes, embedder)
         if "source_hash" in wl and wl["source_hash"] != workload.content_hash():
             raise ConfigError(f"workload.source_hash: the content of {src} changed since this "
                               "config was written (it would not reproduce the run); remove "

@@ -555,6 +555,27 @@ def _provenance(run_dir: Path, manifest: dict) -> list[Any]:
     return prov
 
 
+#: What each ``[workload] embedder`` is (memsim.embed), for the report's intro.
+_EMBEDDERS = {"bm25": "exact BM25 over the text, per namespace",
+              "wordllama": "WordLlama l2_supercat, 256-d dense vectors of the text",
+              "vectors": "the vectors logged in the trace"}
+
+
+def _embedder_sentence(config: dict) -> str:
+    """Which vectors scored similarity, for a run on imported data (else "")."""
+    wl = config.get("workload") or {}
+    if not isinstance(wl, dict) or "source" not in wl:
+        return ""
+    name = wl.get("embedder")
+    if name is None and wl.get("importer") == "locomo":
+        name = "bm25"
+    if name is None:
+        return ("Embedder: the trace's logged vectors, else exact BM25 over the text."
+                if wl.get("importer") == "trace" else
+                "Embedder: the vectors stored in the stream folder.")
+    return f"Embedder: {name} ({_EMBEDDERS.get(str(name), 'unknown')})."
+
+
 def _content(run_dir: Path, run: RunResult, n_boot: int, seed: int) -> _Report:
     manifest = run.manifest or {}
     exp = run.config.get("experiment", {})
@@ -562,6 +583,8 @@ def _content(run_dir: Path, run: RunResult, n_boot: int, seed: int) -> _Report:
     rep = _Report(title=f"memsim report: {name}")
     if exp.get("description"):
         rep.intro.append(f"What the experiment asks: {exp['description']}.".replace("..", "."))
+    if _embedder_sentence(run.config):
+        rep.intro.append(_embedder_sentence(run.config))
     if manifest.get("status") == "failed":
         rep.alerts.append(f"This run FAILED ({manifest.get('error', 'no error recorded')}); "
                           "the tables below use whatever files it left.")

@@ -95,8 +95,11 @@ How the stream is built
   (then every note and query must, with one dimension); otherwise exact BM25
   vectors over ``text`` (:func:`memsim.lexical.bm25_embeddings`, per
   namespace), as the LoCoMo importer does, and every note and query needs
-  ``text``. Dense BM25 vectors take ``(notes + queries) * (vocabulary + 1) *
-  4`` bytes: for large logs, log the embeddings.
+  ``text``. ``embedder=`` (``[workload] embedder``, ``--embedder``) chooses:
+  ``"vectors"`` (the logged ones, required), ``"bm25"`` or ``"wordllama"``
+  (computed from ``text``, :mod:`memsim.embed`). Dense BM25 vectors take
+  ``(notes + queries) * (vocabulary + 1) * 4`` bytes: for large logs, log the
+  embeddings.
 - **columns** besides the documented ones: notes ``first_created_at``,
   ``version``, and ``trace_id``, ``namespace`` as said; queries
   ``category`` (``""`` when untagged), ``text`` (when any query has one),
@@ -127,8 +130,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from memsim.embed import TEXT_EMBEDDERS, check_embedder, embed_texts
 from memsim.errors import StreamError
-from memsim.lexical import bm25_embeddings
 from memsim.stream import Stream, make_stream, write_stream
 
 __all__ = ["import_trace", "cli_import_trace", "write_trace", "TRACE_FORMAT", "TRACE_VERSION",
@@ -610,7 +613,7 @@ def _ids(logged: list, keys: np.ndarray, keep_logged: bool) -> np.ndarray:
     return np.arange(len(keys), dtype=np.int64)
 
 
-def _build(r: _Reader, label: str) -> Stream:
+def _build(r: _Reader, label: str, embedder: str | None = None) -> Stream:
     # The frames take the reader's columns without copying them (copy=False),
     # and each other part of the reader is freed once used: the peak is the
     # reader's columns plus what validation builds, not both in full.
@@ -728,7 +731,11 @@ def _build(r: _Reader, label: str) -> Stream:
                  "qrels_from": source,
                  "note_versions": int(n_rows), "notes_logged": len(r.note_ids),
                  "logged_rankings": retrieved is not None})
-    if r.has_emb:
+    if embedder == "vectors" and not r.has_emb:
+        raise StreamError(f"{label}: embedder 'vectors': the trace logs no embeddings (give "
+                          "'embedding' on every note and query, or use 'bm25' or 'wordllama')")
+    # the logged vectors unless a text embedder was asked for
+    if r.has_emb and embedder not in TEXT_EMBEDDERS:
         ne = np.frombuffer(r.n_emb, dtype=np.float32).reshape(n_rows, r.dim)
         qe = np.frombuffer(r.q_emb, dtype=np.float32).reshape(n_q, r.dim)
         meta["embedding"] = {"retriever": "logged", "dim": r.dim}
@@ -738,15 +745,18 @@ def _build(r: _Reader, label: str) -> Stream:
                 frame["text"] = ""
         ns = notes["namespace"].to_numpy() if r.any_namespace else None
         qs = queries["namespace"].to_numpy() if r.any_namespace else None
+        name = embedder or "bm25"
+        why = (f"required when the trace has no embeddings ({name} needs text)" if not r.has_emb
+               else f"required by embedder {name!r}, which embeds the text")
         missing = np.flatnonzero(queries["text"].to_numpy() == "")
         if len(missing):
-            raise StreamError(f"{label}: query {r.query_ids[missing[0]]!r}: field 'text': "
-                              "required when the trace has no embeddings (BM25 needs text)")
+            raise StreamError(f"{label}: query {r.query_ids[missing[0]]!r}: field 'text': {why}")
         missing = np.flatnonzero(notes["text"].to_numpy() == "")
         if len(missing):
             raise StreamError(f"{label}: note {r.note_ids[keys[missing[0]]]!r}: field 'text': "
-                              "required when the trace has no embeddings (BM25 needs text)")
-        emb = bm25_embeddings(notes["text"].tolist(), queries["text"].tolist(), ns, qs)
+                              f"{why}")
+        emb = embed_texts(name, notes["text"].tolist(), queries["text"].tolist(), ns, qs,
+                          where="import_trace: embedder")
         ne, qe = emb.notes, emb.queries
         meta["embedding"] = emb.info
     where = {t: f"{label} ({t})" for t in ("notes", "queries", "qrels", "accesses")}
@@ -755,13 +765,19 @@ def _build(r: _Reader, label: str) -> Stream:
                        retrieved=retrieved)
 
 
-def import_trace(path: str | os.PathLike) -> Stream:
+def import_trace(path: str | os.PathLike, *, embedder: str | None = None) -> Stream:
     """Import a memory-layer trace (format version 1, see the module docstring).
 
     Parameters
     ----------
     path : str or PathLike
         A ``.jsonl`` file (JSON Lines).
+    embedder : {"vectors", "bm25", "wordllama"}, optional
+        ``"vectors"``: the logged embeddings (an error when the trace has
+        none); ``"bm25"`` / ``"wordllama"``: vectors computed from the
+        ``text`` of every note and query (:mod:`memsim.embed`; logged
+        embeddings are then ignored). Default: the logged embeddings when the
+        trace has them, else BM25.
 
     Returns
     -------
@@ -776,6 +792,8 @@ def import_trace(path: str | os.PathLike) -> Stream:
         A missing or unreadable file, or a malformed line (the message names
         the file, the line and the field).
     """
+    if embedder is not None:
+        check_embedder(embedder, "import_trace: embedder")
     p = Path(path)
     if not p.is_file():
         raise StreamError(f"trace not found: {p}")
@@ -785,13 +803,14 @@ def import_trace(path: str | os.PathLike) -> Stream:
             reader.read(fh)
     except OSError as exc:
         raise StreamError(f"{p.name}: cannot read: {exc}") from exc
-    return _build(reader, p.name)
+    return _build(reader, p.name, embedder)
 
 
-def cli_import_trace(path: str | os.PathLike, out: str | os.PathLike) -> Stream:
-    """``memsim stream import trace FILE.jsonl --out DIR``: import and write the
-    stream folder (atomic; refuses a non-empty ``out``)."""
-    stream = import_trace(path)
+def cli_import_trace(path: str | os.PathLike, out: str | os.PathLike,
+                     embedder: str | None = None) -> Stream:
+    """``memsim stream import trace FILE.jsonl --out DIR [--embedder ...]``: import
+    and write the stream folder (atomic; refuses a non-empty ``out``)."""
+    stream = import_trace(path, embedder=embedder)
     write_stream(stream, Path(out))
     return stream
 
