@@ -23,7 +23,7 @@ from pathlib import Path
 from .audit import audit
 from .calibrate import calibrate_revlog, format_calibration
 from .compare import headline_text
-from .config import StreamSource, load_experiment, parse_override
+from .config import StreamSource, import_run_plugins, load_experiment, parse_override
 from .curves import curves_table, format_curves
 from .errors import MemsimError
 from .feather_check import main as feather_main
@@ -31,6 +31,7 @@ from .importers.locomo import cli_import_locomo
 from .importers.trace import cli_import_trace
 from .optimum import optimum
 from .policies import PRESETS, REGISTRY, assumptions
+from .policies.plugins import load_entry_points
 from .report import build_report
 from .rng import child_seq, seed_sequence
 from .runner import default_jobs, run_many
@@ -199,6 +200,7 @@ def _utf8_stdout() -> bool:
 
 
 def _cmd_report(args) -> int:
+    import_run_plugins(args.run_dir)  # the report rebuilds the run's policies
     print(build_report(Path(args.run_dir)))
     return 0
 
@@ -223,6 +225,7 @@ def _cmd_stream_validate(args) -> int:
 
 
 def _cmd_policies(args) -> int:
+    load_entry_points()  # the installed packages' components too
     for slot, table in REGISTRY.items():
         print(f"[{slot}]")
         for name, cls in sorted(table.items()):
