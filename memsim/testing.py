@@ -978,7 +978,7 @@ def _is_frozen(obj: Any) -> bool:
 
 
 def check_policy(policy: Policy, *, seed: int = 0,
-                 contexts: Iterable[ContextFactory] = ()) -> None:
+                 contexts: Iterable[ContextFactory] = (), engine: bool = False) -> None:
     """Check a whole policy: each component (:func:`check_component`), the
     config round trip, pickling, and its scores (shape (Q, L), no NaN, no
     mutation of the context, deterministic for a seed).
@@ -991,6 +991,8 @@ def check_policy(policy: Policy, *, seed: int = 0,
     contexts : iterable of callable, optional
         More context factories ``make(seed, sweep)``, as for
         :func:`check_component`.
+    engine : bool
+        Also run :func:`check_engine_paths` on the policy.
 
     Raises
     ------
@@ -1023,3 +1025,5 @@ def check_policy(policy: Policy, *, seed: int = 0,
         again = np.asarray(policy.score(make(seed, False)))
         c.require(np.array_equal(score, again), "determinism",
                   "two runs on the same context and seed differ")
+    if engine:
+        check_engine_paths(policy, seed=seed)

@@ -260,14 +260,12 @@ def test_the_accelerators_are_switched_in_one_place():
 # Every registered component keeps its promises
 # --------------------------------------------------------------------------
 
-#: The slots with fast paths in the engine (scoring and sweeps); packers,
-#: orderers and the feedback are replayed by the policies below.
-ENGINE_SLOTS = ("decay", "stickiness", "breadth", "ranker", "retention")
 #: Components too slow for a replay in the test suite: the hnsw retriever
-#: builds an index per batch (it is replayed in tests/test_ann.py).
+#: builds an index per batch (its results against exact search are in
+#: tests/test_ann.py).
 SLOW = {("retriever", "hnsw")}
-REGISTERED = [(slot, name, cls) for slot in ENGINE_SLOTS
-              for name, cls in sorted(REGISTRY[slot].items()) if (slot, name) not in SLOW]
+REGISTERED = [(slot, name, cls) for slot, table in REGISTRY.items()
+              for name, cls in sorted(table.items()) if (slot, name) not in SLOW]
 
 
 @pytest.mark.parametrize("slot, name, cls", REGISTERED,
@@ -292,3 +290,14 @@ def test_the_readme_example_catches_a_wrong_bound():
     # the output the README's comment shows
     shown = re.search(r"print\(err\)\s+# (.*?)\.\.\.", block).group(1)
     assert message.startswith(shown), (message, shown)
+
+
+def test_check_policy_replays_a_policy_through_the_engine_paths():
+    from memsim.policies.decay import HalfLife
+    from memsim.testing import check_policy
+
+    check_policy(Policy(decay=HalfLife(half_life_days=3.0)), engine=True)
+    with pytest.raises(CheckError) as err:
+        check_engine_paths(Policy(decay=HalfLifeUnder()))
+    assert err.value.check == "engine paths"
+    assert err.value.component.startswith("policy (retriever=cosine, decay=half-life-under")
