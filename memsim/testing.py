@@ -550,6 +550,43 @@ def _promise_contexts(seed: int, contexts: Iterable[ContextFactory], sweep: bool
     return out
 
 
+#: Note columns an :class:`ArrayContext` keeps per note (a subset keeps them).
+_NOTE_COLUMNS = ("created_at", "updated_at", "last_access", "recalls", "tier", "memory_type",
+                 "importance", "salience", "pinned", "distinct_actors", "tokens", "note_emb")
+
+
+def _subset(ctx: Any, keep: np.ndarray) -> ArrayContext | None:
+    """The :class:`ArrayContext` of the notes ``keep`` of ``ctx`` (None for
+    another kind of context)."""
+    if not isinstance(ctx, ArrayContext):
+        return None
+    cols = {k: np.asarray(getattr(ctx, k))[keep] for k in _NOTE_COLUMNS
+            if getattr(ctx, k) is not None}
+    sim = ctx._similarity
+    return ArrayContext(t=ctx.t, query_emb=ctx.query_emb, rng=np.random.default_rng(3),
+                        similarity=None if sim is None else np.asarray(sim)[:, keep], **cols)
+
+
+def _elementwise(c: _Checker, check: str, what: str, f: Callable[[Any], Any], ctx: Any,
+                 label: str) -> None:
+    """A component that declares a bound declares itself elementwise (the
+    engine may score any subset of the notes): ``f`` on a third of the
+    notes gives their values among all of them."""
+    keep = np.arange(0, len(ctx.idx), 3)
+    sub = _subset(ctx, keep)
+    if sub is None:
+        return
+    shape = (len(ctx.t), len(ctx.idx))
+    whole = np.broadcast_to(np.asarray(c.call(what, f, ctx), dtype=np.float64), shape)[:, keep]
+    part = np.broadcast_to(np.asarray(c.call(what, f, sub), dtype=np.float64), whole.shape)
+    bad = ~((part == whole) | (np.isnan(part) & np.isnan(whole)))
+    if bad.any():
+        q, i = _first(bad)
+        c.fail(check, f"declaring {check}() declares {what} elementwise, but "
+               f"{_note(ctx, q, int(keep[i]))} gets {_r(whole[q, i])} among all the notes and "
+               f"{_r(part[q, i])} among a third of them ({label})")
+
+
 def _check_decay_promises(c: _Checker, comp, seed: int, contexts) -> None:
     """``upper_bound`` (any note, any age), ``lower_bound`` (a note of default
     salience), ``exponential_form`` (equal to the recency) and ``half_life``."""
@@ -563,6 +600,9 @@ def _check_decay_promises(c: _Checker, comp, seed: int, contexts) -> None:
         rec = np.asarray(c.call("recency", comp.recency, age.copy(), ctx), dtype=np.float64)
         rec = np.broadcast_to(rec, age.shape)
         if hi is not None:
+            _elementwise(c, "upper_bound", "recency()",
+                         lambda x: comp.recency(np.asarray(x.age(comp.clock), np.float64), x),
+                         ctx, label)
             bad = ~(rec <= hi + _ROUND * max(1.0, abs(hi)))
             if bad.any():
                 q, i = _first(bad)
@@ -713,12 +753,9 @@ def _check_elementwise(c: _Checker, comp, rel, rec, ctx, score, where: str) -> N
     """A ranker that declares a bound declares ``combine`` elementwise: the
     score of a cell is the same when only some of the notes are scored."""
     keep = np.arange(0, rel.shape[1], 3)
-    sub = ArrayContext(t=ctx.t, created_at=ctx.created_at[keep],
-                       importance=ctx.importance[keep], recalls=ctx.recalls[keep],
-                       similarity=rel[:, keep], note_emb=ctx.note_emb[keep],
-                       query_emb=ctx.query_emb, rng=np.random.default_rng(3))
     part = np.asarray(c.call("combine", comp.combine, rel[:, keep],
-                             None if rec is None else rec[:, keep], sub), dtype=np.float64)
+                             None if rec is None else rec[:, keep], _subset(ctx, keep)),
+                      dtype=np.float64)
     bad = ~((part == score[:, keep]) | (np.isnan(part) & np.isnan(score[:, keep])))
     if bad.any():
         _, i = _first(bad)
@@ -745,15 +782,21 @@ def _check_stickiness_breadth_promises(c: _Checker, comp, seed: int, contexts) -
         if isinstance(comp, Stickiness):
             b = c.call("access_term_bound", comp.access_term_bound, ctx)
             if b is not None:
+                _elementwise(c, "access_term_bound", "effective_age()", lambda x: (
+                    comp.effective_age(np.asarray(x.age_created, np.float64), x)), ctx, label)
+                _elementwise(c, "access_term_bound", "access_term()", comp.access_term, ctx,
+                             label)
                 _bounded(c, "access_term_bound", c.call("access_term", comp.access_term, ctx),
                          b, shape, label, ctx, "access_term()")
         elif isinstance(comp, Breadth):
             b = c.call("access_factor_bound", comp.access_factor_bound, ctx)
             if b is not None:
+                _elementwise(c, "access_factor_bound", "on_access()", comp.on_access, ctx, label)
                 _bounded(c, "access_factor_bound", c.call("on_access", comp.on_access, ctx), b,
                          shape, label, ctx, "on_access()")
             b = c.call("score_factor_bound", comp.score_factor_bound, ctx)
             if b is not None:
+                _elementwise(c, "score_factor_bound", "on_score()", comp.on_score, ctx, label)
                 f = np.broadcast_to(np.asarray(c.call("on_score", comp.on_score, ctx),
                                                dtype=np.float64), shape)
                 bad = ~(f == 1.0) if b == 1.0 else ~(f <= b)

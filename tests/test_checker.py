@@ -173,11 +173,46 @@ class WideAccess(Breadth):
         return 1.5
 
 
+@dataclass(frozen=True, kw_only=True)
+class RelativeAge(HalfLifeUnder):
+    """Declares a bound (so, elementwise), but measures age against the oldest note."""
+
+    name: ClassVar[str] = "relative-age"
+
+    def recency(self, age, ctx):
+        age = np.maximum(age, 0.0)
+        return np.exp(-age / (1.0 + age.max()))
+
+    def upper_bound(self):
+        return 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankedProduct(Ranker):
+    """A bounded score, but shared out over the notes scored."""
+
+    name: ClassVar[str] = "ranked-product"
+
+    def combine(self, rel, rec, ctx):
+        return rel * rec / np.shape(rel)[1]
+
+    def score_bound(self, rel, rec_lo, rec_hi, ctx):
+        if rec_lo is None or rec_hi is None:
+            return None
+        rel = np.asarray(rel, dtype=np.float64)
+        return np.abs(rel) * max(abs(rec_hi), abs(rec_lo)) + 1e-300
+
+
 # (component, the declaration named, a pattern of the values in the message)
 WRONG = [
     (HalfLifeUnder, "upper_bound", r"recency\(\) = 1\.0 > declared upper_bound\(\) = 0\.3"),
     (FloorAbove, "lower_bound", r"recency\(\) = [0-9.e-]+ < declared lower_bound\(\) = 0\.2"),
     (WrongRate, "exponential_form", r"exp\(-rate age\) = [0-9.e-]+ but recency\(\) = "),
+    (RelativeAge, "upper_bound", r"declaring upper_bound\(\) declares recency\(\) elementwise, "
+                                 r"but note \d+ of query 0: .* gets [0-9.e-]+ among all the "
+                                 r"notes and [0-9.e-]+ among a third of them"),
+    (RankedProduct, "score_bound", r"declaring score_bound\(\) declares combine\(\) "
+                                   r"elementwise, but a note scores"),
     (WrongHalfLife, "half_life", r"half_life\(\) = 20\.0 days, but recency\(\) there is 0\.25"),
     (HalfBound, "score_bound", r"combine\(\) = [0-9.e-]+ > score_bound\(\) = [0-9.e-]+"),
     (NeedTooHigh, "similarity_needed", r"similarity_needed\(score=[0-9.e-]+, rec_lo=.*\) = "),
@@ -190,7 +225,8 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize("cls, declaration, values", WRONG, ids=[w[1] for w in WRONG])
+@pytest.mark.parametrize("cls, declaration, values", WRONG,
+                         ids=[f"{w[1]}-{w[0].name}" for w in WRONG])
 def test_a_wrong_declaration_fails_the_checker(cls, declaration, values):
     with pytest.raises(CheckError) as err:
         check_component(cls)
