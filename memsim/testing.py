@@ -44,7 +44,6 @@ it returns None when every check passes. The checks, run on seeded random
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import math
@@ -836,22 +835,22 @@ def _check_promises(c: _Checker, comp: Component, seed: int, contexts) -> None:
 # --------------------------------------------------------------------------
 
 
-# The one place that switches the engine's accelerators. Today they are the
-# module flags memsim.engine.PRUNE (pruned scoring) and memsim.engine.WALK_FAST
-# (the per-query feedback's corrected tick); once the engine takes them as
-# settings, only this helper changes.
-@contextlib.contextmanager
-def _accelerators(on: bool):
-    """Run the enclosed simulations with every accelerator on, or with the
+# ---- The one place that switches the engine's accelerators ----------------
+# Today they are the module flags memsim.engine.PRUNE (pruned scoring) and
+# memsim.engine.WALK_FAST (the per-query feedback's corrected tick); once the
+# engine takes them as settings, only this function's body changes.
+def _simulate(stream, arms, settings, seed, accelerated: bool):
+    """:func:`memsim.engine.simulate` with every accelerator on, or with the
     reference paths alone (full scoring, query-by-query feedback)."""
     from . import engine
 
     saved = engine.PRUNE, engine.WALK_FAST
-    engine.PRUNE = engine.WALK_FAST = on
+    engine.PRUNE = engine.WALK_FAST = accelerated
     try:
-        yield
+        return engine.simulate(stream, arms, settings, seed)
     finally:
         engine.PRUNE, engine.WALK_FAST = saved
+# ----------------------------------------------------------------------------
 
 
 #: Notes of :func:`_engine_stream`: enough that pruning leaves most of them
@@ -907,7 +906,7 @@ def check_engine_paths(component_or_policy: Any, *, seed: int = 0) -> None:
         ``check = "engine paths"``, naming the first query and column that
         differ and both values.
     """
-    from .engine import Arm, SimSettings, simulate
+    from .engine import Arm, SimSettings
 
     if isinstance(component_or_policy, Policy):
         policy, label = component_or_policy, "policy (" + ", ".join(
@@ -925,9 +924,8 @@ def check_engine_paths(component_or_policy: Any, *, seed: int = 0) -> None:
                                save_rankings=True)
         runs = []
         for on in (False, True):
-            with _accelerators(on):
-                runs.append(c.call("simulate", simulate, stream, [Arm("p", policy)], settings,
-                                   seed_sequence(seed)))
+            runs.append(c.call("simulate", _simulate, stream, [Arm("p", policy)], settings,
+                               seed_sequence(seed), on))
         ref, fast = runs
         for name in ("rankings", "queries", "store", "arms"):
             a, b = getattr(ref, name), getattr(fast, name)

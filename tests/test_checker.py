@@ -280,18 +280,6 @@ def test_check_component_runs_the_engine_paths_on_request():
     assert calls == [(HalfLife(), 2)]
 
 
-def test_the_accelerators_are_switched_in_one_place():
-    # check_engine_paths compares the engine with its accelerators on and off;
-    # inside the helper they are off, and restored afterwards
-    import memsim.engine as engine
-    from memsim.testing import _accelerators
-
-    before = engine.PRUNE, engine.WALK_FAST
-    with _accelerators(False):
-        assert (engine.PRUNE, engine.WALK_FAST) == (False, False)
-    assert (engine.PRUNE, engine.WALK_FAST) == before
-
-
 # --------------------------------------------------------------------------
 # Every registered component keeps its promises
 # --------------------------------------------------------------------------
