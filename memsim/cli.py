@@ -268,7 +268,9 @@ def _utf8_stdout() -> bool:
 
 
 def _cmd_report(args) -> int:
+    from .config import import_run_plugins
     from .report import build_report
+    import_run_plugins(args.run_dir)  # the report rebuilds the run's policies
     prog = Progress("memsim report", getattr(args, "quiet", False), phase="tables and figures",
                     json_lines=_json_progress(args))
     try:
@@ -311,6 +313,8 @@ def _cmd_stream_validate(args) -> int:
 
 def _cmd_policies(args) -> int:
     from .policies import PRESETS, REGISTRY, assumptions
+    from .policies.plugins import load_entry_points
+    load_entry_points()  # the installed packages' components too
     if args.json:
         _print_json({
             "components": {slot: [

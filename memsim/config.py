@@ -7,7 +7,9 @@ Configs are parsed as data (``tomllib``), never evaluated.
 An experiment file has these tables::
 
     [experiment]        name, seed, replicates, description, baseline, budgets,
-                        and the engine settings of :class:`memsim.engine.SimSettings`
+                        plugins (modules that register components, imported
+                        first), and the engine settings of
+                        :class:`memsim.engine.SimSettings`
     [workload]          synthetic knobs, or ``source = "DIR"`` to replay a stream
                         (``importer``, ``notes``, ``embedder`` for data imported on load)
     [reader]            the reader model (``kind = "positional"`` ...)
@@ -42,6 +44,7 @@ from .importers.trace import import_trace
 from .errors import ConfigError, MemsimError
 from .params import Interval, Validated, apply_override, check_keys, did_you_mean
 from .policies import Policy, resolve_policy
+from .policies.plugins import check_module_names, import_plugins
 from .reader import reader_from_config
 from .stream import read_stream
 from .workload import SyntheticWorkload
@@ -63,6 +66,7 @@ __all__ = [
     "max_runs",
     "max_stream_gib",
     "estimate_stream_bytes",
+    "import_run_plugins",
 ]
 
 TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep")
@@ -246,6 +250,11 @@ class ExperimentSettings(Validated):
         Period of the retention sweeps.
     save_rankings : bool
         Keep every query's top-C ranking (``rankings.parquet``).
+    plugins : tuple of str
+        Modules imported before the rest of the config is validated, so that
+        the components they register can be named (``["my_package.my_decays"]``;
+        :mod:`memsim.policies.plugins`). Written to the resolved config only
+        when not empty.
     """
 
     name: str = "experiment"
@@ -261,6 +270,7 @@ class ExperimentSettings(Validated):
     feedback_mode: str = SimSettings.feedback_mode
     retention_period_days: float = SimSettings.retention_period_days
     save_rankings: bool = SimSettings.save_rankings
+    plugins: tuple = ()
 
     _constraints = {
         "seed": Interval(0, 2**63 - 1, integer=True),
@@ -315,6 +325,8 @@ class ExperimentSettings(Validated):
             if any(isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63
                    for v in values):
                 raise ConfigError(f"{where}.{key}: {value!r} is beyond a 64-bit integer")
+        if "plugins" in kwargs:
+            kwargs["plugins"] = check_module_names(kwargs["plugins"], f"{where}.plugins")
         if "budgets" in kwargs:
             if not isinstance(kwargs["budgets"], list):
                 raise ConfigError(f"{where}.budgets: expected a list of ints, got "
@@ -353,6 +365,10 @@ class Experiment:
         """The resolved table: every default filled, concrete seed."""
         exp = {f.name: getattr(self.settings, f.name) for f in fields(self.settings)}
         exp["budgets"] = list(self.settings.budgets)
+        if self.settings.plugins:
+            exp["plugins"] = list(self.settings.plugins)
+        else:  # a config without plugins keeps its table (and its hash)
+            del exp["plugins"]
         policies = {}
         for name, pol in self.policies.items():
             table = pol.to_config()
@@ -457,6 +473,31 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
         raise ConfigError(f"{path}: {exc}") from None
 
 
+def import_run_plugins(run_dir: str | Path) -> None:
+    """Import the modules of a run folder's ``[experiment] plugins`` (its
+    ``config.toml``), so that the components its policies name are
+    registered before the folder's policies are rebuilt (``memsim report``).
+    A folder without a readable config has none.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the config file, the key and the module.
+    """
+    cfg = Path(run_dir) / "config.toml"
+    try:
+        table = tomllib.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return  # reading the run reports what is wrong with the folder
+    plugins = (table.get("experiment") or {}).get("plugins") if isinstance(
+        table.get("experiment"), dict) else None
+    if plugins:
+        try:
+            import_plugins(plugins)
+        except ConfigError as exc:
+            raise ConfigError(f"{cfg}: {exc}") from None
+
+
 def _read_config_file(path: Path) -> bytes:
     """The bytes of an experiment file: a regular file of at most
     :data:`MAX_CONFIG_BYTES` (a device or a FIFO would never end)."""
@@ -513,6 +554,10 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     if not isinstance(table, dict):
         raise ConfigError("the config must be a table")
     check_keys(table, TOP_LEVEL, "")
+    # the plugins first: the rest of the config may name their components
+    plugins = _table(table, "experiment").get("plugins")
+    if plugins is not None:
+        import_plugins(check_module_names(plugins, "experiment.plugins"))
     settings = ExperimentSettings.from_table(_table(table, "experiment"))
 
     wl = _table(table, "workload")

@@ -39,7 +39,7 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -171,6 +171,9 @@ class Manifest:
         The experiment file the run came from ("" if none).
     argv : list of str, optional
         The command line (default ``sys.argv``).
+    plugins : sequence of str, optional
+        The modules the experiment imports to register its components
+        (``[experiment] plugins``); recorded as ``plugins`` when not empty.
 
     Attributes
     ----------
@@ -181,7 +184,8 @@ class Manifest:
     """
 
     def __init__(self, folder: str | Path, *, name: str, config_hash: str,
-                 source_file: str = "", argv: list[str] | None = None):
+                 source_file: str = "", argv: list[str] | None = None,
+                 plugins: Sequence[str] = ()):
         self.path = Path(folder)
         self.data: dict[str, Any] = {
             "status": "running",
@@ -197,6 +201,8 @@ class Manifest:
             "host": platform.node(),
             "timings_s": {},
         }
+        if plugins:
+            self.data["plugins"] = list(plugins)
         self.write()
 
     @property

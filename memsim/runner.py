@@ -299,7 +299,7 @@ def experiment_manifest(folder: Path, exp: Experiment, argv: list[str] | None = 
                         ) -> Manifest:
     """Start the manifest (status ``running``) of ``exp``'s run folder ``folder``."""
     return Manifest(folder, name=exp.name, config_hash=exp.hash8(),
-                    source_file=exp.source_file, argv=argv)
+                    source_file=exp.source_file, argv=argv, plugins=exp.settings.plugins)
 
 
 #: The signature of :func:`experiment_manifest` under the name the sweep imports.

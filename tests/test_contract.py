@@ -302,7 +302,7 @@ class _Incomplete(Decay):
 
 
 @pytest.mark.parametrize("cls, check", [
-    (_FloorBreaker, "floor never crossed"),
+    (_FloorBreaker, "lower_bound"),
     (_Unchecked, "validation"),
     (_Overpacker, "budget"),
     (_Duplicator, "permutation"),

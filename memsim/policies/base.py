@@ -228,8 +228,14 @@ def build_component(slot: str, spec: Any, where: str) -> Component:
 
     ``spec`` is a registry name (``"skip-fill"``), a table with ``kind`` and
     parameters, or an already built component. ``where`` is the dotted key used
-    in error messages.
+    in error messages. The installed packages' components (entry points
+    ``memsim.components``) are loaded the first time a name is not found.
     """
+    kind = spec if isinstance(spec, str) else spec.get("kind") if isinstance(spec, dict) else None
+    if kind is not None and kind not in REGISTRY.get(slot, {}):
+        from .plugins import load_entry_points  # here: plugins imports this module
+
+        load_entry_points()
     return build_from_spec(spec, REGISTRY.get(slot, {}), what=slot, where=where,
                            base=Component)
 
