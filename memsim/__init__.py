@@ -10,6 +10,7 @@ The notebook API::
     run = memsim.load_run("results/...")               # a run folder, read back
     run.recall_by_age()                                # tidy: policy x budget x age bucket
     memsim.compare([result, run])                      # several runs, paired query by query
+    memsim.advise("experiments/advise.toml")           # what to change, tested on held-out queries
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from .runner import run_experiment, run_many
 def __getattr__(name):
     # Sweeps pull in Optuna: load them on first use.
     # (The audit is ``memsim.audit.audit``: its module shares its name.)
-    homes = {"run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep"}
+    homes = {"run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep",
+             "advise": "memsim.advice", "Advice": "memsim.advice"}
     if name in homes:
         return getattr(importlib.import_module(homes[name]), name)
     raise AttributeError(f"module 'memsim' has no attribute {name!r}")
@@ -46,6 +48,8 @@ __all__ = [
     "run_many",
     "run_sweep",
     "SweepResult",
+    "advise",
+    "Advice",
     "build_report",
     "load_run",
     "ConfigError",

@@ -359,6 +359,19 @@ def _cmd_optimum(args) -> int:
     return 0
 
 
+def _cmd_advise(args) -> int:
+    from .advice import advise, print_progress
+
+    exp = load_experiment(args.experiment, args.set)
+    advice = advise(exp, current=args.current, out=args.out, argv=sys.argv,
+                    progress=None if args.quiet else print_progress)
+    if not args.quiet:
+        print(advice.to_text())
+    if advice.path is not None:
+        print(advice.path)
+    return 0
+
+
 def _cmd_feather_check(args) -> int:
     prog = Progress("memsim feather-check", getattr(args, "quiet", False))
     try:
@@ -512,6 +525,19 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--no-simulate", action="store_true",
                     help="skip simulating each policy beside its bayes twin")
     op.set_defaults(func=_cmd_optimum)
+
+    adv = add(sub, "advise", "tune ranking, cut, packing and retention against today's "
+              "setting; test the gain on held-out queries", (
+                  "memsim advise experiments/advise.toml",
+                  "memsim advise experiments/advise_trace.toml --set advise.trials=40",
+              ), parents=[common])
+    adv.add_argument("experiment", metavar="EXPERIMENT.toml",
+                     help="experiment with an [advise] table (current = today's policy)")
+    adv.add_argument("--current", default=None, metavar="POLICY",
+                     help="today's setting (overrides advise.current): a policy of the "
+                          "experiment, a preset, or as-logged")
+    add_out(adv, text="parent folder of the run folder (advice.md, advice.json)")
+    adv.set_defaults(func=_cmd_advise)
 
     rep = add(sub, "report", "(re)build report.html from a run folder")
     rep.add_argument("run_dir", metavar="RUN_DIR",
