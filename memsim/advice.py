@@ -277,7 +277,7 @@ class _Space:
 
     @property
     def packers(self) -> tuple:
-        return tuple(dict.fromkeys((*self.spec.packers, self.current.packer.name)))
+        return self.spec.packers
 
     def own_params(self) -> dict:
         """Today's setting as a trial's parameters (enqueued as trial 0)."""
@@ -295,9 +295,9 @@ class _Space:
 
     def in_space(self, params: dict) -> bool:
         """Whether :meth:`own_params` can be a trial (``current`` among the
-        rankings, today's cut among the cuts)."""
+        rankings, today's packer among the packers, today's cut among the cuts)."""
         cut_ok = "cut" not in params or params["cut"] in self.spec.cuts
-        return "current" in self.rankings and cut_ok
+        return ("current" in self.rankings and params["packer"] in self.packers and cut_ok)
 
     def sample(self, trial) -> dict:
         """Draw a trial's parameters (define-by-run: a family's own knobs only)."""
@@ -578,8 +578,13 @@ class Advice:
     def headline(self) -> str:
         """The line a person acts on."""
         u = self.heldout["utility_share"]
-        verdict = ("significant" if self.significant else
-                   "NOT significant: keep today's setting unless the other metrics argue for it")
+        if self.significant and self.gain_low > 0:
+            verdict = "a significant gain"
+        elif self.significant:
+            verdict = "significantly WORSE than today's setting: keep today's"
+        else:
+            verdict = ("NOT significant: keep today's setting unless the other metrics argue "
+                       "for the change")
         return (f"held-out utility_share {u['current']:.3f} -> {u['recommended']:.3f}, gain "
                 f"{_signed(self.gain)} [{_signed(self.gain_low)}, {_signed(self.gain_high)}] "
                 f"({self.n_heldout} held-out queries with something to gain, interval over "
