@@ -104,7 +104,7 @@ from memsim.engine import Arm, ReplayCache
 from memsim.errors import ConfigError
 from memsim.metrics import OLD_RECALL_COLUMN
 from memsim.params import check_keys, did_you_mean
-from memsim.policies import Policy, PRESETS, resolve_policy
+from memsim.policies import PRESETS, REGISTRY, Policy, resolve_policy
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
 from memsim.rundir import Manifest, new_run_dir, utc_now, write_atomic, write_text_atomic
 from memsim.runner import load_stream_for, simulate_replicate
@@ -611,7 +611,9 @@ class Advice:
         lines = [f"memsim advise: {self.workload}; current = {self.current!r}",
                  f"{self.split}; {self.trials} trials per fold", ""]
         if self.changes:
-            lines.append("Recommendation:")
+            lines.append("Recommendation:" if self.significant and self.gain_low > 0 else
+                         "Best setting on the tuning queries (not a recommendation: see the "
+                         "held-out gain):")
             lines += [f"  change {c}" for c in self.changes]
         else:
             lines.append("Recommendation: keep today's setting (the search found nothing better "
@@ -632,8 +634,10 @@ class Advice:
                              f"{f['current']:.3f}    {f['winner']:.3f}       "
                              f"{_signed(f['winner'] - f['current'])}")
         if self.stages:
-            lines += ["", "Gain by stage (held-out; today's setting changed one stage at a time, "
-                      "in the order " + " -> ".join(STAGES) + "):"]
+            where = ("held-out" if len(self.folds) <= 1 else
+                     f"on the last fold's {self.folds[-1]['n_test']} test queries")
+            lines += ["", f"Gain by stage ({where}; today's setting changed one stage at a "
+                      "time, in the order " + " -> ".join(STAGES) + "):"]
             for s in self.stages:
                 lines.append(f"  {s['stage']:<10} share {s['share']:.3f}  gain "
                              f"{_signed(s['gain'])} [{_signed(s['low'])}, {_signed(s['high'])}]")
@@ -670,12 +674,16 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _describe(table: dict) -> str:
-    """``kind(param=value, ...)`` of a component table (the clock only when not
-    the family's usual one is not worth a reader's time: left out)."""
+def _describe(slot: str, table: Any) -> str:
+    """``kind(param=value, ...)`` of a component table: its real-valued
+    parameters (half-lives, floors, cuts), and the others where they differ
+    from the kind's defaults (a solver's limits, the clock)."""
     if not isinstance(table, dict):
         return str(table)
-    params = [f"{k}={_short_num(v)}" for k, v in table.items() if k not in ("kind", "clock")]
+    cls = REGISTRY.get(slot, {}).get(table.get("kind"))
+    defaults = cls().to_config() if cls is not None else {}
+    params = [f"{k}={_short_num(v)}" for k, v in table.items()
+              if k != "kind" and (isinstance(v, float) or defaults.get(k, object()) != v)]
     return f"{table.get('kind')}({', '.join(params)})" if params else str(table.get("kind"))
 
 
@@ -689,7 +697,7 @@ def changes_between(now: dict, rec: dict) -> list[str]:
     for slot in dict.fromkeys((*now, *rec)):
         a, b = now.get(slot), rec.get(slot)
         if a != b:
-            out.append(f"{slot} from {_describe(a)} to {_describe(b)}")
+            out.append(f"{slot} from {_describe(slot, a)} to {_describe(slot, b)}")
     return out
 
 
@@ -955,7 +963,10 @@ def _stage_tables(now: dict, rec: dict) -> list[tuple[str, dict]]:
                 nxt[slot] = copy.deepcopy(rec[slot])
         if Policy.from_config(nxt, "advise").to_config() != Policy.from_config(
                 table, "advise").to_config() or nxt.get("candidates") != table.get("candidates"):
-            out.append((stage, nxt))
+            dropped = (stage == "packing" and table["packer"].get("min_relative_score", 0) > 0
+                       and "min_relative_score" not in nxt["packer"])
+            # a rank-order packer has no cut: moving to one drops it in this step
+            out.append(("packing (drops the cut)" if dropped else stage, nxt))
         table = nxt
     return out
 
