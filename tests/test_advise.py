@@ -276,3 +276,20 @@ def test_per_type_search_keys_on_the_types_a_stream_has():
     plain = pd.DataFrame({"memory_type": ["episodic"] * 2, "tier": ["task"] * 2})
     assert _per_type_key(S(plain)) == ("", ())
     assert math.isfinite(PerTypeHalfLife().half_life())
+
+
+def test_the_retention_threshold_is_searched_where_today_evicts():
+    exp = experiment(planted_world(10.0), {"preset": "ai-memory"},
+                     {"rankers": ["current"], "candidates": [20], "trials": 4, "batch": 4},
+                     replicates=1)
+    adv = advise(exp)
+    col = adv.trials_table["params.retention.cold_threshold"]
+    # trial 0 is today's setting; the others lie within half to twice today's 0.20
+    assert col.iloc[0] == pytest.approx(0.20)
+    assert col.between(0.10, 0.40).all() and col.nunique() > 1
+    assert adv.recommended["retention"]["kind"] == "ai-memory"
+    # without evictions there is nothing to tune
+    plain = advise(experiment(planted_world(10.0), {"preset": "similarity-only"},
+                              {"rankers": ["current"], "candidates": [20], "trials": 2,
+                               "batch": 2}, replicates=1))
+    assert not any(c.startswith("params.retention") for c in plain.trials_table.columns)
