@@ -638,8 +638,9 @@ class Advice:
                      f"on the last fold's {self.folds[-1]['n_test']} test queries")
             lines += ["", f"Gain by stage ({where}; today's setting changed one stage at a "
                       "time, in the order " + " -> ".join(STAGES) + "):"]
+            w = max(10, *(len(s["stage"]) for s in self.stages))
             for s in self.stages:
-                lines.append(f"  {s['stage']:<10} share {s['share']:.3f}  gain "
+                lines.append(f"  {s['stage']:<{w}} share {s['share']:.3f}  gain "
                              f"{_signed(s['gain'])} [{_signed(s['low'])}, {_signed(s['high'])}]")
         if self.runner_ups:
             lines += ["", "Runner-ups within noise of the best on the tuning queries:"]

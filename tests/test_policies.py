@@ -50,6 +50,7 @@ from memsim.policies.decay import (
     NoDecay,
     PerDayRate,
     PerTier,
+    PerTypeHalfLife,
     PowerLaw,
 )
 from memsim.policies.presets import HIVEMIND_CUT
@@ -88,6 +89,9 @@ DECAYS = st.one_of(
     st.builds(Ebbinghaus, strength_days=st.floats(0.01, 100.0), strength_per_recall=nonneg),
     st.builds(PowerLaw, stability_days=st.floats(0.01, 100.0), decay=st.floats(0.05, 5.0),
               recall_growth=nonneg),
+    st.builds(PerTypeHalfLife, episodic_half_life_days=half_life,
+              semantic_half_life_days=half_life, procedural_half_life_days=half_life,
+              other_half_life_days=half_life, floor=floor),
 )
 TIERS = st.sampled_from(["task", "scratch", "longterm"])
 MEMORY_TYPES = st.sampled_from(["episodic", "semantic", "procedural", "other"])
@@ -96,7 +100,7 @@ AGES = st.lists(st.floats(0.0, 1e5), min_size=1, max_size=30)
 
 def test_every_registered_decay_is_covered_by_the_strategy():
     covered = {NoDecay, PerDayRate, HalfLife, HalfLifeFloor, PerTier, AiMemoryTime,
-               GenerativeAgentsRecency, LangChainRecency, Ebbinghaus, PowerLaw}
+               GenerativeAgentsRecency, LangChainRecency, Ebbinghaus, PowerLaw, PerTypeHalfLife}
     assert set(REGISTRY["decay"].values()) == covered
 
 
