@@ -10,8 +10,8 @@ that runs today::
     trials = 30                 # Optuna trials per tuning fold (TPE, seeded)
     batch = 10                  # trials simulated together as the arms of one replay
     seed = 1                    # default: the experiment's seed
-    split = 0.7                 # time split of a stream: tune on the first 70% of queries
-    folds = 0                   # 0: automatic (rolling origin, 3 folds, when queries are few)
+    split = 0.7                 # a stream: tune on the first 70% of its queries by time
+    folds = 0                   # a stream: 0 = automatic (rolling origin, 3 folds, when few)
     holdout_replicates = 0      # synthetic: fresh seeds to test on (0: experiment.replicates)
     rankers = ["current", "similarity", "half-life", "half-life-floor", "per-type"]
     packers = ["top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact"]
@@ -585,10 +585,12 @@ class Advice:
         else:
             verdict = ("NOT significant: keep today's setting unless the other metrics argue "
                        "for the change")
+        pooled = (f", pooled over {len(self.folds)} folds, each block scored by its own "
+                  "fold's winner" if len(self.folds) > 1 else "")
         return (f"held-out utility_share {u['current']:.3f} -> {u['recommended']:.3f}, gain "
                 f"{_signed(self.gain)} [{_signed(self.gain_low)}, {_signed(self.gain_high)}] "
-                f"({self.n_heldout} held-out queries with something to gain, interval over "
-                f"{self.ci_over}): {verdict}")
+                f"({self.n_heldout} held-out queries with something to gain{pooled}, interval "
+                f"over {self.ci_over}): {verdict}")
 
     def metrics_line(self) -> str:
         h = self.heldout
@@ -627,6 +629,9 @@ class Advice:
                   f"gain            {_signed(t['recommended'] - t['current'])}   "
                   f"{_signed(u['recommended'] - u['current'])}   (the tuning gain is what the "
                   "search saw; the held-out gain is the estimate)"]
+        if len(self.folds) > 1:
+            lines.append("(tuning: the last fold's tuning queries; held-out: every fold's test "
+                         "block, as in the line above)")
         if len(self.folds) > 1:
             lines += ["", "fold      tuned on  tested on  current  its winner  gain"]
             for f in self.folds:

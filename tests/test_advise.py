@@ -293,3 +293,15 @@ def test_the_retention_threshold_is_searched_where_today_evicts():
                               {"rankers": ["current"], "candidates": [20], "trials": 2,
                                "batch": 2}, replicates=1))
     assert not any(c.startswith("params.retention") for c in plain.trials_table.columns)
+
+
+def test_five_fresh_replicates_give_an_interval_over_replicates():
+    exp = experiment(planted_world(10.0),
+                     {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": 1.0},
+                      "packer": "skip-fill"},
+                     {**HALF_LIFE_ONLY, "trials": 2, "batch": 2, "holdout_replicates": 5},
+                     replicates=1)
+    adv = advise(exp)
+    assert adv.ci_over == "replicates"
+    assert "fresh replicates (1-5: new seeds)" in adv.split
+    assert "interval over replicates" in adv.headline()
