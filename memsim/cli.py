@@ -529,7 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
     adv = add(sub, "advise", "tune ranking, cut, packing and retention against today's "
               "setting; test the gain on held-out queries", (
                   "memsim advise experiments/advise.toml",
-                  "memsim advise experiments/advise_trace.toml --set advise.trials=40",
+                  "memsim advise experiments/advise.toml --current similarity-only "
+                  "--set advise.trials=10",
               ), parents=[common])
     adv.add_argument("experiment", metavar="EXPERIMENT.toml",
                      help="experiment with an [advise] table (current = today's policy)")
