@@ -305,3 +305,8 @@ def test_five_fresh_replicates_give_an_interval_over_replicates():
     assert adv.ci_over == "replicates"
     assert "fresh replicates (1-5: new seeds)" in adv.split
     assert "interval over replicates" in adv.headline()
+
+
+def test_the_same_experiment_gives_the_same_advice():
+    exp = trace_experiment(trials=4, batch=2, rankers=["current", "half-life-floor"])
+    assert advise(exp).to_json() == advise(exp).to_json()
