@@ -473,30 +473,38 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
         fold = _Fold("holdout", tuple(range(r)), tuple(range(r, r + h)), frozenset(), frozenset())
         return [fold], (f"tuned on replicates 0-{r - 1}, tested on {h} fresh replicate"
                         f"{'s' if h > 1 else ''} ({r}-{r + h - 1}: new seeds)")
-    q = replays.stream(0).queries
-    order = q.sort_values(["t", "query_id"], kind="stable")["query_id"].to_numpy()
+    q = replays.stream(0).queries.sort_values(["t", "query_id"], kind="stable")
+    order = q["query_id"].to_numpy()
+    times = q["t"].to_numpy()
     n = len(order)
     k = spec.folds
     if k == 0:
         k = 1 if round((1 - spec.split) * n) >= MIN_TEST_QUERIES else AUTO_FOLDS
+    # cut points in time order, moved past queries asked at the same time as
+    # the one before, so that no test query is as old as a tuning one
+    cuts = [_time_cut(times, int(round(share * n)))
+            for share in ([spec.split] if k == 1 else np.arange(1, k + 1) / (k + 1))]
+    if len(set(cuts)) < len(cuts) or cuts[0] < 1 or cuts[-1] >= n:
+        raise ConfigError(f"advise.{'split' if k == 1 else 'folds'}: the {n} queries "
+                          f"({len(set(times.tolist()))} distinct times) cannot be cut into "
+                          f"{'a tuning and a test part' if k == 1 else f'{k + 1} blocks'}")
+    pairs = [frozenset((0, int(x)) for x in part) for part in np.split(order, cuts)]
     if k == 1:
-        cut = int(round(spec.split * n))
-        if cut < 1 or cut >= n:
-            raise ConfigError(f"advise.split: {spec.split} leaves no query to tune or to test on "
-                              f"({n} queries)")
-        return [_Fold("time-split", (0,), (0,), frozenset((0, int(x)) for x in order[:cut]),
-                      frozenset((0, int(x)) for x in order[cut:]))], (
-            f"time split: tuned on the first {cut} queries by time, tested on the last {n - cut}")
-    if n < k + 1:
-        raise ConfigError(f"advise.folds: {k} folds need at least {k + 1} queries; the stream "
-                          f"has {n}")
-    blocks = np.array_split(order, k + 1)
-    folds = [_Fold(f"fold-{j}", (0,), (0,),
-                   frozenset((0, int(x)) for b in blocks[:j] for x in b),
-                   frozenset((0, int(x)) for x in blocks[j])) for j in range(1, k + 1)]
+        return [_Fold("time-split", (0,), (0,), pairs[0], pairs[1])], (
+            f"time split: tuned on the first {cuts[0]} queries by time, tested on the last "
+            f"{n - cuts[0]}")
+    folds = [_Fold(f"fold-{j}", (0,), (0,), frozenset().union(*pairs[:j]), pairs[j])
+             for j in range(1, k + 1)]
+    sizes = ", ".join(str(len(p)) for p in pairs)
     return folds, (f"rolling origin over time, {k} folds: the {n} queries cut into {k + 1} "
-                   f"blocks of ~{len(blocks[0])}; fold j tunes on blocks 0..j-1 and tests on "
-                   "block j")
+                   f"blocks ({sizes}); fold j tunes on blocks 0..j-1 and tests on block j")
+
+
+def _time_cut(times: np.ndarray, i: int) -> int:
+    """``i`` moved forward past the queries asked at the time of query ``i - 1``."""
+    while 0 < i < len(times) and times[i] == times[i - 1]:
+        i += 1
+    return i
 
 
 def _rows(frame: pd.DataFrame, pairs: frozenset, reps: tuple) -> pd.DataFrame:
@@ -522,7 +530,7 @@ class Advice:
     current : str
         Today's setting, as named.
     changes : list of str
-        One line per slot that changes: ``"packer: skip-fill -> greedy (...)"``.
+        One line per slot that changes: ``"packer from skip-fill to greedy(...)"``.
     recommended : dict
         The recommended policy's resolved table (``[policies.NAME]``).
     heldout : dict
@@ -531,6 +539,9 @@ class Advice:
         block, each scored by its own fold's winner).
     gain, gain_low, gain_high : float
         The held-out gain of ``utility_share`` and its 95% interval.
+    ci_over, n_heldout
+        What the interval resamples (``"queries"`` or ``"replicates"``) and
+        the held-out queries with an achievable utility.
     significant : bool
         The interval excludes 0.
     tuning : dict
@@ -541,8 +552,15 @@ class Advice:
         Settings within noise of the best on the tuning queries, with their
         changes and held-out shares.
     warnings : list of str
-    split : str
-        How the tuning and test queries were chosen.
+    folds : list of dict
+        Per fold: its tuning and test sizes, today's and its winner's
+        held-out share, its winner's tuning share and changes.
+    split, workload : str
+        How the tuning and test queries were chosen; what was replayed.
+    trials : int
+        Trials per fold.
+    path : Path or None
+        The run folder, when one was written.
     """
 
     current: str

@@ -310,3 +310,10 @@ def test_five_fresh_replicates_give_an_interval_over_replicates():
 def test_the_same_experiment_gives_the_same_advice():
     exp = trace_experiment(trials=4, batch=2, rankers=["current", "half-life-floor"])
     assert advise(exp).to_json() == advise(exp).to_json()
+
+
+def test_a_time_cut_never_splits_queries_asked_at_the_same_time():
+    from memsim.advice import _time_cut
+
+    t = np.array([1.0, 1.0, 2.0, 2.0, 2.0, 3.0])
+    assert [_time_cut(t, i) for i in range(7)] == [0, 2, 2, 5, 5, 5, 6]
