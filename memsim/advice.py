@@ -559,6 +559,8 @@ class Advice:
         How the tuning and test queries were chosen; what was replayed.
     trials : int
         Trials per fold.
+    heldout_replicates : int
+        Replicates the held-out queries come from (1 for a stream).
     path : Path or None
         The run folder, when one was written.
     """
@@ -581,6 +583,7 @@ class Advice:
     split: str
     workload: str
     trials: int
+    heldout_replicates: int = 1
     path: Path | None = None
     trials_table: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
@@ -605,10 +608,14 @@ class Advice:
                        "for the change")
         pooled = (f", pooled over {len(self.folds)} folds, each block scored by its own "
                   "fold's winner" if len(self.folds) > 1 else "")
+        over = self.ci_over
+        if over == "queries" and self.heldout_replicates > 1:
+            over += (f" of {self.heldout_replicates} fresh replicates, fewer than 5: it leaves "
+                     "out the variation between workloads")
         return (f"held-out utility_share {u['current']:.3f} -> {u['recommended']:.3f}, gain "
                 f"{_signed(self.gain)} [{_signed(self.gain_low)}, {_signed(self.gain_high)}] "
                 f"({self.n_heldout} held-out queries with something to gain{pooled}, interval "
-                f"over {self.ci_over}): {verdict}")
+                f"over {over}): {verdict}")
 
     def metrics_line(self) -> str:
         h = self.heldout
@@ -958,6 +965,7 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
         tuning={"current": utility_share(tune_cur), "recommended": best["tuning"]},
         stages=stages, runner_ups=runner_ups, folds=fold_rows, warnings=warnings,
         split=split_text, workload=_workload_text(exp, replays), trials=spec.trials,
+        heldout_replicates=len(test_reps),
         trials_table=pd.DataFrame(trials_rows))
 
 
