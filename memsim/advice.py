@@ -339,7 +339,9 @@ class _Space:
             table["ranker"] = {"kind": "similarity" if fam == "similarity" else "product"}
             table["decay"] = self._decay(fam, params)
         kind = params["packer"]
-        table["packer"] = {"kind": kind}
+        # today's packer keeps its own settings (a solver's limits, swaps)
+        table["packer"] = (dict(table["packer"]) if kind == self.current.packer.name
+                           else {"kind": kind})
         if kind in VALUE_PACKERS:
             cut = params.get("cut", self.spec.cuts[0] if len(self.spec.cuts) == 1 else "none")
             table["packer"]["min_relative_score"] = (float(params["cut_level"])
@@ -871,7 +873,8 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
                          f"{best:.3f}")
 
     # each fold's winner: the best tuning score (ties: the earlier trial)
-    winners = [max(recs, key=lambda r: (r["tuning"], -r["number"])) for recs in records]
+    winners = [max(recs, key=lambda r: (r["tuning"] if math.isfinite(r["tuning"]) else -math.inf,
+                                        -r["number"])) for recs in records]
     last = len(folds) - 1
     best = winners[last]
     rec_table = space.resolved(best["params"])
@@ -880,15 +883,16 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
     # runner-ups: other distinct settings within noise of the best on the tuning queries
     fl = folds[last]
     tune_cur = _rows(current_frame, fl.tune, fl.tune_reps)
-    ranked = sorted(records[last], key=lambda r: (-r["tuning"], r["number"]))
+    ranked = sorted((r for r in records[last] if math.isfinite(r["tuning"]) and r is not best),
+                    key=lambda r: (-r["tuning"], r["number"]))
     seen = {json.dumps(rec_table, sort_keys=True, default=str)}
     runner = []
-    for r in ranked[1:]:
+    for r in ranked:
         if len(runner) >= spec.runner_ups:
             break
         table = space.resolved(r["params"])
         sig = json.dumps(table, sort_keys=True, default=str)
-        if sig in seen or not math.isfinite(r["tuning"]):
+        if sig in seen:
             continue
         seen.add(sig)
         pair = pd.concat([_rows(best["frame"], fl.tune, fl.tune_reps).assign(policy="best"),
@@ -984,9 +988,8 @@ def _stage_tables(now: dict, rec: dict) -> list[tuple[str, dict]]:
         nxt = copy.deepcopy(table)
         for slot in _STAGE_SLOTS[stage]:
             if slot == "packer.kind":
-                kind = rec["packer"]["kind"]
-                nxt["packer"] = {"kind": kind}
-                if kind in VALUE_PACKERS:  # the cut is the next stage
+                nxt["packer"] = copy.deepcopy(rec["packer"])
+                if rec["packer"]["kind"] in VALUE_PACKERS:  # the cut is the next stage
                     nxt["packer"]["min_relative_score"] = table["packer"].get(
                         "min_relative_score", 0.0)
             elif slot == "packer.min_relative_score":

@@ -317,3 +317,22 @@ def test_a_time_cut_never_splits_queries_asked_at_the_same_time():
 
     t = np.array([1.0, 1.0, 2.0, 2.0, 2.0, 3.0])
     assert [_time_cut(t, i) for i in range(7)] == [0, 2, 2, 5, 5, 5, 6]
+
+
+@pytest.mark.parametrize("today", [
+    {"preset": "hivemind"}, {"preset": "ai-memory"}, {"preset": "feather"},
+    {"preset": "hivemind-2025-bug", "candidates": 30},
+    {"ranker": "product", "decay": "half-life-floor",
+     "packer": {"kind": "greedy-swap", "max_swaps": 2, "min_relative_score": 0.5}},
+])
+def test_trial_zero_is_todays_setting_exactly(today):
+    from memsim.advice import AdviseSpec, _resolved, _Space
+
+    exp = experiment(planted_world(10.0), today, {}, replicates=1)
+    spec = AdviseSpec.from_table(exp.advise, exp)
+    pol = exp.policies["today"]
+    cands = int(pol.candidates or exp.sim.candidates)
+    knob = {"ai-memory": "cold_threshold"}.get(pol.retention.name, "")
+    space = _Space(spec, pol, cands, "tier", ("task", "scratch"), knob)
+    assert space.in_space(space.own_params())
+    assert space.resolved(space.own_params()) == _resolved(pol.to_config(), cands)
