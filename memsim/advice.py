@@ -805,6 +805,9 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
     knob = RETENTION_KNOBS.get(pol.retention.name, "") if (
         spec.retention and pol.retention.evicts) else ""
     space = _Space(spec, pol, int(pol.candidates or exp.sim.candidates), key, types, knob)
+    if not space.rankings:
+        raise ConfigError("advise.rankers: only 'per-type', and the notes carry neither several "
+                          "memory types nor several tiers; add another ranking")
     folds, split_text = _folds(exp, spec, replays)
 
     manifest = path = None

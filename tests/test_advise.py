@@ -336,3 +336,27 @@ def test_trial_zero_is_todays_setting_exactly(today):
     space = _Space(spec, pol, cands, "tier", ("task", "scratch"), knob)
     assert space.in_space(space.own_params())
     assert space.resolved(space.own_params()) == _resolved(pol.to_config(), cands)
+
+
+def test_per_type_trials_build_one_half_life_per_type_present():
+    import optuna
+
+    from memsim.advice import AdviseSpec, _Space
+
+    exp = experiment(planted_world(10.0), {"preset": "similarity-only"},
+                     {"rankers": ["per-type"]}, replicates=1)
+    spec = AdviseSpec.from_table(exp.advise, exp)
+    pol = exp.policies["today"]
+    for key, types, kind in [("memory_type", ("episodic", "semantic"), "per-type-half-life"),
+                             ("tier", ("task", "scratch"), "per-tier")]:
+        space = _Space(spec, pol, 50, key, types, "")
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+        params = space.sample(study.ask())
+        decay = space.policy(params).decay
+        assert decay.name == kind
+        for t in types:
+            assert getattr(decay, f"{t}_half_life_days") == params[f"half_life_days.{t}"]
+    # a stream with neither several types nor several tiers has no per-type ranking
+    assert _Space(spec, pol, 50, "", (), "").rankings == ()
+    with pytest.raises(ConfigError, match="carry neither several memory types"):
+        advise(exp)  # one class, one tier, one memory type
