@@ -10,6 +10,7 @@ The notebook API::
     run = memsim.load_run("results/...")               # a run folder, read back
     run.recall_by_age()                                # tidy: policy x budget x age bucket
     memsim.compare([result, run])                      # several runs, paired query by query
+    memsim.advise("experiments/advise.toml")           # what to change, tested on held-out queries
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ _HOMES = {
     "run_experiment": "memsim.runner", "run_many": "memsim.runner",
     "run_sweep": "memsim.sweep", "SweepResult": "memsim.sweep",
     "load_sweep": "memsim.sweep",
+    "advise": "memsim.advice", "Advice": "memsim.advice",
 }
 
 
@@ -85,6 +87,8 @@ __all__ = [
     "run_sweep",
     "SweepResult",
     "load_sweep",
+    "advise",
+    "Advice",
     "build_report",
     "load_run",
     "ConfigError",

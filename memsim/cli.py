@@ -509,6 +509,23 @@ def _cmd_optimum(args) -> int:
     return 0
 
 
+def _cmd_advise(args) -> int:
+    from .advice import advise, print_progress
+    from .config import load_experiment
+
+    exp = load_experiment(args.experiment, args.set)
+    advice = advise(exp, current=args.current, out=args.out, argv=sys.argv,
+                    progress=None if args.quiet or args.json else print_progress)
+    if args.json:
+        print(advice.to_json())
+        return 0
+    if not args.quiet:
+        print(advice.to_text())
+    if advice.path is not None:
+        print(advice.path)
+    return 0
+
+
 def _cmd_feather_check(args) -> int:
     from .feather_check import main as feather_main
     prog = Progress("memsim feather-check", getattr(args, "quiet", False))
@@ -695,6 +712,20 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--no-simulate", action="store_true",
                     help="skip simulating each policy beside its bayes twin")
     op.set_defaults(func=_cmd_optimum)
+
+    adv = add(sub, "advise", "tune ranking, cut, packing and retention against today's "
+              "setting; test the gain on held-out queries", (
+                  "memsim advise experiments/advise.toml",
+                  "memsim advise experiments/advise.toml --current similarity-only "
+                  "--set advise.trials=10",
+              ), parents=[common, as_json])
+    adv.add_argument("experiment", metavar="EXPERIMENT.toml",
+                     help="experiment with an [advise] table (current = today's policy)")
+    adv.add_argument("--current", default=None, metavar="POLICY",
+                     help="today's setting (overrides advise.current): a policy of the "
+                          "experiment, a preset, or as-logged")
+    add_out(adv, text="parent folder of the run folder (advice.md, advice.json)")
+    adv.set_defaults(func=_cmd_advise)
 
     rep = add(sub, "report", "(re)build report.html from a run folder")
     rep.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -16,6 +16,7 @@ An experiment file has these tables::
     [policies.NAME]     ``preset = "..."`` and/or one entry per slot
     [grid]              "dotted.key" = [values ...]: one run per combination
     [sweep]             an Optuna search (see :mod:`memsim.sweep`)
+    [advise]            what ``memsim advise`` tunes (see :mod:`memsim.advice`)
 
 *Resolution* fills every default so that the resolved table (written as
 ``config.toml`` in the run folder) reproduces the run exactly.
@@ -69,7 +70,7 @@ __all__ = [
     "import_run_plugins",
 ]
 
-TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep")
+TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep", "advise")
 
 # --------------------------------------------------------------------------
 # Limits: what a config may ask for before anything runs
@@ -346,6 +347,8 @@ class Experiment:
     grid: dict[str, list] = field(default_factory=dict)
     sweep: dict | None = None
     base_dir: Path = Path(".")
+    #: the ``[advise]`` table, as written (read by :mod:`memsim.advice`)
+    advise: dict | None = None
     source_file: str = ""
 
     @property
@@ -380,6 +383,8 @@ class Experiment:
             out["grid"] = copy.deepcopy(self.grid)
         if self.sweep is not None:
             out["sweep"] = copy.deepcopy(self.sweep)
+        if self.advise is not None:
+            out["advise"] = copy.deepcopy(self.advise)
         return out
 
     def hash8(self) -> str:
@@ -632,9 +637,13 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     sweep = table.get("sweep")
     if sweep is not None and not isinstance(sweep, dict):
         raise ConfigError("sweep: expected a table")
+    advise = table.get("advise")
+    if advise is not None and not isinstance(advise, dict):
+        raise ConfigError("advise: expected a table")
     exp = Experiment(settings=settings, workload=workload, policies=policies,
                      reader=reader, grid=dict(grid), sweep=copy.deepcopy(sweep),
-                     base_dir=Path(base_dir), source_file=source_file)
+                     base_dir=Path(base_dir), source_file=source_file,
+                     advise=copy.deepcopy(advise))
     # A grid key must name something real: try the first combination now.
     if grid:
         try:

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SMALL = ["experiment.replicates=1", "workload.horizon_days=10", "workload.backfill_days=10"]
 # commands that take --set (and, but for `stream generate`, an --out with a default)
-TAKES_SET = {"run", "sweep", "audit", "optimum", "generate"}
-TAKES_OUT = {"run", "sweep", "audit"}
+TAKES_SET = {"run", "sweep", "audit", "optimum", "generate", "advise"}
+TAKES_OUT = {"run", "sweep", "audit", "advise"}
 # an upper-case word or a bracketed option stands for something the reader fills in
 # (A.toml, DIR, RESULTS_DIR/config.toml), and a bare config.toml is a run folder's
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_]*\.toml\b|\b[A-Z][A-Z_]+\b|\[--|(?<![/\w])config\.toml")
@@ -142,6 +142,8 @@ def _small(argv: list[str], tmp_path: Path) -> list[str]:
         argv += [x for s in SMALL for x in ("--set", s)]
     if command == "audit":
         argv += ["--param-replicates", "2"]
+    if command == "advise":
+        argv += ["--set", "advise.trials=2", "--set", "advise.batch=2"]
     if command in ("feather-check", "engine-check"):
         argv = [_shrink_engine_check(a, tmp_path) if a.endswith(".toml") else a
                 for a in argv]

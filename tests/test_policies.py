@@ -51,6 +51,7 @@ from memsim.policies.decay import (
     NoDecay,
     PerDayRate,
     PerTier,
+    PerTypeHalfLife,
     PowerLaw,
 )
 from memsim.policies.presets import HIVEMIND_CUT
@@ -93,6 +94,10 @@ TUNED_DECAYS = {
                           strength_per_recall=nonneg),
     PowerLaw: st.builds(PowerLaw, stability_days=st.floats(0.01, 100.0),
                         decay=st.floats(0.05, 5.0), recall_growth=nonneg),
+    PerTypeHalfLife: st.builds(PerTypeHalfLife, episodic_half_life_days=half_life,
+                               semantic_half_life_days=half_life,
+                               procedural_half_life_days=half_life,
+                               other_half_life_days=half_life, floor=floor),
 }
 
 

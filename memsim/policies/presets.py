@@ -714,3 +714,20 @@ add_preset(
     orderer="score",
     feedback={"kind": "default", "touch": "none"},
 )
+
+add_preset(
+    "per-type-half-life",
+    """Similarity x a recency with one half-life per memory type; skip-fill.
+
+    memsim's own reference for logs whose notes carry a type (a trace's
+    ``type``: episodic, semantic, procedural, other): the ``product`` ranker
+    over the ``per-type-half-life`` decay (events fade in a month, facts and
+    how-tos in a year, the rest in 90 days, no floor), packed with skip-fill.
+    Its half-lives are starting points for ``memsim advise`` or a sweep, not
+    a system's published constants.""",
+    retriever="cosine",
+    decay="per-type-half-life",
+    ranker="product",
+    packer="skip-fill",
+    orderer="score",
+)
