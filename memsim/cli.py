@@ -710,7 +710,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "exponential law")
     op.add_argument("--json", action="store_true", help="print JSON instead of text")
     op.add_argument("--no-simulate", action="store_true",
-                    help="skip simulating each policy beside its bayes twin")
+                    help="skip the simulations (each policy, its derived optimum, the bayes "
+                         "twins; a value packer's derived pair is then not checked, so not "
+                         "answered)")
     op.set_defaults(func=_cmd_optimum)
 
     adv = add(sub, "advise", "tune ranking, cut, packing and retention against today's "

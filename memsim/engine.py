@@ -2444,14 +2444,19 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
                      "tokens": batch.notes.tokens[cand_rows], "gains": gains,
                      "values": gains if policy.ranker.needs_truth else vals,
                      "budget": job.budget[rows]})
+        if getattr(policy.packer, "needs_similarity", False):
+            cand[-1]["similarity"] = _candidate_similarity(job, batch, pos, rows)
         groups.setdefault((repr(policy.packer), repr(policy.orderer), pos.shape[1]), []).append(i)
     out: list[_Packed] = [None] * len(items)  # type: ignore[list-item]
     for members in groups.values():
         policy = items[members[0]][0].arm.policy
-        got = _rows_of_all([cand[i] for i in members], ("cand_ok", "tokens", "values", "budget"))
+        sim = getattr(policy.packer, "needs_similarity", False)
+        got = _rows_of_all([cand[i] for i in members], ("cand_ok", "tokens", "values", "budget")
+                           + (("similarity",) if sim else ()))
         ok, values = got["cand_ok"], got["values"]
+        extra = {"similarity": np.where(ok, got["similarity"], 0.0)} if sim else {}
         packed = np.asarray(policy.packer.pack(np.where(ok, values, 0.0), got["tokens"], ok,
-                                               got["budget"]), dtype=bool)
+                                               got["budget"], **extra), dtype=bool)
         packed &= ok
         position = policy.orderer.order(np.where(ok, values, -np.inf), packed)
         for i, sl in zip(members, _row_blocks([cand[i]["cand_ok"] for i in members])):
@@ -2459,6 +2464,17 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
             out[i] = _Packed(items[i][2], items[i][3], c["cand_ok"], c["cand_rows"], c["tokens"],
                              c["gains"], packed[sl], position[sl])
     return out
+
+
+def _candidate_similarity(job: _ArmJob, batch: Batch, pos: np.ndarray,
+                          rows: slice | np.ndarray) -> np.ndarray:
+    """The retriever's similarity (Q', C) of the candidates ``pos`` of the
+    queries ``rows``, for a packer that cuts on similarity
+    (``Packer.needs_similarity``): the batch's shared similarity matrix, the
+    same floats the scores were computed from."""
+    sim = BatchContext(batch, job.st, job.rng).similarity(job.arm.policy.retriever)[rows]
+    return np.take_along_axis(np.asarray(sim, dtype=np.float64),
+                              np.clip(pos, 0, sim.shape[1] - 1), axis=1)
 
 
 def _rows_of_all(parts: list[dict], names) -> dict[str, np.ndarray]:

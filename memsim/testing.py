@@ -379,6 +379,8 @@ def _run_packer(c: _Checker, comp, ctx) -> np.ndarray:
     outs = []
     for values, tokens, valid, budget in _pack_problems(0, len(ctx.t)):
         args = [values.copy(), tokens.copy(), valid.copy(), budget.copy()]
+        if getattr(comp, "needs_similarity", False):  # a cut on the candidates' similarity
+            args.append(np.clip(values + 0.1, -1.0, 1.0))
         out = c.array(c.call("pack", comp.pack, *args), "pack", values.shape, "b")
         for a, b, what in zip(args, (values, tokens, valid, budget),
                               ("values", "tokens", "valid", "budget")):

@@ -160,8 +160,11 @@ with several objectives the Pareto member best on the first objective, and
 :func:`robustness_check`; its ``vs-experiment`` rows say whether the best
 beats the experiment's own parameters on fresh seeds, with a paired
 interval), ``plateau.csv`` (see :func:`plateau_table`: per parameter the best
-value, the plateau of values within the replicate noise of the best, and a
-warning when the best lies in the outer 5% of its range), ``importance.csv``
+value, the plateau of values within the replicate noise of the best, grown
+on more replicates until it is narrow enough or said to be undetermined
+(:func:`~memsim.sweep.plateau.grow_plateau`), and a warning when the best
+lies in the outer 5% of its range or the objective still improves towards
+an edge), ``importance.csv``
 (Optuna's fANOVA importance per objective, seeded with ``seed``: the share of
 the objective's variance each parameter explains on its own, from a random
 forest fitted to the completed trials; it needs scikit-learn), ``summary.txt``

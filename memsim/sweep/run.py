@@ -38,7 +38,7 @@ from memsim.runner import experiment_manifest
 from .evaluate import TrialEvaluator
 from .liveness import _host
 from .outputs import IMPORTANCE_COLUMNS, SweepResult, _best_trials, _write_outputs, trials_table
-from .plateau import plateau_table
+from .plateau import grow_plateau
 from .resume import (_header, _load_resume_dir, _locate_run_dir, _prior_manifest,
                      _resume_storage, _study_identity, _write_ident)
 from .robustness import _candidates, robustness_check
@@ -309,7 +309,17 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
     robust = robustness_check(evaluator, spec, cands) if cands else pd.DataFrame()
     timings["robustness"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    plateau = plateau_table(table, spec)
+    params_of = {t.number: dict(t.params) for t in study.trials}
+
+    def evaluate(numbers: list[int], reps: list[int]) -> dict[int, dict]:
+        outs = evaluator.evaluate_batch([params_of[n] for n in numbers],
+                                        names=[f"t{n}" for n in numbers], replicates=reps)
+        return {n: o.per_replicate for n, o in zip(numbers, outs) if not o.error}
+
+    # the plateau's trials on more replicates (fresh: past the robustness
+    # check's) until each plateau is determined or the cap is reached
+    plateau, _ = grow_plateau(table, spec, evaluate, first_replicate=(
+        exp.settings.replicates + spec.robustness.replicates))
     timings["plateau"] = time.perf_counter() - t1
     plots: dict[str, str] = {}
     importance = pd.DataFrame(columns=IMPORTANCE_COLUMNS)
