@@ -25,10 +25,11 @@ from .calibrate import calibrate_revlog, format_calibration
 from .compare import headline_text
 from .config import StreamSource, load_experiment, parse_override
 from .curves import curves_table, format_curves
+from . import datasets
 from .errors import MemsimError
 from .feather_check import main as feather_main
 from .importers.locomo import cli_import_locomo
-from .importers.trace import cli_import_trace
+from .importers.trace import check_trace, cli_import_trace
 from .optimum import optimum
 from .policies import PRESETS, REGISTRY, assumptions
 from .report import build_report
@@ -263,13 +264,55 @@ def _cmd_curves(args) -> int:
     return 0
 
 
+def _data_or_path(text: str) -> Path:
+    """A command's file argument: a path, or ``data:NAME`` from the data cache."""
+    return datasets.resolve(text) if text.startswith(datasets.DATA_PREFIX) else Path(text)
+
+
+def _cmd_data_get(args) -> int:
+    if args.source is not None:
+        path = datasets.register(args.name, args.source, to=args.to)
+    else:
+        print(f"memsim data get: downloading {args.name} from "
+              f"{args.url or datasets.dataset(args.name).url}", file=sys.stderr)
+        path = datasets.get(args.name, to=args.to, url=args.url)
+    print(datasets.describe(args.name))
+    if args.to is not None and Path(args.to).expanduser().absolute() != \
+            datasets.cache_dir().absolute():
+        print(f"note: data:{args.name} reads the cache ({datasets.cache_dir()}); to use this "
+              f"copy, set {datasets.CACHE_ENV}={Path(args.to).expanduser()}")
+    print(path)
+    return 0
+
+
+def _cmd_data_list(args) -> int:
+    print(datasets.listing())
+    return 0
+
+
+def _cmd_stream_check(args) -> int:
+    errors, more = check_trace(_data_or_path(args.path), limit=args.limit)
+    for line in errors:
+        print(line)
+    if more:
+        print(f"... and {more} more")
+    if errors:
+        print(f"memsim: error: {args.path}: {len(errors) + more} errors", file=sys.stderr)
+        return 2
+    print(f"{args.path}: a valid trace (format version 1)")
+    return 0
+
+
 def _cmd_stream_import(args) -> int:
+    args.path = str(_data_or_path(args.path))
     if args.format == "trace":
-        cli_import_trace(Path(args.path), Path(args.out))
+        cli_import_trace(Path(args.path), Path(args.out), qrels=args.qrels)
         print(args.out)
         return 0
     if args.format != "locomo":  # argparse restricts choices; kept for clarity
         raise MemsimError(f"unknown import format {args.format!r}")
+    if args.qrels is not None:
+        raise MemsimError("--qrels: only a trace takes a TREC qrels file (LoCoMo has its own)")
     cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions)
     print(args.out)
     return 0
@@ -277,7 +320,7 @@ def _cmd_stream_import(args) -> int:
 
 def _cmd_calibrate(args) -> int:
     out = None if args.out is None else Path(args.out)
-    result = calibrate_revlog(Path(args.path), out, min_elapsed_days=args.min_elapsed_days)
+    result = calibrate_revlog(_data_or_path(args.path), out, min_elapsed_days=args.min_elapsed_days)
     print(format_calibration(result))
     if out is not None:
         print(out)
@@ -545,7 +588,39 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what becomes a note (LoCoMo)")
     imp.add_argument("--captions", action="store_true",
                      help="append image captions to the turns they belong to")
+    imp.add_argument("--qrels", metavar="FILE", default=None,
+                     help="a TREC qrels file of the trace's ids: judgements beside the "
+                          "trace's own (trace)")
     imp.set_defaults(func=_cmd_stream_import)
+
+    chk = add(ssub, "check", "validate a trace and list every error (writes nothing)", (
+        "memsim stream check trace experiments/traces/example.jsonl",))
+    chk.add_argument("format", choices=["trace"], help="trace: a memory-layer log (JSON Lines)")
+    chk.add_argument("path", help="FILE.jsonl (format: memsim/schemas/trace-v1.json)")
+    chk.add_argument("--limit", type=int, default=50,
+                     help="list at most this many errors, then count the rest")
+    chk.set_defaults(func=_cmd_stream_check)
+
+    dat = add(sub, "data", "fetch public data sets into the data cache (never implicit)")
+    dsub = dat.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND",
+                              help="what to do with data sets")
+    dg = add(dsub, "get", "download a data set, check its pinned SHA-256 and cache it; "
+             "experiments then name it data:NAME", (
+                 "memsim data get locomo --from FILE",
+                 "memsim data get fsrs-revlog --to DIR"))
+    dg.add_argument("name", choices=list(datasets.DATASETS), help="the data set")
+    dg.add_argument("--from", dest="source", metavar="FILE", default=None,
+                    help="register a copy you already have instead of downloading "
+                         "(checksum checked)")
+    dg.add_argument("--to", metavar="DIR", default=None,
+                    help=f"data folder to write to (default: ${datasets.CACHE_ENV}, else "
+                         "~/.cache/memsim)")
+    dg.add_argument("--url", default=None,
+                    help="a mirror of the same file (the checksum is still checked)")
+    dg.set_defaults(func=_cmd_data_get)
+    dl = add(dsub, "list", "list the known data sets and whether they are cached",
+             ("memsim data list",))
+    dl.set_defaults(func=_cmd_data_list)
 
     pol = add(sub, "policies", "list registered components and presets", ("memsim policies",))
     pol.set_defaults(func=_cmd_policies)

@@ -63,8 +63,8 @@ TINY = [
     {"event": "query", "id": "q2", "t": 5, "actor": "bob", "text": "where is the cat now",
      "budget": 100},
     {"event": "used", "query": "q2", "notes": ["n1", "n2", "n1"]},
-    {"event": "note_deleted", "id": "n3", "t": 6},
     {"event": "accessed", "note": "n2", "t": 5.5, "actor": "bob"},
+    {"event": "note_deleted", "id": "n3", "t": 6},
 ]
 
 
