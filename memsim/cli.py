@@ -578,11 +578,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = add(ssub, "import", "import a real trace into a stream folder", (
         "memsim stream import trace experiments/traces/example.jsonl --out /tmp/mine",
-        "memsim stream import locomo ../shared/data/locomo/locomo10.zip --out /tmp/locomo"))
+        "memsim stream import locomo data:locomo --out /tmp/locomo"))
     imp.add_argument("format", choices=["locomo", "trace"],
                      help="locomo: the LoCoMo conversations; trace: a memory-layer log")
-    imp.add_argument("path", help="locomo10.zip or locomo10.json; a trace: FILE.jsonl "
-                     "(memory-layer log, format in memsim/importers/trace.py)")
+    imp.add_argument("path", help="locomo10.zip, locomo10.json or data:locomo; a trace: "
+                     "FILE.jsonl (memory-layer log, format in memsim/importers/trace.py)")
     imp.add_argument("--out", required=True, help="stream folder to create")
     imp.add_argument("--notes", choices=["turns", "observations", "summaries"], default="turns",
                      help="what becomes a note (LoCoMo)")
@@ -665,8 +665,8 @@ def build_parser() -> argparse.ArgumentParser:
     csub = cal.add_subparsers(dest="calibrate_command", required=True, metavar="SOURCE",
                             help="the kind of real data")
     rv = add(csub, "revlog", "a spaced-repetition review log (CSV)",
-             ("memsim calibrate revlog ../shared/data/fsrs_revlog/ --out /tmp/calibration",))
-    rv.add_argument("path", help="a review-log CSV or a folder of them")
+             ("memsim calibrate revlog data:fsrs-revlog --out /tmp/calibration",))
+    rv.add_argument("path", help="a review-log CSV, a folder of them, or data:fsrs-revlog")
     rv.add_argument("--out", default=None,
                     help="folder for the plot and TOML fragment (default: print only)")
     rv.add_argument("--min-elapsed-days", type=float, default=0.0,
