@@ -395,6 +395,18 @@ def test_stream_check_lists_every_error_and_writes_nothing(tmp_path, capsys):
         import_trace(path)
 
 
+def test_stream_check_without_jsonschema_reports_each_bad_line(tmp_path, monkeypatch):
+    """Without jsonschema the importer's own rules check each line: the same
+    lines are refused, with its first error of each."""
+    import memsim.importers.trace as trace
+
+    monkeypatch.setattr(trace, "_schema_validator", lambda: None)
+    errors, more = trace.check_trace(_write_lines(tmp_path / "multi.jsonl", MULTI))
+    assert more == 0
+    assert [e.split(": ")[1] for e in errors] == [f"line {n}" for n in (3, 4, 6, 7, 8, 9, 10)]
+    assert "field 'actor': must be a string, got 7" in errors[0]
+
+
 def test_stream_check_passes_a_good_trace_and_checks_the_whole_stream(tmp_path, capsys):
     assert main(["stream", "check", "trace", str(EXAMPLE)]) == 0
     assert "a valid trace" in capsys.readouterr().out

@@ -148,7 +148,7 @@ TIME_UNITS.update({f"{unit}s": days for unit, days in list(TIME_UNITS.items())})
 MAX_ABS_DAYS = 1e6
 #: The published JSON Schema of one trace line (format version 1).
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "trace-v1.json"
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -265,7 +265,8 @@ class _Reader:
 
     def number(self, v: Any, field: str, *, minimum: float | None = None,
                nonzero: bool = False) -> float:
-        self.int64(v, field)
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+            self.int64(v, field)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             self.fail(f"must be a finite number, got {_show(v)}", field)
         if minimum is not None and v < minimum:
@@ -275,12 +276,14 @@ class _Reader:
         return float(v)
 
     def int64(self, v: Any, field: str) -> None:
-        """JSON integers have no size limit; memsim's columns hold 64 bits."""
-        if isinstance(v, int) and not isinstance(v, bool) and not _INT64[0] <= v <= _INT64[1]:
+        """JSON integers have no size limit; memsim's columns hold 64 bits.
+        (The hot paths test ``type(v) is int`` and the range inline first.)"""
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
             self.fail(f"integer beyond 64 bits, got {_show(v)}", field)
 
     def positive_int(self, v: Any, field: str) -> int:
-        self.int64(v, field)
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+            self.int64(v, field)
         if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 63:
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -288,7 +291,8 @@ class _Reader:
         return v
 
     def ident(self, v: Any, field: str) -> Any:
-        self.int64(v, field)
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+            self.int64(v, field)
         if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 63:
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, (int, str)) or v == "":
@@ -342,7 +346,10 @@ class _Reader:
             self.fail(f"has {len(v)} dimensions, the first embedding (line {self.emb_line}) "
                       f"has {self.dim}", "embedding")
         for i, x in enumerate(v):
-            self.int64(x, f"embedding[{i}]")
+            if type(x) is float and math.isfinite(x):
+                continue  # the usual case, first
+            if type(x) is int and not _I64_MIN <= x <= _I64_MAX:
+                self.int64(x, f"embedding[{i}]")
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
                 self.fail(f"item {i} must be a finite number, got {_show(x)}", "embedding")
         return v
@@ -541,7 +548,7 @@ class _Reader:
         cat = ev.get("category")
         if cat is not None and (isinstance(cat, bool) or not isinstance(cat, (str, int))):
             self.fail(f"must be a string or an integer, got {_show(cat)}", "category")
-        if cat is not None:
+        if type(cat) is int:
             self.int64(cat, "category")
         space = self.namespace(ev)
         self.clock(t)
@@ -624,17 +631,22 @@ class _Reader:
     def read(self, lines: Iterable[bytes | str]) -> None:
         """Read every line; an unordered trace (header ``"ordered": false``)
         is buffered and its events handled in time order (stable)."""
+        self.handlers = {name: getattr(self, name) for name in EVENTS}
+        checking = self.errors is not None
+        parse, dispatch = self._parse, self._dispatch
         for raw in lines:
             self.line += 1
             if not raw.strip():
                 continue
-            ev = self._guard(self._parse, raw)
+            ev = self._guard(parse, raw) if checking else parse(raw)
             if ev is None:
                 continue
             if self.buffer is not None:
                 self.buffer.append((self.line, ev))
+            elif checking:
+                self._guard(dispatch, ev)
             else:
-                self._guard(self._dispatch, ev)
+                dispatch(ev)
         if self.buffer:
             events, self.buffer = self.buffer, None
             for line, ev in sorted(events, key=self._sort_key(events)):
@@ -652,7 +664,7 @@ class _Reader:
 
     def _dispatch(self, ev: dict) -> None:
         name = ev.get("event")
-        handler = getattr(self, name, None) if name in EVENTS else None
+        handler = self.handlers.get(name) if isinstance(name, str) else None
         if self.validator is not None:
             problems = _schema_errors(self.validator, ev)
             if problems:
