@@ -20,9 +20,10 @@ which are converted to the same scale. memsim's clock is in days.
 ``header`` (optional; only as the first line)
     ``format`` = ``"memsim-trace"``; ``version`` = 1 (a newer version is
     refused); ``time_unit``: ``"day"`` (default), ``"hour"``, ``"minute"``,
-    ``"second"`` or ``"millisecond"``; ``origin``: the ISO time that numbers
-    count from (default ``1970-01-01T00:00:00Z``); ``name``, ``source`` and
-    any other key go to the stream's ``meta``.
+    ``"second"`` or ``"millisecond"``, or their plurals (``"days"`` ...);
+    ``origin``: the ISO time that numbers count from (default
+    ``1970-01-01T00:00:00Z``); ``ordered`` (bool, default true: see below);
+    ``name``, ``source`` and any other key go to the stream's ``meta``.
 
 ``note_added``
     ``id`` (unique), ``t``, ``actor`` (str), and ``tokens`` (int > 0) or
@@ -74,13 +75,29 @@ which are converted to the same scale. memsim's clock is in days.
     stream's ``accesses`` table).
 
 Every event that names a note or a query must come after the line that
-added it, and a note's own events (``note_added``, ``note_updated``,
-``note_deleted``) must have non-decreasing ``t``. Other events may appear in
-any time order. Unknown keys are ignored (logs carry more than memsim reads).
+added it, and the times ``t`` of the events must not go backwards from one
+line to the next. A header with ``"ordered": false`` says the file is not in
+time order: the importer then reads every event first (the whole file in
+memory) and handles them sorted by time, stably: ``retrieved``, ``used``
+and ``judgement`` events, which have no time, at their query's time after
+the timed events of that time; events of one time keep their file order;
+errors still name the event's own line. A time further than
+:data:`MAX_ABS_DAYS` (1,000,000 days) from the origin is refused (a unit or
+origin mistake), and so is an integer beyond 64 bits anywhere, and an empty
+trace (no ``note_added`` and no ``query`` event). Unknown keys are ignored
+(logs carry more than memsim reads).
+
+The format of one line is published as a JSON Schema (draft 2020-12),
+``memsim/schemas/trace-v1.json`` (:data:`SCHEMA_PATH`); the rules across
+lines above are the importer's. :func:`check_trace` (``memsim stream check
+trace FILE``) lists every error of a file, both kinds, without writing
+anything.
 
 How the stream is built
 -----------------------
-- **qrels** come from ``judgement`` events when the trace has any, else from
+- **qrels** come from ``judgement`` events (and the non-zero grades of a TREC
+  qrels file, ``import_trace(path, qrels=FILE)``: ``QUERY ITERATION NOTE
+  GRADE`` a line, with the trace's ids) when the trace has any, else from
   ``used`` events (gain 1), else there are none; ``stream.json`` says which
   in ``"qrels_from"`` (``"judgement"``, ``"used"`` or ``"none"``). A note
   id named by a query's ``retrieved``, ``used`` or ``judgement`` event means
