@@ -298,10 +298,15 @@ def test_an_unordered_trace_is_sorted_stably_by_time(tmp_path):
         assert a.equals(b), name
     assert np.array_equal(ordered.note_embeddings, back.note_embeddings)
     assert "ordered" not in back.meta
-    # an error of an unordered trace still names its own line
+    # an error of an unordered trace still names its own line, and a check
+    # lists them by line
     bad = [{**header, "ordered": False}, *shuffled[:3], {**rest[3], "actor": 5}, *shuffled[3:]]
     with pytest.raises(StreamError, match=r"u2.jsonl: line 5: field 'actor'"):
         import_trace(_write(tmp_path / "u2.jsonl", bad))
+    from memsim.importers.trace import check_trace
+    bad[2] = {**bad[2], "t": "soon"}           # a time that cannot be sorted: handled last
+    errors, _ = check_trace(_write(tmp_path / "u3.jsonl", bad))
+    assert [e.split(": ")[1] for e in errors][:2] == ["line 3", "line 5"]
 
 
 @pytest.mark.parametrize("header, t", [

@@ -1088,6 +1088,17 @@ def check_trace(path: str | os.PathLike, *, limit: int = 50,
     reader.validator = _schema_validator()
     _read_trace(p, reader, qrels)
     errors = reader.errors
+    if not reader.ordered:
+        # an unordered trace is handled in time order: list its errors by line
+        prefix = f"{p.name}: line "
+
+        def line_of(message: str) -> float:
+            if not message.startswith(prefix):
+                return math.inf
+            digits = message[len(prefix):].split(":", 1)[0]
+            return int(digits) if digits.isdigit() else math.inf
+
+        errors.sort(key=line_of)
     if not errors:
         try:
             _build(reader, p.name)
