@@ -606,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
                               help="what to do with data sets")
     dg = add(dsub, "get", "download a data set, check its pinned SHA-256 and cache it; "
              "experiments then name it data:NAME", (
+                 "memsim data get locomo",
                  "memsim data get locomo --from FILE",
                  "memsim data get fsrs-revlog --to DIR"))
     dg.add_argument("name", choices=list(datasets.DATASETS), help="the data set")
