@@ -107,7 +107,7 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
         name="fsrs-revlog",
         filename="review_logs_josh_1711744352250_to_1728234780857.csv",
         url=("https://raw.githubusercontent.com/open-spaced-repetition/py-fsrs/"
-             "3abe686e9c058d3f3c00bbeb92e68b71211b2b31/tests/"
+             "ac403c0419439587df90c16375c8bf7dd827ffb3/tests/"
              "review_logs_josh_1711744352250_to_1728234780857.csv"),
         sha256="1cebb655825974579538877d018b5ffc8cc324bb6bb6fda9cbd5da85cfe9e445",
         size=686_229,
