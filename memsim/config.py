@@ -156,10 +156,10 @@ class StreamSource:
     ref: str | None = None
 
     def to_config(self) -> dict:
-        """``source`` (an absolute path), ``source_hash`` (of its content) and
-        the importer's settings. :func:`config_hash` hashes the content, not
-        the path, so a stream moved or reached from another folder keeps its
-        run hash."""
+        """``source`` (an absolute path, or the ``data:NAME`` it was named by),
+        ``source_hash`` (of its content) and the importer's settings.
+        :func:`config_hash` hashes the content, not the path, so a stream moved
+        or reached from another folder keeps its run hash."""
         out: dict[str, Any] = {"source": self.ref or str(self.path),
                                "source_hash": self.content_hash()}
         if self.importer is not None:
