@@ -530,3 +530,29 @@ def test_trec_qrels_beside_judgement_events(tmp_path):
     assert main(["stream", "import", "trace", str(trace), "--out", str(out), "--qrels",
                  str(qrels)]) == 0
     assert json.loads((out / "stream.json").read_text())["qrels_file"] == "q.txt"
+
+
+def test_no_malformed_trace_raises_anything_but_a_stream_error(tmp_path):
+    """Every field of every event of a good trace replaced in turn by odd
+    values (huge integers, NaN, wrong types, absurd times): the importer and
+    the check refuse them with one-line StreamErrors, never another exception
+    (an OverflowError traceback before integers were bounded)."""
+    from memsim.importers.trace import check_trace
+
+    odd = [2 ** 64, -(2 ** 70), 10 ** 400, [2 ** 64], 1e308, float("nan"), True, None, "",
+           "99999-01-01", {}]
+    refused = 0
+    for i in range(1, len(TINY)):
+        for key in [k for k in TINY[i] if k != "event"]:
+            for value in odd:
+                events = [dict(e) for e in TINY]
+                events[i][key] = value
+                path = _write(tmp_path / "odd.jsonl", events)
+                try:
+                    import_trace(path)
+                except StreamError as exc:
+                    refused += 1
+                    assert "\n" not in str(exc) and str(exc).startswith("odd.jsonl: ")
+                errors, _ = check_trace(path)
+                assert all("\n" not in e for e in errors)
+    assert refused > 300
