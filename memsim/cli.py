@@ -291,7 +291,7 @@ def _cmd_data_list(args) -> int:
 
 
 def _cmd_stream_check(args) -> int:
-    errors, more = check_trace(_data_or_path(args.path), limit=args.limit)
+    errors, more = check_trace(_data_or_path(args.path), limit=args.limit, qrels=args.qrels)
     for line in errors:
         print(line)
     if more:
@@ -599,6 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("path", help="FILE.jsonl (format: memsim/schemas/trace-v1.json)")
     chk.add_argument("--limit", type=int, default=50,
                      help="list at most this many errors, then count the rest")
+    chk.add_argument("--qrels", metavar="FILE", default=None,
+                     help="a TREC qrels file of the trace's ids, checked with it")
     chk.set_defaults(func=_cmd_stream_check)
 
     dat = add(sub, "data", "fetch public data sets into the data cache (never implicit)")

@@ -525,6 +525,12 @@ def test_trec_qrels_beside_judgement_events(tmp_path):
         qrels.write_text("q1 0 n2 1\n" + text, encoding="utf-8")
         with pytest.raises(StreamError, match=rf"^q.txt: line 2: .*{fragment}"):
             import_trace(trace, qrels=qrels)
+    # stream check lists the qrels file's errors with the trace's
+    qrels.write_text("q1 0 n9 1\nq1 0 n2\nq1 0 n2 1\n", encoding="utf-8")
+    from memsim.importers.trace import check_trace
+    errors, _ = check_trace(trace, qrels=qrels)
+    assert [e.split(": ")[:2] for e in errors] == [["q.txt", "line 1"], ["q.txt", "line 2"]]
+    assert main(["stream", "check", "trace", str(trace), "--qrels", str(qrels)]) == 2
     out = tmp_path / "s"
     qrels.write_text("q1 0 n2 2\n", encoding="utf-8")
     assert main(["stream", "import", "trace", str(trace), "--out", str(out), "--qrels",
