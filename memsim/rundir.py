@@ -506,6 +506,9 @@ class RunResult:
         stream's ``query_id`` and ``note_id``. What is written is the
         *candidate ranking* (the top-C in score order, ``rankings.parquet``),
         which memsim's ``ndcg@10`` and ``mrr`` measure, not the packed context.
+        A query whose ranking is empty has no line: memsim counts it 0 when
+        it has a relevant note, and so does ``trec_eval -c``; ir-measures and
+        ranx leave such a query out of their means.
 
         Parameters
         ----------
