@@ -507,8 +507,9 @@ class RunResult:
         *candidate ranking* (the top-C in score order, ``rankings.parquet``),
         which memsim's ``ndcg@10`` and ``mrr`` measure, not the packed context.
         A query whose ranking is empty has no line: memsim counts it 0 when
-        it has a relevant note, and so does ``trec_eval -c``; ir-measures and
-        ranx leave such a query out of their means.
+        it has a relevant note, and so do ``trec_eval -c`` and ranx with
+        ``make_comparable=True`` (ranx refuses the pair otherwise);
+        ir-measures leaves such a query out of its results.
 
         Parameters
         ----------
