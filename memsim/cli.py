@@ -21,6 +21,7 @@ import time
 import warnings
 from pathlib import Path
 
+from . import datasets
 from .errors import MemsimError
 from .machine import default_jobs
 
@@ -380,15 +381,59 @@ def _cmd_curves(args) -> int:
     return 0
 
 
+def _data_or_path(text: str) -> Path:
+    """A command's file argument: a path, or ``data:NAME`` from the data cache."""
+    return datasets.resolve(text) if text.startswith(datasets.DATA_PREFIX) else Path(text)
+
+
+def _cmd_data_get(args) -> int:
+    if args.source is not None:
+        path = datasets.register(args.name, args.source, to=args.to)
+    else:
+        print(f"memsim data get: downloading {args.name} from "
+              f"{args.url or datasets.dataset(args.name).url}", file=sys.stderr)
+        path = datasets.get(args.name, to=args.to, url=args.url)
+    print(datasets.describe(args.name))
+    if args.to is not None and Path(args.to).expanduser().absolute() != \
+            datasets.cache_dir().absolute():
+        print(f"note: data:{args.name} reads the cache ({datasets.cache_dir()}); to use this "
+              f"copy, set {datasets.CACHE_ENV}={Path(args.to).expanduser()}")
+    print(path)
+    return 0
+
+
+def _cmd_data_list(args) -> int:
+    print(datasets.listing())
+    return 0
+
+
+def _cmd_stream_check(args) -> int:
+    from .importers.trace import check_trace
+    errors, more = check_trace(_data_or_path(args.path), limit=args.limit, qrels=args.qrels)
+    for line in errors:
+        print(line)
+    if more:
+        print(f"... and {more} more")
+    if errors:
+        print(f"memsim: error: {args.path}: {len(errors) + more} errors", file=sys.stderr)
+        return 2
+    print(f"{args.path}: a valid trace (format version 1)")
+    return 0
+
+
 def _cmd_stream_import(args) -> int:
     from .importers.locomo import cli_import_locomo
     from .importers.trace import cli_import_trace
+    args.path = str(_data_or_path(args.path))
     if args.format == "trace":
-        cli_import_trace(Path(args.path), Path(args.out), embedder=args.embedder)
+        cli_import_trace(Path(args.path), Path(args.out), embedder=args.embedder,
+                         qrels=args.qrels)
         print(args.out)
         return 0
     if args.format != "locomo":  # argparse restricts choices; kept for clarity
         raise MemsimError(f"unknown import format {args.format!r}")
+    if args.qrels is not None:
+        raise MemsimError("--qrels: only a trace takes a TREC qrels file (LoCoMo has its own)")
     cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions,
                       embedder=args.embedder or "bm25")
     print(args.out)
@@ -398,7 +443,7 @@ def _cmd_stream_import(args) -> int:
 def _cmd_calibrate(args) -> int:
     from .calibrate import calibrate_revlog, format_calibration
     out = None if args.out is None else Path(args.out)
-    result = calibrate_revlog(Path(args.path), out, min_elapsed_days=args.min_elapsed_days)
+    result = calibrate_revlog(_data_or_path(args.path), out, min_elapsed_days=args.min_elapsed_days)
     print(format_calibration(result))
     if out is not None:
         print(out)
@@ -754,11 +799,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = add(ssub, "import", "import a real trace into a stream folder", (
         "memsim stream import trace experiments/traces/example.jsonl --out /tmp/mine",
-        "memsim stream import locomo ../shared/data/locomo/locomo10.zip --out /tmp/locomo"))
+        "memsim stream import locomo data:locomo --out /tmp/locomo"))
     imp.add_argument("format", choices=["locomo", "trace"],
                      help="locomo: the LoCoMo conversations; trace: a memory-layer log")
-    imp.add_argument("path", help="locomo10.zip or locomo10.json; a trace: FILE.jsonl "
-                     "(memory-layer log, format in memsim/importers/trace.py)")
+    imp.add_argument("path", help="locomo10.zip, locomo10.json or data:locomo; a trace: "
+                     "FILE.jsonl (memory-layer log, format in memsim/importers/trace.py)")
     imp.add_argument("--out", required=True, help="stream folder to create")
     imp.add_argument("--notes", choices=["turns", "observations", "summaries"], default="turns",
                      help="what becomes a note (LoCoMo)")
@@ -768,7 +813,42 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how text becomes vectors: bm25 (LoCoMo's default), wordllama (dense, "
                      "offline; the [embed] extra) or vectors (a trace's logged ones; a trace's "
                      "default when it logs them, else bm25)")
+    imp.add_argument("--qrels", metavar="FILE", default=None,
+                     help="a TREC qrels file of the trace's ids: judgements beside the "
+                          "trace's own (trace)")
     imp.set_defaults(func=_cmd_stream_import)
+
+    chk = add(ssub, "check", "validate a trace and list every error (writes nothing)", (
+        "memsim stream check trace experiments/traces/example.jsonl",))
+    chk.add_argument("format", choices=["trace"], help="trace: a memory-layer log (JSON Lines)")
+    chk.add_argument("path", help="FILE.jsonl (format: memsim/schemas/trace-v1.json)")
+    chk.add_argument("--limit", type=int, default=50,
+                     help="list at most this many errors, then count the rest")
+    chk.add_argument("--qrels", metavar="FILE", default=None,
+                     help="a TREC qrels file of the trace's ids, checked with it")
+    chk.set_defaults(func=_cmd_stream_check)
+
+    dat = add(sub, "data", "fetch public data sets into the data cache (never implicit)")
+    dsub = dat.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND",
+                              help="what to do with data sets")
+    dg = add(dsub, "get", "download a data set, check its pinned SHA-256 and cache it; "
+             "experiments then name it data:NAME", (
+                 "memsim data get locomo",
+                 "memsim data get locomo --from FILE",
+                 "memsim data get fsrs-revlog --to DIR"))
+    dg.add_argument("name", choices=list(datasets.DATASETS), help="the data set")
+    dg.add_argument("--from", dest="source", metavar="FILE", default=None,
+                    help="register a copy you already have instead of downloading "
+                         "(checksum checked)")
+    dg.add_argument("--to", metavar="DIR", default=None,
+                    help=f"data folder to write to (default: ${datasets.CACHE_ENV}, else "
+                         "~/.cache/memsim)")
+    dg.add_argument("--url", default=None,
+                    help="a mirror of the same file (the checksum is still checked)")
+    dg.set_defaults(func=_cmd_data_get)
+    dl = add(dsub, "list", "list the known data sets and whether they are cached",
+             ("memsim data list",))
+    dl.set_defaults(func=_cmd_data_list)
 
     pol = add(sub, "policies", "list registered components and presets",
               ("memsim policies", "memsim policies --json"), parents=[as_json])
@@ -814,8 +894,8 @@ def build_parser() -> argparse.ArgumentParser:
     csub = cal.add_subparsers(dest="calibrate_command", required=True, metavar="SOURCE",
                             help="the kind of real data")
     rv = add(csub, "revlog", "a spaced-repetition review log (CSV)",
-             ("memsim calibrate revlog ../shared/data/fsrs_revlog/ --out /tmp/calibration",))
-    rv.add_argument("path", help="a review-log CSV or a folder of them")
+             ("memsim calibrate revlog data:fsrs-revlog --out /tmp/calibration",))
+    rv.add_argument("path", help="a review-log CSV, a folder of them, or data:fsrs-revlog")
     rv.add_argument("--out", default=None,
                     help="folder for the plot and TOML fragment (default: print only)")
     rv.add_argument("--min-elapsed-days", type=float, default=0.0,

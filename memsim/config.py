@@ -12,6 +12,7 @@ An experiment file has these tables::
                         :class:`memsim.engine.SimSettings`
     [workload]          synthetic knobs, or ``source = "DIR"`` to replay a stream
                         (``importer``, ``notes``, ``embedder`` for data imported on load)
+                        (``source = "data:locomo"``: a data set from ``memsim data get``)
     [reader]            the reader model (``kind = "positional"`` ...)
     [policies.NAME]     ``preset = "..."`` and/or one entry per slot
     [grid]              "dotted.key" = [values ...]: one run per combination
@@ -39,6 +40,7 @@ from typing import Any
 import tomli_w
 
 from .embed import check_embedder
+from .datasets import DATA_PREFIX, DataError, dataset as data_set, resolve as resolve_data
 from .engine import SimSettings
 from .importers.locomo import import_locomo
 from .importers.trace import import_trace
@@ -159,13 +161,16 @@ class StreamSource:
     notes: str = "turns"
     #: ``[workload] embedder`` (:mod:`memsim.embed`); None: the importer's default
     embedder: str | None = None
+    #: ``"data:NAME"`` when the config named a data set (``path`` is its cached file)
+    ref: str | None = None
 
     def to_config(self) -> dict:
-        """``source`` (an absolute path), ``source_hash`` (of its content) and
-        the importer's settings. :func:`config_hash` hashes the content, not
-        the path, so a stream moved or reached from another folder keeps its
-        run hash."""
-        out: dict[str, Any] = {"source": str(self.path), "source_hash": self.content_hash()}
+        """``source`` (an absolute path, or the ``data:NAME`` it was named by),
+        ``source_hash`` (of its content) and the importer's settings.
+        :func:`config_hash` hashes the content, not the path, so a stream moved
+        or reached from another folder keeps its run hash."""
+        out: dict[str, Any] = {"source": self.ref or str(self.path),
+                               "source_hash": self.content_hash()}
         if self.importer is not None:
             out["importer"] = self.importer
         if self.importer == "locomo":
@@ -575,6 +580,17 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
         if not isinstance(wl["source"], str) or not wl["source"]:
             raise ConfigError(f"workload.source: expected a folder path, got {wl['source']!r}")
         importer = wl.get("importer")
+        ref = wl["source"] if wl["source"].startswith(DATA_PREFIX) else None
+        if ref is not None:
+            # a data set fetched by `memsim data get`: its cached file, and its importer
+            try:
+                importer = importer if "importer" in wl else data_set(ref[len(DATA_PREFIX):]).importer
+                data_path = resolve_data(ref)
+            except DataError as exc:
+                raise ConfigError(f"workload.source: {exc}") from None
+            if importer is None:
+                raise ConfigError(f"workload.source: {ref} is not a stream (it is a file for "
+                                  "memsim calibrate); give a stream folder, a trace or data:locomo")
         if importer is not None and importer not in IMPORTERS:
             raise ConfigError(f"workload.importer: unknown importer {importer!r}; "
                               f"allowed: {', '.join(IMPORTERS)}")
@@ -590,11 +606,11 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
                                   "'wordllama' with importer = \"locomo\", any with importer = "
                                   f"\"trace\"; got {embedder!r}"
                                   + (" without an importer" if importer is None else ""))
-        src = Path(wl["source"]).expanduser()
+        src = data_path if ref is not None else Path(wl["source"]).expanduser()
         src = src if src.is_absolute() else Path(base_dir).absolute() / src
         if not src.exists():
             raise ConfigError(f"workload.source: {src}: no such file or folder")
-        workload: Any = StreamSource(src, importer, notes, embedder)
+        workload: Any = StreamSource(src, importer, notes, embedder=embedder, ref=ref)
         if "source_hash" in wl and wl["source_hash"] != workload.content_hash():
             raise ConfigError(f"workload.source_hash: the content of {src} changed since this "
                               "config was written (it would not reproduce the run); remove "

@@ -230,10 +230,18 @@ def test_cli_import_embedder(tmp_path, capsys, cache):
 
 @pytest.mark.skipif(not ZIP.exists(), reason=f"LoCoMo data not found at {ZIP} (shared data folder)")
 def test_locomo_run_with_wordllama_offline_names_the_embedder(tmp_path, offline, cache,
-                                                              no_home_cache):
+                                                              no_home_cache, monkeypatch):
     """experiments/locomo.toml with embedder = "wordllama", the network disabled:
     the run completes, and its report names the embedder."""
     pytest.importorskip("wordllama", reason="the [embed] extra (wordllama) is not installed")
+    if not ZIP.is_file():
+        pytest.skip(f"needs {ZIP}, absent")
+    from memsim import datasets
+
+    # experiments/locomo.toml names data:locomo: the shared copy, registered
+    # in this test's data cache as `memsim data get locomo --from` does
+    monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "data"))
+    datasets.register("locomo", ZIP)
     exp = memsim.load_experiment(ROOT / "experiments" / "locomo.toml",
                                  ["workload.embedder=wordllama"])
     import dataclasses

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from memsim.cli import build_parser, main
+from memsim.datasets import cached_path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -116,6 +117,11 @@ def _needs(argv: list[str]) -> str | None:
     for a in argv:
         if a.startswith("../shared/") and not (ROOT / a).exists():
             return f"needs {a}, absent"
+    if argv[1:3] == ["data", "get"] and "--from" not in argv and "--help" not in argv:
+        return "downloads from the network"
+    for a in argv:
+        if a.startswith("data:") and not cached_path(a[len("data:"):]).is_file():
+            return f"needs {a} (memsim data get {a[len('data:'):]}), absent"
     engines = {"feather-check": "feather_db", "feather": "feather_db",
                "langchain": "langchain_classic"}
     for word, module in engines.items():
@@ -133,6 +139,8 @@ def _small(argv: list[str], tmp_path: Path) -> list[str]:
     for opt, value in (("--trials", "2"), ("--workers", "1"), ("--queries", "50")):
         if opt in argv:
             argv[argv.index(opt) + 1] = value
+    if argv[1:3] == ["data", "get"] and "--to" not in argv:
+        argv += ["--to", str(tmp_path / "data")]   # never the user's cache
     if "--out" in argv:
         i = argv.index("--out")
         argv[i + 1] = str(tmp_path / f"out{i}")
