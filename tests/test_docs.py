@@ -177,3 +177,19 @@ def test_the_docs_extra_and_the_build_in_ci():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r'pip install .*-e "\.\[[^\]]*\bdocs\b', ci)
     assert re.search(r"mkdocs build --strict .*--site-dir \"\$site\"", ci)
+
+
+def test_docstring_rest_habits_become_markdown():
+    pytest.importorskip("griffe", reason="the docs extension needs griffe (the docs extra)")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("griffe_rst", DOCS / "hooks" / "griffe_rst.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = ("Built by :func:`make_stream` into a :class:`~memsim.stream.Stream`, for example::\n"
+            "\n    read_stream(path)\n\n"
+            "===== =====\nname  value\n===== =====\na     1\n===== =====\n")
+    out = module.to_markdown(text)
+    assert "`make_stream`" in out and "`Stream`" in out and ":class:" not in out
+    assert "for example:\n" in out and "::" not in out
+    assert "```text\n===== =====\nname  value" in out and out.rstrip().endswith("```")
