@@ -87,7 +87,7 @@ __all__ = [
     "main",
 ]
 
-#: Above this many notes, "exact" search uses this ef (DESIGN.md section 4:
+#: Above this many notes, "exact" search uses this ef (``docs/contracts/policies.md``:
 #: ``ef >= min(n_notes, 2000)``; exact on a few thousand notes, while on 20,000
 #: the HNSW still misses a near note about once in 7,000 queries).
 EXACT_EF_CAP = 2000

@@ -1,4 +1,4 @@
-"""Per-query retrieval metrics (DESIGN.md section 5: names and definitions are a contract).
+"""Per-query retrieval metrics (names and definitions are a contract: docs/contracts/metrics.md).
 
 For a query at time t with budget B: *existing* notes have ``created_at <= t``;
 R+ is the set of the query's qrels with gain > 0 that exist at t (evicted notes

@@ -1,6 +1,6 @@
 """Run folders: atomic writes, the manifest, run status and reading a run back.
 
-A run folder (DESIGN.md section 6) is ``<out>/<UTC time>_<name>_<hash8>/``:
+A run folder (``docs/contracts/run-folder.md``) is ``<out>/<UTC time>_<name>_<hash8>/``:
 
 =================== ============================================================
 file                content

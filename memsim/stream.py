@@ -3,7 +3,7 @@
 A stream is everything a simulation replays: notes with their creation times
 and sizes, queries with their times and actors, graded ground truth (qrels),
 optional organic accesses and optional embeddings. The on-disk layout is fixed
-by DESIGN.md section 3.
+by ``docs/contracts/stream.md``.
 
 Every :class:`Stream` built by :func:`make_stream` (and so by
 :func:`read_stream`) has been validated: a malformed input raises
@@ -89,7 +89,7 @@ __all__ = [
 FORMAT_NAME = "memsim-stream"
 FORMAT_VERSION = 1
 
-#: Optional note columns and their defaults (DESIGN.md section 3).
+#: Optional note columns and their defaults (``docs/contracts/stream.md``).
 NOTE_DEFAULTS: dict[str, Any] = {
     "tier": "task",
     "importance": 1.0,
@@ -712,7 +712,7 @@ def validate_frames(
     Parameters
     ----------
     notes, queries, qrels, accesses : DataFrame
-        The tables of DESIGN.md section 3; ``accesses`` may be None.
+        The tables of the stream format; ``accesses`` may be None.
     note_embeddings, query_embeddings : ndarray or None
         One row per row of ``notes`` / ``queries``, in the order given.
     where : dict, optional
@@ -890,7 +890,7 @@ def _read_header(folder: Path) -> dict:
 
 
 def read_stream(path: str | os.PathLike) -> Stream:
-    """Read and validate a stream folder (DESIGN.md section 3).
+    """Read and validate a stream folder (``docs/contracts/stream.md``).
 
     Parameters
     ----------
@@ -981,7 +981,7 @@ def _write_npy(arr: np.ndarray, path: Path) -> None:
 
 
 def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
-    """Write a stream folder (DESIGN.md section 3), atomically.
+    """Write a stream folder (``docs/contracts/stream.md``), atomically.
 
     Everything is written into a temporary sibling folder which is then
     renamed into place, so a reader never sees a half-written stream and a

@@ -3,7 +3,7 @@
 A *trace* is what a running memory layer can log about itself: notes written,
 changed and deleted, queries asked, what the system returned for each query,
 and which of those notes the answer used. :func:`import_trace` turns it into
-a memsim stream (DESIGN.md section 3), so that every policy can be replayed
+a memsim stream (``docs/contracts/stream.md``), so that every policy can be replayed
 on your own workload and compared with what runs today (the ``as-logged``
 preset replays the logged rankings).
 

@@ -233,7 +233,7 @@ class PerTier(Decay):
 
     The seed's snippet shows the task constants (180 d, 0.35) and says that a
     scratchpad should fade fast ("steep decay is a feature"); the scratch
-    constants (21 d, 0.05) are the ones of DESIGN.md section 4 (the golden
+    constants (21 d, 0.05) are the ones of ``docs/contracts/policies.md`` (the golden
     vectors ``hivemind_recency``). The tier is the note's *current* tier: a
     note promoted to longterm by the feedback's ``promote_after`` stops
     decaying at once. Unknown tiers count as ``task``.
