@@ -1,0 +1,276 @@
+"""Components of the memory layers of agent frameworks, read from their code.
+
+Each component names the package, its version, the file and the function it
+follows. The presets built from them are registered in
+:mod:`memsim.policies.framework_presets`; ``memsim engine-check`` replays
+streams through the real functions (:mod:`memsim.framework_check`).
+
+========================== ==================================================
+component                  formula
+========================== ==================================================
+decay ``llamaindex``       ``(1 - time_decay) ** hours_since_last_access``; a
+                           note never used counts as accessed now
+                           (``unstamped = "now"``) or at its creation
+                           (``"created"``)
+decay ``exp-rate``         ``exp(-rate_per_day * days)``
+ranker ``llamaindex``      ``(similarity or 1.0) + recency``
+ranker ``linear``          ``w_rel rel + w_rec rec + w_imp importance``
+                           (CrewAI's composite score)
+ranker ``redis-recency``   ``w_sem rel + w_rec clip(w_f 2 ** (-da / h_a) +
+                           w_n 2 ** (-dc / h_c), 0, 1)`` (agent-memory-server)
+ranker ``mem0-oss``        ``min(rel / 1, 1)``, NaN (not returned) below the
+                           threshold (mem0 OSS ``score_and_rank`` without
+                           BM25 or entity terms)
+========================== ==================================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from memsim.params import Interval, Options
+from .base import Decay, Ranker, ScoringContext, register
+
+__all__ = ["ExpRate", "LinearBlend", "LlamaIndexRanker", "LlamaIndexRecency", "Mem0Oss",
+           "RedisRecency"]
+
+_LN2 = math.log(2.0)
+_NON_NEGATIVE = Interval(0, None)
+_POSITIVE = Interval(0, None, closed="neither")
+
+
+def _age(age: np.ndarray) -> np.ndarray:
+    # negative ages (a note seen before its creation time) count as 0
+    return np.maximum(np.asarray(age, dtype=np.float64), 0.0)
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class LlamaIndexRecency(Decay):
+    """LlamaIndex's time weight: ``(1 - time_decay) ** hours_since_last_access``.
+
+    Source: llama-index-core 0.14.25, ``llama_index/core/postprocessor/
+    node_recency.py``, ``TimeWeightedPostprocessor._postprocess_nodes``::
+
+        last_accessed = node.metadata.get("__last_accessed__", None)
+        if last_accessed is None:
+            last_accessed = now
+        hours_passed = (now - last_accessed) / 3600
+        time_similarity = (1 - self.time_decay) ** hours_passed
+
+    with ``time_decay = 0.99``: the weight keeps 1 % per hour, a half-life
+    of ``ln 2 / ln 100`` = 0.15 h = 9.0 minutes. The returned nodes get
+    ``__last_accessed__ = now`` (``time_access_refresh = True``).
+
+    ``unstamped`` says what a note never used (no ``__last_accessed__``)
+    counts as: ``"now"``, the code's default (the key is absent until the
+    postprocessor returns the node: its weight is 1 at every query until
+    then), or ``"created"`` (the application stamps each node with its
+    creation time, as LlamaIndex's own test does). A use (a returned note, an
+    organic access) sets the stamp in both modes.
+
+    Parameters
+    ----------
+    time_decay : float in (0, 1]
+        ``time_decay``; the weight keeps ``1 - time_decay`` per hour.
+    unstamped : {"now", "created"}
+    """
+
+    name: ClassVar[str] = "llamaindex"
+    clock: str = "last_access"
+    time_decay: float = 0.99
+    unstamped: str = "now"
+    _constraints: ClassVar[dict] = {"time_decay": Interval(0, 1, closed="right"),
+                                    "unstamped": Options(("now", "created"))}
+
+    def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        age = _age(age)
+        if self.unstamped == "now":
+            never = np.isnan(np.asarray(ctx.since_access, dtype=np.float64))
+            age = np.where(never, 0.0, age)
+        base = 1.0 - self.time_decay  # as the code computes it (0.010000000000000009)
+        if base == 0.0:  # 0 ** hours: 1 at hour 0, else 0 (Python's 0.0 ** 0 = 1)
+            return np.where(age == 0.0, 1.0, 0.0)
+        return np.exp(24.0 * age * math.log(base))
+
+    def half_life(self) -> float:
+        base = 1.0 - self.time_decay
+        if base == 0.0:
+            return 0.0
+        return math.inf if base >= 1.0 else _LN2 / -math.log(base) / 24.0
+
+    def lower_bound(self) -> float:
+        return 0.0
+
+    def upper_bound(self) -> float:
+        return 1.0
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class ExpRate(Decay):
+    """``recency = exp(-rate_per_day * days)``: a rate in nats per day.
+
+    The form agent frameworks write their default decay in (``exp(-0.03 *
+    days)``: half-life ``ln 2 / 0.03`` = 23.1 days).
+
+    Parameters
+    ----------
+    rate_per_day : float >= 0
+    """
+
+    name: ClassVar[str] = "exp-rate"
+    rate_per_day: float = 0.03
+    _constraints: ClassVar[dict] = {"rate_per_day": _NON_NEGATIVE}
+
+    def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        return np.exp(-self.rate_per_day * _age(age))
+
+    def exponential_form(self, ctx: ScoringContext):
+        return 0.0, self.rate_per_day
+
+    def half_life(self) -> float:
+        return math.inf if self.rate_per_day == 0 else _LN2 / self.rate_per_day
+
+    def lower_bound(self) -> float:
+        return 1.0 if self.rate_per_day == 0 else 0.0
+
+    def upper_bound(self) -> float:
+        return 1.0
+
+    def reads_uses(self) -> bool:
+        return self.clock == "last_access"
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class LlamaIndexRanker(Ranker):
+    """LlamaIndex's ``TimeWeightedPostprocessor`` score: ``(score or 1.0) + time_similarity``.
+
+    Source: llama-index-core 0.14.25, ``postprocessor/node_recency.py``
+    (``score = node_with_score.score or 1.0``; ``similarity = score +
+    time_similarity``): a similarity of exactly 0 counts as 1 (Python's
+    ``or``). The nodes are then sorted by it (a stable sort, descending) and
+    the top ``top_k`` returned (the preset's ``candidates``).
+    """
+
+    name: ClassVar[str] = "llamaindex"
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        rel = np.asarray(rel, dtype=np.float64)
+        return np.where(rel == 0.0, 1.0, rel) + rec
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class LinearBlend(Ranker):
+    """A weighted sum: ``w_relevance rel + w_recency rec + w_importance importance``.
+
+    CrewAI's composite score (crewai 1.15.30, ``crewai/memory/types.py``,
+    ``compute_composite_score``: ``semantic_weight * semantic_score +
+    recency_weight * decay + importance_weight * record.importance``,
+    defaults 0.5 / 0.3 / 0.2, ``decay = 0.5 ** (age_days / 30)`` from
+    creation). No normalisation: each note's score is its own.
+
+    Parameters
+    ----------
+    w_relevance, w_recency, w_importance : float >= 0
+    """
+
+    name: ClassVar[str] = "linear"
+    w_relevance: float = 0.5
+    w_recency: float = 0.3
+    w_importance: float = 0.2
+    _constraints: ClassVar[dict] = {"w_relevance": _NON_NEGATIVE, "w_recency": _NON_NEGATIVE,
+                                    "w_importance": _NON_NEGATIVE}
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        imp = np.asarray(ctx.importance, dtype=np.float64)
+        return (self.w_relevance * np.asarray(rel, dtype=np.float64)
+                + self.w_recency * np.asarray(rec, dtype=np.float64)
+                + self.w_importance * imp)
+
+    def reads_uses(self) -> bool:
+        return False
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class RedisRecency(Ranker):
+    """Redis agent-memory-server's re-rank: similarity plus freshness and novelty.
+
+    Source: agent-memory-server 0.15.2, ``agent_memory_server/utils/
+    recency.py``, ``rerank_with_recency`` and ``score_recency``::
+
+        freshness = exp(-ln 2 / half_life_last_access_days * days_since_access)
+        novelty   = exp(-ln 2 / half_life_created_days * days_since_created)
+        recency   = clip(freshness_weight * freshness + novelty_weight * novelty, 0, 1)
+        score     = semantic_weight * (1 - dist) + recency_weight * recency
+
+    defaults 0.8 / 0.2, 0.6 / 0.4, 7 / 30 days (half-lives floored at 0.001
+    days). ``1 - dist`` is the similarity the policy's retriever gives (the
+    cosine, for Redis's cosine distance). A memory's ``last_accessed`` starts
+    at its creation. The ranker computes its own recency from both clocks
+    (the policy's decay is not used).
+    """
+
+    name: ClassVar[str] = "redis-recency"
+    uses_recency: ClassVar[bool] = False
+    semantic_weight: float = 0.8
+    recency_weight: float = 0.2
+    freshness_weight: float = 0.6
+    novelty_weight: float = 0.4
+    half_life_last_access_days: float = 7.0
+    half_life_created_days: float = 30.0
+    _constraints: ClassVar[dict] = {
+        "semantic_weight": _NON_NEGATIVE, "recency_weight": _NON_NEGATIVE,
+        "freshness_weight": _NON_NEGATIVE, "novelty_weight": _NON_NEGATIVE,
+        "half_life_last_access_days": _POSITIVE, "half_life_created_days": _POSITIVE}
+
+    def recency(self, ctx: ScoringContext) -> np.ndarray:
+        """The clipped freshness-and-novelty term (Q, L)."""
+        ha = max(self.half_life_last_access_days, 0.001)
+        hc = max(self.half_life_created_days, 0.001)
+        fresh = np.exp(-(_LN2 / ha) * _age(ctx.age_last_access))
+        novel = np.exp(-(_LN2 / hc) * _age(ctx.age_created))
+        return np.clip(self.freshness_weight * fresh + self.novelty_weight * novel, 0.0, 1.0)
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
+        return (self.semantic_weight * np.asarray(rel, dtype=np.float64)
+                + self.recency_weight * self.recency(ctx))
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Mem0Oss(Ranker):
+    """mem0 OSS's hybrid score with only its semantic term: ``min(rel, 1)``, gated.
+
+    Source: mem0ai 2.2.1, ``mem0/utils/scoring.py``, ``score_and_rank``:
+    ``combined = min((semantic + bm25 + entity_boost) / max_possible, 1)``,
+    ``max_possible = 1`` (+1 with BM25 scores, +0.5 with entity boosts);
+    a candidate whose semantic score is below ``threshold`` (0.1,
+    ``Memory.search``) is dropped. memsim's streams carry no BM25 or entity
+    signal, so ``max_possible = 1``. mem0 OSS 2.2.1 has no recency term
+    (its "decay" is a hosted-platform setting). Below the threshold the
+    score is NaN: the engine does not return the note.
+
+    Parameters
+    ----------
+    threshold : float
+    """
+
+    name: ClassVar[str] = "mem0-oss"
+    uses_recency: ClassVar[bool] = False
+    threshold: float = 0.1
+    _constraints: ClassVar[dict] = {"threshold": Interval(None, None)}
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
+        rel = np.asarray(rel, dtype=np.float64)
+        return np.where(rel < self.threshold, np.nan, np.minimum(rel, 1.0))
+
+    def reads_uses(self) -> bool:
+        return False
