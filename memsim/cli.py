@@ -223,6 +223,11 @@ def _cmd_stream_validate(args) -> int:
 
 
 def _cmd_policies(args) -> int:
+    if getattr(args, "markdown", False):
+        from .policies.catalogue import catalogue_markdown
+
+        print(catalogue_markdown())
+        return 0
     for slot, table in REGISTRY.items():
         print(f"[{slot}]")
         for name, cls in sorted(table.items()):
@@ -376,6 +381,10 @@ def _cmd_engine_check(args) -> int:
             return feather_main(argv, progress=prog)
         finally:
             prog.close()
+    if args.engine != "langchain":  # a framework's scoring function (memsim.framework_check)
+        from .framework_check import main as framework_main
+
+        return framework_main(args.engine, argv)
     from .langchain_check import main as langchain_main
 
     return langchain_main(argv)
@@ -547,7 +556,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="append image captions to the turns they belong to")
     imp.set_defaults(func=_cmd_stream_import)
 
-    pol = add(sub, "policies", "list registered components and presets", ("memsim policies",))
+    pol = add(sub, "policies", "list registered components and presets",
+              ("memsim policies", "memsim policies --markdown"))
+    pol.add_argument("--markdown", action="store_true",
+                     help="print the preset catalogue (source, half-life, eviction, "
+                          "engine-check) as a Markdown table")
     pol.set_defaults(func=_cmd_policies)
 
     cur = add(sub, "curves", "recency multipliers, half-lives and crossover ages", (
@@ -575,10 +588,12 @@ def build_parser() -> argparse.ArgumentParser:
     ec = add(sub, "engine-check",
              "replay a stream through a real engine and its memsim preset",
              ("memsim engine-check feather experiments/feather_check.toml",
-              "memsim engine-check langchain experiments/langchain_check.toml"))
-    ec.add_argument("engine", choices=["feather", "langchain"],
-                    help="the real engine (needs pip install -e \".[feather]\" or "
-                         "\".[langchain]\")")
+              "memsim engine-check langchain experiments/langchain_check.toml",
+              "memsim engine-check llamaindex experiments/framework_check.toml"))
+    ec.add_argument("engine", choices=["feather", "langchain", "llamaindex", "crewai", "redis",
+                                       "mem0"],
+                    help="the real engine (needs pip install -e \".[feather]\", "
+                         "\".[langchain]\" or the framework's package, see the README)")
     ec.add_argument("config", metavar="EXPERIMENT.toml",
                     help="TOML file (experiments/feather_check.toml, "
                          "experiments/langchain_check.toml)")

@@ -459,7 +459,8 @@ def run_framework_check(engine: str, path: Any, *, verbose: bool = True
     table."""
     check, stream, where = load_check_config(path, ("engine_check",), _KEYS)
     ks = check.get("k", [None])
-    modes = check.get("mode", ["now", "created"] if engine == "llamaindex" else ["now"])
+    # the mode is LlamaIndex's alone; the other engines ignore it
+    modes = check.get("mode", ["now", "created"]) if engine == "llamaindex" else ["now"]
     results = []
     for k in ks if isinstance(ks, list) else [ks]:
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
