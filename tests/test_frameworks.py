@@ -29,7 +29,7 @@ from memsim.policies import ArrayContext, resolve_policy
 from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
 from memsim.policies.decay import HalfLife
 from memsim.policies.frameworks import (ExpRate, LinearBlend, LlamaIndexRanker, LlamaIndexRecency,
-                                        Mem0Oss, RedisRecency)
+                                        Mem0Oss, RedisRecency, TimeToLive, UnusedCleanup)
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = json.loads((ROOT / "tests" / "golden" / "framework_vectors.json").read_text())
@@ -121,6 +121,23 @@ def test_agent_framework_default_is_exp_minus_003_per_day():
     rec = ExpRate(rate_per_day=0.03).recency(ctx.age("created"), ctx)[0]
     np.testing.assert_allclose(rec, np.exp(-0.03 * np.array([0, 10, 242])), rtol=1e-12)
     assert ExpRate().half_life() == pytest.approx(math.log(2) / 0.03)
+
+
+def test_ttl_refreshed_on_read_evicts_by_last_use():
+    # created 40 days ago: read 5 days ago (kept), read 31 days ago (gone), never read (gone)
+    ctx = ArrayContext(t=NOW, created_at=[NOW - 40] * 3, last_access=[NOW - 5, NOW - 31, np.nan])
+    assert TimeToLive(ttl_days=30).evict(ctx).tolist() == [False, True, True]
+    # without refresh on read only the write counts: all three are 40 days old
+    assert TimeToLive(ttl_days=30, clock="updated").evict(ctx).tolist() == [True] * 3
+
+
+def test_unused_cleanup_deletes_never_accessed_notes_whatever_their_age():
+    ctx = ArrayContext(t=NOW, created_at=[NOW - 1, NOW - 40, NOW - 40],
+                       last_access=[np.nan, NOW - 2, NOW - 35])
+    assert UnusedCleanup(threshold_days=30).evict(ctx).tolist() == [True, False, True]
+    # nothing tracked yet: the cleanup is skipped
+    fresh = ArrayContext(t=NOW, created_at=[NOW - 1, NOW - 400])
+    assert not UnusedCleanup(threshold_days=30).evict(fresh).any()
 
 
 # --------------------------------------------------------------------------

@@ -50,6 +50,10 @@ SOURCES: dict[str, str] = {
     "redis-agent-memory": "agent-memory-server 0.15.2, utils/recency.py, rerank_with_recency",
     "mem0-oss": "mem0ai 2.2.1, mem0/utils/scoring.py, score_and_rank",
     "agent-framework-default": "an agent framework's reported default exp(-0.03 * days)",
+    "langgraph-store-ttl": "langgraph-checkpoint 4.3.2, langgraph/store/base/__init__.py, "
+                           "TTLConfig",
+    "cognee-cleanup": "cognee 1.6.5, cognee/tasks/cleanup/cleanup_unused_data.py, "
+                      "cleanup_unused_data",
 }
 
 #: preset -> the ``memsim engine-check`` engine that replays it against the real code.
@@ -101,7 +105,9 @@ def _evicts(policy: Policy) -> str:
     if not ret.evicts:
         return "nothing"
     first = (type(ret).__doc__ or ret.name).strip().splitlines()[0].rstrip(".")
-    return f"{ret.name}: {first}".replace("``", "`")
+    params = ", ".join(f"{k} = {v:g}" for k, v in ret.params().items()
+                       if isinstance(v, float) and k.endswith("_days"))
+    return (f"{ret.name}" + (f" ({params})" if params else "") + f": {first}").replace("``", "`")
 
 
 def catalogue_rows() -> list[dict[str, str]]:

@@ -158,3 +158,52 @@ add_preset(
     packer="skip-fill",
     orderer="score",
 )
+
+add_preset(
+    "langgraph-store-ttl",
+    """LangGraph's store with a TTL refreshed on read: similarity search, items expire unused.
+
+    Source: langgraph-checkpoint 4.3.2, ``langgraph/store/base/__init__.py``
+    (``TTLConfig``: ``default_ttl`` minutes after the last access,
+    ``refresh_on_read = True``, expired items deleted by a sweep every
+    ``sweep_interval_minutes``); ``BaseStore.search`` ranks by the index's
+    similarity (cosine), ``limit = 10``, and refreshes the TTL of what it
+    returns (feedback ``touch = "returned"``, ``k = 10``; the ``ttl``
+    retention counts from the last use). ``default_ttl`` is None in the code:
+    the application sets it.""",
+    assumed={"retention.ttl_days": "the code has no default TTL (None: no expiry): 30 days",
+             "packer.kind": "search has no token budget: skip-fill in score order"},
+    retriever="cosine",
+    ranker="similarity",
+    retention={"kind": "ttl", "ttl_days": 30.0, "clock": "last_access"},
+    packer="skip-fill",
+    orderer="score",
+    feedback={"kind": "default", "touch": "returned", "k": 10, "timing": "per-query"},
+    candidates=10,
+)
+
+add_preset(
+    "cognee-cleanup",
+    """Cognee's unused-data cleanup: documents not returned within the threshold, or never, are deleted.
+
+    Source: cognee 1.6.5, ``cognee/tasks/cleanup/cleanup_unused_data.py``
+    (``cleanup_unused_data``: ``last_accessed < now - minutes_threshold`` **or
+    NULL**; skipped while nothing has been accessed) and
+    ``cognee/modules/retrieval/utils/access_tracking.py`` (a retrieval
+    stamps ``last_accessed`` on the documents it returns, with
+    ``ENABLE_LAST_ACCESSED=true``): the ``unused-cleanup`` retention, run at
+    the experiment's retention period. Cognee's retrieval (graph completion
+    over its knowledge graph) is not modelled: notes are ranked by similarity
+    and the top 10 count as returned.""",
+    assumed={"retention.threshold_days": "minutes_threshold has no default in the code: 30 days",
+             "ranker.kind": "Cognee's graph retrieval is not modelled: similarity",
+             "feedback.k": "the documents behind the top 10 results count as accessed",
+             "packer.kind": "skip-fill in score order within the budget"},
+    retriever="cosine",
+    ranker="similarity",
+    retention={"kind": "unused-cleanup", "threshold_days": 30.0},
+    packer="skip-fill",
+    orderer="score",
+    feedback={"kind": "default", "touch": "returned", "k": 10, "timing": "per-query"},
+    candidates=10,
+)

@@ -21,6 +21,10 @@ ranker ``redis-recency``   ``w_sem rel + w_rec clip(w_f 2 ** (-da / h_a) +
 ranker ``mem0-oss``        ``min(rel / 1, 1)``, NaN (not returned) below the
                            threshold (mem0 OSS ``score_and_rank`` without
                            BM25 or entity terms)
+retention ``ttl``          evict once the age on ``clock`` exceeds ``ttl_days``
+                           (LangGraph's store TTL, refreshed on read)
+retention ``unused-cleanup`` evict notes not used within ``threshold_days``
+                           or never used (Cognee's ``cleanup_unused_data``)
 ========================== ==================================================
 """
 
@@ -33,10 +37,10 @@ from typing import ClassVar
 import numpy as np
 
 from memsim.params import Interval, Options
-from .base import Decay, Ranker, ScoringContext, register
+from .base import Decay, Ranker, Retention, ScoringContext, register
 
 __all__ = ["ExpRate", "LinearBlend", "LlamaIndexRanker", "LlamaIndexRecency", "Mem0Oss",
-           "RedisRecency"]
+           "RedisRecency", "TimeToLive", "UnusedCleanup"]
 
 _LN2 = math.log(2.0)
 _NON_NEGATIVE = Interval(0, None)
@@ -274,3 +278,68 @@ class Mem0Oss(Ranker):
 
     def reads_uses(self) -> bool:
         return False
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class TimeToLive(Retention):
+    """Evict a note ``ttl_days`` after its last use: a store's TTL, refreshed on read.
+
+    LangGraph's store TTL (langgraph-checkpoint 4.3.2,
+    ``langgraph/store/base/__init__.py``, ``TTLConfig``): an item expires
+    ``default_ttl`` minutes after its last access; with ``refresh_on_read``
+    (default True) a ``get`` or ``search`` that returns it restarts the
+    timer (use the clock ``"last_access"`` with a feedback that touches the
+    returned notes), without it only a write does (``"updated"``); a sweep
+    every ``sweep_interval_minutes`` deletes the expired items (the
+    experiment's retention period). ``default_ttl`` is None (no expiry)
+    unless the application sets it.
+
+    Parameters
+    ----------
+    ttl_days : float > 0
+    clock : {"last_access", "updated", "created"}
+        The age that must exceed ``ttl_days``.
+    """
+
+    name: ClassVar[str] = "ttl"
+    ttl_days: float = 30.0
+    clock: str = "last_access"
+    _constraints: ClassVar[dict] = {"ttl_days": _POSITIVE,
+                                    "clock": Options(("last_access", "updated", "created"))}
+
+    def evict(self, ctx: ScoringContext) -> np.ndarray:
+        return np.asarray(ctx.age(self.clock)[0], dtype=np.float64) > self.ttl_days
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class UnusedCleanup(Retention):
+    """Cognee's cleanup: delete what was not accessed within the threshold, or never.
+
+    Source: cognee 1.6.5, ``cognee/tasks/cleanup/cleanup_unused_data.py``
+    (``cleanup_unused_data``, ``_cleanup_via_sql``): every document whose
+    ``last_accessed`` is older than ``minutes_threshold`` **or NULL** is
+    deleted, so a document no search has returned goes at the first cleanup
+    whatever its age; the cleanup does nothing while no document has been
+    accessed at all ("tracking may be newly enabled"). ``last_accessed`` is
+    set on the documents a retrieval returns
+    (``modules/retrieval/utils/access_tracking.py``, with
+    ``ENABLE_LAST_ACCESSED=true``).
+
+    Parameters
+    ----------
+    threshold_days : float > 0
+        ``minutes_threshold / 1440``.
+    """
+
+    name: ClassVar[str] = "unused-cleanup"
+    threshold_days: float = 30.0
+    _constraints: ClassVar[dict] = {"threshold_days": _POSITIVE}
+
+    def evict(self, ctx: ScoringContext) -> np.ndarray:
+        since = np.asarray(ctx.since_access[0], dtype=np.float64)
+        never = np.isnan(since)
+        if never.all():  # nothing tracked yet: the cleanup is skipped
+            return np.zeros(len(since), dtype=bool)
+        return never | (since > self.threshold_days)
