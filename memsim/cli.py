@@ -236,9 +236,14 @@ def _cmd_policies(args) -> int:
             for pname, default, allowed in cls.describe():
                 print(f"      {pname} = {default!r}  ({allowed})")
     print("[presets]")
+    from .policies.catalogue import SOURCES
+
     for name, preset in sorted(PRESETS.items()):
-        first = preset.doc.split(".")[0].replace("\n", " ")
+        # the summary line (a split at the first "." would cut "0.5 / 3 / 2")
+        first = preset.doc.strip().splitlines()[0].rstrip(".")
         print(f"  {name}: {_plain_text(' '.join(first.split()))}.")
+        if name in SOURCES:
+            print(f"      source: {SOURCES[name]}")
         for key, why in assumptions(name).items():
             print(f"      assumed {key}: {_plain_text(why)}")
     return 0

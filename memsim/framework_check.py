@@ -20,7 +20,8 @@ Engines and the code they run:
 ``llamaindex``       llama-index-core: ``TimeWeightedPostprocessor`` (the node
                      metadata it refreshes is kept between queries); ``mode =
                      "now"`` leaves nodes unstamped (its default), ``"created"``
-                     stamps each at insertion
+                     stamps each at insertion; ``refresh = false`` turns its
+                     ``time_access_refresh`` off (and the preset's feedback)
 ``crewai``           crewai: ``crewai/memory/types.py`` ``compute_composite_score``,
                      loaded from the installed package's file alone (the
                      package's ``__init__`` imports its whole agent stack)
@@ -140,16 +141,20 @@ def _prepare(stream: Stream) -> Stream:
                        qs.query_embeddings, dict(qs.meta), retrieved=qs.retrieved)
 
 
-def framework_policy(engine: str, *, k: int | None = None, mode: str = "now"):
-    """The engine's preset, with ``k`` results (and LlamaIndex's ``mode``)."""
+def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
+                     refresh: bool = True):
+    """The engine's preset, with ``k`` results (and LlamaIndex's ``mode`` and
+    ``refresh``: ``time_access_refresh``, off = no feedback)."""
     name = ENGINES[engine].preset
     table: dict[str, Any] = {"preset": name}
     if engine == "llamaindex":
         table["decay"] = {"unstamped": mode}
+        if not refresh:
+            table["feedback"] = {"touch": "none"}
     if k is not None:
         table["candidates"] = k
         if engine in ("llamaindex", "crewai", "redis"):
-            table["feedback"] = {"k": k}
+            table.setdefault("feedback", {})["k"] = k
         if engine == "redis":
             table["retriever"] = {"prefilter": k}
         if engine == "crewai":
@@ -247,7 +252,8 @@ def _run(stream: Stream, k: int, setup: Callable, query: Callable) -> tuple[list
     return ids_out, scores_out
 
 
-def _llamaindex(stream: Stream, k: int, mode: str, similarity_top_k: int):
+def _llamaindex(stream: Stream, k: int, mode: str, similarity_top_k: int,
+                refresh: bool = True):
     _package_dir("llama_index", "llama-index-core")
     from llama_index.core.indices.query.embedding_utils import get_top_k_embeddings
     from llama_index.core.postprocessor import TimeWeightedPostprocessor
@@ -271,7 +277,7 @@ def _llamaindex(stream: Stream, k: int, mode: str, similarity_top_k: int):
                                          similarity_top_k=similarity_top_k,
                                          embedding_ids=rows.tolist())
         pool = [NodeWithScore(node=nodes[int(i)], score=float(s)) for s, i in zip(sims, got)]
-        post = TimeWeightedPostprocessor(top_k=k, now=EPOCH_TS + t)
+        post = TimeWeightedPostprocessor(top_k=k, now=EPOCH_TS + t, time_access_refresh=refresh)
         out = post.postprocess_nodes(pool)
         return [int(n.node.id_[1:]) for n in out], [float(n.score) for n in out]
 
@@ -390,22 +396,25 @@ class FrameworkCheckResult:
 
 
 def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
-                          mode: str = "now") -> FrameworkCheckResult:
+                          mode: str = "now", refresh: bool = True) -> FrameworkCheckResult:
     """Replay ``stream`` through ``engine``'s real code and its memsim preset
     and compare the returned top ``k`` query by query (``k`` None: the
-    preset's number of results)."""
+    preset's number of results; ``mode`` and ``refresh``: LlamaIndex's
+    unstamped nodes and ``time_access_refresh``)."""
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r}: unknown; allowed: {', '.join(ENGINES)}")
     if engine == "llamaindex" and mode not in ("now", "created"):
         raise ConfigError(f"mode: expected 'now' or 'created', got {mode!r}")
-    policy = framework_policy(engine, k=k, mode=mode)
+    if not isinstance(refresh, bool):
+        raise ConfigError(f"refresh: expected true or false, got {refresh!r}")
+    policy = framework_policy(engine, k=k, mode=mode, refresh=refresh)
     k = int(policy.candidates)
     if k < 1:
         raise ConfigError(f"k: expected >= 1, got {k}")
     qs = _prepare(stream)
     t0 = time.perf_counter()
     if engine == "llamaindex":
-        (ids, scores), version = _llamaindex(qs, k, mode, policy.retriever.prefilter)
+        (ids, scores), version = _llamaindex(qs, k, mode, policy.retriever.prefilter, refresh)
     elif engine == "crewai":
         (ids, scores), version = _crewai(qs, k)
     elif engine == "redis":
@@ -418,7 +427,8 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
     per_query["cause"] = _causes(per_query)
     summary = summarise(per_query, k)
     summary.update(engine=engine, engine_version=version, preset=ENGINES[engine].preset,
-                   mode=mode if engine == "llamaindex" else None, n_notes=int(qs.n_notes),
+                   mode=mode if engine == "llamaindex" else None,
+                   refresh=refresh if engine == "llamaindex" else None, n_notes=int(qs.n_notes),
                    memsim_s=mem_s, engine_s=eng_s)
     return FrameworkCheckResult(per_query=per_query, summary=summary, engine_ids=ids)
 
@@ -441,6 +451,8 @@ def format_framework_check(res: FrameworkCheckResult) -> str:
     s = res.summary
     eng = ENGINES[s["engine"]]
     mode = f", mode {s['mode']}" if s.get("mode") else ""
+    if s.get("refresh") is False:
+        mode += ", no refresh"
     head = (f"{eng.package} {s['engine_version']} {eng.what} vs memsim preset "
             f"'{s['preset']}' (per-query feedback{mode})\n"
             f"  stream: {s['n_notes']:,} notes, {s['n_queries']:,} queries; k = {s['k']}")
@@ -448,7 +460,7 @@ def format_framework_check(res: FrameworkCheckResult) -> str:
         f"\n  time: memsim {s['memsim_s']:.1f} s, {eng.package} {s['engine_s']:.1f} s")
 
 
-_KEYS = {"seed", "k", "mode"}
+_KEYS = {"seed", "k", "mode", "refresh"}
 
 
 def run_framework_check(engine: str, path: Any, *, verbose: bool = True
@@ -459,17 +471,19 @@ def run_framework_check(engine: str, path: Any, *, verbose: bool = True
     table."""
     check, stream, where = load_check_config(path, ("engine_check",), _KEYS)
     ks = check.get("k", [None])
-    # the mode is LlamaIndex's alone; the other engines ignore it
+    # the mode and the refresh are LlamaIndex's alone; the other engines ignore them
     modes = check.get("mode", ["now", "created"]) if engine == "llamaindex" else ["now"]
+    refreshes = check.get("refresh", [True]) if engine == "llamaindex" else [True]
     results = []
     for k in ks if isinstance(ks, list) else [ks]:
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ConfigError(f"{where}: engine_check.k: expected an integer >= 1, got {k!r}")
         for mode in modes if isinstance(modes, list) else [modes]:
-            res = framework_cross_check(engine, stream, k=k, mode=mode)
-            results.append(res)
-            if verbose:
-                print(format_framework_check(res), flush=True)
+            for refresh in refreshes if isinstance(refreshes, list) else [refreshes]:
+                res = framework_cross_check(engine, stream, k=k, mode=mode, refresh=refresh)
+                results.append(res)
+                if verbose:
+                    print(format_framework_check(res), flush=True)
     return results
 
 
@@ -488,7 +502,8 @@ def main(engine: str, argv: list[str] | None = None) -> int:
         for res in results:
             s = res.summary
             res.per_query.to_csv(f"{args.csv}_{engine}_k{s['k']}"
-                                 + (f"_{s['mode']}" if s.get("mode") else "") + ".csv",
+                                 + (f"_{s['mode']}" if s.get("mode") else "")
+                                 + ("_norefresh" if s.get("refresh") is False else "") + ".csv",
                                  index=False)
     return 0
 

@@ -189,13 +189,15 @@ def _need(engine: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [11, 12])
-@pytest.mark.parametrize("engine,mode", [("llamaindex", "now"), ("llamaindex", "created"),
-                                         ("crewai", "now"), ("redis", "now"), ("mem0", "now")])
-def test_engine_check_identical_top_k(engine, mode, seed):
+@pytest.mark.parametrize("engine,mode,refresh", [
+    ("llamaindex", "now", True), ("llamaindex", "created", True),
+    ("llamaindex", "now", False), ("llamaindex", "created", False),
+    ("crewai", "now", True), ("redis", "now", True), ("mem0", "now", True)])
+def test_engine_check_identical_top_k(engine, mode, refresh, seed):
     _need(engine)
     from memsim.framework_check import framework_cross_check
 
-    res = framework_cross_check(engine, _stream(seed), mode=mode)
+    res = framework_cross_check(engine, _stream(seed), mode=mode, refresh=refresh)
     assert res.summary["n_queries"] > 50
     assert res.summary["identical_share"] == 1.0, res.per_query.loc[~res.per_query["identical"]]
 
@@ -208,6 +210,10 @@ def test_engine_check_tells_the_llamaindex_modes_apart():
     stream = fc._prepare(_stream(11))
     (ids, _), _ = fc._llamaindex(stream, 1, "now", 2)
     mem_ids, _, _ = fc._replay_memsim(stream, fc.framework_policy("llamaindex", mode="created"), 1)
+    assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
+    # and the refresh: the real code without it against the preset with it
+    (ids, _), _ = fc._llamaindex(stream, 1, "now", 2, refresh=False)
+    mem_ids, _, _ = fc._replay_memsim(stream, fc.framework_policy("llamaindex", mode="now"), 1)
     assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
 
 

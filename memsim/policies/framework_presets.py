@@ -13,7 +13,7 @@ from .presets import add_preset
 
 __all__: list[str] = []
 
-_LLAMA_DOC = """LlamaIndex's TimeWeightedPostprocessor ({mode}): similarity plus 1 %/hour since last use.
+_LLAMA_DOC = """LlamaIndex's TimeWeightedPostprocessor ({mode}): similarity + 0.01 ** hours since last use.
 
     Source: llama-index-core 0.14.25, ``llama_index/core/postprocessor/
     node_recency.py``, ``TimeWeightedPostprocessor._postprocess_nodes``: the
