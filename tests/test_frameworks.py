@@ -29,7 +29,8 @@ from memsim.policies import ArrayContext, resolve_policy
 from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
 from memsim.policies.decay import HalfLife
 from memsim.policies.frameworks import (ExpRate, LinearBlend, LlamaIndexRanker, LlamaIndexRecency,
-                                        Mem0Oss, RedisRecency, TimeToLive, UnusedCleanup)
+                                        Mem0Oss, RedisRecency, SimilarityGate, TimeToLive,
+                                        UnusedCleanup)
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = json.loads((ROOT / "tests" / "golden" / "framework_vectors.json").read_text())
@@ -138,6 +139,16 @@ def test_unused_cleanup_deletes_never_accessed_notes_whatever_their_age():
     # nothing tracked yet: the cleanup is skipped
     fresh = ArrayContext(t=NOW, created_at=[NOW - 1, NOW - 400])
     assert not UnusedCleanup(threshold_days=30).evict(fresh).any()
+
+
+def test_memoryos_gate_and_lfu_eviction():
+    ctx = ArrayContext(t=NOW, created_at=[NOW - 10, NOW - 5, NOW - 20],
+                       recalls=[0, 0, 3])
+    gate = SimilarityGate(threshold=0.1).combine(np.array([[0.05, 0.1, 0.7]]), None, ctx)[0]
+    assert np.isnan(gate[0]) and gate[1:].tolist() == [0.1, 0.7]
+    pol = resolve_policy({"preset": "memoryos-mid-term", "retention": {"max_notes": 2}}, "m")
+    # the least used goes; between the two never used, the first inserted (evict_lfu's min)
+    assert pol.retention.evict(ctx).tolist() == [True, False, False]
 
 
 # --------------------------------------------------------------------------

@@ -54,6 +54,8 @@ SOURCES: dict[str, str] = {
                            "TTLConfig",
     "cognee-cleanup": "cognee 1.6.5, cognee/tasks/cleanup/cleanup_unused_data.py, "
                       "cleanup_unused_data",
+    "memoryos-mid-term": "BAI-LAB/MemoryOS, memoryos-pypi/mid_term.py, MidTermMemory "
+                         "(search_sessions, evict_lfu)",
 }
 
 #: preset -> the ``memsim engine-check`` engine that replays it against the real code.
@@ -105,8 +107,9 @@ def _evicts(policy: Policy) -> str:
     if not ret.evicts:
         return "nothing"
     first = (type(ret).__doc__ or ret.name).strip().splitlines()[0].rstrip(".")
-    params = ", ".join(f"{k} = {v:g}" for k, v in ret.params().items()
-                       if isinstance(v, float) and k.endswith("_days"))
+    params = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                       for k, v in ret.params().items()
+                       if (k.endswith("_days") and v) or k in ("max_notes", "by"))
     return (f"{ret.name}" + (f" ({params})" if params else "") + f": {first}").replace("``", "`")
 
 

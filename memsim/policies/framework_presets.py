@@ -207,3 +207,32 @@ add_preset(
     feedback={"kind": "default", "touch": "returned", "k": 10, "timing": "per-query"},
     candidates=10,
 )
+
+add_preset(
+    "memoryos-mid-term",
+    """MemoryOS's mid-term memory: cosine search gated at 0.1, LFU eviction at 2,000 sessions.
+
+    Source: BAI-LAB/MemoryOS, ``memoryos-pypi/mid_term.py`` (``MidTermMemory``):
+    ``search_sessions`` returns the ``top_k_sessions = 5`` nearest sessions
+    by cosine (``faiss.IndexFlatIP`` over normalised vectors) whose
+    similarity reaches 0.1 (the ``similarity-gate`` ranker), and counts a
+    visit of each (``N_visit``, ``access_count_lfu``; feedback ``touch =
+    "returned"``, ``k = 5``); ``add_session`` evicts the least frequently
+    accessed session (``evict_lfu``; ties: the first inserted) once there are
+    more than ``max_capacity = 2000`` (retention ``capacity``, ``by =
+    "recalls"``, which keeps the newer on ties). The heat ``N_visit +
+    L_interaction + exp(-hours_since_visit / 24)`` (``compute_segment_heat``,
+    ``utils.compute_time_decay``, a 16.6-hour half-life) decides promotion
+    to the long-term profile only: neither the ranking nor the eviction reads
+    it, and memsim does not model the profile. A memsim note stands for a
+    mid-term session.""",
+    assumed={"retention.protect_pinned": "MemoryOS has no pins (no effect without pinned notes)",
+             "packer.kind": "search has no token budget: skip-fill in score order"},
+    retriever="cosine",
+    ranker={"kind": "similarity-gate", "threshold": 0.1},
+    retention={"kind": "capacity", "max_notes": 2000, "by": "recalls"},
+    packer="skip-fill",
+    orderer="score",
+    feedback={"kind": "default", "touch": "returned", "k": 5, "timing": "per-query"},
+    candidates=5,
+)

@@ -21,6 +21,7 @@ ranker ``redis-recency``   ``w_sem rel + w_rec clip(w_f 2 ** (-da / h_a) +
 ranker ``mem0-oss``        ``min(rel / 1, 1)``, NaN (not returned) below the
                            threshold (mem0 OSS ``score_and_rank`` without
                            BM25 or entity terms)
+ranker ``similarity-gate`` ``rel``, NaN (not returned) below the threshold
 retention ``ttl``          evict once the age on ``clock`` exceeds ``ttl_days``
                            (LangGraph's store TTL, refreshed on read)
 retention ``unused-cleanup`` evict notes not used within ``threshold_days``
@@ -40,7 +41,7 @@ from memsim.params import Interval, Options
 from .base import Decay, Ranker, Retention, ScoringContext, register
 
 __all__ = ["ExpRate", "LinearBlend", "LlamaIndexRanker", "LlamaIndexRecency", "Mem0Oss",
-           "RedisRecency", "TimeToLive", "UnusedCleanup"]
+           "RedisRecency", "SimilarityGate", "TimeToLive", "UnusedCleanup"]
 
 _LN2 = math.log(2.0)
 _NON_NEGATIVE = Interval(0, None)
@@ -343,3 +344,29 @@ class UnusedCleanup(Retention):
         if never.all():  # nothing tracked yet: the cleanup is skipped
             return np.zeros(len(since), dtype=bool)
         return never | (since > self.threshold_days)
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class SimilarityGate(Ranker):
+    """``score = relevance``, and no result below ``threshold`` (NaN: not returned).
+
+    A vector search with a similarity cut-off, as MemoryOS's mid-term search
+    (``segment_similarity_threshold = page_similarity_threshold = 0.1``).
+
+    Parameters
+    ----------
+    threshold : float
+    """
+
+    name: ClassVar[str] = "similarity-gate"
+    uses_recency: ClassVar[bool] = False
+    threshold: float = 0.1
+    _constraints: ClassVar[dict] = {"threshold": Interval(None, None)}
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
+        rel = np.asarray(rel, dtype=np.float64)
+        return np.where(rel < self.threshold, np.nan, rel)
+
+    def reads_uses(self) -> bool:
+        return False
