@@ -596,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
               "memsim engine-check langchain experiments/langchain_check.toml",
               "memsim engine-check llamaindex experiments/framework_check.toml"))
     ec.add_argument("engine", choices=["feather", "langchain", "llamaindex", "crewai", "redis",
-                                       "mem0"],
+                                       "mem0", "openmemory"],
                     help="the real engine (needs pip install -e \".[feather]\", "
                          "\".[langchain]\" or the framework's package, see the README)")
     ec.add_argument("config", metavar="EXPERIMENT.toml",

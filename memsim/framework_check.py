@@ -30,6 +30,11 @@ Engines and the code they run:
                      ``models`` import is only for annotations); the server's
                      900-s rate limit on ``last_accessed`` is reproduced here
 ``mem0``             mem0ai: ``mem0/utils/scoring.py`` ``score_and_rank``
+``openmemory``       openmemory-python: ``scoring.py`` ``compute_hybrid_score`` and
+                     ``decay.py`` ``calc_recency_score`` (loaded without the
+                     package's ``__init__``, which needs sentence-transformers), on
+                     the 8 nearest, refreshing ``last_seen_at`` of the returned;
+                     no waypoint graph
 ==================== =============================================================
 
 Both replays run on the stream with times quantised to whole seconds
@@ -84,6 +89,8 @@ ENGINES: dict[str, _Engine] = {
     "redis": _Engine("redis-agent-memory", "agent-memory-server", "agent_memory_server",
                      "rerank_with_recency"),
     "mem0": _Engine("mem0-oss", "mem0ai", "mem0", "score_and_rank"),
+    "openmemory": _Engine("openmemory", "openmemory-python", "openmemory",
+                          "compute_hybrid_score"),
 }
 
 
@@ -161,6 +168,8 @@ def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
             table["retriever"] = {"prefilter": 2 * k}
         if engine == "mem0":
             table["retriever"] = {"prefilter": max(4 * k, 60)}
+        if engine == "openmemory":
+            table["feedback"] = {"k": k}
     return resolve_policy(table, f"engine_check.{engine}")
 
 
@@ -384,6 +393,45 @@ def _mem0(stream: Stream, k: int, threshold: float = 0.1):
     return _run(stream, k, setup, query), _version("mem0ai")
 
 
+def _openmemory(stream: Stream, k: int, pool_size: int):
+    root = _package_dir("openmemory", "openmemory-python")
+    pkg = types.ModuleType("_memsim_openmemory")
+    pkg.__path__ = [str(root)]  # its modules, without the package's __init__
+    sys.modules["_memsim_openmemory"] = pkg
+    scoring = importlib.import_module("_memsim_openmemory.scoring")
+    decay = importlib.import_module("_memsim_openmemory.decay")
+    clock = {"ms": 0}
+    decay.time = types.SimpleNamespace(time=lambda: clock["ms"] / 1000.0)
+    last: dict[int, int] = {}
+
+    def ms(s):
+        return int((EPOCH_TS + int(s)) * 1000)
+
+    def setup(st):
+        def on_add(i):
+            last[i] = ms(st.created[i])  # last_seen_at starts at creation
+
+        def on_access(i, t):
+            last[i] = max(last[i], ms(t))
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        clock["ms"] = ms(t)
+        cos = _cosines(st.emb[rows], q)
+        pos = {int(r): p for p, r in enumerate(rows)}
+        pool = _nearest(cos, rows, pool_size)
+        scored = [(int(r), scoring.compute_hybrid_score(
+            float(cos[pos[int(r)]]), 0.0, 0.0, decay.calc_recency_score(last[int(r)])))
+            for r in pool]
+        scored.sort(key=lambda x: x[1], reverse=True)
+        top = scored[:k]
+        for r, _ in top:  # update_memory_seen(now)
+            last[r] = ms(t)
+        return [r for r, _ in top], [s for _, s in top]
+
+    return _run(stream, k, setup, query), _version("openmemory-python")
+
+
 @dataclass
 class FrameworkCheckResult:
     """Outcome of :func:`framework_cross_check`: ``per_query`` (one row per
@@ -419,6 +467,8 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
         (ids, scores), version = _crewai(qs, k)
     elif engine == "redis":
         (ids, scores), version = _redis(qs, k)
+    elif engine == "openmemory":
+        (ids, scores), version = _openmemory(qs, k, policy.retriever.prefilter)
     else:
         (ids, scores), version = _mem0(qs, k)
     eng_s = time.perf_counter() - t0

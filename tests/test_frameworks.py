@@ -29,8 +29,8 @@ from memsim.policies import ArrayContext, resolve_policy
 from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
 from memsim.policies.decay import HalfLife
 from memsim.policies.frameworks import (ExpRate, LinearBlend, LlamaIndexRanker, LlamaIndexRecency,
-                                        Mem0Oss, RedisRecency, SimilarityGate, TimeToLive,
-                                        UnusedCleanup)
+                                        Mem0Oss, OpenMemoryHybrid, RedisRecency, SimilarityGate,
+                                        TimeToLive, UnusedCleanup)
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = json.loads((ROOT / "tests" / "golden" / "framework_vectors.json").read_text())
@@ -117,6 +117,18 @@ def test_mem0_score_and_rank():
     np.testing.assert_allclose(score[order], g["scores"], rtol=1e-12)
 
 
+def test_openmemory_hybrid_score():
+    cases = GOLDEN["openmemory"]["cases"]
+    sim = np.array([c["similarity"] for c in cases])
+    ctx = ArrayContext(t=NOW, created_at=np.full(len(sim), NOW - 100.0),
+                       last_access=[NOW - c["days_since_seen"] for c in cases])
+    r = OpenMemoryHybrid()
+    np.testing.assert_allclose(r.recency(ctx)[0], [c["recency"] for c in cases], rtol=1e-12,
+                               atol=1e-15)
+    np.testing.assert_allclose(r.combine(sim[None, :], None, ctx)[0], [c["score"] for c in cases],
+                               rtol=1e-12)
+
+
 def test_agent_framework_default_is_exp_minus_003_per_day():
     ctx = ArrayContext(t=NOW, created_at=[NOW, NOW - 10, NOW - 242])
     rec = ExpRate(rate_per_day=0.03).recency(ctx.age("created"), ctx)[0]
@@ -184,7 +196,7 @@ def test_unstamped_mode_returns_other_notes_than_stamped():
 # --------------------------------------------------------------------------
 
 _PACKAGES = {"llamaindex": "llama_index", "crewai": "crewai", "redis": "agent_memory_server",
-             "mem0": "mem0"}
+             "mem0": "mem0", "openmemory": "openmemory"}
 
 
 def _need(engine: str) -> None:
@@ -203,7 +215,8 @@ def _need(engine: str) -> None:
 @pytest.mark.parametrize("engine,mode,refresh", [
     ("llamaindex", "now", True), ("llamaindex", "created", True),
     ("llamaindex", "now", False), ("llamaindex", "created", False),
-    ("crewai", "now", True), ("redis", "now", True), ("mem0", "now", True)])
+    ("crewai", "now", True), ("redis", "now", True), ("mem0", "now", True),
+    ("openmemory", "now", True)])
 def test_engine_check_identical_top_k(engine, mode, refresh, seed):
     _need(engine)
     from memsim.framework_check import framework_cross_check

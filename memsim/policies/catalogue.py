@@ -56,6 +56,8 @@ SOURCES: dict[str, str] = {
                       "cleanup_unused_data",
     "memoryos-mid-term": "BAI-LAB/MemoryOS, memoryos-pypi/mid_term.py, MidTermMemory "
                          "(search_sessions, evict_lfu)",
+    "openmemory": "openmemory-python 1.0.0, openmemory/scoring.py, compute_hybrid_score "
+                  "(memory_system.py, MemorySystem.query)",
 }
 
 #: preset -> the ``memsim engine-check`` engine that replays it against the real code.
@@ -67,6 +69,7 @@ ENGINE_CHECKS: dict[str, str] = {
     "crewai-memory": "crewai",
     "redis-agent-memory": "redis",
     "mem0-oss": "mem0",
+    "openmemory": "openmemory",
 }
 
 
@@ -89,6 +92,14 @@ def time_scale(policy: Policy) -> str:
     if r.name == "redis-recency":
         return (f"{format_days(r.half_life_last_access_days)} since access, "
                 f"{format_days(r.half_life_created_days)} since creation")
+    if r.name == "openmemory-hybrid":
+        # exp(-d / t) (1 - d / t_max) = 1/2, solved by bisection on [0, t_max]
+        lo, hi = 0.0, r.t_max_days
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            f = math.exp(-mid / r.t_days) * (1 - mid / r.t_max_days)
+            lo, hi = (mid, hi) if f > 0.5 else (lo, mid)
+        return f"{format_days(lo)} since last use (recency term; 0 at {r.t_max_days:g} d)"
     if r.name == "generative-agents-code":
         return f"rank-based: {r.recency_decay:g} ** rank of last access"
     if not r.uses_recency or r.name in ("random", "oracle", "as-logged"):

@@ -236,3 +236,32 @@ add_preset(
     feedback={"kind": "default", "touch": "returned", "k": 5, "timing": "per-query"},
     candidates=5,
 )
+
+add_preset(
+    "openmemory",
+    """OpenMemory (Python port): sigmoid of boosted similarity and a 7-day recency, top 8 per sector.
+
+    Source: openmemory-python 1.0.0, ``openmemory/memory_system.py``
+    (``MemorySystem.query``, ``k = 10``): the candidates are the 8 nearest
+    memories by cosine in each of the query's sectors (one sector here:
+    retriever prefilter 8), each scored by ``compute_hybrid_score``
+    (``scoring.py``; the ``openmemory-hybrid`` ranker) and the top ``k``
+    returned; their ``last_seen_at`` is set to now (feedback ``touch =
+    "returned"``). The salience decay ``calc_decay`` (``decay.py``: per-sector
+    rates 0.001-0.02 per day, a dual fast/slow process, floored at 0.7 of
+    the salience) and the +0.1 reinforcement change the stored salience
+    only: the score does not read it (it filters only with ``min_salience``,
+    None by default). Not modelled: the waypoint-graph expansion when the
+    mean similarity of the top 8 is below 0.55 (expanded memories score
+    from similarity 0, after every direct candidate) and the token overlap
+    (memsim's notes carry no text).""",
+    assumed={"retriever.prefilter": "one sector per query and no waypoint expansion: the "
+                                    "8 nearest",
+             "packer.kind": "query has no token budget: skip-fill in score order"},
+    retriever={"kind": "cosine", "prefilter": 8},
+    ranker="openmemory-hybrid",
+    packer="skip-fill",
+    orderer="score",
+    feedback={"kind": "default", "touch": "returned", "k": 10, "timing": "per-query"},
+    candidates=10,
+)

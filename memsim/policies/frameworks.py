@@ -21,6 +21,7 @@ ranker ``redis-recency``   ``w_sem rel + w_rec clip(w_f 2 ** (-da / h_a) +
 ranker ``mem0-oss``        ``min(rel / 1, 1)``, NaN (not returned) below the
                            threshold (mem0 OSS ``score_and_rank`` without
                            BM25 or entity terms)
+ranker ``openmemory-hybrid`` ``sigmoid(0.6 (1 - exp(-3 rel)) + 0.05 recency)``
 ranker ``similarity-gate`` ``rel``, NaN (not returned) below the threshold
 retention ``ttl``          evict once the age on ``clock`` exceeds ``ttl_days``
                            (LangGraph's store TTL, refreshed on read)
@@ -41,7 +42,7 @@ from memsim.params import Interval, Options
 from .base import Decay, Ranker, Retention, ScoringContext, register
 
 __all__ = ["ExpRate", "LinearBlend", "LlamaIndexRanker", "LlamaIndexRecency", "Mem0Oss",
-           "RedisRecency", "SimilarityGate", "TimeToLive", "UnusedCleanup"]
+           "OpenMemoryHybrid", "RedisRecency", "SimilarityGate", "TimeToLive", "UnusedCleanup"]
 
 _LN2 = math.log(2.0)
 _NON_NEGATIVE = Interval(0, None)
@@ -370,3 +371,44 @@ class SimilarityGate(Ranker):
 
     def reads_uses(self) -> bool:
         return False
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class OpenMemoryHybrid(Ranker):
+    """OpenMemory's hybrid score: a sigmoid of boosted similarity and recency.
+
+    Source: openmemory-python 1.0.0, ``openmemory/scoring.py``
+    (``compute_hybrid_score``) and ``openmemory/decay.py``
+    (``boosted_similarity``, ``calc_recency_score``)::
+
+        sim'    = 1 - exp(-tau * sim)                          # tau = 3
+        recency = clip(exp(-d / t_days) * (1 - d / t_max_days), 0, 1)   # 7, 60 days
+        score   = sigmoid(0.6 sim' + 0.2 overlap + 0.15 waypoint + 0.05 recency)
+
+    with ``d`` the days since ``last_seen_at`` (creation, then each time a
+    query returns the memory). memsim's notes carry no text and no waypoint
+    graph: ``overlap = waypoint = 0``. The ranker computes its own recency
+    (the policy's decay is not used).
+    """
+
+    name: ClassVar[str] = "openmemory-hybrid"
+    uses_recency: ClassVar[bool] = False
+    w_similarity: float = 0.6
+    w_recency: float = 0.05
+    tau: float = 3.0
+    t_days: float = 7.0
+    t_max_days: float = 60.0
+    _constraints: ClassVar[dict] = {"w_similarity": _NON_NEGATIVE, "w_recency": _NON_NEGATIVE,
+                                    "tau": _NON_NEGATIVE, "t_days": _POSITIVE,
+                                    "t_max_days": _POSITIVE}
+
+    def recency(self, ctx: ScoringContext) -> np.ndarray:
+        """``calc_recency_score`` (Q, L)."""
+        d = np.asarray(ctx.age_last_access, dtype=np.float64)
+        return np.clip(np.exp(-d / self.t_days) * (1.0 - d / self.t_max_days), 0.0, 1.0)
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
+        boosted = 1.0 - np.exp(-self.tau * np.asarray(rel, dtype=np.float64))
+        raw = self.w_similarity * boosted + self.w_recency * self.recency(ctx)
+        return 1.0 / (1.0 + np.exp(-raw))

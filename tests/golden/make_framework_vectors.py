@@ -1,7 +1,7 @@
 """Write ``framework_vectors.json``: input -> output cases from the frameworks' own code.
 
 Run with the frameworks installed (llama-index-core, crewai, agent-memory-server,
-mem0ai; see the README, "Framework presets")::
+mem0ai, openmemory-python; see the README, "Framework presets")::
 
     python tests/golden/make_framework_vectors.py
 
@@ -93,7 +93,28 @@ def mem0() -> dict:
             "order": [int(o["id"]) for o in out], "scores": [o["score"] for o in out]}
 
 
+def openmemory() -> dict:
+    import importlib
+    import sys
+
+    pkg = types.ModuleType("_g_openmemory")
+    pkg.__path__ = [str(_package_dir("openmemory", "openmemory-python"))]
+    sys.modules["_g_openmemory"] = pkg
+    scoring = importlib.import_module("_g_openmemory.scoring")
+    decay = importlib.import_module("_g_openmemory.decay")
+    now_ms = int(NOW_TS * 1000)
+    decay.time = types.SimpleNamespace(time=lambda: now_ms / 1000.0)
+    cases = []
+    for sim, days in [(0.9, 0.0), (0.5, 1.0), (0.2, 7.0), (0.7, 30.0), (0.4, 59.0), (0.8, 90.0),
+                      (0.0, 3.0)]:
+        rec = decay.calc_recency_score(now_ms - int(days * 86400 * 1000))
+        cases.append({"similarity": sim, "days_since_seen": days, "recency": rec,
+                      "score": scoring.compute_hybrid_score(sim, 0.0, 0.0, rec)})
+    return {"version": version("openmemory-python"), "cases": cases}
+
+
 if __name__ == "__main__":
-    data = {"llamaindex": llamaindex(), "crewai": crewai(), "redis": redis(), "mem0": mem0()}
+    data = {"llamaindex": llamaindex(), "crewai": crewai(), "redis": redis(), "mem0": mem0(),
+            "openmemory": openmemory()}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(OUT)
