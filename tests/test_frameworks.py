@@ -259,9 +259,15 @@ def test_engine_check_bad_key_is_one_line(tmp_path):
 def test_catalogue_lists_every_preset_with_a_source():
     from memsim.policies import PRESETS
 
+    from memsim.policies.catalogue import SOURCES
+
     rows = catalogue_rows()
     assert [r["preset"] for r in rows] == list(PRESETS)
-    assert all(r["source"] != "see memsim policies" for r in rows)
+    assert set(SOURCES) <= set(PRESETS)  # no entry for a preset that is gone
+    framework = ["llamaindex-time-weighted", "llamaindex-time-weighted-stamped", "crewai-memory",
+                 "redis-agent-memory", "mem0-oss", "openmemory", "memoryos-mid-term",
+                 "langgraph-store-ttl", "cognee-cleanup", "agent-framework-default"]
+    assert all(name in SOURCES for name in framework)
     by = {r["preset"]: r for r in rows}
     assert "9.03 min" in by["llamaindex-time-weighted"]["half_life"]
     assert by["langchain-time-weighted"]["half_life"].startswith("2.87 d")
