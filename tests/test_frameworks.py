@@ -28,7 +28,7 @@ from memsim.engine_check import load_check_config
 from memsim.policies import ArrayContext, resolve_policy
 from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
 from memsim.policies.decay import HalfLife
-from memsim.policies.frameworks import (ExpRate, LinearBlend, LlamaIndexRanker, LlamaIndexRecency,
+from memsim.policies.frameworks import (DropMiddle, ExpRate, LinearBlend, LlamaIndexRanker, LlamaIndexRecency,
                                         Mem0Oss, OpenMemoryHybrid, RedisRecency, SimilarityGate,
                                         TimeToLive, UnusedCleanup)
 
@@ -127,6 +127,19 @@ def test_openmemory_hybrid_score():
                                atol=1e-15)
     np.testing.assert_allclose(r.combine(sim[None, :], None, ctx)[0], [c["score"] for c in cases],
                                rtol=1e-12)
+
+
+def test_autogen_drops_the_middle_of_the_history():
+    for case in GOLDEN["autogen"]["cases"]:
+        tok = np.array(case["tokens"])[::-1]  # candidates come newest first
+        n = len(tok)
+        c = n + 2  # two empty candidate slots after the valid ones
+        tokens = np.zeros((1, c), np.int64)
+        tokens[0, :n] = tok
+        valid = np.arange(c)[None, :] < n
+        packed = DropMiddle().pack(np.zeros((1, c)), tokens, valid,
+                                   np.array([case["token_limit"]]))[0]
+        assert sorted(n - 1 - np.flatnonzero(packed)) == case["kept"], case
 
 
 def test_agent_framework_default_is_exp_minus_003_per_day():
@@ -266,7 +279,8 @@ def test_catalogue_lists_every_preset_with_a_source():
     assert set(SOURCES) <= set(PRESETS)  # no entry for a preset that is gone
     framework = ["llamaindex-time-weighted", "llamaindex-time-weighted-stamped", "crewai-memory",
                  "redis-agent-memory", "mem0-oss", "openmemory", "memoryos-mid-term",
-                 "langgraph-store-ttl", "cognee-cleanup", "agent-framework-default"]
+                 "langgraph-store-ttl", "cognee-cleanup", "agent-framework-default",
+                 "autogen-token-limited"]
     assert all(name in SOURCES for name in framework)
     by = {r["preset"]: r for r in rows}
     assert "9.03 min" in by["llamaindex-time-weighted"]["half_life"]

@@ -58,6 +58,8 @@ SOURCES: dict[str, str] = {
                          "(search_sessions, evict_lfu)",
     "openmemory": "openmemory-python 1.0.0, openmemory/scoring.py, compute_hybrid_score "
                   "(memory_system.py, MemorySystem.query)",
+    "autogen-token-limited": "autogen-core 0.7.5, model_context/"
+                             "_token_limited_chat_completion_context.py, get_messages",
 }
 
 #: preset -> the ``memsim engine-check`` engine that replays it against the real code.
@@ -102,6 +104,8 @@ def time_scale(policy: Policy) -> str:
         return f"{format_days(lo)} since last use (recency term; 0 at {r.t_max_days:g} d)"
     if r.name == "generative-agents-code":
         return f"rank-based: {r.recency_decay:g} ** rank of last access"
+    if r.name == "recency":
+        return "none: age order only"
     if not r.uses_recency or r.name in ("random", "oracle", "as-logged"):
         return "none"
     d = policy.decay
@@ -116,6 +120,8 @@ def time_scale(policy: Policy) -> str:
 def _evicts(policy: Policy) -> str:
     ret = policy.retention
     if not ret.evicts:
+        if policy.packer.name == "drop-middle":
+            return "nothing stored; the context drops the middle of the history"
         return "nothing"
     first = (type(ret).__doc__ or ret.name).strip().splitlines()[0].rstrip(".")
     params = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"

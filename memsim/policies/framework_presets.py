@@ -265,3 +265,28 @@ add_preset(
     feedback={"kind": "default", "touch": "returned", "k": 10, "timing": "per-query"},
     candidates=10,
 )
+
+add_preset(
+    "autogen-token-limited",
+    """AutoGen's token-limited chat context: the whole history, the middle dropped to fit.
+
+    Source: autogen-core 0.7.5, ``autogen_core/model_context/
+    _token_limited_chat_completion_context.py``
+    (``TokenLimitedChatCompletionContext.get_messages``): every message in
+    order, and while they exceed ``token_limit`` (the experiment's budget)
+    the middle one is popped (the ``drop-middle`` packer over the notes
+    newest first: ``recency-only`` ranker, every note a candidate). No
+    similarity, no decay, no store: the context keeps the start and the end
+    of the history.""",
+    assumed={"candidates": "every note: a cap of 1,000,000 candidates stands for the whole "
+                           "history",
+             "orderer.kind": "the code keeps chronological order: reversed (oldest first) "
+                             "of the newest-first candidates"},
+    retriever="cosine",
+    decay={"kind": "half-life", "half_life_days": 30.0, "clock": "created"},
+    ranker="recency",
+    packer="drop-middle",
+    orderer="reversed",
+    feedback={"kind": "default", "touch": "none", "timing": "per-query"},
+    candidates=1_000_000,
+)

@@ -25,6 +25,8 @@ ranker ``openmemory-hybrid`` ``sigmoid(0.6 (1 - exp(-3 rel)) + 0.05 recency)``
 ranker ``similarity-gate`` ``rel``, NaN (not returned) below the threshold
 retention ``ttl``          evict once the age on ``clock`` exceeds ``ttl_days``
                            (LangGraph's store TTL, refreshed on read)
+packer ``drop-middle``     the oldest and newest within the budget, the middle
+                           dropped (AutoGen's token-limited context)
 retention ``unused-cleanup`` evict notes not used within ``threshold_days``
                            or never used (Cognee's ``cleanup_unused_data``)
 ========================== ==================================================
@@ -39,9 +41,9 @@ from typing import ClassVar
 import numpy as np
 
 from memsim.params import Interval, Options
-from .base import Decay, Ranker, Retention, ScoringContext, register
+from .base import Decay, Packer, Ranker, Retention, ScoringContext, register
 
-__all__ = ["ExpRate", "LinearBlend", "LlamaIndexRanker", "LlamaIndexRecency", "Mem0Oss",
+__all__ = ["DropMiddle", "ExpRate", "LinearBlend", "LlamaIndexRanker", "LlamaIndexRecency", "Mem0Oss",
            "OpenMemoryHybrid", "RedisRecency", "SimilarityGate", "TimeToLive", "UnusedCleanup"]
 
 _LN2 = math.log(2.0)
@@ -412,3 +414,44 @@ class OpenMemoryHybrid(Ranker):
         boosted = 1.0 - np.exp(-self.tau * np.asarray(rel, dtype=np.float64))
         raw = self.w_similarity * boosted + self.w_recency * self.recency(ctx)
         return 1.0 / (1.0 + np.exp(-raw))
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class DropMiddle(Packer):
+    """AutoGen's token-limited context: drop the middle of the history until it fits.
+
+    Source: autogen-core 0.7.5, ``autogen_core/model_context/
+    _token_limited_chat_completion_context.py``,
+    ``TokenLimitedChatCompletionContext.get_messages``: while the messages
+    exceed ``token_limit``, ``messages.pop(len(messages) // 2)``. Popping the
+    middle again and again removes one contiguous central block: of ``n``
+    messages, ``L`` left are the oldest ``ceil(L / 2)`` and the newest
+    ``floor(L / 2)``, with the largest ``L`` whose tokens fit the budget.
+
+    The candidates must come newest first (the ``recency-only`` ranker) and
+    hold the whole history (``candidates`` at least the number of notes);
+    the oldest are the last valid ones.
+    """
+
+    name: ClassVar[str] = "drop-middle"
+
+    def pack(self, values, tokens, valid, budget):
+        tokens = np.where(np.asarray(valid, dtype=bool), np.asarray(tokens, dtype=np.int64), 0)
+        valid = np.asarray(valid, dtype=bool)
+        budget = np.asarray(budget, dtype=np.int64)
+        q, c = tokens.shape
+        n = valid.sum(axis=1)                               # (Q,) messages per query
+        head = np.concatenate([np.zeros((q, 1), np.int64), np.cumsum(tokens, axis=1)], axis=1)
+        total = head[np.arange(q), n]
+        lens = np.arange(c + 1)[None, :]                    # L = messages kept
+        newest, oldest = lens // 2, lens - lens // 2        # floor(L/2) newest, ceil(L/2) oldest
+        # tokens of the newest a (list head) plus the oldest b (the last b valid ones)
+        used = (np.take_along_axis(head, newest, axis=1)
+                + total[:, None] - np.take_along_axis(head, np.maximum(n[:, None] - oldest, 0),
+                                                      axis=1))
+        ok = (lens <= n[:, None]) & (used <= budget[:, None])
+        keep = np.where(ok, lens, -1).max(axis=1)           # the largest L that fits (0 always does)
+        col = np.arange(c)[None, :]
+        a, b = (keep // 2)[:, None], (keep - keep // 2)[:, None]
+        return valid & ((col < a) | (col >= n[:, None] - b))

@@ -1,7 +1,7 @@
 """Write ``framework_vectors.json``: input -> output cases from the frameworks' own code.
 
 Run with the frameworks installed (llama-index-core, crewai, agent-memory-server,
-mem0ai, openmemory-python; see the README, "Framework presets")::
+mem0ai, openmemory-python, autogen-core; see the README, "Framework presets")::
 
     python tests/golden/make_framework_vectors.py
 
@@ -113,8 +113,34 @@ def openmemory() -> dict:
     return {"version": version("openmemory-python"), "cases": cases}
 
 
+def autogen() -> dict:
+    import asyncio
+
+    from autogen_core.model_context import TokenLimitedChatCompletionContext
+    from autogen_core.models import UserMessage
+
+    class _Counter:  # the model client's count_tokens: a size per message
+        def __init__(self, sizes):
+            self.sizes = sizes
+
+        def count_tokens(self, messages, tools=()):
+            return sum(self.sizes[m.content] for m in messages)
+
+    cases = []
+    for sizes, limit in [([10, 20, 30, 40, 50], 100), ([5] * 9, 23), ([100, 1, 1, 1, 100], 150),
+                         ([7, 3, 9, 4, 8, 2, 6], 20), ([50, 60], 40), ([1, 2, 3], 10)]:
+        msgs = [UserMessage(content=f"m{i}", source="user") for i in range(len(sizes))]
+        ctx = TokenLimitedChatCompletionContext(
+            model_client=_Counter({f"m{i}": s for i, s in enumerate(sizes)}), token_limit=limit,
+            initial_messages=msgs)
+        kept = asyncio.run(ctx.get_messages())
+        cases.append({"tokens": sizes, "token_limit": limit,
+                      "kept": [int(m.content[1:]) for m in kept]})
+    return {"version": version("autogen-core"), "cases": cases}
+
+
 if __name__ == "__main__":
     data = {"llamaindex": llamaindex(), "crewai": crewai(), "redis": redis(), "mem0": mem0(),
-            "openmemory": openmemory()}
+            "openmemory": openmemory(), "autogen": autogen()}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(OUT)
