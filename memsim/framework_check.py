@@ -173,9 +173,9 @@ def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
     return resolve_policy(table, f"engine_check.{engine}")
 
 
-def _replay_memsim(stream: Stream, policy, k: int):
-    policy = with_timing(policy, "per-query")
-    settings = SimSettings(feedback_mode="per-query", save_rankings=True, candidates=k)
+def _replay_memsim(stream: Stream, policy, k: int, feedback_mode: str = "per-query"):
+    policy = with_timing(policy, feedback_mode)
+    settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
     t0 = time.perf_counter()
     res = simulate(stream, [Arm("framework", policy)], settings, np.random.SeedSequence(0))
     seconds = time.perf_counter() - t0
@@ -444,15 +444,21 @@ class FrameworkCheckResult:
 
 
 def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
-                          mode: str = "now", refresh: bool = True) -> FrameworkCheckResult:
+                          mode: str = "now", refresh: bool = True,
+                          feedback_mode: str = "per-query") -> FrameworkCheckResult:
     """Replay ``stream`` through ``engine``'s real code and its memsim preset
     and compare the returned top ``k`` query by query (``k`` None: the
     preset's number of results; ``mode`` and ``refresh``: LlamaIndex's
-    unstamped nodes and ``time_access_refresh``)."""
+    unstamped nodes and ``time_access_refresh``). ``feedback_mode =
+    "per-tick"`` replays memsim with the uses of a day applied at its end, to
+    measure that approximation (the frameworks apply them query by query)."""
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r}: unknown; allowed: {', '.join(ENGINES)}")
     if engine == "llamaindex" and mode not in ("now", "created"):
         raise ConfigError(f"mode: expected 'now' or 'created', got {mode!r}")
+    if feedback_mode not in ("per-query", "per-tick"):
+        raise ConfigError(f"feedback_mode: expected 'per-query' or 'per-tick', got "
+                          f"{feedback_mode!r}")
     if not isinstance(refresh, bool):
         raise ConfigError(f"refresh: expected true or false, got {refresh!r}")
     policy = framework_policy(engine, k=k, mode=mode, refresh=refresh)
@@ -472,12 +478,12 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
     else:
         (ids, scores), version = _mem0(qs, k)
     eng_s = time.perf_counter() - t0
-    mem_ids, mem_scores, mem_s = _replay_memsim(qs, policy, k)
+    mem_ids, mem_scores, mem_s = _replay_memsim(qs, policy, k, feedback_mode)
     per_query = compare_rankings(qs, ids, scores, mem_ids, mem_scores, k)
     per_query["cause"] = _causes(per_query)
     summary = summarise(per_query, k)
     summary.update(engine=engine, engine_version=version, preset=ENGINES[engine].preset,
-                   mode=mode if engine == "llamaindex" else None,
+                   feedback_mode=feedback_mode, mode=mode if engine == "llamaindex" else None,
                    refresh=refresh if engine == "llamaindex" else None, n_notes=int(qs.n_notes),
                    memsim_s=mem_s, engine_s=eng_s)
     return FrameworkCheckResult(per_query=per_query, summary=summary, engine_ids=ids)
@@ -504,13 +510,13 @@ def format_framework_check(res: FrameworkCheckResult) -> str:
     if s.get("refresh") is False:
         mode += ", no refresh"
     head = (f"{eng.package} {s['engine_version']} {eng.what} vs memsim preset "
-            f"'{s['preset']}' (per-query feedback{mode})\n"
+            f"'{s['preset']}' ({s['feedback_mode']} feedback{mode})\n"
             f"  stream: {s['n_notes']:,} notes, {s['n_queries']:,} queries; k = {s['k']}")
     return head + "\n" + format_summary(res.per_query, s) + (
         f"\n  time: memsim {s['memsim_s']:.1f} s, {eng.package} {s['engine_s']:.1f} s")
 
 
-_KEYS = {"seed", "k", "mode", "refresh"}
+_KEYS = {"seed", "k", "mode", "refresh", "feedback_mode"}
 
 
 def run_framework_check(engine: str, path: Any, *, verbose: bool = True
@@ -530,7 +536,9 @@ def run_framework_check(engine: str, path: Any, *, verbose: bool = True
             raise ConfigError(f"{where}: engine_check.k: expected an integer >= 1, got {k!r}")
         for mode in modes if isinstance(modes, list) else [modes]:
             for refresh in refreshes if isinstance(refreshes, list) else [refreshes]:
-                res = framework_cross_check(engine, stream, k=k, mode=mode, refresh=refresh)
+                res = framework_cross_check(engine, stream, k=k, mode=mode, refresh=refresh,
+                                            feedback_mode=check.get("feedback_mode",
+                                                                    "per-query"))
                 results.append(res)
                 if verbose:
                     print(format_framework_check(res), flush=True)

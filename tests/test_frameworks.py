@@ -254,6 +254,14 @@ def test_engine_check_tells_the_llamaindex_modes_apart():
     assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
 
 
+def test_engine_check_refuses_a_bad_feedback_mode():
+    from memsim.errors import ConfigError
+    from memsim.framework_check import framework_cross_check
+
+    with pytest.raises(ConfigError, match="feedback_mode"):
+        framework_cross_check("mem0", _stream(3), feedback_mode="daily")
+
+
 def test_engine_check_bad_key_is_one_line(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("[engine_check]\nseed = 1\nbogus = 2\n")
