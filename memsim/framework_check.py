@@ -79,18 +79,22 @@ class _Engine:
     package: str          # the distribution whose version is reported
     module: str           # the top-level import name
     what: str
+    install: str          # how to install what the check reads
 
 
 #: engine name -> what it checks.
 ENGINES: dict[str, _Engine] = {
     "llamaindex": _Engine("llamaindex-time-weighted", "llama-index-core", "llama_index.core",
-                          "TimeWeightedPostprocessor"),
-    "crewai": _Engine("crewai-memory", "crewai", "crewai", "compute_composite_score"),
+                          "TimeWeightedPostprocessor", 'pip install -e ".[frameworks]"'),
+    "crewai": _Engine("crewai-memory", "crewai", "crewai", "compute_composite_score",
+                      "pip install --no-deps crewai==1.15.30"),
     "redis": _Engine("redis-agent-memory", "agent-memory-server", "agent_memory_server",
-                     "rerank_with_recency"),
-    "mem0": _Engine("mem0-oss", "mem0ai", "mem0", "score_and_rank"),
+                     "rerank_with_recency", "pip install --no-deps --ignore-requires-python "
+                     "agent-memory-server==0.15.2"),
+    "mem0": _Engine("mem0-oss", "mem0ai", "mem0", "score_and_rank",
+                    'pip install -e ".[frameworks]"'),
     "openmemory": _Engine("openmemory", "openmemory-python", "openmemory",
-                          "compute_hybrid_score"),
+                          "compute_hybrid_score", "pip install --no-deps openmemory-python==1.0.0"),
 }
 
 
@@ -101,9 +105,10 @@ def _package_dir(module: str, package: str) -> Path:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
+        how = next((e.install for e in ENGINES.values() if e.package == package),
+                   f"pip install {package}")
         raise MemsimError(f"the {package} cross-check needs the {package} package, which is "
-                          f"not installed: pip install {package} (see the README, "
-                          "\"Framework presets\")")
+                          f"not installed: {how} (README, \"Framework presets\")")
     return Path(list(spec.submodule_search_locations)[0])
 
 

@@ -219,8 +219,10 @@ def _need(engine: str) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        pytest.skip(f"{top} is not installed (pip install -e \".[frameworks]\" or the "
-                    "framework's package, README \"Framework presets\")")
+        from memsim.framework_check import ENGINES
+
+        pytest.skip(f"{top} is not installed ({ENGINES[engine].install}; README, "
+                    "\"Framework presets\")")
 
 
 @pytest.mark.slow
