@@ -109,9 +109,10 @@ def test_redis_recency_and_order():
 def test_mem0_score_and_rank():
     g = GOLDEN["mem0"]
     sem = np.array(g["semantic"])
-    ctx = ArrayContext(t=NOW, created_at=np.zeros(len(sem)))
-    score = Mem0Oss(threshold=g["threshold"]).combine(sem[None, :], None, ctx)[0]
-    kept = np.flatnonzero(~np.isnan(score))
+    ctx = ArrayContext(t=NOW, created_at=np.zeros(len(sem)), similarity=sem[None, :])
+    ranker = Mem0Oss(threshold=g["threshold"])
+    score = ranker.combine(sem[None, :], None, ctx)[0]
+    kept = np.flatnonzero(ranker.candidate_mask(ctx)[0])
     order = [int(kept[i]) for i in _stable_desc(score[kept])][:g["top_k"]]
     assert order == g["order"]
     np.testing.assert_allclose(score[order], g["scores"], rtol=1e-12)
@@ -169,8 +170,8 @@ def test_unused_cleanup_deletes_never_accessed_notes_whatever_their_age():
 def test_memoryos_gate_and_lfu_eviction():
     ctx = ArrayContext(t=NOW, created_at=[NOW - 10, NOW - 5, NOW - 20],
                        recalls=[0, 0, 3])
-    gate = SimilarityGate(threshold=0.1).combine(np.array([[0.05, 0.1, 0.7]]), None, ctx)[0]
-    assert np.isnan(gate[0]) and gate[1:].tolist() == [0.1, 0.7]
+    gctx = ArrayContext(t=NOW, created_at=[NOW] * 3, similarity=[[0.05, 0.1, 0.7]])
+    assert SimilarityGate(threshold=0.1).candidate_mask(gctx)[0].tolist() == [False, True, True]
     pol = resolve_policy({"preset": "memoryos-mid-term", "retention": {"max_notes": 2}}, "m")
     # the least used goes; between the two never used, the first inserted (evict_lfu's min)
     assert pol.retention.evict(ctx).tolist() == [True, False, False]

@@ -52,6 +52,7 @@ from memsim.policies.decay import (
     PerTier,
     PowerLaw,
 )
+from memsim.policies.frameworks import ExpRate, LlamaIndexRecency
 from memsim.policies.presets import HIVEMIND_CUT
 from memsim.policies.rank import FeatherBlend, Product, WeightedSum, minmax_normalise
 from memsim.policies.retention import AiMemorySweep, Capacity, MemoryBankForgetting
@@ -88,6 +89,9 @@ DECAYS = st.one_of(
     st.builds(Ebbinghaus, strength_days=st.floats(0.01, 100.0), strength_per_recall=nonneg),
     st.builds(PowerLaw, stability_days=st.floats(0.01, 100.0), decay=st.floats(0.05, 5.0),
               recall_growth=nonneg),
+    st.builds(LlamaIndexRecency, time_decay=st.floats(0.001, 1.0),
+              unstamped=st.sampled_from(["now", "created"])),
+    st.builds(ExpRate, rate_per_day=st.floats(0.0, 5.0)),
 )
 TIERS = st.sampled_from(["task", "scratch", "longterm"])
 MEMORY_TYPES = st.sampled_from(["episodic", "semantic", "procedural", "other"])
@@ -96,7 +100,8 @@ AGES = st.lists(st.floats(0.0, 1e5), min_size=1, max_size=30)
 
 def test_every_registered_decay_is_covered_by_the_strategy():
     covered = {NoDecay, PerDayRate, HalfLife, HalfLifeFloor, PerTier, AiMemoryTime,
-               GenerativeAgentsRecency, LangChainRecency, Ebbinghaus, PowerLaw}
+               GenerativeAgentsRecency, LangChainRecency, Ebbinghaus, PowerLaw,
+               LlamaIndexRecency, ExpRate}
     assert set(REGISTRY["decay"].values()) == covered
 
 

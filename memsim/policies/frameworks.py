@@ -18,11 +18,11 @@ ranker ``linear``          ``w_rel rel + w_rec rec + w_imp importance``
                            (CrewAI's composite score)
 ranker ``redis-recency``   ``w_sem rel + w_rec clip(w_f 2 ** (-da / h_a) +
                            w_n 2 ** (-dc / h_c), 0, 1)`` (agent-memory-server)
-ranker ``mem0-oss``        ``min(rel / 1, 1)``, NaN (not returned) below the
+ranker ``mem0-oss``        ``min(rel / 1, 1)``, nothing returned below the
                            threshold (mem0 OSS ``score_and_rank`` without
                            BM25 or entity terms)
 ranker ``openmemory-hybrid`` ``sigmoid(0.6 (1 - exp(-3 rel)) + 0.05 recency)``
-ranker ``similarity-gate`` ``rel``, NaN (not returned) below the threshold
+ranker ``similarity-gate`` ``rel``, nothing returned below the threshold
 retention ``ttl``          evict once the age on ``clock`` exceeds ``ttl_days``
                            (LangGraph's store TTL, refreshed on read)
 packer ``drop-middle``     the oldest and newest within the budget, the middle
@@ -42,6 +42,7 @@ import numpy as np
 
 from memsim.params import Interval, Options
 from .base import Decay, Packer, Ranker, Retention, ScoringContext, register
+from .retrieval import Cosine
 
 __all__ = ["DropMiddle", "ExpRate", "LinearBlend", "LlamaIndexRanker", "LlamaIndexRecency", "Mem0Oss",
            "OpenMemoryHybrid", "RedisRecency", "SimilarityGate", "TimeToLive", "UnusedCleanup"]
@@ -224,6 +225,12 @@ class RedisRecency(Ranker):
     cosine, for Redis's cosine distance). A memory's ``last_accessed`` starts
     at its creation. The ranker computes its own recency from both clocks
     (the policy's decay is not used).
+
+    Parameters
+    ----------
+    semantic_weight, recency_weight : float >= 0
+    freshness_weight, novelty_weight : float >= 0
+    half_life_last_access_days, half_life_created_days : float > 0
     """
 
     name: ClassVar[str] = "redis-recency"
@@ -263,8 +270,8 @@ class Mem0Oss(Ranker):
     a candidate whose semantic score is below ``threshold`` (0.1,
     ``Memory.search``) is dropped. memsim's streams carry no BM25 or entity
     signal, so ``max_possible = 1``. mem0 OSS 2.2.1 has no recency term
-    (its "decay" is a hosted-platform setting). Below the threshold the
-    score is NaN: the engine does not return the note.
+    (its "decay" is a hosted-platform setting). The gate is
+    :meth:`candidate_mask`, on the cosine similarity (the store's).
 
     Parameters
     ----------
@@ -276,9 +283,13 @@ class Mem0Oss(Ranker):
     threshold: float = 0.1
     _constraints: ClassVar[dict] = {"threshold": Interval(None, None)}
 
+    def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
+        """(Q, L) bool: the notes whose cosine reaches the threshold (the
+        engine drops the others)."""
+        return np.asarray(ctx.similarity(Cosine()), dtype=np.float64) >= self.threshold
+
     def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
-        rel = np.asarray(rel, dtype=np.float64)
-        return np.where(rel < self.threshold, np.nan, np.minimum(rel, 1.0))
+        return np.minimum(np.asarray(rel, dtype=np.float64), 1.0)
 
     def reads_uses(self) -> bool:
         return False
@@ -352,7 +363,7 @@ class UnusedCleanup(Retention):
 @register
 @dataclass(frozen=True, kw_only=True)
 class SimilarityGate(Ranker):
-    """``score = relevance``, and no result below ``threshold`` (NaN: not returned).
+    """``score = relevance``, and no result whose cosine is below ``threshold``.
 
     A vector search with a similarity cut-off, as MemoryOS's mid-term search
     (``segment_similarity_threshold = page_similarity_threshold = 0.1``).
@@ -367,9 +378,12 @@ class SimilarityGate(Ranker):
     threshold: float = 0.1
     _constraints: ClassVar[dict] = {"threshold": Interval(None, None)}
 
+    def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
+        """(Q, L) bool: the notes whose cosine reaches the threshold."""
+        return np.asarray(ctx.similarity(Cosine()), dtype=np.float64) >= self.threshold
+
     def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
-        rel = np.asarray(rel, dtype=np.float64)
-        return np.where(rel < self.threshold, np.nan, rel)
+        return np.asarray(rel, dtype=np.float64)
 
     def reads_uses(self) -> bool:
         return False
@@ -392,6 +406,15 @@ class OpenMemoryHybrid(Ranker):
     query returns the memory). memsim's notes carry no text and no waypoint
     graph: ``overlap = waypoint = 0``. The ranker computes its own recency
     (the policy's decay is not used).
+
+    Parameters
+    ----------
+    w_similarity, w_recency : float >= 0
+        The weights of ``sim'`` and of the recency (0.6, 0.05).
+    tau : float >= 0
+        The similarity boost (3).
+    t_days, t_max_days : float > 0
+        The recency's time constant and its zero (7, 60 days).
     """
 
     name: ClassVar[str] = "openmemory-hybrid"
@@ -437,9 +460,12 @@ class DropMiddle(Packer):
     name: ClassVar[str] = "drop-middle"
 
     def pack(self, values, tokens, valid, budget):
-        tokens = np.where(np.asarray(valid, dtype=bool), np.asarray(tokens, dtype=np.int64), 0)
         valid = np.asarray(valid, dtype=bool)
         budget = np.asarray(budget, dtype=np.int64)
+        # the valid candidates first, in their order (a row may have gaps)
+        order = np.argsort(~valid, axis=1, kind="stable")
+        tokens = np.take_along_axis(np.where(valid, np.asarray(tokens, dtype=np.int64), 0),
+                                    order, axis=1)
         q, c = tokens.shape
         n = valid.sum(axis=1)                               # (Q,) messages per query
         head = np.concatenate([np.zeros((q, 1), np.int64), np.cumsum(tokens, axis=1)], axis=1)
@@ -454,4 +480,7 @@ class DropMiddle(Packer):
         keep = np.where(ok, lens, -1).max(axis=1)           # the largest L that fits (0 always does)
         col = np.arange(c)[None, :]
         a, b = (keep // 2)[:, None], (keep - keep // 2)[:, None]
-        return valid & ((col < a) | (col >= n[:, None] - b))
+        kept = (col < n[:, None]) & ((col < a) | (col >= n[:, None] - b))
+        out = np.zeros((q, c), dtype=bool)
+        np.put_along_axis(out, order, kept, axis=1)
+        return out
