@@ -79,6 +79,8 @@ add_preset(
     default 0.5). ``memsim engine-check crewai`` replays a stream through the
     real ``compute_composite_score``.""",
     assumed={
+        "retriever.kind": "LanceDB's default metric (l2; CrewAI sets none), whose _distance "
+                          "is taken as the squared L2 distance",
         "retriever.prefilter": "deep recall's 2 x limit oversampling, with the LLM's query "
                                "analysis keeping the one query and scope",
         "packer.kind": "recall has no token budget: skip-fill in score order",
@@ -101,7 +103,8 @@ add_preset(
     ``redis-recency`` ranker), applied by ``api.py``'s
     ``search_long_term_memory`` (``recency_boost`` on by default) to the
     page of ``limit = 10`` nearest memories (``SearchRequest.limit``; Redis
-    cosine distance, ``1 - dist`` = the cosine); afterwards
+    cosine distance, ``config.py`` ``redisvl_distance_metric = "COSINE"``,
+    so ``1 - dist`` is the cosine); afterwards
     ``long_term_memory.update_last_accessed`` sets ``last_accessed`` of
     every returned memory whose ``last_accessed`` is at least 900 s old
     (feedback ``touch = "returned"``, ``cooldown_s = 900``; memsim's
