@@ -601,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "\".[langchain]\" or the framework's package, see the README)")
     ec.add_argument("config", metavar="EXPERIMENT.toml",
                     help="TOML file (experiments/feather_check.toml, "
-                         "experiments/langchain_check.toml)")
+                         "experiments/langchain_check.toml, experiments/framework_check.toml)")
     ec.add_argument("--csv", metavar="PREFIX", help="write the per-query tables as CSV")
     ec.set_defaults(func=_cmd_engine_check)
 
