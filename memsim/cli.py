@@ -314,8 +314,14 @@ def _cmd_stream_validate(args) -> int:
 
 def _cmd_policies(args) -> int:
     from .policies import PRESETS, REGISTRY, assumptions
+    from .policies.catalogue import SOURCES
     from .policies.plugins import load_entry_points
     load_entry_points()  # the installed packages' components too
+    if getattr(args, "markdown", False):
+        from .policies.catalogue import catalogue_markdown
+
+        print(catalogue_markdown())
+        return 0
     if args.json:
         _print_json({
             "components": {slot: [
@@ -324,6 +330,7 @@ def _cmd_policies(args) -> int:
                             for n, d, a in cls.describe()]}
                 for name, cls in sorted(table.items())] for slot, table in REGISTRY.items()},
             "presets": [{"name": name, "doc": _plain_text(_first_paragraph(preset.doc)),
+                         "source": SOURCES.get(name),
                          "assumed": {k: _plain_text(v) for k, v in assumptions(name).items()}}
                         for name, preset in sorted(PRESETS.items())]})
         return 0
@@ -340,6 +347,8 @@ def _cmd_policies(args) -> int:
         # is not a sentence end)
         first = re.split(r"\.(?=\s|$)", preset.doc.strip(), maxsplit=1)[0].replace("\n", " ")
         print(f"  {name}: {_plain_text(' '.join(first.split()))}.")
+        if name in SOURCES:
+            print(f"      source: {SOURCES[name]}")
         for key, why in assumptions(name).items():
             print(f"      assumed {key}: {_plain_text(why)}")
     return 0
@@ -590,6 +599,10 @@ def _cmd_engine_check(args) -> int:
             return feather_main(argv, progress=prog)
         finally:
             prog.close()
+    if args.engine != "langchain":  # a framework's scoring function (memsim.framework_check)
+        from .framework_check import main as framework_main
+
+        return framework_main(args.engine, argv)
     from .langchain_check import main as langchain_main
 
     return langchain_main(argv)
@@ -851,7 +864,11 @@ def build_parser() -> argparse.ArgumentParser:
     dl.set_defaults(func=_cmd_data_list)
 
     pol = add(sub, "policies", "list registered components and presets",
-              ("memsim policies", "memsim policies --json"), parents=[as_json])
+              ("memsim policies", "memsim policies --json", "memsim policies --markdown"),
+              parents=[as_json])
+    pol.add_argument("--markdown", action="store_true",
+                     help="print the preset catalogue (source, half-life, eviction, "
+                          "engine-check) as a Markdown table")
     pol.set_defaults(func=_cmd_policies)
 
     cur = add(sub, "curves", "recency multipliers, half-lives and crossover ages", (
@@ -879,13 +896,15 @@ def build_parser() -> argparse.ArgumentParser:
     ec = add(sub, "engine-check",
              "replay a stream through a real engine and its memsim preset",
              ("memsim engine-check feather experiments/feather_check.toml",
-              "memsim engine-check langchain experiments/langchain_check.toml"))
-    ec.add_argument("engine", choices=["feather", "langchain"],
-                    help="the real engine (needs pip install -e \".[feather]\" or "
-                         "\".[langchain]\")")
+              "memsim engine-check langchain experiments/langchain_check.toml",
+              "memsim engine-check llamaindex experiments/framework_check.toml"))
+    ec.add_argument("engine", choices=["feather", "langchain", "llamaindex", "crewai", "redis",
+                                       "mem0", "openmemory"],
+                    help="the real engine (needs pip install -e \".[feather]\", "
+                         "\".[langchain]\" or the framework's package, see the README)")
     ec.add_argument("config", metavar="EXPERIMENT.toml",
                     help="TOML file (experiments/feather_check.toml, "
-                         "experiments/langchain_check.toml)")
+                         "experiments/langchain_check.toml, experiments/framework_check.toml)")
     ec.add_argument("--csv", metavar="PREFIX", help="write the per-query tables as CSV")
     ec.set_defaults(func=_cmd_engine_check)
 

@@ -382,10 +382,13 @@ def test_presets_experiment_runs_every_preset():
     path = ROOT / "experiments" / "presets.toml"
     table = tomllib.loads(path.read_text())
     presets = {t["preset"] for t in table["policies"].values()}
+    # the agent frameworks' presets run in experiments/frameworks.toml
+    fw = tomllib.loads((ROOT / "experiments" / "frameworks.toml").read_text())
+    framework = {t["preset"] for t in fw["policies"].values()} - presets
     # presets that replay a production log need a stream with logged rankings
     replay_only = {n for n in PRESETS if resolve_policy({"preset": n}, n).ranker.needs_logged}
     assert replay_only == {"as-logged"}
-    assert presets == set(PRESETS) - replay_only
+    assert presets | framework == set(PRESETS) - replay_only
     assert set(table["workload"]) <= {"horizon_days", "backfill_days"}
     for name, ptable in table["policies"].items():
         resolve_policy(ptable, f"policies.{name}")
@@ -396,7 +399,7 @@ def test_presets_experiment_runs_every_preset():
     import memsim
 
     exp = memsim.load_experiment(path)
-    assert len(exp.policies) == len(PRESETS) - len(replay_only)
+    assert len(exp.policies) == len(PRESETS) - len(replay_only) - len(framework)
 
 
 def test_memory_type_codes_match_the_sweep():

@@ -54,6 +54,7 @@ from memsim.policies.decay import (
     PerTypeHalfLife,
     PowerLaw,
 )
+from memsim.policies.frameworks import ExpRate, LlamaIndexRecency
 from memsim.policies.presets import HIVEMIND_CUT
 from memsim.policies.rank import FeatherBlend, Product, WeightedSum, minmax_normalise
 from memsim.policies.retention import AiMemorySweep, Capacity, MemoryBankForgetting
@@ -98,6 +99,9 @@ TUNED_DECAYS = {
                                semantic_half_life_days=half_life,
                                procedural_half_life_days=half_life,
                                other_half_life_days=half_life, floor=floor),
+    LlamaIndexRecency: st.builds(LlamaIndexRecency, time_decay=st.floats(0.001, 1.0),
+                                 unstamped=st.sampled_from(["now", "created"])),
+    ExpRate: st.builds(ExpRate, rate_per_day=st.floats(0.0, 5.0)),
 }
 
 
