@@ -935,6 +935,10 @@ def test_two_objective_retention_sweep_gives_a_front_and_its_report_section(tmp_
             "non-dominated trials") in report
     assert "Pareto front: utility_share against store_tokens" in report
     assert (res.path / "figures" / "sweep_pareto.png").stat().st_size > 1000
+    # the console names the trade-off, not a "best" trial, and writes token counts whole
+    text = res.summary_text()
+    assert "no single best" in text and "best: trial" not in text
+    assert "e+0" not in text and f"  trial {res.pareto[0]}: utility_share = " in text
 
 
 def test_the_retention_example_is_a_valid_two_objective_sweep():
