@@ -69,7 +69,8 @@ import pandas as pd
 
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
-from .engine_check import DAY_S, first_differences, kendall, load_check_config, quantise_stream
+from .engine_check import (DAY_S, csv_saver, first_differences, kendall, load_check_config,
+                           quantise_stream)
 from .errors import ConfigError, MemsimError
 from .stream import Stream
 
@@ -899,7 +900,7 @@ _CHECK_KEYS = {"seed", "k", "half_life", "time_weight", "min_weight", "searches"
 
 
 def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
-                      progress: Any = None) -> list[CrossCheckResult]:
+                      progress: Any = None, on_result: Any = None) -> list[CrossCheckResult]:
     """Run the cross-check a TOML file (or its parsed dict) describes.
 
     The file has a ``[feather_check]`` (or ``[engine_check]``) table (``seed``, ``k``, ``half_life``,
@@ -909,7 +910,7 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
     :class:`memsim.workload.SyntheticWorkload` knobs, or ``source = "DIR"``
     to replay a stream folder (:func:`memsim.engine_check.load_check_config`). One result per
     (feedback, search) pair, all on one stream and one memsim replay per
-    feedback setting.
+    feedback setting. ``on_result(res)`` is called as each pair finishes.
     """
     check, stream, where = load_check_config(path, ("feather_check", "engine_check"),
                                              _CHECK_KEYS)
@@ -944,6 +945,8 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
                                       progress=phase)
             first = first or res
             results.append(res)
+            if on_result is not None:
+                on_result(res)
             if verbose:
                 print(format_cross_check(res), flush=True)
     return results
@@ -967,16 +970,14 @@ def main(argv: list[str] | None = None, progress: Any = None) -> int:
     # This process owns the throwaway databases: skip the fsync of each
     # write-ahead-log record, whatever the work folder's file system.
     os.environ.setdefault("FEATHER_WAL_SYNC", "0")
+    def name(res) -> str:
+        return ("exact" if res.summary["exact"] else f"ef{res.summary['ef']}") + (
+            "" if res.summary["feedback"] else "_nofeedback")
     try:
-        results = run_feather_check(args.config, progress=progress)
+        run_feather_check(args.config, progress=progress, on_result=csv_saver(args.csv, name))
     except MemsimError as exc:
         print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
-    if args.csv:
-        for res in results:
-            tag = ("exact" if res.summary["exact"] else f"ef{res.summary['ef']}") + (
-                "" if res.summary["feedback"] else "_nofeedback")
-            res.per_query.to_csv(f"{args.csv}_{tag}.csv", index=False)
     return 0
 
 

@@ -61,7 +61,8 @@ import pandas as pd
 
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
-from .engine_check import compare_rankings, format_summary, load_check_config, quantise_stream, summarise
+from .engine_check import (compare_rankings, csv_saver, format_summary, load_check_config,
+                           quantise_stream, starting, summarise)
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
 
@@ -524,29 +525,37 @@ def format_framework_check(res: FrameworkCheckResult) -> str:
 _KEYS = {"seed", "k", "mode", "refresh", "feedback_mode"}
 
 
-def run_framework_check(engine: str, path: Any, *, verbose: bool = True
-                        ) -> list[FrameworkCheckResult]:
+def run_framework_check(engine: str, path: Any, *, verbose: bool = True,
+                        on_result: Any = None) -> list[FrameworkCheckResult]:
     """Run the check a TOML file (or its parsed dict) describes: an
     ``[engine_check]`` table (``seed``; ``k`` and, for LlamaIndex, ``mode``,
     each a value or a list: one result per combination) and a ``[workload]``
-    table."""
+    table. ``on_result(res)`` is called as each combination finishes."""
     check, stream, where = load_check_config(path, ("engine_check",), _KEYS)
     ks = check.get("k", [None])
     # the mode and the refresh are LlamaIndex's alone; the other engines ignore them
     modes = check.get("mode", ["now", "created"]) if engine == "llamaindex" else ["now"]
     refreshes = check.get("refresh", [True]) if engine == "llamaindex" else [True]
-    results = []
-    for k in ks if isinstance(ks, list) else [ks]:
+    ks = ks if isinstance(ks, list) else [ks]
+    for k in ks:
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ConfigError(f"{where}: engine_check.k: expected an integer >= 1, got {k!r}")
-        for mode in modes if isinstance(modes, list) else [modes]:
-            for refresh in refreshes if isinstance(refreshes, list) else [refreshes]:
-                res = framework_cross_check(engine, stream, k=k, mode=mode, refresh=refresh,
-                                            feedback_mode=check.get("feedback_mode",
-                                                                    "per-query"))
-                results.append(res)
-                if verbose:
-                    print(format_framework_check(res), flush=True)
+    combos = [(k, mode, refresh) for k in ks
+              for mode in (modes if isinstance(modes, list) else [modes])
+              for refresh in (refreshes if isinstance(refreshes, list) else [refreshes])]
+    results = []
+    for i, (k, mode, refresh) in enumerate(combos):
+        if verbose:
+            starting(f"memsim engine-check {engine}", i, len(combos),
+                     f"k = {k if k is not None else 'default'}"
+                     + (f", mode {mode}, refresh {refresh}" if engine == "llamaindex" else ""))
+        res = framework_cross_check(engine, stream, k=k, mode=mode, refresh=refresh,
+                                    feedback_mode=check.get("feedback_mode", "per-query"))
+        results.append(res)
+        if on_result is not None:
+            on_result(res)
+        if verbose:
+            print(format_framework_check(res), flush=True)
     return results
 
 
@@ -556,17 +565,14 @@ def main(engine: str, argv: list[str] | None = None) -> int:
     parser.add_argument("config")
     parser.add_argument("--csv", metavar="PREFIX")
     args = parser.parse_args(argv)
+    def name(res) -> str:
+        s = res.summary
+        return (f"{engine}_k{s['k']}" + (f"_{s['mode']}" if s.get("mode") else "")
+                + ("_norefresh" if s.get("refresh") is False else ""))
     try:
-        results = run_framework_check(engine, args.config)
+        run_framework_check(engine, args.config, on_result=csv_saver(args.csv, name))
     except MemsimError as exc:
         print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
-    if args.csv:
-        for res in results:
-            s = res.summary
-            res.per_query.to_csv(f"{args.csv}_{engine}_k{s['k']}"
-                                 + (f"_{s['mode']}" if s.get("mode") else "")
-                                 + ("_norefresh" if s.get("refresh") is False else "") + ".csv",
-                                 index=False)
     return 0
 
