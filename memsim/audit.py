@@ -777,8 +777,18 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     param_rows = []
     reps = list(range(replicates))
     if spec is not None and params:
-        probed = _probe(TrialEvaluator(exp, spec), spec, reps,
-                        lambda step: tick(0.3 + 0.7 * step / len(reps)))
+        # the probe replays take nearly all of the time: a phase of their own,
+        # counted in replicates, so the time left is measured on them alone
+        n_points = sum(len(p.probe_points()) for p in spec.params)
+        phased = hasattr(progress, "phase")
+        if phased:
+            progress.phase(f"probe replays ({n_points} points as arms of one replay per "
+                           f"replicate)", units=len(reps), unit="replicate")
+
+        def step_done(step: int) -> None:
+            frac = step / len(reps)
+            progress(frac) if phased else tick(0.3 + 0.7 * frac)
+        probed = _probe(TrialEvaluator(exp, spec), spec, reps, step_done)
         for p in spec.params:
             pts = p.probe_points()
             vals = probed[p.key]

@@ -374,3 +374,27 @@ def test_probe_points_simulated_together_give_each_point_its_own_values(monkeypa
     monkeypatch.setattr(memsim.sweep.evaluate, "simulate_replicate", fails)
     with pytest.raises(memsim.errors.MemsimError, match="the replay failed"):
         audit(exp, max_queries=30, replicates=2)
+
+
+def test_audit_progress_times_the_probe_replays_on_their_own(tmp_path):
+    """The probe replays take nearly all of an audit's time: they are a phase
+    of their own, counted in replicates, so the time left printed after the
+    first one is measured on a probe replay, not on the fast signal phase."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsim.cli", "audit", str(root / "experiments" /
+                                                         "sweep_hivemind.toml"),
+         "--queries", "30", "--param-replicates", "2",
+         "--set", "experiment.replicates=1", "--set", "workload.horizon_days=8",
+         "--set", "workload.backfill_days=8"],
+        capture_output=True, text=True, cwd=root, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    probe = [ln for ln in lines if "replicate" in ln and "done" in ln]
+    assert [ln.split(" (")[0] for ln in probe] == ["memsim audit: replicate 1/2 done",
+                                                   "memsim audit: replicate 2/2 done"]
+    assert "about" in probe[0] and "s left" in probe[0]

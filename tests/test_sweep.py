@@ -946,3 +946,22 @@ def test_the_retention_example_is_a_valid_two_objective_sweep():
     spec = SweepSpec.from_config(exp.to_config()["sweep"], exp)
     assert [(o.metric, o.direction) for o in spec.objectives] == [
         ("utility_share", "maximize"), ("store_tokens", "minimize")]
+
+
+def test_the_robustness_recheck_shows_its_progress(tmp_path):
+    """After the trials, the re-check on fresh seeds is a phase of its own on
+    stderr, one line per replicate replay, not minutes of silence."""
+    exp = ROOT / "experiments" / "sweep_hivemind.toml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsim.cli", "sweep", str(exp), "--trials", "3", "--out",
+         str(tmp_path), "--no-report", "--set", "experiment.replicates=1",
+         "--set", "workload.horizon_days=8", "--set", "workload.backfill_days=8",
+         "--set", "sweep.robustness.replicates=2"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln.split(" (")[0] for ln in proc.stderr.splitlines()]
+    replays = [ln for ln in lines if ln.startswith("memsim sweep: replay ")]
+    # 2 fresh seeds, then 2 replicates for each of the experiment's variants
+    n = 2 + 2 * len(tomllib.loads(exp.read_text())["sweep"]["robustness"].get("variants", []))
+    assert replays == [f"memsim sweep: replay {k}/{n} done" for k in range(1, n + 1)]
+    assert lines.index(replays[0]) > lines.index("memsim sweep: trial 3/3 done")

@@ -230,7 +230,7 @@ from .evaluate import TrialEvaluator, TrialOutcome
 from .load import SweepRun, load_sweep
 from .outputs import SweepResult, importance_table, trials_table
 from .plateau import EDGE, plateau_table, range_position
-from .robustness import robustness_check
+from .robustness import robustness_check, robustness_replays
 from .run import run_sweep
 from .space import (OBJECTIVE_METRICS, PRUNERS, SAMPLERS, Objective, ParamSpec, RobustnessSpec,
                     SweepSpec, apply_params)
@@ -255,6 +255,7 @@ __all__ = [
     "trials_table",
     "importance_table",
     "robustness_check",
+    "robustness_replays",
     "plateau_table",
     "range_position",
     "EDGE",

@@ -41,7 +41,7 @@ from .outputs import IMPORTANCE_COLUMNS, SweepResult, _best_trials, _write_outpu
 from .plateau import grow_plateau
 from .resume import (_header, _load_resume_dir, _locate_run_dir, _prior_manifest,
                      _resume_storage, _study_identity, _write_ident)
-from .robustness import _candidates, robustness_check
+from .robustness import _candidates, robustness_check, robustness_replays
 from .space import SweepSpec
 from .storage import _mask_url, _recorded_storage, _storage_spec, open_storage
 from .study import _n_complete, _open_study
@@ -129,7 +129,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     try:
         study, n_done = _run_trials(plan, progress, timings)
         result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots,
-                         jobs=plan.workers)
+                         jobs=plan.workers, progress=progress)
         result.notes = notes
         result.study_name = study_name
         result.storage = _mask_url(_absolute_sqlite(plan.storage_spec))
@@ -296,9 +296,12 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
 
 
 def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
-            timings: dict, quiet: bool, want_plots: bool = True, jobs: int = 1) -> SweepResult:
+            timings: dict, quiet: bool, want_plots: bool = True, jobs: int = 1,
+            progress=None) -> SweepResult:
     """Trials table, best configuration, robustness check (its replicates
-    ``jobs`` at a time: the sweep's workers are done), plateaus and plots."""
+    ``jobs`` at a time: the sweep's workers are done), plateaus and plots.
+    A ``progress`` with phases (the CLI's) shows the re-check as a phase of
+    its own."""
     t0 = time.perf_counter()
     table = trials_table(study, spec)
     best = _best_trials(study, spec)
@@ -306,7 +309,15 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
     best_values = dict(zip(spec.labels, best[0].values)) if best else {}
     evaluator = TrialEvaluator(exp, spec, jobs=jobs)
     cands = _candidates(study, spec, best, exp.settings.replicates)
-    robust = robustness_check(evaluator, spec, cands) if cands else pd.DataFrame()
+    recheck = None
+    if cands and hasattr(progress, "phase"):
+        n = robustness_replays(spec, exp.settings.replicates)
+        if n:
+            progress.phase(f"robustness re-check of {len(cands)} trial(s)", units=n,
+                           unit="replay")
+            recheck = progress
+    robust = robustness_check(evaluator, spec, cands, progress=recheck) if cands \
+        else pd.DataFrame()
     timings["robustness"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     params_of = {t.number: dict(t.params) for t in study.trials}
