@@ -163,28 +163,12 @@ def _json_progress(args) -> bool:
 def _print_json(data) -> None:
     """A command's result as one JSON document on stdout (``--json``): NaN and
     infinities as null (JSON has neither), numpy scalars as numbers, frames as
-    lists of records, paths as strings."""
+    lists of records, paths as strings (:func:`memsim.rundir.jsonable`)."""
     import json
 
-    print(json.dumps(_plain(data), indent=2, allow_nan=False))
+    from .rundir import jsonable
 
-
-def _plain(x):
-    import math
-
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if hasattr(x, "to_dict") and hasattr(x, "columns"):  # a DataFrame
-        return _plain(x.to_dict(orient="records"))
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # a numpy scalar
-        x = x.item()
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if x is None or isinstance(x, (bool, int, str)):
-        return x
-    return str(x)
+    print(json.dumps(jsonable(data), indent=2, allow_nan=False))
 
 
 def _cmd_run(args) -> int:
@@ -592,7 +576,8 @@ def _cmd_feather_check(args) -> int:
 
 def _cmd_engine_check(args) -> int:
     from .feather_check import main as feather_main
-    argv = [args.config] + (["--csv", args.csv] if args.csv else [])
+    argv = ([args.config] + (["--csv", args.csv] if args.csv else [])
+            + (["--json"] if args.json else []))
     if args.engine == "feather":
         prog = Progress("memsim engine-check feather", getattr(args, "quiet", False))
         try:
@@ -897,7 +882,8 @@ def build_parser() -> argparse.ArgumentParser:
              "replay a stream through a real engine and its memsim preset",
              ("memsim engine-check feather experiments/feather_check.toml",
               "memsim engine-check langchain experiments/langchain_check.toml",
-              "memsim engine-check llamaindex experiments/framework_check.toml"))
+              "memsim engine-check llamaindex experiments/framework_check.toml"),
+             parents=[as_json])
     ec.add_argument("engine", choices=["feather", "langchain", "llamaindex", "crewai", "redis",
                                        "mem0", "openmemory"],
                     help="the real engine (needs pip install -e \".[feather]\", "

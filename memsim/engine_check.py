@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
-from .rundir import write_atomic
+from .rundir import jsonable, write_atomic
 from .stream import Stream, make_stream, read_stream
 from .workload import SyntheticWorkload
 
 __all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "csv_saver", "first_differences",
-           "format_summary", "kendall", "load_check_config", "quantise_stream", "starting",
-           "summarise"]
+           "format_summary", "kendall", "load_check_config", "print_summaries",
+           "quantise_stream", "starting", "summarise"]
 
 #: Seconds per simulated day.
 DAY_S = 86400
@@ -228,3 +228,12 @@ def csv_saver(prefix: str | None, name: Callable[[Any], str]) -> Callable[[Any],
             write_atomic(Path(f"{prefix}_{name(res)}.csv"),
                          lambda p: res.per_query.to_csv(p, index=False))
     return save
+
+
+def print_summaries(results: list) -> None:
+    """``memsim engine-check --json``: each configuration's summary (the
+    figures the text prints: identical top-k, overlap, score differences ...)
+    as one JSON list on stdout."""
+    import json
+
+    print(json.dumps(jsonable([res.summary for res in results]), indent=2, allow_nan=False))

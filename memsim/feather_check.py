@@ -70,7 +70,7 @@ import pandas as pd
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
 from .engine_check import (DAY_S, csv_saver, first_differences, kendall, load_check_config,
-                           quantise_stream)
+                           print_summaries, quantise_stream)
 from .errors import ConfigError, MemsimError
 from .stream import Stream
 
@@ -966,6 +966,8 @@ def main(argv: list[str] | None = None, progress: Any = None) -> int:
     parser.add_argument("config", help="TOML file (see experiments/feather_check.toml)")
     parser.add_argument("--csv", metavar="PREFIX",
                         help="write PREFIX_<search>.csv with the per-query table")
+    parser.add_argument("--json", action="store_true",
+                        help="print each configuration's summary as JSON instead of text")
     args = parser.parse_args(argv)
     # This process owns the throwaway databases: skip the fsync of each
     # write-ahead-log record, whatever the work folder's file system.
@@ -974,10 +976,13 @@ def main(argv: list[str] | None = None, progress: Any = None) -> int:
         return ("exact" if res.summary["exact"] else f"ef{res.summary['ef']}") + (
             "" if res.summary["feedback"] else "_nofeedback")
     try:
-        run_feather_check(args.config, progress=progress, on_result=csv_saver(args.csv, name))
+        results = run_feather_check(args.config, progress=progress,
+                                    on_result=csv_saver(args.csv, name), verbose=not args.json)
     except MemsimError as exc:
         print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        print_summaries(results)
     return 0
 
 

@@ -62,7 +62,7 @@ import pandas as pd
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
 from .engine_check import (compare_rankings, csv_saver, format_summary, load_check_config,
-                           quantise_stream, starting, summarise)
+                           print_summaries, quantise_stream, starting, summarise)
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
 
@@ -564,15 +564,19 @@ def main(engine: str, argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"memsim engine-check {engine}")
     parser.add_argument("config")
     parser.add_argument("--csv", metavar="PREFIX")
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     def name(res) -> str:
         s = res.summary
         return (f"{engine}_k{s['k']}" + (f"_{s['mode']}" if s.get("mode") else "")
                 + ("_norefresh" if s.get("refresh") is False else ""))
     try:
-        run_framework_check(engine, args.config, on_result=csv_saver(args.csv, name))
+        results = run_framework_check(engine, args.config, on_result=csv_saver(args.csv, name),
+                                      verbose=not args.json)
     except MemsimError as exc:
         print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        print_summaries(results)
     return 0
 

@@ -44,7 +44,7 @@ import pandas as pd
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
 from .engine_check import (compare_rankings, csv_saver, format_summary, load_check_config,
-                           quantise_stream, starting, summarise)
+                           print_summaries, quantise_stream, starting, summarise)
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
 
@@ -377,13 +377,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", help="TOML file (see experiments/langchain_check.toml)")
     parser.add_argument("--csv", metavar="PREFIX",
                         help="write PREFIX_k<k>_<relevance>.csv with the per-query table")
+    parser.add_argument("--json", action="store_true",
+                        help="print each configuration's summary as JSON instead of text")
     args = parser.parse_args(argv)
     save = csv_saver(args.csv, lambda res: f"k{res.summary['k']}_{res.summary['relevance']}")
     try:
-        run_langchain_check(args.config, on_result=save)
+        results = run_langchain_check(args.config, on_result=save, verbose=not args.json)
     except MemsimError as exc:
         print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        print_summaries(results)
     return 0
 
 

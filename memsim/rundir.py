@@ -58,6 +58,7 @@ __all__ = [
     "new_run_dir",
     "write_atomic",
     "write_text_atomic",
+    "jsonable",
     "pid_alive",
     "proc_start",
     "utc_now",
@@ -156,6 +157,25 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` as strict JSON can hold it (``--json`` outputs): NaN and
+    infinities as None, numpy scalars as numbers, frames as lists of records,
+    tuples as lists, other objects (paths) as text."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, pd.DataFrame):
+        return jsonable(x.to_dict(orient="records"))
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float):
+        return x if np.isfinite(x) else None
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    return str(x)
 
 
 class Manifest:

@@ -220,3 +220,19 @@ def test_engine_check_writes_each_csv_as_its_configuration_finishes(stream, tmp_
     done = pd.read_csv(tmp_path / "out_k2_cosine.csv")
     assert len(done) == stream.n_queries
     assert not (tmp_path / "out_k4_cosine.csv").exists()
+
+
+@needs_langchain
+def test_engine_check_json(stream, tmp_path, capsys):
+    import json
+
+    write_stream(stream, tmp_path / "s")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[langchain_check]\nk = 4\nrelevance = ["cosine", "l2"]\n'
+                   '[workload]\nsource = "s"\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli_main(["engine-check", "langchain", str(cfg), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # nothing but the JSON on stdout
+    assert [d["relevance"] for d in doc] == ["cosine", "l2"]
+    assert all(d["k"] == 4 and d["n_queries"] == stream.n_queries for d in doc)
