@@ -95,7 +95,8 @@ import pandas as pd
 from threadpoolctl import ThreadpoolController
 
 from .errors import ConfigError
-from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
+from .metrics import (HIDDEN_REASONS, RelevanceIndex, gini, hidden_counts, oracle_packing, query_metrics,
+                      stale_reinforced, superseded_use_curve, supersession_times)
 from .params import Interval, Options, Validated
 from .planted import PlantedModel
 from .policies import ArrayContext, Policy
@@ -232,6 +233,9 @@ class NoteArrays:
     #: and the workload that generated the stream, for the planted model
     note_class: np.ndarray | None = None
     workload_config: dict | None = None
+    #: when a newer note superseded each note (NaN = never): ground truth
+    #: for the invalidation retention and the superseded-use curve
+    superseded_at: np.ndarray | None = None
 
     @cached_property
     def planted(self) -> PlantedModel | None:
@@ -275,6 +279,7 @@ class NoteArrays:
                         if "note_class" in n else None),
             workload_config=(stream.meta.get("config")
                              if stream.meta.get("source") == "memsim.workload" else None),
+            superseded_at=supersession_times(n),
         )
 
     def take(self, rows: np.ndarray) -> NoteArrays:
@@ -315,6 +320,9 @@ class PolicyState:
         self.tier = notes.tier0.copy()
         self.evicted = np.zeros(n, dtype=bool)
         self.evicted_at = np.full(n, np.nan)
+        #: when an invalidating retention invalidated the note (NaN = never):
+        #: it is evicted too, and kept for audit
+        self.invalid_at = np.full(n, np.nan)
         self._words = max(1, (n_actors + 63) // 64)
         self.actor_bits = np.zeros((n, self._words), dtype=np.uint64)
         self._last_bump: dict[tuple[int, int], float] = {}
@@ -336,7 +344,8 @@ class PolicyState:
         cooldown) is carried over."""
         own = PolicyState.__new__(PolicyState)
         own.__dict__.update(self.__dict__)
-        for name in ("recalls", "last_access", "tier", "evicted", "evicted_at", "actor_bits"):
+        for name in ("recalls", "last_access", "tier", "evicted", "evicted_at", "invalid_at",
+                     "actor_bits"):
             setattr(own, name, getattr(self, name)[rows])
         own._last_bump = {}
         if bumps is not None:
@@ -2134,9 +2143,9 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache) -> SimResul
             key = budget.tobytes() + rows.tobytes()
             if key not in oracle_cache:  # arms at the same budgets share the oracle
                 oracle_cache.clear()
-                oracle_cache[key] = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
+                oracle_cache[key] = oracle_packing(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader,
-                          oracle_cache[key], inp.relevance)
+                          oracle_cache[key][0], inp.relevance, oracle_cache[key][1])
             if per_query[ai]:
                 out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))
                 outs[ai] = out
@@ -2193,12 +2202,15 @@ def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: flo
 
 
 def _store_rows(notes: NoteArrays, states, t: float) -> list[tuple]:
-    """(arm, t, live notes, live tokens) of every arm at time ``t``."""
+    """(arm, t, live notes, live tokens, invalidated notes kept for audit,
+    live notes already superseded) of every arm at time ``t``."""
     live = (notes.created_at <= t) & (notes.expires_at > t)
+    stale = live & (_superseded(notes) <= t)
     out = []
     for ai, st in enumerate(states):
         keep = live & ~st.evicted
-        out.append((ai, float(t), int(keep.sum()), int(notes.tokens[keep].sum())))
+        out.append((ai, float(t), int(keep.sum()), int(notes.tokens[keep].sum()),
+                    int((live & (st.invalid_at <= t)).sum()), int((stale & ~st.evicted).sum())))
     return out
 
 
@@ -2233,7 +2245,8 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         qframe["category"] = (pd.Series(inp.qcategory, index=inp.relevance.query_ids)
                               .reindex(qframe["query_id"].to_numpy()).to_numpy(dtype=object))
 
-    store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens"])
+    store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens",
+                                             "store_invalid", "store_stale"])
     store.insert(0, "policy", [arms[i].policy_name for i in store["arm"]])
     store.insert(1, "budget", [resolve_budget(arms[i], settings, per_query=pq)
                                for i in store["arm"]])
@@ -2248,9 +2261,20 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         "recall_gini": gini(st.recalls[exist]),
         "evicted_notes": int(st.evicted.sum()),
         "promoted_notes": int(((st.tier == longterm) & (notes.tier0 != longterm)).sum()),
+        **_supersession_measures(notes, st, t_end),
     } for arm, st in zip(arms, states)]
     rankings = _arms_frame(arms, got.rankings, settings, pq) if settings.save_rankings else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings)
+
+
+def _supersession_measures(notes: NoteArrays, st: PolicyState, t_end: float) -> dict:
+    """``arms.csv``'s invalidation audit and superseded-use curve of one arm
+    (:mod:`memsim.metrics`, "Superseded notes")."""
+    sup = _superseded(notes)
+    inv = ~np.isnan(st.invalid_at)
+    return {"invalidated_notes": int(inv.sum()),
+            "invalidated_superseded": int((inv & (sup <= st.invalid_at)).sum()),
+            **superseded_use_curve(sup, notes.created_at, st.last_access, float(t_end))}
 
 
 def _sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float,
@@ -2263,7 +2287,7 @@ def _sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float
         recalls=st.recalls[idx], tier=st.tier[idx], memory_type=notes.memory_type[idx],
         importance=notes.importance[idx], salience=notes.salience[idx],
         pinned=notes.pinned[idx], distinct_actors=st.distinct_actors(idx),
-        tokens=notes.tokens[idx], rng=rng,
+        tokens=notes.tokens[idx], rng=rng, superseded_at=_superseded(notes)[idx],
     )
 
 
@@ -2302,6 +2326,17 @@ class _SweepView(_NoteColumns, ArrayContext):
     def distinct_actors(self) -> np.ndarray:
         return self.state.distinct_actors(self.idx)
 
+    @property
+    def superseded_at(self) -> np.ndarray:
+        return _superseded(self.notes)[self.idx]
+
+
+def _superseded(notes: NoteArrays) -> np.ndarray:
+    """Each note's supersession time (NaN = never; all NaN when unknown)."""
+    if notes.superseded_at is None:
+        return np.full(len(notes.note_id), np.nan)
+    return notes.superseded_at
+
 
 def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
     """Run every arm's retention sweep at time ``t``."""
@@ -2316,6 +2351,8 @@ def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
                            dtype=bool)
         st.evicted[idx[evict]] = True
         st.evicted_at[idx[evict]] = t
+        if arm.policy.retention.invalidates:
+            st.invalid_at[idx[evict]] = t
 
 
 def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
@@ -2376,6 +2413,8 @@ class _ArmJob:
     reader: Any
     oracle: np.ndarray
     relevance: RelevanceIndex
+    #: the oracle's packed set (:func:`memsim.metrics.oracle_packing` keys)
+    oracle_keys: np.ndarray | None = None
 
     @property
     def c(self) -> int:
@@ -2509,6 +2548,7 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
     out = []
     for (job, batch, pk), m in zip(items, metrics):
         m["actor_code"] = batch.actors
+        hidden = _reinforced_and_hidden(job, batch, pk, m)
         one: dict[str, Any] = {"metrics": m}
         if job.settings.save_rankings:
             q, cc = pk.pos.shape
@@ -2521,8 +2561,73 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
                 "packed": pk.packed.ravel()[keep],
                 "position": pk.position.ravel()[keep],
             }
+            _hidden_rankings(one["rankings"], job, batch, pk, keep, hidden)
         out.append(one)
     return out
+
+
+def _used_candidates(fb, pk: _Packed) -> np.ndarray:
+    """(Q, C) bool: the candidates the answers use (the feedback's touch;
+    ``"prefilter"``: every candidate, ``"none"``: none)."""
+    chosen = _chosen(fb, pk)
+    if chosen is not None:
+        return chosen
+    return pk.cand_ok if fb.touch == "prefilter" else np.zeros_like(pk.cand_ok)
+
+
+def _cell_similarity(policy: Policy, batch: Batch):
+    """``similarity(q, rows)``: the policy's retriever's similarity of the
+    batch's queries ``q`` (K,) to the note rows ``rows`` (K, W)."""
+    def similarity(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        uq, qi = np.unique(q, return_inverse=True)
+        un, ni = np.unique(rows, return_inverse=True)
+        ctx = ArrayContext(t=batch.t[uq], created_at=batch.notes.created_at[un],
+                           note_emb=batch.notes.emb[un], query_emb=batch.qemb[uq])
+        sim = np.asarray(policy.retriever.similarity(ctx), dtype=np.float64)
+        return sim[qi[:, None], ni.reshape(rows.shape)]
+    return similarity
+
+
+def _reinforced_and_hidden(job: _ArmJob, batch: Batch, pk: _Packed, m: dict) -> tuple:
+    """Add ``stale_reinforced``, ``oracle_notes`` and the ``hidden_*``
+    columns (:mod:`memsim.metrics`) to the metrics ``m`` of one arm's packed
+    batch; return the hidden notes ``(q, note row, reason)``."""
+    policy, st = job.arm.policy, job.st
+    m["stale_reinforced"] = stale_reinforced(_used_candidates(policy.feedback, pk), pk.gains)
+    keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
+    counts, hidden = hidden_counts(
+        qrows=batch.qrows, t=batch.t, cand_rows=pk.cand_rows, cand_ok=pk.cand_ok,
+        packed=pk.packed, relevance=job.relevance, oracle_keys=keys,
+        invalid=~np.isnan(st.invalid_at), evicted=st.evicted,
+        expires_at=batch.notes.expires_at, similarity=_cell_similarity(policy, batch))
+    m.update(counts)
+    return hidden
+
+
+def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.ndarray,
+                     hidden: tuple) -> None:
+    """Add the rankings' ``oracle`` and ``hidden`` columns, and a row (rank
+    -1, score NaN) for each note the oracle packed that is not among the
+    policy's top C, with the reason it is hidden."""
+    q, cc = pk.pos.shape
+    n = max(job.relevance.n_notes, 1)
+    keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
+    qrow = np.repeat(batch.qrows, cc)[keep].astype(np.int64)
+    oracle = np.isin(qrow * n + pk.cand_rows.ravel()[keep], keys)
+    r["oracle"] = oracle
+    r["hidden"] = np.where(oracle & ~r["packed"], "budget", "").astype(object)
+    hq, hrow, reason = hidden
+    out = reason != HIDDEN_REASONS.index("budget")
+    hq, hrow, reason = hq[out], hrow[out], reason[out]
+    k = len(hq)
+    extra = {"query_id": job.relevance.query_ids[batch.qrows[hq]],
+             "rank": np.full(k, -1, dtype=r["rank"].dtype),
+             "note_id": batch.notes.note_id[hrow], "score": np.full(k, np.nan),
+             "packed": np.zeros(k, dtype=bool), "position": np.full(k, -1, r["position"].dtype),
+             "oracle": np.ones(k, dtype=bool),
+             "hidden": np.asarray(HIDDEN_REASONS, dtype=object)[reason]}
+    for col, v in extra.items():
+        r[col] = np.concatenate([r[col], v])
 
 
 def _run_arms(jobs: list[_ArmJob]) -> list[dict[str, Any]]:

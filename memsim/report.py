@@ -381,6 +381,7 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "deviation. Win/tie/loss count queries in the metric's own direction."),
             ("cmp-detail", cmp)]))
     sections += _breakdown_sections(ctx)
+    sections += _hidden_section(ctx)
     run_tab = _run_table(ctx.run)
     if run_tab is not None:
         sections.append(("Per-run measures", [
@@ -398,6 +399,34 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "good as these guesses."),
             ("table", pd.DataFrame(marks, columns=["policy", "parameter", "why assumed"]))]))
     return sections
+
+
+def _hidden_section(ctx: _Context) -> list[tuple[str, list[Any]]]:
+    """"What your decay hid": the oracle's notes each policy left out, by reason."""
+    d = plots.hidden_data(ctx.q, ctx.focus)
+    if not len(d) or not (d["oracle_per_query"] > 0).any():
+        return []
+    table = pd.DataFrame({"policy": d["policy"],
+                          "oracle notes / query": d["oracle_per_query"].map(lambda x: f"{x:.2f}"),
+                          "hidden": d["hidden"].map(_share)})
+    labels = {"age": "by age (outranked)", "cut": "by cut (similarity)", "budget": "by budget",
+              "evicted": "by eviction", "invalid": "by invalidation"}
+    for reason in ("age", "cut", "budget", "evicted", "invalid"):
+        table[labels[reason]] = d[f"hidden_{reason}"].map(_share)
+    return [("What your decay hid", [
+        ("p", "Of the notes the oracle packs (the best subset of the relevant notes within "
+              "the budget), the share each policy did not pack" + ctx.at_focus + ", by the "
+              "first reason that holds: invalidated, evicted (or expired), a candidate the "
+              "packer left out (budget), outranked by a less similar note (age: the score's "
+              "recency or other terms pushed it below the top C), or less similar than "
+              "every candidate (cut). Sums over every query and replicate; the per-query "
+              "counts are the hidden_* columns of queries.parquet, and rankings.parquet "
+              "(save_rankings) names each note with its reason."),
+        ("table", table)])]
+
+
+def _share(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:.3f}"
 
 
 def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
@@ -501,6 +530,26 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
             "run (the feedback loop's lock-in), mean over replicates with its interval.",
             lambda ax: plots.plot_run_metric(plots.run_metric_data(arms, "recall_gini"),
                                              ax, colors)))
+    sup = plots.superseded_use_data(arms, focus)
+    if len(sup):
+        harm = plots.run_metric_data(
+            q[q["budget"] == focus].groupby(["replicate", "policy", "budget"], sort=False)
+            ["harm"].mean().reset_index(), "harm") if "harm" in q else None
+
+        def _stale(fig):
+            left, right = fig.subplots(1, 2, width_ratios=[2, 3])
+            plots.plot_run_metric(harm, left, colors)
+            left.set_title("harm per query (95% CI over replicates)")
+            plots.plot_superseded_use(sup, right, colors)
+            right.set_title("superseded notes still used D days after")
+        figs.append(_draw(
+            "superseded_use", "Wrong notes: harm and how long they keep being used",
+            "Left: harm, the mean |gain| of stale notes packed per query. Right: of the "
+            "notes a newer note superseded, the share whose last use came at least D days "
+            "after (among those superseded at least D days before the last query); each "
+            "use also raised the wrong note's recall count (stale_reinforced counts them "
+            "per query). Means over replicates with 95% intervals.",
+            _stale, size=(11.0, 4.2), panels=True))
     if store is not None and len(store) and _store_differs(store):
         figs.append(_draw(
             "store_size", "Store size over time",

@@ -31,7 +31,11 @@ which are converted to the same scale. memsim's clock is in days.
     ``"task"``), ``type`` (memory type, default ``"episodic"``),
     ``importance`` and ``salience`` (numbers >= 0, default 1), ``pinned``
     (bool), ``expires_at`` (time), ``namespace`` (str: a separate store, e.g.
-    one per user; a query only sees notes of its own namespace).
+    one per user; a query only sees notes of its own namespace),
+    ``supersedes`` (the id of an earlier note, or a list of ids, that this
+    note makes wrong: unlike ``note_updated``, the older note stays in the
+    store; its live version gets ``superseded_at`` = this note's ``t``, the
+    truth that supersession detectors are scored against).
 
 ``note_updated``
     ``id`` (an added note), ``t``, and any of the optional fields of
@@ -98,7 +102,8 @@ How the stream is built
   ``text``. Dense BM25 vectors take ``(notes + queries) * (vocabulary + 1) *
   4`` bytes: for large logs, log the embeddings.
 - **columns** besides the documented ones: notes ``first_created_at``,
-  ``version``, and ``trace_id``, ``namespace`` as said; queries
+  ``version``, and ``trace_id``, ``namespace`` as said, and ``superseded_at``
+  (NaN = never) when any note names ``supersedes``; queries
   ``category`` (``""`` when untagged), ``text`` (when any query has one),
   ``trace_id``, ``namespace`` (when any event has one).
 
@@ -203,6 +208,8 @@ class _Reader:
         self.n_key = array("q")
         self.n_version = array("i")
         self.n_next = array("q")                 # row -> next version row (-1: none)
+        self.n_sup = array("d")                  # row -> superseded_at (NaN: never)
+        self.any_sup = False
         self.n_text: list[str] = []
         self.n_emb = array("f")
         self.versioned = False
@@ -376,6 +383,17 @@ class _Reader:
         self._version(ev, key, row, t, t, 0, tokens, actor, text if text is not None else "",
                       emb, self.tiers("task"), self.types("episodic"), 1.0, 1.0, False,
                       math.nan, self.namespace(ev))
+        if ev.get("supersedes") is not None:
+            olds = ev["supersedes"] if isinstance(ev["supersedes"], list) else [ev["supersedes"]]
+            for old in olds:
+                k = self.note_of(old, "supersedes")
+                if k == key or self.deleted[k]:
+                    self.fail(f"note {old!r} cannot be superseded here (itself or deleted)",
+                              "supersedes")
+                r = self.live_row[k]
+                prev = self.n_sup[r]
+                self.n_sup[r] = t if math.isnan(prev) else min(prev, t)
+                self.any_sup = True
 
     def _version(self, ev: dict, key: int, row: int, t: float, first: float, version: int,
                  tokens: int, actor: int, text: str, emb: list | None, tier: int, mtype: int,
@@ -411,6 +429,7 @@ class _Reader:
         self.n_key.append(key)
         self.n_version.append(version)
         self.n_next.append(-1)
+        self.n_sup.append(math.nan)
         self.n_text.append(text)
         if emb is not None:
             self.n_emb.extend(emb)
@@ -653,6 +672,8 @@ def _build(r: _Reader, label: str) -> Stream:
         notes.insert(len(notes.columns) - 2, "text", np.asarray(r.n_text, dtype=object))
     if any(r.q_text):
         queries["text"] = np.asarray(r.q_text, dtype=object)
+    if r.any_sup:
+        notes["superseded_at"] = _f64(r.n_sup)
     if not int_notes:
         notes["trace_id"] = np.asarray([str(r.note_ids[k]) for k in keys], dtype=object)
     if not int_queries:
