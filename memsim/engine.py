@@ -135,8 +135,14 @@ class SimSettings(Validated):
         presets of real systems set it themselves).
     retention_period_days : float
         Period of the retention sweeps.
-    save_rankings : bool
-        Keep every query's top-C ranking (``rankings.parquet``).
+    save_rankings : {False, True, "hidden"}
+        Keep every query's top-C ranking (``rankings.parquet``), with the
+        columns ``oracle`` (the oracle packs the note) and ``hidden`` (why an
+        oracle note was not packed: ``"budget"`` within the top C, else
+        ``""``). ``"hidden"`` also adds a row (``rank`` -1, ``score`` NaN) for
+        each note the oracle packs that is not among the top C, with its
+        reason (``"age"``, ``"cut"``, ``"evicted"``, ``"invalid"``;
+        :mod:`memsim.metrics`).
     """
 
     budget_tokens: int = 1500
@@ -152,7 +158,7 @@ class SimSettings(Validated):
         "tick_days": Interval(0, None, closed="neither"),
         "feedback_mode": Options(("per-tick", "per-query")),
         "retention_period_days": Interval(0, None, closed="neither"),
-        "save_rankings": Options((True, False)),
+        "save_rankings": Options((True, False, "hidden")),
     }
 
 
@@ -2561,7 +2567,8 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
                 "packed": pk.packed.ravel()[keep],
                 "position": pk.position.ravel()[keep],
             }
-            _hidden_rankings(one["rankings"], job, batch, pk, keep, hidden)
+            _hidden_rankings(one["rankings"], job, batch, pk, keep, hidden,
+                             rows=job.settings.save_rankings == "hidden")
         out.append(one)
     return out
 
@@ -2605,10 +2612,10 @@ def _reinforced_and_hidden(job: _ArmJob, batch: Batch, pk: _Packed, m: dict) -> 
 
 
 def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.ndarray,
-                     hidden: tuple) -> None:
-    """Add the rankings' ``oracle`` and ``hidden`` columns, and a row (rank
-    -1, score NaN) for each note the oracle packed that is not among the
-    policy's top C, with the reason it is hidden."""
+                     hidden: tuple, rows: bool) -> None:
+    """Add the rankings' ``oracle`` and ``hidden`` columns and, with
+    ``rows``, a row (rank -1, score NaN) for each note the oracle packed
+    that is not among the policy's top C, with the reason it is hidden."""
     q, cc = pk.pos.shape
     n = max(job.relevance.n_notes, 1)
     keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
@@ -2616,6 +2623,8 @@ def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.
     oracle = np.isin(qrow * n + pk.cand_rows.ravel()[keep], keys)
     r["oracle"] = oracle
     r["hidden"] = np.where(oracle & ~r["packed"], "budget", "").astype(object)
+    if not rows:
+        return
     hq, hrow, reason = hidden
     out = reason != HIDDEN_REASONS.index("budget")
     hq, hrow, reason = hq[out], hrow[out], reason[out]

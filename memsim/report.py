@@ -420,8 +420,8 @@ def _hidden_section(ctx: _Context) -> list[tuple[str, list[Any]]]:
               "packer left out (budget), outranked by a less similar note (age: the score's "
               "recency or other terms pushed it below the top C), or less similar than "
               "every candidate (cut). Sums over every query and replicate; the per-query "
-              "counts are the hidden_* columns of queries.parquet, and rankings.parquet "
-              "(save_rankings) names each note with its reason."),
+              "counts are the hidden_* columns of queries.parquet; with save_rankings = "
+              "\"hidden\", rankings.parquet names each note with its reason."),
         ("table", table)])]
 
 

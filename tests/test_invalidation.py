@@ -158,7 +158,7 @@ FAST = {"ranker": "product", "decay": {"kind": "half-life-floor", "half_life_day
 
 
 def hidden_row(stream, table, budget=300):
-    res = run(stream, {"p": table}, budget_tokens=budget, save_rankings=True)
+    res = run(stream, {"p": table}, budget_tokens=budget, save_rankings="hidden")
     return res.queries.iloc[0], res.rankings
 
 
@@ -176,6 +176,14 @@ def test_hidden_by_age_and_by_cut():
     assert extra == {0: "age", 1: "cut"}
     top = rk[rk["rank"] == 1].iloc[0]
     assert top["note_id"] == 2 and not top["oracle"] and top["hidden"] == ""
+
+
+def test_rankings_rows_for_hidden_notes_only_on_request():
+    res = run(hidden_case(), {"p": {**FAST, "candidates": 1}}, budget_tokens=300,
+              save_rankings=True)
+    # the top C alone (one row), with the oracle / hidden columns
+    assert res.rankings["rank"].tolist() == [1]
+    assert res.rankings[["oracle", "hidden"]].values.tolist() == [[False, ""]]
 
 
 def test_hidden_by_budget_and_rankings_flag_the_oracle_notes():
