@@ -705,6 +705,10 @@ class _NoteColumns:
         return self.state.recalls[self.idx]
 
     @property
+    def superseded_at(self) -> np.ndarray:
+        return _superseded(self.notes)[self.idx]
+
+    @property
     def tier(self) -> np.ndarray:
         return self.state.tier[self.idx]
 
@@ -2331,10 +2335,6 @@ class _SweepView(_NoteColumns, ArrayContext):
     @cached_property
     def distinct_actors(self) -> np.ndarray:
         return self.state.distinct_actors(self.idx)
-
-    @property
-    def superseded_at(self) -> np.ndarray:
-        return _superseded(self.notes)[self.idx]
 
 
 def _superseded(notes: NoteArrays) -> np.ndarray:

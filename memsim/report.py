@@ -537,19 +537,19 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
             ["harm"].mean().reset_index(), "harm") if "harm" in q else None
 
         def _stale(fig):
-            left, right = fig.subplots(1, 2, width_ratios=[2, 3])
-            plots.plot_run_metric(harm, left, colors)
-            left.set_title("harm per query (95% CI over replicates)")
-            plots.plot_superseded_use(sup, right, colors)
-            right.set_title("superseded notes still used D days after")
+            top, bottom = fig.subplots(2, 1, height_ratios=[2, 3])
+            plots.plot_run_metric(harm, top, colors)
+            top.set_title("harm per query (95% CI over replicates)")
+            plots.plot_superseded_use(sup, bottom, colors)
+            bottom.set_title("superseded notes still used D days after")
         figs.append(_draw(
             "superseded_use", "Wrong notes: harm and how long they keep being used",
-            "Left: harm, the mean |gain| of stale notes packed per query. Right: of the "
+            "Top: harm, the mean |gain| of stale notes packed per query. Bottom: of the "
             "notes a newer note superseded, the share whose last use came at least D days "
             "after (among those superseded at least D days before the last query); each "
             "use also raised the wrong note's recall count (stale_reinforced counts them "
             "per query). Means over replicates with 95% intervals.",
-            _stale, size=(11.0, 4.2), panels=True))
+            _stale, size=(7.5, 7.5), panels=True))
     if store is not None and len(store) and _store_differs(store):
         figs.append(_draw(
             "store_size", "Store size over time",
