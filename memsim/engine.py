@@ -2582,16 +2582,55 @@ def _used_candidates(fb, pk: _Packed) -> np.ndarray:
     return pk.cand_ok if fb.touch == "prefilter" else np.zeros_like(pk.cand_ok)
 
 
+class _RowsContext:
+    """K queries against the notes of K rows of W columns each, laid out as
+    one (K, K * W) context (query i's notes are columns i * W ... i * W + W
+    - 1): what a retriever computes its similarity from (products and
+    norms), and an :class:`ArrayContext` for anything else, built then."""
+
+    def __init__(self, batch: Batch, q: np.ndarray, rows: np.ndarray):
+        self.batch, self.q, self.cols = batch, q, rows.reshape(-1)
+        self.t = batch.t[q]
+        self.idx = self.cols
+        self.live = None
+
+    @cached_property
+    def dots(self) -> np.ndarray:
+        return self.query_vectors @ self.note_vectors.T
+
+    @cached_property
+    def qnorm2(self) -> np.ndarray:
+        return self.batch.qnorm2[self.q]
+
+    @cached_property
+    def nnorm2(self) -> np.ndarray:
+        return self.batch.notes.norm2[self.cols]
+
+    @cached_property
+    def note_vectors(self) -> np.ndarray:
+        return self.batch.notes.emb[self.cols]
+
+    @cached_property
+    def query_vectors(self) -> np.ndarray:
+        return self.batch.qemb[self.q]
+
+    @cached_property
+    def _full(self) -> ArrayContext:
+        return ArrayContext(t=self.t, created_at=self.batch.notes.created_at[self.cols],
+                            note_emb=self.note_vectors, query_emb=self.query_vectors)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._full, name)
+
+
 def _cell_similarity(policy: Policy, batch: Batch):
     """``similarity(q, rows)``: the policy's retriever's similarity of the
     batch's queries ``q`` (K,) to the note rows ``rows`` (K, W)."""
     def similarity(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        uq, qi = np.unique(q, return_inverse=True)
-        un, ni = np.unique(rows, return_inverse=True)
-        ctx = ArrayContext(t=batch.t[uq], created_at=batch.notes.created_at[un],
-                           note_emb=batch.notes.emb[un], query_emb=batch.qemb[uq])
-        sim = np.asarray(policy.retriever.similarity(ctx), dtype=np.float64)
-        return sim[qi[:, None], ni.reshape(rows.shape)]
+        k, w = rows.shape
+        sim = np.asarray(policy.retriever.similarity(_RowsContext(batch, q, rows)),
+                         dtype=np.float64)
+        return sim.reshape(k, k, w)[np.arange(k), np.arange(k)]
     return similarity
 
 
@@ -2620,7 +2659,7 @@ def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.
     n = max(job.relevance.n_notes, 1)
     keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
     qrow = np.repeat(batch.qrows, cc)[keep].astype(np.int64)
-    oracle = np.isin(qrow * n + pk.cand_rows.ravel()[keep], keys)
+    oracle = np.isin(qrow * n + pk.cand_rows.ravel()[keep], keys, kind="sort")
     r["oracle"] = oracle
     r["hidden"] = np.where(oracle & ~r["packed"], "budget", "").astype(object)
     if not rows:

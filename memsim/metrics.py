@@ -450,29 +450,28 @@ def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
     if rp_rows.size == 0 or len(oracle_keys) == 0:
         return out, none
     keys = qrows[:, None].astype(np.int64) * n + rp_rows
-    in_o = rp_mask & np.isin(keys, oracle_keys)
+    in_o = rp_mask & np.isin(keys, oracle_keys, kind="sort")
     out["oracle_notes"] = in_o.sum(axis=1).astype(np.int64)
     qkey = np.arange(q)[:, None] * n
     cand_keys = (qkey + cand_rows)[cand_ok]
     packed_keys = (qkey + cand_rows)[cand_ok & packed]
     local = qkey + rp_rows
-    hide = in_o & ~np.isin(local, packed_keys)
+    hide = in_o & ~np.isin(local, packed_keys, kind="sort")
     qi, ri = np.nonzero(hide)
     if len(qi) == 0:
         return out, none
     rows = rp_rows[qi, ri]
     reason = np.full(len(qi), HIDDEN_REASONS.index("cut"), dtype=np.int64)
-    is_cand = np.isin(local[qi, ri], cand_keys)
+    is_cand = np.isin(local[qi, ri], cand_keys, kind="sort")
     gone_invalid = invalid[rows]
     gone = evicted[rows] | (expires_at[rows] <= t[qi])
     # live, not a candidate: "age" when a less similar candidate made the top C
     test = ~gone & ~gone_invalid & ~is_cand
     if test.any():
         tq = qi[test]
-        sim_note = similarity(tq, rows[test][:, None])[:, 0]
-        crow = cand_rows[tq]
-        csim = np.where(cand_ok[tq], similarity(tq, crow), np.inf)
-        beaten = csim.min(axis=1) < sim_note
+        sim = similarity(tq, np.concatenate([rows[test][:, None], cand_rows[tq]], axis=1))
+        csim = np.where(cand_ok[tq], sim[:, 1:], np.inf)
+        beaten = csim.min(axis=1) < sim[:, 0]
         reason[np.flatnonzero(test)[beaten]] = HIDDEN_REASONS.index("age")
     reason[is_cand] = HIDDEN_REASONS.index("budget")
     reason[gone] = HIDDEN_REASONS.index("evicted")

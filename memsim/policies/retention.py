@@ -330,7 +330,8 @@ class Invalidation(Retention):
         """When the detector invalidates each note (L,), days; inf = never."""
         u = self.draws(ctx)
         sup = np.asarray(ctx.superseded_at, dtype=np.float64)
-        created = np.asarray(ctx.created_at, dtype=np.float64)
+        # creation times from the sweep's ages (the protocol's clock)
+        created = ctx.t[0] - np.asarray(ctx.age_created[0], dtype=np.float64)
         caught = np.where(np.isfinite(sup) & (u[:, 0] < self.recall), sup, np.inf)
         fp_at = created - self.false_positive_delay_days * np.log1p(-u[:, 2])
         fp = (u[:, 1] < self.false_positive_rate) & ~(fp_at >= sup)  # NaN sup: never
