@@ -413,7 +413,15 @@ def _hidden_section(ctx: _Context) -> list[tuple[str, list[Any]]]:
               "evicted": "by eviction", "invalid": "by invalidation"}
     for reason in ("age", "cut", "budget", "evicted", "invalid"):
         table[labels[reason]] = d[f"hidden_{reason}"].map(_share)
-    return [("What your decay hid", [
+    arms = ctx.run.arms
+    unmarked = []
+    if (arms is not None and len(arms) and "superseded_notes" in arms
+            and (arms["superseded_notes"] == 0).all() and (arms["invalidated_notes"] > 0).any()):
+        unmarked = [("p", "No note of this stream is marked as superseded (no superseded_at "
+                          "column, no superseding class): an invalidation retention can only "
+                          "over-fire here, and every note it invalidates is a false positive. "
+                          "What it costs shows in the 'by invalidation' column.")]
+    return [("What your decay hid", unmarked + [
         ("p", "Of the notes the oracle packs (the best subset of the relevant notes within "
               "the budget), the share each policy did not pack" + ctx.at_focus + ", by the "
               "first reason that holds: invalidated, evicted (or expired), a candidate the "

@@ -311,6 +311,24 @@ def test_invalidation_experiment_on_the_trace(tmp_path):
     assert "## What your decay hid" in page and "superseded_use.png" in page
 
 
+def test_report_says_when_the_stream_marks_nothing_as_superseded(tmp_path):
+    from memsim.report import build_report
+    from memsim.runner import run_experiment
+    # the example trace has no "supersedes": the detector can only over-fire
+    res = run_experiment(ROOT / "experiments" / "invalidation.toml", out=tmp_path, report=False,
+                         overrides=["workload.source=traces/example.jsonl",
+                                    "workload.importer=trace", "experiment.replicates=1",
+                                    "policies.invalidation.retention.false_positive_rate=0.5"])
+    arms = res.arms.set_index("policy")
+    assert (arms["superseded_notes"] == 0).all()
+    assert arms.loc["invalidation", "invalidated_superseded"] == 0
+    assert arms.loc["invalidation", "invalidated_notes"] > 0
+    assert arms.loc["invalidation-perfect", "invalidated_notes"] == 0
+    page = build_report(res.path).with_suffix(".md").read_text(encoding="utf-8")
+    assert "No note of this stream is marked as superseded" in page
+    assert "superseded_use.png" not in page  # no curve without superseded notes
+
+
 @pytest.mark.skipif(not LOCOMO.exists(), reason=f"LoCoMo data not found at {LOCOMO}")
 def test_locomo_has_no_supersession_signal():
     from memsim.importers import import_locomo
