@@ -74,7 +74,10 @@ those superseded at least D days before the last query (a note cannot be seen
 longer than the run lasts): how long wrong notes keep being used. The same
 file counts ``invalidated_notes`` (notes the retention invalidated) and
 ``invalidated_superseded`` (of those, the ones already superseded when
-invalidated: the detector's hits; the rest are its false positives).
+invalidated: the detector's hits; the rest are its false positives). The store
+frame (``store.parquet``) adds, at each day, ``store_invalid`` (existing notes
+the retention invalidated: out of retrieval, kept for audit) and
+``store_stale`` (live notes already superseded).
 
 A per-query ratio with a possibly negative numerator (stale notes packed) can
 fall far below 0, so the mean of ``utility_ratio`` over queries is dominated by
