@@ -95,8 +95,8 @@ import pandas as pd
 from threadpoolctl import ThreadpoolController
 
 from .errors import ConfigError
-from .metrics import (HIDDEN_REASONS, RelevanceIndex, gini, hidden_counts, oracle_packing, query_metrics,
-                      stale_reinforced, superseded_use_curve, supersession_times)
+from .metrics import (HIDDEN_REASONS, RelevanceIndex, gini, hidden_counts, oracle_packing,
+                      query_metrics, stale_reinforced, superseded_use_curve, supersession_times)
 from .params import Interval, Options, Validated
 from .planted import PlantedModel
 from .policies import ArrayContext, Policy
@@ -2626,11 +2626,17 @@ class _RowsContext:
 def _cell_similarity(policy: Policy, batch: Batch):
     """``similarity(q, rows)``: the policy's retriever's similarity of the
     batch's queries ``q`` (K,) to the note rows ``rows`` (K, W)."""
-    def similarity(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def block(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
         k, w = rows.shape
         sim = np.asarray(policy.retriever.similarity(_RowsContext(batch, q, rows)),
                          dtype=np.float64)
         return sim.reshape(k, k, w)[np.arange(k), np.arange(k)]
+
+    def similarity(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        # blocks of at most 128 rows: the context is (K, K * W)
+        return np.concatenate([block(q[i:i + 128], rows[i:i + 128])
+                               for i in range(0, len(q), 128)]) if len(q) else \
+            np.zeros(rows.shape)
     return similarity
 
 
