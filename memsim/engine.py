@@ -95,7 +95,8 @@ import pandas as pd
 from threadpoolctl import ThreadpoolController
 
 from .errors import ConfigError
-from .metrics import RelevanceIndex, gini, oracle_values, query_metrics
+from .metrics import (HIDDEN_REASONS, RelevanceIndex, gini, hidden_counts, oracle_packing,
+                      query_metrics, stale_reinforced, superseded_use_curve, supersession_times)
 from .params import Interval, Options, Validated
 from .planted import PlantedModel
 from .policies import ArrayContext, Policy
@@ -134,8 +135,14 @@ class SimSettings(Validated):
         presets of real systems set it themselves).
     retention_period_days : float
         Period of the retention sweeps.
-    save_rankings : bool
-        Keep every query's top-C ranking (``rankings.parquet``).
+    save_rankings : {False, True, "hidden"}
+        Keep every query's top-C ranking (``rankings.parquet``), with the
+        columns ``oracle`` (the oracle packs the note) and ``hidden`` (why an
+        oracle note was not packed: ``"budget"`` within the top C, else
+        ``""``). ``"hidden"`` also adds a row (``rank`` -1, ``score`` NaN) for
+        each note the oracle packs that is not among the top C, with its
+        reason (``"age"``, ``"cut"``, ``"evicted"``, ``"invalid"``;
+        :mod:`memsim.metrics`).
     """
 
     budget_tokens: int = 1500
@@ -151,7 +158,7 @@ class SimSettings(Validated):
         "tick_days": Interval(0, None, closed="neither"),
         "feedback_mode": Options(("per-tick", "per-query")),
         "retention_period_days": Interval(0, None, closed="neither"),
-        "save_rankings": Options((True, False)),
+        "save_rankings": Options((True, False, "hidden")),
     }
 
 
@@ -232,6 +239,9 @@ class NoteArrays:
     #: and the workload that generated the stream, for the planted model
     note_class: np.ndarray | None = None
     workload_config: dict | None = None
+    #: when a newer note superseded each note (NaN = never): ground truth
+    #: for the invalidation retention and the superseded-use curve
+    superseded_at: np.ndarray | None = None
 
     @cached_property
     def planted(self) -> PlantedModel | None:
@@ -275,6 +285,7 @@ class NoteArrays:
                         if "note_class" in n else None),
             workload_config=(stream.meta.get("config")
                              if stream.meta.get("source") == "memsim.workload" else None),
+            superseded_at=supersession_times(n),
         )
 
     def take(self, rows: np.ndarray) -> NoteArrays:
@@ -315,6 +326,9 @@ class PolicyState:
         self.tier = notes.tier0.copy()
         self.evicted = np.zeros(n, dtype=bool)
         self.evicted_at = np.full(n, np.nan)
+        #: when an invalidating retention invalidated the note (NaN = never):
+        #: it is evicted too, and kept for audit
+        self.invalid_at = np.full(n, np.nan)
         self._words = max(1, (n_actors + 63) // 64)
         self.actor_bits = np.zeros((n, self._words), dtype=np.uint64)
         self._last_bump: dict[tuple[int, int], float] = {}
@@ -336,7 +350,8 @@ class PolicyState:
         cooldown) is carried over."""
         own = PolicyState.__new__(PolicyState)
         own.__dict__.update(self.__dict__)
-        for name in ("recalls", "last_access", "tier", "evicted", "evicted_at", "actor_bits"):
+        for name in ("recalls", "last_access", "tier", "evicted", "evicted_at", "invalid_at",
+                     "actor_bits"):
             setattr(own, name, getattr(self, name)[rows])
         own._last_bump = {}
         if bumps is not None:
@@ -688,6 +703,10 @@ class _NoteColumns:
     @property
     def recalls(self) -> np.ndarray:
         return self.state.recalls[self.idx]
+
+    @property
+    def superseded_at(self) -> np.ndarray:
+        return _superseded(self.notes)[self.idx]
 
     @property
     def tier(self) -> np.ndarray:
@@ -2134,9 +2153,9 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache) -> SimResul
             key = budget.tobytes() + rows.tobytes()
             if key not in oracle_cache:  # arms at the same budgets share the oracle
                 oracle_cache.clear()
-                oracle_cache[key] = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
+                oracle_cache[key] = oracle_packing(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader,
-                          oracle_cache[key], inp.relevance)
+                          oracle_cache[key][0], inp.relevance, oracle_cache[key][1])
             if per_query[ai]:
                 out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))
                 outs[ai] = out
@@ -2193,12 +2212,15 @@ def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: flo
 
 
 def _store_rows(notes: NoteArrays, states, t: float) -> list[tuple]:
-    """(arm, t, live notes, live tokens) of every arm at time ``t``."""
+    """(arm, t, live notes, live tokens, invalidated notes kept for audit,
+    live notes already superseded) of every arm at time ``t``."""
     live = (notes.created_at <= t) & (notes.expires_at > t)
+    stale = live & (_superseded(notes) <= t)
     out = []
     for ai, st in enumerate(states):
         keep = live & ~st.evicted
-        out.append((ai, float(t), int(keep.sum()), int(notes.tokens[keep].sum())))
+        out.append((ai, float(t), int(keep.sum()), int(notes.tokens[keep].sum()),
+                    int((live & (st.invalid_at <= t)).sum()), int((stale & ~st.evicted).sum())))
     return out
 
 
@@ -2233,7 +2255,8 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         qframe["category"] = (pd.Series(inp.qcategory, index=inp.relevance.query_ids)
                               .reindex(qframe["query_id"].to_numpy()).to_numpy(dtype=object))
 
-    store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens"])
+    store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens",
+                                             "store_invalid", "store_stale"])
     store.insert(0, "policy", [arms[i].policy_name for i in store["arm"]])
     store.insert(1, "budget", [resolve_budget(arms[i], settings, per_query=pq)
                                for i in store["arm"]])
@@ -2248,9 +2271,20 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         "recall_gini": gini(st.recalls[exist]),
         "evicted_notes": int(st.evicted.sum()),
         "promoted_notes": int(((st.tier == longterm) & (notes.tier0 != longterm)).sum()),
+        **_supersession_measures(notes, st, t_end),
     } for arm, st in zip(arms, states)]
     rankings = _arms_frame(arms, got.rankings, settings, pq) if settings.save_rankings else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings)
+
+
+def _supersession_measures(notes: NoteArrays, st: PolicyState, t_end: float) -> dict:
+    """``arms.csv``'s invalidation audit and superseded-use curve of one arm
+    (:mod:`memsim.metrics`, "Superseded notes")."""
+    sup = _superseded(notes)
+    inv = ~np.isnan(st.invalid_at)
+    return {"invalidated_notes": int(inv.sum()),
+            "invalidated_superseded": int((inv & (sup <= st.invalid_at)).sum()),
+            **superseded_use_curve(sup, notes.created_at, st.last_access, float(t_end))}
 
 
 def _sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float,
@@ -2263,7 +2297,7 @@ def _sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float
         recalls=st.recalls[idx], tier=st.tier[idx], memory_type=notes.memory_type[idx],
         importance=notes.importance[idx], salience=notes.salience[idx],
         pinned=notes.pinned[idx], distinct_actors=st.distinct_actors(idx),
-        tokens=notes.tokens[idx], rng=rng,
+        tokens=notes.tokens[idx], rng=rng, superseded_at=_superseded(notes)[idx],
     )
 
 
@@ -2303,6 +2337,13 @@ class _SweepView(_NoteColumns, ArrayContext):
         return self.state.distinct_actors(self.idx)
 
 
+def _superseded(notes: NoteArrays) -> np.ndarray:
+    """Each note's supersession time (NaN = never; all NaN when unknown)."""
+    if notes.superseded_at is None:
+        return np.full(len(notes.note_id), np.nan)
+    return notes.superseded_at
+
+
 def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
     """Run every arm's retention sweep at time ``t``."""
     exist = np.flatnonzero((notes.created_at <= t) & (notes.expires_at > t))
@@ -2316,6 +2357,8 @@ def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
                            dtype=bool)
         st.evicted[idx[evict]] = True
         st.evicted_at[idx[evict]] = t
+        if arm.policy.retention.invalidates:
+            st.invalid_at[idx[evict]] = t
 
 
 def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
@@ -2376,6 +2419,8 @@ class _ArmJob:
     reader: Any
     oracle: np.ndarray
     relevance: RelevanceIndex
+    #: the oracle's packed set (:func:`memsim.metrics.oracle_packing` keys)
+    oracle_keys: np.ndarray | None = None
 
     @property
     def c(self) -> int:
@@ -2525,6 +2570,7 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
     out = []
     for (job, batch, pk), m in zip(items, metrics):
         m["actor_code"] = batch.actors
+        hidden = _reinforced_and_hidden(job, batch, pk, m)
         one: dict[str, Any] = {"metrics": m}
         if job.settings.save_rankings:
             q, cc = pk.pos.shape
@@ -2537,8 +2583,121 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
                 "packed": pk.packed.ravel()[keep],
                 "position": pk.position.ravel()[keep],
             }
+            _hidden_rankings(one["rankings"], job, batch, pk, keep, hidden,
+                             rows=job.settings.save_rankings == "hidden")
         out.append(one)
     return out
+
+
+def _used_candidates(fb, pk: _Packed) -> np.ndarray:
+    """(Q, C) bool: the candidates the answers use (the feedback's touch;
+    ``"prefilter"``: every candidate, ``"none"``: none)."""
+    chosen = _chosen(fb, pk)
+    if chosen is not None:
+        return chosen
+    return pk.cand_ok if fb.touch == "prefilter" else np.zeros_like(pk.cand_ok)
+
+
+class _RowsContext:
+    """K queries against the notes of K rows of W columns each, laid out as
+    one (K, K * W) context (query i's notes are columns i * W ... i * W + W
+    - 1): what a retriever computes its similarity from (products and
+    norms), and an :class:`ArrayContext` for anything else, built then."""
+
+    def __init__(self, batch: Batch, q: np.ndarray, rows: np.ndarray):
+        self.batch, self.q, self.cols = batch, q, rows.reshape(-1)
+        self.t = batch.t[q]
+        self.idx = self.cols
+        self.live = None
+
+    @cached_property
+    def dots(self) -> np.ndarray:
+        return self.query_vectors @ self.note_vectors.T
+
+    @cached_property
+    def qnorm2(self) -> np.ndarray:
+        return self.batch.qnorm2[self.q]
+
+    @cached_property
+    def nnorm2(self) -> np.ndarray:
+        return self.batch.notes.norm2[self.cols]
+
+    @cached_property
+    def note_vectors(self) -> np.ndarray:
+        return self.batch.notes.emb[self.cols]
+
+    @cached_property
+    def query_vectors(self) -> np.ndarray:
+        return self.batch.qemb[self.q]
+
+    @cached_property
+    def _full(self) -> ArrayContext:
+        return ArrayContext(t=self.t, created_at=self.batch.notes.created_at[self.cols],
+                            note_emb=self.note_vectors, query_emb=self.query_vectors)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._full, name)
+
+
+def _cell_similarity(policy: Policy, batch: Batch):
+    """``similarity(q, rows)``: the policy's retriever's similarity of the
+    batch's queries ``q`` (K,) to the note rows ``rows`` (K, W)."""
+    def block(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        k, w = rows.shape
+        sim = np.asarray(policy.retriever.similarity(_RowsContext(batch, q, rows)),
+                         dtype=np.float64)
+        return sim.reshape(k, k, w)[np.arange(k), np.arange(k)]
+
+    def similarity(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        # blocks of at most 128 rows: the context is (K, K * W)
+        return np.concatenate([block(q[i:i + 128], rows[i:i + 128])
+                               for i in range(0, len(q), 128)]) if len(q) else \
+            np.zeros(rows.shape)
+    return similarity
+
+
+def _reinforced_and_hidden(job: _ArmJob, batch: Batch, pk: _Packed, m: dict) -> tuple:
+    """Add ``stale_reinforced``, ``oracle_notes`` and the ``hidden_*``
+    columns (:mod:`memsim.metrics`) to the metrics ``m`` of one arm's packed
+    batch; return the hidden notes ``(q, note row, reason)``."""
+    policy, st = job.arm.policy, job.st
+    m["stale_reinforced"] = stale_reinforced(_used_candidates(policy.feedback, pk), pk.gains)
+    keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
+    counts, hidden = hidden_counts(
+        qrows=batch.qrows, t=batch.t, cand_rows=pk.cand_rows, cand_ok=pk.cand_ok,
+        packed=pk.packed, relevance=job.relevance, oracle_keys=keys,
+        invalid=~np.isnan(st.invalid_at), evicted=st.evicted,
+        expires_at=batch.notes.expires_at, similarity=_cell_similarity(policy, batch))
+    m.update(counts)
+    return hidden
+
+
+def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.ndarray,
+                     hidden: tuple, rows: bool) -> None:
+    """Add the rankings' ``oracle`` and ``hidden`` columns and, with
+    ``rows``, a row (rank -1, score NaN) for each note the oracle packed
+    that is not among the policy's top C, with the reason it is hidden."""
+    q, cc = pk.pos.shape
+    n = max(job.relevance.n_notes, 1)
+    keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
+    qrow = np.repeat(batch.qrows, cc)[keep].astype(np.int64)
+    oracle = np.isin(qrow * n + pk.cand_rows.ravel()[keep], keys, kind="sort")
+    r["oracle"] = oracle
+    r["hidden"] = np.where(oracle & ~r["packed"], "budget", "").astype(object)
+    if not rows:
+        return
+    hq, hrow, reason = hidden
+    out = reason != HIDDEN_REASONS.index("budget")
+    hq, hrow, reason = hq[out], hrow[out], reason[out]
+    k = len(hq)
+    extra = {"query_id": job.relevance.query_ids[batch.qrows[hq]],
+             "rank": np.full(k, -1, dtype=r["rank"].dtype),
+             "note_id": batch.notes.note_id[hrow], "score": np.full(k, np.nan),
+             "packed": np.zeros(k, dtype=bool), "position": np.full(k, -1, r["position"].dtype),
+             "oracle": np.ones(k, dtype=bool),
+             "hidden": np.asarray(HIDDEN_REASONS, dtype=object)[reason]}
+    for col, v in extra.items():
+        r[col] = np.concatenate([r[col], v])
 
 
 def _run_arms(jobs: list[_ArmJob]) -> list[dict[str, Any]]:

@@ -417,6 +417,7 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "deviation. Win/tie/loss count queries in the metric's own direction."),
             ("cmp-detail", cmp)]))
     sections += _breakdown_sections(ctx)
+    sections += _hidden_section(ctx)
     run_tab = _run_table(ctx.run)
     if run_tab is not None:
         sections.append(("Per-run measures", [
@@ -434,6 +435,42 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "good as these guesses."),
             ("table", pd.DataFrame(marks, columns=["policy", "parameter", "why assumed"]))]))
     return sections
+
+
+def _hidden_section(ctx: _Context) -> list[tuple[str, list[Any]]]:
+    """"What your decay hid": the oracle's notes each policy left out, by reason."""
+    d = plots.hidden_data(ctx.q, ctx.focus)
+    if not len(d) or not (d["oracle_per_query"] > 0).any():
+        return []
+    table = pd.DataFrame({"policy": d["policy"],
+                          "oracle notes / query": d["oracle_per_query"].map(lambda x: f"{x:.2f}"),
+                          "hidden": d["hidden"].map(_share)})
+    labels = {"age": "by age (outranked)", "cut": "by cut (similarity)", "budget": "by budget",
+              "evicted": "by eviction", "invalid": "by invalidation"}
+    for reason in ("age", "cut", "budget", "evicted", "invalid"):
+        table[labels[reason]] = d[f"hidden_{reason}"].map(_share)
+    arms = ctx.run.arms
+    unmarked = []
+    if (arms is not None and len(arms) and "superseded_notes" in arms
+            and (arms["superseded_notes"] == 0).all() and (arms["invalidated_notes"] > 0).any()):
+        unmarked = [("p", "No note of this stream is marked as superseded (no superseded_at "
+                          "column, no superseding class): an invalidation retention can only "
+                          "over-fire here, and every note it invalidates is a false positive. "
+                          "What it costs shows in the 'by invalidation' column.")]
+    return [("What your decay hid", unmarked + [
+        ("p", "Of the notes the oracle packs (the best subset of the relevant notes within "
+              "the budget), the share each policy did not pack" + ctx.at_focus + ", by the "
+              "first reason that holds: invalidated, evicted (or expired), a candidate the "
+              "packer left out (budget), outranked by a less similar note (age: the score's "
+              "recency or other terms pushed it below the top C), or less similar than "
+              "every candidate (cut). Sums over every query and replicate; the per-query "
+              "counts are the hidden_* columns of queries.parquet; with save_rankings = "
+              "\"hidden\", rankings.parquet names each note with its reason."),
+        ("table", table)])]
+
+
+def _share(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:.3f}"
 
 
 def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
@@ -537,6 +574,26 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
             "run (the feedback loop's lock-in), mean over replicates with its interval.",
             lambda ax: plots.plot_run_metric(plots.run_metric_data(arms, "recall_gini"),
                                              ax, colors)))
+    sup = plots.superseded_use_data(arms, focus)
+    if len(sup):
+        harm = plots.run_metric_data(
+            q[q["budget"] == focus].groupby(["replicate", "policy", "budget"], sort=False)
+            ["harm"].mean().reset_index(), "harm") if "harm" in q else None
+
+        def _stale(fig):
+            top, bottom = fig.subplots(2, 1, height_ratios=[2, 3])
+            plots.plot_run_metric(harm, top, colors)
+            top.set_title("harm per query (95% CI over replicates)")
+            plots.plot_superseded_use(sup, bottom, colors)
+            bottom.set_title("superseded notes still used D days after")
+        figs.append(_draw(
+            "superseded_use", "Wrong notes: harm and how long they keep being used",
+            "Top: harm, the mean |gain| of stale notes packed per query. Bottom: of the "
+            "notes a newer note superseded, the share whose last use came at least D days "
+            "after (among those superseded at least D days before the last query); each "
+            "use also raised the wrong note's recall count (stale_reinforced counts them "
+            "per query). Means over replicates with 95% intervals.",
+            _stale, size=(7.5, 7.5), panels=True))
     if store is not None and len(store) and _store_differs(store):
         figs.append(_draw(
             "store_size", "Store size over time",

@@ -32,7 +32,11 @@ which are converted to the same scale. memsim's clock is in days.
     ``"task"``), ``type`` (memory type, default ``"episodic"``),
     ``importance`` and ``salience`` (numbers >= 0, default 1), ``pinned``
     (bool), ``expires_at`` (time), ``namespace`` (str: a separate store, e.g.
-    one per user; a query only sees notes of its own namespace).
+    one per user; a query only sees notes of its own namespace),
+    ``supersedes`` (the id of an earlier note, or a list of ids, that this
+    note makes wrong: unlike ``note_updated``, the older note stays in the
+    store; its live version gets ``superseded_at`` = this note's ``t``, the
+    truth that supersession detectors are scored against).
 
 ``note_updated``
     ``id`` (an added note), ``t``, and any of the optional fields of
@@ -118,7 +122,8 @@ How the stream is built
   ``(notes + queries) * (vocabulary + 1) * 4`` bytes: for large logs, log the
   embeddings.
 - **columns** besides the documented ones: notes ``first_created_at``,
-  ``version``, and ``trace_id``, ``namespace`` as said; queries
+  ``version``, and ``trace_id``, ``namespace`` as said, and ``superseded_at``
+  (NaN = never) when any note names ``supersedes``; queries
   ``category`` (``""`` when untagged), ``text`` (when any query has one),
   ``trace_id``, ``namespace`` (when any event has one).
 
@@ -230,6 +235,8 @@ class _Reader:
         self.n_key = array("q")
         self.n_version = array("i")
         self.n_next = array("q")                 # row -> next version row (-1: none)
+        self.n_sup = array("d")                  # row -> superseded_at (NaN: never)
+        self.any_sup = False
         self.n_text: list[str] = []
         self.n_emb = array("f")
         self.versioned = False
@@ -445,6 +452,15 @@ class _Reader:
         space = self.namespace(ev)
         opt = self._optional(ev, t, self.tiers("task"), self.types("episodic"), 1.0, 1.0, False,
                              math.nan)
+        superseded = []
+        if ev.get("supersedes") is not None:
+            olds = ev["supersedes"] if isinstance(ev["supersedes"], list) else [ev["supersedes"]]
+            for old in olds:
+                k = self.note_of(old, "supersedes")
+                if self.deleted[k]:
+                    self.fail(f"note {old!r} cannot be superseded here (it was deleted)",
+                              "supersedes")
+                superseded.append(k)
         self.clock(t)
         key = len(self.note_ids)
         self.note_key[nid] = key
@@ -455,6 +471,13 @@ class _Reader:
         self.live_row.append(row)
         self._version(key, t, t, 0, tokens, self.actors(actor),
                       text if text is not None else "", emb, space, *opt)
+        for k in superseded:
+            # the newer note makes the older one wrong from now on (ground truth
+            # for invalidation and the superseded-use curve)
+            r = self.live_row[k]
+            prev = self.n_sup[r]
+            self.n_sup[r] = t if math.isnan(prev) else min(prev, t)
+            self.any_sup = True
 
     def _optional(self, ev: dict, t: float, tier: int, mtype: int, imp: float, sal: float,
                   pinned: bool, expires: float) -> tuple:
@@ -495,6 +518,7 @@ class _Reader:
         self.n_key.append(key)
         self.n_version.append(version)
         self.n_next.append(-1)
+        self.n_sup.append(math.nan)
         self.n_text.append(text)
         if emb is not None:
             self.n_emb.extend(emb)
@@ -839,6 +863,8 @@ def _build(r: _Reader, label: str, embedder: str | None = None) -> Stream:
         notes.insert(len(notes.columns) - 2, "text", np.asarray(r.n_text, dtype=object))
     if any(r.q_text):
         queries["text"] = np.asarray(r.q_text, dtype=object)
+    if r.any_sup:
+        notes["superseded_at"] = _f64(r.n_sup)
     if not int_notes:
         notes["trace_id"] = np.asarray([str(r.note_ids[k]) for k in keys], dtype=object)
     if not int_queries:

@@ -32,7 +32,7 @@ protocol, never the engine. What the engine may ask of a component beyond
 its slot's method is a declared capability on the slot's base class, never a
 name: ``Ranker.uses_recency``, ``Ranker.set_dependent``,
 ``Ranker.needs_truth``, ``Ranker.needs_planted``, ``Ranker.needs_logged``,
-``Ranker.recency_floor()``, ``Retention.evicts``,
+``Ranker.recency_floor()``, ``Retention.evicts``, ``Retention.invalidates``,
 ``Decay.exponential_form()`` and ``Decay.lower_bound()`` (the two methods
 return None for "not available").
 
@@ -468,6 +468,12 @@ class Retention(Component):
     #: False for a retention that never evicts: the engine then skips its
     #: sweeps altogether.
     evicts: ClassVar[bool] = True
+    #: True for a retention whose evictions are invalidations: the notes are
+    #: taken out of retrieval but kept, marked invalid with the time, for
+    #: audit (the engine's ``invalid_at``; ``store_invalid``, ``hidden_invalid``).
+    invalidates: ClassVar[bool] = False
+    #: True when the retention reads ground truth (``ctx.superseded_at``).
+    needs_truth: ClassVar[bool] = False
 
     @abc.abstractmethod
     def evict(self, ctx: ScoringContext) -> np.ndarray:
