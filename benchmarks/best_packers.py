@@ -11,7 +11,7 @@ defaults (``top-k-cutoff``, ``skip-fill``, ``greedy``, ``greedy-swap``,
 N), and prints per policy: the utility share with the own packer, the best
 packer and its utility share, and the paired difference of mean utility per
 query (best - own) with a 95% t-interval over queries (paired on replicate
-and query). ``experiments/presets.toml`` carries a ``NAME+PACKER`` arm for
+and query). ``experiments/presets.toml`` carries a ``NAME-PACKER`` arm for
 every preset whose best packer is not its own, chosen with this script.
 """
 

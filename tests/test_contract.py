@@ -399,7 +399,12 @@ def test_presets_experiment_runs_every_preset():
     import memsim
 
     exp = memsim.load_experiment(path)
-    assert len(exp.policies) == len(PRESETS) - len(replay_only) - len(framework)
+    # one arm per preset, plus NAME-PACKER arms: a preset with the packer
+    # that beats its source's on this workload (the file's header)
+    extra = {n: t for n, t in table["policies"].items() if set(t) != {"preset"}}
+    assert len(exp.policies) == len(PRESETS) - len(replay_only) - len(framework) + len(extra)
+    assert extra and all(set(t) == {"preset", "packer"} and n == f"{t['preset']}-{t['packer']}"
+                         for n, t in extra.items())
 
 
 def test_memory_type_codes_match_the_sweep():
