@@ -47,8 +47,8 @@ import pandas as pd
 
 from . import plots
 from .compare import Comparison, compare, header_html, markdown_table
-from .errors import ConfigError, ReportWarning
-from .policies import assumptions
+from .errors import ConfigError, MemsimError, ReportWarning
+from .policies import assumptions, resolve_policy
 from .metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
 from .rundir import RunResult, load_run, write_atomic
@@ -399,6 +399,20 @@ def _breakdown_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     return out
 
 
+def _reads_hidden_labels(tables: dict[str, Any]) -> list[str]:
+    """The run's policies whose ranker reads what no real system knows (the
+    oracle's gains, bayes's planted classes)."""
+    out = []
+    for name, table in tables.items():
+        try:
+            ranker = resolve_policy(table, f"policies.{name}").ranker
+        except MemsimError:  # a policy of a plugin not loaded here: nothing to say
+            continue
+        if ranker.needs_truth or getattr(ranker, "needs_planted", False):
+            out.append(name)
+    return out
+
+
 def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     """At a glance, the summary, the paired comparisons and the per-run measures."""
     cmp = ctx.cmp
@@ -407,7 +421,10 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
         glance = [f"At {ctx.focus} tokens: " + s for s in glance]
     sections = [("At a glance", [("list", glance)] if glance else
                  [("p", "The queries table has no metric to summarise.")]),
-                ("Summary", [("p", cmp.legend()), ("cmp", cmp)])]
+                ("Summary", [("p", cmp.legend()), ("cmp", cmp)]
+                 + [("p", f"'{name}' reads hidden labels: an upper bound, not achievable "
+                          "headroom (the best a policy can reach is what `memsim advise` "
+                          "finds).") for name in _reads_hidden_labels(ctx.run.policies)])]
     if len(cmp.tests):
         sections.append(("Paired comparisons with the baseline", [
             ("p", "Difference = policy - baseline on the same queries (paired on replicate "

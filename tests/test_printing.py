@@ -208,3 +208,14 @@ def test_generated_stream_is_named_after_its_experiment(tmp_path, capsys):
                  "--set", "workload.horizon_days=5", "--set", "workload.backfill_days=5"]) == 0
     s = read_stream(tmp_path / "s")
     assert s.name == "quickstart-replicate-1"
+
+
+def test_report_labels_policies_that_read_hidden_labels(tmp_path):
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "bounds", "replicates": 1, "seed": 4},
+        "workload": {"horizon_days": 10, "backfill_days": 10, "queries_per_day": 3.0},
+        "policies": {"sim": {"preset": "similarity-only"}, "oracle": {"preset": "oracle"}}})
+    res = memsim.run_experiment(exp, out=tmp_path)
+    md = (res.path / "report.md").read_text(encoding="utf-8")
+    assert "'oracle' reads hidden labels: an upper bound, not achievable headroom" in md
+    assert "'sim' reads hidden labels" not in md
