@@ -982,7 +982,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MemsimError as exc:
-        print(f"memsim: error: {_one_line(exc)}", file=sys.stderr)
+        # a config with several mistakes reports each on its own line
+        for message in getattr(exc, "errors", None) or [exc]:
+            print(f"memsim: error: {_one_line(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memsim: interrupted", file=sys.stderr)
