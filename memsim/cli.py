@@ -312,6 +312,19 @@ def _cmd_stream_validate(args) -> int:
     return 0
 
 
+def _cmd_schema(args) -> int:
+    if args.format == "trace":
+        from importlib import resources
+        sys.stdout.write(resources.files("memsim").joinpath("schemas", "trace-v1.json")
+                         .read_text("utf-8"))
+        return 0
+    from .policies.plugins import load_entry_points
+    from .schema import schema_text
+    load_entry_points()  # the installed packages' components too
+    sys.stdout.write(schema_text())
+    return 0
+
+
 def _cmd_policies(args) -> int:
     from .policies import PRESETS, REGISTRY, assumptions
     from .policies.catalogue import SOURCES
@@ -870,6 +883,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the preset catalogue (source, half-life, eviction, "
                           "engine-check) as a Markdown table")
     pol.set_defaults(func=_cmd_policies)
+
+    sch = add(sub, "schema", "print the JSON Schema of a file format (for editors and "
+              "validators)", ("memsim schema experiment > experiment.schema.json",
+                              "memsim schema trace"))
+    sch.add_argument("format", choices=["experiment", "trace"],
+                     help="experiment: an experiment TOML file (generated from memsim's "
+                          "definitions and the installed components); trace: a line of a "
+                          "trace (format version 1)")
+    sch.set_defaults(func=_cmd_schema)
 
     cur = add(sub, "curves", "recency multipliers, half-lives and crossover ages", (
         "memsim curves hivemind feather",

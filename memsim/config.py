@@ -55,6 +55,8 @@ from .workload import SyntheticWorkload
 __all__ = [
     "Experiment",
     "StreamSource",
+    "SOURCE_KEYS",
+    "TOP_LEVEL",
     "load_experiment",
     "experiment_from_dict",
     "apply_override",
@@ -147,6 +149,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 #: Real-trace importers a workload can name (``importer = "locomo"``).
 IMPORTERS = ("locomo", "trace")
 IMPORT_NOTES = ("turns", "observations", "summaries")
+#: The keys of a ``[workload]`` that replays a stream (``source = ...``).
+SOURCE_KEYS = ("source", "source_hash", "importer", "notes", "embedder")
 
 
 @dataclass(frozen=True)
@@ -474,16 +478,14 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
     errors = _Errors()
     applied: list[tuple[str, str]] = []  # (key, "KEY=VALUE" as given)
     if isinstance(overrides, dict):
-        items = [(k, v, f"{k}={_override_text(v)}") for k, v in overrides.items()]
+        items: list = [((k, v), f"{k}={_override_text(v)}") for k, v in overrides.items()]
     else:
-        items = []
-        for text in overrides or []:
-            kv = errors.run(parse_override, text)
-            if kv is not _FAILED:
-                items.append((*kv, text.strip()))
-    for k, v, text in items:
-        if errors.run(_override, table, k, v, "--set") is not _FAILED:
-            applied.append((k, text))
+        items = [(None, text) for text in overrides or []]
+    for kv, text in items:  # in the order given, so that the messages are too
+        if kv is None:
+            kv, text = errors.run(parse_override, text), text.strip()
+        if kv is not _FAILED and errors.run(_override, table, *kv, "--set") is not _FAILED:
+            applied.append((kv[0], text))
     try:
         # relative paths in the file (workload.source) are relative to the file
         exp = experiment_from_dict(table, base_dir=path.absolute().parent,
@@ -720,8 +722,7 @@ def _workload_from(wl: dict, base_dir: str | Path) -> Any:
         workload = SyntheticWorkload.from_config(wl, "workload")
         _check_stream_size(workload)
         return workload
-    extra = [k for k in wl if k not in ("source", "source_hash", "importer", "notes",
-                                        "embedder")]
+    extra = [k for k in wl if k not in SOURCE_KEYS]
     if extra:
         raise ConfigError(f"workload.{extra[0]}: a workload with 'source' replays a stream "
                           "and takes no generator knobs")
