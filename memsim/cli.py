@@ -885,7 +885,7 @@ def build_parser() -> argparse.ArgumentParser:
     pol.set_defaults(func=_cmd_policies)
 
     sch = add(sub, "schema", "print the JSON Schema of a file format (for editors and "
-              "validators)", ("memsim schema experiment > experiment.schema.json",
+              "validators)", ("memsim schema experiment",
                               "memsim schema trace"))
     sch.add_argument("format", choices=["experiment", "trace"],
                      help="experiment: an experiment TOML file (generated from memsim's "
