@@ -222,3 +222,14 @@ def test_apply_override_is_unchanged_for_a_valid_table():
     table = {"policies": {"a": {"decay": "half-life-floor"}}}
     apply_override(table, "policies.a.decay.floor", 0.2)
     assert experiment_from_dict(table).policies["a"].decay.floor == 0.2
+
+
+def test_every_unknown_key_of_a_table_is_reported():
+    table = {"experiment": {"sed": 1, "replicats": 2},
+             "workload": {"horizon_dayz": 3, "notes_per_dya": 1.0},
+             "policies": {"a": {"preset": "random"}}}
+    errors = errors_of(experiment_from_dict, table)
+    assert [e.split(":")[0] for e in errors] == [
+        "experiment.sed", "experiment.replicats", "workload.horizon_dayz",
+        "workload.notes_per_dya"]
+    assert "did you mean 'replicates'?" in errors[1]
