@@ -578,11 +578,15 @@ def _cmd_optimum(args) -> int:
 
 def _cmd_advise(args) -> int:
     from .advice import advise, print_progress
-    from .config import load_experiment
+    from .config import attribute_overrides, load_experiment
+    from .errors import ConfigError
 
     exp = load_experiment(args.experiment, args.set)
-    advice = advise(exp, current=args.current, out=args.out, argv=sys.argv,
-                    progress=None if args.quiet or args.json else print_progress)
+    try:
+        advice = advise(exp, current=args.current, out=args.out, argv=sys.argv,
+                        progress=None if args.quiet or args.json else print_progress)
+    except ConfigError as exc:  # the [advise] checks: name the --set that caused one
+        raise attribute_overrides(exc, args.set) from None
     if args.json:
         print(advice.to_json())
         return 0

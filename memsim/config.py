@@ -60,6 +60,7 @@ __all__ = [
     "load_experiment",
     "experiment_from_dict",
     "apply_override",
+    "attribute_overrides",
     "parse_override",
     "did_you_mean",
     "dumps_toml",
@@ -501,7 +502,13 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
 
 
 def _override_text(value: Any) -> str:
-    """``value`` as a TOML value, for an override given as a dict."""
+    """``value`` as an inline TOML value, for an override given as a dict."""
+    if isinstance(value, dict):
+        items = [f"{k if re.match(r'^[A-Za-z0-9_-]+$', str(k)) else json.dumps(str(k))} = "
+                 f"{_override_text(v)}" for k, v in value.items()]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_override_text(v) for v in value) + "]"
     try:
         return tomli_w.dumps({"v": _plain(value)}).strip()[len("v = "):]
     except (TypeError, ValueError):
@@ -526,6 +533,18 @@ def _message_key(message: str) -> str | None:
     if p is not None and not key.endswith(f".{p.group(1)}"):
         key = f"{key}.{p.group(1)}"
     return key
+
+
+def attribute_overrides(exc: ConfigError, overrides: list[str] | dict | None) -> ConfigError:
+    """``exc`` (same type) with each message about a key that one of
+    ``overrides`` set ending in ``(from --set KEY=VALUE)``: for the checks
+    that run after :func:`load_experiment` (``[sweep]``, ``[advise]``)."""
+    if isinstance(overrides, dict):
+        applied = [(k, f"{k}={_override_text(v)}") for k, v in overrides.items()]
+    else:
+        applied = [(t.split("=", 1)[0].strip(), t.strip()) for t in overrides or [] if "=" in t]
+    return exc.with_messages([m if "(from --set " in m else m + _attribution(m, applied)
+                              for m in exc.errors])
 
 
 def _attribution(message: str, applied: list[tuple[str, str]]) -> str:

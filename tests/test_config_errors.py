@@ -233,3 +233,30 @@ def test_every_unknown_key_of_a_table_is_reported():
         "experiment.sed", "experiment.replicats", "workload.horizon_dayz",
         "workload.notes_per_dya"]
     assert "did you mean 'replicates'?" in errors[1]
+
+
+@pytest.mark.parametrize("command, override, key", [
+    ("sweep", "sweep.trials=0", "sweep.trials"),
+    ("advise", "advise.trials=0", "advise.trials"),
+])
+def test_sweep_and_advise_checks_name_the_set_too(tmp_path, command, override, key):
+    name = "sweep_hivemind" if command == "sweep" else "advise"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-m", "memsim.cli", command,
+                          str(ROOT / "experiments" / f"{name}.toml"), "--out",
+                          str(tmp_path / "out"), "--set", override],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"memsim: error: {key}: "), res.stderr
+    assert lines[0].endswith(f"(from --set {override})")
+
+
+def test_attribute_overrides_leaves_other_keys_alone():
+    from memsim.config import attribute_overrides
+
+    exc = ConfigError(errors=["sweep.trials: bad", "sweep.seed: bad"])
+    out = attribute_overrides(exc, ["sweep.seed=-1"])
+    assert out.errors == ["sweep.trials: bad", "sweep.seed: bad (from --set sweep.seed=-1)"]
+    assert attribute_overrides(exc, {"sweep": {"trials": 0}}).errors[0].endswith(
+        "(from --set sweep={ trials = 0 })")
