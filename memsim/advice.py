@@ -99,7 +99,8 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from memsim.config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
+from memsim.config import (Experiment, StreamSource, attribute_overrides, dumps_toml,
+                           load_experiment, parse_override)
 from memsim.engine import Arm, ReplayCache
 from memsim.errors import ConfigError
 from memsim.metrics import OLD_RECALL_COLUMN
@@ -794,7 +795,10 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
     elif overrides:
         exp = exp.with_overrides(dict(overrides) if isinstance(overrides, dict)
                                  else dict(parse_override(o) for o in overrides))
-    spec = AdviseSpec.from_table(exp.advise, exp, current)
+    try:
+        spec = AdviseSpec.from_table(exp.advise, exp, current)
+    except ConfigError as exc:  # name the --set that caused a mistake
+        raise attribute_overrides(exc, overrides) from None
     pol = current_policy(exp, spec.current)
     replays = _Replays(exp)
     stream0 = replays.stream(0)

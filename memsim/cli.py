@@ -296,6 +296,19 @@ def _cmd_stream_validate(args) -> int:
     return 0
 
 
+def _cmd_schema(args) -> int:
+    if args.format == "trace":
+        from importlib import resources
+        sys.stdout.write(resources.files("memsim").joinpath("schemas", "trace-v1.json")
+                         .read_text("utf-8"))
+        return 0
+    from .policies.plugins import load_entry_points
+    from .schema import schema_text
+    load_entry_points()  # the installed packages' components too
+    sys.stdout.write(schema_text())
+    return 0
+
+
 def _cmd_policies(args) -> int:
     from .policies import PRESETS, REGISTRY, assumptions
     from .policies.catalogue import SOURCES
@@ -549,11 +562,15 @@ def _cmd_optimum(args) -> int:
 
 def _cmd_advise(args) -> int:
     from .advice import advise, print_progress
-    from .config import load_experiment
+    from .config import attribute_overrides, load_experiment
+    from .errors import ConfigError
 
     exp = load_experiment(args.experiment, args.set)
-    advice = advise(exp, current=args.current, out=args.out, argv=sys.argv,
-                    progress=None if args.quiet or args.json else print_progress)
+    try:
+        advice = advise(exp, current=args.current, out=args.out, argv=sys.argv,
+                        progress=None if args.quiet or args.json else print_progress)
+    except ConfigError as exc:  # the [advise] checks: name the --set that caused one
+        raise attribute_overrides(exc, args.set) from None
     if args.json:
         print(advice.to_json())
         return 0
@@ -856,6 +873,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "engine-check) as a Markdown table")
     pol.set_defaults(func=_cmd_policies)
 
+    sch = add(sub, "schema", "print the JSON Schema of a file format (for editors and "
+              "validators)", ("memsim schema experiment",
+                              "memsim schema trace"))
+    sch.add_argument("format", choices=["experiment", "trace"],
+                     help="experiment: an experiment TOML file (generated from memsim's "
+                          "definitions and the installed components); trace: a line of a "
+                          "trace (format version 1)")
+    sch.set_defaults(func=_cmd_schema)
+
     cur = add(sub, "curves", "recency multipliers, half-lives and crossover ages", (
         "memsim curves hivemind feather",
         "memsim curves hivemind feather --set policies.feather.decay.half_life_days=90",
@@ -968,7 +994,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MemsimError as exc:
-        print(f"memsim: error: {_one_line(exc)}", file=sys.stderr)
+        # a config with several mistakes reports each on its own line
+        for message in getattr(exc, "errors", None) or [exc]:
+            print(f"memsim: error: {_one_line(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memsim: interrupted", file=sys.stderr)

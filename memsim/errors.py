@@ -20,7 +20,42 @@ class MemsimError(Exception):
 
 
 class ConfigError(MemsimError, ValueError):
-    """An experiment config is malformed: unknown key, wrong type, bad value."""
+    """An experiment config is malformed: unknown key, wrong type, bad value.
+
+    One exception may carry several mistakes (a config is validated part by
+    part, and every independent part's error is reported): :attr:`errors`
+    holds one message per mistake. ``str(exc)`` is the message when there is
+    one, else the count and the messages, one a line. The CLI prints one
+    ``memsim: error: ...`` line per message.
+
+    Parameters
+    ----------
+    message : str, optional
+        The one message.
+    errors : list of str, optional
+        Several messages (instead of ``message``).
+    """
+
+    def __init__(self, *args, errors: list[str] | None = None) -> None:
+        if errors is None:
+            errors = [str(args[0]) if args else ""]
+        else:
+            errors = [str(e) for e in errors]
+            if args or not errors:
+                raise TypeError("ConfigError: give one message or a non-empty errors list")
+            args = (errors[0] if len(errors) == 1
+                    else f"{len(errors)} errors:\n" + "\n".join(f"  {e}" for e in errors),)
+        super().__init__(*args)
+        #: one message per mistake
+        self.errors: list[str] = errors
+
+    def prefixed(self, prefix: str) -> ConfigError:
+        """The same error (same type), each message prefixed with ``prefix``."""
+        return self.with_messages([f"{prefix}{m}" for m in self.errors])
+
+    def with_messages(self, messages: list[str]) -> ConfigError:
+        """The same error type holding ``messages`` instead."""
+        return type(self)(errors=messages)
 
 
 class ParameterError(ConfigError):

@@ -104,14 +104,16 @@ def did_you_mean(key: str, allowed) -> str:
 
 
 def check_keys(keys, allowed, where: str) -> None:
-    """Refuse the first of ``keys`` not in ``allowed`` with one line:
+    """Refuse every one of ``keys`` not in ``allowed``, one message each
+    (:attr:`ConfigError.errors`):
     ``WHERE.KEY: unknown key (did you mean 'x'?); allowed: a, b``."""
     allowed = list(allowed)
-    for key in keys:
-        if key not in allowed:
-            prefix = f"{where}.{key}" if where else str(key)
-            raise ConfigError(f"{prefix}: unknown key{did_you_mean(key, allowed)}; "
-                              f"allowed: {', '.join(str(a) for a in allowed)}")
+    unknown = [key for key in keys if key not in allowed]
+    if unknown:
+        raise ConfigError(errors=[
+            f"{f'{where}.{key}' if where else str(key)}: unknown key"
+            f"{did_you_mean(key, allowed)}; allowed: {', '.join(str(a) for a in allowed)}"
+            for key in unknown])
 
 
 def describe_constraint(c: Any) -> str:

@@ -209,9 +209,9 @@ class _Knobs(Validated):
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: expected a table, got {table!r}")
         allowed = list(fields_of(cls))
+        check_keys(table, allowed, where)  # every unknown key of the table at once
         kwargs: dict[str, Any] = {}
         for key, value in table.items():
-            check_keys((key,), allowed, where)
             nested = cls._nested.get(key)
             if nested is not None and not isinstance(value, nested):
                 kwargs[key] = nested.from_config(value, f"{where}.{key}")

@@ -733,7 +733,7 @@ def test_two_sweeps_on_one_journal_file_lose_no_trial(tmp_path):
 
 #: memsim.sweep's modules from the bottom up, as its docstring lists them.
 SWEEP_LAYERS = ("space", "evaluate", "study", "storage", "liveness", "workers", "robustness",
-                "plateau", "outputs", "resume", "run")
+                "plateau", "outputs", "resume", "run", "load")
 
 
 def _sweep_imports(tree: ast.Module) -> set[str]:

@@ -613,17 +613,26 @@ class Policy(Validated):
     def from_config(cls, table: dict[str, Any], where: str = "policy") -> Policy:
         """Build from a resolved or partial TOML table (slot -> spec)."""
         kwargs: dict[str, Any] = {}
+        # each slot is built on its own, so that one run reports every slot's mistake
+        caught: list[ConfigError] = []
         for key, value in table.items():
-            if key in SLOTS:
-                kwargs[key] = build_component(key, value, f"{where}.{key}")
-            elif key == "candidates":
-                kwargs[key] = value
-            else:
-                allowed = list(SLOTS) + ["candidates", "preset"]
-                raise ConfigError(
-                    f"{where}.{key}: unknown key{did_you_mean(key, allowed)}; "
-                    f"allowed: {', '.join(allowed)}"
-                )
+            try:
+                if key in SLOTS:
+                    kwargs[key] = build_component(key, value, f"{where}.{key}")
+                elif key == "candidates":
+                    kwargs[key] = value
+                else:
+                    allowed = list(SLOTS) + ["candidates", "preset"]
+                    raise ConfigError(
+                        f"{where}.{key}: unknown key{did_you_mean(key, allowed)}; "
+                        f"allowed: {', '.join(allowed)}"
+                    )
+            except ConfigError as exc:
+                caught.append(exc)
+        if len(caught) == 1:
+            raise caught[0]
+        if caught:
+            raise ConfigError(errors=[m for exc in caught for m in exc.errors])
         try:
             return cls(**kwargs)
         except ConfigError as exc:

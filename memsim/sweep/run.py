@@ -29,7 +29,8 @@ from typing import Any, Callable
 import optuna
 import pandas as pd
 
-from memsim.config import Experiment, dumps_toml, load_experiment, parse_override
+from memsim.config import (Experiment, attribute_overrides, dumps_toml, load_experiment,
+                           parse_override)
 from memsim.errors import ConfigError, MemsimError, SweepWarning
 from memsim.report import build_report
 from memsim.rundir import new_run_dir, write_atomic
@@ -205,7 +206,10 @@ def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: 
     else:
         exp = load_experiment(exp_or_path, ov)
     table = exp.sweep if exp.sweep is None or not options else {**exp.sweep, **options}
-    spec = SweepSpec.from_config(table, exp)
+    try:
+        spec = SweepSpec.from_config(table, exp)
+    except ConfigError as exc:  # name the --set that caused a mistake
+        raise attribute_overrides(exc, ov) from None
     if trials is not None:
         spec = spec.with_trials(trials)
     # the resolved experiment, with the resolved sweep table, is what runs
