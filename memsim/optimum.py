@@ -16,6 +16,7 @@ within-query similarity law). The ``calibrated-product`` ranker with a
    only the product is identifiable from a ranking.
 2. *Rank-only packers* (:data:`RANK_ONLY_PACKERS`: ``top-k-cutoff`` and
    ``skip-fill`` read the candidates' order and sizes, never their scores;
+   ``drop-middle`` reads neither, only the notes' ages;
    the built-in orderers read ranks only) pack the same notes for every pair
    with the same ``beta * h``. For them the rule is applied: the optimal
    half-life at the policy's own ``beta`` is ``H * beta* / beta``.
@@ -79,7 +80,7 @@ FAMILY = "calibrated-product/half-life"
 #: Packers whose pack depends on the candidates' order and sizes only, not on
 #: their scores (``tests/test_optimum.py`` checks it on every registered
 #: packer): for them only ``beta * h`` matters.
-RANK_ONLY_PACKERS = ("top-k-cutoff", "skip-fill")
+RANK_ONLY_PACKERS = ("top-k-cutoff", "skip-fill", "drop-middle")
 #: Packers the ``bayes`` twin is tried with to find its best packer.
 BAYES_PACKERS = ("top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact")
 #: What every table that shows ``bayes`` says of it.

@@ -1178,8 +1178,7 @@ figcaption{font-size:.88em;color:#444;max-width:800px}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.8em}
 .muted{color:#666;font-size:.88em}
 .scroll{overflow-x:auto;max-width:100%}.ci{color:#555;font-size:.9em;white-space:nowrap}
-@media (max-width:600px){body{margin:1em auto;padding:0 .6em}table{font-size:.8em}
-figure img{min-width:0}}
+@media (max-width:600px){body{margin:1em auto;padding:0 .6em}table{font-size:.8em}}
 """
 
 
