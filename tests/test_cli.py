@@ -85,6 +85,7 @@ def test_progress_on_a_terminal_draws_a_labelled_bar():
     prog.close()
 
 
+@pytest.mark.slow
 def test_memsim_run_in_a_pipe_prints_a_line_per_replicate(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(QUICKSTART),
                            "--out", str(tmp_path), "--no-report",

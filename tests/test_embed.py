@@ -229,6 +229,7 @@ def test_cli_import_embedder(tmp_path, capsys, cache):
 
 
 @pytest.mark.skipif(not ZIP.exists(), reason=f"LoCoMo data not found at {ZIP} (shared data folder)")
+@pytest.mark.slow
 def test_locomo_run_with_wordllama_offline_names_the_embedder(tmp_path, offline, cache,
                                                               no_home_cache, monkeypatch):
     """experiments/locomo.toml with embedder = "wordllama", the network disabled:
@@ -258,6 +259,7 @@ def test_locomo_run_with_wordllama_offline_names_the_embedder(tmp_path, offline,
     assert 0.2 < q.loc[q["category"] != 5, "recall"].mean() < 0.9
 
 
+@pytest.mark.slow
 def test_the_report_names_the_embedder(tmp_path):
     """The report's opening lines say which vectors scored similarity."""
     def run(**wl):

@@ -405,6 +405,7 @@ def test_a_bad_storage_leaves_no_folder(tmp_path, storage):
     assert not out.exists() or not list(out.iterdir())
 
 
+@pytest.mark.slow
 def test_a_torn_journal_is_repaired_on_resume(tmp_path):
     f = tiny(tmp_path, tail=SWEEP)
     out = tmp_path / "out"

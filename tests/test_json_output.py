@@ -34,6 +34,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow
 def test_run_json_and_json_progress(tmp_path):
     proc = _cli("run", str(QUICKSTART), "--out", str(tmp_path), "--json", "--progress", "json",
                 *SMALL)
@@ -51,6 +52,7 @@ def test_run_json_and_json_progress(tmp_path):
     assert any(x["command"] == "memsim run: report" for x in lines)
 
 
+@pytest.mark.slow
 def test_sweep_and_audit_json(tmp_path):
     exp = ROOT / "experiments" / "sweep_hivemind.toml"
     proc = _cli("sweep", str(exp), "--trials", "3", "--out", str(tmp_path), "--json", "--quiet",
@@ -85,6 +87,7 @@ def test_policies_validate_curves_json(tmp_path, capsys):
     assert curves[0]["rec_0d"] == 1.0
 
 
+@pytest.mark.slow
 def test_verbose_logs_and_warnings_have_categories(tmp_path):
     import warnings
 

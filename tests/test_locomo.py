@@ -432,6 +432,7 @@ def test_cli_import_writes_a_readable_stream(tmp_path):
 
 
 @needs_data
+@pytest.mark.slow
 def test_locomo_experiment_shows_what_real_ages_do(tmp_path, monkeypatch):
     """experiments/locomo.toml imports data:locomo on load (here the shared zip,
     registered as `memsim data get locomo --from` does); on real ages the

@@ -65,6 +65,7 @@ def test_flatten_config_gives_dotted_keys():
                     "experiment2.budgets": "[100, 200]"}
 
 
+@pytest.mark.slow
 def test_run_is_off_by_default_and_exported_with_the_flag(tmp_path, store, capsys,
                                                           monkeypatch):
     exp = _experiment(tmp_path / "e.toml")

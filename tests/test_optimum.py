@@ -151,6 +151,7 @@ def test_the_law_is_not_applied_where_the_pipeline_breaks_it():
         assert "weighs score magnitudes" in t.loc[name, "rule"]
 
 
+@pytest.mark.slow
 def test_optimum_cli_on_the_shipped_planted_experiment(capsys):
     path = Path(__file__).resolve().parents[1] / "experiments" / "planted.toml"
     small = ["--set", "experiment.replicates=1", "--set", "workload.horizon_days=30"]

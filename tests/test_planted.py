@@ -127,6 +127,7 @@ def test_default_world_is_about_as_hard_as_bm25_on_locomo():
         assert 0.45 < means(res, bucket)["similarity-only"] < 0.9, bucket
 
 
+@pytest.mark.slow
 def test_on_the_default_world_a_floor_beats_no_decay_and_five_percent_a_day():
     """DESIGN.md section 2: staleness exists that decay fixes, and old facts
     exist that over-decay loses. On the default workload (one replicate, one

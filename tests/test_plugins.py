@@ -96,6 +96,7 @@ def _write(path: Path, table: dict) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_plugin_component_runs_through_the_cli_a_rerun_a_report_and_two_workers(
         tmp_path, plugin_dir):
     work = tmp_path / "work"  # not the plugin's folder: only PYTHONPATH finds it

@@ -221,6 +221,7 @@ def test_a_categorical_naming_the_current_kind_keeps_the_component_as_it_is():
 # --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_planted_optimum_and_the_sweep_folder(tmp_path):
     """Project notes valid for exactly 30 days, then stale (gain -0.5): the
     best half-life is in the tens of days. A 50-trial TPE sweep over
