@@ -34,7 +34,7 @@ from .stream import Stream, make_stream, read_stream
 from .workload import SyntheticWorkload
 
 __all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "csv_saver", "first_differences",
-           "format_summary", "kendall", "load_check_config", "print_summaries",
+           "format_summary", "kendall", "likely_causes", "load_check_config", "print_summaries",
            "quantise_stream", "starting", "summarise"]
 
 #: Seconds per simulated day.
@@ -237,3 +237,21 @@ def print_summaries(results: list) -> None:
     import json
 
     print(json.dumps(jsonable([res.summary for res in results]), indent=2, allow_nan=False))
+
+
+def likely_causes(identical: np.ndarray, checks: list[tuple[np.ndarray, str]],
+                  since_first: str) -> np.ndarray:
+    """A likely cause for each query whose top k differs (empty where identical).
+
+    ``checks`` are (mask over queries, cause) in the order they are tried: the
+    first mask true at a differing query names its cause. Otherwise a query
+    after the first difference gets ``since_first`` (the feedback loop carries
+    an earlier difference forward), and the first one "scores differ".
+    """
+    out = np.full(len(identical), "", dtype=object)
+    differs = np.flatnonzero(~np.asarray(identical, dtype=bool))
+    first = int(differs[0]) if len(differs) else len(out)
+    for j in differs:
+        cause = next((why for mask, why in checks if mask[j]), None)
+        out[j] = cause or (since_first if j > first else "scores differ")
+    return out

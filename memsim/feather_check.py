@@ -69,8 +69,8 @@ import pandas as pd
 
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
-from .engine_check import (DAY_S, csv_saver, first_differences, kendall, load_check_config,
-                           print_summaries, quantise_stream)
+from .engine_check import (DAY_S, csv_saver, first_differences, kendall, likely_causes,
+                           load_check_config, print_summaries, quantise_stream)
 from .errors import ConfigError, MemsimError
 from .stream import Stream
 
@@ -704,21 +704,19 @@ def _compare(stream: Stream, mem: MemsimReplay, eng: EngineReplay, k: int) -> pd
 
 def _causes(df: pd.DataFrame, eng: EngineReplay, mem: MemsimReplay) -> np.ndarray:
     """A likely cause for each differing query (empty where identical)."""
-    out = np.full(len(df), "", dtype=object)
-    differs = np.flatnonzero(~df["identical"].to_numpy(bool))
-    first = int(differs[0]) if len(differs) else len(df)
-    for j in differs:
-        if df["beyond_exact"].iat[j] or df["unscored"].iat[j]:
-            out[j] = "index miss (the engine's HNSW did not score a nearer note)"
-        elif df["clock_tick"].iat[j] or df["unstamped"].iat[j]:
-            out[j] = "clock (the search straddled a second, or an unstamped note)"
-        elif _near_tie(eng.scores[j]) or _near_tie(mem.scores[j]):
-            out[j] = "near tie (float32 scores within 1e-6)"
-        elif j > first:
-            out[j] = "recall counts differ since an earlier difference"
-        else:
-            out[j] = "scores differ"
-    return out
+    tie = np.array([_near_tie(a) or _near_tie(b) for a, b in zip(eng.scores, mem.scores)],
+                   dtype=bool)
+
+    def col(name: str) -> np.ndarray:
+        return df[name].to_numpy(bool)
+    return likely_causes(
+        df["identical"].to_numpy(bool),
+        [(col("beyond_exact") | col("unscored"),
+          "index miss (the engine's HNSW did not score a nearer note)"),
+         (col("clock_tick") | col("unstamped"),
+          "clock (the search straddled a second, or an unstamped note)"),
+         (tie, "near tie (float32 scores within 1e-6)")],
+        "recall counts differ since an earlier difference")
 
 
 def _near_tie(scores: np.ndarray) -> bool:

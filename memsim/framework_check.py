@@ -61,8 +61,9 @@ import pandas as pd
 
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
-from .engine_check import (compare_rankings, csv_saver, format_summary, load_check_config,
-                           print_summaries, quantise_stream, starting, summarise)
+from .engine_check import (compare_rankings, csv_saver, format_summary, likely_causes,
+                           load_check_config, print_summaries, quantise_stream, starting,
+                           summarise)
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
 
@@ -486,27 +487,16 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
     eng_s = time.perf_counter() - t0
     mem_ids, mem_scores, mem_s = _replay_memsim(qs, policy, k, feedback_mode)
     per_query = compare_rankings(qs, ids, scores, mem_ids, mem_scores, k)
-    per_query["cause"] = _causes(per_query)
+    per_query["cause"] = likely_causes(
+        per_query["identical"].to_numpy(),
+        [(per_query["near_tie"].to_numpy(bool), "near tie (score gap < 1e-6 at the boundary)")],
+        "last-access refreshes differ since an earlier difference")
     summary = summarise(per_query, k)
     summary.update(engine=engine, engine_version=version, preset=ENGINES[engine].preset,
                    feedback_mode=feedback_mode, mode=mode if engine == "llamaindex" else None,
                    refresh=refresh if engine == "llamaindex" else None, n_notes=int(qs.n_notes),
                    memsim_s=mem_s, engine_s=eng_s)
     return FrameworkCheckResult(per_query=per_query, summary=summary, engine_ids=ids)
-
-
-def _causes(pq: pd.DataFrame) -> np.ndarray:
-    out = np.full(len(pq), "", dtype=object)
-    differs = ~pq["identical"].to_numpy()
-    first = int(np.flatnonzero(differs)[0]) if differs.any() else len(pq)
-    for j in np.flatnonzero(differs):
-        if pq["near_tie"].iat[j]:
-            out[j] = "near tie (score gap < 1e-6 at the boundary)"
-        elif j > first:
-            out[j] = "last-access refreshes differ since an earlier difference"
-        else:
-            out[j] = "scores differ"
-    return out
 
 
 def format_framework_check(res: FrameworkCheckResult) -> str:

@@ -43,8 +43,9 @@ import pandas as pd
 
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
-from .engine_check import (compare_rankings, csv_saver, format_summary, load_check_config,
-                           print_summaries, quantise_stream, starting, summarise)
+from .engine_check import (compare_rankings, csv_saver, format_summary, likely_causes,
+                           load_check_config, print_summaries, quantise_stream, starting,
+                           summarise)
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
 
@@ -298,30 +299,18 @@ def langchain_cross_check(stream: Stream, *, k: int = 4, search_k: int = 100,
                            relevance=relevance, default_salience=default_salience)
     per_query = compare_rankings(qs, eng.ids, eng.scores, mem_ids, mem_scores, k)
     per_query["recent_only"] = eng.recent_only
-    per_query["cause"] = _causes(per_query)
+    per_query["cause"] = likely_causes(
+        per_query["identical"].to_numpy(),
+        [(per_query["near_tie"].to_numpy(bool), "near tie (score gap < 1e-6 at the boundary)"),
+         (per_query["recent_only"].to_numpy(bool),
+          "a recent-window document (not among the store's nearest) was returned")],
+        "last-access resets differ since an earlier difference")
     summary = summarise(per_query, k)
     summary.update(engine="langchain", engine_version=eng.version, relevance=relevance,
                    search_k=search_k, decay_rate=decay_rate, feedback_mode=feedback_mode,
                    default_salience=default_salience, n_notes=int(qs.n_notes),
                    memsim_s=mem_s, engine_s=eng.seconds)
     return LangChainCheckResult(per_query=per_query, summary=summary, engine=eng)
-
-
-def _causes(pq: pd.DataFrame) -> np.ndarray:
-    """A likely cause for each differing query."""
-    out = np.full(len(pq), "", dtype=object)
-    differs = ~pq["identical"].to_numpy()
-    first = int(np.flatnonzero(differs)[0]) if differs.any() else len(pq)
-    for j in np.flatnonzero(differs):
-        if pq["near_tie"].iat[j]:
-            out[j] = "near tie (score gap < 1e-6 at the boundary)"
-        elif pq["recent_only"].iat[j]:
-            out[j] = "a recent-window document (not among the store's nearest) was returned"
-        elif j > first:
-            out[j] = "last-access resets differ since an earlier difference"
-        else:
-            out[j] = "scores differ"
-    return out
 
 
 def format_langchain_check(res: LangChainCheckResult) -> str:
