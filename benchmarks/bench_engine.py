@@ -265,16 +265,23 @@ def preset_tables(name: str, p: int, timing: str | None) -> list[dict]:
     """p arms of preset ``name`` at its own configuration; ``timing`` None
     keeps the preset's own feedback timing, else overrides it. With p > 1 the
     arms differ by their decay's time scale (:func:`_vary_decay`)."""
+    from memsim.errors import ConfigError
+    from memsim.policies import resolve_policy
     from memsim.policies.presets import preset_table
 
     decay = preset_table(name, f"presets.{name}").get("decay")
     tables = []
     for i in range(p):
         t: dict = {"preset": name}
-        if p > 1 and decay is not None:
-            t["decay"] = _vary_decay(decay, i, p)
         if timing is not None:
             t["feedback"] = {"timing": timing}
+        if p > 1 and decay is not None:
+            varied = {**t, "decay": _vary_decay(decay, i, p)}
+            try:  # a scaled parameter outside its range: the preset's own decay
+                resolve_policy(varied, f"presets.{name}")
+                t = varied
+            except ConfigError:
+                pass
         tables.append(t)
     return tables
 
@@ -666,7 +673,8 @@ def measure_timings(n: int, window: float, p: int, presets: list[str], repeat: i
     for name, value, goal, ok in rows:
         print(f"  {name:<{w}}  {goal:>7}  {_verdict(ok):>4}  {value}")
     print("  (presets: their own configuration; the P arms differ by their decay's time "
-          "scale, x 1/4..4;\n   a preset without a decay runs P identical arms)")
+          "scale, x 1/4..4;\n   a preset whose decay has no time scale (or no decay: "
+          "ai-memory) runs P identical arms)")
     print()
 
     # throughput against the physical limit
