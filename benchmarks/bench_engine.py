@@ -8,9 +8,30 @@ Run from the repository root::
     python benchmarks/bench_engine.py                 # standard sizes, ~3-5 min on 2 idle cores
     python benchmarks/bench_engine.py --quick         # smaller variant, ~1-2 min
     python benchmarks/bench_engine.py --sizes 10000,50000 --policies 1,4,12 --window-days 30
+    python benchmarks/bench_engine.py --timings-only  # feedback timings, presets, physical limit
+    python benchmarks/bench_engine.py --commands-only [--commands-quick]   # command latencies
 
 What is measured
 ----------------
+*The host*, first in every output (text and ``--json``): the CPU model
+(:func:`memsim.machine.cpu_model`), the cores this process may use, Python,
+numpy and the BLAS threadpoolctl sees, the load average at the start and the
+end: a figure is never quoted without its machine.
+
+*Feedback timings* (``--timing-size``, default 50k notes): the full policy
+and each preset of ``--presets`` at its own configuration (the presets
+update per query), 1 and ``--timing-policies`` (10) arms, each in per-tick
+and in per-query feedback; "10 per-query policies / 1 per-query policy"
+(target <= 3x) and "1 per-query arm / 1 per-tick arm" (target <= 1.3x).
+Beside them, note-scores per CPU-second of memsim, of the fastest exact
+kernel and the limit implied by the host's single-core float32 GEMM peak
+(``--gemm-size``; 2 x embedding dimension flops per note-score).
+
+*Command latencies* (``--commands``, or ``--commands-quick`` on workloads
+shrunk with ``--set``): wall and CPU seconds of ``memsim --help``, the
+quickstart with and without its report, the presets, the audit of the
+Hivemind sweep and ``memsim report`` on the quickstart's run folder.
+
 *Standard sizes*: a store that reaches N notes (10k, 50k, 200k) by the end of
 a year of queries (50 a day), half of it backfilled before the first query
 (``backfill_days = 365``, ``notes_per_day = N / 730``), built directly with
@@ -196,13 +217,141 @@ def policy_table(i: int, p: int, timing: str = "per-tick") -> dict:
 
 
 def run_policies(stream, p: int, timing: str = "per-tick") -> None:
-    from memsim.config import resolve_policy
-    from memsim.engine import Arm, SimSettings, simulate
+    run_tables(stream, [policy_table(i, p, timing) for i in range(p)])
 
-    arms = [Arm(f"full-{i}", resolve_policy(policy_table(i, p, timing), f"policies.full-{i}"))
-            for i in range(p)]
+
+def run_tables(stream, tables: list[dict]) -> None:
+    """One replay of ``stream`` with an arm per policy table (public API only)."""
+    from memsim.engine import Arm, SimSettings, simulate
+    from memsim.policies import resolve_policy
+
+    arms = [Arm(f"arm-{i}", resolve_policy(t, f"policies.arm-{i}")) for i, t in enumerate(tables)]
     simulate(stream, arms, SimSettings(candidates=CANDIDATES), np.random.SeedSequence(0))
 
+
+# --------------------------------------------------------------------------
+# Feedback timings: the configurations users run
+# --------------------------------------------------------------------------
+
+#: the presets measured at their own configuration (``--presets``)
+PRESET_NAMES = ("hivemind", "ai-memory", "feather", "langchain-time-weighted",
+                "generative-agents")
+
+
+def _vary_decay(decay, i: int, p: int):
+    """The i-th of p variants of a preset's decay table: each half-life and
+    rate scaled by ``geomspace(1/4, 4, p)[i]``, a per-step decay factor raised
+    to that power (so it stays in (0, 1)); floors and kinds kept. ``None`` or
+    a kind without such parameters is kept as it is (identical arms)."""
+    import copy
+
+    if p == 1 or not isinstance(decay, dict):
+        return copy.deepcopy(decay)
+    s = float(np.geomspace(0.25, 4.0, p)[i])
+    out = dict(decay)
+    for key, value in decay.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if "half_life" in key:
+            out[key] = float(value) * s
+        elif "rate" in key:
+            out[key] = float(value) / s
+        elif key == "decay_factor":
+            out[key] = float(value) ** (1.0 / s)
+    return out
+
+
+def preset_tables(name: str, p: int, timing: str | None) -> list[dict]:
+    """p arms of preset ``name`` at its own configuration; ``timing`` None
+    keeps the preset's own feedback timing, else overrides it. With p > 1 the
+    arms differ by their decay's time scale (:func:`_vary_decay`)."""
+    from memsim.errors import ConfigError
+    from memsim.policies import resolve_policy
+    from memsim.policies.presets import preset_table
+
+    decay = preset_table(name, f"presets.{name}").get("decay")
+    tables = []
+    for i in range(p):
+        t: dict = {"preset": name}
+        if timing is not None:
+            t["feedback"] = {"timing": timing}
+        if p > 1 and decay is not None:
+            varied = {**t, "decay": _vary_decay(decay, i, p)}
+            try:  # a scaled parameter outside its range: the preset's own decay
+                resolve_policy(varied, f"presets.{name}")
+                t = varied
+            except ConfigError:
+                pass
+        tables.append(t)
+    return tables
+
+
+def own_timing(name: str) -> str:
+    """The feedback timing preset ``name`` runs with."""
+    from memsim.policies import resolve_policy
+
+    return resolve_policy({"preset": name}, f"presets.{name}").feedback.timing
+
+
+def child_timings(spec: dict) -> dict:
+    """Per-tick and per-query arms, 1 and P of them, for the full policy and
+    each preset at its own configuration, plus the fastest kernel, on one
+    stream in one process; each measurement alternated ``repeat`` times (the
+    minimum CPU time counts)."""
+    stream = _stream(spec["n"], spec["window"])
+    p = spec["p"]
+    groups: dict[str, dict[str, list[dict]]] = {
+        "full policy": {f"{timing}_{k}": [policy_table(i, k, timing) for i in range(k)]
+                        for timing in ("per-tick", "per-query") for k in (1, p)}}
+    own: dict[str, str] = {"full policy": "per-tick (per-query measured beside it)"}
+    for name in spec.get("presets", []):
+        own[name] = own_timing(name)
+        groups[name] = {f"{timing}_{k}": preset_tables(name, k, timing)
+                        for timing in ("per-tick", "per-query") for k in (1, p)}
+        # with p variants the decay differs; the own-timing arm is its
+        # per-query or per-tick arm above, whichever the preset runs
+    runs: dict[str, dict[str, list[float]]] = {g: {k: [] for k in arms}
+                                               for g, arms in groups.items()}
+    kernel: list[float] = []
+    # warm-up, not counted: the first replay of a configuration pays imports
+    # and first-call costs that a later one does not
+    bare_kernel(stream)
+    for arms in groups.values():
+        for key in ("per-tick_1", "per-query_1"):
+            run_tables(stream, arms[key])
+    for _ in range(spec.get("repeat", 3)):
+        kernel.append(_cpu(bare_kernel, stream)[1])
+        for g, arms in groups.items():
+            for key, tables in arms.items():
+                runs[g][key].append(_cpu(run_tables, stream, tables)[1])
+    return {"n_notes": stream.n_notes, "n_queries": stream.n_queries, "p": p,
+            "note_scores": _note_scores(stream), "dim": int(stream.note_embeddings.shape[1]),
+            "kernel": min(kernel), "own_timing": own,
+            "groups": {g: {k: min(v) for k, v in r.items()} for g, r in runs.items()},
+            "peak_mib": _maxrss_mib()}
+
+
+def child_gemm(spec: dict) -> dict:
+    """The host's single-core float32 GEMM peak: ``a @ b`` of two n x n
+    matrices with BLAS limited to one thread, best of ``repeat`` (2 n^3 flops
+    each, wall time on an otherwise idle core)."""
+    from threadpoolctl import threadpool_limits
+
+    n = spec["n"]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    out = np.empty((n, n), dtype=np.float32)
+    best = np.inf
+    best_cpu = np.inf
+    with threadpool_limits(limits=1, user_api="blas"):
+        np.matmul(a, b, out=out)  # warm-up: pages, BLAS buffers
+        for _ in range(spec.get("repeat", 5)):
+            wall, cpu = _cpu(np.matmul, a, b, out)
+            best, best_cpu = min(best, wall), min(best_cpu, cpu)
+    flops = 2.0 * n ** 3
+    return {"n": n, "repeat": spec.get("repeat", 5), "best_wall_s": best, "best_cpu_s": best_cpu,
+            "gflops": flops / best / 1e9, "gflops_cpu": flops / best_cpu / 1e9}
 
 def _maxrss_mib() -> float:
     # Linux reports kilobytes, macOS bytes
@@ -257,6 +406,10 @@ def child(spec: dict) -> dict:
         return child_side_by_side(spec)
     if what == "big":
         return child_big(spec)
+    if what == "timings":
+        return child_timings(spec)
+    if what == "gemm":
+        return child_gemm(spec)
     t0 = time.perf_counter()
     stream = _stream(spec["n"], spec["window"])
     gen_s = time.perf_counter() - t0
@@ -452,6 +605,185 @@ def scale_targets(window: float, big: bool, big_days: float) -> dict:
             "targets": [dict(zip(("name", "value", "goal", "pass"), r)) for r in rows]}
 
 
+# --------------------------------------------------------------------------
+# The host, the feedback timings, the physical limit, the commands
+# --------------------------------------------------------------------------
+
+
+def host_info() -> dict:
+    """What a figure needs beside it: CPU model, usable cores, load average,
+    Python, numpy and its BLAS (threadpoolctl)."""
+    import platform
+
+    from memsim.machine import cpu_model, default_jobs
+
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [{k: lib.get(k) for k in ("user_api", "internal_api", "version",
+                                          "architecture", "threading_layer", "num_threads")}
+                for lib in threadpool_info()]
+    except ImportError:  # pragma: no cover
+        blas = [{"user_api": "unknown (threadpoolctl not installed)"}]
+    return {"cpu_model": cpu_model(), "cores_usable": default_jobs(),
+            "cpus": os.cpu_count(), "machine": platform.machine(),
+            "system": f"{platform.system()} {platform.release()}",
+            "python": sys.version.split()[0], "numpy": np.__version__, "blas": blas,
+            "load_start": _load()}
+
+
+def print_host(host: dict) -> None:
+    print(f"host: {host['cpu_model']}; {host['cores_usable']} cores usable of {host['cpus']} "
+          f"({host['machine']}, {host['system']})")
+    libs = "; ".join(
+        " ".join(str(lib[k]) for k in ("internal_api", "version", "architecture") if lib.get(k))
+        + f" ({lib.get('user_api')}, {lib.get('num_threads')} threads by default)"
+        for lib in host["blas"]) or "none loaded"
+    print(f"python {host['python']}, numpy {host['numpy']}; BLAS/OpenMP: {libs}")
+    print(f"load average at start: {host['load_start']} (1, 5, 15 min; figures from a busy "
+          f"machine are not results)")
+
+
+def measure_timings(n: int, window: float, p: int, presets: list[str], repeat: int,
+                    gemm_n: int) -> dict:
+    """The headline ratios in both feedback timings and the presets' own
+    configurations, then memsim's throughput beside the bare kernel's and the
+    limit implied by the host's GEMM peak. Prints both tables."""
+    tm = spawn({"what": "timings", "n": n, "window": window, "p": p, "presets": presets,
+                "repeat": repeat})
+    gemm = spawn({"what": "gemm", "n": gemm_n, "repeat": 5})
+    nk = f"{_fmt_n(tm['n_notes'])} notes, {tm['n_queries']} queries"
+    rows = []
+    for g, r in tm["groups"].items():
+        label = g if g == "full policy" else f"preset {g} ({tm['own_timing'][g]})"
+        rq = r[f"per-query_{p}"] / r["per-query_1"]
+        rt = r[f"per-tick_{p}"] / r["per-tick_1"]
+        rqt = r["per-query_1"] / r["per-tick_1"]
+        rows.append((f"{label}: {p} per-query policies / 1 per-query policy",
+                     f"{rq:.2f}x ({r[f'per-query_{p}']:.2f} s / {r['per-query_1']:.2f} s)",
+                     "<= 3x", rq <= 3.0))
+        rows.append(("  1 per-query arm / 1 per-tick arm",
+                     f"{rqt:.2f}x ({r['per-query_1']:.2f} s / {r['per-tick_1']:.2f} s)",
+                     "<= 1.3x", rqt <= 1.3))
+        rows.append((f"  {p} per-tick policies / 1 per-tick policy",
+                     f"{rt:.2f}x ({r[f'per-tick_{p}']:.2f} s)", "(info)", None))
+    print(f"Feedback timings   ({nk}; CPU, minimum of {repeat} alternated runs in one "
+          f"process; load average {_load()})")
+    w = max(len(r[0]) for r in rows)
+    for name, value, goal, ok in rows:
+        print(f"  {name:<{w}}  {goal:>7}  {_verdict(ok):>4}  {value}")
+    print("  (presets: their own configuration; the P arms differ by their decay's time "
+          "scale, x 1/4..4;\n   a preset whose decay has no time scale (or no decay: "
+          "ai-memory) runs P identical arms)")
+    print()
+
+    # throughput against the physical limit
+    dim = tm["dim"]
+    limit = gemm["gflops"] * 1e9 / (2.0 * dim)
+    cells = tm["note_scores"]
+    lim_rows = [("host float32 GEMM peak, 1 core", f"{gemm['gflops']:.1f} GFLOP/s "
+                 f"({gemm['n']} x {gemm['n']} matmul, best of {gemm['repeat']}; "
+                 f"{gemm['gflops_cpu']:.1f} by CPU time)"),
+                (f"  limit implied (2 x {dim} flops per note-score)",
+                 f"{_fmt_n(limit)} note-scores/s")]
+    lim_rows.append(("fastest exact kernel", _rate_row(cells, tm["kernel"], limit)))
+    full = tm["groups"]["full policy"]
+    lim_rows.append(("memsim, full policy per-tick", _rate_row(cells, full["per-tick_1"], limit)))
+    lim_rows.append(("memsim, full policy per-query",
+                     _rate_row(cells, full["per-query_1"], limit)))
+    lim_rows.append((f"memsim, {p} full policies per-query",
+                     _rate_row(cells * p, full[f"per-query_{p}"], limit)))
+    for g in presets:
+        own = tm["own_timing"][g]
+        lim_rows.append((f"memsim, preset {g} ({own})",
+                         _rate_row(cells, tm["groups"][g][f"{own}_1"], limit)))
+    print(f"Throughput against the physical limit   ({nk}; note-scores per CPU-second)")
+    w = max(len(r[0]) for r in lim_rows)
+    for name, value in lim_rows:
+        print(f"  {name:<{w}}  {value}")
+    print("  (note-scores: queries x notes existing at the query's batch, x arms; the limit "
+          "is the\n   brute-force product alone at the GEMM peak: no recency, top-C, "
+          "packing or metrics)")
+    print()
+    return {"timings": tm, "gemm": gemm, "limit_note_scores_per_s": limit,
+            "targets": [dict(zip(("name", "value", "goal", "pass"), r)) for r in rows],
+            "throughput": [dict(zip(("name", "value"), r)) for r in lim_rows]}
+
+
+def _rate_row(cells: float, cpu_s: float, limit: float) -> str:
+    rate = cells / max(cpu_s, 1e-12)
+    return f"{_fmt_n(rate):>8}/s  ({100 * rate / limit:5.1f}% of the limit; {cpu_s:.2f} s CPU)"
+
+
+#: ``--set`` overrides that shrink each command's workload (``--commands-quick``)
+QUICK_SETS = ("--set", "workload.horizon_days=20", "--set", "workload.backfill_days=40",
+              "--set", "experiment.replicates=1")
+
+
+def command_list(quick: bool, out: Path) -> list[tuple[str, list[str]]]:
+    """The commands users wait on, as (label, memsim arguments); ``{run}``
+    stands for the quickstart's run folder (the report is rebuilt there)."""
+    sets = list(QUICK_SETS) if quick else []
+    o = ["--out", str(out)]
+    return [
+        ("memsim --help", ["--help"]),
+        ("memsim run experiments/quickstart.toml --no-report",
+         ["run", "experiments/quickstart.toml", "-q", "--no-report", *o, *sets]),
+        ("memsim run experiments/quickstart.toml (with the report)",
+         ["run", "experiments/quickstart.toml", "-q", *o, *sets]),
+        ("memsim run experiments/presets.toml", ["run", "experiments/presets.toml", "-q", *o,
+                                                  *sets]),
+        ("memsim audit experiments/sweep_hivemind.toml",
+         ["audit", "experiments/sweep_hivemind.toml", "-q", *sets]
+         + (["--queries", "50", "--param-replicates", "2"] if quick else [])),
+        ("memsim report RUN (the quickstart's run folder)", ["report", "--quiet", "{run}"]),
+    ]
+
+
+def measure_commands(quick: bool) -> dict:
+    """Wall and CPU seconds (the command and every process it waited for) of
+    each command, one after the other, in a fresh interpreter each."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="memsim-bench-cmd-") as tmp:
+        run_dir = None
+        for label, args in command_list(quick, Path(tmp) / "results"):
+            if "{run}" in args:
+                if run_dir is None:
+                    rows.append({"command": label, "error": "no quickstart run folder"})
+                    continue
+                args = [run_dir if a == "{run}" else a for a in args]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "memsim.cli", *args], cwd=ROOT,
+                                  capture_output=True, text=True, env=env)
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+            row = {"command": label, "argv": ["memsim", *args], "wall_s": wall,
+                   "cpu_s": user + system, "user_s": user, "system_s": system,
+                   "returncode": proc.returncode}
+            if proc.returncode != 0:
+                row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            elif args[0] == "run" and "--no-report" not in args and "quickstart" in args[1]:
+                run_dir = proc.stdout.strip().splitlines()[-1]
+            rows.append(row)
+    kind = ("quick: " + " ".join(QUICK_SETS) + "; audit --queries 50 --param-replicates 2"
+            if quick else "full workloads")
+    print(f"Command latencies   ({kind}; CPU includes the worker processes; load average "
+          f"{_load()})")
+    w = max(len(r["command"]) for r in rows)
+    print(f"  {'command':<{w}}  {'wall s':>8}  {'CPU s':>8}  {'system s':>8}")
+    for r in rows:
+        if "wall_s" in r and "error" not in r:
+            print(f"  {r['command']:<{w}}  {r['wall_s']:>8.2f}  {r['cpu_s']:>8.2f}  "
+                  f"{r['system_s']:>8.2f}")
+        else:
+            print(f"  {r['command']:<{w}}  FAILED: {r.get('error')}")
+    print()
+    return {"quick": quick, "commands": rows}
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=None, help="note counts, comma-separated "
@@ -482,6 +814,31 @@ def main(argv: list[str] | None = None) -> int:
                     help="days timed at 1M notes without --big (default 3)")
     ap.add_argument("--scale-only", action="store_true",
                     help="only the three scale targets (fastest kernel, 10 policies, 1M notes)")
+    ap.add_argument("--timing-size", type=int, default=50000,
+                    help="store size of the feedback-timing ratios and the throughput "
+                         "against the physical limit (default 50000)")
+    ap.add_argument("--timing-policies", type=int, default=10,
+                    help="P of 'P policies / 1 policy' in both timings (default 10)")
+    ap.add_argument("--presets", default=",".join(PRESET_NAMES),
+                    help="presets measured at their own configuration, comma-separated, or "
+                         f"'none' (default {','.join(PRESET_NAMES)})")
+    ap.add_argument("--timing-repeat", type=int, default=None,
+                    help="alternated runs of each timing measurement (default 3; --quick 2)")
+    ap.add_argument("--gemm-size", type=int, default=None,
+                    help="n of the n x n float32 GEMM peak (default 4096; --quick 2048)")
+    ap.add_argument("--no-scale", action="store_true",
+                    help="skip the scale targets (their 50k side-by-side and 1M-note runs)")
+    ap.add_argument("--no-timings", action="store_true",
+                    help="skip the feedback timings and the physical limit")
+    ap.add_argument("--timings-only", action="store_true",
+                    help="only the feedback timings and the physical limit")
+    ap.add_argument("--commands", action="store_true",
+                    help="also time the commands users wait on, on their full workloads "
+                         "(many minutes)")
+    ap.add_argument("--commands-quick", action="store_true",
+                    help="also time those commands on workloads shrunk with --set (~1-3 min)")
+    ap.add_argument("--commands-only", action="store_true",
+                    help="only the command latencies (full, or shrunk with --commands-quick)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -500,22 +857,32 @@ def main(argv: list[str] | None = None) -> int:
     feather_days = args.feather_days or (14.0 if q else 60.0)
 
     t_start = time.perf_counter()
-    print(f"memsim engine benchmark   (python {sys.version.split()[0]}, numpy {np.__version__},"
-          f" {os.cpu_count()} CPUs)")
-    print(f"load average at start: {_load()}")
-    scale = scale_targets(window, args.big, args.big_days)
-    if args.scale_only:
-        print(f"load average at end: {_load()}; total wall time "
-              f"{time.perf_counter() - t_start:.0f} s")
-        if args.json:
-            Path(args.json).write_text(json.dumps(scale, indent=2, default=str) + "\n")
-        return 0
+    host = host_info()
+    print("memsim engine benchmark")
+    print_host(host)
+    print()
+    # the host first in the JSON as well: no figure without its machine
+    results: dict = {"host": host}
+    commands = args.commands or args.commands_quick or args.commands_only
+    if not args.commands_only:
+        if not (args.timings_only or args.no_scale):
+            results["scale"] = scale_targets(window, args.big, args.big_days)
+        if not args.no_timings:
+            presets = [] if args.presets.strip() in ("", "none") else [
+                x.strip() for x in args.presets.split(",") if x.strip()]
+            results["feedback_timings"] = measure_timings(
+                args.timing_size, window, args.timing_policies, presets,
+                args.timing_repeat or (2 if q else 3), args.gemm_size or (2048 if q else 4096))
+    if args.scale_only or args.timings_only or args.commands_only:
+        if commands:
+            results["commands"] = measure_commands(args.commands_quick)
+        return _finish(results, args.json, t_start)
     print(f"standard year: 365 days x {QUERIES_PER_DAY:g} queries/day, store reaches N notes "
           f"(backfill 365 d); timed window: last {window:g} days; C = {CANDIDATES}")
     print()
 
     rows = []
-    results: dict = {"sizes": {}, "policies": {}, "load_start": _load()}
+    results.update({"sizes": {}, "policies": {}})
     for n in sizes:
         k = spawn({"what": "kernel", "n": n, "window": window})
         p1 = spawn({"what": "policy", "n": n, "window": window, "p": 1})
@@ -682,13 +1049,31 @@ def main(argv: list[str] | None = None) -> int:
     for name, value, goal, ok in targets:
         print(f"  {name:<{w}}  {goal:>14}  {_verdict(ok):>4}  {value}")
     print()
-    total = time.perf_counter() - t_start
-    print(f"load average at end: {_load()}; total wall time {total:.0f} s")
-    results["load_end"] = _load()
     results["targets"] = [dict(zip(("name", "value", "goal", "pass"), t)) for t in targets]
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    if commands:
+        results["commands"] = measure_commands(args.commands_quick)
+    return _finish(results, args.json, t_start)
+
+
+def _finish(results: dict, json_path: str | None, t_start: float) -> int:
+    """Print the host's load at the end (and the CPU model again, so that a
+    tail of the output still names its machine); write the JSON."""
+    host = results["host"]
+    host["load_end"] = _load()
+    host["total_wall_s"] = time.perf_counter() - t_start
+    print(f"load average at end: {host['load_end']} (start {host['load_start']}); total wall "
+          f"time {host['total_wall_s']:.0f} s; host {host['cpu_model']}, "
+          f"{host['cores_usable']} cores usable")
+    if json_path:
+        _write_json(Path(json_path), results)
     return 0
+
+
+def _write_json(path: Path, results: dict) -> None:
+    """Write to a temporary name, then rename: never a half-written file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
