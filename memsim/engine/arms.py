@@ -1,0 +1,159 @@
+"""Arm jobs: an arm's work on a batch, packed and measured together with others."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memsim.metrics import RelevanceIndex, query_metrics
+
+if TYPE_CHECKING:
+    from .batch import Batch
+    from .settings import Arm, SimSettings
+    from .state import PolicyState
+
+
+@dataclass(eq=False)
+class _ArmJob:
+    """One arm's work on one batch."""
+
+    arm: Arm
+    st: PolicyState
+    rng: np.random.Generator
+    batch: Batch
+    budget: np.ndarray
+    settings: SimSettings
+    reader: Any
+    oracle: np.ndarray
+    relevance: RelevanceIndex
+
+    @property
+    def c(self) -> int:
+        p = self.arm.policy
+        return self.settings.candidates if p.candidates is None else p.candidates
+
+    def row(self, i: int) -> _ArmJob:
+        """The same work for query ``i`` of the batch alone."""
+        r = slice(i, i + 1)
+        return dataclasses.replace(self, batch=self.batch.row(i), budget=self.budget[r],
+                                   oracle=self.oracle[r])
+
+
+@dataclass(eq=False)
+class _Packed:
+    """An arm's candidates (Q, C') and what it packs of them."""
+
+    pos: np.ndarray
+    vals: np.ndarray
+    cand_ok: np.ndarray
+    cand_rows: np.ndarray
+    tokens: np.ndarray
+    gains: np.ndarray
+    packed: np.ndarray
+    position: np.ndarray
+
+
+def _pack(job: _ArmJob, batch: Batch, pos: np.ndarray, vals: np.ndarray,
+          rows: slice | np.ndarray = slice(None)) -> _Packed:
+    """Pack the candidates ``pos``/``vals`` of the queries ``rows`` of ``batch``."""
+    return _pack_all([(job, batch, pos, vals, rows)])[0]
+
+
+def _pack_all(items: list[tuple]) -> list[_Packed]:
+    """:func:`_pack` of several arms' candidates, ``(job, batch, pos, vals,
+    rows)`` each. Arms that pack alike (the same packer, orderer and C) pack
+    as one array, a row per (arm, query): packers and orderers treat rows
+    independently, so each row gets what it gets alone."""
+    cand = []
+    groups: dict[tuple, list[int]] = {}
+    for i, (job, batch, pos, vals, rows) in enumerate(items):
+        policy = job.arm.policy
+        cand_ok = np.isfinite(vals)
+        cand_rows = batch.idx[pos]
+        gains = job.relevance.lookup(batch.qrows[rows], cand_rows)
+        cand.append({"cand_ok": cand_ok, "cand_rows": cand_rows,
+                     "tokens": batch.notes.tokens[cand_rows], "gains": gains,
+                     "values": gains if policy.ranker.needs_truth else vals,
+                     "budget": job.budget[rows]})
+        groups.setdefault((repr(policy.packer), repr(policy.orderer), pos.shape[1]), []).append(i)
+    out: list[_Packed] = [None] * len(items)  # type: ignore[list-item]
+    for members in groups.values():
+        policy = items[members[0]][0].arm.policy
+        got = _rows_of_all([cand[i] for i in members], ("cand_ok", "tokens", "values", "budget"))
+        ok, values = got["cand_ok"], got["values"]
+        packed = np.asarray(policy.packer.pack(np.where(ok, values, 0.0), got["tokens"], ok,
+                                               got["budget"]), dtype=bool)
+        packed &= ok
+        position = policy.orderer.order(np.where(ok, values, -np.inf), packed)
+        for i, sl in zip(members, _row_blocks([cand[i]["cand_ok"] for i in members])):
+            c = cand[i]
+            out[i] = _Packed(items[i][2], items[i][3], c["cand_ok"], c["cand_rows"], c["tokens"],
+                             c["gains"], packed[sl], position[sl])
+    return out
+
+
+def _rows_of_all(parts: list[dict], names) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of several arms' rows, one below the other."""
+    if len(parts) == 1:
+        return {k: parts[0][k] for k in names}
+    return {k: np.concatenate([p[k] for p in parts]) for k in names}
+
+
+def _row_blocks(arrays: list[np.ndarray]) -> list[slice]:
+    """The row slices of ``arrays`` stacked one below the other."""
+    ends = np.cumsum([len(a) for a in arrays]).tolist()
+    return [slice(e - len(a), e) for e, a in zip(ends, arrays)]
+
+
+#: the arrays query_metrics reads of each arm's packed batch (the rest:
+#: the batch's ``t`` and ``qrows``, the arm's ``budget`` and ``oracle``)
+_PACKED_METRIC_INPUTS = ("cand_rows", "cand_ok", "packed", "position", "gains", "tokens")
+
+
+def _outputs(job: _ArmJob, batch: Batch, pk: _Packed) -> dict[str, Any]:
+    """The per-query metrics (and rankings) of a packed batch."""
+    return _outputs_all([(job, batch, pk)])[0]
+
+
+def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
+    """:func:`_outputs` of several arms' packed batches, ``(job, batch, pk)``
+    each: the metrics of arms with the same C are computed as one array, a
+    row per (arm, query) (every metric is per query)."""
+    groups: dict[int, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(item[2].pos.shape[1], []).append(i)
+    metrics: list[dict] = [None] * len(items)  # type: ignore[list-item]
+    for members in groups.values():
+        parts = []
+        for i in members:
+            job, batch, pk = items[i]
+            part = {name: getattr(pk, name) for name in _PACKED_METRIC_INPUTS}
+            part.update(t=batch.t, qrows=batch.qrows, budget=job.budget, oracle=job.oracle)
+            parts.append(part)
+        blocks = _row_blocks([p["t"] for p in parts])
+        job = items[members[0]][0]
+        m = query_metrics(**_rows_of_all(parts, list(parts[0])), relevance=job.relevance,
+                          evicted=[(sl, items[i][0].st.evicted) for i, sl in zip(members, blocks)],
+                          reader=job.reader)
+        for i, sl in zip(members, blocks):
+            metrics[i] = {k: v[sl] for k, v in m.items()} if len(members) > 1 else m
+    out = []
+    for (job, batch, pk), m in zip(items, metrics):
+        m["actor_code"] = batch.actors
+        one: dict[str, Any] = {"metrics": m}
+        if job.settings.save_rankings:
+            q, cc = pk.pos.shape
+            keep = pk.cand_ok.ravel()
+            one["rankings"] = {
+                "query_id": np.repeat(job.relevance.query_ids[batch.qrows], cc)[keep],
+                "rank": np.tile(np.arange(1, cc + 1), q)[keep],
+                "note_id": batch.notes.note_id[pk.cand_rows].ravel()[keep],
+                "score": pk.vals.ravel()[keep],
+                "packed": pk.packed.ravel()[keep],
+                "position": pk.position.ravel()[keep],
+            }
+        out.append(one)
+    return out
