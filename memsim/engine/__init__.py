@@ -88,10 +88,10 @@ from .cache import ReplayCache
 from .context import BatchContext
 from .frames import SimResult
 from .loop import simulate
-from .settings import Arm, SimSettings, feedback_timing, resolve_budget, with_timing
+from .settings import ACCELERATORS, Arm, SimSettings, feedback_timing, resolve_budget, with_timing
 from .state import NoteArrays, PolicyState
 from .topc import top_candidates
 
 __all__ = ["SimSettings", "Arm", "simulate", "SimResult", "NoteArrays", "PolicyState",
            "Batch", "BatchContext", "top_candidates", "resolve_budget", "feedback_timing",
-           "with_timing", "ReplayCache", "PRODUCT_BLOCK"]
+           "with_timing", "ReplayCache", "PRODUCT_BLOCK", "ACCELERATORS"]

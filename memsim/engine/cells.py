@@ -20,11 +20,6 @@ if TYPE_CHECKING:
     from .state import PolicyState
 
 
-#: Exact pruning of the scoring (module docstring); False scores every live
-#: note of every query, as a reference.
-PRUNE = True
-
-
 @dataclass(frozen=True, eq=False)
 class _LevelCells:
     """The padded cells (R, W) of one pruning level: note columns, which are
@@ -337,6 +332,6 @@ def _cells_scorable(policy: Policy) -> bool:
     cells: an elementwise ranker that reads no truth, plan or log and does
     not choose its own candidates."""
     r = policy.ranker
-    return (PRUNE and not r.set_dependent and not r.needs_truth and not r.needs_planted
-            and not getattr(r, "needs_logged", False) and not hasattr(r, "candidate_mask"))
+    return not (r.set_dependent or r.needs_truth or r.needs_planted or r.needs_logged
+                or r.chooses_candidates())
 

@@ -14,7 +14,6 @@ from .settings import resolve_budget
 
 if TYPE_CHECKING:
     from .inputs import _Inputs
-    from .loop import _Collected
     from .settings import Arm, SimSettings
 
 
@@ -27,6 +26,19 @@ class SimResult:
     arms: pd.DataFrame
     rankings: pd.DataFrame | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: per arm (in the order given), the (arm, query) answers each
+    #: accelerator gave: its name -> count (:data:`ACCELERATORS`; none for
+    #: the reference, :mod:`memsim.engine.reference`)
+    accelerated: list[dict[str, int]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Collected:
+    """What the loop gathers for the result frames."""
+
+    metrics: list[list[dict[str, np.ndarray]]]
+    rankings: list[list[dict[str, np.ndarray]]]
+    store: list[tuple] = field(default_factory=list)
 
 
 def _arms_frame(arms: list[Arm], per_arm: list[list[dict[str, np.ndarray]]],
@@ -77,4 +89,5 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         "promoted_notes": int(((st.tier == longterm) & (notes.tier0 != longterm)).sum()),
     } for arm, st in zip(arms, states)]
     rankings = _arms_frame(arms, got.rankings, settings, pq) if settings.save_rankings else None
-    return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings)
+    return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings,
+                     accelerated=[dict(st.accelerated) for st in states])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,7 @@ from memsim.stream import Stream
 from .arms import _ArmJob, _outputs_all
 from .batch import Batch, _make_batches
 from .context import _SweepView
-from .frames import _result
+from .frames import _Collected, _result
 from .inputs import _inputs
 from .scoring import _answer_all
 from .settings import feedback_timing, resolve_budget
@@ -69,15 +68,6 @@ def _threadpools() -> ThreadpoolController:
     """The process's thread pools (BLAS, OpenMP), found once: finding them
     reads the loaded libraries, a few milliseconds per call of simulate."""
     return ThreadpoolController()
-
-
-@dataclass(eq=False)
-class _Collected:
-    """What the loop gathers for the result frames."""
-
-    metrics: list[list[dict[str, np.ndarray]]]
-    rankings: list[list[dict[str, np.ndarray]]]
-    store: list[tuple] = field(default_factory=list)
 
 
 def _simulate(stream, arms, settings, seed, reader, progress, cache) -> SimResult:

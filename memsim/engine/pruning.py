@@ -9,7 +9,7 @@ import numpy as np
 from memsim.policies import Policy
 from memsim.policies.base import Ranker
 from .context import _GatheredContext
-from .cells import PRUNE, _cell_scores, _level, _live_cells, _proven, _sim_order
+from .cells import _cell_scores, _level, _live_cells, _proven, _sim_order
 from .simfilter import _filtered_top, _recency_blocks
 from .topc import top_candidates
 
@@ -25,9 +25,8 @@ def _prune_plan(policy: Policy, ctx: BatchContext) -> tuple[float | None, float 
     """(lowest, highest recency) the ranker's bound needs when the policy can
     be pruned (module docstring), else None."""
     r = policy.ranker
-    if (not PRUNE or r.set_dependent or r.needs_truth or r.needs_planted
-            or getattr(r, "needs_logged", False) or hasattr(r, "candidate_mask")
-            or type(r).score_bound is Ranker.score_bound):
+    if (r.set_dependent or r.needs_truth or r.needs_planted or r.needs_logged
+            or r.chooses_candidates() or type(r).score_bound is Ranker.score_bound):
         return None
     if policy.breadth.score_factor_bound(ctx) != 1.0:
         return None
@@ -55,11 +54,13 @@ def _prune_plan(policy: Policy, ctx: BatchContext) -> tuple[float | None, float 
 
 
 
-def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
-                st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
+def _pruned_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
+                use_filter: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's masked scores without scoring
     every live note (module docstring), or None when the policy cannot be
-    pruned (then the caller scores in full)."""
+    pruned (then the caller scores in full). ``use_filter``: the similarity
+    filter (:mod:`.simfilter`, the ``"filter"`` accelerator) may prove the
+    queries a level does not."""
     q, n = len(ctx.t), len(ctx.idx)
     if st.prune_off or n == 0:
         return None
@@ -106,7 +107,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                 with np.errstate(invalid="ignore", over="ignore"):
                     b = np.asarray(ranker.score_bound(sim, lo, hi, ctx), dtype=np.float64)
                 need = max(need, int(((b >= kth[:, None]) & real).sum(axis=1).max()))
-        if not full and not done.all() and (level >= scanned or st.prune_filter):
+        if use_filter and not full and not done.all() and (level >= scanned or st.prune_filter):
             if highs is None:
                 highs = _recency_blocks(policy, ctx, hi)
                 highs = False if highs is None else highs
@@ -119,6 +120,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int,
                 if got is None:
                     return None
                 pos[rows], vals[rows] = got
+                st.accelerated["filter"] += len(rows)
                 done |= filt
                 far = max(far, _level_needed(ranker, ctx, order, rows, got[1][:, cc - 1], lo, hi))
         todo = todo[~done]

@@ -23,26 +23,28 @@ if TYPE_CHECKING:
     from .state import PolicyState
 
 
-def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
-                     ) -> tuple[BatchContext, Batch]:
+def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
+                     accelerators: tuple[str, ...]) -> tuple[BatchContext, Batch]:
     """The context an arm scores, with ``live`` set: the batch's valid,
-    unevicted notes, cut to the retriever's prefilter (and, when the ranker
-    allows it, to the union of the prefilter's columns). Applies a
-    prefilter touch that comes before scoring (Feather DB v0.16)."""
+    unevicted notes, cut to the retriever's prefilter (and, with the
+    ``"prefilter"`` accelerator when the ranker allows it, to the union of
+    the prefilter's columns). Applies a prefilter touch that comes before
+    scoring (Feather DB v0.16)."""
     fb = policy.feedback
-    if not policy.retriever.prefilter and not getattr(policy.ranker, "needs_logged", False):
+    fast = "prefilter" in accelerators
+    if not policy.retriever.prefilter and not policy.ranker.needs_logged:
         ctx = BatchContext(batch, st, rng)
         ctx.set_live_lazily(batch.valid, st.evicted[batch.idx])
         return ctx, batch
     mask = cells = None
     ctx = BatchContext(batch, st, rng)
     if policy.retriever.prefilter:
-        choose = getattr(policy.retriever, "prefilter_mask", None)
-        if choose is not None:  # a retriever that chooses its own candidates (an ANN index)
-            mask = batch.valid & ~st.evicted[batch.idx][None, :]
-            mask = mask & np.asarray(choose(ctx, mask), dtype=bool)
-        else:
+        if fast and not policy.retriever.chooses_prefilter():
+            # the exact nearest M, through the batch's similarity levels
             mask, cells = _prefilter_mask(ctx, policy.retriever, st.evicted[batch.idx])
+        else:  # the retriever's own (an ANN index's, or the exact one by a full sort)
+            mask = batch.valid & ~st.evicted[batch.idx][None, :]
+            mask = mask & np.asarray(policy.retriever.prefilter_mask(ctx, mask), dtype=bool)
         if fb.touch == "prefilter" and fb.before_scoring:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
@@ -50,7 +52,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
         if cells is not None and not st.prune_off and _cells_scorable(policy):
             # the prefilter's cells are what the arm scores (_prefilter_top)
             ctx.prefilter_cells = cells
-        elif not policy.ranker.set_dependent:
+        elif fast and not policy.ranker.set_dependent:
             # only the prefilter's notes can be ranked: score those columns
             # alone (their union over the batch's queries)
             cols = np.flatnonzero(mask.any(axis=0))
@@ -68,20 +70,27 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch
     return ctx, batch
 
 
-def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
+         accelerators: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The arm's top C (positions, scores) and, when every note was scored,
-    the mask of the notes that could be candidates (None when pruned)."""
-    top = _prefilter_top(policy, ctx, c, st)
-    if top is None:
-        top = _pruned_top(policy, ctx, c, st)
+    the mask of the notes that could be candidates (None when an
+    accelerator found it)."""
+    q = len(ctx.t)
+    top = None
+    if "prefilter" in accelerators:
+        top = _prefilter_top(policy, ctx, c, st)
+        if top is not None:
+            st.accelerated["prefilter"] += q
+    if top is None and "prune" in accelerators:
+        top = _pruned_top(policy, ctx, c, st, "filter" in accelerators)
+        if top is not None:
+            st.accelerated["prune"] += q
     if top is not None:
         return top[0], top[1], None
     mask = ctx.live
     scores = np.asarray(policy.score(ctx), dtype=np.float64)
-    pick = getattr(policy.ranker, "candidate_mask", None)
-    if pick is not None:  # a ranker that chooses its own candidates (LangChain's)
-        mask = mask & np.asarray(pick(ctx), dtype=bool)
+    if policy.ranker.chooses_candidates():  # LangChain's: its own candidates
+        mask = mask & np.asarray(policy.ranker.candidate_mask(ctx), dtype=bool)
     scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
     pos, vals = top_candidates(scores, c)
     return pos, vals, mask
@@ -96,15 +105,18 @@ def _answer(job: _ArmJob) -> _Packed:
 def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
     """:func:`_answer` of several arms: (the batch each scored, its packing)."""
     scored = []
-    contexts = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch) for job in jobs]
+    contexts = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch,
+                                 job.settings.accelerators) for job in jobs]
     stacked = _stacked_tops([(i, job.arm.policy, ctx, job.c, job.st)
-                             for i, (job, (ctx, _)) in enumerate(zip(jobs, contexts))])
+                             for i, (job, (ctx, _)) in enumerate(zip(jobs, contexts))
+                             if "stack" in job.settings.accelerators])
     for i, (job, (ctx, batch)) in enumerate(zip(jobs, contexts)):
         policy, st = job.arm.policy, job.st
         if i in stacked:
             pos, vals, mask = *stacked[i], None
+            st.accelerated["stack"] += len(pos)
         else:
-            pos, vals, mask = _top(policy, ctx, job.c, st)
+            pos, vals, mask = _top(policy, ctx, job.c, st, job.settings.accelerators)
         # keep only what the feedback reads (the prefilter touch: the
         # candidates' mask), not the context: (Q, L) matrices per arm
         if policy.feedback.touch != "prefilter":

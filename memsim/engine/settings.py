@@ -4,11 +4,43 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from memsim.params import Interval, Options, Validated
 from memsim.policies import Policy
+
+
+#: The engine's accelerators, each in a module of its own, each exact (its
+#: contract: the same top C and the same values as the reference,
+#: :func:`memsim.engine.reference.simulate`):
+#:
+#: - ``"prefilter"``: a retriever prefilter's nearest M found through the
+#:   similarity levels, and only its cells scored (:mod:`.prefilter`);
+#: - ``"prune"``: a query's top C found on the notes above a similarity
+#:   threshold, proven by the ranker's bound (:mod:`.pruning`);
+#: - ``"filter"``: within ``"prune"``, only the notes whose similarity can
+#:   reach a query's C-th score are scored (:mod:`.simfilter`);
+#: - ``"stack"``: arms that differ only by their decay's floor and rate
+#:   scored as one array (:mod:`.stacking`);
+#: - ``"walk"``: per-query feedback corrected from one scoring of the tick
+#:   (:mod:`.walk`).
+ACCELERATORS = ("prefilter", "prune", "filter", "stack", "walk")
+
+
+@dataclass(frozen=True)
+class _Names:
+    """A tuple of distinct names, each one of ``values``."""
+
+    values: tuple
+
+    def check(self, value: Any) -> bool:
+        return (isinstance(value, tuple) and len(set(value)) == len(value)
+                and all(isinstance(v, str) and v in self.values for v in value))
+
+    def __str__(self) -> str:
+        return "a tuple of distinct names among " + ", ".join(repr(v) for v in self.values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +65,12 @@ class SimSettings(Validated):
         Period of the retention sweeps.
     save_rankings : bool
         Keep every query's top-C ranking (``rankings.parquet``).
+    accelerators : tuple of str
+        The exact fast paths the engine may take (:data:`ACCELERATORS`, all
+        by default). Each gives the same top C, values, packing, metrics and
+        feedback as the reference (:mod:`memsim.engine.reference`), bit for
+        bit; an empty tuple scores every live note of every query, and
+        replays per-query feedback query by query.
     """
 
     budget_tokens: int = 1500
@@ -41,6 +79,7 @@ class SimSettings(Validated):
     feedback_mode: str = "per-tick"
     retention_period_days: float = 1.0
     save_rankings: bool = False
+    accelerators: tuple[str, ...] = ACCELERATORS
 
     _constraints = {
         "budget_tokens": Interval(1, None, integer=True),
@@ -49,6 +88,7 @@ class SimSettings(Validated):
         "feedback_mode": Options(("per-tick", "per-query")),
         "retention_period_days": Interval(0, None, closed="neither"),
         "save_rankings": Options((True, False)),
+        "accelerators": _Names(ACCELERATORS),
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -135,6 +136,8 @@ class PolicyState:
         #: proved cheaply: the next one filters after its first level
         self.prune_filter = False
         self.prune_off = False
+        #: (arm, query) answers each accelerator gave (its name -> count)
+        self.accelerated: Counter[str] = Counter()
 
     def gather(self, rows: np.ndarray, bumps: tuple[np.ndarray, np.ndarray] | None = None
                ) -> PolicyState:

@@ -22,12 +22,6 @@ if TYPE_CHECKING:
     from .state import PolicyState
 
 
-#: Per-query feedback corrects the batch's scores for the notes used since
-#: its start (module docstring); False replays each query on its own, as a
-#: reference.
-WALK_FAST = True
-
-
 #: queries of a tick corrected at once, to start with: the work past the
 #: first query corrected on a wrong guess is redone, so the window then
 #: follows how far apart those are (twice the distance to the last one, at
@@ -35,13 +29,13 @@ WALK_FAST = True
 WALK_WINDOW = 64
 
 
-def _walkable(policy: Policy) -> bool:
+def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
     """Whether a query's scores change only at the notes used before it: an
     elementwise ranker, candidates chosen by similarity alone, and no use
     before scoring."""
     r, fb = policy.ranker, policy.feedback
-    return (WALK_FAST and not r.set_dependent and not getattr(r, "needs_logged", False)
-            and not hasattr(r, "candidate_mask")
+    return ("walk" in accelerators and not r.set_dependent and not r.needs_logged
+            and not r.chooses_candidates()
             and not (fb.touch == "prefilter" and fb.before_scoring))
 
 
@@ -50,7 +44,7 @@ def _walk_arm(job: _ArmJob, inp: _Inputs, acc_done: int) -> tuple[dict[str, Any]
     before it (its predecessors' answers and the organic uses before its
     time). Returns the outputs and the organic uses now applied."""
     cut = np.searchsorted(inp.acc_t, job.batch.t, side="left")
-    if _walkable(job.arm.policy):
+    if _walkable(job.arm.policy, job.settings.accelerators):
         return _walk_fast(job, inp, cut, acc_done)
     fb = job.arm.policy.feedback
     parts = []
@@ -97,8 +91,10 @@ def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
     (:meth:`Policy.reads_uses`) has nothing to correct. Every use is then
     recorded, in time order."""
     policy, st = job.arm.policy, job.st
-    ctx, batch = _scoring_context(policy, st, job.rng, job.batch)
-    pos, vals, _ = _top(policy, ctx, job.c, st)
+    acc = job.settings.accelerators
+    ctx, batch = _scoring_context(policy, st, job.rng, job.batch, acc)
+    pos, vals, _ = _top(policy, ctx, job.c, st, acc)
+    st.accelerated["walk"] += len(batch.t)
     pk = _pack(job, batch, pos, vals)
     first = dataclasses.replace(pk, **{f.name: getattr(pk, f.name).copy()
                                        for f in dataclasses.fields(pk)})
@@ -306,5 +302,5 @@ def _rescored_row(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int
     """Query ``i``'s top C scored in full on the state as it is now."""
     rctx = BatchContext(batch.row(i), job.st, job.rng)
     rctx.live = ctx.live[i:i + 1]
-    pos, vals, _ = _top(job.arm.policy, rctx, job.c, job.st)
+    pos, vals, _ = _top(job.arm.policy, rctx, job.c, job.st, job.settings.accelerators)
     return pos[0], vals[0]
