@@ -33,7 +33,7 @@ SETS = [("prefilter",), ("prune",), ("prune", "filter"), ("stack",), ("walk",), 
 
 #: the other slots: components under which every accelerator can run
 #: (bounded, elementwise, one exponential of the age)
-BASE = {"retriever": "cosine", "decay": {"kind": "half-life-floor", "half_life_days": 20.0},
+BASE = {"retriever": "cosine", "decay": {"kind": "half-life", "half_life_days": 3.0},
         "ranker": "product", "feedback": {"kind": "default", "touch": "packed"}}
 
 
@@ -102,13 +102,20 @@ def _arms(slot: str, name: str) -> list[Arm]:
             own, retriever=dataclasses.replace(comp, prefilter=25))))
     fb = own.feedback
     if "timing" in type(fb).__dataclass_fields__:
+        # (a retriever's own index is built again for every query the
+        # reference replays alone: the base retriever here)
+        alone = own.retriever if not own.retriever.chooses_prefilter() else \
+            build_component("retriever", BASE["retriever"], "retriever")
         arms.append(Arm("per-query", dataclasses.replace(
-            own, feedback=dataclasses.replace(fb, timing="per-query"))))
+            own, retriever=alone, feedback=dataclasses.replace(fb, timing="per-query"))))
         if "touch" in type(fb).__dataclass_fields__:
             arms.append(Arm("touch-prefilter", dataclasses.replace(
                 own, retriever=dataclasses.replace(own.retriever, prefilter=40)
                 if "prefilter" in type(own.retriever).__dataclass_fields__ else own.retriever,
-                feedback=dataclasses.replace(fb, timing="per-query", touch="prefilter"))))
+                # an index of its own is built for each query replayed alone: per tick
+                feedback=dataclasses.replace(fb, touch="prefilter", timing="per-tick"
+                                             if own.retriever.chooses_prefilter()
+                                             else "per-query"))))
             arms.append(Arm("returned", dataclasses.replace(
                 own, feedback=dataclasses.replace(fb, touch="returned", k=3, promote_after=2,
                                              cooldown_s=3600.0))))
@@ -137,3 +144,18 @@ def test_every_accelerator_gives_the_reference_frames(slot, name):
             except AssertionError as err:
                 raise AssertionError(f"{slot}:{name} with {accelerators}: {key} differ "
                                      f"from the reference\n{err}") from None
+
+
+def test_each_accelerator_answers_queries():
+    """The property test above is not vacuous: on its stream and arms, every
+    accelerator answers queries (``SimResult.accelerated``), and none does
+    in the reference or with the accelerators off."""
+    stream, arms = _stream(0), _arms("ranker", "product")
+    settings = SimSettings(candidates=6, tick_days=2.0, retention_period_days=3.0)
+    got = simulate(stream, arms, settings, seed_sequence(5)).accelerated
+    used = {name for per_arm in got for name, n in per_arm.items() if n > 0}
+    assert used == set(ACCELERATORS)
+    off = dataclasses.replace(settings, accelerators=())
+    assert all(not a for a in simulate(stream, arms, off, seed_sequence(5)).accelerated)
+    assert all(not a for a in reference.simulate(stream, arms, settings,
+                                                 seed_sequence(5)).accelerated)
