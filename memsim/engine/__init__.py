@@ -1,5 +1,37 @@
 """The simulation engine: replays a stream through policies, tick by tick.
 
+Read :mod:`memsim.engine.loop` first (the loop), then
+:mod:`memsim.engine.reference` (the executable specification: every live
+note scored, nothing accelerated). The package, a module per noun:
+
+============== ==============================================================
+loop           :func:`simulate`: organic uses, retention sweeps, a batch's
+               similarity, the arms, their feedback
+reference      the same replay, plainly: what every accelerator must equal
+settings       :class:`SimSettings` (with :data:`ACCELERATORS`), :class:`Arm`
+state          :class:`NoteArrays` (the notes), :class:`PolicyState` (an arm's)
+batch          :class:`Batch`: queries scored together, their product blocks
+context        :class:`BatchContext` (and gathered cells): what components read
+inputs         the stream encoded as arrays
+arms           an arm's work on a batch; arms packed and measured together
+scoring        an arm's context, its top C (through the accelerators) and packing
+uses           the uses an arm's answers make
+frames         :class:`SimResult` and its frames
+cache          :class:`ReplayCache`
+topc           :func:`top_candidates`
+cells          the similarity levels and gathered cells the accelerators share
+prefilter      accelerator ``"prefilter"``
+pruning        accelerator ``"prune"``
+simfilter      accelerator ``"filter"``
+stacking       accelerator ``"stack"``
+walk           accelerator ``"walk"``
+============== ==============================================================
+
+Each accelerator is exact (its contract: the same top C and the same values
+as the reference, hence the same frames) and can be turned off through
+``SimSettings.accelerators``; ``tests/test_accelerators.py`` runs each
+against the reference for every registered component.
+
 The engine owns the loop; policies only answer narrow questions (see
 :mod:`memsim.policies.base`). For one stream and several *arms* (a policy at a
 budget), time advances over batches of queries:
@@ -42,7 +74,8 @@ batches), and an arm whose retention evicted most of a level scores only
 its own live cells of it. Scores of the notes scored are the same floats as
 full scoring gives (the notes' columns are kept in ``note_id`` order, so ties
 still go to the lower ``note_id``), so rankings, packing, metrics and
-feedback are identical bit for bit; :data:`PRUNE` = False turns it off. A
+feedback are identical bit for bit (``"prune"`` and ``"filter"`` in
+``SimSettings.accelerators``; ``"stack"`` for arms as one array). A
 retriever's prefilter (its M nearest notes per query, an exact search
 through the same levels) hands its cells on, and an arm scores those alone.
 Everything that reads more than the top C (set-dependent rankers, rankers
@@ -77,9 +110,9 @@ scored again in full on the state at its time. A policy whose scores read no
 use (``Policy.reads_uses()``) has nothing to rescore; a set-dependent
 ranker, one that chooses its own candidates, or a use before scoring is
 scored query by query. A recency cell's value depends on its own query time,
-note and the tick's end alone (:func:`_exponential_recency`), so the
-corrected tick gives the same floats as scoring each query alone
-(:data:`WALK_FAST` = False, the reference), and retention sweeps and store
+note and the tick's end alone (:func:`separable_recency`), so the
+corrected tick gives the same floats as scoring each query alone (the
+``"walk"`` accelerator off, and the reference), and retention sweeps and store
 rows stay at tick starts.
 """
 

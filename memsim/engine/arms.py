@@ -89,6 +89,8 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
         packed &= ok
         position = policy.orderer.order(np.where(ok, values, -np.inf), packed)
         for i, sl in zip(members, _row_blocks([cand[i]["cand_ok"] for i in members])):
+            if len(members) > 1:
+                items[i][0].st.work["packed-together"] += sl.stop - sl.start
             c = cand[i]
             out[i] = _Packed(items[i][2], items[i][3], c["cand_ok"], c["cand_rows"], c["tokens"],
                              c["gains"], packed[sl], position[sl])

@@ -12,9 +12,17 @@ if TYPE_CHECKING:
     from .state import NoteArrays
 
 
+#: columns of a batch's similarity product computed in one call (:meth:`Batch.product`)
+PRODUCT_BLOCK = 2048
+
+
 class Batch:
     """Queries scored together, over the notes that exist by the batch's last
     query. Shared by every arm."""
+
+    #: columns of the similarity product computed in one call
+    #: (:meth:`product`): a column's floats depend on it
+    product_block = PRODUCT_BLOCK
 
     def __init__(self, *, qrows: np.ndarray, t: np.ndarray, actors: np.ndarray, notes: NoteArrays,
                  qemb: np.ndarray, qnorm2: np.ndarray, relevance: RelevanceIndex,
@@ -48,7 +56,7 @@ class Batch:
         #: (B,) bool: the blocks of :data:`PRODUCT_BLOCK` columns whose dot
         #: products the batch's values are built on (zeros stand for the
         #: others); fixed at the first read of :attr:`dots` (None before)
-        self._real: np.ndarray | None = None
+        self.multiplied: np.ndarray | None = None
         #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
         #: (L,) bool, the notes every arm of the replay has evicted (no arm
@@ -56,40 +64,41 @@ class Batch:
         #: when unknown (set with :meth:`set_dead`)
         self.dead: np.ndarray | None = None
 
-    def _open_blocks(self) -> np.ndarray:
+    def open_blocks(self) -> np.ndarray:
         """(B,) bool: the product blocks holding a note some arm can see."""
         n = len(self.idx)
-        nb = -(-n // PRODUCT_BLOCK)
+        nb = -(-n // self.product_block)
         if self.dead is None:
             return np.ones(nb, dtype=bool)
-        dead = np.ones(nb * PRODUCT_BLOCK, dtype=bool)
+        dead = np.ones(nb * self.product_block, dtype=bool)
         dead[:n] = self.dead
-        return ~dead.reshape(nb, PRODUCT_BLOCK).all(axis=1)
+        return ~dead.reshape(nb, self.product_block).all(axis=1)
 
-    def _product(self) -> np.ndarray:
+    def product(self) -> np.ndarray:
         """The (Q, L) dot products of the queries and the notes, one matrix
-        product per block of :data:`PRODUCT_BLOCK` columns of :attr:`_real`
+        product per block of :data:`PRODUCT_BLOCK` columns of :attr:`multiplied`
         (zeros in the other blocks).
 
         A column's floats depend on the columns multiplied with it (BLAS
         tiles them), so the blocks are fixed: a block gives the same floats
         whichever others are multiplied, and a note's similarity does not
         depend on what the other arms evicted."""
-        if self._real is None:
-            self._real = self._open_blocks()
+        if self.multiplied is None:
+            self.multiplied = self.open_blocks()
         q, n = len(self.qemb), len(self.idx)
+        block = self.product_block
         emb = self.notes.emb
         out = np.empty((q, n), dtype=np.result_type(self.qemb, emb))
         lo, hi = (int(self.idx[0]), int(self.idx[-1])) if n else (0, -1)
         run = hi - lo + 1 == n  # the notes are consecutive rows: views, no copies
-        for b in np.flatnonzero(self._real).tolist():
-            s = slice(b * PRODUCT_BLOCK, min(n, (b + 1) * PRODUCT_BLOCK))
+        for b in np.flatnonzero(self.multiplied).tolist():
+            s = slice(b * block, min(n, (b + 1) * block))
             e = emb[lo + s.start:lo + s.stop] if run else emb[self.idx[s]]
             np.matmul(self.qemb, e.T, out=out[:, s])
         # the runs of skipped blocks, each in one write
-        edges = np.flatnonzero(np.diff(np.r_[True, self._real, True].astype(np.int8)))
+        edges = np.flatnonzero(np.diff(np.r_[True, self.multiplied, True].astype(np.int8)))
         for a, z in zip(edges[::2].tolist(), edges[1::2].tolist()):
-            out[:, a * PRODUCT_BLOCK:z * PRODUCT_BLOCK] = 0
+            out[:, a * block:z * block] = 0
         return out
 
     @property
@@ -99,7 +108,7 @@ class Batch:
         again (the same calls, the same floats) when a kept batch released
         them (:meth:`ReplayCache.keep`)."""
         if self._dots is None:
-            self._dots = self._product()
+            self._dots = self.product()
         return self._dots
 
     def set_dead(self, dead: np.ndarray | None) -> None:
@@ -113,10 +122,10 @@ class Batch:
         if same:
             return
         drop = set(_DEAD_KEYS)
-        if self._real is not None:
-            more = self._open_blocks() & ~self._real
+        if self.multiplied is not None:
+            more = self.open_blocks() & ~self.multiplied
             if more.any():
-                self._real = self._real | more
+                self.multiplied = self.multiplied | more
                 self._dots = None  # the products again, with those blocks
                 drop.add("similarity")
         for key in [k for k in self.cache if isinstance(k, tuple) and k[0] in drop]:
@@ -157,14 +166,12 @@ class Batch:
         return self.cache[key]
 
 
-#: columns of a batch's similarity product computed in one call (:meth:`Batch._product`)
-PRODUCT_BLOCK = 2048
 
 #: the keys of a batch's cache whose values depend on its ``dead`` notes
 _DEAD_KEYS = ("similarity-order", "row")
 
 
-def _make_batches(t: np.ndarray, tick_days: float) -> list[tuple[np.ndarray, float]]:
+def make_batches(t: np.ndarray, tick_days: float) -> list[tuple[np.ndarray, float]]:
     """Query row groups of each tick, in time order, with the tick's end."""
     if len(t) == 0:
         return []

@@ -80,7 +80,7 @@ class ReplayCache:
         size = 0
         for key, value in list(batch.cache.items()):
             walked = set(seen)
-            got = _array_bytes(value, walked)
+            got = array_bytes(value, walked)
             if got is None:
                 del batch.cache[key]
             else:
@@ -88,7 +88,7 @@ class ReplayCache:
         keys = [k[0] for k in batch.cache if isinstance(k, tuple)]
         if "similarity" in keys and "row" not in keys:
             batch._dots = None  # the similarities are kept and no row holds a view of them
-        size += _array_bytes(batch, seen)  # the kept entries count 0 there: seen
+        size += array_bytes(batch, seen)  # the kept entries count 0 there: seen
         total = self.nbytes - work.sizes.pop(bi, 0)
         work.batches.pop(bi, None)
         if total + size <= self.max_bytes:
@@ -108,7 +108,7 @@ class _StreamWork:
     sizes: dict[int, int] = field(default_factory=dict)
 
 
-def _array_bytes(x: Any, seen: set[int]) -> int | None:
+def array_bytes(x: Any, seen: set[int]) -> int | None:
     """Bytes of the numpy arrays ``x`` holds that own their data (in dicts,
     lists, tuples and object attributes, each counted once; ids in ``seen``
     are left out); None when it holds an object of another kind."""
@@ -122,11 +122,11 @@ def _array_bytes(x: Any, seen: set[int]) -> int | None:
         # batch's views are of its own arrays or of the stream's)
         return x.nbytes if x.base is None else 0
     if isinstance(x, dict):
-        parts = [_array_bytes(v, seen) for v in x.values()]
+        parts = [array_bytes(v, seen) for v in x.values()]
     elif isinstance(x, (list, tuple)):
-        parts = [_array_bytes(v, seen) for v in x]
+        parts = [array_bytes(v, seen) for v in x]
     elif hasattr(x, "__dict__") and type(x).__module__.startswith(_PACKAGE):
-        parts = [_array_bytes(v, seen) for v in vars(x).values()]
+        parts = [array_bytes(v, seen) for v in vars(x).values()]
     else:
         return None
     return None if None in parts else sum(parts)

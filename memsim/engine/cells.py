@@ -35,7 +35,7 @@ class _LevelCells:
     retriever: str
 
 
-class _SimOrder:
+class SimOrder:
     """The notes of each query of a batch by decreasing similarity, in levels
     shared by every arm: level ``m`` holds, per query, the valid notes whose
     similarity is above a threshold ``tau`` chosen (from a fixed sample of
@@ -87,37 +87,37 @@ class _SimOrder:
         return got
 
     def block_max(self) -> np.ndarray:
-        """(Q, B): the largest similarity of each block of :data:`_BLOCK`
-        consecutive columns (the similarity filter's, :func:`_kept_cells`);
+        """(Q, B): the largest similarity of each block of :data:`BLOCK`
+        consecutive columns (the similarity filter's, :func:`kept_cells`);
         +inf for a block with a NaN similarity (its cells are then compared
         one by one), -inf for one whose notes no arm can see (not read)."""
         if self._block_max is None:
             q, n = self.sim.shape
             if self.dead is None:
-                bm = np.maximum.reduceat(self.sim, np.arange(0, n, _BLOCK), axis=1)
+                bm = np.maximum.reduceat(self.sim, np.arange(0, n, BLOCK), axis=1)
             else:  # the blocks some arm can see: often a small part of the store
-                bm = np.full((q, -(-n // _BLOCK)), -np.inf, dtype=self.sim.dtype)
-                seen = np.unique(self.open // _BLOCK)
-                cols = np.minimum((seen[:, None] * _BLOCK + np.arange(_BLOCK)).ravel(), n - 1)
+                bm = np.full((q, -(-n // BLOCK)), -np.inf, dtype=self.sim.dtype)
+                seen = np.unique(self.open // BLOCK)
+                cols = np.minimum((seen[:, None] * BLOCK + np.arange(BLOCK)).ravel(), n - 1)
                 bm[:, seen] = np.maximum.reduceat(self.sim[:, cols],
-                                                  np.arange(0, len(cols), _BLOCK), axis=1)
+                                                  np.arange(0, len(cols), BLOCK), axis=1)
             bm[np.isnan(bm)] = np.inf
             self._block_max = bm
         return self._block_max
 
     def group_max(self) -> np.ndarray:
-        """(Q, G): the largest similarity of each group of :data:`_GROUP`
+        """(Q, G): the largest similarity of each group of :data:`GROUP`
         blocks (+inf where a block's is)."""
         if self._group_max is None:
             bm = self.block_max()
-            self._group_max = np.maximum.reduceat(bm, np.arange(0, bm.shape[1], _GROUP), axis=1)
+            self._group_max = np.maximum.reduceat(bm, np.arange(0, bm.shape[1], GROUP), axis=1)
         return self._group_max
 
     def full_blocks(self) -> np.ndarray:
-        """The similarity's whole blocks as (Q, B', :data:`_BLOCK`), a view."""
+        """The similarity's whole blocks as (Q, B', :data:`BLOCK`), a view."""
         q, n = self.sim.shape
-        full = n // _BLOCK
-        return self.sim[:, :full * _BLOCK].reshape(q, full, _BLOCK)
+        full = n // BLOCK
+        return self.sim[:, :full * BLOCK].reshape(q, full, BLOCK)
 
     def _rank(self, m: int) -> int:
         """The sample rank whose value is level ``m``'s threshold."""
@@ -139,7 +139,7 @@ class _SimOrder:
             # times as deep, so both thresholds are found here, by two
             # partitions (the second over the jh smallest only: numpy's
             # partition at several ranks at once is several times slower)
-            hi = _level(4 * m)
+            hi = ladder_level(4 * m)
             jh = self._rank(hi)
             if jh < k:
                 part = np.partition(self.neg_sample, jh, axis=1)
@@ -178,7 +178,7 @@ class _SimOrder:
         """Scan the rows ``rows`` (none of them at a level above ``m`` yet)
         at the level four times as deep, kept for the lower thresholds to
         come, and filter level ``m`` from it: one pass over the rows."""
-        hi = _level(4 * m)
+        hi = ladder_level(4 * m)
         # the thresholds are sample values: exact in the similarity's own
         # dtype, where the comparison is cheaper
         thi = self.tau(hi)[rows]
@@ -229,20 +229,20 @@ class _SimOrder:
         return c[self.sim[r, c] > self._tau[m][r]]
 
 
-def _sim_order(ctx: BatchContext, retriever) -> _SimOrder:
+def _sim_order(ctx: BatchContext, retriever) -> SimOrder:
     """The batch's similarity levels of ``retriever``, shared by every arm."""
     return ctx.shared(("similarity-order", retriever.name),
-                      lambda: _SimOrder(ctx.similarity(retriever), ctx.batch.valid,
+                      lambda: SimOrder(ctx.similarity(retriever), ctx.batch.valid,
                                         ctx.batch.dead))
 
 
-def _level(x: float) -> int:
+def ladder_level(x: float) -> int:
     """The smallest level >= x of the ladder 64 * sqrt(2) ** k."""
     k = max(0, int(np.ceil(2.0 * np.log2(max(x, 64.0) / 64.0) - 0.05)))
     return int(round(64 * 2.0 ** (k / 2.0)))
 
 
-def _level_cells(order: _SimOrder, level: int, todo: np.ndarray, full: bool
+def _level_cells(order: SimOrder, level: int, todo: np.ndarray, full: bool
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cells the queries ``todo`` score at this level: columns (padded),
     which of them are real, and the similarity threshold below which no note
@@ -275,11 +275,11 @@ def _proven(vals: np.ndarray, k: int, full: bool, left_out: np.ndarray) -> np.nd
 
 
 #: columns per block of :func:`_recency_blocks`
-_BLOCK = 32
+BLOCK = 32
 
 
 #: blocks per group of the similarity filter's first comparison
-_GROUP = 16
+GROUP = 16
 
 
 #: a level's cells are packed to an arm's live ones when at most this share
@@ -301,6 +301,7 @@ def _live_cells(cells: _LevelCells, ctx: BatchContext, c: int
     k = live.sum(axis=1)
     if k.sum() > _PACK_BELOW * live.size:
         return cells, live
+    ctx.state.work["packed-levels"] += 1
     r, j0 = np.nonzero(live)
     cols, real, j = _packed_left(r, cells.cols[r, j0], k,
                                  width=max(1, min(c, cells.cols.shape[1])))
@@ -324,6 +325,7 @@ def _cell_scores(policy: Policy, g: _GatheredContext, st: PolicyState) -> np.nda
     if scores is None or scores.shape != g.cols.shape:
         st.prune_off = True
         return None
+    st.work["cells"] += scores.size
     return np.where(g.live & ~np.isnan(scores), scores, -np.inf)
 
 

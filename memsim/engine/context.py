@@ -177,12 +177,12 @@ class BatchContext(_NoteColumns):
         Every clock's age is ``t_q - origin_n``; with ``t0`` the batch's anchor
         (the end of its tick), ``exp(-r (t_q - o)) = exp(-r (t_q - t0)) *
         exp(-r (t0 - o))``: one exponential per note and one per (query,
-        distinct rate) instead of one per cell (see :func:`_exponential_recency`).
+        distinct rate) instead of one per cell (see :func:`separable_recency`).
         """
         origin = self.clock_origin(clock)
         if origin is None:
             return None
-        return _exponential_recency(self.t, self.batch.t0, origin, floor,
+        return separable_recency(self.t, self.batch.t0, origin, floor,
                                     np.asarray(rate, dtype=np.float64))
 
     def clock_origin(self, clock: str) -> np.ndarray | None:
@@ -262,7 +262,7 @@ def _clock_origin(clock: str, notes: NoteArrays, state: PolicyState, idx: np.nda
 _MAX_EXPONENT = 300.0
 
 
-def _exponential_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor,
+def separable_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor,
                          rate: np.ndarray) -> np.ndarray:
     """``floor + (1 - floor) * exp(-rate * max(t - origin, 0))`` for queries
     ``t`` (Q,) and notes ``origin`` (L,), or cells ``origin`` (Q, W).
@@ -295,7 +295,7 @@ def _exponential_recency(t: np.ndarray, t0: float, origin: np.ndarray, floor,
     _direct_cells(rec, t, t0, origin, rate)
     floor = np.asarray(floor, dtype=np.float64)
     if floor.ndim or float(floor) != 0.0:
-        rec *= 1.0 - floor
+        rec *= 1.0 - floor  # Decay.exponential_curve, computed in place
         rec += floor
     return rec
 
@@ -420,7 +420,7 @@ class _GatheredContext(_NoteColumns):
         origin = _clock_origin(clock, self.notes, self.state, self.idx)
         if origin is None:
             return None
-        return _exponential_recency(self.t, self.full.batch.t0, origin, floor,
+        return separable_recency(self.t, self.full.batch.t0, origin, floor,
                                     np.asarray(rate, dtype=np.float64))
 
     @cached_property
@@ -436,7 +436,7 @@ class _GatheredContext(_NoteColumns):
         return self.full.query_actor[self.rows]
 
 
-def _sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float,
+def sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float,
                    rng: np.random.Generator) -> ArrayContext:
     """The notes ``idx`` of one arm at a sweep time ``t``: one pseudo-query,
     no similarity and no ground truth (retention reads neither)."""
@@ -450,8 +450,8 @@ def _sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float
     )
 
 
-class _SweepView(_NoteColumns, ArrayContext):
-    """:func:`_sweep_context`, its columns gathered only when read: a
+class SweepView(_NoteColumns, ArrayContext):
+    """:func:`sweep_context`, its columns gathered only when read: a
     retention reads a few (ai-memory's seven of thirteen), each the same
     values; anything else comes from the full context, built then."""
 
@@ -463,7 +463,7 @@ class _SweepView(_NoteColumns, ArrayContext):
 
     @cached_property
     def _full(self) -> ArrayContext:
-        return _sweep_context(self.notes, self.state, self.idx, float(self.t[0]), self.rng)
+        return sweep_context(self.notes, self.state, self.idx, float(self.t[0]), self.rng)
 
     def __getattr__(self, name: str) -> Any:
         # only for what neither class defines: the full context's

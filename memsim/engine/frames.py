@@ -30,6 +30,8 @@ class SimResult:
     #: accelerator gave: its name -> count (:data:`ACCELERATORS`; none for
     #: the reference, :mod:`memsim.engine.reference`)
     accelerated: list[dict[str, int]] = field(default_factory=list)
+    #: per arm, what its scoring cost (:attr:`memsim.engine.PolicyState.work`)
+    work: list[dict[str, int]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -90,4 +92,5 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
     } for arm, st in zip(arms, states)]
     rankings = _arms_frame(arms, got.rankings, settings, pq) if settings.save_rankings else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings,
-                     accelerated=[dict(st.accelerated) for st in states])
+                     accelerated=[dict(st.accelerated) for st in states],
+                     work=[dict(st.work) for st in states])

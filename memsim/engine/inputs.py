@@ -8,7 +8,7 @@ import numpy as np
 
 from memsim.metrics import RelevanceIndex
 from memsim.stream import LoggedRankings, Stream
-from .state import NoteArrays, _codes, _texts
+from .state import NoteArrays, text_codes, distinct_texts
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,12 +38,12 @@ def _inputs(stream: Stream) -> _Inputs:
     """Encode the stream: actor and namespace codes, note arrays, query
     vectors, the per-query budget column (NaN where unset), the organic uses."""
     queries = stream.queries
-    actor_names = sorted(_texts(stream.notes["actor"]) | _texts(queries["actor"])
-                         | _texts(stream.accesses["actor"]))
+    actor_names = sorted(distinct_texts(stream.notes["actor"]) | distinct_texts(queries["actor"])
+                         | distinct_texts(stream.accesses["actor"]))
     actor_codes = {a: i for i, a in enumerate(actor_names)}
     ns_codes = None
     if "namespace" in stream.notes and "namespace" in queries:
-        ns_names = sorted(_texts(stream.notes["namespace"]) | _texts(queries["namespace"]))
+        ns_names = sorted(distinct_texts(stream.notes["namespace"]) | distinct_texts(queries["namespace"]))
         ns_codes = {x: i for i, x in enumerate(ns_names)}
     notes = NoteArrays.from_stream(stream, actor_codes, ns_codes)
     qemb = np.ascontiguousarray(stream.query_embeddings, dtype=np.float32)
@@ -54,16 +54,16 @@ def _inputs(stream: Stream) -> _Inputs:
         actor_names=actor_names,
         relevance=RelevanceIndex(stream, notes.created_at),
         qt=queries["t"].to_numpy(np.float64),
-        qactor=_codes(queries["actor"], actor_codes),
+        qactor=text_codes(queries["actor"], actor_codes),
         qemb=qemb,
         qnorm2=np.einsum("ij,ij->i", qemb, qemb, dtype=np.float64),
-        qns=None if ns_codes is None else _codes(queries["namespace"], ns_codes),
+        qns=None if ns_codes is None else text_codes(queries["namespace"], ns_codes),
         qbudget=(queries["budget_tokens"].to_numpy(np.float64)
                  if "budget_tokens" in queries else np.full(len(queries), np.nan)),
         acc_t=stream.accesses["t"].to_numpy(np.float64),
         acc_rows=np.array([note_row[int(x)] for x in stream.accesses["note_id"]],
                           dtype=np.int64),
-        acc_actor=_codes(stream.accesses["actor"], actor_codes),
+        acc_actor=text_codes(stream.accesses["actor"], actor_codes),
         logged=(LoggedRankings(stream) if getattr(stream, "retrieved", None) is not None
                 else None),
         qcategory=next((queries[c].astype(str).to_numpy(dtype=object)

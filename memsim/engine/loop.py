@@ -1,4 +1,21 @@
-"""The simulation loop."""
+"""The simulation loop: :func:`simulate`.
+
+For one stream and several *arms* (a policy at a budget), time advances over
+batches of queries (a tick each):
+
+1. the organic uses before the batch are recorded for every arm;
+2. a retention sweep runs for every arm when one is due;
+3. the similarity of the batch's queries to every existing note is one
+   matrix product in fixed blocks of columns, shared by all arms
+   (:class:`~memsim.engine.batch.Batch`);
+4. each arm: score -> top C (ties to the lower ``note_id``) -> pack into
+   the budget -> order -> per-query metrics; the per-tick arms pack and
+   measure together, the per-query ones go query by query (or through the
+   ``"walk"`` accelerator);
+5. feedback: the notes the answers used gain a recall.
+
+:mod:`memsim.engine.reference` is the same loop without any accelerator.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +29,8 @@ from memsim.metrics import oracle_values
 from memsim.rng import child
 from memsim.stream import Stream
 from .arms import _ArmJob, _outputs_all
-from .batch import Batch, _make_batches
-from .context import _SweepView
+from .batch import Batch, make_batches
+from .context import SweepView
 from .frames import _Collected, _result
 from .inputs import _inputs
 from .scoring import _answer_all
@@ -78,7 +95,7 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache) -> SimResul
     rngs = [child(seed, "policy", arm.stream_name or arm.policy_name, "budget", arm.budget or 0)
             for arm in arms]
     per_query = [feedback_timing(arm.policy, settings) == "per-query" for arm in arms]
-    batches = _make_batches(inp.qt, settings.tick_days)
+    batches = make_batches(inp.qt, settings.tick_days)
     got = _Collected(metrics=[[] for _ in arms], rankings=[[] for _ in arms])
     next_sweep = -np.inf
     last_store_day = None
@@ -178,7 +195,7 @@ def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
         idx = exist[~st.evicted[exist]]
         if len(idx) == 0:
             continue
-        evict = np.asarray(arm.policy.retention.evict(_SweepView(notes, st, idx, t, rng)),
+        evict = np.asarray(arm.policy.retention.evict(SweepView(notes, st, idx, t, rng)),
                            dtype=bool)
         st.evicted[idx[evict]] = True
         st.evicted_at[idx[evict]] = t

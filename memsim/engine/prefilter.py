@@ -1,4 +1,21 @@
-"""Accelerator ``prefilter``: a retriever prefilter's cells scored alone."""
+"""Accelerator ``"prefilter"``: a retriever prefilter's nearest M found
+through the batch's similarity levels, and only its cells scored.
+
+The reference takes :meth:`Retriever.prefilter_mask` (the exact nearest M by
+a full sort of each row, unless the retriever searches otherwise) and scores
+every note. Here, for a retriever that keeps the default, the same M notes
+are found on the similarity levels (:func:`level_prefilter`: a threshold
+lowered until the M-th found is strictly above it), and an arm whose
+ranker scores gathered cells scores those (Q, M) cells alone; other arms
+score the union of the batch's prefilter columns.
+
+**Contract.** For every query of every arm it answers, the same top C
+(the same notes in the same order, ties to the lower ``note_id``) and the
+same score values, bit for bit, as :mod:`memsim.engine.reference`, which
+scores every live note; hence the same packing, metrics and feedback.
+``tests/test_accelerators.py`` checks it for every registered component,
+with this accelerator alone and with the others.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +25,7 @@ import numpy as np
 
 from memsim.policies import Policy
 from .context import _GatheredContext
-from .cells import _level, _proven, _sim_order
+from .cells import ladder_level, _proven, _sim_order
 from .cells import _cell_scores, _cells_scorable
 from .topc import _packed_left, _top_of_cells, top_candidates
 
@@ -38,7 +55,7 @@ def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
     return _top_of_cells(scores, cols, c, n)
 
 
-def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray
+def level_prefilter(ctx: BatchContext, retriever, evicted: np.ndarray
                     ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """The ``retriever.prefilter`` most similar valid, unevicted notes of
     each query (ties to the lower ``note_id``), as (Q, L) bool: an exact
@@ -52,7 +69,7 @@ def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray
     none = order.n_all  # sorts after every column
     chosen = np.full((len(keep), m), none, dtype=np.int64)
     todo = np.arange(len(keep))
-    level = _level(2 * m)
+    level = ladder_level(2 * m)
     while len(todo):
         full = 2 * level >= order.n
         cells = order.cells(level, todo, full, retriever.name)
@@ -66,7 +83,7 @@ def _prefilter_mask(ctx: BatchContext, retriever, evicted: np.ndarray
         keep[rows[ok], cols[ok]] = True
         chosen[todo[d], :cols.shape[1]] = np.where(ok, cols, none)
         todo = todo[~done]
-        level = _level(4 * level)
+        level = ladder_level(4 * level)
     chosen.sort(axis=1)
     real = chosen < none
     chosen[~real] = 0

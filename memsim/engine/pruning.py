@@ -1,4 +1,21 @@
-"""Accelerator ``prune``: exact top C without scoring every live note."""
+"""Accelerator ``"prune"``: a query's exact top C without scoring every live note.
+
+Per query, the notes above a similarity threshold (a level of
+:class:`~memsim.engine.cells.SimOrder`, shared by every arm) are scored;
+the query is done when its C-th best score is strictly above the ranker's
+``score_bound`` at the threshold (given the decay's ``upper_bound`` and
+``lower_bound`` and the stickiness and breadth bounds), else the threshold
+is lowered. Runs only for policies whose components declare those bounds
+(:func:`_prune_plan`); the ``"filter"`` accelerator may prove the queries a
+level does not.
+
+**Contract.** For every query of every arm it answers, the same top C
+(the same notes in the same order, ties to the lower ``note_id``) and the
+same score values, bit for bit, as :mod:`memsim.engine.reference`, which
+scores every live note; hence the same packing, metrics and feedback.
+``tests/test_accelerators.py`` checks it for every registered component,
+with this accelerator alone and with the others.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +26,13 @@ import numpy as np
 from memsim.policies import Policy
 from memsim.policies.base import Ranker
 from .context import _GatheredContext
-from .cells import _cell_scores, _level, _live_cells, _proven, _sim_order
+from .cells import _cell_scores, ladder_level, _live_cells, _proven, _sim_order
 from .simfilter import _filtered_top, _recency_blocks
 from .topc import top_candidates
 
 if TYPE_CHECKING:
     from .context import BatchContext
-    from .cells import _SimOrder
+    from .cells import SimOrder
     from .state import PolicyState
 
 
@@ -74,11 +91,11 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
     pos = np.zeros((q, cc), dtype=np.int64)
     vals = np.full((q, cc), -np.inf)
     todo = np.arange(q)
-    base = _level(2 * c)
+    base = ladder_level(2 * c)
     level = max(base, st.prune_level)
     need = 0
     highs: np.ndarray | bool | None = None  # per-block recency bounds, when first needed
-    scanned = _level(4 * level)  # the first scan's depth: levels down to it cost no pass
+    scanned = ladder_level(4 * level)  # the first scan's depth: levels down to it cost no pass
     far = 0  # notes the deepest filtered query would have scored on a level
     while len(todo):
         full = 2 * level >= order.n
@@ -124,15 +141,15 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
                 done |= filt
                 far = max(far, _level_needed(ranker, ctx, order, rows, got[1][:, cc - 1], lo, hi))
         todo = todo[~done]
-        level = _level(4 * level)
+        level = ladder_level(4 * level)
     # the next batch starts at the level its queries needed, unless that is
     # deeper than the first scan holds: then it filters after its first level
-    st.prune_filter = far > _level(4 * base)
-    st.prune_level = max(base, _level(1.1 * max(need, 0 if st.prune_filter else far) + c))
+    st.prune_filter = far > ladder_level(4 * base)
+    st.prune_level = max(base, ladder_level(1.1 * max(need, 0 if st.prune_filter else far) + c))
     return pos, vals
 
 
-def _level_needed(ranker: Ranker, ctx: BatchContext, order: _SimOrder, rows: np.ndarray,
+def _level_needed(ranker: Ranker, ctx: BatchContext, order: SimOrder, rows: np.ndarray,
                   kth: np.ndarray, lo: float | None, hi: float | None) -> int:
     """About how many notes the deepest of the queries ``rows`` would have
     had to score on a level to prove its top C (C-th score ``kth``): those

@@ -27,7 +27,7 @@ from memsim.rng import child
 from memsim.stream import Stream
 
 from .arms import _ArmJob, _outputs, _pack, _Packed
-from .batch import Batch, _make_batches
+from .batch import Batch, make_batches
 from .context import BatchContext
 from .frames import SimResult, _Collected, _result
 from .inputs import _inputs
@@ -55,7 +55,7 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
     organic_done = [0] * len(arms)  # the stream's organic uses each arm has recorded
     next_sweep = -np.inf
     last_store_day = None
-    for rows, t_end in _make_batches(inp.qt, settings.tick_days):
+    for rows, t_end in make_batches(inp.qt, settings.tick_days):
         t = inp.qt[rows]
         t_start = float(t.min())
         # 1. the organic uses before the batch

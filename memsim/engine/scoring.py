@@ -10,7 +10,7 @@ from memsim.errors import ConfigError
 from memsim.policies import Policy
 from .arms import _pack_all
 from .context import BatchContext
-from .prefilter import _prefilter_mask, _prefilter_top
+from .prefilter import level_prefilter, _prefilter_top
 from .cells import _cells_scorable
 from .pruning import _pruned_top
 from .stacking import _stacked_tops
@@ -41,7 +41,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
     if policy.retriever.prefilter:
         if fast and not policy.retriever.chooses_prefilter():
             # the exact nearest M, through the batch's similarity levels
-            mask, cells = _prefilter_mask(ctx, policy.retriever, st.evicted[batch.idx])
+            mask, cells = level_prefilter(ctx, policy.retriever, st.evicted[batch.idx])
         else:  # the retriever's own (an ANN index's, or the exact one by a full sort)
             mask = batch.valid & ~st.evicted[batch.idx][None, :]
             mask = mask & np.asarray(policy.retriever.prefilter_mask(ctx, mask), dtype=bool)
@@ -89,6 +89,7 @@ def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
         return top[0], top[1], None
     mask = ctx.live
     scores = np.asarray(policy.score(ctx), dtype=np.float64)
+    st.work["cells"] += scores.size
     if policy.ranker.chooses_candidates():  # LangChain's: its own candidates
         mask = mask & np.asarray(policy.ranker.candidate_mask(ctx), dtype=bool)
     scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)

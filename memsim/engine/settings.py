@@ -71,6 +71,9 @@ class SimSettings(Validated):
         feedback as the reference (:mod:`memsim.engine.reference`), bit for
         bit; an empty tuple scores every live note of every query, and
         replays per-query feedback query by query.
+    walk_window : int
+        Queries of a tick the ``"walk"`` accelerator corrects at once, to
+        start with (its speed only: the results do not depend on it).
     """
 
     budget_tokens: int = 1500
@@ -80,6 +83,7 @@ class SimSettings(Validated):
     retention_period_days: float = 1.0
     save_rankings: bool = False
     accelerators: tuple[str, ...] = ACCELERATORS
+    walk_window: int = 64
 
     _constraints = {
         "budget_tokens": Interval(1, None, integer=True),
@@ -89,6 +93,7 @@ class SimSettings(Validated):
         "retention_period_days": Interval(0, None, closed="neither"),
         "save_rankings": Options((True, False)),
         "accelerators": _Names(ACCELERATORS),
+        "walk_window": Interval(1, None, integer=True),
     }
 
 

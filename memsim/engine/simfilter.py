@@ -1,4 +1,20 @@
-"""Accelerator ``filter``: the similarity filter of the pruned scoring."""
+"""Accelerator ``"filter"``: the similarity filter of the pruned scoring.
+
+Within ``"prune"`` (it does nothing on its own): when the levels the
+batch's first scan holds do not prove a query's top C and the recency is
+one exponential of a clock (``Decay.exponential_form``, whose curve is
+``Decay.exponential_curve``), a level's C-th best score is one the top C
+reaches, so only the notes whose similarity reaches the ranker's
+``similarity_needed`` at it and at the highest recency of their block of
+columns can be in it, or tie; those alone are scored.
+
+**Contract.** For every query of every arm it answers, the same top C
+(the same notes in the same order, ties to the lower ``note_id``) and the
+same score values, bit for bit, as :mod:`memsim.engine.reference`, which
+scores every live note; hence the same packing, metrics and feedback.
+``tests/test_accelerators.py`` checks it for every registered component,
+with this accelerator alone and with the others.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +26,13 @@ from memsim.policies import Policy
 from memsim.policies.base import Ranker, Stickiness
 from memsim.policies.context import AGE_CLOCKS
 from .context import _GatheredContext
-from .cells import _BLOCK, _GROUP, _LevelCells, _live_cells
+from .cells import BLOCK, GROUP, _LevelCells, _live_cells
 from .cells import _cell_scores
 from .topc import _packed_left, _top_of_cells
 
 if TYPE_CHECKING:
     from .context import BatchContext
-    from .cells import _SimOrder
+    from .cells import SimOrder
     from .state import PolicyState
 
 
@@ -40,7 +56,7 @@ def _filterable(policy: Policy) -> bool:
 
 
 def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.ndarray | None:
-    """Per block of :data:`_BLOCK` consecutive columns (B,), the highest
+    """Per block of :data:`BLOCK` consecutive columns (B,), the highest
     recency term any of its notes has at any query of the batch, at most
     the policy's ``hi``; None when the ranker declares no
     ``similarity_needed`` or the recency is not an exponential of a clock
@@ -53,7 +69,7 @@ def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.n
     if form is None or clock not in AGE_CLOCKS:
         return None
     floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
-    starts = np.arange(0, len(ctx.idx), _BLOCK)
+    starts = np.arange(0, len(ctx.idx), BLOCK)
     if floor.ndim == 0 and rate.ndim == 0:
         # one curve: a block's extremes are at its newest and oldest origin
         # (the same for every arm on the creation and update clocks)
@@ -68,9 +84,9 @@ def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.n
     with np.errstate(over="ignore", invalid="ignore"):
         # the curve is monotone in the age: its highest value over the
         # batch's queries is at the youngest age or at the oldest
-        rec = np.maximum(
-            floor + (1.0 - floor) * np.exp(-rate * np.maximum(float(ctx.t.min()) - newest, 0.0)),
-            floor + (1.0 - floor) * np.exp(-rate * np.maximum(float(ctx.t.max()) - oldest, 0.0)))
+        curve = policy.decay.exponential_curve
+        rec = np.maximum(curve(float(ctx.t.min()) - newest, floor, rate),
+                         curve(float(ctx.t.max()) - oldest, floor, rate))
         if rec.shape != starts.shape:
             rec = np.maximum.reduceat(rec, starts)
         acc = policy.stickiness.access_term_bound(ctx)
@@ -80,7 +96,7 @@ def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.n
         return np.fmin(rec * (1.0 + 1e-9), hi)
 
 
-def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, order: _SimOrder,
+def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, order: SimOrder,
                   highs: np.ndarray, lo: float | None, rows: np.ndarray, kth: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the queries ``rows``, given ``kth`` (R,),
@@ -89,7 +105,7 @@ def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, or
     ``similarity_needed`` at ``kth`` and its block's highest recency, so
     every note of the top C, and every note tied with its C-th, is among
     those; they alone are scored (in column order: ties to the lower)."""
-    r, col = _kept_cells(order, rows, [(np.arange(len(rows)), policy, ctx, kth, lo, highs)])
+    r, col = kept_cells(order, rows, [(np.arange(len(rows)), policy, ctx, kth, lo, highs)])
     cells = _padded_cells(order, r, col, rows, policy.retriever.name)
     cells, live = _live_cells(cells, ctx, c)
     scores = _cell_scores(policy, _GatheredContext(ctx, rows, cells.cols, live, cells), st)
@@ -98,7 +114,7 @@ def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, or
     return _top_of_cells(scores, cells.cols, c, len(ctx.idx))
 
 
-def _needed(policy: Policy, ctx: BatchContext, kth: np.ndarray, lo: float | None,
+def needed_similarity(policy: Policy, ctx: BatchContext, kth: np.ndarray, lo: float | None,
             highs: np.ndarray, dtype) -> np.ndarray:
     """The ranker's ``similarity_needed`` at ``kth`` and the highest
     recencies ``highs`` (arrays that broadcast), rounded down into the
@@ -110,7 +126,7 @@ def _needed(policy: Policy, ctx: BatchContext, kth: np.ndarray, lo: float | None
     return np.nextafter(need, need.dtype.type(-np.inf))
 
 
-def _kept_cells(order: _SimOrder, qrow: np.ndarray, parts: list[tuple]
+def kept_cells(order: SimOrder, qrow: np.ndarray, parts: list[tuple]
                 ) -> tuple[np.ndarray, np.ndarray]:
     """The cells of rows ``qrow`` (queries of the batch; several arms' rows
     may stack) whose similarity reaches the ranker's ``similarity_needed``
@@ -119,7 +135,7 @@ def _kept_cells(order: _SimOrder, qrow: np.ndarray, parts: list[tuple]
     policy, ctx, kth, lo, highs)``, each for its rows (ascending, and after
     the previous part's), ``highs`` per block (:func:`_recency_blocks`).
 
-    The blocks are compared in groups of :data:`_GROUP` first: a group's
+    The blocks are compared in groups of :data:`GROUP` first: a group's
     need at its highest recency is one for every note of it (the ranker's
     contract holds for any recency up to it), so a group whose largest
     similarity is below it is left out whole; the blocks of the others are
@@ -127,37 +143,37 @@ def _kept_cells(order: _SimOrder, qrow: np.ndarray, parts: list[tuple]
     dtype = order.sim.dtype
     bmax, gmax = order.block_max(), order.group_max()
     nb, ng = bmax.shape[1], gmax.shape[1]
-    within = np.arange(_GROUP)
+    within = np.arange(GROUP)
     rs, bs, needs = [], [], []
     for rows, policy, ctx, kth, lo, highs in parts:
         q = qrow[rows]
-        need = _needed(policy, ctx, kth[:, None], lo,
-                       np.maximum.reduceat(highs, np.arange(0, nb, _GROUP))[None, :], dtype)
+        need = needed_similarity(policy, ctx, kth[:, None], lo,
+                       np.maximum.reduceat(highs, np.arange(0, nb, GROUP))[None, :], dtype)
         r, g = np.divmod(np.flatnonzero(gmax[q] >= need), ng)  # row-major: groups ascending
-        b = (g[:, None] * _GROUP + within).ravel()
-        r = np.repeat(r, _GROUP)
+        b = (g[:, None] * GROUP + within).ravel()
+        r = np.repeat(r, GROUP)
         inside = b < nb  # the last group may be short
         r, b = r[inside], b[inside]
-        need = _needed(policy, ctx, kth[r], lo, highs[b], dtype)
+        need = needed_similarity(policy, ctx, kth[r], lo, highs[b], dtype)
         hit = bmax[q[r], b] >= need
         rs.append(rows[r[hit]])
         bs.append(b[hit])
         needs.append(need[hit])
     r, b, need = (np.concatenate(x) for x in (rs, bs, needs))
     n_all = order.n_all
-    sims = np.full((len(r), _BLOCK), -np.inf, dtype=dtype)
-    whole = b < n_all // _BLOCK
+    sims = np.full((len(r), BLOCK), -np.inf, dtype=dtype)
+    whole = b < n_all // BLOCK
     sims[whole] = order.full_blocks()[qrow[r[whole]], b[whole]]
     if not whole.all():  # the last block, shorter
-        tail = order.sim[:, b[~whole][0] * _BLOCK:]
+        tail = order.sim[:, b[~whole][0] * BLOCK:]
         sims[~whole, :tail.shape[1]] = tail[qrow[r[~whole]]]
-    k, j = np.divmod(np.flatnonzero(sims >= need[:, None]), _BLOCK)
-    col = b[k] * _BLOCK + j
+    k, j = np.divmod(np.flatnonzero(sims >= need[:, None]), BLOCK)
+    col = b[k] * BLOCK + j
     inside = col < n_all  # the last block's padding meets a need of -inf
     return r[k][inside], col[inside]
 
 
-def _padded_cells(order: _SimOrder, r: np.ndarray, col: np.ndarray, qrow: np.ndarray,
+def _padded_cells(order: SimOrder, r: np.ndarray, col: np.ndarray, qrow: np.ndarray,
                   retriever: str) -> _LevelCells:
     """Cells given as (row, column) pairs, row by row in column order, as a
     padded (R, W) array of the rows ``qrow`` of the batch (W their most)."""

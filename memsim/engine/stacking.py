@@ -1,4 +1,18 @@
-"""Accelerator ``stack``: arms that differ only by their decay scored as one array."""
+"""Accelerator ``"stack"``: arms that differ only by their decay scored as one array.
+
+Per-tick arms with the same retriever, ranker, clock and C whose scores
+differ only by their decay's floor and rate (a sweep's trials) go through
+the pruned scoring's two steps (the base level, then the similarity filter)
+as one array, a row per (arm, query); each cell's recency is computed by
+the same float operations as the arm's own.
+
+**Contract.** For every query of every arm it answers, the same top C
+(the same notes in the same order, ties to the lower ``note_id``) and the
+same score values, bit for bit, as :mod:`memsim.engine.reference`, which
+scores every live note; hence the same packing, metrics and feedback.
+``tests/test_accelerators.py`` checks it for every registered component,
+with this accelerator alone and with the others.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +23,11 @@ import numpy as np
 
 from memsim.policies import Policy
 from memsim.policies.base import Breadth, Stickiness
-from .context import _clock_origin, _exponential_recency, _GatheredContext
-from .cells import _level, _sim_order
+from .context import _clock_origin, separable_recency, _GatheredContext
+from .cells import ladder_level, _sim_order
 from .cells import _cells_scorable
 from .pruning import _prune_plan
-from .simfilter import _exponential_form, _filterable, _kept_cells, _padded_cells, _recency_blocks
+from .simfilter import _exponential_form, _filterable, kept_cells, _padded_cells, _recency_blocks
 from .topc import _kth_best, _top_of_cells
 
 if TYPE_CHECKING:
@@ -78,7 +92,7 @@ def _stacked_tops(items: list[tuple[Any, Policy, BatchContext, int, PolicyState]
     as one array, a row per (arm, query), through the two steps of
     :func:`_pruned_top`: the base level's cells, then the cells its C-th best
     score keeps (:func:`_filtered_top`). A cell's recency is computed by the
-    same float operations as the arm's own (:func:`_exponential_recency`
+    same float operations as the arm's own (:func:`separable_recency`
     with a floor and rate per row), so every arm gets its own scores bit
     for bit.
     """
@@ -104,7 +118,7 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
     ctx0, policy0 = members[0].ctx, members[0].policy
     q, n = len(ctx0.t), len(ctx0.idx)
     order = _sim_order(ctx0, policy0.retriever)
-    level = _level(2 * c)
+    level = ladder_level(2 * c)
     cc = min(c, n)
     if n == 0 or 2 * level >= order.n:
         return {}
@@ -128,7 +142,7 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
         arm = np.repeat(np.arange(len(members)), q)
         qrow = np.tile(rows, len(members))
     kth = kth.ravel()
-    r, col = _kept_cells(order, qrow, [(np.arange(k * q, (k + 1) * q), m.policy, m.ctx,
+    r, col = kept_cells(order, qrow, [(np.arange(k * q, (k + 1) * q), m.policy, m.ctx,
                                         kth[k * q:(k + 1) * q], m.lo, m.highs)
                                        for k, m in enumerate(members)])
     pos = np.zeros((len(arm), cc), dtype=np.int64)
@@ -181,8 +195,10 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
         origin = _clock_origin(clock, ctx0.notes, members[0].st, idx)
     floor = np.array([m.floor for m in members])[arm][:, None]
     rate = np.array([m.rate for m in members])[arm][:, None]
-    rec = _exponential_recency(ctx0.t[qrow], ctx0.batch.t0, origin, floor, rate)
+    rec = separable_recency(ctx0.t[qrow], ctx0.batch.t0, origin, floor, rate)
     # the ranker reads no use: any member's cells give it the same columns
     g = _GatheredContext(ctx0, qrow, cols, live)
     scores = np.asarray(policy0.ranker.combine(sim, rec, g), dtype=np.float64)
+    for k, rows in enumerate(np.bincount(arm, minlength=len(members)).tolist()):
+        members[k].st.work["cells"] += rows * cols.shape[1]
     return np.where(live & ~np.isnan(scores), scores, -np.inf)

@@ -15,7 +15,6 @@ from memsim.errors import ConfigError
 from memsim.planted import PlantedModel
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
 from memsim.stream import Stream
-from memsim.workload import CLASS_NAMES
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,9 +36,10 @@ class NoteArrays:
     norm2: np.ndarray
     #: optional store partition: a query only sees notes of its own namespace
     namespace: np.ndarray | None = None
-    #: planted note class (index into memsim.workload.CLASS_NAMES, -1 unknown)
-    #: and the workload that generated the stream, for the planted model
-    note_class: np.ndarray | None = None
+    #: the stream's ``note_class`` column (the class a generator planted each
+    #: note in, as text) and the generator's config (the stream's
+    #: ``meta["config"]`` when memsim generated it), for the planted model
+    note_class_text: np.ndarray | None = None
     workload_config: dict | None = None
 
     @cached_property
@@ -49,6 +49,16 @@ class NoteArrays:
         if self.workload_config is None:
             return None
         return PlantedModel.from_config(self.workload_config)
+
+    @cached_property
+    def note_class(self) -> np.ndarray | None:
+        """Each note's planted class as the planted model codes it (an index
+        into its ``class_names``; -1 for another text), read on first use;
+        None without a ``note_class`` column or a planted model."""
+        if self.note_class_text is None or self.planted is None:
+            return None
+        return text_codes(self.note_class_text,
+                          {c: i for i, c in enumerate(self.planted.class_names)})
 
     @classmethod
     def from_stream(cls, stream: Stream, actor_codes: dict[str, int],
@@ -71,17 +81,17 @@ class NoteArrays:
             importance=n["importance"].to_numpy(np.float64),
             salience=n["salience"].to_numpy(np.float64),
             pinned=n["pinned"].to_numpy(bool),
-            memory_type=_codes(n["memory_type"], MEMORY_TYPE_CODES,
+            memory_type=text_codes(n["memory_type"], MEMORY_TYPE_CODES,
                                MEMORY_TYPE_CODES["other"]).astype(np.int8),
-            tier0=_codes(n["tier"], TIER_CODES, TIER_CODES["task"]).astype(np.int8),
+            tier0=text_codes(n["tier"], TIER_CODES, TIER_CODES["task"]).astype(np.int8),
             # NaN = never expires; inf keeps the comparisons simple
             expires_at=np.where(np.isnan(expires), np.inf, expires),
-            actor=_codes(n["actor"], actor_codes),
+            actor=text_codes(n["actor"], actor_codes),
             emb=emb,
             norm2=np.einsum("ij,ij->i", emb, emb, dtype=np.float64),
-            namespace=None if namespace_codes is None else _codes(n["namespace"], namespace_codes),
-            note_class=(_codes(n["note_class"], {c: i for i, c in enumerate(CLASS_NAMES)})
-                        if "note_class" in n else None),
+            namespace=None if namespace_codes is None else text_codes(n["namespace"], namespace_codes),
+            note_class_text=(n["note_class"].to_numpy(dtype=object)
+                             if "note_class" in n else None),
             workload_config=(stream.meta.get("config")
                              if stream.meta.get("source") == "memsim.workload" else None),
         )
@@ -95,7 +105,7 @@ class NoteArrays:
             if isinstance(v := getattr(self, f.name), np.ndarray) and len(v) == n})
 
 
-def _codes(values: pd.Series, codes: dict[str, int], default: int = -1) -> np.ndarray:
+def text_codes(values: pd.Series, codes: dict[str, int], default: int = -1) -> np.ndarray:
     """Integer code of each value as text (``str``; a missing value reads
     ``"nan"``), ``default`` for a text not in ``codes``: one lookup per
     distinct value."""
@@ -103,8 +113,8 @@ def _codes(values: pd.Series, codes: dict[str, int], default: int = -1) -> np.nd
     return np.array([codes.get(_text(v), default) for v in distinct], dtype=np.int64)[rows]
 
 
-def _texts(values: pd.Series) -> set[str]:
-    """The distinct values as :func:`_codes` reads them."""
+def distinct_texts(values: pd.Series) -> set[str]:
+    """The distinct values as :func:`text_codes` reads them."""
     return {_text(v) for v in pd.factorize(values, use_na_sentinel=False)[1]}
 
 
@@ -138,6 +148,11 @@ class PolicyState:
         self.prune_off = False
         #: (arm, query) answers each accelerator gave (its name -> count)
         self.accelerated: Counter[str] = Counter()
+        #: what the arm's scoring cost: ``"cells"`` (query, note) cells
+        #: scored, ``"packed-levels"`` levels packed to its live notes,
+        #: ``"packed-together"`` queries packed in one array with other arms,
+        #: ``"rescored"`` queries the walk scored again in full
+        self.work: Counter[str] = Counter()
 
     def gather(self, rows: np.ndarray, bumps: tuple[np.ndarray, np.ndarray] | None = None
                ) -> PolicyState:

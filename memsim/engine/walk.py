@@ -1,4 +1,19 @@
-"""Accelerator ``walk``: per-query feedback at about per-tick cost."""
+"""Accelerator ``"walk"``: per-query feedback at about per-tick cost.
+
+The reference replays a per-query arm's tick query by query, each scored on
+the state it has then. Here the tick is scored once, on the state at its
+start, and every query is corrected for the notes used before it (rescored
+on what-if copies of their state and merged into its top C); a query whose
+merge cannot be proven exact is scored again in full. Without this
+accelerator the loop replays the tick query by query, as the reference.
+
+**Contract.** For every query of every arm it answers, the same top C
+(the same notes in the same order, ties to the lower ``note_id``) and the
+same score values, bit for bit, as :mod:`memsim.engine.reference`, which
+scores every live note; hence the same packing, metrics and feedback.
+``tests/test_accelerators.py`` checks it for every registered component,
+with this accelerator alone and with the others.
+"""
 
 from __future__ import annotations
 
@@ -20,13 +35,6 @@ if TYPE_CHECKING:
     from .batch import Batch
     from .inputs import _Inputs
     from .state import PolicyState
-
-
-#: queries of a tick corrected at once, to start with: the work past the
-#: first query corrected on a wrong guess is redone, so the window then
-#: follows how far apart those are (twice the distance to the last one, at
-#: least 16; doubled after a window with none)
-WALK_WINDOW = 64
 
 
 def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
@@ -106,7 +114,11 @@ def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
     organic = (inp.acc_rows[org], inp.acc_actor[org], inp.acc_t[org], org_seen)
     applied = 0  # uses at order keys below it are recorded in the state
     start = 0 if policy.reads_uses() else q  # else a use changes no score
-    window = WALK_WINDOW
+    # queries corrected at once, to start with: the work past the first
+    # query corrected on a wrong guess is redone, so the window then follows
+    # how far apart those are (twice the distance to the last one, at least
+    # 16; doubled after a window with none)
+    window = job.settings.walk_window
     while start < q:
         stop = min(q, start + window)
         uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
@@ -125,6 +137,7 @@ def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
         uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
         applied = _record(st, policy.feedback, uses, applied, 2 * redo + 1)
         pk.pos[redo], pk.vals[redo] = _rescored_row(job, ctx, batch, redo)
+        st.work["rescored"] += 1
         _set_candidates(pk, batch, np.array([redo]))
         _repack(job, batch, pk, np.array([redo]))
         start = redo + 1

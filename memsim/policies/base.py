@@ -317,9 +317,20 @@ class Decay(Component):
 
         Lets the engine compute the (Q, L) recency without a transcendental
         per cell (see :meth:`ScoringContext.exponential_recency`); the value
-        is the same as :meth:`recency`'s up to rounding.
+        is the same as :meth:`recency`'s up to rounding. The curve itself is
+        :meth:`exponential_curve`, the one definition the engine uses.
         """
         return None
+
+    @staticmethod
+    def exponential_curve(age, floor, rate) -> np.ndarray:
+        """The curve :meth:`exponential_form` declares: ``floor + (1 - floor)
+        * exp(-rate * max(age, 0))`` (arrays that broadcast; a negative age
+        counts as 0). The engine evaluates it per note where it needs a
+        curve's value at given ages (the highest recency of a block of notes,
+        the similarity filter's); the (Q, L) recency itself is this curve
+        computed separably (:meth:`ScoringContext.exponential_recency`)."""
+        return floor + (1.0 - floor) * np.exp(-rate * np.maximum(age, 0.0))
 
     def lower_bound(self) -> float | None:
         """The smallest multiplier :meth:`recency` returns for a note of
