@@ -344,12 +344,12 @@ def test_level_thresholds_are_the_sample_order_statistics(monkeypatch, n, same_r
     sim[2, ::3] = np.nan
     sim[4, :] = sim[4, 0]  # one value: every rank ties
     if same_rank:
-        monkeypatch.setattr(cells.SimOrder, "_rank", lambda self, m: 1)
+        monkeypatch.setattr(cells.SimOrder, "sample_rank", lambda self, m: 1)
     order = cells.SimOrder(sim, np.ones((q, n), dtype=bool))
     ranked = -np.sort(order.neg_sample, axis=1)
     k = ranked.shape[1]
     for m in (64, cells.ladder_level(4 * 64), 128, 91):
-        j = order._rank(m)
+        j = order.sample_rank(m)
         want = ranked[:, j] if j < k else np.full(q, -np.inf)
         np.testing.assert_array_equal(order.tau(m), want)
 

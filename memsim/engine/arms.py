@@ -159,3 +159,20 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
             }
         out.append(one)
     return out
+
+
+def _stacked(parts: list[_Packed]) -> _Packed:
+    """One batch's packing from its queries' (widths padded with
+    non-candidates)."""
+    w = max(p.pos.shape[1] for p in parts)
+    fills = {"pos": 0, "vals": -np.inf, "cand_ok": False, "cand_rows": 0, "tokens": 0,
+             "gains": 0.0, "packed": False, "position": -1}
+
+    def stack(name: str) -> np.ndarray:
+        arrays = [getattr(p, name) for p in parts]
+        out = np.full((len(arrays), w), fills[name], dtype=arrays[0].dtype)
+        for i, a in enumerate(arrays):  # a loop over the batch's queries
+            out[i, :a.shape[1]] = a[0]
+        return out
+
+    return _Packed(**{name: stack(name) for name in fills})

@@ -119,7 +119,7 @@ class SimOrder:
         full = n // BLOCK
         return self.sim[:, :full * BLOCK].reshape(q, full, BLOCK)
 
-    def _rank(self, m: int) -> int:
+    def sample_rank(self, m: int) -> int:
         """The sample rank whose value is level ``m``'s threshold."""
         return -(-m * self.neg_sample.shape[1] // self.n)
 
@@ -131,7 +131,7 @@ class SimOrder:
         if m in self._tau:
             return self._tau[m]
         q, k = self.neg_sample.shape
-        j = self._rank(m)
+        j = self.sample_rank(m)
         if j >= k:
             self._set_tau(m, np.full(q, -np.inf))
         elif not self._tau:
@@ -140,7 +140,7 @@ class SimOrder:
             # partitions (the second over the jh smallest only: numpy's
             # partition at several ranks at once is several times slower)
             hi = ladder_level(4 * m)
-            jh = self._rank(hi)
+            jh = self.sample_rank(hi)
             if jh < k:
                 part = np.partition(self.neg_sample, jh, axis=1)
                 self._set_tau(hi, -part[:, jh])

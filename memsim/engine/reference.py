@@ -26,7 +26,7 @@ from memsim.policies import ArrayContext
 from memsim.rng import child
 from memsim.stream import Stream
 
-from .arms import _ArmJob, _outputs, _pack, _Packed
+from .arms import _ArmJob, _outputs, _pack, _Packed, _stacked
 from .batch import Batch, make_batches
 from .context import BatchContext
 from .frames import SimResult, _Collected, _result
@@ -163,18 +163,3 @@ def _answer(job: _ArmJob) -> _Packed:
         qi, used = _answer_uses(fb, batch, pk, candidates if fb.touch == "prefilter" else None)
         st.touch(used, batch.actors[qi], batch.t[qi], fb)
     return pk
-
-
-def _stacked(parts: list[_Packed]) -> _Packed:
-    """One batch's answers from its queries' (each padded with
-    non-candidates to the widest)."""
-    w = max(p.pos.shape[1] for p in parts)
-    fills = {"pos": 0, "vals": -np.inf, "cand_ok": False, "cand_rows": 0, "tokens": 0,
-             "gains": 0.0, "packed": False, "position": -1}
-    out = {}
-    for name, fill in fills.items():
-        arrays = [getattr(p, name) for p in parts]
-        out[name] = np.full((len(arrays), w), fill, dtype=arrays[0].dtype)
-        for i, a in enumerate(arrays):  # a loop over the batch's queries
-            out[name][i, :a.shape[1]] = a[0]
-    return _Packed(**out)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memsim.policies import Policy
-from .arms import _outputs, _pack, _Packed
+from .arms import _outputs, _pack, _Packed, _stacked
 from .context import BatchContext, _GatheredContext
 from .cells import _cell_scores
 from .scoring import _answer, _scoring_context, _top
@@ -63,23 +63,6 @@ def _walk_arm(job: _ArmJob, inp: _Inputs, acc_done: int) -> tuple[dict[str, Any]
             acc_done = int(cut[i])
         parts.append(_answer(job.row(i)))
     return _outputs(job, job.batch, _stacked(parts)), acc_done
-
-
-def _stacked(parts: list[_Packed]) -> _Packed:
-    """One batch's packing from its queries' (widths padded with
-    non-candidates)."""
-    w = max(p.pos.shape[1] for p in parts)
-    fills = {"pos": 0, "vals": -np.inf, "cand_ok": False, "cand_rows": 0, "tokens": 0,
-             "gains": 0.0, "packed": False, "position": -1}
-
-    def stack(name: str) -> np.ndarray:
-        arrays = [getattr(p, name) for p in parts]
-        out = np.full((len(arrays), w), fills[name], dtype=arrays[0].dtype)
-        for i, a in enumerate(arrays):  # a loop over the batch's queries
-            out[i, :a.shape[1]] = a[0]
-        return out
-
-    return _Packed(**{name: stack(name) for name in fills})
 
 
 def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
