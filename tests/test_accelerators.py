@@ -2,7 +2,7 @@
 
 :func:`memsim.engine.reference.simulate` scores every live note of every
 query and replays per-query feedback query by query: the executable
-specification. Each accelerator (``SimSettings.accelerators``, one at a
+specification. Each accelerator (``simulate(..., accelerators=...)``, one at a
 time and all together) must give the same frames bit for bit (rankings,
 scores, packing, metrics, store, arms). The components come from the
 registry, so a newly registered one is covered without editing this file;
@@ -136,8 +136,7 @@ def test_every_accelerator_gives_the_reference_frames(slot, name):
                            retention_period_days=3.0)
     want = _frames(reference.simulate(stream, arms, settings, seed_sequence(5)))
     for accelerators in SETS:
-        got = simulate(stream, arms, dataclasses.replace(settings, accelerators=accelerators),
-                       seed_sequence(5))
+        got = simulate(stream, arms, settings, seed_sequence(5), accelerators=accelerators)
         for key, frame in _frames(got).items():
             try:
                 assert_frame_equal(frame, want[key], check_exact=True)
@@ -155,7 +154,7 @@ def test_each_accelerator_answers_queries():
     got = simulate(stream, arms, settings, seed_sequence(5)).accelerated
     used = {name for per_arm in got for name, n in per_arm.items() if n > 0}
     assert used == set(ACCELERATORS)
-    off = dataclasses.replace(settings, accelerators=())
-    assert all(not a for a in simulate(stream, arms, off, seed_sequence(5)).accelerated)
+    off = simulate(stream, arms, settings, seed_sequence(5), accelerators=())
+    assert all(not a for a in off.accelerated)
     assert all(not a for a in reference.simulate(stream, arms, settings,
                                                  seed_sequence(5)).accelerated)

@@ -12,16 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsim.config import resolve_policy
-from memsim.engine import Arm, SimSettings, simulate, top_candidates
+from memsim.engine import ACCELERATORS, Arm, SimSettings, simulate, top_candidates
 from memsim.metrics import gini
 from memsim.rng import seed_sequence
 
 from .helpers import random_stream, tiny_stream
 
 
-def run(stream, policies, **settings):
+def run(stream, policies, accelerators=ACCELERATORS, **settings):
     arms = [Arm(name, resolve_policy(table, name), None) for name, table in policies.items()]
-    return simulate(stream, arms, SimSettings(**settings), seed_sequence(0))
+    return simulate(stream, arms, SimSettings(**settings), seed_sequence(0),
+                    accelerators=accelerators)
 
 
 # -- top-C selection ---------------------------------------------------------
@@ -266,13 +267,11 @@ def test_exponential_recency_takes_clamped_and_overflowing_cells_directly():
 
 
 def test_pruning_is_on_by_default_and_keeps_rankings():
-    from memsim.engine import ACCELERATORS
-
-    assert SimSettings().accelerators == ACCELERATORS
     stream = random_stream(4, n_notes=1500, n_queries=30)
     pol = {"h": {"preset": "hivemind"}, "f": {"preset": "feather"}}
     on = run(stream, pol, candidates=8, save_rankings=True)
     off = run(stream, pol, candidates=8, save_rankings=True, accelerators=())
+    assert set(ACCELERATORS) == {"prefilter", "prune", "filter", "stack", "walk"}
     assert on.accelerated[0]["prune"] > 0 and all(on.accelerated)
     assert not any(off.accelerated)
     assert on.rankings.equals(off.rankings)
@@ -464,3 +463,15 @@ def test_a_replay_without_queries_gives_labels_of_the_usual_types():
     assert len(got.queries) == 0 and got.rankings is None
     for col in ("policy", "budget", "query_id"):
         assert got.queries[col].dtype == full.queries[col].dtype, col
+
+
+def test_unknown_accelerators_are_refused():
+    from memsim.errors import ParameterError
+
+    s = random_stream(1, n_notes=50, n_queries=5)
+    with pytest.raises(ParameterError, match="'accelerators' parameter of simulate"):
+        simulate(s, [], SimSettings(), seed_sequence(0), accelerators=("warp",))
+    with pytest.raises(ParameterError, match="'accelerators' parameter of simulate"):
+        simulate(s, [], SimSettings(), seed_sequence(0), accelerators=("prune", "prune"))
+    with pytest.raises(ParameterError, match="'walk_window' parameter of simulate"):
+        simulate(s, [], SimSettings(), seed_sequence(0), walk_window=0)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memsim.config import resolve_policy
-from memsim.engine import Arm, SimSettings, simulate
+from memsim.engine import ACCELERATORS, Arm, SimSettings, simulate
 from memsim.rng import seed_sequence
 from memsim.stream import make_stream
 
@@ -48,13 +48,12 @@ def busy_stream(seed: int, n_notes: int = 400, n_queries: int = 150, dim: int = 
                        base.query_embeddings, {"name": "busy"})
 
 
-def walked(stream, arms, fast: bool, window: int = SimSettings.walk_window, **kw):
+def walked(stream, arms, fast: bool, window: int = 64, **kw):
     """A per-query replay with the ``"walk"`` accelerator on or off."""
-    on = SimSettings.accelerators if fast else tuple(
-        a for a in SimSettings.accelerators if a != "walk")
+    on = ACCELERATORS if fast else tuple(a for a in ACCELERATORS if a != "walk")
     return simulate(stream, arms, SimSettings(save_rankings=True, feedback_mode="per-query",
-                                              accelerators=on, walk_window=window, **kw),
-                    seed_sequence(0))
+                                              **kw),
+                    seed_sequence(0), accelerators=on, walk_window=window)
 
 
 @st.composite

@@ -1,14 +1,13 @@
 """Exact pruning: the engine's top C without scoring every note equals full scoring.
 
 Each test runs the same stream twice, with the engine's accelerators
-(``SimSettings.accelerators``) on and off, and asks for identical frames
+(``simulate(..., accelerators=...)``) on and off, and asks for identical frames
 (same candidates, order, scores, packing, metrics and feedback, ties to the
 lower ``note_id``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,8 @@ from hypothesis import strategies as st
 
 import memsim
 from memsim.config import resolve_policy
-from memsim.engine import Arm, SimSettings, cells, feedback_timing, reference, simfilter, simulate
+from memsim.engine import (ACCELERATORS, Arm, SimSettings, cells, feedback_timing, reference,
+                           simfilter, simulate)
 from memsim.engine.prefilter import level_prefilter
 from memsim.runner import load_stream_for, replicate_seed
 from memsim.policies.presets import PRESETS
@@ -55,9 +55,9 @@ FEEDBACK = [
 
 def both(stream, arms, reader=None, **kw):
     """Results with the accelerators off and on (``accelerators``: those on)."""
-    on = kw.pop("accelerators", SimSettings.accelerators)
-    return [simulate(stream, arms, SimSettings(save_rankings=True, accelerators=acc, **kw),
-                     seed_sequence(0), reader=reader) for acc in ((), on)]
+    on = kw.pop("accelerators", ACCELERATORS)
+    return [simulate(stream, arms, SimSettings(save_rankings=True, **kw), seed_sequence(0),
+                     reader=reader, accelerators=acc) for acc in ((), on)]
 
 
 def assert_each_alone(stream, arms, together, names=("rankings",), reader=None, **kw):
@@ -459,8 +459,7 @@ def test_quickstart_frames_identical_with_the_accelerators_on_and_off():
     arms = [Arm(name, pol, b) for b in exp.settings.budgets or (None,)
             for name, pol in exp.policies.items()]
     on = simulate(stream, arms, exp.sim, replicate_seed(exp, 0))
-    off = simulate(stream, arms, dataclasses.replace(exp.sim, accelerators=()),
-                   replicate_seed(exp, 0))
+    off = simulate(stream, arms, exp.sim, replicate_seed(exp, 0), accelerators=())
     ref = reference.simulate(stream, arms, exp.sim, replicate_seed(exp, 0))
     for got in (off, ref):
         pd.testing.assert_frame_equal(on.queries, got.queries, check_exact=True)

@@ -29,7 +29,7 @@ walk           accelerator ``"walk"``
 
 Each accelerator is exact (its contract: the same top C and the same values
 as the reference, hence the same frames) and can be turned off through
-``SimSettings.accelerators``; ``tests/test_accelerators.py`` runs each
+the ``accelerators`` argument of :func:`simulate`; ``tests/test_accelerators.py`` runs each
 against the reference for every registered component.
 
 The engine owns the loop; policies only answer narrow questions (see
@@ -75,7 +75,7 @@ its own live cells of it. Scores of the notes scored are the same floats as
 full scoring gives (the notes' columns are kept in ``note_id`` order, so ties
 still go to the lower ``note_id``), so rankings, packing, metrics and
 feedback are identical bit for bit (``"prune"`` and ``"filter"`` in
-``SimSettings.accelerators``; ``"stack"`` for arms as one array). A
+the ``accelerators`` of :func:`simulate`; ``"stack"`` for arms as one array). A
 retriever's prefilter (its M nearest notes per query, an exact search
 through the same levels) hands its cells on, and an arm scores those alone.
 Everything that reads more than the top C (set-dependent rankers, rankers

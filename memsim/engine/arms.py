@@ -29,6 +29,10 @@ class _ArmJob:
     reader: Any
     oracle: np.ndarray
     relevance: RelevanceIndex
+    #: the accelerators on (:data:`~memsim.engine.settings.ACCELERATORS`)
+    accelerators: tuple[str, ...] = ()
+    #: queries the ``"walk"`` accelerator corrects at once, to start with
+    walk_window: int = 64
 
     @property
     def c(self) -> int:

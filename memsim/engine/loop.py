@@ -34,7 +34,7 @@ from .context import SweepView
 from .frames import _Collected, _result
 from .inputs import _inputs
 from .scoring import _answer_all
-from .settings import feedback_timing, resolve_budget
+from .settings import ACCELERATORS, check_accelerators, feedback_timing, resolve_budget
 from .state import PolicyState
 from .walk import _walk_arm
 
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
 def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
              seed: np.random.SeedSequence, reader=None, progress=None,
-             cache: ReplayCache | None = None) -> SimResult:
+             cache: ReplayCache | None = None, *,
+             accelerators: tuple[str, ...] = ACCELERATORS, walk_window: int = 64) -> SimResult:
     """Replay ``stream`` through every arm; return tidy per-query frames.
 
     Parameters
@@ -71,13 +72,25 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
         Keeps the work that does not depend on the arms (the stream's arrays,
         each batch's similarity and levels) for the next replay of the same
         stream object; the results do not depend on it.
+    accelerators : tuple of str, optional
+        The exact fast paths the engine may take (:data:`ACCELERATORS`, all
+        by default). Each gives the same top C and values as the reference
+        (:func:`memsim.engine.reference.simulate`), hence the same frames,
+        bit for bit; ``()`` scores every live note of every query and
+        replays per-query feedback query by query. ``SimResult.accelerated``
+        counts the answers each gave.
+    walk_window : int, optional
+        Queries of a tick the ``"walk"`` accelerator corrects at once, to
+        start with (its speed only).
     """
+    check_accelerators(accelerators, walk_window)
     # The batch products are small (tens of queries x thousands of notes): a
     # multi-threaded BLAS spends more on synchronisation than it saves, and
     # is several times slower still when cores are shared (sweep workers,
     # --jobs). Parallelism comes from processes instead.
     with _threadpools().limit(limits=1, user_api="blas"):
-        return _simulate(stream, arms, settings, seed, reader, progress, cache)
+        return _simulate(stream, arms, settings, seed, reader, progress, cache,
+                         accelerators, walk_window)
 
 
 @lru_cache(maxsize=1)
@@ -87,7 +100,8 @@ def _threadpools() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def _simulate(stream, arms, settings, seed, reader, progress, cache) -> SimResult:
+def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerators,
+              walk_window) -> SimResult:
     work = None if cache is None else cache.work(stream, settings.tick_days)
     inp = _inputs(stream) if work is None else work.inputs
     notes = inp.notes
@@ -134,7 +148,7 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache) -> SimResul
                 oracle_cache.clear()
                 oracle_cache[key] = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader,
-                          oracle_cache[key], inp.relevance)
+                          oracle_cache[key], inp.relevance, accelerators, walk_window)
             if per_query[ai]:
                 out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))
                 outs[ai] = out

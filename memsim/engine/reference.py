@@ -7,7 +7,7 @@ No accelerator runs here (no similarity levels, pruning, similarity filter,
 stacking of arms, corrected ticks, skipped product blocks or cached
 replays), so this loop says what a replay is, and
 :func:`memsim.engine.simulate` must give the same frames, bit for bit, with
-any of its accelerators on (``SimSettings.accelerators``;
+any of its accelerators on (its ``accelerators`` argument;
 ``tests/test_accelerators.py`` checks it for every registered component).
 
 It shares with the fast loop only what defines the values: the stream's
@@ -44,7 +44,7 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
     """Replay ``stream`` through every arm, plainly (module docstring).
 
     The parameters and the frames are those of :func:`memsim.engine.simulate`
-    (``settings.accelerators`` is not read: nothing is accelerated here).
+    (which also takes the accelerators on; nothing is accelerated here).
     """
     inp = _inputs(stream)
     notes = inp.notes

@@ -107,17 +107,17 @@ def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
     """:func:`_answer` of several arms: (the batch each scored, its packing)."""
     scored = []
     contexts = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch,
-                                 job.settings.accelerators) for job in jobs]
+                                 job.accelerators) for job in jobs]
     stacked = _stacked_tops([(i, job.arm.policy, ctx, job.c, job.st)
                              for i, (job, (ctx, _)) in enumerate(zip(jobs, contexts))
-                             if "stack" in job.settings.accelerators])
+                             if "stack" in job.accelerators])
     for i, (job, (ctx, batch)) in enumerate(zip(jobs, contexts)):
         policy, st = job.arm.policy, job.st
         if i in stacked:
             pos, vals, mask = *stacked[i], None
             st.accelerated["stack"] += len(pos)
         else:
-            pos, vals, mask = _top(policy, ctx, job.c, st, job.settings.accelerators)
+            pos, vals, mask = _top(policy, ctx, job.c, st, job.accelerators)
         # keep only what the feedback reads (the prefilter touch: the
         # candidates' mask), not the context: (Q, L) matrices per arm
         if policy.feedback.touch != "prefilter":

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from memsim.errors import ParameterError
 from memsim.params import Interval, Options, Validated
 from memsim.policies import Policy
 
@@ -29,18 +29,17 @@ from memsim.policies import Policy
 ACCELERATORS = ("prefilter", "prune", "filter", "stack", "walk")
 
 
-@dataclass(frozen=True)
-class _Names:
-    """A tuple of distinct names, each one of ``values``."""
-
-    values: tuple
-
-    def check(self, value: Any) -> bool:
-        return (isinstance(value, tuple) and len(set(value)) == len(value)
-                and all(isinstance(v, str) and v in self.values for v in value))
-
-    def __str__(self) -> str:
-        return "a tuple of distinct names among " + ", ".join(repr(v) for v in self.values)
+def check_accelerators(accelerators: tuple[str, ...], walk_window: int) -> None:
+    """Refuse names not in :data:`ACCELERATORS` (or repeated) and a walk
+    window below 1, in the uniform parameter message."""
+    if not (isinstance(accelerators, tuple) and len(set(accelerators)) == len(accelerators)
+            and all(isinstance(a, str) and a in ACCELERATORS for a in accelerators)):
+        raise ParameterError(
+            "The 'accelerators' parameter of simulate must be a tuple of distinct names "
+            f"among {', '.join(repr(a) for a in ACCELERATORS)}. Got {accelerators!r} instead.")
+    if not Interval(1, None, integer=True).check(walk_window):
+        raise ParameterError("The 'walk_window' parameter of simulate must be an int >= 1. "
+                             f"Got {walk_window!r} instead.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,15 +64,6 @@ class SimSettings(Validated):
         Period of the retention sweeps.
     save_rankings : bool
         Keep every query's top-C ranking (``rankings.parquet``).
-    accelerators : tuple of str
-        The exact fast paths the engine may take (:data:`ACCELERATORS`, all
-        by default). Each gives the same top C, values, packing, metrics and
-        feedback as the reference (:mod:`memsim.engine.reference`), bit for
-        bit; an empty tuple scores every live note of every query, and
-        replays per-query feedback query by query.
-    walk_window : int
-        Queries of a tick the ``"walk"`` accelerator corrects at once, to
-        start with (its speed only: the results do not depend on it).
     """
 
     budget_tokens: int = 1500
@@ -82,8 +72,6 @@ class SimSettings(Validated):
     feedback_mode: str = "per-tick"
     retention_period_days: float = 1.0
     save_rankings: bool = False
-    accelerators: tuple[str, ...] = ACCELERATORS
-    walk_window: int = 64
 
     _constraints = {
         "budget_tokens": Interval(1, None, integer=True),
@@ -92,8 +80,6 @@ class SimSettings(Validated):
         "feedback_mode": Options(("per-tick", "per-query")),
         "retention_period_days": Interval(0, None, closed="neither"),
         "save_rankings": Options((True, False)),
-        "accelerators": _Names(ACCELERATORS),
-        "walk_window": Interval(1, None, integer=True),
     }
 
 

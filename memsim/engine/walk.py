@@ -52,7 +52,7 @@ def _walk_arm(job: _ArmJob, inp: _Inputs, acc_done: int) -> tuple[dict[str, Any]
     before it (its predecessors' answers and the organic uses before its
     time). Returns the outputs and the organic uses now applied."""
     cut = np.searchsorted(inp.acc_t, job.batch.t, side="left")
-    if _walkable(job.arm.policy, job.settings.accelerators):
+    if _walkable(job.arm.policy, job.accelerators):
         return _walk_fast(job, inp, cut, acc_done)
     fb = job.arm.policy.feedback
     parts = []
@@ -82,7 +82,7 @@ def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
     (:meth:`Policy.reads_uses`) has nothing to correct. Every use is then
     recorded, in time order."""
     policy, st = job.arm.policy, job.st
-    acc = job.settings.accelerators
+    acc = job.accelerators
     ctx, batch = _scoring_context(policy, st, job.rng, job.batch, acc)
     pos, vals, _ = _top(policy, ctx, job.c, st, acc)
     st.accelerated["walk"] += len(batch.t)
@@ -101,7 +101,7 @@ def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
     # query corrected on a wrong guess is redone, so the window then follows
     # how far apart those are (twice the distance to the last one, at least
     # 16; doubled after a window with none)
-    window = job.settings.walk_window
+    window = job.walk_window
     while start < q:
         stop = min(q, start + window)
         uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
@@ -298,5 +298,5 @@ def _rescored_row(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int
     """Query ``i``'s top C scored in full on the state as it is now."""
     rctx = BatchContext(batch.row(i), job.st, job.rng)
     rctx.live = ctx.live[i:i + 1]
-    pos, vals, _ = _top(job.arm.policy, rctx, job.c, job.st, job.settings.accelerators)
+    pos, vals, _ = _top(job.arm.policy, rctx, job.c, job.st, job.accelerators)
     return pos[0], vals[0]
