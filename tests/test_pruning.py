@@ -526,6 +526,8 @@ def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise,
         pos, vals = top_candidates(sim, m)
         np.put_along_axis(want, pos, np.isfinite(vals), axis=1)
     np.testing.assert_array_equal(got, want)
+    # the retrievers' declared default (the reference's): the same notes
+    np.testing.assert_array_equal(pol.retriever.prefilter_mask(ctx, live), want)
     # the same cells, each row's columns ascending, padding after them
     assert cols.shape == real.shape == (len(want), m)
     for row, c, r in zip(want, cols, real):
