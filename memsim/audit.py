@@ -92,6 +92,14 @@ shows), when the objective does not move at all across its range (spread <=
 interval of the effect includes 0, or fewer than 2 replicates give values).
 A regime parameter that is not swept and not reached is flagged
 ``unreached``.
+
+*A measured effect wins.* The reach rule and the constant-signal rules are
+heuristics; the effect is a measurement. A parameter whose effect is
+significant (its 95% interval excludes 0) is testable whatever the rules say
+(e.g. a floor at a 10-day half-life on a 30-day workload: the multiplier
+stays above 10% of its range, yet the floor moves utility); what a rule said
+is kept in the ``note`` column and a ``note:`` line. An unreached regime only
+explains a null effect ("..., so its effect is nil").
 """
 
 from __future__ import annotations
@@ -148,7 +156,8 @@ class AuditReport:
         ``effect`` (mean of better - worse, >= 0) and its 95% interval
         ``effect_lo, effect_hi``, ``within_noise``; ``regime`` (floor,
         promotion, eviction or ""), ``reach`` (its measure, see ``reach``),
-        ``reached``; ``testable`` and ``reason``.
+        ``reached``; ``testable``, ``reason`` (why not) and ``note`` (a rule
+        that would have said untestable, overruled by a significant effect).
     reach : DataFrame
         One row per regime parameter of the audited policies (swept or not):
         ``param, policy, kind, swept, values, measure_name, measure, reached,
@@ -768,8 +777,18 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     param_rows = []
     reps = list(range(replicates))
     if spec is not None and params:
-        probed = _probe(TrialEvaluator(exp, spec), spec, reps,
-                        lambda step: tick(0.3 + 0.7 * step / len(reps)))
+        # the probe replays take nearly all of the time: a phase of their own,
+        # counted in replicates, so the time left is measured on them alone
+        n_points = sum(len(p.probe_points()) for p in spec.params)
+        phased = hasattr(progress, "phase")
+        if phased:
+            progress.phase(f"probe replays ({n_points} points as arms of one replay per "
+                           f"replicate)", units=len(reps), unit="replicate")
+
+        def step_done(step: int) -> None:
+            frac = step / len(reps)
+            progress(frac) if phased else tick(0.3 + 0.7 * frac)
+        probed = _probe(TrialEvaluator(exp, spec), spec, reps, step_done)
         for p in spec.params:
             pts = p.probe_points()
             vals = probed[p.key]
@@ -794,12 +813,26 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
                     reasons.append(_why_constant(s, signals, pol))
                 if tier_missing:
                     reasons.append(tier_missing)
-                if rch is not None and not rch["reached"] and rch["reason"] not in reasons:
-                    reasons.append(rch["reason"])
+                significant = moves and not eff["within_noise"]
+                note = ""
+                if rch is not None and not rch["reached"]:
+                    if significant:
+                        # the measured effect wins: the reach rule is a
+                        # heuristic that can only explain a null effect
+                        note = (f"testable by its significant effect, although the reach "
+                                f"rule is not met ({rch['reason']})")
+                    elif rch["reason"] not in reasons:
+                        reasons.append(f"{rch['reason']}, so its effect is nil")
                 if not moves:
                     reasons.append(f"{lab} does not move across {pts[0]!r} .. {pts[-1]!r}")
                 elif eff["within_noise"]:
                     reasons.append(_noise_text(lab, pts, eff))
+                if significant and reasons:
+                    # a significant effect is never called untestable; what the
+                    # other rules say is kept as a note on the estimate
+                    note = "; ".join([note] * bool(note) + [
+                        f"testable by its significant effect, although: {'; '.join(reasons)}"])
+                    reasons = []
                 testable = not reasons
                 param_rows.append({
                     "param": p.key, "objective": lab, "signals": ",".join(sigs),
@@ -816,9 +849,11 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
                     "regime": rch["kind"] if rch else "",
                     "reach": rch["measure"] if rch else math.nan,
                     "reached": bool(rch["reached"]) if rch else True,
-                    "testable": testable, "reason": "; ".join(reasons)})
+                    "testable": testable, "reason": "; ".join(reasons), "note": note})
                 if not testable:
                     flags.append(f"untestable: {p.key} ({lab}): {'; '.join(reasons)}")
+                elif note:
+                    flags.append(f"note: {p.key} ({lab}): {note}")
     params_df = pd.DataFrame(param_rows, columns=PARAM_COLUMNS)
     if not param_rows:
         tick(1.0)
@@ -839,7 +874,7 @@ _MEASURES = {"floor": "least (recency - floor) / (1 - floor)",
 PARAM_COLUMNS = ["param", "objective", "signals", "points", "values", "spread",
                  "relative_spread", "moves", "signal_varies", "replicates", "best", "worst",
                  "effect", "effect_lo", "effect_hi", "within_noise", "regime", "reach",
-                 "reached", "testable", "reason"]
+                 "reached", "testable", "reason", "note"]
 
 
 def _noise_text(lab: str, pts: list, eff: dict) -> str:

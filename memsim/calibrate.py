@@ -36,7 +36,11 @@ family              p(t)                                          memsim decay
 ``ebbinghaus``      ``exp(-t / (s0 + s1 n_success))``              ``ebbinghaus`` (MemoryBank)
 =================== ============================================= ==============================
 
-The power law is the FSRS form (Ye, Su and Cao, KDD 2022; FSRS-4.5 and later)
+Each family's curve is the recency of its memsim decay, computed by the
+decay class itself (``clock = "last_access"``, the earlier successes as the
+note's recalls): :mod:`memsim.policies.decay` is the one home of the
+formulas, and a family here only maps its fitted parameters onto the
+decay's. The power law is the FSRS form (Ye, Su and Cao, KDD 2022; FSRS-4.5 and later)
 in which ``S`` is the stability, the delay at which ``p = 0.9``: with ``f``
 tied to ``d`` this way, ``(f, S, d)`` are identifiable (a free ``f`` is not:
 only ``f / S`` enters the curve). The Ebbinghaus family with a strength that
@@ -54,7 +58,8 @@ Maximum likelihood: minimise the mean Bernoulli log loss
 with ``p`` clipped to ``[1e-6, 1 - 1e-6]`` (so that a review at ``t = 0``
 cannot make the loss infinite), over log-transformed positive parameters
 (and the logit of the floor) with ``scipy.optimize.minimize`` (L-BFGS-B,
-box bounds), from a fixed grid of starting points; the best optimum is kept.
+box bounds; the gradient from central differences of the decay's curve),
+from a fixed grid of starting points; the best optimum is kept.
 Deterministic: no random starts.
 
 Which fits are offered
@@ -150,7 +155,6 @@ FAMILIES = ("constant", "exponential", "half-life-floor", "power-law", "ebbingha
 MIN_GAIN = 1e-3
 
 _EPS = 1e-6
-_LN09 = math.log(0.9)
 _REQUIRED = ("card_id", "review_rating", "review_time")
 
 
@@ -254,10 +258,89 @@ def review_table(log: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------
 # Families
 # ---------------------------------------------------------------------------
+#
+# Each family's curve is its decay class's own recency (memsim.policies.decay):
+# a family says which registered decay it is and how the decay's parameters
+# follow from the fitted ones, never the formula again.
+
+
+@dataclass(frozen=True)
+class _Family:
+    """A fitted family: the registered decay whose recency is its curve
+    (``kind``, with ``clock = "last_access"``; the fit's ``n_success`` is
+    the decay's ``recalls``), how the decay's parameters follow from the
+    fitted ones (``to_decay``), and how the fit searches them: unconstrained
+    coordinates ``x`` (``to_params``), box bounds on ``x`` and a grid of
+    starting points."""
+
+    kind: str
+    names: tuple[str, ...]
+    to_params: Callable[[np.ndarray], dict]
+    to_decay: Callable[[dict], dict]
+    bounds: tuple[tuple[float, float], ...]
+    starts: tuple[tuple[float, ...], ...]
+
+    def decay(self, params: dict):
+        """The decay component of the fitted parameters ``params``."""
+        from .policies import REGISTRY  # filled on import of memsim.policies
+
+        return REGISTRY["decay"][self.kind](**self.to_decay(params), clock="last_access")
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+def _expit(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+_LOG_DAYS = (math.log(1e-4), math.log(1e5))  # 9 seconds .. 270 years
+_STARTS_DAYS = (0.01, 0.1, 1.0, 10.0, 100.0)
+_FAMILIES: dict[str, _Family] = {
+    "exponential": _Family(
+        "half-life", ("S",), lambda x: {"S": math.exp(x[0])},
+        lambda p: {"half_life_days": p["S"] * math.log(2.0)}, (_LOG_DAYS,),
+        tuple((math.log(s),) for s in _STARTS_DAYS)),
+    "half-life-floor": _Family(
+        "half-life-floor", ("half_life", "floor"),
+        lambda x: {"half_life": math.exp(x[0]), "floor": _expit(x[1])},
+        lambda p: {"half_life_days": p["half_life"], "floor": p["floor"]},
+        (_LOG_DAYS, (-12.0, 12.0)),
+        tuple((math.log(h), _logit(f)) for h in _STARTS_DAYS for f in (0.2, 0.5, 0.8))),
+    "power-law": _Family(
+        "power-law", ("S", "d"), lambda x: {"S": math.exp(x[0]), "d": math.exp(x[1])},
+        lambda p: {"stability_days": p["S"], "decay": p["d"]},
+        (_LOG_DAYS, (math.log(1e-3), math.log(1e2))),
+        tuple((math.log(s), math.log(d)) for s in _STARTS_DAYS for d in (0.1, 0.5, 2.0))),
+    "ebbinghaus": _Family(
+        "ebbinghaus", ("s0", "s1"), lambda x: {"s0": math.exp(x[0]), "s1": math.exp(x[1])},
+        lambda p: {"strength_days": p["s0"], "strength_per_recall": p["s1"]},
+        # s1 >= 0: exp(-25) days per success is 0 for every purpose
+        (_LOG_DAYS, (-25.0, math.log(1e5))),
+        tuple((math.log(s), math.log(k)) for s in _STARTS_DAYS for k in (0.1, 1.0, 10.0))),
+}
+#: Which families read the number of earlier successes (as the decay's recalls).
+_NEEDS_SUCCESSES = ("ebbinghaus",)
+
+
+def _reviews_context(t: np.ndarray, n_success: np.ndarray | None):
+    """A scoring context of the reviews: one note per review, seen at age
+    ``t`` since its last use, with ``n_success`` recalls."""
+    from .policies import ArrayContext
+
+    recalls = None if n_success is None else np.asarray(n_success, dtype=np.int64)
+    return ArrayContext(t=0.0, created_at=-np.asarray(t, dtype=np.float64), recalls=recalls)
+
+
+def _curve(family: _Family, params: dict, t: np.ndarray, ctx) -> np.ndarray:
+    """The family's recall probability: its decay's recency at the delays."""
+    return np.asarray(family.decay(params).recency(t[None, :], ctx), dtype=np.float64)[0]
+
 
 def predict(family: str, params: dict, t: np.ndarray, n_success: np.ndarray | None = None
             ) -> np.ndarray:
-    """Recall probability of a family (formulas in the module docstring).
+    """Recall probability of a family: its decay's recency (module docstring).
 
     Parameters
     ----------
@@ -275,110 +358,41 @@ def predict(family: str, params: dict, t: np.ndarray, n_success: np.ndarray | No
     t = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
     if family == "constant":
         return np.full(t.shape, float(params["p"]))
-    if family == "exponential":
-        return np.exp(-t / params["S"])
-    if family == "half-life-floor":
-        fl = params["floor"]
-        return fl + (1.0 - fl) * np.exp2(-t / params["half_life"])
-    if family == "power-law":
-        d = params["d"]
-        f = math.expm1(-_LN09 / d)
-        return np.power(1.0 + f * t / params["S"], -d)
-    if family == "ebbinghaus":
-        if n_success is None:
-            raise ConfigError("predict: the 'ebbinghaus' family needs n_success")
-        return np.exp(-t / (params["s0"] + params["s1"] * np.asarray(n_success, np.float64)))
-    raise ConfigError(f"Unknown decay family {family!r}; known: {', '.join(FAMILIES)}")
+    if family not in _FAMILIES:
+        raise ConfigError(f"Unknown decay family {family!r}; known: {', '.join(FAMILIES)}")
+    if family in _NEEDS_SUCCESSES and n_success is None:
+        raise ConfigError(f"predict: the {family!r} family needs n_success")
+    spec = _FAMILIES[family]
+    return _curve(spec, params, t, _reviews_context(t, n_success))
 
 
-@dataclass(frozen=True)
-class _Spec:
-    """How to fit one family over unconstrained coordinates ``x``: the
-    parameters they stand for, the prediction with its Jacobian
-    ``dp/dx`` (analytic, so each optimiser step costs one evaluation), box
-    bounds on ``x`` and a grid of starting points."""
-
-    names: tuple[str, ...]
-    to_params: Callable[[np.ndarray], dict]
-    value_and_jac: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-    bounds: tuple[tuple[float, float], ...]
-    starts: tuple[tuple[float, ...], ...]
+#: Step (in the fit's coordinates: relative, for a log-scaled parameter) of
+#: the central differences that give the curve's derivatives.
+_STEP = 1e-6
 
 
-def _logit(p: float) -> float:
-    return math.log(p / (1.0 - p))
+def _value_and_jac(spec: _Family, x: np.ndarray, t: np.ndarray, ctx
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The curve at ``x`` and its Jacobian ``dp/dx`` by central differences
+    (the decay's recency is the only formula; its derivatives are not kept
+    a second time)."""
+    p = _curve(spec, spec.to_params(x), t, ctx)
+    cols = []
+    for k in range(len(x)):
+        e = np.zeros(len(x))
+        e[k] = _STEP
+        cols.append((_curve(spec, spec.to_params(x + e), t, ctx)
+                     - _curve(spec, spec.to_params(x - e), t, ctx)) / (2.0 * _STEP))
+    return p, np.column_stack(cols)
 
 
-def _expit(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-def _exp_vj(x, t, ns):
-    # x = (ln S,): p = exp(-t / S), dp/dlnS = p t / S
-    r = t * math.exp(-x[0])
-    p = np.exp(-r)
-    return p, (p * r)[:, None]
-
-
-def _floor_vj(x, t, ns):
-    # x = (ln h, logit floor): p = fl + (1 - fl) q, q = 2 ** (-t / h)
-    h, fl = math.exp(x[0]), _expit(x[1])
-    r = t / h
-    q = np.exp2(-r)
-    p = fl + (1.0 - fl) * q
-    return p, np.column_stack([(1.0 - fl) * q * math.log(2.0) * r, (1.0 - q) * fl * (1.0 - fl)])
-
-
-def _power_vj(x, t, ns):
-    # x = (ln S, ln d): ln p = -d ln(1 + u), u = f t / S, f = 0.9 ** (-1/d) - 1
-    S, d = math.exp(x[0]), math.exp(x[1])
-    f = math.expm1(-_LN09 / d)
-    r = t / S
-    u = f * r
-    lg = np.log1p(u)
-    p = np.exp(-d * lg)
-    dlp_dlnS = d * u / (1.0 + u)
-    # d/d(ln d) of ln p = d * d(ln p)/dd, with df/dd = (f + 1) ln(0.9) / d**2
-    dlp_dlnd = -d * lg - r * (f + 1.0) * _LN09 / (1.0 + u)
-    return p, np.column_stack([p * dlp_dlnS, p * dlp_dlnd])
-
-
-def _ebb_vj(x, t, ns):
-    # x = (ln s0, ln s1): p = exp(-t / s), s = s0 + s1 n; d ln p / ds = t / s**2
-    s0, s1 = math.exp(x[0]), math.exp(x[1])
-    s = s0 + s1 * ns
-    p = np.exp(-t / s)
-    g = p * t / (s * s)
-    return p, np.column_stack([g * s0, g * s1 * ns])
-
-
-_LOG_DAYS = (math.log(1e-4), math.log(1e5))  # 9 seconds .. 270 years
-_STARTS_DAYS = (0.01, 0.1, 1.0, 10.0, 100.0)
-_SPECS: dict[str, _Spec] = {
-    "exponential": _Spec(("S",), lambda x: {"S": math.exp(x[0])}, _exp_vj, (_LOG_DAYS,),
-                         tuple((math.log(s),) for s in _STARTS_DAYS)),
-    "half-life-floor": _Spec(
-        ("half_life", "floor"),
-        lambda x: {"half_life": math.exp(x[0]), "floor": _expit(x[1])}, _floor_vj,
-        (_LOG_DAYS, (-12.0, 12.0)),
-        tuple((math.log(h), _logit(f)) for h in _STARTS_DAYS for f in (0.2, 0.5, 0.8))),
-    "power-law": _Spec(
-        ("S", "d"), lambda x: {"S": math.exp(x[0]), "d": math.exp(x[1])}, _power_vj,
-        (_LOG_DAYS, (math.log(1e-3), math.log(1e2))),
-        tuple((math.log(s), math.log(d)) for s in _STARTS_DAYS for d in (0.1, 0.5, 2.0))),
-    "ebbinghaus": _Spec(
-        ("s0", "s1"), lambda x: {"s0": math.exp(x[0]), "s1": math.exp(x[1])}, _ebb_vj,
-        # s1 >= 0: exp(-25) days per success is 0 for every purpose
-        (_LOG_DAYS, (-25.0, math.log(1e5))),
-        tuple((math.log(s), math.log(k)) for s in _STARTS_DAYS for k in (0.1, 1.0, 10.0))),
-}
 #: Optimiser runs per family: from the best points of the start grid.
 _N_RUNS = 3
 
 
-def _loss_and_grad(spec: _Spec, x: np.ndarray, t, ns, y) -> tuple[float, np.ndarray]:
+def _loss_and_grad(spec: _Family, x: np.ndarray, t, ctx, y) -> tuple[float, np.ndarray]:
     """Mean log loss and its gradient in ``x`` (0 where ``p`` is clipped)."""
-    p, jac = spec.value_and_jac(x, t, ns)
+    p, jac = _value_and_jac(spec, x, t, ctx)
     inside = (p > _EPS) & (p < 1.0 - _EPS)
     pc = np.clip(p, _EPS, 1.0 - _EPS)
     n = len(y)
@@ -504,15 +518,16 @@ def fit_family(family: str, t: np.ndarray, y: np.ndarray,
     if family == "constant":
         # the maximum-likelihood constant is the mean
         return _metrics(family, {"p": float(y.mean())}, t, n_success, y, True, 1)
-    if family not in _SPECS:
+    if family not in _FAMILIES:
         raise ConfigError(f"Unknown decay family {family!r}; known: {', '.join(FAMILIES)}")
-    if family == "ebbinghaus" and n_success is None:
-        raise ConfigError("fit_family: the 'ebbinghaus' family needs n_success")
-    spec = _SPECS[family]
-    ns = np.zeros_like(t) if n_success is None else np.asarray(n_success, dtype=np.float64)
+    if family in _NEEDS_SUCCESSES and n_success is None:
+        raise ConfigError(f"fit_family: the {family!r} family needs n_success")
+    spec = _FAMILIES[family]
+    ns = np.zeros(len(t), dtype=np.int64) if n_success is None else np.asarray(n_success)
+    ctx = _reviews_context(np.maximum(t, 0.0), ns)
 
     def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-        return _loss_and_grad(spec, x, t, ns, y)
+        return _loss_and_grad(spec, x, t, ctx, y)
 
     # Local optima exist (e.g. a short and a long exponential): score the
     # start grid, then optimise from its best few points, in grid order.
@@ -702,15 +717,8 @@ def _toml_float(x: float) -> str:
 
 def _decay_table(family: str, params: dict) -> tuple[str, dict] | None:
     """memsim decay kind and parameters equivalent to a fitted family."""
-    if family == "exponential":
-        return "half-life", {"half_life_days": params["S"] * math.log(2.0)}
-    if family == "half-life-floor":
-        return "half-life-floor", {"half_life_days": params["half_life"], "floor": params["floor"]}
-    if family == "power-law":
-        return "power-law", {"stability_days": params["S"], "decay": params["d"]}
-    if family == "ebbinghaus":
-        return "ebbinghaus", {"strength_days": params["s0"], "strength_per_recall": params["s1"]}
-    return None
+    spec = _FAMILIES.get(family)
+    return None if spec is None else (spec.kind, spec.to_decay(params))
 
 
 def _registered(kind: str, keys: Sequence[str]) -> bool:

@@ -11,31 +11,19 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib.metadata
+import logging
 import os
 import re
 import signal
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
-from .audit import audit
-from .calibrate import calibrate_revlog, format_calibration
-from .compare import headline_text
-from .config import StreamSource, load_experiment, parse_override
-from .curves import curves_table, format_curves
+from . import datasets
 from .errors import MemsimError
-from .feather_check import main as feather_main
-from .importers.locomo import cli_import_locomo
-from .importers.trace import cli_import_trace
-from .optimum import optimum
-from .policies import PRESETS, REGISTRY, assumptions
-from .report import build_report
-from .rng import child_seq, seed_sequence
-from .runner import default_jobs, run_many
-from .stream import describe_stream, read_stream, write_stream
-from .twin import calibrate_workload, format_twin
+from .machine import default_jobs
 
 __all__ = ["main"]
 
@@ -59,14 +47,16 @@ class Progress:
 
     def __init__(self, label: str, quiet: bool = False, *, phase: str = "",
                  units: int | list[tuple[float, str]] | None = None, unit: str = "step",
-                 resumed: bool = False, then: str = "", stream=None, tty: bool | None = None):
+                 resumed: bool = False, then: str = "", stream=None, tty: bool | None = None,
+                 json_lines: bool = False):
         self.label = label
         self.quiet = quiet
         self.stream = sys.stderr if stream is None else stream
         if tty is None:
             isatty = getattr(self.stream, "isatty", None)
-            tty = bool(isatty and isatty())
+            tty = bool(isatty and isatty()) and not json_lines
         self.tty = tty
+        self.json_lines = json_lines
         self._bar = None
         self._start(phase, units, unit, resumed, then)
 
@@ -116,13 +106,28 @@ class Progress:
             self._draw(frac, done, len(marks))
         else:
             for k in range(self.n_done, done):
-                self._write(f"{self.label}: {marks[k][1]} done ({self._timing(marks[k][0])})")
+                if self.json_lines:
+                    self._write(self._json_line(marks[k]))
+                else:
+                    self._write(f"{self.label}: {marks[k][1]} done "
+                                f"({self._timing(marks[k][0])})")
         self.n_done = done
         if frac >= 1.0:
             self.finished = True
             if self.then:
                 self.close()
                 self._write(f"{self.label}: {self.then}")
+
+    def _json_line(self, mark: tuple[float, str]) -> str:
+        """One progress record of ``--progress json``: a JSON object per line."""
+        import json
+
+        elapsed = time.monotonic() - self.t0
+        share = mark[0] - (self.frac0 or 0.0)
+        left = elapsed * (1.0 - mark[0]) / share if mark[0] < 1.0 and share > 0 else None
+        return json.dumps({"command": self.label, "phase": self.phase_name, "done": mark[1],
+                           "fraction": round(mark[0], 6), "elapsed_s": round(elapsed, 3),
+                           "left_s": None if left is None else round(left, 1)})
 
     def _timing(self, frac: float) -> str:
         elapsed = time.monotonic() - self.t0
@@ -150,15 +155,64 @@ class Progress:
             self._bar = None
 
 
+def _json_progress(args) -> bool:
+    """``--progress json``: progress as JSON lines on stderr."""
+    return getattr(args, "progress", "auto") == "json"
+
+
+def _print_json(data) -> None:
+    """A command's result as one JSON document on stdout (``--json``): NaN and
+    infinities as null (JSON has neither), numpy scalars as numbers, frames as
+    lists of records, paths as strings (:func:`memsim.rundir.jsonable`)."""
+    import json
+
+    from .rundir import jsonable
+
+    print(json.dumps(jsonable(data), indent=2, allow_nan=False))
+
+
 def _cmd_run(args) -> int:
+    from .compare import headline_text
+    from .config import load_experiment
+    from .runner import run_many
     exps = [load_experiment(p, args.set) for p in args.experiments]
+    if args.mlflow is not None:
+        from .tracking import require as require_mlflow
+        require_mlflow()
     phase, units = _run_units(exps, args.jobs)
-    prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1])
+    prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1],
+                    json_lines=_json_progress(args))
+    n = sum(e.n_runs() for e in exps)
+
+    def report_progress(i: int):
+        # each report is a phase of its own (its tables, then each figure)
+        label = "memsim run: report" + (f" of run {i + 1}/{n}" if n > 1 else "")
+        prog_i = Progress(label, args.quiet, json_lines=_json_progress(args))
+
+        def say(frac: float) -> None:
+            prog_i(frac)
+            if frac >= 1:
+                prog_i.close()
+        return say
     try:
         paths = run_many(exps, out=args.out, jobs=args.jobs, report=not args.no_report,
-                         progress=prog, argv=sys.argv)
+                         progress=prog, argv=sys.argv, report_progress=report_progress)
     finally:
         prog.close()
+    if args.mlflow is not None:
+        from .tracking import log_run
+        for p in paths:
+            log_run(p, tracking_uri=args.mlflow or None)
+    if args.json:
+        from .rundir import load_run
+        runs = []
+        for p in paths:
+            run = load_run(p)
+            runs.append({"path": str(p), "name": run.config.get("experiment", {}).get("name"),
+                         "status": (run.manifest or {}).get("status"),
+                         "summary": run.summary})
+        _print_json({"runs": runs})
+        return 0
     for p in paths:
         if not args.quiet:
             # the headline in plain text (it ends with a newline), so that the
@@ -199,30 +253,84 @@ def _utf8_stdout() -> bool:
 
 
 def _cmd_report(args) -> int:
-    print(build_report(Path(args.run_dir)))
+    from .config import import_run_plugins
+    from .report import build_report
+    import_run_plugins(args.run_dir)  # the report rebuilds the run's policies
+    prog = Progress("memsim report", getattr(args, "quiet", False), phase="tables and figures",
+                    json_lines=_json_progress(args))
+    try:
+        out = build_report(Path(args.run_dir), progress=prog)
+    finally:
+        prog.close()
+    print(out)
     return 0
 
 
 def _cmd_stream_generate(args) -> int:
+    from .config import StreamSource, load_experiment
+    from .rng import child_seq, seed_sequence
+    from .stream import write_stream
     exp = load_experiment(args.experiment, args.set)
     if isinstance(exp.workload, StreamSource):
         raise MemsimError(f"{args.experiment}: the workload replays {exp.workload.path}; "
                           "there is nothing to generate")
     stream = exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate",
                                              args.replicate, "workload"))
+    # named after the experiment it came from, not the generator
+    stream.meta.update(name=f"{exp.name}-replicate-{args.replicate}",
+                       experiment=str(args.experiment))
     write_stream(stream, Path(args.out))
     print(args.out)
     return 0
 
 
 def _cmd_stream_validate(args) -> int:
+    from .stream import describe_stream, read_stream
     stream = read_stream(Path(args.path))
+    if args.json:
+        from .stream import stream_facts
+        _print_json({"valid": True, **stream_facts(stream)})
+        return 0
     print(describe_stream(stream))
     print("valid")
     return 0
 
 
+def _cmd_schema(args) -> int:
+    if args.format == "trace":
+        from importlib import resources
+        sys.stdout.write(resources.files("memsim").joinpath("schemas", "trace-v1.json")
+                         .read_text("utf-8"))
+        return 0
+    from .policies.plugins import load_entry_points
+    from .schema import schema_text
+    load_entry_points()  # the installed packages' components too
+    sys.stdout.write(schema_text())
+    return 0
+
+
 def _cmd_policies(args) -> int:
+    from .policies import PRESETS, REGISTRY, assumptions
+    from .policies.catalogue import SOURCES
+    from .policies.plugins import load_entry_points
+    load_entry_points()  # the installed packages' components too
+    if getattr(args, "markdown", False):
+        from .policies.catalogue import catalogue_markdown
+
+        print(catalogue_markdown())
+        return 0
+    if args.json:
+        _print_json({
+            "components": {slot: [
+                {"name": name, "doc": _plain_text(_first_paragraph(cls.__doc__)),
+                 "params": [{"name": n, "default": d, "allowed": a}
+                            for n, d, a in cls.describe()]}
+                for name, cls in sorted(table.items())] for slot, table in REGISTRY.items()},
+            "presets": [{"name": name, "doc": _plain_text(_first_paragraph(preset.doc)),
+                         "source": SOURCES.get(name),
+                         "assumed": {k: _plain_text(v) for k, v in assumptions(name).items()}}
+                        for name, preset in sorted(PRESETS.items())]})
+        return 0
     for slot, table in REGISTRY.items():
         print(f"[{slot}]")
         for name, cls in sorted(table.items()):
@@ -232,11 +340,22 @@ def _cmd_policies(args) -> int:
                 print(f"      {pname} = {default!r}  ({allowed})")
     print("[presets]")
     for name, preset in sorted(PRESETS.items()):
-        first = preset.doc.split(".")[0].replace("\n", " ")
+        # the first sentence: a period followed by a space or the end ("weights 0.5"
+        # is not a sentence end)
+        first = re.split(r"\.(?=\s|$)", preset.doc.strip(), maxsplit=1)[0].replace("\n", " ")
         print(f"  {name}: {_plain_text(' '.join(first.split()))}.")
+        if name in SOURCES:
+            print(f"      source: {SOURCES[name]}")
         for key, why in assumptions(name).items():
             print(f"      assumed {key}: {_plain_text(why)}")
     return 0
+
+
+def _first_paragraph(doc: str | None) -> str:
+    """A docstring's first paragraph, on one line."""
+    import inspect
+
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
 _ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?(?:[^`<]*<)?([^`>]+)>?`")
@@ -254,30 +373,83 @@ def _plain_text(text: str) -> str:
 
 
 def _overrides(pairs: list[str]) -> dict:
+    from .config import parse_override
     return dict(parse_override(o) for o in pairs)
 
 
 def _cmd_curves(args) -> int:
+    from .curves import curves_table, format_curves
     df = curves_table(args.presets, overrides=_overrides(args.set), s=args.s, delta=args.delta)
+    if args.json:
+        _print_json({"curves": df})
+        return 0
     print(format_curves(df))
     return 0
 
 
+def _data_or_path(text: str) -> Path:
+    """A command's file argument: a path, or ``data:NAME`` from the data cache."""
+    return datasets.resolve(text) if text.startswith(datasets.DATA_PREFIX) else Path(text)
+
+
+def _cmd_data_get(args) -> int:
+    if args.source is not None:
+        path = datasets.register(args.name, args.source, to=args.to)
+    else:
+        print(f"memsim data get: downloading {args.name} from "
+              f"{args.url or datasets.dataset(args.name).url}", file=sys.stderr)
+        path = datasets.get(args.name, to=args.to, url=args.url)
+    print(datasets.describe(args.name))
+    if args.to is not None and Path(args.to).expanduser().absolute() != \
+            datasets.cache_dir().absolute():
+        print(f"note: data:{args.name} reads the cache ({datasets.cache_dir()}); to use this "
+              f"copy, set {datasets.CACHE_ENV}={Path(args.to).expanduser()}")
+    print(path)
+    return 0
+
+
+def _cmd_data_list(args) -> int:
+    print(datasets.listing())
+    return 0
+
+
+def _cmd_stream_check(args) -> int:
+    from .importers.trace import check_trace
+    errors, more = check_trace(_data_or_path(args.path), limit=args.limit, qrels=args.qrels)
+    for line in errors:
+        print(line)
+    if more:
+        print(f"... and {more} more")
+    if errors:
+        print(f"memsim: error: {args.path}: {len(errors) + more} errors", file=sys.stderr)
+        return 2
+    print(f"{args.path}: a valid trace (format version 1)")
+    return 0
+
+
 def _cmd_stream_import(args) -> int:
+    from .importers.locomo import cli_import_locomo
+    from .importers.trace import cli_import_trace
+    args.path = str(_data_or_path(args.path))
     if args.format == "trace":
-        cli_import_trace(Path(args.path), Path(args.out))
+        cli_import_trace(Path(args.path), Path(args.out), embedder=args.embedder,
+                         qrels=args.qrels)
         print(args.out)
         return 0
     if args.format != "locomo":  # argparse restricts choices; kept for clarity
         raise MemsimError(f"unknown import format {args.format!r}")
-    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions)
+    if args.qrels is not None:
+        raise MemsimError("--qrels: only a trace takes a TREC qrels file (LoCoMo has its own)")
+    cli_import_locomo(Path(args.path), Path(args.out), notes=args.notes, captions=args.captions,
+                      embedder=args.embedder or "bm25")
     print(args.out)
     return 0
 
 
 def _cmd_calibrate(args) -> int:
+    from .calibrate import calibrate_revlog, format_calibration
     out = None if args.out is None else Path(args.out)
-    result = calibrate_revlog(Path(args.path), out, min_elapsed_days=args.min_elapsed_days)
+    result = calibrate_revlog(_data_or_path(args.path), out, min_elapsed_days=args.min_elapsed_days)
     print(format_calibration(result))
     if out is not None:
         print(out)
@@ -285,6 +457,7 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_calibrate_workload(args) -> int:
+    from .twin import calibrate_workload, format_twin
     say = None if args.quiet else (
         lambda m: print(f"memsim calibrate workload: {m}", file=sys.stderr))
     twin = calibrate_workload(Path(args.stream), Path(args.out), budget=args.budget,
@@ -300,8 +473,11 @@ def _cmd_sweep(args) -> int:
 
     if args.experiment is None and args.resume is None:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
+    if args.mlflow is not None:
+        from .tracking import require as require_mlflow
+        require_mlflow()
     prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
-                    unit="trial", resumed=True,
+                    unit="trial", resumed=True, json_lines=_json_progress(args),
                     then="trials done; robustness check on fresh seeds, plateaus"
                          + ("" if args.no_report else ", report"))
     try:
@@ -312,6 +488,17 @@ def _cmd_sweep(args) -> int:
                         pruner=args.pruner, cache_mb=args.cache_mb)
     finally:
         prog.close()
+    if args.mlflow is not None:
+        from .tracking import log_sweep
+        log_sweep(res, tracking_uri=args.mlflow or None)
+    if args.json:
+        _print_json({"path": None if res.path is None else str(res.path),
+                     "study": res.study_name, "storage": res.storage,
+                     "best": {"number": res.best_number, "values": res.best_values,
+                              "params": res.best_params},
+                     "pareto": res.pareto, "plateau": res.plateau,
+                     "robustness": res.robustness, "notes": list(res.notes)})
+        return 0
     if not args.quiet:
         print(res.summary_text())
     print(res.path if res.path is not None else res.study_name)
@@ -321,6 +508,7 @@ def _cmd_sweep(args) -> int:
 def _sweep_trials(args) -> int | None:
     """How many COMPLETE trials the sweep asks for (for progress lines), or
     None when that is not known before the sweep loads its experiment."""
+    from .config import load_experiment
     if args.trials is not None:
         return args.trials if isinstance(args.trials, int) and args.trials > 0 else None
     from .sweep.space import SweepSpec
@@ -338,28 +526,63 @@ def _sweep_trials(args) -> int | None:
 
 
 def _cmd_audit(args) -> int:
+    from .audit import audit
+    from .config import load_experiment
     exp = load_experiment(args.experiment, args.set)
-    prog = Progress("memsim audit", args.quiet, phase="signals and parameters")
+    prog = Progress("memsim audit", args.quiet, phase="signals and parameters",
+                    json_lines=_json_progress(args))
     try:
         report = audit(exp, replicate=args.replicate, max_queries=args.queries,
                        params=not args.no_params, replicates=args.param_replicates,
                        progress=prog)
     finally:
         prog.close()
+    saved = report.save(Path(args.out)) if args.out is not None else None
+    if args.json:
+        _print_json({"experiment": report.experiment, "replicate": report.replicate,
+                     "queries": report.n_queries, "notes": report.n_notes,
+                     "replicates": report.replicates, "signals": report.signals,
+                     "params": report.params, "reach": report.reach, "flags": report.flags,
+                     "untestable": report.untestable(), "out": saved})
+        return 0
     print(report.to_text())
-    if args.out is not None:
-        print(report.save(Path(args.out)))
+    if saved is not None:
+        print(saved)
     return 0
 
 
 def _cmd_optimum(args) -> int:
+    from .config import load_experiment
+    from .optimum import optimum
     exp = load_experiment(args.experiment, args.set)
     rep = optimum(exp, simulate=not args.no_simulate)
     print(rep.to_json() if args.json else rep.to_text())
     return 0
 
 
+def _cmd_advise(args) -> int:
+    from .advice import advise, print_progress
+    from .config import attribute_overrides, load_experiment
+    from .errors import ConfigError
+
+    exp = load_experiment(args.experiment, args.set)
+    try:
+        advice = advise(exp, current=args.current, out=args.out, argv=sys.argv,
+                        progress=None if args.quiet or args.json else print_progress)
+    except ConfigError as exc:  # the [advise] checks: name the --set that caused one
+        raise attribute_overrides(exc, args.set) from None
+    if args.json:
+        print(advice.to_json())
+        return 0
+    if not args.quiet:
+        print(advice.to_text())
+    if advice.path is not None:
+        print(advice.path)
+    return 0
+
+
 def _cmd_feather_check(args) -> int:
+    from .feather_check import main as feather_main
     prog = Progress("memsim feather-check", getattr(args, "quiet", False))
     try:
         return feather_main([args.config] + (["--csv", args.csv] if args.csv else []),
@@ -369,13 +592,19 @@ def _cmd_feather_check(args) -> int:
 
 
 def _cmd_engine_check(args) -> int:
-    argv = [args.config] + (["--csv", args.csv] if args.csv else [])
+    from .feather_check import main as feather_main
+    argv = ([args.config] + (["--csv", args.csv] if args.csv else [])
+            + (["--json"] if args.json else []))
     if args.engine == "feather":
         prog = Progress("memsim engine-check feather", getattr(args, "quiet", False))
         try:
             return feather_main(argv, progress=prog)
         finally:
             prog.close()
+    if args.engine != "langchain":  # a framework's scoring function (memsim.framework_check)
+        from .framework_check import main as framework_main
+
+        return framework_main(args.engine, argv)
     from .langchain_check import main as langchain_main
 
     return langchain_main(argv)
@@ -400,12 +629,22 @@ def _examples(*lines: str) -> str:
 
 
 def _package_version() -> str:
+    import importlib.metadata  # 60 ms: read only when --version is asked for
+
     try:
         return importlib.metadata.version("memsim")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
         from . import __version__
 
         return __version__
+
+
+class _Version(argparse.Action):
+    """``--version``, with the installed package's version looked up only when asked."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"memsim {_package_version()}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -415,7 +654,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_examples("memsim run experiments/quickstart.toml", "memsim policies",
                          "memsim curves hivemind feather", "memsim run --help")
         + "\n\nEvery command has --help with its options and examples.")
-    p.add_argument("--version", action="version", version=f"memsim {_package_version()}")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="show the installed version and exit")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="say what memsim is doing on stderr (-vv: debugging detail)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            help="what to do (COMMAND --help says more)")
 
@@ -429,9 +671,18 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a dotted config key (repeatable)")
-    common.add_argument("--quiet", action="store_true",
+    common.add_argument("-q", "--quiet", action="store_true",
                         help="no progress bar or progress lines on stderr; run and sweep "
                              "also print only the run folder (no headline table or summary)")
+
+    common.add_argument("--progress", choices=["auto", "json"], default="auto",
+                        help="progress on stderr: a bar on a terminal and lines elsewhere "
+                             "(auto), or one JSON object per line (json)")
+    # --json: the command's result as one JSON document on stdout
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true",
+                         help="print the result as one JSON document on stdout instead of "
+                              "text (NaN as null)")
 
     def add_out(parser, default="results", text="parent folder of run folders"):
         parser.add_argument("--out", default=default, metavar="DIR", help=text)
@@ -440,8 +691,9 @@ def build_parser() -> argparse.ArgumentParser:
         "memsim run experiments/quickstart.toml",
         "memsim run experiments/quickstart.toml "
         "--set policies.half-life-180-floor.decay.floor=0.2",
-        "memsim run experiments/quickstart.toml experiments/packing.toml --jobs 2"),
-        parents=[common])
+        "memsim run experiments/quickstart.toml experiments/packing.toml --jobs 2",
+        "memsim run experiments/quickstart.toml --json --progress json"),
+        parents=[common, as_json])
     add_out(r)
     r.add_argument("experiments", nargs="+", metavar="EXPERIMENT.toml",
                    help="experiment files (a [grid] table expands into one run per "
@@ -450,6 +702,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes, one per core unless given: several runs at once, "
                         "or a single run's replicates; results do not depend on it")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
+    r.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                   help="export each run to MLflow (params, metrics, report): to URI, or "
+                        "MLflow's default without one; off unless given (the [mlflow] extra)")
     # --quiet (from the common options) also keeps the headline table off:
     # only the run folders are printed
     r.set_defaults(func=_cmd_run)
@@ -457,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw = add(sub, "sweep", "Optuna sweep of an experiment's [sweep] table (resumable)", (
         "memsim sweep experiments/sweep_hivemind.toml --trials 100 --workers 2",
         "memsim sweep experiments/sweep_hivemind.toml --trials 20 --batch 10 --pruner median"),
-        parents=[common])
+        parents=[common, as_json])
     add_out(sw)
     sw.add_argument("experiment", nargs="?", default=None, metavar="EXPERIMENT.toml",
                     help="experiment file with a [sweep] table (optional with --resume)")
@@ -484,11 +739,16 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--resume", default=None, metavar="RUN_DIR",
                     help="continue the sweep of this run folder")
     sw.add_argument("--no-report", action="store_true", help="skip report.html")
+    sw.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                    help="export the sweep to MLflow (a run, one nested run per trial): to "
+                         "URI, or MLflow's default without one; off unless given (the [mlflow] "
+                         "extra)")
     sw.set_defaults(func=_cmd_sweep)
 
     au = add(sub, "audit",
              "which signals vary and which swept parameters the workload can test",
-             ("memsim audit experiments/sweep_hivemind.toml --queries 100",), parents=[common])
+             ("memsim audit experiments/sweep_hivemind.toml --queries 100",),
+             parents=[common, as_json])
     add_out(au, None, "folder to save signals.csv, params.csv, reach.csv and audit.txt in "
             "(default: print only)")
     au.add_argument("experiment", metavar="EXPERIMENT.toml",
@@ -510,10 +770,29 @@ def build_parser() -> argparse.ArgumentParser:
                          "exponential law")
     op.add_argument("--json", action="store_true", help="print JSON instead of text")
     op.add_argument("--no-simulate", action="store_true",
-                    help="skip simulating each policy beside its bayes twin")
+                    help="skip the simulations (each policy, its derived optimum, the bayes "
+                         "twins; a value packer's derived pair is then not checked, so not "
+                         "answered)")
     op.set_defaults(func=_cmd_optimum)
 
+    adv = add(sub, "advise", "tune ranking, cut, packing and retention against today's "
+              "setting; test the gain on held-out queries", (
+                  "memsim advise experiments/advise.toml",
+                  "memsim advise experiments/advise.toml --current similarity-only "
+                  "--set advise.trials=10",
+              ), parents=[common, as_json])
+    adv.add_argument("experiment", metavar="EXPERIMENT.toml",
+                     help="experiment with an [advise] table (current = today's policy)")
+    adv.add_argument("--current", default=None, metavar="POLICY",
+                     help="today's setting (overrides advise.current): a policy of the "
+                          "experiment, a preset, or as-logged")
+    add_out(adv, text="parent folder of the run folder (advice.md, advice.json)")
+    adv.set_defaults(func=_cmd_advise)
+
     rep = add(sub, "report", "(re)build report.html from a run folder")
+    rep.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    rep.add_argument("--progress", choices=["auto", "json"], default="auto",
+                     help="progress on stderr: lines or a bar (auto), or JSON lines (json)")
     rep.add_argument("run_dir", metavar="RUN_DIR",
                      help="a run folder (the path `memsim run` printed last)")
     rep.set_defaults(func=_cmd_report)
@@ -529,31 +808,84 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a dotted config key (repeatable)")
     g.add_argument("--replicate", type=int, default=0, help="which replicate's stream")
     g.set_defaults(func=_cmd_stream_generate)
-    v = add(ssub, "validate", "check a stream folder and summarise it")
+    v = add(ssub, "validate", "check a stream folder and summarise it", parents=[as_json])
     v.add_argument("path", metavar="DIR", help="stream folder")
     v.set_defaults(func=_cmd_stream_validate)
 
     imp = add(ssub, "import", "import a real trace into a stream folder", (
         "memsim stream import trace experiments/traces/example.jsonl --out /tmp/mine",
-        "memsim stream import locomo ../shared/data/locomo/locomo10.zip --out /tmp/locomo"))
+        "memsim stream import locomo data:locomo --out /tmp/locomo"))
     imp.add_argument("format", choices=["locomo", "trace"],
                      help="locomo: the LoCoMo conversations; trace: a memory-layer log")
-    imp.add_argument("path", help="locomo10.zip or locomo10.json; a trace: FILE.jsonl "
-                     "(memory-layer log, format in memsim/importers/trace.py)")
+    imp.add_argument("path", help="locomo10.zip, locomo10.json or data:locomo; a trace: "
+                     "FILE.jsonl (memory-layer log, format in memsim/importers/trace.py)")
     imp.add_argument("--out", required=True, help="stream folder to create")
     imp.add_argument("--notes", choices=["turns", "observations", "summaries"], default="turns",
                      help="what becomes a note (LoCoMo)")
     imp.add_argument("--captions", action="store_true",
                      help="append image captions to the turns they belong to")
+    imp.add_argument("--embedder", choices=["bm25", "wordllama", "vectors"], default=None,
+                     help="how text becomes vectors: bm25 (LoCoMo's default), wordllama (dense, "
+                     "offline; the [embed] extra) or vectors (a trace's logged ones; a trace's "
+                     "default when it logs them, else bm25)")
+    imp.add_argument("--qrels", metavar="FILE", default=None,
+                     help="a TREC qrels file of the trace's ids: judgements beside the "
+                          "trace's own (trace)")
     imp.set_defaults(func=_cmd_stream_import)
 
-    pol = add(sub, "policies", "list registered components and presets", ("memsim policies",))
+    chk = add(ssub, "check", "validate a trace and list every error (writes nothing)", (
+        "memsim stream check trace experiments/traces/example.jsonl",))
+    chk.add_argument("format", choices=["trace"], help="trace: a memory-layer log (JSON Lines)")
+    chk.add_argument("path", help="FILE.jsonl (format: memsim/schemas/trace-v1.json)")
+    chk.add_argument("--limit", type=int, default=50,
+                     help="list at most this many errors, then count the rest")
+    chk.add_argument("--qrels", metavar="FILE", default=None,
+                     help="a TREC qrels file of the trace's ids, checked with it")
+    chk.set_defaults(func=_cmd_stream_check)
+
+    dat = add(sub, "data", "fetch public data sets into the data cache (never implicit)")
+    dsub = dat.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND",
+                              help="what to do with data sets")
+    dg = add(dsub, "get", "download a data set, check its pinned SHA-256 and cache it; "
+             "experiments then name it data:NAME", (
+                 "memsim data get locomo",
+                 "memsim data get locomo --from FILE",
+                 "memsim data get fsrs-revlog --to DIR"))
+    dg.add_argument("name", choices=list(datasets.DATASETS), help="the data set")
+    dg.add_argument("--from", dest="source", metavar="FILE", default=None,
+                    help="register a copy you already have instead of downloading "
+                         "(checksum checked)")
+    dg.add_argument("--to", metavar="DIR", default=None,
+                    help=f"data folder to write to (default: ${datasets.CACHE_ENV}, else "
+                         "~/.cache/memsim)")
+    dg.add_argument("--url", default=None,
+                    help="a mirror of the same file (the checksum is still checked)")
+    dg.set_defaults(func=_cmd_data_get)
+    dl = add(dsub, "list", "list the known data sets and whether they are cached",
+             ("memsim data list",))
+    dl.set_defaults(func=_cmd_data_list)
+
+    pol = add(sub, "policies", "list registered components and presets",
+              ("memsim policies", "memsim policies --json", "memsim policies --markdown"),
+              parents=[as_json])
+    pol.add_argument("--markdown", action="store_true",
+                     help="print the preset catalogue (source, half-life, eviction, "
+                          "engine-check) as a Markdown table")
     pol.set_defaults(func=_cmd_policies)
+
+    sch = add(sub, "schema", "print the JSON Schema of a file format (for editors and "
+              "validators)", ("memsim schema experiment",
+                              "memsim schema trace"))
+    sch.add_argument("format", choices=["experiment", "trace"],
+                     help="experiment: an experiment TOML file (generated from memsim's "
+                          "definitions and the installed components); trace: a line of a "
+                          "trace (format version 1)")
+    sch.set_defaults(func=_cmd_schema)
 
     cur = add(sub, "curves", "recency multipliers, half-lives and crossover ages", (
         "memsim curves hivemind feather",
         "memsim curves hivemind feather --set policies.feather.decay.half_life_days=90",
-        "memsim curves feather feather-v0.16 --set decay.half_life_days=90"))
+        "memsim curves feather feather-v0.16 --set decay.half_life_days=90"), parents=[as_json])
     cur.add_argument("presets", nargs="+", metavar="PRESET",
                      help="preset names (`memsim policies` lists them)")
     cur.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -575,13 +907,16 @@ def build_parser() -> argparse.ArgumentParser:
     ec = add(sub, "engine-check",
              "replay a stream through a real engine and its memsim preset",
              ("memsim engine-check feather experiments/feather_check.toml",
-              "memsim engine-check langchain experiments/langchain_check.toml"))
-    ec.add_argument("engine", choices=["feather", "langchain"],
-                    help="the real engine (needs pip install -e \".[feather]\" or "
-                         "\".[langchain]\")")
+              "memsim engine-check langchain experiments/langchain_check.toml",
+              "memsim engine-check llamaindex experiments/framework_check.toml"),
+             parents=[as_json])
+    ec.add_argument("engine", choices=["feather", "langchain", "llamaindex", "crewai", "redis",
+                                       "mem0", "openmemory"],
+                    help="the real engine (needs pip install -e \".[feather]\", "
+                         "\".[langchain]\" or the framework's package, see the README)")
     ec.add_argument("config", metavar="EXPERIMENT.toml",
                     help="TOML file (experiments/feather_check.toml, "
-                         "experiments/langchain_check.toml)")
+                         "experiments/langchain_check.toml, experiments/framework_check.toml)")
     ec.add_argument("--csv", metavar="PREFIX", help="write the per-query tables as CSV")
     ec.set_defaults(func=_cmd_engine_check)
 
@@ -590,8 +925,8 @@ def build_parser() -> argparse.ArgumentParser:
     csub = cal.add_subparsers(dest="calibrate_command", required=True, metavar="SOURCE",
                             help="the kind of real data")
     rv = add(csub, "revlog", "a spaced-repetition review log (CSV)",
-             ("memsim calibrate revlog ../shared/data/fsrs_revlog/ --out /tmp/calibration",))
-    rv.add_argument("path", help="a review-log CSV or a folder of them")
+             ("memsim calibrate revlog data:fsrs-revlog --out /tmp/calibration",))
+    rv.add_argument("path", help="a review-log CSV, a folder of them, or data:fsrs-revlog")
     rv.add_argument("--out", default=None,
                     help="folder for the plot and TOML fragment (default: print only)")
     rv.add_argument("--min-elapsed-days", type=float, default=0.0,
@@ -617,9 +952,40 @@ def _terminate(signum, frame):  # pragma: no cover - exercised in a subprocess t
     raise KeyboardInterrupt
 
 
+class _OneLine(logging.Formatter):
+    """``memsim: warning: ...``: the command line's form of a log record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"memsim: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr (no source line): memsim's own as
+    ``memsim: warning: ...``, others with their category."""
+    from .errors import MemsimWarning
+
+    what = "" if issubclass(category, MemsimWarning) else f"{category.__name__}: "
+    print(f"memsim: warning: {what}{_one_line(message)}", file=sys.stderr if file is None
+          else file)
+
+
+def _logging(verbose: int) -> None:
+    """The ``memsim`` logger on stderr: warnings by default, ``-v`` adds what
+    memsim is doing, ``-vv`` its debugging detail; warnings as one line."""
+    log = logging.getLogger("memsim")
+    if not any(isinstance(h.formatter, _OneLine) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_OneLine())
+        log.addHandler(handler)
+    log.setLevel(logging.WARNING - 10 * min(verbose, 2))
+    log.propagate = False
+    warnings.showwarning = _show_warning
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _logging(getattr(args, "verbose", 0))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
         # explicit: a process started with SIGINT ignored (`memsim run ... &` from a
@@ -628,7 +994,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MemsimError as exc:
-        print(f"memsim: error: {_one_line(exc)}", file=sys.stderr)
+        # a config with several mistakes reports each on its own line
+        for message in getattr(exc, "errors", None) or [exc]:
+            print(f"memsim: error: {_one_line(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memsim: interrupted", file=sys.stderr)

@@ -38,12 +38,12 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
-from .metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN
+from .metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN, UNDIRECTED_METRICS
 from .rundir import RunResult, load_run
 from .stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
                     column_decimals, format_fixed, format_p, paired_tests, summarise)
 
-__all__ = ["compare", "Comparison", "MARKS", "ASCII_MARKS", "markdown_table", "headline_text",
+__all__ = ["compare", "Comparison", "MARKS", "ASCII_MARKS", "markdown_table", "header_html", "headline_text",
            "TERMINAL_METRICS"]
 
 #: Marks after a value: significantly better / worse than the baseline.
@@ -201,7 +201,7 @@ class Comparison:
                      "with a delta-method standard error over the same pairs")
         return (f"{head} ▲ / ▼: significantly better / worse than the baseline "
                 f"'{self.baseline}' ({test}; Holm-adjusted over the {self.n_comparisons} "
-                f"comparisons of this table, p < {self.alpha:g}).")
+                f"comparisons of this table, p < {self.alpha:g}).{_no_verdict(self.metrics)}")
 
     def to_markdown(self, detail: bool = False) -> str:
         """A GitHub-flavoured Markdown table: the summary (default) or the
@@ -384,7 +384,7 @@ _CI_RE = re.compile(r" (\[[^\]]*\])( [▲▼])?")
 def _html(df: pd.DataFrame, split_ci: bool = False) -> str:
     if len(df) == 0:
         return "<p><em>(nothing to compare)</em></p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    head = "".join(f"<th>{header_html(c)}</th>" for c in df.columns)
     body = []
     for row in df.itertuples(index=False):
         cells = []
@@ -688,8 +688,41 @@ def _short(name: str, n: int) -> str:
     return name if len(name) <= n else name[:max(n - 1, 1)] + "~"
 
 
+def header_html(name: object) -> str:
+    """A column header for HTML: escaped, and breakable only after an
+    underscore or at a space (``utility_<wbr>share``), never inside a word."""
+    return html.escape(str(name)).replace("_", "_<wbr>")
+
+
+def _no_verdict(metrics) -> str:
+    """The legend's note on the metrics shown without a mark (costs such as
+    tokens used have no better direction)."""
+    shown = [TERMINAL_METRICS.get(m, m) for m in metrics if m in UNDIRECTED_METRICS]
+    return (f" {', '.join(shown)}: no better direction, shown without a mark."
+            if shown else "")
+
+
+def _order_only(cmp: Comparison, metrics: list[str]) -> bool:
+    """Whether two policies tie on every headline metric at some budget while
+    their ``answer_prob`` differs: policies that differ only in the order of the
+    packed notes (an orderer), which only the reader model tells apart."""
+    if "answer_prob" not in cmp.metrics or not metrics:
+        return False
+    s = cmp.summary.pivot_table(index=["budget", "policy"], columns="metric", values="mean",
+                                sort=False)
+    if "answer_prob" not in s:
+        return False
+    for _, g in s.groupby(level="budget", sort=False):
+        same = g[metrics].round(12).duplicated(keep=False)
+        if same.any() and g.loc[same.to_numpy(), "answer_prob"].round(12).nunique() > 1:
+            return True
+    return False
+
+
 def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
     metrics = [m for m in TERMINAL_METRICS if m in cmp.metrics]
+    if _order_only(cmp, metrics):
+        metrics.append("answer_prob")
     if not metrics or len(cmp.summary) == 0:
         return "(no metric to show)\n"
     df = cmp.to_dataframe()
@@ -702,7 +735,7 @@ def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
             if math.isfinite(r.ci_low) and math.isfinite(r.ci_high) else ""
         cells[r.budget, r.policy, r.metric] = (
             f"{format_fixed(r.mean, dec=d)} {mark}".rstrip(), f"[{ci}]" if ci else "")
-    heads = [TERMINAL_METRICS[m] for m in metrics]
+    heads = [TERMINAL_METRICS.get(m, m.replace("_", " ")) for m in metrics]
     colw = [max([len(h)] + [len(c[i]) for k, c in cells.items() if k[2] == m
                             for i in (0, 1)]) + 2 for m, h in zip(metrics, heads)]
     labels = {p: p + (" (baseline)" if p == cmp.baseline and len(cmp.policies) > 1 else "")
@@ -731,10 +764,14 @@ def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
     if OLD_RECALL_COLUMN in metrics:
         legend += (f" recall >= {OLD_AGE_DAYS} d: recall of relevant notes at least "
                    f"{OLD_AGE_DAYS} days old.")
+    if "answer_prob" in metrics:
+        legend += (" answer prob: the reader model's chance of answering, which the order "
+                   "of the packed notes changes (shown because some policies differ only "
+                   "in that order).")
     if len(cmp.policies) > 1:
         legend += (f" {marks['better']} / {marks['worse']}: significantly better / worse than "
                    f"'{cmp.baseline}' (Holm-adjusted p < {cmp.alpha:g} over "
-                   f"{cmp.n_comparisons} comparisons).")
+                   f"{cmp.n_comparisons} comparisons).{_no_verdict(metrics)}")
     else:
         legend += " Only one policy: nothing to compare against."
     lines += [""] + textwrap.wrap(legend, width=width)

@@ -7,12 +7,17 @@ Configs are parsed as data (``tomllib``), never evaluated.
 An experiment file has these tables::
 
     [experiment]        name, seed, replicates, description, baseline, budgets,
-                        and the engine settings of :class:`memsim.engine.SimSettings`
+                        plugins (modules that register components, imported
+                        first), and the engine settings of
+                        :class:`memsim.engine.SimSettings`
     [workload]          synthetic knobs, or ``source = "DIR"`` to replay a stream
+                        (``importer``, ``notes``, ``embedder`` for data imported on load)
+                        (``source = "data:locomo"``: a data set from ``memsim data get``)
     [reader]            the reader model (``kind = "positional"`` ...)
     [policies.NAME]     ``preset = "..."`` and/or one entry per slot
     [grid]              "dotted.key" = [values ...]: one run per combination
     [sweep]             an Optuna search (see :mod:`memsim.sweep`)
+    [advise]            what ``memsim advise`` tunes (see :mod:`memsim.advice`)
 
 *Resolution* fills every default so that the resolved table (written as
 ``config.toml`` in the run folder) reproduces the run exactly.
@@ -34,12 +39,15 @@ from typing import Any
 
 import tomli_w
 
+from .embed import check_embedder
+from .datasets import DATA_PREFIX, DataError, dataset as data_set, resolve as resolve_data
 from .engine import SimSettings
 from .importers.locomo import import_locomo
 from .importers.trace import import_trace
 from .errors import ConfigError, MemsimError
 from .params import Interval, Validated, apply_override, check_keys, did_you_mean
 from .policies import Policy, resolve_policy
+from .policies.plugins import check_module_names, import_plugins
 from .reader import reader_from_config
 from .stream import read_stream
 from .workload import SyntheticWorkload
@@ -47,9 +55,12 @@ from .workload import SyntheticWorkload
 __all__ = [
     "Experiment",
     "StreamSource",
+    "SOURCE_KEYS",
+    "TOP_LEVEL",
     "load_experiment",
     "experiment_from_dict",
     "apply_override",
+    "attribute_overrides",
     "parse_override",
     "did_you_mean",
     "dumps_toml",
@@ -61,9 +72,10 @@ __all__ = [
     "max_runs",
     "max_stream_gib",
     "estimate_stream_bytes",
+    "import_run_plugins",
 ]
 
-TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep")
+TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep", "advise")
 
 # --------------------------------------------------------------------------
 # Limits: what a config may ask for before anything runs
@@ -138,6 +150,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 #: Real-trace importers a workload can name (``importer = "locomo"``).
 IMPORTERS = ("locomo", "trace")
 IMPORT_NOTES = ("turns", "observations", "summaries")
+#: The keys of a ``[workload]`` that replays a stream (``source = ...``).
+SOURCE_KEYS = ("source", "source_hash", "importer", "notes", "embedder")
 
 
 @dataclass(frozen=True)
@@ -150,17 +164,24 @@ class StreamSource:
     path: Path
     importer: str | None = None
     notes: str = "turns"
+    #: ``[workload] embedder`` (:mod:`memsim.embed`); None: the importer's default
+    embedder: str | None = None
+    #: ``"data:NAME"`` when the config named a data set (``path`` is its cached file)
+    ref: str | None = None
 
     def to_config(self) -> dict:
-        """``source`` (an absolute path), ``source_hash`` (of its content) and
-        the importer's settings. :func:`config_hash` hashes the content, not
-        the path, so a stream moved or reached from another folder keeps its
-        run hash."""
-        out: dict[str, Any] = {"source": str(self.path), "source_hash": self.content_hash()}
+        """``source`` (an absolute path, or the ``data:NAME`` it was named by),
+        ``source_hash`` (of its content) and the importer's settings.
+        :func:`config_hash` hashes the content, not the path, so a stream moved
+        or reached from another folder keeps its run hash."""
+        out: dict[str, Any] = {"source": self.ref or str(self.path),
+                               "source_hash": self.content_hash()}
         if self.importer is not None:
             out["importer"] = self.importer
         if self.importer == "locomo":
             out["notes"] = self.notes
+        if self.embedder is not None:
+            out["embedder"] = self.embedder
         return out
 
     def content_hash(self) -> str:
@@ -171,9 +192,9 @@ class StreamSource:
     def load(self):
         """Read (or import) the stream."""
         if self.importer == "locomo":
-            return import_locomo(self.path, notes=self.notes)
+            return import_locomo(self.path, notes=self.notes, embedder=self.embedder or "bm25")
         if self.importer == "trace":
-            return import_trace(self.path)
+            return import_trace(self.path, embedder=self.embedder)
         return read_stream(self.path)
 
 
@@ -240,6 +261,11 @@ class ExperimentSettings(Validated):
         Period of the retention sweeps.
     save_rankings : bool
         Keep every query's top-C ranking (``rankings.parquet``).
+    plugins : tuple of str
+        Modules imported before the rest of the config is validated, so that
+        the components they register can be named (``["my_package.my_decays"]``;
+        :mod:`memsim.policies.plugins`). Written to the resolved config only
+        when not empty.
     """
 
     name: str = "experiment"
@@ -255,6 +281,7 @@ class ExperimentSettings(Validated):
     feedback_mode: str = SimSettings.feedback_mode
     retention_period_days: float = SimSettings.retention_period_days
     save_rankings: bool = SimSettings.save_rankings
+    plugins: tuple = ()
 
     _constraints = {
         "seed": Interval(0, 2**63 - 1, integer=True),
@@ -309,6 +336,8 @@ class ExperimentSettings(Validated):
             if any(isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63
                    for v in values):
                 raise ConfigError(f"{where}.{key}: {value!r} is beyond a 64-bit integer")
+        if "plugins" in kwargs:
+            kwargs["plugins"] = check_module_names(kwargs["plugins"], f"{where}.plugins")
         if "budgets" in kwargs:
             if not isinstance(kwargs["budgets"], list):
                 raise ConfigError(f"{where}.budgets: expected a list of ints, got "
@@ -328,6 +357,8 @@ class Experiment:
     grid: dict[str, list] = field(default_factory=dict)
     sweep: dict | None = None
     base_dir: Path = Path(".")
+    #: the ``[advise]`` table, as written (read by :mod:`memsim.advice`)
+    advise: dict | None = None
     source_file: str = ""
 
     @property
@@ -347,6 +378,10 @@ class Experiment:
         """The resolved table: every default filled, concrete seed."""
         exp = {f.name: getattr(self.settings, f.name) for f in fields(self.settings)}
         exp["budgets"] = list(self.settings.budgets)
+        if self.settings.plugins:
+            exp["plugins"] = list(self.settings.plugins)
+        else:  # a config without plugins keeps its table (and its hash)
+            del exp["plugins"]
         policies = {}
         for name, pol in self.policies.items():
             table = pol.to_config()
@@ -358,6 +393,8 @@ class Experiment:
             out["grid"] = copy.deepcopy(self.grid)
         if self.sweep is not None:
             out["sweep"] = copy.deepcopy(self.sweep)
+        if self.advise is not None:
+            out["advise"] = copy.deepcopy(self.advise)
         return out
 
     def hash8(self) -> str:
@@ -437,18 +474,116 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
         raise ConfigError(f"{path}: experiment: expected a table, got "
                           f"{_short(table['experiment'])}")
     table.setdefault("experiment", {}).setdefault("name", _safe_name(path.stem))
+    # every override that reads and applies is kept; the others are reported
+    # with the file's own mistakes
+    errors = _Errors()
+    applied: list[tuple[str, str]] = []  # (key, "KEY=VALUE" as given)
     if isinstance(overrides, dict):
-        items = list(overrides.items())
+        items: list = [((k, v), f"{k}={_override_text(v)}") for k, v in overrides.items()]
     else:
-        items = [parse_override(o) for o in (overrides or [])]
-    for k, v in items:
-        _override(table, k, v, "--set")
+        items = [(None, text) for text in overrides or []]
+    for kv, text in items:  # in the order given, so that the messages are too
+        if kv is None:
+            kv, text = errors.run(parse_override, text), text.strip()
+        if kv is not _FAILED and errors.run(_override, table, *kv, "--set") is not _FAILED:
+            applied.append((kv[0], text))
     try:
         # relative paths in the file (workload.source) are relative to the file
-        return experiment_from_dict(table, base_dir=path.absolute().parent,
-                                    source_file=str(path))
+        exp = experiment_from_dict(table, base_dir=path.absolute().parent,
+                                   source_file=str(path))
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        errors.caught.append(exc.with_messages(
+            [f"{path}: {m}{_attribution(m, applied)}" for m in exc.errors]))
+    else:
+        if not errors.caught:
+            return exp
+    errors.raise_if_any()
+    raise AssertionError("unreachable")  # raise_if_any raised
+
+
+def _override_text(value: Any) -> str:
+    """``value`` as an inline TOML value, for an override given as a dict."""
+    if isinstance(value, dict):
+        items = [f"{k if re.match(r'^[A-Za-z0-9_-]+$', str(k)) else json.dumps(str(k))} = "
+                 f"{_override_text(v)}" for k, v in value.items()]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_override_text(v) for v in value) + "]"
+    try:
+        return tomli_w.dumps({"v": _plain(value)}).strip()[len("v = "):]
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+#: The dotted key in front of a message (``policies.a.decay: ...``) and the
+#: parameter a component's or a knob group's message names.
+_MESSAGE_KEY = re.compile(r"^([A-Za-z0-9_\-.]+): ")
+_MESSAGE_PARAM = re.compile(r"^The '(\w+)' parameter of ")
+
+
+def _message_key(message: str) -> str | None:
+    """The dotted key a validation message is about, down to the parameter
+    when the message names one (``policies.a.decay.floor``); None when it
+    names no key."""
+    m = _MESSAGE_KEY.match(message)
+    if m is None:
+        return None
+    key = m.group(1).rstrip(".")
+    p = _MESSAGE_PARAM.match(message[m.end():])
+    if p is not None and not key.endswith(f".{p.group(1)}"):
+        key = f"{key}.{p.group(1)}"
+    return key
+
+
+def attribute_overrides(exc: ConfigError, overrides: list[str] | dict | None) -> ConfigError:
+    """``exc`` (same type) with each message about a key that one of
+    ``overrides`` set ending in ``(from --set KEY=VALUE)``: for the checks
+    that run after :func:`load_experiment` (``[sweep]``, ``[advise]``)."""
+    if isinstance(overrides, dict):
+        applied = [(k, f"{k}={_override_text(v)}") for k, v in overrides.items()]
+    else:
+        applied = [(t.split("=", 1)[0].strip(), t.strip()) for t in overrides or [] if "=" in t]
+    return exc.with_messages([m if "(from --set " in m else m + _attribution(m, applied)
+                              for m in exc.errors])
+
+
+def _attribution(message: str, applied: list[tuple[str, str]]) -> str:
+    """`` (from --set KEY=VALUE)`` when an applied override set the key of
+    ``message``, a table above it or a key below it; ``""`` otherwise (a
+    mistake of the file itself)."""
+    key = _message_key(message)
+    if key is None:
+        return ""
+    hits = [text for k, text in applied
+            if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
+    # a long value (a 5000-character name) is cut: the line names the key
+    hits = [t if len(t) <= 80 else t[:77] + "..." for t in hits]
+    return f" (from {', '.join(f'--set {t}' for t in hits)})" if hits else ""
+
+
+def import_run_plugins(run_dir: str | Path) -> None:
+    """Import the modules of a run folder's ``[experiment] plugins`` (its
+    ``config.toml``), so that the components its policies name are
+    registered before the folder's policies are rebuilt (``memsim report``).
+    A folder without a readable config has none.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the config file, the key and the module.
+    """
+    cfg = Path(run_dir) / "config.toml"
+    try:
+        table = tomllib.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return  # reading the run reports what is wrong with the folder
+    plugins = (table.get("experiment") or {}).get("plugins") if isinstance(
+        table.get("experiment"), dict) else None
+    if plugins:
+        try:
+            import_plugins(plugins)
+        except ConfigError as exc:
+            raise ConfigError(f"{cfg}: {exc}") from None
 
 
 def _read_config_file(path: Path) -> bytes:
@@ -501,66 +636,181 @@ def _override(table: dict, key: str, value: Any, where: str) -> None:
         raise ConfigError(f"{where} {key}: a part of this key is a value, not a table") from None
 
 
+class _Errors:
+    """Collects the :class:`ConfigError` of each independent part of a config,
+    so that one run reports every mistake; a part that failed yields
+    :data:`_FAILED` and the checks that depend on it are skipped (no
+    follow-on errors)."""
+
+    def __init__(self) -> None:
+        self.caught: list[ConfigError] = []
+
+    def run(self, fn, *args, **kwargs) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            self.caught.append(exc)
+            return _FAILED
+
+    def raise_if_any(self) -> None:
+        if len(self.caught) == 1:
+            raise self.caught[0]  # one mistake keeps its type (ParameterError ...)
+        if self.caught:
+            raise ConfigError(errors=[m for exc in self.caught for m in exc.errors])
+
+
+_FAILED = object()
+
+
 def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
                          source_file: str = "") -> Experiment:
-    """Validate a config table and build the :class:`Experiment`."""
+    """Validate a config table and build the :class:`Experiment`.
+
+    Each independent part (the top-level keys, ``[experiment]``,
+    ``[workload]``, ``[reader]``, each policy, the baseline, ``[grid]``,
+    the types of ``[sweep]`` and ``[advise]``) is validated even when an
+    earlier one failed; a check that needs an earlier part runs only when
+    that part is valid. The plugins are imported first, and a plugin that
+    fails to import stops the validation at once (the rest would only report
+    the components it registers as unknown).
+
+    Raises
+    ------
+    ConfigError
+        Every mistake found, one message each (:attr:`ConfigError.errors`).
+    """
     if not isinstance(table, dict):
         raise ConfigError("the config must be a table")
-    check_keys(table, TOP_LEVEL, "")
-    settings = ExperimentSettings.from_table(_table(table, "experiment"))
+    errors = _Errors()
+    for key in table:
+        errors.run(check_keys, (key,), TOP_LEVEL, "")
+    # the plugins first: the rest of the config may name their components
+    exp_table = errors.run(_table, table, "experiment")
+    plugins = exp_table.get("plugins") if exp_table is not _FAILED else None
+    if plugins is not None:
+        if errors.run(lambda: import_plugins(check_module_names(plugins, "experiment.plugins"))
+                      ) is _FAILED:
+            errors.raise_if_any()
+    settings = (errors.run(ExperimentSettings.from_table, exp_table)
+                if exp_table is not _FAILED else _FAILED)
+    wl = errors.run(_table, table, "workload")
+    workload = errors.run(_workload_from, wl, base_dir) if wl is not _FAILED else _FAILED
+    reader = errors.run(lambda: reader_from_config(_table(table, "reader"), "reader"))
 
-    wl = _table(table, "workload")
-    if "source" in wl:
-        extra = [k for k in wl if k not in ("source", "source_hash", "importer", "notes")]
-        if extra:
-            raise ConfigError(f"workload.{extra[0]}: a workload with 'source' replays a stream "
-                              "and takes no generator knobs")
-        if not isinstance(wl["source"], str) or not wl["source"]:
-            raise ConfigError(f"workload.source: expected a folder path, got {wl['source']!r}")
-        importer = wl.get("importer")
-        if importer is not None and importer not in IMPORTERS:
-            raise ConfigError(f"workload.importer: unknown importer {importer!r}; "
-                              f"allowed: {', '.join(IMPORTERS)}")
-        notes = wl.get("notes", "turns")
-        if notes not in IMPORT_NOTES or ("notes" in wl and importer != "locomo"):
-            raise ConfigError(f"workload.notes: must be one of {', '.join(IMPORT_NOTES)}, "
-                              f"with importer = \"locomo\"; got {notes!r}")
-        src = Path(wl["source"]).expanduser()
-        src = src if src.is_absolute() else Path(base_dir).absolute() / src
-        if not src.exists():
-            raise ConfigError(f"workload.source: {src}: no such file or folder")
-        workload: Any = StreamSource(src, importer, notes)
-        if "source_hash" in wl and wl["source_hash"] != workload.content_hash():
-            raise ConfigError(f"workload.source_hash: the content of {src} changed since this "
-                              "config was written (it would not reproduce the run); remove "
-                              "source_hash to run on the new content")
-    else:
+    pols_table = errors.run(_table, table, "policies")
+    policies: dict[str, Any] = {}
+    if pols_table is not _FAILED:
+        if not pols_table:
+            errors.run(_raise, "policies: an experiment needs at least one [policies.NAME] table")
+        for name, ptable in pols_table.items():
+            policies[name] = errors.run(_policy_from, name, ptable)
+    # the baseline is checked against the policy names even when a policy
+    # failed; a baseline of the wrong type is the [experiment] check's error
+    baseline = exp_table.get("baseline") if exp_table is not _FAILED else None
+    if isinstance(baseline, str) and pols_table is not _FAILED:
+        errors.run(_check_baseline, baseline, pols_table)
+
+    grid = errors.run(_grid_from, table)
+    sweep = table.get("sweep")
+    if sweep is not None and not isinstance(sweep, dict):
+        errors.run(_raise, "sweep: expected a table")
+    advise = table.get("advise")
+    if advise is not None and not isinstance(advise, dict):
+        errors.run(_raise, "advise: expected a table")
+    errors.raise_if_any()
+    exp = Experiment(settings=settings, workload=workload, policies=policies,
+                     reader=reader, grid=dict(grid), sweep=copy.deepcopy(sweep),
+                     base_dir=Path(base_dir), source_file=source_file,
+                     advise=copy.deepcopy(advise))
+    # A grid key must name something real: try the first combination now.
+    if grid:
+        try:
+            exp.expand(limit=1)
+        except ConfigError as exc:
+            raise exc.prefixed("grid: ") from None
+    return exp
+
+
+def _raise(message: str) -> None:
+    raise ConfigError(message)
+
+
+def _workload_from(wl: dict, base_dir: str | Path) -> Any:
+    """The ``[workload]`` table: a :class:`StreamSource` or a synthetic workload."""
+    if "source" not in wl:
         workload = SyntheticWorkload.from_config(wl, "workload")
         _check_stream_size(workload)
+        return workload
+    extra = [k for k in wl if k not in SOURCE_KEYS]
+    if extra:
+        raise ConfigError(f"workload.{extra[0]}: a workload with 'source' replays a stream "
+                          "and takes no generator knobs")
+    if not isinstance(wl["source"], str) or not wl["source"]:
+        raise ConfigError(f"workload.source: expected a folder path, got {wl['source']!r}")
+    importer = wl.get("importer")
+    ref = wl["source"] if wl["source"].startswith(DATA_PREFIX) else None
+    if ref is not None:
+        # a data set fetched by `memsim data get`: its cached file, and its importer
+        try:
+            importer = importer if "importer" in wl else data_set(ref[len(DATA_PREFIX):]).importer
+            data_path = resolve_data(ref)
+        except DataError as exc:
+            raise ConfigError(f"workload.source: {exc}") from None
+        if importer is None:
+            raise ConfigError(f"workload.source: {ref} is not a stream (it is a file for "
+                              "memsim calibrate); give a stream folder, a trace or data:locomo")
+    if importer is not None and importer not in IMPORTERS:
+        raise ConfigError(f"workload.importer: unknown importer {importer!r}; "
+                          f"allowed: {', '.join(IMPORTERS)}")
+    notes = wl.get("notes", "turns")
+    if notes not in IMPORT_NOTES or ("notes" in wl and importer != "locomo"):
+        raise ConfigError(f"workload.notes: must be one of {', '.join(IMPORT_NOTES)}, "
+                          f"with importer = \"locomo\"; got {notes!r}")
+    embedder = wl.get("embedder")
+    if embedder is not None:
+        check_embedder(embedder, "workload.embedder")
+        if importer is None or (importer == "locomo" and embedder == "vectors"):
+            raise ConfigError("workload.embedder: only for data imported on load: 'bm25' or "
+                              "'wordllama' with importer = \"locomo\", any with importer = "
+                              f"\"trace\"; got {embedder!r}"
+                              + (" without an importer" if importer is None else ""))
+    src = data_path if ref is not None else Path(wl["source"]).expanduser()
+    src = src if src.is_absolute() else Path(base_dir).absolute() / src
+    if not src.exists():
+        raise ConfigError(f"workload.source: {src}: no such file or folder")
+    workload = StreamSource(src, importer, notes, embedder=embedder, ref=ref)
+    if "source_hash" in wl and wl["source_hash"] != workload.content_hash():
+        raise ConfigError(f"workload.source_hash: the content of {src} changed since this "
+                          "config was written (it would not reproduce the run); remove "
+                          "source_hash to run on the new content")
+    return workload
 
-    reader = reader_from_config(_table(table, "reader"), "reader")
 
-    pols_table = _table(table, "policies")
-    if not pols_table:
-        raise ConfigError("policies: an experiment needs at least one [policies.NAME] table")
-    policies: dict[str, Policy] = {}
-    for name, ptable in pols_table.items():
-        where = f"policies.{name}"
-        if not re.match(r"^[A-Za-z0-9_\-]+$", name):
-            raise ConfigError(f"{where}: policy names use letters, digits, '_' or '-' "
-                              "(a '.' would split the dotted key)")
-        if not isinstance(ptable, dict):
-            raise ConfigError(f"{where}: expected a table, got {ptable!r}")
-        policies[name] = resolve_policy(ptable, where)
-        cands = getattr(policies[name], "candidates", None)
-        if cands is not None and cands > MAX_CANDIDATES:
-            raise ConfigError(f"{where}.candidates: must be at most {MAX_CANDIDATES} (2**20); "
-                              f"got {cands}")
-    if settings.baseline and settings.baseline not in policies:
-        raise ConfigError(f"experiment.baseline: {settings.baseline!r} is not a policy of this "
-                          f"experiment{did_you_mean(settings.baseline, policies)}; "
+def _policy_from(name: str, ptable: Any) -> Policy:
+    """One ``[policies.NAME]`` table, resolved over its preset."""
+    where = f"policies.{name}"
+    if not re.match(r"^[A-Za-z0-9_\-]+$", name):
+        raise ConfigError(f"{where}: policy names use letters, digits, '_' or '-' "
+                          "(a '.' would split the dotted key)")
+    if not isinstance(ptable, dict):
+        raise ConfigError(f"{where}: expected a table, got {ptable!r}")
+    policy = resolve_policy(ptable, where)
+    cands = getattr(policy, "candidates", None)
+    if cands is not None and cands > MAX_CANDIDATES:
+        raise ConfigError(f"{where}.candidates: must be at most {MAX_CANDIDATES} (2**20); "
+                          f"got {cands}")
+    return policy
+
+
+def _check_baseline(baseline: str, policies: dict) -> None:
+    if baseline and baseline not in policies:
+        raise ConfigError(f"experiment.baseline: {baseline!r} is not a policy of this "
+                          f"experiment{did_you_mean(baseline, policies)}; "
                           f"policies: {', '.join(policies)}")
 
+
+def _grid_from(table: dict) -> dict:
+    """The ``[grid]`` table: non-empty lists, at most :func:`max_runs` combinations."""
     grid = _table(table, "grid")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -569,19 +819,7 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     if n_runs > max_runs():
         raise ConfigError(f"grid: {n_runs:,} combinations, more than the limit of "
                           f"{max_runs():,} runs (set MEMSIM_MAX_RUNS to allow more)")
-    sweep = table.get("sweep")
-    if sweep is not None and not isinstance(sweep, dict):
-        raise ConfigError("sweep: expected a table")
-    exp = Experiment(settings=settings, workload=workload, policies=policies,
-                     reader=reader, grid=dict(grid), sweep=copy.deepcopy(sweep),
-                     base_dir=Path(base_dir), source_file=source_file)
-    # A grid key must name something real: try the first combination now.
-    if grid:
-        try:
-            exp.expand(limit=1)
-        except ConfigError as exc:
-            raise ConfigError(f"grid: {exc}") from None
-    return exp
+    return grid
 
 
 def estimate_stream_bytes(wl: Any) -> float:

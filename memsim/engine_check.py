@@ -20,19 +20,22 @@ query: ``feather`` (:mod:`memsim.feather_check`, the feather-db engine) and
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
+from .rundir import jsonable, write_atomic
 from .stream import Stream, make_stream, read_stream
 from .workload import SyntheticWorkload
 
-__all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "first_differences", "format_summary",
-           "kendall", "load_check_config", "quantise_stream", "summarise"]
+__all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "csv_saver", "first_differences",
+           "format_summary", "kendall", "load_check_config", "print_summaries",
+           "quantise_stream", "starting", "summarise"]
 
 #: Seconds per simulated day.
 DAY_S = 86400
@@ -208,3 +211,29 @@ def format_summary(per_query: pd.DataFrame, s: dict[str, Any], n_first: int = 5)
         lines.append(f"    query {d['query_id']} (day {d['t']:.3f}): overlap "
                      f"{d['overlap']:.2f}" + (f"; {d['cause']}" if d.get("cause") else ""))
     return "\n".join(lines)
+
+
+def starting(label: str, i: int, n: int, what: str) -> None:
+    """The line an engine-check prints on stderr as a configuration starts
+    (each can take a while: the real engine scores every query)."""
+    print(f"{label}: configuration {i + 1}/{n} ({what})", file=sys.stderr, flush=True)
+
+
+def csv_saver(prefix: str | None, name: Callable[[Any], str]) -> Callable[[Any], None]:
+    """What to do with each result as its configuration finishes: with
+    ``--csv PREFIX``, write its per-query table to ``PREFIX_<name>.csv`` at
+    once (atomically), so an interrupted check keeps what it finished."""
+    def save(res: Any) -> None:
+        if prefix:
+            write_atomic(Path(f"{prefix}_{name(res)}.csv"),
+                         lambda p: res.per_query.to_csv(p, index=False))
+    return save
+
+
+def print_summaries(results: list) -> None:
+    """``memsim engine-check --json``: each configuration's summary (the
+    figures the text prints: identical top-k, overlap, score differences ...)
+    as one JSON list on stdout."""
+    import json
+
+    print(json.dumps(jsonable([res.summary for res in results]), indent=2, allow_nan=False))

@@ -69,7 +69,8 @@ import pandas as pd
 
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
-from .engine_check import DAY_S, first_differences, kendall, load_check_config, quantise_stream
+from .engine_check import (DAY_S, csv_saver, first_differences, kendall, load_check_config,
+                           print_summaries, quantise_stream)
 from .errors import ConfigError, MemsimError
 from .stream import Stream
 
@@ -87,7 +88,7 @@ __all__ = [
     "main",
 ]
 
-#: Above this many notes, "exact" search uses this ef (DESIGN.md section 4:
+#: Above this many notes, "exact" search uses this ef (``docs/contracts/policies.md``:
 #: ``ef >= min(n_notes, 2000)``; exact on a few thousand notes, while on 20,000
 #: the HNSW still misses a near note about once in 7,000 queries).
 EXACT_EF_CAP = 2000
@@ -899,7 +900,7 @@ _CHECK_KEYS = {"seed", "k", "half_life", "time_weight", "min_weight", "searches"
 
 
 def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
-                      progress: Any = None) -> list[CrossCheckResult]:
+                      progress: Any = None, on_result: Any = None) -> list[CrossCheckResult]:
     """Run the cross-check a TOML file (or its parsed dict) describes.
 
     The file has a ``[feather_check]`` (or ``[engine_check]``) table (``seed``, ``k``, ``half_life``,
@@ -909,7 +910,7 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
     :class:`memsim.workload.SyntheticWorkload` knobs, or ``source = "DIR"``
     to replay a stream folder (:func:`memsim.engine_check.load_check_config`). One result per
     (feedback, search) pair, all on one stream and one memsim replay per
-    feedback setting.
+    feedback setting. ``on_result(res)`` is called as each pair finishes.
     """
     check, stream, where = load_check_config(path, ("feather_check", "engine_check"),
                                              _CHECK_KEYS)
@@ -944,6 +945,8 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
                                       progress=phase)
             first = first or res
             results.append(res)
+            if on_result is not None:
+                on_result(res)
             if verbose:
                 print(format_cross_check(res), flush=True)
     return results
@@ -963,20 +966,23 @@ def main(argv: list[str] | None = None, progress: Any = None) -> int:
     parser.add_argument("config", help="TOML file (see experiments/feather_check.toml)")
     parser.add_argument("--csv", metavar="PREFIX",
                         help="write PREFIX_<search>.csv with the per-query table")
+    parser.add_argument("--json", action="store_true",
+                        help="print each configuration's summary as JSON instead of text")
     args = parser.parse_args(argv)
     # This process owns the throwaway databases: skip the fsync of each
     # write-ahead-log record, whatever the work folder's file system.
     os.environ.setdefault("FEATHER_WAL_SYNC", "0")
+    def name(res) -> str:
+        return ("exact" if res.summary["exact"] else f"ef{res.summary['ef']}") + (
+            "" if res.summary["feedback"] else "_nofeedback")
     try:
-        results = run_feather_check(args.config, progress=progress)
+        results = run_feather_check(args.config, progress=progress,
+                                    on_result=csv_saver(args.csv, name), verbose=not args.json)
     except MemsimError as exc:
         print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
-    if args.csv:
-        for res in results:
-            tag = ("exact" if res.summary["exact"] else f"ef{res.summary['ef']}") + (
-                "" if res.summary["feedback"] else "_nofeedback")
-            res.per_query.to_csv(f"{args.csv}_{tag}.csv", index=False)
+    if args.json:
+        print_summaries(results)
     return 0
 
 

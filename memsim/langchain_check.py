@@ -43,7 +43,8 @@ import pandas as pd
 
 from .config import resolve_policy
 from .engine import Arm, SimSettings, simulate, with_timing
-from .engine_check import compare_rankings, format_summary, load_check_config, quantise_stream, summarise
+from .engine_check import (compare_rankings, csv_saver, format_summary, load_check_config,
+                           print_summaries, quantise_stream, starting, summarise)
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
 
@@ -173,7 +174,13 @@ def _store(relevance: str, embedding, dim: int):
     else:
         raise ConfigError(f"relevance: expected 'cosine', 'l2' or 'inner-product', got "
                           f"{relevance!r}")
-    return FAISS(embedding, index, InMemoryDocstore(), {}, **kw)
+    with warnings.catch_warnings():
+        # LangChain warns that L2 normalisation "is not applicable" to an
+        # inner-product index; normalised vectors under an inner product are
+        # exactly the cosine this check needs (LangChain's own cosine recipe),
+        # so the warning is about a combination memsim chose on purpose.
+        warnings.filterwarnings("ignore", message="Normalizing L2 is not applicable")
+        return FAISS(embedding, index, InMemoryDocstore(), {}, **kw)
 
 
 @dataclass
@@ -332,27 +339,33 @@ def format_langchain_check(res: LangChainCheckResult) -> str:
 _KEYS = {"seed", "k", "search_k", "decay_rate", "relevance", "default_salience", "feedback_mode"}
 
 
-def run_langchain_check(path: str | os.PathLike | dict, *, verbose: bool = True
-                        ) -> list[LangChainCheckResult]:
+def run_langchain_check(path: str | os.PathLike | dict, *, verbose: bool = True,
+                        on_result: Any = None) -> list[LangChainCheckResult]:
     """Run the check a TOML file (or its parsed dict) describes: a
     ``[langchain_check]`` (or ``[engine_check]``) table whose ``k`` and
     ``relevance`` may be lists (one result per combination), and a
-    ``[workload]`` table (synthetic knobs, or ``source = "DIR"``)."""
+    ``[workload]`` table (synthetic knobs, or ``source = "DIR"``).
+    ``on_result(res)`` is called as each combination finishes."""
     check, stream, where = load_check_config(path, ("langchain_check", "engine_check"), _KEYS)
     ks = check.get("k", [4])
     rels = check.get("relevance", ["cosine"])
+    combos = [(k, rel) for k in (ks if isinstance(ks, list) else [ks])
+              for rel in (rels if isinstance(rels, list) else [rels])]
     results = []
-    for k in ks if isinstance(ks, list) else [ks]:
-        for rel in rels if isinstance(rels, list) else [rels]:
-            res = langchain_cross_check(
-                stream, k=int(k), relevance=rel,
-                search_k=int(check.get("search_k", 100)),
-                decay_rate=float(check.get("decay_rate", 0.01)),
-                default_salience=check.get("default_salience"),
-                feedback_mode=check.get("feedback_mode", "per-query"))
-            results.append(res)
-            if verbose:
-                print(format_langchain_check(res), flush=True)
+    for i, (k, rel) in enumerate(combos):
+        if verbose:
+            starting("memsim engine-check langchain", i, len(combos), f"k = {k}, {rel}")
+        res = langchain_cross_check(
+            stream, k=int(k), relevance=rel,
+            search_k=int(check.get("search_k", 100)),
+            decay_rate=float(check.get("decay_rate", 0.01)),
+            default_salience=check.get("default_salience"),
+            feedback_mode=check.get("feedback_mode", "per-query"))
+        results.append(res)
+        if on_result is not None:
+            on_result(res)
+        if verbose:
+            print(format_langchain_check(res), flush=True)
     return results
 
 
@@ -364,16 +377,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", help="TOML file (see experiments/langchain_check.toml)")
     parser.add_argument("--csv", metavar="PREFIX",
                         help="write PREFIX_k<k>_<relevance>.csv with the per-query table")
+    parser.add_argument("--json", action="store_true",
+                        help="print each configuration's summary as JSON instead of text")
     args = parser.parse_args(argv)
+    save = csv_saver(args.csv, lambda res: f"k{res.summary['k']}_{res.summary['relevance']}")
     try:
-        results = run_langchain_check(args.config)
+        results = run_langchain_check(args.config, on_result=save, verbose=not args.json)
     except MemsimError as exc:
         print(f"memsim: error: {exc}", file=sys.stderr)
         return 2
-    if args.csv:
-        for res in results:
-            s = res.summary
-            res.per_query.to_csv(f"{args.csv}_k{s['k']}_{s['relevance']}.csv", index=False)
+    if args.json:
+        print_summaries(results)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Per-query retrieval metrics (DESIGN.md section 5: names and definitions are a contract).
+"""Per-query retrieval metrics (names and definitions are a contract: docs/contracts/metrics.md).
 
 For a query at time t with budget B: *existing* notes have ``created_at <= t``;
 R+ is the set of the query's qrels with gain > 0 that exist at t (evicted notes
@@ -35,7 +35,49 @@ answer_prob               the reader model's probability that the answer is used
 abstained                 for a query with an empty R+ (an unanswerable question,
                           e.g. LoCoMo's adversarial category): 1 if nothing was
                           packed, else 0; NaN for queries with a relevant note
+stale_reinforced          uses that went to stale notes: the number of notes
+                          the answer *uses* (what the policy's feedback counts
+                          as a use and reinforces: the packed notes for
+                          ``touch = "packed"``, the top k for ``"returned"``,
+                          every top-C candidate for ``"prefilter"``, none for
+                          ``"none"``) whose gain is < 0; the cooldown is not
+                          applied. Each one raises a wrong note's recall count:
+                          the feedback loop entrenching it
+oracle_notes              size of O, the oracle's packed set (the subset of R+
+                          that reaches ``oracle_utility``, the one
+                          :func:`memsim.knapsack.knapsack_value` returns)
+hidden_REASON             notes of O that the policy did not pack, by the first
+                          reason that holds, in this order (every note of O
+                          not packed has exactly one, so the five sum to
+                          ``oracle_notes`` minus the packed notes of O):
+                          ``hidden_invalid``: invalidated by the policy's
+                          retention (``invalidation``) before the query;
+                          ``hidden_evicted``: evicted by the retention, or
+                          TTL-expired; ``hidden_budget``: among the top-C
+                          candidates but not packed (the packer's budget or
+                          cut); ``hidden_age``: live but not among the top C,
+                          while a candidate of lower similarity (the
+                          retriever's) is: the score's other terms (the decay,
+                          for a decaying ranker) pushed it out;
+                          ``hidden_cut``: live but not among the top C, and
+                          less similar than every candidate (or outside the
+                          retriever's prefilter): similarity alone cuts it
 ========================= =====================================================
+
+*Superseded notes.* A note is *superseded* at the time a newer note makes it
+wrong (:func:`supersession_times`: the stream's ``superseded_at`` column, else,
+on a synthetic stream, a superseding-class note's ``valid_until``). Per run and
+arm (``arms.csv``), :func:`superseded_use_curve` gives ``superseded_notes``
+(notes superseded by the last query) and ``superseded_used_Dd``: the share of
+them whose last use came at least D days after they were superseded, among
+those superseded at least D days before the last query (a note cannot be seen
+longer than the run lasts): how long wrong notes keep being used. The same
+file counts ``invalidated_notes`` (notes the retention invalidated) and
+``invalidated_superseded`` (of those, the ones already superseded when
+invalidated: the detector's hits; the rest are its false positives). The store
+frame (``store.parquet``) adds, at each day, ``store_invalid`` (existing notes
+the retention invalidated: out of retrieval, kept for audit) and
+``store_stale`` (live notes already superseded).
 
 A per-query ratio with a possibly negative numerator (stale notes packed) can
 fall far below 0, so the mean of ``utility_ratio`` over queries is dominated by
@@ -46,8 +88,12 @@ a few queries. Summaries and headlines therefore use the run-level
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Callable
 
+import numpy as np
+import pandas as pd
+
+from .errors import StreamError
 from .knapsack import knapsack_value
 from .stream import Stream
 
@@ -58,10 +104,20 @@ __all__ = [
     "OLD_RECALL_COLUMN",
     "METRIC_COLUMNS",
     "HIGHER_IS_BETTER",
+    "UNDIRECTED_METRICS",
     "RelevanceIndex",
     "query_metrics",
     "oracle_values",
+    "oracle_packing",
     "gini",
+    "HIDDEN_REASONS",
+    "HIDDEN_COLUMNS",
+    "SUPERSEDED_USE_DAYS",
+    "SUPERSEDED_USE_COLUMNS",
+    "supersession_times",
+    "stale_reinforced",
+    "hidden_counts",
+    "superseded_use_curve",
 ]
 
 #: Age buckets of the ``recall_age_*`` columns, in days: [low, high).
@@ -72,16 +128,31 @@ AGE_BUCKET_COLUMNS = tuple(
 #: Notes at least this many days old are "old" (``recall_age_90_inf``).
 OLD_AGE_DAYS = 90
 OLD_RECALL_COLUMN = f"recall_age_{OLD_AGE_DAYS}_inf"
+#: Why a note of the oracle's packed set was not packed, in the order tested.
+HIDDEN_REASONS = ("invalid", "evicted", "budget", "age", "cut")
+HIDDEN_COLUMNS = tuple(f"hidden_{r}" for r in HIDDEN_REASONS)
+#: Days after supersession at which ``superseded_used_Dd`` is read.
+SUPERSEDED_USE_DAYS = (0, 1, 7, 30, 90, 180, 365)
+SUPERSEDED_USE_COLUMNS = tuple(f"superseded_used_{d}d" for d in SUPERSEDED_USE_DAYS)
 METRIC_COLUMNS = (
     "utility", "utility_ratio", "oracle_utility", "recall", "precision", "ndcg@10", "mrr",
     "stale_rate", "harm", "tokens_used", "n_packed", *AGE_BUCKET_COLUMNS, OLD_RECALL_COLUMN,
     "max_relevant_age", "evicted_relevant", "n_relevant", "answer_prob", "abstained",
+    "stale_reinforced", "oracle_notes", *HIDDEN_COLUMNS,
 )
 #: Direction of each metric, for sweeps and reports (``utility_share`` is the
 #: run-level ratio of :func:`memsim.stats.utility_share`, not a column).
 HIGHER_IS_BETTER = {m: True for m in METRIC_COLUMNS}
 HIGHER_IS_BETTER.update({"stale_rate": False, "harm": False, "evicted_relevant": False,
-                         "tokens_used": False, "utility_share": True})
+                         "tokens_used": False, "utility_share": True,
+                         "stale_reinforced": False})
+HIGHER_IS_BETTER.update({c: False for c in HIDDEN_COLUMNS})
+#: Costs and descriptions of the query, which have no better direction in a
+#: comparison: more tokens used is neither better nor worse by itself. Reports
+#: show them without a significance verdict (no ▲ / ▼); a sweep may still
+#: minimise a cost (``HIGHER_IS_BETTER`` gives its default direction).
+UNDIRECTED_METRICS = frozenset({"tokens_used", "n_packed", "n_relevant", "oracle_utility",
+                                "max_relevant_age", "oracle_notes"})
 
 
 class RelevanceIndex:
@@ -157,18 +228,36 @@ def _rows_of(sorted_or_not_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 def oracle_values(relevance: RelevanceIndex, qrows: np.ndarray, t: np.ndarray,
                   budget: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """Best sum of gains of a subset of R+ within each query's budget (exact)."""
+    return oracle_packing(relevance, qrows, t, budget, tokens)[0]
+
+
+def oracle_packing(relevance: RelevanceIndex, qrows: np.ndarray, t: np.ndarray,
+                   budget: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The oracle's value and its packed set O for each query.
+
+    Returns
+    -------
+    values : ndarray, shape (Q,)
+        Best sum of gains of a subset of R+ within the budget (exact).
+    keys : ndarray of int64, sorted
+        ``query_row * n_notes + note_row`` of every note of O (the whole of
+        R+ when it fits, else the set :func:`knapsack_value` returns).
+    """
     rows, gains, mask = relevance.relevant(qrows, t)
     out = np.zeros(len(qrows))
     if rows.size == 0:
-        return out
+        return out, np.zeros(0, dtype=np.int64)
     tok = tokens[rows]
     fits = (np.where(mask, tok, 0).sum(axis=1) <= budget)
     out[fits] = np.where(mask[fits], gains[fits], 0.0).sum(axis=1)
+    chosen = mask & fits[:, None]
     overflow = np.flatnonzero(~fits)
     for q in overflow:  # only queries whose R+ overflows the budget
         m = mask[q]
-        out[q] = knapsack_value(gains[q][m], tok[q][m], int(budget[q]))[0]
-    return out
+        out[q], pick = knapsack_value(gains[q][m], tok[q][m], int(budget[q]))
+        chosen[q, np.flatnonzero(m)[pick]] = True
+    keys = (qrows[:, None].astype(np.int64) * max(relevance.n_notes, 1) + rows)[chosen]
+    return out, np.sort(keys)
 
 
 def gini(x: np.ndarray) -> float:
@@ -274,4 +363,152 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     # a question with no relevant note (LoCoMo's adversarial ones): the right
     # answer is to pack nothing; defined only for those queries
     out["abstained"] = np.where(has_rel, np.nan, (n_packed == 0).astype(np.float64))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Stale uses, the oracle's hidden notes, superseded notes
+# --------------------------------------------------------------------------
+
+
+def supersession_times(notes: pd.DataFrame) -> np.ndarray:
+    """When each note was superseded (days; NaN = never), in row order.
+
+    The truth a supersession detector is scored against
+    (:class:`memsim.policies.retention.Invalidation`) and the start of the
+    ``superseded_used_Dd`` curve:
+
+    * the notes' ``superseded_at`` column when the stream has one (any stream:
+      a float in days, NaN where the note is never superseded);
+    * else, on a stream memsim generated (``note_class`` and ``valid_until``
+      columns), the ``valid_until`` of the superseding class, which is the
+      creation time of the next version of the slot (expiry of project and
+      scratch notes is not supersession: no newer note replaces them);
+    * else NaN everywhere: the stream says nothing about supersession (an
+      update logged as a trace's ``note_updated`` already ends the old
+      version with ``expires_at``).
+
+    Raises
+    ------
+    StreamError
+        If ``superseded_at`` is not numeric, or is before the note's creation.
+    """
+    n = len(notes)
+    if "superseded_at" in notes:
+        try:
+            out = pd.to_numeric(notes["superseded_at"], errors="raise").to_numpy(np.float64)
+        except (TypeError, ValueError):
+            raise StreamError("notes: column 'superseded_at': must be a number of days "
+                              "(NaN = never superseded)") from None
+        bad = np.flatnonzero(out < notes["created_at"].to_numpy(np.float64))
+        if len(bad):
+            raise StreamError(f"notes: column 'superseded_at': row {int(bad[0])} is before "
+                              "the note's created_at")
+        return out
+    if "note_class" in notes and "valid_until" in notes:
+        until = notes["valid_until"].to_numpy(np.float64)
+        sup = (notes["note_class"].astype(str).to_numpy() == "superseding") & np.isfinite(until)
+        return np.where(sup, until, np.nan)
+    return np.full(n, np.nan)
+
+
+def stale_reinforced(used: np.ndarray, gains: np.ndarray) -> np.ndarray:
+    """``stale_reinforced`` (Q,): the used candidates (Q, C) with gain < 0."""
+    return (used & (gains < 0)).sum(axis=1).astype(np.int64)
+
+
+def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
+                  cand_ok: np.ndarray, packed: np.ndarray, relevance: RelevanceIndex,
+                  oracle_keys: np.ndarray, invalid: np.ndarray, evicted: np.ndarray,
+                  expires_at: np.ndarray,
+                  similarity: Callable[[np.ndarray, np.ndarray], np.ndarray]
+                  ) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The oracle's packed notes a policy did not pack, and why (module doc).
+
+    Parameters
+    ----------
+    qrows, t : ndarray, shape (Q,)
+        Query rows and times.
+    cand_rows, cand_ok, packed : ndarray, shape (Q, C)
+        The policy's top-C candidates (note rows, best first), which are
+        real, which it packed.
+    oracle_keys : ndarray of int64
+        The oracle's packed set, as :func:`oracle_packing` gives it (a
+        superset of this batch's keys is fine).
+    invalid, evicted : ndarray of bool, shape (N,)
+        The policy's flags per note row (an invalidated note is evicted too).
+    expires_at : ndarray, shape (N,)
+        TTL expiry per note row (inf = never).
+    similarity : callable
+        ``similarity(q, rows)`` with q (K,) indices into the batch and rows
+        (K, W) note rows: the retriever's similarity of each cell.
+
+    Returns
+    -------
+    counts : dict
+        ``oracle_notes`` and one ``hidden_REASON`` column each, (Q,) int64.
+    hidden : tuple of ndarray
+        ``(q, note_row, reason)`` of every hidden note, reason an index into
+        :data:`HIDDEN_REASONS` (for the rankings' rows).
+    """
+    q = len(qrows)
+    n = max(relevance.n_notes, 1)
+    rp_rows, _, rp_mask = relevance.relevant(qrows, t)
+    out = {"oracle_notes": np.zeros(q, dtype=np.int64)}
+    out.update({c: np.zeros(q, dtype=np.int64) for c in HIDDEN_COLUMNS})
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if rp_rows.size == 0 or len(oracle_keys) == 0:
+        return out, none
+    keys = qrows[:, None].astype(np.int64) * n + rp_rows
+    in_o = rp_mask & np.isin(keys, oracle_keys, kind="sort")
+    out["oracle_notes"] = in_o.sum(axis=1).astype(np.int64)
+    qkey = np.arange(q)[:, None] * n
+    cand_keys = (qkey + cand_rows)[cand_ok]
+    packed_keys = (qkey + cand_rows)[cand_ok & packed]
+    local = qkey + rp_rows
+    hide = in_o & ~np.isin(local, packed_keys, kind="sort")
+    qi, ri = np.nonzero(hide)
+    if len(qi) == 0:
+        return out, none
+    rows = rp_rows[qi, ri]
+    reason = np.full(len(qi), HIDDEN_REASONS.index("cut"), dtype=np.int64)
+    is_cand = np.isin(local[qi, ri], cand_keys, kind="sort")
+    gone_invalid = invalid[rows]
+    gone = evicted[rows] | (expires_at[rows] <= t[qi])
+    # live, not a candidate: "age" when a less similar candidate made the top C
+    test = ~gone & ~gone_invalid & ~is_cand
+    if test.any():
+        tq = qi[test]
+        sim = similarity(tq, np.concatenate([rows[test][:, None], cand_rows[tq]], axis=1))
+        csim = np.where(cand_ok[tq], sim[:, 1:], np.inf)
+        beaten = csim.min(axis=1) < sim[:, 0]
+        reason[np.flatnonzero(test)[beaten]] = HIDDEN_REASONS.index("age")
+    reason[is_cand] = HIDDEN_REASONS.index("budget")
+    reason[gone] = HIDDEN_REASONS.index("evicted")
+    reason[gone_invalid] = HIDDEN_REASONS.index("invalid")
+    for k, col in enumerate(HIDDEN_COLUMNS):
+        out[col] = np.bincount(qi[reason == k], minlength=q).astype(np.int64)
+    return out, (qi, rows, reason)
+
+
+def superseded_use_curve(superseded_at: np.ndarray, created_at: np.ndarray,
+                         last_use: np.ndarray, t_end: float) -> dict[str, float]:
+    """``superseded_notes`` and ``superseded_used_Dd`` of one arm (module doc).
+
+    Parameters
+    ----------
+    superseded_at, created_at, last_use : ndarray, shape (N,)
+        Per note: supersession time (NaN = never), creation, and the arm's
+        last use at the end of the run (NaN = never used).
+    t_end : float
+        The last query's time.
+    """
+    sup = np.asarray(superseded_at, dtype=np.float64)
+    seen = np.isfinite(sup) & (sup <= t_end) & (created_at <= t_end)
+    after = np.asarray(last_use, dtype=np.float64)[seen] - sup[seen]  # NaN: never used
+    out = {"superseded_notes": int(seen.sum())}
+    for d, col in zip(SUPERSEDED_USE_DAYS, SUPERSEDED_USE_COLUMNS):
+        at_risk = sup[seen] <= t_end - d
+        den = int(at_risk.sum())
+        out[col] = float((after[at_risk] >= d).sum() / den) if den else float("nan")
     return out

@@ -66,15 +66,22 @@ class Interval:
         kind = "an int" if self.integer else "a float"
         lo_op = ">=" if self.closed in ("both", "left") else ">"
         hi_op = "<=" if self.closed in ("both", "right") else "<"
+        lo, hi = self._text(self.low), self._text(self.high)
         if self.low is not None and self.high is not None:
             lb = "[" if self.closed in ("both", "left") else "("
             rb = "]" if self.closed in ("both", "right") else ")"
-            return f"{kind} in {lb}{self.low:g}, {self.high:g}{rb}"
+            return f"{kind} in {lb}{lo}, {hi}{rb}"
         if self.low is not None:
-            return f"{kind} {lo_op} {self.low:g}"
+            return f"{kind} {lo_op} {lo}"
         if self.high is not None:
-            return f"{kind} {hi_op} {self.high:g}"
+            return f"{kind} {hi_op} {hi}"
         return f"a finite {'int' if self.integer else 'float'}"
+
+    def _text(self, bound: float | None) -> str:
+        # an integer bound is written out whole (4294967295, not 4.29497e+09)
+        if bound is not None and self.integer and float(bound).is_integer():
+            return str(int(bound))
+        return "" if bound is None else f"{bound:g}"
 
 
 @dataclass(frozen=True)
@@ -97,14 +104,16 @@ def did_you_mean(key: str, allowed) -> str:
 
 
 def check_keys(keys, allowed, where: str) -> None:
-    """Refuse the first of ``keys`` not in ``allowed`` with one line:
+    """Refuse every one of ``keys`` not in ``allowed``, one message each
+    (:attr:`ConfigError.errors`):
     ``WHERE.KEY: unknown key (did you mean 'x'?); allowed: a, b``."""
     allowed = list(allowed)
-    for key in keys:
-        if key not in allowed:
-            prefix = f"{where}.{key}" if where else str(key)
-            raise ConfigError(f"{prefix}: unknown key{did_you_mean(key, allowed)}; "
-                              f"allowed: {', '.join(str(a) for a in allowed)}")
+    unknown = [key for key in keys if key not in allowed]
+    if unknown:
+        raise ConfigError(errors=[
+            f"{f'{where}.{key}' if where else str(key)}: unknown key"
+            f"{did_you_mean(key, allowed)}; allowed: {', '.join(str(a) for a in allowed)}"
+            for key in unknown])
 
 
 def describe_constraint(c: Any) -> str:

@@ -24,6 +24,8 @@ data                                 drawing
 :func:`concentration_data`           :func:`plot_concentration`
 :func:`run_metric_data`              :func:`plot_run_metric`
 :func:`store_size_data`              :func:`plot_store_size`
+:func:`hidden_data`                  (a table: "what your decay hid")
+:func:`superseded_use_data`          :func:`plot_superseded_use`
 :func:`sweep_history_data`           :func:`plot_sweep_history`
 ``sweep/importance.csv``             :func:`plot_param_importance`
 :func:`slice_data`                   :func:`plot_slice`
@@ -50,7 +52,9 @@ import numpy as np
 import pandas as pd
 
 from .curves import recency_curve
-from .metrics import AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, gini
+from .errors import ReportWarning
+from .metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIDDEN_COLUMNS, HIGHER_IS_BETTER,
+                      SUPERSEDED_USE_COLUMNS, SUPERSEDED_USE_DAYS, gini)
 from .policies import Policy, resolve_policy
 from .stats import MIN_REPLICATES, N_BOOT, SEED, bootstrap_mean_ci, mean_ci, summarise
 
@@ -65,6 +69,7 @@ __all__ = [
     "concentration_data", "plot_concentration",
     "run_metric_data", "plot_run_metric",
     "store_size_data", "plot_store_size",
+    "hidden_data", "superseded_use_data", "plot_superseded_use",
     "trial_columns", "sweep_history_data", "plot_sweep_history",
     "plot_param_importance", "slice_data", "plot_slice",
     "pareto_data", "plot_pareto_front", "SMALLEST_PT",
@@ -217,7 +222,7 @@ def recency_curve_data(source: Any, ages: Sequence[float] | None = None,
                 rec = np.asarray(recency_curve(pol, ages_arr), dtype=np.float64).reshape(-1)
             except (AttributeError, TypeError, ValueError, IndexError) as exc:
                 warnings.warn(f"policy {name!r}: cannot draw the recency curve of "
-                              f"{pol.decay.name!r} ({exc})", stacklevel=2)
+                              f"{pol.decay.name!r} ({exc})", ReportWarning, stacklevel=2)
                 continue
         hl = pol.decay.half_life() if pol.ranker.uses_recency else math.inf
         rows.append(pd.DataFrame({"policy": name, "age_days": ages_arr, "recency": rec,
@@ -775,6 +780,98 @@ def plot_store_size(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
     ax.set_xlabel("simulated time (days)")
     ax.set_ylabel("live notes in the store")
     ax.set_title("Store size over time (mean over replicates)")
+    _legend(ax, df["policy"].nunique())
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def hidden_data(queries: pd.DataFrame, budget: Any = None) -> pd.DataFrame:
+    """What each policy left out of the oracle's packed set, and why.
+
+    Over every query (all replicates) at one budget: the notes the oracle
+    packs (``oracle_notes``) and, per reason (:data:`memsim.metrics.HIDDEN_REASONS`),
+    the share of them the policy hid for that reason (sum of ``hidden_REASON``
+    over sum of ``oracle_notes``).
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, oracle_per_query, hidden`` (the share hidden, all
+        reasons) and one ``hidden_REASON`` share column per reason; empty when
+        the queries have no ``hidden_*`` columns.
+    """
+    cols = ["policy", "budget", "oracle_per_query", "hidden", *HIDDEN_COLUMNS]
+    if queries is None or not len(queries) or not set(HIDDEN_COLUMNS) <= set(queries.columns):
+        return pd.DataFrame(columns=cols)
+    budget = _pick_budget(queries, budget)
+    q = queries[queries["budget"] == budget]
+    g = q.groupby("policy", sort=False)
+    sums = g[["oracle_notes", *HIDDEN_COLUMNS]].sum()
+    den = sums["oracle_notes"].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = pd.DataFrame({c: np.where(den > 0, sums[c].to_numpy(float) / den, np.nan)
+                            for c in HIDDEN_COLUMNS}, index=sums.index)
+    out.insert(0, "hidden", out[list(HIDDEN_COLUMNS)].sum(axis=1, min_count=1))
+    out.insert(0, "oracle_per_query", g["oracle_notes"].mean())
+    out.insert(0, "budget", budget)
+    return out.reset_index()[cols]
+
+
+def superseded_use_data(arms: pd.DataFrame, budget: Any = None,
+                        level: float = 0.95) -> pd.DataFrame:
+    """How long superseded notes keep being used (``arms.csv``'s
+    ``superseded_used_Dd``): per policy and D, the mean over replicates and
+    its interval (Student t with fewer than :data:`MIN_REPLICATES`).
+
+    Returns
+    -------
+    DataFrame
+        ``policy, budget, days, mean, ci_low, ci_high, n``; empty when the
+        run has no superseded note.
+    """
+    cols = ["policy", "budget", "days", "mean", "ci_low", "ci_high", "n"]
+    if (arms is None or not len(arms) or "superseded_notes" not in arms
+            or not (arms["superseded_notes"] > 0).any()):
+        return pd.DataFrame(columns=cols)
+    budget = _pick_budget(arms, budget)
+    a = arms[arms["budget"] == budget]
+    rows = []
+    for pol, g in a.groupby("policy", sort=False):
+        for d, c in zip(SUPERSEDED_USE_DAYS, SUPERSEDED_USE_COLUMNS):
+            if c not in g:
+                continue
+            v = g[c].to_numpy(float)
+            if not np.isfinite(v).any():
+                continue
+            if np.isfinite(v).sum() >= MIN_REPLICATES:
+                m, lo, hi, n = bootstrap_mean_ci(v, level)
+            else:
+                m, lo, hi, n = mean_ci(v, level)
+            rows.append((pol, budget, d, m, lo, hi, n))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def plot_superseded_use(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
+    """Share of superseded notes still used at least D days after they became
+    wrong, against D: the feedback loop entrenching wrong notes."""
+    ax = _ax(ax)
+    if len(df) == 0:
+        return _empty(ax, "no superseded notes")
+    cols = _colors(df, colors)
+    days = sorted(df["days"].unique())
+    x_of = {d: i for i, d in enumerate(days)}
+    for pol, g in df.groupby("policy", sort=False):
+        x = np.array([x_of[d] for d in g["days"]])
+        ax.plot(x, g["mean"], marker="o", color=cols[pol], lw=1.6, label=str(pol))
+        lo, hi = g["ci_low"].to_numpy(float), g["ci_high"].to_numpy(float)
+        if np.isfinite(lo).any():
+            ax.fill_between(x, lo, hi, color=cols[pol], alpha=0.15, lw=0)
+    ax.set_xticks(range(len(days)))
+    ax.set_xticklabels([f"{d:g}" for d in days], fontsize=SMALLEST_PT)
+    ax.set_xlabel("days after the note was superseded")
+    ax.set_ylabel("share still used")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Superseded notes still used D days after (95% CI over replicates)")
     _legend(ax, df["policy"].nunique())
     ax.grid(alpha=0.3)
     return ax

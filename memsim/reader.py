@@ -2,7 +2,7 @@
 
 A packer decides *what* enters the context and an orderer *where*; a reader
 model turns that into ``answer_prob``, the probability that the answer is used
-(DESIGN.md section 5). It is deliberately simple and parametric, so that its
+(``docs/contracts/metrics.md``). It is deliberately simple and parametric, so that its
 assumptions can be swept like any policy parameter.
 
 Readers live in their own small registry, :data:`READERS` (they are a property

@@ -46,9 +46,9 @@ import numpy as np
 import pandas as pd
 
 from . import plots
-from .compare import Comparison, compare, markdown_table
-from .errors import ConfigError
-from .policies import assumptions
+from .compare import Comparison, compare, header_html, markdown_table
+from .errors import ConfigError, MemsimError, ReportWarning
+from .policies import assumptions, resolve_policy
 from .metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
 from .rundir import RunResult, load_run, write_atomic
@@ -62,13 +62,45 @@ _DPI = 110
 
 @dataclass
 class ReportFigure:
-    """A drawn figure: its file name, title, caption and PNG bytes."""
+    """A figure of the report: its file name, title, caption and PNG bytes.
+
+    Figures are described while the report's content is built and drawn
+    afterwards, all in one pass (:meth:`render`), so that building a report
+    can say how many figures are left.
+    """
 
     name: str
     title: str
     caption: str
     png: bytes = b""
     error: str = ""
+    draw: Callable[[Any], Any] | None = field(default=None, repr=False, compare=False)
+    size: tuple[float, float] = (7.5, 4.2)
+    panels: bool = False
+
+    def render(self) -> ReportFigure:
+        """Draw the figure on a fresh Figure (no pyplot state) and keep its PNG
+        bytes; a figure that fails keeps its error and warns, and the rest of
+        the report stands."""
+        if self.draw is None or self.png or self.error:
+            return self
+        # matplotlib is imported on the first figure only: reading a run folder
+        # (and importing memsim) must not pay for it
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=self.size, layout="constrained")
+        try:
+            self.draw(fig if self.panels else fig.add_subplot())
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=_DPI)
+            self.png = buf.getvalue()
+        except Exception as exc:  # one broken figure must not hide the rest of the report
+            warnings.warn(f"report figure {self.name!r} failed: {type(exc).__name__}: {exc}",
+                          ReportWarning, stacklevel=2)
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.draw = None
+        return self
 
 
 @dataclass
@@ -86,22 +118,9 @@ class _Report:
 
 def _draw(name: str, title: str, caption: str, draw: Callable[[Any], Any],
           size: tuple[float, float] = (7.5, 4.2), panels: bool = False) -> ReportFigure:
-    """Draw on a fresh Figure (no pyplot state) and keep the PNG bytes;
-    ``draw`` gets the figure's one Axes, or the Figure itself with ``panels``."""
-    # matplotlib is imported on the first figure only: reading a run folder
-    # (and importing memsim) must not pay for it
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size, layout="constrained")
-    try:
-        draw(fig if panels else fig.add_subplot())
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=_DPI)
-        return ReportFigure(name, title, caption, buf.getvalue())
-    except Exception as exc:  # one broken figure must not hide the rest of the report
-        warnings.warn(f"report figure {name!r} failed: {type(exc).__name__}: {exc}",
-                      stacklevel=2)
-        return ReportFigure(name, title, caption, error=f"{type(exc).__name__}: {exc}")
+    """A figure to draw later (:meth:`ReportFigure.render`); ``draw`` gets the
+    figure's one Axes, or the Figure itself with ``panels``."""
+    return ReportFigure(name, title, caption, draw=draw, size=size, panels=panels)
 
 
 # --------------------------------------------------------------------------
@@ -323,8 +342,25 @@ def _run_sentence(ctx: _Context) -> str:
             "replicate stream(s) "
             f"(every policy sees the same stream: common random numbers), "
             f"{q.groupby('replicate')['query_id'].nunique().sum()} queries in all, "
-            f"budget{'s' if len(budgets) > 1 else ''} "
-            f"{', '.join(str(b) for b in budgets)} tokens; baseline '{ctx.baseline}'.")
+            f"{_budget_words(q, budgets)}; baseline '{ctx.baseline}'.")
+
+
+def _budget_words(q: pd.DataFrame, budgets: list) -> str:
+    """The budgets as a reader should read them. An arm labelled budget 0 takes
+    each query's own budget from the stream (``budget_tokens``): say so, with
+    their spread, rather than "budget 0 tokens"."""
+    words = []
+    for b in budgets:
+        real = q.loc[q["budget"] == b, "budget_tokens"] if "budget_tokens" in q else None
+        if b == 0 and real is not None and len(real) and (real != 0).any():
+            lo, mid, hi = (float(x) for x in np.nanpercentile(real, [0, 50, 100]))
+            words.append(f"per-query budgets from the stream (min-median-max "
+                         f"{lo:,.0f}-{mid:,.0f}-{hi:,.0f} tokens)")
+        else:
+            words.append(f"{b} tokens")
+    if len(words) == 1:
+        return "budget " + words[0] if not words[0].startswith("per-query") else words[0]
+    return "budgets " + ", ".join(words)
 
 
 def _breakdown_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
@@ -363,6 +399,20 @@ def _breakdown_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     return out
 
 
+def _reads_hidden_labels(tables: dict[str, Any]) -> list[str]:
+    """The run's policies whose ranker reads what no real system knows (the
+    oracle's gains, bayes's planted classes)."""
+    out = []
+    for name, table in tables.items():
+        try:
+            ranker = resolve_policy(table, f"policies.{name}").ranker
+        except MemsimError:  # a policy of a plugin not loaded here: nothing to say
+            continue
+        if ranker.needs_truth or getattr(ranker, "needs_planted", False):
+            out.append(name)
+    return out
+
+
 def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     """At a glance, the summary, the paired comparisons and the per-run measures."""
     cmp = ctx.cmp
@@ -371,7 +421,10 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
         glance = [f"At {ctx.focus} tokens: " + s for s in glance]
     sections = [("At a glance", [("list", glance)] if glance else
                  [("p", "The queries table has no metric to summarise.")]),
-                ("Summary", [("p", cmp.legend()), ("cmp", cmp)])]
+                ("Summary", [("p", cmp.legend()), ("cmp", cmp)]
+                 + [("p", f"'{name}' reads hidden labels: an upper bound, not achievable "
+                          "headroom (the best a policy can reach is what `memsim advise` "
+                          "finds).") for name in _reads_hidden_labels(ctx.run.policies)])]
     if len(cmp.tests):
         sections.append(("Paired comparisons with the baseline", [
             ("p", "Difference = policy - baseline on the same queries (paired on replicate "
@@ -381,6 +434,7 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "deviation. Win/tie/loss count queries in the metric's own direction."),
             ("cmp-detail", cmp)]))
     sections += _breakdown_sections(ctx)
+    sections += _hidden_section(ctx)
     run_tab = _run_table(ctx.run)
     if run_tab is not None:
         sections.append(("Per-run measures", [
@@ -398,6 +452,42 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "good as these guesses."),
             ("table", pd.DataFrame(marks, columns=["policy", "parameter", "why assumed"]))]))
     return sections
+
+
+def _hidden_section(ctx: _Context) -> list[tuple[str, list[Any]]]:
+    """"What your decay hid": the oracle's notes each policy left out, by reason."""
+    d = plots.hidden_data(ctx.q, ctx.focus)
+    if not len(d) or not (d["oracle_per_query"] > 0).any():
+        return []
+    table = pd.DataFrame({"policy": d["policy"],
+                          "oracle notes / query": d["oracle_per_query"].map(lambda x: f"{x:.2f}"),
+                          "hidden": d["hidden"].map(_share)})
+    labels = {"age": "by age (outranked)", "cut": "by cut (similarity)", "budget": "by budget",
+              "evicted": "by eviction", "invalid": "by invalidation"}
+    for reason in ("age", "cut", "budget", "evicted", "invalid"):
+        table[labels[reason]] = d[f"hidden_{reason}"].map(_share)
+    arms = ctx.run.arms
+    unmarked = []
+    if (arms is not None and len(arms) and "superseded_notes" in arms
+            and (arms["superseded_notes"] == 0).all() and (arms["invalidated_notes"] > 0).any()):
+        unmarked = [("p", "No note of this stream is marked as superseded (no superseded_at "
+                          "column, no superseding class): an invalidation retention can only "
+                          "over-fire here, and every note it invalidates is a false positive. "
+                          "What it costs shows in the 'by invalidation' column.")]
+    return [("What your decay hid", unmarked + [
+        ("p", "Of the notes the oracle packs (the best subset of the relevant notes within "
+              "the budget), the share each policy did not pack" + ctx.at_focus + ", by the "
+              "first reason that holds: invalidated, evicted (or expired), a candidate the "
+              "packer left out (budget), outranked by a less similar note (age: the score's "
+              "recency or other terms pushed it below the top C), or less similar than "
+              "every candidate (cut). Sums over every query and replicate; the per-query "
+              "counts are the hidden_* columns of queries.parquet; with save_rankings = "
+              "\"hidden\", rankings.parquet names each note with its reason."),
+        ("table", table)])]
+
+
+def _share(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:.3f}"
 
 
 def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
@@ -501,6 +591,26 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
             "run (the feedback loop's lock-in), mean over replicates with its interval.",
             lambda ax: plots.plot_run_metric(plots.run_metric_data(arms, "recall_gini"),
                                              ax, colors)))
+    sup = plots.superseded_use_data(arms, focus)
+    if len(sup):
+        harm = plots.run_metric_data(
+            q[q["budget"] == focus].groupby(["replicate", "policy", "budget"], sort=False)
+            ["harm"].mean().reset_index(), "harm") if "harm" in q else None
+
+        def _stale(fig):
+            top, bottom = fig.subplots(2, 1, height_ratios=[2, 3])
+            plots.plot_run_metric(harm, top, colors)
+            top.set_title("harm per query (95% CI over replicates)")
+            plots.plot_superseded_use(sup, bottom, colors)
+            bottom.set_title("superseded notes still used D days after")
+        figs.append(_draw(
+            "superseded_use", "Wrong notes: harm and how long they keep being used",
+            "Top: harm, the mean |gain| of stale notes packed per query. Bottom: of the "
+            "notes a newer note superseded, the share whose last use came at least D days "
+            "after (among those superseded at least D days before the last query); each "
+            "use also raised the wrong note's recall count (stale_reinforced counts them "
+            "per query). Means over replicates with 95% intervals.",
+            _stale, size=(7.5, 7.5), panels=True))
     if store is not None and len(store) and _store_differs(store):
         figs.append(_draw(
             "store_size", "Store size over time",
@@ -519,13 +629,36 @@ def _provenance(run_dir: Path, manifest: dict) -> list[Any]:
     return prov
 
 
+#: What each ``[workload] embedder`` is (memsim.embed), for the report's intro.
+_EMBEDDERS = {"bm25": "exact BM25 over the text, per namespace",
+              "wordllama": "WordLlama l2_supercat, 256-d dense vectors of the text",
+              "vectors": "the vectors logged in the trace"}
+
+
+def _embedder_sentence(config: dict) -> str:
+    """Which vectors scored similarity, for a run on imported data (else "")."""
+    wl = config.get("workload") or {}
+    if not isinstance(wl, dict) or "source" not in wl:
+        return ""
+    name = wl.get("embedder")
+    if name is None and wl.get("importer") == "locomo":
+        name = "bm25"
+    if name is None:
+        return ("Embedder: the trace's logged vectors, else exact BM25 over the text."
+                if wl.get("importer") == "trace" else
+                "Embedder: the vectors stored in the stream folder.")
+    return f"Embedder: {name} ({_EMBEDDERS.get(str(name), 'unknown')})."
+
+
 def _content(run_dir: Path, run: RunResult, n_boot: int, seed: int) -> _Report:
     manifest = run.manifest or {}
     exp = run.config.get("experiment", {})
     name = exp.get("name") or manifest.get("name") or run_dir.name
     rep = _Report(title=f"memsim report: {name}")
     if exp.get("description"):
-        rep.intro.append(str(exp["description"]))
+        rep.intro.append(f"What the experiment asks: {exp['description']}.".replace("..", "."))
+    if _embedder_sentence(run.config):
+        rep.intro.append(_embedder_sentence(run.config))
     if manifest.get("status") == "failed":
         rep.alerts.append(f"This run FAILED ({manifest.get('error', 'no error recorded')}); "
                           "the tables below use whatever files it left.")
@@ -1033,7 +1166,7 @@ h1,h2,p,li,figcaption{overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:.8em 0;font-size:.86em}
 th,td{border:1px solid #ddd;padding:.3em .55em;text-align:right;white-space:normal;
 vertical-align:top}
-th{background:#f4f4f4;overflow-wrap:anywhere;min-width:4.5em}
+th{background:#f4f4f4;overflow-wrap:normal;word-break:normal;hyphens:none}
 td:first-child,th:first-child{text-align:left}
 table.cmp td:nth-child(-n+2){text-align:left}
 .better{color:#1a7f37;font-weight:bold}.worse{color:#c62828;font-weight:bold}
@@ -1050,7 +1183,7 @@ pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.8em}
 
 
 def _df_html(df: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    head = "".join(f"<th>{header_html(c)}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
                    for row in df.itertuples(index=False))
     return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
@@ -1140,11 +1273,11 @@ def _to_markdown(rep: _Report) -> str:
 
 
 def _all_figures(rep: _Report) -> list[ReportFigure]:
-    return [item for _, items in rep.sections for kind, item in items
-            if kind == "fig" and item.png]
+    return [item for _, items in rep.sections for kind, item in items if kind == "fig"]
 
 
-def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED) -> Path:
+def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED,
+                 progress: Callable[[float], None] | None = None) -> Path:
     """(Re)build ``report.html``, ``report.md`` and ``figures/*.png`` of a run folder.
 
     Parameters
@@ -1153,6 +1286,9 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED)
         A run folder (it must hold ``manifest.json``).
     n_boot, seed : int
         Bootstrap resamples and seed of the intervals.
+    progress : callable, optional
+        Called with the share done (0 to 1): the tables first (a tenth),
+        then once per figure drawn.
 
     Returns
     -------
@@ -1167,12 +1303,17 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run folder")
+    say = progress or (lambda _frac: None)
     run = load_run(run_dir)
     rep = _content(run_dir, run, n_boot, seed)
+    figures = _all_figures(rep)
+    say(0.1)
     figdir = run_dir / "figures"
     figdir.mkdir(exist_ok=True)
-    for f in _all_figures(rep):
-        write_atomic(figdir / f"{f.name}.png", lambda p, data=f.png: p.write_bytes(data))
+    for k, f in enumerate(figures):
+        if f.render().png:
+            write_atomic(figdir / f"{f.name}.png", lambda p, data=f.png: p.write_bytes(data))
+        say(0.1 + 0.9 * (k + 1) / len(figures))
     write_atomic(run_dir / "report.md",
                  lambda p: p.write_text(_to_markdown(rep), encoding="utf-8"))
     out = run_dir / "report.html"

@@ -1,6 +1,6 @@
 """Run folders: atomic writes, the manifest, run status and reading a run back.
 
-A run folder (DESIGN.md section 6) is ``<out>/<UTC time>_<name>_<hash8>/``:
+A run folder (``docs/contracts/run-folder.md``) is ``<out>/<UTC time>_<name>_<hash8>/``:
 
 =================== ============================================================
 file                content
@@ -39,12 +39,14 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
+from .rng import child_seq, seed_sequence
+from .stream import read_stream
 
 __all__ = [
     "RunResult",
@@ -56,6 +58,7 @@ __all__ = [
     "new_run_dir",
     "write_atomic",
     "write_text_atomic",
+    "jsonable",
     "pid_alive",
     "proc_start",
     "utc_now",
@@ -156,6 +159,25 @@ def _git_commit() -> str | None:
     return res.stdout.strip() or None if res.returncode == 0 else None
 
 
+def jsonable(x: Any) -> Any:
+    """``x`` as strict JSON can hold it (``--json`` outputs): NaN and
+    infinities as None, numpy scalars as numbers, frames as lists of records,
+    tuples as lists, other objects (paths) as text."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, pd.DataFrame):
+        return jsonable(x.to_dict(orient="records"))
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float):
+        return x if np.isfinite(x) else None
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    return str(x)
+
+
 class Manifest:
     """The ``manifest.json`` of a run folder, written when created and on each update.
 
@@ -171,6 +193,9 @@ class Manifest:
         The experiment file the run came from ("" if none).
     argv : list of str, optional
         The command line (default ``sys.argv``).
+    plugins : sequence of str, optional
+        The modules the experiment imports to register its components
+        (``[experiment] plugins``); recorded as ``plugins`` when not empty.
 
     Attributes
     ----------
@@ -181,7 +206,8 @@ class Manifest:
     """
 
     def __init__(self, folder: str | Path, *, name: str, config_hash: str,
-                 source_file: str = "", argv: list[str] | None = None):
+                 source_file: str = "", argv: list[str] | None = None,
+                 plugins: Sequence[str] = ()):
         self.path = Path(folder)
         self.data: dict[str, Any] = {
             "status": "running",
@@ -197,6 +223,8 @@ class Manifest:
             "host": platform.node(),
             "timings_s": {},
         }
+        if plugins:
+            self.data["plugins"] = list(plugins)
         self.write()
 
     @property
@@ -378,6 +406,35 @@ class RunResult:
     manifest: dict[str, Any] | None = None
     experiment: Any = None
 
+    #: The summary columns a notebook shows first (:meth:`_repr_html_`).
+    _HTML_METRICS = ("utility_share", "recall", "recall_age_90_inf", "harm", "tokens_used")
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: what ran, where it is, and its headline means
+        with their 95% intervals (``memsim.compare(run)`` has the tests)."""
+        import html
+
+        name = self.config.get("experiment", {}).get("name") or (
+            self.experiment.name if self.experiment is not None else "run")
+        where = f"<code>{html.escape(str(self.path))}</code>" if self.path else "in memory"
+        status = (self.manifest or {}).get("status", "completed" if self.summary is not None
+                                           else "no summary")
+        head = (f"<p><b>memsim run {html.escape(str(name))}</b>: {where}, "
+                f"{html.escape(str(status))}</p>")
+        s = self.summary
+        if s is None or len(s) == 0:
+            return head
+        s = s[s["metric"].isin(self._HTML_METRICS)]
+        cell = [f"{m:.3g} [{lo:.3g}, {hi:.3g}]" if np.isfinite(lo) and np.isfinite(hi)
+                else f"{m:.3g}" for m, lo, hi in zip(s["mean"], s["ci_low"], s["ci_high"])]
+        wide = s.assign(cell=cell).pivot_table(index=["policy", "budget"], columns="metric",
+                                               values="cell", aggfunc="first", sort=False)
+        wide = wide[[m for m in self._HTML_METRICS if m in wide.columns]]
+        wide.columns.name = None
+        return head + wide.to_html(escape=True) + (
+            "<p>Mean [95% interval]; <code>memsim.compare(run)</code> adds the paired "
+            "tests.</p>")
+
     def metric(self, name: str) -> pd.DataFrame:
         """Summary rows of one metric."""
         return self.summary[self.summary["metric"] == name].reset_index(drop=True)
@@ -456,6 +513,180 @@ class RunResult:
         """The resolved policy tables, by name (the ``[policies]`` of the config)."""
         return dict(self.config.get("policies") or {})
 
+    # -- out to the IR tools (trec_eval, ir-measures, ranx) -------------------
+    def _one_arm(self, policy: str | None, budget: int | None,
+                 replicate: int | None) -> tuple[pd.DataFrame, str, int]:
+        """The saved rankings of one (policy, budget, replicate), best first."""
+        r = self.rankings
+        if r is None:
+            raise ValueError(f"{self.path or 'the run'}: no rankings: run the experiment with "
+                             "[experiment] save_rankings = true")
+        picked = {}
+        for col, want in (("policy", policy), ("budget", budget), ("replicate", replicate)):
+            if col not in r.columns:
+                continue
+            have = list(pd.unique(r[col]))
+            if want is None:
+                if len(have) != 1:
+                    raise ValueError(f"the run has {len(have)} values of {col} "
+                                     f"({', '.join(map(str, have))}): give {col}=")
+                want = have[0]
+            elif want not in have:
+                raise ValueError(f"{col} {want!r} is not in the run; it has "
+                                 f"{', '.join(map(str, have))}")
+            r = r[r[col] == want]
+            picked[col] = want
+        r = r.sort_values(["query_id", "rank"], kind="stable")
+        return r, str(picked.get("policy", "memsim")), int(picked.get("replicate", 0))
+
+    def trec_run_frame(self, *, policy: str | None = None, budget: int | None = None,
+                       replicate: int | None = None, scores: str = "rank") -> pd.DataFrame:
+        """One arm's rankings as the columns of a TREC run: ``qid``, ``docno``,
+        ``rank``, ``score`` (see :meth:`to_trec_run`)."""
+        if scores not in ("rank", "policy"):
+            raise ValueError(f"scores must be 'rank' or 'policy', got {scores!r}")
+        r, _, _ = self._one_arm(policy, budget, replicate)
+        rank = r["rank"].to_numpy(np.int64)
+        score = (rank.max(initial=0) + 1 - rank).astype(np.float64) if scores == "rank" \
+            else r["score"].to_numpy(np.float64)
+        return pd.DataFrame({"qid": _texts(r["query_id"]), "docno": _texts(r["note_id"]),
+                             "rank": rank, "score": score})
+
+    def to_trec_run(self, path: str | os.PathLike, *, policy: str | None = None,
+                    budget: int | None = None, replicate: int | None = None,
+                    scores: str = "rank", tag: str | None = None) -> Path:
+        """Write one arm's rankings as a TREC run file (trec_eval, ir-measures).
+
+        One line per ranked note, ``QUERY Q0 NOTE RANK SCORE TAG``, with the
+        stream's ``query_id`` and ``note_id``. What is written is the
+        *candidate ranking* (the top-C in score order, ``rankings.parquet``),
+        which memsim's ``ndcg@10`` and ``mrr`` measure, not the packed context.
+        A query whose ranking is empty has no line: memsim counts it 0 when
+        it has a relevant note, and so do ``trec_eval -c`` and ranx with
+        ``make_comparable=True`` (ranx refuses the pair otherwise);
+        ir-measures leaves such a query out of its results.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            The file to write (atomically).
+        policy, budget, replicate : optional
+            Which arm; needed only when the run has several of them.
+        scores : {"rank", "policy"}
+            ``"rank"`` (default) writes ``C + 1 - rank``, strictly decreasing,
+            so every tool, which orders by score, sees memsim's order;
+            ``"policy"`` writes the policy's own scores, whose ties the tools
+            break their own way (trec_eval: by note id, descending).
+        tag : str, optional
+            The run tag (default: the policy's name).
+
+        Raises
+        ------
+        ValueError
+            If the run saved no rankings (``save_rankings = true``) or the
+            arm is ambiguous or absent.
+        """
+        frame = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate,
+                                    scores=scores)
+        _, name, _ = self._one_arm(policy, budget, replicate)
+        label = "".join(c if c.isalnum() or c in "-_." else "_" for c in (tag or name)) or "memsim"
+        lines = [f"{q} Q0 {d} {k} {s!r} {label}\n" for q, d, k, s in
+                 zip(frame["qid"], frame["docno"], frame["rank"], frame["score"].tolist())]
+        write_text_atomic(path, "".join(lines))
+        return Path(path)
+
+    def trec_qrels_frame(self, stream: Any = None, *, replicate: int | None = None,
+                         gain_scale: float = 1.0) -> pd.DataFrame:
+        """The relevance memsim's ``ndcg@10`` and ``mrr`` are measured
+        against, as TREC qrels columns ``qid``, ``docno``, ``grade`` (see
+        :meth:`to_trec_qrels`)."""
+        stream = self._stream(stream, replicate)
+        qr = stream.qrels
+        created = pd.Series(stream.notes["created_at"].to_numpy(np.float64),
+                            index=stream.notes["note_id"].to_numpy(np.int64))
+        asked = pd.Series(stream.queries["t"].to_numpy(np.float64),
+                          index=stream.queries["query_id"].to_numpy(np.int64))
+        gain = qr["gain"].to_numpy(np.float64)
+        # R+ of a query: positive gains of the notes that exist when it is asked
+        keep = (gain > 0) & (created.reindex(qr["note_id"]).to_numpy()
+                             <= asked.reindex(qr["query_id"]).to_numpy())
+        grade = gain[keep] * gain_scale
+        if not np.allclose(grade, np.round(grade), rtol=0, atol=1e-9):
+            raise ValueError("TREC grades are integers: these gains are not (pass gain_scale=, "
+                             "e.g. 100; nDCG is the same for gains times a constant)")
+        out = pd.DataFrame({"qid": _texts(qr["query_id"].to_numpy()[keep]),
+                            "docno": _texts(qr["note_id"].to_numpy()[keep]),
+                            "grade": np.round(grade).astype(np.int64)})
+        return out.sort_values(["qid", "docno"], kind="stable").reset_index(drop=True)
+
+    def to_trec_qrels(self, path: str | os.PathLike, stream: Any = None, *,
+                      replicate: int | None = None, gain_scale: float = 1.0) -> Path:
+        """Write the qrels of the run's stream as a TREC qrels file.
+
+        ``QUERY 0 NOTE GRADE`` per line: the positive gains of the notes that
+        exist when each query is asked (memsim's R+, the ideal of its
+        ``ndcg@10``; a note added after the query is not relevant to it).
+        Negative gains (misleading notes) are left out: the IR measures treat
+        an absent note as not relevant, as ``ndcg@10`` clips gains at 0 (they
+        count in memsim's ``harm`` and ``stale_rate``).
+
+        Parameters
+        ----------
+        path : str or PathLike
+        stream : Stream or path, optional
+            The stream the run replayed (a stream folder is read). Default:
+            the stream of ``replicate`` of :attr:`experiment` (a run kept in
+            memory), regenerated from its seed or read from its source.
+        replicate : int, optional
+            Default: the run's only replicate.
+        gain_scale : float
+            Grades are ``gain * gain_scale``, which must be integers (TREC
+            grades are); nDCG does not change when every gain is scaled.
+        """
+        frame = self.trec_qrels_frame(stream, replicate=replicate, gain_scale=gain_scale)
+        write_text_atomic(path, "".join(f"{q} 0 {d} {g}\n" for q, d, g in
+                                        zip(frame["qid"], frame["docno"], frame["grade"])))
+        return Path(path)
+
+    def to_ranx(self, stream: Any = None, *, policy: str | None = None,
+                budget: int | None = None, replicate: int | None = None,
+                gain_scale: float = 1.0) -> tuple[Any, Any]:
+        """The arm's rankings and the stream's qrels as ``(ranx.Qrels,
+        ranx.Run)``, as :meth:`to_trec_qrels` and :meth:`to_trec_run` write
+        them (needs ``pip install -e ".[ranx]"``)."""
+        try:
+            import ranx
+        except ImportError:
+            raise ImportError('to_ranx needs ranx: pip install -e ".[ranx]"') from None
+        run = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate)
+        _, name, rep = self._one_arm(policy, budget, replicate)
+        qrels = self.trec_qrels_frame(stream, replicate=rep, gain_scale=gain_scale)
+        # ranx asks for object (not pandas string) id columns
+        run, qrels = (f.astype({"qid": object, "docno": object}) for f in (run, qrels))
+        return (ranx.Qrels.from_df(qrels, q_id_col="qid", doc_id_col="docno", score_col="grade"),
+                ranx.Run.from_df(run, q_id_col="qid", doc_id_col="docno", score_col="score",
+                                 name=name))
+
+    def _stream(self, stream: Any, replicate: int | None) -> Any:
+        """The stream a qrels export reads: given, a folder, or the experiment's."""
+        if stream is not None:
+            return read_stream(stream) if isinstance(stream, (str, os.PathLike)) else stream
+        exp = self.experiment
+        if exp is None:
+            raise ValueError("give the stream the run replayed (a Stream or a stream folder): "
+                             "a run read back from its folder does not hold it")
+        if replicate is None:
+            reps = pd.unique(self.queries["replicate"]) if self.queries is not None and \
+                "replicate" in self.queries.columns else [0]
+            if len(reps) != 1:
+                raise ValueError(f"the run has {len(reps)} replicates: give replicate=")
+            replicate = int(reps[0])
+        if hasattr(exp.workload, "load"):
+            return exp.workload.load()
+        # the replicate's stream, from the seed the runner gives it
+        return exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate", replicate,
+                                               "workload"))
+
     @classmethod
     def load(cls, path: str | Path) -> RunResult:
         """Read a run folder's files.
@@ -492,6 +723,11 @@ class RunResult:
         timings = manifest.get("timings_s")
         return cls(**frames, path=path, manifest=manifest, config=config,
                    timings=dict(timings) if isinstance(timings, dict) else {})
+
+
+def _texts(ids) -> np.ndarray:
+    """Ids as text (the id type of TREC files)."""
+    return np.asarray([str(x) for x in np.asarray(ids).tolist()], dtype=object)
 
 
 _AGE_COLUMN = re.compile(r"recall_age_(\d+)_(\d+|inf)")

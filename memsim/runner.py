@@ -9,6 +9,7 @@ identical to one process.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import shutil
@@ -24,6 +25,7 @@ import pandas as pd
 from .config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
 from .engine import Arm, ReplayCache, simulate
 from .errors import ConfigError
+from .machine import default_jobs
 from .report import build_report
 from .rng import child_seq, seed_sequence
 # the run-folder names below are also imported from here by older callers
@@ -48,15 +50,6 @@ def load_stream_for(exp: Experiment, replicate: int) -> Stream:
 def _arms(exp: Experiment) -> list[Arm]:
     budgets = exp.settings.budgets or (None,)
     return [Arm(name, pol, b) for b in budgets for name, pol in exp.policies.items()]
-
-
-def default_jobs() -> int:
-    """The cores this process may run on (its CPU affinity where the system
-    has one, else ``os.cpu_count()``): the default of ``memsim run --jobs``."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
@@ -306,17 +299,21 @@ def experiment_manifest(folder: Path, exp: Experiment, argv: list[str] | None = 
                         ) -> Manifest:
     """Start the manifest (status ``running``) of ``exp``'s run folder ``folder``."""
     return Manifest(folder, name=exp.name, config_hash=exp.hash8(),
-                    source_file=exp.source_file, argv=argv)
+                    source_file=exp.source_file, argv=argv, plugins=exp.settings.plugins)
 
 
 #: The signature of :func:`experiment_manifest` under the name the sweep imports.
 _Manifest = experiment_manifest
 
 
+_log = logging.getLogger(__name__)
+
+
 def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict | None = None,
                    out: str | Path | None = "results", report: bool = True,
                    progress: Callable[[float], None] | None = None,
-                   argv: list[str] | None = None, jobs: int = 1) -> RunResult:
+                   argv: list[str] | None = None, jobs: int = 1,
+                   report_progress: Callable[[float], None] | None = None) -> RunResult:
     """Run one experiment and (unless ``out`` is None) write its run folder.
 
     Parameters
@@ -332,6 +329,9 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
     jobs : int
         Replicates simulated at once in worker processes (default 1: all in
         this process). Any ``jobs`` gives identical results.
+    progress, report_progress : callable, optional
+        Called with the share done (0 to 1) of the simulation, and of the
+        report (:func:`memsim.report.build_report`).
     """
     if not isinstance(exp, Experiment):
         exp = load_experiment(exp, overrides)
@@ -365,6 +365,8 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         # summary.csv last: only a run whose data files all exist has one
         _write(summary_file, lambda p: summary.to_csv(p, index=False))
         timings["total_before_report"] = time.perf_counter() - t0
+        _log.info("%s: %d replicate(s) simulated and written in %.1f s", path,
+                  exp.settings.replicates, timings["total_before_report"])
         result = _result(exp, frames, summary, path, timings)
         # The report shows the manifest, so the manifest says completed before
         # it is built; a report that fails (or is interrupted) turns the run
@@ -372,8 +374,9 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         manifest.update(status="completed", timings_s=timings, finished_utc=utc_now())
         if report:
             t1 = time.perf_counter()
-            build_report(path)
+            build_report(path, progress=report_progress)
             timings["report"] = time.perf_counter() - t1
+            _log.info("%s: report built in %.1f s", path, timings["report"])
             manifest.update(timings_s=timings)
         result.manifest = manifest.data
         return result
@@ -476,7 +479,9 @@ def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1) -> Non
 
 def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs: int = 1,
              report: bool = True, progress: Callable[[float], None] | None = None,
-             argv: list[str] | None = None) -> list[Path]:
+             argv: list[str] | None = None,
+             report_progress: Callable[[int], Callable[[float], None]] | None = None
+             ) -> list[Path]:
     """Run several experiments (grids expanded), ``jobs`` at a time in worker processes.
 
     ``jobs`` worker processes in all: a single run simulates its replicates
@@ -489,6 +494,10 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
     interrupt (SIGINT, or SIGTERM where the CLI turns it into one) stops the
     queue at once: no further run starts and every running one is stopped
     and marks its folder failed.
+
+    ``report_progress(i)``, when given, returns the progress callable of run
+    ``i``'s report (runs one at a time only: parallel runs build their
+    reports in their worker processes, and ``progress`` counts whole runs).
     """
     expanded = [e for exp in experiments for e in exp.expand()]
     if jobs <= 1 or len(expanded) == 1:
@@ -496,8 +505,9 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
         for i, e in enumerate(expanded):
             sub = None if progress is None else (
                 lambda f, i=i: progress((i + f) / len(expanded)))
-            paths.append(run_experiment(e, out=out, report=report, progress=sub,
-                                        argv=argv, jobs=jobs).path)
+            paths.append(run_experiment(
+                e, out=out, report=report, progress=sub, argv=argv, jobs=jobs,
+                report_progress=None if report_progress is None else report_progress(i)).path)
         return paths
     return _run_parallel(expanded, out, jobs, report, progress, argv)
 

@@ -88,7 +88,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .metrics import AGE_BUCKET_COLUMNS, HIGHER_IS_BETTER, METRIC_COLUMNS, OLD_RECALL_COLUMN
+from .metrics import (AGE_BUCKET_COLUMNS, HIGHER_IS_BETTER, METRIC_COLUMNS, OLD_RECALL_COLUMN,
+                      UNDIRECTED_METRICS)
 
 __all__ = [
     "mean_ci",
@@ -375,11 +376,14 @@ def _ratio_columns(name: str, queries: pd.DataFrame) -> tuple[str, str]:
     return num, den
 
 
-def utility_share(queries: pd.DataFrame) -> float:
+def utility_share(queries: pd.DataFrame, by: Sequence[str] | None = None) -> float | pd.Series:
     """Share of the achievable utility: ``sum(utility) / sum(oracle_utility)``.
 
-    Pooled over every row of ``queries`` with ``oracle_utility > 0`` (filter
-    the frame to one policy and budget first, or use :func:`utility_share_by`)::
+    Pooled over every row of ``queries`` with ``oracle_utility > 0``; with
+    ``by`` (e.g. ``by="policy"``), one share per group, as
+    :func:`utility_share_by`. A frame that holds several policies or budgets
+    needs ``by``: a share pooled over different policies means nothing, so it
+    is refused rather than computed::
 
         S = sum_q utility_q / sum_q oracle_utility_q,   q: oracle_utility_q > 0
 
@@ -391,8 +395,18 @@ def utility_share(queries: pd.DataFrame) -> float:
     ------
     KeyError
         If the frame has no ``utility`` or ``oracle_utility`` column.
+    ValueError
+        If ``by`` is not given and the frame holds several policies or budgets.
     """
     num, den = _ratio_columns("utility_share", queries)
+    if by is not None:
+        return utility_share_by(queries, [by] if isinstance(by, str) else by)
+    mixed = [c for c in ("policy", "budget") if c in queries and queries[c].nunique() > 1]
+    if mixed:
+        counts = ", ".join(f"{queries[c].nunique()} {c}s" if c == "budget"
+                           else f"{queries[c].nunique()} policies" for c in mixed)
+        raise ValueError(f"utility_share: the frame holds {counts}; pass by={mixed!r} for "
+                         "one share per group, or select one first")
     return ratio_of_sums(queries[num].to_numpy(np.float64), queries[den].to_numpy(np.float64))
 
 
@@ -818,7 +832,9 @@ def paired_tests(queries: pd.DataFrame, baseline: str | None = None,
     better = np.where(out["higher_is_better"].to_numpy(bool), out["diff"] > 0, out["diff"] < 0) \
         if len(out) else np.zeros(0, bool)
     out["significant"] = sig
-    out["direction"] = np.where(sig, np.where(better, "better", "worse"), "")
+    # a cost such as tokens_used is tested but gets no verdict (no ▲ / ▼)
+    verdict = sig & ~out["metric"].isin(UNDIRECTED_METRICS).to_numpy(bool) if len(out) else sig
+    out["direction"] = np.where(verdict, np.where(better, "better", "worse"), "")
     return _typed_tests(out[cols].copy())
 
 
@@ -951,8 +967,13 @@ def column_decimals(metric: str, means: Iterable[float], lows: Iterable[float] |
     column: the precision every row's interval supports (a row with a much
     narrower interval is shown with fewer digits than it could have, never
     with digits another row's interval makes meaningless), between 0 and
-    ``max_decimals``. Rows without an interval count with three significant
-    digits of their mean.
+    ``max_decimals``. Rows without an interval (NaN bounds, or ``lo == hi``)
+    count with three significant digits of their mean; a row that is exactly
+    0 without an interval (a metric that never moved, such as ``harm`` when
+    nothing stale is packed) says nothing about the scale and does not count.
+    Whether the values happen to be whole numbers never matters: a mean of
+    0/1 gains, 0.3333 [0.0667, 0.6], keeps its decimals (``0.33 [0.07, 0.60]``).
+    A column of nothing but such zeros gets 0 decimals.
     """
     if metric in SHARE_METRICS:
         return 3
@@ -960,8 +981,17 @@ def column_decimals(metric: str, means: Iterable[float], lows: Iterable[float] |
     lows = list(lows) if lows is not None else [np.nan] * len(means)
     highs = list(highs) if highs is not None else [np.nan] * len(means)
     decs = [round_to_ci(m, a, b)[3] for m, a, b in zip(means, lows, highs)
-            if m is not None and math.isfinite(float(m))]
+            if m is not None and math.isfinite(float(m)) and not _uninformative(m, a, b)]
     return int(min(max(min(decs, default=0), 0), max_decimals))
+
+
+def _uninformative(mean: float, lo: float | None, hi: float | None) -> bool:
+    """A row that is exactly 0 with no interval width: it fixes no decimal place."""
+    if float(mean) != 0.0:
+        return False
+    lo = float("nan") if lo is None else float(lo)
+    hi = float("nan") if hi is None else float(hi)
+    return not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo <= 0
 
 
 def format_fixed(mean: float, lo: float = float("nan"), hi: float = float("nan"), dec: int = 3,

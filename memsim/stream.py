@@ -3,7 +3,7 @@
 A stream is everything a simulation replays: notes with their creation times
 and sizes, queries with their times and actors, graded ground truth (qrels),
 optional organic accesses and optional embeddings. The on-disk layout is fixed
-by DESIGN.md section 3.
+by ``docs/contracts/stream.md``.
 
 Every :class:`Stream` built by :func:`make_stream` (and so by
 :func:`read_stream`) has been validated: a malformed input raises
@@ -79,6 +79,7 @@ __all__ = [
     "read_stream",
     "write_stream",
     "describe_stream",
+    "stream_facts",
     "NOTE_DEFAULTS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
@@ -88,7 +89,7 @@ __all__ = [
 FORMAT_NAME = "memsim-stream"
 FORMAT_VERSION = 1
 
-#: Optional note columns and their defaults (DESIGN.md section 3).
+#: Optional note columns and their defaults (``docs/contracts/stream.md``).
 NOTE_DEFAULTS: dict[str, Any] = {
     "tier": "task",
     "importance": 1.0,
@@ -711,7 +712,7 @@ def validate_frames(
     Parameters
     ----------
     notes, queries, qrels, accesses : DataFrame
-        The tables of DESIGN.md section 3; ``accesses`` may be None.
+        The tables of the stream format; ``accesses`` may be None.
     note_embeddings, query_embeddings : ndarray or None
         One row per row of ``notes`` / ``queries``, in the order given.
     where : dict, optional
@@ -889,7 +890,7 @@ def _read_header(folder: Path) -> dict:
 
 
 def read_stream(path: str | os.PathLike) -> Stream:
-    """Read and validate a stream folder (DESIGN.md section 3).
+    """Read and validate a stream folder (``docs/contracts/stream.md``).
 
     Parameters
     ----------
@@ -980,7 +981,7 @@ def _write_npy(arr: np.ndarray, path: Path) -> None:
 
 
 def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
-    """Write a stream folder (DESIGN.md section 3), atomically.
+    """Write a stream folder (``docs/contracts/stream.md``), atomically.
 
     Everything is written into a temporary sibling folder which is then
     renamed into place, so a reader never sees a half-written stream and a
@@ -1071,6 +1072,61 @@ def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
+def stream_facts(stream: Stream) -> dict[str, Any]:
+    """What ``memsim stream validate`` reports of a stream, as plain data
+    (``memsim stream validate --json``; :func:`describe_stream` prints it).
+
+    Keys: ``name``, ``source``, ``notes`` (note rows: versions of a logged
+    note count once each), ``logged_notes`` (distinct logged ids),
+    ``note_created`` ([first, last] days), ``note_actors``, ``tokens`` (min,
+    median, p90, max, total), ``expiring``, ``pinned``, ``queries``,
+    ``query_t`` ([first, last]), ``query_actors``, ``qrels``, ``relevant``,
+    ``misleading``, ``relevant_per_query`` (mean, median, max),
+    ``queries_without_relevant``, ``qrels_after_query`` (qrels naming a note
+    created after its query), ``accesses``, ``embedding_dim`` (None without).
+    """
+    notes, queries, qrels, acc = stream.notes, stream.queries, stream.qrels, stream.accesses
+    f: dict[str, Any] = {"name": stream.name, "source": stream.meta.get("source"),
+                         "notes": int(len(notes)),
+                         "logged_notes": int(notes["trace_id"].nunique()
+                                             if "trace_id" in notes.columns else len(notes))}
+    if len(notes):
+        created = notes["created_at"].to_numpy()
+        tok = notes["tokens"].to_numpy()
+        q = np.quantile(tok, [0.5, 0.9])
+        f.update(note_created=[float(created.min()), float(created.max())],
+                 note_actors=int(notes["actor"].nunique()),
+                 # min / max stay exact integers; the total is summed in float so
+                 # that huge token counts (up to 2**63 each) cannot overflow
+                 tokens={"min": int(tok.min()), "median": float(q[0]), "p90": float(q[1]),
+                         "max": int(tok.max()), "total": float(tok.sum(dtype=np.float64))},
+                 expiring=int(np.isfinite(notes["expires_at"].to_numpy()).sum()),
+                 pinned=int(notes["pinned"].sum()))
+    f["queries"] = int(len(queries))
+    if len(queries):
+        qt = queries["t"].to_numpy()
+        f.update(query_t=[float(qt.min()), float(qt.max())],
+                 query_actors=int(queries["actor"].nunique()))
+    per_query = (qrels.loc[qrels["gain"] > 0, "query_id"].value_counts()
+                 .reindex(queries["query_id"], fill_value=0).to_numpy())
+    n_neg = int((qrels["gain"] < 0).sum())
+    f.update(qrels=int(len(qrels)), relevant=int(len(qrels) - n_neg), misleading=n_neg)
+    if len(queries):
+        f.update(relevant_per_query={"mean": float(per_query.mean()),
+                                     "median": float(np.median(per_query)),
+                                     "max": int(per_query.max())},
+                 queries_without_relevant=int((per_query == 0).sum()))
+    future = 0
+    if len(qrels):
+        qt = pd.Series(queries["t"].to_numpy(), index=queries["query_id"].to_numpy())
+        nc = pd.Series(notes["created_at"].to_numpy(), index=notes["note_id"].to_numpy())
+        future = int((nc.reindex(qrels["note_id"]).to_numpy()
+                      > qt.reindex(qrels["query_id"]).to_numpy()).sum())
+    f.update(qrels_after_query=future, accesses=int(len(acc)),
+             embedding_dim=None if stream.embedding_dim is None else int(stream.embedding_dim))
+    return f
+
+
 def describe_stream(stream: Stream) -> str:
     """A short human summary of a stream, as printed by ``memsim stream validate``.
 
@@ -1083,52 +1139,41 @@ def describe_stream(stream: Stream) -> str:
     str
         Several lines: counts, time spans, token quantiles, actors, qrels per
         query, the share of queries with no relevant (``gain > 0``) note,
-        qrels naming notes created after their query, accesses and embeddings.
+        qrels naming notes created after their query, accesses and embeddings
+        (:func:`stream_facts` as text).
     """
-    notes, queries, qrels, acc = stream.notes, stream.queries, stream.qrels, stream.accesses
-    source = stream.meta.get("source")
-    lines = [f"stream {stream.name!r}" + (f" (source: {source})" if source else "")]
-    if len(notes):
-        created = notes["created_at"].to_numpy()
-        tok = notes["tokens"].to_numpy()
-        q = np.quantile(tok, [0.5, 0.9])
-        lines.append(f"notes: {len(notes):,}, created {_num(created.min())} .. "
-                     f"{_num(created.max())} days, {notes['actor'].nunique():,} actors")
-        # min / max stay exact integers; the total is summed in float so that
-        # huge token counts (up to 2**63 each) cannot overflow.
-        lines.append(f"tokens per note: min {_num(tok.min())}, median {_num(q[0])}, "
-                     f"p90 {_num(q[1])}, max {_num(tok.max())}; "
-                     f"total {_num(tok.sum(dtype=np.float64))}")
-        expiring = int(np.isfinite(notes["expires_at"].to_numpy()).sum())
-        pinned = int(notes["pinned"].sum())
-        if expiring or pinned:
-            lines.append(f"  expiring: {expiring:,}, pinned: {pinned:,}")
+    f = stream_facts(stream)
+    lines = [f"stream {f['name']!r}" + (f" (source: {f['source']})" if f["source"] else "")]
+    if f["notes"]:
+        # a logged note that was updated is one row per version: say which count this is
+        what = (f" (note versions, of {f['logged_notes']:,} logged notes)"
+                if f["logged_notes"] != f["notes"] else "")
+        (c0, c1), tok = f["note_created"], f["tokens"]
+        lines.append(f"notes: {f['notes']:,}{what}, created {_num(c0)} .. {_num(c1)} days, "
+                     f"{f['note_actors']:,} actors")
+        lines.append(f"tokens per note: min {_num(tok['min'])}, median {_num(tok['median'])}, "
+                     f"p90 {_num(tok['p90'])}, max {_num(tok['max'])}; "
+                     f"total {_num(tok['total'])}")
+        if f["expiring"] or f["pinned"]:
+            lines.append(f"  expiring: {f['expiring']:,}, pinned: {f['pinned']:,}")
     else:
         lines.append("notes: 0")
-    if len(queries):
-        qt = queries["t"].to_numpy()
-        lines.append(f"queries: {len(queries):,}, t {_num(qt.min())} .. {_num(qt.max())} days, "
-                     f"{queries['actor'].nunique():,} actors")
+    if f["queries"]:
+        t0, t1 = f["query_t"]
+        lines.append(f"queries: {f['queries']:,}, t {_num(t0)} .. {_num(t1)} days, "
+                     f"{f['query_actors']:,} actors")
     else:
         lines.append("queries: 0")
-    per_query = (qrels.loc[qrels["gain"] > 0, "query_id"].value_counts()
-                 .reindex(queries["query_id"], fill_value=0).to_numpy())
-    n_neg = int((qrels["gain"] < 0).sum())
-    line = f"qrels: {len(qrels):,} ({len(qrels) - n_neg:,} relevant, {n_neg:,} misleading)"
-    if len(queries):
-        none = int((per_query == 0).sum())
-        line += (f"; relevant per query: mean {per_query.mean():.2f}, "
-                 f"median {_num(np.median(per_query))}, max {_num(per_query.max())}; "
-                 f"queries with no relevant note: {none:,} ({none / len(queries):.1%})")
+    line = f"qrels: {f['qrels']:,} ({f['relevant']:,} relevant, {f['misleading']:,} misleading)"
+    if f["queries"]:
+        per, none = f["relevant_per_query"], f["queries_without_relevant"]
+        line += (f"; relevant per query: mean {per['mean']:.2f}, "
+                 f"median {_num(per['median'])}, max {_num(per['max'])}; "
+                 f"queries with no relevant note: {none:,} ({none / f['queries']:.1%})")
     lines.append(line)
-    if len(qrels):
-        qt = pd.Series(queries["t"].to_numpy(), index=queries["query_id"].to_numpy())
-        nc = pd.Series(notes["created_at"].to_numpy(), index=notes["note_id"].to_numpy())
-        future = int((nc.reindex(qrels["note_id"]).to_numpy()
-                      > qt.reindex(qrels["query_id"]).to_numpy()).sum())
-        if future:
-            lines.append(f"  qrels naming a note created after its query: {future:,}")
-    lines.append(f"accesses: {len(acc):,}")
-    dim = stream.embedding_dim
+    if f["qrels_after_query"]:
+        lines.append(f"  qrels naming a note created after its query: {f['qrels_after_query']:,}")
+    lines.append(f"accesses: {f['accesses']:,}")
+    dim = f["embedding_dim"]
     lines.append(f"embeddings: dimension {dim}" if dim is not None else "embeddings: none")
     return "\n".join(lines)

@@ -4,6 +4,7 @@ Call it on your own component in a notebook before you run it::
 
     from memsim.testing import check_component, check_policy
     check_component(MyDecay)              # the class, or an instance
+    check_component(MyDecay, engine=True) # and through the engine's fast paths
     check_policy(Policy(decay=MyDecay()))
 
 Each raises :class:`CheckError` naming the component and the failed check;
@@ -19,36 +20,51 @@ it returns None when every check passes. The checks, run on seeded random
 - outputs: documented shapes and dtypes, finite values, nothing in the
   inputs or the context mutated, the same answer twice for the same seed;
 - per slot: a decay's recency lies in [0, 1] for a note of default
-  salience, never rises with age, never crosses a declared
-  :meth:`~memsim.policies.Decay.lower_bound`, and matches a declared
-  :meth:`~memsim.policies.Decay.exponential_form`; stickiness never makes a
-  note older and adds no negative access term; breadth factors are >= 1;
-  packers return a subset of the valid candidates within the budget;
-  orderers return a permutation of the packed notes (-1 elsewhere);
-  retentions return one flag per note;
+  salience and never rises with age; stickiness never makes a note older
+  and adds no negative access term; breadth factors are >= 1; packers
+  return a subset of the valid candidates within the budget; orderers
+  return a permutation of the packed notes (-1 elsewhere); retentions
+  return one flag per note;
 - a scoring component that declares ``reads_uses()`` False gives the same
   output when the notes' recalls, last uses, distinct actors and tiers
-  change.
+  change;
+- every promise the engine trusts, where it can break (the extreme notes of
+  :func:`extreme_context`: ages 0, tiny and huge, no use and many, every
+  tier code; similarities from -1 to 1; and the contexts above): a decay's
+  ``upper_bound`` (any note), ``lower_bound`` (a note of default salience),
+  ``exponential_form`` (equal to the recency) and ``half_life``; a ranker's
+  ``score_bound`` and ``similarity_needed`` at the recency ranges the
+  engine passes; a stickiness's ``access_term_bound``; a breadth's
+  ``access_factor_bound`` and ``score_factor_bound``; a retention's
+  ``evicts``. A broken promise fails with the declaration as the check and
+  the context, the note and the values in the message;
+- with ``engine=True``, :func:`check_engine_paths`: a small stream through
+  the engine's fast paths and its reference gives identical results.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import pickle  # noqa: TID251 - worker processes (--jobs) receive policies pickled
 from typing import Any, Callable, Iterable
 
 import numpy as np
+import pandas as pd
 
 from .errors import ParameterError
 from .params import Interval, Options, Validated
 from .policies import SLOTS, ArrayContext, Component, Policy
-from .policies.base import build_from_spec
+from .policies.base import Breadth, Ranker, Stickiness, build_from_spec
 from .planted import PlantedModel
 from .policies.context import MEMORY_TYPE_CODES, TIER_CODES
+from .rng import seed_sequence
+from .stream import make_stream
 from .workload import CLASS_NAMES, SyntheticWorkload
 
-__all__ = ["CheckError", "check_component", "check_policy", "random_context"]
+__all__ = ["CheckError", "check_component", "check_policy", "check_engine_paths",
+           "random_context", "extreme_context"]
 
 #: Shape of the random contexts: queries, notes, embedding dimension.
 N_QUERIES, N_NOTES, DIM = 5, 60, 6
@@ -284,10 +300,10 @@ def _run_decay(c: _Checker, comp, ctx) -> np.ndarray:
 
 
 def _decay_curve_checks(c: _Checker, comp) -> None:
-    """Fresh notes of default salience: recency in [0, 1], non-increasing in
-    age, above a declared floor, equal to a declared exponential form."""
+    """Fresh notes of default salience: recency in [0, 1] and non-increasing
+    in age at every tier (the declared bounds and forms are checked by
+    :func:`_check_decay_promises`)."""
     ages = np.concatenate([[0.0], np.geomspace(1e-3, 1e5, 200)])
-    lower = c.call("lower_bound", comp.lower_bound)
     for tier in TIER_CODES.values():
         ctx = _fresh_context(ages, tier=tier)
         age = ctx.age(comp.clock)
@@ -298,20 +314,10 @@ def _decay_curve_checks(c: _Checker, comp) -> None:
                   f"get a recency in [0, 1], got {rec.min():.3g} .. {rec.max():.3g}")
         c.require((np.diff(rec) <= 1e-12).all(), "recency falls with age",
                   f"recency rises with age (tier {tier})")
-        if lower is not None:
-            c.require(np.isfinite(lower), "lower_bound", f"lower_bound() = {lower!r}")
-            c.require((rec >= lower - 1e-12).all(), "floor never crossed",
-                      f"recency {rec.min():.6g} < declared lower_bound() {lower!r} "
-                      f"(tier {tier})")
         form = c.call("exponential_form", comp.exponential_form, ctx)
         c.require(not comp.per_note_form or (form is not None and np.ndim(form[0])
                                              and np.ndim(form[1])), "per_note_form",
                   "per_note_form = True, but exponential_form() gave no per-note arrays")
-        if form is not None:
-            floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
-            want = floor + (1.0 - floor) * np.exp(-rate * np.maximum(age, 0.0))
-            c.require(np.allclose(want[0], rec, rtol=1e-9, atol=1e-300), "exponential_form",
-                      f"floor + (1 - floor) exp(-rate age) differs from recency() (tier {tier})")
 
 
 def _run_stickiness(c: _Checker, comp, ctx) -> np.ndarray:
@@ -373,6 +379,8 @@ def _run_packer(c: _Checker, comp, ctx) -> np.ndarray:
     outs = []
     for values, tokens, valid, budget in _pack_problems(0, len(ctx.t)):
         args = [values.copy(), tokens.copy(), valid.copy(), budget.copy()]
+        if getattr(comp, "needs_similarity", False):  # a cut on the candidates' similarity
+            args.append(np.clip(values + 0.1, -1.0, 1.0))
         out = c.array(c.call("pack", comp.pack, *args), "pack", values.shape, "b")
         for a, b, what in zip(args, (values, tokens, valid, budget),
                               ("values", "tokens", "valid", "budget")):
@@ -448,9 +456,521 @@ def _check_outputs(c: _Checker, comp: Component, make_context: ContextFactory,
         _decay_curve_checks(c, comp)
 
 
+# --------------------------------------------------------------------------
+# Declared promises: the bounds, hints and closed forms the engine trusts
+# --------------------------------------------------------------------------
+#
+# What a component declares beyond its slot's method lets the engine skip
+# work (memsim.engine, "Pruning"): a wrong declaration silently changes
+# results. Each promise is checked where it can break: on the extreme notes
+# (:func:`extreme_context`), on the random contexts and on the caller's.
+
+#: Ages (days) of the extreme notes: 0, tiny, ordinary, huge, and one scored
+#: before its creation (every decay clamps a negative age to 0).
+EXTREME_AGES = (0.0, 1e-9, 1e-3, 0.5, 30.0, 400.0, 1e5, 1e9, -1.0)
+#: Uses of the extreme notes: (recalls, days since the last use as a share
+#: of the age; NaN = never used).
+EXTREME_USES = ((0, math.nan), (1, 0.0), (7, 0.5), (1000, 1.0))
+#: Similarities of the ranker checks: the cosine's extremes and between.
+EXTREME_SIMILARITIES = (-1.0, -0.5, -1e-9, 0.0, 1e-9, 0.25, 0.5, 0.75, 1.0 - 1e-9, 1.0)
+#: Importances of the ranker checks.
+EXTREME_IMPORTANCES = (0.0, 0.5, 1.0, 2.0)
+#: (lowest, highest) recency handed to a ranker's bounds: what the engine
+#: passes (a decay's floor or None, its upper bound, plus an access term).
+RECENCY_RANGES = ((0.0, 1.0), (0.35, 1.0), (None, 1.0), (0.0, 2.5), (1.0, 1.0), (0.0, 0.0))
+#: Relative slack of a bound for the rounding of a computed value.
+_ROUND = 1e-12
+_TIER_NAMES = {v: k for k, v in TIER_CODES.items()}
+_TYPE_NAMES = {v: k for k, v in MEMORY_TYPE_CODES.items()}
+
+
+def _r(x: Any) -> str:
+    """``repr`` of a value, numpy scalars as Python ones (messages read 1.0,
+    not np.float64(1.0))."""
+    return repr(x.item() if isinstance(x, np.generic) else x)
+
+
+def extreme_context(default_salience: bool = False) -> ArrayContext:
+    """One query at t = 0 over the extreme notes: every age of
+    :data:`EXTREME_AGES` x use of :data:`EXTREME_USES` x tier code; memory
+    types, salience (1 when ``default_salience``), importance, distinct
+    actors and pins drawn from a fixed seed."""
+    rows = [(a, r, f, tier) for a in EXTREME_AGES for r, f in EXTREME_USES
+            for tier in TIER_CODES.values()]
+    age, recalls, frac, tier = (np.array(x) for x in zip(*rows))
+    n = len(rows)
+    rng = np.random.default_rng(0)
+    used = recalls > 0
+    created = -age
+    return ArrayContext(
+        t=0.0, created_at=created,
+        last_access=np.where(used, np.maximum(created, -frac * age), np.nan),
+        recalls=recalls, tier=tier,
+        memory_type=rng.integers(0, len(MEMORY_TYPE_CODES), n),
+        salience=1.0 if default_salience else rng.choice([0.25, 1.0, 2.0], n),
+        importance=rng.choice(EXTREME_IMPORTANCES, n),
+        distinct_actors=np.where(used, rng.choice([1, 2, 50], n), 0),
+        pinned=rng.random(n) < 0.3, tokens=rng.integers(1, 2000, n),
+        note_emb=rng.normal(size=(n, DIM)), query_emb=rng.normal(size=(1, DIM)),
+        rng=np.random.default_rng(1))
+
+
+def _note(ctx: Any, q: int, i: int, clock: str | None = None) -> str:
+    """Where a check broke: a (query, note) cell of a context, in words."""
+    def val(name: str) -> Any:
+        try:
+            v = np.asarray(getattr(ctx, name))
+        except Exception:  # noqa: BLE001 - a context may lack a column
+            return "?"
+        return v[q, i] if v.ndim == 2 else v[i] if v.ndim == 1 else v
+
+    parts = [f"note {i} of query {q}: age {float(val('age_created')):.6g} d"]
+    if clock is not None and clock != "created":
+        parts.append(f"{clock} age {float(np.asarray(ctx.age(clock))[q, i]):.6g} d")
+    tier, mtype = val("tier"), val("memory_type")
+    parts += [f"recalls {val('recalls')}", f"tier {_TIER_NAMES.get(int(tier), tier)}",
+              f"memory type {_TYPE_NAMES.get(int(mtype), mtype)}",
+              f"salience {float(val('salience')):.6g}"]
+    return ", ".join(parts)
+
+
+def _first(bad: np.ndarray) -> tuple[int, int]:
+    q, i = np.unravel_index(int(np.flatnonzero(bad.ravel())[0]), bad.shape)
+    return int(q), int(i)
+
+
+def _promise_contexts(seed: int, contexts: Iterable[ContextFactory], sweep: bool = False
+                      ) -> list[tuple[str, Any, bool]]:
+    """(label, context, every note of default salience) to check promises on."""
+    out = [("the extreme notes", extreme_context(), False),
+           ("the extreme notes of default salience", extreme_context(True), True),
+           (f"random_context(seed={seed})", random_context(seed, sweep), False)]
+    for make in contexts:
+        out.append((f"{getattr(make, '__name__', 'context')}(seed={seed})", make(seed, sweep),
+                    False))
+    return out
+
+
+#: Note columns an :class:`ArrayContext` keeps per note (a subset keeps them).
+_NOTE_COLUMNS = ("created_at", "updated_at", "last_access", "recalls", "tier", "memory_type",
+                 "importance", "salience", "pinned", "distinct_actors", "tokens", "note_emb")
+
+
+def _subset(ctx: Any, keep: np.ndarray) -> ArrayContext | None:
+    """The :class:`ArrayContext` of the notes ``keep`` of ``ctx`` (None for
+    another kind of context)."""
+    if not isinstance(ctx, ArrayContext):
+        return None
+    cols = {k: np.asarray(getattr(ctx, k))[keep] for k in _NOTE_COLUMNS
+            if getattr(ctx, k) is not None}
+    sim = ctx._similarity
+    return ArrayContext(t=ctx.t, query_emb=ctx.query_emb, rng=np.random.default_rng(3),
+                        similarity=None if sim is None else np.asarray(sim)[:, keep], **cols)
+
+
+def _elementwise(c: _Checker, check: str, what: str, f: Callable[[Any], Any], ctx: Any,
+                 label: str) -> None:
+    """A component that declares a bound declares itself elementwise (the
+    engine may score any subset of the notes): ``f`` on a third of the
+    notes gives their values among all of them."""
+    keep = np.arange(0, len(ctx.idx), 3)
+    sub = _subset(ctx, keep)
+    if sub is None:
+        return
+    shape = (len(ctx.t), len(ctx.idx))
+    whole = np.broadcast_to(np.asarray(c.call(what, f, ctx), dtype=np.float64), shape)[:, keep]
+    part = np.broadcast_to(np.asarray(c.call(what, f, sub), dtype=np.float64), whole.shape)
+    bad = ~((part == whole) | (np.isnan(part) & np.isnan(whole)))
+    if bad.any():
+        q, i = _first(bad)
+        c.fail(check, f"declaring {check}() declares {what} elementwise, but "
+               f"{_note(ctx, q, int(keep[i]))} gets {_r(whole[q, i])} among all the notes and "
+               f"{_r(part[q, i])} among a third of them ({label})")
+
+
+def _check_decay_promises(c: _Checker, comp, seed: int, contexts) -> None:
+    """``upper_bound`` (any note, any age), ``lower_bound`` (a note of default
+    salience), ``exponential_form`` (equal to the recency) and ``half_life``."""
+    hi = c.call("upper_bound", comp.upper_bound)
+    lo = c.call("lower_bound", comp.lower_bound)
+    for name, v in (("upper_bound", hi), ("lower_bound", lo)):
+        c.require(v is None or (isinstance(v, (int, float, np.floating)) and math.isfinite(v)),
+                  name, f"{name}() = {_r(v)}: declare a finite number or None")
+    for label, ctx, default_salience in _promise_contexts(seed, contexts):
+        age = np.asarray(ctx.age(comp.clock), dtype=np.float64)
+        rec = np.asarray(c.call("recency", comp.recency, age.copy(), ctx), dtype=np.float64)
+        rec = np.broadcast_to(rec, age.shape)
+        if hi is not None:
+            _elementwise(c, "upper_bound", "recency()",
+                         lambda x: comp.recency(np.asarray(x.age(comp.clock), np.float64), x),
+                         ctx, label)
+            bad = ~(rec <= hi + _ROUND * max(1.0, abs(hi)))
+            if bad.any():
+                q, i = _first(bad)
+                c.fail("upper_bound", f"recency() = {_r(rec[q, i])} > declared upper_bound() = "
+                       f"{_r(hi)} for {_note(ctx, q, i, comp.clock)} ({label}); the engine "
+                       "prunes with this bound: results would change")
+        if lo is not None and default_salience:
+            bad = ~(rec >= lo - _ROUND * max(1.0, abs(lo)))
+            if bad.any():
+                q, i = _first(bad)
+                c.fail("lower_bound", f"recency() = {_r(rec[q, i])} < declared lower_bound() = "
+                       f"{_r(lo)} for {_note(ctx, q, i, comp.clock)} ({label})")
+        form = c.call("exponential_form", comp.exponential_form, ctx)
+        if form is not None:
+            try:
+                floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    want = np.broadcast_to(floor + (1.0 - floor) * np.exp(
+                        -rate * np.maximum(age, 0.0)), age.shape)
+            except (TypeError, ValueError) as exc:
+                c.fail("exponential_form", f"exponential_form() = {_r(form)} is not (floor, "
+                       f"rate) as scalars or per-note arrays ({exc}) ({label})")
+            bad = ~np.isclose(want, rec, rtol=1e-9, atol=1e-15)
+            if bad.any():
+                q, i = _first(bad)
+                c.fail("exponential_form", f"floor + (1 - floor) exp(-rate age) = {_r(want[q, i])}"
+                       f" but recency() = {_r(rec[q, i])} for {_note(ctx, q, i, comp.clock)} "
+                       f"({label})")
+    _check_half_life(c, comp)
+
+
+def _check_half_life(c: _Checker, comp) -> None:
+    """``half_life()``: a fresh, never-used note of default salience (task
+    tier, episodic) has halved its distance to the floor at that age. The
+    floor is the declared ``lower_bound()`` or the curve's value at 1e15
+    days (its limit); inf: the curve never falls; NaN: unknown."""
+    h = c.call("half_life", comp.half_life)
+    c.require(isinstance(h, (int, float, np.floating)) and (math.isnan(h) or h > 0),
+              "half_life", f"half_life() = {_r(h)}: declare a number > 0, inf or NaN")
+    if math.isnan(h):
+        return
+    ctx = _fresh_context([0.0, 1e15] if math.isinf(h) else [0.0, h, 1e15])
+    rec = np.asarray(c.call("recency", comp.recency, ctx.age(comp.clock), ctx),
+                     dtype=np.float64).reshape(-1)
+    where = "a fresh note of default salience (task tier, episodic)"
+    if math.isinf(h):
+        c.require(np.isclose(rec[1], rec[0], rtol=1e-9, atol=0.0), "half_life",
+                  f"half_life() = inf (never decays), but recency() falls from {_r(rec[0])} at "
+                  f"age 0 to {_r(rec[1])} at 1e15 days for {where}")
+        return
+    r0, rh, rinf = rec
+    floors = [float(rinf)]
+    if comp.lower_bound() is not None and comp.lower_bound() != rinf:
+        floors.append(float(comp.lower_bound()))
+    ok = any(np.isclose(rh - f, 0.5 * (r0 - f), rtol=1e-6, atol=1e-9) for f in floors)
+    c.require(ok, "half_life", f"half_life() = {_r(h)} days, but recency() there is {_r(rh)} for "
+              f"{where}, not halfway from {_r(r0)} (age 0) to the floor "
+              + " or ".join(f"{_r(f)}" for f in floors))
+
+
+def _engine_prunes_with(ranker) -> bool:
+    """Whether the engine consults the ranker's bounds at all (it never
+    does for a set-dependent ranker or one that reads the truth, the
+    planted model or a log, or chooses its own candidates)."""
+    return not (ranker.set_dependent or ranker.needs_truth or ranker.needs_planted
+                or getattr(ranker, "needs_logged", False) or hasattr(ranker, "candidate_mask"))
+
+
+def _grid(lo: float | None, hi: float | None, recency: bool):
+    """Cells (similarity, recency, importance) over the extreme values, and
+    a context with one note per cell (one query at t = 0)."""
+    recs = [None] if not recency else list(np.unique(np.linspace(
+        0.0 if lo is None else lo, (0.0 if lo is None else lo) + 5.0 if hi is None else hi, 4)))
+    cells = [(s, r, m) for s in EXTREME_SIMILARITIES for r in recs for m in EXTREME_IMPORTANCES]
+    sim, rec, imp = zip(*cells)
+    n = len(cells)
+    rng = np.random.default_rng(2)
+    ctx = ArrayContext(t=0.0, created_at=-rng.choice(EXTREME_AGES[:-1], n), importance=imp,
+                       recalls=rng.integers(0, 50, n), similarity=np.array([sim]),
+                       note_emb=rng.normal(size=(n, DIM)), query_emb=rng.normal(size=(1, DIM)),
+                       rng=np.random.default_rng(3))
+    rel = np.array([sim], dtype=np.float64)
+    return rel, (None if not recency else np.array([rec], dtype=np.float64)), ctx
+
+
+def _check_ranker_promises(c: _Checker, comp) -> None:
+    """``score_bound`` (above the score of every note at or below the
+    similarity, and an elementwise ``combine``) and ``similarity_needed``
+    (below the similarity of every note reaching the score), for each
+    recency range of :data:`RECENCY_RANGES`."""
+    declares_bound = type(comp).score_bound is not Ranker.score_bound
+    declares_need = type(comp).similarity_needed is not Ranker.similarity_needed
+    if not (declares_bound or declares_need) or not _engine_prunes_with(comp):
+        return
+    ranges = RECENCY_RANGES if comp.uses_recency else ((None, None),)
+    for lo, hi in ranges:
+        rel, rec, ctx = _grid(lo, hi, comp.uses_recency)
+        score = np.asarray(c.call("combine", comp.combine, rel, rec, ctx), dtype=np.float64)
+        imp = np.asarray(ctx.importance)
+        where = f"rec_lo={_r(lo)}, rec_hi={_r(hi)}"
+
+        def cell(i: int, rel=rel, rec=rec, imp=imp) -> str:
+            r = "" if rec is None else f", recency {_r(rec[0, i])}"
+            return f"similarity {_r(rel[0, i])}{r}, importance {_r(imp[i])}"
+
+        if declares_bound:
+            bound = c.call("score_bound", comp.score_bound, rel, lo, hi, ctx)
+            if bound is not None:
+                bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), score.shape)
+                bad = ~(score <= bound)
+                if bad.any():
+                    _, i = _first(bad)
+                    c.fail("score_bound", f"combine() = {_r(score[0, i])} > score_bound() = "
+                           f"{_r(bound[0, i])} ({where}) at {cell(i)}; the engine stops "
+                           "scoring with this bound: results would change")
+                # the engine's use: one bound at a similarity covers every note
+                # at or below it
+                sims = np.array([EXTREME_SIMILARITIES], dtype=np.float64)
+                up = np.asarray(c.call("score_bound", comp.score_bound, sims, lo, hi, ctx),
+                                dtype=np.float64).reshape(-1)
+                for k, s in enumerate(sims[0]):
+                    below = np.flatnonzero(rel[0] <= s)
+                    i = below[np.argmax(score[0, below])]
+                    c.require(score[0, i] <= up[k], "score_bound",
+                              f"score_bound() at similarity {_r(s)} = {_r(up[k])} ({where}), but "
+                              f"a note below it scores {_r(score[0, i])}: {cell(i)}; the "
+                              "bound must hold for every note at or below the similarity")
+                _check_elementwise(c, comp, rel, rec, ctx, score, where)
+        if declares_need and hi is not None:
+            for his, what in ((np.full(score.shape, float(hi)), f"rec_hi={_r(hi)}"),
+                              (rec, "rec_hi = the note's own recency")):
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    need = c.call("similarity_needed", comp.similarity_needed, score, lo, his,
+                                  ctx)
+                if need is None:
+                    continue
+                need = np.broadcast_to(np.asarray(need, dtype=np.float64), score.shape)
+                bad = need > rel  # NaN reads as "every note may" (-inf), as in the engine
+                if bad.any():
+                    _, i = _first(bad)
+                    c.fail("similarity_needed",
+                           f"similarity_needed(score={_r(score[0, i])}, rec_lo={_r(lo)}, {what}) "
+                           f"= {_r(need[0, i])}, above the similarity of a note that scores "
+                           f"{_r(score[0, i])}: {cell(i)}; the engine would leave it out")
+
+
+def _check_elementwise(c: _Checker, comp, rel, rec, ctx, score, where: str) -> None:
+    """A ranker that declares a bound declares ``combine`` elementwise: the
+    score of a cell is the same when only some of the notes are scored."""
+    keep = np.arange(0, rel.shape[1], 3)
+    part = np.asarray(c.call("combine", comp.combine, rel[:, keep],
+                             None if rec is None else rec[:, keep], _subset(ctx, keep)),
+                      dtype=np.float64)
+    bad = ~((part == score[:, keep]) | (np.isnan(part) & np.isnan(score[:, keep])))
+    if bad.any():
+        _, i = _first(bad)
+        c.fail("score_bound", f"declaring score_bound() declares combine() elementwise, but a "
+               f"note scores {_r(score[0, keep[i]])} among all the notes and {_r(part[0, i])} "
+               f"among a third of them ({where})")
+
+
+def _bounded(c: _Checker, check: str, value: Any, bound: float, shape: tuple, label: str,
+             ctx: Any, what: str) -> None:
+    v = np.broadcast_to(np.asarray(value, dtype=np.float64), shape)
+    bad = ~(v <= bound + _ROUND * max(1.0, abs(bound)))
+    if bad.any():
+        q, i = _first(bad)
+        c.fail(check, f"{what} = {_r(v[q, i])} > declared {check}() = {_r(bound)} for "
+               f"{_note(ctx, q, i)} ({label}); the engine prunes with this bound")
+
+
+def _check_stickiness_breadth_promises(c: _Checker, comp, seed: int, contexts) -> None:
+    """``access_term_bound``, ``access_factor_bound`` and ``score_factor_bound``
+    (1 only when the factor is exactly 1) hold on every note of a context."""
+    for label, ctx, _ in _promise_contexts(seed, contexts):
+        shape = (len(ctx.t), len(ctx.idx))
+        if isinstance(comp, Stickiness):
+            b = c.call("access_term_bound", comp.access_term_bound, ctx)
+            if b is not None:
+                _elementwise(c, "access_term_bound", "effective_age()", lambda x: (
+                    comp.effective_age(np.asarray(x.age_created, np.float64), x)), ctx, label)
+                _elementwise(c, "access_term_bound", "access_term()", comp.access_term, ctx,
+                             label)
+                _bounded(c, "access_term_bound", c.call("access_term", comp.access_term, ctx),
+                         b, shape, label, ctx, "access_term()")
+        elif isinstance(comp, Breadth):
+            b = c.call("access_factor_bound", comp.access_factor_bound, ctx)
+            if b is not None:
+                _elementwise(c, "access_factor_bound", "on_access()", comp.on_access, ctx, label)
+                _bounded(c, "access_factor_bound", c.call("on_access", comp.on_access, ctx), b,
+                         shape, label, ctx, "on_access()")
+            b = c.call("score_factor_bound", comp.score_factor_bound, ctx)
+            if b is not None:
+                _elementwise(c, "score_factor_bound", "on_score()", comp.on_score, ctx, label)
+                f = np.broadcast_to(np.asarray(c.call("on_score", comp.on_score, ctx),
+                                               dtype=np.float64), shape)
+                bad = ~(f == 1.0) if b == 1.0 else ~(f <= b)
+                if bad.any():
+                    q, i = _first(bad)
+                    c.fail("score_factor_bound", f"score_factor_bound() = {_r(b)} but on_score() "
+                           f"= {_r(f[q, i])} for {_note(ctx, q, i)} ({label})")
+
+
+def _check_retention_promises(c: _Checker, comp, seed: int, contexts) -> None:
+    """``evicts = False``: the engine skips the sweeps, so the retention must
+    never evict."""
+    if comp.evicts:
+        return
+    for label, ctx, _ in _promise_contexts(seed, contexts, sweep=True):
+        out = np.asarray(c.call("evict", comp.evict, ctx), dtype=bool)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            c.fail("evicts", f"evicts = False (the engine skips its sweeps), but evict() "
+                   f"evicts {_note(ctx, 0, i)} ({label})")
+
+
+def _check_promises(c: _Checker, comp: Component, seed: int, contexts) -> None:
+    slot = comp.slot
+    if slot == "decay":
+        _check_decay_promises(c, comp, seed, contexts)
+    elif slot == "ranker":
+        _check_ranker_promises(c, comp)
+    elif slot in ("stickiness", "breadth"):
+        _check_stickiness_breadth_promises(c, comp, seed, contexts)
+    elif slot == "retention":
+        _check_retention_promises(c, comp, seed, contexts)
+
+
+# --------------------------------------------------------------------------
+# The engine's fast paths against its reference
+# --------------------------------------------------------------------------
+
+
+# ---- The one place that switches the engine's accelerators ----------------
+# Today they are the module flags memsim.engine.PRUNE (pruned scoring) and
+# memsim.engine.WALK_FAST (the per-query feedback's corrected tick); once the
+# engine takes them as settings, only this function's body changes.
+def _simulate(stream, arms, settings, seed, accelerated: bool):
+    """:func:`memsim.engine.simulate` with every accelerator on, or with the
+    reference paths alone (full scoring, query-by-query feedback)."""
+    from . import engine
+
+    saved = engine.PRUNE, engine.WALK_FAST
+    engine.PRUNE = engine.WALK_FAST = accelerated
+    try:
+        return engine.simulate(stream, arms, settings, seed)
+    finally:
+        engine.PRUNE, engine.WALK_FAST = saved
+# ----------------------------------------------------------------------------
+
+
+#: Notes of :func:`_engine_stream`: enough that pruning leaves most of them
+#: unscored (a decay declaring a wrong upper bound then changes rankings).
+N_ENGINE_NOTES = 1000
+
+
+def _engine_stream(seed: int):
+    """A small synthetic stream: 1,000 notes over 60 days of mixed tiers,
+    types, importance and salience, 40 queries with a few judged notes
+    each, the default workload's planted model (for ``bayes``) and a
+    logged ranking of 5 notes per query (for ``as-logged``)."""
+    rng = np.random.default_rng(seed)
+    n, q, dim = N_ENGINE_NOTES, 40, 8
+    created = np.sort(rng.uniform(-30.0, 30.0, n))
+    notes = pd.DataFrame({
+        "note_id": np.arange(n), "created_at": created,
+        "tokens": rng.integers(10, 400, n), "actor": rng.choice(["a", "b", "c"], n),
+        "tier": rng.choice(list(TIER_CODES), n), "importance": rng.uniform(0.0, 2.0, n),
+        "salience": rng.uniform(0.25, 2.0, n),
+        "memory_type": rng.choice(["episodic", "semantic", "procedural"], n, p=[.6, .2, .2]),
+        "pinned": rng.random(n) < 0.1, "note_class": rng.choice(list(CLASS_NAMES), n)})
+    t = np.sort(rng.uniform(0.0, 30.0, q))
+    queries = pd.DataFrame({"query_id": np.arange(q), "t": t, "actor": rng.choice(["a", "b"], q)})
+    rows = [(qi, int(ni), float(rng.choice([1.0, 0.5, -0.5])))
+            for qi, tq in enumerate(t) for ni in rng.choice(np.flatnonzero(created <= tq), 4,
+                                                            replace=False)]
+    # a production system's logged rankings, for the as-logged ranker
+    logged = [(qi, k + 1, int(ni), 1.0 / (k + 1)) for qi, tq in enumerate(t)
+              for k, ni in enumerate(rng.choice(np.flatnonzero(created <= tq), 5, replace=False))]
+    return make_stream(notes, queries, pd.DataFrame(rows, columns=["query_id", "note_id", "gain"]),
+                       note_embeddings=rng.normal(size=(n, dim)).astype(np.float32),
+                       query_embeddings=rng.normal(size=(q, dim)).astype(np.float32),
+                       meta={"name": "check-engine-paths", "source": "memsim.workload",
+                             "config": SyntheticWorkload().to_config()},
+                       retrieved=pd.DataFrame(logged, columns=["query_id", "rank", "note_id",
+                                                               "score"]))
+
+
+def check_engine_paths(component_or_policy: Any, *, seed: int = 0) -> None:
+    """Run a component (in a policy of defaults) or a policy through the
+    engine's fast paths and its reference on a small synthetic stream, and
+    require identical results.
+
+    The stream (:func:`_engine_stream`) is replayed with per-tick and with
+    per-query feedback, once with every accelerator on (pruned scoring, the
+    corrected per-query tick) and once with the reference alone; every
+    frame (queries, rankings, store, arms) must be equal bit for bit.
+
+    Raises
+    ------
+    CheckError
+        ``check = "engine paths"``, naming the first query and column that
+        differ and both values.
+    """
+    from .engine import Arm, SimSettings
+
+    if isinstance(component_or_policy, Policy):
+        policy, label = component_or_policy, "policy (" + ", ".join(
+            f"{slot}={getattr(component_or_policy, slot).name}" for slot in SLOTS) + ")"
+    else:
+        comp = component_or_policy
+        label = _label(comp)
+        if isinstance(comp, type):
+            comp = comp()
+        policy = Policy(**{comp.slot: comp})
+    c = _Checker(label)
+    stream = _engine_stream(seed)
+    for mode in ("per-tick", "per-query"):
+        settings = SimSettings(candidates=8, budget_tokens=800, feedback_mode=mode,
+                               save_rankings=True)
+        runs = []
+        for on in (False, True):
+            runs.append(c.call("simulate", _simulate, stream, [Arm("p", policy)], settings,
+                               seed_sequence(seed), on))
+        ref, fast = runs
+        for name in ("rankings", "queries", "store", "arms"):
+            a, b = getattr(ref, name), getattr(fast, name)
+            if a is None and b is None:
+                continue
+            try:
+                pd.testing.assert_frame_equal(a, b, check_exact=True)
+            except AssertionError:
+                c.fail("engine paths", f"with feedback {mode}: the fast paths give another "
+                       f"{name} frame than the reference: {_frame_difference(a, b)}")
+
+
+def _frame_difference(a: pd.DataFrame | None, b: pd.DataFrame | None) -> str:
+    """The first difference of two frames, in words."""
+    if a is None or b is None or a.shape != b.shape or list(a.columns) != list(b.columns):
+        return (f"shapes {None if a is None else a.shape} (reference) and "
+                f"{None if b is None else b.shape} (fast)")
+    for col in a.columns:
+        x, y = a[col].to_numpy(), b[col].to_numpy()
+        same = (x == y) | (pd.isna(x) & pd.isna(y))
+        if not same.all():
+            r = int(np.flatnonzero(~same)[0])
+            key = ", ".join(f"{k} {a[k].iloc[r]}" for k in ("replicate", "query_id", "rank")
+                            if k in a.columns)
+            n_rows = int((~same).sum())
+            return (f"{n_rows} of {len(a)} rows differ in {_r(col)}; first at row {r} ({key}): "
+                    f"{_r(x[r])} (reference) vs {_r(y[r])} (fast)")
+    return "the dtypes or the index differ"
+
+
 def check_component(component: Any, *, seed: int = 0,
-                    contexts: Iterable[ContextFactory] = ()) -> None:
+                    contexts: Iterable[ContextFactory] = (), engine: bool = False) -> None:
     """Check a policy component (class or instance) against the contract.
+
+    Besides construction, configuration and outputs, every promise the
+    component declares is checked where it can break (the extreme notes of
+    :func:`extreme_context`, the random contexts and ``contexts``): a
+    decay's ``upper_bound``, ``lower_bound``, ``exponential_form`` and
+    ``half_life``; a ranker's ``score_bound`` and ``similarity_needed``
+    (over similarities from -1 to 1 and the recency ranges the engine
+    passes); a stickiness's ``access_term_bound``; a breadth's
+    ``access_factor_bound`` and ``score_factor_bound``; a retention's
+    ``evicts``.
 
     Parameters
     ----------
@@ -462,11 +982,16 @@ def check_component(component: Any, *, seed: int = 0,
         More context factories ``make(seed, sweep) -> ScoringContext`` to run
         the output checks on (besides :func:`random_context`), e.g. contexts
         built by the engine.
+    engine : bool
+        Also run :func:`check_engine_paths`: the component through the
+        engine's fast paths and its reference on a small stream (about a
+        second).
 
     Raises
     ------
     CheckError
-        Naming the component and the failed check.
+        Naming the component, the failed check (the declaration, for a
+        broken promise), where it broke and the values.
     """
     c = _Checker(_label(component))
     cls = component if isinstance(component, type) else type(component)
@@ -477,8 +1002,12 @@ def check_component(component: Any, *, seed: int = 0,
     c.require(_is_frozen(component), "frozen", "setting an attribute did not raise "
               "FrozenInstanceError: use @dataclass(frozen=True, kw_only=True)")
     _check_config(c, component)
+    contexts = tuple(contexts)
     for make in (random_context, *contexts):
         _check_outputs(c, component, make, seed)
+    _check_promises(c, component, seed, contexts)
+    if engine:
+        check_engine_paths(component, seed=seed)
 
 
 def _is_frozen(obj: Any) -> bool:
@@ -492,7 +1021,7 @@ def _is_frozen(obj: Any) -> bool:
 
 
 def check_policy(policy: Policy, *, seed: int = 0,
-                 contexts: Iterable[ContextFactory] = ()) -> None:
+                 contexts: Iterable[ContextFactory] = (), engine: bool = False) -> None:
     """Check a whole policy: each component (:func:`check_component`), the
     config round trip, pickling, and its scores (shape (Q, L), no NaN, no
     mutation of the context, deterministic for a seed).
@@ -505,6 +1034,8 @@ def check_policy(policy: Policy, *, seed: int = 0,
     contexts : iterable of callable, optional
         More context factories ``make(seed, sweep)``, as for
         :func:`check_component`.
+    engine : bool
+        Also run :func:`check_engine_paths` on the policy.
 
     Raises
     ------
@@ -537,3 +1068,5 @@ def check_policy(policy: Policy, *, seed: int = 0,
         again = np.asarray(policy.score(make(seed, False)))
         c.require(np.array_equal(score, again), "determinism",
                   "two runs on the same context and seed differ")
+    if engine:
+        check_engine_paths(policy, seed=seed)

@@ -519,7 +519,12 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
     say = progress or (lambda _msg: None)
     real = profile_stream(stream)
     real.scalars["recall"] = similarity_recall(stream, budget, candidates=candidates, seed=seed)
-    say(f"real stream: {real.scalars['n_notes']} notes, {real.scalars['n_queries']} queries, "
+    # the profile counts the note versions created by the last query (later ones
+    # cannot be asked about): say so beside the stream's own count
+    later = len(stream.notes) - real.scalars["n_notes"]
+    say(f"real stream: {real.scalars['n_notes']} notes created by the last query"
+        + (f" (of {len(stream.notes)} note versions)" if later else "")
+        + f", {real.scalars['n_queries']} queries, "
         f"similarity-only recall {real.scalars['recall']:.3f}")
     dim = stream.embedding_dim or 64
     dim = int(dim) if dim <= 256 else 64

@@ -6,7 +6,7 @@ tiers), queries (with times and actors), graded ground truth (qrels), optional
 organic accesses, and note / query embeddings. Every signal that feeds a
 ranking varies (age, size, similarity, actor, tier, use), and the generator
 knows, for every query, which notes answer it, which ones are stale and would
-mislead, and which are noise. DESIGN.md section 2 states what is required.
+mislead, and which are noise. ``docs/guides/workloads.md`` states what is required.
 
 The generative story
 --------------------
@@ -209,9 +209,9 @@ class _Knobs(Validated):
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: expected a table, got {table!r}")
         allowed = list(fields_of(cls))
+        check_keys(table, allowed, where)  # every unknown key of the table at once
         kwargs: dict[str, Any] = {}
         for key, value in table.items():
-            check_keys((key,), allowed, where)
             nested = cls._nested.get(key)
             if nested is not None and not isinstance(value, nested):
                 kwargs[key] = nested.from_config(value, f"{where}.{key}")
@@ -650,7 +650,7 @@ class SyntheticWorkload(_Knobs):
 
     Notes
     -----
-    Note columns beyond DESIGN.md section 3: ``note_class``, ``topic``,
+    Note columns beyond the stream format: ``note_class``, ``topic``,
     ``slot`` (global slot id, -1 for distractors), ``scope``
     (``"personal"``/``"team"``) and ``valid_until`` (inf when never stale).
     Query columns beyond the contract: ``note_class`` (the asked class or

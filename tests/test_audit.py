@@ -224,6 +224,37 @@ def test_task_floor_is_reached_with_year_old_notes():
     assert not any(TASK_FLOOR in f for f in rep.flags)
 
 
+def test_a_significant_effect_is_testable_whatever_the_reach_rule_says():
+    # a floor under a 10-day half-life on a 30-day workload: the multiplier
+    # never falls within 10% of the floor (0.5 ** 3 = 0.125 of its range is
+    # left), yet the floor measurably moves utility; the audit must not call
+    # it untestable against its own estimate (it once did)
+    key = "policies.hivemind.decay.floor"
+    policy = {"retriever": "cosine", "ranker": "product", "packer": "skip-fill",
+              "decay": {"kind": "half-life-floor", "half_life_days": 10.0, "floor": 0.0}}
+    rep = audit(tiny(policy, {key: {"type": "float", "low": 0.0, "high": 0.9}},
+                     backfill=0, horizon=30, queries_per_day=8.0),
+                max_queries=60, replicates=6)
+    r = rows(rep, key).iloc[0]
+    assert r["regime"] == "floor" and not r["reached"] and 0.1 < r["reach"] < 0.2
+    assert not r["within_noise"] and r["effect_lo"] > 0, r.to_dict()
+    assert r["testable"] and r["reason"] == ""
+    assert "significant effect" in r["note"] and "never comes within 10%" in r["note"]
+    assert key not in rep.untestable()
+    assert not any(f.startswith(f"untestable: {key}") for f in rep.flags)
+    assert any(f.startswith(f"note: {key}") for f in rep.flags)
+
+
+def test_an_unreached_floor_explains_a_null_effect():
+    # the same floor under a 180-day half-life: nothing moves, and the reach
+    # rule is given as the reason why
+    rep = audit(tiny({"preset": "hivemind"}, FLOOR_SWEEP, backfill=0, horizon=30),
+                max_queries=40, replicates=3)
+    r = rows(rep, TASK_FLOOR).iloc[0]
+    assert not r["testable"] and r["note"] == ""
+    assert "so its effect is nil" in r["reason"], r["reason"]
+
+
 def test_promotion_threshold_above_any_use_count_is_flagged():
     policy = {"preset": "hivemind",
               "feedback": {"kind": "default", "touch": "packed", "promote_after": 500}}
@@ -343,3 +374,27 @@ def test_probe_points_simulated_together_give_each_point_its_own_values(monkeypa
     monkeypatch.setattr(memsim.sweep.evaluate, "simulate_replicate", fails)
     with pytest.raises(memsim.errors.MemsimError, match="the replay failed"):
         audit(exp, max_queries=30, replicates=2)
+
+
+def test_audit_progress_times_the_probe_replays_on_their_own(tmp_path):
+    """The probe replays take nearly all of an audit's time: they are a phase
+    of their own, counted in replicates, so the time left printed after the
+    first one is measured on a probe replay, not on the fast signal phase."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsim.cli", "audit", str(root / "experiments" /
+                                                         "sweep_hivemind.toml"),
+         "--queries", "30", "--param-replicates", "2",
+         "--set", "experiment.replicates=1", "--set", "workload.horizon_days=8",
+         "--set", "workload.backfill_days=8"],
+        capture_output=True, text=True, cwd=root, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    probe = [ln for ln in lines if "replicate" in ln and "done" in ln]
+    assert [ln.split(" (")[0] for ln in probe] == ["memsim audit: replicate 1/2 done",
+                                                   "memsim audit: replicate 2/2 done"]
+    assert "about" in probe[0] and "s left" in probe[0]

@@ -373,3 +373,56 @@ def test_cli_feather_check_refuses_a_bad_config(tmp_path, capsys):
     bad.write_text("[feather_check]\nsearchs = ['exact']\n")
     assert main(["feather-check", str(bad)]) == 2
     assert "searchs" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# One home per formula: the families are the decay classes
+# ---------------------------------------------------------------------------
+
+#: The fits of the real log as memsim computed them while each family still
+#: had its own formula and hand-derived gradient beside the decay classes
+#: (10 significant digits): deriving the families from the decays must not
+#: move them (the reported 4 digits and the TOML's 6 stay the same).
+FITS_BEFORE = {
+    0.0: {"constant": ({"p": 0.7532307692}, 0.558757867),
+          "exponential": ({"S": 11.87941943}, 1.425247356),
+          "half-life-floor": ({"half_life": 0.0001, "floor": 0.7525124245}, 0.5584844361),
+          "power-law": ({"S": 0.0001, "d": 0.01977982222}, 0.5823061508),
+          "ebbinghaus": ({"s0": 0.002124914735, "s1": 3.321776337}, 0.9694465578)},
+    1.0: {"constant": ({"p": 0.7920810659}, 0.5111863292),
+          "exponential": ({"S": 30.9493109}, 0.5671011328),
+          "half-life-floor": ({"half_life": 0.01, "floor": 0.792082253}, 0.5111863292),
+          "power-law": ({"S": 0.3227318954, "d": 0.05271236845}, 0.5046854089),
+          "ebbinghaus": ({"s0": 9.810452594, "s1": 4.248433086}, 0.5568229586)},
+}
+
+
+@needs_data
+@pytest.mark.parametrize("min_elapsed", sorted(FITS_BEFORE))
+def test_the_fits_of_the_real_log_are_those_of_the_formulas_before(min_elapsed):
+    r = calibrate_revlog(REVLOG, min_elapsed_days=min_elapsed)
+    assert list(r.fits) == list(FITS_BEFORE[min_elapsed])
+    for family, (params, loss) in FITS_BEFORE[min_elapsed].items():
+        fit = r.fits[family]
+        assert fit.params == pytest.approx(params, rel=1e-6), family
+        assert fit.log_loss == pytest.approx(loss, rel=1e-9), family
+    assert r.best == ("power-law" if min_elapsed else "constant")
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "constant"])
+def test_a_family_is_the_curve_of_the_decay_it_offers(family):
+    """The fitted curve is the offered decay's recency: the policy in the
+    TOML fragment, rebuilt through the registry, gives the fitted p(t)."""
+    from memsim.calibrate import _decay_table
+    from memsim.policies import ArrayContext, build_component
+
+    params = {"exponential": {"S": 7.0}, "half-life-floor": {"half_life": 5.0, "floor": 0.3},
+              "power-law": {"S": 4.0, "d": 0.7}, "ebbinghaus": {"s0": 2.0, "s1": 1.5}}[family]
+    t = np.array([0.0, 0.5, 3.0, 40.0, 1000.0])
+    ns = np.array([0, 3, 1, 7, 2])
+    kind, values = _decay_table(family, params)
+    decay = build_component("decay", {"kind": kind, **values, "clock": "last_access"}, "d")
+    ctx = ArrayContext(t=0.0, created_at=[0.0] * 5, last_access=-t, recalls=ns)
+    np.testing.assert_allclose(decay.recency(ctx.age(decay.clock), ctx)[0],
+                               predict(family, params, t, ns), rtol=1e-12)
+    assert predict(family, params, t, ns)[0] == pytest.approx(1.0)

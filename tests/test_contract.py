@@ -302,7 +302,7 @@ class _Incomplete(Decay):
 
 
 @pytest.mark.parametrize("cls, check", [
-    (_FloorBreaker, "floor never crossed"),
+    (_FloorBreaker, "lower_bound"),
     (_Unchecked, "validation"),
     (_Overpacker, "budget"),
     (_Duplicator, "permutation"),
@@ -382,10 +382,13 @@ def test_presets_experiment_runs_every_preset():
     path = ROOT / "experiments" / "presets.toml"
     table = tomllib.loads(path.read_text())
     presets = {t["preset"] for t in table["policies"].values()}
+    # the agent frameworks' presets run in experiments/frameworks.toml
+    fw = tomllib.loads((ROOT / "experiments" / "frameworks.toml").read_text())
+    framework = {t["preset"] for t in fw["policies"].values()} - presets
     # presets that replay a production log need a stream with logged rankings
     replay_only = {n for n in PRESETS if resolve_policy({"preset": n}, n).ranker.needs_logged}
     assert replay_only == {"as-logged"}
-    assert presets == set(PRESETS) - replay_only
+    assert presets | framework == set(PRESETS) - replay_only
     assert set(table["workload"]) <= {"horizon_days", "backfill_days"}
     for name, ptable in table["policies"].items():
         resolve_policy(ptable, f"policies.{name}")
@@ -396,7 +399,12 @@ def test_presets_experiment_runs_every_preset():
     import memsim
 
     exp = memsim.load_experiment(path)
-    assert len(exp.policies) == len(PRESETS) - len(replay_only)
+    # one arm per preset, plus NAME-PACKER arms: a preset with the packer
+    # that beats its source's on this workload (the file's header)
+    extra = {n: t for n, t in table["policies"].items() if set(t) != {"preset"}}
+    assert len(exp.policies) == len(PRESETS) - len(replay_only) - len(framework) + len(extra)
+    assert extra and all(set(t) == {"preset", "packer"} and n == f"{t['preset']}-{t['packer']}"
+                         for n, t in extra.items())
 
 
 def test_memory_type_codes_match_the_sweep():

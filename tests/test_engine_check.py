@@ -9,6 +9,7 @@ import sys
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from memsim.cli import main as cli_main
@@ -187,3 +188,51 @@ def test_engine_check_command_feather(stream, tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "identical top-4:      100.00%" in out
     assert cli_main(["feather-check", str(cfg)]) == 0  # the alias
+
+
+@needs_langchain
+def test_engine_check_writes_each_csv_as_its_configuration_finishes(stream, tmp_path, capsys,
+                                                                    monkeypatch):
+    """An interrupted check keeps the per-query tables of the configurations it
+    finished; each configuration announces itself on stderr as it starts."""
+    from memsim import langchain_check
+
+    write_stream(stream, tmp_path / "s")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[langchain_check]\nk = [2, 4]\nrelevance = "cosine"\n'
+                   '[workload]\nsource = "s"\n')
+    real = langchain_check.langchain_cross_check
+    calls = []
+
+    def second_is_interrupted(*args, **kwargs):
+        calls.append(kwargs["k"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C during the second configuration
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(langchain_check, "langchain_cross_check", second_is_interrupted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli_main(["engine-check", "langchain", str(cfg), "--csv",
+                         str(tmp_path / "out")]) == 130
+    err = capsys.readouterr().err
+    assert "configuration 1/2 (k = 2, cosine)" in err and "configuration 2/2" in err
+    done = pd.read_csv(tmp_path / "out_k2_cosine.csv")
+    assert len(done) == stream.n_queries
+    assert not (tmp_path / "out_k4_cosine.csv").exists()
+
+
+@needs_langchain
+def test_engine_check_json(stream, tmp_path, capsys):
+    import json
+
+    write_stream(stream, tmp_path / "s")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[langchain_check]\nk = 4\nrelevance = ["cosine", "l2"]\n'
+                   '[workload]\nsource = "s"\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli_main(["engine-check", "langchain", str(cfg), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # nothing but the JSON on stdout
+    assert [d["relevance"] for d in doc] == ["cosine", "l2"]
+    assert all(d["k"] == 4 and d["n_queries"] == stream.n_queries for d in doc)

@@ -22,13 +22,14 @@ from pathlib import Path
 import pytest
 
 from memsim.cli import build_parser, main
+from memsim.datasets import cached_path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SMALL = ["experiment.replicates=1", "workload.horizon_days=10", "workload.backfill_days=10"]
 # commands that take --set (and, but for `stream generate`, an --out with a default)
-TAKES_SET = {"run", "sweep", "audit", "optimum", "generate"}
-TAKES_OUT = {"run", "sweep", "audit"}
+TAKES_SET = {"run", "sweep", "audit", "optimum", "generate", "advise"}
+TAKES_OUT = {"run", "sweep", "audit", "advise"}
 # an upper-case word or a bracketed option stands for something the reader fills in
 # (A.toml, DIR, RESULTS_DIR/config.toml), and a bare config.toml is a run folder's
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z_]*\.toml\b|\b[A-Z][A-Z_]+\b|\[--|(?<![/\w])config\.toml")
@@ -116,6 +117,11 @@ def _needs(argv: list[str]) -> str | None:
     for a in argv:
         if a.startswith("../shared/") and not (ROOT / a).exists():
             return f"needs {a}, absent"
+    if argv[1:3] == ["data", "get"] and "--from" not in argv and "--help" not in argv:
+        return "downloads from the network"
+    for a in argv:
+        if a.startswith("data:") and not cached_path(a[len("data:"):]).is_file():
+            return f"needs {a} (memsim data get {a[len('data:'):]}), absent"
     engines = {"feather-check": "feather_db", "feather": "feather_db",
                "langchain": "langchain_classic"}
     for word, module in engines.items():
@@ -133,6 +139,8 @@ def _small(argv: list[str], tmp_path: Path) -> list[str]:
     for opt, value in (("--trials", "2"), ("--workers", "1"), ("--queries", "50")):
         if opt in argv:
             argv[argv.index(opt) + 1] = value
+    if argv[1:3] == ["data", "get"] and "--to" not in argv:
+        argv += ["--to", str(tmp_path / "data")]   # never the user's cache
     if "--out" in argv:
         i = argv.index("--out")
         argv[i + 1] = str(tmp_path / f"out{i}")
@@ -142,6 +150,8 @@ def _small(argv: list[str], tmp_path: Path) -> list[str]:
         argv += [x for s in SMALL for x in ("--set", s)]
     if command == "audit":
         argv += ["--param-replicates", "2"]
+    if command == "advise":
+        argv += ["--set", "advise.trials=2", "--set", "advise.batch=2"]
     if command in ("feather-check", "engine-check"):
         argv = [_shrink_engine_check(a, tmp_path) if a.endswith(".toml") else a
                 for a in argv]

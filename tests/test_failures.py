@@ -327,7 +327,7 @@ def test_a_completed_run_reports_completed(tmp_path):
 def test_a_failed_report_leaves_no_summary(tmp_path, monkeypatch):
     import memsim.runner as runner
 
-    def broken(path):
+    def broken(path, **kwargs):  # progress= as the runner passes it
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(runner, "build_report", broken)

@@ -432,12 +432,17 @@ def test_cli_import_writes_a_readable_stream(tmp_path):
 
 
 @needs_data
-def test_locomo_experiment_shows_what_real_ages_do():
-    """experiments/locomo.toml imports the shared zip on load; on real ages the
+def test_locomo_experiment_shows_what_real_ages_do(tmp_path, monkeypatch):
+    """experiments/locomo.toml imports data:locomo on load (here the shared zip,
+    registered as `memsim data get locomo --from` does); on real ages the
     5%-a-day decay loses the months-old evidence that similarity finds."""
     import dataclasses
 
     import memsim
+    from memsim import datasets
+
+    monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "data"))
+    datasets.register("locomo", ZIP)
 
     exp = memsim.load_experiment(Path(__file__).resolve().parents[1] / "experiments"
                                  / "locomo.toml")

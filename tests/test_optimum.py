@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +13,9 @@ import pytest
 import memsim
 from memsim.cli import main
 from memsim.errors import ConfigError
-from memsim.optimum import optimum
+from memsim.optimum import BAYES_LABEL, BAYES_PACKERS, RANK_ONLY_PACKERS, optimum
 from memsim.planted import PlantedModel, known_optimum
+from memsim.policies.base import REGISTRY
 from memsim.sweep import run_sweep
 from memsim.workload import CLASS_NAMES, SyntheticWorkload
 
@@ -80,7 +82,7 @@ def test_bayes_needs_a_planted_model():
         PM.from_config(None)
 
 
-def test_memsim_optimum_derives_the_family_and_runs_the_bayes_twin(tmp_path, capsys):
+def test_memsim_optimum_derives_the_family_and_runs_the_bayes_twins():
     exp = memsim.experiment_from_dict({
         "experiment": {"name": "o", "replicates": 1, "budget_tokens": 500},
         "workload": exponential_world(20.0, horizon_days=20.0, queries_per_day=10.0),
@@ -91,32 +93,92 @@ def test_memsim_optimum_derives_the_family_and_runs_the_bayes_twin(tmp_path, cap
             "bug": {"preset": "hivemind-2025-bug"}}})
     rep = optimum(exp)
     row = rep.table.set_index("policy").loc["p"]
-    assert row["solvable"] and row["half_life_opt"] == 20.0
+    assert row["status"] == "derived" and row["optimum.half_life_days"] == 20.0
+    assert row["current.beta"] == 17.0 and row["current.half_life_days"] == 60.0
     # only beta x h is identifiable: at half the slope, twice the half-life
-    assert row["half_life_at_beta"] == pytest.approx(20.0 * row["beta_opt"] / 17.0)
+    assert row["optimum.half_life_days_at_current_beta"] == pytest.approx(
+        20.0 * row["optimum.beta"] / 17.0)
     bug = rep.table.set_index("policy").loc["bug"]
-    assert not bug["solvable"] and "calibrated-product" in bug["reason"]
+    assert bug["status"] == "not derivable" and "calibrated-product" in bug["reason"]
     # the planted posterior packs more of the answer than the 5%-a-day bug
-    assert bug["bayes_utility"] > bug["utility"]
-    assert 0 < row["bayes_utility_share"] <= 1
+    assert bug["utility.bayes_own_packer"] > bug["utility.current"]
+    assert 0 < row["utility_share.bayes_own_packer"] <= 1
+    # the best packer is one of those tried, and no worse than the own one
+    assert row["bayes_best_packer"] in BAYES_PACKERS
+    assert row["utility.bayes_best_packer"] >= row["utility.bayes_own_packer"]
+    assert BAYES_LABEL in rep.to_text()
 
 
-def test_optimum_cli(tmp_path, capsys):
-    path = tmp_path / "exp.toml"
-    path.write_text(
-        '[experiment]\nname = "o"\nreplicates = 1\nbudget_tokens = 500\n'
-        '[workload]\nhorizon_days = 10.0\nbackfill_days = 40.0\nuniform_tokens = 100\n'
-        '[workload.classes.project]\nshare = 1.0\nnotes_per_slot = 1.0\n'
-        'lifetime_law = "exponential"\nlifetime_median_days = 10.0\n'
-        '[workload.classes.evergreen]\nshare = 0.0\n[workload.classes.scratch]\nshare = 0.0\n'
-        '[workload.classes.superseding]\nshare = 0.0\n[workload.classes.distractor]\nshare = 0.0\n'
-        '[policies.p]\nranker = { kind = "calibrated-product" }\n'
-        'decay = { kind = "half-life", half_life_days = 30.0 }\n')
-    assert main(["optimum", str(path), "--json"]) == 0
+def test_rank_only_packers_are_exactly_those_that_ignore_score_magnitudes():
+    # the beta x h rule holds for a packer only if any increasing transform of
+    # the scores (another pair with the same beta x h) packs the same notes
+    rng = np.random.default_rng(5)
+    q, c = 200, 30
+    values = np.sort(rng.uniform(0.05, 1.0, (q, c)), axis=1)[:, ::-1].copy()
+    tokens = rng.integers(20, 600, (q, c))
+    valid = np.ones((q, c), bool)
+    budget = np.full(q, 1500)
+    invariant = set()
+    for name, cls in REGISTRY["packer"].items():
+        packer = cls()
+        a = packer.pack(values, tokens, valid, budget)
+        b = packer.pack(values ** 3, tokens, valid, budget)
+        if np.array_equal(a, b):
+            invariant.add(name)
+    assert invariant == set(RANK_ONLY_PACKERS)
+
+
+def test_the_law_is_not_applied_where_the_pipeline_breaks_it():
+    base = {"ranker": {"kind": "calibrated-product", "beta": 20.0},
+            "decay": {"kind": "half-life", "half_life_days": 30.0}}
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "o", "replicates": 1},
+        "workload": exponential_world(20.0),
+        "policies": {
+            "ok": {**base, "packer": "skip-fill"},
+            "sticky": {**base, "stickiness": "log-recall"},
+            "cut": {**base, "packer": {"kind": "greedy", "min_relative_score": 0.5}},
+            "greedy": {**base, "packer": "greedy"}}})
+    t = optimum(exp, simulate=False).table.set_index("policy")
+    assert t.loc["ok", "status"] == "derived"
+    assert t.loc["sticky", "status"] == "not derivable"
+    assert "stickiness" in t.loc["sticky", "reason"]
+    # without simulation a value packer's derived pair is not checked: no answer
+    for name in ("cut", "greedy"):
+        assert t.loc[name, "status"] == "not derivable"
+        assert math.isnan(t.loc[name, "optimum.beta"])
+        assert math.isnan(t.loc[name, "optimum.half_life_days_at_current_beta"])
+        assert "weighs score magnitudes" in t.loc[name, "rule"]
+
+
+def test_optimum_cli_on_the_shipped_planted_experiment(capsys):
+    path = Path(__file__).resolve().parents[1] / "experiments" / "planted.toml"
+    small = ["--set", "experiment.replicates=1", "--set", "workload.horizon_days=30"]
+    assert main(["optimum", str(path), "--json", *small]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["policies"][0]["half_life_opt"] == 10.0
+    assert out["workload"] == "synthetic, planted law: half-life 30.0"
+    pol = {p["policy"]: p for p in out["policies"]}
+    topk = pol["calibrated-top-k"]
+    # keys say what they are: the policy's own values apart from the answer
+    assert "beta" not in topk and "beta_opt" not in topk
+    assert topk["current"] == {"beta": 20.0, "half_life_days": 120.0}
+    assert topk["status"] == "derived" and topk["optimum"]["half_life_days"] == 30.0
+    assert topk["optimum"]["half_life_days_at_current_beta"] == pytest.approx(
+        30.0 * topk["optimum"]["beta"] / 20.0)
+    # the derived optimum beats the experiment's long half-life
+    assert topk["utility"]["optimum"] > topk["utility"]["current"]
+    greedy = pol["calibrated-greedy"]
+    assert greedy["status"] in ("checked", "not confirmed")
+    assert greedy["optimum"]["half_life_days_at_current_beta"] is None
+    assert [c["label"] for c in greedy["check"]][0] == "derived" and len(greedy["check"]) == 5
+    assert pol["bug-5pct-per-day"]["status"] == "not derivable"
+    for p in out["policies"]:
+        assert p["bayes_label"] == BAYES_LABEL
+        assert p["utility"]["bayes_best_packer"] >= p["utility"]["bayes_own_packer"]
     assert main(["optimum", str(path), "--no-simulate"]) == 0
-    assert "derived from the planted truth" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "derived from the planted truth" in text
+    assert "at the current beta = 20.00 the optimal half-life is" in text
 
 
 @pytest.mark.slow

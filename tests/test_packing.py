@@ -331,7 +331,7 @@ def test_packer_parameters_are_validated():
         build_component("packer", {"kind": "exact", "max_cells": 10}, "packer")
     assert build_component("packer", {"kind": "greedy-swap", "max_swaps": 2},
                            "p").to_config() == {"kind": "greedy-swap", "min_relative_score": 0.0,
-                                                "max_swaps": 2}
+                                                "cut_on": "score", "max_swaps": 2}
     with pytest.raises(ParameterError, match="'min_relative_score' parameter of Greedy"):
         Greedy(min_relative_score=1.5)
 

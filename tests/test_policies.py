@@ -28,6 +28,7 @@ from memsim.config import resolve_policy
 from memsim.curves import crossover_age, curves_table, format_curves
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.errors import ConfigError
+from memsim.params import Interval, Options
 from memsim.policies import (
     PRESETS,
     REGISTRY,
@@ -50,8 +51,10 @@ from memsim.policies.decay import (
     NoDecay,
     PerDayRate,
     PerTier,
+    PerTypeHalfLife,
     PowerLaw,
 )
+from memsim.policies.frameworks import ExpRate, LlamaIndexRecency
 from memsim.policies.presets import HIVEMIND_CUT
 from memsim.policies.rank import FeatherBlend, Product, WeightedSum, minmax_normalise
 from memsim.policies.retention import AiMemorySweep, Capacity, MemoryBankForgetting
@@ -72,32 +75,92 @@ half_life = st.floats(0.01, 5000.0)
 floor = st.floats(0.0, 0.999)
 nonneg = st.floats(0.0, 10.0)
 
-DECAYS = st.one_of(
-    st.builds(NoDecay),
-    st.builds(PerDayRate, rate=unit_open),
-    st.builds(HalfLife, half_life_days=half_life),
-    st.builds(HalfLifeFloor, half_life_days=half_life, floor=floor),
-    st.builds(PerTier, task_half_life_days=half_life, task_floor=floor,
-              scratch_half_life_days=half_life, scratch_floor=floor),
-    st.builds(AiMemoryTime, lambda_per_day=st.floats(0.0, 1.0),
-              task_half_life_days=st.sampled_from([0.0, 7.0, 365.0]),
-              scratch_half_life_days=st.sampled_from([0.0, 3.0]),
-              episodic_only=st.booleans()),
-    st.builds(GenerativeAgentsRecency, decay_factor=st.floats(0.5, 1.0)),
-    st.builds(LangChainRecency, decay_rate=unit_open),
-    st.builds(Ebbinghaus, strength_days=st.floats(0.01, 100.0), strength_per_recall=nonneg),
-    st.builds(PowerLaw, stability_days=st.floats(0.01, 100.0), decay=st.floats(0.05, 5.0),
-              recall_growth=nonneg),
-)
+#: Strategies tuned to a decay's meaningful range; every other registered
+#: decay gets one derived from its parameters' constraints
+#: (:func:`constrained`), so a new decay is covered without editing this file.
+TUNED_DECAYS = {
+    NoDecay: st.builds(NoDecay),
+    PerDayRate: st.builds(PerDayRate, rate=unit_open),
+    HalfLife: st.builds(HalfLife, half_life_days=half_life),
+    HalfLifeFloor: st.builds(HalfLifeFloor, half_life_days=half_life, floor=floor),
+    PerTier: st.builds(PerTier, task_half_life_days=half_life, task_floor=floor,
+                       scratch_half_life_days=half_life, scratch_floor=floor),
+    AiMemoryTime: st.builds(AiMemoryTime, lambda_per_day=st.floats(0.0, 1.0),
+                            task_half_life_days=st.sampled_from([0.0, 7.0, 365.0]),
+                            scratch_half_life_days=st.sampled_from([0.0, 3.0]),
+                            episodic_only=st.booleans()),
+    GenerativeAgentsRecency: st.builds(GenerativeAgentsRecency, decay_factor=st.floats(0.5, 1.0)),
+    LangChainRecency: st.builds(LangChainRecency, decay_rate=unit_open),
+    Ebbinghaus: st.builds(Ebbinghaus, strength_days=st.floats(0.01, 100.0),
+                          strength_per_recall=nonneg),
+    PowerLaw: st.builds(PowerLaw, stability_days=st.floats(0.01, 100.0),
+                        decay=st.floats(0.05, 5.0), recall_growth=nonneg),
+    PerTypeHalfLife: st.builds(PerTypeHalfLife, episodic_half_life_days=half_life,
+                               semantic_half_life_days=half_life,
+                               procedural_half_life_days=half_life,
+                               other_half_life_days=half_life, floor=floor),
+    LlamaIndexRecency: st.builds(LlamaIndexRecency, time_decay=st.floats(0.001, 1.0),
+                                 unstamped=st.sampled_from(["now", "created"])),
+    ExpRate: st.builds(ExpRate, rate_per_day=st.floats(0.0, 5.0)),
+}
+
+
+def _inside(iv: Interval) -> st.SearchStrategy:
+    """Values of an interval: its finite part, an open end moved in by 1e-3
+    (1e-2 from a bound of 0), an unbounded side cut at 1e3 from the other."""
+    lo = iv.low if iv.low is not None else (iv.high - 1e3 if iv.high is not None else -1e3)
+    hi = iv.high if iv.high is not None else lo + 1e3
+    if iv.low is not None and iv.closed in ("right", "neither"):
+        lo = lo + (1e-2 if lo == 0 else 1e-3 * max(1.0, abs(lo)))
+    if iv.high is not None and iv.closed in ("left", "neither"):
+        hi = hi - 1e-3 * max(1.0, abs(hi))
+    if iv.integer:
+        return st.integers(math.ceil(lo), math.floor(hi))
+    return st.floats(lo, hi)
+
+
+def constrained(cls) -> st.SearchStrategy:
+    """A component of ``cls`` with every constrained parameter drawn inside
+    its constraint (the first interval or option set); ``clock`` keeps the
+    class's own."""
+    kwargs = {}
+    for name, cons in cls._all_constraints().items():
+        if name == "clock":
+            continue
+        alts = cons if isinstance(cons, (list, tuple)) else (cons,)
+        ivs = [a for a in alts if isinstance(a, Interval)]
+        opts = [v for a in alts if isinstance(a, Options) for v in a.values]
+        kwargs[name] = _inside(ivs[0]) if ivs else st.sampled_from(opts)
+    return st.builds(cls, **kwargs)
+
+
+DECAYS = st.one_of([TUNED_DECAYS[cls] if cls in TUNED_DECAYS else constrained(cls)
+                    for _, cls in sorted(REGISTRY["decay"].items())])
 TIERS = st.sampled_from(["task", "scratch", "longterm"])
 MEMORY_TYPES = st.sampled_from(["episodic", "semantic", "procedural", "other"])
 AGES = st.lists(st.floats(0.0, 1e5), min_size=1, max_size=30)
 
 
-def test_every_registered_decay_is_covered_by_the_strategy():
-    covered = {NoDecay, PerDayRate, HalfLife, HalfLifeFloor, PerTier, AiMemoryTime,
-               GenerativeAgentsRecency, LangChainRecency, Ebbinghaus, PowerLaw}
-    assert set(REGISTRY["decay"].values()) == covered
+def test_every_registered_decay_is_drawn():
+    # the strategy is built from the registry: a decay registered later is in it
+    drawn = set()
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(decay=DECAYS)
+    def collect(decay):
+        drawn.add(type(decay))
+
+    collect()
+    assert drawn == set(REGISTRY["decay"].values())
+
+
+@FAST
+@given(data=st.data())
+def test_a_derived_strategy_draws_valid_components(data):
+    # every registered decay, with the tuned strategies set aside
+    cls = data.draw(st.sampled_from(sorted(REGISTRY["decay"].values(), key=lambda c: c.name)))
+    comp = data.draw(constrained(cls))
+    assert type(comp) is cls and comp.to_config()["kind"] == cls.name
 
 
 def _note_ctx(ages, **note):

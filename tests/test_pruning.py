@@ -43,6 +43,7 @@ DECAYS = [
     "none", "per-day", {"kind": "half-life", "half_life_days": 2.0}, "half-life-floor",
     "per-tier", "generative-agents", "langchain", "ebbinghaus",
     {"kind": "power-law", "recall_growth": 0.5}, "ai-memory",
+    {"kind": "per-type-half-life", "episodic_half_life_days": 3.0, "floor": 0.2},
 ]
 STICKINESS = ["none", "log-recall", "access-term"]
 RETRIEVERS = ["cosine", "inverse-sq-l2", {"kind": "cosine", "prefilter": 30},

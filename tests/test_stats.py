@@ -290,9 +290,15 @@ def test_utility_share_is_a_ratio_of_sums_over_queries_with_an_oracle():
     by = utility_share_by(q)
     assert by[("a", 1500)] > by[("b", 1500)]         # the share says a
     assert list(by.index.get_level_values("policy")) == ["a", "b"]
-    assert math.isnan(utility_share(q[q["oracle_utility"] == 0]))
+    assert math.isnan(utility_share(q[(q["oracle_utility"] == 0) & (q["policy"] == "a")]))
     with pytest.raises(KeyError, match="oracle_utility"):
         utility_share(q.drop(columns="oracle_utility"))
+    # a frame of several policies needs by=: a share pooled over policies means nothing
+    with pytest.raises(ValueError, match=r"2 policies; pass by=\['policy'\]"):
+        utility_share(q)
+    grouped = utility_share(q, by="policy")
+    assert grouped["a"] == pytest.approx((2.85 - 1.0) / 3.25)
+    assert grouped["b"] == pytest.approx(1.75 / 3.25)
 
 
 def test_summarise_gives_the_pooled_share_with_a_bootstrap_interval():

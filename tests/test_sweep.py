@@ -377,7 +377,10 @@ def test_plateau_covers_a_known_flat_region_and_excludes_clearly_worse_values():
     # ... and values 0.06 worse (a factor of 1.6 outside it) are not on it
     assert row["low"] > 20.0 / 1.6 and row["high"] < 80.0 * 1.6, (row["low"], row["high"])
     assert row["n_plateau"] < row["n_trials"] == 61 and row["n_replicates"] == 4
-    assert not row["edge_warning"] and row["note"] == ""
+    assert not row["edge_warning"]
+    # flat over a factor of 4: the optimum cannot be told within a factor of 2
+    assert not row["determined"] and row["width"] == pytest.approx(row["high"] / row["low"])
+    assert row["note"].startswith("undetermined within x2: the plateau spans x")
     # deterministic: a named child stream of the sweep's seed
     pd.testing.assert_frame_equal(pl, plateau_table(tr, spec))
     # minimising the negated objective gives the same plateau
@@ -730,7 +733,7 @@ def test_two_sweeps_on_one_journal_file_lose_no_trial(tmp_path):
 
 #: memsim.sweep's modules from the bottom up, as its docstring lists them.
 SWEEP_LAYERS = ("space", "evaluate", "study", "storage", "liveness", "workers", "robustness",
-                "plateau", "outputs", "resume", "run")
+                "plateau", "outputs", "resume", "run", "load")
 
 
 def _sweep_imports(tree: ast.Module) -> set[str]:
@@ -809,6 +812,9 @@ def test_summary_prints_an_optuna_dashboard_command_that_opens_the_journal(tmp_p
     assert study.user_attrs["memsim_identity"] == hash8
     assert f"| config_hash | {hash8} |" in report
     assert res.study_name.endswith(hash8)
+    # the report says what the manifest says: completed, with the report's time
+    assert manifest["status"] == "completed" and "| status | completed |" in report
+    assert "report" in manifest["timings_s"]
 
     # one importance measure: Optuna's fANOVA, seeded, in importance.csv and the report
     pytest.importorskip("sklearn")
@@ -929,6 +935,10 @@ def test_two_objective_retention_sweep_gives_a_front_and_its_report_section(tmp_
             "non-dominated trials") in report
     assert "Pareto front: utility_share against store_tokens" in report
     assert (res.path / "figures" / "sweep_pareto.png").stat().st_size > 1000
+    # the console names the trade-off, not a "best" trial, and writes token counts whole
+    text = res.summary_text()
+    assert "no single best" in text and "best: trial" not in text
+    assert "e+0" not in text and f"  trial {res.pareto[0]}: utility_share = " in text
 
 
 def test_the_retention_example_is_a_valid_two_objective_sweep():
@@ -936,3 +946,22 @@ def test_the_retention_example_is_a_valid_two_objective_sweep():
     spec = SweepSpec.from_config(exp.to_config()["sweep"], exp)
     assert [(o.metric, o.direction) for o in spec.objectives] == [
         ("utility_share", "maximize"), ("store_tokens", "minimize")]
+
+
+def test_the_robustness_recheck_shows_its_progress(tmp_path):
+    """After the trials, the re-check on fresh seeds is a phase of its own on
+    stderr, one line per replicate replay, not minutes of silence."""
+    exp = ROOT / "experiments" / "sweep_hivemind.toml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsim.cli", "sweep", str(exp), "--trials", "3", "--out",
+         str(tmp_path), "--no-report", "--set", "experiment.replicates=1",
+         "--set", "workload.horizon_days=8", "--set", "workload.backfill_days=8",
+         "--set", "sweep.robustness.replicates=2"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln.split(" (")[0] for ln in proc.stderr.splitlines()]
+    replays = [ln for ln in lines if ln.startswith("memsim sweep: replay ")]
+    # 2 fresh seeds, then 2 replicates for each of the experiment's variants
+    n = 2 + 2 * len(tomllib.loads(exp.read_text())["sweep"]["robustness"].get("variants", []))
+    assert replays == [f"memsim sweep: replay {k}/{n} done" for k in range(1, n + 1)]
+    assert lines.index(replays[0]) > lines.index("memsim sweep: trial 3/3 done")

@@ -63,8 +63,8 @@ TINY = [
     {"event": "query", "id": "q2", "t": 5, "actor": "bob", "text": "where is the cat now",
      "budget": 100},
     {"event": "used", "query": "q2", "notes": ["n1", "n2", "n1"]},
-    {"event": "note_deleted", "id": "n3", "t": 6},
     {"event": "accessed", "note": "n2", "t": 5.5, "actor": "bob"},
+    {"event": "note_deleted", "id": "n3", "t": 6},
 ]
 
 
@@ -249,3 +249,316 @@ def test_as_logged_needs_logged_rankings(tmp_path):
     write_stream(stream, tmp_path / "s")
     with pytest.raises(ConfigError, match="needs a stream with logged rankings"):
         _metrics(tmp_path / "s", ("as-logged",))
+
+
+# ---------------------------------------------------------------------------
+# The importer's refusals, the published schema and `memsim stream check`
+# ---------------------------------------------------------------------------
+
+GOOD = [{"event": "note_added", "id": 0, "t": 0, "actor": "a", "text": "hello world"},
+        {"event": "query", "id": 0, "t": 1, "actor": "a", "text": "hello"}]
+
+
+def _refusal(tmp_path, events, name="bad.jsonl") -> str:
+    with pytest.raises(StreamError) as err:
+        import_trace(_write(tmp_path / name, events))
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_an_empty_trace_is_refused(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n\n", encoding="utf-8")
+    with pytest.raises(StreamError, match=r"^empty.jsonl: an empty trace"):
+        import_trace(tmp_path / "empty.jsonl")
+    msg = _refusal(tmp_path, [{"event": "header", "version": 1}], "header.jsonl")
+    assert msg.startswith("header.jsonl: an empty trace")
+
+
+def test_times_must_not_go_backwards(tmp_path):
+    events = GOOD + [{"event": "note_added", "id": 1, "t": 0.5, "actor": "a", "text": "late"}]
+    msg = _refusal(tmp_path, events)
+    assert msg.startswith("bad.jsonl: line 3: field 't': 0.5 days is before the previous "
+                          "event's time (1 days, line 2)")
+    assert '"ordered": false' in msg
+
+
+def test_an_unordered_trace_is_sorted_stably_by_time(tmp_path):
+    ordered = import_trace(_write(tmp_path / "tiny.jsonl", TINY))
+    header, rest = TINY[0], TINY[1:]
+    # the same events shuffled: each query's retrieved / used events follow
+    # their query's time, events of one time keep their file order
+    shuffled = [rest[i] for i in (10, 7, 6, 3, 4, 0, 1, 9, 5, 8, 2)]
+    assert sorted(map(json.dumps, shuffled)) == sorted(map(json.dumps, rest))
+    with pytest.raises(StreamError, match=r"^s.jsonl: line 2: "):   # as an ordered trace
+        import_trace(_write(tmp_path / "s.jsonl", [header, *shuffled]))
+    back = import_trace(_write(tmp_path / "u.jsonl", [{**header, "ordered": False}, *shuffled]))
+    for name in ("notes", "queries", "qrels", "retrieved", "accesses"):
+        a, b = getattr(ordered, name), getattr(back, name)
+        assert a.equals(b), name
+    assert np.array_equal(ordered.note_embeddings, back.note_embeddings)
+    assert "ordered" not in back.meta
+    # an error of an unordered trace still names its own line, and a check
+    # lists them by line
+    bad = [{**header, "ordered": False}, *shuffled[:3], {**rest[3], "actor": 5}, *shuffled[3:]]
+    with pytest.raises(StreamError, match=r"u2.jsonl: line 5: field 'actor'"):
+        import_trace(_write(tmp_path / "u2.jsonl", bad))
+    from memsim.importers.trace import check_trace
+    bad[2] = {**bad[2], "t": "soon"}           # a time that cannot be sorted: handled last
+    errors, _ = check_trace(_write(tmp_path / "u3.jsonl", bad))
+    assert [e.split(": ")[1] for e in errors][:2] == ["line 3", "line 5"]
+
+
+@pytest.mark.parametrize("header, t", [
+    ({"event": "header"}, 1e300),
+    ({"event": "header"}, 1_733_000_000),              # epoch seconds read as days
+    ({"event": "header", "time_unit": "second"}, 1_733_000_000_000),   # epoch ms as seconds
+    ({"event": "header", "origin": "0001-01-01T00:00:00Z"}, "9999-12-31T00:00:00Z"),
+])
+def test_absurd_times_are_one_line_errors(tmp_path, header, t):
+    msg = _refusal(tmp_path, [header, {**GOOD[0], "t": t}])
+    assert msg.startswith("bad.jsonl: line 2: field 't': ")
+    assert "days from the origin, more than 1,000,000" in msg and "time_unit" in msg
+
+
+@pytest.mark.parametrize("field, value", [
+    ("id", 2 ** 64), ("tokens", 2 ** 63), ("t", 10 ** 400), ("importance", -(2 ** 70)),
+    ("budget", 2 ** 64), ("category", 2 ** 64), ("gain", 2 ** 65), ("embedding", [1, 2 ** 64]),
+])
+def test_integers_beyond_64_bits_are_one_line_errors(tmp_path, field, value):
+    note = {"event": "note_added", "id": 0, "t": 0, "actor": "a", "tokens": 3}
+    query = {"event": "query", "id": 0, "t": 1, "actor": "a", "text": "x"}
+    judgement = {"event": "judgement", "query": 0, "note": 0, "gain": 1}
+    if field in ("budget", "category"):
+        query[field] = value
+    elif field == "gain":
+        judgement[field] = value
+    elif field == "embedding":
+        note = {**note, "embedding": value}
+    else:
+        note[field] = value
+    line = 3 if field == "gain" else 2 if field in ("budget", "category") else 1
+    events = [note, query, judgement]
+    msg = _refusal(tmp_path, events)
+    want = "embedding[1]" if field == "embedding" else field
+    assert msg.startswith(f"bad.jsonl: line {line}: field {want!r}: ")
+    assert "beyond 64 bits" in msg
+
+
+def test_time_unit_takes_plurals(tmp_path):
+    one = import_trace(_write(tmp_path / "a.jsonl", TINY))
+    plural = import_trace(_write(tmp_path / "b.jsonl", [{**TINY[0], "time_unit": "hours"},
+                                                         *TINY[1:]]))
+    assert np.array_equal(one.notes["created_at"], plural.notes["created_at"])
+    from memsim.importers.trace import TIME_UNITS
+    for unit in ("day", "hour", "minute", "second", "millisecond"):
+        assert TIME_UNITS[unit + "s"] == TIME_UNITS[unit]
+    msg = _refusal(tmp_path, [{"event": "header", "time_unit": "fortnights"}, *GOOD])
+    assert "field 'time_unit': must be one of day, hour" in msg and "hours" in msg
+
+
+MULTI = [
+    {"event": "header", "time_unit": "hours"},
+    {"event": "note_added", "id": 1, "t": 0, "actor": "a", "text": "hello world"},
+    {"event": "note_added", "id": 2, "t": 1, "actor": 7, "tokens": 0},
+    {"event": "note_added", "id": 2 ** 64, "t": 2, "actor": "a", "text": "x"},
+    {"event": "query", "id": 1, "t": 3, "actor": "a", "text": "hello"},
+    {"event": "used", "query": 9, "notes": [1]},
+    "not json",
+    {"event": "judgement", "query": 1, "note": 1, "gain": 0},
+    {"event": "note_added", "id": 3, "t": 1, "actor": "a", "text": "late"},
+    {"event": "banana"},
+]
+
+
+def _write_lines(path: Path, items: list) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in items),
+                    encoding="utf-8")
+    return path
+
+
+def test_stream_check_lists_every_error_and_writes_nothing(tmp_path, capsys):
+    path = _write_lines(tmp_path / "multi.jsonl", MULTI)
+    before = sorted(tmp_path.iterdir())
+    assert main(["stream", "check", "trace", str(path)]) == 2
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert sorted(tmp_path.iterdir()) == before
+    where = [(line.split(": ")[1], line.split(": ")[2]) for line in lines]
+    assert where == [("line 3", "field 'actor'"), ("line 3", "field 'tokens'"),
+                     ("line 4", "field 'id'"), ("line 6", "field 'query'"),
+                     ("line 7", "not valid JSON"), ("line 8", "field 'gain'"),
+                     ("line 9", "field 't'"), ("line 10", "field 'event'")]
+    assert all(line.startswith("multi.jsonl: line ") for line in lines)
+    assert err.strip() == f"memsim: error: {path}: 8 errors"
+    # a limit, then a count of the rest
+    assert main(["stream", "check", "trace", str(path), "--limit", "3"]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and out[-1] == "... and 5 more"
+    # the importer stops at the first of them
+    with pytest.raises(StreamError, match=r"^multi.jsonl: line 3: field 'actor'"):
+        import_trace(path)
+
+
+def test_stream_check_without_jsonschema_reports_each_bad_line(tmp_path, monkeypatch):
+    """Without jsonschema the importer's own rules check each line: the same
+    lines are refused, with its first error of each."""
+    import memsim.importers.trace as trace
+
+    monkeypatch.setattr(trace, "_schema_validator", lambda: None)
+    errors, more = trace.check_trace(_write_lines(tmp_path / "multi.jsonl", MULTI))
+    assert more == 0
+    assert [e.split(": ")[1] for e in errors] == [f"line {n}" for n in (3, 4, 6, 7, 8, 9, 10)]
+    assert "field 'actor': must be a string, got 7" in errors[0]
+
+
+def test_stream_check_passes_a_good_trace_and_checks_the_whole_stream(tmp_path, capsys):
+    assert main(["stream", "check", "trace", str(EXAMPLE)]) == 0
+    assert "a valid trace" in capsys.readouterr().out
+    # every line fine, but the stream is not: a budget on one query only
+    events = GOOD + [{"event": "query", "id": 1, "t": 2, "actor": "a", "text": "x",
+                      "budget": 10}]
+    assert main(["stream", "check", "trace", str(_write(tmp_path / "b.jsonl", events))]) == 2
+    assert "has no 'budget' while other queries have one" in capsys.readouterr().out
+
+
+def _schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    from memsim.importers.trace import SCHEMA_PATH
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_the_schema_ships_in_the_package():
+    from memsim.importers.trace import SCHEMA_PATH
+    assert SCHEMA_PATH.parent.parent == Path(memsim.__file__).parent
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    assert schema["$id"] == "urn:memsim:schema:trace:1"
+    units = schema["$defs"]["header"]["properties"]["time_unit"]["enum"]
+    from memsim.importers.trace import EVENTS, TIME_UNITS
+    assert sorted(units) == sorted(TIME_UNITS)
+    assert schema["properties"]["event"]["enum"] == list(EVENTS)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert all(f"`{u}`" in readme for u in TIME_UNITS)
+
+
+# lines after GOOD (note 0 at t = 0, query 0 at t = 1): (line, valid?)
+AGREE = [
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a", "text": "x"}, True),
+    ({"event": "note_added", "id": "n", "t": 2, "actor": "a", "tokens": 3.0, "text": "x"}, True),
+    ({"event": "note_added", "id": 1, "t": "2025-01-01T00:00:00Z", "actor": "a", "text": "x",
+      "tier": "core", "type": "semantic", "importance": 0, "salience": 2.5, "pinned": True,
+      "expires_at": "2026-01-01T00:00:00", "namespace": "u1", "extra": {"any": 1}}, True),
+    ({"event": "query", "id": 1, "t": 2, "actor": "a", "text": "x", "category": 4}, True),
+    ({"event": "query", "id": "q", "t": 2, "actor": "a", "text": "x", "category": "c"}, True),
+    ({"event": "retrieved", "query": 0, "notes": [0], "scores": [0.5]}, True),
+    ({"event": "used", "query": 0, "notes": [0, 0]}, True),
+    ({"event": "judgement", "query": 0, "note": 0, "gain": -1.5}, True),
+    ({"event": "accessed", "note": 0, "t": 2, "actor": "b"}, True),
+    ({"event": "note_updated", "id": 0, "t": 2, "text": "new"}, True),
+    ({"event": "note_deleted", "id": 0, "t": 2}, True),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a", "tokens": 0}, False),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a", "tokens": "3"}, False),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a", "tokens": 2 ** 64}, False),
+    ({"event": "note_added", "id": 2 ** 64, "t": 2, "actor": "a", "tokens": 3}, False),
+    ({"event": "note_added", "id": "", "t": 2, "actor": "a", "tokens": 3}, False),
+    ({"event": "note_added", "id": True, "t": 2, "actor": "a", "tokens": 3}, False),
+    ({"event": "note_added", "id": 1.5, "t": 2, "actor": "a", "tokens": 3}, False),
+    ({"event": "note_added", "id": 1, "t": "yesterday", "actor": "a", "tokens": 3}, False),
+    ({"event": "note_added", "id": 1, "t": 10 ** 400, "actor": "a", "tokens": 3}, False),
+    ({"event": "note_added", "id": 1, "t": 2, "tokens": 3}, False),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": 5, "tokens": 3}, False),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a", "text": 5}, False),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a"}, False),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a", "tokens": 3, "pinned": "yes"}, False),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a", "tokens": 3, "importance": -1},
+     False),
+    ({"event": "note_added", "id": 1, "t": 2, "actor": "a", "tokens": 3, "importance": True},
+     False),
+    ({"event": "query", "id": 1, "t": 2, "actor": "a", "text": "x", "budget": 0}, False),
+    ({"event": "query", "id": 1, "t": 2, "actor": "a", "text": "x", "category": 1.5}, False),
+    ({"event": "query", "id": 1, "t": 2, "actor": "a", "text": "x", "category": True}, False),
+    ({"event": "retrieved", "query": 0, "notes": "x"}, False),
+    ({"event": "retrieved", "query": 0, "notes": [0], "scores": ["high"]}, False),
+    ({"event": "judgement", "query": 0, "note": 0, "gain": 0}, False),
+    ({"event": "judgement", "query": 0, "note": 0, "gain": "1"}, False),
+    ({"event": "judgement", "query": 0, "note": 0}, False),
+    ({"event": "accessed", "note": 0, "t": 2}, False),
+    ({"event": "banana"}, False),
+    ({"id": 1}, False),
+]
+
+
+@pytest.mark.parametrize("line, valid", AGREE, ids=range(len(AGREE)))
+def test_schema_and_importer_agree(tmp_path, line, valid):
+    validator = _schema()
+    errors = list(validator.iter_errors(line))
+    assert (not errors) == valid, [e.message for e in errors]
+    path = _write(tmp_path / "t.jsonl", GOOD + [line])
+    if valid:
+        import_trace(path)
+        return
+    with pytest.raises(StreamError) as err:
+        import_trace(path)
+    # the importer's field is one the schema names
+    from memsim.importers.trace import _schema_errors
+    fields = {f for f, _ in _schema_errors(validator, line)}
+    msg = str(err.value)
+    assert msg.startswith("t.jsonl: line 3: field ")
+    assert msg.split("field ")[1].split(":")[0].strip("'") in fields
+
+
+def test_trec_qrels_beside_judgement_events(tmp_path):
+    events = [*TINY[:5], {"event": "judgement", "query": "q1", "note": "n3", "gain": 1}]
+    trace = _write(tmp_path / "t.jsonl", events)
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("q1 0 n2 2\nq1 0 n1 0\n\nq1 Q0 n1 -1\n", encoding="utf-8")
+    s = import_trace(trace, qrels=qrels)
+    got = {(int(q), int(n)): g for q, n, g in s.qrels.itertuples(index=False)}
+    assert got == {(0, 2): 1.0, (0, 1): 2.0, (0, 0): -1.0}
+    assert s.meta["qrels_from"] == "judgement" and s.meta["qrels_file"] == "q.txt"
+    for text, fragment in (("q1 0 n9 1\n", "field 'note': 'n9' is not a note id"),
+                           ("q1 0 n3 2\n", "field 'note': a second judgement of note 'n3'"),
+                           ("q1 0 n2\n", "expected 4 fields"),
+                           ("q1 0 n2 high\n", "field 'grade': must be a number")):
+        qrels.write_text("q1 0 n2 1\n" + text, encoding="utf-8")
+        with pytest.raises(StreamError, match=rf"^q.txt: line 2: .*{fragment}"):
+            import_trace(trace, qrels=qrels)
+    # stream check lists the qrels file's errors with the trace's
+    qrels.write_text("q1 0 n9 1\nq1 0 n2\nq1 0 n2 1\n", encoding="utf-8")
+    from memsim.importers.trace import check_trace
+    errors, _ = check_trace(trace, qrels=qrels)
+    assert [e.split(": ")[:2] for e in errors] == [["q.txt", "line 1"], ["q.txt", "line 2"]]
+    assert main(["stream", "check", "trace", str(trace), "--qrels", str(qrels)]) == 2
+    out = tmp_path / "s"
+    qrels.write_text("q1 0 n2 2\n", encoding="utf-8")
+    assert main(["stream", "import", "trace", str(trace), "--out", str(out), "--qrels",
+                 str(qrels)]) == 0
+    assert json.loads((out / "stream.json").read_text())["qrels_file"] == "q.txt"
+
+
+def test_no_malformed_trace_raises_anything_but_a_stream_error(tmp_path):
+    """Every field of every event of a good trace replaced in turn by odd
+    values (huge integers, NaN, wrong types, absurd times): the importer and
+    the check refuse them with one-line StreamErrors, never another exception
+    (an OverflowError traceback before integers were bounded)."""
+    from memsim.importers.trace import check_trace
+
+    odd = [2 ** 64, -(2 ** 70), 10 ** 400, [2 ** 64], 1e308, float("nan"), True, None, "",
+           "99999-01-01", {}]
+    refused = 0
+    for i in range(1, len(TINY)):
+        for key in [k for k in TINY[i] if k != "event"]:
+            for value in odd:
+                events = [dict(e) for e in TINY]
+                events[i][key] = value
+                path = _write(tmp_path / "odd.jsonl", events)
+                try:
+                    import_trace(path)
+                except StreamError as exc:
+                    refused += 1
+                    assert "\n" not in str(exc) and str(exc).startswith("odd.jsonl: ")
+                errors, _ = check_trace(path)
+                assert all("\n" not in e for e in errors)
+    assert refused > 300

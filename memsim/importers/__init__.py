@@ -1,7 +1,7 @@
 """Importers: real traces and benchmarks turned into memsim streams.
 
 Each importer reads a published data set as its authors released it and
-returns a validated :class:`memsim.stream.Stream` (DESIGN.md section 3), with
+returns a validated :class:`memsim.stream.Stream` (``docs/contracts/stream.md``), with
 cached embeddings so that the engine can replay it without a download.
 """
 

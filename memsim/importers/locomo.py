@@ -90,11 +90,15 @@ notes as BM25 does. 1,571 dimensions for turns (the largest conversation
 vocabulary plus one): 35 MiB of float32 for the notes, 12 MiB for the queries.
 Measured on LoCoMo-10 turns, over the 1,536 answerable questions with
 resolved evidence, ranking each question's conversation by cosine: an
-evidence turn in the top 5 for 56.5% (top 10: 65.6%), all of the evidence in
-the top 5 for 46.1%, mean share of the evidence in the top 5 50.5% (the
-data's README quotes about 47% for plain BM25). TF-IDF + truncated SVD (LSA,
+evidence turn in the top 5 for 56.5% (top 10: 64.2%), all of the evidence in
+the top 5 for 46.1% (top 10: 52.1%), mean share of the evidence in the top 5
+50.5% (the data's README quotes about 47% for plain BM25;
+``benchmarks/locomo_embedders.py`` prints these figures). TF-IDF + truncated SVD (LSA,
 the other download-free option) did worse at every size tried: 48.5%, 53.1%
-and 54.8% in the top 5 at 64, 128 and 256 dimensions. Observations: 2,541
+and 54.8% in the top 5 at 64, 128 and 256 dimensions. ``embedder="wordllama"``
+(:mod:`memsim.embed`: WordLlama's 256-d dense vectors, from its wheel, no
+download) does worse too: an evidence turn in the top 5 for 38.4% (top 10:
+46.7%), all of it for 30.8% (top 10: 37.3%). Observations: 2,541
 notes; 1,879 of the 2,360 answerable evidence turns have one. Summaries: 272.
 """
 
@@ -112,8 +116,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from memsim.embed import EMBEDDERS, embed_texts
 from memsim.errors import ConfigError, StreamError
-from memsim.lexical import bm25_embeddings
 from memsim.stream import Stream, make_stream, write_stream
 
 __all__ = ["import_locomo", "cli_import_locomo", "load_locomo_records",
@@ -523,8 +527,9 @@ def _summary_table(records: list[dict], turns: pd.DataFrame) -> pd.DataFrame:
 
 def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
                   tokenizer: str | Callable[[str], int] = "estimate",
-                  captions: bool = False, k1: float = 1.2, b: float = 0.75) -> Stream:
-    """Import LoCoMo as a stream with BM25 embeddings (see the module docstring).
+                  captions: bool = False, k1: float = 1.2, b: float = 0.75,
+                  embedder: str = "bm25") -> Stream:
+    """Import LoCoMo as a stream with BM25 (or WordLlama) embeddings (see the module docstring).
 
     Parameters
     ----------
@@ -539,6 +544,8 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
         Append the caption of a shared image to the turn's text.
     k1, b : float
         BM25 parameters of the cached embeddings (:func:`memsim.lexical.bm25_embeddings`).
+    embedder : {"bm25", "wordllama"}
+        How text becomes vectors (:mod:`memsim.embed`).
 
     Returns
     -------
@@ -552,13 +559,16 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
     Raises
     ------
     ConfigError
-        Unknown ``notes`` or ``tokenizer``.
+        Unknown ``notes``, ``tokenizer`` or ``embedder``.
     StreamError
         Unreadable or malformed data; the message names the file.
     """
     if notes not in NOTE_KINDS:
         raise ConfigError(f"The 'notes' parameter of import_locomo must be one of "
                           f"{', '.join(map(repr, NOTE_KINDS))}. Got {notes!r} instead.")
+    if embedder not in EMBEDDERS or embedder == "vectors":
+        raise ConfigError(f"The 'embedder' parameter of import_locomo must be 'bm25' or "
+                          f"'wordllama' (LoCoMo logs no vectors). Got {embedder!r} instead.")
     count_tokens, token_rule = _token_counter(tokenizer)
     label = str(path)
     records = load_locomo_records(path)
@@ -598,9 +608,9 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
              .rename(columns={"_row": "note_id"}).astype(np.int64)
              .assign(gain=1.0).sort_values(["query_id", "note_id"]).reset_index(drop=True))
 
-    emb = bm25_embeddings(note_frame["text"].tolist(), queries["text"].tolist(),
-                          note_frame["namespace"].to_numpy(), queries["namespace"].to_numpy(),
-                          k1=k1, b=b)
+    emb = embed_texts(embedder, note_frame["text"].tolist(), queries["text"].tolist(),
+                      note_frame["namespace"].to_numpy(), queries["namespace"].to_numpy(),
+                      k1=k1, b=b, where="import_locomo: embedder")
     meta = {
         "name": f"locomo-{notes}",
         "source": f"LoCoMo ({Path(path).name}; snap-research/locomo)",
@@ -622,8 +632,9 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
 
 
 def cli_import_locomo(path: str | os.PathLike, out: str | os.PathLike,
-                      notes: str = "turns", captions: bool = False) -> Stream:
-    """``memsim stream import locomo PATH --out DIR [--notes ...] [--captions]``.
+                      notes: str = "turns", captions: bool = False,
+                      embedder: str = "bm25") -> Stream:
+    """``memsim stream import locomo PATH --out DIR [--notes ...] [--captions] [--embedder ...]``.
 
     Imports with :func:`import_locomo` and writes the stream folder with
     :func:`memsim.stream.write_stream` (atomic; refuses a non-empty ``out``).
@@ -632,6 +643,6 @@ def cli_import_locomo(path: str | os.PathLike, out: str | os.PathLike,
     -------
     Stream
     """
-    stream = import_locomo(path, notes=notes, captions=captions)
+    stream = import_locomo(path, notes=notes, captions=captions, embedder=embedder)
     write_stream(stream, Path(out))
     return stream

@@ -3,7 +3,7 @@
 A *trace* is what a running memory layer can log about itself: notes written,
 changed and deleted, queries asked, what the system returned for each query,
 and which of those notes the answer used. :func:`import_trace` turns it into
-a memsim stream (DESIGN.md section 3), so that every policy can be replayed
+a memsim stream (``docs/contracts/stream.md``), so that every policy can be replayed
 on your own workload and compared with what runs today (the ``as-logged``
 preset replays the logged rankings).
 
@@ -20,9 +20,10 @@ which are converted to the same scale. memsim's clock is in days.
 ``header`` (optional; only as the first line)
     ``format`` = ``"memsim-trace"``; ``version`` = 1 (a newer version is
     refused); ``time_unit``: ``"day"`` (default), ``"hour"``, ``"minute"``,
-    ``"second"`` or ``"millisecond"``; ``origin``: the ISO time that numbers
-    count from (default ``1970-01-01T00:00:00Z``); ``name``, ``source`` and
-    any other key go to the stream's ``meta``.
+    ``"second"`` or ``"millisecond"``, or their plurals (``"days"`` ...);
+    ``origin``: the ISO time that numbers count from (default
+    ``1970-01-01T00:00:00Z``); ``ordered`` (bool, default true: see below);
+    ``name``, ``source`` and any other key go to the stream's ``meta``.
 
 ``note_added``
     ``id`` (unique), ``t``, ``actor`` (str), and ``tokens`` (int > 0) or
@@ -31,7 +32,11 @@ which are converted to the same scale. memsim's clock is in days.
     ``"task"``), ``type`` (memory type, default ``"episodic"``),
     ``importance`` and ``salience`` (numbers >= 0, default 1), ``pinned``
     (bool), ``expires_at`` (time), ``namespace`` (str: a separate store, e.g.
-    one per user; a query only sees notes of its own namespace).
+    one per user; a query only sees notes of its own namespace),
+    ``supersedes`` (the id of an earlier note, or a list of ids, that this
+    note makes wrong: unlike ``note_updated``, the older note stays in the
+    store; its live version gets ``superseded_at`` = this note's ``t``, the
+    truth that supersession detectors are scored against).
 
 ``note_updated``
     ``id`` (an added note), ``t``, and any of the optional fields of
@@ -74,13 +79,29 @@ which are converted to the same scale. memsim's clock is in days.
     stream's ``accesses`` table).
 
 Every event that names a note or a query must come after the line that
-added it, and a note's own events (``note_added``, ``note_updated``,
-``note_deleted``) must have non-decreasing ``t``. Other events may appear in
-any time order. Unknown keys are ignored (logs carry more than memsim reads).
+added it, and the times ``t`` of the events must not go backwards from one
+line to the next. A header with ``"ordered": false`` says the file is not in
+time order: the importer then reads every event first (the whole file in
+memory) and handles them sorted by time, stably: ``retrieved``, ``used``
+and ``judgement`` events, which have no time, at their query's time after
+the timed events of that time; events of one time keep their file order;
+errors still name the event's own line. A time further than
+:data:`MAX_ABS_DAYS` (1,000,000 days) from the origin is refused (a unit or
+origin mistake), and so is an integer beyond 64 bits anywhere, and an empty
+trace (no ``note_added`` and no ``query`` event). Unknown keys are ignored
+(logs carry more than memsim reads).
+
+The format of one line is published as a JSON Schema (draft 2020-12),
+``memsim/schemas/trace-v1.json`` (:data:`SCHEMA_PATH`); the rules across
+lines above are the importer's. :func:`check_trace` (``memsim stream check
+trace FILE``) lists every error of a file, both kinds, without writing
+anything.
 
 How the stream is built
 -----------------------
-- **qrels** come from ``judgement`` events when the trace has any, else from
+- **qrels** come from ``judgement`` events (and the non-zero grades of a TREC
+  qrels file, ``import_trace(path, qrels=FILE)``: ``QUERY ITERATION NOTE
+  GRADE`` a line, with the trace's ids) when the trace has any, else from
   ``used`` events (gain 1), else there are none; ``stream.json`` says which
   in ``"qrels_from"`` (``"judgement"``, ``"used"`` or ``"none"``). A note
   id named by a query's ``retrieved``, ``used`` or ``judgement`` event means
@@ -95,10 +116,14 @@ How the stream is built
   (then every note and query must, with one dimension); otherwise exact BM25
   vectors over ``text`` (:func:`memsim.lexical.bm25_embeddings`, per
   namespace), as the LoCoMo importer does, and every note and query needs
-  ``text``. Dense BM25 vectors take ``(notes + queries) * (vocabulary + 1) *
-  4`` bytes: for large logs, log the embeddings.
+  ``text``. ``embedder=`` (``[workload] embedder``, ``--embedder``) chooses:
+  ``"vectors"`` (the logged ones, required), ``"bm25"`` or ``"wordllama"``
+  (computed from ``text``, :mod:`memsim.embed`). Dense BM25 vectors take
+  ``(notes + queries) * (vocabulary + 1) * 4`` bytes: for large logs, log the
+  embeddings.
 - **columns** besides the documented ones: notes ``first_created_at``,
-  ``version``, and ``trace_id``, ``namespace`` as said; queries
+  ``version``, and ``trace_id``, ``namespace`` as said, and ``superseded_at``
+  (NaN = never) when any note names ``supersedes``; queries
   ``category`` (``""`` when untagged), ``text`` (when any query has one),
   ``trace_id``, ``namespace`` (when any event has one).
 
@@ -127,21 +152,28 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from memsim.embed import TEXT_EMBEDDERS, check_embedder, embed_texts
 from memsim.errors import StreamError
-from memsim.lexical import bm25_embeddings
 from memsim.stream import Stream, make_stream, write_stream
 
-__all__ = ["import_trace", "cli_import_trace", "write_trace", "TRACE_FORMAT", "TRACE_VERSION",
-           "EVENTS", "TIME_UNITS"]
+__all__ = ["import_trace", "cli_import_trace", "check_trace", "write_trace", "TRACE_FORMAT",
+           "TRACE_VERSION", "EVENTS", "TIME_UNITS", "MAX_ABS_DAYS", "SCHEMA_PATH"]
 
 TRACE_FORMAT = "memsim-trace"
 TRACE_VERSION = 1
 #: Event names of trace format version 1.
 EVENTS = ("header", "note_added", "note_updated", "note_deleted", "query", "retrieved", "used",
           "judgement", "accessed")
-#: Units a header may give for numeric times, in days.
+#: Units a header may give for numeric times, in days (singular or plural).
 TIME_UNITS = {"day": 1.0, "hour": 1.0 / 24.0, "minute": 1.0 / 1440.0,
               "second": 1.0 / 86400.0, "millisecond": 1.0 / 86_400_000.0}
+TIME_UNITS.update({f"{unit}s": days for unit, days in list(TIME_UNITS.items())})
+#: A time further than this from the origin (about 2,700 years) is a unit or
+#: origin mistake (epoch seconds read as days), not a date: refused.
+MAX_ABS_DAYS = 1e6
+#: The published JSON Schema of one trace line (format version 1).
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "trace-v1.json"
+_I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -203,6 +235,8 @@ class _Reader:
         self.n_key = array("q")
         self.n_version = array("i")
         self.n_next = array("q")                 # row -> next version row (-1: none)
+        self.n_sup = array("d")                  # row -> superseded_at (NaN: never)
+        self.any_sup = False
         self.n_text: list[str] = []
         self.n_emb = array("f")
         self.versioned = False
@@ -218,8 +252,18 @@ class _Reader:
         # relations (query row, note key)
         self.r_q, self.r_n, self.r_rank, self.r_score = array("q"), array("q"), array("i"), array("d")
         self.u_q, self.u_n = array("q"), array("q")
-        self.j_q, self.j_n, self.j_gain, self.j_line = array("q"), array("q"), array("d"), array("q")
+        self.j_q, self.j_n, self.j_gain = array("q"), array("q"), array("d")
         self.a_t, self.a_n, self.a_actor = array("d"), array("q"), array("i")
+        self.judged: set[tuple[int, int]] = set()
+        # time order: the latest event time so far (a header may say the file
+        # is unordered: then its events are buffered and sorted by time)
+        self.ordered = True
+        self.buffer: list[tuple[int, dict]] | None = None
+        self.last_t, self.last_t_line = -math.inf, 0
+        self.pending_t: float | None = None
+        # checking (memsim stream check): every error is collected, not raised
+        self.errors: list[str] | None = None
+        self.validator: Any = None
 
     def release(self) -> None:
         """Drop the column arrays (once the frames are built)."""
@@ -248,6 +292,8 @@ class _Reader:
 
     def number(self, v: Any, field: str, *, minimum: float | None = None,
                nonzero: bool = False) -> float:
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+            self.int64(v, field)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             self.fail(f"must be a finite number, got {_show(v)}", field)
         if minimum is not None and v < minimum:
@@ -256,15 +302,25 @@ class _Reader:
             self.fail("must be a non-zero number, got 0", field)
         return float(v)
 
+    def int64(self, v: Any, field: str) -> None:
+        """JSON integers have no size limit; memsim's columns hold 64 bits.
+        (The hot paths test ``type(v) is int`` and the range inline first.)"""
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+            self.fail(f"integer beyond 64 bits, got {_show(v)}", field)
+
     def positive_int(self, v: Any, field: str) -> int:
-        if isinstance(v, float) and v.is_integer():
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+            self.int64(v, field)
+        if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 63:
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             self.fail(f"must be a positive integer, got {_show(v)}", field)
         return v
 
     def ident(self, v: Any, field: str) -> Any:
-        if isinstance(v, float) and v.is_integer():
+        if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+            self.int64(v, field)
+        if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 63:
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, (int, str)) or v == "":
             self.fail(f"must be an integer or a non-empty string id, got {_show(v)}", field)
@@ -278,8 +334,22 @@ class _Reader:
                 self.fail(f"must be a number or an ISO 8601 time, got {_show(v)}", field)
             if when.tzinfo is None:
                 when = when.replace(tzinfo=timezone.utc)
-            return (when - _EPOCH).total_seconds() / 86400.0 - self.origin_days
-        return self.number(v, field) * self.unit
+            days = (when - _EPOCH).total_seconds() / 86400.0 - self.origin_days
+        else:
+            days = self.number(v, field) * self.unit
+        if abs(days) > MAX_ABS_DAYS:
+            self.fail(f"{_show(v)} is {days:.3g} days from the origin, more than "
+                      f"{MAX_ABS_DAYS:,.0f} (about 2,700 years): check the header's time_unit "
+                      "and origin", field)
+        return days
+
+    def clock(self, t: float) -> None:
+        """An event's time: in an ordered trace, never before the previous one's."""
+        if self.ordered and t < self.last_t:
+            self.fail(f"{t:g} days is before the previous event's time ({self.last_t:g} days, "
+                      f"line {self.last_t_line}): sort the file by time, or say "
+                      '"ordered": false in the header', "t")
+        self.pending_t = t
 
     def embedding(self, ev: dict, what: str) -> list | None:
         v = ev.get("embedding")
@@ -303,6 +373,10 @@ class _Reader:
             self.fail(f"has {len(v)} dimensions, the first embedding (line {self.emb_line}) "
                       f"has {self.dim}", "embedding")
         for i, x in enumerate(v):
+            if type(x) is float and math.isfinite(x):
+                continue  # the usual case, first
+            if type(x) is int and not _I64_MIN <= x <= _I64_MAX:
+                self.int64(x, f"embedding[{i}]")
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
                 self.fail(f"item {i} must be a finite number, got {_show(x)}", "embedding")
         return v
@@ -341,21 +415,30 @@ class _Reader:
             self.fail(f"trace format version {version} is newer than this memsim reads "
                       f"(version {TRACE_VERSION}); upgrade memsim", "version")
         unit = ev.get("time_unit", "day")
-        if unit not in TIME_UNITS:
+        if not isinstance(unit, str) or unit not in TIME_UNITS:
             self.fail(f"must be one of {', '.join(TIME_UNITS)}, got {_show(unit)}", "time_unit")
+        ordered = ev.get("ordered", True)
+        if not isinstance(ordered, bool):
+            self.fail(f"must be true or false, got {_show(ordered)}", "ordered")
         if "origin" in ev:
             if not isinstance(ev["origin"], str):
                 self.fail(f"must be an ISO 8601 time, got {_show(ev['origin'])}", "origin")
             self.origin_days = self.time(ev["origin"], "origin")
         self.unit = TIME_UNITS[unit]
-        self.meta = {k: v for k, v in ev.items() if k not in ("event", "format", "version")}
+        self.ordered = ordered
+        if not ordered:
+            self.buffer = []
+        self.meta = {k: v for k, v in ev.items()
+                     if k not in ("event", "format", "version", "ordered")}
 
     def note_added(self, ev: dict) -> None:
+        # every field is checked before anything is recorded: a refused line
+        # leaves no trace (stream check goes on reading after it)
         nid = self.ident(self.get(ev, "id"), "id")
         if nid in self.note_key:
             self.fail(f"note {nid!r} was already added", "id")
         t = self.time(self.get(ev, "t"), "t")
-        actor = self.actors(self.text(ev, "actor"))
+        actor = self.text(ev, "actor")
         text = ev.get("text")
         if text is not None and not isinstance(text, str):
             self.fail(f"must be a string, got {_show(text)}", "text")
@@ -366,6 +449,19 @@ class _Reader:
         else:
             self.fail("a note needs 'tokens' or 'text'", "tokens")
         emb = self.embedding(ev, "note")
+        space = self.namespace(ev)
+        opt = self._optional(ev, t, self.tiers("task"), self.types("episodic"), 1.0, 1.0, False,
+                             math.nan)
+        superseded = []
+        if ev.get("supersedes") is not None:
+            olds = ev["supersedes"] if isinstance(ev["supersedes"], list) else [ev["supersedes"]]
+            for old in olds:
+                k = self.note_of(old, "supersedes")
+                if self.deleted[k]:
+                    self.fail(f"note {old!r} cannot be superseded here (it was deleted)",
+                              "supersedes")
+                superseded.append(k)
+        self.clock(t)
         key = len(self.note_ids)
         self.note_key[nid] = key
         self.note_ids.append(nid)
@@ -373,14 +469,19 @@ class _Reader:
         row = len(self.n_created)
         self.first_row.append(row)
         self.live_row.append(row)
-        self._version(ev, key, row, t, t, 0, tokens, actor, text if text is not None else "",
-                      emb, self.tiers("task"), self.types("episodic"), 1.0, 1.0, False,
-                      math.nan, self.namespace(ev))
+        self._version(key, t, t, 0, tokens, self.actors(actor),
+                      text if text is not None else "", emb, space, *opt)
+        for k in superseded:
+            # the newer note makes the older one wrong from now on (ground truth
+            # for invalidation and the superseded-use curve)
+            r = self.live_row[k]
+            prev = self.n_sup[r]
+            self.n_sup[r] = t if math.isnan(prev) else min(prev, t)
+            self.any_sup = True
 
-    def _version(self, ev: dict, key: int, row: int, t: float, first: float, version: int,
-                 tokens: int, actor: int, text: str, emb: list | None, tier: int, mtype: int,
-                 imp: float, sal: float, pinned: bool, expires: float, space: int) -> None:
-        """Append a note row; optional fields of ``ev`` override the given ones."""
+    def _optional(self, ev: dict, t: float, tier: int, mtype: int, imp: float, sal: float,
+                  pinned: bool, expires: float) -> tuple:
+        """The optional note fields of ``ev``, else the given ones (checked, not recorded)."""
         if ev.get("tier") is not None:
             tier = self.tiers(self.text(ev, "tier"))
         if ev.get("type") is not None:
@@ -397,6 +498,12 @@ class _Reader:
             expires = self.time(ev["expires_at"], "expires_at")
             if expires < t:
                 self.fail(f"must not be before the note's time ({t:g} days)", "expires_at")
+        return tier, mtype, imp, sal, pinned, expires
+
+    def _version(self, key: int, t: float, first: float, version: int, tokens: int, actor: int,
+                 text: str, emb: list | None, space: int, tier: int, mtype: int, imp: float,
+                 sal: float, pinned: bool, expires: float) -> None:
+        """Append a note row (every field already checked)."""
         self.n_created.append(t)
         self.n_first.append(first)
         self.n_tokens.append(tokens)
@@ -411,6 +518,7 @@ class _Reader:
         self.n_key.append(key)
         self.n_version.append(version)
         self.n_next.append(-1)
+        self.n_sup.append(math.nan)
         self.n_text.append(text)
         if emb is not None:
             self.n_emb.extend(emb)
@@ -452,17 +560,20 @@ class _Reader:
         elif ev.get("embedding") is not None:
             self.embedding(ev, "note")  # raises: the trace has none
         old_exp = self.n_exp[old]
+        opt = self._optional(ev, t, self.n_tier[old], self.n_type[old], self.n_imp[old],
+                             self.n_sal[old], bool(self.n_pinned[old]), old_exp)
+        self.clock(t)
         self.n_exp[old] = t if math.isnan(old_exp) else min(old_exp, t)
         row = len(self.n_created)
         self.n_next[old] = row
         self.live_row[key] = row
         self.versioned = True
-        self._version(ev, key, row, t, self.n_first[old], self.n_version[old] + 1, tokens,
-                      actor, text, emb, self.n_tier[old], self.n_type[old], self.n_imp[old],
-                      self.n_sal[old], bool(self.n_pinned[old]), old_exp, self.n_space[old])
+        self._version(key, t, self.n_first[old], self.n_version[old] + 1, tokens, actor, text,
+                      emb, self.n_space[old], *opt)
 
     def note_deleted(self, ev: dict) -> None:
         key, row, t = self._live(ev)
+        self.clock(t)
         old = self.n_exp[row]
         self.n_exp[row] = t if math.isnan(old) else min(old, t)
         self.deleted[key] = 1
@@ -472,7 +583,7 @@ class _Reader:
         if qid in self.query_key:
             self.fail(f"query {qid!r} was already logged", "id")
         t = self.time(self.get(ev, "t"), "t")
-        actor = self.actors(self.text(ev, "actor"))
+        actor = self.text(ev, "actor")
         text = ev.get("text")
         if text is not None and not isinstance(text, str):
             self.fail(f"must be a string, got {_show(text)}", "text")
@@ -481,11 +592,15 @@ class _Reader:
         cat = ev.get("category")
         if cat is not None and (isinstance(cat, bool) or not isinstance(cat, (str, int))):
             self.fail(f"must be a string or an integer, got {_show(cat)}", "category")
+        if type(cat) is int:
+            self.int64(cat, "category")
+        space = self.namespace(ev)
+        self.clock(t)
         self.query_key[qid] = len(self.query_ids)
         self.query_ids.append(qid)
         self.q_t.append(t)
-        self.q_actor.append(actor)
-        self.q_space.append(self.namespace(ev))
+        self.q_actor.append(self.actors(actor))
+        self.q_space.append(space)
         self.q_cat.append(self.categories("" if cat is None else str(cat)))
         self.q_budget.append(budget)
         self.q_text.append("" if text is None else text)
@@ -503,7 +618,6 @@ class _Reader:
         q = self.query_of(self.get(ev, "query"), "query")
         if self.q_retrieved[q]:
             self.fail(f"query {self.query_ids[q]!r} already has a 'retrieved' event", "query")
-        self.q_retrieved[q] = 1
         keys = self._note_list(ev)
         if len(set(keys)) != len(keys):
             seen: set[int] = set()
@@ -519,6 +633,7 @@ class _Reader:
             vals = [self.number(s, f"scores[{i}]") for i, s in enumerate(scores)]
         else:
             vals = [math.nan] * len(keys)
+        self.q_retrieved[q] = 1
         for rank, (k, s) in enumerate(zip(keys, vals), start=1):
             self.r_q.append(q)
             self.r_n.append(k)
@@ -534,34 +649,129 @@ class _Reader:
     def judgement(self, ev: dict) -> None:
         q = self.query_of(self.get(ev, "query"), "query")
         k = self.note_of(self.get(ev, "note"), "note")
+        gain = self.number(self.get(ev, "gain"), "gain", nonzero=True)
+        self.judge(q, k, gain, "note")
+
+    def judge(self, q: int, k: int, gain: float, field: str) -> None:
+        """Record a judgement (an event, or a line of a TREC qrels file)."""
+        if (q, k) in self.judged:
+            self.fail(f"a second judgement of note {self.note_ids[k]!r} for query "
+                      f"{self.query_ids[q]!r}", field)
+        self.judged.add((q, k))
         self.j_q.append(q)
         self.j_n.append(k)
-        self.j_gain.append(self.number(self.get(ev, "gain"), "gain", nonzero=True))
-        self.j_line.append(self.line)
+        self.j_gain.append(gain)
 
     def accessed(self, ev: dict) -> None:
         k = self.note_of(self.get(ev, "note"), "note")
-        self.a_t.append(self.time(self.get(ev, "t"), "t"))
+        t = self.time(self.get(ev, "t"), "t")
+        actor = self.text(ev, "actor")
+        self.clock(t)
+        self.a_t.append(t)
         self.a_n.append(k)
-        self.a_actor.append(self.actors(self.text(ev, "actor")))
+        self.a_actor.append(self.actors(actor))
 
+    # -- reading ---------------------------------------------------------------
     def read(self, lines: Iterable[bytes | str]) -> None:
-        handlers = {name: getattr(self, name) for name in EVENTS}
+        """Read every line; an unordered trace (header ``"ordered": false``)
+        is buffered and its events handled in time order (stable)."""
+        self.handlers = {name: getattr(self, name) for name in EVENTS}
+        checking = self.errors is not None
+        parse, dispatch = self._parse, self._dispatch
         for raw in lines:
             self.line += 1
             if not raw.strip():
                 continue
+            ev = self._guard(parse, raw) if checking else parse(raw)
+            if ev is None:
+                continue
+            if self.buffer is not None:
+                self.buffer.append((self.line, ev))
+            elif checking:
+                self._guard(dispatch, ev)
+            else:
+                dispatch(ev)
+        if self.buffer:
+            events, self.buffer = self.buffer, None
+            for line, ev in sorted(events, key=self._sort_key(events)):
+                self.line = line
+                self._guard(self._dispatch, ev)
+
+    def _parse(self, raw: bytes | str) -> dict:
+        try:
+            ev = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self.fail(f"not valid JSON: {exc}")
+        if not isinstance(ev, dict):
+            self.fail(f"expected a JSON object, got a JSON {type(ev).__name__}")
+        return ev
+
+    def _dispatch(self, ev: dict) -> None:
+        name = ev.get("event")
+        handler = self.handlers.get(name) if isinstance(name, str) else None
+        if self.validator is not None:
+            problems = _schema_errors(self.validator, ev)
+            if problems:
+                # the schema's findings stand for this line; the importer still
+                # reads it when it can, so later lines see its ids
+                for field, message in problems:
+                    self.record(field, message)
+                if handler is not None:
+                    try:
+                        handler(ev)
+                    except StreamError:
+                        pass
+                return
+        if handler is None:
+            self.fail(f"unknown event {_show(name)}; known: {', '.join(EVENTS)}", "event")
+        self.pending_t = None
+        handler(ev)
+        if self.pending_t is not None:
+            self.last_t, self.last_t_line = self.pending_t, self.line
+
+    def _guard(self, fn, *args):
+        """``fn(*args)``; when checking, a refused line is recorded, not raised."""
+        if self.errors is None:
+            return fn(*args)
+        try:
+            return fn(*args)
+        except StreamError as exc:
+            self.errors.append(str(exc))
+            return None
+
+    def record(self, field: str | None, message: str) -> None:
+        where = f"{self.label}: line {self.line}"
+        if field is not None:
+            where += f": field {field!r}"
+        self.errors.append(f"{where}: {message}")
+
+    def _sort_key(self, events: list[tuple[int, dict]]):
+        """Sort key of a buffered event: its time, or for an event without
+        one (``retrieved``, ``used``, ``judgement``) its query's time, after the
+        timed events of that time; then the file order. A time that cannot be
+        read sorts last (its line then reports it)."""
+        def when(v: Any) -> float:
+            saved = self.line
             try:
-                ev = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                self.fail(f"not valid JSON: {exc}")
-            if not isinstance(ev, dict):
-                self.fail(f"expected a JSON object, got a JSON {type(ev).__name__}")
-            name = ev.get("event")
-            handler = handlers.get(name) if isinstance(name, str) else None
-            if handler is None:
-                self.fail(f"unknown event {_show(name)}; known: {', '.join(EVENTS)}", "event")
-            handler(ev)
+                return self.time(v, "t")
+            except StreamError:
+                return math.inf
+            finally:
+                self.line = saved
+
+        qtime = {}
+        for _, ev in events:
+            if ev.get("event") == "query" and isinstance(ev.get("id"), (int, str)):
+                qtime.setdefault(ev["id"], when(ev.get("t")))
+        keys = {}
+        for i, (line, ev) in enumerate(events):
+            if "t" in ev and ev.get("event") != "judgement":
+                keys[line] = (when(ev["t"]), 0, i)
+            else:
+                q = ev.get("query")
+                keys[line] = (qtime.get(q, math.inf) if isinstance(q, (int, str)) else math.inf,
+                              1, i)
+        return lambda item: keys[item[0]]
 
 
 def _show(v: Any) -> str:
@@ -610,7 +820,7 @@ def _ids(logged: list, keys: np.ndarray, keep_logged: bool) -> np.ndarray:
     return np.arange(len(keys), dtype=np.int64)
 
 
-def _build(r: _Reader, label: str) -> Stream:
+def _build(r: _Reader, label: str, embedder: str | None = None) -> Stream:
     # The frames take the reader's columns without copying them (copy=False),
     # and each other part of the reader is freed once used: the peak is the
     # reader's columns plus what validation builds, not both in full.
@@ -653,6 +863,8 @@ def _build(r: _Reader, label: str) -> Stream:
         notes.insert(len(notes.columns) - 2, "text", np.asarray(r.n_text, dtype=object))
     if any(r.q_text):
         queries["text"] = np.asarray(r.q_text, dtype=object)
+    if r.any_sup:
+        notes["superseded_at"] = _f64(r.n_sup)
     if not int_notes:
         notes["trace_id"] = np.asarray([str(r.note_ids[k]) for k in keys], dtype=object)
     if not int_queries:
@@ -670,13 +882,8 @@ def _build(r: _Reader, label: str) -> Stream:
 
     # qrels: judgements, else used
     if len(r.j_q):
+        # (one judgement per pair: the reader refused a second one on its line)
         qrow, key, gain = _i64(r.j_q), _i64(r.j_n), _f64(r.j_gain)
-        dup = pd.DataFrame({"q": qrow, "n": key}).duplicated().to_numpy()
-        if dup.any():
-            i = int(np.flatnonzero(dup)[0])
-            raise StreamError(f"{label}: line {r.j_line[i]}: field 'note': a second judgement "
-                              f"of note {r.note_ids[key[i]]!r} for query "
-                              f"{r.query_ids[qrow[i]]!r}")
         source = "judgement"
     elif len(r.u_q):
         pairs = pd.DataFrame({"q": _i64(r.u_q), "n": _i64(r.u_n)}).drop_duplicates()
@@ -728,7 +935,11 @@ def _build(r: _Reader, label: str) -> Stream:
                  "qrels_from": source,
                  "note_versions": int(n_rows), "notes_logged": len(r.note_ids),
                  "logged_rankings": retrieved is not None})
-    if r.has_emb:
+    if embedder == "vectors" and not r.has_emb:
+        raise StreamError(f"{label}: embedder 'vectors': the trace logs no embeddings (give "
+                          "'embedding' on every note and query, or use 'bm25' or 'wordllama')")
+    # the logged vectors unless a text embedder was asked for
+    if r.has_emb and embedder not in TEXT_EMBEDDERS:
         ne = np.frombuffer(r.n_emb, dtype=np.float32).reshape(n_rows, r.dim)
         qe = np.frombuffer(r.q_emb, dtype=np.float32).reshape(n_q, r.dim)
         meta["embedding"] = {"retriever": "logged", "dim": r.dim}
@@ -738,15 +949,18 @@ def _build(r: _Reader, label: str) -> Stream:
                 frame["text"] = ""
         ns = notes["namespace"].to_numpy() if r.any_namespace else None
         qs = queries["namespace"].to_numpy() if r.any_namespace else None
+        name = embedder or "bm25"
+        why = (f"required when the trace has no embeddings ({name} needs text)" if not r.has_emb
+               else f"required by embedder {name!r}, which embeds the text")
         missing = np.flatnonzero(queries["text"].to_numpy() == "")
         if len(missing):
-            raise StreamError(f"{label}: query {r.query_ids[missing[0]]!r}: field 'text': "
-                              "required when the trace has no embeddings (BM25 needs text)")
+            raise StreamError(f"{label}: query {r.query_ids[missing[0]]!r}: field 'text': {why}")
         missing = np.flatnonzero(notes["text"].to_numpy() == "")
         if len(missing):
             raise StreamError(f"{label}: note {r.note_ids[keys[missing[0]]]!r}: field 'text': "
-                              "required when the trace has no embeddings (BM25 needs text)")
-        emb = bm25_embeddings(notes["text"].tolist(), queries["text"].tolist(), ns, qs)
+                              f"{why}")
+        emb = embed_texts(name, notes["text"].tolist(), queries["text"].tolist(), ns, qs,
+                          where="import_trace: embedder")
         ne, qe = emb.notes, emb.queries
         meta["embedding"] = emb.info
     where = {t: f"{label} ({t})" for t in ("notes", "queries", "qrels", "accesses")}
@@ -755,13 +969,122 @@ def _build(r: _Reader, label: str) -> Stream:
                        retrieved=retrieved)
 
 
-def import_trace(path: str | os.PathLike) -> Stream:
+def _read_trace(p: Path, reader: _Reader, qrels: str | os.PathLike | None) -> None:
+    """Read the trace (and a TREC qrels file) into ``reader``; refuse an empty trace."""
+    try:
+        with open(p, "rb") as fh:
+            reader.read(fh)
+    except OSError as exc:
+        raise StreamError(f"{p.name}: cannot read: {exc}") from exc
+    if not reader.note_ids and not reader.query_ids:
+        message = (f"{p.name}: an empty trace (no note_added or query event in "
+                   f"{reader.line} lines): nothing to replay")
+        if reader.errors is None:
+            raise StreamError(message)
+        if not reader.errors:
+            reader.errors.append(message)
+    if qrels is not None:
+        _read_trec_qrels(Path(qrels), reader)
+
+
+def _read_trec_qrels(path: Path, r: _Reader) -> None:
+    """Judgements from a TREC qrels file: ``QUERY ITERATION NOTE GRADE`` per
+    line (whitespace-separated; ITERATION is ignored), ids as the trace logs
+    them. Grade 0 (judged not relevant) adds nothing; other grades are gains,
+    as ``judgement`` events (a pair judged twice is refused)."""
+    if not path.is_file():
+        raise StreamError(f"qrels not found: {path}")
+    notes = _by_text(r.note_ids)
+    queries = _by_text(r.query_ids)
+    saved_label, saved_line = r.label, r.line
+    r.label, r.line = path.name, 0
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for text in fh:
+                r.line += 1
+                if text.strip():
+                    r._guard(_qrels_line, r, text.split(), notes, queries)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StreamError(f"{path.name}: cannot read: {exc}") from exc
+    finally:
+        r.label, r.line = saved_label, saved_line
+    r.meta["qrels_file"] = path.name
+
+
+def _by_text(ids: list) -> dict[str, int]:
+    """Logged ids by their text (a TREC file's ids are text); -1 where two
+    ids read the same (``7`` and ``"7"``)."""
+    out: dict[str, int] = {}
+    for key, x in enumerate(ids):
+        out[str(x)] = -1 if str(x) in out else key
+    return out
+
+
+def _qrels_line(r: _Reader, parts: list[str], notes: dict, queries: dict) -> None:
+    if len(parts) != 4:
+        r.fail(f"expected 4 fields (QUERY ITERATION NOTE GRADE), got {len(parts)}")
+    qid, _, nid, grade = parts
+    for ids, value, field, what in ((queries, qid, "query", "a query"),
+                                    (notes, nid, "note", "a note")):
+        if value not in ids:
+            r.fail(f"{value!r} is not {what} id of the trace", field)
+        if ids[value] < 0:
+            r.fail(f"{value!r} names two ids of the trace (a number and a string)", field)
+    try:
+        gain = float(grade)
+    except ValueError:
+        r.fail(f"must be a number, got {grade!r}", "grade")
+    if not math.isfinite(gain):
+        r.fail(f"must be a finite number, got {grade!r}", "grade")
+    if gain != 0:
+        r.judge(queries[qid], notes[nid], gain, "note")
+
+
+def _schema_errors(validator: Any, ev: dict) -> list[tuple[str | None, str]]:
+    """``(field, message)`` of every error the JSON Schema finds in one event."""
+    out = []
+    for err in validator.iter_errors(ev):
+        path = list(err.absolute_path)
+        field = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
+                        for i, p in enumerate(path)) or None
+        schema = err.schema if isinstance(err.schema, dict) else {}
+        if err.validator == "required":
+            field = err.message.split("'")[1] if err.message.count("'") >= 2 else field
+            message = "required field is missing"
+        elif err.validator == "anyOf" and not path:
+            field, message = "tokens", "a note needs 'tokens' or 'text'"
+        elif path == ["event"]:
+            message = f"unknown event {_show(err.instance)}; known: {', '.join(EVENTS)}"
+        elif schema.get("description"):
+            message = f"must be {schema['description']}, got {_show(err.instance)}"
+        elif err.validator == "type":
+            kind = {"string": "a string", "boolean": "true or false", "array": "a list",
+                    "object": "a JSON object"}.get(str(err.validator_value), err.validator_value)
+            message = f"must be {kind}, got {_show(err.instance)}"
+        else:
+            message = err.message
+        out.append((field, message))
+    return sorted(out, key=lambda fm: (fm[0] or "", fm[1]))
+
+
+def import_trace(path: str | os.PathLike, *, embedder: str | None = None,
+                 qrels: str | os.PathLike | None = None) -> Stream:
     """Import a memory-layer trace (format version 1, see the module docstring).
 
     Parameters
     ----------
     path : str or PathLike
         A ``.jsonl`` file (JSON Lines).
+    embedder : {"vectors", "bm25", "wordllama"}, optional
+        ``"vectors"``: the logged embeddings (an error when the trace has
+        none); ``"bm25"`` / ``"wordllama"``: vectors computed from the
+        ``text`` of every note and query (:mod:`memsim.embed`; logged
+        embeddings are then ignored). Default: the logged embeddings when the
+        trace has them, else BM25.
+    qrels : str or PathLike, optional
+        A TREC qrels file (``QUERY ITERATION NOTE GRADE`` per line, the
+        trace's ids): its non-zero grades are judgements, beside the trace's
+        ``judgement`` events (``stream.json`` names it in ``"qrels_file"``).
 
     Returns
     -------
@@ -773,25 +1096,80 @@ def import_trace(path: str | os.PathLike) -> Stream:
     Raises
     ------
     StreamError
-        A missing or unreadable file, or a malformed line (the message names
-        the file, the line and the field).
+        A missing or unreadable file, an empty trace, or a malformed line (the
+        message names the file, the line and the field).
+    """
+    if embedder is not None:
+        check_embedder(embedder, "import_trace: embedder")
+    p = Path(path)
+    if not p.is_file():
+        raise StreamError(f"trace not found: {p}")
+    reader = _Reader(p.name)
+    _read_trace(p, reader, qrels)
+    return _build(reader, p.name, embedder)
+
+
+def check_trace(path: str | os.PathLike, *, limit: int = 50,
+                qrels: str | os.PathLike | None = None) -> tuple[list[str], int]:
+    """Every error of a trace, as ``memsim stream check trace FILE`` lists them.
+
+    Each line is checked against the published JSON Schema
+    (``memsim/schemas/trace-v1.json``, when ``jsonschema`` is installed) and
+    by the importer's rules across lines; a refused line does not stop the
+    check. When no line is refused, the stream is built (nothing is written)
+    so that the rules over the whole trace are checked too.
+
+    Returns
+    -------
+    (list of str, int)
+        The first ``limit`` messages (``FILE: line N: field 'F': ...``) and
+        how many more there were.
     """
     p = Path(path)
     if not p.is_file():
         raise StreamError(f"trace not found: {p}")
     reader = _Reader(p.name)
+    reader.errors = []
+    reader.validator = _schema_validator()
+    _read_trace(p, reader, qrels)
+    errors = reader.errors
+    if not reader.ordered:
+        # an unordered trace is handled in time order: list its errors by line
+        prefix = f"{p.name}: line "
+
+        def line_of(message: str) -> float:
+            if not message.startswith(prefix):
+                return math.inf
+            digits = message[len(prefix):].split(":", 1)[0]
+            return int(digits) if digits.isdigit() else math.inf
+
+        errors.sort(key=line_of)
+    if not errors:
+        try:
+            _build(reader, p.name)
+        except StreamError as exc:
+            errors.append(str(exc))
+    limit = max(0, int(limit))
+    return errors[:limit], max(0, len(errors) - limit)
+
+
+def _schema_validator() -> Any:
+    """A validator of the published schema, or None without ``jsonschema``
+    (the importer's own rules then check each line)."""
     try:
-        with open(p, "rb") as fh:
-            reader.read(fh)
-    except OSError as exc:
-        raise StreamError(f"{p.name}: cannot read: {exc}") from exc
-    return _build(reader, p.name)
+        import jsonschema
+    except ImportError:
+        return None
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
 
 
-def cli_import_trace(path: str | os.PathLike, out: str | os.PathLike) -> Stream:
-    """``memsim stream import trace FILE.jsonl --out DIR``: import and write the
-    stream folder (atomic; refuses a non-empty ``out``)."""
-    stream = import_trace(path)
+def cli_import_trace(path: str | os.PathLike, out: str | os.PathLike, *,
+                     embedder: str | None = None,
+                     qrels: str | os.PathLike | None = None) -> Stream:
+    """``memsim stream import trace FILE.jsonl --out DIR [--embedder ...]``:
+    import and write the stream folder (atomic; refuses a non-empty ``out``)."""
+    stream = import_trace(path, embedder=embedder, qrels=qrels)
     write_stream(stream, Path(out))
     return stream
 

@@ -6,6 +6,7 @@ Importing this package registers every built-in component and preset.
 from __future__ import annotations
 
 from . import breadth, decay, ordering, packing, rank, retention, retrieval, stickiness  # noqa: F401
+from . import frameworks  # noqa: F401  (components of agent frameworks' memory layers)
 from .base import (
     REGISTRY,
     SLOTS,
@@ -36,6 +37,7 @@ from .presets import (
     preset_table,
     resolve_policy,
 )
+from . import framework_presets  # noqa: F401,E402  (registers the framework presets)
 
 __all__ = [
     "REGISTRY",

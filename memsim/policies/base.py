@@ -33,7 +33,7 @@ its slot's method is a declared capability on the slot's base class, never a
 name: ``Ranker.uses_recency``, ``Ranker.set_dependent``,
 ``Ranker.needs_truth``, ``Ranker.needs_planted``, ``Ranker.needs_logged``,
 ``Ranker.recency_floor()``, ``Ranker.candidate_mask()``,
-``Retriever.prefilter_mask()``, ``Retention.evicts``,
+``Retriever.prefilter_mask()``, ``Retention.evicts``, ``Retention.invalidates``,
 ``Decay.exponential_form()`` and ``Decay.lower_bound()`` (the two methods
 return None for "not available").
 
@@ -132,8 +132,22 @@ class Component(Validated, abc.ABC):
             default = f.default if f.default is not dataclasses.MISSING else None
             if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
                 default = f.default_factory()  # type: ignore[misc]
-            out.append((name, default, describe_constraint(cons[name]) if name in cons else "any"))
+            out.append((name, default, describe_constraint(cons[name]) if name in cons
+                        else _kind_text(default)))
         return out
+
+
+def _kind_text(default: Any) -> str:
+    """What an unconstrained parameter takes, read from its default's type."""
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, str):
+        return "a string"
+    if isinstance(default, (list, tuple)):
+        return "a list"
+    if isinstance(default, dict):
+        return "a table"
+    return "any value"
 
 
 def construct(cls: type, params: Mapping[str, Any], *, what: str, where: str,
@@ -215,8 +229,14 @@ def build_component(slot: str, spec: Any, where: str) -> Component:
 
     ``spec`` is a registry name (``"skip-fill"``), a table with ``kind`` and
     parameters, or an already built component. ``where`` is the dotted key used
-    in error messages.
+    in error messages. The installed packages' components (entry points
+    ``memsim.components``) are loaded the first time a name is not found.
     """
+    kind = spec if isinstance(spec, str) else spec.get("kind") if isinstance(spec, dict) else None
+    if kind is not None and kind not in REGISTRY.get(slot, {}):
+        from .plugins import load_entry_points  # here: plugins imports this module
+
+        load_entry_points()
     return build_from_spec(spec, REGISTRY.get(slot, {}), what=slot, where=where,
                            base=Component)
 
@@ -503,6 +523,12 @@ class Retention(Component):
     #: False for a retention that never evicts: the engine then skips its
     #: sweeps altogether.
     evicts: ClassVar[bool] = True
+    #: True for a retention whose evictions are invalidations: the notes are
+    #: taken out of retrieval but kept, marked invalid with the time, for
+    #: audit (the engine's ``invalid_at``; ``store_invalid``, ``hidden_invalid``).
+    invalidates: ClassVar[bool] = False
+    #: True when the retention reads ground truth (``ctx.superseded_at``).
+    needs_truth: ClassVar[bool] = False
 
     @abc.abstractmethod
     def evict(self, ctx: ScoringContext) -> np.ndarray:
@@ -642,17 +668,26 @@ class Policy(Validated):
     def from_config(cls, table: dict[str, Any], where: str = "policy") -> Policy:
         """Build from a resolved or partial TOML table (slot -> spec)."""
         kwargs: dict[str, Any] = {}
+        # each slot is built on its own, so that one run reports every slot's mistake
+        caught: list[ConfigError] = []
         for key, value in table.items():
-            if key in SLOTS:
-                kwargs[key] = build_component(key, value, f"{where}.{key}")
-            elif key == "candidates":
-                kwargs[key] = value
-            else:
-                allowed = list(SLOTS) + ["candidates", "preset"]
-                raise ConfigError(
-                    f"{where}.{key}: unknown key{did_you_mean(key, allowed)}; "
-                    f"allowed: {', '.join(allowed)}"
-                )
+            try:
+                if key in SLOTS:
+                    kwargs[key] = build_component(key, value, f"{where}.{key}")
+                elif key == "candidates":
+                    kwargs[key] = value
+                else:
+                    allowed = list(SLOTS) + ["candidates", "preset"]
+                    raise ConfigError(
+                        f"{where}.{key}: unknown key{did_you_mean(key, allowed)}; "
+                        f"allowed: {', '.join(allowed)}"
+                    )
+            except ConfigError as exc:
+                caught.append(exc)
+        if len(caught) == 1:
+            raise caught[0]
+        if caught:
+            raise ConfigError(errors=[m for exc in caught for m in exc.errors])
         try:
             return cls(**kwargs)
         except ConfigError as exc:

@@ -88,6 +88,12 @@ class ScoringContext(Protocol):
         the logged score (NaN where none); None when the stream has none.
         Only a ranker that declares ``needs_logged = True`` (``as-logged``)
         may read them.
+    superseded_at : ndarray, shape (L,)
+        When a newer note superseded each note (days; NaN = never): ground
+        truth (:func:`memsim.metrics.supersession_times`). Offered to
+        retention sweeps; only a retention that declares ``needs_truth =
+        True`` (``invalidation``, a detector model scored against it) may
+        read it.
     """
 
     t: np.ndarray
@@ -178,6 +184,9 @@ class ScoringContext(Protocol):
     @property
     def logged_score(self) -> np.ndarray | None: ...
 
+    @property
+    def superseded_at(self) -> np.ndarray: ...
+
 
 def _codes(values: Any, table: dict[str, int], n: int, default: str) -> np.ndarray:
     """Integer codes (L,) from names or codes; unknown names map to "other"
@@ -253,6 +262,8 @@ class ArrayContext:
     logged_rank, logged_score : array_like, shape (Q, L), optional
         A logged production ranking (rank from 1, inf = not returned; score,
         NaN = not logged), for the ``as-logged`` ranker (default None).
+    superseded_at : array_like, shape (L,), optional
+        When each note was superseded (days; default NaN: never).
     rng : numpy.random.Generator or int, optional
         Random stream for randomised components; an int seeds a new
         Generator; default: a fixed named child stream of seed 0.
@@ -271,7 +282,7 @@ class ArrayContext:
                  gains: Any = None, live: Any = None, idx: Any = None,
                  note_class: Any = None, note_actor: Any = None, query_actor: Any = None,
                  planted: Any = None, logged_rank: Any = None, logged_score: Any = None,
-                 rng: np.random.Generator | int | None = None):
+                 superseded_at: Any = None, rng: np.random.Generator | int | None = None):
         self.t = np.atleast_1d(np.asarray(t, dtype=np.float64))
         created = np.atleast_1d(np.asarray(created_at, dtype=np.float64))
         n, q = len(created), len(self.t)
@@ -312,6 +323,7 @@ class ArrayContext:
         self.logged_rank = None if logged_rank is None else mat(logged_rank, np.float64)
         self.logged_score = (None if logged_score is None and logged_rank is None else
                              mat(np.nan if logged_score is None else logged_score, np.float64))
+        self.superseded_at = vec(superseded_at, np.nan, np.float64)
         if rng is None:
             rng = _default_rng()
         elif isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):

@@ -19,6 +19,7 @@ name                recency (age t in days, h = 24 t hours)                   cl
 ``langchain``       (1 - decay_rate) ** h                                     last_access
 ``ebbinghaus``      exp(-t / S), S = s0 + k * recalls                         last_access
 ``power-law``       (1 + f * t / S) ** -d, f = 0.9 ** (-1/d) - 1              last_access
+``per-type-half-life`` floor + (1 - floor) * 0.5 ** (t / H[memory type])   created
 =================== ========================================================= =========
 
 Besides :meth:`~memsim.policies.base.Decay.recency` and
@@ -53,6 +54,7 @@ __all__ = [
     "LangChainRecency",
     "Ebbinghaus",
     "PowerLaw",
+    "PerTypeHalfLife",
     "ai_memory_time_term",
 ]
 
@@ -231,7 +233,7 @@ class PerTier(Decay):
 
     The seed's snippet shows the task constants (180 d, 0.35) and says that a
     scratchpad should fade fast ("steep decay is a feature"); the scratch
-    constants (21 d, 0.05) are the ones of DESIGN.md section 4 (the golden
+    constants (21 d, 0.05) are the ones of ``docs/contracts/policies.md`` (the golden
     vectors ``hivemind_recency``). The tier is the note's *current* tier: a
     note promoted to longterm by the feedback's ``promote_after`` stops
     decaying at once. Unknown tiers count as ``task``.
@@ -572,3 +574,88 @@ class PowerLaw(Decay):
 
     def upper_bound(self) -> float:
         return 1.0
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class PerTypeHalfLife(Decay):
+    """One half-life per memory type, above one floor.
+
+    ::
+
+        recency = floor + (1 - floor) * 0.5 ** (days / H[type])
+
+    with ``H[type]`` the half-life of the note's memory type (the
+    ``memory_type`` column: ``episodic``, ``semantic``, ``procedural``,
+    ``other``; a trace's ``type`` field, any other value counting as
+    ``other``). Memory layers that type their notes (ai-memory decays only
+    episodic pages; Hivemind keys its decay on tiers, see ``per-tier``)
+    argue that an event, a fact and a how-to age at different speeds; this
+    family lets each type have its own speed and lets a sweep find them. The
+    form is memsim's: no system publishes per-type half-lives other than
+    "episodic decays, the rest does not" (ai-memory, which is the limit
+    ``H[other types] -> inf``, approached by a long half-life).
+
+    It is one exponential per note (:meth:`exponential_form` gives per-note
+    arrays), so the engine scores it with its fast separable recency and
+    prunes exactly (``upper_bound() = 1``).
+
+    Parameters
+    ----------
+    episodic_half_life_days, semantic_half_life_days, procedural_half_life_days,
+    other_half_life_days : float > 0
+        The half-life of each memory type (defaults: 30 days for events, a
+        year for facts and how-tos, 90 days for the rest).
+    floor : float in [0, 1)
+        The multiplier every note tends to with age.
+    """
+
+    name: ClassVar[str] = "per-type-half-life"
+    per_note_form: ClassVar[bool] = True
+    episodic_half_life_days: float = 30.0
+    semantic_half_life_days: float = 365.0
+    procedural_half_life_days: float = 365.0
+    other_half_life_days: float = 90.0
+    floor: float = 0.0
+    _constraints: ClassVar[dict] = {
+        "episodic_half_life_days": _POSITIVE,
+        "semantic_half_life_days": _POSITIVE,
+        "procedural_half_life_days": _POSITIVE,
+        "other_half_life_days": _POSITIVE,
+        "floor": _FLOOR,
+    }
+
+    @cached_property
+    def _rate_by_code(self) -> np.ndarray:
+        """``ln 2 / H`` indexed by memory-type code (:data:`MEMORY_TYPE_CODES`)."""
+        rate = np.empty(len(MEMORY_TYPE_CODES))
+        for type_name, code in MEMORY_TYPE_CODES.items():
+            rate[code] = _LN2 / getattr(self, f"{type_name}_half_life_days")
+        return rate
+
+    def _rates(self, ctx: ScoringContext) -> np.ndarray:
+        codes = np.asarray(ctx.memory_type, dtype=np.int64)
+        # any code outside the table counts as "other"
+        codes = np.where((codes >= 0) & (codes < len(MEMORY_TYPE_CODES)), codes,
+                         MEMORY_TYPE_CODES["other"])
+        return np.take(self._rate_by_code, codes)
+
+    def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        return self.floor + (1.0 - self.floor) * np.exp(-self._rates(ctx) * _age(age))
+
+    def exponential_form(self, ctx: ScoringContext):
+        rate = self._rates(ctx)
+        return np.full(rate.shape, self.floor), rate
+
+    def half_life(self) -> float:
+        return self.episodic_half_life_days  # a note of the default type
+
+    def lower_bound(self) -> float:
+        return self.floor
+
+    def upper_bound(self) -> float:
+        return 1.0
+
+    def reads_uses(self) -> bool:
+        # the age and the type alone: it depends on use only on the last-use clock
+        return self.clock == "last_access"

@@ -193,23 +193,43 @@ class _ValuePacker(Packer):
     Parameters
     ----------
     min_relative_score : float
-        Candidates whose value is below this fraction of the query's best
-        candidate value are never packed (0 = no cutoff). Value-per-token
-        packing assumes the value is worth its tokens; raw similarity scores
-        are not calibrated that way (a barely related 40-token note scores
-        half as much as the answer and is six times denser), so without a
-        cutoff density packing fills the context with small, weakly related
-        notes. A relative cutoff is memsim's design, not a published rule.
+        Candidates whose ``cut_on`` quantity is below this fraction of the
+        query's best candidate's are never packed (0 = no cutoff).
+        Value-per-token packing assumes the value is worth its tokens; raw
+        similarity scores are not calibrated that way (a barely related
+        40-token note scores half as much as the answer and is six times
+        denser), so without a cutoff density packing fills the context with
+        small, weakly related notes. A relative cutoff is memsim's design,
+        not a published rule.
+    cut_on : {"score", "similarity"}
+        What the cut compares: the policy's score (the packer's ``values``),
+        or the retriever's similarity of each candidate alone (the engine
+        then passes it as ``similarity``; see :attr:`needs_similarity`). A
+        cut on a score that multiplies similarity by recency also filters by
+        age; a cut on similarity filters by relevance only.
     """
 
     min_relative_score: float = 0.0
-    _constraints: ClassVar[dict] = {"min_relative_score": Interval(0, 1)}
+    cut_on: str = "score"
+    _constraints: ClassVar[dict] = {"min_relative_score": Interval(0, 1),
+                                    "cut_on": Options(("score", "similarity"))}
 
-    def _eligible(self, values, tokens, valid, budget):
+    @property
+    def needs_similarity(self) -> bool:
+        """True when :meth:`pack` needs the candidates' ``similarity`` (Q, C)."""
+        return self.cut_on == "similarity" and self.min_relative_score > 0
+
+    def _eligible(self, values, tokens, valid, budget, similarity=None):
         eligible = _eligible(values, tokens, valid, budget)
         if self.min_relative_score > 0:
-            top = np.where(valid, values, -np.inf).max(axis=1, initial=-np.inf)
-            eligible &= values >= self.min_relative_score * top[:, None]
+            ref = values
+            if self.cut_on == "similarity":
+                if similarity is None:
+                    raise ValueError(f"packer {self.name!r} cuts on similarity: pack() needs "
+                                     "the candidates' similarity")
+                ref = np.asarray(similarity, dtype=np.float64)
+            top = np.where(valid, ref, -np.inf).max(axis=1, initial=-np.inf)
+            eligible &= ref >= self.min_relative_score * top[:, None]
         return eligible
 
 
@@ -233,9 +253,9 @@ class Greedy(_ValuePacker):
 
     name: ClassVar[str] = "greedy"
 
-    def pack(self, values, tokens, valid, budget):
+    def pack(self, values, tokens, valid, budget, similarity=None):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
-        eligible = self._eligible(values, tokens, valid, budget)
+        eligible = self._eligible(values, tokens, valid, budget, similarity)
         return _greedy(_density(values, tokens, eligible), tokens, eligible, budget)[0]
 
 
@@ -290,9 +310,9 @@ class GreedySwap(_ValuePacker):
     max_swaps: int = 4
     _constraints: ClassVar[dict] = {"max_swaps": Interval(0, None, integer=True)}
 
-    def pack(self, values, tokens, valid, budget):
+    def pack(self, values, tokens, valid, budget, similarity=None):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
-        eligible = self._eligible(values, tokens, valid, budget)
+        eligible = self._eligible(values, tokens, valid, budget, similarity)
         dens = _density(values, tokens, eligible)
         packed, used, plan = _greedy(dens, tokens, eligible, budget)
         if self.max_swaps == 0 or not eligible.any():
@@ -551,9 +571,9 @@ class Exact(_ValuePacker):
         "milp_time_limit": Interval(0, None, closed="neither"),
     }
 
-    def pack(self, values, tokens, valid, budget):
+    def pack(self, values, tokens, valid, budget, similarity=None):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
-        eligible = self._eligible(values, tokens, valid, budget)
+        eligible = self._eligible(values, tokens, valid, budget, similarity)
         packed = eligible.copy()
         over = np.where(eligible, tokens, 0).sum(axis=1) > budget
         for q in np.flatnonzero(over):  # only queries whose eligible notes overflow

@@ -262,15 +262,19 @@ def assumptions(spec: str | dict[str, Any] | Policy) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 #: Relevance cut of the ``hivemind`` preset (``packer.min_relative_score``),
-#: assumed. The cut is relative to the best candidate's score, so it must keep
-#: the asked note when it scores below the best: with cosines of the asked
-#: slot ``mu +- sd`` (default world, ``SyntheticWorkload().similarity_model()``:
-#: 0.520 +- 0.091), the asked note one sd low against a best one sd high sits
-#: at ``(mu - sd) / (mu + sd) = 0.70`` of the best; a typical same-topic note
-#: (0.260) sits at 0.50 of a typical asked note. 0.70 is the strictest cut
-#: that keeps the first and drops the second; it is argued from the
-#: similarity law, not tuned on utility (experiments/packing.toml uses the same
-#: cut, named ``cut70``).
+#: assumed, applied to each candidate's cosine similarity (``packer.cut_on =
+#: "similarity"``): the quantity its argument is about. The cut is relative to
+#: the best candidate's similarity, so it must keep the asked note when it is
+#: less similar than the best: with cosines of the asked slot ``mu +- sd``
+#: (default world, ``SyntheticWorkload().similarity_model()``: 0.520 +-
+#: 0.091), the asked note one sd low against a best one sd high sits at ``(mu
+#: - sd) / (mu + sd) = 0.70`` of the best; a typical same-topic note (0.260)
+#: sits at 0.50 of a typical asked note. 0.70 is the strictest cut that keeps
+#: the first and drops the second; it is argued from the similarity law, not
+#: tuned on utility. Applied to Hivemind's score (similarity x recency) the
+#: same cut would also drop notes for their age, which the argument does not
+#: cover (``experiments/packing.toml``'s ``cut70`` packers cut on the score of
+#: one ranker, as a packing study; notebook 03 compares both).
 HIVEMIND_CUT = 0.7
 
 _HIVEMIND_ASSUMED = {
@@ -321,19 +325,24 @@ add_preset(
     constants (21 d / 0.05, memsim's values; the post only says scratch
     should fade fast) and the similarity (cosine).
 
-    **Relevance cut (assumed).** Candidates scoring under 0.70 of the query's
-    best candidate are not packed (``min_relative_score``). The post publishes
+    **Relevance cut (assumed).** Candidates whose cosine similarity is under
+    0.70 of the query's most similar candidate are not packed
+    (``min_relative_score``, ``cut_on = "similarity"``). The post publishes
     no cut, but without one value per token on raw cosine packs dozens of
     small, weakly related notes per query (the post's own caveat: "more notes
     isn't always better"): on ``experiments/presets.toml`` the uncut packer
     packs ~33 notes per query and loses to the bug it fixes. The threshold is
-    argued from the similarity law, not tuned (see ``HIVEMIND_CUT``); notebook
-    03 shows the result at other cuts.""",
+    argued from the similarity law, not tuned (see ``HIVEMIND_CUT``), so it
+    is applied to similarity, not to the score (similarity x recency), which
+    would also cut by age; notebook 03 shows the result at other cuts and on
+    the score.""",
     assumed={
         **_HIVEMIND_ASSUMED,
         "packer.min_relative_score": "relevance cut before packing; no threshold is "
                                      "published: 0.70 = (mu - sd) / (mu + sd) of the asked "
                                      "note's cosine (see HIVEMIND_CUT)",
+        "packer.cut_on": "the cut is argued from the cosine law, so it compares "
+                         "similarity, not similarity x recency",
         "packer.max_swaps": "the swap rule is not public: memsim's rule (greedy-swap "
                             "docstring), at most 4 swaps per query",
         "stickiness.kind": "the access weight is not public: uses add nothing to the "
@@ -348,7 +357,7 @@ add_preset(
            "scratch_half_life_days": 21.0, "scratch_floor": 0.05},
     stickiness="none",
     ranker="product",
-    packer={"kind": "greedy-swap", "min_relative_score": HIVEMIND_CUT},
+    packer={"kind": "greedy-swap", "min_relative_score": HIVEMIND_CUT, "cut_on": "similarity"},
     orderer="edges",
     feedback={"kind": "default", "touch": "packed", "promote_after": 5, "timing": "per-query"},
 )
@@ -713,4 +722,21 @@ add_preset(
     packer="skip-fill",
     orderer="score",
     feedback={"kind": "default", "touch": "none"},
+)
+
+add_preset(
+    "per-type-half-life",
+    """Similarity x a recency with one half-life per memory type; skip-fill.
+
+    memsim's own reference for logs whose notes carry a type (a trace's
+    ``type``: episodic, semantic, procedural, other): the ``product`` ranker
+    over the ``per-type-half-life`` decay (events fade in a month, facts and
+    how-tos in a year, the rest in 90 days, no floor), packed with skip-fill.
+    Its half-lives are starting points for ``memsim advise`` or a sweep, not
+    a system's published constants.""",
+    retriever="cosine",
+    decay="per-type-half-life",
+    ranker="product",
+    packer="skip-fill",
+    orderer="score",
 )

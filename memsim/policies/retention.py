@@ -15,6 +15,9 @@ name         evicts
 ``capacity`` all but the best ``max_notes`` by a retention score
 ``memorybank`` notes whose Ebbinghaus retention R = exp(-t/S) < threshold, or
              each with probability 1 - R (seeded)
+``invalidation`` notes a newer note superseded, as a detector with a given
+             recall and false-positive rate finds them; kept for audit,
+             marked invalid (not erased)
 ============ ==================================================================
 """
 
@@ -26,12 +29,13 @@ from typing import ClassVar
 import numpy as np
 
 from memsim.params import Interval, Options
+from memsim.rng import child
 from .base import MEMORY_TYPE_CODES, TIER_CODES, Retention, ScoringContext, register
 from .breadth import breadth_factor
 from .decay import ai_memory_lambda, ai_memory_time_term, ebbinghaus_retention
 from .stickiness import ai_memory_access_term
 
-__all__ = ["KeepAll", "AiMemorySweep", "Capacity", "MemoryBankForgetting"]
+__all__ = ["KeepAll", "AiMemorySweep", "Capacity", "MemoryBankForgetting", "Invalidation"]
 
 _NON_NEGATIVE = Interval(0, None)
 _EPISODIC = MEMORY_TYPE_CODES["episodic"]
@@ -251,3 +255,87 @@ class MemoryBankForgetting(Retention):
         if self.protect_pinned:
             out &= ~np.asarray(ctx.pinned, dtype=bool)
         return out
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Invalidation(Retention):
+    """Invalidate a note when a newer note supersedes it, as graph memories do.
+
+    A graph memory (e.g. Zep's Graphiti) does not decay a fact: when a new
+    fact arrives, a detector (an LLM call) compares it with the stored ones
+    and marks those it contradicts invalid (``invalid_at``), keeping them
+    for history. memsim models the detector by its error rates against the
+    stream's truth (``ctx.superseded_at``, :func:`memsim.metrics.supersession_times`):
+
+    * a note superseded at ``s`` is caught with probability ``recall``, and
+      then invalidated at the first sweep at or after ``s``; a missed one is
+      never caught (the detector looks once, when the newer note arrives);
+    * any note is wrongly invalidated with probability
+      ``false_positive_rate`` (a newer, merely related note taken for a
+      successor), at ``created_at + D``, ``D ~ Exponential(mean
+      false_positive_delay_days)``, provided that comes before its true
+      supersession (else it is not a false positive).
+
+    Draws are per note and fixed for the run: three uniforms per store row
+    from a named child stream (``"invalidation"``) of the arm's own seed
+    sequence (``ctx.rng``'s), so every sweep sees the same decisions, a rerun
+    gives the same ones, and the arm's other random draws do not move.
+
+    An invalidated note leaves retrieval (the engine treats it as evicted)
+    but stays in the store, marked invalid with the sweep time: the store
+    frame counts it in ``store_invalid``, ``arms.csv`` in
+    ``invalidated_notes`` and ``invalidated_superseded``, and the metrics in
+    ``hidden_invalid`` when the oracle would have packed it. Pinned notes
+    are not protected (a detector reads content, not pins). Only the
+    retention slot is taken: decay stays in the ranker, so "decay alone",
+    "invalidation alone" and "both" are three policies.
+
+    **memsim's design**: the detector's error model, the once-only look,
+    the false positives' timing and the default 30-day delay are
+    assumptions (no system publishes its detector's error rates).
+
+    Parameters
+    ----------
+    recall : float in [0, 1], default 1.0
+        Share of superseded notes the detector catches.
+    false_positive_rate : float in [0, 1], default 0.0
+        Share of notes it wrongly invalidates (before any true supersession).
+    false_positive_delay_days : float > 0, default 30.0
+        Mean delay from a note's creation to its false invalidation.
+    """
+
+    name: ClassVar[str] = "invalidation"
+    invalidates: ClassVar[bool] = True
+    needs_truth: ClassVar[bool] = True
+    recall: float = 1.0
+    false_positive_rate: float = 0.0
+    false_positive_delay_days: float = 30.0
+    _constraints: ClassVar[dict] = {
+        "recall": Interval(0, 1),
+        "false_positive_rate": Interval(0, 1),
+        "false_positive_delay_days": Interval(0, None, closed="neither"),
+    }
+
+    def draws(self, ctx: ScoringContext) -> np.ndarray:
+        """The detector's three uniforms (L, 3) of each note of ``ctx``, keyed
+        by store row (``ctx.idx``): catch, false positive, its delay."""
+        idx = np.asarray(ctx.idx, dtype=np.int64)
+        if len(idx) == 0:
+            return np.zeros((0, 3))
+        rng = child(ctx.rng.bit_generator.seed_seq, "invalidation")
+        return rng.random((int(idx.max()) + 1, 3))[idx]
+
+    def invalid_since(self, ctx: ScoringContext) -> np.ndarray:
+        """When the detector invalidates each note (L,), days; inf = never."""
+        u = self.draws(ctx)
+        sup = np.asarray(ctx.superseded_at, dtype=np.float64)
+        # creation times from the sweep's ages (the protocol's clock)
+        created = ctx.t[0] - np.asarray(ctx.age_created[0], dtype=np.float64)
+        caught = np.where(np.isfinite(sup) & (u[:, 0] < self.recall), sup, np.inf)
+        fp_at = created - self.false_positive_delay_days * np.log1p(-u[:, 2])
+        fp = (u[:, 1] < self.false_positive_rate) & ~(fp_at >= sup)  # NaN sup: never
+        return np.minimum(caught, np.where(fp, fp_at, np.inf))
+
+    def evict(self, ctx: ScoringContext) -> np.ndarray:
+        return self.invalid_since(ctx) <= ctx.t[0]

@@ -56,7 +56,7 @@ class LogRecall(Stickiness):
         effective_age_days = age_days / stickiness
 
     Seed 002's table (recall 5 -> stickiness 1.79, ...) does not follow this
-    formula; its worked example and the code do (DESIGN.md section 4). A note
+    formula; its worked example and the code do (``docs/contracts/policies.md``). A note
     recalled 45 times ages 4.83 times slower. ``weight`` scales the log term
     (1 in Feather; 0 disables stickiness).
 

@@ -160,8 +160,11 @@ with several objectives the Pareto member best on the first objective, and
 :func:`robustness_check`; its ``vs-experiment`` rows say whether the best
 beats the experiment's own parameters on fresh seeds, with a paired
 interval), ``plateau.csv`` (see :func:`plateau_table`: per parameter the best
-value, the plateau of values within the replicate noise of the best, and a
-warning when the best lies in the outer 5% of its range), ``importance.csv``
+value, the plateau of values within the replicate noise of the best, grown
+on more replicates until it is narrow enough or said to be undetermined
+(:func:`~memsim.sweep.plateau.grow_plateau`), and a warning when the best
+lies in the outer 5% of its range or the objective still improves towards
+an edge), ``importance.csv``
 (Optuna's fANOVA importance per objective, seeded with ``seed``: the share of
 the objective's variance each parameter explains on its own, from a random
 forest fitted to the completed trials; it needs scikit-learn), ``summary.txt``
@@ -217,14 +220,17 @@ From the bottom up (a module imports only modules above it in this list):
     The run folder's identity, ``sweep.json`` and finding it again.
 ``run``
     :func:`run_sweep`.
+``load``
+    :func:`load_sweep`: a sweep's run folder read back, with its study.
 """
 
 from __future__ import annotations
 
 from .evaluate import TrialEvaluator, TrialOutcome
+from .load import SweepRun, load_sweep
 from .outputs import SweepResult, importance_table, trials_table
 from .plateau import EDGE, plateau_table, range_position
-from .robustness import robustness_check
+from .robustness import robustness_check, robustness_replays
 from .run import run_sweep
 from .space import (OBJECTIVE_METRICS, PRUNERS, SAMPLERS, Objective, ParamSpec, RobustnessSpec,
                     SweepSpec, apply_params)
@@ -243,10 +249,13 @@ __all__ = [
     "TrialOutcome",
     "SweepResult",
     "run_sweep",
+    "load_sweep",
+    "SweepRun",
     "open_storage",
     "trials_table",
     "importance_table",
     "robustness_check",
+    "robustness_replays",
     "plateau_table",
     "range_position",
     "EDGE",

@@ -382,13 +382,19 @@ class SweepResult:
         lines = [f"study {self.study_name}: {n_done} COMPLETE trials of {len(self.trials)}"
                  + (f" ({n_pruned} PRUNED)" if n_pruned else "")]
         lines += [f"note: {n}" for n in self.notes]
-        if self.best_number is not None:
-            vals = ", ".join(f"{k} = {v:.4g}" for k, v in self.best_values.items())
+        if self.spec.multi and self.pareto:
+            # several objectives have no single best: the trade-off is the answer
+            lines.append(f"Pareto set ({len(self.pareto)} trial"
+                         f"{'s' if len(self.pareto) > 1 else ''}; no single best, the "
+                         f"objectives trade off):")
+            by_number = self.trials.set_index("number") if "number" in self.trials else None
+            for n in self.pareto:
+                lines.append(f"  trial {n}: " + _trial_values(by_number, n, self.spec.labels))
+        elif self.best_number is not None:
+            vals = ", ".join(f"{k} = {_value(v)}" for k, v in self.best_values.items())
             lines.append(f"best: trial {self.best_number} ({vals})")
             for k, v in self.best_params.items():
                 lines.append(f"  {k} = {_fmt(v)}")
-        if len(self.pareto) > 1:
-            lines.append(f"Pareto set: trials {', '.join(map(str, self.pareto))}")
         lines += plateau_lines(self.plateau)
         if len(self.robustness):
             lab = self.spec.labels[0]
@@ -398,7 +404,7 @@ class SweepResult:
                 what = "fresh seeds" if r["check"] == "fresh-seeds" else f"variant {r['variant']}"
                 lines.append(f"robustness: trial {r['number']} ({r['role']}) on {what} "
                              f"(replicates {r['replicates']}): {lab} = "
-                             f"{r[f'values_{lab}']:.4g} ({r[f'change_{lab}']:+.4g})")
+                             f"{_value(r[f'values_{lab}'])} ({r[f'change_{lab}']:+.4g})")
             lines += _paired_lines(self.robustness, self.spec)
         lines += _importance_lines(self.importance)
         if self.study_name:
@@ -409,6 +415,29 @@ class SweepResult:
         """The experiment with the best parameters applied (sweep table removed)."""
         e = apply_params(self.experiment, self.best_params)
         return dataclasses.replace(e, sweep=None)
+
+
+def _value(v: float) -> str:
+    """An objective's value for the console: large values (token counts,
+    stored tokens) in full with thousands separators, others to 4 digits."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if abs(v) >= 1e4:
+        return f"{v:,.0f}"
+    if abs(v) >= 1e3:
+        return f"{v:,.1f}"
+    return f"{v:.4g}"
+
+
+def _trial_values(by_number: pd.DataFrame | None, number: int, labels) -> str:
+    """``label = value, ...`` of one trial of the trials table."""
+    if by_number is None or number not in by_number.index:
+        return "(values not in the trials table)"
+    row = by_number.loc[number]
+    cols = [f"values_{lab}" if f"values_{lab}" in row.index else "value" for lab in labels]
+    return ", ".join(f"{lab} = {_value(row[c])}" for lab, c in zip(labels, cols) if c in row.index)
 
 
 def _importance_lines(importance: pd.DataFrame) -> list[str]:

@@ -5,9 +5,19 @@ whose objective lies within the replicate noise of the best are as good, as
 far as the sweep can tell. :func:`plateau_table` gives, for each objective
 and each swept parameter, the best value, the **plateau** (the parameter
 values of the trials not significantly worse than the best, from a paired
-bootstrap over replicates) and an **edge warning** when the best value lies
-in the outer :data:`EDGE` of the search range, where the true optimum may lie
-beyond the range (``sweep/plateau.csv``).
+bootstrap over replicates) and an **edge warning** where the true optimum may
+lie beyond the range: when the best value lies in the outer :data:`EDGE` of
+the search range, or when the objective is still improving towards an edge
+(a one-sided slope test over the trials nearest it, :func:`edge_slope`)
+(``sweep/plateau.csv``).
+
+A plateau measured on few replicates can be wide for want of replicates
+alone. :func:`grow_plateau` (what ``memsim sweep`` runs) evaluates the
+plateau's trials on more replicates, doubling their number up to
+:data:`MAX_REPLICATES`, until every numeric parameter's plateau is narrower
+than :data:`FACTOR` (``high / low`` on a log scale; on a linear scale a
+:data:`SHARE` of the range); a plateau still wider at the cap is reported as
+"undetermined within xN".
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ import json
 import math
 import re
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -31,11 +41,22 @@ EDGE = 0.05
 N_BOOT = 2000
 #: Confidence level of the paired comparison with the best trial.
 LEVEL = 0.95
+#: A plateau of a log-scaled parameter is *determined* when ``high / low``
+#: is at most this factor.
+FACTOR = 2.0
+#: A plateau of a linear parameter is *determined* when ``high - low`` is at
+#: most this share of the search range.
+SHARE = 0.2
+#: Most replicates :func:`grow_plateau` evaluates the plateau's trials on.
+MAX_REPLICATES = 8
+#: One-sided significance level of the edge slope test.
+SLOPE_ALPHA = 0.05
 
 #: Columns of :func:`plateau_table`.
 PLATEAU_COLUMNS = ("objective", "param", "type", "best", "low", "high", "choices",
                    "n_trials", "n_plateau", "n_replicates", "range_low", "range_high", "log",
-                   "position", "edge", "edge_warning", "warning", "note")
+                   "position", "edge", "edge_warning", "warning", "note", "edge_rule",
+                   "edge_slope", "edge_slope_p", "width", "determined")
 
 
 def range_position(p: ParamSpec, value: Any) -> float:
@@ -87,6 +108,80 @@ def edge_message(p: ParamSpec, value: Any, edge: float = EDGE) -> str:
     where = "top" if side == "high" else "bottom"
     return (f"best {p.key} = {_fmt(value)} lies in the {where} {edge:.0%} of its range "
             f"{_describe(p)}: the optimum may lie beyond it; widen the range")
+
+
+def edge_slope(u: np.ndarray, y: np.ndarray, best: int, *, alpha: float = SLOPE_ALPHA
+               ) -> tuple[str, float, float, int]:
+    """Is the objective still improving towards an edge of the range?
+
+    Parameters
+    ----------
+    u : ndarray, shape (T,)
+        :func:`range_position` of each trial's value (NaN: left out).
+    y : ndarray, shape (T,)
+        ``s * value``: each trial's objective, larger is better.
+    best : int
+        Index of the best trial.
+    alpha : float
+        One-sided significance level.
+
+    Returns
+    -------
+    (side, slope, p, k)
+        ``side`` ``"high"`` or ``"low"`` (``""`` when neither edge draws the
+        warning), the least-squares slope of ``y`` on the distance travelled
+        towards that edge (objective per range width), its one-sided p-value
+        and the number ``k`` of trials in the test.
+
+    Notes
+    -----
+    For each edge, the ``k = max(4, ceil(T / 3))`` trials nearest it (T:
+    trials with a position) are taken when the best trial is among them; the
+    slope of ``y`` on ``d`` (``d = u`` towards the top, ``-u`` towards the
+    bottom) is ``b = S_dy / S_dd`` with standard error ``sqrt(RSS / (k - 2) /
+    S_dd)``, and the edge draws the warning when ``b > 0`` with ``P(t_{k-2}
+    >= b / se) < alpha``. Trials share their replicate seeds (common random
+    numbers), so their differences, which the slope reads, carry little of
+    the replicate noise. Fewer than 4 trials, or fewer than 3 distinct
+    positions in the group, test nothing.
+    """
+    from scipy import stats as sps
+
+    u = np.asarray(u, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = np.flatnonzero(np.isfinite(u) & np.isfinite(y))
+    k = max(4, math.ceil(len(ok) / 3))
+    if len(ok) < 4:
+        return "", math.nan, math.nan, 0
+    for side in ("high", "low"):
+        d = u if side == "high" else -u
+        grp = ok[np.argsort(-d[ok], kind="stable")[:k]]
+        if best not in grp or np.unique(d[grp]).size < 3:
+            continue
+        x, yy = d[grp], y[grp]
+        xc = x - x.mean()
+        sxx = float(xc @ xc)
+        b = float(xc @ (yy - yy.mean())) / sxx
+        rss = float(np.sum((yy - yy.mean() - b * xc) ** 2))
+        se = math.sqrt(rss / (len(grp) - 2) / sxx)
+        if se > 0:
+            pval = float(sps.t.sf(b / se, len(grp) - 2))
+        else:
+            pval = 0.0 if b > 0 else 1.0
+        if b > 0 and pval < alpha:
+            return side, b, pval, len(grp)
+    return "", math.nan, math.nan, 0
+
+
+def slope_message(p: ParamSpec, side: str, slope: float, pval: float, k: int) -> str:
+    """The warning sentence of :func:`edge_slope`, or ``""``."""
+    if not side:
+        return ""
+    where = "top" if side == "high" else "bottom"
+    return (f"{p.key}: the objective still improves towards the {where} of its range "
+            f"{_describe(p)} (slope {slope:+.3g} per range width over the {k} trials "
+            f"nearest it, one-sided p = {pval:.2g}): the optimum may lie beyond it; "
+            "widen the range")
 
 
 def _rep_matrix(done: pd.DataFrame, label: str) -> np.ndarray:
@@ -191,7 +286,8 @@ def plateau_members(x: np.ndarray, sign: float, *, level: float = LEVEL, n_boot:
 # Over 80 lines only through its docstring, which states the rule exactly.
 def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL,
                   n_boot: int = N_BOOT, seed: int | None = None,
-                  edge: float = EDGE) -> pd.DataFrame:
+                  edge: float = EDGE, factor: float = FACTOR, share: float = SHARE,
+                  cap: int | None = None) -> pd.DataFrame:
     """The best value, plateau and edge warning of each swept parameter.
 
     For each objective (with several objectives, each on its own: the best
@@ -236,8 +332,17 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
     Edge warning. ``edge_warning`` is true when the best value lies in the
     outer ``edge`` share of a numeric range (:func:`range_position`, on a log
     scale for a log parameter; int ranges alike): ``position <= edge`` or
-    ``>= 1 - edge``. ``edge`` is then ``"low"`` or ``"high"`` and ``warning``
-    says so in a sentence.
+    ``>= 1 - edge`` (``edge_rule`` ``"outer"``), or, when it does not, when
+    the objective is still improving towards an edge over the trials nearest
+    it (:func:`edge_slope`; ``edge_rule`` ``"slope"``, with ``edge_slope``
+    and ``edge_slope_p``). ``edge`` is then ``"low"`` or ``"high"`` and
+    ``warning`` says so in a sentence.
+
+    Width. ``width`` is ``high / low`` for a log-scaled parameter and ``(high
+    - low) / (range_high - range_low)`` for a linear one; ``determined`` is
+    ``width <= factor`` (log) or ``width <= share`` (linear). An undetermined
+    plateau's ``note`` says "undetermined within xN" (see
+    :func:`grow_plateau`, which adds replicates first).
 
     Parameters
     ----------
@@ -254,6 +359,12 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
         has its own named child stream.
     edge : float
         Share of the range at each end that draws the edge warning.
+    factor, share : float
+        Widest determined plateau: ``high / low`` of a log-scaled parameter,
+        share of the range of a linear one.
+    cap : int, optional
+        The replicate cap of :func:`grow_plateau`, named in the note of a
+        plateau still undetermined at it.
 
     Returns
     -------
@@ -272,8 +383,21 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
     if not 0.0 < level < 1.0:
         raise ValueError(f"The 'level' parameter of plateau_table must be in (0, 1). "
                          f"Got {level!r} instead.")
-    root = seed_sequence(spec.seed if seed is None else seed)
     rows: list[dict] = []
+    for lab, sign, done, x, on in _memberships(trials, spec, level, n_boot, seed):
+        for p in spec.params:
+            rows.append(_row(done, lab, sign, f"values_{lab}", p, x.shape[1], on, edge,
+                             factor, share, cap))
+    return pd.DataFrame(rows, columns=list(PLATEAU_COLUMNS))
+
+
+def _memberships(trials: pd.DataFrame, spec: SweepSpec, level: float, n_boot: int,
+                 seed: int | None) -> list[tuple]:
+    """Per objective: ``(label, sign, done, x, on)``: the COMPLETE trials with
+    a value (by number), their (trials, replicates) matrix and which are on
+    the plateau (None when it cannot be measured)."""
+    root = seed_sequence(spec.seed if seed is None else seed)
+    out = []
     state = trials["state"] if "state" in trials else pd.Series("COMPLETE", index=trials.index)
     for lab, direction in zip(spec.labels, spec.directions):
         sign = 1.0 if direction == "maximize" else -1.0
@@ -290,13 +414,13 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
         if len(done) and x.shape[1] >= 2:
             on, _, _ = plateau_members(x, sign, level=level, n_boot=n_boot,
                                        rng=child(root, "sweep", "plateau", lab))
-        for p in spec.params:
-            rows.append(_row(done, lab, sign, vcol, p, x.shape[1], on, edge))
-    return pd.DataFrame(rows, columns=list(PLATEAU_COLUMNS))
+        out.append((lab, sign, done, x, on))
+    return out
 
 
 def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: int,
-         on: np.ndarray | None, edge: float) -> dict:
+         on: np.ndarray | None, edge: float, factor: float = FACTOR, share: float = SHARE,
+         cap: int | None = None) -> dict:
     """One row of :func:`plateau_table` (``on``: the plateau's trials, None
     when not measured)."""
     numeric = p.type != "categorical"
@@ -306,7 +430,8 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: 
         "n_plateau": math.nan, "n_replicates": 0,
         "range_low": p.low if numeric else math.nan, "range_high": p.high if numeric else math.nan,
         "log": bool(p.log), "position": math.nan, "edge": "", "edge_warning": False,
-        "warning": "", "note": ""}
+        "warning": "", "note": "", "edge_rule": "", "edge_slope": math.nan,
+        "edge_slope_p": math.nan, "width": math.nan, "determined": math.nan}
     if not len(done) or p.key not in done:
         row["note"] = "no COMPLETE trial with a value" if not len(done) else \
             f"the trials table has no column {p.key!r}"
@@ -320,8 +445,16 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: 
     if numeric:
         row["position"] = range_position(p, bval)
         row["edge"] = edge_of(p, bval, edge)
-        row["edge_warning"] = bool(row["edge"])
         row["warning"] = edge_message(p, bval, edge)
+        if row["edge"]:
+            row["edge_rule"] = "outer"
+        else:
+            u = np.array([range_position(p, v) for v in done[p.key]], dtype=np.float64)
+            side, slope, pval, k = edge_slope(u, sign * vals, best)
+            if side:
+                row.update(edge=side, edge_rule="slope", edge_slope=slope, edge_slope_p=pval,
+                           warning=slope_message(p, side, slope, pval, k))
+        row["edge_warning"] = bool(row["edge"])
     row["n_replicates"] = R
     if on is None:
         notes.append(f"plateau not measured: the trials table has no {lab}_rep<r> columns"
@@ -337,6 +470,11 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: 
     if numeric:
         num = pd.to_numeric(pd.Series(pv), errors="coerce").to_numpy(np.float64)
         row["low"], row["high"] = float(np.nanmin(num)), float(np.nanmax(num))
+        row["width"], row["determined"], why = _width(p, row["low"], row["high"], factor, share)
+        if not row["determined"]:
+            at = " (the cap)" if cap is not None and R >= cap else ""
+            notes.append(f"undetermined within {_limit(p, factor, share)}: the plateau spans "
+                         f"{why} after {R} replicates{at}")
         reach = [s for s, v in (("bottom", row["low"]), ("top", row["high"]))
                  if edge_of(p, v, edge) == ("low" if s == "bottom" else "high")]
         if len(reach) == 2:
@@ -349,6 +487,105 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: 
         row["choices"] = json.dumps([c for c in p.choices if json.dumps(c) in seen])
     row["note"] = "; ".join(notes)
     return row
+
+
+def _width(p: ParamSpec, low: float, high: float, factor: float, share: float
+           ) -> tuple[float, bool, str]:
+    """(width, determined, width in words) of a numeric plateau [low, high]."""
+    if p.log:
+        w = high / low if low > 0 else math.inf
+        return w, bool(w <= factor), f"x{w:.3g}"
+    w = (high - low) / (p.high - p.low)
+    return w, bool(w <= share), f"{w:.0%} of the range"
+
+
+def _limit(p: ParamSpec, factor: float, share: float) -> str:
+    return f"x{factor:g}" if p.log else f"{share:.0%} of the range"
+
+
+def undetermined(plateau: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a :func:`plateau_table` whose numeric plateau is measured
+    and wider than the limit."""
+    if plateau is None or not len(plateau):
+        return plateau
+    det = plateau["determined"]
+    return plateau[det.notna() & ~det.fillna(True).astype(bool)]
+
+
+# Over 80 lines only through its docstring, which states the rule exactly.
+def grow_plateau(trials: pd.DataFrame, spec: SweepSpec,
+                 evaluate: Callable[[list[int], list[int]], dict[int, dict[str, dict]]], *,
+                 first_replicate: int, cap: int = MAX_REPLICATES, factor: float = FACTOR,
+                 share: float = SHARE, level: float = LEVEL, n_boot: int = N_BOOT,
+                 seed: int | None = None, edge: float = EDGE
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The plateau table, after adding replicates until every plateau is determined.
+
+    Rule. Measure the plateaus (:func:`plateau_table`). While some numeric
+    parameter's plateau is wider than ``factor`` (log scale; ``share`` of the
+    range on a linear one) and the replicates are fewer than ``cap``,
+    evaluate every trial on the plateau of any objective on new replicates,
+    doubling their number (R -> min(2R, cap)), and measure the plateau again
+    among those trials alone, on all their replicates (the trials off the
+    plateau were already significantly worse; kept in with fewer replicates,
+    their noisier resampled means would widen every trial's threshold). A
+    plateau still wider at the cap is "undetermined within xN" (the row's
+    note and ``determined``). The best trial, ``n_trials`` and the edge
+    warning stay the sweep's (they read every trial, on the sweep's
+    replicates).
+
+    Parameters
+    ----------
+    trials : DataFrame
+        The sweep's trials table (``<objective>_rep<r>`` columns).
+    spec : SweepSpec
+    evaluate : callable
+        ``evaluate(numbers, replicates)``: trial number -> objective label ->
+        {replicate: value}, for the trials ``numbers`` on ``replicates``
+        (a trial that fails is left out).
+    first_replicate : int
+        The first replicate index to add: past every replicate the sweep and
+        its robustness check use, so that the new seeds are fresh.
+    cap : int
+        Most replicates per trial.
+
+    Returns
+    -------
+    (plateau, trials)
+        The final :func:`plateau_table` and the grown trials (those on the
+        last plateau measured) with the added ``<objective>_rep<r>`` columns.
+    """
+    kw = dict(level=level, n_boot=n_boot, seed=seed, edge=edge, factor=factor, share=share,
+              cap=cap)
+    full = plateau_table(trials, spec, **kw)
+    sub, plateau = trials.copy(), full
+    nxt = first_replicate
+    while True:
+        reps = int(plateau["n_replicates"].max()) if len(plateau) else 0
+        if reps < 2 or reps >= cap or not len(undetermined(plateau)):
+            break
+        numbers: set[int] = set()
+        for _lab, _sign, done, _x, on in _memberships(sub, spec, level, n_boot, seed):
+            if on is not None and "number" in done:
+                numbers.update(int(n) for n in done["number"].to_numpy()[on])
+        new = list(range(nxt, nxt + min(2 * reps, cap) - reps))
+        nxt += len(new)
+        got = evaluate(sorted(numbers), new)
+        sub = sub[sub["number"].isin(numbers).to_numpy()]
+        cols = {f"{lab}_rep{r}": [got.get(int(n), {}).get(lab, {}).get(r, math.nan)
+                                  for n in sub["number"]]
+                for lab in spec.labels for r in new}
+        sub = pd.concat([sub, pd.DataFrame(cols, index=sub.index)], axis=1)
+        plateau = plateau_table(sub, spec, **kw)
+    if plateau is full:
+        return full, sub
+    # the plateau as measured among the grown trials; the best, the trial
+    # count and the edge warning (which read every trial) as the sweep had them
+    out = full.copy()
+    grown = ["low", "high", "choices", "n_plateau", "n_replicates", "width", "determined",
+             "note"]
+    out[grown] = plateau[grown].to_numpy()
+    return out, sub
 
 
 def plateau_lines(plateau: pd.DataFrame) -> list[str]:

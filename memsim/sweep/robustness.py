@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -34,8 +35,15 @@ _SAME_NOTE = "the best trial is the experiment's own parameters"
 
 
 # Over 80 lines only through its docstring, which states the rule exactly.
+def robustness_replays(spec: SweepSpec, replicates: int) -> int:
+    """How many replicate replays :func:`robustness_check` makes (its
+    progress units): the fresh seeds, then each variant's replicates."""
+    k = spec.robustness.replicates
+    return k + len(spec.robustness.variants) * (k or replicates)
+
+
 def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: list[dict],
-                     ) -> pd.DataFrame:
+                     progress: Callable[[float], None] | None = None) -> pd.DataFrame:
     r"""Re-evaluate parameter sets on fresh seeds and on workload variants.
 
     Parameters
@@ -95,7 +103,14 @@ def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: lis
     evals: dict[tuple[int, int], dict[str, dict[int, float]]] = {}
     # every candidate of a check in one batch (one replay per replicate when
     # only policies are swept): the values are those of evaluate(), bit for bit
-    outcomes = {j: _evaluate_all(evaluator, candidates, reps, ov)
+    total = sum(len(reps) for *_, reps in checks)
+    done = [0]
+
+    def replayed(n: int = 1) -> None:
+        done[0] += n
+        if progress is not None and total:
+            progress(done[0] / total)
+    outcomes = {j: _evaluate_all(evaluator, candidates, reps, ov, replayed)
                 for j, (_, _, ov, reps) in enumerate(checks)}
     for i, c in enumerate(candidates):
         base = {"number": c["number"], "role": c["role"]}
@@ -125,13 +140,27 @@ def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: lis
 
 
 def _evaluate_all(evaluator: TrialEvaluator, candidates: list[dict], reps: list[int],
-                  variant: dict | None) -> list[tuple[list[float], dict]]:
+                  variant: dict | None, replayed: Callable[[int], None]
+                  ) -> list[tuple[list[float], dict]]:
     """(values, per-replicate values) of every candidate on ``reps`` (and a
     variant): one :meth:`~TrialEvaluator.evaluate_batch`, so that candidates
-    differing only in their policies share each replay."""
+    differing only in their policies share each replay. ``replayed(n)`` counts
+    the replicates done: each one as it ends, or all at once when they run
+    in parallel worker processes (which report nothing before they end)."""
+    steps: set[int] = set()
+
+    def after(i: int, step: int, values: list[float]) -> bool:
+        if step not in steps:
+            steps.add(step)
+            replayed()
+        return False
+    parallel = evaluator.jobs > 1 and len(reps) > 1
     outs = evaluator.evaluate_batch([c["params"] for c in candidates],
                                     names=[f"c{i}" for i in range(len(candidates))],
-                                    replicates=reps, variant=variant)
+                                    replicates=reps, variant=variant,
+                                    after_replicate=None if parallel else after)
+    if parallel:
+        replayed(len(reps))
     for c, out in zip(candidates, outs):
         if out.error:  # a COMPLETE trial's parameters built during the sweep
             raise MemsimError(f"robustness check of trial {c['number']}: {out.error}")

@@ -29,8 +29,9 @@ from typing import Any, Callable
 import optuna
 import pandas as pd
 
-from memsim.config import Experiment, dumps_toml, load_experiment, parse_override
-from memsim.errors import ConfigError, MemsimError
+from memsim.config import (Experiment, attribute_overrides, dumps_toml, load_experiment,
+                           parse_override)
+from memsim.errors import ConfigError, MemsimError, SweepWarning
 from memsim.report import build_report
 from memsim.rundir import new_run_dir, write_atomic
 from memsim.runner import experiment_manifest
@@ -38,10 +39,10 @@ from memsim.runner import experiment_manifest
 from .evaluate import TrialEvaluator
 from .liveness import _host
 from .outputs import IMPORTANCE_COLUMNS, SweepResult, _best_trials, _write_outputs, trials_table
-from .plateau import plateau_table
+from .plateau import grow_plateau
 from .resume import (_header, _load_resume_dir, _locate_run_dir, _prior_manifest,
                      _resume_storage, _study_identity, _write_ident)
-from .robustness import _candidates, robustness_check
+from .robustness import _candidates, robustness_check, robustness_replays
 from .space import SweepSpec
 from .storage import _mask_url, _recorded_storage, _storage_spec, open_storage
 from .study import _n_complete, _open_study
@@ -129,7 +130,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     try:
         study, n_done = _run_trials(plan, progress, timings)
         result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots,
-                         jobs=plan.workers)
+                         jobs=plan.workers, progress=progress)
         result.notes = notes
         result.study_name = study_name
         result.storage = _mask_url(_absolute_sqlite(plan.storage_spec))
@@ -137,11 +138,16 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
             # what `memsim sweep` prints, kept with the files it describes
             write_atomic(plan.run_dir / "sweep" / "summary.txt", lambda p: p.write_text(
                 result.summary_text() + "\n", encoding="utf-8"))
-        if plan.run_dir is not None and report:
-            _write_report(plan.run_dir, timings)
         timings["total"] = time.perf_counter() - t_start
+        # The report shows the manifest, so the manifest says completed before
+        # the report is built (as `memsim run` does); the report's time is
+        # added to the completed manifest afterwards.
         if manifest is not None:
             _complete_manifest(manifest, sessions, result, timings, n_done)
+        if plan.run_dir is not None and report:
+            _write_report(plan.run_dir, timings)
+            if manifest is not None:
+                manifest.update(timings_s=timings)
         return result
     except BaseException as exc:
         if manifest is not None:
@@ -174,7 +180,7 @@ def _run_notes(exp: Experiment, spec: SweepSpec) -> list[str]:
         msg = (f"sweep.pruner = {spec.pruner!r} prunes nothing with experiment.replicates = "
                f"{exp.settings.replicates}: a trial can only be stopped between replicates")
         # stacklevel 3: the caller of run_sweep, whose call the warning is about
-        warnings.warn(f"memsim sweep: {msg}", stacklevel=3)
+        warnings.warn(f"memsim sweep: {msg}", SweepWarning, stacklevel=3)
         notes.append(msg)
     return notes
 
@@ -200,7 +206,10 @@ def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: 
     else:
         exp = load_experiment(exp_or_path, ov)
     table = exp.sweep if exp.sweep is None or not options else {**exp.sweep, **options}
-    spec = SweepSpec.from_config(table, exp)
+    try:
+        spec = SweepSpec.from_config(table, exp)
+    except ConfigError as exc:  # name the --set that caused a mistake
+        raise attribute_overrides(exc, ov) from None
     if trials is not None:
         spec = spec.with_trials(trials)
     # the resolved experiment, with the resolved sweep table, is what runs
@@ -291,9 +300,12 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
 
 
 def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
-            timings: dict, quiet: bool, want_plots: bool = True, jobs: int = 1) -> SweepResult:
+            timings: dict, quiet: bool, want_plots: bool = True, jobs: int = 1,
+            progress=None) -> SweepResult:
     """Trials table, best configuration, robustness check (its replicates
-    ``jobs`` at a time: the sweep's workers are done), plateaus and plots."""
+    ``jobs`` at a time: the sweep's workers are done), plateaus and plots.
+    A ``progress`` with phases (the CLI's) shows the re-check as a phase of
+    its own."""
     t0 = time.perf_counter()
     table = trials_table(study, spec)
     best = _best_trials(study, spec)
@@ -301,10 +313,28 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
     best_values = dict(zip(spec.labels, best[0].values)) if best else {}
     evaluator = TrialEvaluator(exp, spec, jobs=jobs)
     cands = _candidates(study, spec, best, exp.settings.replicates)
-    robust = robustness_check(evaluator, spec, cands) if cands else pd.DataFrame()
+    recheck = None
+    if cands and hasattr(progress, "phase"):
+        n = robustness_replays(spec, exp.settings.replicates)
+        if n:
+            progress.phase(f"robustness re-check of {len(cands)} trial(s)", units=n,
+                           unit="replay")
+            recheck = progress
+    robust = robustness_check(evaluator, spec, cands, progress=recheck) if cands \
+        else pd.DataFrame()
     timings["robustness"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    plateau = plateau_table(table, spec)
+    params_of = {t.number: dict(t.params) for t in study.trials}
+
+    def evaluate(numbers: list[int], reps: list[int]) -> dict[int, dict]:
+        outs = evaluator.evaluate_batch([params_of[n] for n in numbers],
+                                        names=[f"t{n}" for n in numbers], replicates=reps)
+        return {n: o.per_replicate for n, o in zip(numbers, outs) if not o.error}
+
+    # the plateau's trials on more replicates (fresh: past the robustness
+    # check's) until each plateau is determined or the cap is reached
+    plateau, _ = grow_plateau(table, spec, evaluate, first_replicate=(
+        exp.settings.replicates + spec.robustness.replicates))
     timings["plateau"] = time.perf_counter() - t1
     plots: dict[str, str] = {}
     importance = pd.DataFrame(columns=IMPORTANCE_COLUMNS)
@@ -337,7 +367,7 @@ def _write_report(run_dir: Path, timings: dict) -> None:
     except Exception as exc:  # the sweep's results stand without a report
         # stacklevel 3: the caller of run_sweep, whose call the warning is about
         warnings.warn(f"memsim sweep: report.html failed: {type(exc).__name__}: {exc}",
-                      stacklevel=3)
+                      SweepWarning, stacklevel=3)
     timings["report"] = time.perf_counter() - t1
 
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ from .study import _quiet_optuna
 #: RDB heartbeat period and the silence after which a trial counts as dead (seconds).
 HEARTBEAT_S = 5
 GRACE_S = 30
+
+#: Diagnostics of the storage (a repaired journal) go to the memsim logger.
+_log = logging.getLogger(__name__)
 
 
 def _mask_url(url: str) -> str:
@@ -212,8 +215,8 @@ def repair_journal(path: Path) -> int:
     finally:
         lock.release()
     n = sum(len(t) for t in torn)
-    print(f"memsim: warning: {path}: an unfinished write left {n} torn bytes; kept the "
-          f"{len(kept)} complete records and moved the rest to {side}", file=sys.stderr)
+    _log.warning("%s: an unfinished write left %d torn bytes; kept the %d complete records "
+                 "and moved the rest to %s", path, n, len(kept), side)
     return n
 
 

@@ -21,8 +21,12 @@ a time (a batch of one) by default and when a swept key is outside
 heartbeat.
 
 ``--workers N`` starts N such processes, spawned (:func:`_run_workers`), that
-share the storage. The same command on another machine, with the same
-``--storage postgresql://...`` and ``--study``, joins the study.
+share the storage. A spawned worker rebuilds the experiment from the resolved
+config (:func:`memsim.config.experiment_from_dict`), which imports the
+``[experiment] plugins`` first, so components registered by the user's own
+modules resolve there too (the worker inherits the parent's ``sys.path``).
+The same command on another machine, with the same ``--storage
+postgresql://...`` and ``--study``, joins the study.
 
 Reproducibility: with one worker on a fresh study the sampler is seeded with
 the sweep's ``seed`` (a batch asks its trials in order, so a given batch size

@@ -1,0 +1,262 @@
+"""Config validation reports every mistake at once, and names the --set
+override that caused one."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memsim.config import apply_override, experiment_from_dict, load_experiment
+from memsim.errors import ConfigError, ParameterError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GOOD = """\
+[experiment]
+name = "e"
+seed = 1
+replicates = 1
+
+[workload]
+horizon_days = 10
+backfill_days = 5
+
+[policies.a]
+decay = "half-life-floor"
+
+[policies.b]
+preset = "similarity-only"
+"""
+
+#: three independent mistakes: a value out of range, an unknown knob, an unknown preset
+THREE = """\
+[experiment]
+name = "e"
+seed = 1
+replicates = 0
+
+[workload]
+horizon_days = 10
+notes_per_dya = 3
+
+[policies.a]
+preset = "hivemnd"
+
+[policies.b]
+preset = "similarity-only"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def errors_of(fn, *args, **kwargs) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        fn(*args, **kwargs)
+    return info.value.errors
+
+
+def test_three_independent_mistakes_give_three_errors_in_one_run(tmp_path):
+    path = write(tmp_path, THREE)
+    errors = errors_of(load_experiment, path)
+    assert len(errors) == 3, errors
+    # each names the file and its own key, in the order of the file's parts
+    assert errors[0].startswith(f"{path}: experiment.replicates: The 'replicates' parameter")
+    assert errors[1].startswith(f"{path}: workload.notes_per_dya: unknown key (did you mean "
+                                "'notes_per_day'?)")
+    assert errors[2].startswith(f"{path}: policies.a.preset: unknown preset 'hivemnd'")
+    # str() is the count and every message
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    text = str(info.value)
+    assert text.startswith("3 errors:\n") and all(e in text for e in errors)
+
+
+def test_one_mistake_keeps_its_single_message_and_type():
+    table = {"policies": {"a": {"decay": {"kind": "half-life-floor", "floor": 1.5}}}}
+    with pytest.raises(ParameterError) as info:
+        experiment_from_dict(table)
+    assert info.value.errors == [str(info.value)]
+    assert str(info.value).startswith("policies.a.decay: The 'floor' parameter")
+
+
+def test_each_slot_of_a_policy_is_checked():
+    table = {"policies": {"a": {"decay": {"kind": "half-life-floor", "floor": 1.5},
+                                "packer": "skip-fil"}}}
+    errors = errors_of(experiment_from_dict, table)
+    assert len(errors) == 2, errors
+    assert errors[0].startswith("policies.a.decay: The 'floor' parameter")
+    assert errors[1].startswith("policies.a.packer.kind: unknown packer 'skip-fil'")
+
+
+def test_a_dependent_check_does_not_repeat_a_mistake():
+    # the grid's first combination would fail on the same bad policy: only the
+    # policy's own error is reported
+    table = {"policies": {"a": {"decay": {"kind": "half-life-floor", "floor": 1.5}}},
+             "grid": {"experiment.budget_tokens": [500, 1000]}}
+    errors = errors_of(experiment_from_dict, table)
+    assert len(errors) == 1 and errors[0].startswith("policies.a.decay:"), errors
+    # out-of-range knobs: no follow-on "the stream would take ..." error
+    table = {"workload": {"notes_per_day": -1.0},
+             "policies": {"a": {"preset": "similarity-only"}}}
+    errors = errors_of(experiment_from_dict, table)
+    assert len(errors) == 1 and errors[0].startswith("workload.notes_per_day:"), errors
+
+
+def test_the_baseline_is_checked_against_the_names_even_when_a_policy_failed():
+    table = {"experiment": {"baseline": "b"},
+             "policies": {"a": {"preset": "similarity-only"}, "b": {"preset": "nope"}}}
+    errors = errors_of(experiment_from_dict, table)
+    assert len(errors) == 1 and "unknown preset 'nope'" in errors[0], errors
+    table["experiment"]["baseline"] = "c"
+    errors = errors_of(experiment_from_dict, table)
+    assert len(errors) == 2 and errors[1].startswith("experiment.baseline: 'c'"), errors
+
+
+def test_a_failing_plugin_stops_at_once():
+    table = {"experiment": {"plugins": ["memsim_no_such_plugin_module"]},
+             "policies": {"a": {"decay": "from-the-plugin"}}}
+    errors = errors_of(experiment_from_dict, table)
+    # the unknown decay would only repeat what the missing plugin means
+    assert len(errors) == 1 and errors[0].startswith("experiment.plugins:"), errors
+
+
+def test_unknown_top_level_keys_are_all_reported():
+    table = {"expriment": {}, "workloads": {}, "policies": {"a": {"preset": "random"}}}
+    errors = errors_of(experiment_from_dict, table)
+    assert [e.split(":")[0] for e in errors] == ["expriment", "workloads"]
+
+
+def test_a_set_error_is_attributed_and_a_file_error_is_not(tmp_path):
+    text = GOOD.replace("horizon_days = 10", "horizon_days = 10\nnotes_per_dya = 3")
+    path = write(tmp_path, text)
+    errors = errors_of(load_experiment, path, ["policies.a.decay.floor=1.5",
+                                               "experiment.replicates=2"])
+    assert len(errors) == 2, errors
+    file_error, set_error = errors
+    assert file_error.startswith(f"{path}: workload.notes_per_dya: unknown key")
+    assert "--set" not in file_error
+    assert set_error.startswith(f"{path}: policies.a.decay: The 'floor' parameter")
+    # only the override that set the key is named, not experiment.replicates
+    assert set_error.endswith(" (from --set policies.a.decay.floor=1.5)")
+
+
+@pytest.mark.parametrize("override, attributed", [
+    # the override set a table above the key at fault
+    ('policies.a.decay={ kind = "half-life-floor", floor = 2.0 }', True),
+    # ... or a key below the table at fault
+    ("policies.a.decay.floor=2.0", True),
+    # another parameter of the same component: the file's mistake
+    ("policies.a.decay.half_life_days=30", False),
+])
+def test_attribution_follows_the_key(tmp_path, override, attributed):
+    text = GOOD.replace('decay = "half-life-floor"',
+                        'decay = { kind = "half-life-floor", floor = 2.0 }')
+    errors = errors_of(load_experiment, write(tmp_path, text), [override])
+    assert len(errors) == 1, errors
+    assert ("(from --set " in errors[0]) is attributed, errors[0]
+
+
+def test_override_mistakes_are_reported_with_the_file_mistakes(tmp_path):
+    path = write(tmp_path, THREE)
+    errors = errors_of(load_experiment, path, ["policies.zz.decay.floor=0.2", "novalue"])
+    assert errors[0] == "--set policies.zz.decay.floor: no policy 'zz' (policies: a, b)"
+    assert errors[1] == "--set 'novalue': expected KEY=VALUE"
+    assert len(errors) == 5, errors
+
+
+def test_a_dict_of_overrides_is_attributed_too(tmp_path):
+    errors = errors_of(load_experiment, write(tmp_path, GOOD), {"experiment.replicates": 0})
+    assert errors[0].endswith("(from --set experiment.replicates=0)"), errors
+
+
+def test_grid_errors_keep_their_prefix_per_message():
+    table = {"policies": {"a": {"decay": "half-life-floor"}},
+             "grid": {"policies.a.decay.floor": [1.5]}}
+    errors = errors_of(experiment_from_dict, table)
+    assert len(errors) == 1 and errors[0].startswith("grid: policies.a.decay:"), errors
+
+
+def test_config_error_keeps_its_messages_when_copied():
+    exc = ConfigError(errors=["a: one", "b: two"])
+    assert str(exc) == "2 errors:\n  a: one\n  b: two"
+    # deepcopy goes through __reduce__, as a worker process's error does
+    again = copy.deepcopy(exc)
+    assert again.errors == ["a: one", "b: two"] and str(again) == str(exc)
+    assert ConfigError("x").errors == ["x"]
+    assert exc.prefixed("f.toml: ").errors == ["f.toml: a: one", "f.toml: b: two"]
+    with pytest.raises(TypeError):
+        ConfigError(errors=[])
+
+
+def test_the_cli_prints_one_line_per_error_and_exits_2(tmp_path):
+    path = write(tmp_path, THREE)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(path), "--out",
+                          str(tmp_path / "out"), "--set", "experiment.seed=-1"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 3, res.stderr
+    assert all(line.startswith(f"memsim: error: {path}: ") for line in lines)
+    # [experiment] reports its first mistake, the one the override made: named
+    assert "experiment.seed" in lines[0] and lines[0].endswith("(from --set experiment.seed=-1)")
+    assert "notes_per_dya" in lines[1] and "unknown preset 'hivemnd'" in lines[2]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_a_valid_file_with_overrides_still_loads(tmp_path):
+    exp = load_experiment(write(tmp_path, GOOD), ["policies.a.decay.floor=0.5"])
+    assert exp.policies["a"].decay.floor == 0.5
+
+
+def test_apply_override_is_unchanged_for_a_valid_table():
+    table = {"policies": {"a": {"decay": "half-life-floor"}}}
+    apply_override(table, "policies.a.decay.floor", 0.2)
+    assert experiment_from_dict(table).policies["a"].decay.floor == 0.2
+
+
+def test_every_unknown_key_of_a_table_is_reported():
+    table = {"experiment": {"sed": 1, "replicats": 2},
+             "workload": {"horizon_dayz": 3, "notes_per_dya": 1.0},
+             "policies": {"a": {"preset": "random"}}}
+    errors = errors_of(experiment_from_dict, table)
+    assert [e.split(":")[0] for e in errors] == [
+        "experiment.sed", "experiment.replicats", "workload.horizon_dayz",
+        "workload.notes_per_dya"]
+    assert "did you mean 'replicates'?" in errors[1]
+
+
+@pytest.mark.parametrize("command, override, key", [
+    ("sweep", "sweep.trials=0", "sweep.trials"),
+    ("advise", "advise.trials=0", "advise.trials"),
+])
+def test_sweep_and_advise_checks_name_the_set_too(tmp_path, command, override, key):
+    name = "sweep_hivemind" if command == "sweep" else "advise"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-m", "memsim.cli", command,
+                          str(ROOT / "experiments" / f"{name}.toml"), "--out",
+                          str(tmp_path / "out"), "--set", override],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"memsim: error: {key}: "), res.stderr
+    assert lines[0].endswith(f"(from --set {override})")
+
+
+def test_attribute_overrides_leaves_other_keys_alone():
+    from memsim.config import attribute_overrides
+
+    exc = ConfigError(errors=["sweep.trials: bad", "sweep.seed: bad"])
+    out = attribute_overrides(exc, ["sweep.seed=-1"])
+    assert out.errors == ["sweep.trials: bad", "sweep.seed: bad (from --set sweep.seed=-1)"]
+    assert attribute_overrides(exc, {"sweep": {"trials": 0}}).errors[0].endswith(
+        "(from --set sweep={ trials = 0 })")

@@ -1,0 +1,311 @@
+"""The framework presets against their sources.
+
+* ``tests/golden/framework_vectors.json`` (written by
+  ``tests/golden/make_framework_vectors.py`` from the frameworks' own
+  functions) is reproduced by memsim's components on an ArrayContext: these
+  run on a fresh clone.
+* The engine-checks replay small streams at two seeds through the real code
+  and the preset: identical top k on every query. They skip without the
+  frameworks' packages.
+* The preset catalogue: ``memsim policies --markdown`` equals the README's
+  table.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memsim.engine import Arm, SimSettings, simulate, with_timing
+from memsim.engine_check import load_check_config
+from memsim.policies import ArrayContext, resolve_policy
+from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
+from memsim.policies.decay import HalfLife
+from memsim.policies.frameworks import (DropMiddle, ExpRate, LinearBlend, LlamaIndexRanker, LlamaIndexRecency,
+                                        Mem0Oss, OpenMemoryHybrid, RedisRecency, SimilarityGate,
+                                        TimeToLive, UnusedCleanup)
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = json.loads((ROOT / "tests" / "golden" / "framework_vectors.json").read_text())
+NOW = 100.0  # days
+
+
+def _stable_desc(scores: np.ndarray) -> list[int]:
+    """Python's ``sorted(..., reverse=True)`` on distinct scores: indices, best first."""
+    return [int(i) for i in np.lexsort((np.arange(len(scores)), -scores))]
+
+
+# --------------------------------------------------------------------------
+# golden vectors (no framework needed)
+# --------------------------------------------------------------------------
+
+
+def test_llamaindex_default_mode_reproduces_the_postprocessor():
+    g = GOLDEN["llamaindex"]
+    sims = np.array([c["similarity"] for c in g["cases"]])
+    hours = [c["hours_since_access"] for c in g["cases"]]
+    # used notes: last access hours ago; unstamped ones were never used
+    last = np.array([np.nan if h is None else NOW - h / 24 for h in hours])
+    ctx = ArrayContext(t=NOW, created_at=np.full(len(sims), NOW - 10.0), last_access=last,
+                       similarity=sims[None, :])
+    decay = LlamaIndexRecency(unstamped="now")
+    score = LlamaIndexRanker().combine(ctx.similarity(None), decay.recency(
+        ctx.age(decay.clock), ctx), ctx)[0]
+    assert _stable_desc(score) == g["order"]
+    np.testing.assert_allclose(score[g["order"]], g["scores"], rtol=1e-12)
+    # the unstamped notes (no key) score similarity + 1, as accessed now
+    assert score[0] == pytest.approx(sims[0] + 1.0)
+
+
+def test_llamaindex_stamped_mode_counts_from_creation():
+    g = GOLDEN["llamaindex"]
+    keep = [i for i, c in enumerate(g["cases"]) if c["hours_since_access"] is not None]
+    sims = np.array([g["cases"][i]["similarity"] for i in keep])
+    created = np.array([NOW - g["cases"][i]["hours_since_access"] / 24 for i in keep])
+    ctx = ArrayContext(t=NOW, created_at=created, similarity=sims[None, :])
+    expect = dict(zip(g["order"], g["scores"]))
+    for mode, same in (("created", True), ("now", False)):
+        decay = LlamaIndexRecency(unstamped=mode)
+        score = LlamaIndexRanker().combine(ctx.similarity(None),
+                                           decay.recency(ctx.age(decay.clock), ctx), ctx)[0]
+        ok = np.allclose(score, [expect[i] for i in keep], rtol=1e-12)
+        assert ok is same  # never-used notes stamped at creation differ from "now"
+
+
+def test_llamaindex_half_life_is_nine_minutes():
+    # (1 - 0.99) ** h = 0.5 at h = ln 2 / ln 100 hours
+    assert LlamaIndexRecency().half_life() * 1440 == pytest.approx(60 * math.log(2) / math.log(100))
+    assert LlamaIndexRecency().half_life() * 1440 == pytest.approx(9.03, abs=0.01)
+
+
+def test_crewai_composite_score():
+    cases = GOLDEN["crewai"]["cases"]
+    sem = np.array([c["semantic"] for c in cases])
+    ctx = ArrayContext(t=NOW, created_at=[NOW - c["age_days"] for c in cases],
+                       importance=[c["importance"] for c in cases], similarity=sem[None, :])
+    decay = HalfLife(half_life_days=30.0, clock="created")
+    score = LinearBlend().combine(sem[None, :], decay.recency(ctx.age("created"), ctx), ctx)[0]
+    np.testing.assert_allclose(score, [c["score"] for c in cases], rtol=1e-12)
+
+
+def test_redis_recency_and_order():
+    g = GOLDEN["redis"]
+    cases = g["cases"]
+    ctx = ArrayContext(t=NOW, created_at=[NOW - c["days_since_created"] for c in cases],
+                       last_access=[NOW - c["days_since_access"] for c in cases])
+    r = RedisRecency()
+    np.testing.assert_allclose(r.recency(ctx)[0], [c["recency"] for c in cases], rtol=1e-12)
+    sim = np.array([1.0 - c["dist"] for c in cases])
+    assert _stable_desc(r.combine(sim[None, :], None, ctx)[0]) == g["order"]
+
+
+def test_mem0_score_and_rank():
+    g = GOLDEN["mem0"]
+    sem = np.array(g["semantic"])
+    ctx = ArrayContext(t=NOW, created_at=np.zeros(len(sem)), similarity=sem[None, :])
+    ranker = Mem0Oss(threshold=g["threshold"])
+    score = ranker.combine(sem[None, :], None, ctx)[0]
+    kept = np.flatnonzero(ranker.candidate_mask(ctx)[0])
+    order = [int(kept[i]) for i in _stable_desc(score[kept])][:g["top_k"]]
+    assert order == g["order"]
+    np.testing.assert_allclose(score[order], g["scores"], rtol=1e-12)
+
+
+def test_openmemory_hybrid_score():
+    cases = GOLDEN["openmemory"]["cases"]
+    sim = np.array([c["similarity"] for c in cases])
+    ctx = ArrayContext(t=NOW, created_at=np.full(len(sim), NOW - 100.0),
+                       last_access=[NOW - c["days_since_seen"] for c in cases])
+    r = OpenMemoryHybrid()
+    np.testing.assert_allclose(r.recency(ctx)[0], [c["recency"] for c in cases], rtol=1e-12,
+                               atol=1e-15)
+    np.testing.assert_allclose(r.combine(sim[None, :], None, ctx)[0], [c["score"] for c in cases],
+                               rtol=1e-12)
+
+
+def test_autogen_drops_the_middle_of_the_history():
+    for case in GOLDEN["autogen"]["cases"]:
+        tok = np.array(case["tokens"])[::-1]  # candidates come newest first
+        n = len(tok)
+        c = n + 2  # two empty candidate slots after the valid ones
+        tokens = np.zeros((1, c), np.int64)
+        tokens[0, :n] = tok
+        valid = np.arange(c)[None, :] < n
+        packed = DropMiddle().pack(np.zeros((1, c)), tokens, valid,
+                                   np.array([case["token_limit"]]))[0]
+        assert sorted(n - 1 - np.flatnonzero(packed)) == case["kept"], case
+
+
+def test_agent_framework_default_is_exp_minus_003_per_day():
+    ctx = ArrayContext(t=NOW, created_at=[NOW, NOW - 10, NOW - 242])
+    rec = ExpRate(rate_per_day=0.03).recency(ctx.age("created"), ctx)[0]
+    np.testing.assert_allclose(rec, np.exp(-0.03 * np.array([0, 10, 242])), rtol=1e-12)
+    assert ExpRate().half_life() == pytest.approx(math.log(2) / 0.03)
+
+
+def test_ttl_refreshed_on_read_evicts_by_last_use():
+    # created 40 days ago: read 5 days ago (kept), read 31 days ago (gone), never read (gone)
+    ctx = ArrayContext(t=NOW, created_at=[NOW - 40] * 3, last_access=[NOW - 5, NOW - 31, np.nan])
+    assert TimeToLive(ttl_days=30).evict(ctx).tolist() == [False, True, True]
+    # without refresh on read only the write counts: all three are 40 days old
+    assert TimeToLive(ttl_days=30, clock="updated").evict(ctx).tolist() == [True] * 3
+
+
+def test_unused_cleanup_deletes_never_accessed_notes_whatever_their_age():
+    ctx = ArrayContext(t=NOW, created_at=[NOW - 1, NOW - 40, NOW - 40],
+                       last_access=[np.nan, NOW - 2, NOW - 35])
+    assert UnusedCleanup(threshold_days=30).evict(ctx).tolist() == [True, False, True]
+    # nothing tracked yet: the cleanup is skipped
+    fresh = ArrayContext(t=NOW, created_at=[NOW - 1, NOW - 400])
+    assert not UnusedCleanup(threshold_days=30).evict(fresh).any()
+
+
+def test_memoryos_gate_and_lfu_eviction():
+    ctx = ArrayContext(t=NOW, created_at=[NOW - 10, NOW - 5, NOW - 20],
+                       recalls=[0, 0, 3])
+    gctx = ArrayContext(t=NOW, created_at=[NOW] * 3, similarity=[[0.05, 0.1, 0.7]])
+    assert SimilarityGate(threshold=0.1).candidate_mask(gctx)[0].tolist() == [False, True, True]
+    pol = resolve_policy({"preset": "memoryos-mid-term", "retention": {"max_notes": 2}}, "m")
+    # the least used goes; between the two never used, the first inserted (evict_lfu's min)
+    assert pol.retention.evict(ctx).tolist() == [True, False, False]
+
+
+# --------------------------------------------------------------------------
+# the unstamped mode changes what is returned (memsim alone)
+# --------------------------------------------------------------------------
+
+_WORKLOAD = {"horizon_days": 20, "backfill_days": 3, "notes_per_day": 8, "queries_per_day": 5}
+
+
+def _stream(seed: int):
+    return load_check_config({"engine_check": {"seed": seed}, "workload": dict(_WORKLOAD)},
+                             ("engine_check",), {"k", "mode"})[1]
+
+
+def _top(stream, preset):
+    pol = with_timing(resolve_policy({"preset": preset}, preset), "per-query")
+    res = simulate(stream, [Arm(preset, pol)], SimSettings(feedback_mode="per-query",
+                   save_rankings=True), np.random.SeedSequence(0))
+    r = res.rankings
+    return r.loc[r["rank"] == 1].set_index("query_id")["note_id"]
+
+
+def test_unstamped_mode_returns_other_notes_than_stamped():
+    stream = _stream(3)
+    now, stamped = _top(stream, "llamaindex-time-weighted"), _top(stream, "llamaindex-time-weighted-stamped")
+    both = now.index.intersection(stamped.index)
+    assert len(both) > 20
+    assert (now[both] != stamped[both]).any()
+
+
+# --------------------------------------------------------------------------
+# engine-checks against the installed frameworks
+# --------------------------------------------------------------------------
+
+_PACKAGES = {"llamaindex": "llama_index", "crewai": "crewai", "redis": "agent_memory_server",
+             "mem0": "mem0", "openmemory": "openmemory"}
+
+
+def _need(engine: str) -> None:
+    top = _PACKAGES[engine]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        from memsim.framework_check import ENGINES
+
+        pytest.skip(f"{top} is not installed ({ENGINES[engine].install}; README, "
+                    "\"Framework presets\")")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11, 12])
+@pytest.mark.parametrize("engine,mode,refresh", [
+    ("llamaindex", "now", True), ("llamaindex", "created", True),
+    ("llamaindex", "now", False), ("llamaindex", "created", False),
+    ("crewai", "now", True), ("redis", "now", True), ("mem0", "now", True),
+    ("openmemory", "now", True)])
+def test_engine_check_identical_top_k(engine, mode, refresh, seed):
+    _need(engine)
+    from memsim.framework_check import framework_cross_check
+
+    res = framework_cross_check(engine, _stream(seed), mode=mode, refresh=refresh)
+    assert res.summary["n_queries"] > 50
+    assert res.summary["identical_share"] == 1.0, res.per_query.loc[~res.per_query["identical"]]
+
+
+@pytest.mark.slow
+def test_engine_check_tells_the_llamaindex_modes_apart():
+    _need("llamaindex")
+    from memsim import framework_check as fc
+
+    stream = fc._prepare(_stream(11))
+    (ids, _), _ = fc._llamaindex(stream, 1, "now", 2)
+    mem_ids, _, _ = fc._replay_memsim(stream, fc.framework_policy("llamaindex", mode="created"), 1)
+    assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
+    # and the refresh: the real code without it against the preset with it
+    (ids, _), _ = fc._llamaindex(stream, 1, "now", 2, refresh=False)
+    mem_ids, _, _ = fc._replay_memsim(stream, fc.framework_policy("llamaindex", mode="now"), 1)
+    assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
+
+
+def test_engine_check_refuses_a_bad_feedback_mode():
+    from memsim.errors import ConfigError
+    from memsim.framework_check import framework_cross_check
+
+    with pytest.raises(ConfigError, match="feedback_mode"):
+        framework_cross_check("mem0", _stream(3), feedback_mode="daily")
+
+
+def test_engine_check_bad_key_is_one_line(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[engine_check]\nseed = 1\nbogus = 2\n")
+    out = subprocess.run([sys.executable, "-m", "memsim.cli", "engine-check", "mem0", str(cfg)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.startswith("memsim: error: ") and "engine_check.bogus" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+# --------------------------------------------------------------------------
+# the catalogue
+# --------------------------------------------------------------------------
+
+
+def test_catalogue_lists_every_preset_with_a_source():
+    from memsim.policies import PRESETS
+
+    from memsim.policies.catalogue import SOURCES
+
+    rows = catalogue_rows()
+    assert [r["preset"] for r in rows] == list(PRESETS)
+    assert set(SOURCES) <= set(PRESETS)  # no entry for a preset that is gone
+    framework = ["llamaindex-time-weighted", "llamaindex-time-weighted-stamped", "crewai-memory",
+                 "redis-agent-memory", "mem0-oss", "openmemory", "memoryos-mid-term",
+                 "langgraph-store-ttl", "cognee-cleanup", "agent-framework-default",
+                 "autogen-token-limited"]
+    assert all(name in SOURCES for name in framework)
+    by = {r["preset"]: r for r in rows}
+    assert "9.03 min" in by["llamaindex-time-weighted"]["half_life"]
+    assert by["langchain-time-weighted"]["half_life"].startswith("2.87 d")
+    assert by["agent-framework-default"]["half_life"].startswith("23.1 d")
+    assert by["memorybank"]["evicts"].startswith("memorybank")
+    assert by["crewai-memory"]["engine_check"] == "crewai"
+
+
+def test_readme_table_is_the_command_output():
+    out = subprocess.run([sys.executable, "-m", "memsim.cli", "policies", "--markdown"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == catalogue_markdown()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("<!-- preset-catalogue:start -->") + len("<!-- preset-catalogue:start -->")
+    end = readme.index("<!-- preset-catalogue:end -->")
+    assert readme[start:end].strip() == out

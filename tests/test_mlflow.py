@@ -1,0 +1,146 @@
+"""MLflow export of runs and sweeps (memsim.tracking), against a local file
+store in tmp_path. Skips without the ``[mlflow]`` extra."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memsim.cli import main
+from memsim.config import dumps_toml
+from memsim.errors import ConfigError
+from memsim.tracking import flatten_config
+
+HL = "policies.p.decay.half_life_days"
+
+
+def _experiment(path: Path, sweep: bool = False) -> Path:
+    t = {
+        "experiment": {"name": "tracked", "seed": 3, "replicates": 1, "budget_tokens": 600,
+                       "tick_days": 10.0},
+        "workload": {"horizon_days": 30, "backfill_days": 30, "notes_per_day": 4.0,
+                     "queries_per_day": 2.0, "n_topics": 8},
+        "policies": {"p": {"ranker": "product",
+                           "decay": {"kind": "half-life", "half_life_days": 30.0},
+                           "packer": "skip-fill"},
+                     "similarity-only": {"preset": "similarity-only"}},
+    }
+    if sweep:
+        t["sweep"] = {"trials": 3, "seed": 1, "sampler": "random",
+                      "objectives": [{"metric": "utility", "direction": "maximize",
+                                      "policy": "p"}],
+                      "params": {HL: {"type": "float", "low": 5.0, "high": 300.0, "log": True}}}
+    path.write_text(dumps_toml(t), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow", reason="the [mlflow] extra (mlflow-skinny) is not installed")
+    # MLflow 3 keeps its folder store behind this switch
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # nothing lands in the working folder
+    return (tmp_path / "mlruns").as_uri()
+
+
+def _runs(uri: str, name: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(name)
+    assert exp is not None, f"no MLflow experiment {name!r}"
+    return client, client.search_runs([exp.experiment_id])
+
+
+def test_flatten_config_gives_dotted_keys():
+    flat = flatten_config({"experiment": {"seed": 3, "name": "x"},
+                           "policies": {"p": {"decay": {"half_life_days": 30.0}}},
+                           "experiment2": {"budgets": [100, 200]}})
+    assert flat == {"experiment.seed": "3", "experiment.name": '"x"',
+                    "policies.p.decay.half_life_days": "30.0",
+                    "experiment2.budgets": "[100, 200]"}
+
+
+def test_run_is_off_by_default_and_exported_with_the_flag(tmp_path, store, capsys,
+                                                          monkeypatch):
+    exp = _experiment(tmp_path / "e.toml")
+    assert main(["run", str(exp), "--out", str(tmp_path / "plain"), "--quiet"]) == 0
+    assert not (tmp_path / "mlruns").exists()  # off by default
+    capsys.readouterr()
+    assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--quiet",
+                 "--mlflow", store]) == 0
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    client, runs = _runs(store, "tracked")
+    assert len(runs) == 1
+    r = runs[0]
+    assert r.info.run_name == run_dir.name
+    assert r.data.params["experiment.seed"] == "3"
+    assert r.data.params[HL] == "30.0"
+    summary = pd.read_csv(run_dir / "summary.csv")
+    want = summary[(summary["metric"] == "utility") & (summary["policy"] == "p")]["mean"].iloc[0]
+    assert r.data.metrics["utility/p"] == pytest.approx(want)
+    assert "utility/similarity-only" in r.data.metrics
+    assert r.data.tags["memsim.status"] == "completed"
+    arts = {a.path for a in client.list_artifacts(r.info.run_id)}
+    assert {"report.html", "config.toml", "summary.csv", "manifest.json"} <= arts
+    # a store MLflow refuses: one line naming the URI, no traceback
+    from memsim import tracking
+    from memsim.errors import MemsimError
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    with pytest.raises(MemsimError, match=r"--mlflow: cannot open the MLflow experiment "
+                                          r"'tracked' at file:"):
+        tracking.log_run(run_dir, tracking_uri=(tmp_path / "other").as_uri())
+
+
+def test_sweep_logs_a_parent_run_and_one_run_per_trial(tmp_path, store, capsys):
+    exp = _experiment(tmp_path / "s.toml", sweep=True)
+    assert main(["sweep", str(exp), "--out", str(tmp_path / "out"), "--quiet", "--no-report",
+                 "--mlflow", store]) == 0
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    client, runs = _runs(store, "tracked")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 1 and parents[0].info.run_name == run_dir.name
+    assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {parents[0].info.run_id}
+    table = pd.read_csv(run_dir / "sweep" / "trials.csv")
+    done = table[table["state"] == "COMPLETE"]
+    assert len(trials) == len(table) >= 3
+    # each trial's parameter and value, as the study has them
+    got = {int(r.data.tags["number"]): (float(r.data.params[HL]), r.data.metrics["utility_p"])
+           for r in trials}
+    assert len(done) >= 3
+    for number, value, hl in zip(done["number"], done["values_utility@p"], done[HL]):
+        assert math.isclose(got[int(number)][0], float(hl))
+        assert got[int(number)][1] == pytest.approx(value)
+    # the user attributes (per-replicate values) as tags, with MLflow-valid names
+    assert all("utility_p_rep0" in r.data.tags for r in trials)
+    best = parents[0].data.metrics
+    assert best["best/utility_p"] == pytest.approx(max(v for _, v in got.values()))
+    arts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"config.toml", "manifest.json", "sweep"} <= arts
+
+
+def test_missing_mlflow_is_one_line_before_the_run(tmp_path, monkeypatch, capsys):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_mlflow(name, *args, **kwargs):
+        if name == "mlflow" or name.startswith("mlflow."):
+            raise ImportError("no mlflow")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mlflow)
+    exp = _experiment(tmp_path / "e.toml")
+    assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--mlflow"]) == 2
+    assert "pip install -e \".[mlflow]\"" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before running
+    from memsim import tracking
+
+    with pytest.raises(ConfigError, match=r"\[mlflow\]"):
+        tracking.log_run(tmp_path)

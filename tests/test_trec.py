@@ -1,0 +1,171 @@
+"""Rankings and qrels out to the IR tools (RunResult.to_trec_run / to_trec_qrels /
+to_ranx): ir-measures, reading the exported files, computes the same nDCG@10
+and MRR as memsim's own ``ndcg@10`` and ``mrr`` columns.
+
+Both measure the candidate ranking (top-C in score order), linear gains with
+a log2(rank + 1) discount, and an ideal over the notes relevant to the query
+and existing when it is asked; MRR is 1 / rank of the first such note.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import memsim
+from memsim.runner import load_stream_for
+from memsim.stream import write_stream
+
+POLICIES = ("similarity-only", "hivemind", "recency-only")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "trec", "replicates": 1, "seed": 3, "save_rankings": True,
+                       "candidates": 40},
+        "workload": {"horizon_days": 20, "backfill_days": 20},
+        "policies": {p: {"preset": p} for p in POLICIES}})
+    out = tmp_path_factory.mktemp("runs")
+    return memsim.run_experiment(exp, out=out, report=False)
+
+
+def _by_query(results, measure) -> pd.Series:
+    return pd.Series({int(r.query_id): r.value for r in results if str(r.measure) == measure},
+                     dtype=float).sort_index()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_ir_measures_computes_memsim_ndcg_and_mrr(run, policy, tmp_path):
+    ir_measures = pytest.importorskip("ir_measures")
+    # gains are 1 and 0.5 (and negative ones): grades 2 and 1, the same nDCG
+    qrels = run.to_trec_qrels(tmp_path / "qrels.txt", gain_scale=2)
+    ranked = run.to_trec_run(tmp_path / "run.txt", policy=policy)
+    measures = [ir_measures.parse_measure("nDCG@10"), ir_measures.parse_measure("RR")]
+    got = list(ir_measures.iter_calc(measures, ir_measures.read_trec_qrels(str(qrels)),
+                                     ir_measures.read_trec_run(str(ranked))))
+    q = run.queries[run.queries["policy"] == policy].set_index("query_id").sort_index()
+    has_rel = q[q["n_relevant"] > 0]
+    assert len(has_rel) > 300
+    for measure, column in (("nDCG@10", "ndcg@10"), ("RR", "mrr")):
+        theirs = _by_query(got, measure)
+        # the same queries: those with a relevant note (memsim's others are NaN)
+        assert theirs.index.tolist() == has_rel.index.tolist()
+        ours = has_rel[column]
+        assert np.allclose(theirs.to_numpy(), ours.to_numpy(), rtol=0, atol=1e-12), column
+        assert 0 < ours.mean() < 1                       # not trivially all hits
+    # ordering by the policy's own scores gives the same files' measures when
+    # the scores do not tie
+    ranked2 = run.to_trec_run(tmp_path / "run2.txt", policy=policy, scores="policy")
+    got2 = list(ir_measures.iter_calc(measures, ir_measures.read_trec_qrels(str(qrels)),
+                                      ir_measures.read_trec_run(str(ranked2))))
+    r = run.rankings[run.rankings["policy"] == policy]
+    if not r.duplicated(["query_id", "score"]).any():
+        assert np.allclose(_by_query(got2, "nDCG@10"), _by_query(got, "nDCG@10"))
+
+
+def test_qrels_hold_only_what_exists_when_asked(run, tmp_path):
+    stream = load_stream_for(run.experiment, 0)
+    path = run.to_trec_qrels(tmp_path / "q.txt", gain_scale=2)
+    rows = [line.split() for line in path.read_text().splitlines()]
+    assert all(len(r) == 4 and r[1] == "0" and r[3] in ("1", "2") for r in rows)
+    qr = stream.qrels.merge(stream.queries[["query_id", "t"]], on="query_id") \
+        .merge(stream.notes[["note_id", "created_at"]], on="note_id")
+    want = qr[(qr["gain"] > 0) & (qr["created_at"] <= qr["t"])]
+    assert len(rows) == len(want) < (stream.qrels["gain"] > 0).sum() + 1
+    assert (stream.qrels["gain"] < 0).any()                # negative gains left out
+    # a run read back from its folder needs the stream: the same file from it
+    folder = tmp_path / "stream"
+    write_stream(stream, folder)
+    back = memsim.load_run(run.path)
+    with pytest.raises(ValueError, match="give the stream"):
+        back.to_trec_qrels(tmp_path / "x.txt")
+    again = back.to_trec_qrels(tmp_path / "q2.txt", folder, gain_scale=2)
+    assert again.read_bytes() == path.read_bytes()
+    with pytest.raises(ValueError, match="gain_scale"):
+        run.to_trec_qrels(tmp_path / "q3.txt")             # 0.5 is not a TREC grade
+
+
+def test_trec_run_file_is_memsim_order(run, tmp_path):
+    path = run.to_trec_run(tmp_path / "r.txt", policy="hivemind", tag="my run")
+    frame = pd.read_csv(path, sep=" ", header=None,
+                        names=["qid", "q0", "docno", "rank", "score", "tag"])
+    assert (frame["q0"] == "Q0").all() and (frame["tag"] == "my_run").all()
+    want = run.rankings[run.rankings["policy"] == "hivemind"].sort_values(["query_id", "rank"])
+    assert frame["qid"].tolist() == want["query_id"].tolist()
+    assert frame["docno"].tolist() == want["note_id"].tolist()
+    # scores strictly decrease within each query: no tool can reorder them
+    assert (frame.groupby("qid")["score"].diff().dropna() < 0).all()
+    with pytest.raises(ValueError, match=r"3 values of policy .*give policy="):
+        run.to_trec_run(tmp_path / "x.txt")
+    with pytest.raises(ValueError, match="policy 'nope' is not in the run"):
+        run.to_trec_run(tmp_path / "x.txt", policy="nope")
+    with pytest.raises(ValueError, match="save_rankings = true"):
+        memsim.RunResult(queries=run.queries).to_trec_run(tmp_path / "x.txt")
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_a_note_added_after_its_query_is_not_in_its_qrels(run, tmp_path):
+    """memsim's R+ holds only notes existing when the query is asked; the
+    exported qrels do too, so ir-measures still agrees when a trace's ``used``
+    events name notes added later."""
+    ir_measures = pytest.importorskip("ir_measures")
+    from memsim.stream import make_stream
+
+    s = load_stream_for(run.experiment, 0)
+    q = s.queries.sort_values("t").iloc[: len(s.queries) // 2]
+    late = s.notes.sort_values("created_at").iloc[-1]
+    assert (q["t"] < late["created_at"]).all()
+    extra = pd.DataFrame({"query_id": q["query_id"].to_numpy(), "note_id": late["note_id"],
+                          "gain": 1.0})
+    extra = extra.merge(s.qrels[["query_id", "note_id"]], how="left", indicator=True)
+    extra = extra[extra["_merge"] == "left_only"].drop(columns="_merge")
+    s2 = make_stream(s.notes, s.queries, pd.concat([s.qrels, extra], ignore_index=True),
+                     s.accesses, s.note_embeddings, s.query_embeddings, dict(s.meta))
+    write_stream(s2, tmp_path / "s2")
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "late", "replicates": 1, "seed": 3, "save_rankings": True,
+                       "candidates": 40},
+        "workload": {"source": str(tmp_path / "s2")},
+        "policies": {"similarity-only": {"preset": "similarity-only"}}})
+    res = memsim.run_experiment(exp, out=None)
+    qrels = res.to_trec_qrels(tmp_path / "q.txt", gain_scale=2)
+    assert len(qrels.read_text().splitlines()) == len(
+        run.to_trec_qrels(tmp_path / "q0.txt", gain_scale=2).read_text().splitlines())
+    got = list(ir_measures.iter_calc([ir_measures.parse_measure("nDCG@10")],
+                                     ir_measures.read_trec_qrels(str(qrels)),
+                                     ir_measures.read_trec_run(str(res.to_trec_run(
+                                         tmp_path / "r.txt")))))
+    mine = res.queries.set_index("query_id").sort_index()
+    mine = mine.loc[mine["n_relevant"] > 0, "ndcg@10"]
+    assert np.allclose(_by_query(got, "nDCG@10").to_numpy(), mine.to_numpy(), atol=1e-12)
+
+
+@pytest.mark.slow  # ranx compiles its measures with numba on first use (minutes)
+def test_to_ranx_gives_the_same_means(run):
+    ranx = pytest.importorskip("ranx")
+    qrels, ranked = run.to_ranx(policy="similarity-only", gain_scale=2)
+    assert isinstance(qrels, ranx.Qrels) and isinstance(ranked, ranx.Run)
+    scores = ranx.evaluate(qrels, ranked, ["ndcg@10", "mrr"])
+    q = run.queries[(run.queries["policy"] == "similarity-only") & (run.queries["n_relevant"] > 0)]
+    assert scores["ndcg@10"] == pytest.approx(q["ndcg@10"].mean(), abs=1e-9)
+    assert scores["mrr"] == pytest.approx(q["mrr"].mean(), abs=1e-9)
+
+
+def test_exported_rankings_come_back_in_through_a_trace(run, tmp_path):
+    """TREC qrels written by memsim are read by the trace importer (ids as logged)."""
+    from memsim.importers.trace import import_trace, write_trace
+
+    stream = load_stream_for(run.experiment, 0)
+    write_trace(stream, tmp_path / "t.jsonl", embeddings=True, relevance="used")
+    path = run.to_trec_qrels(tmp_path / "q.txt", gain_scale=2)
+    back = import_trace(tmp_path / "t.jsonl", qrels=path)
+    assert back.meta["qrels_from"] == "judgement"
+    got = back.qrels.sort_values(["query_id", "note_id"]).reset_index(drop=True)
+    want = run.trec_qrels_frame(gain_scale=2)
+    assert got["gain"].to_numpy().tolist() == want.sort_values(
+        ["qid", "docno"], key=lambda c: c.astype(int))["grade"].astype(float).tolist()
+    assert Path(path).exists()
