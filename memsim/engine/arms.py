@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsim.metrics import RelevanceIndex, query_metrics
+from memsim.metrics import (HIDDEN_REASONS, RelevanceIndex, hidden_counts, query_metrics,
+                            stale_reinforced)
+from .context import BatchContext, cell_similarity
+from .uses import _used_candidates
 
 if TYPE_CHECKING:
     from .batch import Batch
@@ -33,6 +36,8 @@ class _ArmJob:
     accelerators: tuple[str, ...] = ()
     #: queries the ``"walk"`` accelerator corrects at once, to start with
     walk_window: int = 64
+    #: the oracle's packed set (:func:`memsim.metrics.oracle_packing` keys)
+    oracle_keys: np.ndarray | None = None
 
     @property
     def c(self) -> int:
@@ -82,14 +87,19 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
                      "tokens": batch.notes.tokens[cand_rows], "gains": gains,
                      "values": gains if policy.ranker.needs_truth else vals,
                      "budget": job.budget[rows]})
+        if getattr(policy.packer, "needs_similarity", False):
+            cand[-1]["similarity"] = _candidate_similarity(job, batch, pos, rows)
         groups.setdefault((repr(policy.packer), repr(policy.orderer), pos.shape[1]), []).append(i)
     out: list[_Packed] = [None] * len(items)  # type: ignore[list-item]
     for members in groups.values():
         policy = items[members[0]][0].arm.policy
-        got = _rows_of_all([cand[i] for i in members], ("cand_ok", "tokens", "values", "budget"))
+        sim = getattr(policy.packer, "needs_similarity", False)
+        got = _rows_of_all([cand[i] for i in members], ("cand_ok", "tokens", "values", "budget")
+                           + (("similarity",) if sim else ()))
         ok, values = got["cand_ok"], got["values"]
+        extra = {"similarity": np.where(ok, got["similarity"], 0.0)} if sim else {}
         packed = np.asarray(policy.packer.pack(np.where(ok, values, 0.0), got["tokens"], ok,
-                                               got["budget"]), dtype=bool)
+                                               got["budget"], **extra), dtype=bool)
         packed &= ok
         position = policy.orderer.order(np.where(ok, values, -np.inf), packed)
         for i, sl in zip(members, _row_blocks([cand[i]["cand_ok"] for i in members])):
@@ -99,6 +109,17 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
             out[i] = _Packed(items[i][2], items[i][3], c["cand_ok"], c["cand_rows"], c["tokens"],
                              c["gains"], packed[sl], position[sl])
     return out
+
+
+def _candidate_similarity(job: _ArmJob, batch: Batch, pos: np.ndarray,
+                          rows: slice | np.ndarray) -> np.ndarray:
+    """The retriever's similarity (Q', C) of the candidates ``pos`` of the
+    queries ``rows``, for a packer that cuts on similarity
+    (``Packer.needs_similarity``): the batch's shared similarity matrix, the
+    same floats the scores were computed from."""
+    sim = BatchContext(batch, job.st, job.rng).similarity(job.arm.policy.retriever)[rows]
+    return np.take_along_axis(np.asarray(sim, dtype=np.float64),
+                              np.clip(pos, 0, sim.shape[1] - 1), axis=1)
 
 
 def _rows_of_all(parts: list[dict], names) -> dict[str, np.ndarray]:
@@ -149,6 +170,7 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
     out = []
     for (job, batch, pk), m in zip(items, metrics):
         m["actor_code"] = batch.actors
+        hidden = _reinforced_and_hidden(job, batch, pk, m)
         one: dict[str, Any] = {"metrics": m}
         if job.settings.save_rankings:
             q, cc = pk.pos.shape
@@ -161,8 +183,54 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
                 "packed": pk.packed.ravel()[keep],
                 "position": pk.position.ravel()[keep],
             }
+            _hidden_rankings(one["rankings"], job, batch, pk, keep, hidden,
+                             rows=job.settings.save_rankings == "hidden")
         out.append(one)
     return out
+
+
+def _reinforced_and_hidden(job: _ArmJob, batch: Batch, pk: _Packed, m: dict) -> tuple:
+    """Add ``stale_reinforced``, ``oracle_notes`` and the ``hidden_*``
+    columns (:mod:`memsim.metrics`) to the metrics ``m`` of one arm's packed
+    batch; return the hidden notes ``(q, note row, reason)``."""
+    policy, st = job.arm.policy, job.st
+    m["stale_reinforced"] = stale_reinforced(_used_candidates(policy.feedback, pk), pk.gains)
+    keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
+    counts, hidden = hidden_counts(
+        qrows=batch.qrows, t=batch.t, cand_rows=pk.cand_rows, cand_ok=pk.cand_ok,
+        packed=pk.packed, relevance=job.relevance, oracle_keys=keys,
+        invalid=~np.isnan(st.invalid_at), evicted=st.evicted,
+        expires_at=batch.notes.expires_at, similarity=cell_similarity(policy, batch))
+    m.update(counts)
+    return hidden
+
+
+def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.ndarray,
+                     hidden: tuple, rows: bool) -> None:
+    """Add the rankings' ``oracle`` and ``hidden`` columns and, with
+    ``rows``, a row (rank -1, score NaN) for each note the oracle packed
+    that is not among the policy's top C, with the reason it is hidden."""
+    q, cc = pk.pos.shape
+    n = max(job.relevance.n_notes, 1)
+    keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
+    qrow = np.repeat(batch.qrows, cc)[keep].astype(np.int64)
+    oracle = np.isin(qrow * n + pk.cand_rows.ravel()[keep], keys, kind="sort")
+    r["oracle"] = oracle
+    r["hidden"] = np.where(oracle & ~r["packed"], "budget", "").astype(object)
+    if not rows:
+        return
+    hq, hrow, reason = hidden
+    out = reason != HIDDEN_REASONS.index("budget")
+    hq, hrow, reason = hq[out], hrow[out], reason[out]
+    k = len(hq)
+    extra = {"query_id": job.relevance.query_ids[batch.qrows[hq]],
+             "rank": np.full(k, -1, dtype=r["rank"].dtype),
+             "note_id": batch.notes.note_id[hrow], "score": np.full(k, np.nan),
+             "packed": np.zeros(k, dtype=bool), "position": np.full(k, -1, r["position"].dtype),
+             "oracle": np.ones(k, dtype=bool),
+             "hidden": np.asarray(HIDDEN_REASONS, dtype=object)[reason]}
+    for col, v in extra.items():
+        r[col] = np.concatenate([r[col], v])
 
 
 def _stacked(parts: list[_Packed]) -> _Packed:

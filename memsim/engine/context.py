@@ -10,6 +10,7 @@ import numpy as np
 from memsim.planted import PlantedModel
 from memsim.policies import ArrayContext
 from memsim.policies.context import AGE_CLOCKS
+from .state import superseded
 
 if TYPE_CHECKING:
     from .batch import Batch
@@ -49,6 +50,10 @@ class _NoteColumns:
     @property
     def recalls(self) -> np.ndarray:
         return self.state.recalls[self.idx]
+
+    @property
+    def superseded_at(self) -> np.ndarray:
+        return superseded(self.notes)[self.idx]
 
     @property
     def tier(self) -> np.ndarray:
@@ -436,6 +441,65 @@ class _GatheredContext(_NoteColumns):
         return self.full.query_actor[self.rows]
 
 
+class RowsContext:
+    """K queries against the notes of K rows of W columns each, laid out as
+    one (K, K * W) context (query i's notes are columns i * W ... i * W + W
+    - 1): what a retriever computes its similarity from (products and
+    norms), and an :class:`ArrayContext` for anything else, built then."""
+
+    def __init__(self, batch: Batch, q: np.ndarray, rows: np.ndarray):
+        self.batch, self.q, self.cols = batch, q, rows.reshape(-1)
+        self.t = batch.t[q]
+        self.idx = self.cols
+        self.live = None
+
+    @cached_property
+    def dots(self) -> np.ndarray:
+        return self.query_vectors @ self.note_vectors.T
+
+    @cached_property
+    def qnorm2(self) -> np.ndarray:
+        return self.batch.qnorm2[self.q]
+
+    @cached_property
+    def nnorm2(self) -> np.ndarray:
+        return self.batch.notes.norm2[self.cols]
+
+    @cached_property
+    def note_vectors(self) -> np.ndarray:
+        return self.batch.notes.emb[self.cols]
+
+    @cached_property
+    def query_vectors(self) -> np.ndarray:
+        return self.batch.qemb[self.q]
+
+    @cached_property
+    def _full(self) -> ArrayContext:
+        return ArrayContext(t=self.t, created_at=self.batch.notes.created_at[self.cols],
+                            note_emb=self.note_vectors, query_emb=self.query_vectors)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._full, name)
+
+
+def cell_similarity(policy, batch: Batch):
+    """``similarity(q, rows)``: the policy's retriever's similarity of the
+    batch's queries ``q`` (K,) to the note rows ``rows`` (K, W), any notes
+    (not only the batch's columns): computed on :class:`RowsContext`."""
+    def block(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        k, w = rows.shape
+        sim = np.asarray(policy.retriever.similarity(RowsContext(batch, q, rows)),
+                         dtype=np.float64)
+        return sim.reshape(k, k, w)[np.arange(k), np.arange(k)]
+
+    def similarity(q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        # blocks of at most 128 rows: the context is (K, K * W)
+        return np.concatenate([block(q[i:i + 128], rows[i:i + 128])
+                               for i in range(0, len(q), 128)]) if len(q) else \
+            np.zeros(rows.shape)
+    return similarity
+
+
 def sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float,
                    rng: np.random.Generator) -> ArrayContext:
     """The notes ``idx`` of one arm at a sweep time ``t``: one pseudo-query,
@@ -446,7 +510,7 @@ def sweep_context(notes: NoteArrays, st: PolicyState, idx: np.ndarray, t: float,
         recalls=st.recalls[idx], tier=st.tier[idx], memory_type=notes.memory_type[idx],
         importance=notes.importance[idx], salience=notes.salience[idx],
         pinned=notes.pinned[idx], distinct_actors=st.distinct_actors(idx),
-        tokens=notes.tokens[idx], rng=rng,
+        tokens=notes.tokens[idx], rng=rng, superseded_at=superseded(notes)[idx],
     )
 
 

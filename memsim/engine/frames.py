@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from memsim.metrics import gini
+from memsim.metrics import gini, superseded_use_curve
 from memsim.policies.context import TIER_CODES
 from .settings import resolve_budget
+from .state import superseded
 
 if TYPE_CHECKING:
     from .inputs import _Inputs
     from .settings import Arm, SimSettings
+    from .state import NoteArrays, PolicyState
 
 
 @dataclass
@@ -74,7 +76,8 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         qframe["category"] = (pd.Series(inp.qcategory, index=inp.relevance.query_ids)
                               .reindex(qframe["query_id"].to_numpy()).to_numpy(dtype=object))
 
-    store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens"])
+    store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens",
+                                             "store_invalid", "store_stale"])
     store.insert(0, "policy", [arms[i].policy_name for i in store["arm"]])
     store.insert(1, "budget", [resolve_budget(arms[i], settings, per_query=pq)
                                for i in store["arm"]])
@@ -89,8 +92,19 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         "recall_gini": gini(st.recalls[exist]),
         "evicted_notes": int(st.evicted.sum()),
         "promoted_notes": int(((st.tier == longterm) & (notes.tier0 != longterm)).sum()),
+        **_supersession_measures(notes, st, t_end),
     } for arm, st in zip(arms, states)]
     rankings = _arms_frame(arms, got.rankings, settings, pq) if settings.save_rankings else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings,
                      accelerated=[dict(st.accelerated) for st in states],
                      work=[dict(st.work) for st in states])
+
+
+def _supersession_measures(notes: NoteArrays, st: PolicyState, t_end: float) -> dict:
+    """``arms.csv``'s invalidation audit and superseded-use curve of one arm
+    (:mod:`memsim.metrics`, "Superseded notes")."""
+    sup = superseded(notes)
+    inv = ~np.isnan(st.invalid_at)
+    return {"invalidated_notes": int(inv.sum()),
+            "invalidated_superseded": int((inv & (sup <= st.invalid_at)).sum()),
+            **superseded_use_curve(sup, notes.created_at, st.last_access, float(t_end))}

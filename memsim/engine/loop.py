@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from memsim.metrics import oracle_values
+from memsim.metrics import oracle_packing
 from memsim.rng import child
 from memsim.stream import Stream
 from .arms import _ArmJob, _outputs_all
@@ -35,7 +35,7 @@ from .frames import _Collected, _result
 from .inputs import _inputs
 from .scoring import _answer_all
 from .settings import ACCELERATORS, check_accelerators, feedback_timing, resolve_budget
-from .state import PolicyState
+from .state import PolicyState, superseded
 from .walk import _walk_arm
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
     next_sweep = -np.inf
     last_store_day = None
     acc_done = np.zeros(len(arms), dtype=np.int64)  # organic uses applied, per arm
-    oracle_cache: dict[bytes, np.ndarray] = {}
+    oracle_cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
     for bi, (rows, t0) in enumerate(batches):
         t = inp.qt[rows]
@@ -146,9 +146,10 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
             key = budget.tobytes() + rows.tobytes()
             if key not in oracle_cache:  # arms at the same budgets share the oracle
                 oracle_cache.clear()
-                oracle_cache[key] = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
+                oracle_cache[key] = oracle_packing(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader,
-                          oracle_cache[key], inp.relevance, accelerators, walk_window)
+                          oracle_cache[key][0], inp.relevance, accelerators, walk_window,
+                          oracle_keys=oracle_cache[key][1])
             if per_query[ai]:
                 out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))
                 outs[ai] = out
@@ -191,12 +192,15 @@ def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: flo
 
 
 def _store_rows(notes: NoteArrays, states, t: float) -> list[tuple]:
-    """(arm, t, live notes, live tokens) of every arm at time ``t``."""
+    """(arm, t, live notes, live tokens, invalidated notes kept for audit,
+    live notes already superseded) of every arm at time ``t``."""
     live = (notes.created_at <= t) & (notes.expires_at > t)
+    stale = live & (superseded(notes) <= t)
     out = []
     for ai, st in enumerate(states):
         keep = live & ~st.evicted
-        out.append((ai, float(t), int(keep.sum()), int(notes.tokens[keep].sum())))
+        out.append((ai, float(t), int(keep.sum()), int(notes.tokens[keep].sum()),
+                    int((live & (st.invalid_at <= t)).sum()), int((stale & ~st.evicted).sum())))
     return out
 
 
@@ -213,6 +217,8 @@ def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
                            dtype=bool)
         st.evicted[idx[evict]] = True
         st.evicted_at[idx[evict]] = t
+        if arm.policy.retention.invalidates:
+            st.invalid_at[idx[evict]] = t
 
 
 def _run_arms(jobs: list[_ArmJob]) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from memsim.errors import ConfigError
-from memsim.metrics import oracle_values
+from memsim.metrics import oracle_packing
 from memsim.policies import ArrayContext
 from memsim.rng import child
 from memsim.stream import Stream
@@ -32,7 +32,7 @@ from .context import BatchContext
 from .frames import SimResult, _Collected, _result
 from .inputs import _inputs
 from .settings import Arm, SimSettings, feedback_timing, resolve_budget
-from .state import NoteArrays, PolicyState
+from .state import NoteArrays, PolicyState, superseded
 from .topc import top_candidates
 from .uses import _answer_uses
 
@@ -78,9 +78,9 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
         # 4. each arm: score, pack, measure; 5. its uses
         for ai, (arm, st) in enumerate(zip(arms, states)):
             budget = resolve_budget(arm, settings, inp.qbudget[rows])
-            oracle = oracle_values(inp.relevance, rows, t, budget, notes.tokens)
+            oracle, oracle_keys = oracle_packing(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader, oracle,
-                          inp.relevance)
+                          inp.relevance, oracle_keys=oracle_keys)
             if feedback_timing(arm.policy, settings) == "per-query":
                 packs = []
                 for i in range(len(t)):  # each query sees every use before it
@@ -108,7 +108,8 @@ def _organic_uses(inp, st: PolicyState, arm: Arm, done: int, t: float) -> int:
 
 
 def _sweep(arm: Arm, st: PolicyState, rng, notes: NoteArrays, t: float) -> None:
-    """The arm's retention sweep at ``t``: it evicts among the live notes."""
+    """The arm's retention sweep at ``t``: it evicts among the live notes
+    (and an invalidating retention marks them invalid too)."""
     if not arm.policy.retention.evicts:
         return
     idx = np.flatnonzero((notes.created_at <= t) & (notes.expires_at > t) & ~st.evicted)
@@ -120,17 +121,22 @@ def _sweep(arm: Arm, st: PolicyState, rng, notes: NoteArrays, t: float) -> None:
         recalls=st.recalls[idx], tier=st.tier[idx], memory_type=notes.memory_type[idx],
         importance=notes.importance[idx], salience=notes.salience[idx],
         pinned=notes.pinned[idx], distinct_actors=st.distinct_actors(idx),
-        tokens=notes.tokens[idx], rng=rng)
+        tokens=notes.tokens[idx], rng=rng, superseded_at=superseded(notes)[idx])
     evict = np.asarray(arm.policy.retention.evict(ctx), dtype=bool)
     st.evicted[idx[evict]] = True
     st.evicted_at[idx[evict]] = t
+    if arm.policy.retention.invalidates:
+        st.invalid_at[idx[evict]] = t
 
 
 def _store_rows(notes: NoteArrays, states: list[PolicyState], t: float) -> list[tuple]:
-    """(arm, t, live notes, live tokens) of every arm at ``t``."""
+    """(arm, t, live notes, live tokens, invalidated notes kept for audit,
+    live notes already superseded) of every arm at ``t``."""
     live = (notes.created_at <= t) & (notes.expires_at > t)
+    stale = live & (superseded(notes) <= t)
     return [(ai, float(t), int((live & ~st.evicted).sum()),
-             int(notes.tokens[live & ~st.evicted].sum())) for ai, st in enumerate(states)]
+             int(notes.tokens[live & ~st.evicted].sum()), int((live & (st.invalid_at <= t)).sum()),
+             int((stale & ~st.evicted).sum())) for ai, st in enumerate(states)]
 
 
 def _answer(job: _ArmJob) -> _Packed:

@@ -62,8 +62,14 @@ class SimSettings(Validated):
         presets of real systems set it themselves).
     retention_period_days : float
         Period of the retention sweeps.
-    save_rankings : bool
-        Keep every query's top-C ranking (``rankings.parquet``).
+    save_rankings : {False, True, "hidden"}
+        Keep every query's top-C ranking (``rankings.parquet``), with the
+        columns ``oracle`` (the oracle packs the note) and ``hidden`` (why an
+        oracle note was not packed: ``"budget"`` within the top C, else
+        ``""``). ``"hidden"`` also adds a row (``rank`` -1, ``score`` NaN) for
+        each note the oracle packs that is not among the top C, with its
+        reason (``"age"``, ``"cut"``, ``"evicted"``, ``"invalid"``;
+        :mod:`memsim.metrics`).
     """
 
     budget_tokens: int = 1500
@@ -79,7 +85,7 @@ class SimSettings(Validated):
         "tick_days": Interval(0, None, closed="neither"),
         "feedback_mode": Options(("per-tick", "per-query")),
         "retention_period_days": Interval(0, None, closed="neither"),
-        "save_rankings": Options((True, False)),
+        "save_rankings": Options((True, False, "hidden")),
     }
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from memsim.errors import ConfigError
+from memsim.metrics import supersession_times
 from memsim.planted import PlantedModel
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
 from memsim.stream import Stream
@@ -41,6 +42,9 @@ class NoteArrays:
     #: ``meta["config"]`` when memsim generated it), for the planted model
     note_class_text: np.ndarray | None = None
     workload_config: dict | None = None
+    #: when a newer note superseded each note (NaN = never): ground truth
+    #: for the invalidation retention and the superseded-use curve
+    superseded_at: np.ndarray | None = None
 
     @cached_property
     def planted(self) -> PlantedModel | None:
@@ -94,6 +98,7 @@ class NoteArrays:
                              if "note_class" in n else None),
             workload_config=(stream.meta.get("config")
                              if stream.meta.get("source") == "memsim.workload" else None),
+            superseded_at=supersession_times(n),
         )
 
     def take(self, rows: np.ndarray) -> NoteArrays:
@@ -103,6 +108,13 @@ class NoteArrays:
         return dataclasses.replace(self, **{
             f.name: v[rows] for f in dataclasses.fields(self)
             if isinstance(v := getattr(self, f.name), np.ndarray) and len(v) == n})
+
+
+def superseded(notes: NoteArrays) -> np.ndarray:
+    """Each note's supersession time (NaN = never; all NaN when unknown)."""
+    if notes.superseded_at is None:
+        return np.full(len(notes.note_id), np.nan)
+    return notes.superseded_at
 
 
 def text_codes(values: pd.Series, codes: dict[str, int], default: int = -1) -> np.ndarray:
@@ -134,6 +146,9 @@ class PolicyState:
         self.tier = notes.tier0.copy()
         self.evicted = np.zeros(n, dtype=bool)
         self.evicted_at = np.full(n, np.nan)
+        #: when an invalidating retention invalidated the note (NaN = never):
+        #: it is evicted too, and kept for audit
+        self.invalid_at = np.full(n, np.nan)
         self._words = max(1, (n_actors + 63) // 64)
         self.actor_bits = np.zeros((n, self._words), dtype=np.uint64)
         self._last_bump: dict[tuple[int, int], float] = {}
@@ -162,7 +177,8 @@ class PolicyState:
         cooldown) is carried over."""
         own = PolicyState.__new__(PolicyState)
         own.__dict__.update(self.__dict__)
-        for name in ("recalls", "last_access", "tier", "evicted", "evicted_at", "actor_bits"):
+        for name in ("recalls", "last_access", "tier", "evicted", "evicted_at", "invalid_at",
+                     "actor_bits"):
             setattr(own, name, getattr(self, name)[rows])
         own._last_bump = {}
         if bumps is not None:

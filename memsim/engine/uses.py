@@ -46,3 +46,12 @@ def _answer_uses(fb, batch: Batch, pk: _Packed, mask: np.ndarray | None
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     qi, ci = np.nonzero(target)
     return qi, pk.cand_rows[qi, ci]
+
+
+def _used_candidates(fb, pk: _Packed) -> np.ndarray:
+    """(Q, C) bool: the candidates the answers use (the feedback's touch;
+    ``"prefilter"``: every candidate, ``"none"``: none)."""
+    chosen = _chosen(fb, pk)
+    if chosen is not None:
+        return chosen
+    return pk.cand_ok if fb.touch == "prefilter" else np.zeros_like(pk.cand_ok)
