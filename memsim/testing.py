@@ -838,20 +838,16 @@ def _check_promises(c: _Checker, comp: Component, seed: int, contexts) -> None:
 
 
 # ---- The one place that switches the engine's accelerators ----------------
-# Today they are the module flags memsim.engine.PRUNE (pruned scoring) and
-# memsim.engine.WALK_FAST (the per-query feedback's corrected tick); once the
-# engine takes them as settings, only this function's body changes.
 def _simulate(stream, arms, settings, seed, accelerated: bool):
-    """:func:`memsim.engine.simulate` with every accelerator on, or with the
-    reference paths alone (full scoring, query-by-query feedback)."""
-    from . import engine
+    """:func:`memsim.engine.simulate` with every accelerator on
+    (:data:`memsim.engine.ACCELERATORS`), or the reference engine
+    (:func:`memsim.engine.reference.simulate`: every live note scored,
+    per-query feedback replayed query by query)."""
+    from .engine import ACCELERATORS, reference, simulate
 
-    saved = engine.PRUNE, engine.WALK_FAST
-    engine.PRUNE = engine.WALK_FAST = accelerated
-    try:
-        return engine.simulate(stream, arms, settings, seed)
-    finally:
-        engine.PRUNE, engine.WALK_FAST = saved
+    if not accelerated:
+        return reference.simulate(stream, arms, settings, seed)
+    return simulate(stream, arms, settings, seed, accelerators=ACCELERATORS)
 # ----------------------------------------------------------------------------
 
 
