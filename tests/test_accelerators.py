@@ -3,8 +3,8 @@
 :func:`memsim.engine.reference.simulate` scores every live note of every
 query and replays per-query feedback query by query: the executable
 specification. Each accelerator (``simulate(..., accelerators=...)``, one at a
-time and all together) must give the same frames bit for bit (rankings,
-scores, packing, metrics, store, arms). The components come from the
+time and all together) must give the same frames bit for bit (rankings with
+the notes the ranking hid, scores, packing, metrics, store, arms). The components come from the
 registry, so a newly registered one is covered without editing this file;
 each is put into a policy whose other slots let every accelerator run, in
 arms that also stack, prefilter and feed back per query.
@@ -55,6 +55,11 @@ def _stream(seed: int, n: int = 1500, q: int = 48, dim: int = 6):
         "pinned": rng.random(n) < 0.05,
         "expires_at": np.where(rng.random(n) < 0.1, created + rng.uniform(1, 30, n), np.nan),
         "note_class": rng.choice(list(CLASS_NAMES), n),
+        # a third of the notes superseded during the queries (the
+        # invalidation retention, the store's stale notes, the
+        # superseded-use curve)
+        "superseded_at": np.where(rng.random(n) < 1 / 3,
+                                  np.maximum(created, 0.0) + rng.uniform(0, 8, n), np.nan),
     })
     emb = rng.normal(size=(n, dim)).astype(np.float32)
     emb[1::7] = emb[::7][:len(emb[1::7])]  # exact duplicates: tied similarities
@@ -87,7 +92,8 @@ def _policy(**slots) -> Policy:
 def _arms(slot: str, name: str) -> list[Arm]:
     """The component in a policy of its own, and beside it: a policy that
     stacks with it (another decay), one with a prefilter, one whose uses
-    take effect before the next query, one whose feedback promotes."""
+    take effect before the next query, one whose feedback promotes (and a
+    packer that can cut on similarity, cutting so per tick and per query)."""
     comp = build_component(slot, name, slot)
     own = _policy(**{slot: comp})
     arms = [Arm("own", own)]
@@ -101,6 +107,14 @@ def _arms(slot: str, name: str) -> list[Arm]:
         arms.append(Arm("prefilter", dataclasses.replace(
             own, retriever=dataclasses.replace(comp, prefilter=25))))
     fb = own.feedback
+    if slot == "packer" and "cut_on" in type(comp).__dataclass_fields__:
+        # a relevance cut on similarity: the packer reads the candidates'
+        # similarity, per tick and per query
+        cut = dataclasses.replace(own, packer=dataclasses.replace(
+            comp, cut_on="similarity", min_relative_score=0.6))
+        arms.append(Arm("cut-similarity", cut))
+        arms.append(Arm("cut-similarity-per-query", dataclasses.replace(
+            cut, feedback=dataclasses.replace(fb, timing="per-query"))))
     if "timing" in type(fb).__dataclass_fields__:
         # (a retriever's own index is built again for every query the
         # reference replays alone: the base retriever here)
@@ -132,7 +146,8 @@ def test_every_accelerator_gives_the_reference_frames(slot, name):
         pytest.importorskip("hnswlib")
     stream = _stream(0)
     arms = _arms(slot, name)
-    settings = SimSettings(candidates=6, save_rankings=True, tick_days=2.0,
+    # "hidden": the rankings also hold the oracle's notes outside the top C
+    settings = SimSettings(candidates=6, save_rankings="hidden", tick_days=2.0,
                            retention_period_days=3.0)
     want = _frames(reference.simulate(stream, arms, settings, seed_sequence(5)))
     for accelerators in SETS:
