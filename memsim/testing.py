@@ -669,7 +669,7 @@ def _engine_prunes_with(ranker) -> bool:
     does for a set-dependent ranker or one that reads the truth, the
     planted model or a log, or chooses its own candidates)."""
     return not (ranker.set_dependent or ranker.needs_truth or ranker.needs_planted
-                or getattr(ranker, "needs_logged", False) or hasattr(ranker, "candidate_mask"))
+                or ranker.needs_logged or ranker.chooses_candidates())
 
 
 def _grid(lo: float | None, hi: float | None, recency: bool):
