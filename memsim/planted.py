@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from scipy.special import ndtr
@@ -139,6 +140,9 @@ class PlantedModel:
 
     workload: SyntheticWorkload
     similarity: SimilarityModel
+    #: the note classes in code order: :meth:`expected_gain` reads a note's
+    #: class as an index into it (a stream's ``note_class`` column names them)
+    class_names: ClassVar[tuple[str, ...]] = CLASS_NAMES
 
     @classmethod
     def from_workload(cls, workload: SyntheticWorkload) -> PlantedModel:

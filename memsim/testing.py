@@ -669,7 +669,7 @@ def _engine_prunes_with(ranker) -> bool:
     does for a set-dependent ranker or one that reads the truth, the
     planted model or a log, or chooses its own candidates)."""
     return not (ranker.set_dependent or ranker.needs_truth or ranker.needs_planted
-                or getattr(ranker, "needs_logged", False) or hasattr(ranker, "candidate_mask"))
+                or ranker.needs_logged or ranker.chooses_candidates())
 
 
 def _grid(lo: float | None, hi: float | None, recency: bool):
@@ -838,20 +838,16 @@ def _check_promises(c: _Checker, comp: Component, seed: int, contexts) -> None:
 
 
 # ---- The one place that switches the engine's accelerators ----------------
-# Today they are the module flags memsim.engine.PRUNE (pruned scoring) and
-# memsim.engine.WALK_FAST (the per-query feedback's corrected tick); once the
-# engine takes them as settings, only this function's body changes.
 def _simulate(stream, arms, settings, seed, accelerated: bool):
-    """:func:`memsim.engine.simulate` with every accelerator on, or with the
-    reference paths alone (full scoring, query-by-query feedback)."""
-    from . import engine
+    """:func:`memsim.engine.simulate` with every accelerator on
+    (:data:`memsim.engine.ACCELERATORS`), or the reference engine
+    (:func:`memsim.engine.reference.simulate`: every live note scored,
+    per-query feedback replayed query by query)."""
+    from .engine import ACCELERATORS, reference, simulate
 
-    saved = engine.PRUNE, engine.WALK_FAST
-    engine.PRUNE = engine.WALK_FAST = accelerated
-    try:
-        return engine.simulate(stream, arms, settings, seed)
-    finally:
-        engine.PRUNE, engine.WALK_FAST = saved
+    if not accelerated:
+        return reference.simulate(stream, arms, settings, seed)
+    return simulate(stream, arms, settings, seed, accelerators=ACCELERATORS)
 # ----------------------------------------------------------------------------
 
 

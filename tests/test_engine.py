@@ -12,16 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsim.config import resolve_policy
-from memsim.engine import Arm, SimSettings, simulate, top_candidates
+from memsim.engine import ACCELERATORS, Arm, SimSettings, simulate, top_candidates
 from memsim.metrics import gini
 from memsim.rng import seed_sequence
 
 from .helpers import random_stream, tiny_stream
 
 
-def run(stream, policies, **settings):
+def run(stream, policies, accelerators=ACCELERATORS, **settings):
     arms = [Arm(name, resolve_policy(table, name), None) for name, table in policies.items()]
-    return simulate(stream, arms, SimSettings(**settings), seed_sequence(0))
+    return simulate(stream, arms, SimSettings(**settings), seed_sequence(0),
+                    accelerators=accelerators)
 
 
 # -- top-C selection ---------------------------------------------------------
@@ -238,13 +239,13 @@ def test_separable_recency_equals_the_per_cell_formula(decay):
 
 
 def test_exponential_recency_takes_clamped_and_overflowing_cells_directly():
-    from memsim.engine import _exponential_recency
+    from memsim.engine.context import separable_recency
 
     t = np.array([1.0, 2.0, 2.9])
     t0 = 3.0
     origin = np.array([0.0, 0.5, 2.5, 2.0])  # notes 2 and 3 are newer than some queries
     rate = np.array([0.1, 400.0, 0.1, 0.3])  # 400 * (t0 - t) would overflow a query factor
-    rec = _exponential_recency(t, t0, origin, 0.2, rate)
+    rec = separable_recency(t, t0, origin, 0.2, rate)
     want = 0.2 + 0.8 * np.exp(-rate * np.maximum(t[:, None] - origin, 0.0))
     np.testing.assert_allclose(rec, want, rtol=1e-12, atol=0)
     assert (rec[t[:, None] < origin] == 1.0).all()  # a negative age counts as 0
@@ -252,31 +253,27 @@ def test_exponential_recency_takes_clamped_and_overflowing_cells_directly():
     # alone, a few columns, or gathered cells give the same floats
     for q in range(len(t)):
         np.testing.assert_array_equal(
-            _exponential_recency(t[q:q + 1], t0, origin, 0.2, rate)[0], rec[q])
+            separable_recency(t[q:q + 1], t0, origin, 0.2, rate)[0], rec[q])
         for n in range(len(origin)):
-            cell = _exponential_recency(t[q:q + 1], t0, origin[None, n:n + 1], 0.2,
+            cell = separable_recency(t[q:q + 1], t0, origin[None, n:n + 1], 0.2,
                                         rate[None, n:n + 1])
             assert cell[0, 0] == rec[q, n]
     cols = np.array([0, 2])
     np.testing.assert_array_equal(
-        _exponential_recency(t, t0, origin[cols], 0.2, rate[cols]), rec[:, cols])
+        separable_recency(t, t0, origin[cols], 0.2, rate[cols]), rec[:, cols])
 
 
 # -- exact pruning ---------------------------------------------------------------
 
 
 def test_pruning_is_on_by_default_and_keeps_rankings():
-    import memsim.engine as engine
-
-    assert engine.PRUNE is True
     stream = random_stream(4, n_notes=1500, n_queries=30)
     pol = {"h": {"preset": "hivemind"}, "f": {"preset": "feather"}}
     on = run(stream, pol, candidates=8, save_rankings=True)
-    engine.PRUNE = False
-    try:
-        off = run(stream, pol, candidates=8, save_rankings=True)
-    finally:
-        engine.PRUNE = True
+    off = run(stream, pol, candidates=8, save_rankings=True, accelerators=())
+    assert set(ACCELERATORS) == {"prefilter", "prune", "filter", "stack", "walk"}
+    assert on.accelerated[0]["prune"] > 0 and all(on.accelerated)
+    assert not any(off.accelerated)
     assert on.rankings.equals(off.rankings)
     assert on.queries.equals(off.queries)
 
@@ -368,7 +365,7 @@ def test_codes_read_each_value_as_its_text(values, dtype):
     in the table, whatever the column's dtype."""
     import pandas as pd
 
-    from memsim.engine import _codes, _texts
+    from memsim.engine.state import distinct_texts, text_codes
 
     col = pd.Series(values, dtype=object)
     if dtype == "string[pyarrow]":
@@ -377,12 +374,12 @@ def test_codes_read_each_value_as_its_text(values, dtype):
         col = col.astype(dtype)
     elif dtype is not None:
         col = col.astype(dtype)
-    table = {t: i for i, t in enumerate(sorted(_texts(col) - {"zz", "7"}))}
+    table = {t: i for i, t in enumerate(sorted(distinct_texts(col) - {"zz", "7"}))}
     texts = [str(v) if pd.notna(v) else "nan" for v in col]
     want = np.array([table.get(t, -5) for t in texts], dtype=np.int64)
-    got = _codes(col, table, -5)
+    got = text_codes(col, table, -5)
     assert got.dtype == np.int64 and np.array_equal(got, want)
-    assert _texts(col) == set(texts)
+    assert distinct_texts(col) == set(texts)
 
 
 def _notes_and_state(seed: int):
@@ -429,7 +426,7 @@ def test_touch_records_each_notes_latest_use_and_promotes(seed, n_uses):
 def test_the_sweep_view_reads_what_the_full_sweep_context_holds():
     """A retention sweep's lazily gathered view gives every column of the
     context it replaces, the same values, and anything else from it."""
-    from memsim.engine import _sweep_context, _SweepView
+    from memsim.engine.context import SweepView, sweep_context
 
     notes, state, _ = _notes_and_state(7)
     rng = np.random.default_rng(7)
@@ -439,8 +436,8 @@ def test_the_sweep_view_reads_what_the_full_sweep_context_holds():
     state.tier[::3] = 2
     state.actor_bits[::4, 0] = 5
     idx = np.flatnonzero(rng.random(n) < 0.6)
-    view = _SweepView(notes, state, idx, 25.0, rng)
-    full = _sweep_context(notes, state, idx, 25.0, rng)
+    view = SweepView(notes, state, idx, 25.0, rng)
+    full = sweep_context(notes, state, idx, 25.0, rng)
     for name in ("t", "idx", "tokens", "importance", "salience", "pinned", "memory_type",
                  "recalls", "tier", "distinct_actors", "age_created", "age_updated",
                  "since_access", "age_last_access", "created_at", "last_access", "gains",
@@ -466,3 +463,15 @@ def test_a_replay_without_queries_gives_labels_of_the_usual_types():
     assert len(got.queries) == 0 and got.rankings is None
     for col in ("policy", "budget", "query_id"):
         assert got.queries[col].dtype == full.queries[col].dtype, col
+
+
+def test_unknown_accelerators_are_refused():
+    from memsim.errors import ParameterError
+
+    s = random_stream(1, n_notes=50, n_queries=5)
+    with pytest.raises(ParameterError, match="'accelerators' parameter of simulate"):
+        simulate(s, [], SimSettings(), seed_sequence(0), accelerators=("warp",))
+    with pytest.raises(ParameterError, match="'accelerators' parameter of simulate"):
+        simulate(s, [], SimSettings(), seed_sequence(0), accelerators=("prune", "prune"))
+    with pytest.raises(ParameterError, match="'walk_window' parameter of simulate"):
+        simulate(s, [], SimSettings(), seed_sequence(0), walk_window=0)

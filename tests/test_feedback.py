@@ -2,9 +2,9 @@
 
 The engine scores a tick's queries with one similarity product and, for an
 arm with per-query feedback, corrects each query's top C for the notes used
-since the tick began (:func:`memsim.engine._walk_fast`). These tests hold it
+since the tick began (the ``"walk"`` accelerator). These tests hold it
 to two references: the same replay with every query of the tick scored on
-its own (:data:`memsim.engine.WALK_FAST` off: bit-identical frames), and a
+its own (the accelerator off: bit-identical frames), and a
 per-tick replay whose ticks are so short that every query is alone in its
 own (the same semantics reached another way: the same rankings).
 """
@@ -19,9 +19,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import memsim.engine as engine
 from memsim.config import resolve_policy
-from memsim.engine import Arm, SimSettings, simulate
+from memsim.engine import ACCELERATORS, Arm, SimSettings, simulate
 from memsim.rng import seed_sequence
 from memsim.stream import make_stream
 
@@ -49,14 +48,12 @@ def busy_stream(seed: int, n_notes: int = 400, n_queries: int = 150, dim: int = 
                        base.query_embeddings, {"name": "busy"})
 
 
-def walked(stream, arms, fast: bool, window: int = engine.WALK_WINDOW, **kw):
-    old = engine.WALK_FAST, engine.WALK_WINDOW
-    engine.WALK_FAST, engine.WALK_WINDOW = fast, window
-    try:
-        return simulate(stream, arms, SimSettings(save_rankings=True, feedback_mode="per-query",
-                                                  **kw), seed_sequence(0))
-    finally:
-        engine.WALK_FAST, engine.WALK_WINDOW = old
+def walked(stream, arms, fast: bool, window: int = 64, **kw):
+    """A per-query replay with the ``"walk"`` accelerator on or off."""
+    on = ACCELERATORS if fast else tuple(a for a in ACCELERATORS if a != "walk")
+    return simulate(stream, arms, SimSettings(save_rankings=True, feedback_mode="per-query",
+                                              **kw),
+                    seed_sequence(0), accelerators=on, walk_window=window)
 
 
 @st.composite
@@ -128,7 +125,7 @@ def test_cooldown_carries_over_ticks_in_the_correction():
     assert 0 < promoted["cooldown"] < promoted["none"]
 
 
-def test_a_use_that_lowers_a_score_is_rescored_in_full(monkeypatch):
+def test_a_use_that_lowers_a_score_is_rescored_in_full():
     """When a used candidate falls below the tick's C-th score, a note
     outside the tick's top C may enter: the merge cannot prove its top C,
     and the query is scored again in full, with the same frames."""
@@ -152,12 +149,9 @@ def test_a_use_that_lowers_a_score_is_rescored_in_full(monkeypatch):
     policy = dataclasses.replace(base, ranker=Novelty())
     assert isinstance(policy, Policy)
     stream = busy_stream(5, n_notes=300, n_queries=150, dim=2)
-    full_rows = []
-    real = engine._rescored_row
-    monkeypatch.setattr(engine, "_rescored_row", lambda *a: full_rows.append(a[3]) or real(*a))
     arms = [Arm("novelty", policy)]
     fast = walked(stream, arms, True, candidates=5)
-    assert full_rows
+    assert fast.accelerated[0]["walk"] and fast.work[0].get("rescored")
     assert_same(walked(stream, arms, False, candidates=5), fast)
 
 

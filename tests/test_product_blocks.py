@@ -1,5 +1,5 @@
 """A batch's similarity product is computed in fixed blocks of columns
-(:data:`memsim.engine.PRODUCT_BLOCK`), and the blocks of notes every arm has
+(:data:`memsim.Batch.product_block`), and the blocks of notes every arm has
 evicted are not multiplied: each block is its own matrix product, and
 skipping blocks changes no result, with or without a replay cache."""
 
@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import memsim.engine as engine
 from memsim.config import resolve_policy
 from memsim.engine import Arm, Batch, NoteArrays, ReplayCache, SimSettings, simulate
 from memsim.metrics import RelevanceIndex
@@ -46,9 +45,9 @@ def expiring(stream, seed=0):
 
 def test_one_block_is_the_plain_product():
     """A store of at most one block gets exactly ``Q @ N.T``."""
-    s = random_stream(1, n_notes=engine.PRODUCT_BLOCK, n_queries=40, horizon=1.0, dim=32)
+    s = random_stream(1, n_notes=Batch.product_block, n_queries=40, horizon=1.0, dim=32)
     b = batch_of(s, np.arange(40))
-    assert len(b.idx) <= engine.PRODUCT_BLOCK
+    assert len(b.idx) <= Batch.product_block
     np.testing.assert_array_equal(b.dots, b.qemb @ s.note_embeddings[b.idx].T)
 
 
@@ -56,24 +55,24 @@ def test_one_block_is_the_plain_product():
 def test_each_block_is_its_own_product(expire):
     """Over several blocks (the last one partial), each block's columns are
     exactly the product of the queries with that block's notes alone."""
-    s = random_stream(2, n_notes=3 * engine.PRODUCT_BLOCK + 123, n_queries=40, dim=32)
+    s = random_stream(2, n_notes=3 * Batch.product_block + 123, n_queries=40, dim=32)
     if expire:
         s = expiring(s)
     rows = np.arange(20, 40)
     b = batch_of(s, rows)
     n = len(b.idx)
-    assert n > 2 * engine.PRODUCT_BLOCK
+    assert n > 2 * Batch.product_block
     assert expire == (int(b.idx[-1]) - int(b.idx[0]) + 1 != n)
     dots = b.dots
     assert dots.shape == (20, n) and dots.dtype == np.float32
-    for lo in range(0, n, engine.PRODUCT_BLOCK):
-        cols = b.idx[lo:lo + engine.PRODUCT_BLOCK]
+    for lo in range(0, n, Batch.product_block):
+        cols = b.idx[lo:lo + Batch.product_block]
         np.testing.assert_array_equal(dots[:, lo:lo + len(cols)],
                                       b.qemb @ s.note_embeddings[cols].T)
 
 
 def test_blocks_of_dead_notes_are_zeros_and_the_rest_unchanged(monkeypatch):
-    monkeypatch.setattr(engine, "PRODUCT_BLOCK", 64)
+    monkeypatch.setattr(Batch, "product_block", 64)
     s = random_stream(3, n_notes=1000, n_queries=30, dim=8)
     rows = np.arange(25, 30)
     whole = batch_of(s, rows).dots
@@ -105,24 +104,24 @@ def capacity_arm(name, m, hl=10.0, mode="experiment"):
 
 def every_block(monkeypatch):
     """Multiply every block, whatever the arms evicted."""
-    monkeypatch.setattr(Batch, "_open_blocks",
-                        lambda self: np.ones(-(-len(self.idx) // engine.PRODUCT_BLOCK), bool))
+    monkeypatch.setattr(Batch, "open_blocks",
+                        lambda self: np.ones(-(-len(self.idx) // Batch.product_block), bool))
 
 
 def test_skipped_blocks_change_no_frame(monkeypatch):
     """Arms that evict most of the store (blocks are skipped: the path runs)
     give the frames of a replay that multiplies every block, and each arm
     alone the frames it has with the others."""
-    monkeypatch.setattr(engine, "PRODUCT_BLOCK", 32)
+    monkeypatch.setattr(Batch, "product_block", 32)
     skipped = []
-    real = Batch._product
+    real = Batch.product
 
     def spy(self):
         out = real(self)
-        skipped.append(int((~self._real).sum()))
+        skipped.append(int((~self.multiplied).sum()))
         return out
 
-    monkeypatch.setattr(Batch, "_product", spy)
+    monkeypatch.setattr(Batch, "product", spy)
     s = random_stream(4, n_notes=2000, n_queries=60, dim=6)
     arms = [capacity_arm("a", 40), capacity_arm("b", 90, 50.0, "per-query"),
             Arm("h", resolve_policy({"preset": "hivemind",
@@ -177,7 +176,7 @@ def test_skipping_blocks_equals_multiplying_every_block(case):
         stream = expiring(stream, case["seed"])
     cache = ReplayCache(10**9)
     with pytest.MonkeyPatch.context() as mp:  # (a Hypothesis test: no fixture)
-        mp.setattr(engine, "PRODUCT_BLOCK", case["block"])
+        mp.setattr(Batch, "product_block", case["block"])
         for k, (mode, tables) in enumerate(case["replays"]):
             arms = [Arm(f"p{k}{i}", resolve_policy(t, f"p{k}{i}")) for i, t in enumerate(tables)]
             s = SimSettings(save_rankings=True, candidates=case["c"], feedback_mode=mode)
@@ -191,7 +190,7 @@ def test_an_approximate_index_over_skipped_blocks(monkeypatch):
     """An HNSW retriever (its scores read the dot products) on arms that
     evict most of the store: the frames of multiplying every block."""
     pytest.importorskip("hnswlib")
-    monkeypatch.setattr(engine, "PRODUCT_BLOCK", 32)
+    monkeypatch.setattr(Batch, "product_block", 32)
     s = random_stream(5, n_notes=2000, n_queries=60, dim=6)
     arms = [Arm(f"h{m}", resolve_policy(
         {"retriever": {"kind": "hnsw", "prefilter": 20, "ef": 40}, "ranker": "product",

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import memsim.engine as engine
+from memsim.engine.batch import Batch, make_batches
+from memsim.engine.cache import array_bytes
+from memsim.engine.cells import SimOrder
 from memsim.config import resolve_policy
 from memsim.engine import Arm, ReplayCache, SimSettings, simulate
 from memsim.rng import seed_sequence
@@ -88,19 +90,19 @@ def test_a_second_replay_builds_no_batch_and_no_levels(monkeypatch):
     first = [product_arm("a", 20.0), product_arm("b", 200.0, floor=0.6)]
     run(stream, first, cache, candidates=10)
     work = cache.work(stream, 1.0)
-    n_batches = len(engine._make_batches(stream.queries["t"].to_numpy(np.float64), 1.0))
+    n_batches = len(make_batches(stream.queries["t"].to_numpy(np.float64), 1.0))
     assert len(work.batches) == n_batches > 10
-    assert cache.nbytes == sum(engine._array_bytes(b, {id(b.notes), id(b.relevance),
+    assert cache.nbytes == sum(array_bytes(b, {id(b.notes), id(b.relevance),
                                                        id(b.logged)})
                                for b in work.batches.values())
     # the similarities and levels are kept, the dot products released
     for b in work.batches.values():
         assert b._dots is None and ("similarity", "cosine") in b.cache
         assert ("similarity-order", "cosine") in b.cache
-    batches, orders = counting(monkeypatch, engine.Batch), counting(monkeypatch, engine._SimOrder)
+    batches, orders = counting(monkeypatch, Batch), counting(monkeypatch, SimOrder)
     products = []
-    monkeypatch.setattr(engine.Batch, "_product",
-                        lambda self, real=engine.Batch._product: products.append(1) or real(self))
+    monkeypatch.setattr(Batch, "product",
+                        lambda self, real=Batch.product: products.append(1) or real(self))
     second = [product_arm("c", 5.0, floor=0.1), product_arm("d", 60.0)]
     got = run(stream, second, cache, candidates=10)
     assert (batches, orders, products) == ([], [], [])
@@ -113,7 +115,7 @@ def test_released_dot_products_come_back_the_same():
     run(stream, [product_arm("a", 30.0, retriever="inverse-sq-l2")], cache, candidates=5)
     for b in cache.work(stream, 1.0).batches.values():
         assert b._dots is None
-        fresh = engine.Batch(qrows=b.qrows, t=b.t, actors=b.actors, notes=b.notes,
+        fresh = Batch(qrows=b.qrows, t=b.t, actors=b.actors, notes=b.notes,
                              qemb=b.qemb, qnorm2=b.qnorm2, relevance=b.relevance, t0=b.t0)
         np.testing.assert_array_equal(b.dots, fresh.dots)
         assert b.dots.dtype == fresh.dots.dtype == np.float32
@@ -148,7 +150,7 @@ def test_arms_that_evict_rebuild_the_levels_of_kept_batches(monkeypatch):
                  [product_arm("cap2", 3.0, capacity=60), product_arm("cap3", 3.0, capacity=80)],
                  [product_arm("all", 3.0)]):
         assert_same(run(stream, arms, candidates=10), run(stream, arms, cache, candidates=10))
-    orders = counting(monkeypatch, engine._SimOrder)
+    orders = counting(monkeypatch, SimOrder)
     arms = [product_arm("cap", 3.0, capacity=150)]
     assert_same(run(stream, arms, ReplayCache(0), candidates=10),
                 run(stream, arms, cache, candidates=10))
@@ -211,9 +213,9 @@ def test_values_that_are_not_arrays_are_not_kept():
 def test_array_bytes_counts_owned_arrays_once():
     a = np.zeros(100)
     view = a[::2]
-    holder = engine._SimOrder.__new__(engine._SimOrder)
+    holder = SimOrder.__new__(SimOrder)
     holder.__dict__.update(x=a, y=[view, (a, np.ones(3, np.float32))], z={"k": None})
-    assert engine._array_bytes(holder, set()) == 800 + 12
-    assert engine._array_bytes(holder, {id(a)}) == 12
-    assert engine._array_bytes({"index": object()}, set()) is None
-    assert engine._array_bytes(pd.DataFrame({"a": [1]}), set()) is None
+    assert array_bytes(holder, set()) == 800 + 12
+    assert array_bytes(holder, {id(a)}) == 12
+    assert array_bytes({"index": object()}, set()) is None
+    assert array_bytes(pd.DataFrame({"a": [1]}), set()) is None

@@ -32,7 +32,8 @@ protocol, never the engine. What the engine may ask of a component beyond
 its slot's method is a declared capability on the slot's base class, never a
 name: ``Ranker.uses_recency``, ``Ranker.set_dependent``,
 ``Ranker.needs_truth``, ``Ranker.needs_planted``, ``Ranker.needs_logged``,
-``Ranker.recency_floor()``, ``Retention.evicts``, ``Retention.invalidates``,
+``Ranker.recency_floor()``, ``Ranker.candidate_mask()``,
+``Retriever.prefilter_mask()``, ``Retention.evicts``, ``Retention.invalidates``,
 ``Decay.exponential_form()`` and ``Decay.lower_bound()`` (the two methods
 return None for "not available").
 
@@ -261,6 +262,38 @@ class Retriever(Component):
     def similarity(self, ctx: ScoringContext) -> np.ndarray:
         """Similarity (Q, L) of each query to each note of ``ctx``."""
 
+    def prefilter_mask(self, ctx: ScoringContext, mask: np.ndarray | None = None
+                       ) -> np.ndarray:
+        """(Q, L) bool: the ``prefilter`` (M) notes each query keeps as
+        candidates, among the allowed ones (``mask``, default ``ctx.live``,
+        else all).
+
+        The default is the exact nearest M: the M allowed notes of highest
+        :meth:`similarity`, ties to the lower column (``note_id``), a NaN
+        similarity never kept. A retriever that searches otherwise (an
+        approximate index) overrides it; the engine finds the default's
+        answer faster through its similarity levels (the ``"prefilter"``
+        accelerator) unless the class overrides it
+        (:meth:`chooses_prefilter`).
+        """
+        sim = np.asarray(ctx.similarity(self))
+        q, n = sim.shape
+        if mask is None:
+            mask = ctx.live
+        allowed = (np.ones((q, n), dtype=bool) if mask is None
+                   else np.broadcast_to(np.asarray(mask, dtype=bool), (q, n)))
+        sim = np.where(allowed, sim, -np.inf)
+        # a stable sort of the negated similarity: ties to the lower column
+        nearest = np.argsort(-sim, axis=1, kind="stable")[:, :self.prefilter]
+        keep = np.zeros((q, n), dtype=bool)
+        np.put_along_axis(keep, nearest, True, axis=1)
+        return keep & np.isfinite(sim)
+
+    def chooses_prefilter(self) -> bool:
+        """Whether the class overrides :meth:`prefilter_mask` (its prefilter
+        is not the exact nearest M)."""
+        return type(self).prefilter_mask is not Retriever.prefilter_mask
+
     def reads_uses(self) -> bool:
         """Whether the output may depend on the notes' uses (recalls, last
         use, distinct actors, tier): True unless a class declares otherwise.
@@ -304,9 +337,20 @@ class Decay(Component):
 
         Lets the engine compute the (Q, L) recency without a transcendental
         per cell (see :meth:`ScoringContext.exponential_recency`); the value
-        is the same as :meth:`recency`'s up to rounding.
+        is the same as :meth:`recency`'s up to rounding. The curve itself is
+        :meth:`exponential_curve`, the one definition the engine uses.
         """
         return None
+
+    @staticmethod
+    def exponential_curve(age, floor, rate) -> np.ndarray:
+        """The curve :meth:`exponential_form` declares: ``floor + (1 - floor)
+        * exp(-rate * max(age, 0))`` (arrays that broadcast; a negative age
+        counts as 0). The engine evaluates it per note where it needs a
+        curve's value at given ages (the highest recency of a block of notes,
+        the similarity filter's); the (Q, L) recency itself is this curve
+        computed separably (:meth:`ScoringContext.exponential_recency`)."""
+        return floor + (1.0 - floor) * np.exp(-rate * np.maximum(age, 0.0))
 
     def lower_bound(self) -> float | None:
         """The smallest multiplier :meth:`recency` returns for a note of
@@ -415,6 +459,17 @@ class Ranker(Component):
                 ctx: ScoringContext) -> np.ndarray:
         """Score (Q, L) from the similarity ``rel`` (Q, L) and the recency
         ``rec`` (Q, L), None when ``uses_recency`` is False."""
+
+    def candidate_mask(self, ctx: ScoringContext) -> np.ndarray | None:
+        """(Q, L) bool: the notes the ranker lets be candidates among the
+        live ones (LangChain's store results and recent window); None (the
+        default) when every live note may be. A ranker that overrides it
+        (:meth:`chooses_candidates`) is scored on every live note."""
+        return None
+
+    def chooses_candidates(self) -> bool:
+        """Whether the class overrides :meth:`candidate_mask`."""
+        return type(self).candidate_mask is not Ranker.candidate_mask
 
     def recency_floor(self) -> float | None:
         """A floor the ranker puts under the recency before combining it

@@ -3,9 +3,9 @@
 A retriever's ``prefilter = M`` keeps each query's M nearest notes as the
 only candidates. The exact retrievers take the exact top M; :class:`HNSW`
 takes what an approximate index (hnswlib) returns, so that an ANN index's
-recall loss becomes a simulated effect. It declares the capability
-``prefilter_mask(ctx, mask)``, which the engine calls instead of its exact
-top-M cut.
+recall loss becomes a simulated effect. It overrides
+``Retriever.prefilter_mask(ctx, mask)`` (by default the exact nearest M),
+which the engine then calls instead of its own exact top-M search.
 """
 
 from __future__ import annotations

@@ -1,0 +1,90 @@
+"""Accelerator ``"prefilter"``: a retriever prefilter's nearest M found
+through the batch's similarity levels, and only its cells scored.
+
+The reference takes :meth:`Retriever.prefilter_mask` (the exact nearest M by
+a full sort of each row, unless the retriever searches otherwise) and scores
+every note. Here, for a retriever that keeps the default, the same M notes
+are found on the similarity levels (:func:`level_prefilter`: a threshold
+lowered until the M-th found is strictly above it), and an arm whose
+ranker scores gathered cells scores those (Q, M) cells alone; other arms
+score the union of the batch's prefilter columns.
+
+**Contract.** For every query of every arm it answers, the same top C
+(the same notes in the same order, ties to the lower ``note_id``) and the
+same score values, bit for bit, as :mod:`memsim.engine.reference`, which
+scores every live note; hence the same packing, metrics and feedback.
+``tests/test_accelerators.py`` checks it for every registered component,
+with this accelerator alone and with the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memsim.policies import Policy
+from .context import _GatheredContext
+from .cells import ladder_level, _proven, _sim_order
+from .cells import _cell_scores, _cells_scorable
+from .topc import _packed_left, _top_of_cells, top_candidates
+
+if TYPE_CHECKING:
+    from .context import BatchContext
+    from .state import PolicyState
+
+
+def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
+                   st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`top_candidates` of the policy's masked scores when a prefilter
+    leaves each query a few live notes (its M nearest): only those cells are
+    scored, in column order (so ties still go to the lower note). None when
+    the policy has no prefilter or must be scored in full."""
+    if st.prune_off or not policy.retriever.prefilter or not _cells_scorable(policy):
+        return None
+    live = ctx.live
+    q, n = live.shape
+    if ctx.prefilter_cells is not None:
+        cols, real = ctx.prefilter_cells
+    else:
+        rows, j0 = np.nonzero(live)  # row-major: each row's columns ascending
+        cols, real, _ = _packed_left(rows, j0, np.count_nonzero(live, axis=1))
+    scores = _cell_scores(policy, _GatheredContext(ctx, np.arange(q), cols, real), st)
+    if scores is None:
+        return None
+    return _top_of_cells(scores, cols, c, n)
+
+
+def level_prefilter(ctx: BatchContext, retriever, evicted: np.ndarray
+                    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """The ``retriever.prefilter`` most similar valid, unevicted notes of
+    each query (ties to the lower ``note_id``), as (Q, L) bool: an exact
+    nearest-M search. Like the pruned scoring, it looks only at the notes
+    above a similarity threshold (the batch's shared levels) and lowers it
+    until the M-th found is strictly above it. Also returns the same cells
+    as (Q, M) note columns, ascending in each row, and which are real."""
+    m = retriever.prefilter
+    order = _sim_order(ctx, retriever)
+    keep = np.zeros(order.sim.shape, dtype=bool)
+    none = order.n_all  # sorts after every column
+    chosen = np.full((len(keep), m), none, dtype=np.int64)
+    todo = np.arange(len(keep))
+    level = ladder_level(2 * m)
+    while len(todo):
+        full = 2 * level >= order.n
+        cells = order.cells(level, todo, full, retriever.name)
+        live = cells.valid & ~evicted[cells.cols]
+        pos, vals = top_candidates(np.where(live, cells.sim, -np.inf), m)
+        done = _proven(vals, m, full, cells.tau)  # a note left out is at or below tau
+        d = np.flatnonzero(done)
+        cols = np.take_along_axis(cells.cols[d], pos[d], axis=1)
+        rows = np.broadcast_to(todo[d][:, None], cols.shape)
+        ok = np.isfinite(vals[d])
+        keep[rows[ok], cols[ok]] = True
+        chosen[todo[d], :cols.shape[1]] = np.where(ok, cols, none)
+        todo = todo[~done]
+        level = ladder_level(4 * level)
+    chosen.sort(axis=1)
+    real = chosen < none
+    chosen[~real] = 0
+    return keep, (chosen, real)

@@ -1,0 +1,133 @@
+"""Scoring an arm on a batch: its context, its top C, its packing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memsim.errors import ConfigError
+from memsim.policies import Policy
+from .arms import _pack_all
+from .context import BatchContext
+from .prefilter import level_prefilter, _prefilter_top
+from .cells import _cells_scorable
+from .pruning import _pruned_top
+from .stacking import _stacked_tops
+from .topc import top_candidates
+from .uses import _feedback
+
+if TYPE_CHECKING:
+    from .arms import _ArmJob, _Packed
+    from .batch import Batch
+    from .state import PolicyState
+
+
+def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
+                     accelerators: tuple[str, ...]) -> tuple[BatchContext, Batch]:
+    """The context an arm scores, with ``live`` set: the batch's valid,
+    unevicted notes, cut to the retriever's prefilter (and, with the
+    ``"prefilter"`` accelerator when the ranker allows it, to the union of
+    the prefilter's columns). Applies a prefilter touch that comes before
+    scoring (Feather DB v0.16)."""
+    fb = policy.feedback
+    fast = "prefilter" in accelerators
+    if not policy.retriever.prefilter and not policy.ranker.needs_logged:
+        ctx = BatchContext(batch, st, rng)
+        ctx.set_live_lazily(batch.valid, st.evicted[batch.idx])
+        return ctx, batch
+    mask = cells = None
+    ctx = BatchContext(batch, st, rng)
+    if policy.retriever.prefilter:
+        if fast and not policy.retriever.chooses_prefilter():
+            # the exact nearest M, through the batch's similarity levels
+            mask, cells = level_prefilter(ctx, policy.retriever, st.evicted[batch.idx])
+        else:  # the retriever's own (an ANN index's, or the exact one by a full sort)
+            mask = batch.valid & ~st.evicted[batch.idx][None, :]
+            mask = mask & np.asarray(policy.retriever.prefilter_mask(ctx, mask), dtype=bool)
+        if fb.touch == "prefilter" and fb.before_scoring:
+            qi, li = np.nonzero(mask)
+            st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
+            ctx = BatchContext(batch, st, rng)
+        if cells is not None and not st.prune_off and _cells_scorable(policy):
+            # the prefilter's cells are what the arm scores (_prefilter_top)
+            ctx.prefilter_cells = cells
+        elif fast and not policy.ranker.set_dependent:
+            # only the prefilter's notes can be ranked: score those columns
+            # alone (their union over the batch's queries)
+            cols = np.flatnonzero(mask.any(axis=0))
+            batch, mask = batch.subset(cols), mask[:, cols]
+            ctx = BatchContext(batch, st, rng)
+    if mask is None:
+        mask = batch.valid & ~st.evicted[batch.idx][None, :]
+    if policy.ranker.needs_logged:
+        # replaying a production system: only the notes it returned
+        if ctx.logged_rank is None:
+            raise ConfigError(f"ranker {policy.ranker.name!r} needs a stream with logged "
+                              "rankings (retrieved.parquet, from a trace's 'retrieved' events)")
+        mask = mask & np.isfinite(ctx.logged_rank)
+    ctx.live = mask
+    return ctx, batch
+
+
+def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
+         accelerators: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The arm's top C (positions, scores) and, when every note was scored,
+    the mask of the notes that could be candidates (None when an
+    accelerator found it)."""
+    q = len(ctx.t)
+    top = None
+    if "prefilter" in accelerators:
+        top = _prefilter_top(policy, ctx, c, st)
+        if top is not None:
+            st.accelerated["prefilter"] += q
+    if top is None and "prune" in accelerators:
+        top = _pruned_top(policy, ctx, c, st, "filter" in accelerators)
+        if top is not None:
+            st.accelerated["prune"] += q
+    if top is not None:
+        return top[0], top[1], None
+    mask = ctx.live
+    scores = np.asarray(policy.score(ctx), dtype=np.float64)
+    st.work["cells"] += scores.size
+    if policy.ranker.chooses_candidates():  # LangChain's: its own candidates
+        mask = mask & np.asarray(policy.ranker.candidate_mask(ctx), dtype=bool)
+    scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
+    pos, vals = top_candidates(scores, c)
+    return pos, vals, mask
+
+
+def _answer(job: _ArmJob) -> _Packed:
+    """The batch's candidates and packing on the arm's state at its start,
+    then its uses applied."""
+    return _answer_all([job])[0][1]
+
+
+def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
+    """:func:`_answer` of several arms: (the batch each scored, its packing)."""
+    scored = []
+    contexts = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch,
+                                 job.accelerators) for job in jobs]
+    stacked = _stacked_tops([(i, job.arm.policy, ctx, job.c, job.st)
+                             for i, (job, (ctx, _)) in enumerate(zip(jobs, contexts))
+                             if "stack" in job.accelerators])
+    for i, (job, (ctx, batch)) in enumerate(zip(jobs, contexts)):
+        policy, st = job.arm.policy, job.st
+        if i in stacked:
+            pos, vals, mask = *stacked[i], None
+            st.accelerated["stack"] += len(pos)
+        else:
+            pos, vals, mask = _top(policy, ctx, job.c, st, job.accelerators)
+        # keep only what the feedback reads (the prefilter touch: the
+        # candidates' mask), not the context: (Q, L) matrices per arm
+        if policy.feedback.touch != "prefilter":
+            mask = None
+        elif mask is None:
+            mask = ctx.live
+        scored.append((batch, pos, vals, mask))
+    packs = _pack_all([(job, batch, pos, vals, slice(None))
+                       for job, (batch, pos, vals, _) in zip(jobs, scored)])
+    # 5. feedback
+    for job, (batch, *_, mask), pk in zip(jobs, scored, packs):
+        _feedback(job.arm.policy.feedback, job.st, batch, mask, pk)
+    return [(batch, pk) for (batch, *_), pk in zip(scored, packs)]

@@ -1,0 +1,77 @@
+"""Top-C selection (ties to the lower column) and padded-cell helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _kth_best(scores: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k-th largest value (-inf when it has fewer than k)."""
+    if scores.shape[1] < k:
+        return np.full(len(scores), -np.inf)
+    return -np.partition(-scores, k - 1, axis=1)[:, k - 1]
+
+
+def _top_of_cells(scores: np.ndarray, cols: np.ndarray, c: int, n: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`top_candidates` of gathered cells, as note columns: (R, min(c, n))."""
+    p, v = top_candidates(scores, c)
+    pos = np.zeros((len(scores), min(c, n)), dtype=np.int64)
+    vals = np.full(pos.shape, -np.inf)
+    w = min(pos.shape[1], p.shape[1])
+    pos[:, :w] = np.take_along_axis(cols, p[:, :w], axis=1)
+    vals[:, :w] = v[:, :w]
+    return pos, vals
+
+
+def _within(counts: np.ndarray) -> np.ndarray:
+    """Each item's position within its group, for groups of ``counts``
+    items one after the other."""
+    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _packed_left(r: np.ndarray, col: np.ndarray, counts: np.ndarray, width: int = 1
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items ``col`` of rows ``r`` (row by row, ``counts`` per row) packed
+    to the left of a (rows, W) array, W their most per row (at least
+    ``width``): (values, which are real, each item's position in its row)."""
+    j = _within(counts)
+    shape = (len(counts), max(width, int(counts.max(initial=0))))
+    cols = np.zeros(shape, dtype=np.int64)
+    real = np.zeros(shape, dtype=bool)
+    cols[r, j] = col
+    real[r, j] = True
+    return cols, real, j
+
+
+def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``c`` best columns of each row, best first; ties broken by the lower
+    column (the engine's columns are in ``note_id`` order, so ties go to the
+    lower ``note_id``). Returns (positions (Q, c'), scores (Q, c')), c' = min(c, L).
+    """
+    q, n = scores.shape
+    if n <= c:
+        order = np.argsort(-scores, axis=1, kind="stable")
+        return order, np.take_along_axis(scores, order, axis=1)
+    part = np.argpartition(-scores, c - 1, axis=1)[:, :c]
+    kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
+    n_ge = np.count_nonzero(scores >= kth[:, None], axis=1)
+    over = np.flatnonzero(n_ge > c)
+    pos = part
+    if len(over):
+        # Ties at the boundary: argpartition picked among equal scores
+        # arbitrarily. Keep every score above the c-th, then the lowest
+        # columns among those equal to it.
+        s = scores[over]
+        v = kth[over, None]
+        need = c - (s > v).sum(axis=1)
+        eq = s == v
+        sel = (s > v) | (eq & (np.cumsum(eq, axis=1) <= need[:, None]))
+        pos = part.copy()
+        pos[over] = np.nonzero(sel)[1].reshape(len(over), c)
+    # score descending, then the lower column: columns ascending, then a
+    # stable sort by score (faster than one lexsort of both keys)
+    pos = np.sort(pos, axis=1)
+    vals = np.take_along_axis(scores, pos, axis=1)
+    order = np.argsort(-vals, axis=1, kind="stable")
+    return np.take_along_axis(pos, order, axis=1), np.take_along_axis(vals, order, axis=1)

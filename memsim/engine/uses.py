@@ -1,0 +1,57 @@
+"""The uses an arm's answers make (its feedback's ``touch``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .arms import _Packed
+    from .batch import Batch
+    from .state import PolicyState
+
+
+def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray | None,
+              pk: _Packed) -> None:
+    """Record the uses the batch's answers make (the feedback's ``touch``;
+    ``mask``: the prefilter)."""
+    if fb.touch == "prefilter" and fb.before_scoring:
+        return
+    qi, used = _answer_uses(fb, batch, pk, mask)
+    st.touch(used, batch.actors[qi], batch.t[qi], fb)
+
+
+def _chosen(fb, pk: _Packed, rows: slice | np.ndarray = slice(None)) -> np.ndarray | None:
+    """(R, C) bool: the candidates the answers of the queries ``rows`` use
+    (``touch = "packed"``: those packed; ``"returned"``: the top k, as a
+    search API returns them); None when the answers choose none
+    (``"prefilter"``, ``"none"``)."""
+    if fb.touch == "packed":
+        return pk.packed[rows]
+    if fb.touch == "returned":
+        return pk.cand_ok[rows] & (np.arange(pk.cand_ok.shape[1]) < fb.k)
+    return None
+
+
+def _answer_uses(fb, batch: Batch, pk: _Packed, mask: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(query, note row) of every use the answers in ``pk`` make, by query
+    (``mask``: the prefilter, what a ``"prefilter"`` touch uses)."""
+    if fb.touch == "prefilter":
+        qi, li = np.nonzero(mask)
+        return qi, batch.idx[li]
+    target = _chosen(fb, pk)
+    if target is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    qi, ci = np.nonzero(target)
+    return qi, pk.cand_rows[qi, ci]
+
+
+def _used_candidates(fb, pk: _Packed) -> np.ndarray:
+    """(Q, C) bool: the candidates the answers use (the feedback's touch;
+    ``"prefilter"``: every candidate, ``"none"``: none)."""
+    chosen = _chosen(fb, pk)
+    if chosen is not None:
+        return chosen
+    return pk.cand_ok if fb.touch == "prefilter" else np.zeros_like(pk.cand_ok)

@@ -1,0 +1,302 @@
+"""Accelerator ``"walk"``: per-query feedback at about per-tick cost.
+
+The reference replays a per-query arm's tick query by query, each scored on
+the state it has then. Here the tick is scored once, on the state at its
+start, and every query is corrected for the notes used before it (rescored
+on what-if copies of their state and merged into its top C); a query whose
+merge cannot be proven exact is scored again in full. Without this
+accelerator the loop replays the tick query by query, as the reference.
+
+**Contract.** For every query of every arm it answers, the same top C
+(the same notes in the same order, ties to the lower ``note_id``) and the
+same score values, bit for bit, as :mod:`memsim.engine.reference`, which
+scores every live note; hence the same packing, metrics and feedback.
+``tests/test_accelerators.py`` checks it for every registered component,
+with this accelerator alone and with the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memsim.policies import Policy
+from .arms import _outputs, _pack, _Packed, _stacked
+from .context import BatchContext, _GatheredContext
+from .cells import _cell_scores
+from .scoring import _answer, _scoring_context, _top
+from .topc import _within
+from .uses import _answer_uses, _chosen
+
+if TYPE_CHECKING:
+    from .arms import _ArmJob
+    from .batch import Batch
+    from .inputs import _Inputs
+    from .state import PolicyState
+
+
+def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
+    """Whether a query's scores change only at the notes used before it: an
+    elementwise ranker, candidates chosen by similarity alone, and no use
+    before scoring."""
+    r, fb = policy.ranker, policy.feedback
+    return ("walk" in accelerators and not r.set_dependent and not r.needs_logged
+            and not r.chooses_candidates()
+            and not (fb.touch == "prefilter" and fb.before_scoring))
+
+
+def _walk_arm(job: _ArmJob, inp: _Inputs, acc_done: int) -> tuple[dict[str, Any], int]:
+    """Per-query feedback over one batch: each query sees every use made
+    before it (its predecessors' answers and the organic uses before its
+    time). Returns the outputs and the organic uses now applied."""
+    cut = np.searchsorted(inp.acc_t, job.batch.t, side="left")
+    if _walkable(job.arm.policy, job.accelerators):
+        return _walk_fast(job, inp, cut, acc_done)
+    fb = job.arm.policy.feedback
+    parts = []
+    for i in range(len(job.batch.t)):  # the reference: each query on its own
+        if cut[i] > acc_done:
+            sl = slice(acc_done, int(cut[i]))
+            job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
+            acc_done = int(cut[i])
+        parts.append(_answer(job.row(i)))
+    return _outputs(job, job.batch, _stacked(parts)), acc_done
+
+
+def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
+               ) -> tuple[dict[str, Any], int]:
+    """Per-query feedback at about per-tick cost.
+
+    The batch is scored and packed once, on the state at its start. The uses
+    its queries make with those answers, and the organic uses before each
+    query's time, are a guess at the order of uses: every query that sees a
+    note used before it is corrected at once, its used notes rescored on the
+    state they have then (:func:`_corrected`). A query whose own uses change
+    makes the guess wrong for the later queries that see the notes
+    concerned: the queries before the first of them are final, and the
+    guess is made again from it, with their new uses. A query whose
+    correction cannot be proven exact is scored again in full on the state
+    at its time. A policy whose scores read no use
+    (:meth:`Policy.reads_uses`) has nothing to correct. Every use is then
+    recorded, in time order."""
+    policy, st = job.arm.policy, job.st
+    acc = job.accelerators
+    ctx, batch = _scoring_context(policy, st, job.rng, job.batch, acc)
+    pos, vals, _ = _top(policy, ctx, job.c, st, acc)
+    st.accelerated["walk"] += len(batch.t)
+    pk = _pack(job, batch, pos, vals)
+    first = dataclasses.replace(pk, **{f.name: getattr(pk, f.name).copy()
+                                       for f in dataclasses.fields(pk)})
+    q = len(batch.t)
+    # the organic uses in the batch's time, each seen from the first query after it
+    acc_end = max(acc_done, int(cut[-1]))
+    org = np.arange(acc_done, acc_end)
+    org_seen = np.searchsorted(cut, org, side="right")
+    organic = (inp.acc_rows[org], inp.acc_actor[org], inp.acc_t[org], org_seen)
+    applied = 0  # uses at order keys below it are recorded in the state
+    start = 0 if policy.reads_uses() else q  # else a use changes no score
+    # queries corrected at once, to start with: the work past the first
+    # query corrected on a wrong guess is redone, so the window then follows
+    # how far apart those are (twice the distance to the last one, at least
+    # 16; doubled after a window with none)
+    window = job.walk_window
+    while start < q:
+        stop = min(q, start + window)
+        uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
+        final, redo = _corrected(job, ctx, batch, pk, first, uses, start, stop, applied)
+        if final < redo:  # a query saw a changed use: the guess is made again from it
+            window = max(16, 2 * (final - start))
+            start = final
+            continue
+        if redo == stop:
+            window *= 2
+            start = stop
+            continue
+        # the first query whose correction is not proven: record the uses
+        # before it (the queries before it are final) and score it in full
+        # on the state as it is then
+        uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
+        applied = _record(st, policy.feedback, uses, applied, 2 * redo + 1)
+        pk.pos[redo], pk.vals[redo] = _rescored_row(job, ctx, batch, redo)
+        st.work["rescored"] += 1
+        _set_candidates(pk, batch, np.array([redo]))
+        _repack(job, batch, pk, np.array([redo]))
+        start = redo + 1
+    _record(st, policy.feedback, _walk_uses(policy.feedback, batch, pk, ctx, organic), applied)
+    return _outputs(job, batch, pk), acc_end
+
+
+#: a batch's uses in the order they happen: note rows, actors, times, the
+#: first query that sees each, and an order key (2i for the organic uses
+#: before query i, 2i + 1 for query i's own)
+_Uses = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _walk_uses(fb, batch: Batch, pk: _Packed, ctx: BatchContext, organic) -> _Uses:
+    """The organic uses and those the answers in ``pk`` make (the
+    feedback's ``touch``), in the order they happen."""
+    o_rows, o_actors, o_t, o_seen = organic
+    qi, rows = _answer_uses(fb, batch, pk, ctx.live if fb.touch == "prefilter" else None)
+    key = np.concatenate([2 * o_seen, 2 * qi + 1])
+    order = np.argsort(key, kind="stable")
+    return (np.concatenate([o_rows, rows])[order],
+            np.concatenate([o_actors, batch.actors[qi]])[order],
+            np.concatenate([o_t, batch.t[qi]])[order],
+            np.concatenate([o_seen, qi + 1])[order], key[order])
+
+
+def _record(st: PolicyState, fb, uses: _Uses, lo: int, hi: float = np.inf) -> int:
+    """Record the uses whose order key is in [lo, hi); return hi."""
+    rows, actors, t, _, key = uses
+    sel = (key >= lo) & (key < hi)
+    st.touch(rows[sel], actors[sel], t[sel], fb)
+    return hi
+
+
+def _set_candidates(pk: _Packed, batch: Batch, rows: np.ndarray) -> None:
+    pk.cand_ok[rows] = np.isfinite(pk.vals[rows])
+    pk.cand_rows[rows] = batch.idx[pk.pos[rows]]
+
+
+def _used_rows(fb, pk: _Packed, rows: np.ndarray) -> np.ndarray:
+    """Each query's used note rows, sorted (-1 for none), to compare uses."""
+    target = _chosen(fb, pk, rows)
+    if target is None:  # the answers do not choose them
+        return np.zeros((len(rows), 0), dtype=np.int64)
+    return np.sort(np.where(target, pk.cand_rows[rows], -1), axis=1)
+
+
+def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _Packed,
+               uses: _Uses, start: int, stop: int, applied: int) -> tuple[int, int]:
+    """Correct the queries ``start`` to ``stop`` for the ``uses`` before each:
+    the notes a query sees that were used before it are rescored on the
+    state they have then (the state, plus the uses not yet recorded in it,
+    ``applied`` on, before the query) and merged into its first top C
+    (``first``); the rest keep their first answers. Returns the first
+    query corrected on a wrong guess (one that sees a note whose use an
+    earlier query changed) and the first whose merge is not proven exact,
+    which is left as it was (``stop`` when none)."""
+    fb = job.arm.policy.feedback
+    q, n = len(batch.t), len(batch.idx)
+    rows_u, seen_u = uses[0], uses[3]
+    # the first query that sees a use of each column of the batch
+    at, hit = _columns(batch.idx, rows_u)
+    seen = np.full(n, q, dtype=np.int64)
+    np.minimum.at(seen, at[hit], seen_u[hit])
+    used = np.flatnonzero(seen < stop)
+    qs = np.arange(start, stop)
+    live = ctx.live_cells((qs[:, None] * n + used).ravel(), np.tile(used, len(qs)))
+    cell = live.reshape(len(qs), len(used)) & (seen[used][None, :] <= qs[:, None])
+    ri, ui = np.nonzero(cell)
+    ci, cq = used[ui], qs[ri]  # a cell per (query, used note it sees)
+    redo = stop
+    new = _used_note_scores(job, ctx, batch, ci, cq, uses, applied) if len(ci) else None
+    if new is None and len(ci):
+        redo = int(cq[0])  # cells cannot be scored: every such query in full
+    old_uses = _used_rows(fb, pk, qs)
+    # every query from start: its first answer, corrected where it sees a use
+    back = qs[np.any(pk.pos[qs] != first.pos[qs], axis=1)
+              | np.any(pk.vals[qs] != first.vals[qs], axis=1)]
+    for f in dataclasses.fields(pk):
+        getattr(pk, f.name)[back] = getattr(first, f.name)[back]
+    if new is not None and len(ci):
+        aq, k = np.unique(cq, return_counts=True)
+        cc = first.pos.shape[1]
+        w = int(k.max())
+        j = _within(k)
+        r = np.repeat(np.arange(len(aq)), k)
+        cv = np.full((len(aq), w), -np.inf)
+        cp = np.zeros((len(aq), w), dtype=np.int64)
+        cv[r, j], cp[r, j] = new, ci
+        kv = first.vals[aq].copy()
+        kp = first.pos[aq]
+        kv[seen[kp] <= aq[:, None]] = -np.inf  # used before: among the cells when seen
+        mv = np.concatenate([kv, cv], axis=1)
+        mp = np.concatenate([kp, cp], axis=1)
+        order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column
+        mv = np.take_along_axis(mv, order, axis=1)
+        mp = np.where(np.isfinite(mv), np.take_along_axis(mp, order, axis=1), 0)
+        # the first scoring's C-th candidate bounds every note not rescored
+        bv, bp = first.vals[aq, cc - 1], first.pos[aq, cc - 1]
+        ok = ~np.isfinite(bv) | (mv[:, -1] > bv) | ((mv[:, -1] == bv) & (mp[:, -1] <= bp))
+        if not ok.all():
+            redo = int(aq[np.argmin(ok)])
+        pk.pos[aq], pk.vals[aq] = mp, mv
+        _set_candidates(pk, batch, aq)
+        _repack(job, batch, pk, aq)
+    new_uses = _used_rows(fb, pk, qs)
+    final = stop
+    for i in np.flatnonzero(np.any(new_uses != old_uses, axis=1)).tolist():
+        if qs[i] >= min(final, redo):
+            break
+        # the queries after it that see a note whose use it changed were
+        # corrected on a wrong guess; the others saw what they would have
+        notes = np.setxor1d(old_uses[i], new_uses[i])
+        at, hit = _columns(batch.idx, notes[notes >= 0])
+        cols = at[hit]
+        later = qs[i + 1:]
+        sees = ctx.live_cells((later[:, None] * n + cols).ravel(), np.tile(cols, len(later)))
+        hit = np.flatnonzero(sees.reshape(len(later), len(cols)).any(axis=1))
+        if len(hit):
+            final = min(final, int(later[hit[0]]))
+    return final, redo
+
+
+def _columns(idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the note rows ``rows`` are among the batch's columns ``idx``
+    (ascending), and which of them are there at all."""
+    if len(idx) == 0:
+        return np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)
+    at = np.minimum(np.searchsorted(idx, rows), len(idx) - 1)
+    return at, idx[at] == rows
+
+
+def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.ndarray,
+                      qs: np.ndarray, uses: _Uses, applied: int) -> np.ndarray | None:
+    """Scores of the cells (``qs[k]``, ``cols[k]``), each on the state its
+    note has at its query: the state plus the uses not yet recorded
+    (``applied`` on) seen by then. None when cells cannot be scored."""
+    policy, st, fb = job.arm.policy, job.st, job.arm.policy.feedback
+    if st.prune_off:
+        return None
+    rows_u, actors_u, t_u, seen_u, key_u = uses
+    note = batch.idx[cols]
+    # each cell's pending uses: those of its note seen by its query, a
+    # prefix of the note's uses in time order
+    pend = np.flatnonzero(key_u >= applied)
+    span = len(ctx.t) + 1
+    by_note = rows_u[pend] * span + seen_u[pend]
+    order = np.argsort(by_note, kind="stable")
+    pend, by_note = pend[order], by_note[order]
+    lo = np.searchsorted(by_note, note * span, side="left")
+    count = np.searchsorted(by_note, note * span + qs, side="right") - lo
+    # one what-if state per (note, uses seen), shared by the cells that have it
+    _, first, which = np.unique(note * (len(pend) + 1) + count, return_index=True,
+                                return_inverse=True)
+    note, lo, count = note[first], lo[first], count[first]
+    k = np.repeat(np.arange(len(note)), count)
+    e = pend[np.repeat(lo, count) + _within(count)]
+    own = st.gather(note, (k, actors_u[e]) if fb.cooldown_s > 0 else None)
+    own.touch(k, actors_u[e], t_u[e], fb)
+    g = _GatheredContext(ctx, qs, cols[:, None], np.ones((len(cols), 1), dtype=bool))
+    g.notes, g.state, g.idx = batch.notes.take(note), own, which.reshape(-1, 1)
+    new = _cell_scores(policy, g, st)
+    return None if new is None else new[:, 0]
+
+
+def _repack(job: _ArmJob, batch: Batch, pk: _Packed, rows: np.ndarray) -> None:
+    """Pack the queries ``rows`` of ``pk`` again, from their candidates."""
+    one = _pack(job, batch, pk.pos[rows], pk.vals[rows], rows)
+    for name in ("cand_ok", "cand_rows", "tokens", "gains", "packed", "position"):
+        getattr(pk, name)[rows] = getattr(one, name)
+
+
+def _rescored_row(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Query ``i``'s top C scored in full on the state as it is now."""
+    rctx = BatchContext(batch.row(i), job.st, job.rng)
+    rctx.live = ctx.live[i:i + 1]
+    pos, vals, _ = _top(job.arm.policy, rctx, job.c, job.st, job.accelerators)
+    return pos[0], vals[0]
