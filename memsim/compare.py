@@ -150,7 +150,10 @@ class Comparison:
         t = self.tests
         # one precision per metric: that of the differences' intervals (3
         # decimals for shares and ratios), the means shown at the same place
-        dec = {m: column_decimals(m, g["diff"], g["diff_ci_low"], g["diff_ci_high"])
+        # (differences that are all exactly 0 fix no place: the summary's then)
+        means = self.decimals()
+        dec = {m: column_decimals(m, g["diff"], g["diff_ci_low"], g["diff_ci_high"],
+                                  default=means.get(m, 0))
                for m, g in t.groupby("metric", sort=False)}
         rows = []
         for _, r in t.iterrows():

@@ -166,7 +166,8 @@ class _Glance:
         if r is None or int(r["n_pairs"]) == 0:
             return text
         t = cmp.tests[(cmp.tests["budget"] == self.budget) & (cmp.tests["metric"] == metric)]
-        dec = column_decimals(metric, t["diff"], t["diff_ci_low"], t["diff_ci_high"])
+        dec = column_decimals(metric, t["diff"], t["diff_ci_low"], t["diff_ci_high"],
+                              default=self.dec.get(metric, 3))
         diff = format_fixed(r["diff"], r["diff_ci_low"], r["diff_ci_high"], dec, signed=True)
         return f"{text} (difference {diff}; {cmp.significance(r)})"
 

@@ -959,7 +959,8 @@ def format_ci(mean: float, lo: float, hi: float, *, signed: bool = False,
 
 
 def column_decimals(metric: str, means: Iterable[float], lows: Iterable[float] | None = None,
-                    highs: Iterable[float] | None = None, *, max_decimals: int = 4) -> int:
+                    highs: Iterable[float] | None = None, *, max_decimals: int = 4,
+                    default: int = 0) -> int:
     """One number of decimals for a whole table column of ``metric``.
 
     Shares and ratios (:data:`SHARE_METRICS`) always get 3. Other metrics get
@@ -973,7 +974,8 @@ def column_decimals(metric: str, means: Iterable[float], lows: Iterable[float] |
     nothing stale is packed) says nothing about the scale and does not count.
     Whether the values happen to be whole numbers never matters: a mean of
     0/1 gains, 0.3333 [0.0667, 0.6], keeps its decimals (``0.33 [0.07, 0.60]``).
-    A column of nothing but such zeros gets 0 decimals.
+    A column of nothing but such zeros gets ``default`` decimals (0 unless
+    the caller knows the metric's scale from elsewhere).
     """
     if metric in SHARE_METRICS:
         return 3
@@ -982,7 +984,9 @@ def column_decimals(metric: str, means: Iterable[float], lows: Iterable[float] |
     highs = list(highs) if highs is not None else [np.nan] * len(means)
     decs = [round_to_ci(m, a, b)[3] for m, a, b in zip(means, lows, highs)
             if m is not None and math.isfinite(float(m)) and not _uninformative(m, a, b)]
-    return int(min(max(min(decs, default=0), 0), max_decimals))
+    if not decs:
+        return int(default)
+    return int(min(max(min(decs), 0), max_decimals))
 
 
 def _uninformative(mean: float, lo: float | None, hi: float | None) -> bool:

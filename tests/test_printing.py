@@ -58,6 +58,17 @@ def test_binary_gains_print_with_decimals_everywhere():
     assert f"+{d['diff']:.2f}" in detail or f"+{d['diff']:.3f}" in detail
 
 
+def test_a_metric_no_policy_changes_keeps_its_decimals_in_the_paired_table():
+    # 'c' packs exactly what 'a' packs: every harm difference is 0 [0, 0], but
+    # the baseline's harm (about a third) is still shown with its decimals
+    q = _binary_queries()
+    cmp = memsim.compare(q[q["policy"] != "b"], baseline="a")
+    harm = cmp.summary.set_index(["policy", "metric"]).loc[("a", "harm"), "mean"]
+    detail = cmp.detail_table()
+    row = detail[(detail["policy"] == "c") & (detail["metric"] == "harm")].iloc[0]
+    assert row["baseline"] == f"{harm:.2f}" and row["policy mean"] == f"{harm:.2f}"
+
+
 def test_costs_get_no_mark():
     q = _binary_queries()
     t = paired_tests(q, baseline="a", metrics=["utility", "harm", "tokens_used"])
