@@ -15,7 +15,7 @@ that runs today::
     holdout_replicates = 0      # synthetic: fresh seeds to test on (0: experiment.replicates)
     rankers = ["current", "similarity", "half-life", "half-life-floor", "per-type"]
     packers = ["top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact"]
-    cuts = ["none", "score"]
+    cuts = ["none", "score", "similarity"]
     candidates = [10, 20, 50, 100]
     half_life_days = [1.0, 1000.0]
     floor = [0.0, 0.9]
@@ -35,7 +35,9 @@ The search space spans the pipeline, one stage after the other:
 - *candidates*: the top-C the packer sees;
 - *packing* (``packers``): the five packers of :mod:`memsim.policies.packing`;
 - *cut* (``cuts``): ``score`` drops the candidates scoring under a share of
-  the best (``packer.min_relative_score``; only the value packers have it);
+  the best, ``similarity`` those whose similarity is under a share of the
+  best candidate's (``packer.min_relative_score`` and ``packer.cut_on``; only
+  the value packers have a cut);
 - *retention*: the threshold of today's retention (``cold_threshold`` of
   ``ai-memory``, ``threshold`` of ``memorybank``, ``max_notes`` of
   ``capacity``), from half to twice today's, when today's retention evicts.
@@ -121,8 +123,8 @@ RANKINGS = ("current", "similarity", "half-life", "half-life-floor", "per-type")
 PACKERS = ("top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact")
 #: The packers that take a relevance cut (``min_relative_score``).
 VALUE_PACKERS = ("greedy", "greedy-swap", "exact")
-#: Relevance cuts of the search space.
-CUTS = ("none", "score")
+#: Relevance cuts of the search space: none, on the score, on the similarity.
+CUTS = ("none", "score", "similarity")
 #: The stages of the gain's decomposition, in the order they are applied.
 STAGES = ("ranking", "packing", "cut", "retention")
 #: The slots each stage changes.
@@ -286,7 +288,7 @@ class _Space:
                              "packer": self.current.packer.name}
         cut = getattr(self.current.packer, "min_relative_score", 0.0)
         if p["packer"] in VALUE_PACKERS and len(self.spec.cuts) > 1:
-            p["cut"] = "score" if cut > 0 else "none"
+            p["cut"] = getattr(self.current.packer, "cut_on", "score") if cut > 0 else "none"
             if cut > 0:
                 p["cut_level"] = float(cut)
         if self.retention_knob:
@@ -315,7 +317,7 @@ class _Space:
         packer = trial.suggest_categorical("packer", self.packers)
         if packer in VALUE_PACKERS:
             cut = trial.suggest_categorical("cut", s.cuts) if len(s.cuts) > 1 else s.cuts[0]
-            if cut == "score":
+            if cut != "none":
                 trial.suggest_float("cut_level", 0.05, 0.95)
         if self.retention_knob:
             now = getattr(self.current.retention, self.retention_knob)
@@ -346,7 +348,8 @@ class _Space:
         if kind in VALUE_PACKERS:
             cut = params.get("cut", self.spec.cuts[0] if len(self.spec.cuts) == 1 else "none")
             table["packer"]["min_relative_score"] = (float(params["cut_level"])
-                                                     if cut == "score" else 0.0)
+                                                     if cut != "none" else 0.0)
+            table["packer"]["cut_on"] = cut if cut != "none" else "score"
         if self.retention_knob:
             table["retention"][self.retention_knob] = params[f"retention.{self.retention_knob}"]
         return table
@@ -999,6 +1002,7 @@ def _stage_tables(now: dict, rec: dict) -> list[tuple[str, dict]]:
                 if rec["packer"]["kind"] in VALUE_PACKERS:  # the cut is the next stage
                     nxt["packer"]["min_relative_score"] = table["packer"].get(
                         "min_relative_score", 0.0)
+                    nxt["packer"]["cut_on"] = table["packer"].get("cut_on", "score")
             elif slot == "packer.min_relative_score":
                 nxt["packer"] = copy.deepcopy(rec["packer"])
             elif slot in rec:

@@ -324,6 +324,8 @@ def test_a_time_cut_never_splits_queries_asked_at_the_same_time():
     {"preset": "hivemind-2025-bug", "candidates": 30},
     {"ranker": "product", "decay": "half-life-floor",
      "packer": {"kind": "greedy-swap", "max_swaps": 2, "min_relative_score": 0.5}},
+    {"ranker": "product", "decay": "half-life-floor",
+     "packer": {"kind": "greedy", "min_relative_score": 0.7, "cut_on": "similarity"}},
 ])
 def test_trial_zero_is_todays_setting_exactly(today):
     from memsim.advice import AdviseSpec, _resolved, _Space
@@ -360,3 +362,19 @@ def test_per_type_trials_build_one_half_life_per_type_present():
     assert _Space(spec, pol, 50, "", (), "").rankings == ()
     with pytest.raises(ConfigError, match="carry neither several memory types"):
         advise(exp)  # one class, one tier, one memory type
+
+
+def test_a_cut_on_similarity_is_in_the_search_space():
+    from memsim.advice import CUTS, AdviseSpec, _Space
+
+    assert "similarity" in CUTS
+    exp = experiment(planted_world(10.0), {"preset": "hivemind"}, {}, replicates=1)
+    spec = AdviseSpec.from_table(exp.advise, exp)
+    pol = exp.policies["today"]
+    space = _Space(spec, pol, 50, "tier", ("task", "scratch"), "")
+    params = {"ranking": "similarity", "candidates": 50, "packer": "greedy",
+              "cut": "similarity", "cut_level": 0.6}
+    packer = space.table(params)["packer"]
+    assert packer == {"kind": "greedy", "min_relative_score": 0.6, "cut_on": "similarity"}
+    none = space.table(dict(params, cut="none"))["packer"]
+    assert none["min_relative_score"] == 0.0
