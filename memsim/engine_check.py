@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from .engine import Arm, SimSettings, simulate, with_timing
 from .errors import ConfigError
 from .rundir import jsonable, write_atomic
 from .stream import Stream, make_stream, read_stream
@@ -35,7 +37,7 @@ from .workload import SyntheticWorkload
 
 __all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "csv_saver", "first_differences",
            "format_summary", "kendall", "likely_causes", "load_check_config", "print_summaries",
-           "quantise_stream", "starting", "summarise"]
+           "quantise_stream", "replay_memsim", "starting", "summarise"]
 
 #: Seconds per simulated day.
 DAY_S = 86400
@@ -255,3 +257,27 @@ def likely_causes(identical: np.ndarray, checks: list[tuple[np.ndarray, str]],
         cause = next((why for mask, why in checks if mask[j]), None)
         out[j] = cause or (since_first if j > first else "scores differ")
     return out
+
+
+def replay_memsim(stream: Stream, policy: Any, k: int, feedback_mode: str = "per-query",
+                  arm: str = "memsim") -> tuple[list[np.ndarray], list[np.ndarray], float]:
+    """memsim's side of a check: ``policy`` replayed over ``stream`` with its
+    top ``k`` kept, as (note ids, scores) per query in the stream's query
+    order, and the seconds the replay took. ``arm`` names the arm (its name
+    seeds the arm's random stream, so each check keeps its own)."""
+    policy = with_timing(policy, feedback_mode)
+    settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
+    t0 = time.perf_counter()
+    res = simulate(stream, [Arm(arm, policy)], settings, np.random.SeedSequence(0))
+    seconds = time.perf_counter() - t0
+    qids = stream.queries["query_id"].to_numpy(np.int64)
+    ids = [np.zeros(0, np.int64) for _ in qids]
+    scores = [np.zeros(0) for _ in qids]
+    r = res.rankings
+    if r is not None and len(r):
+        qpos = {int(q): i for i, q in enumerate(qids)}
+        for qid, g in r.sort_values(["query_id", "rank"], kind="stable").groupby("query_id"):
+            i = qpos[int(qid)]
+            ids[i] = g["note_id"].to_numpy(np.int64)
+            scores[i] = g["score"].to_numpy(np.float64)
+    return ids, scores, seconds

@@ -60,9 +60,8 @@ import numpy as np
 import pandas as pd
 
 from .config import resolve_policy
-from .engine import Arm, SimSettings, simulate, with_timing
 from .engine_check import (compare_rankings, csv_saver, format_summary, likely_causes,
-                           load_check_config, print_summaries, quantise_stream, starting,
+                           load_check_config, print_summaries, quantise_stream, replay_memsim, starting,
                            summarise)
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
@@ -178,25 +177,6 @@ def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
         if engine == "openmemory":
             table["feedback"] = {"k": k}
     return resolve_policy(table, f"engine_check.{engine}")
-
-
-def _replay_memsim(stream: Stream, policy, k: int, feedback_mode: str = "per-query"):
-    policy = with_timing(policy, feedback_mode)
-    settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
-    t0 = time.perf_counter()
-    res = simulate(stream, [Arm("framework", policy)], settings, np.random.SeedSequence(0))
-    seconds = time.perf_counter() - t0
-    qids = stream.queries["query_id"].to_numpy(np.int64)
-    ids = [np.zeros(0, np.int64) for _ in qids]
-    scores = [np.zeros(0) for _ in qids]
-    r = res.rankings
-    if r is not None and len(r):
-        qpos = {int(q): i for i, q in enumerate(qids)}
-        for qid, g in r.sort_values(["query_id", "rank"], kind="stable").groupby("query_id"):
-            i = qpos[int(qid)]
-            ids[i] = g["note_id"].to_numpy(np.int64)
-            scores[i] = g["score"].to_numpy(np.float64)
-    return ids, scores, seconds
 
 
 # --------------------------------------------------------------------------
@@ -485,7 +465,7 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
     else:
         (ids, scores), version = _mem0(qs, k)
     eng_s = time.perf_counter() - t0
-    mem_ids, mem_scores, mem_s = _replay_memsim(qs, policy, k, feedback_mode)
+    mem_ids, mem_scores, mem_s = replay_memsim(qs, policy, k, feedback_mode, arm="framework")
     per_query = compare_rankings(qs, ids, scores, mem_ids, mem_scores, k)
     per_query["cause"] = likely_causes(
         per_query["identical"].to_numpy(),

@@ -42,9 +42,8 @@ import numpy as np
 import pandas as pd
 
 from .config import resolve_policy
-from .engine import Arm, SimSettings, simulate, with_timing
 from .engine_check import (compare_rankings, csv_saver, format_summary, likely_causes,
-                           load_check_config, print_summaries, quantise_stream, starting,
+                           load_check_config, print_summaries, quantise_stream, replay_memsim, starting,
                            summarise)
 from .errors import ConfigError, MemsimError
 from .stream import Stream, make_stream
@@ -96,26 +95,6 @@ def langchain_policy(*, k: int = 4, search_k: int = 100, decay_rate: float = 0.0
         "candidates": k,
     }
     return resolve_policy(table, "langchain_check.policy")
-
-
-def _replay_memsim(stream: Stream, policy, k: int, feedback_mode: str = "per-query"):
-    policy = with_timing(policy, feedback_mode)
-
-    settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
-    t0 = time.perf_counter()
-    res = simulate(stream, [Arm("langchain", policy)], settings, np.random.SeedSequence(0))
-    seconds = time.perf_counter() - t0
-    qids = stream.queries["query_id"].to_numpy(np.int64)
-    ids = [np.zeros(0, np.int64) for _ in qids]
-    scores = [np.zeros(0) for _ in qids]
-    r = res.rankings
-    if r is not None and len(r):
-        qpos = {int(q): i for i, q in enumerate(qids)}
-        for qid, g in r.sort_values(["query_id", "rank"], kind="stable").groupby("query_id"):
-            i = qpos[int(qid)]
-            ids[i] = g["note_id"].to_numpy(np.int64)
-            scores[i] = g["score"].to_numpy(np.float64)
-    return ids, scores, seconds
 
 
 def _retriever_class():
@@ -294,7 +273,7 @@ def langchain_cross_check(stream: Stream, *, k: int = 4, search_k: int = 100,
     qs = _prepare(stream)
     policy = langchain_policy(k=k, search_k=search_k, decay_rate=decay_rate,
                               relevance=relevance, default_salience=default_salience)
-    mem_ids, mem_scores, mem_s = _replay_memsim(qs, policy, k, feedback_mode)
+    mem_ids, mem_scores, mem_s = replay_memsim(qs, policy, k, feedback_mode, arm="langchain")
     eng = replay_langchain(qs, k=k, search_k=search_k, decay_rate=decay_rate,
                            relevance=relevance, default_salience=default_salience)
     per_query = compare_rankings(qs, eng.ids, eng.scores, mem_ids, mem_scores, k)

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from memsim.engine import Arm, SimSettings, simulate, with_timing
-from memsim.engine_check import load_check_config
+from memsim.engine_check import load_check_config, replay_memsim
 from memsim.policies import ArrayContext, resolve_policy
 from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
 from memsim.policies.decay import HalfLife
@@ -249,11 +249,13 @@ def test_engine_check_tells_the_llamaindex_modes_apart():
 
     stream = fc._prepare(_stream(11))
     (ids, _), _ = fc._llamaindex(stream, 1, "now", 2)
-    mem_ids, _, _ = fc._replay_memsim(stream, fc.framework_policy("llamaindex", mode="created"), 1)
+    mem_ids, _, _ = replay_memsim(stream, fc.framework_policy("llamaindex", mode="created"), 1,
+                                 arm="framework")
     assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
     # and the refresh: the real code without it against the preset with it
     (ids, _), _ = fc._llamaindex(stream, 1, "now", 2, refresh=False)
-    mem_ids, _, _ = fc._replay_memsim(stream, fc.framework_policy("llamaindex", mode="now"), 1)
+    mem_ids, _, _ = replay_memsim(stream, fc.framework_policy("llamaindex", mode="now"), 1,
+                                 arm="framework")
     assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
 
 
