@@ -109,7 +109,7 @@ from memsim.metrics import OLD_RECALL_COLUMN
 from memsim.params import check_keys, did_you_mean
 from memsim.policies import PRESETS, REGISTRY, Policy, resolve_policy
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
-from memsim.rundir import Manifest, new_run_dir, utc_now, write_atomic, write_text_atomic
+from memsim.rundir import Manifest, jsonable, new_run_dir, utc_now, write_atomic, write_text_atomic
 from memsim.runner import load_stream_for, simulate_replicate
 from memsim.stats import paired_tests, utility_share
 from memsim.sweep.evaluate import cache_budget
@@ -597,7 +597,7 @@ class Advice:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("path", "trials_table")}
         d["path"] = str(self.path) if self.path else None
-        return _jsonable(d)
+        return jsonable(d)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -695,20 +695,6 @@ class Advice:
 
 def _signed(x: float) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:+.3f}"
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (np.floating, float)):
-        return float(v) if math.isfinite(float(v)) else None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, np.bool_):
-        return bool(v)
-    return v
 
 
 def _describe(slot: str, table: Any) -> str:
