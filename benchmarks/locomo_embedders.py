@@ -19,34 +19,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 
-from memsim.importers.locomo import import_locomo
+from memsim.importers.locomo import evidence_in_top, import_locomo
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.zip"
-
-
-def evidence_in_top(stream, k: int) -> tuple[pd.Series, pd.Series]:
-    """Per answerable question: its relevant notes among the top ``k`` of its
-    namespace by cosine (ties to the lower row), and its relevant notes."""
-    notes, q, qr = stream.notes, stream.queries, stream.qrels
-    nemb = stream.note_embeddings.astype(np.float64)
-    nemb /= np.maximum(np.linalg.norm(nemb, axis=1, keepdims=True), 1e-300)
-    qemb = stream.query_embeddings.astype(np.float64)
-    qemb /= np.maximum(np.linalg.norm(qemb, axis=1, keepdims=True), 1e-300)
-    ask = q[(q["category"] != 5) & q["query_id"].isin(qr["query_id"])]
-    tops = []
-    for ns, g in ask.groupby("namespace"):
-        rows = np.flatnonzero(notes["namespace"].to_numpy() == ns)
-        sim = qemb[q.index.get_indexer(g.index)] @ nemb[rows].T
-        best = np.argsort(-sim, axis=1, kind="stable")[:, :k]
-        tops.append(pd.DataFrame({"query_id": np.repeat(g["query_id"].to_numpy(), best.shape[1]),
-                                  "note_id": notes["note_id"].to_numpy()[rows[best]].ravel()}))
-    found = (pd.concat(tops).merge(qr, on=["query_id", "note_id"]).groupby("query_id").size()
-             .reindex(ask["query_id"], fill_value=0))
-    need = qr.groupby("query_id").size().reindex(ask["query_id"])
-    return found, need
 
 
 def main(argv: list[str] | None = None) -> int:

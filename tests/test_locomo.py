@@ -20,7 +20,7 @@ import pytest
 
 from memsim.errors import ConfigError, StreamError
 from memsim.importers import cli_import_locomo, import_locomo, load_locomo_records
-from memsim.importers.locomo import parse_evidence, parse_session_datetime
+from memsim.importers.locomo import evidence_in_top, parse_evidence, parse_session_datetime
 from memsim.lexical import bm25_embeddings, bm25_scores, s_stem, tokenize
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -346,29 +346,6 @@ def test_json_list_layout_gives_the_same_stream(turns, tmp_path):
         {k: v for k, v in turns.meta.items() if k != "source"}
 
 
-def top_k_hits(stream, k):
-    """Per answerable question (category 1-4 with qrels): the number of its
-    relevant notes among the top k of its namespace by cosine, and its number
-    of relevant notes."""
-    notes, q, qr = stream.notes, stream.queries, stream.qrels
-    nemb = stream.note_embeddings.astype(np.float64)
-    nemb /= np.linalg.norm(nemb, axis=1, keepdims=True)
-    qemb = stream.query_embeddings.astype(np.float64)
-    qemb /= np.maximum(np.linalg.norm(qemb, axis=1, keepdims=True), 1e-300)
-    ask = q[(q["category"] != 5) & q["query_id"].isin(qr["query_id"])]
-    tops = []
-    for ns, g in ask.groupby("namespace"):
-        rows = np.flatnonzero(notes["namespace"].to_numpy() == ns)
-        sim = qemb[q.index.get_indexer(g.index)] @ nemb[rows].T
-        best = np.argsort(-sim, axis=1, kind="stable")[:, :k]
-        tops.append(pd.DataFrame({"query_id": np.repeat(g["query_id"].to_numpy(), k),
-                                  "note_id": notes["note_id"].to_numpy()[rows[best]].ravel()}))
-    found = (pd.concat(tops).merge(qr, on=["query_id", "note_id"]).groupby("query_id").size()
-             .reindex(ask["query_id"], fill_value=0))
-    need = qr.groupby("query_id").size().reindex(ask["query_id"])
-    return found, need
-
-
 @needs_data
 def test_similarity_only_recall_on_locomo_turns(turns):
     """Similarity-only retrieval by cosine of the BM25 vectors, per conversation.
@@ -378,11 +355,11 @@ def test_similarity_only_recall_on_locomo_turns(turns):
     0.4609; mean share of evidence found 0.5054); the data's README quotes
     about 0.47 for plain BM25. Top 10: 0.6562.
     """
-    found, need = top_k_hits(turns, 5)
+    found, need = evidence_in_top(turns, 5)
     assert len(found) == 1536
     assert (found > 0).mean() >= 0.50
     assert (found == need).mean() >= 0.42
-    found10, _ = top_k_hits(turns, 10)
+    found10, _ = evidence_in_top(turns, 10)
     assert (found10 > 0).mean() >= (found > 0).mean()
 
 

@@ -120,7 +120,7 @@ from memsim.embed import EMBEDDERS, embed_texts
 from memsim.errors import ConfigError, StreamError
 from memsim.stream import Stream, make_stream, write_stream
 
-__all__ = ["import_locomo", "cli_import_locomo", "load_locomo_records",
+__all__ = ["import_locomo", "cli_import_locomo", "load_locomo_records", "evidence_in_top",
            "parse_session_datetime", "parse_evidence", "NOTE_KINDS", "QUERY_ACTOR"]
 
 NOTE_KINDS = ("turns", "observations", "summaries")
@@ -646,3 +646,27 @@ def cli_import_locomo(path: str | os.PathLike, out: str | os.PathLike,
     stream = import_locomo(path, notes=notes, captions=captions, embedder=embedder)
     write_stream(stream, Path(out))
     return stream
+
+
+def evidence_in_top(stream: Stream, k: int) -> tuple[pd.Series, pd.Series]:
+    """Per answerable question (category 1-4 with qrels) of an imported LoCoMo
+    stream: how many of its relevant notes are among the top ``k`` of its
+    conversation (namespace) by cosine (ties to the lower row), and how many
+    it has. ``found == need`` is "all evidence in the top k"."""
+    notes, q, qr = stream.notes, stream.queries, stream.qrels
+    nemb = stream.note_embeddings.astype(np.float64)
+    nemb /= np.maximum(np.linalg.norm(nemb, axis=1, keepdims=True), 1e-300)
+    qemb = stream.query_embeddings.astype(np.float64)
+    qemb /= np.maximum(np.linalg.norm(qemb, axis=1, keepdims=True), 1e-300)
+    ask = q[(q["category"] != 5) & q["query_id"].isin(qr["query_id"])]
+    tops = []
+    for ns, g in ask.groupby("namespace"):
+        rows = np.flatnonzero(notes["namespace"].to_numpy() == ns)
+        sim = qemb[q.index.get_indexer(g.index)] @ nemb[rows].T
+        best = np.argsort(-sim, axis=1, kind="stable")[:, :k]
+        tops.append(pd.DataFrame({"query_id": np.repeat(g["query_id"].to_numpy(), best.shape[1]),
+                                  "note_id": notes["note_id"].to_numpy()[rows[best]].ravel()}))
+    found = (pd.concat(tops).merge(qr, on=["query_id", "note_id"]).groupby("query_id").size()
+             .reindex(ask["query_id"], fill_value=0))
+    need = qr.groupby("query_id").size().reindex(ask["query_id"])
+    return found, need
