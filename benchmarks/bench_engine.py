@@ -14,7 +14,7 @@ Run from the repository root::
 What is measured
 ----------------
 *The host*, first in every output (text and ``--json``): the CPU model
-(:func:`memsim.machine.cpu_model`), the cores this process may use, Python,
+(:func:`memsim.core.machine.cpu_model`), the cores this process may use, Python,
 numpy and the BLAS threadpoolctl sees, the load average at the start and the
 end: a figure is never quoted without its machine.
 
@@ -35,7 +35,7 @@ Hivemind sweep and ``memsim report`` on the quickstart's run folder.
 *Standard sizes*: a store that reaches N notes (10k, 50k, 200k) by the end of
 a year of queries (50 a day), half of it backfilled before the first query
 (``backfill_days = 365``, ``notes_per_day = N / 730``), built directly with
-:class:`memsim.workload.SyntheticWorkload`. To keep the whole script within
+:class:`memsim.data.workload.SyntheticWorkload`. To keep the whole script within
 minutes, each size is timed on the **last ``--window-days`` days** of that year
 (``horizon_days = W``, ``backfill_days = 730 - W``, same note rate): the store
 then holds between ``N - W N / 730`` and ``N`` notes, as at the end of the
@@ -72,7 +72,7 @@ wall time times 50 (two at a time).
 
 *Feather*: if feather-db is installed, the 10k stream with ``--feather-days``
 of queries (default 60) replayed through the real engine (ingest + searches
-at the default ef, with :func:`memsim.feather_check.replay_feather`) and
+at the default ef, with :func:`memsim.checks.feather_check.replay_feather`) and
 through memsim's ``feather`` preset, in memsim's default per-tick feedback
 mode and in the exact per-query mode, each side the fastest of
 ``FEATHER_REPEAT`` (3) runs, memsim's first (after a feather-db replay the
@@ -132,7 +132,7 @@ FULL_POLICY = {
 
 
 def _stream(n_notes: int, window_days: float, seed: int = 1):
-    from memsim.workload import SyntheticWorkload
+    from memsim.data.workload import SyntheticWorkload
 
     total_days = 2 * YEAR  # backfill + horizon of the standard year
     w = SyntheticWorkload(horizon_days=window_days, backfill_days=total_days - window_days,
@@ -158,7 +158,7 @@ def _note_scores(stream) -> int:
 
 def _first_day(stream):
     """The stream with only its first day of queries (and their qrels)."""
-    from memsim.stream import make_stream
+    from memsim.data.stream import make_stream
 
     t = stream.queries["t"].to_numpy(np.float64)
     keep = np.floor(t) == np.floor(t.min())
@@ -265,7 +265,7 @@ def preset_tables(name: str, p: int, timing: str | None) -> list[dict]:
     """p arms of preset ``name`` at its own configuration; ``timing`` None
     keeps the preset's own feedback timing, else overrides it. With p > 1 the
     arms differ by their decay's time scale (:func:`_vary_decay`)."""
-    from memsim.errors import ConfigError
+    from memsim.core.errors import ConfigError
     from memsim.policies import resolve_policy
     from memsim.policies.presets import preset_table
 
@@ -439,7 +439,7 @@ def child(spec: dict) -> dict:
 
 
 def child_feather(stream) -> dict:
-    from memsim.feather_check import quantise_stream, replay_feather, replay_memsim
+    from memsim.checks.feather_check import quantise_stream, replay_feather, replay_memsim
 
     qs = quantise_stream(stream)
     # each side's fastest of FEATHER_REPEAT runs (a run of a fraction of a
@@ -615,7 +615,7 @@ def host_info() -> dict:
     Python, numpy and its BLAS (threadpoolctl)."""
     import platform
 
-    from memsim.machine import cpu_model, default_jobs
+    from memsim.core.machine import cpu_model, default_jobs
 
     try:
         from threadpoolctl import threadpool_info

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memsim.policies import REGISTRY  # noqa: E402
-from memsim.knapsack import dp_select, milp_select  # noqa: E402
+from memsim.core.knapsack import dp_select, milp_select  # noqa: E402
 from memsim.policies.packing import Exact  # noqa: E402
 
 

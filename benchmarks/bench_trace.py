@@ -76,7 +76,7 @@ def main() -> None:
         path = args.keep or Path(tmp) / "trace.jsonl"
         events = write_trace(path, args.notes)
         size_mb = path.stat().st_size / 1e6
-        code = ("from memsim.importers.trace import import_trace; "
+        code = ("from memsim.data.importers.trace import import_trace; "
                 f"import_trace({str(path)!r})")
         res = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", code],
                              capture_output=True, text=True)

@@ -23,8 +23,8 @@ import sys
 
 import memsim
 from memsim.policies.base import REGISTRY
-from memsim.runner import simulate_experiment
-from memsim.stats import mean_ci, utility_share
+from memsim.runs.runner import simulate_experiment
+from memsim.reporting.stats import mean_ci, utility_share
 
 PACKERS = ("top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact")
 

@@ -35,9 +35,9 @@ import numpy as np
 import pandas as pd
 
 import memsim
-from memsim.rng import child_seq, seed_sequence
-from memsim.stats import paired_tests
-from memsim.workload import SyntheticWorkload
+from memsim.core.rng import child_seq, seed_sequence
+from memsim.reporting.stats import paired_tests
+from memsim.data.workload import SyntheticWorkload
 
 SEED = 20261130
 BUCKETS = ["recall_age_0_7", "recall_age_7_30", "recall_age_30_90", "recall_age_90_180",

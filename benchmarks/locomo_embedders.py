@@ -10,7 +10,7 @@ and 10, and the mean share of the evidence found::
 
 ``PATH`` defaults to ``../shared/data/locomo/locomo10.zip`` beside the
 repository. ``wordllama`` needs the ``[embed]`` extra; its vectors are cached
-(:mod:`memsim.embed`). Runs in about ten seconds on two cores.
+(:mod:`memsim.data.embed`). Runs in about ten seconds on two cores.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 
-from memsim.importers.locomo import evidence_in_top, import_locomo
+from memsim.data.importers.locomo import evidence_in_top, import_locomo
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.zip"
 

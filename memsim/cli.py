@@ -1,6 +1,6 @@
 """The ``memsim`` command line: a thin layer over the Python API.
 
-A user mistake (:class:`memsim.errors.MemsimError`) prints one line on stderr
+A user mistake (:class:`memsim.core.errors.MemsimError`) prints one line on stderr
 and exits with code 2; a fault of the environment (an ``OSError``: disk full,
 read-only folder, file-size limit) prints one line and exits with code 1;
 Ctrl-C and SIGTERM exit with code 130; anything else is a bug and keeps its
@@ -21,9 +21,9 @@ import time
 import warnings
 from pathlib import Path
 
-from . import datasets
-from .errors import MemsimError
-from .machine import default_jobs
+from memsim.data import datasets
+from memsim.core.errors import MemsimError
+from memsim.core.machine import default_jobs
 
 __all__ = ["main"]
 
@@ -163,21 +163,21 @@ def _json_progress(args) -> bool:
 def _print_json(data) -> None:
     """A command's result as one JSON document on stdout (``--json``): NaN and
     infinities as null (JSON has neither), numpy scalars as numbers, frames as
-    lists of records, paths as strings (:func:`memsim.rundir.jsonable`)."""
+    lists of records, paths as strings (:func:`memsim.reporting.rundir.jsonable`)."""
     import json
 
-    from .rundir import jsonable
+    from memsim.reporting.rundir import jsonable
 
     print(json.dumps(jsonable(data), indent=2, allow_nan=False))
 
 
 def _cmd_run(args) -> int:
-    from .compare import headline_text
-    from .config import load_experiment
-    from .runner import run_many
+    from memsim.reporting.compare import headline_text
+    from memsim.runs.config import load_experiment
+    from memsim.runs.runner import run_many
     exps = [load_experiment(p, args.set) for p in args.experiments]
     if args.mlflow is not None:
-        from .tracking import require as require_mlflow
+        from memsim.adapters.tracking import require as require_mlflow
         require_mlflow()
     phase, units = _run_units(exps, args.jobs)
     prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1],
@@ -200,11 +200,11 @@ def _cmd_run(args) -> int:
     finally:
         prog.close()
     if args.mlflow is not None:
-        from .tracking import log_run
+        from memsim.adapters.tracking import log_run
         for p in paths:
             log_run(p, tracking_uri=args.mlflow or None)
     if args.json:
-        from .rundir import load_run
+        from memsim.reporting.rundir import load_run
         runs = []
         for p in paths:
             run = load_run(p)
@@ -223,7 +223,7 @@ def _cmd_run(args) -> int:
 
 
 def _run_units(exps: list, jobs: int) -> tuple[str, list[tuple[float, str]]]:
-    """The units :func:`memsim.runner.run_many` reports progress in: its
+    """The units :func:`memsim.runs.runner.run_many` reports progress in: its
     replicates, or its runs when they run in parallel (or are very many)."""
     n = sum(e.n_runs() for e in exps)
     if (jobs > 1 and n > 1) or n > 200:
@@ -253,8 +253,8 @@ def _utf8_stdout() -> bool:
 
 
 def _cmd_report(args) -> int:
-    from .config import import_run_plugins
-    from .report import build_report
+    from memsim.runs.config import import_run_plugins
+    from memsim.reporting.report import build_report
     import_run_plugins(args.run_dir)  # the report rebuilds the run's policies
     prog = Progress("memsim report", getattr(args, "quiet", False), phase="tables and figures",
                     json_lines=_json_progress(args))
@@ -267,9 +267,9 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_stream_generate(args) -> int:
-    from .config import StreamSource, load_experiment
-    from .rng import child_seq, seed_sequence
-    from .stream import write_stream
+    from memsim.runs.config import StreamSource, load_experiment
+    from memsim.core.rng import child_seq, seed_sequence
+    from memsim.data.stream import write_stream
     exp = load_experiment(args.experiment, args.set)
     if isinstance(exp.workload, StreamSource):
         raise MemsimError(f"{args.experiment}: the workload replays {exp.workload.path}; "
@@ -285,10 +285,10 @@ def _cmd_stream_generate(args) -> int:
 
 
 def _cmd_stream_validate(args) -> int:
-    from .stream import describe_stream, read_stream
+    from memsim.data.stream import describe_stream, read_stream
     stream = read_stream(Path(args.path))
     if args.json:
-        from .stream import stream_facts
+        from memsim.data.stream import stream_facts
         _print_json({"valid": True, **stream_facts(stream)})
         return 0
     print(describe_stream(stream))
@@ -302,20 +302,20 @@ def _cmd_schema(args) -> int:
         sys.stdout.write(resources.files("memsim").joinpath("schemas", "trace-v1.json")
                          .read_text("utf-8"))
         return 0
-    from .policies.plugins import load_entry_points
-    from .schema import schema_text
+    from memsim.policies.plugins import load_entry_points
+    from memsim.schema import schema_text
     load_entry_points()  # the installed packages' components too
     sys.stdout.write(schema_text())
     return 0
 
 
 def _cmd_policies(args) -> int:
-    from .policies import PRESETS, REGISTRY, assumptions
-    from .policies.catalogue import SOURCES
-    from .policies.plugins import load_entry_points
+    from memsim.policies import PRESETS, REGISTRY, assumptions
+    from memsim.policies.catalogue import SOURCES
+    from memsim.policies.plugins import load_entry_points
     load_entry_points()  # the installed packages' components too
     if getattr(args, "markdown", False):
-        from .policies.catalogue import catalogue_markdown
+        from memsim.policies.catalogue import catalogue_markdown
 
         print(catalogue_markdown())
         return 0
@@ -373,12 +373,12 @@ def _plain_text(text: str) -> str:
 
 
 def _overrides(pairs: list[str]) -> dict:
-    from .config import parse_override
+    from memsim.runs.config import parse_override
     return dict(parse_override(o) for o in pairs)
 
 
 def _cmd_curves(args) -> int:
-    from .curves import curves_table, format_curves
+    from memsim.reporting.curves import curves_table, format_curves
     df = curves_table(args.presets, overrides=_overrides(args.set), s=args.s, delta=args.delta)
     if args.json:
         _print_json({"curves": df})
@@ -414,7 +414,7 @@ def _cmd_data_list(args) -> int:
 
 
 def _cmd_stream_check(args) -> int:
-    from .importers.trace import check_trace
+    from memsim.data.importers.trace import check_trace
     errors, more = check_trace(_data_or_path(args.path), limit=args.limit, qrels=args.qrels)
     for line in errors:
         print(line)
@@ -428,8 +428,8 @@ def _cmd_stream_check(args) -> int:
 
 
 def _cmd_stream_import(args) -> int:
-    from .importers.locomo import cli_import_locomo
-    from .importers.trace import cli_import_trace
+    from memsim.data.importers.locomo import cli_import_locomo
+    from memsim.data.importers.trace import cli_import_trace
     args.path = str(_data_or_path(args.path))
     if args.format == "trace":
         cli_import_trace(Path(args.path), Path(args.out), embedder=args.embedder,
@@ -447,7 +447,7 @@ def _cmd_stream_import(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
-    from .calibrate import calibrate_revlog, format_calibration
+    from memsim.tuning.calibrate import calibrate_revlog, format_calibration
     out = None if args.out is None else Path(args.out)
     result = calibrate_revlog(_data_or_path(args.path), out, min_elapsed_days=args.min_elapsed_days)
     print(format_calibration(result))
@@ -457,7 +457,7 @@ def _cmd_calibrate(args) -> int:
 
 
 def _cmd_calibrate_workload(args) -> int:
-    from .twin import calibrate_workload, format_twin
+    from memsim.tuning.twin import calibrate_workload, format_twin
     say = None if args.quiet else (
         lambda m: print(f"memsim calibrate workload: {m}", file=sys.stderr))
     twin = calibrate_workload(Path(args.stream), Path(args.out), budget=args.budget,
@@ -469,12 +469,12 @@ def _cmd_calibrate_workload(args) -> int:
 
 def _cmd_sweep(args) -> int:
     # imported here: memsim.sweep loads Optuna, which only this command needs
-    from .sweep import run_sweep
+    from memsim.sweep import run_sweep
 
     if args.experiment is None and args.resume is None:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
     if args.mlflow is not None:
-        from .tracking import require as require_mlflow
+        from memsim.adapters.tracking import require as require_mlflow
         require_mlflow()
     prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
                     unit="trial", resumed=True, json_lines=_json_progress(args),
@@ -489,7 +489,7 @@ def _cmd_sweep(args) -> int:
     finally:
         prog.close()
     if args.mlflow is not None:
-        from .tracking import log_sweep
+        from memsim.adapters.tracking import log_sweep
         log_sweep(res, tracking_uri=args.mlflow or None)
     if args.json:
         _print_json({"path": None if res.path is None else str(res.path),
@@ -508,10 +508,10 @@ def _cmd_sweep(args) -> int:
 def _sweep_trials(args) -> int | None:
     """How many COMPLETE trials the sweep asks for (for progress lines), or
     None when that is not known before the sweep loads its experiment."""
-    from .config import load_experiment
+    from memsim.runs.config import load_experiment
     if args.trials is not None:
         return args.trials if isinstance(args.trials, int) and args.trials > 0 else None
-    from .sweep.space import SweepSpec
+    from memsim.sweep.space import SweepSpec
 
     path = args.experiment
     if path is None and args.resume is not None:
@@ -526,8 +526,8 @@ def _sweep_trials(args) -> int | None:
 
 
 def _cmd_audit(args) -> int:
-    from .audit import audit
-    from .config import load_experiment
+    from memsim.tuning.audit import audit
+    from memsim.runs.config import load_experiment
     exp = load_experiment(args.experiment, args.set)
     prog = Progress("memsim audit", args.quiet, phase="signals and parameters",
                     json_lines=_json_progress(args))
@@ -552,8 +552,8 @@ def _cmd_audit(args) -> int:
 
 
 def _cmd_optimum(args) -> int:
-    from .config import load_experiment
-    from .optimum import optimum
+    from memsim.runs.config import load_experiment
+    from memsim.tuning.optimum import optimum
     exp = load_experiment(args.experiment, args.set)
     rep = optimum(exp, simulate=not args.no_simulate)
     print(rep.to_json() if args.json else rep.to_text())
@@ -561,9 +561,9 @@ def _cmd_optimum(args) -> int:
 
 
 def _cmd_advise(args) -> int:
-    from .advice import advise, print_progress
-    from .config import attribute_overrides, load_experiment
-    from .errors import ConfigError
+    from memsim.tuning.advice import advise, print_progress
+    from memsim.runs.config import attribute_overrides, load_experiment
+    from memsim.core.errors import ConfigError
 
     exp = load_experiment(args.experiment, args.set)
     try:
@@ -582,7 +582,7 @@ def _cmd_advise(args) -> int:
 
 
 def _cmd_feather_check(args) -> int:
-    from .feather_check import main as feather_main
+    from memsim.checks.feather_check import main as feather_main
     prog = Progress("memsim feather-check", getattr(args, "quiet", False))
     try:
         return feather_main([args.config] + (["--csv", args.csv] if args.csv else []),
@@ -592,7 +592,7 @@ def _cmd_feather_check(args) -> int:
 
 
 def _cmd_engine_check(args) -> int:
-    from .feather_check import main as feather_main
+    from memsim.checks.feather_check import main as feather_main
     argv = ([args.config] + (["--csv", args.csv] if args.csv else [])
             + (["--json"] if args.json else []))
     if args.engine == "feather":
@@ -601,11 +601,11 @@ def _cmd_engine_check(args) -> int:
             return feather_main(argv, progress=prog)
         finally:
             prog.close()
-    if args.engine != "langchain":  # a framework's scoring function (memsim.framework_check)
-        from .framework_check import main as framework_main
+    if args.engine != "langchain":  # a framework's scoring function (memsim.checks.framework_check)
+        from memsim.checks.framework_check import main as framework_main
 
         return framework_main(args.engine, argv)
-    from .langchain_check import main as langchain_main
+    from memsim.checks.langchain_check import main as langchain_main
 
     return langchain_main(argv)
 
@@ -634,7 +634,7 @@ def _package_version() -> str:
     try:
         return importlib.metadata.version("memsim")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        from . import __version__
+        from memsim import __version__
 
         return __version__
 
@@ -818,7 +818,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("format", choices=["locomo", "trace"],
                      help="locomo: the LoCoMo conversations; trace: a memory-layer log")
     imp.add_argument("path", help="locomo10.zip, locomo10.json or data:locomo; a trace: "
-                     "FILE.jsonl (memory-layer log, format in memsim/importers/trace.py)")
+                     "FILE.jsonl (memory-layer log, format in memsim/data/importers/trace.py)")
     imp.add_argument("--out", required=True, help="stream folder to create")
     imp.add_argument("--notes", choices=["turns", "observations", "summaries"], default="turns",
                      help="what becomes a note (LoCoMo)")
@@ -962,7 +962,7 @@ class _OneLine(logging.Formatter):
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A warning as one line on stderr (no source line): memsim's own as
     ``memsim: warning: ...``, others with their category."""
-    from .errors import MemsimWarning
+    from memsim.core.errors import MemsimWarning
 
     what = "" if issubclass(category, MemsimWarning) else f"{category.__name__}: "
     print(f"memsim: warning: {what}{_one_line(message)}", file=sys.stderr if file is None

@@ -2,15 +2,15 @@
 
 :func:`experiment_schema` builds a JSON Schema (draft 2020-12) of an
 experiment file from what memsim itself validates with: the fields of
-:class:`~memsim.config.ExperimentSettings`, of the synthetic workload's knob
-groups (:class:`~memsim.workload.SyntheticWorkload`) and of each reader and
+:class:`~memsim.runs.config.ExperimentSettings`, of the synthetic workload's knob
+groups (:class:`~memsim.data.workload.SyntheticWorkload`) and of each reader and
 policy component, with their ``_constraints`` (an
-:class:`~memsim.params.Interval` becomes ``minimum``/``maximum``, an
-:class:`~memsim.params.Options` an ``enum``); the registry's component kinds
+:class:`~memsim.core.params.Interval` becomes ``minimum``/``maximum``, an
+:class:`~memsim.core.params.Options` an ``enum``); the registry's component kinds
 per slot (:data:`~memsim.policies.REGISTRY`), the preset names
 (:data:`~memsim.policies.PRESETS`), the top-level tables
-(:data:`~memsim.config.TOP_LEVEL`), the keys of a replayed workload
-(:data:`~memsim.config.SOURCE_KEYS`) and the known keys of ``[sweep]`` and
+(:data:`~memsim.runs.config.TOP_LEVEL`), the keys of a replayed workload
+(:data:`~memsim.runs.config.SOURCE_KEYS`) and the known keys of ``[sweep]`` and
 ``[advise]``. Descriptions come from the classes' numpydoc ``Parameters``.
 
 The schema is shipped as ``memsim/schemas/experiment.schema.json`` (a test
@@ -35,7 +35,7 @@ import re
 from importlib import resources
 from typing import Any
 
-from memsim.config import (
+from memsim.runs.config import (
     IMPORT_NOTES,
     IMPORTERS,
     MAX_CANDIDATES,
@@ -45,12 +45,12 @@ from memsim.config import (
     TOP_LEVEL,
     ExperimentSettings,
 )
-from memsim.embed import EMBEDDERS
+from memsim.data.embed import EMBEDDERS
 from memsim.engine import SimSettings
-from memsim.params import Interval, Options, fields_of
+from memsim.core.params import Interval, Options, fields_of
 from memsim.policies import PRESETS, REGISTRY, SLOTS, Policy
-from memsim.reader import READERS
-from memsim.workload import SyntheticWorkload
+from memsim.evaluation.reader import READERS
+from memsim.data.workload import SyntheticWorkload
 
 __all__ = ["DIALECT", "SCHEMA_FILE", "experiment_schema", "schema_text", "shipped_schema_text"]
 
@@ -487,8 +487,8 @@ def _sweep_param() -> dict[str, Any]:
 
 def _advise() -> dict[str, Any]:
     """``[advise]``: its known keys, with types read from
-    :class:`~memsim.advice.AdviseSpec` (memsim checks the ranges)."""
-    from memsim.advice import _KEYS, CUTS, PACKERS, RANKINGS, AdviseSpec
+    :class:`~memsim.tuning.advice.AdviseSpec` (memsim checks the ranges)."""
+    from memsim.tuning.advice import _KEYS, CUTS, PACKERS, RANKINGS, AdviseSpec
 
     fields = {f.name: f for f in dataclasses.fields(AdviseSpec)}
     items = {"rankers": RANKINGS, "packers": PACKERS, "cuts": CUTS}
@@ -504,5 +504,5 @@ def _advise() -> dict[str, Any]:
         elif key in ("half_life_days", "floor"):
             schema.update(items={"type": "number"}, minItems=2, maxItems=2)
         props[key] = _described(schema, None, default)
-    return {"description": "What `memsim advise` tunes (memsim.advice).",
+    return {"description": "What `memsim advise` tunes (memsim.tuning.advice).",
             "type": "object", "properties": props, "additionalProperties": False}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from memsim.stream import make_stream
+from memsim.data.stream import make_stream
 
 
 def tiny_stream(*, created, tokens, note_vecs, queries, qrels, actors=None, query_actors=None,

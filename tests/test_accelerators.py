@@ -22,9 +22,9 @@ from pandas.testing import assert_frame_equal
 
 from memsim.engine import ACCELERATORS, Arm, SimSettings, reference, simulate
 from memsim.policies import REGISTRY, Policy, build_component
-from memsim.rng import seed_sequence
-from memsim.stream import make_stream
-from memsim.workload import CLASS_NAMES, SyntheticWorkload
+from memsim.core.rng import seed_sequence
+from memsim.data.stream import make_stream
+from memsim.data.workload import CLASS_NAMES, SyntheticWorkload
 
 COMPONENTS = [(slot, name) for slot, table in REGISTRY.items() for name in sorted(table)]
 
@@ -79,7 +79,7 @@ def _stream(seed: int, n: int = 1500, q: int = 48, dim: int = 6):
                                   created <= t), 20, replace=False) for t in qt])})
     return make_stream(notes, queries, qrels, accesses, emb,
                        rng.normal(size=(q, dim)).astype(np.float32),
-                       {"name": "accelerators", "source": "memsim.workload",
+                       {"name": "accelerators", "source": "memsim.data.workload",
                         "config": SyntheticWorkload().to_config()}, retrieved=retrieved)
 
 

@@ -1,4 +1,4 @@
-"""``memsim advise`` (memsim.advice) and the per-type half-life decay.
+"""``memsim advise`` (memsim.tuning.advice) and the per-type half-life decay.
 
 Small workloads and few trials: each test runs in seconds.
 """
@@ -16,14 +16,14 @@ import pandas as pd
 import pytest
 
 import memsim
-from memsim.advice import advise
-from memsim.errors import ConfigError
+from memsim.tuning.advice import advise
+from memsim.core.errors import ConfigError
 from memsim.policies import resolve_policy
 from memsim.policies.context import ArrayContext
 from memsim.policies.decay import PerTypeHalfLife
-from memsim.runner import simulate_experiment
-from memsim.stats import paired_tests, utility_share
-from memsim.testing import check_component
+from memsim.runs.runner import simulate_experiment
+from memsim.reporting.stats import paired_tests, utility_share
+from memsim.checks.testing import check_component
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "experiments" / "traces" / "example.jsonl"
@@ -147,7 +147,7 @@ def test_a_time_split_reports_the_heldout_gain_not_the_tuning_gain():
     both = memsim.experiment_from_dict({**exp.to_config(), "policies": {
         "today": {"preset": "as-logged"}, "rec": adv.recommended}})
     q = memsim.run_experiment(both, out=None).queries
-    stream = memsim.runner.load_stream_for(both, 0)
+    stream = memsim.runs.runner.load_stream_for(both, 0)
     order = stream.queries.sort_values(["t", "query_id"], kind="stable")["query_id"]
     early, late = set(order.iloc[:32]), set(order.iloc[32:])
 
@@ -261,7 +261,7 @@ def test_per_type_half_life_gives_each_memory_type_its_own_half_life():
 
 
 def test_per_type_search_keys_on_the_types_a_stream_has():
-    from memsim.advice import _per_type_key
+    from memsim.tuning.advice import _per_type_key
 
     class S:
         def __init__(self, notes):
@@ -313,7 +313,7 @@ def test_the_same_experiment_gives_the_same_advice():
 
 
 def test_a_time_cut_never_splits_queries_asked_at_the_same_time():
-    from memsim.advice import _time_cut
+    from memsim.tuning.advice import _time_cut
 
     t = np.array([1.0, 1.0, 2.0, 2.0, 2.0, 3.0])
     assert [_time_cut(t, i) for i in range(7)] == [0, 2, 2, 5, 5, 5, 6]
@@ -328,7 +328,7 @@ def test_a_time_cut_never_splits_queries_asked_at_the_same_time():
      "packer": {"kind": "greedy", "min_relative_score": 0.7, "cut_on": "similarity"}},
 ])
 def test_trial_zero_is_todays_setting_exactly(today):
-    from memsim.advice import AdviseSpec, _resolved, _Space
+    from memsim.tuning.advice import AdviseSpec, _resolved, _Space
 
     exp = experiment(planted_world(10.0), today, {}, replicates=1)
     spec = AdviseSpec.from_table(exp.advise, exp)
@@ -343,7 +343,7 @@ def test_trial_zero_is_todays_setting_exactly(today):
 def test_per_type_trials_build_one_half_life_per_type_present():
     import optuna
 
-    from memsim.advice import AdviseSpec, _Space
+    from memsim.tuning.advice import AdviseSpec, _Space
 
     exp = experiment(planted_world(10.0), {"preset": "similarity-only"},
                      {"rankers": ["per-type"]}, replicates=1)
@@ -365,7 +365,7 @@ def test_per_type_trials_build_one_half_life_per_type_present():
 
 
 def test_a_cut_on_similarity_is_in_the_search_space():
-    from memsim.advice import CUTS, AdviseSpec, _Space
+    from memsim.tuning.advice import CUTS, AdviseSpec, _Space
 
     assert "similarity" in CUTS
     exp = experiment(planted_world(10.0), {"preset": "hivemind"}, {}, replicates=1)

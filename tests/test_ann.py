@@ -8,14 +8,14 @@ import sys
 import numpy as np
 import pytest
 
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, SimSettings, simulate
-from memsim.errors import ConfigError
+from memsim.core.errors import ConfigError
 from memsim.policies import build_component
 from memsim.policies.context import ArrayContext
 from memsim.policies.retrieval import HNSW, Cosine
-from memsim.rng import seed_sequence
-from memsim.testing import check_component
+from memsim.core.rng import seed_sequence
+from memsim.checks.testing import check_component
 
 from .helpers import random_stream
 

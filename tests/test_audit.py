@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import memsim
-from memsim.audit import _effect, audit, param_signals, regime_kind
+from memsim.tuning.audit import _effect, audit, param_signals, regime_kind
 from memsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -369,10 +369,10 @@ def test_probe_points_simulated_together_give_each_point_its_own_values(monkeypa
     monkeypatch.undo()
 
     def fails(*args, **kw):
-        raise memsim.errors.MemsimError("the replay failed")
+        raise memsim.core.errors.MemsimError("the replay failed")
 
     monkeypatch.setattr(memsim.sweep.evaluate, "simulate_replicate", fails)
-    with pytest.raises(memsim.errors.MemsimError, match="the replay failed"):
+    with pytest.raises(memsim.core.errors.MemsimError, match="the replay failed"):
         audit(exp, max_queries=30, replicates=2)
 
 

@@ -1,4 +1,4 @@
-"""Decay-family calibration on a review log (memsim.calibrate).
+"""Decay-family calibration on a review log (memsim.tuning.calibrate).
 
 The real log is read from ``../shared/data/fsrs_revlog/`` (py-fsrs test data,
 MIT; never copied into the repository); those tests are skipped when it is
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memsim.calibrate import (
+from memsim.tuning.calibrate import (
     FAMILIES,
     MIN_GAIN,
     FamilyFit,
@@ -30,7 +30,7 @@ from memsim.calibrate import (
     review_table,
     load_revlog,
 )
-from memsim.errors import ConfigError, StreamError
+from memsim.core.errors import ConfigError, StreamError
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 REVLOG = DATA / "fsrs_revlog"
@@ -341,7 +341,7 @@ def test_toml_fragment_of_the_long_term_reviews(tmp_path):
     assert pl["stability_days"] == pytest.approx(r.fits["power-law"].params["S"], rel=1e-5)
     assert pl["decay"] == pytest.approx(r.fits["power-law"].params["d"], rel=1e-5)
     # every table the fragment holds is a valid memsim policy
-    from memsim.config import resolve_policy
+    from memsim.runs.config import resolve_policy
 
     for name, table in tables.items():
         policy = resolve_policy(table, f"policies.{name}")
@@ -413,7 +413,7 @@ def test_the_fits_of_the_real_log_are_those_of_the_formulas_before(min_elapsed):
 def test_a_family_is_the_curve_of_the_decay_it_offers(family):
     """The fitted curve is the offered decay's recency: the policy in the
     TOML fragment, rebuilt through the registry, gives the fitted p(t)."""
-    from memsim.calibrate import _decay_table
+    from memsim.tuning.calibrate import _decay_table
     from memsim.policies import ArrayContext, build_component
 
     params = {"exponential": {"S": 7.0}, "half-life-floor": {"half_life": 5.0, "floor": 0.3},

@@ -3,9 +3,9 @@
 For each declaration the engine trusts (``upper_bound``, ``lower_bound``,
 ``exponential_form``, ``half_life``, ``score_bound``, ``similarity_needed``,
 ``evicts``, and the stickiness and breadth bounds), a component that declares
-it wrongly fails :func:`memsim.testing.check_component` with a message naming
+it wrongly fails :func:`memsim.checks.testing.check_component` with a message naming
 the component, the declaration, where it broke and the values; and a wrong
-bound is caught again by :func:`memsim.testing.check_engine_paths`, which
+bound is caught again by :func:`memsim.checks.testing.check_engine_paths`, which
 replays a small stream through the engine's fast paths and its reference.
 Every registered component passes both (taken from the registry, so a new
 one is covered without editing a list).
@@ -20,9 +20,9 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from memsim.params import Interval
+from memsim.core.params import Interval
 from memsim.policies import REGISTRY, Breadth, Decay, Policy, Ranker, Retention, Stickiness
-from memsim.testing import CheckError, check_component, check_engine_paths
+from memsim.checks.testing import CheckError, check_component, check_engine_paths
 
 _POSITIVE = Interval(0, None, closed="neither")
 
@@ -240,7 +240,7 @@ def test_a_wrong_declaration_fails_the_checker(cls, declaration, values):
         assert re.search(r"note \d+ of query \d+: age [-0-9.e]+ d", msg) or "fresh note" in msg
     # the same component inside a policy fails check_policy too
     with pytest.raises(CheckError, match=declaration):
-        from memsim.testing import check_policy
+        from memsim.checks.testing import check_policy
         check_policy(Policy(**{cls.slot: cls()}))
 
 
@@ -268,7 +268,7 @@ def test_check_component_runs_the_engine_paths_on_request():
 
     check_component(HalfLife(half_life_days=3.0), engine=True)
     calls = []
-    import memsim.testing as testing
+    import memsim.checks.testing as testing
 
     real = testing.check_engine_paths
     try:
@@ -318,7 +318,7 @@ def test_the_readme_example_catches_a_wrong_bound():
 
 def test_check_policy_replays_a_policy_through_the_engine_paths():
     from memsim.policies.decay import HalfLife
-    from memsim.testing import check_policy
+    from memsim.checks.testing import check_policy
 
     check_policy(Policy(decay=HalfLife(half_life_days=3.0)), engine=True)
     with pytest.raises(CheckError) as err:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memsim.cli import Progress, build_parser, main
-from memsim.config import load_experiment
+from memsim.runs.config import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
@@ -132,7 +132,7 @@ def test_every_argument_has_help_and_defaults_are_shown():
             assert action.help, f"{parser.prog}: {action.dest} has no help text"
     help_of = {p.prog: p.format_help() for p in _parsers(build_parser())}
     assert "(default: results)" in " ".join(help_of["memsim run"].split())
-    from memsim.runner import default_jobs  # --jobs defaults to the usable cores
+    from memsim.runs.runner import default_jobs  # --jobs defaults to the usable cores
     assert f"(default: {default_jobs()})" in " ".join(help_of["memsim run"].split())
     assert "(default: 300)" in help_of["memsim audit"]
     assert "(default: 0.8)" in help_of["memsim curves"]

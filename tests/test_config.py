@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memsim.config import (
+from memsim.runs.config import (
     ExperimentSettings,
     apply_override,
     dumps_toml,
@@ -17,7 +17,7 @@ from memsim.config import (
     parse_override,
 )
 from memsim.engine import SimSettings
-from memsim.errors import ConfigError
+from memsim.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"

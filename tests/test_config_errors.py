@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from memsim.config import apply_override, experiment_from_dict, load_experiment
-from memsim.errors import ConfigError, ParameterError
+from memsim.runs.config import apply_override, experiment_from_dict, load_experiment
+from memsim.core.errors import ConfigError, ParameterError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -253,7 +253,7 @@ def test_sweep_and_advise_checks_name_the_set_too(tmp_path, command, override, k
 
 
 def test_attribute_overrides_leaves_other_keys_alone():
-    from memsim.config import attribute_overrides
+    from memsim.runs.config import attribute_overrides
 
     exc = ConfigError(errors=["sweep.trials: bad", "sweep.seed: bad"])
     out = attribute_overrides(exc, ["sweep.seed=-1"])

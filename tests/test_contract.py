@@ -1,10 +1,10 @@
 """Contract suite over the whole policy registry (Gymnasium's checker pattern).
 
-Every registered component goes through :func:`memsim.testing.check_component`
+Every registered component goes through :func:`memsim.checks.testing.check_component`
 (frozen validated construction, the uniform parameter messages, config round
 trip, pickling, shapes, dtypes, bounds, no mutation, determinism) on the
 checker's own random contexts *and* on contexts built by the real engine
-classes; every preset through :func:`memsim.testing.check_policy`. A user
+classes; every preset through :func:`memsim.checks.testing.check_policy`. A user
 component that breaks the contract is caught. ``experiments/presets.toml``
 runs every preset.
 """
@@ -22,12 +22,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import Batch, BatchContext, NoteArrays, PolicyState
-from memsim.workload import CLASS_NAMES, SyntheticWorkload
-from memsim.errors import ConfigError, ParameterError
-from memsim.metrics import RelevanceIndex
-from memsim.params import Interval
+from memsim.data.workload import CLASS_NAMES, SyntheticWorkload
+from memsim.core.errors import ConfigError, ParameterError
+from memsim.evaluation.metrics import RelevanceIndex
+from memsim.core.params import Interval
 from memsim.policies import (
     PRESETS,
     REGISTRY,
@@ -39,8 +39,8 @@ from memsim.policies import (
     build_component,
 )
 from memsim.policies.base import MEMORY_TYPE_CODES, TIER_CODES
-from memsim.stream import make_stream
-from memsim.testing import CheckError, check_component, check_policy, random_context
+from memsim.data.stream import make_stream
+from memsim.checks.testing import CheckError, check_component, check_policy, random_context
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def _stream(seed: int):
     return make_stream(notes, queries, qrels,
                        note_embeddings=rng.normal(size=(n, DIM)).astype(np.float32),
                        query_embeddings=rng.normal(size=(N_QUERIES, DIM)).astype(np.float32),
-                       meta={"source": "memsim.workload",
+                       meta={"source": "memsim.data.workload",
                              "config": SyntheticWorkload().to_config()})
 
 
@@ -393,9 +393,9 @@ def test_presets_experiment_runs_every_preset():
     for name, ptable in table["policies"].items():
         resolve_policy(ptable, f"policies.{name}")
     try:
-        import memsim.workload  # noqa: F401
+        import memsim.data.workload  # noqa: F401
     except ImportError:  # pragma: no cover - the generator is another issue's
-        pytest.skip("memsim.workload is not available")
+        pytest.skip("memsim.data.workload is not available")
     import memsim
 
     exp = memsim.load_experiment(path)

@@ -1,4 +1,4 @@
-"""Public data sets on demand (memsim.datasets, ``memsim data``, ``data:NAME``).
+"""Public data sets on demand (memsim.data.datasets, ``memsim data``, ``data:NAME``).
 
 No test needs the network: downloads read ``file://`` URLs. The tests of the
 real LoCoMo file register ``../shared/data/locomo/locomo10.zip`` with
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import memsim
-from memsim import datasets
+from memsim.data import datasets
 from memsim.cli import main
-from memsim.datasets import DataError, Dataset
+from memsim.data.datasets import DataError, Dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"

@@ -1,4 +1,4 @@
-"""Embedders of real text (memsim.embed): WordLlama offline, the cache, and the
+"""Embedders of real text (memsim.data.embed): WordLlama offline, the cache, and the
 ``embedder`` option of the importers, the config and the CLI.
 
 WordLlama tests need the ``[embed]`` extra and skip without it; the LoCoMo
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import memsim
-from memsim import embed
+from memsim.data import embed
 from memsim.cli import main
-from memsim.errors import ConfigError, StreamError
-from memsim.importers.trace import import_trace
+from memsim.core.errors import ConfigError, StreamError
+from memsim.data.importers.trace import import_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 ZIP = ROOT.parent / "shared" / "data" / "locomo" / "locomo10.zip"
@@ -134,7 +134,7 @@ def test_missing_wordllama_is_one_clear_error(monkeypatch):
 
 
 def test_bm25_embedder_is_the_lexical_vectors():
-    from memsim.lexical import bm25_embeddings
+    from memsim.data.lexical import bm25_embeddings
 
     docs, qs = ["red apples and pears", "blue sky", "apples"], ["apples", "sky"]
     got = embed.embed_texts("bm25", docs, qs)
@@ -237,7 +237,7 @@ def test_locomo_run_with_wordllama_offline_names_the_embedder(tmp_path, offline,
     pytest.importorskip("wordllama", reason="the [embed] extra (wordllama) is not installed")
     if not ZIP.is_file():
         pytest.skip(f"needs {ZIP}, absent")
-    from memsim import datasets
+    from memsim.data import datasets
 
     # experiments/locomo.toml names data:locomo: the shared copy, registered
     # in this test's data cache as `memsim data get locomo --from` does
@@ -296,7 +296,7 @@ def test_wordllama_offline_in_a_fresh_process(tmp_path):
         "socket.socket.connect = refuse\n"
         "socket.socket.connect_ex = refuse\n"
         "socket.getaddrinfo = lambda *a, **k: refuse(None, *a)\n"
-        "from memsim.embed import wordllama_vectors\n"
+        "from memsim.data.embed import wordllama_vectors\n"
         "vec, info = wordllama_vectors(['a cat on a mat', 'tax forms'])\n"
         "assert vec.shape == (2, 256), vec.shape\n"
         "assert tried == [], tried\n"

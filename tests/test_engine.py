@@ -11,10 +11,10 @@ import memsim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import ACCELERATORS, Arm, SimSettings, simulate, top_candidates
-from memsim.metrics import gini
-from memsim.rng import seed_sequence
+from memsim.evaluation.metrics import gini
+from memsim.core.rng import seed_sequence
 
 from .helpers import random_stream, tiny_stream
 
@@ -208,7 +208,7 @@ def test_gini():
 ])
 def test_separable_recency_equals_the_per_cell_formula(decay):
     from memsim.engine import Batch, BatchContext, NoteArrays, PolicyState
-    from memsim.metrics import RelevanceIndex
+    from memsim.evaluation.metrics import RelevanceIndex
 
     s = random_stream(6, n_notes=400, n_queries=30)
     s.notes.loc[::7, "tier"] = "scratch"
@@ -318,7 +318,7 @@ def test_similarity_needed_is_a_lower_bound_of_the_similarity_of_any_note_that_r
 
 
 def test_abstention_is_measured_on_unanswerable_queries_only():
-    from memsim.metrics import query_metrics  # noqa: F401  (the column's definition)
+    from memsim.evaluation.metrics import query_metrics  # noqa: F401  (the column's definition)
     exp = memsim.experiment_from_dict({
         "experiment": {"name": "abst", "replicates": 1},
         "workload": {"horizon_days": 10.0, "backfill_days": 10.0},
@@ -466,7 +466,7 @@ def test_a_replay_without_queries_gives_labels_of_the_usual_types():
 
 
 def test_unknown_accelerators_are_refused():
-    from memsim.errors import ParameterError
+    from memsim.core.errors import ParameterError
 
     s = random_stream(1, n_notes=50, n_queries=5)
     with pytest.raises(ParameterError, match="'accelerators' parameter of simulate"):

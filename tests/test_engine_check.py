@@ -14,13 +14,13 @@ import pytest
 
 from memsim.cli import main as cli_main
 from memsim.engine import Arm, SimSettings, simulate
-from memsim.engine_check import compare_rankings, load_check_config, quantise_stream, summarise
-from memsim.errors import ConfigError, MemsimError
+from memsim.checks.engine_check import compare_rankings, load_check_config, quantise_stream, summarise
+from memsim.core.errors import ConfigError, MemsimError
 from memsim.policies import ArrayContext, PRESETS, resolve_policy
 from memsim.policies.rank import LangChainTimeWeighted
-from memsim.stream import write_stream
-from memsim.testing import check_component
-from memsim.workload import SyntheticWorkload
+from memsim.data.stream import write_stream
+from memsim.checks.testing import check_component
+from memsim.data.workload import SyntheticWorkload
 
 HAS_LANGCHAIN = all(importlib.util.find_spec(m) is not None
                     for m in ("langchain_classic", "langchain_community", "faiss"))
@@ -143,7 +143,7 @@ def test_load_check_config_reads_a_stream_folder(stream, tmp_path):
 
 
 def test_missing_langchain_is_a_clear_error(stream, monkeypatch):
-    from memsim.langchain_check import langchain_cross_check
+    from memsim.checks.langchain_check import langchain_cross_check
 
     monkeypatch.setitem(sys.modules, "langchain_classic.retrievers", None)
     with pytest.raises(MemsimError, match=r"pip install -e \"\.\[langchain\]\""):
@@ -153,7 +153,7 @@ def test_missing_langchain_is_a_clear_error(stream, monkeypatch):
 @needs_langchain
 @pytest.mark.parametrize("k,relevance", [(4, "cosine"), (10, "l2"), (4, "inner-product")])
 def test_langchain_agrees(stream, k, relevance):
-    from memsim.langchain_check import langchain_cross_check
+    from memsim.checks.langchain_check import langchain_cross_check
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -195,7 +195,7 @@ def test_engine_check_writes_each_csv_as_its_configuration_finishes(stream, tmp_
                                                                     monkeypatch):
     """An interrupted check keeps the per-query tables of the configurations it
     finished; each configuration announces itself on stderr as it starts."""
-    from memsim import langchain_check
+    from memsim.checks import langchain_check
 
     write_stream(stream, tmp_path / "s")
     cfg = tmp_path / "c.toml"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from memsim.cli import build_parser, main
-from memsim.datasets import cached_path
+from memsim.data.datasets import cached_path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

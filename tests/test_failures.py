@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsim.config import config_hash, dumps_toml, experiment_from_dict, load_experiment
-from memsim.errors import ConfigError
-from memsim.rundir import run_status
+from memsim.runs.config import config_hash, dumps_toml, experiment_from_dict, load_experiment
+from memsim.core.errors import ConfigError
+from memsim.reporting.rundir import run_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -202,7 +202,7 @@ def test_a_missing_source_is_found_before_any_folder(tmp_path):
 
 
 def _stream_experiment(tmp_path: Path) -> Path:
-    from memsim.stream import write_stream
+    from memsim.data.stream import write_stream
 
     exp = experiment_from_dict(tomllib.loads(TINY.format(extra="", workload="", tail="")))
     write_stream(exp.workload.generate(1), tmp_path / "proj" / "stream")
@@ -325,7 +325,7 @@ def test_a_completed_run_reports_completed(tmp_path):
 
 
 def test_a_failed_report_leaves_no_summary(tmp_path, monkeypatch):
-    import memsim.runner as runner
+    import memsim.runs.runner as runner
 
     def broken(path, **kwargs):  # progress= as the runner passes it
         raise OSError(28, "No space left on device")

@@ -13,16 +13,16 @@ import sys
 import numpy as np
 import pytest
 
-from memsim.errors import ConfigError, MemsimError
-from memsim.engine_check import kendall as _kendall
-from memsim.feather_check import (
+from memsim.core.errors import ConfigError, MemsimError
+from memsim.checks.engine_check import kendall as _kendall
+from memsim.checks.feather_check import (
     feather_cross_check,
     feather_policy,
     format_cross_check,
     quantise_stream,
     run_feather_check,
 )
-from memsim.workload import SyntheticWorkload
+from memsim.data.workload import SyntheticWorkload
 
 HAS_FEATHER = importlib.util.find_spec("feather_db") is not None
 needs_feather = pytest.mark.skipif(
@@ -162,7 +162,7 @@ def test_run_feather_check_config(capsys):
 @pytest.mark.feather
 def test_expiry_and_organic_accesses():
     """TTL expiry (``forget``) and organic reads (``touch``) replay alike."""
-    from memsim.stream import make_stream
+    from memsim.data.stream import make_stream
 
     w = SyntheticWorkload(horizon_days=20, backfill_days=10, notes_per_day=15.0,
                           queries_per_day=10.0, accesses_per_day=8.0)

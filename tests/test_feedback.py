@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import ACCELERATORS, Arm, SimSettings, simulate
-from memsim.rng import seed_sequence
-from memsim.stream import make_stream
+from memsim.core.rng import seed_sequence
+from memsim.data.stream import make_stream
 
 from .helpers import random_stream
 from .test_pruning import PRESET_NAMES, assert_same, policy_table

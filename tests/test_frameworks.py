@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from memsim.engine import Arm, SimSettings, simulate, with_timing
-from memsim.engine_check import load_check_config, replay_memsim
+from memsim.checks.engine_check import load_check_config, replay_memsim
 from memsim.policies import ArrayContext, resolve_policy
 from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
 from memsim.policies.decay import HalfLife
@@ -220,7 +220,7 @@ def _need(engine: str) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        from memsim.framework_check import ENGINES
+        from memsim.checks.framework_check import ENGINES
 
         pytest.skip(f"{top} is not installed ({ENGINES[engine].install}; README, "
                     "\"Framework presets\")")
@@ -235,7 +235,7 @@ def _need(engine: str) -> None:
     ("openmemory", "now", True)])
 def test_engine_check_identical_top_k(engine, mode, refresh, seed):
     _need(engine)
-    from memsim.framework_check import framework_cross_check
+    from memsim.checks.framework_check import framework_cross_check
 
     res = framework_cross_check(engine, _stream(seed), mode=mode, refresh=refresh)
     assert res.summary["n_queries"] > 50
@@ -245,7 +245,7 @@ def test_engine_check_identical_top_k(engine, mode, refresh, seed):
 @pytest.mark.slow
 def test_engine_check_tells_the_llamaindex_modes_apart():
     _need("llamaindex")
-    from memsim import framework_check as fc
+    from memsim.checks import framework_check as fc
 
     stream = fc._prepare(_stream(11))
     (ids, _), _ = fc._llamaindex(stream, 1, "now", 2)
@@ -260,8 +260,8 @@ def test_engine_check_tells_the_llamaindex_modes_apart():
 
 
 def test_engine_check_refuses_a_bad_feedback_mode():
-    from memsim.errors import ConfigError
-    from memsim.framework_check import framework_cross_check
+    from memsim.core.errors import ConfigError
+    from memsim.checks.framework_check import framework_cross_check
 
     with pytest.raises(ConfigError, match="feedback_mode"):
         framework_cross_check("mem0", _stream(3), feedback_mode="daily")

@@ -18,8 +18,8 @@ import pytest
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.policies import ArrayContext, PRESETS, resolve_policy
 from memsim.policies.rank import GenerativeAgentsCode
-from memsim.testing import check_component
-from memsim.workload import SyntheticWorkload
+from memsim.checks.testing import check_component
+from memsim.data.workload import SyntheticWorkload
 
 # Four memories A, B, C, D at query time t = 10 days.
 #   created       0    1    2    5

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memsim.config import resolve_policy
-from memsim.curves import crossover_age, curves_table, format_curves
+from memsim.runs.config import resolve_policy
+from memsim.reporting.curves import crossover_age, curves_table, format_curves
 from memsim.policies import ArrayContext
-from memsim.errors import ParameterError
+from memsim.core.errors import ParameterError
 from memsim.policies import Policy
 from memsim.policies.breadth import LogActors, ai_memory_coerce_weight, breadth_factor
 from memsim.policies.decay import AiMemoryTime, HalfLife, HalfLifeFloor, PerDayRate, PerTier
@@ -306,7 +306,7 @@ def test_seed000_promotion_after_five_uses():
     # "after five uses it promoted the note to a 'long-term' tier": through the
     # engine, one note packed by 5 queries (one a day) is promoted, not before
     from memsim.engine import Arm, SimSettings, simulate
-    from memsim.stream import make_stream
+    from memsim.data.stream import make_stream
 
     def run(n_queries):
         notes = pd.DataFrame({"note_id": [0, 1], "created_at": [-10.0, -10.0],
@@ -606,7 +606,7 @@ def test_feather_preset_matches_the_installed_engine(tmp_path):
     import time
 
     from memsim.engine import Arm, SimSettings, simulate
-    from memsim.stream import make_stream
+    from memsim.data.stream import make_stream
 
     rng = np.random.default_rng(0)
     n, m, dim = 200, 30, 8

@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, SimSettings, simulate
-from memsim.errors import ConfigError, StreamError
-from memsim.importers.trace import import_trace
-from memsim.metrics import (HIDDEN_COLUMNS, RelevanceIndex, oracle_packing, oracle_values,
+from memsim.core.errors import ConfigError, StreamError
+from memsim.data.importers.trace import import_trace
+from memsim.evaluation.metrics import (HIDDEN_COLUMNS, RelevanceIndex, oracle_packing, oracle_values,
                             stale_reinforced, superseded_use_curve, supersession_times)
 from memsim.policies import ArrayContext, build_component
 from memsim.policies.retention import Invalidation
-from memsim.rng import child, seed_sequence
+from memsim.core.rng import child, seed_sequence
 
 from .helpers import tiny_stream
 
@@ -293,8 +293,8 @@ def test_example_trace_has_superseded_notes():
 
 
 def test_invalidation_experiment_on_the_trace(tmp_path):
-    from memsim.report import build_report
-    from memsim.runner import run_experiment
+    from memsim.reporting.report import build_report
+    from memsim.runs.runner import run_experiment
     res = run_experiment(ROOT / "experiments" / "invalidation.toml", out=tmp_path, report=False,
                          overrides=["workload.source=traces/superseded.jsonl",
                                     "workload.importer=trace", "experiment.replicates=1"])
@@ -312,8 +312,8 @@ def test_invalidation_experiment_on_the_trace(tmp_path):
 
 
 def test_report_says_when_the_stream_marks_nothing_as_superseded(tmp_path):
-    from memsim.report import build_report
-    from memsim.runner import run_experiment
+    from memsim.reporting.report import build_report
+    from memsim.runs.runner import run_experiment
     # the example trace has no "supersedes": the detector can only over-fire
     res = run_experiment(ROOT / "experiments" / "invalidation.toml", out=tmp_path, report=False,
                          overrides=["workload.source=traces/example.jsonl",
@@ -331,7 +331,7 @@ def test_report_says_when_the_stream_marks_nothing_as_superseded(tmp_path):
 
 @pytest.mark.skipif(not LOCOMO.exists(), reason=f"LoCoMo data not found at {LOCOMO}")
 def test_locomo_has_no_supersession_signal():
-    from memsim.importers import import_locomo
+    from memsim.data.importers import import_locomo
     s = import_locomo(LOCOMO)
     # no note is marked superseded and no qrel is negative: on LoCoMo an
     # invalidation detector can only over-fire

@@ -74,8 +74,8 @@ def test_policies_validate_curves_json(tmp_path, capsys):
     decays = {c["name"]: c for c in doc["components"]["decay"]}
     assert any(p["name"] == "half_life_days" for p in decays["half-life"]["params"])
 
-    from memsim.importers.trace import import_trace
-    from memsim.stream import write_stream
+    from memsim.data.importers.trace import import_trace
+    from memsim.data.stream import write_stream
     write_stream(import_trace(ROOT / "experiments" / "traces" / "example.jsonl"), tmp_path / "s")
     assert main(["stream", "validate", str(tmp_path / "s"), "--json"]) == 0
     facts = _strict(capsys.readouterr().out)
@@ -92,7 +92,7 @@ def test_verbose_logs_and_warnings_have_categories(tmp_path):
     import warnings
 
     import memsim
-    from memsim.errors import MemsimWarning, SweepWarning
+    from memsim.core.errors import MemsimWarning, SweepWarning
 
     quiet = _cli("run", str(QUICKSTART), "--out", str(tmp_path), "--quiet", "--no-report",
                  *SMALL)

@@ -1,4 +1,4 @@
-"""LoCoMo importer (memsim.importers.locomo) and the BM25 retriever (memsim.lexical).
+"""LoCoMo importer (memsim.data.importers.locomo) and the BM25 retriever (memsim.data.lexical).
 
 The real data are read from ``../shared/data/locomo/locomo10.zip`` (never
 copied into the repository); those tests are skipped when it is absent.
@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memsim.errors import ConfigError, StreamError
-from memsim.importers import cli_import_locomo, import_locomo, load_locomo_records
-from memsim.importers.locomo import evidence_in_top, parse_evidence, parse_session_datetime
-from memsim.lexical import bm25_embeddings, bm25_scores, s_stem, tokenize
+from memsim.core.errors import ConfigError, StreamError
+from memsim.data.importers import cli_import_locomo, import_locomo, load_locomo_records
+from memsim.data.importers.locomo import evidence_in_top, parse_evidence, parse_session_datetime
+from memsim.data.lexical import bm25_embeddings, bm25_scores, s_stem, tokenize
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ZIP = DATA / "locomo" / "locomo10.zip"
@@ -394,7 +394,7 @@ def test_observation_and_summary_notes():
 
 @needs_data
 def test_cli_import_writes_a_readable_stream(tmp_path):
-    from memsim.stream import read_stream
+    from memsim.data.stream import read_stream
 
     out = tmp_path / "locomo-summaries"
     s = cli_import_locomo(ZIP, out, notes="summaries")
@@ -417,7 +417,7 @@ def test_locomo_experiment_shows_what_real_ages_do(tmp_path, monkeypatch):
     import dataclasses
 
     import memsim
-    from memsim import datasets
+    from memsim.data import datasets
 
     monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "data"))
     datasets.register("locomo", ZIP)

@@ -1,4 +1,4 @@
-"""MLflow export of runs and sweeps (memsim.tracking), against a local file
+"""MLflow export of runs and sweeps (memsim.adapters.tracking), against a local file
 store in tmp_path. Skips without the ``[mlflow]`` extra."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from memsim.cli import main
-from memsim.config import dumps_toml
-from memsim.errors import ConfigError
-from memsim.tracking import flatten_config
+from memsim.runs.config import dumps_toml
+from memsim.core.errors import ConfigError
+from memsim.adapters.tracking import flatten_config
 
 HL = "policies.p.decay.half_life_days"
 
@@ -89,8 +89,8 @@ def test_run_is_off_by_default_and_exported_with_the_flag(tmp_path, store, capsy
     arts = {a.path for a in client.list_artifacts(r.info.run_id)}
     assert {"report.html", "config.toml", "summary.csv", "manifest.json"} <= arts
     # a store MLflow refuses: one line naming the URI, no traceback
-    from memsim import tracking
-    from memsim.errors import MemsimError
+    from memsim.adapters import tracking
+    from memsim.core.errors import MemsimError
 
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
     with pytest.raises(MemsimError, match=r"--mlflow: cannot open the MLflow experiment "
@@ -141,7 +141,7 @@ def test_missing_mlflow_is_one_line_before_the_run(tmp_path, monkeypatch, capsys
     assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--mlflow"]) == 2
     assert "pip install -e \".[mlflow]\"" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before running
-    from memsim import tracking
+    from memsim.adapters import tracking
 
     with pytest.raises(ConfigError, match=r"\[mlflow\]"):
         tracking.log_run(tmp_path)

@@ -42,7 +42,7 @@ def _execute(nb_path: Path, cwd: Path, monkeypatch) -> dict:
         data = data if data.exists() else None
     # a fresh data cache, so that the user's own is never read or written; the
     # notebook names its data data:NAME: the shared copy is registered in it
-    from memsim import datasets
+    from memsim.data import datasets
 
     cache = Path(tempfile.mkdtemp(prefix="memsim-data-"))
     monkeypatch.setenv(datasets.CACHE_ENV, str(cache))

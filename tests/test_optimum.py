@@ -1,5 +1,5 @@
 """The planted optimum: a known law of validity, the Bayes ranker, and a sweep
-that recovers the derived optimum (memsim.planted, memsim.optimum)."""
+that recovers the derived optimum (memsim.data.planted, memsim.tuning.optimum)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pytest
 
 import memsim
 from memsim.cli import main
-from memsim.errors import ConfigError
-from memsim.optimum import BAYES_LABEL, BAYES_PACKERS, RANK_ONLY_PACKERS, optimum
-from memsim.planted import PlantedModel, known_optimum
+from memsim.core.errors import ConfigError
+from memsim.tuning.optimum import BAYES_LABEL, BAYES_PACKERS, RANK_ONLY_PACKERS, optimum
+from memsim.data.planted import PlantedModel, known_optimum
 from memsim.policies.base import REGISTRY
 from memsim.sweep import run_sweep
-from memsim.workload import CLASS_NAMES, SyntheticWorkload
+from memsim.data.workload import CLASS_NAMES, SyntheticWorkload
 
 HL = "policies.p.decay.half_life_days"
 
@@ -77,7 +77,7 @@ def test_bayes_needs_a_planted_model():
         "policies": {"b": {"ranker": "bayes"}}})
     res = memsim.run_experiment(exp, out=None, report=False)
     assert res.queries["utility"].notna().all()
-    from memsim.planted import PlantedModel as PM  # the stream without its workload
+    from memsim.data.planted import PlantedModel as PM  # the stream without its workload
     with pytest.raises(ConfigError, match="synthetic workload"):
         PM.from_config(None)
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsim.errors import ConfigError, ParameterError
+from memsim.core.errors import ConfigError, ParameterError
 from memsim.policies import REGISTRY, build_component
 from memsim.policies.ordering import ByScore, Edges, Reversed
-from memsim.knapsack import knapsack_value
+from memsim.core.knapsack import knapsack_value
 from memsim.policies.packing import Exact, Greedy, GreedySwap, TopKCutoff
 
 # kept in the repository (tests/golden/README.md): a fresh clone runs these

@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import memsim.runner as runner
+import memsim.runs.runner as runner
 from memsim.cli import main
-from memsim.config import load_experiment
-from memsim.errors import ConfigError
-from memsim.rundir import run_status
+from memsim.runs.config import load_experiment
+from memsim.core.errors import ConfigError
+from memsim.reporting.rundir import run_status
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"

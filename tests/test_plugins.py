@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from memsim.config import dumps_toml, experiment_from_dict
-from memsim.errors import ConfigError
+from memsim.runs.config import dumps_toml, experiment_from_dict
+from memsim.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim.params import Interval
+from memsim.core.params import Interval
 from memsim.policies import Decay, register
 
 

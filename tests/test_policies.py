@@ -24,11 +24,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from memsim.config import resolve_policy
-from memsim.curves import crossover_age, curves_table, format_curves
+from memsim.runs.config import resolve_policy
+from memsim.reporting.curves import crossover_age, curves_table, format_curves
 from memsim.engine import Arm, SimSettings, simulate
-from memsim.errors import ConfigError
-from memsim.params import Interval, Options
+from memsim.core.errors import ConfigError
+from memsim.core.params import Interval, Options
 from memsim.policies import (
     PRESETS,
     REGISTRY,
@@ -59,8 +59,8 @@ from memsim.policies.presets import HIVEMIND_CUT
 from memsim.policies.rank import FeatherBlend, Product, WeightedSum, minmax_normalise
 from memsim.policies.retention import AiMemorySweep, Capacity, MemoryBankForgetting
 from memsim.policies.stickiness import AccessTerm, LogRecall, NoStickiness
-from memsim.stream import make_stream
-from memsim.workload import SyntheticWorkload
+from memsim.data.stream import make_stream
+from memsim.data.workload import SyntheticWorkload
 
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import memsim
-from memsim.metrics import UNDIRECTED_METRICS
-from memsim.stats import column_decimals, paired_tests
+from memsim.evaluation.metrics import UNDIRECTED_METRICS
+from memsim.reporting.stats import column_decimals, paired_tests
 
 
 def _binary_queries(n: int = 60, seed: int = 3) -> pd.DataFrame:
@@ -89,8 +89,8 @@ def test_report_names_per_query_budgets_from_the_stream(tmp_path):
     import json
     from pathlib import Path
 
-    from memsim.importers.trace import import_trace
-    from memsim.stream import write_stream
+    from memsim.data.importers.trace import import_trace
+    from memsim.data.stream import write_stream
 
     example = Path(__file__).resolve().parents[1] / "experiments" / "traces" / "example.jsonl"
     lines = []
@@ -163,8 +163,8 @@ def test_headline_shows_answer_prob_when_policies_differ_only_in_order():
 def test_stream_description_names_versions_and_logged_notes():
     from pathlib import Path
 
-    from memsim.importers.trace import import_trace
-    from memsim.stream import describe_stream
+    from memsim.data.importers.trace import import_trace
+    from memsim.data.stream import describe_stream
 
     s = import_trace(Path(__file__).resolve().parents[1] / "experiments" / "traces"
                      / "example.jsonl")
@@ -211,7 +211,7 @@ def test_generated_stream_is_named_after_its_experiment(tmp_path, capsys):
     from pathlib import Path
 
     from memsim.cli import main
-    from memsim.stream import read_stream
+    from memsim.data.stream import read_stream
 
     exp = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.toml"
     assert main(["stream", "generate", str(exp), "--out", str(tmp_path / "s"), "--replicate", "1",

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, Batch, NoteArrays, ReplayCache, SimSettings, simulate
-from memsim.metrics import RelevanceIndex
-from memsim.rng import seed_sequence
-from memsim.stream import make_stream
+from memsim.evaluation.metrics import RelevanceIndex
+from memsim.core.rng import seed_sequence
+from memsim.data.stream import make_stream
 
 from .helpers import random_stream
 from .test_pruning import assert_each_alone, assert_same, policy_table

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memsim
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import (ACCELERATORS, Arm, SimSettings, cells, feedback_timing, reference,
                            simfilter, simulate)
 from memsim.engine.prefilter import level_prefilter
-from memsim.runner import load_stream_for, replicate_seed
+from memsim.runs.runner import load_stream_for, replicate_seed
 from memsim.policies.presets import PRESETS
-from memsim.rng import seed_sequence
+from memsim.core.rng import seed_sequence
 
 from .helpers import random_stream
 
@@ -470,7 +470,7 @@ def test_quickstart_frames_identical_with_the_accelerators_on_and_off():
 def test_namespaces_and_expiry():
     # separate stores in one stream (a query sees its own namespace only),
     # and notes that expire: the valid notes differ from query to query
-    from memsim.stream import make_stream
+    from memsim.data.stream import make_stream
 
     base = random_stream(5, n_notes=1200, n_queries=60, dim=4)
     rng = np.random.default_rng(5)
@@ -499,7 +499,7 @@ def test_nearest_m_prefilter_equals_a_full_sort(seed, n_notes, m, dim, quantise,
     notes a full sort keeps, ties to the lower note_id; also when the levels
     leave out notes every arm evicted (some of this arm's evicted notes)."""
     from memsim.engine import Batch, BatchContext, NoteArrays, PolicyState, top_candidates
-    from memsim.metrics import RelevanceIndex
+    from memsim.evaluation.metrics import RelevanceIndex
 
     s = random_stream(seed % 1000, n_notes=n_notes, n_queries=25, dim=dim)
     if quantise:  # many equal similarities
@@ -576,7 +576,7 @@ def test_arms_packed_together_equal_each_arm_alone(case):
     """The per-tick arms of a batch pack (those alike) and are measured as
     one array: each arm's frames equal those it gets alone, and those of
     full scoring, bit for bit."""
-    from memsim.reader import PositionalReader
+    from memsim.evaluation.reader import PositionalReader
 
     stream = random_stream(case["seed"], n_notes=case["n_notes"], n_queries=case["n_queries"],
                            dim=case["dim"])

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsim.errors import ConfigError, ParameterError
+from memsim.core.errors import ConfigError, ParameterError
 from memsim.policies import REGISTRY
-from memsim.reader import READERS, NullReader, PositionalReader, reader_from_config
+from memsim.evaluation.reader import READERS, NullReader, PositionalReader, reader_from_config
 
 
 def _curve_at(reader, n):

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memsim
-from memsim.config import experiment_from_dict
-from memsim.errors import ConfigError, MemsimError
-from memsim.rundir import run_status
+from memsim.runs.config import experiment_from_dict
+from memsim.core.errors import ConfigError, MemsimError
+from memsim.reporting.rundir import run_status
 
 from .helpers import tiny_stream
 from .test_engine import run

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from memsim.engine.batch import Batch, make_batches
 from memsim.engine.cache import array_bytes
 from memsim.engine.cells import SimOrder
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, ReplayCache, SimSettings, simulate
-from memsim.rng import seed_sequence
+from memsim.core.rng import seed_sequence
 
 from .helpers import random_stream
 from .test_pruning import assert_same, policy_table

@@ -29,13 +29,13 @@ import pytest  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
 import memsim  # noqa: E402
-from memsim import plots  # noqa: E402
+from memsim.reporting import plots  # noqa: E402
 from memsim.cli import main as cli_main  # noqa: E402
-from memsim.compare import MARKS, Comparison, compare, headline_text  # noqa: E402
-from memsim.report import build_report  # noqa: E402
-from memsim.rundir import load_run  # noqa: E402
-from memsim.runner import run_experiment  # noqa: E402
-from memsim.stats import holm  # noqa: E402
+from memsim.reporting.compare import MARKS, Comparison, compare, headline_text  # noqa: E402
+from memsim.reporting.report import build_report  # noqa: E402
+from memsim.reporting.rundir import load_run  # noqa: E402
+from memsim.runs.runner import run_experiment  # noqa: E402
+from memsim.reporting.stats import holm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
@@ -586,7 +586,7 @@ def test_concentration_by_hand():
     # before window 2 note 7 was used twice (the top-1); window 2 packs 7, 9, 7, 8
     assert d["top_share"].iloc[1] == pytest.approx(0.5)
     # counts after window 2: note 7: 4, note 8: 2, note 9: 1
-    from memsim.metrics import gini
+    from memsim.evaluation.metrics import gini
     assert d["gini"].iloc[1] == pytest.approx(gini(np.array([4, 2, 1])))
     store = pd.DataFrame({"replicate": 0, "policy": "p", "budget": 100,
                           "t": [0.0, 30.0], "store_notes": [5, 5], "store_tokens": [1, 1]})
@@ -857,7 +857,7 @@ def test_report_breaks_utility_down_by_category_and_actor(tmp_path):
     q = res.queries
     assert "## Per category" in md and "## Per actor" in md
     # each category's row holds that category's pooled share
-    from memsim.stats import utility_share
+    from memsim.reporting.stats import utility_share
     cat = q["category"].dropna().iloc[0]
     mine = q[(q["category"] == cat) & (q["policy"] == "a")]
     assert f"| {cat} | {len(mine)} | {utility_share(mine):.3f} |" in md

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 import memsim
-import memsim.runner
-from memsim import rundir
+import memsim.runs.runner
+from memsim.reporting import rundir
 from memsim.cli import main
-from memsim.errors import ConfigError
-from memsim.rundir import RunResult
+from memsim.core.errors import ConfigError
+from memsim.reporting.rundir import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
@@ -138,9 +138,9 @@ def test_layers_reports_read_run_folders_only():
         assert name in bottom or not name.startswith(".") and name.split(".")[0] in (
             sys.stdlib_module_names | {"numpy", "pandas", "ranx"}), name
     for module in ("report", "compare"):
-        assert not imports(module) & {".runner", ".config", "memsim.runner", "memsim.config"}
-    assert memsim.runner.write_atomic is rundir.write_atomic
-    assert memsim.runner.RunResult is rundir.RunResult is memsim.RunResult
+        assert not imports(module) & {".runner", ".config", "memsim.runs.runner", "memsim.runs.config"}
+    assert memsim.runs.runner.write_atomic is rundir.write_atomic
+    assert memsim.runs.runner.RunResult is rundir.RunResult is memsim.RunResult
 
 
 def test_resolved_config_reproduces_the_run_bit_for_bit(run_dir, tmp_path):
@@ -168,7 +168,7 @@ def test_folders_are_never_reused(run_dir, tmp_path):
 
 
 def test_a_failing_run_is_marked_failed(tmp_path, monkeypatch):
-    import memsim.runner as runner
+    import memsim.runs.runner as runner
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
@@ -321,10 +321,10 @@ def test_cli_jobs_defaults_to_the_cores_and_the_api_to_one(monkeypatch):
     from memsim.cli import build_parser
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
-    assert memsim.runner.default_jobs() == 3
-    assert build_parser().parse_args(["run", "x.toml"]).jobs == memsim.runner.default_jobs()
-    for fn in (memsim.runner.run_experiment, memsim.runner.run_many,
-               memsim.runner.simulate_experiment):
+    assert memsim.runs.runner.default_jobs() == 3
+    assert build_parser().parse_args(["run", "x.toml"]).jobs == memsim.runs.runner.default_jobs()
+    for fn in (memsim.runs.runner.run_experiment, memsim.runs.runner.run_many,
+               memsim.runs.runner.simulate_experiment):
         assert inspect.signature(fn).parameters["jobs"].default == 1
 
 

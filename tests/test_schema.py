@@ -14,8 +14,8 @@ import pytest
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a test dependency")
 
-from memsim.config import TOP_LEVEL, experiment_from_dict, load_experiment  # noqa: E402
-from memsim.errors import ConfigError  # noqa: E402
+from memsim.runs.config import TOP_LEVEL, experiment_from_dict, load_experiment  # noqa: E402
+from memsim.core.errors import ConfigError  # noqa: E402
 from memsim.policies import PRESETS, REGISTRY  # noqa: E402
 from memsim.schema import SCHEMA_FILE, experiment_schema, shipped_schema_text  # noqa: E402
 

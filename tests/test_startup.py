@@ -44,7 +44,7 @@ def test_import_memsim_is_lazy_but_complete():
     code = ("import sys, memsim; assert 'pandas' not in sys.modules; "
             "names = [n for n in memsim.__all__ if n != '__version__']; "
             "assert all(callable(getattr(memsim, n)) or isinstance(getattr(memsim, n), type) "
-            "for n in names); print(memsim.stats.utility_share.__name__)")
+            "for n in names); print(memsim.reporting.stats.utility_share.__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

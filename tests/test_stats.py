@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from memsim.stats import (
+from memsim.reporting.stats import (
     MIN_REPLICATES,
     bootstrap_mean_ci,
     column_decimals,

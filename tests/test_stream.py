@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import memsim.stream as ms
-from memsim.errors import StreamError
-from memsim.stream import (
+import memsim.data.stream as ms
+from memsim.core.errors import StreamError
+from memsim.data.stream import (
     FORMAT_NAME,
     FORMAT_VERSION,
     Stream,
@@ -814,8 +814,8 @@ def test_fuzz_on_disk_loads_or_raises_stream_error(tmp_path: Path, parts: dict[s
 
 
 def test_token_counts_are_bounded_so_store_sums_cannot_wrap():
-    from memsim.stream import MAX_TOKENS, make_stream
-    from memsim.errors import StreamError
+    from memsim.data.stream import MAX_TOKENS, make_stream
+    from memsim.core.errors import StreamError
     notes = pd.DataFrame({"note_id": [0, 1], "created_at": [0.0, 1.0],
                           "tokens": [10, 2 ** 62], "actor": ["a", "a"]})
     queries = pd.DataFrame({"query_id": [0], "t": [2.0], "actor": ["a"]})
@@ -828,7 +828,7 @@ def test_token_counts_are_bounded_so_store_sums_cannot_wrap():
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), max_size=40))
 def test_first_repeat_flags_the_row_pandas_would(pairs):
-    from memsim.stream import _first_repeat
+    from memsim.data.stream import _first_repeat
     a = np.array([p[0] for p in pairs], dtype=np.int64)
     b = np.array([p[1] for p in pairs], dtype=np.int64)
     dup = pd.DataFrame({"a": a, "b": b}).duplicated(keep="first").to_numpy()

@@ -26,7 +26,7 @@ import pytest
 
 import memsim
 from memsim.cli import main
-from memsim.errors import ConfigError
+from memsim.core.errors import ConfigError
 from memsim.sweep import SweepSpec, TrialEvaluator, apply_params, open_storage, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def experiment(**kw):
 
 
 def write_toml(path: Path, t: dict) -> Path:
-    from memsim.config import dumps_toml
+    from memsim.runs.config import dumps_toml
 
     path.write_text(dumps_toml(t), encoding="utf-8")
     return path
@@ -844,7 +844,7 @@ def test_sqlite_storage_prints_an_absolute_url_that_loads_the_study(tmp_path, mo
 
 
 def test_study_access_lines_mask_a_password_and_say_so():
-    from memsim.report import study_access_lines
+    from memsim.reporting.report import study_access_lines
 
     lines = study_access_lines("postgresql://memsim:***@db:5432/memsim", "s")
     assert lines[0].startswith("open the study: optuna-dashboard "
@@ -907,8 +907,8 @@ def test_run_level_objectives_match_the_run_frames():
     spec = SweepSpec.from_config(t["sweep"], exp)
     params = {f"{RETENTION}.cold_threshold": 0.4, f"{RETENTION}.lambda_per_day": 0.05}
     values, per = TrialEvaluator(exp, spec).evaluate(params)
-    from memsim.runner import simulate_experiment
-    from memsim.stats import utility_share
+    from memsim.runs.runner import simulate_experiment
+    from memsim.reporting.stats import utility_share
 
     frames = simulate_experiment(apply_params(exp, params))
     q, st, arms = frames["queries"], frames["store"], frames["arms"]

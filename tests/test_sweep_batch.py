@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 import memsim
 from memsim.cli import main
-from memsim.errors import ConfigError, MemsimError
+from memsim.core.errors import ConfigError, MemsimError
 from memsim.sweep import SweepSpec, TrialEvaluator, run_sweep
 
 from .test_sweep import (HL, _env, _start_and_kill, _study, retention_table, table,

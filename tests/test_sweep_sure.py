@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import memsim
-from memsim.planted import known_optimum
+from memsim.data.planted import known_optimum
 from memsim.sweep import SweepSpec, run_sweep
 from memsim.sweep.plateau import (FACTOR, MAX_REPLICATES, edge_slope, grow_plateau,
                                   plateau_lines, plateau_table)
-from memsim.workload import SyntheticWorkload
+from memsim.data.workload import SyntheticWorkload
 
 HL = "policies.p.decay.half_life_days"
 

@@ -1,4 +1,4 @@
-"""Memory-layer traces (memsim.importers.trace) and the as-logged baseline.
+"""Memory-layer traces (memsim.data.importers.trace) and the as-logged baseline.
 
 The LoCoMo round trip reads ``../shared/data/locomo/locomo10.zip`` (never
 copied into the repository) and is skipped when it is absent.
@@ -15,12 +15,12 @@ import pytest
 
 import memsim
 from memsim.cli import main
-from memsim.errors import ConfigError, StreamError
-from memsim.importers.trace import import_trace, write_trace
+from memsim.core.errors import ConfigError, StreamError
+from memsim.data.importers.trace import import_trace, write_trace
 from memsim.policies.rank import AsLogged
-from memsim.stream import LoggedRankings, make_stream, read_stream, write_stream
-from memsim.testing import check_component
-from memsim.workload import SyntheticWorkload
+from memsim.data.stream import LoggedRankings, make_stream, read_stream, write_stream
+from memsim.checks.testing import check_component
+from memsim.data.workload import SyntheticWorkload
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "experiments" / "traces" / "example.jsonl"
@@ -177,7 +177,7 @@ def test_synthetic_round_trip_gives_identical_metrics(tmp_path):
 
 @pytest.mark.skipif(not ZIP.exists(), reason=f"LoCoMo data not found at {ZIP} (shared data)")
 def test_locomo_round_trip_gives_identical_metrics(tmp_path):
-    from memsim.importers import import_locomo
+    from memsim.data.importers import import_locomo
 
     direct = import_locomo(ZIP)
     write_trace(direct, tmp_path / "locomo.jsonl")      # text only: BM25 again on import
@@ -303,7 +303,7 @@ def test_an_unordered_trace_is_sorted_stably_by_time(tmp_path):
     bad = [{**header, "ordered": False}, *shuffled[:3], {**rest[3], "actor": 5}, *shuffled[3:]]
     with pytest.raises(StreamError, match=r"u2.jsonl: line 5: field 'actor'"):
         import_trace(_write(tmp_path / "u2.jsonl", bad))
-    from memsim.importers.trace import check_trace
+    from memsim.data.importers.trace import check_trace
     bad[2] = {**bad[2], "t": "soon"}           # a time that cannot be sorted: handled last
     errors, _ = check_trace(_write(tmp_path / "u3.jsonl", bad))
     assert [e.split(": ")[1] for e in errors][:2] == ["line 3", "line 5"]
@@ -350,7 +350,7 @@ def test_time_unit_takes_plurals(tmp_path):
     plural = import_trace(_write(tmp_path / "b.jsonl", [{**TINY[0], "time_unit": "hours"},
                                                          *TINY[1:]]))
     assert np.array_equal(one.notes["created_at"], plural.notes["created_at"])
-    from memsim.importers.trace import TIME_UNITS
+    from memsim.data.importers.trace import TIME_UNITS
     for unit in ("day", "hour", "minute", "second", "millisecond"):
         assert TIME_UNITS[unit + "s"] == TIME_UNITS[unit]
     msg = _refusal(tmp_path, [{"event": "header", "time_unit": "fortnights"}, *GOOD])
@@ -403,7 +403,7 @@ def test_stream_check_lists_every_error_and_writes_nothing(tmp_path, capsys):
 def test_stream_check_without_jsonschema_reports_each_bad_line(tmp_path, monkeypatch):
     """Without jsonschema the importer's own rules check each line: the same
     lines are refused, with its first error of each."""
-    import memsim.importers.trace as trace
+    import memsim.data.importers.trace as trace
 
     monkeypatch.setattr(trace, "_schema_validator", lambda: None)
     errors, more = trace.check_trace(_write_lines(tmp_path / "multi.jsonl", MULTI))
@@ -424,19 +424,19 @@ def test_stream_check_passes_a_good_trace_and_checks_the_whole_stream(tmp_path, 
 
 def _schema():
     jsonschema = pytest.importorskip("jsonschema")
-    from memsim.importers.trace import SCHEMA_PATH
+    from memsim.data.importers.trace import SCHEMA_PATH
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 
 
 def test_the_schema_ships_in_the_package():
-    from memsim.importers.trace import SCHEMA_PATH
+    from memsim.data.importers.trace import SCHEMA_PATH
     assert SCHEMA_PATH.parent.parent == Path(memsim.__file__).parent
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     assert schema["$id"] == "urn:memsim:schema:trace:1"
     units = schema["$defs"]["header"]["properties"]["time_unit"]["enum"]
-    from memsim.importers.trace import EVENTS, TIME_UNITS
+    from memsim.data.importers.trace import EVENTS, TIME_UNITS
     assert sorted(units) == sorted(TIME_UNITS)
     assert schema["properties"]["event"]["enum"] == list(EVENTS)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -502,7 +502,7 @@ def test_schema_and_importer_agree(tmp_path, line, valid):
     with pytest.raises(StreamError) as err:
         import_trace(path)
     # the importer's field is one the schema names
-    from memsim.importers.trace import _schema_errors
+    from memsim.data.importers.trace import _schema_errors
     fields = {f for f, _ in _schema_errors(validator, line)}
     msg = str(err.value)
     assert msg.startswith("t.jsonl: line 3: field ")
@@ -527,7 +527,7 @@ def test_trec_qrels_beside_judgement_events(tmp_path):
             import_trace(trace, qrels=qrels)
     # stream check lists the qrels file's errors with the trace's
     qrels.write_text("q1 0 n9 1\nq1 0 n2\nq1 0 n2 1\n", encoding="utf-8")
-    from memsim.importers.trace import check_trace
+    from memsim.data.importers.trace import check_trace
     errors, _ = check_trace(trace, qrels=qrels)
     assert [e.split(": ")[:2] for e in errors] == [["q.txt", "line 1"], ["q.txt", "line 2"]]
     assert main(["stream", "check", "trace", str(trace), "--qrels", str(qrels)]) == 2
@@ -543,7 +543,7 @@ def test_no_malformed_trace_raises_anything_but_a_stream_error(tmp_path):
     values (huge integers, NaN, wrong types, absurd times): the importer and
     the check refuse them with one-line StreamErrors, never another exception
     (an OverflowError traceback before integers were bounded)."""
-    from memsim.importers.trace import check_trace
+    from memsim.data.importers.trace import check_trace
 
     odd = [2 ** 64, -(2 ** 70), 10 ** 400, [2 ** 64], 1e308, float("nan"), True, None, "",
            "99999-01-01", {}]

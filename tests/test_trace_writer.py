@@ -1,4 +1,4 @@
-"""Recording traces from a running app (memsim.trace, memsim.adapters).
+"""Recording traces from a running app (memsim.data.trace, memsim.adapters).
 
 The LangChain and LlamaIndex apps run offline (sockets refuse to connect)
 with a deterministic hashing embedding; the traces they record are imported
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import memsim
-from memsim.importers.trace import import_trace
-from memsim.stream import write_stream
-from memsim.trace import TraceWriter, join_segments, segments
+from memsim.data.importers.trace import import_trace
+from memsim.data.stream import write_stream
+from memsim.data.trace import TraceWriter, join_segments, segments
 
 
 class Clock:

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 import memsim
-from memsim.runner import load_stream_for
-from memsim.stream import write_stream
+from memsim.runs.runner import load_stream_for
+from memsim.data.stream import write_stream
 
 POLICIES = ("similarity-only", "hivemind", "recency-only")
 
@@ -113,7 +113,7 @@ def test_a_note_added_after_its_query_is_not_in_its_qrels(run, tmp_path):
     exported qrels do too, so ir-measures still agrees when a trace's ``used``
     events name notes added later."""
     ir_measures = pytest.importorskip("ir_measures")
-    from memsim.stream import make_stream
+    from memsim.data.stream import make_stream
 
     s = load_stream_for(run.experiment, 0)
     q = s.queries.sort_values("t").iloc[: len(s.queries) // 2]
@@ -157,7 +157,7 @@ def test_to_ranx_gives_the_same_means(run):
 
 def test_exported_rankings_come_back_in_through_a_trace(run, tmp_path):
     """TREC qrels written by memsim are read by the trace importer (ids as logged)."""
-    from memsim.importers.trace import import_trace, write_trace
+    from memsim.data.importers.trace import import_trace, write_trace
 
     stream = load_stream_for(run.experiment, 0)
     write_trace(stream, tmp_path / "t.jsonl", embeddings=True, relevance="used")

@@ -1,4 +1,4 @@
-"""The synthetic twin (memsim.twin): knobs fitted to a stream, checked
+"""The synthetic twin (memsim.tuning.twin): knobs fitted to a stream, checked
 against it.
 
 On a stream generated with known knobs the fit recovers ``retriever_noise``
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from memsim.twin import (fit_twin, ks_statistic, load_any_stream, profile_stream, write_twin)
-from memsim.workload import SyntheticWorkload
+from memsim.tuning.twin import (fit_twin, ks_statistic, load_any_stream, profile_stream, write_twin)
+from memsim.data.workload import SyntheticWorkload
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo10.zip"
@@ -83,7 +83,7 @@ def test_the_example_trace_has_a_profile():
 
 @pytest.mark.skipif(not LOCOMO.exists(), reason=f"LoCoMo data absent ({LOCOMO})")
 def test_locomo_twin_reproduces_similarity_only_recall():
-    from memsim.importers.locomo import import_locomo
+    from memsim.data.importers.locomo import import_locomo
 
     tw = fit_twin(import_locomo(LOCOMO), budget=1500, seed=0, steps=8)
     r, s = tw.real.scalars["recall"], tw.synthetic.scalars["recall"]

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memsim.errors import ConfigError, ParameterError
-from memsim.rng import child_seq, seed_sequence
-from memsim.workload import (
+from memsim.core.errors import ConfigError, ParameterError
+from memsim.core.rng import child_seq, seed_sequence
+from memsim.data.workload import (
     CLASS_NAMES,
     MAX_TOKENS,
     MIN_TOKENS,
@@ -153,7 +153,7 @@ def test_query_qrel_and_embedding_columns(default_stream):
         assert emb.dtype == np.float32 and emb.shape == (rows, 64)
         np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
     assert s.accesses.empty  # organic reads are off by default
-    assert s.meta["name"] == "synthetic" and s.meta["source"] == "memsim.workload"
+    assert s.meta["name"] == "synthetic" and s.meta["source"] == "memsim.data.workload"
     assert s.meta["config"] == SyntheticWorkload().to_config()
 
 
@@ -530,7 +530,7 @@ def test_accesses_hit_valid_slot_notes(rich_stream):
 
 
 def test_pick_active_is_uniform_over_open_and_finite_intervals():
-    from memsim.workload import _pick_active
+    from memsim.data.workload import _pick_active
 
     start = np.array([0.0, 0.0, 0.5, 1.5, 3.0, 0.2])
     end = np.array([np.inf, 1.0, 2.0, np.inf, 4.0, 0.2])  # the last one is empty

@@ -1,7 +1,7 @@
 """griffe extension: memsim's reStructuredText habits in docstrings, read as Markdown.
 
 memsim's docstrings are numpy style and also read in a terminal (``help()``),
-so they use reST roles (``:class:`~memsim.stream.Stream```), literal blocks
+so they use reST roles (``:class:`~memsim.data.stream.Stream```), literal blocks
 introduced by ``::`` and simple tables framed by ``===`` rules. mkdocstrings
 renders docstrings as Markdown, where those show as raw markup; this
 extension rewrites them as the site reads them, without touching the code:

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from memsim.importers.trace import write_trace
-from memsim.workload import SyntheticWorkload
+from memsim.data.importers.trace import write_trace
+from memsim.data.workload import SyntheticWorkload
 
 HERE = Path(__file__).resolve().parent
 RETURNED, CITED = 8, 5

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memsim.importers.trace import write_trace
-from memsim.workload import SyntheticWorkload
+from memsim.data.importers.trace import write_trace
+from memsim.data.workload import SyntheticWorkload
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,6 +10,6 @@
   their scores, and :func:`~memsim.adapters.llamaindex.insert_nodes`, which
   records the nodes added to an index (needs ``llama-index-core``).
 
-Both write through a :class:`memsim.trace.TraceWriter`. The submodules import
+Both write through a :class:`memsim.data.trace.TraceWriter`. The submodules import
 their framework, so they are imported by name, never from here.
 """

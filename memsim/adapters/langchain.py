@@ -4,7 +4,7 @@
 ``langchain_core.vectorstores.VectorStore``: FAISS, Chroma, the in-memory
 store...) and is itself a LangChain retriever (``BaseRetriever``), so it goes
 wherever a retriever goes (``retriever.invoke(question)``, LCEL chains).
-Through a :class:`memsim.trace.TraceWriter` it records:
+Through a :class:`memsim.data.trace.TraceWriter` it records:
 
 - ``note_added`` for every document added with :meth:`TracingRetriever.add_documents`
   (id = the store's document id, ``text`` = ``page_content``, ``actor`` and
@@ -45,7 +45,7 @@ class TracingRetriever(BaseRetriever):
     Parameters
     ----------
     vectorstore : VectorStore
-    writer : memsim.trace.TraceWriter
+    writer : memsim.data.trace.TraceWriter
     k : int
         Documents returned per query (default 4).
     search_kwargs : dict

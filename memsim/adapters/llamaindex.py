@@ -14,7 +14,7 @@
 - :meth:`TraceNodePostprocessor.mark_used` records the nodes the answer used
   (e.g. a response's ``source_nodes``).
 
-Writes through a :class:`memsim.trace.TraceWriter`. Needs
+Writes through a :class:`memsim.data.trace.TraceWriter`. Needs
 ``llama-index-core`` (the ``[llamaindex]`` extra).
 """
 
@@ -48,7 +48,7 @@ class TraceNodePostprocessor(BaseNodePostprocessor):
 
     Parameters
     ----------
-    writer : memsim.trace.TraceWriter
+    writer : memsim.data.trace.TraceWriter
     actor, namespace : str, optional
         The ``actor`` and ``namespace`` of the queries.
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsim.metrics import (HIDDEN_REASONS, RelevanceIndex, hidden_counts, query_metrics,
+from memsim.evaluation.metrics import (HIDDEN_REASONS, RelevanceIndex, hidden_counts, query_metrics,
                             stale_reinforced)
 from .context import BatchContext, cell_similarity
 from .uses import _used_candidates
@@ -36,7 +36,7 @@ class _ArmJob:
     accelerators: tuple[str, ...] = ()
     #: queries the ``"walk"`` accelerator corrects at once, to start with
     walk_window: int = 64
-    #: the oracle's packed set (:func:`memsim.metrics.oracle_packing` keys)
+    #: the oracle's packed set (:func:`memsim.evaluation.metrics.oracle_packing` keys)
     oracle_keys: np.ndarray | None = None
 
     @property
@@ -191,7 +191,7 @@ def _outputs_all(items: list[tuple]) -> list[dict[str, Any]]:
 
 def _reinforced_and_hidden(job: _ArmJob, batch: Batch, pk: _Packed, m: dict) -> tuple:
     """Add ``stale_reinforced``, ``oracle_notes`` and the ``hidden_*``
-    columns (:mod:`memsim.metrics`) to the metrics ``m`` of one arm's packed
+    columns (:mod:`memsim.evaluation.metrics`) to the metrics ``m`` of one arm's packed
     batch; return the hidden notes ``(q, note row, reason)``."""
     policy, st = job.arm.policy, job.st
     m["stale_reinforced"] = stale_reinforced(_used_candidates(policy.feedback, pk), pk.gains)

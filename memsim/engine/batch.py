@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memsim.metrics import RelevanceIndex
+from memsim.evaluation.metrics import RelevanceIndex
 
 if TYPE_CHECKING:
     from .state import NoteArrays

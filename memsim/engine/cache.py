@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsim.stream import Stream
+from memsim.data.stream import Stream
 from .inputs import _inputs
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsim.planted import PlantedModel
+from memsim.data.planted import PlantedModel
 from memsim.policies import ArrayContext
 from memsim.policies.context import AGE_CLOCKS
 from .state import superseded

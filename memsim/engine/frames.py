@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from memsim.metrics import gini, superseded_use_curve
+from memsim.evaluation.metrics import gini, superseded_use_curve
 from memsim.policies.context import TIER_CODES
 from .settings import resolve_budget
 from .state import superseded
@@ -102,7 +102,7 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
 
 def _supersession_measures(notes: NoteArrays, st: PolicyState, t_end: float) -> dict:
     """``arms.csv``'s invalidation audit and superseded-use curve of one arm
-    (:mod:`memsim.metrics`, "Superseded notes")."""
+    (:mod:`memsim.evaluation.metrics`, "Superseded notes")."""
     sup = superseded(notes)
     inv = ~np.isnan(st.invalid_at)
     return {"invalidated_notes": int(inv.sum()),

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memsim.metrics import RelevanceIndex
-from memsim.stream import LoggedRankings, Stream
+from memsim.evaluation.metrics import RelevanceIndex
+from memsim.data.stream import LoggedRankings, Stream
 from .state import NoteArrays, text_codes, distinct_texts
 
 

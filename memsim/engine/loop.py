@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from memsim.metrics import oracle_packing
-from memsim.rng import child
-from memsim.stream import Stream
+from memsim.evaluation.metrics import oracle_packing
+from memsim.core.rng import child
+from memsim.data.stream import Stream
 from .arms import _ArmJob, _outputs_all
 from .batch import Batch, make_batches
 from .context import SweepView

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from memsim.errors import ConfigError
-from memsim.metrics import oracle_packing
+from memsim.core.errors import ConfigError
+from memsim.evaluation.metrics import oracle_packing
 from memsim.policies import ArrayContext
-from memsim.rng import child
-from memsim.stream import Stream
+from memsim.core.rng import child
+from memsim.data.stream import Stream
 
 from .arms import _ArmJob, _outputs, _pack, _Packed, _stacked
 from .batch import Batch, make_batches

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memsim.errors import ConfigError
+from memsim.core.errors import ConfigError
 from memsim.policies import Policy
 from .arms import _pack_all
 from .context import BatchContext

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memsim.errors import ParameterError
-from memsim.params import Interval, Options, Validated
+from memsim.core.errors import ParameterError
+from memsim.core.params import Interval, Options, Validated
 from memsim.policies import Policy
 
 
@@ -69,7 +69,7 @@ class SimSettings(Validated):
         ``""``). ``"hidden"`` also adds a row (``rank`` -1, ``score`` NaN) for
         each note the oracle packs that is not among the top C, with its
         reason (``"age"``, ``"cut"``, ``"evicted"``, ``"invalid"``;
-        :mod:`memsim.metrics`).
+        :mod:`memsim.evaluation.metrics`).
     """
 
     budget_tokens: int = 1500

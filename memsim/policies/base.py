@@ -60,8 +60,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from memsim.errors import ConfigError
-from memsim.params import Interval, Options, Validated, describe_constraint, did_you_mean, fields_of
+from memsim.core.errors import ConfigError
+from memsim.core.params import Interval, Options, Validated, describe_constraint, did_you_mean, fields_of
 from .context import MEMORY_TYPE_CODES, TIER_CODES, ArrayContext, ScoringContext
 
 __all__ = [
@@ -175,7 +175,7 @@ def construct(cls: type, params: Mapping[str, Any], *, what: str, where: str,
     ------
     ConfigError
         An unknown parameter (with a suggestion), a value the class refuses
-        (its :class:`~memsim.errors.ParameterError` keeps its type), or a
+        (its :class:`~memsim.core.errors.ParameterError` keeps its type), or a
         wrong type the dataclass itself refused.
     """
     allowed = fields_of(cls)
@@ -356,7 +356,7 @@ class Decay(Component):
         """The smallest multiplier :meth:`recency` returns for a note of
         default salience at any age (its floor; 0 when the curve goes to 0);
         None when the family declares none (the default). The checker
-        (:func:`memsim.testing.check_component`) verifies a declared floor is
+        (:func:`memsim.checks.testing.check_component`) verifies a declared floor is
         never crossed."""
         return None
 

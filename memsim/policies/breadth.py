@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim.params import Interval, Options
+from memsim.core.params import Interval, Options
 from .base import Breadth, ScoringContext, register
 
 __all__ = ["NoBreadth", "LogActors", "breadth_factor", "ai_memory_coerce_weight"]

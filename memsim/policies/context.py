@@ -8,7 +8,7 @@ implement it:
 - the engine's :class:`memsim.engine.BatchContext` (a batch of a stream,
   seen by one arm, with that arm's state);
 - :class:`ArrayContext`, built from plain numpy arrays with sensible
-  defaults, for notebooks, the curves, the checker (:mod:`memsim.testing`)
+  defaults, for notebooks, the curves, the checker (:mod:`memsim.checks.testing`)
   and the engine's retention sweeps.
 
 The integer codes of the ``tier`` and ``memory_type`` columns are defined
@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from memsim.rng import child, seed_sequence
+from memsim.core.rng import child, seed_sequence
 
 __all__ = ["ScoringContext", "ArrayContext", "TIER_CODES", "MEMORY_TYPE_CODES", "AGE_CLOCKS"]
 
@@ -74,10 +74,10 @@ class ScoringContext(Protocol):
     gains : ndarray, shape (Q, L)
         True gains (0 where no qrel). Only a ranker that declares
         ``needs_truth = True`` (the oracle) may read them.
-    planted : memsim.planted.PlantedModel or None
+    planted : memsim.data.planted.PlantedModel or None
         The synthetic workload's own model (None when the stream has none),
         and ``note_class`` (L,): each note's planted class (index into
-        :data:`memsim.workload.CLASS_NAMES`, -1 unknown). Only a ranker that
+        :data:`memsim.data.workload.CLASS_NAMES`, -1 unknown). Only a ranker that
         declares ``needs_planted = True`` (``bayes``) may read them.
     note_actor, query_actor : ndarray of int, shapes (L,) and (Q,)
         Codes of each note's author and each query's actor (equal codes: the
@@ -90,7 +90,7 @@ class ScoringContext(Protocol):
         may read them.
     superseded_at : ndarray, shape (L,)
         When a newer note superseded each note (days; NaN = never): ground
-        truth (:func:`memsim.metrics.supersession_times`). Offered to
+        truth (:func:`memsim.evaluation.metrics.supersession_times`). Offered to
         retention sweeps; only a retention that declares ``needs_truth =
         True`` (``invalidation``, a detector model scored against it) may
         read it.
@@ -257,7 +257,7 @@ class ArrayContext:
         Planted class codes (default -1: unknown).
     note_actor, query_actor : array_like of int, shapes (L,) and (Q,), optional
         Author and asking-actor codes (default 0: one actor).
-    planted : memsim.planted.PlantedModel, optional
+    planted : memsim.data.planted.PlantedModel, optional
         The planted model, for the ``bayes`` ranker (default None).
     logged_rank, logged_score : array_like, shape (Q, L), optional
         A logged production ranking (rank from 1, inf = not returned; score,

@@ -40,7 +40,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim.params import Interval, Options
+from memsim.core.params import Interval, Options
 from .base import MEMORY_TYPE_CODES, TIER_CODES, Decay, ScoringContext, register
 
 __all__ = [

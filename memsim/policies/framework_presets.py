@@ -3,7 +3,7 @@
 Registered on import (:mod:`memsim.policies` imports this module after the
 built-in presets). Every value the source does not give is marked assumed
 (:func:`memsim.policies.add_preset`). ``memsim engine-check NAME EXP.toml``
-(:mod:`memsim.framework_check`) replays a stream through the real scoring
+(:mod:`memsim.checks.framework_check`) replays a stream through the real scoring
 function and the preset, query by query.
 """
 

@@ -3,7 +3,7 @@
 Each component names the package, its version, the file and the function it
 follows. The presets built from them are registered in
 :mod:`memsim.policies.framework_presets`; ``memsim engine-check`` replays
-streams through the real functions (:mod:`memsim.framework_check`).
+streams through the real functions (:mod:`memsim.checks.framework_check`).
 
 ========================== ==================================================
 component                  formula
@@ -40,7 +40,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim.params import Interval, Options
+from memsim.core.params import Interval, Options
 from .base import Decay, Packer, Ranker, Retention, ScoringContext, register
 from .retrieval import Cosine
 

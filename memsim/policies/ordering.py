@@ -17,7 +17,7 @@ score is NaN or -inf).
 Why order at all: "models are worse at the middle of a long context. Packing is
 only half the job. Ordering matters too" (seed 000); Liu et al., "Lost in the
 Middle: How Language Models Use Long Contexts", TACL 2024 (arXiv 2307.03172).
-The reader model (:mod:`memsim.reader`) turns positions into use probabilities.
+The reader model (:mod:`memsim.evaluation.reader`) turns positions into use probabilities.
 """
 
 from __future__ import annotations

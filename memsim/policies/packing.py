@@ -28,8 +28,8 @@ never pack a note whose value is ``<= 0`` (or NaN): such a note can only lower
 the sum. That is also what makes ``exact`` usable as the oracle's packer, with
 ``values`` = true gains (stale notes have negative gains, irrelevant ones 0).
 
-The exact solver itself lives in :mod:`memsim.knapsack`, shared with the
-metrics' oracle (:func:`memsim.knapsack.knapsack_value`, re-exported here).
+The exact solver itself lives in :mod:`memsim.core.knapsack`, shared with the
+metrics' oracle (:func:`memsim.core.knapsack.knapsack_value`, re-exported here).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim import knapsack
-from memsim.knapsack import knapsack_value
-from memsim.params import Interval, Options
+from memsim.core import knapsack
+from memsim.core.knapsack import knapsack_value
+from memsim.core.params import Interval, Options
 from .base import Packer, register
 
 __all__ = ["TopKCutoff", "SkipFill", "Greedy", "GreedySwap", "Exact", "knapsack_value"]

@@ -33,7 +33,7 @@ import importlib.metadata
 import re
 from typing import Any, Iterable
 
-from memsim.errors import ConfigError
+from memsim.core.errors import ConfigError
 
 __all__ = ["ENTRY_POINT_GROUP", "import_plugins", "load_entry_points", "check_module_names"]
 

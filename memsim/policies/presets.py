@@ -27,8 +27,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from memsim.errors import ConfigError
-from memsim.params import did_you_mean
+from memsim.core.errors import ConfigError
+from memsim.core.params import did_you_mean
 from .base import SLOTS, Policy
 
 __all__ = ["HIVEMIND_CUT", "Preset", "PRESETS", "add_preset", "assumptions", "parameter_paths",
@@ -710,7 +710,7 @@ add_preset(
     """What runs today: the production system's logged ranking, replayed.
 
     For streams imported from a memory-layer trace with ``retrieved`` events
-    (:mod:`memsim.importers.trace`): each query gets exactly the notes the
+    (:mod:`memsim.data.importers.trace`): each query gets exactly the notes the
     system returned, in its order (scored by its logged scores, else
     ``1 / rank``), packed into the budget with skip-fill in that order. Every
     other policy of an experiment is then compared with the system as it

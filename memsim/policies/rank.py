@@ -18,9 +18,9 @@ name              score
 ``random``        uniform [0, 1) from the policy's seeded stream
 ``oracle``        the true gains (the engine then packs by them)
 ``calibrated-     exp(beta (rel - 1)) * rec: the product family whose optimum
-product``         follows from a planted workload (memsim.planted)
+product``         follows from a planted workload (memsim.data.planted)
 ``bayes``         the posterior expected gain under the synthetic workload's
-                  own model (memsim.planted): the best score-based ranking
+                  own model (memsim.data.planted): the best score-based ranking
 ``langchain-time- rec + relevance over LangChain's candidates (the store's
 weighted``        nearest and the k newest), which it chooses itself
 ``generative-     0.5 n(0.99 ** rank) + 3 n(rel) + 2 n(importance), the rank
@@ -36,7 +36,7 @@ engine then finds the exact top C without scoring every live note.
 
 Rankers with ``set_dependent = True`` score a note relative to the other
 candidates of its query (or not from its features at all), so a pairwise
-comparison such as :func:`memsim.curves.curves_table`'s crossover is not
+comparison such as :func:`memsim.reporting.curves.curves_table`'s crossover is not
 defined for them.
 """
 
@@ -47,8 +47,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim.errors import ConfigError
-from memsim.params import Interval, Options
+from memsim.core.errors import ConfigError
+from memsim.core.params import Interval, Options
 from .base import Ranker, ScoringContext, register
 
 __all__ = [
@@ -389,7 +389,7 @@ class CalibratedProduct(Ranker):
     With a cosine retriever and ``decay = {kind = "half-life"}`` the ranking is
     by ``beta * cos - age * ln 2 / h``, the form of the Bayes-optimal ranking
     on a workload whose validity has one exponential law (module docstring of
-    :mod:`memsim.planted`): there the optimum is ``h = H`` at ``beta`` = the
+    :mod:`memsim.data.planted`): there the optimum is ``h = H`` at ``beta`` = the
     likelihood-ratio slope of the similarity model, and ``memsim optimum``
     derives both. Only ``beta * h`` is identifiable from a ranking.
     memsim's design.
@@ -427,9 +427,9 @@ class Bayes(Ranker):
 
     ``score = P(on the asked slot | cos, age, class, author) * E[gain | on
     the slot, age, class]``, computed by
-    :meth:`memsim.planted.PlantedModel.expected_gain` from the knobs of the
+    :meth:`memsim.data.planted.PlantedModel.expected_gain` from the knobs of the
     synthetic workload that generated the stream (derivation in
-    :mod:`memsim.planted`). The cosine is computed from the embeddings
+    :mod:`memsim.data.planted`). The cosine is computed from the embeddings
     whatever the policy's retriever. No score-based policy ranks better on
     that workload (exactly so for one note per slot; chains of notes use a
     documented approximation), as ``oracle`` bounds every policy. It runs only
@@ -464,7 +464,7 @@ class AsLogged(Ranker):
     """What the production system returned: its order, its scores if logged.
 
     Reads the stream's logged rankings (the optional ``retrieved`` table, from
-    a trace's ``retrieved`` events, :mod:`memsim.importers.trace`) through
+    a trace's ``retrieved`` events, :mod:`memsim.data.importers.trace`) through
     ``ctx.logged_rank`` (Q, L: the rank from 1, ``inf`` where the system did
     not return the note) and ``ctx.logged_score`` (Q, L: NaN where not
     logged). It declares ``needs_logged``: the engine then lets it rank only

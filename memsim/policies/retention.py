@@ -28,8 +28,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim.params import Interval, Options
-from memsim.rng import child
+from memsim.core.params import Interval, Options
+from memsim.core.rng import child
 from .base import MEMORY_TYPE_CODES, TIER_CODES, Retention, ScoringContext, register
 from .breadth import breadth_factor
 from .decay import ai_memory_lambda, ai_memory_time_term, ebbinghaus_retention
@@ -266,7 +266,7 @@ class Invalidation(Retention):
     fact arrives, a detector (an LLM call) compares it with the stored ones
     and marks those it contradicts invalid (``invalid_at``), keeping them
     for history. memsim models the detector by its error rates against the
-    stream's truth (``ctx.superseded_at``, :func:`memsim.metrics.supersession_times`):
+    stream's truth (``ctx.superseded_at``, :func:`memsim.evaluation.metrics.supersession_times`):
 
     * a note superseded at ``s`` is caught with probability ``recall``, and
       then invalidated at the first sweep at or after ``s``; a missed one is

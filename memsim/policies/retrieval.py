@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from memsim.errors import ConfigError
-from memsim.params import Interval
+from memsim.core.errors import ConfigError
+from memsim.core.params import Interval
 
 from .base import Retriever, ScoringContext, register
 

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim.params import Interval
+from memsim.core.params import Interval
 from .base import ScoringContext, Stickiness, register
 
 __all__ = ["NoStickiness", "LogRecall", "AccessTerm", "log_recall_factor", "ai_memory_access_term"]

@@ -37,10 +37,10 @@ range, because it is trial 0.
 What a trial is
 ---------------
 A trial applies its parameters to the experiment with
-:meth:`~memsim.config.Experiment.with_overrides` (shallower keys first, so a
+:meth:`~memsim.runs.config.Experiment.with_overrides` (shallower keys first, so a
 categorical that switches a component's kind is applied before a parameter of
 that component) and simulates it with
-:func:`~memsim.runner.simulate_experiment`, the code path of ``memsim run``, on
+:func:`~memsim.runs.runner.simulate_experiment`, the code path of ``memsim run``, on
 the experiment's replicate seeds ``0 .. R-1``: every trial sees the identical
 streams (common random numbers), so trials differ only by their parameters.
 Only the policies (and budgets) the objectives name are simulated; arms never
@@ -51,7 +51,7 @@ same seeds) for each trial.
 
 The objective of a trial is the mean over replicates of each replicate's mean
 of the metric over its queries (NaN values left out), exactly the ``mean`` of
-``summary.csv`` (:func:`memsim.stats.summarise`). The per-replicate values are
+``summary.csv`` (:func:`memsim.reporting.stats.summarise`). The per-replicate values are
 kept as trial user attributes ``<objective>_rep<r>``. The experiment's own
 values are enqueued as trial 0 (user attribute ``origin = "experiment"``).
 

@@ -2,7 +2,7 @@
 
 A trial applies its parameters to the experiment with
 :func:`~memsim.sweep.space.apply_params` and simulates it with
-:func:`~memsim.runner.simulate_experiment`, the code path of ``memsim run``,
+:func:`~memsim.runs.runner.simulate_experiment`, the code path of ``memsim run``,
 on the experiment's replicate seeds ``0 .. R-1``: every trial sees the
 identical streams (common random numbers), so trials differ only by their
 parameters. Only the policies (and budgets) the objectives name are
@@ -13,13 +13,13 @@ key regenerates them (from the same seeds) for each trial.
 
 The objective of a trial is the mean over replicates of each replicate's mean
 of the metric over its queries (NaN values left out), exactly the ``mean`` of
-``summary.csv`` (:func:`memsim.stats.summarise`). A run-level objective
+``summary.csv`` (:func:`memsim.reporting.stats.summarise`). A run-level objective
 (:data:`~memsim.sweep.space.RUN_OBJECTIVES`) has one value per replicate,
 averaged over replicates: ``recall_gini`` and ``evicted_notes`` from the
 arm's ``arms`` row, ``store_notes`` and ``store_tokens`` from the last row
 (in time) of its ``store`` frame, the store left after the last eviction
 sweep, and ``utility_share`` pooled over the replicate's queries
-(:func:`memsim.stats.utility_share_by` by policy, budget and replicate).
+(:func:`memsim.reporting.stats.utility_share_by` by policy, budget and replicate).
 
 Batches (:meth:`TrialEvaluator.evaluate_batch`). Trials that differ only in
 their policies (every swept key under ``policies.``) are simulated as the
@@ -28,7 +28,7 @@ of each tick and the oracle are computed once for all of them. Arms never
 interact in the engine: each trial's arm is named ``<name>/<policy>`` but
 draws the random stream its policy would draw alone (the engine's
 ``Arm.stream_name``), on the runner's replicate seed
-(:func:`memsim.runner.simulate_replicate`), so its values are bit for bit
+(:func:`memsim.runs.runner.simulate_replicate`), so its values are bit for bit
 those of :meth:`TrialEvaluator.evaluate`. Replicates are the outer loop: after
 each one the caller sees every trial's running value (the mean over the
 replicates done, the definition of the final value) and may stop a trial
@@ -49,12 +49,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from memsim.config import Experiment, config_hash
+from memsim.runs.config import Experiment, config_hash
 from memsim.engine import Arm, ReplayCache
-from memsim.errors import MemsimError
-from memsim.runner import (load_stream_for, simulate_experiment, simulate_replicate,
+from memsim.core.errors import MemsimError
+from memsim.runs.runner import (load_stream_for, simulate_experiment, simulate_replicate,
                            simulate_replicates)
-from memsim.stats import utility_share_by
+from memsim.reporting.stats import utility_share_by
 
 from .space import RUN_OBJECTIVES, SweepSpec, apply_params
 
@@ -62,7 +62,7 @@ from .space import RUN_OBJECTIVES, SweepSpec, apply_params
 def run_level_values(frames: dict[str, Any], metric: str, policy: str, budget: Any,
                      replicates: Sequence[int]) -> dict[int, float]:
     """Replicate -> value of a run-level metric (:data:`RUN_OBJECTIVES`) of
-    one arm, from :func:`~memsim.runner.simulate_experiment`'s frames.
+    one arm, from :func:`~memsim.runs.runner.simulate_experiment`'s frames.
 
     NaN for a replicate without a value (e.g. no query with an achievable
     utility, for ``utility_share``).
@@ -104,7 +104,7 @@ class TrialOutcome:
         Objective label -> {replicate: value}, for the replicates simulated.
     error : str
         Why the trial failed (its parameters do not give a valid experiment,
-        or its simulation raised a :class:`~memsim.errors.MemsimError`);
+        or its simulation raised a :class:`~memsim.core.errors.MemsimError`);
         ``""`` when it did not.
     stopped_after : int or None
         The number of replicates done when the caller stopped the trial

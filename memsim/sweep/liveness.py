@@ -20,7 +20,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from memsim.rundir import pid_alive
+from memsim.reporting.rundir import pid_alive
 
 from .study import _quiet_optuna
 

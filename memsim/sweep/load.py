@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from memsim.errors import ConfigError
+from memsim.core.errors import ConfigError
 
 from .storage import open_storage
 

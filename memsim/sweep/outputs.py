@@ -45,10 +45,10 @@ import numpy as np
 import pandas as pd
 from optuna.trial import TrialState
 
-from memsim import plots as mplots
-from memsim.config import Experiment, dumps_toml
-from memsim.report import study_access_lines
-from memsim.rundir import write_atomic
+from memsim.reporting import plots as mplots
+from memsim.runs.config import Experiment, dumps_toml
+from memsim.reporting.report import study_access_lines
+from memsim.reporting.rundir import write_atomic
 
 from .plateau import plateau_lines
 from .robustness import _SAME_NOTE
@@ -376,7 +376,7 @@ class SweepResult:
         its range, the parameter importance (fANOVA), the robustness
         re-check, whether the best beats the experiment's preset, and last
         how to open the study: the ``optuna-dashboard`` command and the
-        Python that loads it (:func:`memsim.report.study_access_lines`)."""
+        Python that loads it (:func:`memsim.reporting.report.study_access_lines`)."""
         n_done = int((self.trials["state"] == "COMPLETE").sum()) if len(self.trials) else 0
         n_pruned = int((self.trials["state"] == "PRUNED").sum()) if len(self.trials) else 0
         lines = [f"study {self.study_name}: {n_done} COMPLETE trials of {len(self.trials)}"

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from memsim.rng import child, seed_sequence
+from memsim.core.rng import child, seed_sequence
 
 from .space import ParamSpec, SweepSpec, _describe, _fmt
 

@@ -19,9 +19,9 @@ import json
 import re
 from pathlib import Path
 
-from memsim.config import Experiment, config_hash
-from memsim.errors import ConfigError
-from memsim.rundir import write_atomic
+from memsim.runs.config import Experiment, config_hash
+from memsim.core.errors import ConfigError
+from memsim.reporting.rundir import write_atomic
 
 from .space import SweepSpec
 from .storage import _mask_url, _recorded_storage, _storage_spec

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 from optuna.trial import TrialState
 
-from memsim.errors import MemsimError
-from memsim.stats import mean_ci
+from memsim.core.errors import MemsimError
+from memsim.reporting.stats import mean_ci
 
 from .evaluate import TrialEvaluator
 from .space import SweepSpec
@@ -81,7 +81,7 @@ def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: lis
         ``diff_<objective>`` their mean :math:`\bar d`;
         ``diff_ci_low_<objective>``, ``diff_ci_high_<objective>`` the Student
         t interval :math:`\bar d \pm t_{K-1,\,0.975}\, s_d/\sqrt{K}` over the
-        K replicates (:func:`memsim.stats.mean_ci`; a t-interval rather than a
+        K replicates (:func:`memsim.reporting.stats.mean_ci`; a t-interval rather than a
         bootstrap because K is small, often 2-5, where a bootstrap has only a
         handful of distinct resamples and its interval is too narrow; NaN with
         one replicate); ``excludes_0_<objective>``; and

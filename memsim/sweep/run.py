@@ -29,12 +29,12 @@ from typing import Any, Callable
 import optuna
 import pandas as pd
 
-from memsim.config import (Experiment, attribute_overrides, dumps_toml, load_experiment,
+from memsim.runs.config import (Experiment, attribute_overrides, dumps_toml, load_experiment,
                            parse_override)
-from memsim.errors import ConfigError, MemsimError, SweepWarning
-from memsim.report import build_report
-from memsim.rundir import new_run_dir, write_atomic
-from memsim.runner import experiment_manifest
+from memsim.core.errors import ConfigError, MemsimError, SweepWarning
+from memsim.reporting.report import build_report
+from memsim.reporting.rundir import new_run_dir, write_atomic
+from memsim.runs.runner import experiment_manifest
 
 from .evaluate import TrialEvaluator
 from .liveness import _host
@@ -101,7 +101,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     plots : bool
         Write Optuna's plots (a few seconds).
     report : bool
-        Build the run folder's ``report.html`` (:func:`memsim.report.build_report`).
+        Build the run folder's ``report.html`` (:func:`memsim.reporting.report.build_report`).
     batch, pruner, cache_mb : optional
         ``sweep.batch``, ``sweep.pruner`` and ``sweep.cache_mb`` for this
         session (``--batch``, ``--pruner``, ``--cache-mb``); none changes the
@@ -243,7 +243,7 @@ def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
     """Write ``config.toml`` and the manifest (status running), with this
     session appended to the folder's earlier ones.
 
-    Returns the manifest (``memsim.rundir.Manifest``) and the sessions
+    Returns the manifest (``memsim.reporting.rundir.Manifest``) and the sessions
     list, or (None, []) without a folder.
     """
     run_dir, exp, spec = plan.run_dir, plan.exp, plan.spec

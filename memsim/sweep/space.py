@@ -5,7 +5,7 @@ dotted key and its distribution), :class:`Objective` (a metric of one policy
 at one budget, and a direction), :class:`RobustnessSpec` (``[sweep.robustness]``)
 and :func:`apply_params`, which applies a trial's parameters to an
 experiment. Parsing and the checks against the experiment raise one-line
-:class:`~memsim.errors.ConfigError` messages that name the dotted key at fault.
+:class:`~memsim.core.errors.ConfigError` messages that name the dotted key at fault.
 
 This is the bottom of :mod:`memsim.sweep`: it needs neither Optuna nor the
 runner, so validating a sweep (``memsim audit`` does) stays cheap.
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from memsim.config import Experiment, did_you_mean
-from memsim.errors import ConfigError
-from memsim.metrics import HIGHER_IS_BETTER, METRIC_COLUMNS
-from memsim.params import check_keys
+from memsim.runs.config import Experiment, did_you_mean
+from memsim.core.errors import ConfigError
+from memsim.evaluation.metrics import HIGHER_IS_BETTER, METRIC_COLUMNS
+from memsim.core.params import check_keys
 
 #: Samplers by their ``sampler = "..."`` name.
 SAMPLERS = ("tpe", "random", "qmc", "cmaes", "nsga2", "grid")
@@ -35,7 +35,7 @@ PRUNERS = ("none", "median", "hyperband", "successive-halving")
 #: ``store_notes`` and ``store_tokens`` (the end-of-run store size after
 #: evictions: the last row of the arm's ``store`` frame) and ``utility_share``
 #: (sum of utility / sum of oracle utility over the replicate's queries,
-#: :func:`memsim.stats.utility_share_by`). The objective is their mean over
+#: :func:`memsim.reporting.stats.utility_share_by`). The objective is their mean over
 #: replicates. ``tokens_used`` (a query column) is the mean context cost.
 RUN_OBJECTIVES = ("recall_gini", "store_tokens", "store_notes", "evicted_notes",
                   "utility_share")

@@ -34,7 +34,7 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
-from memsim.errors import ConfigError
+from memsim.core.errors import ConfigError
 
 from .study import _quiet_optuna
 

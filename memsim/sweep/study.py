@@ -18,8 +18,8 @@ import warnings
 import optuna
 from optuna.trial import TrialState
 
-from memsim.config import Experiment
-from memsim.errors import ConfigError
+from memsim.runs.config import Experiment
+from memsim.core.errors import ConfigError
 
 from .space import SweepSpec
 

@@ -22,7 +22,7 @@ heartbeat.
 
 ``--workers N`` starts N such processes, spawned (:func:`_run_workers`), that
 share the storage. A spawned worker rebuilds the experiment from the resolved
-config (:func:`memsim.config.experiment_from_dict`), which imports the
+config (:func:`memsim.runs.config.experiment_from_dict`), which imports the
 ``[experiment] plugins`` first, so components registered by the user's own
 modules resolve there too (the worker inherits the parent's ``sys.path``).
 The same command on another machine, with the same ``--storage
@@ -54,9 +54,9 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from memsim.config import Experiment, experiment_from_dict
-from memsim.errors import ConfigError, MemsimError
-from memsim.rundir import proc_start
+from memsim.runs.config import Experiment, experiment_from_dict
+from memsim.core.errors import ConfigError, MemsimError
+from memsim.reporting.rundir import proc_start
 
 from .evaluate import TrialEvaluator, TrialOutcome, cache_budget
 from .liveness import _host, _reap, _retry, _worker_id

@@ -6,7 +6,7 @@ mem0ai, openmemory-python, autogen-core; see the README, "Framework presets")::
     python tests/golden/make_framework_vectors.py
 
 Each case calls the real function (the package's file, imported as
-``memsim.framework_check`` does) on fixed inputs; ``tests/test_frameworks.py``
+``memsim.checks.framework_check`` does) on fixed inputs; ``tests/test_frameworks.py``
 reproduces every output with memsim's components on a fresh clone.
 """
 
@@ -18,7 +18,7 @@ import types
 from importlib.metadata import version
 from pathlib import Path
 
-from memsim.framework_check import EPOCH, _load_file, _package_dir
+from memsim.checks.framework_check import EPOCH, _load_file, _package_dir
 
 OUT = Path(__file__).resolve().parent / "framework_vectors.json"
 NOW = EPOCH + dt.timedelta(days=100)

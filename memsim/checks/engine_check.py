@@ -1,0 +1,283 @@
+"""What every cross-check against a real engine shares (``memsim engine-check``).
+
+``memsim engine-check ENGINE EXP.toml`` replays one stream through a real
+engine with a controlled clock and through memsim's preset of it, query by
+query: ``feather`` (:mod:`memsim.checks.feather_check`, the feather-db engine) and
+``langchain`` (:mod:`memsim.checks.langchain_check`, LangChain's
+``TimeWeightedVectorStoreRetriever``). This module holds their common parts:
+
+* :func:`load_check_config`: the TOML file: the check's table and the stream,
+  read from disk (``[workload] source = "DIR"``, a stream folder, relative to
+  the file) or generated (``[workload]`` synthetic knobs, the table's
+  ``seed``);
+* :func:`quantise_stream`: every time rounded to a whole second (real
+  engines' clocks);
+* :func:`compare_rankings`, :func:`summarise`, :func:`format_summary`:
+  identical top-k, overlap@k, Kendall's tau of the shared notes, score
+  differences, and the first differing queries with a likely cause.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from memsim.engine import Arm, SimSettings, simulate, with_timing
+from memsim.core.errors import ConfigError
+from memsim.reporting.rundir import jsonable, write_atomic
+from memsim.data.stream import Stream, make_stream, read_stream
+from memsim.data.workload import SyntheticWorkload
+
+__all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "csv_saver", "first_differences",
+           "format_summary", "kendall", "likely_causes", "load_check_config", "print_summaries",
+           "quantise_stream", "replay_memsim", "starting", "summarise"]
+
+#: Seconds per simulated day.
+DAY_S = 86400
+#: Two scores closer than this are a near tie: float32 rounding may order them
+#: either way.
+NEAR_TIE = 1e-6
+
+
+def quantise_stream(stream: Stream) -> Stream:
+    """The stream with every time rounded to a whole second.
+
+    Note ``created_at`` / ``updated_at`` / ``expires_at``, query ``t`` and
+    access ``t`` become ``round(x * 86400) / 86400`` days. Both replays of a
+    cross-check run on this stream, because a real engine's clock has whole
+    seconds and memsim's has float days.
+    """
+
+    def q(x):
+        x = np.asarray(x, dtype=np.float64)
+        return np.where(np.isfinite(x), np.round(x * DAY_S) / DAY_S, x)
+
+    notes = stream.notes.copy()
+    for col in ("created_at", "updated_at", "expires_at"):
+        if col in notes:
+            notes[col] = q(notes[col].to_numpy())
+    queries = stream.queries.copy()
+    queries["t"] = q(queries["t"].to_numpy())
+    accesses = stream.accesses.copy()
+    if len(accesses):
+        accesses["t"] = q(accesses["t"].to_numpy())
+    meta = dict(stream.meta)
+    meta["time_quantised_s"] = 1
+    return make_stream(notes, queries, stream.qrels, accesses, stream.note_embeddings,
+                       stream.query_embeddings, meta, retrieved=stream.retrieved)
+
+
+def load_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
+                      keys: set[str]) -> tuple[dict, Stream, str]:
+    """Read a cross-check's TOML file (or parsed dict).
+
+    Parameters
+    ----------
+    path : path or dict
+    tables : tuple of str
+        The check's table names, first found wins (``("langchain_check",
+        "engine_check")``).
+    keys : set of str
+        The keys that table may hold (``seed`` is always allowed).
+
+    Returns
+    -------
+    (check table, stream, where)
+    """
+    if isinstance(path, dict):
+        cfg, where, base = path, tables[0], Path.cwd()
+    else:
+        where, base = str(path), Path(path).absolute().parent
+        try:
+            cfg = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    name = next((t for t in tables if t in cfg), tables[0])
+    check = cfg.get(name, {})
+    unknown = set(check) - keys - {"seed"}
+    if unknown:
+        raise ConfigError(f"{where}: {name}.{sorted(unknown)[0]}: unknown key; allowed: "
+                          f"{', '.join(sorted(keys | {'seed'}))}")
+    wl = cfg.get("workload", {})
+    if "source" in wl:
+
+        extra = sorted(set(wl) - {"source"})
+        if extra:
+            raise ConfigError(f"{where}: workload.{extra[0]}: a workload with 'source' replays "
+                              "a stream and takes no generator knobs")
+        src = Path(wl["source"]).expanduser()
+        src = src if src.is_absolute() else base / src
+        if not src.exists():
+            raise ConfigError(f"{where}: workload.source: {src}: no such file or folder")
+        stream = read_stream(src)
+    else:
+
+        workload = SyntheticWorkload.from_config(wl, "workload")
+        stream = workload.generate(np.random.SeedSequence(int(check.get("seed", 0))))
+    return check, stream, where
+
+
+def kendall(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall's tau-a between two rankings of the same items (no ties)."""
+    m = len(a)
+    if m < 2:
+        return float("nan")
+    da = np.sign(a[:, None] - a[None, :])
+    db = np.sign(b[:, None] - b[None, :])
+    iu = np.triu_indices(m, 1)
+    return float((da[iu] * db[iu]).sum() / len(iu[0]))
+
+
+def _near_tie(scores: np.ndarray) -> bool:
+    return len(scores) > 1 and bool((np.abs(np.diff(scores)) < NEAR_TIE).any())
+
+
+def compare_rankings(stream: Stream, eng_ids: list, eng_scores: list, mem_ids: list,
+                     mem_scores: list, k: int) -> pd.DataFrame:
+    """One row per query (stream order): ``query_id``, ``t``, ``n_engine``,
+    ``n_memsim``, ``identical`` (same notes in the same order), ``overlap``
+    (shared / k), ``n_shared``, ``rank_corr`` (Kendall's tau of the shared
+    notes), ``max_score_diff`` (largest ``|engine - memsim|`` over shared
+    notes), ``near_tie`` (two adjacent scores of either list within
+    :data:`NEAR_TIE`)."""
+    rows = []
+    for a_ids, a_s, b_ids, b_s in zip(eng_ids, eng_scores, mem_ids, mem_scores):
+        shared, ia, ib = np.intersect1d(a_ids, b_ids, assume_unique=True, return_indices=True)
+        rows.append((
+            len(a_ids), len(b_ids),
+            bool(len(a_ids) == len(b_ids) and np.array_equal(a_ids, b_ids)),
+            len(shared) / k, len(shared),
+            kendall(ia.astype(float), ib.astype(float)),
+            float(np.abs(a_s[ia] - b_s[ib]).max()) if len(shared) else float("nan"),
+            _near_tie(np.asarray(a_s)) or _near_tie(np.asarray(b_s)),
+        ))
+    df = pd.DataFrame(rows, columns=["n_engine", "n_memsim", "identical", "overlap", "n_shared",
+                                     "rank_corr", "max_score_diff", "near_tie"])
+    df.insert(0, "query_id", stream.queries["query_id"].to_numpy(np.int64))
+    df.insert(1, "t", stream.queries["t"].to_numpy(np.float64))
+    return df
+
+
+def summarise(per_query: pd.DataFrame, k: int) -> dict[str, Any]:
+    """``n_queries``, ``k``, ``identical_share``, ``overlap_mean``,
+    ``overlap_min``, ``rank_corr_mean``, ``max_score_diff``,
+    ``first_difference`` (position of the first differing query, None if
+    none) and ``max_score_diff_before_first``."""
+    n = len(per_query)
+    scored = per_query["max_score_diff"].dropna()
+    differs = np.flatnonzero(~per_query["identical"].to_numpy(bool))
+    first = int(differs[0]) if len(differs) else None
+    before = per_query["max_score_diff"].iloc[:first].dropna()
+    return {
+        "n_queries": n, "k": int(k),
+        "identical_share": float(per_query["identical"].mean()) if n else float("nan"),
+        "overlap_mean": float(per_query["overlap"].mean()) if n else float("nan"),
+        "overlap_min": float(per_query["overlap"].min()) if n else float("nan"),
+        "rank_corr_mean": float(per_query["rank_corr"].mean()) if n else float("nan"),
+        "max_score_diff": float(scored.max()) if len(scored) else float("nan"),
+        "first_difference": first,
+        "max_score_diff_before_first": float(before.max()) if len(before) else float("nan"),
+    }
+
+
+def first_differences(per_query: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The first ``n`` differing queries (``query_id``, ``t``, ``overlap``,
+    ``max_score_diff`` and ``cause`` when the table has one)."""
+    cols = [c for c in ("query_id", "t", "overlap", "max_score_diff", "cause")
+            if c in per_query]
+    return per_query.loc[~per_query["identical"].to_numpy(bool), cols].head(n)
+
+
+def format_summary(per_query: pd.DataFrame, s: dict[str, Any], n_first: int = 5) -> str:
+    """The common lines of a cross-check's report."""
+    k = s["k"]
+    lines = [
+        f"  identical top-{k}:      {s['identical_share']:.2%} of queries",
+        f"  top-{k} overlap:        mean {s['overlap_mean']:.4f}, min {s['overlap_min']:.2f}",
+        f"  rank corr. (shared):  mean Kendall tau {s['rank_corr_mean']:.4f}",
+        f"  largest score diff.:  {s['max_score_diff']:.3g}",
+        "  first difference:     "
+        + ("none" if s["first_difference"] is None else f"query #{s['first_difference']}")
+        + f" (largest score diff. before it: {s['max_score_diff_before_first']:.3g})",
+    ]
+    first = first_differences(per_query, n_first)
+    for row in first.itertuples(index=False):
+        d = row._asdict()
+        lines.append(f"    query {d['query_id']} (day {d['t']:.3f}): overlap "
+                     f"{d['overlap']:.2f}" + (f"; {d['cause']}" if d.get("cause") else ""))
+    return "\n".join(lines)
+
+
+def starting(label: str, i: int, n: int, what: str) -> None:
+    """The line an engine-check prints on stderr as a configuration starts
+    (each can take a while: the real engine scores every query)."""
+    print(f"{label}: configuration {i + 1}/{n} ({what})", file=sys.stderr, flush=True)
+
+
+def csv_saver(prefix: str | None, name: Callable[[Any], str]) -> Callable[[Any], None]:
+    """What to do with each result as its configuration finishes: with
+    ``--csv PREFIX``, write its per-query table to ``PREFIX_<name>.csv`` at
+    once (atomically), so an interrupted check keeps what it finished."""
+    def save(res: Any) -> None:
+        if prefix:
+            write_atomic(Path(f"{prefix}_{name(res)}.csv"),
+                         lambda p: res.per_query.to_csv(p, index=False))
+    return save
+
+
+def print_summaries(results: list) -> None:
+    """``memsim engine-check --json``: each configuration's summary (the
+    figures the text prints: identical top-k, overlap, score differences ...)
+    as one JSON list on stdout."""
+    import json
+
+    print(json.dumps(jsonable([res.summary for res in results]), indent=2, allow_nan=False))
+
+
+def likely_causes(identical: np.ndarray, checks: list[tuple[np.ndarray, str]],
+                  since_first: str) -> np.ndarray:
+    """A likely cause for each query whose top k differs (empty where identical).
+
+    ``checks`` are (mask over queries, cause) in the order they are tried: the
+    first mask true at a differing query names its cause. Otherwise a query
+    after the first difference gets ``since_first`` (the feedback loop carries
+    an earlier difference forward), and the first one "scores differ".
+    """
+    out = np.full(len(identical), "", dtype=object)
+    differs = np.flatnonzero(~np.asarray(identical, dtype=bool))
+    first = int(differs[0]) if len(differs) else len(out)
+    for j in differs:
+        cause = next((why for mask, why in checks if mask[j]), None)
+        out[j] = cause or (since_first if j > first else "scores differ")
+    return out
+
+
+def replay_memsim(stream: Stream, policy: Any, k: int, feedback_mode: str = "per-query",
+                  arm: str = "memsim") -> tuple[list[np.ndarray], list[np.ndarray], float]:
+    """memsim's side of a check: ``policy`` replayed over ``stream`` with its
+    top ``k`` kept, as (note ids, scores) per query in the stream's query
+    order, and the seconds the replay took. ``arm`` names the arm (its name
+    seeds the arm's random stream, so each check keeps its own)."""
+    policy = with_timing(policy, feedback_mode)
+    settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
+    t0 = time.perf_counter()
+    res = simulate(stream, [Arm(arm, policy)], settings, np.random.SeedSequence(0))
+    seconds = time.perf_counter() - t0
+    qids = stream.queries["query_id"].to_numpy(np.int64)
+    ids = [np.zeros(0, np.int64) for _ in qids]
+    scores = [np.zeros(0) for _ in qids]
+    r = res.rankings
+    if r is not None and len(r):
+        qpos = {int(q): i for i, q in enumerate(qids)}
+        for qid, g in r.sort_values(["query_id", "rank"], kind="stable").groupby("query_id"):
+            i = qpos[int(qid)]
+            ids[i] = g["note_id"].to_numpy(np.int64)
+            scores[i] = g["score"].to_numpy(np.float64)
+    return ids, scores, seconds

@@ -1,0 +1,552 @@
+"""Cross-check memsim's framework presets against the frameworks' own code.
+
+``memsim engine-check NAME EXP.toml`` with NAME one of :data:`ENGINES`
+replays one stream twice, query by query:
+
+* through the memsim preset in per-query feedback mode, keeping the
+  rankings;
+* through the framework's real scoring function, imported from the installed
+  package, with a clock that is the stream's (each framework's own way of
+  reading "now" is fed the query's time) and the stream's vectors in place of
+  its embedder (no model, no LLM is called). The candidate pool each function
+  is given is the framework's vector search: LlamaIndex's own
+  ``get_top_k_embeddings`` (cosine); for the others, the exact nearest by the
+  store's metric in numpy (LanceDB's squared L2 for CrewAI, cosine for Redis
+  and Qdrant), since their stores are servers.
+
+Engines and the code they run:
+
+==================== =============================================================
+``llamaindex``       llama-index-core: ``TimeWeightedPostprocessor`` (the node
+                     metadata it refreshes is kept between queries); ``mode =
+                     "now"`` leaves nodes unstamped (its default), ``"created"``
+                     stamps each at insertion; ``refresh = false`` turns its
+                     ``time_access_refresh`` off (and the preset's feedback)
+``crewai``           crewai: ``crewai/memory/types.py`` ``compute_composite_score``,
+                     loaded from the installed package's file alone (the
+                     package's ``__init__`` imports its whole agent stack)
+``redis``            agent-memory-server: ``utils/recency.py``
+                     ``rerank_with_recency``, loaded from the file alone (its
+                     ``models`` import is only for annotations); the server's
+                     900-s rate limit on ``last_accessed`` is reproduced here
+``mem0``             mem0ai: ``mem0/utils/scoring.py`` ``score_and_rank``
+``openmemory``       openmemory-python: ``scoring.py`` ``compute_hybrid_score`` and
+                     ``decay.py`` ``calc_recency_score`` (loaded without the
+                     package's ``__init__``, which needs sentence-transformers), on
+                     the 8 nearest, refreshing ``last_seen_at`` of the returned;
+                     no waypoint graph
+==================== =============================================================
+
+Both replays run on the stream with times quantised to whole seconds
+(:func:`memsim.checks.engine_check.quantise_stream`), without expiry and in one
+store (no namespaces). A note's organic accesses before a query set its
+last access on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import importlib.util
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from memsim.runs.config import resolve_policy
+from memsim.checks.engine_check import (compare_rankings, csv_saver, format_summary, likely_causes,
+                           load_check_config, print_summaries, quantise_stream, replay_memsim, starting,
+                           summarise)
+from memsim.core.errors import ConfigError, MemsimError
+from memsim.data.stream import Stream, make_stream
+
+__all__ = ["ENGINES", "FrameworkCheckResult", "framework_cross_check", "framework_policy",
+           "format_framework_check", "run_framework_check", "main"]
+
+#: Simulated day 0 on the frameworks' clocks.
+EPOCH = dt.datetime(2024, 1, 1)
+EPOCH_TS = EPOCH.replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+@dataclass(frozen=True)
+class _Engine:
+    preset: str
+    package: str          # the distribution whose version is reported
+    module: str           # the top-level import name
+    what: str
+    install: str          # how to install what the check reads
+
+
+#: engine name -> what it checks.
+ENGINES: dict[str, _Engine] = {
+    "llamaindex": _Engine("llamaindex-time-weighted", "llama-index-core", "llama_index.core",
+                          "TimeWeightedPostprocessor", 'pip install -e ".[frameworks]"'),
+    "crewai": _Engine("crewai-memory", "crewai", "crewai", "compute_composite_score",
+                      "pip install --no-deps crewai==1.15.30"),
+    "redis": _Engine("redis-agent-memory", "agent-memory-server", "agent_memory_server",
+                     "rerank_with_recency", "pip install --no-deps --ignore-requires-python "
+                     "agent-memory-server==0.15.2"),
+    "mem0": _Engine("mem0-oss", "mem0ai", "mem0", "score_and_rank",
+                    'pip install -e ".[frameworks]"'),
+    "openmemory": _Engine("openmemory", "openmemory-python", "openmemory",
+                          "compute_hybrid_score", "pip install --no-deps openmemory-python==1.0.0"),
+}
+
+
+def _package_dir(module: str, package: str) -> Path:
+    """The installed package's folder, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0])
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        how = next((e.install for e in ENGINES.values() if e.package == package),
+                   f"pip install {package}")
+        raise MemsimError(f"the {package} cross-check needs the {package} package, which is "
+                          f"not installed: {how} (README, \"Framework presets\")")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _load_file(path: Path, name: str, stubs: dict[str, types.ModuleType] | None = None):
+    """Execute one source file of a package as a module of its own."""
+    saved = {k: sys.modules.get(k) for k in (stubs or {})}
+    sys.modules.update(stubs or {})
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # pydantic resolves its annotations through sys.modules
+        spec.loader.exec_module(mod)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return mod
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _prepare(stream: Stream) -> Stream:
+    if stream.note_embeddings is None or stream.query_embeddings is None:
+        raise ConfigError(f"stream {stream.name!r} has no embeddings: the framework "
+                          "cross-checks need note and query vectors")
+    if "namespace" in stream.notes and "namespace" in stream.queries:
+        raise ConfigError(f"stream {stream.name!r} is split into namespaces: the cross-check "
+                          "replays one store")
+    qs = quantise_stream(stream)
+    notes = qs.notes.copy()
+    notes["expires_at"] = np.nan
+    return make_stream(notes, qs.queries, qs.qrels, qs.accesses, qs.note_embeddings,
+                       qs.query_embeddings, dict(qs.meta), retrieved=qs.retrieved)
+
+
+def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
+                     refresh: bool = True):
+    """The engine's preset, with ``k`` results (and LlamaIndex's ``mode`` and
+    ``refresh``: ``time_access_refresh``, off = no feedback)."""
+    name = ENGINES[engine].preset
+    table: dict[str, Any] = {"preset": name}
+    if engine == "llamaindex":
+        table["decay"] = {"unstamped": mode}
+        if not refresh:
+            table["feedback"] = {"touch": "none"}
+    if k is not None:
+        table["candidates"] = k
+        if engine in ("llamaindex", "crewai", "redis"):
+            table.setdefault("feedback", {})["k"] = k
+        if engine == "redis":
+            table["retriever"] = {"prefilter": k}
+        if engine == "crewai":
+            table["retriever"] = {"prefilter": 2 * k}
+        if engine == "mem0":
+            table["retriever"] = {"prefilter": max(4 * k, 60)}
+        if engine == "openmemory":
+            table["feedback"] = {"k": k}
+    return resolve_policy(table, f"engine_check.{engine}")
+
+
+# --------------------------------------------------------------------------
+# The real side: one loop over the stream, one scorer per engine
+# --------------------------------------------------------------------------
+
+
+class _Store:
+    """The notes that exist at a query, their last access (seconds) and the
+    organic accesses applied so far."""
+
+    def __init__(self, stream: Stream):
+        notes, acc = stream.notes, stream.accesses
+        self.note_ids = notes["note_id"].to_numpy(np.int64)
+        self.created = np.round(notes["created_at"].to_numpy(np.float64) * 86400).astype(np.int64)
+        self.importance = notes["importance"].to_numpy(np.float64) if "importance" in notes \
+            else np.ones(len(notes))
+        self.order = np.lexsort((self.note_ids, self.created))
+        self.emb = np.asarray(stream.note_embeddings, dtype=np.float64)
+        self.acc_t = np.round(acc["t"].to_numpy(np.float64) * 86400).astype(np.int64) \
+            if len(acc) else np.zeros(0, np.int64)
+        self.acc_rows = pd.Index(self.note_ids).get_indexer(acc["note_id"].to_numpy(np.int64)) \
+            if len(acc) else np.zeros(0, np.int64)
+        self.alive = np.zeros(len(self.note_ids), dtype=bool)
+        self.nxt = self.acc_done = 0
+
+    def advance(self, t: int, on_add: Callable[[int], None], on_access: Callable[[int, int], None]):
+        while self.nxt < len(self.order) and self.created[self.order[self.nxt]] <= t:
+            i = int(self.order[self.nxt])
+            self.nxt += 1
+            self.alive[i] = True
+            on_add(i)
+        while self.acc_done < len(self.acc_t) and self.acc_t[self.acc_done] < t:
+            i = int(self.acc_rows[self.acc_done])
+            if i >= 0 and self.alive[i]:
+                on_access(i, int(self.acc_t[self.acc_done]))
+            self.acc_done += 1
+
+
+def _cosines(emb: np.ndarray, q: np.ndarray) -> np.ndarray:
+    nn = np.linalg.norm(emb, axis=1)
+    qn = np.linalg.norm(q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((nn > 0) & (qn > 0), emb @ q / (nn * qn), 0.0)
+
+
+def _nearest(score: np.ndarray, rows: np.ndarray, m: int) -> np.ndarray:
+    """The ``m`` rows of highest ``score`` (ties by lower note row)."""
+    order = np.lexsort((rows, -score))
+    return rows[order[:m]]
+
+
+def _run(stream: Stream, k: int, setup: Callable, query: Callable) -> tuple[list, list]:
+    st = _Store(stream)
+    qemb = np.asarray(stream.query_embeddings, dtype=np.float64)
+    qt = np.round(stream.queries["t"].to_numpy(np.float64) * 86400).astype(np.int64)
+    on_add, on_access = setup(st)
+    ids_out, scores_out = [], []
+    for j, t in enumerate(qt.tolist()):
+        st.advance(t, on_add, on_access)
+        rows = np.flatnonzero(st.alive)
+        if not len(rows):
+            ids_out.append(np.zeros(0, np.int64))
+            scores_out.append(np.zeros(0))
+            continue
+        got_rows, got_scores = query(st, rows, qemb[j], int(t), k)
+        ids_out.append(st.note_ids[np.asarray(got_rows, dtype=np.int64)])
+        scores_out.append(np.asarray(got_scores, dtype=np.float64))
+    return ids_out, scores_out
+
+
+def _llamaindex(stream: Stream, k: int, mode: str, similarity_top_k: int,
+                refresh: bool = True):
+    _package_dir("llama_index", "llama-index-core")
+    from llama_index.core.indices.query.embedding_utils import get_top_k_embeddings
+    from llama_index.core.postprocessor import TimeWeightedPostprocessor
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    key = "__last_accessed__"
+    nodes: dict[int, Any] = {}
+
+    def setup(st):
+        def on_add(i):
+            meta = {} if mode == "now" else {key: EPOCH_TS + float(st.created[i])}
+            nodes[i] = TextNode(id_=f"n{i}", text=f"n{i}", metadata=meta)
+
+        def on_access(i, t):
+            prev = nodes[i].metadata.get(key)
+            nodes[i].metadata[key] = EPOCH_TS + t if prev is None else max(prev, EPOCH_TS + t)
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        sims, got = get_top_k_embeddings(q.tolist(), st.emb[rows].tolist(),
+                                         similarity_top_k=similarity_top_k,
+                                         embedding_ids=rows.tolist())
+        pool = [NodeWithScore(node=nodes[int(i)], score=float(s)) for s, i in zip(sims, got)]
+        post = TimeWeightedPostprocessor(top_k=k, now=EPOCH_TS + t, time_access_refresh=refresh)
+        out = post.postprocess_nodes(pool)
+        return [int(n.node.id_[1:]) for n in out], [float(n.score) for n in out]
+
+    return _run(stream, k, setup, query), _version("llama-index-core")
+
+
+def _crewai(stream: Stream, k: int):
+    root = _package_dir("crewai", "crewai")
+    mod = _load_file(root / "memory" / "types.py", "_memsim_crewai_memory_types")
+    clock = {"now": EPOCH}
+
+    class _Clock(dt.datetime):
+        @classmethod
+        def utcnow(cls):  # the function reads datetime.utcnow()
+            return clock["now"]
+
+    mod.datetime = _Clock
+    config = mod.MemoryConfig()
+    records: dict[int, Any] = {}
+
+    def setup(st):
+        if len(st.importance) and not ((st.importance >= 0) & (st.importance <= 1)).all():
+            raise ConfigError("the CrewAI cross-check needs importance in [0, 1] "
+                              "(MemoryRecord.importance)")
+
+        def on_add(i):
+            records[i] = mod.MemoryRecord(content=f"n{i}", importance=float(st.importance[i]),
+                                          created_at=EPOCH + dt.timedelta(seconds=int(st.created[i])))
+        return on_add, lambda i, t: None
+
+    def query(st, rows, q, t, k):
+        clock["now"] = EPOCH + dt.timedelta(seconds=t)
+        e = st.emb[rows].astype(np.float32)
+        qf = q.astype(np.float32)
+        d = np.maximum((qf * qf).sum() + (e * e).sum(axis=1) - np.float32(2) * (e @ qf),
+                       np.float32(0))
+        sim = np.float32(1) / (np.float32(1) + d)
+        pool = _nearest(-d.astype(np.float64), rows, 2 * k)
+        pos = {int(r): p for p, r in enumerate(rows)}
+        scored = [(int(r), mod.compute_composite_score(records[int(r)], float(sim[pos[int(r)]]),
+                                                       config)[0]) for r in pool]
+        scored.sort(key=lambda x: x[1], reverse=True)
+        return [r for r, _ in scored[:k]], [s for _, s in scored[:k]]
+
+    return _run(stream, k, setup, query), _version("crewai")
+
+
+def _redis(stream: Stream, k: int, min_interval_s: int = 900):
+    root = _package_dir("agent_memory_server", "agent-memory-server")
+    stub = types.ModuleType("agent_memory_server.models")
+    stub.MemoryRecord = stub.MemoryRecordResult = object  # annotations only
+    pkg = types.ModuleType("agent_memory_server")
+    pkg.__path__ = []
+    mod = _load_file(root / "utils" / "recency.py", "_memsim_ams_recency",
+                     {"agent_memory_server": pkg, "agent_memory_server.models": stub})
+    last: dict[int, int] = {}
+
+    def when(s):
+        return EPOCH.replace(tzinfo=dt.timezone.utc) + dt.timedelta(seconds=int(s))
+
+    def setup(st):
+        def on_add(i):
+            last[i] = int(st.created[i])  # MemoryRecord.last_accessed defaults to now
+
+        def on_access(i, t):
+            if t - last[i] >= min_interval_s:
+                last[i] = t
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        cos = _cosines(st.emb[rows], q)
+        pool = _nearest(cos, rows, k)
+        pos = {int(r): p for p, r in enumerate(rows)}
+        now = when(t)
+        mems = [types.SimpleNamespace(id=int(r), dist=1.0 - float(cos[pos[int(r)]]),
+                                      last_accessed=when(last[int(r)]),
+                                      created_at=when(st.created[int(r)])) for r in pool]
+        ranked = mod.rerank_with_recency(mems, now=now, params={})
+        scores = [0.8 * (1.0 - m.dist) + 0.2 * mod.score_recency(m, now=now, params={})
+                  for m in ranked]
+        for m in ranked:  # update_last_accessed: rate-limited refresh of what it returned
+            if t - last[m.id] >= min_interval_s:
+                last[m.id] = t
+        return [m.id for m in ranked], scores
+
+    return _run(stream, k, setup, query), _version("agent-memory-server")
+
+
+def _mem0(stream: Stream, k: int, threshold: float = 0.1):
+    _package_dir("mem0", "mem0ai")
+    from mem0.utils.scoring import score_and_rank
+
+    def setup(st):
+        return (lambda i: None), (lambda i, t: None)
+
+    def query(st, rows, q, t, k):
+        cos = _cosines(st.emb[rows], q)
+        pool = _nearest(cos, rows, max(4 * k, 60))
+        pos = {int(r): p for p, r in enumerate(rows)}
+        cands = [{"id": int(r), "score": float(cos[pos[int(r)]]), "payload": {}} for r in pool]
+        out = score_and_rank(cands, {}, {}, threshold, k)
+        return [int(o["id"]) for o in out], [float(o["score"]) for o in out]
+
+    return _run(stream, k, setup, query), _version("mem0ai")
+
+
+def _openmemory(stream: Stream, k: int, pool_size: int):
+    root = _package_dir("openmemory", "openmemory-python")
+    pkg = types.ModuleType("_memsim_openmemory")
+    pkg.__path__ = [str(root)]  # its modules, without the package's __init__
+    sys.modules["_memsim_openmemory"] = pkg
+    scoring = importlib.import_module("_memsim_openmemory.scoring")
+    decay = importlib.import_module("_memsim_openmemory.decay")
+    clock = {"ms": 0}
+    decay.time = types.SimpleNamespace(time=lambda: clock["ms"] / 1000.0)
+    last: dict[int, int] = {}
+
+    def ms(s):
+        return int((EPOCH_TS + int(s)) * 1000)
+
+    def setup(st):
+        def on_add(i):
+            last[i] = ms(st.created[i])  # last_seen_at starts at creation
+
+        def on_access(i, t):
+            last[i] = max(last[i], ms(t))
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        clock["ms"] = ms(t)
+        cos = _cosines(st.emb[rows], q)
+        pos = {int(r): p for p, r in enumerate(rows)}
+        pool = _nearest(cos, rows, pool_size)
+        scored = [(int(r), scoring.compute_hybrid_score(
+            float(cos[pos[int(r)]]), 0.0, 0.0, decay.calc_recency_score(last[int(r)])))
+            for r in pool]
+        scored.sort(key=lambda x: x[1], reverse=True)
+        top = scored[:k]
+        for r, _ in top:  # update_memory_seen(now)
+            last[r] = ms(t)
+        return [r for r, _ in top], [s for _, s in top]
+
+    return _run(stream, k, setup, query), _version("openmemory-python")
+
+
+@dataclass
+class FrameworkCheckResult:
+    """Outcome of :func:`framework_cross_check`: ``per_query`` (one row per
+    query, :func:`memsim.checks.engine_check.compare_rankings` plus ``cause``) and
+    ``summary``."""
+
+    per_query: pd.DataFrame
+    summary: dict
+    engine_ids: list = field(repr=False, default_factory=list)
+
+
+def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
+                          mode: str = "now", refresh: bool = True,
+                          feedback_mode: str = "per-query") -> FrameworkCheckResult:
+    """Replay ``stream`` through ``engine``'s real code and its memsim preset
+    and compare the returned top ``k`` query by query (``k`` None: the
+    preset's number of results; ``mode`` and ``refresh``: LlamaIndex's
+    unstamped nodes and ``time_access_refresh``). ``feedback_mode =
+    "per-tick"`` replays memsim with the uses of a day applied at its end, to
+    measure that approximation (the frameworks apply them query by query)."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine {engine!r}: unknown; allowed: {', '.join(ENGINES)}")
+    if engine == "llamaindex" and mode not in ("now", "created"):
+        raise ConfigError(f"mode: expected 'now' or 'created', got {mode!r}")
+    if feedback_mode not in ("per-query", "per-tick"):
+        raise ConfigError(f"feedback_mode: expected 'per-query' or 'per-tick', got "
+                          f"{feedback_mode!r}")
+    if not isinstance(refresh, bool):
+        raise ConfigError(f"refresh: expected true or false, got {refresh!r}")
+    policy = framework_policy(engine, k=k, mode=mode, refresh=refresh)
+    k = int(policy.candidates)
+    if k < 1:
+        raise ConfigError(f"k: expected >= 1, got {k}")
+    qs = _prepare(stream)
+    t0 = time.perf_counter()
+    if engine == "llamaindex":
+        (ids, scores), version = _llamaindex(qs, k, mode, policy.retriever.prefilter, refresh)
+    elif engine == "crewai":
+        (ids, scores), version = _crewai(qs, k)
+    elif engine == "redis":
+        (ids, scores), version = _redis(qs, k)
+    elif engine == "openmemory":
+        (ids, scores), version = _openmemory(qs, k, policy.retriever.prefilter)
+    else:
+        (ids, scores), version = _mem0(qs, k)
+    eng_s = time.perf_counter() - t0
+    mem_ids, mem_scores, mem_s = replay_memsim(qs, policy, k, feedback_mode, arm="framework")
+    per_query = compare_rankings(qs, ids, scores, mem_ids, mem_scores, k)
+    per_query["cause"] = likely_causes(
+        per_query["identical"].to_numpy(),
+        [(per_query["near_tie"].to_numpy(bool), "near tie (score gap < 1e-6 at the boundary)")],
+        "last-access refreshes differ since an earlier difference")
+    summary = summarise(per_query, k)
+    summary.update(engine=engine, engine_version=version, preset=ENGINES[engine].preset,
+                   feedback_mode=feedback_mode, mode=mode if engine == "llamaindex" else None,
+                   refresh=refresh if engine == "llamaindex" else None, n_notes=int(qs.n_notes),
+                   memsim_s=mem_s, engine_s=eng_s)
+    return FrameworkCheckResult(per_query=per_query, summary=summary, engine_ids=ids)
+
+
+def format_framework_check(res: FrameworkCheckResult) -> str:
+    s = res.summary
+    eng = ENGINES[s["engine"]]
+    mode = f", mode {s['mode']}" if s.get("mode") else ""
+    if s.get("refresh") is False:
+        mode += ", no refresh"
+    head = (f"{eng.package} {s['engine_version']} {eng.what} vs memsim preset "
+            f"'{s['preset']}' ({s['feedback_mode']} feedback{mode})\n"
+            f"  stream: {s['n_notes']:,} notes, {s['n_queries']:,} queries; k = {s['k']}")
+    return head + "\n" + format_summary(res.per_query, s) + (
+        f"\n  time: memsim {s['memsim_s']:.1f} s, {eng.package} {s['engine_s']:.1f} s")
+
+
+_KEYS = {"seed", "k", "mode", "refresh", "feedback_mode"}
+
+
+def run_framework_check(engine: str, path: Any, *, verbose: bool = True,
+                        on_result: Any = None) -> list[FrameworkCheckResult]:
+    """Run the check a TOML file (or its parsed dict) describes: an
+    ``[engine_check]`` table (``seed``; ``k`` and, for LlamaIndex, ``mode``,
+    each a value or a list: one result per combination) and a ``[workload]``
+    table. ``on_result(res)`` is called as each combination finishes."""
+    check, stream, where = load_check_config(path, ("engine_check",), _KEYS)
+    ks = check.get("k", [None])
+    # the mode and the refresh are LlamaIndex's alone; the other engines ignore them
+    modes = check.get("mode", ["now", "created"]) if engine == "llamaindex" else ["now"]
+    refreshes = check.get("refresh", [True]) if engine == "llamaindex" else [True]
+    ks = ks if isinstance(ks, list) else [ks]
+    for k in ks:
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ConfigError(f"{where}: engine_check.k: expected an integer >= 1, got {k!r}")
+    combos = [(k, mode, refresh) for k in ks
+              for mode in (modes if isinstance(modes, list) else [modes])
+              for refresh in (refreshes if isinstance(refreshes, list) else [refreshes])]
+    results = []
+    for i, (k, mode, refresh) in enumerate(combos):
+        if verbose:
+            starting(f"memsim engine-check {engine}", i, len(combos),
+                     f"k = {k if k is not None else 'default'}"
+                     + (f", mode {mode}, refresh {refresh}" if engine == "llamaindex" else ""))
+        res = framework_cross_check(engine, stream, k=k, mode=mode, refresh=refresh,
+                                    feedback_mode=check.get("feedback_mode", "per-query"))
+        results.append(res)
+        if on_result is not None:
+            on_result(res)
+        if verbose:
+            print(format_framework_check(res), flush=True)
+    return results
+
+
+def main(engine: str, argv: list[str] | None = None) -> int:
+    """``memsim engine-check ENGINE CONFIG.toml [--csv PREFIX]`` for a framework."""
+    parser = argparse.ArgumentParser(prog=f"memsim engine-check {engine}")
+    parser.add_argument("config")
+    parser.add_argument("--csv", metavar="PREFIX")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    def name(res) -> str:
+        s = res.summary
+        return (f"{engine}_k{s['k']}" + (f"_{s['mode']}" if s.get("mode") else "")
+                + ("_norefresh" if s.get("refresh") is False else ""))
+    try:
+        results = run_framework_check(engine, args.config, on_result=csv_saver(args.csv, name),
+                                      verbose=not args.json)
+    except MemsimError as exc:
+        print(f"memsim: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print_summaries(results)
+    return 0
+

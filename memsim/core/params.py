@@ -1,0 +1,191 @@
+"""Declarative parameter validation for frozen policy and spec classes.
+
+Each validated class lists ``_constraints``: field name -> constraint. The
+check runs once, on construction (scikit-learn's pattern), and fails with one
+uniform message::
+
+    The 'half_life' parameter of HalfLifeDecay must be > 0. Got -3.0 instead.
+
+Nothing is ever coerced: a value outside its range is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from memsim.core.errors import ConfigError, ParameterError
+
+__all__ = [
+    "apply_override",
+    "Interval",
+    "Options",
+    "Validated",
+    "fields_of",
+    "describe_constraint",
+    "did_you_mean",
+    "check_keys",
+]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A real (or integer) interval; bounds are ``None`` for unbounded.
+
+    ``closed`` is one of "both", "left", "right", "neither".
+    """
+
+    low: float | None
+    high: float | None
+    closed: str = "both"
+    integer: bool = False
+
+    def check(self, value: Any) -> bool:
+        # NaN and +-inf are always refused: an infinite half-life is spelled as
+        # the "none" decay, never as inf.
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        if self.integer and not isinstance(value, numbers.Integral):
+            return False
+        v = float(value)
+        if not math.isfinite(v):
+            return False
+        lo_closed = self.closed in ("both", "left")
+        hi_closed = self.closed in ("both", "right")
+        if self.low is not None and (v < self.low or (v == self.low and not lo_closed)):
+            return False
+        if self.high is not None and (v > self.high or (v == self.high and not hi_closed)):
+            return False
+        return True
+
+    def __str__(self) -> str:
+        kind = "an int" if self.integer else "a float"
+        lo_op = ">=" if self.closed in ("both", "left") else ">"
+        hi_op = "<=" if self.closed in ("both", "right") else "<"
+        lo, hi = self._text(self.low), self._text(self.high)
+        if self.low is not None and self.high is not None:
+            lb = "[" if self.closed in ("both", "left") else "("
+            rb = "]" if self.closed in ("both", "right") else ")"
+            return f"{kind} in {lb}{lo}, {hi}{rb}"
+        if self.low is not None:
+            return f"{kind} {lo_op} {lo}"
+        if self.high is not None:
+            return f"{kind} {hi_op} {hi}"
+        return f"a finite {'int' if self.integer else 'float'}"
+
+    def _text(self, bound: float | None) -> str:
+        # an integer bound is written out whole (4294967295, not 4.29497e+09)
+        if bound is not None and self.integer and float(bound).is_integer():
+            return str(int(bound))
+        return "" if bound is None else f"{bound:g}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a fixed set of values (strings, or bools)."""
+
+    values: tuple
+
+    def check(self, value: Any) -> bool:
+        return any(value == v and type(value) is type(v) for v in self.values)
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(repr(v) for v in self.values)
+
+
+def did_you_mean(key: str, allowed) -> str:
+    """`` (did you mean 'x'?)`` when a close match exists, else ``""``."""
+    match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def check_keys(keys, allowed, where: str) -> None:
+    """Refuse every one of ``keys`` not in ``allowed``, one message each
+    (:attr:`ConfigError.errors`):
+    ``WHERE.KEY: unknown key (did you mean 'x'?); allowed: a, b``."""
+    allowed = list(allowed)
+    unknown = [key for key in keys if key not in allowed]
+    if unknown:
+        raise ConfigError(errors=[
+            f"{f'{where}.{key}' if where else str(key)}: unknown key"
+            f"{did_you_mean(key, allowed)}; allowed: {', '.join(str(a) for a in allowed)}"
+            for key in unknown])
+
+
+def describe_constraint(c: Any) -> str:
+    """Human text of a constraint (or a tuple of alternatives)."""
+    if isinstance(c, (list, tuple)):
+        return " or ".join(str(x) for x in c)
+    return str(c)
+
+
+class Validated:
+    """Mixin for frozen dataclasses: validates ``_constraints`` on construction.
+
+    Subclasses may add cross-field checks in ``_check()``, raising through
+    :meth:`_fail`.
+    """
+
+    _constraints: ClassVar[dict[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        for name, constraint in self._all_constraints().items():
+            value = getattr(self, name)
+            alternatives = constraint if isinstance(constraint, (list, tuple)) else (constraint,)
+            if not any(c.check(value) for c in alternatives):
+                self._fail(name, describe_constraint(constraint), value)
+        self._check()
+
+    @classmethod
+    def _all_constraints(cls) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("_constraints", {}))
+        return merged
+
+    def _check(self) -> None:
+        """Cross-field validation hook."""
+
+    def _fail(self, name: str, allowed: str, value: Any) -> None:
+        raise ParameterError(
+            f"The {name!r} parameter of {type(self).__name__} must be {allowed}. "
+            f"Got {value!r} instead."
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The constructor parameters as a plain dict (nested components as dicts)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if not f.init:
+                continue
+            v = getattr(self, f.name)
+            out[f.name] = v.to_config() if hasattr(v, "to_config") else v
+        return out
+
+
+def fields_of(cls: type) -> dict[str, dataclasses.Field]:
+    """Init fields of a dataclass by name."""
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
+def apply_override(table: dict, key: str, value: Any) -> None:
+    """Set dotted ``key`` in a nested dict, creating tables; a component given
+    by name (``decay = "half-life"``) becomes ``{kind = "half-life"}`` when a
+    parameter below it is set."""
+    parts = key.split(".")
+    node = table
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        elif isinstance(nxt, str) and i >= 2 and parts[0] == "policies":
+            nxt = node[part] = {"kind": nxt}
+        elif not isinstance(nxt, dict):
+            raise ConfigError(f"{'.'.join(parts[: i + 1])}: is a value, not a table; "
+                              f"cannot set {key}")
+        node = nxt
+    node[parts[-1]] = value

@@ -1,0 +1,343 @@
+"""Record a trace from a running application: :class:`TraceWriter`.
+
+A memory layer (or the application around it) calls the writer as it works:
+a note stored, changed or deleted, a query asked, what the store returned
+for it with the scores, and which of those notes the answer used. The
+writer appends one JSON object per event to a JSON Lines file in memsim's
+trace format version 1 (:mod:`memsim.data.importers.trace`), which
+``memsim stream import trace`` and ``importer = "trace"`` read; the
+``as-logged`` preset then replays the recorded rankings beside every other
+policy. The adapters of :mod:`memsim.adapters` record from LangChain and
+LlamaIndex applications.
+
+Guarantees
+----------
+- **Append-only**: the file is opened for appending; a writer reopened on a
+  trace it wrote continues it (no second header). Each event is one
+  ``write`` of one line, flushed at once (a crash loses at most the line
+  being written).
+- **Thread-safe**: one lock orders the events of all threads; the times
+  written never go backwards (``t = max(clock(), last t)``), as the format
+  asks of a note's events.
+- **Durable on close**: :meth:`TraceWriter.close` (and leaving the ``with``
+  block) flushes and ``fsync``\\ s the file.
+- **Rotation by size** (``max_bytes``): when the next line would take the
+  file past ``max_bytes``, the file is closed, fsynced and renamed to the
+  next free ``<stem>.<n><suffix>`` (``app.1.jsonl``, ``app.2.jsonl``...), and
+  a new file is started under the original name with a header that names
+  the segment it continues (``"segment"``, ``"continues"``). A trace's events
+  refer to notes added in earlier segments, so the segments are imported
+  together: :func:`join_segments` writes them as one trace.
+
+Times are the writer's ``clock()`` (default :func:`time.time`, seconds since
+1970-01-01 UTC; a test or a simulation passes its own clock), written as
+seconds since the header's ``origin``: the whole second of the first reading
+(``"origin": "2025-01-01T00:00:01Z"``, ``time_unit = "second"``), so an
+imported trace starts near day 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from memsim.data.importers.trace import EVENTS, TRACE_FORMAT, TRACE_VERSION
+
+__all__ = ["TraceWriter", "segments", "join_segments"]
+
+
+def _plain(value: Any) -> Any:
+    """JSON for numpy scalars and arrays (``tolist``) and other number types."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "__float__"):
+        return float(value)
+    raise TypeError(f"cannot write a {type(value).__name__} in a trace")
+
+
+def _ident(value: Any, what: str) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
+        raise ValueError(f"{what}: expected an integer or a non-empty string id, got {value!r}")
+    return value
+
+
+def _ids(values: Iterable[Any], what: str) -> list:
+    return [_ident(v, f"{what}[{i}]") for i, v in enumerate(values)]
+
+
+class TraceWriter:
+    """Append memsim trace events (format version 1) to a JSON Lines file.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The trace file; created with its header if absent or empty, else
+        appended to.
+    header : dict, optional
+        Extra header keys (``name``, ``source``...), written with a new file.
+    max_bytes : int, optional
+        Rotate when the file would grow past this size (see the module
+        docstring); None: never.
+    clock : callable, optional
+        Seconds since 1970-01-01 UTC; default :func:`time.time`.
+    actor : str
+        The default ``actor`` of notes and queries (default ``"app"``).
+
+    Examples
+    --------
+    >>> with TraceWriter("app.jsonl") as w:                    # doctest: +SKIP
+    ...     w.note_added("n1", text="Ann moved to Lisbon")
+    ...     q = w.query("where does Ann live?")
+    ...     w.retrieved(q, ["n1"], scores=[0.83])
+    ...     w.used(q, ["n1"])
+    """
+
+    def __init__(self, path: str | os.PathLike, *, header: dict | None = None,
+                 max_bytes: int | None = None, clock: Callable[[], float] | None = None,
+                 actor: str = "app") -> None:
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                      or max_bytes <= 0):
+            raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
+        if header is not None and not isinstance(header, dict):
+            raise ValueError(f"header must be a dict, got {type(header).__name__}")
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.actor = actor
+        self._clock = clock or time.time
+        self._extra = {k: v for k, v in (header or {}).items()
+                       if k not in ("event", "format", "version", "time_unit", "origin")}
+        self._lock = threading.Lock()
+        self._last_t = -math.inf
+        self._segment = 1
+        self._origin = float(math.floor(self._now()))  # epoch seconds of t = 0
+        self._fh = None
+        self._open(continues=None)
+
+    def _now(self) -> float:
+        now = float(self._clock())
+        if not math.isfinite(now):
+            raise ValueError(f"the clock gave {now!r}")
+        return now
+
+    # -- the file ----------------------------------------------------------
+    def _header(self, continues: str | None) -> dict:
+        origin = datetime.fromtimestamp(self._origin, tz=timezone.utc)
+        head = {"event": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION,
+                "time_unit": "second",
+                "origin": origin.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                **self._extra}
+        if continues is not None:
+            head.update(segment=self._segment, continues=continues)
+        return head
+
+    def _open(self, continues: str | None) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        if not fresh:
+            self._check_existing()
+        self._fh = open(self.path, "a", encoding="utf-8")
+        if fresh:
+            self._fh.write(json.dumps(self._header(continues)) + "\n")
+            self._fh.flush()
+
+    def _check_existing(self) -> None:
+        """Appending: the file must be a trace in seconds (this writer's unit)."""
+        with open(self.path, encoding="utf-8") as fh:
+            first = fh.readline()
+        try:
+            head = json.loads(first)
+        except json.JSONDecodeError:
+            head = None
+        origin = head.get("origin") if isinstance(head, dict) else None
+        try:
+            when = datetime.fromisoformat(origin.replace("Z", "+00:00"))
+        except (AttributeError, ValueError):
+            when = None
+        if when is None or head.get("event") != "header" or head.get("format") != TRACE_FORMAT \
+                or head.get("time_unit") != "second":
+            raise ValueError(f"{self.path}: not a trace this writer started (its first line is "
+                             "not a memsim-trace header with time_unit 'second' and an origin); "
+                             "give a new path")
+        self._segment = int(head.get("segment", 1))
+        self._origin = when.timestamp()
+
+    def _rotate(self) -> None:
+        self._sync_close()
+        n = 1
+        while _segment_path(self.path, n).exists():
+            n += 1
+        done = _segment_path(self.path, n)
+        os.replace(self.path, done)
+        self._segment = n + 1
+        self._open(continues=done.name)
+
+    def _sync_close(self) -> None:
+        if self._fh is not None and not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+    def close(self) -> None:
+        """Flush, fsync and close (idempotent)."""
+        with self._lock:
+            self._sync_close()
+
+    @property
+    def closed(self) -> bool:
+        return self._fh is None or self._fh.closed
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- events ------------------------------------------------------------
+    def write(self, event: dict, *, timed: bool = True) -> dict:
+        """Append one event (a dict with ``"event"``); ``t`` is added when
+        ``timed`` and absent. Returns the event as written."""
+        name = event.get("event")
+        if name not in EVENTS or name == "header":
+            raise ValueError(f"unknown trace event {name!r}; known: {', '.join(EVENTS[1:])}")
+        with self._lock:
+            if self.closed:
+                raise ValueError(f"{self.path}: the trace writer is closed")
+            ev = dict(event)
+            if timed and ev.get("t") is None:
+                ev["t"] = self._last_t = max(self._now() - self._origin, self._last_t)
+            elif timed:
+                self._last_t = max(float(ev["t"]), self._last_t)
+            line = json.dumps(ev, default=_plain, ensure_ascii=False) + "\n"
+            if self.max_bytes is not None and self._fh.tell() > 0 and \
+                    self._fh.tell() + len(line.encode("utf-8")) > self.max_bytes:
+                self._rotate()
+            self._fh.write(line)
+            self._fh.flush()
+            return ev
+
+    def note_added(self, id: int | str, text: str | None = None, *, tokens: int | None = None,
+                   actor: str | None = None, embedding: Sequence[float] | None = None,
+                   namespace: str | None = None, **fields: Any) -> int | str:
+        """A note stored (``text`` or ``tokens``; optional fields as in the
+        format: ``tier``, ``type``, ``importance``, ``salience``, ``pinned``,
+        ``expires_at``...). Returns the id."""
+        if text is None and tokens is None:
+            raise ValueError("note_added: give text or tokens")
+        ev = {"event": "note_added", "id": _ident(id, "note_added: id"),
+              "actor": actor or self.actor, **_given(text=text, tokens=tokens,
+                                                     embedding=embedding, namespace=namespace),
+              **fields}
+        self.write(ev)
+        return id
+
+    def note_updated(self, id: int | str, **fields: Any) -> None:
+        """A new version of a note (``text``, ``embedding``, ``tier``...)."""
+        self.write({"event": "note_updated", "id": _ident(id, "note_updated: id"), **fields})
+
+    def note_deleted(self, id: int | str) -> None:
+        self.write({"event": "note_deleted", "id": _ident(id, "note_deleted: id")})
+
+    def query(self, text: str | None = None, *, id: int | str | None = None,
+              actor: str | None = None, embedding: Sequence[float] | None = None,
+              budget: int | None = None, category: str | int | None = None,
+              namespace: str | None = None) -> int | str:
+        """A query asked; returns its id (a new random hex id when not given)."""
+        if text is None and embedding is None:
+            raise ValueError("query: give text or an embedding")
+        qid = uuid.uuid4().hex if id is None else _ident(id, "query: id")
+        self.write({"event": "query", "id": qid, "actor": actor or self.actor,
+                    **_given(text=text, embedding=embedding, budget=budget, category=category,
+                             namespace=namespace)})
+        return qid
+
+    def retrieved(self, query: int | str, notes: Sequence[int | str],
+                  scores: Sequence[float] | None = None) -> None:
+        """What the store returned for ``query``, best first, with its scores."""
+        ids = _ids(notes, "retrieved: notes")
+        ev: dict[str, Any] = {"event": "retrieved", "query": _ident(query, "retrieved: query"),
+                              "notes": ids}
+        if scores is not None:
+            vals = [float(s) for s in scores]
+            if len(vals) != len(ids):
+                raise ValueError(f"retrieved: {len(vals)} scores for {len(ids)} notes")
+            # a store that gives no score for a note (None / NaN): leave scores out
+            if all(math.isfinite(v) for v in vals):
+                ev["scores"] = vals
+        self.write(ev, timed=False)
+
+    def used(self, query: int | str, notes: Sequence[int | str]) -> None:
+        """The notes the answer used (implicit relevance)."""
+        self.write({"event": "used", "query": _ident(query, "used: query"),
+                    "notes": _ids(notes, "used: notes")}, timed=False)
+
+    def judgement(self, query: int | str, note: int | str, gain: float) -> None:
+        """Explicit relevance of one note to one query (non-zero gain)."""
+        self.write({"event": "judgement", "query": _ident(query, "judgement: query"),
+                    "note": _ident(note, "judgement: note"), "gain": float(gain)}, timed=False)
+
+    def accessed(self, note: int | str, actor: str | None = None) -> None:
+        """A read of a note outside any query."""
+        self.write({"event": "accessed", "note": _ident(note, "accessed: note"),
+                    "actor": actor or self.actor})
+
+
+def _given(**kw: Any) -> dict:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _segment_path(path: Path, n: int) -> Path:
+    return path.with_name(f"{path.stem}.{n}{path.suffix}")
+
+
+def segments(path: str | os.PathLike) -> list[Path]:
+    """The files of a rotated trace, oldest first: ``<stem>.1<suffix>``,
+    ``<stem>.2<suffix>``... then ``path`` itself (when it exists)."""
+    p = Path(path)
+    pattern = re.compile(re.escape(p.stem) + r"\.(\d+)" + re.escape(p.suffix) + "$")
+    numbered = sorted((int(m.group(1)), f) for f in p.parent.glob(f"{p.stem}.*{p.suffix}")
+                      if (m := pattern.match(f.name)))
+    return [f for _, f in numbered] + ([p] if p.exists() else [])
+
+
+def join_segments(path: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write the segments of a rotated trace as one trace file ``out``.
+
+    The first segment's header is kept (without its segment keys), the
+    later segments' headers are dropped, every other line is copied in
+    order. ``out`` is written to a temporary name and renamed.
+    """
+    files = segments(path)
+    if not files:
+        raise FileNotFoundError(f"no trace at {path}")
+    dest = Path(out)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for i, f in enumerate(files):
+                with open(f, encoding="utf-8") as src:
+                    for j, line in enumerate(src):
+                        if j == 0 and line.startswith("{") and '"header"' in line:
+                            head = json.loads(line)
+                            if head.get("event") == "header":
+                                if i == 0:
+                                    head.pop("segment", None)
+                                    head.pop("continues", None)
+                                    fh.write(json.dumps(head) + "\n")
+                                continue
+                        fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest

@@ -1,0 +1,298 @@
+"""Recency curves of presets: multipliers by age, half-life, crossover age.
+
+``memsim curves PRESET [--set K=V]`` prints :func:`format_curves` of
+:func:`curves_table`. For each preset:
+
+- ``rec_<A>d``: the recency multiplier of a fresh, never-used note (task tier,
+  episodic, importance and salience 1) at age A days, as the preset's ranker
+  sees it (its decay after stickiness, floored by ``min_weight`` for the
+  ``feather-blend`` ranker); 1 at every age when the ranker ignores recency;
+- ``half_life_days``: the decay's half-life (:meth:`Decay.half_life`; inf
+  when the ranker ignores recency). For ``0.95 ** days``: 13.5 days;
+- ``crossover_days``: the oldest age at which a note of similarity ``s``
+  still outranks a fresh note of similarity ``s - delta`` under the preset's
+  whole scoring pipeline (computed numerically; inf if it always does; 0 if
+  it never does; NaN for rankers whose score depends on the other
+  candidates, such as ``weighted-sum``, ``random`` and ``oracle``);
+- ``evict_after_days``: the age (since creation = last update = last use) at
+  which the preset's retention sweep first evicts such a note (inf if never;
+  NaN for retentions that do not depend on age alone, such as ``capacity``
+  and probabilistic forgetting).
+
+:func:`recency_curve` is the data behind a recency plot
+(:func:`memsim.reporting.plots.recency_curve_data`). Every function here evaluates
+resolved :class:`~memsim.policies.Policy` objects on an
+:class:`~memsim.policies.ArrayContext` (any component at chosen ages, recall
+counts, tiers and similarities, without a stream).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from memsim.core.params import apply_override
+from memsim.policies import ArrayContext, Policy, resolve_policy
+
+__all__ = ["recency_curve", "curves_table", "format_curves", "crossover_age",
+           "DEFAULT_AGES"]
+
+DEFAULT_AGES = (0, 7, 30, 90, 180, 365, 730)
+
+#: Upper end of the crossover search: beyond ~270 years, "always" (inf).
+_MAX_AGE = 1e5
+
+
+# --------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------
+
+
+def _resolve(name: str, overrides: dict[str, Any] | None) -> Policy:
+    from memsim.core.errors import ConfigError
+
+    table: dict[str, Any] = {"preset": name}
+    shared = []
+    for key, value in (overrides or {}).items():
+        parts = key.split(".")
+        if parts[0] == "policies":  # policies.NAME.slot.param: only for that preset
+            if len(parts) < 4 or parts[1] != name:
+                continue
+            key = ".".join(parts[2:])
+        else:
+            shared.append(key)
+        apply_override(table, key, value)
+    try:
+        return resolve_policy(table, name)
+    except ConfigError as exc:
+        if not shared:
+            raise
+        raise ConfigError(f"{exc} ({shared[0]} applies to every preset; "
+                          f"policies.PRESET.{shared[0]} to one only)") from None
+
+
+def recency_curve(policy: Policy, ages, *, rng: np.random.Generator | None = None
+                  ) -> np.ndarray:
+    """Recency multiplier of a fresh, never-used note at each age, as the
+    policy's ranker sees it.
+
+    The note is in the task tier, episodic, of importance and salience 1, and
+    its creation is its last update. The multiplier is the decay of the
+    stickiness' effective age, plus the access term, floored by the ranker's
+    :meth:`~memsim.policies.Ranker.recency_floor`; 1 at every age when the
+    ranker ignores recency.
+
+    Parameters
+    ----------
+    policy : Policy
+        A resolved policy.
+    ages : array_like, shape (n,)
+        Ages in days.
+    rng : numpy.random.Generator, optional
+        Stream for a randomised component (default: the context's own
+        named stream).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+    """
+    ages = np.asarray(ages, dtype=np.float64).reshape(-1)
+    if not policy.ranker.uses_recency:
+        return np.ones(len(ages))
+    ctx = ArrayContext(t=0.0, created_at=-ages, rng=rng)
+    age = policy.stickiness.effective_age(ctx.age(policy.decay.clock), ctx)
+    rec = np.asarray(policy.decay.recency(age, ctx), dtype=np.float64)
+    access = policy.stickiness.access_term(ctx)
+    rec = rec + np.asarray(access) * np.asarray(policy.breadth.on_access(ctx))
+    floor = policy.ranker.recency_floor()
+    if floor is not None:
+        rec = np.maximum(rec, floor)
+    return rec[0]
+
+
+def _pair_scores(policy: Policy, ages: np.ndarray, s: float, delta: float) -> tuple:
+    """Scores of old notes (similarity s, the given ages) and of a fresh note
+    (similarity s - delta, age 0), each pair scored on its own."""
+    n = len(ages)
+    created = np.concatenate([[0.0], -ages])
+    sim = np.concatenate([[s - delta], np.full(n, s)])[None, :]
+    ctx = ArrayContext(t=0.0, created_at=created, similarity=sim)
+    score = np.asarray(policy.score(ctx), dtype=np.float64)[0]
+    return score[1:], score[0]
+
+
+def crossover_age(policy: Policy, s: float = 0.8, delta: float = 0.1) -> float:
+    """The oldest age (days) at which a never-used note of similarity ``s``
+    still outranks (strictly) a fresh one of similarity ``s - delta``.
+
+    inf if it outranks at every age up to ~270 years, 0.0 if it never does,
+    NaN for rankers whose scores depend on the other candidates
+    (``set_dependent``). Assumes the score does not rise with age (true of
+    every registered decay); found by a grid then bisection to 1e-9 days.
+    """
+    if policy.ranker.set_dependent:
+        return math.nan
+
+    def wins(ages: np.ndarray) -> np.ndarray:
+        old, fresh = _pair_scores(policy, np.asarray(ages, dtype=np.float64), s, delta)
+        return old > fresh
+
+    grid = np.concatenate([[0.0], np.geomspace(1e-6, _MAX_AGE, 400)])
+    w = wins(grid)
+    if w[-1]:
+        return math.inf
+    if not w[0]:
+        return 0.0
+    last = int(np.flatnonzero(~w)[0]) - 1
+    lo, hi = grid[last], grid[last + 1]
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if wins(np.array([mid]))[0]:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * max(1.0, lo):
+            break
+    return float(lo)
+
+
+def _evict_age(policy: Policy) -> float:
+    """Age at which the retention sweep first evicts a fresh, never-used
+    note whose creation is its last update and last use."""
+    ret = policy.retention
+    if not ret.evicts:
+        return math.inf
+    if ret.name == "capacity" or getattr(ret, "mode", "threshold") != "threshold":
+        return math.nan
+
+    def evicted(ages: np.ndarray) -> np.ndarray:
+        ctx = ArrayContext(t=np.array([0.0]), created_at=-np.asarray(ages, dtype=np.float64))
+        return np.asarray(ret.evict(ctx), dtype=bool)
+
+    grid = np.concatenate([[0.0], np.geomspace(1e-6, _MAX_AGE, 400)])
+    e = evicted(grid)
+    if not e.any():
+        return math.inf
+    first = int(np.flatnonzero(e)[0])
+    if first == 0:
+        return 0.0
+    lo, hi = grid[first - 1], grid[first]
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if evicted(np.array([mid]))[0]:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-9 * max(1.0, lo):
+            break
+    return float(hi)
+
+
+def _age_label(a: float) -> str:
+    return f"rec_{a:g}d"
+
+
+def curves_table(presets: Sequence[str], ages: Sequence[float] = DEFAULT_AGES,
+                 overrides: dict[str, Any] | None = None, s: float = 0.8,
+                 delta: float = 0.1) -> pd.DataFrame:
+    """One row per preset: recency multipliers at ``ages``, half-life,
+    crossover age and eviction age (see the module docstring).
+
+    Parameters
+    ----------
+    presets : list of str
+        Preset names (:data:`memsim.policies.PRESETS`).
+    ages : sequence of float
+        Ages in days (>= 0).
+    overrides : dict, optional
+        Dotted keys relative to the policy table (``"decay.half_life_days":
+        90``), applied to every preset, or ``"policies.NAME.slot.param"``
+        applied to preset NAME only.
+    s, delta : float
+        Similarity of the old note and the fresh note's deficit.
+
+    Raises
+    ------
+    ConfigError
+        An unknown preset or an override that does not fit a preset.
+    """
+    from memsim.core.errors import ConfigError
+
+    if isinstance(presets, str):
+        presets = [presets]
+    ages_arr = np.asarray(list(ages), dtype=np.float64)
+    if ages_arr.size == 0 or not np.all(np.isfinite(ages_arr)) or np.any(ages_arr < 0):
+        raise ConfigError(f"curves: ages must be finite and >= 0, got {list(ages)!r}")
+    for label, v in (("s", s), ("delta", delta)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise ConfigError(f"curves: {label} must be a finite number, got {v!r}")
+    if delta <= 0:
+        raise ConfigError(f"curves: delta must be > 0, got {delta!r}")
+    rows = []
+    for name in presets:
+        policy = _resolve(name, overrides)
+        rec = recency_curve(policy, ages_arr)
+        row: dict[str, Any] = {"preset": name, "decay": policy.decay.name,
+                               "ranker": policy.ranker.name}
+        for a, r in zip(ages_arr, rec):
+            row[_age_label(a)] = float(r)
+        row["half_life_days"] = (float(policy.decay.half_life()) if policy.ranker.uses_recency
+                                 else math.inf)
+        row["crossover_days"] = crossover_age(policy, s, delta)
+        row["evict_after_days"] = _evict_age(policy)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df.attrs.update({"s": s, "delta": delta, "ages": [float(a) for a in ages_arr]})
+    return df
+
+
+def _fmt_days(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if math.isinf(x):
+        return "never" if x > 0 else "-inf"
+    return f"{x:.1f}"
+
+
+def _fmt_mult(x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    if x == 0 or (abs(x) >= 1e-3):
+        return f"{x:.3f}"
+    return f"{x:.1e}"
+
+
+def format_curves(df: pd.DataFrame) -> str:
+    """A plain-text table of :func:`curves_table`'s frame, with a legend."""
+    rec_cols = [c for c in df.columns if c.startswith("rec_")]
+    header = ["preset"] + [c[4:] for c in rec_cols] + ["half-life", "crossover", "evicted at"]
+    body = []
+    for _, row in df.iterrows():
+        half = row["half_life_days"]
+        body.append([str(row["preset"])] + [_fmt_mult(float(row[c])) for c in rec_cols]
+                    + ["none" if math.isinf(half) else _fmt_days(float(half)),
+                       "always" if math.isinf(row["crossover_days"])
+                       else _fmt_days(float(row["crossover_days"])),
+                       _fmt_days(float(row["evict_after_days"]))])
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                       for i, (h, w) in enumerate(zip(header, widths)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in body:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))))
+    s = df.attrs.get("s", 0.8)
+    delta = df.attrs.get("delta", 0.1)
+    lines += [
+        "",
+        "Columns: recency multiplier of a fresh, never-used note at each age (days);",
+        "half-life in days; crossover = oldest age (days) at which a note of similarity "
+        f"{s:g} still outranks a fresh note of similarity {s - delta:g} "
+        "('always': at every age, n/a: the ranker scores relative to other candidates);",
+        "evicted at = age (days, no update or use) at which the retention sweep evicts "
+        "such a note ('never', or n/a when it does not depend on age alone).",
+    ]
+    return "\n".join(lines)

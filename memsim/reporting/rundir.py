@@ -1,0 +1,764 @@
+"""Run folders: atomic writes, the manifest, run status and reading a run back.
+
+A run folder (``docs/contracts/run-folder.md``) is ``<out>/<UTC time>_<name>_<hash8>/``:
+
+=================== ============================================================
+file                content
+=================== ============================================================
+config.toml         the resolved experiment: every default, concrete seed
+manifest.json       status (running / completed / failed), versions, git commit,
+                    argv, timings, error
+queries.parquet     one row per (replicate, policy, budget, query): every metric
+store.parquet       store size over time per arm
+arms.csv            per (replicate, policy, budget): recall_gini, evictions ...
+summary.csv         policy x budget x metric: mean, ci_low, ci_high, n
+rankings.parquet    top-C rankings, when ``save_rankings = true``
+figures/, report.*  the report (memsim report RUN_DIR)
+sweep/              a sweep's trials, best configuration and storage
+=================== ============================================================
+
+Every file is written to a temporary name and renamed into place
+(:func:`write_atomic`), and the manifest says ``completed`` only after all of
+them exist: a crashed or killed run never looks complete.
+
+This module sits below the runner, the sweep and the reports: it knows the
+folder's files, not how they were produced, so reports and notebooks read a
+run (:func:`load_run`) without importing the machinery that ran it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from memsim.core.errors import ConfigError
+from memsim.core.rng import child_seq, seed_sequence
+from memsim.data.stream import read_stream
+
+__all__ = [
+    "RunResult",
+    "RunFolderError",
+    "QUERY_KEY_COLUMNS",
+    "Manifest",
+    "load_run",
+    "run_status",
+    "new_run_dir",
+    "write_atomic",
+    "write_text_atomic",
+    "jsonable",
+    "pid_alive",
+    "proc_start",
+    "utc_now",
+]
+
+#: Packages whose versions the manifest records.
+_VERSIONED = ("memsim", "numpy", "pandas", "scipy", "matplotlib", "optuna", "pyarrow")
+
+
+# --------------------------------------------------------------------------
+# Atomic writes
+# --------------------------------------------------------------------------
+
+
+def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> None:
+    """Write ``path`` through ``writer(tmp)``, then rename it into place.
+
+    Parameters
+    ----------
+    path : path
+        The file to write.
+    writer : callable
+        Called with a temporary path next to ``path``; it writes the whole file.
+
+    Notes
+    -----
+    The rename is atomic on one file system: a reader sees the old file or the
+    new one, never half of it. The temporary name carries the process id so
+    that two processes writing the same file do not share a temporary.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        writer(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`write_atomic`)."""
+    write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------
+# Folders and manifests
+# --------------------------------------------------------------------------
+
+
+def utc_now() -> str:
+    """The current UTC time as the manifest writes it (ISO 8601, seconds)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_dir(out: str | Path, name: str, hash8: str) -> Path:
+    """Create a fresh run folder ``out/<UTC time>_<name>_<hash8>``.
+
+    An existing folder is never reused: a second run in the same second gets
+    a ``-2``, ``-3`` ... suffix.
+
+    Raises
+    ------
+    ConfigError
+        If no fresh name could be made.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = f"{stamp}_{name}_{hash8}"
+    for k in range(1000):
+        path = out / (base if k == 0 else f"{base}-{k + 1}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise ConfigError(f"{out}: could not create a fresh run folder for {base}")
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in _VERSIONED:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent.parent
+    try:
+        res = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` as strict JSON can hold it (``--json`` outputs): NaN and
+    infinities as None, numpy scalars as numbers, frames as lists of records,
+    tuples as lists, other objects (paths) as text."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, pd.DataFrame):
+        return jsonable(x.to_dict(orient="records"))
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float):
+        return x if np.isfinite(x) else None
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    return str(x)
+
+
+class Manifest:
+    """The ``manifest.json`` of a run folder, written when created and on each update.
+
+    Parameters
+    ----------
+    folder : path
+        The run folder.
+    name : str
+        The experiment's name.
+    config_hash : str
+        The 8 hex digits of the resolved configuration's hash.
+    source_file : str
+        The experiment file the run came from ("" if none).
+    argv : list of str, optional
+        The command line (default ``sys.argv``).
+    plugins : sequence of str, optional
+        The modules the experiment imports to register its components
+        (``[experiment] plugins``); recorded as ``plugins`` when not empty.
+
+    Attributes
+    ----------
+    path : Path
+        The run folder.
+    data : dict
+        The manifest's content; ``status`` starts as ``running``.
+    """
+
+    def __init__(self, folder: str | Path, *, name: str, config_hash: str,
+                 source_file: str = "", argv: list[str] | None = None,
+                 plugins: Sequence[str] = ()):
+        self.path = Path(folder)
+        self.data: dict[str, Any] = {
+            "status": "running",
+            "name": name,
+            "config_hash": config_hash,
+            "source_file": source_file,
+            "argv": list(argv if argv is not None else sys.argv),
+            "versions": _versions(),
+            "git_commit": _git_commit(),
+            "started_utc": utc_now(),
+            # who is writing: lets a reader tell a live run from a killed one
+            "pid": os.getpid(),
+            "host": platform.node(),
+            "timings_s": {},
+        }
+        if plugins:
+            self.data["plugins"] = list(plugins)
+        self.write()
+
+    @property
+    def file(self) -> Path:
+        """The path of ``manifest.json``."""
+        return self.path / "manifest.json"
+
+    def write(self) -> None:
+        """Rewrite ``manifest.json`` atomically from :attr:`data`."""
+        write_text_atomic(self.file, json.dumps(self.data, indent=2) + "\n")
+
+    def update(self, **kw: Any) -> None:
+        """Set keys of the manifest and rewrite it."""
+        self.data.update(kw)
+        self.write()
+
+
+# --------------------------------------------------------------------------
+# Status
+# --------------------------------------------------------------------------
+
+
+def proc_start(pid: int) -> str:
+    """Start time of a process (Linux clock ticks since boot), "" if unknown.
+
+    With the pid it tells a live process from a later one that reused its pid.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        # the command name (field 2) may hold spaces and ')': split after the last ')'
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def pid_alive(pid: int, start: str | None = None) -> bool:
+    """Whether process ``pid`` of this host still exists.
+
+    Parameters
+    ----------
+    pid : int
+        The process id.
+    start : str, optional
+        Its :func:`proc_start` when it was recorded: a process with that pid
+        but another start time is a later one that reused the pid, and reads
+        as gone. None or "" skips this check (as does a host without
+        ``/proc``).
+    """
+    if pid <= 0:  # 0 and negative pids address process groups, never one process
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return not start or proc_start(pid) in ("", start)
+
+
+class RunFolderError(ConfigError):
+    """A run folder's file is missing, damaged or not what memsim writes.
+
+    The message names the file; the CLI prints it as one line (exit code 2).
+    """
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    f = path / "manifest.json"
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bad UTF-8
+        raise RunFolderError(f"{f}: unreadable manifest.json ({exc})") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{f}: not a run manifest (a JSON {type(data).__name__}, "
+                             "not an object)")
+    return data
+
+
+#: Columns every queries.parquet has: what pairs queries across policies.
+QUERY_KEY_COLUMNS = ("replicate", "policy", "budget", "query_id")
+
+
+def _read_frame(f: Path, required: tuple[str, ...] = ()) -> pd.DataFrame | None:
+    """Read a run folder's parquet or CSV file; None when it does not exist.
+
+    Raises
+    ------
+    RunFolderError
+        If the file cannot be parsed (truncated, not parquet / CSV) or lacks
+        one of the ``required`` columns.
+    """
+    if not f.exists():
+        return None
+    try:
+        df = pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunFolderError(f"{f}: unreadable ({msg})") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise RunFolderError(f"{f}: not a memsim {f.name}: no column "
+                             f"{', '.join(repr(c) for c in missing)}")
+    return df
+
+
+def run_status(path: str | Path) -> dict[str, Any]:
+    """The manifest of a run folder, with ``status`` corrected for killed runs.
+
+    A run killed with SIGKILL cannot mark itself failed: its manifest still
+    says ``running``. When the writing process (same host) no longer exists,
+    the status reads ``failed`` with ``error = "interrupted"``; re-run it with
+    ``memsim run RUN_DIR/config.toml`` (a new folder, the same numbers).
+
+    Raises
+    ------
+    ConfigError
+        If ``manifest.json`` is missing or not JSON.
+    """
+    path = Path(path)
+    manifest = _read_manifest(path)
+    if (manifest.get("status") == "running" and manifest.get("host") == platform.node()
+            and isinstance(manifest.get("pid"), int) and not pid_alive(manifest["pid"])):
+        manifest["status"] = "failed"
+        manifest["error"] = "interrupted (the process that wrote this run is gone)"
+    return manifest
+
+
+# --------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class RunResult:
+    """What a run produced: the frames of its run folder, in memory.
+
+    :func:`memsim.runs.runner.run_experiment` returns one, and :func:`load_run`
+    reads one back from a run folder; both give the same attributes.
+
+    Attributes
+    ----------
+    queries : DataFrame or None
+        One row per (replicate, policy, budget, query) with every metric.
+    summary : DataFrame or None
+        Policy x budget x metric: mean, ci_low, ci_high, n.
+    store : DataFrame or None
+        Store size over time per arm.
+    arms : DataFrame or None
+        Per (replicate, policy, budget) measures (recall_gini ...).
+    rankings : DataFrame or None
+        Top-C rankings, when the experiment saves them.
+    path : Path or None
+        The run folder (None for a run kept in memory).
+    timings : dict
+        Seconds per phase.
+    config : dict
+        The resolved configuration (``config.toml`` as a table; empty if the
+        folder has none).
+    manifest : dict or None
+        The manifest, its status corrected as :func:`run_status` does (None
+        for a run kept in memory).
+    experiment : Experiment or None
+        The :class:`~memsim.runs.config.Experiment` that ran (None when read back
+        from a folder: rebuild it with ``memsim.load_experiment(path /
+        "config.toml")``).
+    """
+
+    queries: pd.DataFrame | None = None
+    summary: pd.DataFrame | None = None
+    store: pd.DataFrame | None = None
+    arms: pd.DataFrame | None = None
+    rankings: pd.DataFrame | None = None
+    path: Path | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] | None = None
+    experiment: Any = None
+
+    #: The summary columns a notebook shows first (:meth:`_repr_html_`).
+    _HTML_METRICS = ("utility_share", "recall", "recall_age_90_inf", "harm", "tokens_used")
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: what ran, where it is, and its headline means
+        with their 95% intervals (``memsim.compare(run)`` has the tests)."""
+        import html
+
+        name = self.config.get("experiment", {}).get("name") or (
+            self.experiment.name if self.experiment is not None else "run")
+        where = f"<code>{html.escape(str(self.path))}</code>" if self.path else "in memory"
+        status = (self.manifest or {}).get("status", "completed" if self.summary is not None
+                                           else "no summary")
+        head = (f"<p><b>memsim run {html.escape(str(name))}</b>: {where}, "
+                f"{html.escape(str(status))}</p>")
+        s = self.summary
+        if s is None or len(s) == 0:
+            return head
+        s = s[s["metric"].isin(self._HTML_METRICS)]
+        cell = [f"{m:.3g} [{lo:.3g}, {hi:.3g}]" if np.isfinite(lo) and np.isfinite(hi)
+                else f"{m:.3g}" for m, lo, hi in zip(s["mean"], s["ci_low"], s["ci_high"])]
+        wide = s.assign(cell=cell).pivot_table(index=["policy", "budget"], columns="metric",
+                                               values="cell", aggfunc="first", sort=False)
+        wide = wide[[m for m in self._HTML_METRICS if m in wide.columns]]
+        wide.columns.name = None
+        return head + wide.to_html(escape=True) + (
+            "<p>Mean [95% interval]; <code>memsim.compare(run)</code> adds the paired "
+            "tests.</p>")
+
+    def metric(self, name: str) -> pd.DataFrame:
+        """Summary rows of one metric."""
+        return self.summary[self.summary["metric"] == name].reset_index(drop=True)
+
+    def recall_by_age(self) -> pd.DataFrame:
+        """Recall of the relevant notes by their age, as a tidy (long) table.
+
+        One row per policy x budget x age bucket, buckets in age order, so
+        that a pandas user filters, pivots or plots without melting the six
+        ``recall_age_*`` columns::
+
+            r = run.recall_by_age()
+            r.pivot_table(index="bucket", columns="policy", values="recall", sort=False)
+            r.query("low_days >= 90 and budget == 1500")
+
+        Returns
+        -------
+        DataFrame
+            ``policy``, ``budget``, ``bucket`` (``"0-7"``, ``"7-30"``,
+            ``"30-90"``, ``"90-180"``, ``"180-365"``, ``"365+"``),
+            ``low_days``, ``high_days`` (the bucket is ``[low_days,
+            high_days)`` of note age when asked about; ``inf`` for the last),
+            ``recall`` (mean over the queries with a relevant note of that
+            age), ``ci_low``, ``ci_high`` (its 95% interval) and ``n``, as in
+            the summary. The rows come from the summary; a run without them
+            in its summary (a failed run has no summary.csv) gets the means
+            and counts of its per-query table, without intervals (NaN). A
+            bucket no query reached has ``n = 0`` and a NaN recall. The
+            pooled ``recall_age_90_inf`` (every bucket from 90 days) is not
+            a row: it overlaps the buckets.
+
+        Raises
+        ------
+        ValueError
+            If the run has neither summary rows nor per-query columns of the
+            age buckets.
+        """
+        s = self.summary
+        in_summary = _age_buckets(s["metric"].unique()) if s is not None and len(s) else {}
+        in_queries = _age_buckets(self.queries.columns) if self.queries is not None else {}
+        if in_summary:
+            label = in_summary
+            rows = s[s["metric"].isin(list(label))]
+            rows = rows[["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n"]]
+        elif in_queries:
+            label = in_queries
+            cols = list(label)
+            long = self.queries.melt(id_vars=["policy", "budget"], value_vars=cols,
+                                     var_name="metric", value_name="value")
+            g = long.groupby(["policy", "budget", "metric"], sort=False)["value"]
+            rows = g.agg(mean="mean", n="count").reset_index()
+            rows["ci_low"] = rows["ci_high"] = np.nan
+        else:
+            raise ValueError(f"{self.path or 'the run'}: no recall_age_* rows in its summary "
+                             "and no recall_age_* columns in its queries")
+        rows = rows.rename(columns={"mean": "recall"})
+        rows["low_days"] = rows["metric"].map(lambda m: label[m][0])
+        rows["high_days"] = rows["metric"].map(lambda m: label[m][1])
+        rows["bucket"] = [_bucket_label(lo, hi) for lo, hi in zip(rows["low_days"],
+                                                                  rows["high_days"])]
+        order = {c: i for i, c in enumerate(label)}
+        policies = {p: i for i, p in enumerate(pd.unique(rows["policy"]))}
+        rows = rows.assign(_p=rows["policy"].map(policies), _b=rows["metric"].map(order))
+        rows = rows.sort_values(["budget", "_p", "_b"], kind="stable")
+        rows["n"] = rows["n"].astype(np.int64)
+        return rows[["policy", "budget", "bucket", "low_days", "high_days", "recall", "ci_low",
+                     "ci_high", "n"]].reset_index(drop=True)
+
+    @property
+    def baseline(self) -> str | None:
+        """The experiment's baseline policy (None when it names none)."""
+        return (self.config.get("experiment") or {}).get("baseline") or None
+
+    @property
+    def policies(self) -> dict[str, Any]:
+        """The resolved policy tables, by name (the ``[policies]`` of the config)."""
+        return dict(self.config.get("policies") or {})
+
+    # -- out to the IR tools (trec_eval, ir-measures, ranx) -------------------
+    def _one_arm(self, policy: str | None, budget: int | None,
+                 replicate: int | None) -> tuple[pd.DataFrame, str, int]:
+        """The saved rankings of one (policy, budget, replicate), best first."""
+        r = self.rankings
+        if r is None:
+            raise ValueError(f"{self.path or 'the run'}: no rankings: run the experiment with "
+                             "[experiment] save_rankings = true")
+        picked = {}
+        for col, want in (("policy", policy), ("budget", budget), ("replicate", replicate)):
+            if col not in r.columns:
+                continue
+            have = list(pd.unique(r[col]))
+            if want is None:
+                if len(have) != 1:
+                    raise ValueError(f"the run has {len(have)} values of {col} "
+                                     f"({', '.join(map(str, have))}): give {col}=")
+                want = have[0]
+            elif want not in have:
+                raise ValueError(f"{col} {want!r} is not in the run; it has "
+                                 f"{', '.join(map(str, have))}")
+            r = r[r[col] == want]
+            picked[col] = want
+        r = r.sort_values(["query_id", "rank"], kind="stable")
+        return r, str(picked.get("policy", "memsim")), int(picked.get("replicate", 0))
+
+    def trec_run_frame(self, *, policy: str | None = None, budget: int | None = None,
+                       replicate: int | None = None, scores: str = "rank") -> pd.DataFrame:
+        """One arm's rankings as the columns of a TREC run: ``qid``, ``docno``,
+        ``rank``, ``score`` (see :meth:`to_trec_run`)."""
+        if scores not in ("rank", "policy"):
+            raise ValueError(f"scores must be 'rank' or 'policy', got {scores!r}")
+        r, _, _ = self._one_arm(policy, budget, replicate)
+        rank = r["rank"].to_numpy(np.int64)
+        score = (rank.max(initial=0) + 1 - rank).astype(np.float64) if scores == "rank" \
+            else r["score"].to_numpy(np.float64)
+        return pd.DataFrame({"qid": _texts(r["query_id"]), "docno": _texts(r["note_id"]),
+                             "rank": rank, "score": score})
+
+    def to_trec_run(self, path: str | os.PathLike, *, policy: str | None = None,
+                    budget: int | None = None, replicate: int | None = None,
+                    scores: str = "rank", tag: str | None = None) -> Path:
+        """Write one arm's rankings as a TREC run file (trec_eval, ir-measures).
+
+        One line per ranked note, ``QUERY Q0 NOTE RANK SCORE TAG``, with the
+        stream's ``query_id`` and ``note_id``. What is written is the
+        *candidate ranking* (the top-C in score order, ``rankings.parquet``),
+        which memsim's ``ndcg@10`` and ``mrr`` measure, not the packed context.
+        A query whose ranking is empty has no line: memsim counts it 0 when
+        it has a relevant note, and so do ``trec_eval -c`` and ranx with
+        ``make_comparable=True`` (ranx refuses the pair otherwise);
+        ir-measures leaves such a query out of its results.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            The file to write (atomically).
+        policy, budget, replicate : optional
+            Which arm; needed only when the run has several of them.
+        scores : {"rank", "policy"}
+            ``"rank"`` (default) writes ``C + 1 - rank``, strictly decreasing,
+            so every tool, which orders by score, sees memsim's order;
+            ``"policy"`` writes the policy's own scores, whose ties the tools
+            break their own way (trec_eval: by note id, descending).
+        tag : str, optional
+            The run tag (default: the policy's name).
+
+        Raises
+        ------
+        ValueError
+            If the run saved no rankings (``save_rankings = true``) or the
+            arm is ambiguous or absent.
+        """
+        frame = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate,
+                                    scores=scores)
+        _, name, _ = self._one_arm(policy, budget, replicate)
+        label = "".join(c if c.isalnum() or c in "-_." else "_" for c in (tag or name)) or "memsim"
+        lines = [f"{q} Q0 {d} {k} {s!r} {label}\n" for q, d, k, s in
+                 zip(frame["qid"], frame["docno"], frame["rank"], frame["score"].tolist())]
+        write_text_atomic(path, "".join(lines))
+        return Path(path)
+
+    def trec_qrels_frame(self, stream: Any = None, *, replicate: int | None = None,
+                         gain_scale: float = 1.0) -> pd.DataFrame:
+        """The relevance memsim's ``ndcg@10`` and ``mrr`` are measured
+        against, as TREC qrels columns ``qid``, ``docno``, ``grade`` (see
+        :meth:`to_trec_qrels`)."""
+        stream = self._stream(stream, replicate)
+        qr = stream.qrels
+        created = pd.Series(stream.notes["created_at"].to_numpy(np.float64),
+                            index=stream.notes["note_id"].to_numpy(np.int64))
+        asked = pd.Series(stream.queries["t"].to_numpy(np.float64),
+                          index=stream.queries["query_id"].to_numpy(np.int64))
+        gain = qr["gain"].to_numpy(np.float64)
+        # R+ of a query: positive gains of the notes that exist when it is asked
+        keep = (gain > 0) & (created.reindex(qr["note_id"]).to_numpy()
+                             <= asked.reindex(qr["query_id"]).to_numpy())
+        grade = gain[keep] * gain_scale
+        if not np.allclose(grade, np.round(grade), rtol=0, atol=1e-9):
+            raise ValueError("TREC grades are integers: these gains are not (pass gain_scale=, "
+                             "e.g. 100; nDCG is the same for gains times a constant)")
+        out = pd.DataFrame({"qid": _texts(qr["query_id"].to_numpy()[keep]),
+                            "docno": _texts(qr["note_id"].to_numpy()[keep]),
+                            "grade": np.round(grade).astype(np.int64)})
+        return out.sort_values(["qid", "docno"], kind="stable").reset_index(drop=True)
+
+    def to_trec_qrels(self, path: str | os.PathLike, stream: Any = None, *,
+                      replicate: int | None = None, gain_scale: float = 1.0) -> Path:
+        """Write the qrels of the run's stream as a TREC qrels file.
+
+        ``QUERY 0 NOTE GRADE`` per line: the positive gains of the notes that
+        exist when each query is asked (memsim's R+, the ideal of its
+        ``ndcg@10``; a note added after the query is not relevant to it).
+        Negative gains (misleading notes) are left out: the IR measures treat
+        an absent note as not relevant, as ``ndcg@10`` clips gains at 0 (they
+        count in memsim's ``harm`` and ``stale_rate``).
+
+        Parameters
+        ----------
+        path : str or PathLike
+        stream : Stream or path, optional
+            The stream the run replayed (a stream folder is read). Default:
+            the stream of ``replicate`` of :attr:`experiment` (a run kept in
+            memory), regenerated from its seed or read from its source.
+        replicate : int, optional
+            Default: the run's only replicate.
+        gain_scale : float
+            Grades are ``gain * gain_scale``, which must be integers (TREC
+            grades are); nDCG does not change when every gain is scaled.
+        """
+        frame = self.trec_qrels_frame(stream, replicate=replicate, gain_scale=gain_scale)
+        write_text_atomic(path, "".join(f"{q} 0 {d} {g}\n" for q, d, g in
+                                        zip(frame["qid"], frame["docno"], frame["grade"])))
+        return Path(path)
+
+    def to_ranx(self, stream: Any = None, *, policy: str | None = None,
+                budget: int | None = None, replicate: int | None = None,
+                gain_scale: float = 1.0) -> tuple[Any, Any]:
+        """The arm's rankings and the stream's qrels as ``(ranx.Qrels,
+        ranx.Run)``, as :meth:`to_trec_qrels` and :meth:`to_trec_run` write
+        them (needs ``pip install -e ".[ranx]"``)."""
+        try:
+            import ranx
+        except ImportError:
+            raise ImportError('to_ranx needs ranx: pip install -e ".[ranx]"') from None
+        run = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate)
+        _, name, rep = self._one_arm(policy, budget, replicate)
+        qrels = self.trec_qrels_frame(stream, replicate=rep, gain_scale=gain_scale)
+        # ranx asks for object (not pandas string) id columns
+        run, qrels = (f.astype({"qid": object, "docno": object}) for f in (run, qrels))
+        return (ranx.Qrels.from_df(qrels, q_id_col="qid", doc_id_col="docno", score_col="grade"),
+                ranx.Run.from_df(run, q_id_col="qid", doc_id_col="docno", score_col="score",
+                                 name=name))
+
+    def _stream(self, stream: Any, replicate: int | None) -> Any:
+        """The stream a qrels export reads: given, a folder, or the experiment's."""
+        if stream is not None:
+            return read_stream(stream) if isinstance(stream, (str, os.PathLike)) else stream
+        exp = self.experiment
+        if exp is None:
+            raise ValueError("give the stream the run replayed (a Stream or a stream folder): "
+                             "a run read back from its folder does not hold it")
+        if replicate is None:
+            reps = pd.unique(self.queries["replicate"]) if self.queries is not None and \
+                "replicate" in self.queries.columns else [0]
+            if len(reps) != 1:
+                raise ValueError(f"the run has {len(reps)} replicates: give replicate=")
+            replicate = int(reps[0])
+        if hasattr(exp.workload, "load"):
+            return exp.workload.load()
+        # the replicate's stream, from the seed the runner gives it
+        return exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate", replicate,
+                                               "workload"))
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunResult:
+        """Read a run folder's files.
+
+        Files a run has not written (a failed run, a sweep folder, rankings
+        not saved) read as None.
+
+        Raises
+        ------
+        RunFolderError
+            If ``path`` has no ``manifest.json``, or one of its files cannot
+            be read: a manifest that is not a JSON object, a config.toml that
+            is not TOML, a truncated parquet or CSV file, a queries.parquet
+            without the columns ``replicate, policy, budget, query_id``. The
+            message names the file.
+        """
+        path = Path(path)
+        if not (path / "manifest.json").exists():
+            raise RunFolderError(f"{path}: not a run folder (no manifest.json)")
+        manifest = run_status(path)
+        frames: dict[str, pd.DataFrame | None] = {}
+        for name in ("queries", "store", "rankings"):
+            frames[name] = _read_frame(path / f"{name}.parquet",
+                                       QUERY_KEY_COLUMNS if name == "queries" else ())
+        for name in ("summary", "arms"):
+            frames[name] = _read_frame(path / f"{name}.csv")
+        cfg = path / "config.toml"
+        try:
+            config = tomllib.loads(cfg.read_text(encoding="utf-8")) if cfg.exists() else {}
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise RunFolderError(f"{cfg}: not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise RunFolderError(f"{cfg}: unreadable ({exc})") from None
+        timings = manifest.get("timings_s")
+        return cls(**frames, path=path, manifest=manifest, config=config,
+                   timings=dict(timings) if isinstance(timings, dict) else {})
+
+
+def _texts(ids) -> np.ndarray:
+    """Ids as text (the id type of TREC files)."""
+    return np.asarray([str(x) for x in np.asarray(ids).tolist()], dtype=object)
+
+
+_AGE_COLUMN = re.compile(r"recall_age_(\d+)_(\d+|inf)")
+
+
+def _age_buckets(names) -> dict[str, tuple[float, float]]:
+    """The ``recall_age_A_B`` names that partition note age from 0, in age
+    order, with their ``[A, B)`` in days; the pooled ``recall_age_90_inf``,
+    which overlaps ``recall_age_90_180``, is left out."""
+    spans = {}
+    for name in names:
+        m = _AGE_COLUMN.fullmatch(str(name))
+        if m:
+            spans[str(name)] = (float(m.group(1)), float(m.group(2)))  # float("inf") parses
+    out: dict[str, tuple[float, float]] = {}
+    low = 0.0
+    while True:
+        nxt = [(hi, name) for name, (lo, hi) in spans.items() if lo == low]
+        if not nxt:
+            return out
+        hi, name = min(nxt)  # the narrowest bucket from here
+        out[name] = (low, hi)
+        if np.isinf(hi):
+            return out
+        low = hi
+
+
+def _bucket_label(lo: float, hi: float) -> str:
+    return f"{int(lo)}+" if np.isinf(hi) else f"{int(lo)}-{int(hi)}"
+
+
+def load_run(path: str | Path) -> RunResult:
+    """Read a run folder (for reports and notebooks): :meth:`RunResult.load`."""
+    return RunResult.load(path)

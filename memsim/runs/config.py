@@ -1,0 +1,900 @@
+"""Experiment configs: TOML files, dotted keys, overrides, grids and resolution.
+
+One dotted key syntax (``policies.hivemind.decay.half_life_days``) is used in
+TOML, in ``--set KEY=VALUE``, in sweep parameter names and in result columns.
+Configs are parsed as data (``tomllib``), never evaluated.
+
+An experiment file has these tables::
+
+    [experiment]        name, seed, replicates, description, baseline, budgets,
+                        plugins (modules that register components, imported
+                        first), and the engine settings of
+                        :class:`memsim.engine.SimSettings`
+    [workload]          synthetic knobs, or ``source = "DIR"`` to replay a stream
+                        (``importer``, ``notes``, ``embedder`` for data imported on load)
+                        (``source = "data:locomo"``: a data set from ``memsim data get``)
+    [reader]            the reader model (``kind = "positional"`` ...)
+    [policies.NAME]     ``preset = "..."`` and/or one entry per slot
+    [grid]              "dotted.key" = [values ...]: one run per combination
+    [sweep]             an Optuna search (see :mod:`memsim.sweep`)
+    [advise]            what ``memsim advise`` tunes (see :mod:`memsim.tuning.advice`)
+
+*Resolution* fills every default so that the resolved table (written as
+``config.toml`` in the run folder) reproduces the run exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from memsim.data.embed import check_embedder
+from memsim.data.datasets import DATA_PREFIX, DataError, dataset as data_set, resolve as resolve_data
+from memsim.engine import SimSettings
+from memsim.data.importers.locomo import import_locomo
+from memsim.data.importers.trace import import_trace
+from memsim.core.errors import ConfigError, MemsimError
+from memsim.core.params import Interval, Validated, apply_override, check_keys, did_you_mean
+from memsim.policies import Policy, resolve_policy
+from memsim.policies.plugins import check_module_names, import_plugins
+from memsim.evaluation.reader import reader_from_config
+from memsim.data.stream import read_stream
+from memsim.data.workload import SyntheticWorkload
+
+__all__ = [
+    "Experiment",
+    "StreamSource",
+    "SOURCE_KEYS",
+    "TOP_LEVEL",
+    "load_experiment",
+    "experiment_from_dict",
+    "apply_override",
+    "attribute_overrides",
+    "parse_override",
+    "did_you_mean",
+    "dumps_toml",
+    "config_hash",
+    "MAX_CONFIG_BYTES",
+    "MAX_TOKENS_BUDGET",
+    "MAX_CANDIDATES",
+    "MAX_NAME_CHARS",
+    "max_runs",
+    "max_stream_gib",
+    "estimate_stream_bytes",
+    "import_run_plugins",
+]
+
+TOP_LEVEL = ("experiment", "workload", "reader", "policies", "grid", "sweep", "advise")
+
+# --------------------------------------------------------------------------
+# Limits: what a config may ask for before anything runs
+# --------------------------------------------------------------------------
+
+#: Largest experiment file memsim reads (bytes): a config is a few KiB.
+MAX_CONFIG_BYTES = 1 << 20
+#: Largest ``experiment.budget_tokens`` and ``experiment.budgets`` entry (2**40).
+MAX_TOKENS_BUDGET = 1 << 40
+#: Largest ``candidates`` (experiment or policy): the top-C the engine keeps per query.
+MAX_CANDIDATES = 1 << 20
+#: Longest ``experiment.name`` (it is part of the run folder's name).
+MAX_NAME_CHARS = 120
+#: Runs a ``[grid]`` may expand to, unless ``MEMSIM_MAX_RUNS`` says otherwise.
+DEFAULT_MAX_RUNS = 10_000
+#: GiB a synthetic stream may take, unless ``MEMSIM_MAX_STREAM_GB`` says otherwise.
+DEFAULT_MAX_STREAM_GIB = 8.0
+
+
+def _env_limit(name: str, default: float, integer: bool) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a {'whole ' if integer else ''}number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name}={raw!r}: expected a number > 0")
+    return value
+
+
+def max_runs() -> int:
+    """Runs a ``[grid]`` may expand to: ``MEMSIM_MAX_RUNS``, default 10,000."""
+    return int(_env_limit("MEMSIM_MAX_RUNS", DEFAULT_MAX_RUNS, integer=True))
+
+
+def max_stream_gib() -> float:
+    """GiB a synthetic stream may take: ``MEMSIM_MAX_STREAM_GB``, default 8."""
+    return float(_env_limit("MEMSIM_MAX_STREAM_GB", DEFAULT_MAX_STREAM_GIB, integer=False))
+
+
+# --------------------------------------------------------------------------
+# Overrides: --set KEY=VALUE
+# --------------------------------------------------------------------------
+
+_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/:]*$")
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``KEY=VALUE``; VALUE is a TOML value, or a bare word taken as a string."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE")
+    key, raw = text.split("=", 1)
+    key, raw = key.strip(), raw.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        if raw in ("true", "false") or not _BARE.match(raw) or raw.lower() in ("nan", "inf"):
+            raise ConfigError(f"--set {key}: cannot read {raw!r} as a value") from None
+        value = raw
+    return key, value
+
+
+# --------------------------------------------------------------------------
+# The experiment object
+# --------------------------------------------------------------------------
+
+
+#: Real-trace importers a workload can name (``importer = "locomo"``).
+IMPORTERS = ("locomo", "trace")
+IMPORT_NOTES = ("turns", "observations", "summaries")
+#: The keys of a ``[workload]`` that replays a stream (``source = ...``).
+SOURCE_KEYS = ("source", "source_hash", "importer", "notes", "embedder")
+
+
+@dataclass(frozen=True)
+class StreamSource:
+    """Replay a stream from disk instead of generating one: a stream folder,
+    or a real trace imported on load (``importer = "locomo"``, with ``notes``
+    saying what a note is; ``importer = "trace"``: a memory-layer log in
+    memsim's trace format, :mod:`memsim.data.importers.trace`)."""
+
+    path: Path
+    importer: str | None = None
+    notes: str = "turns"
+    #: ``[workload] embedder`` (:mod:`memsim.data.embed`); None: the importer's default
+    embedder: str | None = None
+    #: ``"data:NAME"`` when the config named a data set (``path`` is its cached file)
+    ref: str | None = None
+
+    def to_config(self) -> dict:
+        """``source`` (an absolute path, or the ``data:NAME`` it was named by),
+        ``source_hash`` (of its content) and the importer's settings.
+        :func:`config_hash` hashes the content, not the path, so a stream moved
+        or reached from another folder keeps its run hash."""
+        out: dict[str, Any] = {"source": self.ref or str(self.path),
+                               "source_hash": self.content_hash()}
+        if self.importer is not None:
+            out["importer"] = self.importer
+        if self.importer == "locomo":
+            out["notes"] = self.notes
+        if self.embedder is not None:
+            out["embedder"] = self.embedder
+        return out
+
+    def content_hash(self) -> str:
+        """``sha256:<hex>`` of the source's bytes (a folder: every file, by
+        relative path); cached while no file's size or mtime changes."""
+        return _content_hash(Path(self.path))
+
+    def load(self):
+        """Read (or import) the stream."""
+        if self.importer == "locomo":
+            return import_locomo(self.path, notes=self.notes, embedder=self.embedder or "bm25")
+        if self.importer == "trace":
+            return import_trace(self.path, embedder=self.embedder)
+        return read_stream(self.path)
+
+
+_HASH_CACHE: dict[tuple, str] = {}
+
+
+def _content_hash(path: Path) -> str:
+    try:
+        if path.is_dir():
+            files = sorted(f for f in path.rglob("*") if f.is_file())
+        else:
+            files = [path]
+        stats = tuple((str(f.relative_to(path)) if f != path else "", f.stat().st_size,
+                       f.stat().st_mtime_ns) for f in files)
+        key = (str(path), stats)
+        if key in _HASH_CACHE:
+            return _HASH_CACHE[key]
+        h = hashlib.sha256()
+        for f, (rel, _, _) in zip(files, stats):
+            h.update(f"{rel}\0".encode())
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            h.update(b"\0")
+    except OSError as exc:
+        raise ConfigError(f"workload.source: {path}: cannot read: {exc.strerror or exc}") from None
+    digest = f"sha256:{h.hexdigest()}"
+    _HASH_CACHE[key] = digest
+    return digest
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentSettings(Validated):
+    """The ``[experiment]`` table: the run's settings and the engine's.
+
+    The engine's share is :attr:`sim`, a :class:`memsim.engine.SimSettings`
+    built from the fields of the same names; its defaults are the engine's.
+
+    Parameters
+    ----------
+    name : str
+        Used in the run folder's name.
+    seed : int
+        The one seed of the experiment; every random stream derives from it.
+    replicates : int
+        Independent replicate streams (common random numbers across policies).
+    description : str
+        Free text for reports.
+    baseline : str
+        Policy the reports compare the others against ("" = the first).
+    budgets : tuple of int
+        Budget curve: run every policy at each of these budgets (() = only
+        ``budget_tokens``).
+    budget_tokens : int
+        Token budget of each context (see :class:`~memsim.engine.SimSettings`).
+    candidates : int
+        Default top-C: packers work on the C best-scored notes.
+    tick_days : float
+        Length of a tick.
+    feedback_mode : {"per-tick", "per-query"}
+        When uses are applied, for policies whose ``feedback.timing`` is
+        "experiment": after each tick, or before the next query.
+    retention_period_days : float
+        Period of the retention sweeps.
+    save_rankings : bool
+        Keep every query's top-C ranking (``rankings.parquet``).
+    plugins : tuple of str
+        Modules imported before the rest of the config is validated, so that
+        the components they register can be named (``["my_package.my_decays"]``;
+        :mod:`memsim.policies.plugins`). Written to the resolved config only
+        when not empty.
+    """
+
+    name: str = "experiment"
+    seed: int = 0
+    replicates: int = 3
+    description: str = ""
+    baseline: str = ""
+    budgets: tuple = ()
+    # the engine's settings, with the engine's defaults (validated by SimSettings)
+    budget_tokens: int = SimSettings.budget_tokens
+    candidates: int = SimSettings.candidates
+    tick_days: float = SimSettings.tick_days
+    feedback_mode: str = SimSettings.feedback_mode
+    retention_period_days: float = SimSettings.retention_period_days
+    save_rankings: bool = SimSettings.save_rankings
+    plugins: tuple = ()
+
+    _constraints = {
+        "seed": Interval(0, 2**63 - 1, integer=True),
+        "replicates": Interval(1, 10_000, integer=True),
+    }
+
+    def _check(self) -> None:
+        for name in ("name", "description", "baseline"):
+            if not isinstance(getattr(self, name), str):
+                self._fail(name, "a string", getattr(self, name))
+        if not re.match(r"^[A-Za-z0-9_.\-]+$", self.name):
+            self._fail("name", "letters, digits, '_', '-' or '.'", self.name)
+        if len(self.name) > MAX_NAME_CHARS:
+            self._fail("name", f"at most {MAX_NAME_CHARS} characters long",
+                       f"{self.name[:20]}... ({len(self.name)} characters)")
+        for b in self.budgets:
+            if not Interval(1, MAX_TOKENS_BUDGET, integer=True).check(b):
+                self._fail("budgets", f"a list of ints from 1 to {MAX_TOKENS_BUDGET} (2**40)",
+                           list(self.budgets))
+        # built here, so that an invalid engine setting fails on construction
+        object.__setattr__(self, "_sim", SimSettings(
+            budget_tokens=self.budget_tokens, candidates=self.candidates,
+            tick_days=self.tick_days, feedback_mode=self.feedback_mode,
+            retention_period_days=self.retention_period_days,
+            save_rankings=self.save_rankings))
+        # bounded so that token sums stay exact in the engine's float64/int64
+        if self.budget_tokens > MAX_TOKENS_BUDGET:
+            self._fail("budget_tokens", f"at most {MAX_TOKENS_BUDGET} (2**40)",
+                       self.budget_tokens)
+        if self.candidates > MAX_CANDIDATES:
+            self._fail("candidates", f"at most {MAX_CANDIDATES} (2**20)", self.candidates)
+
+    @property
+    def sim(self) -> SimSettings:
+        """The engine's settings."""
+        return self._sim
+
+    @classmethod
+    def from_table(cls, table: dict, where: str = "experiment") -> ExperimentSettings:
+        """Validate an ``[experiment]`` table (unknown keys, types, ranges).
+
+        Raises
+        ------
+        ConfigError
+            One line naming ``where.KEY``.
+        """
+        check_keys(table, sorted(f.name for f in fields(cls)), where)
+        kwargs = dict(table)
+        for key, value in kwargs.items():
+            # TOML integers are unbounded in tomllib; float() of a huge one overflows
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63
+                   for v in values):
+                raise ConfigError(f"{where}.{key}: {value!r} is beyond a 64-bit integer")
+        if "plugins" in kwargs:
+            kwargs["plugins"] = check_module_names(kwargs["plugins"], f"{where}.plugins")
+        if "budgets" in kwargs:
+            if not isinstance(kwargs["budgets"], list):
+                raise ConfigError(f"{where}.budgets: expected a list of ints, got "
+                                  f"{kwargs['budgets']!r}")
+            kwargs["budgets"] = tuple(kwargs["budgets"])
+        return _build(cls, kwargs, where)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A loaded, validated experiment: everything a run needs."""
+
+    settings: ExperimentSettings
+    workload: Any  # SyntheticWorkload | StreamSource
+    policies: dict[str, Policy]
+    reader: Any
+    grid: dict[str, list] = field(default_factory=dict)
+    sweep: dict | None = None
+    base_dir: Path = Path(".")
+    #: the ``[advise]`` table, as written (read by :mod:`memsim.tuning.advice`)
+    advise: dict | None = None
+    source_file: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def sim(self) -> SimSettings:
+        """The engine's settings (part of :attr:`settings`)."""
+        return self.settings.sim
+
+    def to_config(self) -> dict:
+        """The resolved table: every default filled, concrete seed."""
+        exp = {f.name: getattr(self.settings, f.name) for f in fields(self.settings)}
+        exp["budgets"] = list(self.settings.budgets)
+        if self.settings.plugins:
+            exp["plugins"] = list(self.settings.plugins)
+        else:  # a config without plugins keeps its table (and its hash)
+            del exp["plugins"]
+        policies = {}
+        for name, pol in self.policies.items():
+            table = pol.to_config()
+            table.setdefault("candidates", self.sim.candidates)
+            policies[name] = table
+        out = {"experiment": exp, "workload": self.workload.to_config(),
+               "reader": self.reader.to_config(), "policies": policies}
+        if self.grid:
+            out["grid"] = copy.deepcopy(self.grid)
+        if self.sweep is not None:
+            out["sweep"] = copy.deepcopy(self.sweep)
+        if self.advise is not None:
+            out["advise"] = copy.deepcopy(self.advise)
+        return out
+
+    def hash8(self) -> str:
+        return config_hash(self.to_config())
+
+    def n_runs(self) -> int:
+        """How many runs :meth:`expand` makes (the product of the grid's lengths)."""
+        return math.prod(len(v) for v in self.grid.values()) if self.grid else 1
+
+    def expand(self, limit: int | None = None) -> list[Experiment]:
+        """One experiment per combination of the ``[grid]`` (itself if none);
+        the first ``limit`` only when given."""
+        if not self.grid:
+            return [self]
+        keys = list(self.grid)
+        out = []
+        base = self.to_config()
+        base.pop("grid", None)
+        combos = itertools.product(*(self.grid[k] for k in keys))
+        for combo in itertools.islice(combos, limit):
+            table = copy.deepcopy(base)
+            label = []
+            for k, v in zip(keys, combo):
+                _override(table, k, v, "grid")
+                label.append(f"{k.split('.')[-1]}={v}")
+            table["experiment"]["name"] = _safe_name(
+                f"{self.name}_{'_'.join(str(x) for x in label)}")
+            out.append(experiment_from_dict(table, base_dir=self.base_dir,
+                                            source_file=self.source_file))
+        return out
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Experiment:
+        table = self.to_config()
+        for k, v in overrides.items():
+            _override(table, k, v, "--set")
+        return experiment_from_dict(table, base_dir=self.base_dir, source_file=self.source_file)
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", text)[:120]
+
+
+def config_hash(table: dict) -> str:
+    """First 8 hex digits of the SHA-256 of the canonical JSON of a table.
+
+    A replayed stream counts by its content: when ``workload`` holds a
+    ``source_hash``, its ``source`` path is left out of the hash.
+    """
+    wl = table.get("workload") if isinstance(table, dict) else None
+    if isinstance(wl, dict) and "source_hash" in wl:
+        table = {**table, "workload": {k: v for k, v in wl.items() if k != "source"}}
+    blob = json.dumps(table, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:8]
+
+
+# --------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------
+
+
+def load_experiment(path: str | Path, overrides: list[str] | dict | None = None) -> Experiment:
+    """Read an experiment TOML file, apply ``--set`` overrides and validate.
+
+    Raises :class:`ConfigError` with one line naming the file and the key.
+    """
+    path = Path(path)
+    text = _read_config_file(path)
+    if not text.strip():
+        raise ConfigError(f"{path}: the experiment file is empty")
+    try:
+        table = tomllib.loads(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    if not isinstance(table.get("experiment", {}), dict):
+        raise ConfigError(f"{path}: experiment: expected a table, got "
+                          f"{_short(table['experiment'])}")
+    table.setdefault("experiment", {}).setdefault("name", _safe_name(path.stem))
+    # every override that reads and applies is kept; the others are reported
+    # with the file's own mistakes
+    errors = _Errors()
+    applied: list[tuple[str, str]] = []  # (key, "KEY=VALUE" as given)
+    if isinstance(overrides, dict):
+        items: list = [((k, v), f"{k}={_override_text(v)}") for k, v in overrides.items()]
+    else:
+        items = [(None, text) for text in overrides or []]
+    for kv, text in items:  # in the order given, so that the messages are too
+        if kv is None:
+            kv, text = errors.run(parse_override, text), text.strip()
+        if kv is not _FAILED and errors.run(_override, table, *kv, "--set") is not _FAILED:
+            applied.append((kv[0], text))
+    try:
+        # relative paths in the file (workload.source) are relative to the file
+        exp = experiment_from_dict(table, base_dir=path.absolute().parent,
+                                   source_file=str(path))
+    except ConfigError as exc:
+        errors.caught.append(exc.with_messages(
+            [f"{path}: {m}{_attribution(m, applied)}" for m in exc.errors]))
+    else:
+        if not errors.caught:
+            return exp
+    errors.raise_if_any()
+    raise AssertionError("unreachable")  # raise_if_any raised
+
+
+def _override_text(value: Any) -> str:
+    """``value`` as an inline TOML value, for an override given as a dict."""
+    if isinstance(value, dict):
+        items = [f"{k if re.match(r'^[A-Za-z0-9_-]+$', str(k)) else json.dumps(str(k))} = "
+                 f"{_override_text(v)}" for k, v in value.items()]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_override_text(v) for v in value) + "]"
+    try:
+        return tomli_w.dumps({"v": _plain(value)}).strip()[len("v = "):]
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+#: The dotted key in front of a message (``policies.a.decay: ...``) and the
+#: parameter a component's or a knob group's message names.
+_MESSAGE_KEY = re.compile(r"^([A-Za-z0-9_\-.]+): ")
+_MESSAGE_PARAM = re.compile(r"^The '(\w+)' parameter of ")
+
+
+def _message_key(message: str) -> str | None:
+    """The dotted key a validation message is about, down to the parameter
+    when the message names one (``policies.a.decay.floor``); None when it
+    names no key."""
+    m = _MESSAGE_KEY.match(message)
+    if m is None:
+        return None
+    key = m.group(1).rstrip(".")
+    p = _MESSAGE_PARAM.match(message[m.end():])
+    if p is not None and not key.endswith(f".{p.group(1)}"):
+        key = f"{key}.{p.group(1)}"
+    return key
+
+
+def attribute_overrides(exc: ConfigError, overrides: list[str] | dict | None) -> ConfigError:
+    """``exc`` (same type) with each message about a key that one of
+    ``overrides`` set ending in ``(from --set KEY=VALUE)``: for the checks
+    that run after :func:`load_experiment` (``[sweep]``, ``[advise]``)."""
+    if isinstance(overrides, dict):
+        applied = [(k, f"{k}={_override_text(v)}") for k, v in overrides.items()]
+    else:
+        applied = [(t.split("=", 1)[0].strip(), t.strip()) for t in overrides or [] if "=" in t]
+    return exc.with_messages([m if "(from --set " in m else m + _attribution(m, applied)
+                              for m in exc.errors])
+
+
+def _attribution(message: str, applied: list[tuple[str, str]]) -> str:
+    """`` (from --set KEY=VALUE)`` when an applied override set the key of
+    ``message``, a table above it or a key below it; ``""`` otherwise (a
+    mistake of the file itself)."""
+    key = _message_key(message)
+    if key is None:
+        return ""
+    hits = [text for k, text in applied
+            if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
+    # a long value (a 5000-character name) is cut: the line names the key
+    hits = [t if len(t) <= 80 else t[:77] + "..." for t in hits]
+    return f" (from {', '.join(f'--set {t}' for t in hits)})" if hits else ""
+
+
+def import_run_plugins(run_dir: str | Path) -> None:
+    """Import the modules of a run folder's ``[experiment] plugins`` (its
+    ``config.toml``), so that the components its policies name are
+    registered before the folder's policies are rebuilt (``memsim report``).
+    A folder without a readable config has none.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the config file, the key and the module.
+    """
+    cfg = Path(run_dir) / "config.toml"
+    try:
+        table = tomllib.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return  # reading the run reports what is wrong with the folder
+    plugins = (table.get("experiment") or {}).get("plugins") if isinstance(
+        table.get("experiment"), dict) else None
+    if plugins:
+        try:
+            import_plugins(plugins)
+        except ConfigError as exc:
+            raise ConfigError(f"{cfg}: {exc}") from None
+
+
+def _read_config_file(path: Path) -> bytes:
+    """The bytes of an experiment file: a regular file of at most
+    :data:`MAX_CONFIG_BYTES` (a device or a FIFO would never end)."""
+    try:
+        if not path.exists():
+            raise ConfigError(f"{path}: no such experiment file")
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a folder, not an experiment file")
+        if not path.is_file():
+            raise ConfigError(f"{path}: not a regular file (a device or a pipe?), "
+                              "not an experiment file")
+        with open(path, "rb") as f:
+            text = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; "
+                          "not an experiment file")
+    return text
+
+
+def _short(value: Any, n: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def _override(table: dict, key: str, value: Any, where: str) -> None:
+    """:func:`apply_override`, refusing a key that runs through a value."""
+    node: Any = table
+    parts = key.split(".")
+    pols = table.get("policies")
+    if (parts[0] == "policies" and len(parts) >= 2 and isinstance(pols, dict)
+            and parts[1] not in pols and not (len(parts) == 2 and isinstance(value, dict))):
+        # a key into a policy the experiment does not have would make a new,
+        # half-defined one; a whole table (policies.NAME = {...}) adds one
+        raise ConfigError(f"{where} {key}: no policy {parts[1]!r}"
+                          f"{did_you_mean(parts[1], pols)} (policies: {', '.join(pols)})")
+    for i, part in enumerate(parts[:-1]):
+        if not isinstance(node, dict):
+            break
+        node = node.get(part)
+        if node is not None and not isinstance(node, (dict, str)):
+            raise ConfigError(f"{where} {key}: {'.'.join(parts[:i + 1])} is "
+                              f"{_short(node)}, not a table")
+    try:
+        apply_override(table, key, value)
+    except (AttributeError, TypeError):
+        raise ConfigError(f"{where} {key}: a part of this key is a value, not a table") from None
+
+
+class _Errors:
+    """Collects the :class:`ConfigError` of each independent part of a config,
+    so that one run reports every mistake; a part that failed yields
+    :data:`_FAILED` and the checks that depend on it are skipped (no
+    follow-on errors)."""
+
+    def __init__(self) -> None:
+        self.caught: list[ConfigError] = []
+
+    def run(self, fn, *args, **kwargs) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            self.caught.append(exc)
+            return _FAILED
+
+    def raise_if_any(self) -> None:
+        if len(self.caught) == 1:
+            raise self.caught[0]  # one mistake keeps its type (ParameterError ...)
+        if self.caught:
+            raise ConfigError(errors=[m for exc in self.caught for m in exc.errors])
+
+
+_FAILED = object()
+
+
+def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
+                         source_file: str = "") -> Experiment:
+    """Validate a config table and build the :class:`Experiment`.
+
+    Each independent part (the top-level keys, ``[experiment]``,
+    ``[workload]``, ``[reader]``, each policy, the baseline, ``[grid]``,
+    the types of ``[sweep]`` and ``[advise]``) is validated even when an
+    earlier one failed; a check that needs an earlier part runs only when
+    that part is valid. The plugins are imported first, and a plugin that
+    fails to import stops the validation at once (the rest would only report
+    the components it registers as unknown).
+
+    Raises
+    ------
+    ConfigError
+        Every mistake found, one message each (:attr:`ConfigError.errors`).
+    """
+    if not isinstance(table, dict):
+        raise ConfigError("the config must be a table")
+    errors = _Errors()
+    for key in table:
+        errors.run(check_keys, (key,), TOP_LEVEL, "")
+    # the plugins first: the rest of the config may name their components
+    exp_table = errors.run(_table, table, "experiment")
+    plugins = exp_table.get("plugins") if exp_table is not _FAILED else None
+    if plugins is not None:
+        if errors.run(lambda: import_plugins(check_module_names(plugins, "experiment.plugins"))
+                      ) is _FAILED:
+            errors.raise_if_any()
+    settings = (errors.run(ExperimentSettings.from_table, exp_table)
+                if exp_table is not _FAILED else _FAILED)
+    wl = errors.run(_table, table, "workload")
+    workload = errors.run(_workload_from, wl, base_dir) if wl is not _FAILED else _FAILED
+    reader = errors.run(lambda: reader_from_config(_table(table, "reader"), "reader"))
+
+    pols_table = errors.run(_table, table, "policies")
+    policies: dict[str, Any] = {}
+    if pols_table is not _FAILED:
+        if not pols_table:
+            errors.run(_raise, "policies: an experiment needs at least one [policies.NAME] table")
+        for name, ptable in pols_table.items():
+            policies[name] = errors.run(_policy_from, name, ptable)
+    # the baseline is checked against the policy names even when a policy
+    # failed; a baseline of the wrong type is the [experiment] check's error
+    baseline = exp_table.get("baseline") if exp_table is not _FAILED else None
+    if isinstance(baseline, str) and pols_table is not _FAILED:
+        errors.run(_check_baseline, baseline, pols_table)
+
+    grid = errors.run(_grid_from, table)
+    sweep = table.get("sweep")
+    if sweep is not None and not isinstance(sweep, dict):
+        errors.run(_raise, "sweep: expected a table")
+    advise = table.get("advise")
+    if advise is not None and not isinstance(advise, dict):
+        errors.run(_raise, "advise: expected a table")
+    errors.raise_if_any()
+    exp = Experiment(settings=settings, workload=workload, policies=policies,
+                     reader=reader, grid=dict(grid), sweep=copy.deepcopy(sweep),
+                     base_dir=Path(base_dir), source_file=source_file,
+                     advise=copy.deepcopy(advise))
+    # A grid key must name something real: try the first combination now.
+    if grid:
+        try:
+            exp.expand(limit=1)
+        except ConfigError as exc:
+            raise exc.prefixed("grid: ") from None
+    return exp
+
+
+def _raise(message: str) -> None:
+    raise ConfigError(message)
+
+
+def _workload_from(wl: dict, base_dir: str | Path) -> Any:
+    """The ``[workload]`` table: a :class:`StreamSource` or a synthetic workload."""
+    if "source" not in wl:
+        workload = SyntheticWorkload.from_config(wl, "workload")
+        _check_stream_size(workload)
+        return workload
+    extra = [k for k in wl if k not in SOURCE_KEYS]
+    if extra:
+        raise ConfigError(f"workload.{extra[0]}: a workload with 'source' replays a stream "
+                          "and takes no generator knobs")
+    if not isinstance(wl["source"], str) or not wl["source"]:
+        raise ConfigError(f"workload.source: expected a folder path, got {wl['source']!r}")
+    importer = wl.get("importer")
+    ref = wl["source"] if wl["source"].startswith(DATA_PREFIX) else None
+    if ref is not None:
+        # a data set fetched by `memsim data get`: its cached file, and its importer
+        try:
+            importer = importer if "importer" in wl else data_set(ref[len(DATA_PREFIX):]).importer
+            data_path = resolve_data(ref)
+        except DataError as exc:
+            raise ConfigError(f"workload.source: {exc}") from None
+        if importer is None:
+            raise ConfigError(f"workload.source: {ref} is not a stream (it is a file for "
+                              "memsim calibrate); give a stream folder, a trace or data:locomo")
+    if importer is not None and importer not in IMPORTERS:
+        raise ConfigError(f"workload.importer: unknown importer {importer!r}; "
+                          f"allowed: {', '.join(IMPORTERS)}")
+    notes = wl.get("notes", "turns")
+    if notes not in IMPORT_NOTES or ("notes" in wl and importer != "locomo"):
+        raise ConfigError(f"workload.notes: must be one of {', '.join(IMPORT_NOTES)}, "
+                          f"with importer = \"locomo\"; got {notes!r}")
+    embedder = wl.get("embedder")
+    if embedder is not None:
+        check_embedder(embedder, "workload.embedder")
+        if importer is None or (importer == "locomo" and embedder == "vectors"):
+            raise ConfigError("workload.embedder: only for data imported on load: 'bm25' or "
+                              "'wordllama' with importer = \"locomo\", any with importer = "
+                              f"\"trace\"; got {embedder!r}"
+                              + (" without an importer" if importer is None else ""))
+    src = data_path if ref is not None else Path(wl["source"]).expanduser()
+    src = src if src.is_absolute() else Path(base_dir).absolute() / src
+    if not src.exists():
+        raise ConfigError(f"workload.source: {src}: no such file or folder")
+    workload = StreamSource(src, importer, notes, embedder=embedder, ref=ref)
+    if "source_hash" in wl and wl["source_hash"] != workload.content_hash():
+        raise ConfigError(f"workload.source_hash: the content of {src} changed since this "
+                          "config was written (it would not reproduce the run); remove "
+                          "source_hash to run on the new content")
+    return workload
+
+
+def _policy_from(name: str, ptable: Any) -> Policy:
+    """One ``[policies.NAME]`` table, resolved over its preset."""
+    where = f"policies.{name}"
+    if not re.match(r"^[A-Za-z0-9_\-]+$", name):
+        raise ConfigError(f"{where}: policy names use letters, digits, '_' or '-' "
+                          "(a '.' would split the dotted key)")
+    if not isinstance(ptable, dict):
+        raise ConfigError(f"{where}: expected a table, got {ptable!r}")
+    policy = resolve_policy(ptable, where)
+    cands = getattr(policy, "candidates", None)
+    if cands is not None and cands > MAX_CANDIDATES:
+        raise ConfigError(f"{where}.candidates: must be at most {MAX_CANDIDATES} (2**20); "
+                          f"got {cands}")
+    return policy
+
+
+def _check_baseline(baseline: str, policies: dict) -> None:
+    if baseline and baseline not in policies:
+        raise ConfigError(f"experiment.baseline: {baseline!r} is not a policy of this "
+                          f"experiment{did_you_mean(baseline, policies)}; "
+                          f"policies: {', '.join(policies)}")
+
+
+def _grid_from(table: dict) -> dict:
+    """The ``[grid]`` table: non-empty lists, at most :func:`max_runs` combinations."""
+    grid = _table(table, "grid")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid.{key}: expected a non-empty list of values")
+    n_runs = math.prod(len(v) for v in grid.values()) if grid else 1
+    if n_runs > max_runs():
+        raise ConfigError(f"grid: {n_runs:,} combinations, more than the limit of "
+                          f"{max_runs():,} runs (set MEMSIM_MAX_RUNS to allow more)")
+    return grid
+
+
+def estimate_stream_bytes(wl: Any) -> float:
+    """Rough peak memory (bytes) of generating ``wl``'s synthetic stream.
+
+    Notes ~ ``notes_per_day x (horizon_days + backfill_days)`` and queries ~
+    ``queries_per_day x horizon_days``, each with an ``embedding_dim`` float32
+    vector (counted 4 times: the generator's noise, centroid and direction
+    arrays) and ~256 bytes of columns and relevance judgements; plus
+    ``n_topics`` centroids, ``n_actors`` names and the organic accesses.
+    Computed in floats, so absurd knobs give a huge number, never an error.
+    """
+    span = float(wl.horizon_days) + float(wl.backfill_days)
+    notes = float(wl.notes_per_day) * span
+    queries = float(wl.queries_per_day) * float(wl.horizon_days)
+    accesses = float(getattr(wl, "accesses_per_day", 0.0)) * span
+    vec = 4.0 * float(wl.embedding_dim)
+    return (notes * (4 * vec + 256) + queries * (4 * vec + 256) + accesses * 64
+            + float(wl.n_topics) * (vec + 16) + float(wl.n_actors) * 128)
+
+
+def _check_stream_size(wl: Any) -> None:
+    """Refuse a workload whose stream would not fit :func:`max_stream_gib`."""
+    est = estimate_stream_bytes(wl)
+    limit = max_stream_gib()
+    if not est <= limit * 2**30:
+        span = float(wl.horizon_days) + float(wl.backfill_days)
+        raise ConfigError(
+            f"workload: the stream would take about {est / 2**30:.3g} GiB of memory "
+            f"(~{float(wl.notes_per_day) * span:.3g} notes, "
+            f"~{float(wl.queries_per_day) * float(wl.horizon_days):.3g} queries, "
+            f"embedding_dim {wl.embedding_dim}, n_topics {wl.n_topics}, n_actors "
+            f"{wl.n_actors}); the limit is {limit:g} GiB (set MEMSIM_MAX_STREAM_GB to raise it)")
+
+
+def _table(table: dict, key: str) -> dict:
+    value = table.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a table, got {value!r}")
+    return value
+
+
+def _build(cls, kwargs: dict, where: str):
+    try:
+        return cls(**kwargs)
+    except MemsimError as exc:
+        m = re.search(r"The '(\w+)' parameter", str(exc))
+        key = f"{where}.{m.group(1)}" if m else where
+        raise ConfigError(f"{key}: {exc}") from None
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+# --------------------------------------------------------------------------
+# Writing resolved configs (tomli-w)
+# --------------------------------------------------------------------------
+
+
+def _plain(v: Any) -> Any:
+    """``v`` with the types tomli-w writes: paths as strings, tuples as lists,
+    numpy scalars as Python ones."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    if hasattr(v, "item"):  # numpy scalar
+        return _plain(v.item())
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def dumps_toml(table: dict) -> str:
+    """Serialise nested dicts of scalars and lists to TOML with ``tomli-w``
+    (any string, control characters included, reads back equal with tomllib)."""
+    return tomli_w.dumps(_plain(table))

@@ -1,0 +1,586 @@
+"""Running experiments: replicates, arms and the run folder they write.
+
+:func:`run_experiment` simulates every arm of an experiment on every replicate
+and writes a run folder (its files and their atomic writing are described in
+:mod:`memsim.reporting.rundir`); :func:`run_many` runs a batch or a grid. ``jobs`` > 1
+runs several runs, or a run's replicates, in worker processes, with results
+identical to one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import time
+import traceback
+from multiprocessing.connection import wait as wait_any
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from memsim.runs.config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
+from memsim.engine import Arm, ReplayCache, simulate
+from memsim.core.errors import ConfigError
+from memsim.core.machine import default_jobs
+from memsim.reporting.report import build_report
+from memsim.core.rng import child_seq, seed_sequence
+# the run-folder names below are also imported from here by older callers
+from memsim.reporting.rundir import (Manifest, RunResult, load_run, new_run_dir, run_status, utc_now,
+                     write_atomic)
+from memsim.reporting.stats import summarise
+from memsim.data.stream import Stream
+
+__all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "default_jobs",
+           "load_stream_for", "replicate_seed", "simulate_replicate", "simulate_replicates",
+           "experiment_manifest", "write_atomic", "load_run", "run_status", "new_run_dir"]
+
+
+def load_stream_for(exp: Experiment, replicate: int) -> Stream:
+    """The stream of one replicate: generated from its named seed, or read."""
+    if isinstance(exp.workload, StreamSource):
+        return exp.workload.load()
+    return exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate", replicate,
+                                           "workload"))
+
+
+def _arms(exp: Experiment) -> list[Arm]:
+    budgets = exp.settings.budgets or (None,)
+    return [Arm(name, pol, b) for b in budgets for name, pol in exp.policies.items()]
+
+
+def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
+                        progress: Callable[[float], None] | None = None,
+                        streams: dict[int, Stream] | None = None,
+                        jobs: int = 1) -> dict[str, pd.DataFrame]:
+    """Simulate every arm on every replicate; return the concatenated frames.
+
+    ``replicates`` defaults to ``range(experiment.replicates)``; a sweep's
+    robustness check passes fresh ones. ``streams`` may hold pre-built streams
+    by replicate (a sweep reuses them across trials). ``jobs`` > 1 simulates
+    up to that many replicates at once in worker processes; every replicate
+    has its own named seed streams, so the frames are identical to ``jobs=1``.
+    """
+    reps = list(range(exp.settings.replicates)) if replicates is None else list(replicates)
+    arms = _arms(exp)
+    cached_source: Stream | None = None
+
+    def stream_of(r: int) -> Stream | None:
+        nonlocal cached_source
+        if streams is not None and r in streams:
+            return streams[r]
+        if isinstance(exp.workload, StreamSource):
+            # a replayed stream is read once and shared by every replicate
+            cached_source = cached_source or load_stream_for(exp, r)
+            return cached_source
+        return None  # generated from the replicate's seed where it is simulated
+
+    per_rep = _replicates(exp, arms, reps, stream_of, progress, jobs)
+    parts: dict[str, list[pd.DataFrame]] = {"queries": [], "store": [], "arms": [],
+                                            "rankings": []}
+    for frames in per_rep:
+        for key, df in frames.items():
+            if df is not None:
+                parts[key].append(df)
+    return {k: (pd.concat(v, ignore_index=True) if v else None) for k, v in parts.items()}
+
+
+def replicate_seed(exp: Experiment, replicate: int):
+    """The root of the arms' random streams on one replicate (each arm draws
+    its own named child of it, :class:`memsim.engine.Arm`)."""
+    return child_seq(seed_sequence(exp.seed), "replicate", replicate, "policies")
+
+
+def simulate_replicate(exp: Experiment, arms: list[Arm], replicate: int,
+                       stream: Stream | None = None, cache: ReplayCache | None = None
+                       ) -> dict[str, pd.DataFrame | None]:
+    """The frames of one replicate of ``arms`` under ``exp``'s engine settings,
+    seeds and reader: what :func:`simulate_experiment` does per replicate, for
+    arms the caller builds (a sweep simulates several trials' policies as the
+    arms of one replay, each with the random stream it would have alone).
+
+    ``stream`` defaults to the replicate's stream of ``exp``'s workload;
+    ``cache`` keeps the work of the stream that does not depend on the arms
+    for the next call with the same stream object
+    (:class:`~memsim.engine.ReplayCache`; the frames do not depend on it).
+    """
+    return _simulate_replicate(exp, arms, replicate, stream, None, cache)
+
+
+def simulate_replicates(exp: Experiment, arms: list[Arm], replicates: list[int],
+                        streams: dict[int, Stream] | None = None, jobs: int = 1
+                        ) -> list[dict[str, pd.DataFrame | None]]:
+    """:func:`simulate_replicate` of several replicates, in order, up to
+    ``jobs`` at a time in worker processes (a replicate without a stream in
+    ``streams`` generates its own where it runs). The frames do not depend
+    on ``jobs``; the error raised is the one of the first failing replicate."""
+    return _replicates(exp, arms, list(replicates), (streams or {}).get, None, jobs)
+
+
+def _replicates(exp: Experiment, arms: list[Arm], reps: list[int],
+                stream_of: Callable[[int], Stream | None],
+                progress: Callable[[float], None] | None, jobs: int
+                ) -> list[dict[str, pd.DataFrame | None]]:
+    """The frames of every replicate, in order: ``jobs`` at a time in
+    worker processes (not from inside one), else one after the other here."""
+    if jobs > 1 and len(reps) > 1 and not multiprocessing.current_process().daemon:
+        return _simulate_parallel(exp, arms, reps, stream_of, progress, jobs)
+    return [_simulate_replicate(exp, arms, r, stream_of(r), None if progress is None
+                                else (lambda f, i=i: progress((i + f) / len(reps))))
+            for i, r in enumerate(reps)]
+
+
+def _simulate_replicate(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,
+                        progress: Callable[[float], None] | None,
+                        cache: ReplayCache | None = None) -> dict[str, pd.DataFrame | None]:
+    """The frames of replicate ``r`` (its ``replicate`` column first)."""
+    if stream is None:
+        stream = load_stream_for(exp, r)
+    res = simulate(stream, arms, exp.sim, replicate_seed(exp, r), reader=exp.reader,
+                   progress=progress, cache=cache)
+    frames: dict[str, pd.DataFrame | None] = {}
+    for key in ("queries", "store", "arms", "rankings"):
+        df = getattr(res, key)
+        if df is not None:
+            df.insert(0, "replicate", r)
+        frames[key] = df
+    return frames
+
+
+# --------------------------------------------------------------------------
+# Replicates in worker processes
+# --------------------------------------------------------------------------
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _replicate_worker(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,
+                      send_progress: bool, parent: int, conn) -> None:
+    """A worker process of :func:`simulate_experiment`: one replicate's frames,
+    or its exception, sent back. The parent alone handles signals: a worker
+    ignores SIGINT (Ctrl-C reaches the whole process group), dies on SIGTERM
+    and is killed when the parent stops; it writes no file."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+    def report(frac: float) -> None:
+        if os.getppid() != parent:  # the parent was killed: stop at once
+            os._exit(1)
+        if send_progress:
+            conn.send(("progress", frac))
+
+    try:
+        conn.send(("ok", _simulate_replicate(exp, arms, r, stream, report)))
+    except BaseException as exc:  # sent to the parent, which raises it
+        exc.add_note(f"(in the worker process of replicate {r}:\n"
+                     f"{''.join(traceback.format_exception(exc)).rstrip()})")
+        try:
+            conn.send(("error", exc))
+        except Exception:  # an exception that does not pickle, or no parent
+            try:
+                conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+            except Exception:
+                pass
+    finally:
+        conn.close()
+
+
+def _simulate_parallel(exp: Experiment, arms: list[Arm], reps: list[int],
+                       stream_of: Callable[[int], Stream | None],
+                       progress: Callable[[float], None] | None,
+                       jobs: int) -> list[dict[str, pd.DataFrame | None]]:
+    """The frames of every replicate, in order, ``jobs`` replicates at a time.
+
+    The error raised is the one ``jobs=1`` would raise: that of the first
+    failing replicate in order (later ones are stopped, earlier ones finish).
+    """
+    ctx = multiprocessing.get_context()
+    done: dict[int, dict[str, pd.DataFrame | None]] = {}
+    frac = [0.0] * len(reps)
+    running: dict[int, tuple[Any, Any]] = {}  # position -> (process, parent end of its pipe)
+    failed: tuple[int, BaseException] | None = None
+    queue = list(range(len(reps)))
+    try:
+        while queue or running:
+            while queue and failed is None and len(running) < jobs:
+                i = queue.pop(0)
+                running[i] = _start_worker(ctx, (exp, arms, reps[i], stream_of(reps[i]),
+                                                 progress is not None, os.getpid()))
+            if not running:
+                break
+            ready = wait_any([conn for _, conn in running.values()]
+                             + [proc.sentinel for proc, _ in running.values()])
+            for i, (proc, conn) in list(running.items()):
+                if i not in running or (conn not in ready and proc.sentinel not in ready):
+                    continue
+                outcome = _drain(conn, lambda f, i=i: frac.__setitem__(i, f))
+                if outcome is None and proc.sentinel in ready:
+                    proc.join()
+                    outcome = ("error", RuntimeError(
+                        f"replicate {reps[i]}: the worker process died (exit code "
+                        f"{proc.exitcode})"))
+                if outcome is None:  # still running; it reported progress
+                    if progress is not None:
+                        progress(sum(frac) / len(reps))
+                    continue
+                proc.join()
+                conn.close()
+                del running[i]
+                if outcome[0] == "ok":
+                    done[i] = outcome[1]
+                    frac[i] = 1.0
+                    if progress is not None:
+                        progress(sum(frac) / len(reps))
+                elif failed is None or i < failed[0]:
+                    failed = (i, outcome[1])
+                    queue.clear()
+                    # replicates after the failing one would not have run
+                    _stop_workers({k: w for k, w in running.items() if k > i})
+                    for k in [k for k in running if k > i]:
+                        del running[k]
+    except BaseException:
+        _stop_workers(running)
+        raise
+    if failed is not None:
+        raise failed[1]
+    return [done[i] for i in range(len(reps))]
+
+
+def _start_worker(ctx, args: tuple) -> tuple[Any, Any]:
+    """Start a replicate worker with SIGINT/SIGTERM blocked until it has set
+    its own handlers (a signal cannot reach it while it holds the parent's)."""
+    recv, send = ctx.Pipe(duplex=False)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        proc = ctx.Process(target=_replicate_worker, args=(*args, send), daemon=True)
+        proc.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        send.close()
+    return proc, recv
+
+
+def _drain(conn, on_progress: Callable[[float], None]) -> tuple | None:
+    """Read what a worker sent: its outcome, or None while it is still running
+    (or when it died without sending one)."""
+    try:
+        while conn.poll():
+            msg = conn.recv()
+            if msg[0] != "progress":
+                return msg
+            on_progress(msg[1])
+    except (EOFError, OSError):
+        return None
+    except Exception as exc:  # an error that pickled but does not unpickle
+        return ("error", RuntimeError(f"a worker's error could not be read back: {exc}"))
+    return None
+
+
+def _stop_workers(running: dict) -> None:
+    """Kill replicate workers (they write nothing) and wait for them."""
+    for proc, _ in running.values():
+        if proc.is_alive():
+            proc.kill()
+    for proc, conn in running.values():
+        proc.join()
+        conn.close()
+
+
+# --------------------------------------------------------------------------
+# Run folders
+# --------------------------------------------------------------------------
+
+
+def experiment_manifest(folder: Path, exp: Experiment, argv: list[str] | None = None
+                        ) -> Manifest:
+    """Start the manifest (status ``running``) of ``exp``'s run folder ``folder``."""
+    return Manifest(folder, name=exp.name, config_hash=exp.hash8(),
+                    source_file=exp.source_file, argv=argv, plugins=exp.settings.plugins)
+
+
+#: The signature of :func:`experiment_manifest` under the name the sweep imports.
+_Manifest = experiment_manifest
+
+
+_log = logging.getLogger(__name__)
+
+
+def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict | None = None,
+                   out: str | Path | None = "results", report: bool = True,
+                   progress: Callable[[float], None] | None = None,
+                   argv: list[str] | None = None, jobs: int = 1,
+                   report_progress: Callable[[float], None] | None = None) -> RunResult:
+    """Run one experiment and (unless ``out`` is None) write its run folder.
+
+    Parameters
+    ----------
+    exp : Experiment or path
+        The experiment, or its TOML file.
+    overrides : list of "KEY=VALUE" or dict, optional
+        Dotted-key overrides applied before validation.
+    out : path or None
+        Parent folder of the run folder; None keeps everything in memory.
+    report : bool
+        Build ``report.html`` at the end.
+    jobs : int
+        Replicates simulated at once in worker processes (default 1: all in
+        this process). Any ``jobs`` gives identical results.
+    progress, report_progress : callable, optional
+        Called with the share done (0 to 1) of the simulation, and of the
+        report (:func:`memsim.reporting.report.build_report`).
+    """
+    if not isinstance(exp, Experiment):
+        exp = load_experiment(exp, overrides)
+    elif overrides:
+        exp = exp.with_overrides(dict(overrides) if isinstance(overrides, dict)
+                                 else dict(parse_override(o) for o in overrides))
+    if exp.grid:
+        raise ConfigError(f"{exp.name}: has a [grid]; run it with run_many() or `memsim run`")
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if out is None:
+        frames = simulate_experiment(exp, progress=progress, jobs=jobs)
+        timings["simulate"] = time.perf_counter() - t0
+        summary = summarise(frames["queries"], frames["arms"], frames["store"])
+        return _result(exp, frames, summary, None, timings)
+
+    config_text = _config_header(exp) + dumps_toml(exp.to_config())
+    path = _new_folder(Path(out), exp)
+    manifest = _first_manifest(path, exp, argv)
+    summary_file = path / "summary.csv"
+    try:
+        _write(path / "config.toml", lambda p: p.write_text(config_text, encoding="utf-8"))
+        frames = simulate_experiment(exp, progress=progress, jobs=jobs)
+        timings["simulate"] = time.perf_counter() - t0
+        summary = summarise(frames["queries"], frames["arms"], frames["store"])
+        _write(path / "queries.parquet", lambda p: frames["queries"].to_parquet(p))
+        _write(path / "store.parquet", lambda p: frames["store"].to_parquet(p))
+        _write(path / "arms.csv", lambda p: frames["arms"].to_csv(p, index=False))
+        if frames["rankings"] is not None:
+            _write(path / "rankings.parquet", lambda p: frames["rankings"].to_parquet(p))
+        # summary.csv last: only a run whose data files all exist has one
+        _write(summary_file, lambda p: summary.to_csv(p, index=False))
+        timings["total_before_report"] = time.perf_counter() - t0
+        _log.info("%s: %d replicate(s) simulated and written in %.1f s", path,
+                  exp.settings.replicates, timings["total_before_report"])
+        result = _result(exp, frames, summary, path, timings)
+        # The report shows the manifest, so the manifest says completed before
+        # it is built; a report that fails (or is interrupted) turns the run
+        # back to failed and takes summary.csv away again.
+        manifest.update(status="completed", timings_s=timings, finished_utc=utc_now())
+        if report:
+            t1 = time.perf_counter()
+            build_report(path, progress=report_progress)
+            timings["report"] = time.perf_counter() - t1
+            _log.info("%s: report built in %.1f s", path, timings["report"])
+            manifest.update(timings_s=timings)
+        result.manifest = manifest.data
+        return result
+    except BaseException as exc:
+        _mark_failed(manifest, summary_file, exc, timings)
+        raise
+
+
+class RunWriteError(OSError):
+    """A file of a run folder could not be written (disk full, read-only,
+    file-size limit): an environment fault, not a mistake in the config."""
+
+
+def _write(path: Path, writer: Callable[[Path], None]) -> None:
+    """:func:`write_atomic`, naming ``path`` in the error when the write fails."""
+    try:
+        write_atomic(path, writer)
+    except OSError as exc:
+        raise RunWriteError(exc.errno, f"cannot write {path}: "
+                            f"{exc.strerror or exc}") from None
+
+
+def _new_folder(out: Path, exp: Experiment) -> Path:
+    """The fresh run folder under ``out``; a ``--out`` that cannot hold one
+    (a file, under a file, read-only) is the user's mistake."""
+    try:
+        return new_run_dir(out, exp.name, exp.hash8())
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create a run folder there: "
+                          f"{exc.strerror or exc}") from None
+
+
+def _first_manifest(path: Path, exp: Experiment, argv: list[str] | None) -> Manifest:
+    """The manifest (status running), written first: a folder whose manifest
+    cannot be written is removed again, never left without one."""
+    try:
+        return experiment_manifest(path, exp, argv)
+    except BaseException as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise RunWriteError(exc.errno, f"cannot write {path / 'manifest.json'}: "
+                                f"{exc.strerror or exc}") from None
+        raise
+
+
+def _mark_failed(manifest: Manifest, summary_file: Path, exc: BaseException,
+                 timings: dict[str, float]) -> None:
+    """Mark a run failed; a failed run holds no ``summary.csv``."""
+    on_disk = manifest.data.get("status")
+    try:
+        summary_file.unlink(missing_ok=True)
+    except OSError:
+        pass
+    try:
+        manifest.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                        timings_s=timings, finished_utc=utc_now())
+    except OSError:
+        # nothing more can be written: run_status reads a dead writer as failed,
+        # but a manifest left "completed" by the report step must not stay so
+        if on_disk == "completed":
+            shutil.rmtree(manifest.path, ignore_errors=True)
+
+
+def _result(exp: Experiment, frames: dict[str, pd.DataFrame], summary: pd.DataFrame,
+            path: Path | None, timings: dict[str, float]) -> RunResult:
+    return RunResult(queries=frames["queries"], summary=summary, store=frames["store"],
+                     arms=frames["arms"], rankings=frames["rankings"], path=path,
+                     timings=timings, config=exp.to_config(), experiment=exp)
+
+
+def _config_header(exp: Experiment) -> str:
+    return (f"# Resolved configuration of {exp.name} (every default filled in).\n"
+            f"# Re-run exactly with: memsim run config.toml\n")
+
+
+def _stop_on_signal(signum, frame):
+    # the first SIGINT/SIGTERM unwinds the run (its folder is marked failed);
+    # later ones are ignored so that they cannot cut that bookkeeping short
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1) -> None:
+    """A worker process of :func:`run_many`: one run (its replicates ``jobs``
+    at a time), its outcome sent back."""
+    signal.signal(signal.SIGINT, _stop_on_signal)
+    signal.signal(signal.SIGTERM, _stop_on_signal)
+    try:
+        res = run_experiment(exp, out=out, report=report, argv=argv, jobs=jobs)
+        conn.send(("ok", str(res.path)))
+    except BaseException as exc:  # sent to the parent, which raises it
+        try:
+            conn.send(("error", exc))
+        except Exception:  # an exception that does not pickle
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        conn.close()
+
+
+def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs: int = 1,
+             report: bool = True, progress: Callable[[float], None] | None = None,
+             argv: list[str] | None = None,
+             report_progress: Callable[[int], Callable[[float], None]] | None = None
+             ) -> list[Path]:
+    """Run several experiments (grids expanded), ``jobs`` at a time in worker processes.
+
+    ``jobs`` worker processes in all: a single run simulates its replicates
+    ``jobs`` at a time; several runs run ``jobs`` at a time, each simulating
+    its replicates in ``jobs // runs`` processes when there are cores to spare
+    (4 jobs, 2 runs: 2 replicates at a time in each), one at a time otherwise.
+    Results never depend on ``jobs``.
+
+    The first failure stops the queue (running jobs finish) and is raised. An
+    interrupt (SIGINT, or SIGTERM where the CLI turns it into one) stops the
+    queue at once: no further run starts and every running one is stopped
+    and marks its folder failed.
+
+    ``report_progress(i)``, when given, returns the progress callable of run
+    ``i``'s report (runs one at a time only: parallel runs build their
+    reports in their worker processes, and ``progress`` counts whole runs).
+    """
+    expanded = [e for exp in experiments for e in exp.expand()]
+    if jobs <= 1 or len(expanded) == 1:
+        paths = []
+        for i, e in enumerate(expanded):
+            sub = None if progress is None else (
+                lambda f, i=i: progress((i + f) / len(expanded)))
+            paths.append(run_experiment(
+                e, out=out, report=report, progress=sub, argv=argv, jobs=jobs,
+                report_progress=None if report_progress is None else report_progress(i)).path)
+        return paths
+    return _run_parallel(expanded, out, jobs, report, progress, argv)
+
+
+def _run_parallel(expanded: list[Experiment], out, jobs: int, report: bool,
+                  progress: Callable[[float], None] | None, argv) -> list[Path]:
+    ctx = multiprocessing.get_context()
+    results: dict[int, str] = {}
+    running: dict[int, tuple[Any, Any]] = {}  # index -> (process, parent end of its pipe)
+    error: BaseException | None = None
+    queue = list(range(len(expanded)))
+    try:
+        while queue or running:
+            while queue and error is None and len(running) < jobs:
+                i = queue.pop(0)
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(expanded[i], out, report, argv, send,
+                                                        max(1, jobs // len(expanded))),
+                                   daemon=False)
+                proc.start()
+                send.close()
+                running[i] = (proc, recv)
+            if error is not None:
+                queue.clear()
+            if not running:
+                break
+            ready = wait_any([conn for _, conn in running.values()]
+                             + [proc.sentinel for proc, _ in running.values()])
+            for i, (proc, conn) in list(running.items()):
+                if conn not in ready and proc.sentinel not in ready:
+                    continue
+                outcome = _receive(conn)
+                proc.join()
+                conn.close()
+                del running[i]
+                if outcome is None:
+                    outcome = ("error", RuntimeError(
+                        f"{expanded[i].name}: the worker process died (exit code "
+                        f"{proc.exitcode})"))
+                if outcome[0] == "ok":
+                    results[i] = outcome[1]
+                    if progress is not None:
+                        progress(len(results) / len(expanded))
+                elif error is None:
+                    error = outcome[1]
+    except BaseException:
+        _stop_children(running)
+        raise
+    if error is not None:
+        raise error
+    return [Path(results[i]) for i in range(len(expanded))]
+
+
+def _receive(conn) -> tuple | None:
+    """The outcome a worker sent, or None if it died without sending one."""
+    try:
+        return conn.recv() if conn.poll() else None
+    except (EOFError, OSError):
+        return None
+
+
+def _stop_children(running: dict, timeout: float = 60.0) -> None:
+    """Stop running workers (SIGTERM: each marks its folder failed) and wait."""
+    for proc, _ in running.values():
+        if proc.is_alive():
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout
+    for proc, conn in running.values():
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():  # its manifest then reads failed (its writer is gone)
+            proc.kill()
+            proc.join()
+        conn.close()

@@ -1,0 +1,1019 @@
+"""``memsim advise``: tune the whole pipeline against today's setting, and
+prove the gain on queries the search never saw.
+
+The experiment names a workload and, in its ``[advise]`` table, the setting
+that runs today::
+
+    [advise]
+    current = "today"           # a policy of the experiment, a preset, or "as-logged"
+    # everything below is optional
+    trials = 30                 # Optuna trials per tuning fold (TPE, seeded)
+    batch = 10                  # trials simulated together as the arms of one replay
+    seed = 1                    # default: the experiment's seed
+    split = 0.7                 # a stream: tune on the first 70% of its queries by time
+    folds = 0                   # a stream: 0 = automatic (rolling origin, 3 folds, when few)
+    holdout_replicates = 0      # synthetic: fresh seeds to test on (0: experiment.replicates)
+    rankers = ["current", "similarity", "half-life", "half-life-floor", "per-type"]
+    packers = ["top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact"]
+    cuts = ["none", "score", "similarity"]
+    candidates = [10, 20, 50, 100]
+    half_life_days = [1.0, 1000.0]
+    floor = [0.0, 0.9]
+    retention = true            # tune the retention threshold where today's evicts
+
+The search space spans the pipeline, one stage after the other:
+
+- *ranking* (``rankers``): ``current`` keeps today's retriever, decay,
+  stickiness, breadth and ranker (for ``as-logged``: the system's own logged
+  ranking); ``similarity`` ranks by similarity alone; ``half-life`` and
+  ``half-life-floor`` rank by similarity x an exponential recency (half-life
+  in ``half_life_days``, floor in ``floor``); ``per-type`` gives each memory
+  type its own half-life (the ``per-type-half-life`` decay) when the notes
+  carry several types, else each tier (the ``per-tier`` decay: task and
+  scratch, longterm never decays) when they carry several tiers, and is left
+  out when they carry neither;
+- *candidates*: the top-C the packer sees;
+- *packing* (``packers``): the five packers of :mod:`memsim.policies.packing`;
+- *cut* (``cuts``): ``score`` drops the candidates scoring under a share of
+  the best, ``similarity`` those whose similarity is under a share of the
+  best candidate's (``packer.min_relative_score`` and ``packer.cut_on``; only
+  the value packers have a cut);
+- *retention*: the threshold of today's retention (``cold_threshold`` of
+  ``ai-memory``, ``threshold`` of ``memorybank``, ``max_notes`` of
+  ``capacity``), from half to twice today's, when today's retention evicts.
+
+Rankers that read what no deployed system can read (``bayes`` reads the
+planted classes, ``oracle`` the true gains) are never in the space and may
+not be ``current``: their utility is an upper bound, not achievable headroom.
+
+Out of sample by construction
+-----------------------------
+*A stream with a time order* (a trace, LoCoMo, a stream folder): the replay
+always runs the whole stream, because the memory's state evolves over all of
+it; what is split is which queries are scored. With ``folds = 1`` the search
+is scored on the first ``split`` of the queries by time and the
+recommendation is tested on the rest. With ``folds = k > 1`` (rolling
+origin; automatic, with 3 folds, when a time split would hold fewer than 100
+test queries) the queries in time order are cut into ``k + 1`` blocks; fold
+``j`` tunes on blocks ``0 .. j - 1`` and tests on block ``j``. The held-out
+gain is then pooled over the ``k`` test blocks (each scored by the winner of
+its own fold), and the recommendation is the last fold's winner (tuned on
+the most history).
+
+*A synthetic workload*: the search runs on the experiment's replicates
+``0 .. R - 1``; the recommendation is tested on fresh replicates (new seeds,
+``holdout_replicates`` of them, numbered from ``R``).
+
+The gain is the paired difference of ``utility_share`` (recommended minus
+current) over the held-out queries, with its 95% bootstrap interval
+(:func:`memsim.reporting.stats.paired_tests`: over queries, or over replicates when
+there are 5 or more); it is called significant only when the interval
+excludes 0. The tuning score (the best trial's, on the queries it was chosen
+on) is printed beside the held-out score, so the optimism of the search shows.
+
+The answer
+----------
+:class:`Advice` holds what to change (each slot of the policy that differs,
+from today's value to the recommended one), the held-out utility share,
+recall of notes 90 days or older, harm and tokens used, today's and
+recommended (a warning on the same line when harm rises or old-note recall
+falls), the gain by stage (today's setting changed one stage at a time
+towards the recommendation, in the order ranking, packing, cut, retention;
+each step's held-out gain over the step before), and the runner-ups whose
+tuning score is within noise of the best. :func:`advise` writes
+``advice.md`` and ``advice.json`` (and ``trials.csv``, ``config.toml``,
+``manifest.json``) to a run folder, each written to a temporary name and
+renamed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import optuna
+import pandas as pd
+
+from memsim.runs.config import (Experiment, StreamSource, attribute_overrides, dumps_toml,
+                           load_experiment, parse_override)
+from memsim.engine import Arm, ReplayCache
+from memsim.core.errors import ConfigError
+from memsim.evaluation.metrics import OLD_RECALL_COLUMN
+from memsim.core.params import check_keys, did_you_mean
+from memsim.policies import PRESETS, REGISTRY, Policy, resolve_policy
+from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
+from memsim.reporting.rundir import Manifest, jsonable, new_run_dir, utc_now, write_atomic, write_text_atomic
+from memsim.runs.runner import load_stream_for, simulate_replicate
+from memsim.reporting.stats import paired_tests, utility_share
+from memsim.sweep.evaluate import cache_budget
+from memsim.sweep.study import _quiet_optuna
+
+__all__ = ["advise", "Advice", "AdviseSpec", "RANKINGS", "PACKERS", "CUTS", "STAGES"]
+
+#: Ranking families of the search space (see the module docstring).
+RANKINGS = ("current", "similarity", "half-life", "half-life-floor", "per-type")
+#: Packers of the search space.
+PACKERS = ("top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact")
+#: The packers that take a relevance cut (``min_relative_score``).
+VALUE_PACKERS = ("greedy", "greedy-swap", "exact")
+#: Relevance cuts of the search space: none, on the score, on the similarity.
+CUTS = ("none", "score", "similarity")
+#: The stages of the gain's decomposition, in the order they are applied.
+STAGES = ("ranking", "packing", "cut", "retention")
+#: The slots each stage changes.
+_STAGE_SLOTS = {"ranking": ("retriever", "decay", "stickiness", "breadth", "ranker", "candidates"),
+                "packing": ("packer.kind",), "cut": ("packer.min_relative_score",),
+                "retention": ("retention",)}
+#: Retention parameters tuned, by retention kind.
+RETENTION_KNOBS = {"ai-memory": "cold_threshold", "memorybank": "threshold",
+                   "capacity": "max_notes"}
+#: Automatic rolling origin: a time split whose test part would hold fewer
+#: queries than this uses ``AUTO_FOLDS`` folds instead.
+MIN_TEST_QUERIES = 100
+AUTO_FOLDS = 3
+#: Metrics reported for today's and the recommended setting.
+REPORTED = ("utility_share", "recall", OLD_RECALL_COLUMN, "harm", "tokens_used")
+#: Columns of the queries frame kept per arm.
+_KEEP = ("replicate", "policy", "budget", "query_id", "utility", "oracle_utility", "recall",
+         OLD_RECALL_COLUMN, "harm", "tokens_used")
+#: The named random stream every arm draws (common random numbers).
+_STREAM = "advise"
+
+_KEYS = ("current", "trials", "batch", "seed", "split", "folds", "holdout_replicates",
+         "rankers", "packers", "cuts", "candidates", "half_life_days", "floor", "retention",
+         "runner_ups")
+
+
+# --------------------------------------------------------------------------
+# The [advise] table
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdviseSpec:
+    """The ``[advise]`` table, validated (see the module docstring)."""
+
+    current: str
+    trials: int = 30
+    batch: int = 10
+    seed: int = 0
+    split: float = 0.7
+    folds: int = 0
+    holdout_replicates: int = 0
+    rankers: tuple = RANKINGS
+    packers: tuple = PACKERS
+    cuts: tuple = CUTS
+    candidates: tuple = (10, 20, 50, 100)
+    half_life_days: tuple = (1.0, 1000.0)
+    floor: tuple = (0.0, 0.9)
+    retention: bool = True
+    runner_ups: int = 3
+
+    @classmethod
+    def from_table(cls, table: dict | None, exp: Experiment,
+                   current: str | None = None) -> AdviseSpec:
+        """Parse ``[advise]`` (``current`` overrides its ``current``)."""
+        table = dict(table or {})
+        check_keys(table, _KEYS, "advise")
+        if current is not None:
+            table["current"] = current
+        if "current" not in table:
+            raise ConfigError("advise.current: missing; name the setting that runs today "
+                              f"(a policy of the experiment: {', '.join(exp.policies)}; or a "
+                              "preset, e.g. \"as-logged\")")
+        kw: dict[str, Any] = {"seed": exp.seed}
+        for key, value in table.items():
+            kw[key] = _checked(key, value)
+        return cls(**kw)
+
+
+def _fail(key: str, want: str, value: Any) -> ConfigError:
+    return ConfigError(f"advise.{key}: expected {want}, got {value!r}")
+
+
+def _checked(key: str, v: Any) -> Any:
+    """One ``[advise]`` value, validated; lists become tuples."""
+    def is_int(x):
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    def is_num(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    if key == "current":
+        if not isinstance(v, str) or not v:
+            raise _fail(key, "a policy or preset name", v)
+        return v
+    if key in ("trials", "batch"):
+        if not is_int(v) or not 1 <= v <= 100_000:
+            raise _fail(key, "an int from 1 to 100000", v)
+        return v
+    if key in ("folds", "holdout_replicates", "runner_ups"):
+        if not is_int(v) or not 0 <= v <= 1000:
+            raise _fail(key, "an int from 0 to 1000", v)
+        return v
+    if key == "seed":
+        if not is_int(v) or not 0 <= v < 2**63:
+            raise _fail(key, "an int >= 0", v)
+        return v
+    if key == "split":
+        if not is_num(v) or not 0.1 <= v <= 0.9:
+            raise _fail(key, "a share from 0.1 to 0.9", v)
+        return float(v)
+    if key == "retention":
+        if not isinstance(v, bool):
+            raise _fail(key, "true or false", v)
+        return v
+    if key in ("rankers", "packers", "cuts"):
+        allowed = {"rankers": RANKINGS, "packers": PACKERS, "cuts": CUTS}[key]
+        if not isinstance(v, list) or not v:
+            raise _fail(key, f"a non-empty list of {', '.join(allowed)}", v)
+        for x in v:
+            if x not in allowed:
+                raise ConfigError(f"advise.{key}: unknown {x!r}{did_you_mean(str(x), allowed)}; "
+                                  f"allowed: {', '.join(allowed)}")
+        return tuple(dict.fromkeys(v))
+    if key == "candidates":
+        if not isinstance(v, list) or not v or not all(is_int(x) and 1 <= x <= 1 << 20 for x in v):
+            raise _fail(key, "a non-empty list of ints from 1 to 2**20", v)
+        return tuple(sorted(set(v)))
+    # half_life_days, floor: [low, high]
+    lo_ok = 0.0 if key == "floor" else 1e-6
+    hi_ok = 0.99 if key == "floor" else 1e6
+    if (not isinstance(v, list) or len(v) != 2 or not all(is_num(x) for x in v)
+            or not lo_ok <= v[0] <= v[1] <= hi_ok):
+        raise _fail(key, f"[low, high] with {lo_ok:g} <= low <= high <= {hi_ok:g}", v)
+    return (float(v[0]), float(v[1]))
+
+
+# --------------------------------------------------------------------------
+# The search space: a trial's parameters -> a policy
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Space:
+    """What the search may change, fixed for the workload and today's policy."""
+
+    spec: AdviseSpec
+    current: Policy
+    current_candidates: int
+    #: "memory_type" or "tier": what ``per-type`` keys on ("" when neither varies)
+    per_type_key: str
+    #: the types (or tiers) present in the stream, in code order
+    types: tuple
+    retention_knob: str
+
+    @property
+    def rankings(self) -> tuple:
+        return tuple(r for r in self.spec.rankers if r != "per-type" or self.per_type_key)
+
+    @property
+    def candidates(self) -> tuple:
+        return tuple(sorted(set(self.spec.candidates) | {self.current_candidates}))
+
+    @property
+    def packers(self) -> tuple:
+        return self.spec.packers
+
+    def own_params(self) -> dict:
+        """Today's setting as a trial's parameters (enqueued as trial 0)."""
+        p: dict[str, Any] = {"ranking": "current", "candidates": self.current_candidates,
+                             "packer": self.current.packer.name}
+        cut = getattr(self.current.packer, "min_relative_score", 0.0)
+        if p["packer"] in VALUE_PACKERS and len(self.spec.cuts) > 1:
+            p["cut"] = getattr(self.current.packer, "cut_on", "score") if cut > 0 else "none"
+            if cut > 0:
+                p["cut_level"] = float(cut)
+        if self.retention_knob:
+            p[f"retention.{self.retention_knob}"] = getattr(self.current.retention,
+                                                            self.retention_knob)
+        return p
+
+    def in_space(self, params: dict) -> bool:
+        """Whether :meth:`own_params` can be a trial (``current`` among the
+        rankings, today's packer among the packers, today's cut among the cuts)."""
+        cut_ok = "cut" not in params or params["cut"] in self.spec.cuts
+        return ("current" in self.rankings and params["packer"] in self.packers and cut_ok)
+
+    def sample(self, trial) -> dict:
+        """Draw a trial's parameters (define-by-run: a family's own knobs only)."""
+        s = self.spec
+        fam = trial.suggest_categorical("ranking", self.rankings)
+        if fam in ("half-life", "half-life-floor"):
+            trial.suggest_float("half_life_days", *s.half_life_days, log=True)
+        if fam == "per-type":
+            for t in self.types:
+                trial.suggest_float(f"half_life_days.{t}", *s.half_life_days, log=True)
+        if fam in ("half-life-floor", "per-type"):
+            trial.suggest_float("floor", *s.floor)
+        trial.suggest_categorical("candidates", self.candidates)
+        packer = trial.suggest_categorical("packer", self.packers)
+        if packer in VALUE_PACKERS:
+            cut = trial.suggest_categorical("cut", s.cuts) if len(s.cuts) > 1 else s.cuts[0]
+            if cut != "none":
+                trial.suggest_float("cut_level", 0.05, 0.95)
+        if self.retention_knob:
+            now = getattr(self.current.retention, self.retention_knob)
+            key = f"retention.{self.retention_knob}"
+            if isinstance(now, int):
+                trial.suggest_int(key, max(1, now // 2), max(2, 2 * now), log=True)
+            else:
+                trial.suggest_float(key, now / 2, min(2 * now, 1e6) if now > 0 else 1.0)
+        return dict(trial.params)
+
+    def table(self, params: dict) -> dict:
+        """The resolved policy table of a trial's parameters."""
+        table = self.current.to_config()
+        table["candidates"] = int(params["candidates"])
+        fam = params["ranking"]
+        if fam != "current":
+            table["retriever"] = self.current.retriever.to_config()
+            table["stickiness"] = {"kind": "none"}
+            table["breadth"] = {"kind": "none"}
+            if self.current.ranker.needs_logged:  # the logged ranker reads no similarity
+                table["retriever"] = {"kind": "cosine"}
+            table["ranker"] = {"kind": "similarity" if fam == "similarity" else "product"}
+            table["decay"] = self._decay(fam, params)
+        kind = params["packer"]
+        # today's packer keeps its own settings (a solver's limits, swaps)
+        table["packer"] = (dict(table["packer"]) if kind == self.current.packer.name
+                           else {"kind": kind})
+        if kind in VALUE_PACKERS:
+            cut = params.get("cut", self.spec.cuts[0] if len(self.spec.cuts) == 1 else "none")
+            table["packer"]["min_relative_score"] = (float(params["cut_level"])
+                                                     if cut != "none" else 0.0)
+            table["packer"]["cut_on"] = cut if cut != "none" else "score"
+        if self.retention_knob:
+            table["retention"][self.retention_knob] = params[f"retention.{self.retention_knob}"]
+        return table
+
+    def _decay(self, fam: str, params: dict) -> dict:
+        if fam == "similarity":
+            return {"kind": "none"}
+        if fam == "half-life":
+            return {"kind": "half-life", "half_life_days": params["half_life_days"]}
+        if fam == "half-life-floor":
+            return {"kind": "half-life-floor", "half_life_days": params["half_life_days"],
+                    "floor": params["floor"]}
+        floor = params["floor"]
+        if self.per_type_key == "memory_type":
+            d: dict[str, Any] = {"kind": "per-type-half-life", "floor": floor}
+            for t in self.types:
+                d[f"{t}_half_life_days"] = params[f"half_life_days.{t}"]
+            return d
+        d = {"kind": "per-tier", "task_floor": floor, "scratch_floor": floor}
+        for t in self.types:
+            if t in ("task", "scratch"):
+                d[f"{t}_half_life_days"] = params[f"half_life_days.{t}"]
+        return d
+
+    def policy(self, params: dict) -> Policy:
+        return Policy.from_config(self.table(params), "advise")
+
+    def resolved(self, params: dict) -> dict:
+        """The trial's policy table with every default filled in."""
+        return _resolved(self.table(params), self.current_candidates)
+
+
+def _resolved(table: dict, candidates: int) -> dict:
+    """A policy table with every default filled in (so that two tables of the
+    same policy compare equal); ``candidates`` when the table sets none."""
+    out = Policy.from_config(table, "advise").to_config()
+    out.setdefault("candidates", candidates)
+    return out
+
+
+def _per_type_key(stream) -> tuple[str, tuple]:
+    """What ``per-type`` keys on: the memory types when the notes carry
+    several, else the tiers (task, scratch) when they carry both; else none."""
+    notes = stream.notes
+    if "memory_type" in notes.columns:
+        types = [t for t in MEMORY_TYPE_CODES if t in set(notes["memory_type"].astype(str))]
+        if len(types) > 1:
+            return "memory_type", tuple(types)
+    if "tier" in notes.columns:
+        tiers = [t for t in TIER_CODES if t in set(notes["tier"].astype(str))]
+        decaying = [t for t in tiers if t != "longterm"]
+        if len(tiers) > 1 and decaying:
+            return "tier", tuple(decaying)
+    return "", ()
+
+
+def current_policy(exp: Experiment, name: str) -> Policy:
+    """Today's policy: a policy of the experiment, else a preset.
+
+    Raises
+    ------
+    ConfigError
+        An unknown name, or a policy that reads hidden labels.
+    """
+    if name in exp.policies:
+        pol = exp.policies[name]
+    elif name in PRESETS:
+        pol = resolve_policy({"preset": name}, "advise.current")
+    else:
+        allowed = list(exp.policies) + sorted(PRESETS)
+        raise ConfigError(f"advise.current: {name!r} is neither a policy of this experiment nor "
+                          f"a preset{did_you_mean(name, allowed)}; policies: "
+                          f"{', '.join(exp.policies)}")
+    if pol.ranker.needs_truth or pol.ranker.needs_planted:
+        raise ConfigError(f"advise.current: {name!r} ranks with {pol.ranker.name!r}, which reads "
+                          "hidden labels (the true gains or the planted classes): an upper bound, "
+                          "not a setting a system can run")
+    return pol
+
+
+# --------------------------------------------------------------------------
+# Replays
+# --------------------------------------------------------------------------
+
+
+class _Replays:
+    """Simulates policies as the arms of one replay per replicate, keeping
+    the work shared by every arm between calls (:class:`ReplayCache`)."""
+
+    def __init__(self, exp: Experiment):
+        self.exp = exp
+        self.cache = ReplayCache(min(cache_budget(None), 512 << 20))
+        self._streams: dict[int, Any] = {}
+
+    def stream(self, r: int):
+        if r not in self._streams:
+            self._streams[r] = load_stream_for(self.exp, r)
+        return self._streams[r]
+
+    def run(self, policies: dict[str, Policy], reps: list[int]) -> pd.DataFrame:
+        arms = [Arm(name, pol, None, stream_name=_STREAM) for name, pol in policies.items()]
+        parts = []
+        for r in reps:
+            q = simulate_replicate(self.exp, arms, r, self.stream(r), cache=self.cache)["queries"]
+            parts.append(q[[c for c in _KEEP if c in q.columns]])
+        out = pd.concat(parts, ignore_index=True)
+        out["policy"] = out["policy"].astype(str)
+        return out
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """Which (replicate, query) pairs a fold tunes on and tests on."""
+
+    name: str
+    tune_reps: tuple
+    test_reps: tuple
+    tune: frozenset   # (replicate, query_id) pairs; empty: every query of the replicates
+    test: frozenset
+
+
+def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_Fold], str]:
+    """The tuning and test parts, and a sentence saying how they were made."""
+    if not isinstance(exp.workload, StreamSource):
+        r = exp.settings.replicates
+        h = spec.holdout_replicates or r
+        fold = _Fold("holdout", tuple(range(r)), tuple(range(r, r + h)), frozenset(), frozenset())
+        return [fold], (f"tuned on replicates 0-{r - 1}, tested on {h} fresh replicate"
+                        f"{'s' if h > 1 else ''} ({r}-{r + h - 1}: new seeds)")
+    q = replays.stream(0).queries.sort_values(["t", "query_id"], kind="stable")
+    order = q["query_id"].to_numpy()
+    times = q["t"].to_numpy()
+    n = len(order)
+    k = spec.folds
+    if k == 0:
+        k = 1 if round((1 - spec.split) * n) >= MIN_TEST_QUERIES else AUTO_FOLDS
+    # cut points in time order, moved past queries asked at the same time as
+    # the one before, so that no test query is as old as a tuning one
+    cuts = [_time_cut(times, int(round(share * n)))
+            for share in ([spec.split] if k == 1 else np.arange(1, k + 1) / (k + 1))]
+    if len(set(cuts)) < len(cuts) or cuts[0] < 1 or cuts[-1] >= n:
+        raise ConfigError(f"advise.{'split' if k == 1 else 'folds'}: the {n} queries "
+                          f"({len(set(times.tolist()))} distinct times) cannot be cut into "
+                          f"{'a tuning and a test part' if k == 1 else f'{k + 1} blocks'}")
+    pairs = [frozenset((0, int(x)) for x in part) for part in np.split(order, cuts)]
+    if k == 1:
+        return [_Fold("time-split", (0,), (0,), pairs[0], pairs[1])], (
+            f"time split: tuned on the first {cuts[0]} queries by time, tested on the last "
+            f"{n - cuts[0]}")
+    folds = [_Fold(f"fold-{j}", (0,), (0,), frozenset().union(*pairs[:j]), pairs[j])
+             for j in range(1, k + 1)]
+    sizes = ", ".join(str(len(p)) for p in pairs)
+    return folds, (f"rolling origin over time, {k} folds: the {n} queries cut into {k + 1} "
+                   f"blocks ({sizes}); fold j tunes on blocks 0..j-1 and tests on block j")
+
+
+def _time_cut(times: np.ndarray, i: int) -> int:
+    """``i`` moved forward past the queries asked at the time of query ``i - 1``."""
+    while 0 < i < len(times) and times[i] == times[i - 1]:
+        i += 1
+    return i
+
+
+def _rows(frame: pd.DataFrame, pairs: frozenset, reps: tuple) -> pd.DataFrame:
+    """The rows of ``frame`` on the given replicates and (replicate, query) pairs."""
+    sub = frame[frame["replicate"].isin(reps)]
+    if not pairs:
+        return sub
+    keys = pd.MultiIndex.from_arrays([sub["replicate"].to_numpy(), sub["query_id"].to_numpy()])
+    return sub[keys.isin(list(pairs))]
+
+
+# --------------------------------------------------------------------------
+# The answer
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Advice:
+    """What :func:`advise` found (see the module docstring).
+
+    Attributes
+    ----------
+    current : str
+        Today's setting, as named.
+    changes : list of str
+        One line per slot that changes: ``"packer from skip-fill to greedy(...)"``.
+    recommended : dict
+        The recommended policy's resolved table (``[policies.NAME]``).
+    heldout : dict
+        Metric -> {"current", "recommended", "diff", "low", "high"} on the
+        held-out queries (for ``utility_share`` pooled over every fold's test
+        block, each scored by its own fold's winner).
+    gain, gain_low, gain_high : float
+        The held-out gain of ``utility_share`` and its 95% interval.
+    ci_over, n_heldout
+        What the interval resamples (``"queries"`` or ``"replicates"``) and
+        the held-out queries with an achievable utility.
+    significant : bool
+        The interval excludes 0.
+    tuning : dict
+        ``{"current", "recommended"}``: the tuning scores of the last fold.
+    stages : list of dict
+        The decomposition: stage, held-out share, gain over the step before, interval.
+    runner_ups : list of dict
+        Settings within noise of the best on the tuning queries, with their
+        changes and held-out shares.
+    warnings : list of str
+    folds : list of dict
+        Per fold: its tuning and test sizes, today's and its winner's
+        held-out share, its winner's tuning share and changes.
+    split, workload : str
+        How the tuning and test queries were chosen; what was replayed.
+    trials : int
+        Trials per fold.
+    heldout_replicates : int
+        Replicates the held-out queries come from (1 for a stream).
+    path : Path or None
+        The run folder, when one was written.
+    """
+
+    current: str
+    changes: list
+    recommended: dict
+    heldout: dict
+    gain: float
+    gain_low: float
+    gain_high: float
+    ci_over: str
+    n_heldout: int
+    significant: bool
+    tuning: dict
+    stages: list
+    runner_ups: list
+    folds: list
+    warnings: list
+    split: str
+    workload: str
+    trials: int
+    heldout_replicates: int = 1
+    path: Path | None = None
+    trials_table: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("path", "trials_table")}
+        d["path"] = str(self.path) if self.path else None
+        return jsonable(d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def headline(self) -> str:
+        """The line a person acts on."""
+        u = self.heldout["utility_share"]
+        if self.significant and self.gain_low > 0:
+            verdict = "a significant gain"
+        elif self.significant:
+            verdict = "significantly WORSE than today's setting: keep today's"
+        else:
+            verdict = ("NOT significant: keep today's setting unless the other metrics argue "
+                       "for the change")
+        pooled = (f", pooled over {len(self.folds)} folds, each block scored by its own "
+                  "fold's winner" if len(self.folds) > 1 else "")
+        over = self.ci_over
+        if over == "queries" and self.heldout_replicates > 1:
+            over += (f" of {self.heldout_replicates} fresh replicates, fewer than 5: it leaves "
+                     "out the variation between workloads")
+        return (f"held-out utility_share {u['current']:.3f} -> {u['recommended']:.3f}, gain "
+                f"{_signed(self.gain)} [{_signed(self.gain_low)}, {_signed(self.gain_high)}] "
+                f"({self.n_heldout} held-out queries with something to gain{pooled}, interval "
+                f"over {over}): {verdict}")
+
+    def metrics_line(self) -> str:
+        h = self.heldout
+        parts = []
+        old = h.get(OLD_RECALL_COLUMN)
+        if old is None or not math.isfinite(old["current"]):
+            parts.append("recall of notes >= 90 days: n/a (no relevant note that old)")
+        else:
+            parts.append(f"recall of notes >= 90 days {old['current']:.3f} -> "
+                         f"{old['recommended']:.3f}")
+        parts.append(f"harm {h['harm']['current']:.3f} -> {h['harm']['recommended']:.3f}")
+        parts.append(f"tokens used {h['tokens_used']['current']:.0f} -> "
+                     f"{h['tokens_used']['recommended']:.0f}")
+        line = "; ".join(parts)
+        if self.warnings:
+            line += "  WARNING: " + "; ".join(self.warnings)
+        return line
+
+    def to_text(self) -> str:
+        lines = [f"memsim advise: {self.workload}; current = {self.current!r}",
+                 f"{self.split}; {self.trials} trials per fold", ""]
+        if self.changes:
+            lines.append("Recommendation:" if self.significant and self.gain_low > 0 else
+                         "Best setting on the tuning queries (not a recommendation: see the "
+                         "held-out gain):")
+            lines += [f"  change {c}" for c in self.changes]
+        else:
+            lines.append("Recommendation: keep today's setting (the search found nothing better "
+                         "on the tuning queries)")
+        lines += ["", self.headline(), self.metrics_line(), ""]
+        t = self.tuning
+        u = self.heldout["utility_share"]
+        lines += ["utility_share   tuning   held-out",
+                  f"current         {t['current']:.3f}    {u['current']:.3f}",
+                  f"recommended     {t['recommended']:.3f}    {u['recommended']:.3f}",
+                  f"gain            {_signed(t['recommended'] - t['current'])}   "
+                  f"{_signed(u['recommended'] - u['current'])}   (the tuning gain is what the "
+                  "search saw; the held-out gain is the estimate)"]
+        if len(self.folds) > 1:
+            lines.append("(tuning: the last fold's tuning queries; held-out: every fold's test "
+                         "block, as in the line above)")
+        if len(self.folds) > 1:
+            lines += ["", "fold      tuned on  tested on  current  its winner  gain"]
+            for f in self.folds:
+                lines.append(f"{f['fold']:<9} {f['n_tune']:>8}  {f['n_test']:>9}  "
+                             f"{f['current']:.3f}    {f['winner']:.3f}       "
+                             f"{_signed(f['winner'] - f['current'])}")
+        if self.stages:
+            where = ("held-out" if len(self.folds) <= 1 else
+                     f"on the last fold's {self.folds[-1]['n_test']} test queries")
+            lines += ["", f"Gain by stage ({where}; today's setting changed one stage at a "
+                      "time, in the order " + " -> ".join(STAGES) + "):"]
+            w = max(10, *(len(s["stage"]) for s in self.stages))
+            for s in self.stages:
+                lines.append(f"  {s['stage']:<{w}} share {s['share']:.3f}  gain "
+                             f"{_signed(s['gain'])} [{_signed(s['low'])}, {_signed(s['high'])}]")
+        if self.runner_ups:
+            lines += ["", "Runner-ups within noise of the best on the tuning queries:"]
+            for ru in self.runner_ups:
+                lines.append(f"  tuning {ru['tuning']:.3f}, held-out {ru['heldout']:.3f}: "
+                             + ("; ".join(ru["changes"]) or "today's setting"))
+        lines += ["", "Not offered: bayes and oracle read hidden labels (the planted classes, "
+                  "the true gains); their utility is an upper bound, not achievable headroom."]
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        return (f"# Advice for {self.workload}\n\n```text\n{self.to_text()}\n```\n\n"
+                "Recommended policy (paste as a `[policies.NAME]` table):\n\n```toml\n"
+                + dumps_toml({"policies": {"recommended": self.recommended}}) + "```\n")
+
+
+def _signed(x: float) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:+.3f}"
+
+
+def _describe(slot: str, table: Any) -> str:
+    """``kind(param=value, ...)`` of a component table: its real-valued
+    parameters (half-lives, floors, cuts), and the others where they differ
+    from the kind's defaults (a solver's limits, the clock)."""
+    if not isinstance(table, dict):
+        return str(table)
+    cls = REGISTRY.get(slot, {}).get(table.get("kind"))
+    defaults = cls().to_config() if cls is not None else {}
+    params = [f"{k}={_short_num(v)}" for k, v in table.items()
+              if k != "kind" and (isinstance(v, float) or defaults.get(k, object()) != v)]
+    return f"{table.get('kind')}({', '.join(params)})" if params else str(table.get("kind"))
+
+
+def _short_num(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def changes_between(now: dict, rec: dict) -> list[str]:
+    """One line per slot whose table differs: ``"slot from X to Y"``."""
+    out = []
+    for slot in dict.fromkeys((*now, *rec)):
+        a, b = now.get(slot), rec.get(slot)
+        if a != b:
+            out.append(f"{slot} from {_describe(slot, a)} to {_describe(slot, b)}")
+    return out
+
+
+def _paired(frame: pd.DataFrame, policy: str, baseline: str,
+            metrics=("utility_share",)) -> dict[str, dict]:
+    """Metric -> paired difference of ``policy`` over ``baseline`` on the
+    rows of ``frame`` (their interval: :func:`memsim.reporting.stats.paired_tests`)."""
+    sub = frame[frame["policy"].isin([policy, baseline])]
+    have = [m for m in metrics if m == "utility_share" or sub[m].notna().any()]
+    res = paired_tests(sub, baseline=baseline, metrics=have)
+    out = {}
+    for m in metrics:
+        row = res[(res["policy"] == policy) & (res["metric"] == m)]
+        if not len(row):
+            out[m] = {"current": math.nan, "recommended": math.nan, "diff": math.nan,
+                      "low": math.nan, "high": math.nan, "over": "", "n": 0}
+            continue
+        r = row.iloc[0]
+        out[m] = {"current": float(r["baseline_mean"]), "recommended": float(r["policy_mean"]),
+                  "diff": float(r["diff"]), "low": float(r["diff_ci_low"]),
+                  "high": float(r["diff_ci_high"]), "over": str(r["ci_over"]),
+                  "n": int(r["n_pairs"])}
+    return out
+
+
+def _excludes_zero(lo: float, hi: float) -> bool:
+    return math.isfinite(lo) and math.isfinite(hi) and (lo > 0 or hi < 0)
+
+
+# --------------------------------------------------------------------------
+# advise()
+# --------------------------------------------------------------------------
+
+
+def advise(exp: Experiment | str | Path, *, current: str | None = None,
+           overrides: list[str] | dict | None = None, out: str | Path | None = None,
+           progress: Callable[[str], None] | None = None,
+           argv: list[str] | None = None) -> Advice:
+    """Tune the pipeline against today's setting; test the result out of sample.
+
+    Parameters
+    ----------
+    exp : Experiment or path
+        The experiment (its ``[advise]`` table, its workload, its budget).
+    current : str, optional
+        Overrides ``advise.current``.
+    overrides : list of "KEY=VALUE" or dict, optional
+        Dotted-key overrides (``advise.trials=10``), applied before validation.
+    out : path, optional
+        Parent folder of the run folder (``advice.md``, ``advice.json``,
+        ``trials.csv``); None keeps everything in memory.
+    progress : callable, optional
+        Called with a line of text after each batch of trials.
+
+    Returns
+    -------
+    Advice
+    """
+    if not isinstance(exp, Experiment):
+        exp = load_experiment(exp, overrides)
+    elif overrides:
+        exp = exp.with_overrides(dict(overrides) if isinstance(overrides, dict)
+                                 else dict(parse_override(o) for o in overrides))
+    try:
+        spec = AdviseSpec.from_table(exp.advise, exp, current)
+    except ConfigError as exc:  # name the --set that caused a mistake
+        raise attribute_overrides(exc, overrides) from None
+    pol = current_policy(exp, spec.current)
+    replays = _Replays(exp)
+    stream0 = replays.stream(0)
+    if pol.ranker.needs_logged and getattr(stream0, "retrieved", None) is None:
+        raise ConfigError(f"advise.current: {spec.current!r} replays logged rankings, and this "
+                          "workload has none (a trace with 'retrieved' events has them)")
+    key, types = _per_type_key(stream0)
+    knob = RETENTION_KNOBS.get(pol.retention.name, "") if (
+        spec.retention and pol.retention.evicts) else ""
+    space = _Space(spec, pol, int(pol.candidates or exp.sim.candidates), key, types, knob)
+    if not space.rankings:
+        raise ConfigError("advise.rankers: only 'per-type', and the notes carry neither several "
+                          "memory types nor several tiers; add another ranking")
+    folds, split_text = _folds(exp, spec, replays)
+
+    manifest = path = None
+    if out is not None:
+        path = new_run_dir(out, f"{exp.name}_advise", exp.hash8())
+        manifest = Manifest(path, name=exp.name, config_hash=exp.hash8(),
+                            source_file=exp.source_file, argv=argv)
+    try:
+        advice = _advise(exp, spec, space, folds, split_text, replays, progress)
+        if path is not None:
+            advice.path = path
+            write_text_atomic(path / "config.toml", dumps_toml(exp.to_config()))
+            write_atomic(path / "trials.csv",
+                         lambda p: advice.trials_table.to_csv(p, index=False))
+            write_text_atomic(path / "advice.json", advice.to_json())
+            write_text_atomic(path / "advice.md", advice.to_markdown())
+            manifest.update(status="completed", finished_utc=utc_now())
+        return advice
+    except BaseException as exc:
+        if manifest is not None:
+            try:
+                manifest.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                                finished_utc=utc_now())
+            except OSError:
+                pass
+        raise
+
+
+def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold],
+            split_text: str, replays: _Replays,
+            progress: Callable[[str], None] | None) -> Advice:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with _quiet_optuna():
+        studies = [optuna.create_study(direction="maximize",
+                                       sampler=optuna.samplers.TPESampler(seed=spec.seed + j))
+                   for j in range(len(folds))]
+        if space.in_space(space.own_params()):
+            for s in studies:  # today's setting is trial 0 of each fold
+                s.enqueue_trial(space.own_params())
+        tune_reps = sorted({r for f in folds for r in f.tune_reps})
+        current_frame = replays.run({"current": space.current}, tune_reps)
+        records: list[list[dict]] = [[] for _ in folds]
+        done = 0
+        while done < spec.trials:
+            n = min(spec.batch, spec.trials - done)
+            asked, pols = [], {}
+            for j, study in enumerate(studies):
+                for _ in range(n):
+                    trial = study.ask()
+                    params = space.sample(trial)
+                    name = f"f{j}/t{trial.number}"
+                    asked.append((j, trial, params, name))
+                    pols[name] = space.policy(params)
+            frame = replays.run(pols, tune_reps)
+            for j, trial, params, name in asked:
+                rows = _rows(frame[frame["policy"] == name], folds[j].tune, folds[j].tune_reps)
+                value = utility_share(rows)
+                studies[j].tell(trial, value if math.isfinite(value) else -1.0)
+                records[j].append({"fold": folds[j].name, "number": trial.number,
+                                   "tuning": value, "params": params, "name": name,
+                                   "frame": frame[frame["policy"] == name]})
+            done += n
+            if progress is not None:
+                best = max(r["tuning"] for r in records[-1])
+                progress(f"advise: {done}/{spec.trials} trials, best tuning utility_share "
+                         f"{best:.3f}")
+
+    # each fold's winner: the best tuning score (ties: the earlier trial)
+    winners = [max(recs, key=lambda r: (r["tuning"] if math.isfinite(r["tuning"]) else -math.inf,
+                                        -r["number"])) for recs in records]
+    last = len(folds) - 1
+    best = winners[last]
+    rec_table = space.resolved(best["params"])
+    now_table = _resolved(space.current.to_config(), space.current_candidates)
+
+    # runner-ups: other distinct settings within noise of the best on the tuning queries
+    fl = folds[last]
+    tune_cur = _rows(current_frame, fl.tune, fl.tune_reps)
+    ranked = sorted((r for r in records[last] if math.isfinite(r["tuning"]) and r is not best),
+                    key=lambda r: (-r["tuning"], r["number"]))
+    seen = {json.dumps(rec_table, sort_keys=True, default=str)}
+    runner = []
+    for r in ranked:
+        if len(runner) >= spec.runner_ups:
+            break
+        table = space.resolved(r["params"])
+        sig = json.dumps(table, sort_keys=True, default=str)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        pair = pd.concat([_rows(best["frame"], fl.tune, fl.tune_reps).assign(policy="best"),
+                          _rows(r["frame"], fl.tune, fl.tune_reps).assign(policy="other")])
+        d = _paired(pair, "other", "best")["utility_share"]
+        if _excludes_zero(d["low"], d["high"]):
+            break  # ranked by tuning score: the rest are further from the best
+        runner.append((r, table))
+
+    # held-out replay: today's, every fold's winner, the stages, the runner-ups
+    stage_tables = _stage_tables(now_table, rec_table)
+    pols = {"current": space.current}
+    for j, w in enumerate(winners):
+        pols[f"winner-{j}"] = space.policy(w["params"])
+    for name, table in stage_tables:
+        pols[f"stage:{name}"] = Policy.from_config(table, "advise")
+    for i, (_, table) in enumerate(runner):
+        pols[f"runner-up-{i}"] = Policy.from_config(table, "advise")
+    test_reps = sorted({r for f in folds for r in f.test_reps})
+    held = replays.run(pols, test_reps)
+
+    # the pooled held-out comparison: each test block scored by its own fold's winner
+    cur_parts, rec_parts, fold_rows = [], [], []
+    for j, f in enumerate(folds):
+        c = _rows(held[held["policy"] == "current"], f.test, f.test_reps)
+        w = _rows(held[held["policy"] == f"winner-{j}"], f.test, f.test_reps)
+        cur_parts.append(c)
+        rec_parts.append(w.assign(policy="recommended"))
+        fold_rows.append({"fold": f.name, "n_tune": _count(f.tune, f.tune_reps, replays),
+                          "n_test": len(c), "current": utility_share(c),
+                          "winner": utility_share(w), "tuning": winners[j]["tuning"],
+                          "changes": changes_between(now_table, space.resolved(winners[j]["params"]))})
+    pooled = pd.concat(cur_parts + rec_parts, ignore_index=True)
+    heldout = _paired(pooled, "recommended", "current", REPORTED)
+    u = heldout["utility_share"]
+
+    # the stages, on the last fold's test queries
+    test_last = _rows(held, fl.test, fl.test_reps)
+    stages = []
+    prev = "current"
+    for name, _ in stage_tables:
+        d = _paired(test_last, f"stage:{name}", prev)["utility_share"]
+        stages.append({"stage": name, "share": d["recommended"], "gain": d["diff"],
+                       "low": d["low"], "high": d["high"]})
+        prev = f"stage:{name}"
+
+    runner_ups = []
+    for i, (r, table) in enumerate(runner):
+        runner_ups.append({"tuning": r["tuning"], "changes": changes_between(now_table, table),
+                           "heldout": utility_share(test_last[test_last["policy"]
+                                                              == f"runner-up-{i}"]),
+                           "policy": table})
+
+    warnings = []
+    harm = heldout["harm"]
+    if harm["diff"] > 0:
+        warnings.append(f"raises harm by {harm['diff']:.3f} [{harm['low']:+.3f}, "
+                        f"{harm['high']:+.3f}]")
+    old = heldout[OLD_RECALL_COLUMN]
+    if math.isfinite(old["diff"]) and old["diff"] < 0:
+        warnings.append(f"lowers recall of notes >= 90 days by {-old['diff']:.3f} "
+                        f"[{old['low']:+.3f}, {old['high']:+.3f}]")
+
+    trials_rows = []
+    for recs in records:
+        for r in recs:
+            trials_rows.append({"fold": r["fold"], "number": r["number"], "tuning": r["tuning"],
+                                **{f"params.{k}": v for k, v in r["params"].items()}})
+    return Advice(
+        current=spec.current, changes=changes_between(now_table, rec_table),
+        recommended=rec_table, heldout=heldout, gain=u["diff"], gain_low=u["low"],
+        gain_high=u["high"], ci_over=u["over"], n_heldout=u["n"],
+        significant=_excludes_zero(u["low"], u["high"]),
+        tuning={"current": utility_share(tune_cur), "recommended": best["tuning"]},
+        stages=stages, runner_ups=runner_ups, folds=fold_rows, warnings=warnings,
+        split=split_text, workload=_workload_text(exp, replays), trials=spec.trials,
+        heldout_replicates=len(test_reps),
+        trials_table=pd.DataFrame(trials_rows))
+
+
+def _count(pairs: frozenset, reps: tuple, replays: _Replays) -> int:
+    if pairs:
+        return len(pairs)
+    return sum(replays.stream(r).n_queries for r in reps)
+
+
+def _stage_tables(now: dict, rec: dict) -> list[tuple[str, dict]]:
+    """Today's table changed one stage at a time towards ``rec``, in the
+    order of :data:`STAGES`; a stage that changes nothing is left out."""
+    out = []
+    table = copy.deepcopy(now)
+    for stage in STAGES:
+        nxt = copy.deepcopy(table)
+        for slot in _STAGE_SLOTS[stage]:
+            if slot == "packer.kind":
+                nxt["packer"] = copy.deepcopy(rec["packer"])
+                if rec["packer"]["kind"] in VALUE_PACKERS:  # the cut is the next stage
+                    nxt["packer"]["min_relative_score"] = table["packer"].get(
+                        "min_relative_score", 0.0)
+                    nxt["packer"]["cut_on"] = table["packer"].get("cut_on", "score")
+            elif slot == "packer.min_relative_score":
+                nxt["packer"] = copy.deepcopy(rec["packer"])
+            elif slot in rec:
+                nxt[slot] = copy.deepcopy(rec[slot])
+        if Policy.from_config(nxt, "advise").to_config() != Policy.from_config(
+                table, "advise").to_config() or nxt.get("candidates") != table.get("candidates"):
+            dropped = (stage == "packing" and table["packer"].get("min_relative_score", 0) > 0
+                       and "min_relative_score" not in nxt["packer"])
+            # a rank-order packer has no cut: moving to one drops it in this step
+            out.append(("packing (drops the cut)" if dropped else stage, nxt))
+        table = nxt
+    return out
+
+
+def _workload_text(exp: Experiment, replays: _Replays) -> str:
+    s = replays.stream(0)
+    if isinstance(exp.workload, StreamSource):
+        what = exp.workload.importer or "stream"
+        return (f"{exp.name} ({what} {Path(exp.workload.path).name}: {s.n_notes:,} notes, "
+                f"{s.n_queries:,} queries), budget {exp.sim.budget_tokens} tokens")
+    return (f"{exp.name} (synthetic: ~{s.n_notes:,} notes, ~{s.n_queries:,} queries per "
+            f"replicate), budget {exp.sim.budget_tokens} tokens")
+
+
+def print_progress(line: str) -> None:
+    """The CLI's progress: one line per batch on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
