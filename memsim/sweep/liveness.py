@@ -5,7 +5,7 @@ so that a reused pid is told apart). A trial whose process died is marked
 FAIL and its parameters are enqueued again (Optuna's
 :class:`~optuna.storages.RetryHeartbeatStaleTrialCallback`), so it is never
 lost: any worker on the same host fails the RUNNING trials of processes that
-no longer exist (:func:`_reap`); on RDB storages Optuna's heartbeat also
+no longer exist (:func:`reap_dead_workers`); on RDB storages Optuna's heartbeat also
 catches workers on other machines (:mod:`memsim.sweep.storage`).
 """
 
@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from memsim.reporting.rundir import pid_alive
 
-from .study import _quiet_optuna
+from .study import quiet_optuna
 
 #: A RUNNING trial that has not even recorded its worker after this long is dead.
 UNCLAIMED_S = 120.0
@@ -32,17 +32,24 @@ _WORKER_ATTRS = ("worker", "worker_start", "worker_trial", "seconds", "failed_re
                  "error")
 
 
-def _host() -> str:
+def host_name() -> str:
     """This machine's name, as trials record it."""
     return socket.gethostname()
 
 
-def _worker_id() -> str:
+def worker_id() -> str:
     """``host:pid`` of this process, as trials record their worker."""
-    return f"{_host()}:{os.getpid()}"
+    return f"{host_name()}:{os.getpid()}"
 
 
-def _reap(study, now: float | None = None) -> int:
+def trial_id(storage, study, number: int) -> int:
+    """The storage's id of ``study``'s trial ``number``, through Optuna's
+    storage API (a trial object keeps it only in a private field)."""
+    study_id = storage.get_study_id_from_name(study.study_name)
+    return storage.get_trial_id_from_study_id_trial_number(study_id, number)
+
+
+def reap_dead_workers(study, storage, now: float | None = None) -> int:
     """Fail the RUNNING trials of dead local workers and enqueue them again.
 
     Returns the number of trials reaped. Optuna's own heartbeat does the same
@@ -50,21 +57,21 @@ def _reap(study, now: float | None = None) -> int:
     heartbeat, so the pid of the worker that claimed a trial is checked.
     """
     now = time.time() if now is None else now
-    host = _host()
+    host = host_name()
     reaped = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         reason = _dead_reason(t, host, now)
         if reason is None:
             continue
-        storage = study._storage
+        tid = trial_id(storage, study, t.number)
         try:
-            storage.set_trial_user_attr(t._trial_id, "failed_reason", reason)
-            if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+            storage.set_trial_user_attr(tid, "failed_reason", reason)
+            if not storage.set_trial_state_values(tid, state=TrialState.FAIL):
                 continue
         except UpdateFinishedTrialError:
             continue  # another worker reaped it first
-        failed = storage.get_trial(t._trial_id)
-        _retry(study, failed)
+        failed = storage.get_trial(tid)
+        retry_trial(study, failed)
         reaped += 1
     return reaped
 
@@ -87,11 +94,11 @@ def _dead_reason(t, host: str, now: float) -> str | None:
     return None
 
 
-def _retry(study, failed) -> None:
+def retry_trial(study, failed) -> None:
     """Enqueue the parameters of a failed trial again (Optuna's retry callback),
     without the dead worker's claim."""
     clean = copy.deepcopy(failed)
     clean.user_attrs = {k: v for k, v in failed.user_attrs.items() if k not in _WORKER_ATTRS
                         and "_rep" not in k}
-    with _quiet_optuna():
+    with quiet_optuna():
         RetryHeartbeatStaleTrialCallback()(study, clean)

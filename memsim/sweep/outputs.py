@@ -1,7 +1,7 @@
 """What a sweep produces: the trials table, the best trial(s), files, plots.
 
 Holds :func:`trials_table`, the choice of the best trial or the Pareto set
-(:func:`_best_trials`), the files of ``<run>/sweep/`` (:func:`_write_outputs`)
+(:func:`best_trials`), the files of ``<run>/sweep/`` (:func:`write_outputs`)
 and :class:`SweepResult`, what :func:`~memsim.sweep.run_sweep` returns.
 
 Files (``<run>/sweep/``): ``trials.csv`` (one row per trial: ``number``,
@@ -51,9 +51,9 @@ from memsim.reporting.report import study_access_lines
 from memsim.reporting.rundir import write_atomic
 
 from .plateau import plateau_lines
-from .robustness import _SAME_NOTE
-from .space import SweepSpec, _fmt, apply_params
-from .study import _quiet_optuna
+from .robustness import SAME_NOTE
+from .space import SweepSpec, format_value, apply_params
+from .study import quiet_optuna
 
 
 def trials_table(study, spec: SweepSpec) -> pd.DataFrame:
@@ -101,7 +101,7 @@ def _rep_sort(col: str):
     return (m.group(1), int(m.group(2))) if m else (col, 0)
 
 
-def _best_trials(study, spec: SweepSpec) -> list:
+def best_trials(study, spec: SweepSpec) -> list:
     """The best COMPLETE trial (one objective) or the Pareto set, best first
     on the first objective."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -153,7 +153,7 @@ def importance_table(study, spec: SweepSpec) -> pd.DataFrame:
         return pd.DataFrame(columns=IMPORTANCE_COLUMNS)
     rows = []
     for i, lab in enumerate(spec.labels):
-        with _quiet_optuna():
+        with quiet_optuna():
             imp = get_param_importances(
                 study, evaluator=FanovaImportanceEvaluator(seed=spec.seed),
                 target=lambda t, i=i: t.values[i])
@@ -173,7 +173,7 @@ def _importance(study, spec: SweepSpec) -> tuple[pd.DataFrame, str]:
     return imp, "written" if len(imp) else "skipped: fewer than two COMPLETE trials"
 
 
-def _write_outputs(study, exp: Experiment, spec: SweepSpec, table: pd.DataFrame,
+def write_outputs(study, exp: Experiment, spec: SweepSpec, table: pd.DataFrame,
                    robust: pd.DataFrame, best: list, sdir: Path, timings: dict, quiet: bool,
                    want_plots: bool, plateau: pd.DataFrame | None = None,
                    ) -> tuple[dict[str, str], pd.DataFrame]:
@@ -244,7 +244,7 @@ def _plot_jobs(study, spec: SweepSpec, table: pd.DataFrame,
         else:
             jobs.append(("history", lambda lab=lab: ovm.plot_optimization_history(
                 study, target_name=lab)))
-        if len(imp):  # without a table, _write_outputs says why there is no plot
+        if len(imp):  # without a table, write_outputs says why there is no plot
             jobs.append((f"importance{sfx}", lambda lab=lab: importance_of(lab)))
         jobs.append((f"slice{sfx}", lambda lab=lab, d=d: slice_of(f"values_{lab}", lab, d)))
     if multi and len(spec.objectives) in (2, 3):
@@ -266,7 +266,7 @@ def _write_plots(study, spec: SweepSpec, sdir: Path, table: pd.DataFrame,
     with matplotlib.rc_context({"figure.max_open_warning": 0}):
         for name, make in jobs:
             try:
-                with _quiet_optuna():
+                with quiet_optuna():
                     drawn = make()
                 if isinstance(drawn, Figure):
                     fig = drawn
@@ -292,7 +292,7 @@ def _write_best(exp: Experiment, spec: SweepSpec, best: list, sdir: Path) -> Non
         table = e.to_config()
         table.pop("sweep", None)
         vals = ", ".join(f"{lab} = {v:.6g}" for lab, v in zip(spec.labels, t.values))
-        params = "\n".join(f"#   {k} = {_fmt(v)}" for k, v in t.params.items())
+        params = "\n".join(f"#   {k} = {format_value(v)}" for k, v in t.params.items())
         head = (f"# Best configuration of the sweep of {exp.name}: trial {t.number} "
                 f"({vals}).\n# Parameters:\n{params}\n# Run it with: memsim run best.toml\n")
         return head + dumps_toml(table)
@@ -394,7 +394,7 @@ class SweepResult:
             vals = ", ".join(f"{k} = {_value(v)}" for k, v in self.best_values.items())
             lines.append(f"best: trial {self.best_number} ({vals})")
             for k, v in self.best_params.items():
-                lines.append(f"  {k} = {_fmt(v)}")
+                lines.append(f"  {k} = {format_value(v)}")
         lines += plateau_lines(self.plateau)
         if len(self.robustness):
             lab = self.spec.labels[0]
@@ -469,7 +469,7 @@ def _paired_lines(robust: pd.DataFrame, spec: SweepSpec) -> list[str]:
                     "worse": "is worse than the experiment's preset",
                     "no difference shown": "not shown to beat the experiment's preset",
                     "not measured": "not measured"}.get(verdict, verdict)
-            same = " (it is the preset)" if r.get("note") == _SAME_NOTE else ""
+            same = " (it is the preset)" if r.get("note") == SAME_NOTE else ""
             lines.append(f"vs preset: trial {r['number']} ({r['role']}){same} on {what} "
                          f"(replicates {r['replicates']}): {lab} {d:+.4g} minus preset, {ci}: "
                          f"{says}")

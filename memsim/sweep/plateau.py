@@ -33,7 +33,7 @@ import pandas as pd
 
 from memsim.core.rng import child, seed_sequence
 
-from .space import ParamSpec, SweepSpec, _describe, _fmt
+from .space import ParamSpec, SweepSpec, describe_space, format_value
 
 #: Share of a search range, at each end, where a best value draws a warning.
 EDGE = 0.05
@@ -106,8 +106,8 @@ def edge_message(p: ParamSpec, value: Any, edge: float = EDGE) -> str:
     if not side:
         return ""
     where = "top" if side == "high" else "bottom"
-    return (f"best {p.key} = {_fmt(value)} lies in the {where} {edge:.0%} of its range "
-            f"{_describe(p)}: the optimum may lie beyond it; widen the range")
+    return (f"best {p.key} = {format_value(value)} lies in the {where} {edge:.0%} of its range "
+            f"{describe_space(p)}: the optimum may lie beyond it; widen the range")
 
 
 def edge_slope(u: np.ndarray, y: np.ndarray, best: int, *, alpha: float = SLOPE_ALPHA
@@ -179,7 +179,7 @@ def slope_message(p: ParamSpec, side: str, slope: float, pval: float, k: int) ->
         return ""
     where = "top" if side == "high" else "bottom"
     return (f"{p.key}: the objective still improves towards the {where} of its range "
-            f"{_describe(p)} (slope {slope:+.3g} per range width over the {k} trials "
+            f"{describe_space(p)} (slope {slope:+.3g} per range width over the {k} trials "
             f"nearest it, one-sided p = {pval:.2g}): the optimum may lie beyond it; "
             "widen the range")
 
@@ -595,15 +595,15 @@ def plateau_lines(plateau: pd.DataFrame) -> list[str]:
     if plateau is None or not len(plateau):
         return lines
     for _, r in plateau.iterrows():
-        head = f"plateau of {r['param']} ({r['objective']}): best {_fmt(r['best'])}"
+        head = f"plateau of {r['param']} ({r['objective']}): best {format_value(r['best'])}"
         n_plat = r["n_plateau"]
         if pd.isna(n_plat):
             lines.append(f"{head}; {r['note'] or 'plateau not measured'}")
             continue
         if r["type"] == "categorical":
-            what = "choices " + ", ".join(_fmt(c) for c in json.loads(r["choices"]))
+            what = "choices " + ", ".join(format_value(c) for c in json.loads(r["choices"]))
         else:
-            what = f"[{_fmt(float(r['low']))}, {_fmt(float(r['high']))}]"
+            what = f"[{format_value(float(r['low']))}, {format_value(float(r['high']))}]"
         note = f"; {r['note']}" if isinstance(r["note"], str) and r["note"] else ""
         lines.append(f"{head}, plateau {what} ({int(n_plat)} of {int(r['n_trials'])} trials "
                      f"within the noise of {int(r['n_replicates'])} replicates){note}")

@@ -3,13 +3,13 @@
 The run folder is ``<out>/<UTC time>_<name>_<hash8>/`` where ``hash8`` hashes
 the resolved experiment and search space (without ``sweep.trials``, which may
 grow, nor ``sweep.batch`` and ``sweep.pruner``, which change how trials run,
-not what they mean) and, when given, the study name (:func:`_study_identity`).
-``sweep/sweep.json``, written once (:func:`_write_ident`), records the study
+not what they mean) and, when given, the study name (:func:`study_identity`).
+``sweep/sweep.json``, written once (:func:`write_ident`), records the study
 name, that identity and the storage. Running the same command again finds
 the newest folder under ``--out`` with the same identity
 (:func:`_find_run_dir`) and continues its study, in its storage
-(:func:`_resume_storage`); ``--resume DIR`` names the folder explicitly
-(:func:`_load_resume_dir`). Changing the experiment or the search space
+(:func:`resume_storage`); ``--resume DIR`` names the folder explicitly
+(:func:`load_resume_dir`). Changing the experiment or the search space
 starts a new folder and a new study.
 """
 
@@ -24,7 +24,7 @@ from memsim.core.errors import ConfigError
 from memsim.reporting.rundir import write_atomic
 
 from .space import SweepSpec
-from .storage import _mask_url, _recorded_storage, _storage_spec
+from .storage import mask_url, recorded_storage, normalise_storage
 
 #: Written once in ``<run>/sweep/``: the study, its identity and its storage.
 _IDENT = "sweep.json"
@@ -63,7 +63,7 @@ def _find_run_dir(out: Path, name: str, hash8: str) -> Path | None:
     return sorted(found)[-1] if found else None
 
 
-def _load_resume_dir(path: Path) -> tuple[dict, Path]:
+def load_resume_dir(path: Path) -> tuple[dict, Path]:
     """``--resume PATH``: the folder's ``sweep.json`` and its ``config.toml``."""
     f = path / "sweep" / _IDENT
     if not f.exists() or not (path / "config.toml").exists():
@@ -75,13 +75,13 @@ def _load_resume_dir(path: Path) -> tuple[dict, Path]:
         raise ConfigError(f"--resume {path}: sweep/{_IDENT} is not valid JSON") from None
 
 
-def _header(exp: Experiment, what: str) -> str:
+def config_header(exp: Experiment, what: str) -> str:
     """The comment heading a configuration file the sweep writes."""
     return (f"# {what} of {exp.name} (every default filled in).\n"
             f"# Sweep again with: memsim sweep config.toml   (or run once: memsim run FILE)\n")
 
 
-def _study_identity(exp: Experiment, spec: SweepSpec, study_name: str | None,
+def study_identity(exp: Experiment, spec: SweepSpec, study_name: str | None,
                     ident: dict | None) -> tuple[str, str]:
     """(hash8, study name) of a sweep.
 
@@ -99,7 +99,7 @@ def _study_identity(exp: Experiment, spec: SweepSpec, study_name: str | None,
     return hash8, study_name
 
 
-def _locate_run_dir(exp: Experiment, hash8: str, out: str | Path | None,
+def locate_run_dir(exp: Experiment, hash8: str, out: str | Path | None,
                     resume_dir: Path | None, ident: dict | None,
                     ) -> tuple[Path | None, dict | None]:
     """The existing run folder of this sweep (None: a new one is needed) and
@@ -116,7 +116,7 @@ def _locate_run_dir(exp: Experiment, hash8: str, out: str | Path | None,
     return None, ident
 
 
-def _resume_storage(storage: str | None, ident: dict | None, run_dir: Path | None,
+def resume_storage(storage: str | None, ident: dict | None, run_dir: Path | None,
                     ) -> str | None:
     """The storage to open: the one the folder recorded, which an explicit
     ``storage`` must match.
@@ -125,7 +125,7 @@ def _resume_storage(storage: str | None, ident: dict | None, run_dir: Path | Non
     that a bad ``--storage`` leaves nothing behind.
     """
     if storage is not None:
-        _storage_spec(storage, run_dir)
+        normalise_storage(storage, run_dir)
     recorded = (ident or {}).get("storage")
     if recorded is None:
         return storage
@@ -141,24 +141,24 @@ def _resume_storage(storage: str | None, ident: dict | None, run_dir: Path | Non
             raise ConfigError(f"{run_dir}: this sweep's study lives in {recorded}; pass "
                               "--storage with the full URL to resume it")
         return recorded_spec
-    if _mask_url(_storage_spec(storage, run_dir)) != _mask_url(recorded_spec):
+    if mask_url(normalise_storage(storage, run_dir)) != mask_url(recorded_spec):
         raise ConfigError(f"--storage: {run_dir} keeps its study in {recorded}, not in "
-                          f"{_mask_url(storage)}; resume with the same storage or pick "
+                          f"{mask_url(storage)}; resume with the same storage or pick "
                           "another --study or --out")
     return storage
 
 
-def _write_ident(run_dir: Path, study_name: str, hash8: str, storage_spec: str) -> None:
+def write_ident(run_dir: Path, study_name: str, hash8: str, storage_spec: str) -> None:
     """Write ``sweep/sweep.json`` (once): how the same command finds this
     folder and its study again."""
     (run_dir / "sweep").mkdir(exist_ok=True)
     ident = {"study": study_name, "identity": hash8,
-             "storage": _recorded_storage(storage_spec, run_dir)}
+             "storage": recorded_storage(storage_spec, run_dir)}
     write_atomic(run_dir / "sweep" / _IDENT,
                  lambda p: p.write_text(json.dumps(ident, indent=2) + "\n"))
 
 
-def _prior_manifest(run_dir: Path | None) -> dict:
+def prior_manifest(run_dir: Path | None) -> dict:
     """The manifest a resumed folder already has (its earlier sessions), or {}."""
     if run_dir is None or not (run_dir / "manifest.json").exists():
         return {}

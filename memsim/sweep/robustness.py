@@ -31,7 +31,7 @@ from .space import SweepSpec
 #: Confidence level of the paired difference with the experiment's preset.
 PAIRED_LEVEL = 0.95
 #: ``note`` of a ``vs-experiment`` row whose winner is the preset itself.
-_SAME_NOTE = "the best trial is the experiment's own parameters"
+SAME_NOTE = "the best trial is the experiment's own parameters"
 
 
 # Over 80 lines only through its docstring, which states the rule exactly.
@@ -183,7 +183,7 @@ def _paired_rows(spec: SweepSpec, candidates: list[dict], checks: list, evals: d
         for j, (_, name, _, reps) in enumerate(checks):
             row = {"number": c["number"], "role": c["role"], "check": "vs-experiment",
                    "variant": name, "replicates": _reps_text(reps),
-                   "note": (_SAME_NOTE if same else f"minus trial {candidates[preset]['number']} "
+                   "note": (SAME_NOTE if same else f"minus trial {candidates[preset]['number']} "
                                  "(the experiment's own parameters)")}
             for lab, direction in zip(spec.labels, spec.directions):
                 d = np.array([evals[i, j][lab][r] - evals[preset, j][lab][r] for r in reps],
@@ -214,7 +214,7 @@ def _reps_text(reps) -> str:
     return " ".join(str(r) for r in reps)
 
 
-def _candidates(study, spec: SweepSpec, best: list, R: int) -> list[dict]:
+def robustness_candidates(study, spec: SweepSpec, best: list, R: int) -> list[dict]:
     """What :func:`robustness_check` re-evaluates: the first ten of ``best``
     (the best trial, or the Pareto set best first), then trial 0 (the
     experiment's own parameters) when it is not among them."""

@@ -37,16 +37,16 @@ from memsim.reporting.rundir import new_run_dir, write_atomic
 from memsim.runs.runner import experiment_manifest
 
 from .evaluate import TrialEvaluator
-from .liveness import _host
-from .outputs import IMPORTANCE_COLUMNS, SweepResult, _best_trials, _write_outputs, trials_table
+from .liveness import host_name
+from .outputs import IMPORTANCE_COLUMNS, SweepResult, best_trials, write_outputs, trials_table
 from .plateau import grow_plateau
-from .resume import (_header, _load_resume_dir, _locate_run_dir, _prior_manifest,
-                     _resume_storage, _study_identity, _write_ident)
-from .robustness import _candidates, robustness_check, robustness_replays
+from .resume import (config_header, load_resume_dir, locate_run_dir, prior_manifest,
+                     resume_storage, study_identity, write_ident)
+from .robustness import robustness_candidates, robustness_check, robustness_replays
 from .space import SweepSpec
-from .storage import _mask_url, _recorded_storage, _storage_spec, open_storage
-from .study import _n_complete, _open_study
-from .workers import _run_workers, _work, _WorkerJob
+from .storage import mask_url, recorded_storage, normalise_storage, open_storage
+from .study import count_complete, open_study
+from .workers import run_workers, run_worker, WorkerJob
 
 
 @dataclass
@@ -118,9 +118,9 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
                if v is not None}
     exp, spec, resume_dir, ident = _load_sweep(exp_or_path, overrides, trials, resume, options)
     notes = _run_notes(exp, spec)
-    hash8, study_name = _study_identity(exp, spec, study_name, ident)
+    hash8, study_name = study_identity(exp, spec, study_name, ident)
     plan = _place(exp, spec, hash8, study_name, storage, out, resume_dir, ident, workers)
-    prior = _prior_manifest(plan.run_dir)
+    prior = prior_manifest(plan.run_dir)
 
     verbosity = optuna.logging.get_verbosity()
     # quiet: failed trials are in trials.csv (column error), no need for their tracebacks
@@ -133,7 +133,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
                          jobs=plan.workers, progress=progress)
         result.notes = notes
         result.study_name = study_name
-        result.storage = _mask_url(_absolute_sqlite(plan.storage_spec))
+        result.storage = mask_url(_absolute_sqlite(plan.storage_spec))
         if plan.run_dir is not None:
             # what `memsim sweep` prints, kept with the files it describes
             write_atomic(plan.run_dir / "sweep" / "summary.txt", lambda p: p.write_text(
@@ -196,7 +196,7 @@ def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: 
     resume_dir: Path | None = None
     if resume is not None:
         resume_dir = Path(resume)
-        ident, cfg_file = _load_resume_dir(resume_dir)
+        ident, cfg_file = load_resume_dir(resume_dir)
         if exp_or_path is None:
             exp_or_path = cfg_file
     if exp_or_path is None:
@@ -221,20 +221,20 @@ def _place(exp: Experiment, spec: SweepSpec, hash8: str, study_name: str,
            storage: str | None, out: str | Path | None, resume_dir: Path | None,
            ident: dict | None, workers: int) -> _Plan:
     """Find or make the run folder and settle the storage the study lives in."""
-    run_dir, ident = _locate_run_dir(exp, hash8, out, resume_dir, ident)
-    storage = _resume_storage(storage, ident, run_dir)
+    run_dir, ident = locate_run_dir(exp, hash8, out, resume_dir, ident)
+    storage = resume_storage(storage, ident, run_dir)
     if run_dir is None and out is not None:
         try:
             run_dir = new_run_dir(Path(out), exp.name, hash8)
         except OSError as exc:  # a file, under a file, read-only: the user's --out
             raise ConfigError(f"--out {out}: cannot create a run folder there: "
                               f"{exc.strerror or exc}") from None
-    storage_spec = _storage_spec(storage, run_dir)
+    storage_spec = normalise_storage(storage, run_dir)
     if storage_spec == "memory" and workers > 1:
         raise ConfigError("--workers: several workers need a storage they share; pass --storage "
                           "or an output folder")
     if run_dir is not None and ident is None:
-        _write_ident(run_dir, study_name, hash8, storage_spec)
+        write_ident(run_dir, study_name, hash8, storage_spec)
     return _Plan(exp, spec, hash8, study_name, run_dir, storage_spec, workers)
 
 
@@ -252,10 +252,10 @@ def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
     # the manifest first: a folder never holds files without one
     manifest = experiment_manifest(run_dir, exp, argv)
     write_atomic(run_dir / "config.toml", lambda p: p.write_text(
-        _header(exp, "Resolved sweep configuration") + dumps_toml(exp.to_config()),
+        config_header(exp, "Resolved sweep configuration") + dumps_toml(exp.to_config()),
         encoding="utf-8"))
     sessions = list(prior.get("sessions", []))
-    session = {"started_utc": manifest.data["started_utc"], "host": _host(),
+    session = {"started_utc": manifest.data["started_utc"], "host": host_name(),
                "pid": os.getpid(), "workers": plan.workers, "argv": manifest.data["argv"]}
     sessions.append(session)
     # config_hash: the hash that names the folder and the study (the sweep's
@@ -263,7 +263,7 @@ def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
     # study name), not the hash of config.toml, which changes with --trials
     manifest.update(kind="sweep", config_hash=plan.hash8, sessions=sessions, sweep={
         "study": plan.study_name, "identity": plan.hash8,
-        "storage": _recorded_storage(plan.storage_spec, run_dir),
+        "storage": recorded_storage(plan.storage_spec, run_dir),
         "trials": spec.trials, "sampler": spec.sampler, "seed": spec.seed,
         "batch": spec.batch if spec.batchable else 1, "pruner": spec.pruner,
         "cache_mb": spec.cache_mb,  # null: automatic (evaluate.cache_budget)
@@ -280,19 +280,19 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
     """
     exp, spec, workers = plan.exp, plan.spec, plan.workers
     storage_obj = open_storage(plan.storage_spec)
-    study, fresh = _open_study(storage_obj, plan.study_name, exp, spec, plan.hash8)
-    n_before = _n_complete(study)
+    study, fresh = open_study(storage_obj, plan.study_name, exp, spec, plan.hash8)
+    n_before = count_complete(study)
     t0 = time.perf_counter()
-    job = _WorkerJob(config=exp.to_config(), base_dir=str(exp.base_dir),
+    job = WorkerJob(config=exp.to_config(), base_dir=str(exp.base_dir),
                      source_file=exp.source_file, storage=plan.storage_spec,
                      study_name=plan.study_name, trials=spec.trials,
                      seed=spec.seed if (workers == 1 and fresh) else None, workers=workers)
     if workers == 1:
-        _work(job, exp=exp, spec=spec, storage=storage_obj, progress=progress)
+        run_worker(job, exp=exp, spec=spec, storage=storage_obj, progress=progress)
     else:
-        _run_workers(job, workers, study, spec, progress)
+        run_workers(job, workers, study, spec, progress)
     timings["trials"] = time.perf_counter() - t0
-    n_after = _n_complete(study)
+    n_after = count_complete(study)
     if n_after < spec.trials:
         raise MemsimError(f"sweep: the study has {n_after} of {spec.trials} COMPLETE trials "
                           "(workers stopped early); run the same command again to resume")
@@ -308,11 +308,11 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
     its own."""
     t0 = time.perf_counter()
     table = trials_table(study, spec)
-    best = _best_trials(study, spec)
+    best = best_trials(study, spec)
     best_params = dict(best[0].params) if best else {}
     best_values = dict(zip(spec.labels, best[0].values)) if best else {}
     evaluator = TrialEvaluator(exp, spec, jobs=jobs)
-    cands = _candidates(study, spec, best, exp.settings.replicates)
+    cands = robustness_candidates(study, spec, best, exp.settings.replicates)
     recheck = None
     if cands and hasattr(progress, "phase"):
         n = robustness_replays(spec, exp.settings.replicates)
@@ -339,7 +339,7 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
     plots: dict[str, str] = {}
     importance = pd.DataFrame(columns=IMPORTANCE_COLUMNS)
     if run_dir is not None:
-        plots, importance = _write_outputs(study, exp, spec, table, robust, best,
+        plots, importance = write_outputs(study, exp, spec, table, robust, best,
                                            run_dir / "sweep", timings, quiet, want_plots,
                                            plateau)
     return SweepResult(experiment=exp, spec=spec, study=study, trials=table,

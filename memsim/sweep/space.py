@@ -436,8 +436,8 @@ class SweepSpec:
         """This spec with ``trials`` (``--trials``), checked against a grid's size."""
         if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
             raise ConfigError(f"--trials: expected an integer >= 1, got {trials!r}")
-        if self.sampler == "grid" and trials > _grid_size(self):
-            raise ConfigError(f"--trials: the grid has {_grid_size(self)} points; ask for at "
+        if self.sampler == "grid" and trials > grid_size(self):
+            raise ConfigError(f"--trials: the grid has {grid_size(self)} points; ask for at "
                               "most that many trials")
         return dataclasses.replace(self, trials=trials)
 
@@ -474,13 +474,13 @@ class SweepSpec:
                 try:
                     apply_params(exp, {p.key: value})
                 except ConfigError as exc:
-                    raise ConfigError(f"{w}: the value {_fmt(value)} does not give a valid "
+                    raise ConfigError(f"{w}: the value {format_value(value)} does not give a valid "
                                       f"experiment: {exc}") from None
             own_v = own.get("kind") if isinstance(own, dict) else own
             if not p.contains(own_v):
                 raise ConfigError(
-                    f"{w}: the experiment's own value {_fmt(own_v)} is outside the search "
-                    f"space {_describe(p)}; trial 0 runs the experiment as it is, so widen the "
+                    f"{w}: the experiment's own value {format_value(own_v)} is outside the search "
+                    f"space {describe_space(p)}; trial 0 runs the experiment as it is, so widen the "
                     "range or change the experiment")
         for i, (_name, ov) in enumerate(self.robustness.variants):
             vw = f"{where}.robustness.variants[{i}]"
@@ -605,7 +605,7 @@ def _variant(v: Any, vw: str) -> tuple[str, dict[str, Any]]:
     flat = _flatten(v)
     if not flat:
         raise ConfigError(f"{vw}: names no override")
-    name = name or ", ".join(f"{k}={_fmt(x)}" for k, x in flat.items())
+    name = name or ", ".join(f"{k}={format_value(x)}" for k, x in flat.items())
     return name, flat
 
 
@@ -706,20 +706,20 @@ def _lookup(table: dict, key: str) -> tuple[bool, Any]:
     return True, node
 
 
-def _fmt(v: Any) -> str:
+def format_value(v: Any) -> str:
     """A value as messages and file comments show it (strings quoted)."""
     if isinstance(v, float):
         return f"{v:g}"
     return json.dumps(v) if isinstance(v, str) else str(v)
 
 
-def _describe(p: ParamSpec) -> str:
+def describe_space(p: ParamSpec) -> str:
     """A parameter's search space in words, for error messages."""
     if p.type == "categorical":
-        return "{" + ", ".join(_fmt(c) for c in p.choices) + "}"
-    s = f"[{_fmt(p.low)}, {_fmt(p.high)}]"
+        return "{" + ", ".join(format_value(c) for c in p.choices) + "}"
+    s = f"[{format_value(p.low)}, {format_value(p.high)}]"
     if p.step is not None:
-        s += f" step {_fmt(p.step)}"
+        s += f" step {format_value(p.step)}"
     if p.log:
         s += " (log)"
     return s
@@ -754,6 +754,6 @@ def apply_params(exp: Experiment, params: dict[str, Any]) -> Experiment:
 
 
 
-def _grid_size(spec: SweepSpec) -> int:
+def grid_size(spec: SweepSpec) -> int:
     """Number of points of a grid sweep's search space."""
     return int(np.prod([len(p.grid()) for p in spec.params]))

@@ -9,8 +9,8 @@ An RDB storage runs Optuna's heartbeat (every :data:`HEARTBEAT_S` s, stale
 after :data:`GRACE_S` s), which fails and retries the trials of dead workers
 on any machine.
 
-Holds the normalisation of ``--storage`` (:func:`_storage_spec`), the form
-recorded in the run folder (:func:`_recorded_storage`, relative for a journal
+Holds the normalisation of ``--storage`` (:func:`normalise_storage`), the form
+recorded in the run folder (:func:`recorded_storage`, relative for a journal
 inside the folder, without a password otherwise), :func:`open_storage` and
 the choice of a PostgreSQL driver.
 
@@ -36,7 +36,7 @@ from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
 from memsim.core.errors import ConfigError
 
-from .study import _quiet_optuna
+from .study import quiet_optuna
 
 #: RDB heartbeat period and the silence after which a trial counts as dead (seconds).
 HEARTBEAT_S = 5
@@ -46,12 +46,12 @@ GRACE_S = 30
 _log = logging.getLogger(__name__)
 
 
-def _mask_url(url: str) -> str:
+def mask_url(url: str) -> str:
     """A storage URL without its password (for files and messages)."""
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
-def _storage_spec(storage: str | None, run_dir: Path | None) -> str:
+def normalise_storage(storage: str | None, run_dir: Path | None) -> str:
     """Normalise ``--storage`` to a string every worker can open."""
     if storage is None:
         if run_dir is None:
@@ -65,7 +65,7 @@ def _storage_spec(storage: str | None, run_dir: Path | None) -> str:
         return storage
     if storage.endswith((".log", ".jsonl", ".journal")):
         return _journal_spec(Path(storage).expanduser(), storage)
-    raise ConfigError(f"--storage: {_mask_url(storage)!r} is not a storage URL; expected "
+    raise ConfigError(f"--storage: {mask_url(storage)!r} is not a storage URL; expected "
                       "sqlite:///FILE.db, postgresql://USER:PASSWORD@HOST/DB or journal:FILE.log")
 
 
@@ -86,7 +86,7 @@ def _journal_spec(path: Path, given: str) -> str:
     return f"journal:{path.resolve()}"
 
 
-def _recorded_storage(spec: str, run_dir: Path | None) -> str:
+def recorded_storage(spec: str, run_dir: Path | None) -> str:
     """``spec`` as the run folder records it: a journal inside the folder
     relative to it (so that a moved folder still resumes), a URL masked."""
     if spec.startswith("journal:") and run_dir is not None:
@@ -95,7 +95,7 @@ def _recorded_storage(spec: str, run_dir: Path | None) -> str:
             return f"journal:{path.relative_to(run_dir.resolve())}"
         except ValueError:
             return spec
-    return _mask_url(spec)
+    return mask_url(spec)
 
 
 def open_storage(spec: str):
@@ -120,16 +120,16 @@ def open_storage(spec: str):
         # several local workers write to one file: wait for the lock, do not fail
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
     try:
-        with _quiet_optuna():
+        with quiet_optuna():
             return optuna.storages.RDBStorage(
                 spec, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
                 heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(), **kwargs)
     except ImportError as exc:
-        raise ConfigError(f"--storage: {_mask_url(spec)}: a driver is missing: {exc}") from None
+        raise ConfigError(f"--storage: {mask_url(spec)}: a driver is missing: {exc}") from None
     except Exception as exc:  # sqlalchemy errors: bad URL, refused connection ...
         msg = " ".join(str(exc).split())[:300]
-        raise ConfigError(f"--storage: cannot open {_mask_url(spec)}: "
-                          f"{type(exc).__name__}: {_mask_url(msg)}") from None
+        raise ConfigError(f"--storage: cannot open {mask_url(spec)}: "
+                          f"{type(exc).__name__}: {mask_url(msg)}") from None
 
 
 def _pg_driver(url: str) -> str:

@@ -1,12 +1,12 @@
 """The Optuna study of a sweep: its sampler, creating or loading it, trial 0.
 
-Holds :func:`_open_study` (create the study or join an existing one, refuse
+Holds :func:`open_study` (create the study or join an existing one, refuse
 one that belongs to another sweep, enqueue the experiment's own parameters as
-trial 0 on a fresh study), :func:`_make_sampler` (the ``sampler = "..."`` of
-the ``[sweep]`` table), :func:`_make_pruner` (its ``pruner = "..."``; a
+trial 0 on a fresh study), :func:`make_sampler` (the ``sampler = "..."`` of
+the ``[sweep]`` table), :func:`make_pruner` (its ``pruner = "..."``; a
 pruner lives in each worker, not in the storage, so a study may be resumed
-with another), :func:`_n_complete` (the count of COMPLETE trials
-every loop polls) and :func:`_quiet_optuna`, which keeps the warnings about
+with another), :func:`count_complete` (the count of COMPLETE trials
+every loop polls) and :func:`quiet_optuna`, which keeps the warnings about
 Optuna's experimental features that memsim uses on purpose off the console.
 """
 
@@ -25,7 +25,7 @@ from .space import SweepSpec
 
 
 @contextlib.contextmanager
-def _quiet_optuna():
+def quiet_optuna():
     """Optuna warns about experimental features memsim uses on purpose
     (heartbeats, retries, metric names, plots, heartbeats outside
     ``study.optimize``); keep them off the console."""
@@ -40,14 +40,14 @@ def _quiet_optuna():
         yield
 
 
-def _n_complete(study) -> int:
+def count_complete(study) -> int:
     """Number of COMPLETE trials of ``study``."""
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
-def _make_sampler(spec: SweepSpec, seed: int):
+def make_sampler(spec: SweepSpec, seed: int):
     """The Optuna sampler named by ``spec.sampler``, seeded with ``seed``."""
-    with _quiet_optuna():
+    with quiet_optuna():
         if spec.sampler == "tpe":
             return optuna.samplers.TPESampler(seed=seed)
         if spec.sampler == "random":
@@ -68,7 +68,7 @@ def _make_sampler(spec: SweepSpec, seed: int):
         return optuna.samplers.GridSampler(space, seed=seed)
 
 
-def _make_pruner(spec: SweepSpec, replicates: int):
+def make_pruner(spec: SweepSpec, replicates: int):
     """The Optuna pruner named by ``spec.pruner``; a step is one replicate.
 
     ``median``: :class:`optuna.pruners.MedianPruner` with its defaults (no
@@ -97,13 +97,13 @@ def _make_pruner(spec: SweepSpec, replicates: int):
     return optuna.pruners.NopPruner()
 
 
-def _open_study(storage, study_name: str, exp: Experiment, spec: SweepSpec, hash8: str):
+def open_study(storage, study_name: str, exp: Experiment, spec: SweepSpec, hash8: str):
     """Create or load the study; enqueue trial 0 on a fresh one.
 
     Returns (study, fresh): fresh when the study had no trial yet.
     """
     directions = spec.directions
-    with _quiet_optuna():
+    with quiet_optuna():
         study = optuna.create_study(storage=storage, study_name=study_name,
                                     directions=directions, load_if_exists=True)
         got = [d.name.lower() for d in study.directions]

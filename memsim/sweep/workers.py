@@ -1,6 +1,6 @@
 """Worker processes: the loop that runs trials until the study has enough.
 
-A worker (:func:`_work`) loads the study, reaps the trials of dead workers
+A worker (:func:`run_worker`) loads the study, reaps the trials of dead workers
 (:mod:`memsim.sweep.liveness`) and runs batches of trials
 (:class:`_TrialBatch`) until the study has ``trials`` COMPLETE trials.
 
@@ -20,7 +20,7 @@ a time (a batch of one) by default and when a swept key is outside
 ``policies.``. On an RDB storage each trial of a batch sends Optuna's
 heartbeat.
 
-``--workers N`` starts N such processes, spawned (:func:`_run_workers`), that
+``--workers N`` starts N such processes, spawned (:func:`run_workers`), that
 share the storage. A spawned worker rebuilds the experiment from the resolved
 config (:func:`memsim.runs.config.experiment_from_dict`), which imports the
 ``[experiment] plugins`` first, so components registered by the user's own
@@ -59,10 +59,10 @@ from memsim.core.errors import ConfigError, MemsimError
 from memsim.reporting.rundir import proc_start
 
 from .evaluate import TrialEvaluator, TrialOutcome, cache_budget
-from .liveness import _host, _reap, _retry, _worker_id
-from .space import SweepSpec, _grid_size
+from .liveness import host_name, reap_dead_workers, retry_trial, trial_id, worker_id
+from .space import SweepSpec, grid_size
 from .storage import open_storage
-from .study import _make_pruner, _make_sampler, _n_complete, _quiet_optuna
+from .study import make_pruner, make_sampler, count_complete, quiet_optuna
 
 #: Seconds a worker waits before re-checking the study when the last trials
 #: are running elsewhere.
@@ -72,10 +72,12 @@ POLL_S = 0.5
 class _TrialBatch:
     """Runs batches of trials for one worker: ask, claim, evaluate, tell."""
 
-    def __init__(self, evaluator: TrialEvaluator, spec: SweepSpec):
+    def __init__(self, evaluator: TrialEvaluator, spec: SweepSpec, storage):
         self.evaluator = evaluator
         self.spec = spec
-        self.worker = _worker_id()
+        #: the study's storage, as opened (heartbeats and trial states go through it)
+        self.storage = storage
+        self.worker = worker_id()
         self.start = proc_start(os.getpid())
         #: trials asked for at once (1 when trials cannot share a replay)
         self.size = spec.batch if spec.batchable else 1
@@ -94,17 +96,18 @@ class _TrialBatch:
         """
         self.open = []
         try:
-            with _quiet_optuna():
+            with quiet_optuna():
                 params = self._ask(study, n)
                 if not params:
                     return []
-                with _heartbeats(study._storage, [t._trial_id for t in self.open]):
+                with _heartbeats(self.storage, [trial_id(self.storage, study, t.number)
+                                                for t in self.open]):
                     return self._evaluate(study, params)
         except KeyboardInterrupt:
             # give the interrupted trials' parameters back to the study
             for t in self._still_open(study):
                 _tell(study, t, state=TrialState.FAIL)
-                _retry(study, study._storage.get_trial(t._trial_id))
+                retry_trial(study, self.storage.get_trial(trial_id(self.storage, study, t.number)))
             raise
         except BaseException as exc:
             # as study.optimize does: the trials fail and the error is raised
@@ -203,12 +206,8 @@ class _TrialBatch:
 
     def _still_open(self, study) -> list:
         """The open trials still RUNNING in the storage."""
-        out = []
-        for t in self.open:
-            with contextlib.suppress(Exception):
-                if study._storage.get_trial(t._trial_id).state == TrialState.RUNNING:
-                    out.append(t)
-        return out
+        running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        return [t for t in self.open if t.number in running]
 
 
 def _tell(study, trial, values: list[float] | None = None, state: TrialState | None = None,
@@ -252,17 +251,17 @@ def _heartbeats(storage, trial_ids: list[int]):
         thread.join()
 
 
-def _fail_stale(study) -> None:
+def _fail_stale(study, storage) -> None:
     """Fail (and retry) the trials whose heartbeat stopped (RDB storages with
     a heartbeat), as ``study.optimize`` does before each trial."""
-    get_interval = getattr(study._storage, "get_heartbeat_interval", None)
+    get_interval = getattr(storage, "get_heartbeat_interval", None)
     if get_interval is not None and get_interval() is not None:
-        with _quiet_optuna():
+        with quiet_optuna():
             optuna.storages.fail_stale_trials(study)
 
 
 @dataclass
-class _WorkerJob:
+class WorkerJob:
     """Everything a worker process needs (picklable for spawn)."""
 
     config: dict
@@ -279,12 +278,12 @@ class _WorkerJob:
 
 def _worker_seed(spec_seed: int) -> int:
     """A sampler seed of its own for this worker process (see the module docstring)."""
-    ss = np.random.SeedSequence([spec_seed, int.from_bytes(_host().encode()[:8], "little"),
+    ss = np.random.SeedSequence([spec_seed, int.from_bytes(host_name().encode()[:8], "little"),
                                  os.getpid()])
     return int(ss.generate_state(1)[0])
 
 
-def _work(job: _WorkerJob, exp: Experiment | None = None, spec: SweepSpec | None = None,
+def run_worker(job: WorkerJob, exp: Experiment | None = None, spec: SweepSpec | None = None,
           storage=None, progress: Callable[[float], None] | None = None) -> int:
     """Run trials until the study has ``job.trials`` COMPLETE trials.
 
@@ -296,8 +295,8 @@ def _work(job: _WorkerJob, exp: Experiment | None = None, spec: SweepSpec | None
     done = failures = 0
     last_error = ""
     while True:
-        _reap(study)
-        _fail_stale(study)
+        reap_dead_workers(study, batch.storage)
+        _fail_stale(study, batch.storage)
         trials = study.get_trials(deepcopy=False)
         n_complete = sum(t.state == TrialState.COMPLETE for t in trials)
         if progress is not None:
@@ -310,7 +309,7 @@ def _work(job: _WorkerJob, exp: Experiment | None = None, spec: SweepSpec | None
             time.sleep(POLL_S)  # the last trials run elsewhere; wait for them or their death
             continue
         if spec.sampler == "grid" and _grid_exhausted(study, spec) and not n_waiting:
-            raise ConfigError(f"sweep.trials: the grid has only {_grid_size(spec)} points and "
+            raise ConfigError(f"sweep.trials: the grid has only {grid_size(spec)} points and "
                               f"{n_complete} trials completed; ask for at most that many")
         # no more than the study still needs (a pruned trial frees its slot again)
         n = max(1, min(batch.size, spec.trials - n_complete - n_running))
@@ -325,7 +324,7 @@ def _work(job: _WorkerJob, exp: Experiment | None = None, spec: SweepSpec | None
                               f"one: {last_error}")
 
 
-def _start_worker(job: _WorkerJob, exp: Experiment | None, spec: SweepSpec | None, storage,
+def _start_worker(job: WorkerJob, exp: Experiment | None, spec: SweepSpec | None, storage,
                   ) -> tuple[SweepSpec, optuna.Study, _TrialBatch]:
     """The spec (with the job's trials), the study loaded with this worker's
     sampler and pruner, and the batch runner."""
@@ -337,12 +336,12 @@ def _start_worker(job: _WorkerJob, exp: Experiment | None, spec: SweepSpec | Non
     spec = spec.with_trials(job.trials)
     storage = storage if storage is not None else open_storage(job.storage)
     seed = job.seed if job.seed is not None else _worker_seed(spec.seed)
-    with _quiet_optuna():
+    with quiet_optuna():
         study = optuna.load_study(study_name=job.study_name, storage=storage,
-                                  sampler=_make_sampler(spec, seed),
-                                  pruner=_make_pruner(spec, exp.settings.replicates))
+                                  sampler=make_sampler(spec, seed),
+                                  pruner=make_pruner(spec, exp.settings.replicates))
     evaluator = TrialEvaluator(exp, spec, cache_bytes=cache_budget(spec.cache_mb, job.workers))
-    return spec, study, _TrialBatch(evaluator, spec)
+    return spec, study, _TrialBatch(evaluator, spec, storage)
 
 
 def _grid_exhausted(study, spec: SweepSpec) -> bool:
@@ -350,14 +349,14 @@ def _grid_exhausted(study, spec: SweepSpec) -> bool:
     seen = {json.dumps([t.params.get(k) for k in spec.keys])
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
                                                                 TrialState.RUNNING))}
-    return len(seen) >= _grid_size(spec)
+    return len(seen) >= grid_size(spec)
 
 
-def _worker_main(job: _WorkerJob) -> None:
+def _worker_main(job: WorkerJob) -> None:
     """Entry point of a spawned worker process."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
-        _work(job)
+        run_worker(job)
     except KeyboardInterrupt:
         sys.exit(130)
     except MemsimError as exc:
@@ -368,7 +367,7 @@ def _worker_main(job: _WorkerJob) -> None:
         sys.exit(1)
 
 
-def _run_workers(job: _WorkerJob, workers: int, study, spec: SweepSpec,
+def run_workers(job: WorkerJob, workers: int, study, spec: SweepSpec,
                  progress: Callable[[float], None] | None) -> None:
     """Spawn ``workers`` processes and wait for them, reporting progress."""
     ctx = multiprocessing.get_context("spawn")
@@ -381,7 +380,7 @@ def _run_workers(job: _WorkerJob, workers: int, study, spec: SweepSpec,
     try:
         while any(p.is_alive() for p in procs):
             if progress is not None:
-                progress(min(1.0, _n_complete(study) / spec.trials))
+                progress(min(1.0, count_complete(study) / spec.trials))
             for p in procs:
                 p.join(timeout=0.5 / len(procs))
     except BaseException:
@@ -392,8 +391,8 @@ def _run_workers(job: _WorkerJob, workers: int, study, spec: SweepSpec,
             p.join(timeout=10)
         raise
     codes = [p.exitcode for p in procs]
-    if any(c == 2 for c in codes) and _n_complete(study) < spec.trials:
+    if any(c == 2 for c in codes) and count_complete(study) < spec.trials:
         raise ConfigError("sweep: a worker stopped on an error in the experiment (see above)")
     if progress is not None:
-        progress(min(1.0, _n_complete(study) / spec.trials))
+        progress(min(1.0, count_complete(study) / spec.trials))
 

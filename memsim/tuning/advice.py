@@ -113,7 +113,7 @@ from memsim.reporting.rundir import Manifest, jsonable, new_run_dir, utc_now, wr
 from memsim.runs.runner import load_stream_for, simulate_replicate
 from memsim.reporting.stats import paired_tests, utility_share
 from memsim.sweep.evaluate import cache_budget
-from memsim.sweep.study import _quiet_optuna
+from memsim.sweep.study import quiet_optuna
 
 __all__ = ["advise", "Advice", "AdviseSpec", "RANKINGS", "PACKERS", "CUTS", "STAGES"]
 
@@ -697,7 +697,7 @@ def _signed(x: float) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:+.3f}"
 
 
-def _describe(slot: str, table: Any) -> str:
+def describe_space(slot: str, table: Any) -> str:
     """``kind(param=value, ...)`` of a component table: its real-valued
     parameters (half-lives, floors, cuts), and the others where they differ
     from the kind's defaults (a solver's limits, the clock)."""
@@ -720,7 +720,7 @@ def changes_between(now: dict, rec: dict) -> list[str]:
     for slot in dict.fromkeys((*now, *rec)):
         a, b = now.get(slot), rec.get(slot)
         if a != b:
-            out.append(f"{slot} from {_describe(slot, a)} to {_describe(slot, b)}")
+            out.append(f"{slot} from {describe_space(slot, a)} to {describe_space(slot, b)}")
     return out
 
 
@@ -833,7 +833,7 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
             split_text: str, replays: _Replays,
             progress: Callable[[str], None] | None) -> Advice:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    with _quiet_optuna():
+    with quiet_optuna():
         studies = [optuna.create_study(direction="maximize",
                                        sampler=optuna.samplers.TPESampler(seed=spec.seed + j))
                    for j in range(len(folds))]
