@@ -169,7 +169,9 @@ def summarise(per_query: pd.DataFrame, k: int) -> dict[str, Any]:
     """``n_queries``, ``k``, ``identical_share``, ``overlap_mean``,
     ``overlap_min``, ``rank_corr_mean``, ``max_score_diff``,
     ``first_difference`` (position of the first differing query, None if
-    none) and ``max_score_diff_before_first``."""
+    none), ``max_score_diff_before_first`` and ``answered_share`` (queries
+    the engine returned at least one note for: identical empty lists agree
+    on nothing)."""
     n = len(per_query)
     scored = per_query["max_score_diff"].dropna()
     differs = np.flatnonzero(~per_query["identical"].to_numpy(bool))
@@ -184,6 +186,7 @@ def summarise(per_query: pd.DataFrame, k: int) -> dict[str, Any]:
         "max_score_diff": float(scored.max()) if len(scored) else float("nan"),
         "first_difference": first,
         "max_score_diff_before_first": float(before.max()) if len(before) else float("nan"),
+        "answered_share": float((per_query["n_engine"] > 0).mean()) if n else float("nan"),
     }
 
 
@@ -200,6 +203,8 @@ def format_summary(per_query: pd.DataFrame, s: dict[str, Any], n_first: int = 5)
     k = s["k"]
     lines = [
         f"  identical top-{k}:      {s['identical_share']:.2%} of queries",
+        f"  answered:             {s['answered_share']:.2%} of queries (the engine "
+        "returned a note)",
         f"  top-{k} overlap:        mean {s['overlap_mean']:.4f}, min {s['overlap_min']:.2f}",
         f"  rank corr. (shared):  mean Kendall tau {s['rank_corr_mean']:.4f}",
         f"  largest score diff.:  {s['max_score_diff']:.3g}",

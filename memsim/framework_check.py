@@ -35,6 +35,11 @@ Engines and the code they run:
                      package's ``__init__``, which needs sentence-transformers), on
                      the 8 nearest, refreshing ``last_seen_at`` of the returned;
                      no waypoint graph
+``memoripy``         memoripy: ``memory_store.py`` ``MemoryStore.retrieve`` (loaded
+                     without the package's ``__init__``, which imports its LLM
+                     clients), its ``time.time()`` the stream's clock; no concepts
+                     (its LLM's), no clusters (the store starts empty); an
+                     organic use adds an access and sets the timestamp
 ==================== =============================================================
 
 Both replays run on the stream with times quantised to whole seconds
@@ -46,9 +51,11 @@ last access on both sides.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import importlib
 import importlib.util
+import os
 import sys
 import time
 import types
@@ -96,6 +103,10 @@ ENGINES: dict[str, _Engine] = {
                     'pip install -e ".[frameworks]"'),
     "openmemory": _Engine("openmemory", "openmemory-python", "openmemory",
                           "compute_hybrid_score", "pip install --no-deps openmemory-python==1.0.0"),
+    "memoripy": _Engine("memoripy", "memoripy", "memoripy", "MemoryStore.retrieve",
+                        "pip install --no-deps memoripy==0.1.2 in a virtual environment made "
+                        "with --system-site-packages (its pinned dependencies would downgrade "
+                        "numpy, scipy and scikit-learn)"),
 }
 
 
@@ -419,6 +430,45 @@ def _openmemory(stream: Stream, k: int, pool_size: int):
     return _run(stream, k, setup, query), _version("openmemory-python")
 
 
+def _memoripy(stream: Stream, k: int, threshold: float = 40.0):
+    root = _package_dir("memoripy", "memoripy")
+    # memory_store.py alone: the package's __init__ imports its LLM clients
+    # (langchain-openai, ollama), which retrieve does not use
+    mod = _load_file(root / "memory_store.py", "_memsim_memoripy_store")
+    clock = {"now": EPOCH_TS}
+    mod.time = types.SimpleNamespace(time=lambda: clock["now"])
+    store = mod.MemoryStore(dimension=int(np.asarray(stream.note_embeddings).shape[1]))
+    slot: dict[int, int] = {}  # note row -> its position in the short-term memory
+
+    def setup(st):
+        def on_add(i):
+            slot[i] = len(store.short_term_memory)
+            store.add_interaction({"id": i, "prompt": f"n{i}", "output": "",
+                                   "embedding": st.emb[i].tolist(),
+                                   "timestamp": EPOCH_TS + float(st.created[i]),
+                                   "access_count": 1, "concepts": [], "decay_factor": 1.0})
+
+        def on_access(i, t):
+            # an organic use is an access as the semantic-memory recall records
+            # one: access_count + 1 and the timestamp, the factor left alone
+            j = slot[i]
+            store.access_counts[j] += 1
+            store.timestamps[j] = EPOCH_TS + t
+            store.short_term_memory[j]["timestamp"] = EPOCH_TS + t
+            store.short_term_memory[j]["access_count"] = store.access_counts[j]
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        clock["now"] = EPOCH_TS + t
+        # no concepts (the LLM's) and no clusters: each score is its adjusted similarity
+        out = store.retrieve(q.reshape(1, -1), [], similarity_threshold=threshold)
+        return [int(x["id"]) for x in out[:k]], [float(x["total_score"]) for x in out[:k]]
+
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):  # it prints per note
+        got = _run(stream, k, setup, query)
+    return got, _version("memoripy")
+
+
 @dataclass
 class FrameworkCheckResult:
     """Outcome of :func:`framework_cross_check`: ``per_query`` (one row per
@@ -462,6 +512,8 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
         (ids, scores), version = _redis(qs, k)
     elif engine == "openmemory":
         (ids, scores), version = _openmemory(qs, k, policy.retriever.prefilter)
+    elif engine == "memoripy":
+        (ids, scores), version = _memoripy(qs, k, policy.ranker.threshold)
     else:
         (ids, scores), version = _mem0(qs, k)
     eng_s = time.perf_counter() - t0
