@@ -265,11 +265,14 @@ def likely_causes(identical: np.ndarray, checks: list[tuple[np.ndarray, str]],
 
 
 def replay_memsim(stream: Stream, policy: Any, k: int, feedback_mode: str = "per-query",
-                  arm: str = "memsim") -> tuple[list[np.ndarray], list[np.ndarray], float]:
+                  arm: str = "memsim", packed: bool = False
+                  ) -> tuple[list[np.ndarray], list[np.ndarray], float]:
     """memsim's side of a check: ``policy`` replayed over ``stream`` with its
     top ``k`` kept, as (note ids, scores) per query in the stream's query
     order, and the seconds the replay took. ``arm`` names the arm (its name
-    seeds the arm's random stream, so each check keeps its own)."""
+    seeds the arm's random stream, so each check keeps its own). ``packed``:
+    the notes packed into each context, in context order, instead of the
+    ranking (a check of a packer)."""
     policy = with_timing(policy, feedback_mode)
     settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
     t0 = time.perf_counter()
@@ -281,7 +284,10 @@ def replay_memsim(stream: Stream, policy: Any, k: int, feedback_mode: str = "per
     r = res.rankings
     if r is not None and len(r):
         qpos = {int(q): i for i, q in enumerate(qids)}
-        for qid, g in r.sort_values(["query_id", "rank"], kind="stable").groupby("query_id"):
+        if packed:
+            r = r.loc[r["packed"].to_numpy(bool)]
+        by = "position" if packed else "rank"
+        for qid, g in r.sort_values(["query_id", by], kind="stable").groupby("query_id"):
             i = qpos[int(qid)]
             ids[i] = g["note_id"].to_numpy(np.int64)
             scores[i] = g["score"].to_numpy(np.float64)

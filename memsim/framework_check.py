@@ -35,6 +35,11 @@ Engines and the code they run:
                      package's ``__init__``, which needs sentence-transformers), on
                      the 8 nearest, refreshing ``last_seen_at`` of the returned;
                      no waypoint graph
+``autogen``          autogen-core: ``TokenLimitedChatCompletionContext.get_messages``
+                     over every message so far (one per note, in creation order),
+                     its ``token_limit`` the query's budget, its model client's
+                     ``count_tokens`` the notes' tokens; compared with the notes
+                     the preset packs, in context order
 ``memoripy``         memoripy: ``memory_store.py`` ``MemoryStore.retrieve`` (loaded
                      without the package's ``__init__``, which imports its LLM
                      clients), its ``time.time()`` the stream's clock; no concepts
@@ -107,6 +112,11 @@ ENGINES: dict[str, _Engine] = {
                         "pip install --no-deps memoripy==0.1.2 in a virtual environment made "
                         "with --system-site-packages (its pinned dependencies would downgrade "
                         "numpy, scipy and scikit-learn)"),
+    "autogen": _Engine("autogen-token-limited", "autogen-core", "autogen_core",
+                       "TokenLimitedChatCompletionContext.get_messages",
+                       "pip install autogen-core==0.7.5 in a virtual environment made with "
+                       "--system-site-packages (it pins protobuf 5.29, below the 6.x memsim's "
+                       "environment may hold)"),
 }
 
 
@@ -469,6 +479,56 @@ def _memoripy(stream: Stream, k: int, threshold: float = 40.0):
     return got, _version("memoripy")
 
 
+def _query_budgets(stream: Stream) -> np.ndarray:
+    """Each query's token budget as memsim resolves it for an arm without one
+    (:func:`memsim.engine.resolve_budget`): the stream's, else the default."""
+    from .engine import Arm, SimSettings, resolve_budget
+
+    col = (stream.queries["budget_tokens"].to_numpy(np.float64)
+           if "budget_tokens" in stream.queries else np.full(len(stream.queries), np.nan))
+    return resolve_budget(Arm("autogen", None), SimSettings(), col)
+
+
+def _autogen(stream: Stream):
+    _package_dir("autogen_core", "autogen-core")
+    import asyncio
+
+    from autogen_core.model_context import TokenLimitedChatCompletionContext
+    from autogen_core.models import UserMessage
+
+    tokens = stream.notes["tokens"].to_numpy(np.int64)
+    # _run asks only the queries after the first note (the others see an empty store)
+    qt = np.round(stream.queries["t"].to_numpy(np.float64) * 86400).astype(np.int64)
+    first = np.round(stream.notes["created_at"].to_numpy(np.float64) * 86400).min()
+    budgets = iter(_query_budgets(stream)[qt >= first].tolist())
+
+    class _Counter:
+        """The model client's token counter (all the context calls): the
+        stream's token count of each message's note, in place of a tokenizer."""
+
+        def count_tokens(self, messages, *, tools=()):
+            return int(sum(int(tokens[int(m.content[1:])]) for m in messages))
+
+    history: list = []
+    loop = asyncio.new_event_loop()
+
+    def setup(st):
+        def on_add(i):
+            history.append(UserMessage(content=f"n{i}", source="user"))
+        return on_add, lambda i, t: None
+
+    def query(st, rows, q, t, k):
+        ctx = TokenLimitedChatCompletionContext(_Counter(), token_limit=int(next(budgets)),
+                                                initial_messages=history)
+        kept = loop.run_until_complete(ctx.get_messages())
+        return [int(m.content[1:]) for m in kept], [0.0] * len(kept)
+
+    try:
+        return _run(stream, 1, setup, query), _version("autogen-core")
+    finally:
+        loop.close()
+
+
 @dataclass
 class FrameworkCheckResult:
     """Outcome of :func:`framework_cross_check`: ``per_query`` (one row per
@@ -498,6 +558,9 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
                           f"{feedback_mode!r}")
     if not isinstance(refresh, bool):
         raise ConfigError(f"refresh: expected true or false, got {refresh!r}")
+    if engine == "autogen" and k is not None:
+        raise ConfigError("k: the autogen check compares the whole context (every message "
+                          "that fits), not a top k")
     policy = framework_policy(engine, k=k, mode=mode, refresh=refresh)
     k = int(policy.candidates)
     if k < 1:
@@ -514,10 +577,16 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
         (ids, scores), version = _openmemory(qs, k, policy.retriever.prefilter)
     elif engine == "memoripy":
         (ids, scores), version = _memoripy(qs, k, policy.ranker.threshold)
+    elif engine == "autogen":
+        (ids, scores), version = _autogen(qs)
     else:
         (ids, scores), version = _mem0(qs, k)
     eng_s = time.perf_counter() - t0
-    mem_ids, mem_scores, mem_s = replay_memsim(qs, policy, k, feedback_mode, arm="framework")
+    mem_ids, mem_scores, mem_s = replay_memsim(qs, policy, k, feedback_mode, arm="framework",
+                                               packed=engine == "autogen")
+    if engine == "autogen":  # a context, not a top k: its messages (no scores), the most kept
+        k = max([1] + [len(x) for x in ids])
+        mem_scores = [np.zeros(len(x)) for x in mem_ids]
     per_query = compare_rankings(qs, ids, scores, mem_ids, mem_scores, k)
     per_query["cause"] = likely_causes(
         per_query["identical"].to_numpy(),

@@ -295,7 +295,8 @@ def test_unstamped_mode_returns_other_notes_than_stamped():
 # --------------------------------------------------------------------------
 
 _PACKAGES = {"llamaindex": "llama_index", "crewai": "crewai", "redis": "agent_memory_server",
-             "mem0": "mem0", "openmemory": "openmemory", "memoripy": "memoripy"}
+             "mem0": "mem0", "openmemory": "openmemory", "memoripy": "memoripy",
+             "autogen": "autogen_core"}
 
 
 def _need(engine: str) -> None:
@@ -339,6 +340,26 @@ def test_engine_check_memoripy_identical_top_k(seed):
     res = framework_cross_check("memoripy", minutes_stream(seed))
     assert res.summary["answered_share"] > 0.8
     assert res.summary["identical_share"] == 1.0, res.per_query.loc[~res.per_query["identical"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11, 12])
+def test_engine_check_autogen_keeps_the_same_messages(seed):
+    """AutoGen's real get_messages over the whole history against the
+    drop-middle packer: the same notes in the same order in every context,
+    contexts that drop the middle of a history many times their size."""
+    _need("autogen")
+    from memsim.framework_check import framework_cross_check
+
+    stream = _stream(seed)
+    res = framework_cross_check("autogen", stream)
+    pq = res.per_query
+    assert res.summary["identical_share"] == 1.0, pq.loc[~pq["identical"]]
+    assert res.summary["answered_share"] == 1.0
+    assert pq["n_engine"].iloc[-1] < stream.n_notes / 10  # most of the history dropped
+    assert (res.engine_ids[-1] == np.sort(res.engine_ids[-1])).all()  # oldest first
+    with pytest.raises(Exception, match="whole context"):
+        framework_cross_check("autogen", stream, k=3)
 
 
 @pytest.mark.slow

@@ -76,6 +76,7 @@ ENGINE_CHECKS: dict[str, str] = {
     "mem0-oss": "mem0",
     "openmemory": "openmemory",
     "memoripy": "memoripy",
+    "autogen-token-limited": "autogen",
 }
 
 
