@@ -379,6 +379,23 @@ def test_engine_check_tells_the_llamaindex_modes_apart():
     assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
 
 
+def test_identical_empty_lists_are_not_answers():
+    # memoripy on a stream of days returns nothing, and memsim neither:
+    # identical on every query, answered on none
+    from memsim.engine_check import compare_rankings, summarise
+
+    stream = _stream(3)
+    q = len(stream.queries)
+    empty = [np.zeros(0, np.int64)] * q
+    pq = compare_rankings(stream, empty, [np.zeros(0)] * q, empty, [np.zeros(0)] * q, 3)
+    s = summarise(pq, 3)
+    assert s["identical_share"] == 1.0 and s["answered_share"] == 0.0
+    one = [np.array([0])] + empty[1:]
+    s = summarise(compare_rankings(stream, one, [np.zeros(1)] + [np.zeros(0)] * (q - 1), one,
+                                   [np.zeros(1)] + [np.zeros(0)] * (q - 1), 3), 3)
+    assert s["answered_share"] == pytest.approx(1 / q)
+
+
 def test_engine_check_refuses_a_bad_feedback_mode():
     from memsim.errors import ConfigError
     from memsim.framework_check import framework_cross_check
