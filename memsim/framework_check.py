@@ -40,6 +40,15 @@ Engines and the code they run:
                      its ``token_limit`` the query's budget, its model client's
                      ``count_tokens`` the notes' tokens; compared with the notes
                      the preset packs, in context order
+``langgraph``        langgraph-checkpoint-sqlite: ``SqliteStore`` with a TTL
+                     (``default_ttl`` the preset's, ``refresh_on_read``): its
+                     ``put``, the read refresh (``GetOp(refresh_ttl=True)``) of the
+                     notes a query returns and of each organic use, and its
+                     ``sweep_ttl`` at memsim's retention sweeps; Python's clock
+                     and the database's ``CURRENT_TIMESTAMP`` (a function of the
+                     connection) read the stream's time. The ranking is the exact
+                     cosine in numpy over the notes the store still holds
+                     (``search`` without a query lists them)
 ``memoripy``         memoripy: ``memory_store.py`` ``MemoryStore.retrieve`` (loaded
                      without the package's ``__init__``, which imports its LLM
                      clients), its ``time.time()`` the stream's clock; no concepts
@@ -112,6 +121,9 @@ ENGINES: dict[str, _Engine] = {
                         "pip install --no-deps memoripy==0.1.2 in a virtual environment made "
                         "with --system-site-packages (its pinned dependencies would downgrade "
                         "numpy, scipy and scikit-learn)"),
+    "langgraph": _Engine("langgraph-store-ttl", "langgraph-checkpoint-sqlite",
+                         "langgraph.store.sqlite", "SqliteStore TTL (refresh on read, sweep_ttl)",
+                         'pip install -e ".[frameworks]"'),
     "autogen": _Engine("autogen-token-limited", "autogen-core", "autogen_core",
                        "TokenLimitedChatCompletionContext.get_messages",
                        "pip install autogen-core==0.7.5 in a virtual environment made with "
@@ -195,7 +207,7 @@ def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
             table["retriever"] = {"prefilter": 2 * k}
         if engine == "mem0":
             table["retriever"] = {"prefilter": max(4 * k, 60)}
-        if engine == "openmemory":
+        if engine in ("openmemory", "langgraph"):
             table["feedback"] = {"k": k}
     return resolve_policy(table, f"engine_check.{engine}")
 
@@ -479,6 +491,79 @@ def _memoripy(stream: Stream, k: int, threshold: float = 40.0):
     return got, _version("memoripy")
 
 
+def _langgraph(stream: Stream, k: int, ttl_days: float, period_days: float):
+    import sqlite3
+
+    try:
+        from langgraph.store.base import GetOp
+        from langgraph.store.sqlite import SqliteStore
+        from langgraph.store.sqlite import base as sqlite_base
+    except ImportError:
+        raise MemsimError("the langgraph-checkpoint-sqlite cross-check needs the "
+                          "langgraph-checkpoint-sqlite package, which is not installed: "
+                          f"{ENGINES['langgraph'].install} (README, \"Framework presets\")"
+                          ) from None
+
+    clock = {"s": 0}
+
+    def now() -> dt.datetime:
+        return EPOCH.replace(tzinfo=dt.timezone.utc) + dt.timedelta(seconds=clock["s"])
+
+    class _Clock(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):  # put stamps expires_at from datetime.now(timezone.utc)
+            return now()
+
+    # the database's clock: SQLite lets a connection's function replace the
+    # CURRENT_TIMESTAMP the store stamps, refreshes and sweeps with
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.create_function("current_timestamp", 0, lambda: now().strftime("%Y-%m-%d %H:%M:%S"))
+    store = SqliteStore(conn, ttl={"default_ttl": ttl_days * 1440, "refresh_on_read": True})
+    ns = ("memsim",)
+    swept = {"next": -np.inf}
+
+    def refresh(rows):  # a read that returns the notes refreshes their TTL
+        store.batch([GetOp(ns, f"n{int(i)}", refresh_ttl=True) for i in rows])
+
+    def setup(st):
+        def on_add(i):
+            at, clock["s"] = clock["s"], int(st.created[i])
+            store.put(ns, f"n{i}", {"row": int(i)})
+            clock["s"] = at
+
+        def on_access(i, t):
+            at, clock["s"] = clock["s"], t
+            refresh([i])
+            clock["s"] = at
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        clock["s"] = t
+        day = t / 86400
+        if day >= swept["next"]:  # the sweep memsim's retention period runs
+            store.sweep_ttl()
+            swept["next"] = (np.floor(day / period_days) + 1) * period_days
+        kept = np.array(sorted(int(it.value["row"]) for it in store.search(
+            ns, limit=len(st.note_ids) + 1, refresh_ttl=False)), dtype=np.int64)
+        if not len(kept):
+            return [], []
+        cos = _cosines(st.emb[kept], q)
+        top = _nearest(cos, kept, k)
+        refresh(top)
+        pos = {int(r): p for p, r in enumerate(kept)}
+        return [int(r) for r in top], [float(cos[pos[int(r)]]) for r in top]
+
+    saved = sqlite_base.datetime
+    sqlite_base.datetime = types.SimpleNamespace(datetime=_Clock, timedelta=dt.timedelta,
+                                                 timezone=dt.timezone)
+    try:
+        store.setup()
+        return _run(stream, k, setup, query), _version("langgraph-checkpoint-sqlite")
+    finally:
+        sqlite_base.datetime = saved
+        conn.close()
+
+
 def _query_budgets(stream: Stream) -> np.ndarray:
     """Each query's token budget as memsim resolves it for an arm without one
     (:func:`memsim.engine.resolve_budget`): the stream's, else the default."""
@@ -579,6 +664,11 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
         (ids, scores), version = _memoripy(qs, k, policy.ranker.threshold)
     elif engine == "autogen":
         (ids, scores), version = _autogen(qs)
+    elif engine == "langgraph":
+        from .engine import SimSettings  # the period replay_memsim sweeps at
+
+        (ids, scores), version = _langgraph(qs, k, policy.retention.ttl_days,
+                                            SimSettings().retention_period_days)
     else:
         (ids, scores), version = _mem0(qs, k)
     eng_s = time.perf_counter() - t0

@@ -296,7 +296,7 @@ def test_unstamped_mode_returns_other_notes_than_stamped():
 
 _PACKAGES = {"llamaindex": "llama_index", "crewai": "crewai", "redis": "agent_memory_server",
              "mem0": "mem0", "openmemory": "openmemory", "memoripy": "memoripy",
-             "autogen": "autogen_core"}
+             "autogen": "autogen_core", "langgraph": "langgraph.store.sqlite"}
 
 
 def _need(engine: str) -> None:
@@ -360,6 +360,27 @@ def test_engine_check_autogen_keeps_the_same_messages(seed):
     assert (res.engine_ids[-1] == np.sort(res.engine_ids[-1])).all()  # oldest first
     with pytest.raises(Exception, match="whole context"):
         framework_cross_check("autogen", stream, k=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11, 12])
+def test_engine_check_langgraph_ttl_refreshed_on_read(seed):
+    """LangGraph's SqliteStore, its clock the stream's (Python's and the
+    database's CURRENT_TIMESTAMP): it stamps, refreshes on read and sweeps
+    the notes the ``ttl`` retention evicts, over 90 days with a 30-day TTL."""
+    _need("langgraph")
+    from memsim import framework_check as fc
+
+    stream = load_check_config({"engine_check": {"seed": seed}, "workload": {
+        "horizon_days": 90, "backfill_days": 10, "notes_per_day": 4, "queries_per_day": 3}},
+        ("engine_check",), {"k"})[1]
+    res = fc.framework_cross_check("langgraph", stream)
+    assert res.summary["n_queries"] > 200
+    assert res.summary["identical_share"] == 1.0, res.per_query.loc[~res.per_query["identical"]]
+    # the TTL bites: without it memsim returns other notes than the real store
+    keep_all = resolve_policy({"preset": "langgraph-store-ttl", "retention": "none"}, "k")
+    mem_ids, _, _ = replay_memsim(fc._prepare(stream), keep_all, 10, arm="framework")
+    assert sum(not np.array_equal(a, b) for a, b in zip(res.engine_ids, mem_ids)) > 20
 
 
 @pytest.mark.slow

@@ -77,6 +77,7 @@ ENGINE_CHECKS: dict[str, str] = {
     "openmemory": "openmemory",
     "memoripy": "memoripy",
     "autogen-token-limited": "autogen",
+    "langgraph-store-ttl": "langgraph",
 }
 
 
