@@ -425,6 +425,16 @@ def test_engine_check_refuses_a_bad_feedback_mode():
         framework_cross_check("mem0", _stream(3), feedback_mode="daily")
 
 
+def test_every_framework_engine_is_a_command_choice():
+    from memsim.cli import build_parser
+    from memsim.framework_check import ENGINES
+
+    parser = build_parser()
+    for engine in ENGINES:
+        args = parser.parse_args(["engine-check", engine, "exp.toml"])
+        assert args.engine == engine
+
+
 def test_engine_check_bad_key_is_one_line(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("[engine_check]\nseed = 1\nbogus = 2\n")
