@@ -911,7 +911,8 @@ def build_parser() -> argparse.ArgumentParser:
               "memsim engine-check llamaindex experiments/framework_check.toml"),
              parents=[as_json])
     ec.add_argument("engine", choices=["feather", "langchain", "llamaindex", "crewai", "redis",
-                                       "mem0", "openmemory"],
+                                       "mem0", "openmemory", "memoripy", "autogen",
+                                       "langgraph"],
                     help="the real engine (needs pip install -e \".[feather]\", "
                          "\".[langchain]\" or the framework's package, see the README)")
     ec.add_argument("config", metavar="EXPERIMENT.toml",

@@ -23,14 +23,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsim.engine import Arm, SimSettings, simulate, with_timing
+import pandas as pd
+
+from memsim.engine import ACCELERATORS, Arm, SimSettings, reference, simulate, with_timing
+from memsim.engine.settings import usable_accelerators
 from memsim.checks.engine_check import load_check_config, replay_memsim
 from memsim.policies import ArrayContext, resolve_policy
 from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
 from memsim.policies.decay import HalfLife
 from memsim.policies.frameworks import (DropMiddle, ExpRate, LinearBlend, LlamaIndexRanker, LlamaIndexRecency,
-                                        Mem0Oss, OpenMemoryHybrid, RedisRecency, SimilarityGate,
-                                        TimeToLive, UnusedCleanup)
+                                        Mem0Oss, Memoripy, OpenMemoryHybrid, RedisRecency,
+                                        SimilarityGate, TimeToLive, UnusedCleanup)
+from memsim.core.rng import seed_sequence
+from memsim.data.stream import make_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = json.loads((ROOT / "tests" / "golden" / "framework_vectors.json").read_text())
@@ -177,6 +182,86 @@ def test_memoryos_gate_and_lfu_eviction():
     assert pol.retention.evict(ctx).tolist() == [True, False, False]
 
 
+def test_memoripy_factor_compounds_the_whole_time_since_last_use_at_every_call():
+    # MemoryStore.retrieve: f = f * exp(-1e-4 * seconds since timestamp), stored
+    # back; then x1.1 if 100 * cos * f * log1p(access_count) >= 40, else x0.9
+    r = Memoripy()
+    created = np.array([NOW - 600 / 86400, NOW - 600 / 86400, NOW - 7200 / 86400])
+    f = {"decay_factor": np.ones(3)}
+    cos = np.array([[0.99, 0.2, 0.99]])
+    for call, t in enumerate((NOW, NOW + 60 / 86400)):
+        ctx = ArrayContext(t=t, created_at=created, similarity=cos)
+        ctx.note_state = f
+        if call == 0:
+            score = r.combine(cos, None, ctx)[0]
+            want = 100 * cos[0] * np.exp(-1e-4 * np.array([600, 600, 7200])) * math.log(2)
+            np.testing.assert_allclose(score, want, rtol=1e-9)
+            assert ctx.similarity(None) is cos and r.candidate_mask(ctx)[0].tolist() == [
+                True, False, False]
+        f = r.update_note_state(ctx, f)
+    # no access recorded here (the engine's feedback does that): the second
+    # call multiplies the whole 660 s again, not the 60 s since the first
+    s1, s2 = np.array([600, 600, 7200]), np.array([660, 660, 7260])
+    want = np.exp(-1e-4 * s1) * np.array([1.1, 0.9, 0.9]) * np.exp(-1e-4 * s2) * np.array(
+        [1.1, 0.9, 0.9])
+    np.testing.assert_allclose(f["decay_factor"], want, rtol=1e-12)
+    # a note no query searched keeps its factor
+    ctx = ArrayContext(t=NOW, created_at=created, similarity=cos, live=[[True, False, True]])
+    ctx.note_state = {"decay_factor": np.full(3, 0.5)}
+    assert r.update_note_state(ctx, ctx.note_state)["decay_factor"][1] == 0.5
+
+
+def minutes_stream(seed: int, n: int = 80, q: int = 120, dim: int = 16):
+    """A stream on memoripy's time scale: a note every 42 s over 56
+    minutes, each query close to one of the 12 latest notes (cosines near 1),
+    a few organic uses: its queries get results (a day-scale stream's notes
+    are all below memoripy's threshold)."""
+    rng = np.random.default_rng(seed)
+    minute = 1 / 1440
+    created = np.arange(n) * 0.7 * minute
+    centres = rng.normal(size=(10, dim))
+    emb = (centres[rng.integers(0, 10, n)] + 0.35 * rng.normal(size=(n, dim))).astype(np.float32)
+    qt = np.sort(rng.uniform(minute, created[-1] + 10 * minute, q))
+    src = np.array([rng.choice(np.flatnonzero(created <= t)[-12:]) for t in qt])
+    qemb = (emb[src] + 0.1 * rng.normal(size=(q, dim))).astype(np.float32)
+    at = np.sort(rng.uniform(5 * minute, created[-1], 8))
+    notes = pd.DataFrame({"note_id": np.arange(n), "created_at": created,
+                          "tokens": rng.integers(20, 200, n), "actor": "u"})
+    queries = pd.DataFrame({"query_id": np.arange(q), "t": qt, "actor": "u"})
+    qrels = pd.DataFrame({"query_id": np.arange(q), "note_id": src, "gain": 1.0})
+    acc = pd.DataFrame({"t": at, "actor": "u", "note_id": [
+        int(rng.choice(np.flatnonzero(created < t))) for t in at]})
+    return make_stream(notes, queries, qrels, acc, emb, qemb, {"name": f"minutes-{seed}"})
+
+
+def test_memoripy_state_is_the_references_in_every_engine_path():
+    """The per-note factor through the engine: every accelerator set gives
+    the reference's frames (they decline the policy: it keeps per-note
+    state), per query and per tick; and the state changes what is returned."""
+    stream = minutes_stream(1)
+    pol = resolve_policy({"preset": "memoripy"}, "m")
+    assert usable_accelerators(pol, ACCELERATORS) == ()
+    assert usable_accelerators(resolve_policy({"preset": "similarity-only"}, "s"),
+                               ACCELERATORS) == ACCELERATORS
+    arms = [Arm("per-query", pol), Arm("per-tick", with_timing(pol, "per-tick"))]
+    settings = SimSettings(candidates=3, save_rankings=True, tick_days=1 / 96)
+    want = reference.simulate(stream, arms, settings, seed_sequence(2))
+    r = want.rankings
+    r = r.loc[r["policy"] == "per-query", ["query_id", "note_id"]].reset_index(drop=True)
+    assert r["query_id"].nunique() > 0.7 * len(stream.queries)  # memoripy answers most
+    for acc in (ACCELERATORS, ()):
+        got = simulate(stream, arms, settings, seed_sequence(2), accelerators=acc)
+        for key in ("queries", "store", "arms", "rankings"):
+            pd.testing.assert_frame_equal(getattr(got, key), getattr(want, key),
+                                          check_exact=True)
+        assert not any(got.accelerated)
+    # without the compounding factor (boost = fade = 1, no decay) other notes come back
+    flat = resolve_policy({"preset": "memoripy", "ranker": {"boost": 1.0, "fade": 1.0,
+                                                            "decay_rate_per_s": 0.0}}, "f")
+    other = reference.simulate(stream, [Arm("per-query", flat)], settings, seed_sequence(2))
+    assert not r.equals(other.rankings[["query_id", "note_id"]].reset_index(drop=True))
+
+
 # --------------------------------------------------------------------------
 # the unstamped mode changes what is returned (memsim alone)
 # --------------------------------------------------------------------------
@@ -210,7 +295,8 @@ def test_unstamped_mode_returns_other_notes_than_stamped():
 # --------------------------------------------------------------------------
 
 _PACKAGES = {"llamaindex": "llama_index", "crewai": "crewai", "redis": "agent_memory_server",
-             "mem0": "mem0", "openmemory": "openmemory"}
+             "mem0": "mem0", "openmemory": "openmemory", "memoripy": "memoripy",
+             "autogen": "autogen_core", "langgraph": "langgraph.store.sqlite"}
 
 
 def _need(engine: str) -> None:
@@ -243,6 +329,61 @@ def test_engine_check_identical_top_k(engine, mode, refresh, seed):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_engine_check_memoripy_identical_top_k(seed):
+    """memoripy's real MemoryStore.retrieve against the preset, on streams
+    where it answers most queries (its factor, access counts and timestamps
+    carried from call to call on both sides)."""
+    _need("memoripy")
+    from memsim.checks.framework_check import framework_cross_check
+
+    res = framework_cross_check("memoripy", minutes_stream(seed))
+    assert res.summary["answered_share"] > 0.8
+    assert res.summary["identical_share"] == 1.0, res.per_query.loc[~res.per_query["identical"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11, 12])
+def test_engine_check_autogen_keeps_the_same_messages(seed):
+    """AutoGen's real get_messages over the whole history against the
+    drop-middle packer: the same notes in the same order in every context,
+    contexts that drop the middle of a history many times their size."""
+    _need("autogen")
+    from memsim.checks.framework_check import framework_cross_check
+
+    stream = _stream(seed)
+    res = framework_cross_check("autogen", stream)
+    pq = res.per_query
+    assert res.summary["identical_share"] == 1.0, pq.loc[~pq["identical"]]
+    assert res.summary["answered_share"] == 1.0
+    assert pq["n_engine"].iloc[-1] < stream.n_notes / 10  # most of the history dropped
+    assert (res.engine_ids[-1] == np.sort(res.engine_ids[-1])).all()  # oldest first
+    with pytest.raises(Exception, match="whole context"):
+        framework_cross_check("autogen", stream, k=3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11, 12])
+def test_engine_check_langgraph_ttl_refreshed_on_read(seed):
+    """LangGraph's SqliteStore, its clock the stream's (Python's and the
+    database's CURRENT_TIMESTAMP): it stamps, refreshes on read and sweeps
+    the notes the ``ttl`` retention evicts, over 90 days with a 30-day TTL."""
+    _need("langgraph")
+    from memsim.checks import framework_check as fc
+
+    stream = load_check_config({"engine_check": {"seed": seed}, "workload": {
+        "horizon_days": 90, "backfill_days": 10, "notes_per_day": 4, "queries_per_day": 3}},
+        ("engine_check",), {"k"})[1]
+    res = fc.framework_cross_check("langgraph", stream)
+    assert res.summary["n_queries"] > 200
+    assert res.summary["identical_share"] == 1.0, res.per_query.loc[~res.per_query["identical"]]
+    # the TTL bites: without it memsim returns other notes than the real store
+    keep_all = resolve_policy({"preset": "langgraph-store-ttl", "retention": "none"}, "k")
+    mem_ids, _, _ = replay_memsim(fc._prepare(stream), keep_all, 10, arm="framework")
+    assert sum(not np.array_equal(a, b) for a, b in zip(res.engine_ids, mem_ids)) > 20
+
+
+@pytest.mark.slow
 def test_engine_check_tells_the_llamaindex_modes_apart():
     _need("llamaindex")
     from memsim.checks import framework_check as fc
@@ -259,12 +400,39 @@ def test_engine_check_tells_the_llamaindex_modes_apart():
     assert any(not np.array_equal(a, b) for a, b in zip(ids, mem_ids))
 
 
+def test_identical_empty_lists_are_not_answers():
+    # memoripy on a stream of days returns nothing, and memsim neither:
+    # identical on every query, answered on none
+    from memsim.checks.engine_check import compare_rankings, summarise
+
+    stream = _stream(3)
+    q = len(stream.queries)
+    empty = [np.zeros(0, np.int64)] * q
+    pq = compare_rankings(stream, empty, [np.zeros(0)] * q, empty, [np.zeros(0)] * q, 3)
+    s = summarise(pq, 3)
+    assert s["identical_share"] == 1.0 and s["answered_share"] == 0.0
+    one = [np.array([0])] + empty[1:]
+    s = summarise(compare_rankings(stream, one, [np.zeros(1)] + [np.zeros(0)] * (q - 1), one,
+                                   [np.zeros(1)] + [np.zeros(0)] * (q - 1), 3), 3)
+    assert s["answered_share"] == pytest.approx(1 / q)
+
+
 def test_engine_check_refuses_a_bad_feedback_mode():
     from memsim.core.errors import ConfigError
     from memsim.checks.framework_check import framework_cross_check
 
     with pytest.raises(ConfigError, match="feedback_mode"):
         framework_cross_check("mem0", _stream(3), feedback_mode="daily")
+
+
+def test_every_framework_engine_is_a_command_choice():
+    from memsim.cli import build_parser
+    from memsim.checks.framework_check import ENGINES
+
+    parser = build_parser()
+    for engine in ENGINES:
+        args = parser.parse_args(["engine-check", engine, "exp.toml"])
+        assert args.engine == engine
 
 
 def test_engine_check_bad_key_is_one_line(tmp_path):
@@ -293,7 +461,7 @@ def test_catalogue_lists_every_preset_with_a_source():
     framework = ["llamaindex-time-weighted", "llamaindex-time-weighted-stamped", "crewai-memory",
                  "redis-agent-memory", "mem0-oss", "openmemory", "memoryos-mid-term",
                  "langgraph-store-ttl", "cognee-cleanup", "agent-framework-default",
-                 "autogen-token-limited"]
+                 "autogen-token-limited", "memoripy"]
     assert all(name in SOURCES for name in framework)
     by = {r["preset"]: r for r in rows}
     assert "9.03 min" in by["llamaindex-time-weighted"]["half_life"]
@@ -301,6 +469,7 @@ def test_catalogue_lists_every_preset_with_a_source():
     assert by["agent-framework-default"]["half_life"].startswith("23.1 d")
     assert by["memorybank"]["evicts"].startswith("memorybank")
     assert by["crewai-memory"]["engine_check"] == "crewai"
+    assert by["memoripy"]["half_life"].startswith("0.0802 d (1.93 h) since last use, compounded")
 
 
 def test_readme_table_is_the_command_output():

@@ -169,7 +169,9 @@ def summarise(per_query: pd.DataFrame, k: int) -> dict[str, Any]:
     """``n_queries``, ``k``, ``identical_share``, ``overlap_mean``,
     ``overlap_min``, ``rank_corr_mean``, ``max_score_diff``,
     ``first_difference`` (position of the first differing query, None if
-    none) and ``max_score_diff_before_first``."""
+    none), ``max_score_diff_before_first`` and ``answered_share`` (queries
+    the engine returned at least one note for: identical empty lists agree
+    on nothing)."""
     n = len(per_query)
     scored = per_query["max_score_diff"].dropna()
     differs = np.flatnonzero(~per_query["identical"].to_numpy(bool))
@@ -184,6 +186,7 @@ def summarise(per_query: pd.DataFrame, k: int) -> dict[str, Any]:
         "max_score_diff": float(scored.max()) if len(scored) else float("nan"),
         "first_difference": first,
         "max_score_diff_before_first": float(before.max()) if len(before) else float("nan"),
+        "answered_share": float((per_query["n_engine"] > 0).mean()) if n else float("nan"),
     }
 
 
@@ -200,6 +203,8 @@ def format_summary(per_query: pd.DataFrame, s: dict[str, Any], n_first: int = 5)
     k = s["k"]
     lines = [
         f"  identical top-{k}:      {s['identical_share']:.2%} of queries",
+        f"  answered:             {s['answered_share']:.2%} of queries (the engine "
+        "returned a note)",
         f"  top-{k} overlap:        mean {s['overlap_mean']:.4f}, min {s['overlap_min']:.2f}",
         f"  rank corr. (shared):  mean Kendall tau {s['rank_corr_mean']:.4f}",
         f"  largest score diff.:  {s['max_score_diff']:.3g}",
@@ -260,11 +265,14 @@ def likely_causes(identical: np.ndarray, checks: list[tuple[np.ndarray, str]],
 
 
 def replay_memsim(stream: Stream, policy: Any, k: int, feedback_mode: str = "per-query",
-                  arm: str = "memsim") -> tuple[list[np.ndarray], list[np.ndarray], float]:
+                  arm: str = "memsim", packed: bool = False
+                  ) -> tuple[list[np.ndarray], list[np.ndarray], float]:
     """memsim's side of a check: ``policy`` replayed over ``stream`` with its
     top ``k`` kept, as (note ids, scores) per query in the stream's query
     order, and the seconds the replay took. ``arm`` names the arm (its name
-    seeds the arm's random stream, so each check keeps its own)."""
+    seeds the arm's random stream, so each check keeps its own). ``packed``:
+    the notes packed into each context, in context order, instead of the
+    ranking (a check of a packer)."""
     policy = with_timing(policy, feedback_mode)
     settings = SimSettings(feedback_mode=feedback_mode, save_rankings=True, candidates=k)
     t0 = time.perf_counter()
@@ -276,7 +284,10 @@ def replay_memsim(stream: Stream, policy: Any, k: int, feedback_mode: str = "per
     r = res.rankings
     if r is not None and len(r):
         qpos = {int(q): i for i, q in enumerate(qids)}
-        for qid, g in r.sort_values(["query_id", "rank"], kind="stable").groupby("query_id"):
+        if packed:
+            r = r.loc[r["packed"].to_numpy(bool)]
+        by = "position" if packed else "rank"
+        for qid, g in r.sort_values(["query_id", by], kind="stable").groupby("query_id"):
             i = qpos[int(qid)]
             ids[i] = g["note_id"].to_numpy(np.int64)
             scores[i] = g["score"].to_numpy(np.float64)

@@ -35,6 +35,25 @@ Engines and the code they run:
                      package's ``__init__``, which needs sentence-transformers), on
                      the 8 nearest, refreshing ``last_seen_at`` of the returned;
                      no waypoint graph
+``autogen``          autogen-core: ``TokenLimitedChatCompletionContext.get_messages``
+                     over every message so far (one per note, in creation order),
+                     its ``token_limit`` the query's budget, its model client's
+                     ``count_tokens`` the notes' tokens; compared with the notes
+                     the preset packs, in context order
+``langgraph``        langgraph-checkpoint-sqlite: ``SqliteStore`` with a TTL
+                     (``default_ttl`` the preset's, ``refresh_on_read``): its
+                     ``put``, the read refresh (``GetOp(refresh_ttl=True)``) of the
+                     notes a query returns and of each organic use, and its
+                     ``sweep_ttl`` at memsim's retention sweeps; Python's clock
+                     and the database's ``CURRENT_TIMESTAMP`` (a function of the
+                     connection) read the stream's time. The ranking is the exact
+                     cosine in numpy over the notes the store still holds
+                     (``search`` without a query lists them)
+``memoripy``         memoripy: ``memory_store.py`` ``MemoryStore.retrieve`` (loaded
+                     without the package's ``__init__``, which imports its LLM
+                     clients), its ``time.time()`` the stream's clock; no concepts
+                     (its LLM's), no clusters (the store starts empty); an
+                     organic use adds an access and sets the timestamp
 ==================== =============================================================
 
 Both replays run on the stream with times quantised to whole seconds
@@ -46,9 +65,11 @@ last access on both sides.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import importlib
 import importlib.util
+import os
 import sys
 import time
 import types
@@ -96,6 +117,18 @@ ENGINES: dict[str, _Engine] = {
                     'pip install -e ".[frameworks]"'),
     "openmemory": _Engine("openmemory", "openmemory-python", "openmemory",
                           "compute_hybrid_score", "pip install --no-deps openmemory-python==1.0.0"),
+    "memoripy": _Engine("memoripy", "memoripy", "memoripy", "MemoryStore.retrieve",
+                        "pip install --no-deps memoripy==0.1.2 in a virtual environment made "
+                        "with --system-site-packages (its pinned dependencies would downgrade "
+                        "numpy, scipy and scikit-learn)"),
+    "langgraph": _Engine("langgraph-store-ttl", "langgraph-checkpoint-sqlite",
+                         "langgraph.store.sqlite", "SqliteStore TTL (refresh on read, sweep_ttl)",
+                         'pip install -e ".[frameworks]"'),
+    "autogen": _Engine("autogen-token-limited", "autogen-core", "autogen_core",
+                       "TokenLimitedChatCompletionContext.get_messages",
+                       "pip install autogen-core==0.7.5 in a virtual environment made with "
+                       "--system-site-packages (it pins protobuf 5.29, below the 6.x memsim's "
+                       "environment may hold)"),
 }
 
 
@@ -174,7 +207,7 @@ def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
             table["retriever"] = {"prefilter": 2 * k}
         if engine == "mem0":
             table["retriever"] = {"prefilter": max(4 * k, 60)}
-        if engine == "openmemory":
+        if engine in ("openmemory", "langgraph"):
             table["feedback"] = {"k": k}
     return resolve_policy(table, f"engine_check.{engine}")
 
@@ -419,6 +452,168 @@ def _openmemory(stream: Stream, k: int, pool_size: int):
     return _run(stream, k, setup, query), _version("openmemory-python")
 
 
+def _memoripy(stream: Stream, k: int, threshold: float = 40.0):
+    root = _package_dir("memoripy", "memoripy")
+    # memory_store.py alone: the package's __init__ imports its LLM clients
+    # (langchain-openai, ollama), which retrieve does not use
+    mod = _load_file(root / "memory_store.py", "_memsim_memoripy_store")
+    clock = {"now": EPOCH_TS}
+    mod.time = types.SimpleNamespace(time=lambda: clock["now"])
+    store = mod.MemoryStore(dimension=int(np.asarray(stream.note_embeddings).shape[1]))
+    slot: dict[int, int] = {}  # note row -> its position in the short-term memory
+
+    def setup(st):
+        def on_add(i):
+            slot[i] = len(store.short_term_memory)
+            store.add_interaction({"id": i, "prompt": f"n{i}", "output": "",
+                                   "embedding": st.emb[i].tolist(),
+                                   "timestamp": EPOCH_TS + float(st.created[i]),
+                                   "access_count": 1, "concepts": [], "decay_factor": 1.0})
+
+        def on_access(i, t):
+            # an organic use is an access as the semantic-memory recall records
+            # one: access_count + 1 and the timestamp, the factor left alone
+            j = slot[i]
+            store.access_counts[j] += 1
+            store.timestamps[j] = EPOCH_TS + t
+            store.short_term_memory[j]["timestamp"] = EPOCH_TS + t
+            store.short_term_memory[j]["access_count"] = store.access_counts[j]
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        clock["now"] = EPOCH_TS + t
+        # no concepts (the LLM's) and no clusters: each score is its adjusted similarity
+        out = store.retrieve(q.reshape(1, -1), [], similarity_threshold=threshold)
+        return [int(x["id"]) for x in out[:k]], [float(x["total_score"]) for x in out[:k]]
+
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):  # it prints per note
+        got = _run(stream, k, setup, query)
+    return got, _version("memoripy")
+
+
+def _langgraph(stream: Stream, k: int, ttl_days: float, period_days: float):
+    import sqlite3
+
+    try:
+        from langgraph.store.base import GetOp
+        from langgraph.store.sqlite import SqliteStore
+        from langgraph.store.sqlite import base as sqlite_base
+    except ImportError:
+        raise MemsimError("the langgraph-checkpoint-sqlite cross-check needs the "
+                          "langgraph-checkpoint-sqlite package, which is not installed: "
+                          f"{ENGINES['langgraph'].install} (README, \"Framework presets\")"
+                          ) from None
+
+    clock = {"s": 0}
+
+    def now() -> dt.datetime:
+        return EPOCH.replace(tzinfo=dt.timezone.utc) + dt.timedelta(seconds=clock["s"])
+
+    class _Clock(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):  # put stamps expires_at from datetime.now(timezone.utc)
+            return now()
+
+    # the database's clock: SQLite lets a connection's function replace the
+    # CURRENT_TIMESTAMP the store stamps, refreshes and sweeps with
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.create_function("current_timestamp", 0, lambda: now().strftime("%Y-%m-%d %H:%M:%S"))
+    store = SqliteStore(conn, ttl={"default_ttl": ttl_days * 1440, "refresh_on_read": True})
+    ns = ("memsim",)
+    swept = {"next": -np.inf}
+
+    def refresh(rows):  # a read that returns the notes refreshes their TTL
+        store.batch([GetOp(ns, f"n{int(i)}", refresh_ttl=True) for i in rows])
+
+    def setup(st):
+        def on_add(i):
+            at, clock["s"] = clock["s"], int(st.created[i])
+            store.put(ns, f"n{i}", {"row": int(i)})
+            clock["s"] = at
+
+        def on_access(i, t):
+            at, clock["s"] = clock["s"], t
+            refresh([i])
+            clock["s"] = at
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        clock["s"] = t
+        day = t / 86400
+        if day >= swept["next"]:  # the sweep memsim's retention period runs
+            store.sweep_ttl()
+            swept["next"] = (np.floor(day / period_days) + 1) * period_days
+        kept = np.array(sorted(int(it.value["row"]) for it in store.search(
+            ns, limit=len(st.note_ids) + 1, refresh_ttl=False)), dtype=np.int64)
+        if not len(kept):
+            return [], []
+        cos = _cosines(st.emb[kept], q)
+        top = _nearest(cos, kept, k)
+        refresh(top)
+        pos = {int(r): p for p, r in enumerate(kept)}
+        return [int(r) for r in top], [float(cos[pos[int(r)]]) for r in top]
+
+    saved = sqlite_base.datetime
+    sqlite_base.datetime = types.SimpleNamespace(datetime=_Clock, timedelta=dt.timedelta,
+                                                 timezone=dt.timezone)
+    try:
+        store.setup()
+        return _run(stream, k, setup, query), _version("langgraph-checkpoint-sqlite")
+    finally:
+        sqlite_base.datetime = saved
+        conn.close()
+
+
+def _query_budgets(stream: Stream) -> np.ndarray:
+    """Each query's token budget as memsim resolves it for an arm without one
+    (:func:`memsim.engine.resolve_budget`): the stream's, else the default."""
+    from memsim.engine import Arm, SimSettings, resolve_budget
+
+    col = (stream.queries["budget_tokens"].to_numpy(np.float64)
+           if "budget_tokens" in stream.queries else np.full(len(stream.queries), np.nan))
+    return resolve_budget(Arm("autogen", None), SimSettings(), col)
+
+
+def _autogen(stream: Stream):
+    _package_dir("autogen_core", "autogen-core")
+    import asyncio
+
+    from autogen_core.model_context import TokenLimitedChatCompletionContext
+    from autogen_core.models import UserMessage
+
+    tokens = stream.notes["tokens"].to_numpy(np.int64)
+    # _run asks only the queries after the first note (the others see an empty store)
+    qt = np.round(stream.queries["t"].to_numpy(np.float64) * 86400).astype(np.int64)
+    first = np.round(stream.notes["created_at"].to_numpy(np.float64) * 86400).min()
+    budgets = iter(_query_budgets(stream)[qt >= first].tolist())
+
+    class _Counter:
+        """The model client's token counter (all the context calls): the
+        stream's token count of each message's note, in place of a tokenizer."""
+
+        def count_tokens(self, messages, *, tools=()):
+            return int(sum(int(tokens[int(m.content[1:])]) for m in messages))
+
+    history: list = []
+    loop = asyncio.new_event_loop()
+
+    def setup(st):
+        def on_add(i):
+            history.append(UserMessage(content=f"n{i}", source="user"))
+        return on_add, lambda i, t: None
+
+    def query(st, rows, q, t, k):
+        ctx = TokenLimitedChatCompletionContext(_Counter(), token_limit=int(next(budgets)),
+                                                initial_messages=history)
+        kept = loop.run_until_complete(ctx.get_messages())
+        return [int(m.content[1:]) for m in kept], [0.0] * len(kept)
+
+    try:
+        return _run(stream, 1, setup, query), _version("autogen-core")
+    finally:
+        loop.close()
+
+
 @dataclass
 class FrameworkCheckResult:
     """Outcome of :func:`framework_cross_check`: ``per_query`` (one row per
@@ -448,6 +643,9 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
                           f"{feedback_mode!r}")
     if not isinstance(refresh, bool):
         raise ConfigError(f"refresh: expected true or false, got {refresh!r}")
+    if engine == "autogen" and k is not None:
+        raise ConfigError("k: the autogen check compares the whole context (every message "
+                          "that fits), not a top k")
     policy = framework_policy(engine, k=k, mode=mode, refresh=refresh)
     k = int(policy.candidates)
     if k < 1:
@@ -462,10 +660,23 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
         (ids, scores), version = _redis(qs, k)
     elif engine == "openmemory":
         (ids, scores), version = _openmemory(qs, k, policy.retriever.prefilter)
+    elif engine == "memoripy":
+        (ids, scores), version = _memoripy(qs, k, policy.ranker.threshold)
+    elif engine == "autogen":
+        (ids, scores), version = _autogen(qs)
+    elif engine == "langgraph":
+        from memsim.engine import SimSettings  # the period replay_memsim sweeps at
+
+        (ids, scores), version = _langgraph(qs, k, policy.retention.ttl_days,
+                                            SimSettings().retention_period_days)
     else:
         (ids, scores), version = _mem0(qs, k)
     eng_s = time.perf_counter() - t0
-    mem_ids, mem_scores, mem_s = replay_memsim(qs, policy, k, feedback_mode, arm="framework")
+    mem_ids, mem_scores, mem_s = replay_memsim(qs, policy, k, feedback_mode, arm="framework",
+                                               packed=engine == "autogen")
+    if engine == "autogen":  # a context, not a top k: its messages (no scores), the most kept
+        k = max([1] + [len(x) for x in ids])
+        mem_scores = [np.zeros(len(x)) for x in mem_ids]
     per_query = compare_rankings(qs, ids, scores, mem_ids, mem_scores, k)
     per_query["cause"] = likely_causes(
         per_query["identical"].to_numpy(),

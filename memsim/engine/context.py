@@ -59,6 +59,11 @@ class _NoteColumns:
     def tier(self) -> np.ndarray:
         return self.state.tier[self.idx]
 
+    @property
+    def note_state(self) -> dict[str, np.ndarray]:
+        """The ranker's per-note columns (``Ranker.note_columns``) at ``idx``."""
+        return {k: v[self.idx] for k, v in self.state.note_state.items()}
+
 
 class BatchContext(_NoteColumns):
     """A :class:`Batch` seen by one arm: the engine's

@@ -34,7 +34,8 @@ from .context import SweepView
 from .frames import _Collected, _result
 from .inputs import _inputs
 from .scoring import _answer_all
-from .settings import ACCELERATORS, check_accelerators, feedback_timing, resolve_budget
+from .settings import (ACCELERATORS, check_accelerators, feedback_timing, resolve_budget,
+                       usable_accelerators)
 from .state import PolicyState, superseded
 from .walk import _walk_arm
 
@@ -148,7 +149,8 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
                 oracle_cache.clear()
                 oracle_cache[key] = oracle_packing(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader,
-                          oracle_cache[key][0], inp.relevance, accelerators, walk_window,
+                          oracle_cache[key][0], inp.relevance,
+                          usable_accelerators(arm.policy, accelerators), walk_window,
                           oracle_keys=oracle_cache[key][1])
             if per_query[ai]:
                 out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))

@@ -165,6 +165,7 @@ def _answer(job: _ArmJob) -> _Packed:
     scores = np.where(candidates & ~np.isnan(scores), scores, -np.inf)
     pos, vals = top_candidates(scores, job.c)
     pk = _pack(job, batch, pos, vals)
+    st.update_note_state(policy.ranker, ctx)  # the ranker's own per-note state, before the uses
     if not (fb.touch == "prefilter" and fb.before_scoring):
         qi, used = _answer_uses(fb, batch, pk, candidates if fb.touch == "prefilter" else None)
         st.touch(used, batch.actors[qi], batch.t[qi], fb)

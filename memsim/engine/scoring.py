@@ -127,7 +127,8 @@ def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
         scored.append((batch, pos, vals, mask))
     packs = _pack_all([(job, batch, pos, vals, slice(None))
                        for job, (batch, pos, vals, _) in zip(jobs, scored)])
-    # 5. feedback
-    for job, (batch, *_, mask), pk in zip(jobs, scored, packs):
+    # 5. feedback (after the ranker's own per-note state, read before the uses)
+    for job, (ctx, _), (batch, *_, mask), pk in zip(jobs, contexts, scored, packs):
+        job.st.update_note_state(job.arm.policy.ranker, ctx)
         _feedback(job.arm.policy.feedback, job.st, batch, mask, pk)
     return [(batch, pk) for (batch, *_), pk in zip(scored, packs)]

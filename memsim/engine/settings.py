@@ -29,6 +29,15 @@ from memsim.policies import Policy
 ACCELERATORS = ("prefilter", "prune", "filter", "stack", "walk")
 
 
+def usable_accelerators(policy: Policy, accelerators: tuple[str, ...]) -> tuple[str, ...]:
+    """The accelerators that may answer ``policy``'s queries: none for a
+    policy that keeps per-note state (:meth:`Policy.keeps_note_state`),
+    which every retrieval call changes for every note it searched: no
+    accelerator models it, so the loop scores every live note, query by
+    query under per-query feedback, as the reference does."""
+    return () if policy.keeps_note_state() else accelerators
+
+
 def check_accelerators(accelerators: tuple[str, ...], walk_window: int) -> None:
     """Refuse names not in :data:`ACCELERATORS` (or repeated) and a walk
     window below 1, in the uniform parameter message."""

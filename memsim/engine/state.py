@@ -137,7 +137,8 @@ def _text(value: Any) -> str:
 
 class PolicyState:
     """Mutable per-arm state of every note: uses, last access, actors, tier,
-    eviction. Arrays are indexed by note row."""
+    eviction, and the ranker's own per-note columns. Arrays are indexed by
+    note row."""
 
     def __init__(self, notes: NoteArrays, n_actors: int):
         n = len(notes.note_id)
@@ -152,6 +153,9 @@ class PolicyState:
         self._words = max(1, (n_actors + 63) // 64)
         self.actor_bits = np.zeros((n, self._words), dtype=np.uint64)
         self._last_bump: dict[tuple[int, int], float] = {}
+        #: the ranker's per-note columns (``Ranker.note_columns``), made at
+        #: its first retrieval call (:meth:`update_note_state`)
+        self.note_state: dict[str, np.ndarray] = {}
         #: pruning: notes per query to score first (learnt from the last
         #: batch), and whether this arm's components turned out to read what
         #: gathered cells lack (then neither pruning nor the per-query
@@ -180,6 +184,7 @@ class PolicyState:
         for name in ("recalls", "last_access", "tier", "evicted", "evicted_at", "invalid_at",
                      "actor_bits"):
             setattr(own, name, getattr(self, name)[rows])
+        own.note_state = {k: v[rows] for k, v in self.note_state.items()}
         own._last_bump = {}
         if bumps is not None:
             for k, a in set(zip(*(x.tolist() for x in bumps))):
@@ -212,6 +217,22 @@ class PolicyState:
         if feedback.promote_after > 0:
             promote = seen[self.recalls[seen] >= feedback.promote_after]
             self.tier[promote] = TIER_CODES["longterm"]
+
+    def update_note_state(self, ranker, ctx) -> None:
+        """After a retrieval call scored on ``ctx`` (its ``live`` set, the
+        call's uses not yet recorded): set the ranker's per-note columns
+        (``Ranker.note_columns``) of ``ctx.idx`` from its
+        ``update_note_state``. Nothing for a ranker that keeps none."""
+        if not ranker.note_columns:
+            return
+        n = len(self.recalls)
+        for name, initial in ranker.note_columns.items():
+            if name not in self.note_state:
+                self.note_state[name] = np.full(n, float(initial))
+        idx = ctx.idx
+        new = ranker.update_note_state(ctx, {k: v[idx] for k, v in self.note_state.items()})
+        for name in ranker.note_columns:
+            self.note_state[name][idx] = np.asarray(new[name], dtype=np.float64)
 
     def _apply_cooldown(self, rows, actors, t, cooldown_days):
         # At most one use per (note, actor) per cooldown: a Python loop over

@@ -32,6 +32,7 @@ protocol, never the engine. What the engine may ask of a component beyond
 its slot's method is a declared capability on the slot's base class, never a
 name: ``Ranker.uses_recency``, ``Ranker.set_dependent``,
 ``Ranker.needs_truth``, ``Ranker.needs_planted``, ``Ranker.needs_logged``,
+``Ranker.note_columns`` (per-note state, set by ``Ranker.update_note_state``),
 ``Ranker.recency_floor()``, ``Ranker.candidate_mask()``,
 ``Retriever.prefilter_mask()``, ``Retention.evicts``, ``Retention.invalidates``,
 ``Decay.exponential_form()`` and ``Decay.lower_bound()`` (the two methods
@@ -453,6 +454,14 @@ class Ranker(Component):
     #: (``ctx.logged_rank``, ``ctx.logged_score``): the engine then restricts
     #: it to the notes the system returned (the ``as-logged`` preset).
     needs_logged: ClassVar[bool] = False
+    #: Per-note float columns the ranker keeps between retrieval calls
+    #: (name -> initial value), e.g. memoripy's decay factor that every call
+    #: multiplies: the engine keeps them per arm, offers them as
+    #: ``ctx.note_state`` (name -> (L,)), and sets them after each call from
+    #: :meth:`update_note_state`. Empty (the default): none. The
+    #: accelerators decline a policy that keeps any
+    #: (:func:`memsim.engine.settings.usable_accelerators`).
+    note_columns: ClassVar[Mapping[str, float]] = {}
 
     @abc.abstractmethod
     def combine(self, rel: np.ndarray, rec: np.ndarray | None,
@@ -513,6 +522,27 @@ class Ranker(Component):
     def reads_uses(self) -> bool:
         """See :meth:`Retriever.reads_uses` (default True)."""
         return True
+
+    def note_column(self, ctx: ScoringContext, name: str) -> np.ndarray:
+        """The column ``name`` of :attr:`note_columns` at ``ctx.idx``: the
+        engine's values, or the declared initial value where the context
+        keeps none (an :class:`ArrayContext`, an arm before its first call)."""
+        col = (getattr(ctx, "note_state", None) or {}).get(name)
+        if col is None:
+            return np.full(np.shape(ctx.idx), float(self.note_columns[name]))
+        return np.asarray(col, dtype=np.float64)
+
+    def update_note_state(self, ctx: ScoringContext, state: Mapping[str, np.ndarray]
+                          ) -> dict[str, np.ndarray]:
+        """The new values (L,) of the :attr:`note_columns` of ``ctx``'s notes
+        after a retrieval call, from their values ``state`` (L,) before it.
+
+        ``ctx`` is the call's scoring context (``ctx.live``: the notes its
+        queries searched), read before the call's uses are recorded; with
+        several queries (per-tick feedback) each query's update applies in
+        turn. A note no query searched must keep its value. The default
+        changes nothing."""
+        return dict(state)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -700,6 +730,11 @@ class Policy(Validated):
         return out
 
     # -- scoring -------------------------------------------------------------
+    def keeps_note_state(self) -> bool:
+        """Whether a component keeps per-note columns between retrieval
+        calls (:attr:`Ranker.note_columns`)."""
+        return bool(self.ranker.note_columns)
+
     def reads_uses(self) -> bool:
         """Whether a note's score may change when notes are used (any
         component :meth:`score` calls declares it reads the uses): per-query

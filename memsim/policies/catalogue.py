@@ -62,6 +62,7 @@ SOURCES: dict[str, str] = {
                   "(memory_system.py, MemorySystem.query)",
     "autogen-token-limited": "autogen-core 0.7.5, model_context/"
                              "_token_limited_chat_completion_context.py, get_messages",
+    "memoripy": "memoripy 0.1.2, memoripy/memory_store.py, MemoryStore.retrieve",
 }
 
 #: preset -> the ``memsim engine-check`` engine that replays it against the real code.
@@ -74,6 +75,9 @@ ENGINE_CHECKS: dict[str, str] = {
     "redis-agent-memory": "redis",
     "mem0-oss": "mem0",
     "openmemory": "openmemory",
+    "memoripy": "memoripy",
+    "autogen-token-limited": "autogen",
+    "langgraph-store-ttl": "langgraph",
 }
 
 
@@ -104,6 +108,10 @@ def time_scale(policy: Policy) -> str:
             f = math.exp(-mid / r.t_days) * (1 - mid / r.t_max_days)
             lo, hi = (mid, hi) if f > 0.5 else (lo, mid)
         return f"{format_days(lo)} since last use (recency term; 0 at {r.t_max_days:g} d)"
+    if r.name == "memoripy":
+        hl = math.inf if r.decay_rate_per_s == 0 else math.log(2) / r.decay_rate_per_s / 86400
+        return (f"{format_days(hl)} since last use, compounded: every call multiplies the "
+                "whole time since last use into a per-note factor")
     if r.name == "generative-agents-code":
         return f"rank-based: {r.recency_decay:g} ** rank of last access"
     if r.name == "recency":

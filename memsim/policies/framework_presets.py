@@ -293,3 +293,42 @@ add_preset(
     feedback={"kind": "default", "touch": "none", "timing": "per-query"},
     candidates=1_000_000,
 )
+
+add_preset(
+    "memoripy",
+    """memoripy's short-term memory: 100 cosine x a compounding factor x ln(1 + access count), gated at 40.
+
+    Source: memoripy 0.1.2, ``memoripy/memory_store.py``,
+    ``MemoryStore.retrieve`` (the ``memoripy`` ranker): every call
+    multiplies each interaction's stored ``decay_factor`` by ``exp(-0.0001 *
+    seconds since its timestamp)`` (the whole time since its last access, at
+    every call: the factor compounds), scores ``100 * cosine *
+    decay_factor * log1p(access_count)``, and returns every interaction
+    scoring at least ``similarity_threshold = 40``, best first; those gain
+    an access (``access_count`` from 1, ``timestamp = now``; feedback
+    ``touch = "prefilter"``, every candidate above the threshold) and
+    ``decay_factor *= 1.1``, the others ``*= 0.9``. An interaction whose
+    access count exceeds 10 is copied to the long-term list
+    (``classify_memory``; ``promote_after = 10`` recalls, the ``longterm``
+    tier), which ``retrieve`` does not read. A fresh note identical to the
+    query reaches the threshold only when first queried within 1.53 hours
+    of being stored (``100 * 0.693 * exp(-0.0001 s) >= 40``). ``memsim engine-check
+    memoripy`` replays a stream through the real ``MemoryStore.retrieve``.""",
+    assumed={
+        "candidates": "retrieve returns every interaction above the threshold; "
+                      "MemoryManager.generate_response puts the first context_window = 3 "
+                      "in the prompt",
+        "packer.kind": "retrieve has no token budget: skip-fill in score order",
+        "ranker.kind": "no spreading activation (memsim's notes carry no concepts, which "
+                       "memoripy's LLM extracts) and no semantic-memory recall (the store "
+                       "starts empty, so cluster_interactions built no clusters); "
+                       "exclude_last_n = 0, the library default (its example passes 5)",
+    },
+    retriever="cosine",
+    ranker="memoripy",
+    packer="skip-fill",
+    orderer="score",
+    feedback={"kind": "default", "touch": "prefilter", "promote_after": 10,
+              "timing": "per-query"},
+    candidates=3,
+)

@@ -29,6 +29,9 @@ packer ``drop-middle``     the oldest and newest within the budget, the middle
                            dropped (AutoGen's token-limited context)
 retention ``unused-cleanup`` evict notes not used within ``threshold_days``
                            or never used (Cognee's ``cleanup_unused_data``)
+ranker ``memoripy``        ``100 rel f exp(-r s) ln(2 + recalls)``, nothing
+                           below the threshold; the per-note factor ``f``
+                           kept and compounded at every retrieval call
 ========================== ==================================================
 """
 
@@ -45,7 +48,7 @@ from .base import Decay, Packer, Ranker, Retention, ScoringContext, register
 from .retrieval import Cosine
 
 __all__ = ["DropMiddle", "ExpRate", "LinearBlend", "LlamaIndexRanker", "LlamaIndexRecency", "Mem0Oss",
-           "OpenMemoryHybrid", "RedisRecency", "SimilarityGate", "TimeToLive", "UnusedCleanup"]
+           "Memoripy", "OpenMemoryHybrid", "RedisRecency", "SimilarityGate", "TimeToLive", "UnusedCleanup"]
 
 _LN2 = math.log(2.0)
 _NON_NEGATIVE = Interval(0, None)
@@ -484,3 +487,82 @@ class DropMiddle(Packer):
         out = np.zeros((q, c), dtype=bool)
         np.put_along_axis(out, order, kept, axis=1)
         return out
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
+class Memoripy(Ranker):
+    """memoripy's short-term retrieval: a per-note decay factor compounded at every call.
+
+    Source: memoripy 0.1.2, ``memoripy/memory_store.py``,
+    ``MemoryStore.retrieve`` (``similarity_threshold = 40``, ``decay_rate =
+    0.0001`` per second). At each call, for every stored interaction::
+
+        f      = f * exp(-decay_rate * seconds_since_timestamp)   # stored back
+        score  = 100 * cosine * f * log1p(access_count)
+        if score >= threshold:  access_count += 1; timestamp = now; f *= 1.1
+        else:                   f *= 0.9
+
+    ``f`` (``decay_factor``) starts at 1 and is a per-note column the
+    ranker keeps (:attr:`note_columns`, updated by
+    :meth:`update_note_state`): it multiplies the *whole* time since the
+    last access into itself at every call, so it compounds.
+    ``access_count`` starts at 1 (``MemoryManager.add_interaction``): it is
+    ``1 + recalls``, with a feedback that touches every note above the
+    threshold (``touch = "prefilter"``: the candidates :meth:`candidate_mask`
+    keeps); ``timestamp`` is the last use (creation until then). The gate
+    reads the cosine, memoripy's metric, whatever the retriever; the score
+    reads the retriever's similarity. The relevant interactions are returned
+    sorted by score.
+
+    Parameters
+    ----------
+    threshold : float
+        ``similarity_threshold`` (on the score, in per cent).
+    decay_rate_per_s : float >= 0
+        ``decay_rate``, per second.
+    boost, fade : float >= 0
+        The factors a returned (1.1) and a not returned (0.9) note's ``f``
+        is multiplied by after the call.
+    """
+
+    name: ClassVar[str] = "memoripy"
+    uses_recency: ClassVar[bool] = False
+    note_columns: ClassVar[dict[str, float]] = {"decay_factor": 1.0}
+    threshold: float = 40.0
+    decay_rate_per_s: float = 0.0001
+    boost: float = 1.1
+    fade: float = 0.9
+    _constraints: ClassVar[dict] = {"threshold": Interval(None, None),
+                                    "decay_rate_per_s": _NON_NEGATIVE,
+                                    "boost": _NON_NEGATIVE, "fade": _NON_NEGATIVE}
+
+    def _decayed(self, ctx: ScoringContext) -> np.ndarray:
+        """``f * exp(-decay_rate * seconds since the last use)`` (Q, L)."""
+        seconds = np.asarray(ctx.age_last_access, dtype=np.float64) * 86400.0
+        return self.note_column(ctx, "decay_factor") * np.exp(-self.decay_rate_per_s * seconds)
+
+    def _adjusted(self, rel: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        reinforcement = np.log1p(1.0 + np.asarray(ctx.recalls, dtype=np.float64))
+        return (np.asarray(rel, dtype=np.float64) * 100.0) * self._decayed(ctx) * reinforcement
+
+    def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
+        return self._adjusted(rel, ctx)
+
+    def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
+        """(Q, L) bool: the notes whose score (on the cosine) reaches the threshold."""
+        return self._adjusted(ctx.similarity(Cosine()), ctx) >= self.threshold
+
+    def update_note_state(self, ctx: ScoringContext, state) -> dict[str, np.ndarray]:
+        """``f`` after the call: each searched note's decayed factor times
+        ``boost`` if it reached the threshold, else ``fade``; each query of
+        the call in turn (a loop over queries, not notes)."""
+        f = np.array(state["decay_factor"], dtype=np.float64)
+        q = len(ctx.t)
+        live = np.ones((q, len(f)), dtype=bool) if ctx.live is None else np.asarray(ctx.live)
+        relevant = self.candidate_mask(ctx) & live
+        seconds = np.asarray(ctx.age_last_access, dtype=np.float64) * 86400.0
+        for i in range(q):
+            decayed = f * np.exp(-self.decay_rate_per_s * seconds[i])
+            f = np.where(live[i], decayed * np.where(relevant[i], self.boost, self.fade), f)
+        return {"decay_factor": f}
