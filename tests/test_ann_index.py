@@ -190,3 +190,45 @@ def test_the_same_config_gives_the_same_numbers():
             pd.testing.assert_frame_equal(getattr(first, key), getattr(other, key),
                                           check_exact=True)
     assert first.arms["prefilter_overlap"].between(0, 1).all()
+
+
+EXPERIMENT = """
+[experiment]
+name = "ann"
+seed = 3
+replicates = 2
+
+[workload]
+horizon_days = 10
+backfill_days = 10
+notes_per_day = 40
+queries_per_day = 10
+
+[policies.exact]
+preset = "similarity-only"
+retriever = { kind = "cosine", prefilter = 20 }
+
+[policies.ann]
+preset = "similarity-only"
+retriever = { kind = "hnsw", prefilter = 20, ef = 4, M = 4 }
+"""
+
+
+def test_the_run_folder_and_memsim_run_report_it(tmp_path, capsys):
+    from memsim.cli import _print_prefilter_overlap
+    from memsim.report import prefilter_overlap_line
+    from memsim.runner import run_experiment
+
+    (tmp_path / "exp.toml").write_text(EXPERIMENT, encoding="utf-8")
+    res = run_experiment(tmp_path / "exp.toml", out=tmp_path / "out", report=False)
+    arms = pd.read_csv(res.path / "arms.csv").set_index(["replicate", "policy"])
+    ann = arms.xs("ann", level="policy")
+    asked = res.queries.query("policy == 'ann'").groupby("replicate").size()
+    assert (ann["prefilter_sampled"] == asked).all()  # fewer than 200: every query
+    assert ann["prefilter_overlap"].between(0, 1).all()
+    assert arms.xs("exact", level="policy")["prefilter_overlap"].isna().all()
+    _print_prefilter_overlap(res.path)
+    line = capsys.readouterr().out
+    assert line.rstrip().endswith(f": ann {ann['prefilter_overlap'].mean():.3f}.")
+    assert prefilter_overlap_line(arms.reset_index()) == line.strip()
+    assert prefilter_overlap_line(arms.reset_index().query("policy == 'exact'")) is None
