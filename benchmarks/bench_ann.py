@@ -4,6 +4,7 @@ Run from the repository root (needs hnswlib: ``pip install -e ".[ann]"``)::
 
     python benchmarks/bench_ann.py                          # 20k and 200k notes
     python benchmarks/bench_ann.py --sizes 1000000 --days 1 # the 1M-note store
+    python benchmarks/bench_ann.py --ef-construction 64     # a cheaper build
 
 For each size N, a synthetic store that reaches N notes by the end of a year
 of queries (50 a day, half of the notes backfilled before the first; the
@@ -62,8 +63,8 @@ def _stream(n_notes: int, days: float, dim: int, seed: int = 1):
     return w.generate(np.random.SeedSequence(seed))
 
 
-def measure(n_notes: int, days: float, m: int, ef: int, dim: int, repeat: int = 3
-            ) -> dict:
+def measure(n_notes: int, days: float, m: int, ef: int, dim: int, repeat: int = 3,
+            build: dict | None = None) -> dict:
     """CPU per query of the exact prefilter and of the maintained index."""
     from threadpoolctl import threadpool_limits
 
@@ -81,7 +82,7 @@ def measure(n_notes: int, days: float, m: int, ef: int, dim: int, repeat: int = 
     notes = inp.notes
     st = PolicyState(notes, len(inp.actor_names))
     rng = np.random.default_rng(0)
-    exact_r, ann_r = Cosine(prefilter=m), HNSW(prefilter=m, ef=ef)
+    exact_r, ann_r = Cosine(prefilter=m), HNSW(prefilter=m, ef=ef, **(build or {}))
 
     def context(rows, t_end):
         batch = Batch(qrows=rows, t=inp.qt[rows], actors=inp.qactor[rows], notes=notes,
@@ -129,17 +130,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="20000,200000", help="note counts, comma-separated")
     ap.add_argument("--days", type=float, default=2.0, help="days of queries timed (50 a day)")
-    ap.add_argument("--prefilter", type=int, default=100, help="M, the candidates per query")
+    ap.add_argument("--prefilter", type=int, default=100,
+                    help="candidates per query (the retriever's prefilter)")
     ap.add_argument("--ef", type=int, default=50, help="the index's search beam width")
     ap.add_argument("--dim", type=int, default=64, help="embedding dimension")
+    ap.add_argument("--M", type=int, default=16, help="the index's graph degree")
+    ap.add_argument("--ef-construction", type=int, default=200,
+                    help="the index's beam width while inserting")
     ap.add_argument("--repeat", type=int, default=3,
                     help="timings of each batch's exact prefilter and searches (the fastest "
                          "counts; the inserts happen once)")
     args = ap.parse_args(argv)
-    print(f"prefilter M = {args.prefilter}, ef = {args.ef}, dim = {args.dim}, "
+    print(f"prefilter = {args.prefilter}, ef = {args.ef}, M = {args.M}, ef_construction = "
+          f"{args.ef_construction}, dim = {args.dim}, "
           f"{args.days:g} day(s) of queries; load average at start: {_load()}")
     for n in (int(x) for x in args.sizes.split(",")):
-        r = measure(n, args.days, args.prefilter, args.ef, args.dim, args.repeat)
+        r = measure(n, args.days, args.prefilter, args.ef, args.dim, args.repeat,
+                    {"M": args.M, "ef_construction": args.ef_construction})
         print(f"{r['n_notes']:>9} notes, {r['queries']} queries in {r['batches']} batches "
               f"(stream generated in {r['gen_s']:.1f} s):")
         print(f"  exact prefilter:   {1e3 * r['exact_cpu_q']:9.3f} ms CPU per query")

@@ -195,8 +195,10 @@ class HNSW(Retriever):
         allowed = (np.ones((q, n), dtype=bool) if mask is None
                    else np.broadcast_to(np.asarray(mask, dtype=bool), (q, n)))
         m = self.prefilter
-        small = allowed.sum(axis=1) <= m
-        keep = np.where(small[:, None], allowed, False)
+        count = np.count_nonzero(allowed, axis=1)  # one pass over the (Q, L) cells
+        small = count <= m
+        keep = np.zeros((q, n), dtype=bool)
+        keep[small] = allowed[small]
         rows = np.flatnonzero(~small)
         if not len(rows):
             return keep
@@ -209,7 +211,7 @@ class HNSW(Retriever):
         if not same:
             column[label] = np.arange(n)
         qv = np.ascontiguousarray(np.asarray(ctx.query_vectors, dtype=np.float32))
-        every = same & allowed[rows].all(axis=1)
+        every = same & (count[rows] == n)
         open_rows = rows[every]  # every note of the graph allowed: one unfiltered call
         if len(open_rows):
             labels, _ = index.index.knn_query(qv[open_rows], k=m, num_threads=1)
