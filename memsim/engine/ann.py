@@ -20,6 +20,7 @@ sample; 1 when it loses none) and ``prefilter_sampled`` the queries
 from __future__ import annotations
 
 from functools import lru_cache
+
 import numpy as np
 
 from memsim.policies import Retriever
@@ -77,4 +78,3 @@ def chosen_prefilter(ctx: BatchContext, retriever: Retriever, allowed: np.ndarra
     work["overlap-exact"] += int(exact.sum())
     work["overlap-found"] += int((exact & got[rows]).sum())
     return got
-
