@@ -218,8 +218,21 @@ def _cmd_run(args) -> int:
             # the headline in plain text (it ends with a newline), so that the
             # terminal shows the result, then a blank line
             print(headline_text(p, ascii=not _utf8_stdout()))
+            _print_prefilter_overlap(p)
         print(p)
     return 0
+
+
+def _print_prefilter_overlap(run_dir) -> None:
+    """The recall loss of the run's approximate indexes (``arms.csv``), when it has one."""
+    arms = Path(run_dir) / "arms.csv"
+    if arms.is_file():
+        import pandas as pd
+
+        from .report import prefilter_overlap_line
+        line = prefilter_overlap_line(pd.read_csv(arms))
+        if line:
+            print(line + "\n")
 
 
 def _run_units(exps: list, jobs: int) -> tuple[str, list[tuple[float, str]]]:

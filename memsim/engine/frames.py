@@ -94,10 +94,27 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
         "promoted_notes": int(((st.tier == longterm) & (notes.tier0 != longterm)).sum()),
         **_supersession_measures(notes, st, t_end),
     } for arm, st in zip(arms, states)]
+    overlaps = [prefilter_overlap(st.work) for st in states]
+    if any(overlaps):  # an arm with an approximate prefilter: its recall loss
+        for row, ov in zip(arm_rows, overlaps):
+            row.update(ov or {"prefilter_overlap": np.nan, "prefilter_sampled": 0})
     rankings = _arms_frame(arms, got.rankings, settings, pq) if settings.save_rankings else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings,
                      accelerated=[dict(st.accelerated) for st in states],
                      work=[dict(st.work) for st in states])
+
+
+def prefilter_overlap(work: dict) -> dict | None:
+    """``arms.csv``'s ``prefilter_overlap`` (the share of the exact nearest-M
+    candidates an approximate prefilter returned, over the sampled queries)
+    and ``prefilter_sampled`` (those queries) from an arm's ``work``
+    counters (:mod:`memsim.engine.ann`); None when it sampled none."""
+    n = work.get("overlap-queries", 0)
+    if not n:
+        return None
+    exact = work.get("overlap-exact", 0)
+    return {"prefilter_overlap": work.get("overlap-found", 0) / exact if exact else 1.0,
+            "prefilter_sampled": int(n)}
 
 
 def _supersession_measures(notes: NoteArrays, st: PolicyState, t_end: float) -> dict:

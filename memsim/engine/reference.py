@@ -26,6 +26,7 @@ from memsim.policies import ArrayContext
 from memsim.core.rng import child
 from memsim.data.stream import Stream
 
+from .ann import chosen_prefilter
 from .arms import _ArmJob, _outputs, _pack, _Packed, _stacked
 from .batch import Batch, make_batches
 from .context import BatchContext
@@ -147,7 +148,7 @@ def _answer(job: _ArmJob) -> _Packed:
     ctx = BatchContext(batch, st, job.rng)
     live = batch.valid & ~st.evicted[batch.idx][None, :]
     if policy.retriever.prefilter:  # the retriever's M nearest (or its index's)
-        live = live & np.asarray(policy.retriever.prefilter_mask(ctx, live), dtype=bool)
+        live = live & chosen_prefilter(ctx, policy.retriever, live)
         if fb.touch == "prefilter" and fb.before_scoring:  # a use before scoring
             qi, li = np.nonzero(live)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)

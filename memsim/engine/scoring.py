@@ -8,6 +8,7 @@ import numpy as np
 
 from memsim.core.errors import ConfigError
 from memsim.policies import Policy
+from .ann import chosen_prefilter
 from .arms import _pack_all
 from .context import BatchContext
 from .prefilter import level_prefilter, _prefilter_top
@@ -44,7 +45,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
             mask, cells = level_prefilter(ctx, policy.retriever, st.evicted[batch.idx])
         else:  # the retriever's own (an ANN index's, or the exact one by a full sort)
             mask = batch.valid & ~st.evicted[batch.idx][None, :]
-            mask = mask & np.asarray(policy.retriever.prefilter_mask(ctx, mask), dtype=bool)
+            mask = mask & chosen_prefilter(ctx, policy.retriever, mask)
         if fb.touch == "prefilter" and fb.before_scoring:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)

@@ -61,7 +61,10 @@ class ScoringContext(Protocol):
         note norms (L,): what a retriever computes its similarity from.
     note_vectors, query_vectors : ndarray, shapes (L, D) and (Q, D)
         The note and query embeddings themselves, for a retriever that
-        searches an index of its own (``hnsw``).
+        searches an index of its own (``hnsw``). The engine's contexts also
+        offer ``notes``, the stream's note arrays (``emb``, ``created_at``
+        by row; ``idx`` are rows of them), so that such a retriever keeps
+        one index per stream instead of building one per batch.
     age_created, age_updated, age_last_access : ndarray, shape (Q, L)
         Days since creation, since the last update, and since the last use
         (creation counting as the first use).

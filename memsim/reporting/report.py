@@ -271,12 +271,35 @@ def _focus_budget(run: RunResult, budgets: list) -> Any:
     return sorted(budgets)[len(budgets) // 2] if budgets else None
 
 
+#: what ``arms.csv``'s ``prefilter_overlap`` is, in the report and ``memsim run``
+PREFILTER_OVERLAP_WORDS = (
+    "prefilter_overlap: the share of the exact nearest-M candidates that the policy's "
+    "approximate index (the hnsw retriever) returned, on up to 200 sampled queries per "
+    "replicate (1: it lost none); n/a for an exact retriever.")
+
+
+def prefilter_overlap_line(arms: pd.DataFrame | None) -> str | None:
+    """One line on the recall loss of the run's approximate prefilters
+    (``arms.csv``'s ``prefilter_overlap``, averaged over replicates and
+    budgets, per policy); None when no policy has one."""
+    if arms is None or "prefilter_overlap" not in arms:
+        return None
+    got = arms[arms["prefilter_sampled"] > 0]
+    if not len(got):
+        return None
+    means = got.groupby("policy", sort=False)["prefilter_overlap"].mean()
+    return ("Approximate index (hnsw) vs the exact nearest M, share of the exact candidates "
+            "returned (up to 200 sampled queries per replicate): "
+            + ", ".join(f"{pol} {v:.3f}" for pol, v in means.items()) + ".")
+
+
 def _run_table(run: RunResult) -> pd.DataFrame | None:
     arms = run.arms
     if arms is None or len(arms) == 0:
         return None
     rows = []
-    metrics = [m for m in ("recall_gini", "evicted_notes", "promoted_notes") if m in arms]
+    metrics = [m for m in ("recall_gini", "evicted_notes", "promoted_notes",
+                           "prefilter_overlap") if m in arms]
     store = run.store
     if store is not None and len(store):
         last = store.sort_values("t").groupby(["replicate", "policy", "budget"]).last()
@@ -442,7 +465,9 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
             ("p", "Measured once per replicate at the end of the run: recall_gini is the "
                   "Gini coefficient of recall counts over the notes that exist (1: all use "
                   "on one note; 0: even); store size after evictions. Intervals over "
-                  "replicates (Student t with fewer than 5)."),
+                  "replicates (Student t with fewer than 5)."
+                  + (" " + PREFILTER_OVERLAP_WORDS
+                     if "prefilter_overlap" in run_tab.columns else "")),
             ("table", run_tab)]))
     marks = [(name, key, why) for name, table in ctx.run.policies.items()
              for key, why in assumptions(table).items()]
@@ -668,6 +693,8 @@ def _content(run_dir: Path, run: RunResult, n_boot: int, seed: int) -> _Report:
     if q is not None and len(q):
         ctx = _context(run, n_boot, seed)
         rep.intro.append(_run_sentence(ctx))
+        if prefilter_overlap_line(run.arms):
+            rep.intro.append(prefilter_overlap_line(run.arms))
         rep.sections += _table_sections(ctx)
         figs = _comparison_figures(ctx) + _query_figures(ctx) + _feedback_figures(ctx)
     elif q is not None:

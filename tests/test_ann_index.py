@@ -1,0 +1,234 @@
+"""The ``hnsw`` retriever's maintained index and the recall loss a run reports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from memsim.config import resolve_policy
+from memsim.engine import Arm, ReplayCache, SimSettings, reference, simulate
+from memsim.engine.ann import OVERLAP_QUERIES, overlap_sample
+from memsim.engine.batch import Batch, make_batches
+from memsim.engine.context import BatchContext
+from memsim.engine.inputs import _inputs
+from memsim.engine.state import PolicyState
+from memsim.policies.retrieval import HNSW
+from memsim.rng import seed_sequence
+from memsim.stream import make_stream
+
+from .helpers import random_stream
+
+pytest.importorskip("hnswlib", reason="hnswlib is not installed (pip install -e '.[ann]')")
+
+from memsim.policies import retrieval  # noqa: E402  (after the skip: its index needs hnswlib)
+
+
+def shuffled_stream(seed=0, n_notes=1500, n_queries=120, dim=8, expire=0.2):
+    """A random stream whose creation order is not the ``note_id`` order and
+    some of whose notes expire: the index's labels are then neither the rows
+    nor the batches' columns."""
+    s = random_stream(seed, n_notes=n_notes, n_queries=n_queries, dim=dim)
+    rng = np.random.default_rng(seed + 1)
+    notes = s.notes.copy()
+    notes["created_at"] = rng.permutation(notes["created_at"].to_numpy())
+    notes["updated_at"] = notes["created_at"]
+    life = rng.uniform(1.0, 20.0, n_notes)
+    notes["expires_at"] = np.where(rng.random(n_notes) < expire,
+                                   notes["created_at"].to_numpy() + life, np.nan)
+    created = notes["created_at"].to_numpy()
+    qrels = s.qrels.merge(pd.DataFrame({"note_id": notes["note_id"], "c": created}),
+                          on="note_id")
+    t = s.queries.set_index("query_id")["t"]
+    qrels = qrels[qrels["c"] <= t.reindex(qrels["query_id"]).to_numpy()].drop(columns="c")
+    return make_stream(notes, s.queries, qrels, s.accesses, s.note_embeddings,
+                       s.query_embeddings, s.meta)
+
+
+def contexts(stream, tick=2.0):
+    """A context per batch of the stream, in order (one state, nothing evicted)."""
+    inp = _inputs(stream)
+    st = PolicyState(inp.notes, len(inp.actor_names))
+    for rows, t0 in make_batches(inp.qt, tick):
+        batch = Batch(qrows=rows, t=inp.qt[rows], actors=inp.qactor[rows], notes=inp.notes,
+                      qemb=inp.qemb[rows], qnorm2=inp.qnorm2[rows], relevance=inp.relevance,
+                      t0=t0)
+        ctx = BatchContext(batch, st, np.random.default_rng(0))
+        ctx.live = batch.valid
+        yield ctx
+
+
+def test_a_grown_index_is_the_index_built_at_once():
+    rng = np.random.default_rng(0)
+    vec = rng.normal(size=(3000, 16)).astype(np.float32)
+    q = rng.normal(size=(200, 16)).astype(np.float32)
+    r = HNSW(ef=10)
+    once = r.new_index(16, 3000)
+    once.grow(vec)
+    grown = r.new_index(16, 1)  # reallocated as it grows
+    for part in np.array_split(vec, 41):
+        grown.grow(part)
+    assert grown.count == once.count == 3000
+    for index in (once, grown):
+        index.index.set_ef(10)
+    a, _ = once.index.knn_query(q, k=10, num_threads=1)
+    b, _ = grown.index.knn_query(q, k=10, num_threads=1)
+    np.testing.assert_array_equal(a, b)
+    other = HNSW(ef=10, seed=7).new_index(16, 3000)
+    other.grow(vec)
+    other.index.set_ef(10)
+    assert not np.array_equal(a, other.index.knn_query(q, k=10, num_threads=1)[0])
+
+
+def test_the_maintained_index_answers_as_one_built_for_each_batch():
+    stream = shuffled_stream()
+    r = HNSW(prefilter=15, ef=8)
+    grown, rebuilt, sizes = [], [], []
+    for ctx in contexts(stream):
+        grown.append(r.prefilter_mask(ctx))
+        sizes.append(r.index(ctx)[0].count)
+    for ctx in contexts(stream):
+        retrieval._STREAMS.clear()  # no index kept: built from nothing for the batch
+        rebuilt.append(r.prefilter_mask(ctx))
+    assert len(set(sizes)) > 5 and sizes == sorted(sizes)  # it grew, batch by batch
+    for a, b in zip(grown, rebuilt):
+        np.testing.assert_array_equal(a, b)
+    # and the index is approximate here: not the exact nearest 15 everywhere
+    exact = [HNSW(prefilter=15, ef=5000).prefilter_mask(ctx) for ctx in contexts(stream)]
+    assert any((a != e).any() for a, e in zip(grown, exact))
+
+
+def test_one_index_serves_every_arm_and_a_new_replay_starts_again():
+    stream = shuffled_stream(1)
+    ctxs = list(contexts(stream))
+    a, b = HNSW(prefilter=10, ef=8), HNSW(prefilter=30, ef=40)  # same build parameters
+    a.prefilter_mask(ctxs[-1])
+    index = a.index(ctxs[-1])[0]
+    b.prefilter_mask(ctxs[-1])
+    assert b.index(ctxs[-1])[0] is index  # shared
+    assert HNSW(M=8).index(ctxs[-1])[0] is not index  # other build parameters: its own
+    first = a.index(ctxs[0])[0]  # fewer notes than it holds: a new index
+    assert first is not index and first.count < index.count
+
+
+def test_evicted_and_unborn_notes_are_never_candidates():
+    stream = shuffled_stream(2)
+    rng = np.random.default_rng(3)
+    r = HNSW(prefilter=20, ef=10)
+    checked = 0
+    for ctx in contexts(stream):
+        evicted = rng.random(len(ctx.idx)) < 0.4
+        allowed = ctx.batch.valid & ~evicted[None, :]
+        got = r.prefilter_mask(ctx, allowed)
+        assert not (got & ~allowed).any()
+        enough = allowed.sum(axis=1) >= 20
+        assert (got.sum(axis=1)[enough] == 20).all()
+        checked += int(enough.sum())
+    assert checked > 50
+
+
+def arms_of(tables):
+    return [Arm(n, resolve_policy(t, n), None) for n, t in tables.items()]
+
+
+TABLES = {"exact": {"preset": "similarity-only", "retriever": {"kind": "cosine",
+                                                               "prefilter": 20}},
+          "ann": {"preset": "similarity-only", "retriever": {"kind": "hnsw", "prefilter": 20,
+                                                              "ef": 4, "M": 4}},
+          "ann-capped": {"ranker": "product", "retriever": {"kind": "hnsw", "prefilter": 20,
+                                                             "ef": 4, "M": 4},
+                         "retention": {"kind": "capacity", "max_notes": 300}}}
+
+
+def test_a_run_reports_the_recall_loss_of_its_index():
+    stream = random_stream(4, n_notes=2500, n_queries=300, dim=16)
+    settings = SimSettings(tick_days=2.0)
+    res = simulate(stream, arms_of(TABLES), settings, seed_sequence(0))
+    arms = res.arms.set_index("policy")
+    assert np.isnan(arms.loc["exact", "prefilter_overlap"])
+    assert arms.loc["exact", "prefilter_sampled"] == 0
+    for name in ("ann", "ann-capped"):
+        assert arms.loc[name, "prefilter_sampled"] == OVERLAP_QUERIES
+        assert 0.0 <= arms.loc[name, "prefilter_overlap"] < 1.0  # ef 4, M 4: it loses some
+    # the sampled queries' overlap, computed here from the exact and the index's candidates
+    wide = [Arm(n, resolve_policy({**TABLES[n], "retriever": {**TABLES[n]["retriever"],
+                                                               "ef": 5000}}, n), None)
+            for n in ("ann",)]
+    exact = simulate(stream, wide, settings, seed_sequence(0)).arms.set_index("policy")
+    assert exact.loc["ann", "prefilter_overlap"] == 1.0
+    # the reference engine measures the same
+    ref = reference.simulate(stream, arms_of(TABLES), settings, seed_sequence(0))
+    pd.testing.assert_frame_equal(ref.arms, res.arms, check_exact=True)
+
+
+def test_a_run_without_an_index_has_no_overlap_columns():
+    stream = random_stream(5, n_notes=300, n_queries=40)
+    res = simulate(stream, arms_of({"exact": TABLES["exact"]}), SimSettings(),
+                   seed_sequence(0))
+    assert "prefilter_overlap" not in res.arms
+
+
+def test_the_sample_is_seeded_and_bounded():
+    a = overlap_sample(1000)
+    assert len(a) == OVERLAP_QUERIES and len(np.unique(a)) == OVERLAP_QUERIES
+    assert (np.diff(a) > 0).all() and a.max() < 1000
+    assert np.array_equal(a, overlap_sample.__wrapped__(1000))  # not a cache artefact
+    np.testing.assert_array_equal(overlap_sample(50), np.arange(50))
+
+
+def test_the_same_config_gives_the_same_numbers():
+    stream = shuffled_stream(6)
+    arms = arms_of({k: TABLES[k] for k in ("ann", "ann-capped")})
+    settings = SimSettings(tick_days=2.0, save_rankings=True)
+    first = simulate(stream, arms, settings, seed_sequence(0))
+    cache = ReplayCache(10**9)  # the same stream object again: its index starts again
+    again = [simulate(stream, arms, settings, seed_sequence(0), cache=cache) for _ in range(2)]
+    retrieval._STREAMS.clear()
+    fresh = simulate(shuffled_stream(6), arms, settings, seed_sequence(0))
+    for other in again + [fresh]:
+        for key in ("queries", "arms", "rankings"):
+            pd.testing.assert_frame_equal(getattr(first, key), getattr(other, key),
+                                          check_exact=True)
+    assert first.arms["prefilter_overlap"].between(0, 1).all()
+
+
+EXPERIMENT = """
+[experiment]
+name = "ann"
+seed = 3
+replicates = 2
+
+[workload]
+horizon_days = 10
+backfill_days = 10
+notes_per_day = 40
+queries_per_day = 10
+
+[policies.exact]
+preset = "similarity-only"
+retriever = { kind = "cosine", prefilter = 20 }
+
+[policies.ann]
+preset = "similarity-only"
+retriever = { kind = "hnsw", prefilter = 20, ef = 4, M = 4 }
+"""
+
+
+def test_the_run_folder_and_memsim_run_report_it(tmp_path, capsys):
+    from memsim.cli import _print_prefilter_overlap
+    from memsim.report import prefilter_overlap_line
+    from memsim.runner import run_experiment
+
+    (tmp_path / "exp.toml").write_text(EXPERIMENT, encoding="utf-8")
+    res = run_experiment(tmp_path / "exp.toml", out=tmp_path / "out", report=False)
+    arms = pd.read_csv(res.path / "arms.csv").set_index(["replicate", "policy"])
+    ann = arms.xs("ann", level="policy")
+    asked = res.queries.query("policy == 'ann'").groupby("replicate").size()
+    assert (ann["prefilter_sampled"] == asked).all()  # fewer than 200: every query
+    assert ann["prefilter_overlap"].between(0, 1).all()
+    assert arms.xs("exact", level="policy")["prefilter_overlap"].isna().all()
+    _print_prefilter_overlap(res.path)
+    line = capsys.readouterr().out
+    assert line.rstrip().endswith(f": ann {ann['prefilter_overlap'].mean():.3f}.")
+    assert prefilter_overlap_line(arms.reset_index()) == line.strip()
+    assert prefilter_overlap_line(arms.reset_index().query("policy == 'exact'")) is None
