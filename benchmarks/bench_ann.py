@@ -54,7 +54,7 @@ def _load() -> str:
 def _stream(n_notes: int, days: float, dim: int, seed: int = 1):
     """The bench_engine store: N notes by the end of the year, queries on its
     last ``days`` days only."""
-    from memsim.workload import SyntheticWorkload
+    from memsim.data.workload import SyntheticWorkload
 
     total = 2 * YEAR
     w = SyntheticWorkload(horizon_days=days, backfill_days=total - days,

@@ -229,7 +229,7 @@ def _print_prefilter_overlap(run_dir) -> None:
     if arms.is_file():
         import pandas as pd
 
-        from .report import prefilter_overlap_line
+        from memsim.reporting.report import prefilter_overlap_line
         line = prefilter_overlap_line(pd.read_csv(arms))
         if line:
             print(line + "\n")

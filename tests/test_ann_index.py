@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memsim.config import resolve_policy
+from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, ReplayCache, SimSettings, reference, simulate
 from memsim.engine.ann import OVERLAP_QUERIES, overlap_sample
 from memsim.engine.batch import Batch, make_batches
@@ -14,8 +14,8 @@ from memsim.engine.context import BatchContext
 from memsim.engine.inputs import _inputs
 from memsim.engine.state import PolicyState
 from memsim.policies.retrieval import HNSW
-from memsim.rng import seed_sequence
-from memsim.stream import make_stream
+from memsim.core.rng import seed_sequence
+from memsim.data.stream import make_stream
 
 from .helpers import random_stream
 
@@ -216,8 +216,8 @@ retriever = { kind = "hnsw", prefilter = 20, ef = 4, M = 4 }
 
 def test_the_run_folder_and_memsim_run_report_it(tmp_path, capsys):
     from memsim.cli import _print_prefilter_overlap
-    from memsim.report import prefilter_overlap_line
-    from memsim.runner import run_experiment
+    from memsim.reporting.report import prefilter_overlap_line
+    from memsim.runs.runner import run_experiment
 
     (tmp_path / "exp.toml").write_text(EXPERIMENT, encoding="utf-8")
     res = run_experiment(tmp_path / "exp.toml", out=tmp_path / "out", report=False)

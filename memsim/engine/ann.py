@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from memsim.policies import Retriever
-from memsim.rng import child, seed_sequence
+from memsim.core.rng import child, seed_sequence
 from .context import BatchContext
 
 __all__ = ["OVERLAP_QUERIES", "chosen_prefilter", "overlap_sample"]
