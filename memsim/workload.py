@@ -900,7 +900,12 @@ class SyntheticWorkload(_Knobs):
 
 def _notes_frame(wl: SyntheticWorkload, notes: dict, actors: np.ndarray,
                  class_names: np.ndarray) -> pd.DataFrame:
-    """The notes table of the stream, built on the arrays of ``notes`` (not copies)."""
+    """The notes table of the stream, built on the arrays of ``notes`` (not copies).
+
+    ``importance``, ``salience``, ``memory_type``, ``pinned`` and
+    ``expires_at`` are left to the stream's defaults (1, 1, "episodic",
+    false, never): the stream fills them in its own table.
+    """
     tiers = np.array([wl.classes.spec(n).tier for n in CLASS_NAMES], dtype=object)
     scopes = np.array(["team", "personal"], dtype=object)
     n = notes["created"].size
@@ -910,11 +915,6 @@ def _notes_frame(wl: SyntheticWorkload, notes: dict, actors: np.ndarray,
         "tokens": notes["tokens"],
         "actor": actors[notes["author"]],
         "tier": tiers[notes["cls"]],
-        "importance": np.ones(n),
-        "salience": np.ones(n),
-        "memory_type": np.full(n, "episodic", dtype=object),
-        "pinned": np.zeros(n, dtype=bool),
-        "expires_at": np.full(n, np.nan),
         "note_class": class_names[notes["cls"]],
         "topic": notes["topic"],
         "slot": notes["slot"],
