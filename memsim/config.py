@@ -831,11 +831,12 @@ STREAM_BYTES_PER_NOTE = 168
 #: Bytes per query besides its embedding: the queries table, qrels, actor codes.
 STREAM_BYTES_PER_QUERY = 256
 #: Bytes per note the generator holds besides the stream at its peak: the
-#: notes table it hands over while the stream's own copy is checked and built.
-GENERATION_BYTES_PER_NOTE = 200
+#: notes table it hands over while the stream's own copy is checked and built
+#: (101 measured at 10M notes).
+GENERATION_BYTES_PER_NOTE = 120
 #: Bytes per note of the replay's own per-note state (codes, times, norms,
-#: decay and use state of one arm), measured at 1M notes.
-REPLAY_BYTES_PER_NOTE = 140
+#: decay and use state of one arm): 178 measured at 1M and 10M notes.
+REPLAY_BYTES_PER_NOTE = 180
 #: Bytes per (query, live note) cell of the tick being replayed: its dense
 #: query x note matrices (products, similarity, validity and the packer's
 #: float64 copy of the similarity), measured at 1M notes as the rise of the
@@ -844,15 +845,18 @@ REPLAY_BYTES_PER_CELL = 21
 
 
 def _largest_tick(wl: Any) -> float:
-    """Queries of the busiest one-day tick: its mean plus 3 standard deviations."""
-    rate = float(wl.queries_per_day)
+    """Queries of the busiest one-day tick: its mean plus 3 standard deviations
+    (a horizon under a day: all its queries)."""
+    total = float(wl.queries_per_day) * float(wl.horizon_days)
     if getattr(wl, "age_mode", "natural") == "zero":
-        return rate * float(wl.horizon_days)  # every query at t = 0: one tick
+        return total  # every query at t = 0: one tick
+    rate = float(wl.queries_per_day)
     arrival = getattr(wl, "arrival", "steady")
     if arrival == "weekly":
         rate *= 7.0 / (5.0 + 2.0 * min(float(wl.weekend_factor), 1.0))
-    spread = rate * float(wl.burst_size) if arrival == "bursty" else rate
-    return rate + 3.0 * math.sqrt(spread) + 1.0
+    mean = min(rate, total)
+    spread = mean * float(wl.burst_size) if arrival == "bursty" else mean
+    return mean + 3.0 * math.sqrt(spread) + 1.0
 
 
 def estimate_stream_bytes(wl: Any) -> float:
