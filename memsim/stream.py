@@ -631,6 +631,10 @@ def _assemble(columns: dict[str, Any], frame: pd.DataFrame, known: tuple[str, ..
     return pd.DataFrame(data, index=index)
 
 
+#: Values of an embedding matrix checked at a time (its rows in blocks).
+_FINITE_BLOCK = 1 << 24
+
+
 def _check_embeddings(t: _Table, arr: Any, rows: int, owner_label: str) -> np.ndarray:
     """A finite float32 matrix with one row per note / query."""
     if not isinstance(arr, np.ndarray):
@@ -648,7 +652,7 @@ def _check_embeddings(t: _Table, arr: Any, rows: int, owner_label: str) -> np.nd
         out = np.ascontiguousarray(arr, dtype=np.float32)
     # a block of rows at a time: a mask of the whole matrix would be a
     # quarter of its size again
-    step = max(1, (1 << 24) // out.shape[1])
+    step = max(1, _FINITE_BLOCK // out.shape[1])
     for start in range(0, out.shape[0], step):
         finite = np.isfinite(out[start:start + step])
         if not finite.all():

@@ -165,3 +165,16 @@ def test_make_stream_keeps_the_embeddings_given_only_when_told():
     # the stream's tables are its own, never the caller's
     assert not np.shares_memory(copied.notes["created_at"].to_numpy(),
                                 s.notes["created_at"].to_numpy())
+
+
+@pytest.mark.parametrize("block", [64, 4 * 64, 1 << 24])  # 1 row, 4 rows, all
+def test_the_first_non_finite_embedding_value_is_named_whatever_the_block(block, monkeypatch):
+    import memsim.stream as ms
+    from memsim.errors import StreamError
+
+    s = SyntheticWorkload(horizon_days=5, backfill_days=5, notes_per_day=40).generate(3)
+    emb = s.note_embeddings.copy()
+    emb[7, 5], emb[9, 1], emb[7, 60] = np.inf, np.nan, np.nan  # row 7, dimension 5 first
+    monkeypatch.setattr(ms, "_FINITE_BLOCK", block)
+    with pytest.raises(StreamError, match=r"row 7 \(note_id 7\): dimension 5: .* got inf"):
+        make_stream(s.notes, s.queries, s.qrels, None, emb, s.query_embeddings)
