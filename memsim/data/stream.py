@@ -310,7 +310,7 @@ def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = Fals
         ok = values <= np.iinfo(np.int64).max
         bad = bad | ~ok
         values = np.where(ok, values, 0)
-    out = values.astype(np.int64)
+    out = values.astype(np.int64, copy=False)  # the table built from it copies it
     if positive:
         bad = bad | (out <= 0)
     t.fail_first(bad, raw, column, "a positive integer" if positive else "an integer")
@@ -324,7 +324,7 @@ def _float_column(t: _Table, raw: pd.Series, column: str, rule: str, *,
                   minimum: float | None = None) -> np.ndarray:
     """A float64 column: finite unless NaN / +inf are allowed, ``>= minimum``."""
     values, bad = _parse_number(raw)
-    values = values.astype(np.float64)
+    values = values.astype(np.float64, copy=False)  # the table built from it copies it
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(values)
         if nan_ok:
@@ -390,6 +390,8 @@ def _str_column(t: _Table, raw: pd.Series, column: str, *, missing_as: str | Non
 
 
 def _check_unique(t: _Table, ids: np.ndarray, column: str) -> None:
+    if ids.size < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return  # increasing ids (a generator's, a sorted file's) need no hash table
     dup = pd.Series(ids).duplicated(keep="first").to_numpy()
     hits = np.flatnonzero(dup)
     if hits.size:
@@ -629,6 +631,10 @@ def _assemble(columns: dict[str, Any], frame: pd.DataFrame, known: tuple[str, ..
     return pd.DataFrame(data, index=index)
 
 
+#: Values of an embedding matrix checked at a time (its rows in blocks).
+_FINITE_BLOCK = 1 << 24
+
+
 def _check_embeddings(t: _Table, arr: Any, rows: int, owner_label: str) -> np.ndarray:
     """A finite float32 matrix with one row per note / query."""
     if not isinstance(arr, np.ndarray):
@@ -644,11 +650,16 @@ def _check_embeddings(t: _Table, arr: Any, rows: int, owner_label: str) -> np.nd
         t.fail(f"has dimension 0 (shape {arr.shape})")
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.ascontiguousarray(arr, dtype=np.float32)
-    finite = np.isfinite(out)
-    if not finite.all():
-        row, dim = (int(i) for i in np.argwhere(~finite)[0])
-        t.fail(f"dimension {dim}: embedding values must be finite as float32, "
-               f"got {_show(arr[row, dim])}", row=row)
+    # a block of rows at a time: a mask of the whole matrix would be a
+    # quarter of its size again
+    step = max(1, _FINITE_BLOCK // out.shape[1])
+    for start in range(0, out.shape[0], step):
+        finite = np.isfinite(out[start:start + step])
+        if not finite.all():
+            row, dim = (int(i) for i in np.argwhere(~finite)[0])
+            row += start
+            t.fail(f"dimension {dim}: embedding values must be finite as float32, "
+                   f"got {_show(arr[row, dim])}", row=row)
     return out
 
 
@@ -744,6 +755,7 @@ def make_stream(
     *,
     where: dict | None = None,
     retrieved: pd.DataFrame | None = None,
+    copy: bool = True,
 ) -> Stream:
     """Validate frames and build a canonical :class:`Stream`.
 
@@ -764,6 +776,11 @@ def make_stream(
     retrieved : DataFrame, optional
         Logged rankings of a production system (``query_id``, ``rank``,
         ``note_id``, optional ``score``); sorted by ``(query_id, rank)``.
+    copy : bool, default True
+        False: the stream may keep the embedding arrays given, rather than a
+        copy, where they already are C-contiguous float32 rows in canonical
+        order; for a caller that hands its arrays over and drops them (the
+        synthetic generator), so that the largest arrays are not held twice.
 
     Returns
     -------
@@ -783,13 +800,9 @@ def make_stream(
         retrieved = (checked[6].sort_values(["query_id", "rank"], kind="stable")
                      .reset_index(drop=True))
     order = np.argsort(notes["note_id"].to_numpy(), kind="stable")
-    notes = notes.iloc[order].reset_index(drop=True)
-    if note_embeddings is not None:
-        note_embeddings = np.ascontiguousarray(note_embeddings[order])
+    notes, note_embeddings = _reorder(notes, note_embeddings, order, copy)
     qorder = np.lexsort((queries["query_id"].to_numpy(), queries["t"].to_numpy()))
-    queries = queries.iloc[qorder].reset_index(drop=True)
-    if query_embeddings is not None:
-        query_embeddings = np.ascontiguousarray(query_embeddings[qorder])
+    queries, query_embeddings = _reorder(queries, query_embeddings, qorder, copy)
     qrels = qrels.sort_values(["query_id", "note_id"], kind="stable").reset_index(drop=True)
     if accesses is None:
         accesses = _empty_accesses()
@@ -798,6 +811,17 @@ def make_stream(
     return Stream(notes=notes, queries=queries, qrels=qrels, accesses=accesses,
                   note_embeddings=note_embeddings, query_embeddings=query_embeddings,
                   meta=dict(meta or {}), retrieved=retrieved)
+
+
+def _reorder(frame: pd.DataFrame, emb: np.ndarray | None, order: np.ndarray,
+             copy: bool) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """Rows (and embedding rows) in ``order``. A table already in order is
+    kept (it is the checks' own new table); embeddings already in order are
+    copied only if ``copy``."""
+    if bool((order == np.arange(order.size)).all()):
+        return frame, (emb.copy() if copy and emb is not None else emb)
+    frame = frame.iloc[order].reset_index(drop=True)
+    return frame, (None if emb is None else np.ascontiguousarray(emb[order]))
 
 
 def _empty_accesses() -> pd.DataFrame:

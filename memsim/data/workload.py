@@ -854,41 +854,27 @@ class SyntheticWorkload(_Knobs):
             for name in CLASS_NAMES
         ]
         notes = _assemble(draws, zero=self.age_mode == "zero")
-        centroids = _centroids(self, seed)
-        slot_dirs = _slot_directions(self, draws, seed)
-        note_emb = _note_embeddings(self, notes, centroids, slot_dirs, seed)
+        del draws
 
         q_t, q_actor = _arrivals(self, seed)
         if self.age_mode == "zero":
             q_t = np.zeros_like(q_t)
         intervals = _askable_intervals(notes)
         q_class, q_slot = _choose_slots(self, intervals, q_t, q_actor, seed)
+        del intervals
         q_topic = _query_topics(self, notes, q_slot, seed)
-        query_emb = _query_embeddings(self, q_topic, q_slot, centroids, slot_dirs, seed)
         qrels = _qrels(self, notes, q_t, q_slot)
         accesses = _accesses(self, notes, t0, t1, seed)
 
+        centroids = _centroids(self, seed)
+        asked = np.unique(q_slot[q_slot >= 0])
+        note_emb, asked_dirs = _note_embeddings(self, notes, centroids, asked, seed)
+        query_emb = _query_embeddings(self, q_topic, q_slot, centroids, asked, asked_dirs, seed)
+
         actors = np.array(self.actor_names(), dtype=object)
         class_names = np.array(CLASS_NAMES + ("none",), dtype=object)
-        tiers = np.array([self.classes.spec(n).tier for n in CLASS_NAMES], dtype=object)
-        n = notes["created"].size
-        notes_df = pd.DataFrame({
-            "note_id": np.arange(n, dtype=np.int64),
-            "created_at": notes["created"],
-            "tokens": notes["tokens"],
-            "actor": actors[notes["author"]],
-            "tier": tiers[notes["cls"]],
-            "importance": np.ones(n),
-            "salience": np.ones(n),
-            "memory_type": np.full(n, "episodic", dtype=object),
-            "pinned": np.zeros(n, dtype=bool),
-            "expires_at": np.full(n, np.nan),
-            "note_class": class_names[notes["cls"]],
-            "topic": notes["topic"],
-            "slot": notes["slot"],
-            "scope": np.where(notes["personal"], "personal", "team").astype(object),
-            "valid_until": notes["valid_until"],
-        })
+        notes_df = _notes_frame(self, notes, actors, class_names)
+        del notes
         queries_df = pd.DataFrame({
             "query_id": np.arange(q_t.size, dtype=np.int64),
             "t": q_t,
@@ -908,7 +894,33 @@ class SyntheticWorkload(_Knobs):
             "seed": {"entropy": str(seed.entropy), "spawn_key": [int(k) for k in seed.spawn_key]},
         }
         return make_stream(notes_df, queries_df, qrels, accesses=accesses,
-                           note_embeddings=note_emb, query_embeddings=query_emb, meta=meta)
+                           note_embeddings=note_emb, query_embeddings=query_emb, meta=meta,
+                           copy=False)
+
+
+def _notes_frame(wl: SyntheticWorkload, notes: dict, actors: np.ndarray,
+                 class_names: np.ndarray) -> pd.DataFrame:
+    """The notes table of the stream, built on the arrays of ``notes`` (not copies).
+
+    ``importance``, ``salience``, ``memory_type``, ``pinned`` and
+    ``expires_at`` are left to the stream's defaults (1, 1, "episodic",
+    false, never): the stream fills them in its own table.
+    """
+    tiers = np.array([wl.classes.spec(n).tier for n in CLASS_NAMES], dtype=object)
+    scopes = np.array(["team", "personal"], dtype=object)
+    n = notes["created"].size
+    return pd.DataFrame({
+        "note_id": np.arange(n, dtype=np.int64),
+        "created_at": notes["created"],
+        "tokens": notes["tokens"],
+        "actor": actors[notes["author"]],
+        "tier": tiers[notes["cls"]],
+        "note_class": class_names[notes["cls"]],
+        "topic": notes["topic"],
+        "slot": notes["slot"],
+        "scope": scopes[notes["personal"].astype(np.intp)],
+        "valid_until": notes["valid_until"],
+    }, copy=False)
 
 
 #: Partial ``[workload]`` tables of named variants, for
@@ -1016,30 +1028,42 @@ def _draw_class(wl: SyntheticWorkload, name: str, rate: float, t0: float, t1: fl
 
 
 def _assemble(draws: list[dict], zero: bool) -> dict[str, np.ndarray]:
-    """Concatenate the classes, number notes in creation order, derive validity.
+    """Merge the classes, number notes in creation order, derive validity.
 
     ``note_id`` follows natural creation time (ties: class order, then draw
     order), also in ``age_mode = "zero"``, where ``created`` then becomes 0.
-    Slot ids become global: class offset + class-local slot (distractors -1).
-    ``valid_until`` is ``created + lifetime`` (inf for never-expiring notes);
-    for superseding notes it is the creation time of the next note of the slot
-    (inf for the last one).
+    Slot ids become global: class offset + class-local slot (distractors -1);
+    ``slot_start`` holds each class's offset. ``valid_until`` is ``created +
+    lifetime`` (inf for never-expiring notes); for superseding notes it is the
+    creation time of the next note of the slot (inf for the last one).
+
+    Each per-note array of ``draws`` is moved (popped) into its place in a
+    preallocated array of the merged order, class by class, so that the
+    classes' draws and the merged notes are never held twice over.
     """
+    sizes = [d["created"].size for d in draws]
+    n = sum(sizes)
+    starts = np.cumsum([0] + sizes)
     offsets = np.cumsum([0] + [int(d["n_slots"]) for d in draws[:-1]])
-    parts: dict[str, list] = {k: [] for k in ("created", "cls", "slot", "topic", "lifetime",
-                                               "tokens", "author", "personal", "local")}
-    for code, (name, d) in enumerate(zip(CLASS_NAMES, draws)):
-        n = d["created"].size
-        parts["created"].append(d["created"])
-        parts["cls"].append(np.full(n, code, dtype=np.int64))
-        parts["slot"].append(d["slot"] + offsets[code] if name in SLOT_CLASSES
-                             else np.full(n, -1, dtype=np.int64))
-        for key in ("topic", "lifetime", "tokens", "author", "personal"):
-            parts[key].append(d[key])
-        parts["local"].append(np.arange(n))
-    cat = {k: np.concatenate(v) for k, v in parts.items()}
-    order = np.lexsort((cat["local"], cat["cls"], cat["created"]))
-    notes = {k: v[order] for k, v in cat.items()}  # "local": row within its class draw
+    created = np.concatenate([d.pop("created") for d in draws])
+    cls = np.repeat(np.arange(len(draws), dtype=np.int64), sizes)
+    local = np.concatenate([np.arange(k) for k in sizes])  # row within its class draw
+    order = np.lexsort((local, cls, created))
+    notes: dict = {"created": created[order], "cls": cls[order], "local": local[order]}
+    del created, cls, local
+    dest = np.empty(n, dtype=np.int64)  # row of the merged order of each class-draw row
+    dest[order] = np.arange(n)
+    del order
+    for key in ("slot", "topic", "lifetime", "tokens", "author", "personal"):
+        out = np.empty(n, dtype=np.result_type(*[d[key] for d in draws]))
+        for code, (name, d) in enumerate(zip(CLASS_NAMES, draws)):
+            values = d.pop(key)
+            if key == "slot":
+                values = values + offsets[code] if name in SLOT_CLASSES else -1
+            out[dest[starts[code]:starts[code + 1]]] = values
+        notes[key] = out
+    del dest
+    notes["slot_start"] = offsets
     notes["n_slots"] = int(sum(int(d["n_slots"]) for name, d in zip(CLASS_NAMES, draws)
                                if name in SLOT_CLASSES))
     if zero:
@@ -1103,42 +1127,80 @@ def _centroids(wl: SyntheticWorkload, seed) -> np.ndarray:
     return _gauss(child(seed, "embeddings", "topics"), wl.n_topics, d)
 
 
-def _slot_directions(wl: SyntheticWorkload, draws: list[dict], seed) -> np.ndarray:
-    """One ``N(0, I/d)`` direction per global slot (class by class)."""
-    d = wl.embedding_dim
-    return np.concatenate([_gauss(child(seed, "embeddings", "slots", name), int(dr["n_slots"]), d)
-                           for name, dr in zip(SLOT_CLASSES, draws)])
+#: Bytes of one ``rows x embedding_dim`` float32 block of the note-embedding
+#: pass: the pass holds a few such blocks besides the final array, whatever
+#: the number of notes. The stream does not depend on it (each draw is made
+#: in order, a block after the other, and every other step is row by row).
+CHUNK_BYTES = 1 << 24
+
+
+def _chunk_rows(d: int) -> int:
+    return max(1, CHUNK_BYTES // (4 * d))
 
 
 def _note_embeddings(wl: SyntheticWorkload, notes: dict, centroids: np.ndarray,
-                     slot_dirs: np.ndarray, seed) -> np.ndarray:
-    """``normalise(c_topic + w * u_slot + s * e)``; a distractor's ``u`` is its own."""
+                     asked: np.ndarray, seed) -> tuple[np.ndarray, np.ndarray]:
+    """``normalise(c_topic + w * u_slot + s * e)``; a distractor's ``u`` is its own.
+
+    Each class is walked in its draw order (slot by slot), a block of
+    :data:`CHUNK_BYTES` at a time, and its rows written into their places of
+    the preallocated result: the class's noise ``e`` (stream ``("embeddings",
+    "notes", class)``), its slot directions ``u`` (``("embeddings", "slots",
+    class)``, one per class-local slot in slot order) and the distractors' own
+    directions (``("embeddings", "distractors")``) are each drawn in order, a
+    block after the other, which gives the numbers of one draw of them all:
+    another class's knobs cannot shift them.
+
+    Returns the note embeddings and the slot directions of the global slots
+    ``asked`` (sorted, unique), which the queries reuse.
+    """
     d = wl.embedding_dim
     n = notes["created"].size
-    on_slot = notes["slot"] >= 0
-    direction = np.empty((n, d), dtype=np.float32)
-    direction[on_slot] = slot_dirs[notes["slot"][on_slot]]
-    rows = np.flatnonzero(~on_slot)
-    direction[rows] = _gauss(child(seed, "embeddings", "distractors"), rows.size, d)[
-        notes["local"][rows]]
-    # noise per class, in the class's own draw order: another class's knobs
-    # cannot shift it
-    noise = np.empty((n, d), dtype=np.float32)
+    out = np.empty((n, d), dtype=np.float32)
+    asked_dirs = np.empty((asked.size, d), dtype=np.float32)
+    step = _chunk_rows(d)
     for code, name in enumerate(CLASS_NAMES):
         rows = np.flatnonzero(notes["cls"] == code)
-        draw = _gauss(child(seed, "embeddings", "notes", name), rows.size, d)
-        noise[rows] = draw[notes["local"][rows]]
-    return _mix(wl, centroids[notes["topic"]], direction, noise)
+        where = np.empty_like(rows)  # the note row of each class-draw row
+        where[notes["local"][rows]] = rows
+        del rows
+        noise_rng = child(seed, "embeddings", "notes", name)
+        on_slot = name in SLOT_CLASSES
+        dir_rng = child(seed, "embeddings", *(("slots", name) if on_slot else ("distractors",)))
+        start = int(notes["slot_start"][code])
+        # directions of the class-local slots [lo, hi): draw order is slot order,
+        # so a block needs the last slot of the previous block and new ones only
+        lo, hi, dirs = 0, 0, np.empty((0, d), dtype=np.float32)
+        for a in range(0, where.size, step):
+            rows = where[a:a + step]
+            if on_slot:
+                local = notes["slot"][rows] - start
+                new = _gauss(dir_rng, int(local[-1]) + 1 - hi, d)
+                i, j = np.searchsorted(asked, (start + hi, start + hi + len(new)))
+                asked_dirs[i:j] = new[asked[i:j] - start - hi]
+                first = int(local[0])
+                dirs = np.concatenate([dirs[first - lo:], new])
+                lo, hi = first, hi + len(new)
+                direction = dirs[local - lo]
+            else:
+                direction = _gauss(dir_rng, rows.size, d)
+            noise = _gauss(noise_rng, rows.size, d)
+            out[rows] = _mix(wl, centroids[notes["topic"][rows]], direction, noise)
+    return out, asked_dirs
 
 
 def _query_embeddings(wl: SyntheticWorkload, q_topic: np.ndarray, q_slot: np.ndarray,
-                      centroids: np.ndarray, slot_dirs: np.ndarray, seed) -> np.ndarray:
-    """Like a note of the asked slot; an unanswerable query gets a fresh direction."""
+                      centroids: np.ndarray, asked: np.ndarray, asked_dirs: np.ndarray,
+                      seed) -> np.ndarray:
+    """Like a note of the asked slot; an unanswerable query gets a fresh direction.
+
+    ``asked_dirs`` holds the directions of the slots ``asked`` (sorted).
+    """
     d = wl.embedding_dim
     n = q_topic.size
     answerable = q_slot >= 0
     direction = np.empty((n, d), dtype=np.float32)
-    direction[answerable] = slot_dirs[q_slot[answerable]]
+    direction[answerable] = asked_dirs[np.searchsorted(asked, q_slot[answerable])]
     direction[~answerable] = _gauss(child(seed, "embeddings", "unanswerable"),
                                     int((~answerable).sum()), d)
     noise = _gauss(child(seed, "embeddings", "queries"), n, d)

@@ -114,7 +114,8 @@ def max_runs() -> int:
 
 
 def max_stream_gib() -> float:
-    """GiB a synthetic stream may take: ``MEMSIM_MAX_STREAM_GB``, default 8."""
+    """GiB a synthetic stream may take, generated and replayed
+    (:func:`estimate_stream_bytes`): ``MEMSIM_MAX_STREAM_GB``, default 8."""
     return float(_env_limit("MEMSIM_MAX_STREAM_GB", DEFAULT_MAX_STREAM_GIB, integer=False))
 
 
@@ -822,22 +823,69 @@ def _grid_from(table: dict) -> dict:
     return grid
 
 
-def estimate_stream_bytes(wl: Any) -> float:
-    """Rough peak memory (bytes) of generating ``wl``'s synthetic stream.
+#: Memory of a Python process with memsim's libraries loaded, before any stream.
+PROCESS_BYTES = 256 * 2**20
+#: Bytes per note of a generated stream besides its embedding: the notes table
+#: (16 columns; 155 bytes measured at 5 actors) and the note's share of the qrels.
+STREAM_BYTES_PER_NOTE = 168
+#: Bytes per query besides its embedding: the queries table, qrels, actor codes.
+STREAM_BYTES_PER_QUERY = 256
+#: Bytes per note the generator holds besides the stream at its peak: the
+#: notes table it hands over while the stream's own copy is checked and built
+#: (101 measured at 10M notes).
+GENERATION_BYTES_PER_NOTE = 120
+#: Bytes per note of the replay's own per-note state (codes, times, norms,
+#: decay and use state of one arm): 178 measured at 1M and 10M notes.
+REPLAY_BYTES_PER_NOTE = 180
+#: Bytes per (query, live note) cell of the tick being replayed: its dense
+#: query x note matrices (products, similarity, validity and the packer's
+#: float64 copy of the similarity), measured at 1M notes as the rise of the
+#: peak from a 4-query to a 46-query tick (21 bytes per cell).
+REPLAY_BYTES_PER_CELL = 21
 
-    Notes ~ ``notes_per_day x (horizon_days + backfill_days)`` and queries ~
-    ``queries_per_day x horizon_days``, each with an ``embedding_dim`` float32
-    vector (counted 4 times: the generator's noise, centroid and direction
-    arrays) and ~256 bytes of columns and relevance judgements; plus
-    ``n_topics`` centroids, ``n_actors`` names and the organic accesses.
-    Computed in floats, so absurd knobs give a huge number, never an error.
+
+def _largest_tick(wl: Any) -> float:
+    """Queries of the busiest one-day tick: its mean plus 3 standard deviations
+    (a horizon under a day: all its queries)."""
+    total = float(wl.queries_per_day) * float(wl.horizon_days)
+    if getattr(wl, "age_mode", "natural") == "zero":
+        return total  # every query at t = 0: one tick
+    rate = float(wl.queries_per_day)
+    arrival = getattr(wl, "arrival", "steady")
+    if arrival == "weekly":
+        rate *= 7.0 / (5.0 + 2.0 * min(float(wl.weekend_factor), 1.0))
+    mean = min(rate, total)
+    spread = mean * float(wl.burst_size) if arrival == "bursty" else mean
+    return mean + 3.0 * math.sqrt(spread) + 1.0
+
+
+def estimate_stream_bytes(wl: Any) -> float:
+    """Rough peak memory (bytes) of generating ``wl``'s synthetic stream and replaying it.
+
+    With ``N ~ notes_per_day x (horizon_days + backfill_days)`` notes, ``Q ~
+    queries_per_day x horizon_days`` queries and ``E = 4 x embedding_dim``
+    bytes of float32 embedding per row, the stream takes ``S = N (E +``
+    :data:`STREAM_BYTES_PER_NOTE` ``) + Q (E +`` :data:`STREAM_BYTES_PER_QUERY`
+    ``)`` plus 48 bytes per organic access. Generating it holds ``S + N x``
+    :data:`GENERATION_BYTES_PER_NOTE` at most (the generator writes into the
+    stream's final arrays, a block of rows at a time); replaying it holds ``S
+    + N x`` :data:`REPLAY_BYTES_PER_NOTE` ``+ B x N x``
+    :data:`REPLAY_BYTES_PER_CELL`, ``B`` the queries of the busiest one-day
+    tick (mean + 3 sd; all queries under ``age_mode = "zero"``), every note
+    counted live. The estimate is :data:`PROCESS_BYTES` plus the larger of
+    the two, plus ``n_topics`` centroids and ``n_actors`` names. Computed in
+    floats, so absurd knobs give a huge number, never an error.
     """
     span = float(wl.horizon_days) + float(wl.backfill_days)
     notes = float(wl.notes_per_day) * span
     queries = float(wl.queries_per_day) * float(wl.horizon_days)
     accesses = float(getattr(wl, "accesses_per_day", 0.0)) * span
     vec = 4.0 * float(wl.embedding_dim)
-    return (notes * (4 * vec + 256) + queries * (4 * vec + 256) + accesses * 64
+    stream = (notes * (vec + STREAM_BYTES_PER_NOTE) + queries * (vec + STREAM_BYTES_PER_QUERY)
+              + accesses * 48)
+    generation = notes * GENERATION_BYTES_PER_NOTE
+    replay = notes * (REPLAY_BYTES_PER_NOTE + REPLAY_BYTES_PER_CELL * _largest_tick(wl))
+    return (PROCESS_BYTES + stream + max(generation, replay)
             + float(wl.n_topics) * (vec + 16) + float(wl.n_actors) * 128)
 
 
@@ -848,9 +896,10 @@ def _check_stream_size(wl: Any) -> None:
     if not est <= limit * 2**30:
         span = float(wl.horizon_days) + float(wl.backfill_days)
         raise ConfigError(
-            f"workload: the stream would take about {est / 2**30:.3g} GiB of memory "
-            f"(~{float(wl.notes_per_day) * span:.3g} notes, "
+            f"workload: the stream would take about {est / 2**30:.3g} GiB of memory, "
+            f"generated and replayed (~{float(wl.notes_per_day) * span:.3g} notes, "
             f"~{float(wl.queries_per_day) * float(wl.horizon_days):.3g} queries, "
+            f"~{_largest_tick(wl):.3g} of them in the busiest day, "
             f"embedding_dim {wl.embedding_dim}, n_topics {wl.n_topics}, n_actors "
             f"{wl.n_actors}); the limit is {limit:g} GiB (set MEMSIM_MAX_STREAM_GB to raise it)")
 
