@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from memsim.config import PROCESS_BYTES, estimate_stream_bytes
-from memsim.workload import SyntheticWorkload
+from memsim.runs.config import PROCESS_BYTES, estimate_stream_bytes
+from memsim.data.workload import SyntheticWorkload
 
 # A store of 300k notes and two days of 50 queries: the notes and the busiest
 # tick's query x note matrices outweigh the interpreter, as at scale.
@@ -22,7 +22,7 @@ import json, resource, sys
 import numpy as np
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.policies import resolve_policy
-from memsim.workload import SyntheticWorkload
+from memsim.data.workload import SyntheticWorkload
 
 def rss():
     with open("/proc/self/statm") as f:

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import memsim.workload as wk
-from memsim.rng import child
-from memsim.stream import make_stream
-from memsim.workload import CLASS_NAMES, SLOT_CLASSES, SyntheticWorkload
+import memsim.data.workload as wk
+from memsim.core.rng import child
+from memsim.data.stream import make_stream
+from memsim.data.workload import CLASS_NAMES, SLOT_CLASSES, SyntheticWorkload
 
 CONFIGS = {
     "default": {"horizon_days": 30, "backfill_days": 30, "notes_per_day": 200},
@@ -169,8 +169,8 @@ def test_make_stream_keeps_the_embeddings_given_only_when_told():
 
 @pytest.mark.parametrize("block", [64, 4 * 64, 1 << 24])  # 1 row, 4 rows, all
 def test_the_first_non_finite_embedding_value_is_named_whatever_the_block(block, monkeypatch):
-    import memsim.stream as ms
-    from memsim.errors import StreamError
+    import memsim.data.stream as ms
+    from memsim.core.errors import StreamError
 
     s = SyntheticWorkload(horizon_days=5, backfill_days=5, notes_per_day=40).generate(3)
     emb = s.note_embeddings.copy()
