@@ -330,7 +330,9 @@ def _context(run: RunResult, n_boot: int, seed: int) -> _Context:
     if baseline not in policies:
         baseline = policies[0]
     span = float(q["t"].max() - q["t"].min()) if "t" in q and len(q) else 0.0
-    return _Context(run=run, q=q, cmp=compare(q, baseline=baseline, n_boot=n_boot, seed=seed),
+    # the run folder's summary.csv holds the summary's intervals: not resampled again
+    return _Context(run=run, q=q, cmp=compare(q, baseline=baseline, n_boot=n_boot, seed=seed,
+                                              summary=run.summary),
                     policies=policies, budgets=budgets, baseline=baseline,
                     focus=_focus_budget(run, budgets), colors=plots.policy_colors(policies),
                     span=span, window=_window(span), n_boot=n_boot, seed=seed)
@@ -524,7 +526,8 @@ def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
         "Share of the relevant notes of each age that were packed, with 95% intervals"
         + ctx.at_focus + ". A benchmark whose notes all have age 0 only sees the first bucket.",
         lambda ax: plots.plot_age_recall(
-            plots.age_recall_data(q, ctx.focus, n_boot=ctx.n_boot, seed=ctx.seed), ax,
+            plots.age_recall_data(q, ctx.focus, n_boot=ctx.n_boot, seed=ctx.seed,
+                                  summary=ctx.run.summary), ax,
             colors)))
     return figs
 

@@ -243,3 +243,23 @@ def test_simulate_tasks_in_workers_gives_the_frames_of_one_process():
     for (e, arms, r, stream), got in zip(tasks, pooled):
         want = simulate_replicate(e, arms, r, stream)
         pd.testing.assert_frame_equal(got["queries"], want["queries"], check_exact=True)
+
+
+def test_a_pooled_audit_counts_its_replays_on_stderr():
+    """``memsim audit --jobs 2``: the replays are the phase whose progress is
+    printed, one line per replay (two probe replicates and the use counts)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsim.cli", "audit",
+         str(root / "experiments" / "sweep_hivemind.toml"), "--queries", "30",
+         "--param-replicates", "2", "--jobs", "2", "--set", "experiment.replicates=1",
+         "--set", "workload.horizon_days=8", "--set", "workload.backfill_days=8"],
+        capture_output=True, text=True, cwd=root, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    done = [ln.split(" (")[0] for ln in proc.stderr.splitlines() if " done" in ln]
+    assert done == [f"memsim audit: replay {k}/3 done" for k in (1, 2, 3)]
+    assert "Swept parameters" in proc.stdout
