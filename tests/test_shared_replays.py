@@ -263,3 +263,88 @@ def test_a_pooled_audit_counts_its_replays_on_stderr():
     done = [ln.split(" (")[0] for ln in proc.stderr.splitlines() if " done" in ln]
     assert done == [f"memsim audit: replay {k}/3 done" for k in (1, 2, 3)]
     assert "Swept parameters" in proc.stdout
+
+
+# --------------------------------------------------------------------------
+# Reports: the summary's intervals read from summary.csv, not resampled again
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """The quickstart, small, on 2 replicates (intervals over queries) and
+    2 budgets, without its report."""
+    from pathlib import Path
+
+    from memsim.runner import run_experiment
+
+    quickstart = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.toml"
+    return run_experiment(quickstart, out=tmp_path_factory.mktemp("runs"), report=False,
+                          overrides={"workload.horizon_days": 30, "workload.backfill_days": 60,
+                                     "experiment.replicates": 2,
+                                     "experiment.budgets": [600, 1500]})
+
+
+def test_the_summary_from_summary_csv_is_the_summary_resampled_again(small_run):
+    from memsim import plots
+    from memsim.compare import compare
+    from memsim.rundir import load_run, summary_rows
+
+    run = load_run(small_run.path)
+    q = run.queries
+    fresh = compare(q, summary=None)
+    assert summary_rows(run.summary, q, fresh.metrics) is not None  # the rows are there
+    for got in (compare(q, summary=run.summary), compare(run.path)):
+        pd.testing.assert_frame_equal(got.summary, fresh.summary, check_exact=True)
+        pd.testing.assert_frame_equal(got.tests, fresh.tests, check_exact=True)
+    # one budget of the table, another metric order
+    at = compare(q, budget=600, metrics=["recall", "utility_share"], summary=run.summary)
+    again = compare(q, budget=600, metrics=["recall", "utility_share"])
+    pd.testing.assert_frame_equal(at.summary, again.summary, check_exact=True)
+    by_age = plots.age_recall_data(q, 1500, summary=run.summary)
+    assert len(by_age)
+    pd.testing.assert_frame_equal(by_age, plots.age_recall_data(q, 1500), check_exact=True)
+    # other resamples, or a summary lacking a row: resampled
+    other = compare(q, n_boot=200, summary=run.summary)
+    pd.testing.assert_frame_equal(other.summary, compare(q, n_boot=200).summary,
+                                  check_exact=True)
+    assert not other.summary[["ci_low"]].equals(fresh.summary[["ci_low"]])
+    assert summary_rows(run.summary.iloc[1:], q, fresh.metrics) is None
+
+
+def test_a_report_from_summary_csv_is_the_report_resampled_again(small_run, tmp_path,
+                                                                 monkeypatch):
+    import importlib
+    import shutil
+
+    from memsim.report import build_report
+
+    # the modules (memsim.compare is also the name of the function)
+    comparing = importlib.import_module("memsim.compare")
+    plotting = importlib.import_module("memsim.plots")
+    name = small_run.path.name
+    used = []
+    real = comparing.summary_rows
+
+    def spy(*args):
+        got = real(*args)
+        used.append(got is not None)
+        return got
+
+    copies = {}
+    for how in ("stored", "resampled"):
+        copies[how] = tmp_path / how / name
+        shutil.copytree(small_run.path, copies[how])
+    monkeypatch.setattr(comparing, "summary_rows", spy)
+    build_report(copies["stored"])
+    assert used and all(used)
+    monkeypatch.setattr(comparing, "summary_rows", lambda *a: None)
+    monkeypatch.setattr(plotting, "summary_rows", lambda *a: None)
+    build_report(copies["resampled"])
+    for f in ("report.html", "report.md"):
+        assert (copies["stored"] / f).read_bytes() == (copies["resampled"] / f).read_bytes()
+    figs = sorted(p.name for p in (copies["stored"] / "figures").iterdir())
+    assert figs and figs == sorted(p.name for p in (copies["resampled"] / "figures").iterdir())
+    for f in figs:
+        assert ((copies["stored"] / "figures" / f).read_bytes()
+                == (copies["resampled"] / "figures" / f).read_bytes())
