@@ -51,7 +51,7 @@ from .errors import ConfigError, MemsimError, ReportWarning
 from .policies import assumptions, resolve_policy
 from .metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
-from .rundir import RunResult, load_run, write_atomic
+from .rundir import RunResult, load_run, summary_rows, write_atomic
 from .stats import (N_BOOT, SEED, column_decimals, format_ci, format_fixed, summarise,
                     utility_share, utility_share_by)
 
@@ -257,8 +257,10 @@ def _old_buckets(ctx: _Context) -> pd.DataFrame | None:
         return None
     q = ctx.q[ctx.q["budget"] == ctx.focus]
     # the summary's estimator (mean over replicates of per-replicate means);
-    # only the point estimates are shown, so no resampling is needed
-    return summarise(q, metrics=cols, n_boot=1, seed=ctx.seed)
+    # only the point estimates are shown: summary.csv's, else no resampling
+    stored = summary_rows(ctx.run.summary, q, cols)
+    return stored if stored is not None else summarise(q, metrics=cols, n_boot=1,
+                                                       seed=ctx.seed)
 
 
 def _focus_budget(run: RunResult, budgets: list) -> Any:

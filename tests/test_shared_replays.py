@@ -280,7 +280,7 @@ def small_run(tmp_path_factory):
 
     quickstart = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.toml"
     return run_experiment(quickstart, out=tmp_path_factory.mktemp("runs"), report=False,
-                          overrides={"workload.horizon_days": 30, "workload.backfill_days": 60,
+                          overrides={"workload.horizon_days": 30, "workload.backfill_days": 150,
                                      "experiment.replicates": 2,
                                      "experiment.budgets": [600, 1500]})
 
@@ -322,6 +322,7 @@ def test_a_report_from_summary_csv_is_the_report_resampled_again(small_run, tmp_
     # the modules (memsim.compare is also the name of the function)
     comparing = importlib.import_module("memsim.compare")
     plotting = importlib.import_module("memsim.plots")
+    reporting = importlib.import_module("memsim.report")
     name = small_run.path.name
     used = []
     real = comparing.summary_rows
@@ -335,11 +336,12 @@ def test_a_report_from_summary_csv_is_the_report_resampled_again(small_run, tmp_
     for how in ("stored", "resampled"):
         copies[how] = tmp_path / how / name
         shutil.copytree(small_run.path, copies[how])
-    monkeypatch.setattr(comparing, "summary_rows", spy)
+    for module in (comparing, plotting, reporting):
+        monkeypatch.setattr(module, "summary_rows", spy)
     build_report(copies["stored"])
-    assert used and all(used)
-    monkeypatch.setattr(comparing, "summary_rows", lambda *a: None)
-    monkeypatch.setattr(plotting, "summary_rows", lambda *a: None)
+    assert len(used) == 3 and all(used)  # the comparison, the age figure, the glance
+    for module in (comparing, plotting, reporting):
+        monkeypatch.setattr(module, "summary_rows", lambda *a: None)
     build_report(copies["resampled"])
     for f in ("report.html", "report.md"):
         assert (copies["stored"] / f).read_bytes() == (copies["resampled"] / f).read_bytes()
