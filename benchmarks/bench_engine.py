@@ -30,7 +30,9 @@ kernel and the limit implied by the host's single-core float32 GEMM peak
 *Command latencies* (``--commands``, or ``--commands-quick`` on workloads
 shrunk with ``--set``): wall and CPU seconds of ``memsim --help``, the
 quickstart with and without its report, the presets, the audit of the
-Hivemind sweep and ``memsim report`` on the quickstart's run folder.
+Hivemind sweep, ``memsim report`` on the quickstart's run folder and a
+6-trial Hivemind sweep, with the wall seconds of its robustness re-check
+(its manifest's ``timings_s``).
 
 *Standard sizes*: a store that reaches N notes (10k, 50k, 200k) by the end of
 a year of queries (50 a day), half of it backfilled before the first query
@@ -737,7 +739,26 @@ def command_list(quick: bool, out: Path) -> list[tuple[str, list[str]]]:
          ["audit", "experiments/sweep_hivemind.toml", "-q", *sets]
          + (["--queries", "50", "--param-replicates", "2"] if quick else [])),
         ("memsim report RUN (the quickstart's run folder)", ["report", "--quiet", "{run}"]),
+        # the robustness re-check is the sweep's phase after its trials: its
+        # wall seconds are the run folder's manifest timings_s.robustness
+        (f"memsim sweep experiments/sweep_hivemind.toml --trials {SWEEP_TRIALS} "
+         "(robustness re-check)",
+         ["sweep", "experiments/sweep_hivemind.toml", "-q", "--no-report", "--trials",
+          str(SWEEP_TRIALS), *o, *sets]),
     ]
+
+
+#: COMPLETE trials of the sweep whose robustness re-check is timed
+SWEEP_TRIALS = 6
+
+
+def _phase_seconds(out: Path, phase: str) -> float | None:
+    """``timings_s[phase]`` of the newest sweep run folder under ``out``."""
+    manifests = sorted(out.glob("*sweep*/manifest.json"))
+    if not manifests:
+        return None
+    value = json.loads(manifests[-1].read_text(encoding="utf-8")).get("timings_s", {}).get(phase)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def measure_commands(quick: bool) -> dict:
@@ -768,6 +789,8 @@ def measure_commands(quick: bool) -> dict:
                 row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
             elif args[0] == "run" and "--no-report" not in args and "quickstart" in args[1]:
                 run_dir = proc.stdout.strip().splitlines()[-1]
+            elif args[0] == "sweep":
+                row["robustness_wall_s"] = _phase_seconds(Path(tmp) / "results", "robustness")
             rows.append(row)
     kind = ("quick: " + " ".join(QUICK_SETS) + "; audit --queries 50 --param-replicates 2"
             if quick else "full workloads")
@@ -779,6 +802,9 @@ def measure_commands(quick: bool) -> dict:
         if "wall_s" in r and "error" not in r:
             print(f"  {r['command']:<{w}}  {r['wall_s']:>8.2f}  {r['cpu_s']:>8.2f}  "
                   f"{r['system_s']:>8.2f}")
+            if r.get("robustness_wall_s") is not None:
+                print(f"  {'  of which the robustness re-check (wall)':<{w}}  "
+                      f"{r['robustness_wall_s']:>8.2f}")
         else:
             print(f"  {r['command']:<{w}}  FAILED: {r.get('error')}")
     print()

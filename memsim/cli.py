@@ -547,7 +547,7 @@ def _cmd_audit(args) -> int:
     try:
         report = audit(exp, replicate=args.replicate, max_queries=args.queries,
                        params=not args.no_params, replicates=args.param_replicates,
-                       progress=prog)
+                       progress=prog, jobs=args.jobs)
     finally:
         prog.close()
     saved = report.save(Path(args.out)) if args.out is not None else None
@@ -774,6 +774,9 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--param-replicates", type=int, default=None, metavar="N",
                     help="replicates each probe value is evaluated on "
                          "(default: the experiment's, at least 3)")
+    au.add_argument("--jobs", type=_jobs, default=default_jobs(), metavar="N",
+                    help="worker processes the replays run in, one per core unless given; "
+                         "the report does not depend on it")
     au.set_defaults(func=_cmd_audit)
 
     op = add(sub, "optimum", "the optimal parameters that follow from a planted workload",

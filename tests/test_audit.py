@@ -388,7 +388,7 @@ def test_audit_progress_times_the_probe_replays_on_their_own(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "memsim.cli", "audit", str(root / "experiments" /
                                                          "sweep_hivemind.toml"),
-         "--queries", "30", "--param-replicates", "2",
+         "--queries", "30", "--param-replicates", "2", "--jobs", "1",
          "--set", "experiment.replicates=1", "--set", "workload.horizon_days=8",
          "--set", "workload.backfill_days=8"],
         capture_output=True, text=True, cwd=root, timeout=600)

@@ -39,7 +39,7 @@ import pandas as pd
 
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN, UNDIRECTED_METRICS
-from memsim.reporting.rundir import RunResult, load_run
+from memsim.reporting.rundir import RunResult, load_run, summary_rows
 from memsim.reporting.stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
                     column_decimals, format_fixed, format_p, paired_tests, summarise)
 
@@ -533,7 +533,8 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
             budget: Any = None, alpha: float = 0.05, level: float = 0.95,
             n_boot: int = N_BOOT, seed: int = SEED,
             min_replicates: int = MIN_REPLICATES, paired: bool = True,
-            labels: Sequence[str] | None = None) -> Comparison:
+            labels: Sequence[str] | None = None,
+            summary: pd.DataFrame | None = None) -> Comparison:
     """Compare every policy of a run, or of several runs, with a baseline.
 
     Parameters
@@ -573,6 +574,12 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         and no marks.
     labels : sequence of str, optional
         Several runs only: one name per run.
+    summary : DataFrame, optional
+        One run only: its ``summary.csv`` (:func:`~memsim.reporting.rundir.summary_rows`),
+        whose rows are the comparison's summary at the default ``level``,
+        ``n_boot``, ``seed`` and ``min_replicates``, instead of resampling
+        again. Default: the summary of a RunResult or run folder given as
+        ``data``. Rows it lacks, or other parameters: computed.
 
     Returns
     -------
@@ -601,8 +608,14 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
             queries, default_base, frames = _combine(data, labels, paired)
             paired = paired or len(frames) == 1
     if frames is None:
+        if isinstance(data, (str, Path)):
+            data = load_run(data)
+        if summary is None and isinstance(data, RunResult):
+            summary = data.summary
         queries, default_base = _queries_and_baseline(data)
         paired = True
+    else:
+        summary = None  # several runs: their queries are renamed and concatenated
     for col in ("replicate", "policy", "budget", "query_id"):
         if col not in queries.columns:
             raise KeyError(f"the queries table has no {col!r} column")
@@ -629,8 +642,12 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
     # baseline first in every table
     policies = [baseline] + [p for p in policies if p != baseline]
     if paired:
-        summary = summarise(queries, level=level, metrics=metrics, n_boot=n_boot, seed=seed,
-                            min_replicates=min_replicates)
+        stored = None
+        if (level, n_boot, seed, min_replicates) == (0.95, N_BOOT, SEED, MIN_REPLICATES):
+            stored = summary_rows(summary, queries, metrics)
+        summary = stored if stored is not None else summarise(
+            queries, level=level, metrics=metrics, n_boot=n_boot, seed=seed,
+            min_replicates=min_replicates)
         tests = paired_tests(queries, baseline, metrics, level=level, alpha=alpha,
                              n_boot=n_boot, seed=seed, min_replicates=min_replicates)
     else:

@@ -56,6 +56,7 @@ from memsim.core.errors import ReportWarning
 from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIDDEN_COLUMNS, HIGHER_IS_BETTER,
                       SUPERSEDED_USE_COLUMNS, SUPERSEDED_USE_DAYS, gini)
 from memsim.policies import Policy, resolve_policy
+from memsim.reporting.rundir import summary_rows
 from memsim.reporting.stats import MIN_REPLICATES, N_BOOT, SEED, bootstrap_mean_ci, mean_ci, summarise
 
 __all__ = [
@@ -291,7 +292,8 @@ def _bucket_label(lo: float, hi: float) -> str:
 
 
 def age_recall_data(queries: pd.DataFrame, budget: Any = None, *, level: float = 0.95,
-                    n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
+                    n_boot: int = N_BOOT, seed: int = SEED,
+                    summary: pd.DataFrame | None = None) -> pd.DataFrame:
     """Recall of the relevant notes of each age bucket, per policy, with CIs.
 
     Parameters
@@ -300,6 +302,10 @@ def age_recall_data(queries: pd.DataFrame, budget: Any = None, *, level: float =
         The per-query table (``recall_age_*`` columns).
     budget : int, optional
         Budget to show (default: the middle budget of the table).
+    summary : DataFrame, optional
+        The run folder's ``summary.csv``: its rows are taken at the default
+        ``level``, ``n_boot`` and ``seed`` (:func:`memsim.reporting.rundir.summary_rows`)
+        instead of resampling again.
 
     Returns
     -------
@@ -314,7 +320,10 @@ def age_recall_data(queries: pd.DataFrame, budget: Any = None, *, level: float =
                                      "ci_low", "ci_high", "n", "ci_over"])
     budget = _pick_budget(queries, budget)
     sub = queries[queries["budget"] == budget]
-    s = summarise(sub, level=level, metrics=cols, n_boot=n_boot, seed=seed)
+    s = summary_rows(summary, sub, cols) if (level, n_boot, seed) == (0.95, N_BOOT, SEED) \
+        else None
+    if s is None:
+        s = summarise(sub, level=level, metrics=cols, n_boot=n_boot, seed=seed)
     labels = {c: (i, _bucket_label(*AGE_BUCKETS[AGE_BUCKET_COLUMNS.index(c)]))
               for i, c in enumerate(AGE_BUCKET_COLUMNS)}
     s["bucket_index"] = s["metric"].map(lambda m: labels[m][0])

@@ -51,7 +51,7 @@ from memsim.core.errors import ConfigError, MemsimError, ReportWarning
 from memsim.policies import assumptions, resolve_policy
 from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
-from memsim.reporting.rundir import RunResult, load_run, write_atomic
+from memsim.reporting.rundir import RunResult, load_run, summary_rows, write_atomic
 from memsim.reporting.stats import (N_BOOT, SEED, column_decimals, format_ci, format_fixed, summarise,
                     utility_share, utility_share_by)
 
@@ -257,8 +257,10 @@ def _old_buckets(ctx: _Context) -> pd.DataFrame | None:
         return None
     q = ctx.q[ctx.q["budget"] == ctx.focus]
     # the summary's estimator (mean over replicates of per-replicate means);
-    # only the point estimates are shown, so no resampling is needed
-    return summarise(q, metrics=cols, n_boot=1, seed=ctx.seed)
+    # only the point estimates are shown: summary.csv's, else no resampling
+    stored = summary_rows(ctx.run.summary, q, cols)
+    return stored if stored is not None else summarise(q, metrics=cols, n_boot=1,
+                                                       seed=ctx.seed)
 
 
 def _focus_budget(run: RunResult, budgets: list) -> Any:
@@ -353,7 +355,9 @@ def _context(run: RunResult, n_boot: int, seed: int) -> _Context:
     if baseline not in policies:
         baseline = policies[0]
     span = float(q["t"].max() - q["t"].min()) if "t" in q and len(q) else 0.0
-    return _Context(run=run, q=q, cmp=compare(q, baseline=baseline, n_boot=n_boot, seed=seed),
+    # the run folder's summary.csv holds the summary's intervals: not resampled again
+    return _Context(run=run, q=q, cmp=compare(q, baseline=baseline, n_boot=n_boot, seed=seed,
+                                              summary=run.summary),
                     policies=policies, budgets=budgets, baseline=baseline,
                     focus=_focus_budget(run, budgets), colors=plots.policy_colors(policies),
                     span=span, window=_window(span), n_boot=n_boot, seed=seed)
@@ -549,7 +553,8 @@ def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
         "Share of the relevant notes of each age that were packed, with 95% intervals"
         + ctx.at_focus + ". A benchmark whose notes all have age 0 only sees the first bucket.",
         lambda ax: plots.plot_age_recall(
-            plots.age_recall_data(q, ctx.focus, n_boot=ctx.n_boot, seed=ctx.seed), ax,
+            plots.age_recall_data(q, ctx.focus, n_boot=ctx.n_boot, seed=ctx.seed,
+                                  summary=ctx.run.summary), ax,
             colors)))
     return figs
 

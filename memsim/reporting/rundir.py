@@ -50,6 +50,8 @@ from memsim.data.stream import read_stream
 
 __all__ = [
     "RunResult",
+    "summary_rows",
+    "SUMMARY_COLUMNS",
     "RunFolderError",
     "QUERY_KEY_COLUMNS",
     "Manifest",
@@ -353,6 +355,47 @@ def run_status(path: str | Path) -> dict[str, Any]:
         manifest["status"] = "failed"
         manifest["error"] = "interrupted (the process that wrote this run is gone)"
     return manifest
+
+
+#: Columns of summary.csv (:func:`memsim.reporting.stats.summarise`), in order.
+SUMMARY_COLUMNS = ("policy", "budget", "metric", "mean", "ci_low", "ci_high", "n", "ci_over",
+                   "ci_method")
+
+
+def summary_rows(stored: pd.DataFrame | None, queries: pd.DataFrame,
+                 metrics: Sequence[str]) -> pd.DataFrame | None:
+    """The rows ``summarise(queries, metrics=metrics)`` gives, taken from a
+    run folder's summary instead of resampled again.
+
+    ``stored`` is ``summary.csv``, which :func:`memsim.reporting.stats.summarise`
+    computed on the run's whole queries table at the default level,
+    resamples, seed and fewest replicates; ``queries`` is that table or its
+    rows of some budgets, and ``metrics`` columns it has. Every row of a
+    (policy, budget, metric) depends on that cell's data and the bootstrap
+    stream named by its budget alone, not on which other metrics were
+    summarised with it, so these are the rows a new call returns. They come
+    in its order (budgets and policies as they first appear, then
+    ``metrics``) and with its column types; None when ``stored`` lacks one
+    of them (a failed run has no summary.csv).
+    """
+    if (stored is None or tuple(stored.columns) != SUMMARY_COLUMNS or not len(queries)
+            or not len(metrics)):
+        return None
+    at = {(str(p), b, str(m)): i for i, (p, b, m) in
+          enumerate(zip(stored["policy"], stored["budget"], stored["metric"]))}
+    cells = stored.to_numpy(object)
+    rows = []
+    for bud in pd.unique(queries["budget"]):
+        sub = queries["policy"][queries["budget"] == bud]
+        for pol in (str(p) for p in pd.unique(sub)):
+            for m in metrics:
+                i = at.get((pol, bud, str(m)))
+                if i is None:
+                    return None
+                mean, lo, hi, n, over, method = cells[i, 3:]
+                rows.append((pol, bud, str(m), float(mean), float(lo), float(hi), int(n),
+                             str(over), str(method)))
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
 # --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from memsim.data.stream import Stream
 
 __all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "default_jobs",
            "load_stream_for", "replicate_seed", "simulate_replicate", "simulate_replicates",
+           "simulate_tasks", "experiment_arms",
            "experiment_manifest", "write_atomic", "load_run", "run_status", "new_run_dir"]
 
 
@@ -47,7 +48,8 @@ def load_stream_for(exp: Experiment, replicate: int) -> Stream:
                                            "workload"))
 
 
-def _arms(exp: Experiment) -> list[Arm]:
+def experiment_arms(exp: Experiment) -> list[Arm]:
+    """The arms of ``exp``: every policy at every budget, budget-major."""
     budgets = exp.settings.budgets or (None,)
     return [Arm(name, pol, b) for b in budgets for name, pol in exp.policies.items()]
 
@@ -65,7 +67,7 @@ def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
     has its own named seed streams, so the frames are identical to ``jobs=1``.
     """
     reps = list(range(exp.settings.replicates)) if replicates is None else list(replicates)
-    arms = _arms(exp)
+    arms = experiment_arms(exp)
     cached_source: Stream | None = None
 
     def stream_of(r: int) -> Stream | None:
@@ -120,6 +122,26 @@ def simulate_replicates(exp: Experiment, arms: list[Arm], replicates: list[int],
     return _replicates(exp, arms, list(replicates), (streams or {}).get, None, jobs)
 
 
+def simulate_tasks(tasks: list[tuple[Experiment, list[Arm], int, Stream | None]],
+                   jobs: int = 1, progress: Callable[[float], None] | None = None
+                   ) -> list[dict[str, pd.DataFrame | None]]:
+    """:func:`simulate_replicate` of each ``(exp, arms, replicate, stream)``
+    task, in order, up to ``jobs`` at a time in worker processes: replays of
+    different experiments (a sweep's robustness checks, an audit's probe
+    points and its use counts) share one pool of workers. A task whose
+    stream is None generates it where it runs. The frames do not depend on
+    ``jobs``; the error raised is the one of the first failing task in order.
+    ``progress`` gets the share of the tasks done."""
+    tasks = list(tasks)
+    if jobs > 1 and len(tasks) > 1 and not multiprocessing.current_process().daemon:
+        return _simulate_parallel(tasks, progress, jobs)
+    out = []
+    for i, (exp, arms, r, stream) in enumerate(tasks):
+        out.append(_simulate_replicate(exp, arms, r, stream, None if progress is None
+                                       else (lambda f, i=i: progress((i + f) / len(tasks)))))
+    return out
+
+
 def _replicates(exp: Experiment, arms: list[Arm], reps: list[int],
                 stream_of: Callable[[int], Stream | None],
                 progress: Callable[[float], None] | None, jobs: int
@@ -127,7 +149,7 @@ def _replicates(exp: Experiment, arms: list[Arm], reps: list[int],
     """The frames of every replicate, in order: ``jobs`` at a time in
     worker processes (not from inside one), else one after the other here."""
     if jobs > 1 and len(reps) > 1 and not multiprocessing.current_process().daemon:
-        return _simulate_parallel(exp, arms, reps, stream_of, progress, jobs)
+        return _simulate_parallel([(exp, arms, r, stream_of(r)) for r in reps], progress, jobs)
     return [_simulate_replicate(exp, arms, r, stream_of(r), None if progress is None
                                 else (lambda f, i=i: progress((i + f) / len(reps))))
             for i, r in enumerate(reps)]
@@ -189,27 +211,28 @@ def _replicate_worker(exp: Experiment, arms: list[Arm], r: int, stream: Stream |
         conn.close()
 
 
-def _simulate_parallel(exp: Experiment, arms: list[Arm], reps: list[int],
-                       stream_of: Callable[[int], Stream | None],
+def _simulate_parallel(tasks: list[tuple[Experiment, list[Arm], int, Stream | None]],
                        progress: Callable[[float], None] | None,
                        jobs: int) -> list[dict[str, pd.DataFrame | None]]:
-    """The frames of every replicate, in order, ``jobs`` replicates at a time.
+    """The frames of every ``(exp, arms, replicate, stream)`` task, in order,
+    ``jobs`` tasks at a time.
 
     The error raised is the one ``jobs=1`` would raise: that of the first
-    failing replicate in order (later ones are stopped, earlier ones finish).
+    failing task in order (later ones are stopped, earlier ones finish).
     """
     ctx = multiprocessing.get_context()
     done: dict[int, dict[str, pd.DataFrame | None]] = {}
-    frac = [0.0] * len(reps)
+    reps = [r for _, _, r, _ in tasks]
+    frac = [0.0] * len(tasks)
     running: dict[int, tuple[Any, Any]] = {}  # position -> (process, parent end of its pipe)
     failed: tuple[int, BaseException] | None = None
-    queue = list(range(len(reps)))
+    queue = list(range(len(tasks)))
     try:
         while queue or running:
             while queue and failed is None and len(running) < jobs:
                 i = queue.pop(0)
-                running[i] = _start_worker(ctx, (exp, arms, reps[i], stream_of(reps[i]),
-                                                 progress is not None, os.getpid()))
+                running[i] = _start_worker(ctx, (*tasks[i], progress is not None,
+                                                 os.getpid()))
             if not running:
                 break
             ready = wait_any([conn for _, conn in running.values()]
@@ -247,7 +270,7 @@ def _simulate_parallel(exp: Experiment, arms: list[Arm], reps: list[int],
         raise
     if failed is not None:
         raise failed[1]
-    return [done[i] for i in range(len(reps))]
+    return [done[i] for i in range(len(tasks))]
 
 
 def _start_worker(ctx, args: tuple) -> tuple[Any, Any]:

@@ -53,7 +53,7 @@ from memsim.runs.config import Experiment, config_hash
 from memsim.engine import Arm, ReplayCache
 from memsim.core.errors import MemsimError
 from memsim.runs.runner import (load_stream_for, simulate_experiment, simulate_replicate,
-                           simulate_replicates)
+                           simulate_replicates, simulate_tasks)
 from memsim.reporting.stats import utility_share_by
 
 from .space import RUN_OBJECTIVES, SweepSpec, apply_params
@@ -255,19 +255,7 @@ class TrialEvaluator:
             those of :meth:`evaluate` on the same replicates.
         """
         n = len(param_sets)
-        names = [f"t{i}" for i in range(n)] if names is None else [str(x) for x in names]
-        if len(set(names)) != n:
-            raise ValueError(f"evaluate_batch needs {n} distinct names. Got {names!r} instead.")
-        full: list[Experiment | None] = []
-        errors = [""] * n
-        for i, params in enumerate(param_sets):
-            try:
-                full.append(self.trial_experiment(params, variant))
-            except MemsimError as exc:  # this trial fails alone
-                full.append(None)
-                errors[i] = str(exc)
-        sims = [None if e is None else self._restricted(e) for e in full]
-        context = [None if e is None else _context_key(e) for e in full]
+        names, full, sims, context, errors = self._prepare(param_sets, names, variant)
         reps = list(range(self.exp.settings.replicates)) if replicates is None \
             else list(replicates)
         per: list[dict[str, dict[int, float]]] = [{lab: {} for lab in self.spec.labels}
@@ -295,6 +283,130 @@ class TrialEvaluator:
                 TrialOutcome(values=tuple(_mean_of(per[i][lab]) for lab in self.spec.labels),
                              per_replicate=per[i], stopped_after=stopped[i])
                 for i in range(n)]
+
+    def _prepare(self, param_sets: Sequence[dict[str, Any]], names: Sequence[str] | None,
+                 variant: dict[str, Any] | None) -> tuple[list[str], list, list, list, list]:
+        """(names, experiments, restricted experiments, context keys, errors) of
+        a batch's trials; a trial whose parameters do not build has None and
+        its error."""
+        n = len(param_sets)
+        names = [f"t{i}" for i in range(n)] if names is None else [str(x) for x in names]
+        if len(set(names)) != n:
+            raise ValueError(f"evaluate_batch needs {n} distinct names. Got {names!r} instead.")
+        full: list[Experiment | None] = []
+        errors = [""] * n
+        for i, params in enumerate(param_sets):
+            try:
+                full.append(self.trial_experiment(params, variant))
+            except MemsimError as exc:  # this trial fails alone
+                full.append(None)
+                errors[i] = str(exc)
+        sims = [None if e is None else self._restricted(e) for e in full]
+        context = [None if e is None else _context_key(e) for e in full]
+        return names, full, sims, context, errors
+
+    def keep_stream(self, e: Experiment, replicate: int, stream: Any) -> None:
+        """Keep ``stream`` as replicate ``replicate`` of ``e``'s workload (a
+        caller that already generated it: it is not generated again)."""
+        key = (config_hash(e.workload.to_config()), e.seed, replicate)
+        if key not in self._streams and len(self._streams) < self.MAX_STREAMS:
+            self._streams[key] = stream
+
+    def evaluate_batches(self, batches: Sequence[dict[str, Any]],
+                         extra: Sequence[tuple] = (),
+                         progress: Callable[[float], None] | None = None
+                         ) -> tuple[list[list[TrialOutcome]], list[dict[str, Any]]]:
+        """Several :meth:`evaluate_batch` calls whose replays share one pool of
+        ``self.jobs`` worker processes, with ``extra`` replays of the caller's.
+
+        Parameters
+        ----------
+        batches : sequence of dict
+            The keyword arguments of each :meth:`evaluate_batch` call
+            (``param_sets``, and optionally ``names``, ``replicates``,
+            ``variant``; no ``after_replicate``).
+        extra : sequence of tuple
+            ``(exp, arms, replicate, stream)`` replays
+            (:func:`~memsim.runs.runner.simulate_tasks`) whose frames are returned.
+        progress : callable, optional
+            Called with the share of the replays done.
+
+        Returns
+        -------
+        (outcomes, frames)
+            Each batch's :class:`TrialOutcome` list, bit for bit those of
+            :meth:`evaluate_batch`, and the frames of each ``extra`` replay.
+            With ``self.jobs`` > 1 every replay (each batch's replicates of
+            each group of trials, and ``extra``) runs in one pool, so that a
+            check's replays do not wait for the previous check's. Where a
+            replay of the pool raises a :class:`MemsimError`, the batches
+            are evaluated one after the other here (the ``extra`` first),
+            so that each error lands where :meth:`evaluate_batch` puts it.
+        """
+        plans, tasks = [], []
+        if self.jobs > 1:
+            for b in batches:
+                names, full, sims, context, errors = self._prepare(
+                    b["param_sets"], b.get("names"), b.get("variant"))
+                reps = list(range(self.exp.settings.replicates)) \
+                    if b.get("replicates") is None else list(b["replicates"])
+                groups: dict[str, list[int]] = {}
+                for i in range(len(full)):
+                    if not errors[i]:
+                        groups.setdefault(context[i], []).append(i)
+                slots = []
+                for group in groups.values():
+                    e0 = full[group[0]]
+                    source = (config_hash(e0.workload.to_config()), e0.seed)
+                    kept = {k[2]: v for k, v in self._streams.items() if k[:2] == source}
+                    arms = self._arms(group, sims, names)
+                    for r in reps:
+                        slots.append((group, r, len(tasks)))
+                        tasks.append((sims[group[0]], arms, r, kept.get(r)))
+                plans.append((names, full, errors, slots))
+        n_batch = len(tasks)
+        frames = None
+        if self.jobs > 1 and n_batch + len(extra) > 1:
+            try:
+                frames = simulate_tasks(tasks + list(extra), jobs=self.jobs, progress=progress)
+            except MemsimError:
+                frames = None  # replayed here, one batch after the other
+        if frames is None:
+            total = sum(len(range(self.exp.settings.replicates) if b.get("replicates") is None
+                            else b["replicates"]) for b in batches) + len(extra)
+            done = [0]
+
+            def step(n: int = 1) -> None:
+                done[0] += n
+                if progress is not None and total:
+                    progress(done[0] / total)
+            got = simulate_tasks(list(extra), progress=None)
+            step(len(extra))
+            outs = []
+            for b in batches:
+                seen: set[int] = set()
+
+                def after(i: int, k: int, values: list[float], seen=seen) -> bool:
+                    if k not in seen:
+                        seen.add(k)
+                        step()
+                    return False
+                outs.append(self.evaluate_batch(**b, after_replicate=after))
+            return outs, got
+        outs = []
+        for names, full, errors, slots in plans:
+            per: list[dict[str, dict[int, float]]] = [{lab: {} for lab in self.spec.labels}
+                                                      for _ in full]
+            for group, r, k in slots:
+                _record(per, {i: self._objective_values(frames[k], full[i], [r],
+                                                        prefix=f"{names[i]}/")
+                              for i in group}, r)
+            outs.append([TrialOutcome(error=errors[i], per_replicate=per[i]) if errors[i] else
+                         TrialOutcome(values=tuple(_mean_of(per[i][lab])
+                                                   for lab in self.spec.labels),
+                                      per_replicate=per[i])
+                         for i in range(len(full))])
+        return outs, frames[n_batch:]
 
     def _replay_parallel(self, full: list, sims: list, context: list, names: list[str],
                          reps: list[int], errors: list[str], per: list[dict]) -> None:

@@ -110,8 +110,18 @@ def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: lis
         done[0] += n
         if progress is not None and total:
             progress(done[0] / total)
-    outcomes = {j: _evaluate_all(evaluator, candidates, reps, ov, replayed)
-                for j, (_, _, ov, reps) in enumerate(checks)}
+    if evaluator.jobs > 1:
+        # every check's replays in one pool of workers: a check does not wait
+        # for the previous one's last replay
+        outs, _ = evaluator.evaluate_batches(
+            [{"param_sets": [c["params"] for c in candidates],
+              "names": [f"c{i}" for i in range(len(candidates))], "replicates": reps,
+              "variant": ov} for _, _, ov, reps in checks],
+            progress=None if progress is None else (lambda f: progress(f) if total else None))
+        outcomes = {j: _outcomes(candidates, got) for j, got in enumerate(outs)}
+    else:
+        outcomes = {j: _evaluate_all(evaluator, candidates, reps, ov, replayed)
+                    for j, (_, _, ov, reps) in enumerate(checks)}
     for i, c in enumerate(candidates):
         base = {"number": c["number"], "role": c["role"]}
         row = dict(base, check="sweep", variant="", replicates=_reps_text(range(R)))
@@ -161,6 +171,12 @@ def _evaluate_all(evaluator: TrialEvaluator, candidates: list[dict], reps: list[
                                     after_replicate=None if parallel else after)
     if parallel:
         replayed(len(reps))
+    return _outcomes(candidates, outs)
+
+
+def _outcomes(candidates: list[dict], outs: list) -> list[tuple[list[float], dict]]:
+    """(values, per-replicate values) of each candidate's outcome; a failed
+    one raises its error."""
     for c, out in zip(candidates, outs):
         if out.error:  # a COMPLETE trial's parameters built during the sweep
             raise MemsimError(f"robustness check of trial {c['number']}: {out.error}")

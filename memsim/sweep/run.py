@@ -32,6 +32,7 @@ import pandas as pd
 from memsim.runs.config import (Experiment, attribute_overrides, dumps_toml, load_experiment,
                            parse_override)
 from memsim.core.errors import ConfigError, MemsimError, SweepWarning
+from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
 from memsim.reporting.rundir import new_run_dir, write_atomic
 from memsim.runs.runner import experiment_manifest
@@ -302,8 +303,9 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
 def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
             timings: dict, quiet: bool, want_plots: bool = True, jobs: int = 1,
             progress=None) -> SweepResult:
-    """Trials table, best configuration, robustness check (its replicates
-    ``jobs`` at a time: the sweep's workers are done), plateaus and plots.
+    """Trials table, best configuration, robustness check (its replays
+    ``jobs`` at a time, at least as many as the cores: the sweep's workers are
+    done, and every check's replays share one pool), plateaus and plots.
     A ``progress`` with phases (the CLI's) shows the re-check as a phase of
     its own."""
     t0 = time.perf_counter()
@@ -311,7 +313,7 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
     best = best_trials(study, spec)
     best_params = dict(best[0].params) if best else {}
     best_values = dict(zip(spec.labels, best[0].values)) if best else {}
-    evaluator = TrialEvaluator(exp, spec, jobs=jobs)
+    evaluator = TrialEvaluator(exp, spec, jobs=max(jobs, default_jobs()))
     cands = robustness_candidates(study, spec, best, exp.settings.replicates)
     recheck = None
     if cands and hasattr(progress, "phase"):

@@ -118,7 +118,7 @@ from memsim.engine import feedback_timing
 from memsim.core.errors import ConfigError, MemsimError
 from memsim.policies.base import TIER_CODES, ArrayContext
 from memsim.reporting.rundir import write_atomic
-from memsim.runs.runner import load_stream_for, simulate_experiment
+from memsim.runs.runner import experiment_arms, load_stream_for, simulate_experiment
 from memsim.reporting.stats import mean_ci
 from memsim.sweep import SweepSpec, TrialEvaluator, apply_params
 
@@ -367,10 +367,30 @@ class _PolicyUses:
     max_uses: int
 
 
+#: ``_uses(rankings=)``: simulate the replicate for its rankings there.
+_SIMULATE = object()
+
+
+def _uses_experiment(exp: Experiment, policies: list[str]) -> Experiment | None:
+    """The experiment whose replicate gives the audited policies' uses: the
+    policies with feedback, at the first budget, saving their rankings (None
+    when no policy has feedback)."""
+    need_sim = [p for p in policies if exp.policies[p].feedback.touch != "none"]
+    if not need_sim:
+        return None
+    settings = dataclasses.replace(exp.settings, save_rankings=True,
+                                   budgets=exp.settings.budgets[:1])
+    return dataclasses.replace(exp, policies={p: exp.policies[p] for p in need_sim},
+                               settings=settings)
+
+
 def _uses(exp: Experiment, stream, replicate: int, policies: list[str],
-          rows: np.ndarray, scored: list[np.ndarray]) -> tuple[dict, dict, dict]:
+          rows: np.ndarray, scored: list[np.ndarray], rankings: Any = _SIMULATE
+          ) -> tuple[dict, dict, dict]:
     """Recall counts, distinct actors and tiers of the scored notes, per policy.
 
+    ``rankings``: the ``rankings`` frame of :func:`_uses_experiment` on the
+    replicate, when the caller simulated it (else it is simulated here).
     Returns the signal values (policy -> signal -> list of arrays), the tier
     shares (policy -> tier -> share) and the use state (policy ->
     :class:`_PolicyUses`).
@@ -389,15 +409,10 @@ def _uses(exp: Experiment, stream, replicate: int, policies: list[str],
     acc_rows = note_row.reindex(acc["note_id"].to_numpy(np.int64)).to_numpy()
     acc_actor = acc["actor"].astype(str).map(acode).to_numpy(np.int64)
 
-    need_sim = [p for p in policies if exp.policies[p].feedback.touch != "none"]
-    rankings = None
-    if need_sim:
-        settings = dataclasses.replace(exp.settings, save_rankings=True,
-                                       budgets=exp.settings.budgets[:1])
-        sim = dataclasses.replace(exp, policies={p: exp.policies[p] for p in need_sim},
-                                  settings=settings)
-        rankings = simulate_experiment(sim, replicates=[replicate],
-                                       streams={replicate: stream})["rankings"]
+    if rankings is _SIMULATE:
+        sim = _uses_experiment(exp, policies)
+        rankings = None if sim is None else simulate_experiment(
+            sim, replicates=[replicate], streams={replicate: stream})["rankings"]
     tier0 = notes["tier"].astype(str).map(lambda x: TIER_CODES.get(x, TIER_CODES["task"])
                                           ).to_numpy(np.int64)
     tick = exp.sim.tick_days
@@ -507,8 +522,14 @@ def regime_kind(key: str, exp: Experiment) -> str | None:
     return None
 
 
+def _probe_sets(spec: SweepSpec) -> list[tuple[str, dict]]:
+    """(swept key, parameter set) of every probe point, in report order."""
+    return [(p.key, {p.key: v}) for p in spec.params for v in p.probe_points()]
+
+
 def _probe(evaluator: TrialEvaluator, spec: SweepSpec, reps: list[int],
-           step_done: Callable[[int], None]) -> dict[str, list[tuple[list[float], dict]]]:
+           step_done: Callable[[int], None], outs: list | None = None
+           ) -> dict[str, list[tuple[list[float], dict]]]:
     """Swept key -> (objective values, per-replicate values) at each of its
     probe points, every point one parameter set on the replicates ``reps``.
 
@@ -516,18 +537,21 @@ def _probe(evaluator: TrialEvaluator, spec: SweepSpec, reps: list[int],
     (:meth:`TrialEvaluator.evaluate_batch`): each value is bit for bit the
     one evaluating the point alone gives. A point whose evaluation fails is
     evaluated alone again, so that its error is raised as it would be.
+    ``outs``: the batch's outcomes, when the caller evaluated it
+    (:meth:`TrialEvaluator.evaluate_batches`).
     """
-    sets = [(p.key, {p.key: v}) for p in spec.params for v in p.probe_points()]
-    done: set[int] = set()
+    sets = _probe_sets(spec)
+    if outs is None:
+        done: set[int] = set()
 
-    def after(i: int, step: int, values: list[float]) -> bool:
-        if step not in done:
-            done.add(step)
-            step_done(step)
-        return False
+        def after(i: int, step: int, values: list[float]) -> bool:
+            if step not in done:
+                done.add(step)
+                step_done(step)
+            return False
 
-    outs = evaluator.evaluate_batch([params for _, params in sets], replicates=reps,
-                                    after_replicate=after)
+        outs = evaluator.evaluate_batch([params for _, params in sets], replicates=reps,
+                                        after_replicate=after)
     probed: dict[str, list[tuple[list[float], dict]]] = {p.key: [] for p in spec.params}
     for (key, params), out in zip(sets, outs):
         if out.error:
@@ -557,21 +581,37 @@ def _regime_keys(exp: Experiment, policies: list[str]) -> list[str]:
     return keys
 
 
-def _context(notes, scored_i: np.ndarray, tq: float, use: _PolicyUses, i: int):
-    """An :class:`ArrayContext` of the notes a sampled query scores, at its time."""
+def _note_columns(notes) -> dict[str, np.ndarray | None]:
+    """The note columns an :class:`ArrayContext` reads, as arrays over every
+    note (``memory_type`` as str, ``pinned`` as bool; None when absent):
+    converted once per audit, then sliced per sampled query."""
+    def col(name, astype=None):
+        if name not in notes:
+            return None
+        v = notes[name].to_numpy()
+        return v if astype is None else v.astype(astype)
+
+    return {"created_at": col("created_at"), "updated_at": col("updated_at"),
+            "memory_type": col("memory_type", str), "importance": col("importance"),
+            "salience": col("salience"), "pinned": col("pinned", bool),
+            "tokens": col("tokens")}
+
+
+def _context(cols: dict, scored_i: np.ndarray, tq: float, use: _PolicyUses, i: int):
+    """An :class:`ArrayContext` of the notes a sampled query scores, at its
+    time (``cols``: :func:`_note_columns`)."""
     def col(name):
-        return notes[name].to_numpy()[scored_i] if name in notes else None
+        return None if cols[name] is None else cols[name][scored_i]
 
     return ArrayContext(
         t=np.array([tq]), created_at=col("created_at"), updated_at=col("updated_at"),
         last_access=use.last_access[i], recalls=use.recalls[i], tier=use.tier[i],
-        memory_type=None if col("memory_type") is None else col("memory_type").astype(str),
-        importance=col("importance"), salience=col("salience"),
-        pinned=None if col("pinned") is None else col("pinned").astype(bool),
-        distinct_actors=use.actors[i], tokens=col("tokens"), idx=scored_i)
+        memory_type=col("memory_type"), importance=col("importance"),
+        salience=col("salience"), pinned=col("pinned"), distinct_actors=use.actors[i],
+        tokens=col("tokens"), idx=scored_i)
 
 
-def _reach(key: str, kind: str, values: list, exp: Experiment, notes, tq: np.ndarray,
+def _reach(key: str, kind: str, values: list, exp: Experiment, cols: dict, tq: np.ndarray,
            scored: list[np.ndarray], use: _PolicyUses) -> dict[str, Any]:
     """How far the sampled queries get into the regime ``key`` controls.
 
@@ -597,14 +637,11 @@ def _reach(key: str, kind: str, values: list, exp: Experiment, notes, tq: np.nda
         if name == "threshold" and mode == "probabilistic":
             return {"measure": math.nan, "reached": False,
                     "reason": f"retention mode {mode!r} ignores {name}"}
-        share = []
-        for comp in comps:
-            hit = tot = 0
-            for i, idx in enumerate(scored):
-                if len(idx):
-                    hit += int(np.count_nonzero(comp.evict(_context(notes, idx, tq[i], use, i))))
-                    tot += len(idx)
-            share.append(hit / tot if tot else 0.0)
+        # each sampled query's context once, read by every probe value's rule
+        ctxs = [_context(cols, idx, tq[i], use, i) for i, idx in enumerate(scored) if len(idx)]
+        tot = sum(len(idx) for idx in scored)
+        share = [sum(int(np.count_nonzero(comp.evict(c))) for c in ctxs) / tot if tot else 0.0
+                 for comp in comps]
         reached = max(share) > 0
         why = "" if reached else (
             f"no scored note's retention crosses {name} = {lo_hi}: the rule never evicts")
@@ -618,7 +655,7 @@ def _reach(key: str, kind: str, values: list, exp: Experiment, notes, tq: np.nda
         keep = (use.tier[i] == TIER_CODES[tier]) if tier is not None else np.ones(len(idx), bool)
         if not keep.any():
             continue
-        ctx = _context(notes, idx, tq[i], use, i)
+        ctx = _context(cols, idx, tq[i], use, i)
         age = policy.stickiness.effective_age(ctx.age(policy.decay.clock), ctx)
         oldest = max(oldest, float(np.max(np.asarray(age)[0][keep])))
         gaps.append([np.min((np.asarray(c.recency(age, ctx))[0][keep] - v) / (1.0 - v))
@@ -667,7 +704,7 @@ def _effect(per: list[dict[int, float]], direction: str, level: float = 0.95
 
 def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 0,
           max_queries: int = 300, params: bool = True, replicates: int | None = None,
-          progress: Callable[[float], None] | None = None) -> AuditReport:
+          progress: Callable[[float], None] | None = None, jobs: int = 1) -> AuditReport:
     """Audit an experiment: signal spreads, regime reach and parameter effects.
 
     Parameters
@@ -690,6 +727,10 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
         interval needs two).
     progress : callable, optional
         Called with the fraction done.
+    jobs : int
+        Worker processes the replays run in, ``jobs`` at a time: the probe
+        replays of every replicate and the replay of the use counts, in one
+        pool. The report does not depend on it.
 
     Returns
     -------
@@ -704,6 +745,8 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 2:
         raise ConfigError(f"replicates (memsim audit --param-replicates): expected an integer "
                           f">= 2, got {replicates!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"--jobs: expected an integer >= 1, got {jobs!r}")
     table = sweep if sweep is not None else exp.sweep
     spec = None
     if isinstance(table, SweepSpec):
@@ -726,7 +769,36 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     }
     policies = list(dict.fromkeys(
         [o.policy for o in spec.objectives] if spec is not None else list(exp.policies)))
-    dynamic, tiers, uses = _uses(exp, stream, replicate, policies, rows, scored)
+    reps = list(range(replicates))
+    evaluator = None
+    if spec is not None and params:
+        evaluator = TrialEvaluator(exp, spec, jobs=jobs)
+        evaluator.keep_stream(exp, replicate, stream)  # generated once
+    rankings, pooled = _SIMULATE, None
+    if evaluator is not None and jobs > 1:
+        # the probe replays and the replay of the use counts in one pool of
+        # worker processes: the values are those of one process
+        sim = _uses_experiment(exp, policies)
+        extra = [] if sim is None else [(sim, experiment_arms(sim), replicate, stream)]
+        n_tasks = len(reps) + len(extra)
+        if hasattr(progress, "phase"):
+            progress.phase(f"replays ({len(_probe_sets(spec))} probe points as arms of one "
+                           f"replay per replicate{', and the use counts' if extra else ''}; "
+                           f"{min(jobs, n_tasks)} at a time)", units=n_tasks, unit="replay")
+            pool_progress = progress
+        else:
+            pool_progress = (lambda f: tick(0.9 * f)) if progress is not None else None
+        outs, frames = evaluator.evaluate_batches(
+            [{"param_sets": [params for _, params in _probe_sets(spec)], "replicates": reps}],
+            extra=extra, progress=pool_progress)
+        pooled = outs[0]
+        if sim is not None:
+            rankings = pd.concat([frames[0]["rankings"]], ignore_index=True)
+        # what is left takes a moment: the pool's phase ends the progress
+        tick = ((lambda f: None) if progress is None or hasattr(progress, "phase")
+                else (lambda f: progress(0.9 + 0.1 * f)))
+    dynamic, tiers, uses = _uses(exp, stream, replicate, policies, rows, scored,
+                                 rankings=rankings)
     tick(0.2)
 
     sig_rows = []
@@ -758,11 +830,12 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
         _regime_keys(exp, policies)
         + [k for k in swept if regime_kind(k, exp) and k.split(".")[1] in uses]))
     reach_rows = []
+    cols = _note_columns(notes) if reach_keys else {}
     for key in reach_keys:
         kind = regime_kind(key, exp)
         pol, slot, name = key.split(".")[1:]
         vals = swept.get(key) or [getattr(getattr(exp.policies[pol], slot), name)]
-        got = _reach(key, kind, vals, exp, notes, tq, scored, uses[pol])
+        got = _reach(key, kind, vals, exp, cols, tq, scored, uses[pol])
         reach_rows.append({"param": key, "policy": pol, "kind": kind, "swept": key in swept,
                            "values": ", ".join(_short(v) for v in vals),
                            "measure_name": _MEASURES[kind], **got})
@@ -775,20 +848,19 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     tick(0.3)
 
     param_rows = []
-    reps = list(range(replicates))
-    if spec is not None and params:
+    if evaluator is not None:
         # the probe replays take nearly all of the time: a phase of their own,
         # counted in replicates, so the time left is measured on them alone
-        n_points = sum(len(p.probe_points()) for p in spec.params)
+        n_points = len(_probe_sets(spec))
         phased = hasattr(progress, "phase")
-        if phased:
+        if phased and pooled is None:
             progress.phase(f"probe replays ({n_points} points as arms of one replay per "
                            f"replicate)", units=len(reps), unit="replicate")
 
         def step_done(step: int) -> None:
             frac = step / len(reps)
             progress(frac) if phased else tick(0.3 + 0.7 * frac)
-        probed = _probe(TrialEvaluator(exp, spec), spec, reps, step_done)
+        probed = _probe(evaluator, spec, reps, step_done, outs=pooled)
         for p in spec.params:
             pts = p.probe_points()
             vals = probed[p.key]
@@ -855,7 +927,7 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
                 elif note:
                     flags.append(f"note: {p.key} ({lab}): {note}")
     params_df = pd.DataFrame(param_rows, columns=PARAM_COLUMNS)
-    if not param_rows:
+    if not param_rows or pooled is not None:
         tick(1.0)
     info = []
     if isinstance(exp.workload, StreamSource):
