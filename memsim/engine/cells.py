@@ -201,13 +201,9 @@ class SimOrder:
             return
         # every row (a batch's first level): one comparison over the matrix,
         # or over the open columns alone when some are dead (retention often
-        # leaves a small part of the store)
-        dead = self.dead is not None
-        hit = (self.sim[:, self.open] if dead else self.sim) > thi[:, None]
-        hit &= self.valid[:, self.open] if dead else self.valid
-        r_i, c = np.divmod(np.flatnonzero(hit), hit.shape[1])  # row-major: columns ascending
-        if dead:
-            c = self.open[c]
+        # leaves a small part of the store), block by block of SCAN_BLOCK
+        # columns (small temporaries, each block read once while in cache)
+        r_i, c = self._hits(thi)
         above = self.sim[r_i, c] > tau[r_i]
         ends = np.searchsorted(r_i, np.arange(1, len(rows) + 1)).tolist()
         start = 0
@@ -215,6 +211,27 @@ class SimOrder:
             deep[r] = c[start:end]
             at_m[r] = c[start:end][above[start:end]]
             start = end
+
+    def _hits(self, thi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The valid open cells whose similarity is above their row's
+        ``thi`` (Q,): (rows, columns), row by row, columns ascending."""
+        dead = self.dead is not None
+        n = len(self.open) if dead else self.n_all
+        th = thi[:, None]
+        rs, cs = [], []
+        for a in range(0, n, SCAN_BLOCK):
+            cols = self.open[a:a + SCAN_BLOCK] if dead else slice(a, a + SCAN_BLOCK)
+            hit = self.sim[:, cols] > th
+            hit &= self.valid[:, cols]
+            r_i, c = np.divmod(np.flatnonzero(hit), hit.shape[1])
+            rs.append(r_i)
+            cs.append(cols[c] if dead else c + a)
+        if not rs:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        r_i, c = np.concatenate(rs), np.concatenate(cs)
+        # row by row; each row's columns stay ascending (blocks in order)
+        order = np.argsort(r_i, kind="stable")
+        return r_i[order], c[order]
 
     def _from_higher(self, m: int, r: int) -> np.ndarray | None:
         """Row ``r``'s columns at level ``m``, filtered from the smallest
@@ -272,6 +289,10 @@ def _proven(vals: np.ndarray, k: int, full: bool, left_out: np.ndarray) -> np.nd
         return np.zeros(len(vals), dtype=bool)
     kth = vals[:, k - 1]
     return np.isfinite(kth) & (kth > left_out)
+
+
+#: columns per block of the first level's scan (:meth:`SimOrder._hits`)
+SCAN_BLOCK = 8192
 
 
 #: columns per block of :func:`_recency_blocks`
