@@ -138,6 +138,9 @@ def test_reused_buffers_give_fresh_results_batch_after_batch(small_scratch):
     released before the next: the buffers are reused (no new one after the
     first few) and each batch's zeros and values are its own."""
     stream = random_stream(11, n_notes=1500, n_queries=200, dim=8, horizon=40.0)
+    # notes that expire, some inside a batch's window
+    stream.notes["expires_at"] = np.where(np.arange(1500) % 3 == 0,
+                                          stream.notes["created_at"] + 5.0, np.nan)
     inp = _inputs(stream)
     rng = np.random.default_rng(0)
     scratch = inp.notes.scratch
@@ -148,11 +151,37 @@ def test_reused_buffers_give_fresh_results_batch_after_batch(small_scratch):
         b = make_batch(inp, rows, int(rng.choice([16, 100, 250])), dead if dead.any() else None)
         got = b.scaled_similarity(Cosine())
         assert same_bits(got, unblocked_cosine(inp, b)), i
+        notes = inp.notes
+        np.testing.assert_array_equal(b.valid, (notes.created_at[b.idx][None, :] <= b.t[:, None])
+                                      & (notes.expires_at[b.idx][None, :] > b.t[:, None]))
         assert not got.flags.writeable  # shared by every arm: nobody writes it
         del b, got
         gc.collect()
         counts.append(len(scratch._raw))
-    assert counts[-1] <= 3 and counts[-1] == counts[3]
+    assert counts[-1] <= 4 and counts[-1] == counts[3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([(np.int32, 0), (bool, True),
+                                                              (bool, False)]),
+                          st.lists(st.integers(0, 200), max_size=6)), min_size=1, max_size=8))
+def test_a_reused_buffer_holds_its_value_but_where_written(uses):
+    scratch = Scratch()
+    scratch.SMALL = 0
+    held = []
+    for size_i, (dtype, value), cuts in uses:
+        n = 50 * (size_i + 1)
+        cuts = sorted({min(c, n) for c in cuts})
+        iv = np.array(cuts[:len(cuts) // 2 * 2], dtype=np.int64).reshape(-1, 2)
+        iv = iv[iv[:, 1] > iv[:, 0]]
+        a = scratch.filled_except((n,), dtype, value, iv)
+        mask = np.ones(n, bool)
+        for x, y in iv:
+            mask[x:y] = False
+        assert (a[mask] == value).all()
+        for x, y in iv:
+            a[x:y] = 7 if dtype is np.int32 else not value  # what a caller writes
+        held = held[-1:] + [a]  # one earlier array still alive
 
 
 @given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), max_size=8),
@@ -170,3 +199,32 @@ def test_interval_subtraction(a, b):
         assert s < e
         got[s:e] = True
     np.testing.assert_array_equal(got, ca & ~cb)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 3000), piece=st.sampled_from([5, 64, 1000]),
+       gap=st.sampled_from([0, 3, 256]), dead=st.sampled_from(["none", "old", "scattered", "all"]))
+def test_the_first_level_scan_in_pieces_finds_every_cell_above_its_threshold(
+        monkeypatch, seed, n, piece, gap, dead):
+    import memsim.engine.cells as cells_module
+    from memsim.engine.cells import SimOrder
+
+    monkeypatch.setattr(cells_module, "SCAN_BLOCK", piece)
+    monkeypatch.setattr(cells_module, "SCAN_GAP", gap)
+    rng = np.random.default_rng(seed)
+    q = int(rng.integers(1, 9))
+    sim = rng.standard_normal((q, n)).astype(np.float32)
+    valid = rng.random((q, n)) < 0.9
+    d = {"none": None, "old": np.arange(n) < int(0.8 * n),
+         "scattered": rng.random(n) < 0.7, "all": np.ones(n, bool)}[dead]
+    if d is not None:
+        d = d | (rng.random(n) < 0.05)  # a few more dead among the open
+    order = SimOrder(sim, valid, d)
+    thi = rng.standard_normal(q).astype(np.float32)
+    r_i, c = order._hits(thi)
+    want = (sim > thi[:, None]) & valid
+    if d is not None:
+        want &= ~d[None, :]
+    wr, wc = np.nonzero(want)  # row by row, columns ascending
+    np.testing.assert_array_equal(r_i, wr)
+    np.testing.assert_array_equal(c, wc)

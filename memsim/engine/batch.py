@@ -42,19 +42,33 @@ class Batch:
         self.relevance = relevance
         tmax, tmin = t.max(), t.min()
         self.idx = np.flatnonzero((notes.created_at <= tmax) & (notes.expires_at > tmin))
-        created = notes.created_at[self.idx]
-        expires = notes.expires_at[self.idx]
+        n = len(self.idx)
+        # consecutive rows (no note expired yet): views, not copies
+        at = (slice(int(self.idx[0]), int(self.idx[0]) + n)
+              if n and int(self.idx[-1]) - int(self.idx[0]) + 1 == n else self.idx)
+        created = notes.created_at[at]
+        expires = notes.expires_at[at]
         # only the notes created or expiring inside the batch's window are
         # valid for some of its queries and not others
-        self.valid = notes.scratch.empty((len(t), len(self.idx)), bool, tag="valid")
-        self.valid.fill(True)
         part = np.flatnonzero((created > tmin) | (expires <= tmax))
+        q = len(t)
+        if notes.namespace is None:
+            # True but in the columns of ``part``, written next (per row)
+            edges = np.flatnonzero(np.diff(np.r_[-2, part, -2]) != 1)
+            runs = np.c_[part[edges[:-1]], part[edges[1:] - 1] + 1]
+            written = (np.arange(q)[:, None, None] * n + runs[None]).reshape(-1, 2)
+            self.valid = notes.scratch.filled_except((q, n), bool, True, written, tag="valid")
+        else:
+            self.valid = notes.scratch.empty((q, n), bool, tag="valid")
+            self.valid.fill(True)
         if len(part):
             self.valid[:, part] = ((created[part][None, :] <= t[:, None])
                                    & (expires[part][None, :] > t[:, None]))
         if notes.namespace is not None:
             # separate stores (one per user or conversation) in one stream
             self.valid &= notes.namespace[self.idx][None, :] == namespaces[:, None]
+        # shared by every arm (and its buffer's bytes are accounted for)
+        self.valid.flags.writeable = False
         self.qnorm2 = qnorm2
         #: the queries' embeddings (Q, D), for a retriever that searches an index
         self.qemb = qemb

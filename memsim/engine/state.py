@@ -29,11 +29,13 @@ class Scratch:
     count says so). A buffer still held (a batch a :class:`ReplayCache`
     keeps) is left to its holder and another taken.
 
-    Each buffer remembers which of its bytes may be non-zero (those handed
-    out to be written), so that :meth:`zeros_except` clears only those of
-    them the new array needs as zeros: a product whose blocks of evicted
-    notes are skipped (most of the store under an evicting retention)
-    writes its few open blocks and clears only the last use's.
+    Each buffer remembers the byte it holds but where it was handed out to
+    be written, so that :meth:`filled_except` (:meth:`zeros_except`)
+    resets only those bytes the new array needs filled: a product whose
+    blocks of evicted notes are skipped (most of the store under an
+    evicting retention) writes its few open blocks and clears only the last
+    use's; the validity matrix rewrites only the columns of notes created
+    or expiring during its batch.
     """
 
     #: buffers kept, at most
@@ -50,6 +52,8 @@ class Scratch:
         #: sorted and disjoint, that may hold non-zero bytes
         self._tag: list[str] = []
         self._dirty: list[np.ndarray] = []
+        #: per buffer: the byte every byte not dirty holds
+        self._byte: list[int] = []
 
     def empty(self, shape: tuple[int, ...], dtype, tag: str = "") -> np.ndarray:
         """An uninitialised array (C order), like :func:`numpy.empty`."""
@@ -66,16 +70,33 @@ class Scratch:
         """An array (C order) of zeros but at the flat element intervals
         ``written`` ((K, 2) [start, stop), sorted and disjoint), which the
         caller writes (they are left uninitialised)."""
+        return self.filled_except(shape, dtype, 0, written, tag)
+
+    def filled_except(self, shape: tuple[int, ...], dtype, value, written: np.ndarray,
+                      tag: str = "") -> np.ndarray:
+        """An array (C order) holding ``value`` (one repeated byte: 0, or
+        True for bool) but at the flat element intervals ``written`` ((K,
+        2) [start, stop), sorted and disjoint), which the caller writes
+        (they are left uninitialised)."""
         dtype = np.dtype(dtype)
+        byte = np.zeros(1, dtype=dtype)
+        byte[0] = value
+        byte = byte.view(np.uint8)
+        if (byte != byte[0]).any():
+            raise ValueError(f"{value!r} is not one repeated byte as {dtype}")
+        byte = int(byte[0])
         need = int(np.prod(shape)) * dtype.itemsize
         if need < self.SMALL:
-            return np.zeros(shape, dtype=dtype)
+            return np.full(shape, value, dtype=dtype)
         i = self._take(need, tag)
         raw = self._raw[i]
         written = np.asarray(written, dtype=np.int64).reshape(-1, 2) * dtype.itemsize
+        if self._byte[i] != byte:  # another value: every byte anew, the rest unknown
+            self._byte[i] = byte
+            self._dirty[i] = np.array([[0, raw.nbytes]], dtype=np.int64)
         old = self._dirty[i]
         for a, z in _subtract(old[old[:, 0] < need], written).tolist():
-            raw[a:min(z, need)] = 0
+            raw[a:min(z, need)] = byte
         self._dirty[i] = np.concatenate([written, _clip(old, need)])
         return raw[:need].view(dtype).reshape(shape)
 
@@ -91,12 +112,13 @@ class Scratch:
         self._raw.append(raw)
         self._tag.append(tag)
         self._dirty.append(np.zeros((0, 2), dtype=np.int64))
+        self._byte.append(0)
         # over the count: first those others hold (theirs now), then the
         # smallest free ones
         drop = sorted(range(len(self._raw) - 1),
                       key=lambda i: (self._free(i), self._raw[i].nbytes))
         for i in sorted(drop[:max(0, len(self._raw) - self.KEEP)], reverse=True):
-            del self._raw[i], self._tag[i], self._dirty[i]
+            del self._raw[i], self._tag[i], self._dirty[i], self._byte[i]
         return len(self._raw) - 1
 
     def _free(self, i: int) -> bool:
