@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -158,7 +159,7 @@ class Batch:
             # each block's product into a contiguous buffer of this thread
             # (rows of the (Q, L) matrix are far apart), scaled there, then
             # written in place
-            buf = np.empty((q, block), dtype=out.dtype)
+            buf = _thread_buffer((q, block), out.dtype)
             for b in part:
                 s = slice(b * block, min(n, (b + 1) * block))
                 rows = slice(lo + s.start, lo + s.stop) if run else self.idx[s]
@@ -300,6 +301,20 @@ def product_threads(blocks: int) -> int:
 
 #: threads of a batch's product, at most
 MAX_THREADS = 8
+
+
+#: each thread's product buffer (:func:`_thread_buffer`)
+_LOCAL = threading.local()
+
+
+def _thread_buffer(shape: tuple[int, int], dtype) -> np.ndarray:
+    """A (Q, block) buffer of the calling thread, kept from one batch to the
+    next (a fresh one in a worker thread is fresh pages every batch)."""
+    need = shape[0] * shape[1]
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.dtype != dtype or buf.size < need:
+        buf = _LOCAL.buf = np.empty(need, dtype=dtype)
+    return buf[:need].reshape(shape)
 
 
 @lru_cache(maxsize=1)
