@@ -114,14 +114,14 @@ def test_skipped_blocks_change_no_frame(monkeypatch):
     alone the frames it has with the others."""
     monkeypatch.setattr(Batch, "product_block", 32)
     skipped = []
-    real = Batch.product
+    real = Batch._blocks  # the products behind the dots and a scaled similarity
 
-    def spy(self):
-        out = real(self)
+    def spy(self, scale):
+        out = real(self, scale)
         skipped.append(int((~self.multiplied).sum()))
         return out
 
-    monkeypatch.setattr(Batch, "product", spy)
+    monkeypatch.setattr(Batch, "_blocks", spy)
     s = random_stream(4, n_notes=2000, n_queries=60, dim=6)
     arms = [capacity_arm("a", 40), capacity_arm("b", 90, 50.0, "per-query"),
             Arm("h", resolve_policy({"preset": "hivemind",

@@ -101,8 +101,9 @@ def test_a_second_replay_builds_no_batch_and_no_levels(monkeypatch):
         assert ("similarity-order", "cosine") in b.cache
     batches, orders = counting(monkeypatch, Batch), counting(monkeypatch, SimOrder)
     products = []
-    monkeypatch.setattr(Batch, "product",
-                        lambda self, real=Batch.product: products.append(1) or real(self))
+    # the products behind the dots and a scaled similarity
+    monkeypatch.setattr(Batch, "_blocks", lambda self, scale, real=Batch._blocks:
+                        products.append(1) or real(self, scale))
     second = [product_arm("c", 5.0, floor=0.1), product_arm("d", 60.0)]
     got = run(stream, second, cache, candidates=10)
     assert (batches, orders, products) == ([], [], [])

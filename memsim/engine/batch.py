@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from memsim.core.machine import default_jobs
 from memsim.evaluation.metrics import RelevanceIndex
 
 if TYPE_CHECKING:
@@ -37,22 +43,42 @@ class Batch:
         self.relevance = relevance
         tmax, tmin = t.max(), t.min()
         self.idx = np.flatnonzero((notes.created_at <= tmax) & (notes.expires_at > tmin))
-        created = notes.created_at[self.idx]
-        expires = notes.expires_at[self.idx]
+        n = len(self.idx)
+        # consecutive rows (no note expired yet): views, not copies
+        at = (slice(int(self.idx[0]), int(self.idx[0]) + n)
+              if n and int(self.idx[-1]) - int(self.idx[0]) + 1 == n else self.idx)
+        created = notes.created_at[at]
+        expires = notes.expires_at[at]
         # only the notes created or expiring inside the batch's window are
         # valid for some of its queries and not others
-        self.valid = np.ones((len(t), len(self.idx)), dtype=bool)
         part = np.flatnonzero((created > tmin) | (expires <= tmax))
+        q = len(t)
+        if notes.namespace is None:
+            # True but in the columns of ``part``, written next (per row)
+            edges = np.flatnonzero(np.diff(np.r_[-2, part, -2]) != 1)
+            runs = np.c_[part[edges[:-1]], part[edges[1:] - 1] + 1]
+            written = (np.arange(q)[:, None, None] * n + runs[None]).reshape(-1, 2)
+            self.valid = notes.scratch.filled_except((q, n), bool, True, written, tag="valid")
+        else:
+            self.valid = notes.scratch.empty((q, n), bool, tag="valid")
+            self.valid.fill(True)
         if len(part):
             self.valid[:, part] = ((created[part][None, :] <= t[:, None])
                                    & (expires[part][None, :] > t[:, None]))
         if notes.namespace is not None:
             # separate stores (one per user or conversation) in one stream
             self.valid &= notes.namespace[self.idx][None, :] == namespaces[:, None]
+        # shared by every arm (and its buffer's bytes are accounted for)
+        self.valid.flags.writeable = False
         self.qnorm2 = qnorm2
         #: the queries' embeddings (Q, D), for a retriever that searches an index
         self.qemb = qemb
         self._dots: np.ndarray | None = None
+        #: (a weak reference to a batch, its row or None for all, its
+        #: columns or None for all) when this is a view of that batch
+        #: (:meth:`subset`, :meth:`row`): its products are the batch's there
+        #: (weak: the batch's cache holds its rows)
+        self._view: tuple | None = None
         #: (B,) bool: the blocks of :data:`PRODUCT_BLOCK` columns whose dot
         #: products the batch's values are built on (zeros stand for the
         #: others); fixed at the first read of :attr:`dots` (None before)
@@ -83,22 +109,77 @@ class Batch:
         tiles them), so the blocks are fixed: a block gives the same floats
         whichever others are multiplied, and a note's similarity does not
         depend on what the other arms evicted."""
+        return self._blocks(None)
+
+    def scaled_similarity(self, retriever) -> np.ndarray | None:
+        """The similarity (Q, L) of a retriever whose similarity is the dot
+        product scaled by rows and columns (:meth:`Retriever.dot_scale`;
+        None for another), kept in :attr:`cache` under the key every arm's
+        context uses. Each block of :meth:`product` is scaled in place right
+        after its product (while it is in cache), with the queries' factors
+        (once per batch) and the notes' (once per replay): the floats of
+        ``(dots * s_q[:, None]) * s_n[None, :]``, with no (Q, L) dot
+        products kept. A view of a batch (:meth:`subset`, :meth:`row`) takes
+        its batch's similarity at its cells."""
+        if self._view is not None:
+            full = self._base().scaled_similarity(retriever)
+            return None if full is None else self._cells_of(full)
+        key = ("similarity", retriever.name)
+        got = self.cache.get(key)
+        if got is None:
+            note_scale = self.notes.dot_scale(retriever)
+            if note_scale is None:
+                return None
+            got = self.cache[key] = self._blocks((retriever.dot_scale(self.qnorm2), note_scale))
+        return got
+
+    def _blocks(self, scale: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+        """The blocks of :attr:`multiplied` multiplied (and, with ``scale``
+        = (query factors (Q,), note factors (N,)), scaled in place), zeros
+        in the others; on several threads when the batch is large
+        (:func:`product_threads`): each block is computed alone, so the
+        floats do not depend on the threads."""
         if self.multiplied is None:
             self.multiplied = self.open_blocks()
         q, n = len(self.qemb), len(self.idx)
         block = self.product_block
         emb = self.notes.emb
-        out = np.empty((q, n), dtype=np.result_type(self.qemb, emb))
         lo, hi = (int(self.idx[0]), int(self.idx[-1])) if n else (0, -1)
         run = hi - lo + 1 == n  # the notes are consecutive rows: views, no copies
-        for b in np.flatnonzero(self.multiplied).tolist():
-            s = slice(b * block, min(n, (b + 1) * block))
-            e = emb[lo + s.start:lo + s.stop] if run else emb[self.idx[s]]
-            np.matmul(self.qemb, e.T, out=out[:, s])
-        # the runs of skipped blocks, each in one write
-        edges = np.flatnonzero(np.diff(np.r_[True, self.multiplied, True].astype(np.int8)))
-        for a, z in zip(edges[::2].tolist(), edges[1::2].tolist()):
-            out[:, a * block:z * block] = 0
+        # the runs of multiplied blocks: written below; zeros elsewhere
+        edges = np.flatnonzero(np.diff(np.r_[False, self.multiplied, False].astype(np.int8)))
+        cols = np.minimum(edges.reshape(-1, 2) * block, n)
+        written = (np.arange(q)[:, None, None] * n + cols[None]).reshape(-1, 2)
+        out = self.notes.scratch.zeros_except((q, n), np.result_type(self.qemb, emb), written,
+                                              tag="product")
+        qscale = None if scale is None else scale[0][:, None].astype(out.dtype)
+        blocks = np.flatnonzero(self.multiplied).tolist()
+
+        def work(part: list[int]) -> None:
+            # each block's product into a contiguous buffer of this thread
+            # (rows of the (Q, L) matrix are far apart), scaled there, then
+            # written in place
+            buf = _thread_buffer((q, block), out.dtype)
+            for b in part:
+                s = slice(b * block, min(n, (b + 1) * block))
+                rows = slice(lo + s.start, lo + s.stop) if run else self.idx[s]
+                o = buf[:, :s.stop - s.start]
+                np.matmul(self.qemb, emb[rows].T, out=o)
+                if scale is None:
+                    out[:, s] = o
+                else:
+                    o *= qscale
+                    np.multiply(o, scale[1][rows], out=out[:, s])
+
+        threads = product_threads(len(blocks))
+        if threads > 1:
+            done = [_pool(threads).submit(work, blocks[i::threads]) for i in range(threads)]
+            for f in done:
+                f.result()
+        else:
+            work(blocks)
+        # shared by every arm (and the buffer's zeros are accounted for)
+        out.flags.writeable = False
         return out
 
     @property
@@ -106,10 +187,27 @@ class Batch:
         """(Q, L) dot products of the queries and the notes (zeros in the
         blocks of notes every arm had evicted when first read): computed
         again (the same calls, the same floats) when a kept batch released
-        them (:meth:`ReplayCache.keep`)."""
+        them (:meth:`ReplayCache.keep`). Computed only when read: a scaled
+        retriever's similarity does without them (:meth:`scaled_similarity`)."""
         if self._dots is None:
-            self._dots = self.product()
+            if self._view is not None:
+                self._dots = self._cells_of(self._base().dots)
+            else:
+                self._dots = self.product()
         return self._dots
+
+    def _base(self) -> Batch:
+        """The batch this one is a view of."""
+        base = self._view[0]()
+        if base is None:
+            raise RuntimeError("a view of a batch outlived its batch")
+        return base
+
+    def _cells_of(self, full: np.ndarray) -> np.ndarray:
+        """A (Q, L) matrix of the batch this one is a view of, at its cells."""
+        _, i, cols = self._view
+        rows = full if i is None else full[i:i + 1]
+        return rows if cols is None else rows[:, cols]
 
     def set_dead(self, dead: np.ndarray | None) -> None:
         """Set :attr:`dead` for this replay; the values built on other dead
@@ -142,7 +240,8 @@ class Batch:
         sub.__dict__.update(self.__dict__)
         sub.idx = self.idx[cols]
         sub.valid = self.valid[:, cols]
-        sub._dots = self.dots[:, cols]
+        sub._dots = None if self._dots is None else self._dots[:, cols]
+        sub._view = (weakref.ref(self), None, cols)
         sub.dead = None if self.dead is None else self.dead[cols]
         # the similarities already computed, at those columns (elementwise:
         # the same floats as computing them on the subset)
@@ -159,7 +258,9 @@ class Batch:
             sub.__dict__.update(self.__dict__)
             r = slice(i, i + 1)
             sub.qrows, sub.t, sub.actors = self.qrows[r], self.t[r], self.actors[r]
-            sub.valid, sub._dots = self.valid[r], self.dots[r]
+            sub.valid = self.valid[r]
+            sub._dots = None if self._dots is None else self._dots[r]
+            sub._view = (weakref.ref(self), i, None)
             sub.qnorm2, sub.qemb = self.qnorm2[r], self.qemb[r]
             sub.cache = {}
             self.cache[key] = sub
@@ -179,3 +280,49 @@ def make_batches(t: np.ndarray, tick_days: float) -> list[tuple[np.ndarray, floa
     cuts = np.flatnonzero(np.diff(tick)) + 1
     return [(rows, float((tick[rows[0]] + 1) * tick_days))
             for rows in np.split(np.arange(len(t)), cuts)]
+
+
+#: multiplied blocks per thread, at least, for a batch's product to be split
+#: over threads (below, the threads cost more than they save)
+THREAD_BLOCKS = 8
+
+
+def product_threads(blocks: int) -> int:
+    """Threads for a product of ``blocks`` blocks: the cores this process may
+    use (at most :data:`MAX_THREADS`), one per :data:`THREAD_BLOCKS` blocks,
+    in a process of its own only (a worker process runs beside others that
+    use the other cores). numpy's product releases the GIL; BLAS itself
+    stays on one thread (its synchronisation costs more than the small
+    products save)."""
+    if multiprocessing.parent_process() is not None:
+        return 1
+    return max(1, min(_cores(), MAX_THREADS, blocks // THREAD_BLOCKS))
+
+
+#: threads of a batch's product, at most
+MAX_THREADS = 8
+
+
+#: each thread's product buffer (:func:`_thread_buffer`)
+_LOCAL = threading.local()
+
+
+def _thread_buffer(shape: tuple[int, int], dtype) -> np.ndarray:
+    """A (Q, block) buffer of the calling thread, kept from one batch to the
+    next (a fresh one in a worker thread is fresh pages every batch)."""
+    need = shape[0] * shape[1]
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.dtype != dtype or buf.size < need:
+        buf = _LOCAL.buf = np.empty(need, dtype=dtype)
+    return buf[:need].reshape(shape)
+
+
+@lru_cache(maxsize=1)
+def _cores() -> int:
+    return default_jobs()
+
+
+@lru_cache(maxsize=None)
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of ``threads`` threads for the products."""
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="memsim-product")

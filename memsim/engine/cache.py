@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from memsim.data.stream import Stream
 from .inputs import _inputs
+from .state import scratch_view
 
 if TYPE_CHECKING:
     from .batch import Batch
@@ -112,15 +114,16 @@ def array_bytes(x: Any, seen: set[int]) -> int | None:
     """Bytes of the numpy arrays ``x`` holds that own their data (in dicts,
     lists, tuples and object attributes, each counted once; ids in ``seen``
     are left out); None when it holds an object of another kind."""
-    if x is None or isinstance(x, (bool, int, float, str, bytes, np.generic)):
-        return 0
+    if x is None or isinstance(x, (bool, int, float, str, bytes, np.generic, weakref.ref)):
+        return 0  # a weak reference: its object is counted where it is held
     if id(x) in seen:
         return 0
     seen.add(id(x))
     if isinstance(x, np.ndarray):
         # a view's data is its base's, counted where the base is held (a
         # batch's views are of its own arrays or of the stream's)
-        return x.nbytes if x.base is None else 0
+        # (but the engine's reused buffers: a kept array of one is its own)
+        return x.nbytes if x.base is None or scratch_view(x) else 0
     if isinstance(x, dict):
         parts = [array_bytes(v, seen) for v in x.values()]
     elif isinstance(x, (list, tuple)):

@@ -201,13 +201,9 @@ class SimOrder:
             return
         # every row (a batch's first level): one comparison over the matrix,
         # or over the open columns alone when some are dead (retention often
-        # leaves a small part of the store)
-        dead = self.dead is not None
-        hit = (self.sim[:, self.open] if dead else self.sim) > thi[:, None]
-        hit &= self.valid[:, self.open] if dead else self.valid
-        r_i, c = np.divmod(np.flatnonzero(hit), hit.shape[1])  # row-major: columns ascending
-        if dead:
-            c = self.open[c]
+        # leaves a small part of the store), block by block of SCAN_BLOCK
+        # columns (small temporaries, each block read once while in cache)
+        r_i, c = self._hits(thi)
         above = self.sim[r_i, c] > tau[r_i]
         ends = np.searchsorted(r_i, np.arange(1, len(rows) + 1)).tolist()
         start = 0
@@ -215,6 +211,47 @@ class SimOrder:
             deep[r] = c[start:end]
             at_m[r] = c[start:end][above[start:end]]
             start = end
+
+    def _hits(self, thi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The valid open cells whose similarity is above their row's
+        ``thi`` (Q,): (rows, columns), row by row, columns ascending."""
+        th = thi[:, None]
+        rs, cs = [], []
+        for cols in self._scan_pieces():
+            hit = self.sim[:, cols] > th
+            hit &= self.valid[:, cols]
+            if self.dead is not None and isinstance(cols, slice):
+                hit &= ~self.dead[cols]
+            r_i, c = np.divmod(np.flatnonzero(hit), hit.shape[1])
+            rs.append(r_i)
+            cs.append(cols[c] if isinstance(cols, np.ndarray) else c + cols.start)
+        if not rs:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        r_i, c = np.concatenate(rs), np.concatenate(cs)
+        # row by row; each row's columns stay ascending (pieces in order)
+        order = np.argsort(r_i, kind="stable")
+        return r_i[order], c[order]
+
+    def _scan_pieces(self) -> list[slice | np.ndarray]:
+        """The columns to scan, in order, in pieces of :data:`SCAN_BLOCK` at
+        most: slices of the store, or of the stretches where the open
+        columns lie (dead ones among them are masked); the open columns
+        themselves when they are scattered."""
+        if self.dead is None:
+            return [slice(a, min(a + SCAN_BLOCK, self.n_all))
+                    for a in range(0, self.n_all, SCAN_BLOCK)]
+        o = self.open
+        if len(o) == 0:
+            return []
+        # stretches: open columns less than SCAN_GAP apart
+        cut = np.flatnonzero(np.diff(o) > SCAN_GAP) + 1
+        starts, stops = o[np.r_[0, cut]], o[np.r_[cut - 1, len(o) - 1]] + 1
+        if (int((stops - starts).sum()) > 2 * len(o)
+                or len(starts) > max(16, len(o) // max(1, SCAN_GAP))):  # scattered: gather
+            return [o[a:a + SCAN_BLOCK] for a in range(0, len(o), SCAN_BLOCK)]
+        return [slice(a, min(a + SCAN_BLOCK, z))
+                for s0, z in zip(starts.tolist(), stops.tolist())
+                for a in range(s0, z, SCAN_BLOCK)]
 
     def _from_higher(self, m: int, r: int) -> np.ndarray | None:
         """Row ``r``'s columns at level ``m``, filtered from the smallest
@@ -272,6 +309,14 @@ def _proven(vals: np.ndarray, k: int, full: bool, left_out: np.ndarray) -> np.nd
         return np.zeros(len(vals), dtype=bool)
     kth = vals[:, k - 1]
     return np.isfinite(kth) & (kth > left_out)
+
+
+#: columns per piece of the first level's scan (:meth:`SimOrder._hits`)
+SCAN_BLOCK = 8192
+
+#: dead columns between two open ones, at most, for the scan to read them
+#: (masked) rather than gather the open ones
+SCAN_GAP = 256
 
 
 #: columns per block of :func:`_recency_blocks`

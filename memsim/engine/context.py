@@ -151,7 +151,12 @@ class BatchContext(_NoteColumns):
         return cache[key]
 
     def similarity(self, retriever) -> np.ndarray:
-        """The retriever's similarity (Q, L), shared across arms."""
+        """The retriever's similarity (Q, L), shared across arms: the batch's
+        scaled product when the retriever is one (:meth:`Batch.scaled_similarity`,
+        no (Q, L) dot products), else what the retriever computes."""
+        got = self.batch.scaled_similarity(retriever)
+        if got is not None:
+            return got
         return self.shared(("similarity", retriever.name),
                            lambda: retriever.similarity(self))
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,6 +18,149 @@ from memsim.evaluation.metrics import supersession_times
 from memsim.data.planted import PlantedModel
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
 from memsim.data.stream import Stream
+
+
+class Scratch:
+    """Memory reused for a replay's (Q, L) batch matrices (similarity,
+    validity): at a million notes a fresh one is tens of thousands of page
+    faults, paid again every batch (half the CPU time went to the kernel);
+    these buffers are allocated once and handed out again once no array
+    made from them is alive (every view of one holds it, so its reference
+    count says so). A buffer still held (a batch a :class:`ReplayCache`
+    keeps) is left to its holder and another taken.
+
+    Each buffer remembers the byte it holds but where it was handed out to
+    be written, so that :meth:`filled_except` (:meth:`zeros_except`)
+    resets only those bytes the new array needs filled: a product whose
+    blocks of evicted notes are skipped (most of the store under an
+    evicting retention) writes its few open blocks and clears only the last
+    use's; the validity matrix rewrites only the columns of notes created
+    or expiring during its batch.
+    """
+
+    #: buffers kept, at most
+    KEEP = 8
+    #: room for growth of a new buffer (the store grows between batches, and
+    #: a batch's queries vary): only the pages written are ever resident
+    HEADROOM = 2.0
+    #: below this many bytes, a plain new array (numpy's own cache serves it)
+    SMALL = 1 << 20
+
+    def __init__(self) -> None:
+        self._raw: list[np.ndarray] = []
+        #: per buffer (same order): its tag, and the byte intervals (K, 2),
+        #: sorted and disjoint, that may hold non-zero bytes
+        self._tag: list[str] = []
+        self._dirty: list[np.ndarray] = []
+        #: per buffer: the byte every byte not dirty holds
+        self._byte: list[int] = []
+
+    def empty(self, shape: tuple[int, ...], dtype, tag: str = "") -> np.ndarray:
+        """An uninitialised array (C order), like :func:`numpy.empty`."""
+        dtype = np.dtype(dtype)
+        need = int(np.prod(shape)) * dtype.itemsize
+        if need < self.SMALL:
+            return np.empty(shape, dtype=dtype)
+        i = self._take(need, tag)
+        self._dirty[i] = np.concatenate([[[0, need]], _clip(self._dirty[i], need)])
+        return self._raw[i][:need].view(dtype).reshape(shape)
+
+    def zeros_except(self, shape: tuple[int, ...], dtype, written: np.ndarray,
+                     tag: str = "") -> np.ndarray:
+        """An array (C order) of zeros but at the flat element intervals
+        ``written`` ((K, 2) [start, stop), sorted and disjoint), which the
+        caller writes (they are left uninitialised)."""
+        return self.filled_except(shape, dtype, 0, written, tag)
+
+    def filled_except(self, shape: tuple[int, ...], dtype, value, written: np.ndarray,
+                      tag: str = "") -> np.ndarray:
+        """An array (C order) holding ``value`` (one repeated byte: 0, or
+        True for bool) but at the flat element intervals ``written`` ((K,
+        2) [start, stop), sorted and disjoint), which the caller writes
+        (they are left uninitialised)."""
+        dtype = np.dtype(dtype)
+        byte = np.zeros(1, dtype=dtype)
+        byte[0] = value
+        byte = byte.view(np.uint8)
+        if (byte != byte[0]).any():
+            raise ValueError(f"{value!r} is not one repeated byte as {dtype}")
+        byte = int(byte[0])
+        need = int(np.prod(shape)) * dtype.itemsize
+        if need < self.SMALL:
+            return np.full(shape, value, dtype=dtype)
+        i = self._take(need, tag)
+        raw = self._raw[i]
+        written = np.asarray(written, dtype=np.int64).reshape(-1, 2) * dtype.itemsize
+        if self._byte[i] != byte:  # another value: every byte anew, the rest unknown
+            self._byte[i] = byte
+            self._dirty[i] = np.array([[0, raw.nbytes]], dtype=np.int64)
+        old = self._dirty[i]
+        for a, z in _subtract(old[old[:, 0] < need], written).tolist():
+            raw[a:min(z, need)] = byte
+        self._dirty[i] = np.concatenate([written, _clip(old, need)])
+        return raw[:need].view(dtype).reshape(shape)
+
+    def _take(self, need: int, tag: str) -> int:
+        """A free buffer of ``need`` bytes or more (of ``tag`` first, the
+        smallest), else a new one (zeros)."""
+        fits = [i for i in range(len(self._raw)) if self._free(i)
+                and self._raw[i].nbytes >= need]
+        if fits:
+            return min(fits, key=lambda i: (self._tag[i] != tag, self._raw[i].nbytes))
+        raw = np.zeros(int(need * self.HEADROOM), dtype=np.uint8)
+        _SCRATCH[id(raw)] = raw
+        self._raw.append(raw)
+        self._tag.append(tag)
+        self._dirty.append(np.zeros((0, 2), dtype=np.int64))
+        self._byte.append(0)
+        # over the count: first those others hold (theirs now), then the
+        # smallest free ones
+        drop = sorted(range(len(self._raw) - 1),
+                      key=lambda i: (self._free(i), self._raw[i].nbytes))
+        for i in sorted(drop[:max(0, len(self._raw) - self.KEEP)], reverse=True):
+            del self._raw[i], self._tag[i], self._dirty[i], self._byte[i]
+        return len(self._raw) - 1
+
+    def _free(self, i: int) -> bool:
+        # the list's reference and the argument's only: no array of it alive
+        return sys.getrefcount(self._raw[i]) <= 2
+
+
+def _clip(intervals: np.ndarray, start: int) -> np.ndarray:
+    """The parts of ``intervals`` (K, 2) at or after ``start``."""
+    keep = intervals[intervals[:, 1] > start].copy()
+    keep[:, 0] = np.maximum(keep[:, 0], start)
+    return keep
+
+
+def _subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The intervals ``a`` less ``b`` (each (K, 2) [start, stop), sorted and
+    disjoint): the parts of ``a`` no interval of ``b`` covers."""
+    out = []
+    b = b.tolist()
+    j, nb = 0, len(b)
+    for s, e in a.tolist():
+        while j < nb and b[j][1] <= s:
+            j += 1
+        k = j
+        while s < e and k < nb and b[k][0] < e:
+            if b[k][0] > s:
+                out.append((s, b[k][0]))
+            s = max(s, b[k][1])
+            k += 1
+        if s < e:
+            out.append((s, e))
+    return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+#: every buffer of a :class:`Scratch`, weakly, by id (:func:`scratch_view`)
+_SCRATCH: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def scratch_view(x: np.ndarray) -> bool:
+    """Whether ``x`` is an array handed out by a :class:`Scratch` (or a view
+    of one): its data are not its base's alone to count."""
+    return x.base is not None and _SCRATCH.get(id(x.base)) is x.base
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +190,19 @@ class NoteArrays:
     #: when a newer note superseded each note (NaN = never): ground truth
     #: for the invalidation retention and the superseded-use curve
     superseded_at: np.ndarray | None = None
+    #: each scaled retriever's note factors (:meth:`dot_scale`), by name
+    _scales: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
+    #: memory reused for the replay's batch matrices
+    scratch: Scratch = dataclasses.field(default_factory=Scratch, init=False, repr=False)
+
+    def dot_scale(self, retriever) -> np.ndarray | None:
+        """``retriever.dot_scale`` of every note's squared norm (N,), computed
+        once per replay (None for a retriever whose similarity is not a
+        scaled dot product). Elementwise: a batch's columns are the factors
+        the retriever would compute for them alone."""
+        if retriever.name not in self._scales:
+            self._scales[retriever.name] = retriever.dot_scale(self.norm2)
+        return self._scales[retriever.name]
 
     @cached_property
     def planted(self) -> PlantedModel | None:

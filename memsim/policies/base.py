@@ -290,6 +290,15 @@ class Retriever(Component):
         np.put_along_axis(keep, nearest, True, axis=1)
         return keep & np.isfinite(sim)
 
+    def dot_scale(self, norm2: np.ndarray) -> np.ndarray | None:
+        """Per-vector factors ``s`` (float32, the shape of ``norm2``) when
+        :meth:`similarity` is the float32 dot product scaled by rows and
+        columns, ``(dots * s(|q|^2)[:, None]) * s(|n|^2)[None, :]`` in that
+        order, from the squared norms (float64); None otherwise (the
+        default). The engine then computes a note's factor once per replay
+        and the scaled product block by block, the same floats."""
+        return None
+
     def chooses_prefilter(self) -> bool:
         """Whether the class overrides :meth:`prefilter_mask` (its prefilter
         is not the exact nearest M)."""

@@ -24,15 +24,18 @@ from .base import Retriever, ScoringContext, register
 __all__ = ["Cosine", "InverseSquaredL2", "HNSW", "GrowingIndex"]
 
 
+def _inverse_norm(norm2: np.ndarray) -> np.ndarray:
+    """``1 / sqrt(norm2)`` as float32, 0 for a zero vector: the cosine's
+    factor of a query or a note (:meth:`Retriever.dot_scale`)."""
+    with np.errstate(divide="ignore"):
+        return np.where(norm2 > 0, 1.0 / np.sqrt(norm2), 0.0).astype(np.float32)
+
+
 def _cosine(ctx: ScoringContext) -> np.ndarray:
     """``q . n / (|q| |n|)`` (Q, L) in float32; zero vectors get 0."""
-    def inv(norm2):
-        with np.errstate(divide="ignore"):
-            return np.where(norm2 > 0, 1.0 / np.sqrt(norm2), 0.0)
-
     # scale rows and columns instead of dividing a (Q, L) matrix
-    sim = ctx.dots * inv(ctx.qnorm2)[:, None].astype(np.float32)
-    sim *= inv(ctx.nnorm2)[None, :].astype(np.float32)
+    sim = ctx.dots * _inverse_norm(ctx.qnorm2)[:, None]
+    sim *= _inverse_norm(ctx.nnorm2)[None, :]
     return sim
 
 
@@ -48,6 +51,9 @@ class Cosine(Retriever):
 
     def similarity(self, ctx: ScoringContext) -> np.ndarray:
         return _cosine(ctx)
+
+    def dot_scale(self, norm2: np.ndarray) -> np.ndarray:
+        return _inverse_norm(norm2)
 
     def reads_uses(self) -> bool:
         return False
@@ -170,6 +176,9 @@ class HNSW(Retriever):
         """An empty index of this retriever's build parameters."""
         return GrowingIndex(dim=dim, capacity=capacity, M=self.M,
                             ef_construction=self.ef_construction, seed=self.seed)
+
+    def dot_scale(self, norm2: np.ndarray) -> np.ndarray:
+        return _inverse_norm(norm2)
 
     def index(self, ctx: ScoringContext) -> tuple[GrowingIndex, np.ndarray]:
         """The index holding every note of ``ctx``, and each column's label
