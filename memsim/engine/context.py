@@ -65,7 +65,50 @@ class _NoteColumns:
         return {k: v[self.idx] for k, v in self.state.note_state.items()}
 
 
-class BatchContext(_NoteColumns):
+class _ArmCells(_NoteColumns):
+    """The ages and per-arm columns of one arm's cells, written once for the
+    batch's context (``idx`` a vector of L rows: (Q, L) values) and the
+    gathered one (``idx`` an (R, W) matrix of cells: (R, W) values); ``t``
+    holds the cells' query times and ``shared`` caches what every arm of
+    the batch shares. The same float operations either way, so a cell
+    scores alike in both."""
+
+    t: np.ndarray
+
+    @property
+    def age_created(self) -> np.ndarray:
+        return self.shared("age_created",
+                           lambda: self.t[:, None] - self.notes.created_at[self.idx])
+
+    @property
+    def age_updated(self) -> np.ndarray:
+        return self.shared("age_updated",
+                           lambda: self.t[:, None] - self.notes.updated_at[self.idx])
+
+    @cached_property
+    def since_access(self) -> np.ndarray:
+        """Days since last access; NaN where never accessed."""
+        return self.t[:, None] - self.state.last_access[self.idx]
+
+    @cached_property
+    def age_last_access(self) -> np.ndarray:
+        """Days since last access, counting creation as the first access."""
+        s = self.since_access
+        return np.where(np.isnan(s), self.age_created, s)
+
+    def age(self, clock: str) -> np.ndarray:
+        return getattr(self, AGE_CLOCKS[clock])
+
+    @cached_property
+    def distinct_actors(self) -> np.ndarray:
+        return self.state.distinct_actors(self.idx.ravel()).reshape(self.idx.shape)
+
+    @property
+    def note_actor(self) -> np.ndarray:
+        return self.notes.actor[self.idx]
+
+
+class BatchContext(_ArmCells):
     """A :class:`Batch` seen by one arm: the engine's
     :class:`~memsim.policies.context.ScoringContext`.
 
@@ -160,30 +203,6 @@ class BatchContext(_NoteColumns):
         return self.shared(("similarity", retriever.name),
                            lambda: retriever.similarity(self))
 
-    @property
-    def age_created(self) -> np.ndarray:
-        return self.shared("age_created",
-                           lambda: self.t[:, None] - self.notes.created_at[self.idx][None, :])
-
-    @property
-    def age_updated(self) -> np.ndarray:
-        return self.shared("age_updated",
-                           lambda: self.t[:, None] - self.notes.updated_at[self.idx][None, :])
-
-    @cached_property
-    def since_access(self) -> np.ndarray:
-        """Days since last access; NaN where never accessed."""
-        return self.t[:, None] - self.state.last_access[self.idx][None, :]
-
-    @cached_property
-    def age_last_access(self) -> np.ndarray:
-        """Days since last access, counting creation as the first access."""
-        s = self.since_access
-        return np.where(np.isnan(s), self.age_created, s)
-
-    def age(self, clock: str) -> np.ndarray:
-        return getattr(self, AGE_CLOCKS[clock])
-
     def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
         """``floor + (1 - floor) * exp(-rate * age)`` (Q, L) for the ages of
         ``clock`` (negative ages count as 0), or None for a clock without an
@@ -211,10 +230,6 @@ class BatchContext(_NoteColumns):
     # -- per arm, from the state ---------------------------------------------
 
     @cached_property
-    def distinct_actors(self) -> np.ndarray:
-        return self.state.distinct_actors(self.idx)
-
-    @cached_property
     def gains(self) -> np.ndarray:
         """True gains (Q, L), 0 where no qrel: only a ranker that declares
         ``needs_truth`` may read this."""
@@ -229,10 +244,6 @@ class BatchContext(_NoteColumns):
     def note_class(self) -> np.ndarray:
         nc = self.notes.note_class
         return np.full(len(self.idx), -1, dtype=np.int64) if nc is None else nc[self.idx]
-
-    @property
-    def note_actor(self) -> np.ndarray:
-        return self.notes.actor[self.idx]
 
     # -- the logged rankings (for rankers that declare needs_logged) ---------
     @cached_property
@@ -358,7 +369,7 @@ def _direct_cells(rec: np.ndarray, t: np.ndarray, t0: float, origin: np.ndarray,
         rec[bad] = direct
 
 
-class _GatheredContext(_NoteColumns):
+class _GatheredContext(_ArmCells):
     """Chosen cells of a :class:`BatchContext`: for the queries ``rows`` (R,),
     the note columns ``cols`` (R, W) of each. Matrices are (R, W) and so are
     note vectors (each cell's note); every value is the full context's for
@@ -407,28 +418,6 @@ class _GatheredContext(_NoteColumns):
         return self.shared(("similarity", retriever.name),
                            lambda: self._cells(self.full.similarity(retriever)))
 
-    @property
-    def age_created(self) -> np.ndarray:
-        return self.shared("age_created",
-                           lambda: self.t[:, None] - self.notes.created_at[self.idx])
-
-    @property
-    def age_updated(self) -> np.ndarray:
-        return self.shared("age_updated",
-                           lambda: self.t[:, None] - self.notes.updated_at[self.idx])
-
-    @cached_property
-    def since_access(self) -> np.ndarray:
-        return self.t[:, None] - self.state.last_access[self.idx]
-
-    @cached_property
-    def age_last_access(self) -> np.ndarray:
-        s = self.since_access
-        return np.where(np.isnan(s), self.age_created, s)
-
-    def age(self, clock: str) -> np.ndarray:
-        return getattr(self, AGE_CLOCKS[clock])
-
     def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
         # the cells' own origins, from the state as it is now (per-query
         # feedback rescores used notes on a context built before the use)
@@ -437,14 +426,6 @@ class _GatheredContext(_NoteColumns):
             return None
         return separable_recency(self.t, self.full.batch.t0, origin, floor,
                                     np.asarray(rate, dtype=np.float64))
-
-    @cached_property
-    def distinct_actors(self) -> np.ndarray:
-        return self.state.distinct_actors(self.idx.ravel()).reshape(self.idx.shape)
-
-    @property
-    def note_actor(self) -> np.ndarray:
-        return self.notes.actor[self.idx]
 
     @property
     def query_actor(self) -> np.ndarray:
