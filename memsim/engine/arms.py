@@ -117,9 +117,11 @@ def _candidate_similarity(job: _ArmJob, batch: Batch, pos: np.ndarray,
     queries ``rows``, for a packer that cuts on similarity
     (``Packer.needs_similarity``): the batch's shared similarity matrix, the
     same floats the scores were computed from."""
-    sim = BatchContext(batch, job.st, job.rng).similarity(job.arm.policy.retriever)[rows]
-    return np.take_along_axis(np.asarray(sim, dtype=np.float64),
-                              np.clip(pos, 0, sim.shape[1] - 1), axis=1)
+    sim = np.asarray(BatchContext(batch, job.st, job.rng).similarity(
+        job.arm.policy.retriever))[rows]
+    # the cells first, then float64 (exact from float32): not the whole matrix
+    return np.take_along_axis(sim, np.clip(pos, 0, sim.shape[1] - 1), axis=1
+                              ).astype(np.float64)
 
 
 def _rows_of_all(parts: list[dict], names) -> dict[str, np.ndarray]:
