@@ -25,6 +25,7 @@ import numpy as np
 from memsim.policies import Policy
 from .arms import _outputs, _outputs_all, _pack_all, _Packed, _stacked
 from .context import BatchContext, _GatheredContext
+from .pruning import _prune_plan
 from .cells import _cell_scores
 from .scoring import _answer, _scoring_context, _top
 from .stacking import _stacked_tops
@@ -274,6 +275,9 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     cell = live.reshape(len(qs), len(used)) & (seen[used][None, :] <= qs[:, None])
     ri, ui = np.nonzero(cell)
     ci, cq = used[ui], qs[ri]  # a cell per (query, used note it sees)
+    keep = _may_enter(job, ctx, first, ci, cq)
+    if keep is not None:
+        ci, cq = ci[keep], cq[keep]
     redo = stop
     new = _used_note_scores(job, ctx, batch, ci, cq, uses, applied) if len(ci) else None
     if new is None and len(ci):
@@ -310,6 +314,28 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     pk.pos[aq], pk.vals[aq] = mp, mv
     _set_candidates(pk, batch, aq)
     return redo, old_uses, aq
+
+
+def _may_enter(job: _ArmJob, ctx: BatchContext, first: _Packed, cols: np.ndarray,
+               qs: np.ndarray) -> np.ndarray | None:
+    """Which cells (``qs[k]``, ``cols[k]``) may score at least their query's
+    first C-th score, by the ranker's bound at their similarity (the
+    pruning's, :func:`_prune_plan`: it holds whatever the note's uses); None
+    when the policy declares no bound.
+
+    The others need no rescoring: a cell below the first C-th score enters
+    the merged top C only when that top C falls below it, and then the
+    merge is not proven either way (the query is scored again in full)."""
+    policy, st = job.arm.policy, job.st
+    if st.prune_off or not len(cols):
+        return None
+    plan = _prune_plan(policy, ctx)
+    if plan is None:
+        return None
+    sim = np.take(ctx.similarity(policy.retriever), qs * len(ctx.idx) + cols)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bound = np.asarray(policy.ranker.score_bound(sim, *plan, ctx), dtype=np.float64)
+    return ~(bound < first.vals[qs, -1])
 
 
 def _first_wrong(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed,
