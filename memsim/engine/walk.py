@@ -271,13 +271,13 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     np.minimum.at(seen, at[hit], seen_u[hit])
     used = np.flatnonzero(seen < stop)
     qs = np.arange(start, stop)
-    live = ctx.live_cells((qs[:, None] * n + used).ravel(), np.tile(used, len(qs)))
-    cell = live.reshape(len(qs), len(used)) & (seen[used][None, :] <= qs[:, None])
+    cell = seen[used][None, :] <= qs[:, None]
+    near = _may_enter(job, ctx, first, qs, used)
+    if near is not None:
+        cell &= near
     ri, ui = np.nonzero(cell)
-    ci, cq = used[ui], qs[ri]  # a cell per (query, used note it sees)
-    keep = _may_enter(job, ctx, first, ci, cq)
-    if keep is not None:
-        ci, cq = ci[keep], cq[keep]
+    live = ctx.live_cells(qs[ri] * n + used[ui], used[ui])
+    ci, cq = used[ui[live]], qs[ri[live]]  # a cell per (query, used note it sees)
     redo = stop
     new = _used_note_scores(job, ctx, batch, ci, cq, uses, applied) if len(ci) else None
     if new is None and len(ci):
@@ -316,26 +316,33 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     return redo, old_uses, aq
 
 
-def _may_enter(job: _ArmJob, ctx: BatchContext, first: _Packed, cols: np.ndarray,
-               qs: np.ndarray) -> np.ndarray | None:
-    """Which cells (``qs[k]``, ``cols[k]``) may score at least their query's
-    first C-th score, by the ranker's bound at their similarity (the
-    pruning's, :func:`_prune_plan`: it holds whatever the note's uses); None
-    when the policy declares no bound.
+def _may_enter(job: _ArmJob, ctx: BatchContext, first: _Packed, qs: np.ndarray,
+               cols: np.ndarray) -> np.ndarray | None:
+    """(Q', U) bool: which of the notes ``cols`` may score at least the
+    first C-th score of each query of ``qs``, by the similarity the ranker
+    needs for it (:meth:`Ranker.similarity_needed`, else its bound at their
+    similarity: the pruning's, :func:`_prune_plan`, which hold whatever the
+    notes' uses); None when the policy declares neither.
 
-    The others need no rescoring: a cell below the first C-th score enters
+    The others need no rescoring: a note below the first C-th score enters
     the merged top C only when that top C falls below it, and then the
     merge is not proven either way (the query is scored again in full)."""
     policy, st = job.arm.policy, job.st
-    if st.prune_off or not len(cols):
+    if st.prune_off or not len(cols) or not len(qs):
         return None
     plan = _prune_plan(policy, ctx)
     if plan is None:
         return None
-    sim = np.take(ctx.similarity(policy.retriever), qs * len(ctx.idx) + cols)
-    with np.errstate(invalid="ignore", over="ignore"):
-        bound = np.asarray(policy.ranker.score_bound(sim, *plan, ctx), dtype=np.float64)
-    return ~(bound < first.vals[qs, -1])
+    lo, hi = plan
+    kth = first.vals[qs, -1]
+    sim = np.take(ctx.similarity(policy.retriever), qs[:, None] * len(ctx.idx) + cols)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        need = policy.ranker.similarity_needed(kth, lo, hi, ctx)
+        if need is not None:
+            need = np.where(np.isfinite(kth), np.asarray(need, dtype=np.float64), -np.inf)
+            return ~(sim < need[:, None])
+        bound = np.asarray(policy.ranker.score_bound(sim, lo, hi, ctx), dtype=np.float64)
+    return ~(bound < kth[:, None])
 
 
 def _first_wrong(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed,
