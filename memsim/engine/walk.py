@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .arms import _ArmJob
     from .batch import Batch
     from .inputs import _Inputs
-    from .state import PolicyState
+    from .state import NoteArrays, PolicyState
 
 
 def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
@@ -408,9 +408,25 @@ def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.nd
     own = st.gather(note, (k, actors_u[e]) if fb.cooldown_s > 0 else None)
     own.touch(k, actors_u[e], t_u[e], fb)
     g = _GatheredContext(ctx, qs, cols[:, None], np.ones((len(cols), 1), dtype=bool))
-    g.notes, g.state, g.idx = batch.notes.take(note), own, which.reshape(-1, 1)
+    g.notes, g.state, g.idx = _NotesAt(batch.notes, note), own, which.reshape(-1, 1)
     new = _cell_scores(policy, g, st)
     return None if new is None else new[:, 0]
+
+
+class _NotesAt:
+    """The notes ``rows`` of ``notes`` (row k is note ``rows[k]``), as
+    :meth:`NoteArrays.take` gives them, each column taken when first read:
+    a policy reads a few of them."""
+
+    def __init__(self, notes: NoteArrays, rows: np.ndarray):
+        self._notes, self._rows, self._n = notes, rows, len(notes.note_id)
+
+    def __getattr__(self, name: str) -> Any:
+        v = getattr(self._notes, name)
+        if isinstance(v, np.ndarray) and v.ndim and len(v) == self._n:
+            v = v[self._rows]
+        self.__dict__[name] = v
+        return v
 
 
 def _repack_all(items: list[tuple[_Walk, np.ndarray]]) -> None:
