@@ -4,8 +4,11 @@ The reference replays a per-query arm's tick query by query, each scored on
 the state it has then. Here the tick is scored once, on the state at its
 start, and every query is corrected for the notes used before it (rescored
 on what-if copies of their state and merged into its top C); a query whose
-merge cannot be proven exact is scored again in full. Without this
-accelerator the loop replays the tick query by query, as the reference.
+merge cannot be proven exact is scored again in full. The per-query arms
+of a batch walk it together (:func:`_walk_together`): one scoring (the
+arms that stack as one array), and each round of their corrections packed
+as one array, a row per (arm, query). Without this accelerator the loop
+replays the tick query by query, as the reference.
 
 **Contract.** For every query of every arm it answers, the same top C
 (the same notes in the same order, ties to the lower ``note_id``) and the
