@@ -13,24 +13,29 @@ can compare both).
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
 import os
 from typing import Any, Callable
 
-try:  # the optional "fast" extra
-    import numba
-except ImportError:  # pragma: no cover - depends on the installation
-    numba = None
-
-__all__ = ["ENV", "enabled", "kernel"]
+__all__ = ["ENV", "available", "enabled", "kernel"]
 
 #: the environment variable that turns the compiled kernels off (``0``)
 ENV = "MEMSIM_NUMBA"
 
 
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    """Whether numba is installed (the optional ``fast`` extra); it is
+    imported only when a kernel is first called."""
+    return importlib.util.find_spec("numba") is not None
+
+
 def enabled() -> bool:
     """Whether the compiled kernels run: numba is installed and
     ``MEMSIM_NUMBA`` is not ``0``."""
-    return numba is not None and os.environ.get(ENV, "1") != "0"
+    return os.environ.get(ENV, "1") != "0" and available()
 
 
 def kernel(fn: Callable) -> Callable[..., Any]:
@@ -40,10 +45,11 @@ def kernel(fn: Callable) -> Callable[..., Any]:
 
     def call(*args):
         if not compiled:
+            numba = importlib.import_module("numba")
             compiled.append(numba.njit(cache=True, nogil=True)(fn))
         return compiled[0](*args)
 
     call.__name__ = fn.__name__
     call.__doc__ = fn.__doc__
-    call.py_func = fn  # the plain Python function (tests)
+    call.py_func = fn  # the plain Python function
     return call
