@@ -160,6 +160,49 @@ def test_every_accelerator_gives_the_reference_frames(slot, name):
                                      f"from the reference\n{err}") from None
 
 
+#: in per-query mode: the walk alone (each arm scored on its own), with the
+#: stacking of arms, and all of them
+PER_QUERY_SETS = [("walk",), ("walk", "stack"), ACCELERATORS]
+
+
+@pytest.mark.parametrize("slot, name", COMPONENTS, ids=[f"{s}:{n}" for s, n in COMPONENTS])
+def test_per_query_arms_walked_together_give_the_reference_frames(slot, name):
+    """Every arm that leaves its timing to the experiment updates per query:
+    the arms beside the component's own (another decay, a prefilter, a
+    promoting feedback, ...) are walked through each batch together, their
+    corrections packed as one array, and the arms that stack scored as one."""
+    if name == "hnsw":
+        pytest.importorskip("hnswlib")
+    stream = _stream(0)
+    arms = _arms(slot, name)
+    settings = SimSettings(candidates=6, save_rankings="hidden", tick_days=2.0,
+                           retention_period_days=3.0, feedback_mode="per-query")
+    want = _frames(reference.simulate(stream, arms, settings, seed_sequence(5)))
+    for accelerators in PER_QUERY_SETS:
+        got = simulate(stream, arms, settings, seed_sequence(5), accelerators=accelerators)
+        for key, frame in _frames(got).items():
+            try:
+                assert_frame_equal(frame, want[key], check_exact=True)
+            except AssertionError as err:
+                raise AssertionError(f"{slot}:{name} per query with {accelerators}: {key} "
+                                     f"differ from the reference\n{err}") from None
+
+
+def test_per_query_arms_are_walked_and_stacked_together():
+    """The per-query test above is not vacuous: several arms are walked in
+    one batch, some of them stacked, and their corrections are packed with
+    other arms' (``packed-together``)."""
+    stream, arms = _stream(0), _arms("ranker", "product")
+    settings = SimSettings(candidates=6, tick_days=2.0, retention_period_days=3.0,
+                           feedback_mode="per-query")
+    got = simulate(stream, arms, settings, seed_sequence(5))
+    walked = [a.get("walk", 0) > 0 for a in got.accelerated]
+    assert sum(walked) >= 3
+    assert sum(a.get("stack", 0) > 0 and a.get("walk", 0) > 0 for a in got.accelerated) >= 2
+    assert any(w.get("packed-together", 0) > 0 and a.get("walk", 0) > 0
+               for a, w in zip(got.accelerated, got.work))
+
+
 def test_each_accelerator_answers_queries():
     """The property test above is not vacuous: on its stream and arms, every
     accelerator answers queries (``SimResult.accelerated``), and none does

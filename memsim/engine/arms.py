@@ -117,10 +117,10 @@ def _candidate_similarity(job: _ArmJob, batch: Batch, pos: np.ndarray,
     queries ``rows``, for a packer that cuts on similarity
     (``Packer.needs_similarity``): the batch's shared similarity matrix, the
     same floats the scores were computed from."""
-    sim = BatchContext(batch, job.st, job.rng).similarity(job.arm.policy.retriever)[rows]
-    # taken first, then widened (exactly): not the whole (Q', L) in float64
-    return np.take_along_axis(np.asarray(sim), np.clip(pos, 0, sim.shape[1] - 1),
-                              axis=1).astype(np.float64)
+    sim = np.asarray(BatchContext(batch, job.st, job.rng).similarity(job.arm.policy.retriever))
+    r = np.arange(len(sim))[rows]
+    # the cells alone, then float64 (exact from float32): not whole rows
+    return sim[r[:, None], np.clip(pos, 0, sim.shape[1] - 1)].astype(np.float64)
 
 
 def _rows_of_all(parts: list[dict], names) -> dict[str, np.ndarray]:

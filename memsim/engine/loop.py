@@ -10,8 +10,8 @@ batches of queries (a tick each):
    (:class:`~memsim.engine.batch.Batch`);
 4. each arm: score -> top C (ties to the lower ``note_id``) -> pack into
    the budget -> order -> per-query metrics; the per-tick arms pack and
-   measure together, the per-query ones go query by query (or through the
-   ``"walk"`` accelerator);
+   measure together, the per-query ones go query by query (or,
+   through the ``"walk"`` accelerator, together);
 5. feedback: the notes the answers used gain a recall.
 
 :mod:`memsim.engine.reference` is the same loop without any accelerator.
@@ -37,7 +37,7 @@ from .scoring import _answer_all
 from .settings import (ACCELERATORS, check_accelerators, feedback_timing, resolve_budget,
                        usable_accelerators)
 from .state import PolicyState, superseded
-from .walk import _walk_arm
+from .walk import _walk_arms
 
 if TYPE_CHECKING:
     from .cache import ReplayCache
@@ -142,6 +142,7 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
         # 4. each arm (the per-tick ones pack and measure together: _run_arms)
         outs: dict[int, dict] = {}
         tick_jobs: dict[int, _ArmJob] = {}
+        query_jobs: dict[int, _ArmJob] = {}
         for ai, (arm, st) in enumerate(zip(arms, states)):
             budget = resolve_budget(arm, settings, inp.qbudget[rows])
             key = budget.tobytes() + rows.tobytes()
@@ -152,11 +153,12 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
                           oracle_cache[key][0], inp.relevance,
                           usable_accelerators(arm.policy, accelerators), walk_window,
                           oracle_keys=oracle_cache[key][1])
-            if per_query[ai]:
-                out, acc_done[ai] = _walk_arm(job, inp, int(acc_done[ai]))
-                outs[ai] = out
-            else:
-                tick_jobs[ai] = job
+            (query_jobs if per_query[ai] else tick_jobs)[ai] = job
+        if query_jobs:  # the per-query arms walk the batch together
+            walked, done = _walk_arms(list(query_jobs.values()), inp,
+                                      [int(acc_done[ai]) for ai in query_jobs])
+            outs.update(zip(query_jobs, walked))
+            acc_done[list(query_jobs)] = done
         outs.update(zip(tick_jobs, _run_arms(list(tick_jobs.values()))))
         for ai, out in outs.items():
             got.metrics[ai].append(out["metrics"])

@@ -4,8 +4,11 @@ The reference replays a per-query arm's tick query by query, each scored on
 the state it has then. Here the tick is scored once, on the state at its
 start, and every query is corrected for the notes used before it (rescored
 on what-if copies of their state and merged into its top C); a query whose
-merge cannot be proven exact is scored again in full. Without this
-accelerator the loop replays the tick query by query, as the reference.
+merge cannot be proven exact is scored again in full. The per-query arms
+of a batch walk it together (:func:`_walk_together`): one scoring (the
+arms that stack as one array), and each round of their corrections packed
+as one array, a row per (arm, query). Without this accelerator the loop
+replays the tick query by query, as the reference.
 
 **Contract.** For every query of every arm it answers, the same top C
 (the same notes in the same order, ties to the lower ``note_id``) and the
@@ -23,10 +26,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memsim.policies import Policy
-from .arms import _outputs, _pack, _Packed, _stacked
+from .arms import _outputs, _outputs_all, _pack_all, _Packed, _stacked
 from .context import BatchContext, _GatheredContext
+from .pruning import _prune_plan
 from .cells import _cell_scores
 from .scoring import _answer, _scoring_context, _top
+from .stacking import _stacked_tops
 from .topc import _within
 from .uses import _answer_uses, _chosen
 
@@ -34,7 +39,7 @@ if TYPE_CHECKING:
     from .arms import _ArmJob
     from .batch import Batch
     from .inputs import _Inputs
-    from .state import PolicyState
+    from .state import NoteArrays, PolicyState
 
 
 def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
@@ -47,85 +52,165 @@ def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
             and not (fb.touch == "prefilter" and fb.before_scoring))
 
 
-def _walk_arm(job: _ArmJob, inp: _Inputs, acc_done: int) -> tuple[dict[str, Any], int]:
-    """Per-query feedback over one batch: each query sees every use made
-    before it (its predecessors' answers and the organic uses before its
-    time). Returns the outputs and the organic uses now applied."""
-    cut = np.searchsorted(inp.acc_t, job.batch.t, side="left")
-    if _walkable(job.arm.policy, job.accelerators):
-        return _walk_fast(job, inp, cut, acc_done)
-    fb = job.arm.policy.feedback
-    parts = []
-    for i in range(len(job.batch.t)):  # the reference: each query on its own
-        if cut[i] > acc_done:
-            sl = slice(acc_done, int(cut[i]))
-            job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
-            acc_done = int(cut[i])
-        parts.append(_answer(job.row(i)))
-    return _outputs(job, job.batch, _stacked(parts)), acc_done
+def _walk_arms(jobs: list[_ArmJob], inp: _Inputs, acc_done: list[int]
+               ) -> tuple[list[dict[str, Any]], list[int]]:
+    """Per-query feedback over one batch, for several arms: each query sees
+    every use made before it (its predecessors' answers and the organic
+    uses before its time). Returns each arm's outputs and the organic uses
+    it has now applied.
+
+    The arms the ``"walk"`` accelerator can correct (:func:`_walkable`) are
+    walked together (:func:`_walk_together`); the others replay the batch
+    query by query, as the reference."""
+    cut = np.searchsorted(inp.acc_t, jobs[0].batch.t, side="left") if jobs else None
+    outs: list[dict[str, Any] | None] = [None] * len(jobs)
+    done = list(acc_done)
+    fast = [i for i, job in enumerate(jobs) if _walkable(job.arm.policy, job.accelerators)]
+    for i, job in enumerate(jobs):
+        if i in fast:
+            continue
+        fb = job.arm.policy.feedback
+        parts = []
+        for k in range(len(job.batch.t)):  # the reference: each query on its own
+            if cut[k] > done[i]:
+                sl = slice(done[i], int(cut[k]))
+                job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
+                done[i] = int(cut[k])
+            parts.append(_answer(job.row(k)))
+        outs[i] = _outputs(job, job.batch, _stacked(parts))
+    if fast:
+        walked, ends = _walk_together([jobs[i] for i in fast], inp, cut,
+                                      [done[i] for i in fast])
+        for i, out, end in zip(fast, walked, ends):
+            outs[i], done[i] = out, end
+    return outs, done  # type: ignore[return-value]
 
 
-def _walk_fast(job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int
-               ) -> tuple[dict[str, Any], int]:
-    """Per-query feedback at about per-tick cost.
+def _walk_together(jobs: list[_ArmJob], inp: _Inputs, cut: np.ndarray, acc_done: list[int]
+                   ) -> tuple[list[dict[str, Any]], list[int]]:
+    """Per-query feedback at about per-tick cost, for several arms at once.
 
-    The batch is scored and packed once, on the state at its start. The uses
-    its queries make with those answers, and the organic uses before each
-    query's time, are a guess at the order of uses: every query that sees a
-    note used before it is corrected at once, its used notes rescored on the
-    state they have then (:func:`_corrected`). A query whose own uses change
-    makes the guess wrong for the later queries that see the notes
-    concerned: the queries before the first of them are final, and the
-    guess is made again from it, with their new uses. A query whose
+    The batch is scored and packed once per arm, on the state at its start
+    (the arms that stack scored as one array, :func:`_stacked_tops`; all
+    packed together, :func:`_pack_all`). The uses its queries make with
+    those answers, and the organic uses before each query's time, are a
+    guess at the order of uses: every query that sees a note used before it
+    is corrected at once, its used notes rescored on the state they have
+    then (:meth:`_Walk.merge`). A query whose own uses change makes the
+    guess wrong for the later queries that see the notes concerned: the
+    queries before the first of them are final, and the guess is made again
+    from it, with their new uses (:meth:`_Walk.settle`). A query whose
     correction cannot be proven exact is scored again in full on the state
-    at its time. A policy whose scores read no use
-    (:meth:`Policy.reads_uses`) has nothing to correct. Every use is then
-    recorded, in time order."""
-    policy, st = job.arm.policy, job.st
-    acc = job.accelerators
-    ctx, batch = _scoring_context(policy, st, job.rng, job.batch, acc)
-    pos, vals, _ = _top(policy, ctx, job.c, st, acc)
-    st.accelerated["walk"] += len(batch.t)
-    pk = _pack(job, batch, pos, vals)
-    first = dataclasses.replace(pk, **{f.name: getattr(pk, f.name).copy()
-                                       for f in dataclasses.fields(pk)})
-    q = len(batch.t)
-    # the organic uses in the batch's time, each seen from the first query after it
-    acc_end = max(acc_done, int(cut[-1]))
-    org = np.arange(acc_done, acc_end)
-    org_seen = np.searchsorted(cut, org, side="right")
-    organic = (inp.acc_rows[org], inp.acc_actor[org], inp.acc_t[org], org_seen)
-    applied = 0  # uses at order keys below it are recorded in the state
-    start = 0 if policy.reads_uses() else q  # else a use changes no score
-    # queries corrected at once, to start with: the work past the first
-    # query corrected on a wrong guess is redone, so the window then follows
-    # how far apart those are (twice the distance to the last one, at least
-    # 16; doubled after a window with none)
-    window = job.walk_window
-    while start < q:
-        stop = min(q, start + window)
-        uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
-        final, redo = _corrected(job, ctx, batch, pk, first, uses, start, stop, applied)
+    at its time. A policy whose scores read no use (:meth:`Policy.reads_uses`)
+    has nothing to correct. Every use is then recorded, in time order.
+
+    Each arm keeps its own window and state; the arms advance in rounds,
+    and each round's re-packing of every arm's corrected queries is one
+    :func:`_pack_all` (a row per (arm, query)): each row packs as alone, so
+    each arm gets what it gets walked alone.
+    """
+    scored = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch, job.accelerators)
+              for job in jobs]
+    stacked = _stacked_tops([(i, job.arm.policy, ctx, job.c, job.st)
+                             for i, (job, (ctx, _)) in enumerate(zip(jobs, scored))
+                             if "stack" in job.accelerators])
+    tops = []
+    for i, (job, (ctx, _)) in enumerate(zip(jobs, scored)):
+        if i in stacked:
+            pos, vals = stacked[i]
+            job.st.accelerated["stack"] += len(pos)
+        else:
+            pos, vals, _ = _top(job.arm.policy, ctx, job.c, job.st, job.accelerators)
+        job.st.accelerated["walk"] += len(job.batch.t)
+        tops.append((pos, vals))
+    packs = _pack_all([(job, batch, pos, vals, slice(None))
+                       for job, (_, batch), (pos, vals) in zip(jobs, scored, tops)])
+    walks = [_Walk(job, inp, cut, done, ctx, batch, pk)
+             for job, done, (ctx, batch), pk in zip(jobs, acc_done, scored, packs)]
+    active = [w for w in walks if w.start < w.q]
+    while active:
+        _repack_all([(w, w.merge()) for w in active])
+        _repack_all([(w, w.settle()) for w in active])
+        active = [w for w in active if w.start < w.q]
+    for w in walks:
+        w.finish()
+    return (_outputs_all([(w.job, w.batch, w.pk) for w in walks]),
+            [w.acc_end for w in walks])
+
+
+class _Walk:
+    """One arm's walk of a batch (:func:`_walk_together`): its packing, its
+    uses not yet recorded and its correction window, advanced a round at a
+    time: :meth:`merge` corrects a window (the queries to pack again), then
+    :meth:`settle` decides what is final (and the query scored again in
+    full to pack, if any)."""
+
+    def __init__(self, job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int,
+                 ctx: BatchContext, batch: Batch, pk: _Packed):
+        self.job, self.ctx, self.batch, self.pk = job, ctx, batch, pk
+        self.fb = job.arm.policy.feedback
+        self.first = dataclasses.replace(pk, **{f.name: getattr(pk, f.name).copy()
+                                                for f in dataclasses.fields(pk)})
+        self.q = len(batch.t)
+        # the organic uses in the batch's time, each seen from the first query after it
+        self.acc_end = max(acc_done, int(cut[-1]))
+        org = np.arange(acc_done, self.acc_end)
+        org_seen = np.searchsorted(cut, org, side="right")
+        self.organic = (inp.acc_rows[org], inp.acc_actor[org], inp.acc_t[org], org_seen)
+        self.applied = 0  # uses at order keys below it are recorded in the state
+        # else a use changes no score
+        self.start = 0 if job.arm.policy.reads_uses() else self.q
+        # queries corrected at once, to start with: the work past the first
+        # query corrected on a wrong guess is redone, so the window then
+        # follows how far apart those are (twice the distance to the last
+        # one, at least 16; doubled after a window with none)
+        self.window = job.walk_window
+        self._round: tuple | None = None
+
+    def uses(self) -> _Uses:
+        return _walk_uses(self.fb, self.batch, self.pk, self.ctx, self.organic)
+
+    def merge(self) -> np.ndarray:
+        """Correct the queries of the window from ``start``
+        (:func:`_merged`); return those to pack again."""
+        stop = min(self.q, self.start + self.window)
+        self._round = (stop, *_merged(self.job, self.ctx, self.batch, self.pk, self.first,
+                                      self.uses(), self.start, stop, self.applied))
+        return self._round[-1]
+
+    def settle(self) -> np.ndarray:
+        """After the window's queries are packed again: move the window on
+        (:func:`_first_wrong`); a query whose correction is not proven is
+        scored again in full on the state at its time: return it, to pack
+        again."""
+        stop, redo, old_uses, _ = self._round
+        final = _first_wrong(self.job, self.ctx, self.batch, self.pk, old_uses, self.start,
+                             stop, redo)
         if final < redo:  # a query saw a changed use: the guess is made again from it
-            window = max(16, 2 * (final - start))
-            start = final
-            continue
+            self.window = max(16, 2 * (final - self.start))
+            self.start = final
+            return _NONE
         if redo == stop:
-            window *= 2
-            start = stop
-            continue
+            self.window *= 2
+            self.start = stop
+            return _NONE
         # the first query whose correction is not proven: record the uses
         # before it (the queries before it are final) and score it in full
         # on the state as it is then
-        uses = _walk_uses(policy.feedback, batch, pk, ctx, organic)
-        applied = _record(st, policy.feedback, uses, applied, 2 * redo + 1)
-        pk.pos[redo], pk.vals[redo] = _rescored_row(job, ctx, batch, redo)
-        st.work["rescored"] += 1
-        _set_candidates(pk, batch, np.array([redo]))
-        _repack(job, batch, pk, np.array([redo]))
-        start = redo + 1
-    _record(st, policy.feedback, _walk_uses(policy.feedback, batch, pk, ctx, organic), applied)
-    return _outputs(job, batch, pk), acc_end
+        job, pk = self.job, self.pk
+        self.applied = _record(job.st, self.fb, self.uses(), self.applied, 2 * redo + 1)
+        pk.pos[redo], pk.vals[redo] = _rescored_row(job, self.ctx, self.batch, redo)
+        job.st.work["rescored"] += 1
+        _set_candidates(pk, self.batch, np.array([redo]))
+        self.start = redo + 1
+        return np.array([redo])
+
+    def finish(self) -> None:
+        """Record every use not yet recorded, in time order."""
+        _record(self.job.st, self.fb, self.uses(), self.applied)
+
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 #: a batch's uses in the order they happen: note rows, actors, times, the
@@ -168,16 +253,18 @@ def _used_rows(fb, pk: _Packed, rows: np.ndarray) -> np.ndarray:
     return np.sort(np.where(target, pk.cand_rows[rows], -1), axis=1)
 
 
-def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _Packed,
-               uses: _Uses, start: int, stop: int, applied: int) -> tuple[int, int]:
+def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _Packed,
+            uses: _Uses, start: int, stop: int, applied: int
+            ) -> tuple[int, np.ndarray, np.ndarray]:
     """Correct the queries ``start`` to ``stop`` for the ``uses`` before each:
     the notes a query sees that were used before it are rescored on the
     state they have then (the state, plus the uses not yet recorded in it,
     ``applied`` on, before the query) and merged into its first top C
-    (``first``); the rest keep their first answers. Returns the first
-    query corrected on a wrong guess (one that sees a note whose use an
-    earlier query changed) and the first whose merge is not proven exact,
-    which is left as it was (``stop`` when none)."""
+    (``first``); the rest keep their first answers. Returns the first query
+    whose merge is not proven exact (``stop`` when none; it is corrected as
+    the others, and scored again in full after), the queries' used notes
+    before (:func:`_used_rows`), and the queries whose candidates changed,
+    to pack again (:func:`_repack_all`)."""
     fb = job.arm.policy.feedback
     q, n = len(batch.t), len(batch.idx)
     rows_u, seen_u = uses[0], uses[3]
@@ -187,10 +274,13 @@ def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first
     np.minimum.at(seen, at[hit], seen_u[hit])
     used = np.flatnonzero(seen < stop)
     qs = np.arange(start, stop)
-    live = ctx.live_cells((qs[:, None] * n + used).ravel(), np.tile(used, len(qs)))
-    cell = live.reshape(len(qs), len(used)) & (seen[used][None, :] <= qs[:, None])
+    cell = seen[used][None, :] <= qs[:, None]
+    near = _may_enter(job, ctx, first, qs, used)
+    if near is not None:
+        cell &= near
     ri, ui = np.nonzero(cell)
-    ci, cq = used[ui], qs[ri]  # a cell per (query, used note it sees)
+    live = ctx.live_cells(qs[ri] * n + used[ui], used[ui])
+    ci, cq = used[ui[live]], qs[ri[live]]  # a cell per (query, used note it sees)
     redo = stop
     new = _used_note_scores(job, ctx, batch, ci, cq, uses, applied) if len(ci) else None
     if new is None and len(ci):
@@ -201,32 +291,72 @@ def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first
               | np.any(pk.vals[qs] != first.vals[qs], axis=1)]
     for f in dataclasses.fields(pk):
         getattr(pk, f.name)[back] = getattr(first, f.name)[back]
-    if new is not None and len(ci):
-        aq, k = np.unique(cq, return_counts=True)
-        cc = first.pos.shape[1]
-        w = int(k.max())
-        j = _within(k)
-        r = np.repeat(np.arange(len(aq)), k)
-        cv = np.full((len(aq), w), -np.inf)
-        cp = np.zeros((len(aq), w), dtype=np.int64)
-        cv[r, j], cp[r, j] = new, ci
-        kv = first.vals[aq].copy()
-        kp = first.pos[aq]
-        kv[seen[kp] <= aq[:, None]] = -np.inf  # used before: among the cells when seen
-        mv = np.concatenate([kv, cv], axis=1)
-        mp = np.concatenate([kp, cp], axis=1)
-        order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column
-        mv = np.take_along_axis(mv, order, axis=1)
-        mp = np.where(np.isfinite(mv), np.take_along_axis(mp, order, axis=1), 0)
-        # the first scoring's C-th candidate bounds every note not rescored
-        bv, bp = first.vals[aq, cc - 1], first.pos[aq, cc - 1]
-        ok = ~np.isfinite(bv) | (mv[:, -1] > bv) | ((mv[:, -1] == bv) & (mp[:, -1] <= bp))
-        if not ok.all():
-            redo = int(aq[np.argmin(ok)])
-        pk.pos[aq], pk.vals[aq] = mp, mv
-        _set_candidates(pk, batch, aq)
-        _repack(job, batch, pk, aq)
-    new_uses = _used_rows(fb, pk, qs)
+    if new is None or not len(ci):
+        return redo, old_uses, _NONE
+    aq, k = np.unique(cq, return_counts=True)
+    cc = first.pos.shape[1]
+    w = int(k.max())
+    j = _within(k)
+    r = np.repeat(np.arange(len(aq)), k)
+    cv = np.full((len(aq), w), -np.inf)
+    cp = np.zeros((len(aq), w), dtype=np.int64)
+    cv[r, j], cp[r, j] = new, ci
+    kv = first.vals[aq].copy()
+    kp = first.pos[aq]
+    kv[seen[kp] <= aq[:, None]] = -np.inf  # used before: among the cells when seen
+    mv = np.concatenate([kv, cv], axis=1)
+    mp = np.concatenate([kp, cp], axis=1)
+    order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column
+    mv = np.take_along_axis(mv, order, axis=1)
+    mp = np.where(np.isfinite(mv), np.take_along_axis(mp, order, axis=1), 0)
+    # the first scoring's C-th candidate bounds every note not rescored
+    bv, bp = first.vals[aq, cc - 1], first.pos[aq, cc - 1]
+    ok = ~np.isfinite(bv) | (mv[:, -1] > bv) | ((mv[:, -1] == bv) & (mp[:, -1] <= bp))
+    if not ok.all():
+        redo = int(aq[np.argmin(ok)])
+    pk.pos[aq], pk.vals[aq] = mp, mv
+    _set_candidates(pk, batch, aq)
+    return redo, old_uses, aq
+
+
+def _may_enter(job: _ArmJob, ctx: BatchContext, first: _Packed, qs: np.ndarray,
+               cols: np.ndarray) -> np.ndarray | None:
+    """(Q', U) bool: which of the notes ``cols`` may score at least the
+    first C-th score of each query of ``qs``, by the similarity the ranker
+    needs for it (:meth:`Ranker.similarity_needed`, else its bound at their
+    similarity: the pruning's, :func:`_prune_plan`, which hold whatever the
+    notes' uses); None when the policy declares neither.
+
+    The others need no rescoring: a note below the first C-th score enters
+    the merged top C only when that top C falls below it, and then the
+    merge is not proven either way (the query is scored again in full)."""
+    policy, st = job.arm.policy, job.st
+    if st.prune_off or not len(cols) or not len(qs):
+        return None
+    plan = _prune_plan(policy, ctx)
+    if plan is None:
+        return None
+    lo, hi = plan
+    kth = first.vals[qs, -1]
+    sim = np.take(ctx.similarity(policy.retriever), qs[:, None] * len(ctx.idx) + cols)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        need = policy.ranker.similarity_needed(kth, lo, hi, ctx)
+        if need is not None:
+            need = np.where(np.isfinite(kth), np.asarray(need, dtype=np.float64), -np.inf)
+            return ~(sim < need[:, None])
+        bound = np.asarray(policy.ranker.score_bound(sim, lo, hi, ctx), dtype=np.float64)
+    return ~(bound < kth[:, None])
+
+
+def _first_wrong(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed,
+                 old_uses: np.ndarray, start: int, stop: int, redo: int) -> int:
+    """After :func:`_merged` and the packing again: the first query of
+    ``start`` to ``stop`` corrected on a wrong guess (one that sees a note
+    whose use an earlier query changed; ``stop`` when none), looked for
+    before ``redo`` only."""
+    n = len(batch.idx)
+    qs = np.arange(start, stop)
+    new_uses = _used_rows(job.arm.policy.feedback, pk, qs)
     final = stop
     for i in np.flatnonzero(np.any(new_uses != old_uses, axis=1)).tolist():
         if qs[i] >= min(final, redo):
@@ -241,7 +371,7 @@ def _corrected(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first
         hit = np.flatnonzero(sees.reshape(len(later), len(cols)).any(axis=1))
         if len(hit):
             final = min(final, int(later[hit[0]]))
-    return final, redo
+    return final
 
 
 def _columns(idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -281,16 +411,36 @@ def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.nd
     own = st.gather(note, (k, actors_u[e]) if fb.cooldown_s > 0 else None)
     own.touch(k, actors_u[e], t_u[e], fb)
     g = _GatheredContext(ctx, qs, cols[:, None], np.ones((len(cols), 1), dtype=bool))
-    g.notes, g.state, g.idx = batch.notes.take(note), own, which.reshape(-1, 1)
+    g.notes, g.state, g.idx = _NotesAt(batch.notes, note), own, which.reshape(-1, 1)
     new = _cell_scores(policy, g, st)
     return None if new is None else new[:, 0]
 
 
-def _repack(job: _ArmJob, batch: Batch, pk: _Packed, rows: np.ndarray) -> None:
-    """Pack the queries ``rows`` of ``pk`` again, from their candidates."""
-    one = _pack(job, batch, pk.pos[rows], pk.vals[rows], rows)
-    for name in ("cand_ok", "cand_rows", "tokens", "gains", "packed", "position"):
-        getattr(pk, name)[rows] = getattr(one, name)
+class _NotesAt:
+    """The notes ``rows`` of ``notes`` (row k is note ``rows[k]``), as
+    :meth:`NoteArrays.take` gives them, each column taken when first read:
+    a policy reads a few of them."""
+
+    def __init__(self, notes: NoteArrays, rows: np.ndarray):
+        self._notes, self._rows, self._n = notes, rows, len(notes.note_id)
+
+    def __getattr__(self, name: str) -> Any:
+        v = getattr(self._notes, name)
+        if isinstance(v, np.ndarray) and v.ndim and len(v) == self._n:
+            v = v[self._rows]
+        self.__dict__[name] = v
+        return v
+
+
+def _repack_all(items: list[tuple[_Walk, np.ndarray]]) -> None:
+    """Pack the queries ``rows`` of each walk's packing again, from their
+    candidates, as one :func:`_pack_all`."""
+    items = [(w, rows) for w, rows in items if len(rows)]
+    packs = _pack_all([(w.job, w.batch, w.pk.pos[rows], w.pk.vals[rows], rows)
+                       for w, rows in items])
+    for (w, rows), one in zip(items, packs):
+        for name in ("cand_ok", "cand_rows", "tokens", "gains", "packed", "position"):
+            getattr(w.pk, name)[rows] = getattr(one, name)
 
 
 def _rescored_row(job: _ArmJob, ctx: BatchContext, batch: Batch, i: int

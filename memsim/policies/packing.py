@@ -39,7 +39,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from memsim.core import knapsack
+from memsim.core import jit, knapsack
 from memsim.core.knapsack import knapsack_value
 from memsim.core.params import Interval, Options
 from .base import Packer, register
@@ -314,6 +314,8 @@ class GreedySwap(_ValuePacker):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
         eligible = self._eligible(values, tokens, valid, budget, similarity)
         dens = _density(values, tokens, eligible)
+        if jit.enabled():  # the same rule, row by row, compiled
+            return _greedy_swap_rows(values, tokens, eligible, budget, dens, int(self.max_swaps))
         packed, used, plan = _greedy(dens, tokens, eligible, budget)
         if self.max_swaps == 0 or not eligible.any():
             return packed
@@ -476,6 +478,108 @@ def _swap_passes(values, tokens, eligible, budget, packed, used, max_swaps, dens
         packed, used = _greedy_fill(plan, budget, packed, used)
         if not swapped_any:
             break
+    return packed
+
+
+@jit.kernel
+def _greedy_swap_rows(values, tokens, eligible, budget, dens, max_swaps):
+    """:class:`GreedySwap` one row at a time (compiled by :func:`memsim.core.jit.kernel`):
+    the greedy fill by density, then the swap passes, each step the float
+    operations of the numpy version (:func:`_greedy`, :func:`_swap_passes`)
+    in the same order, so the same packing bit for bit; its orders are the
+    same stable sorts.
+
+    The numpy version's steps over all rows are the same per row: a row's
+    swaps read its own packed set only; a pass that makes no swap in a row
+    leaves it as it is (the refill adds nothing after a greedy fill), so the
+    passes stopping when no row swaps, or each row when it does not, pack
+    the same.
+    """
+    q, c = tokens.shape
+    packed = np.zeros((q, c), dtype=np.bool_)
+    cand = np.empty(c, dtype=np.int64)
+    for r in range(q):
+        b = budget[r]
+        # by density, best first (ties: rank); for removal, by density
+        # ascending (ties: the worse rank first); for insertion, by value
+        # (ties: rank)
+        fill_order = np.argsort(-dens[r], kind="mergesort")
+        rem_order = (c - 1) - np.argsort(dens[r, ::-1], kind="mergesort")
+        ins_order = np.argsort(-np.where(eligible[r], values[r], -np.inf), kind="mergesort")
+        used = 0
+        swaps = 0
+        swapped = True
+        for it in range(max_swaps + 1):
+            # the greedy fill (_greedy_fill): at first, then after each pass
+            for m in range(c):
+                j = fill_order[m]
+                if eligible[r, j] and not packed[r, j] and used + tokens[r, j] <= b:
+                    packed[r, j] = True
+                    used += tokens[r, j]
+            if it == max_swaps or not swapped:
+                break
+            # the candidates of the pass (_swap_candidates)
+            d_min = np.inf
+            for k in range(c):
+                if packed[r, k] and dens[r, k] < d_min:
+                    d_min = dens[r, k]
+            n_cand = 0
+            for m in range(c):
+                j = ins_order[m]
+                if not eligible[r, j] or packed[r, j]:
+                    continue
+                need0 = tokens[r, j] - (b - used)
+                bound = need0 * d_min if need0 > 0 else 0.0
+                if values[r, j] - bound > _TOL * values[r, j]:
+                    cand[n_cand] = j
+                    n_cand += 1
+            swapped = False
+            for m in range(n_cand):
+                if swaps >= max_swaps:
+                    break
+                j = cand[m]
+                need = tokens[r, j] - (b - used)
+                # (a) the greedy cover: the shortest prefix, in removal
+                # order, of the packed notes whose tokens cover need
+                ct = 0
+                cv = 0.0
+                p = c - 1
+                for k in range(c):
+                    col = rem_order[k]
+                    if packed[r, col]:
+                        ct += tokens[r, col]
+                        cv += values[r, col]
+                    else:
+                        cv += 0.0
+                    if ct >= need:
+                        p = k
+                        break
+                cover_val = cv if need > 0 else 0.0
+                # (b) the least valuable packed note that frees need alone
+                # (ties: the last column)
+                single_val = np.inf
+                i1 = -1
+                for k in range(c - 1, -1, -1):
+                    if packed[r, k] and tokens[r, k] >= need and values[r, k] < single_val:
+                        single_val = values[r, k]
+                        i1 = k
+                use_single = need > 0 and single_val < cover_val
+                removed = single_val if use_single else cover_val
+                vj = values[r, j]
+                if not (vj - removed > _TOL * abs(vj)):
+                    continue
+                freed = 0
+                if use_single:
+                    packed[r, i1] = False
+                    freed = tokens[r, i1]
+                elif need > 0:
+                    for k in range(p + 1):
+                        packed[r, rem_order[k]] = False
+                    freed = ct
+                packed[r, j] = True
+                used += tokens[r, j] - freed
+                swaps += 1
+                swapped = True
     return packed
 
 

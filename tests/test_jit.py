@@ -1,0 +1,115 @@
+"""The compiled kernels (``memsim.core.jit``, numba) against their numpy versions.
+
+Each loop compiled with numba has a numpy version that runs without numba or
+with ``MEMSIM_NUMBA=0``; both must give the same results bit for bit: the
+packer alone on random problems (ties, free notes, nothing or everything
+fitting), and whole replays whose per-query arms pack again after each
+correction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pandas.testing import assert_frame_equal
+
+from memsim.core import jit
+from memsim.engine import Arm, SimSettings, simulate
+from memsim.policies import resolve_policy
+from memsim.policies import packing
+from memsim.policies.packing import Greedy, GreedySwap
+from memsim.core.rng import seed_sequence
+
+numba = pytest.importorskip("numba", reason="the compiled kernels need the 'fast' extra")
+
+
+@contextlib.contextmanager
+def _numba(on: bool):
+    """The kernels on or off (``MEMSIM_NUMBA``) within the block."""
+    old = os.environ.get(jit.ENV)
+    os.environ[jit.ENV] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[jit.ENV]
+        else:
+            os.environ[jit.ENV] = old
+
+
+@st.composite
+def _problems(draw):
+    q = draw(st.integers(1, 6))
+    c = draw(st.integers(1, 40))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    # rounded values and sizes in steps make ties; 0-token notes, values <= 0,
+    # invalid slots, budgets from nothing to everything fitting
+    values = np.round(rng.normal(0.4, 0.5, (q, c)), draw(st.sampled_from([1, 2, 8])))
+    step = draw(st.sampled_from([1, 50]))
+    tokens = rng.integers(0, draw(st.sampled_from([4, 12, 400])), (q, c)) * step
+    valid = rng.random((q, c)) < draw(st.sampled_from([0.7, 1.0]))
+    budget = rng.integers(-1, int(tokens.sum(axis=1).max()) + 2, q)
+    return values, tokens.astype(np.int64), valid, budget.astype(np.int64)
+
+
+def test_the_switch_turns_the_kernels_off():
+    with _numba(True):
+        assert jit.enabled()
+    with _numba(False):
+        assert not jit.enabled()
+
+
+@settings(max_examples=300, deadline=None)
+@given(_problems(), st.integers(0, 6), st.sampled_from([0.0, 0.5]))
+def test_compiled_greedy_swap_packs_as_numpy(problem, max_swaps, cut):
+    packer = GreedySwap(max_swaps=max_swaps, min_relative_score=cut)
+    with _numba(False):
+        want = packer.pack(*problem)
+    with _numba(True):
+        got = packer.pack(*problem)
+    assert got.dtype == bool and np.array_equal(got, want)
+
+
+def test_the_numpy_version_runs_when_switched_off(monkeypatch):
+    """Not vacuous: with the switch off the kernel is never called, with it
+    on it is (and the greedy packer, which it does not serve, is unchanged)."""
+    calls = []
+    kernel = packing._greedy_swap_rows
+    monkeypatch.setattr(packing, "_greedy_swap_rows",
+                        lambda *a: calls.append(1) or kernel(*a))
+    rng = np.random.default_rng(3)
+    values, tokens = rng.uniform(0, 1, (5, 20)), rng.integers(1, 300, (5, 20))
+    valid, budget = np.ones((5, 20), bool), np.full(5, 700)
+    with _numba(False):
+        off = GreedySwap().pack(values, tokens, valid, budget)
+    assert not calls
+    with _numba(True):
+        on = GreedySwap().pack(values, tokens, valid, budget)
+        Greedy().pack(values, tokens, valid, budget)
+    assert len(calls) == 1 and np.array_equal(on, off)
+
+
+def test_replays_with_and_without_the_kernels_are_identical():
+    """Per-query arms (Hivemind's greedy-swap, corrected and packed again
+    together) give the same frames with the kernels on and off."""
+    from tests.test_accelerators import _frames, _stream
+
+    stream = _stream(1)
+    arms = [Arm(f"hivemind-{hl}", resolve_policy(
+        {"preset": "hivemind", "decay": {"task_half_life_days": hl}}, "policies.h"))
+        for hl in (2.0, 30.0, 180.0)]
+    assert all(a.policy.feedback.timing == "per-query" for a in arms)
+    settings_ = SimSettings(candidates=12, save_rankings=True, tick_days=2.0,
+                            budget_tokens=400)
+    with _numba(False):
+        want = _frames(simulate(stream, arms, settings_, seed_sequence(2)))
+    with _numba(True):
+        got = simulate(stream, arms, settings_, seed_sequence(2))
+    assert all(a["walk"] for a in got.accelerated)
+    for key, frame in _frames(got).items():
+        assert_frame_equal(frame, want[key], check_exact=True)
