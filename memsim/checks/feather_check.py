@@ -779,8 +779,8 @@ def feather_cross_check(stream: Stream, *, k: int = 10, half_life: float = 30.0,
     params = {"k": k, "half_life": half_life, "time_weight": time_weight,
               "min_weight": min_weight, "feedback_mode": "per-query", "feedback": feedback}
     if reuse is not None:
-        if reuse.memsim.core.params != params:
-            raise ConfigError(f"reuse: made with {reuse.memsim.core.params}, not {params}")
+        if reuse.memsim.params != params:
+            raise ConfigError(f"reuse: made with {reuse.memsim.params}, not {params}")
         if len(reuse.memsim.ids) != qs.n_queries:
             raise ConfigError("reuse: made on another stream (query count differs)")
         mem = reuse.memsim

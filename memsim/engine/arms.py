@@ -217,7 +217,8 @@ def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.
     qrow = np.repeat(batch.qrows, cc)[keep].astype(np.int64)
     oracle = np.isin(qrow * n + pk.cand_rows.ravel()[keep], keys, kind="sort")
     r["oracle"] = oracle
-    r["hidden"] = np.where(oracle & ~r["packed"], "budget", "").astype(object)
+    # text, not objects: a column with no row then has the type its labels give it
+    r["hidden"] = np.where(oracle & ~r["packed"], "budget", "")
     if not rows:
         return
     hq, hrow, reason = hidden
@@ -229,7 +230,7 @@ def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.
              "note_id": batch.notes.note_id[hrow], "score": np.full(k, np.nan),
              "packed": np.zeros(k, dtype=bool), "position": np.full(k, -1, r["position"].dtype),
              "oracle": np.ones(k, dtype=bool),
-             "hidden": np.asarray(HIDDEN_REASONS, dtype=object)[reason]}
+             "hidden": np.asarray(HIDDEN_REASONS, dtype=str)[reason]}
     for col, v in extra.items():
         r[col] = np.concatenate([r[col], v])
 
