@@ -215,7 +215,7 @@ def build_from_spec(spec: Any, registry: Mapping[str, type], *, what: str, where
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: expected a {what} name or a table with 'kind', got {spec!r}")
     kind = spec.get("kind", default_kind)
-    if kind not in registry:
+    if not isinstance(kind, str) or kind not in registry:
         raise ConfigError(
             f"{where}.kind: unknown {what} {kind!r}{did_you_mean(str(kind), registry)}; "
             f"allowed: {', '.join(sorted(registry))}"
