@@ -306,6 +306,53 @@ def test_kept_cells_are_every_cell_at_or_above_its_blocks_need():
     assert 0 < len(r) < 0.5 * want.size  # the needs leave most cells out
 
 
+@pytest.mark.parametrize("clock", ["created", "last_access"])
+def test_per_note_recency_bound_holds_for_every_note_of_its_block(clock):
+    """A per-tier decay (a floor and a rate per note) is bounded per block
+    at its youngest age, highest floor and lowest rate: never below the
+    recency any of its notes has at any query of the batch (blocks that
+    mix the task and scratch tiers, whose floors and rates order oppositely,
+    included), and equal to it, up to the declared rounding, where a
+    block's notes share a tier."""
+    from memsim.engine import BatchContext, Batch
+    from memsim.engine.state import NoteArrays, PolicyState
+    from memsim.evaluation.metrics import RelevanceIndex
+    from memsim.policies.context import TIER_CODES
+
+    s = random_stream(4, n_notes=3000, n_queries=20, dim=4, horizon=300.0)
+    codes = {a: i for i, a in enumerate(sorted(set(s.notes["actor"]) | set(s.queries["actor"])))}
+    notes = NoteArrays.from_stream(s, codes)
+    state = PolicyState(notes, len(codes))
+    rng = np.random.default_rng(4)
+    n, block = len(state.tier), cells.BLOCK
+    per_block = rng.choice([TIER_CODES["task"], TIER_CODES["scratch"], TIER_CODES["longterm"]],
+                           size=-(-n // block))
+    tier = np.repeat(per_block, block)[:n]
+    mixed = np.repeat(rng.random(len(per_block)) < 0.5, block)[:n]
+    tier[mixed] = rng.choice([TIER_CODES["task"], TIER_CODES["scratch"]], size=int(mixed.sum()))
+    state.tier[:] = tier
+    state.last_access[:] = notes.created_at + rng.uniform(0.0, 20.0, n)
+    rows = np.arange(20)
+    qe = s.query_embeddings
+    batch = Batch(qrows=rows, t=s.queries["t"].to_numpy()[rows], actors=np.zeros(20, int),
+                  notes=notes, qemb=qe, qnorm2=(qe.astype(np.float64) ** 2).sum(1),
+                  relevance=RelevanceIndex(s, notes.created_at))
+    ctx = BatchContext(batch, state, rng)
+    policy = resolve_policy({"ranker": "product", "decay": {"kind": "per-tier", "clock": clock}},
+                            "p")
+    got = simfilter._recency_blocks(policy, ctx, np.inf)
+    floor, rate = policy.decay.exponential_form(ctx)
+    origin = ctx.clock_origin(clock)
+    each = policy.decay.exponential_curve(batch.t[:, None] - origin[None, :], floor, rate)
+    starts = np.arange(0, len(batch.idx), block)
+    want = np.maximum.reduceat(each.max(axis=0), starts)
+    assert np.all(got >= want)
+    one_tier = np.minimum.reduceat(tier[batch.idx], starts) == np.maximum.reduceat(
+        tier[batch.idx], starts)
+    assert 0 < one_tier.sum() < len(starts)
+    np.testing.assert_allclose(got[one_tier], want[one_tier], rtol=1e-8)
+
+
 @pytest.mark.parametrize("dead_share", [0.0, 0.97])
 def test_block_max_is_each_seen_blocks_largest_similarity(dead_share):
     """A block's largest similarity (+inf with a NaN), for every block with
@@ -386,18 +433,24 @@ def test_arms_of_one_family_scored_as_one_array(clock):
 
 
 
-def test_per_note_curves_are_not_stacked():
-    """Arms whose decay declares ``per_note_form`` (per-tier: a curve per
-    note) are not scored as one array; their frames are those of full
-    scoring."""
+@pytest.mark.parametrize("timing", ["per-tick", "per-query"])
+def test_per_note_curves_are_stacked(timing):
+    """Arms whose decay declares ``per_note_form`` (per-tier: a floor and a
+    rate per note, from each arm's own tiers) are scored as one array, with
+    an arm of one curve beside them; their frames are those of full
+    scoring, with tiers promoted by use."""
     stream = random_stream(12, n_notes=2500, n_queries=40, dim=4, horizon=90.0)
-    arms = [Arm(f"t{hl}", resolve_policy({"preset": "hivemind", "feedback": {"timing": "per-tick"},
-                                          "decay": {"task_half_life_days": hl}}, f"t{hl}"))
-            for hl in (30.0, 180.0, 720.0)]
-    assert all(a.policy.decay.per_note_form for a in arms)
+    tables = [{"preset": "hivemind", "feedback": {"timing": timing, "promote_after": 2},
+               "decay": {"task_half_life_days": hl, "scratch_half_life_days": hl / 8}}
+              for hl in (30.0, 180.0, 720.0)]
+    tables.append({"preset": "hivemind", "feedback": {"timing": timing},
+                   "decay": {"kind": "half-life-floor"}})
+    arms = [Arm(f"t{i}", resolve_policy(t, f"t{i}")) for i, t in enumerate(tables)]
+    assert sum(a.policy.decay.per_note_form for a in arms) == 3
     full, pruned = both(stream, arms, candidates=10)
     assert_same(full, pruned)
-    assert not any(a.get("stack") for a in pruned.accelerated)
+    assert all(a.get("stack") for a in pruned.accelerated)
+
 
 @pytest.mark.parametrize("c", [3, 40])
 def test_levels_packed_to_the_live_notes(c):

@@ -70,9 +70,11 @@ def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.n
         return None
     floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
     starts = np.arange(0, len(ctx.idx), BLOCK)
-    if floor.ndim == 0 and rate.ndim == 0:
-        # one curve: a block's extremes are at its newest and oldest origin
-        # (the same for every arm on the creation and update clocks)
+    per_note = floor.ndim > 0 or rate.ndim > 0
+    falls = _falls_with_age(floor, rate)
+    if not per_note or falls:
+        # a block's extremes of the clock's origin: its newest and oldest
+        # note (the same for every arm on the creation and update clocks)
         def extremes():
             origin = ctx.clock_origin(clock)
             return np.maximum.reduceat(origin, starts), np.minimum.reduceat(origin, starts)
@@ -82,18 +84,43 @@ def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.n
     else:
         newest = oldest = ctx.clock_origin(clock)
     with np.errstate(over="ignore", invalid="ignore"):
-        # the curve is monotone in the age: its highest value over the
-        # batch's queries is at the youngest age or at the oldest
         curve = policy.decay.exponential_curve
-        rec = np.maximum(curve(float(ctx.t.min()) - newest, floor, rate),
-                         curve(float(ctx.t.max()) - oldest, floor, rate))
-        if rec.shape != starts.shape:
-            rec = np.maximum.reduceat(rec, starts)
+        if falls:
+            # every note's curve falls with its age, rises with its floor
+            # and falls with its rate: a block's highest value is at most
+            # the curve at its youngest age, highest floor and lowest rate
+            # (per block, not per note: a per-tier decay at ten million
+            # notes otherwise evaluates two curves per note and batch)
+            if per_note:
+                floor = _block_reduce(np.maximum, floor, starts, len(ctx.idx))
+                rate = _block_reduce(np.minimum, rate, starts, len(ctx.idx))
+            rec = curve(float(ctx.t.min()) - newest, floor, rate)
+        else:
+            # the curve is monotone in the age: its highest value over the
+            # batch's queries is at the youngest age or at the oldest
+            rec = np.maximum(curve(float(ctx.t.min()) - newest, floor, rate),
+                             curve(float(ctx.t.max()) - oldest, floor, rate))
+            if rec.shape != starts.shape:
+                rec = np.maximum.reduceat(rec, starts)
         acc = policy.stickiness.access_term_bound(ctx)
         if acc:
             rec = rec + acc * policy.breadth.access_factor_bound(ctx)
         # the rounding of the computed recency; never above hi (NaN -> hi)
         return np.fmin(rec * (1.0 + 1e-9), hi)
+
+
+def _falls_with_age(floor: np.ndarray, rate: np.ndarray) -> bool:
+    """Whether every curve ``floor + (1 - floor) * exp(-rate * age)`` is
+    non-increasing in the age (``age >= 0``), non-decreasing in its floor
+    and non-increasing in its rate: every rate >= 0 and every floor <= 1
+    (False with a NaN)."""
+    return bool(np.all(rate >= 0.0)) and bool(np.all(floor <= 1.0))
+
+
+def _block_reduce(ufunc, x: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
+    """``ufunc.reduceat`` of a per-note array over the blocks that start at
+    ``starts``; a scalar stays as it is."""
+    return x if x.ndim == 0 else ufunc.reduceat(np.broadcast_to(x, (n,)), starts)
 
 
 def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, order: SimOrder,
