@@ -1,8 +1,7 @@
 """Accelerator ``"stack"``: arms that differ only by their decay scored as one array.
 
-Arms with the same retriever, ranker, clock and C whose scores differ only
-by their decay's floor and rate (one each, or one per note: a per-tier
-decay on each arm's own tiers) (a sweep's trials) go through
+Per-tick arms with the same retriever, ranker, clock and C whose scores
+differ only by their decay's floor and rate (a sweep's trials) go through
 the pruned scoring's two steps (the base level, then the similarity filter)
 as one array, a row per (arm, query); each cell's recency is computed by
 the same float operations as the arm's own.
@@ -47,31 +46,28 @@ class _Member:
     st: PolicyState
     lo: float | None
     highs: np.ndarray
-    floor: float | np.ndarray
-    rate: float | np.ndarray
+    floor: float
+    rate: float
 
 
 def _stack_member(key: Any, policy: Policy, ctx: BatchContext, st: PolicyState
                   ) -> _Member | None:
     """The arm (one :func:`_stackable`) as a member of a stack, or None
     when its score of a cell is not ``ranker.combine(similarity, floor + (1
-    - floor) exp(-rate age))`` alone, with one floor and rate or one per
-    note (a per-tier decay's, from the arm's own tiers) (:meth:`Policy.score`
-    with a neutral stickiness and breadth, and a ranker that reads no use,
-    so no state of its own) or it cannot be filtered
-    (:func:`_recency_blocks`)."""
-    if not _filterable(policy):
-        return None
+    - floor) exp(-rate age))`` alone with one floor and rate
+    (:meth:`Policy.score` with a neutral stickiness and breadth, and a
+    ranker that reads no use, so no state of its own) or it cannot be
+    filtered (:func:`_recency_blocks`)."""
+    if policy.decay.per_note_form or not _filterable(policy):
+        return None  # before the form: a per-tier form is a pass over the notes
     form = _exponential_form(policy, ctx)
-    if form is None:
+    if form is None or np.ndim(form[0]) or np.ndim(form[1]):
         return None
     plan = _prune_plan(policy, ctx)
     highs = None if plan is None else _recency_blocks(policy, ctx, plan[1])
     if highs is None:
         return None
-    floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
-    return _Member(key, policy, ctx, st, plan[0], highs,
-                   floor if floor.ndim else float(floor), rate if rate.ndim else float(rate))
+    return _Member(key, policy, ctx, st, plan[0], highs, float(form[0]), float(form[1]))
 
 
 def _stackable(policy: Policy, st: PolicyState) -> bool:
@@ -170,20 +166,6 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
             for k, m in enumerate(members)}
 
 
-def _cell_values(values: list, arm: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Each member's floor or rate (``values``: a float or a per-note (L,)
-    array each) at the cells ``cols`` of its rows (``arm``): (R, 1) when
-    every member has one value, else (R, W)."""
-    if not any(isinstance(v, np.ndarray) for v in values):
-        return np.array(values)[arm][:, None]
-    out = np.empty(cols.shape)
-    for k in np.unique(arm).tolist():  # a loop over the stack's arms
-        at = np.flatnonzero(arm == k)
-        v = values[k]
-        out[at] = v[cols[at]] if isinstance(v, np.ndarray) else v
-    return out
-
-
 def _chunks(counts: np.ndarray) -> list[np.ndarray]:
     """The rows (ascending) of one or two padded arrays for rows of
     ``counts`` cells: split where the padded area is least (a few rows that
@@ -211,8 +193,8 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
             origin[at] = _clock_origin(clock, ctx0.notes, members[k].st, idx[at])
     else:
         origin = _clock_origin(clock, ctx0.notes, members[0].st, idx)
-    floor, rate = (_cell_values([getattr(m, name) for m in members], arm, cols)
-                   for name in ("floor", "rate"))
+    floor = np.array([m.floor for m in members])[arm][:, None]
+    rate = np.array([m.rate for m in members])[arm][:, None]
     rec = separable_recency(ctx0.t[qrow], ctx0.batch.t0, origin, floor, rate)
     # the ranker reads no use: any member's cells give it the same columns
     g = _GatheredContext(ctx0, qrow, cols, live)
