@@ -233,13 +233,13 @@ def test_a_figure_that_fails_at_the_narrow_width_is_reported_as_failed():
     from memsim.core.errors import ReportWarning
     from memsim.reporting.report import ReportFigure
 
-    def draw(ax):
-        ax.plot([0, 1], [0, 1])
-        if ax.figure.get_figwidth() < 6:
+    def draw(fig):  # a figure of panels is drawn anew at the narrow width
+        fig.add_subplot().plot([0, 1], [0, 1])
+        if fig.get_figwidth() < 6:
             raise ValueError("too narrow")
 
     with pytest.warns(ReportWarning, match="too narrow"):
-        f = ReportFigure("x", "X", "caption", draw=draw).render()
+        f = ReportFigure("x", "X", "caption", draw=draw, panels=True).render()
     assert f.error == "ValueError: too narrow"
     assert f.png == b"" and f.narrow_png == b"" and f.draw is None
 

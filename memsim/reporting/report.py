@@ -88,18 +88,25 @@ class ReportFigure:
     narrow_png: bytes = b""
 
     def render(self) -> ReportFigure:
-        """Draw the figure at both widths, each on a fresh Figure (no pyplot
-        state), and keep their PNG bytes; a figure that fails keeps its error
-        and warns, and the rest of the report stands."""
+        """Draw the figure on a fresh Figure (no pyplot state), save it, make
+        it narrow (:func:`_fit_narrow`) and save it again, keeping both PNGs'
+        bytes; a figure that fails keeps its error and warns, and the rest of
+        the report stands.
+
+        A single-Axes figure is narrowed as it is, resized (its data are not
+        computed twice); a figure of panels is drawn anew at the narrow width,
+        which may arrange its panels otherwise (:func:`plots.plot_slice`).
+        """
         if self.draw is None or self.png or self.error:
             return self
         try:
             wide = self._figure(self.size)
-            png = _png(wide)
-            # drawn at the PNG's dpi from the start: what is measured is what is saved
-            narrow = self._figure((_NARROW_IN, self.size[1]), dpi=_DPI)
-            laid_out = _fit_narrow(narrow, _axes_height(wide))
-            self.png, self.narrow_png = png, _png(narrow, laid_out)
+            png, height = _png(wide), _axes_height(wide)
+            narrow = self._figure((_NARROW_IN, self.size[1])) if self.panels else wide
+            narrow.set_size_inches(_NARROW_IN, self.size[1])
+            narrow.set_dpi(_DPI)  # measured at the PNG's dpi: what is measured is saved
+            _fit_narrow(narrow, height)
+            self.png, self.narrow_png = png, _png(narrow, laid_out=True)
         except Exception as exc:  # one broken figure must not hide the rest of the report
             warnings.warn(f"report figure {self.name!r} failed: {type(exc).__name__}: {exc}",
                           ReportWarning, stacklevel=2)
@@ -108,24 +115,24 @@ class ReportFigure:
             self.draw = None
         return self
 
-    def _figure(self, size: tuple[float, float], dpi: float | None = None) -> Any:
+    def _figure(self, size: tuple[float, float]) -> Any:
         # matplotlib is imported on the first figure only: reading a run folder
         # (and importing memsim) must not pay for it
         from matplotlib.figure import Figure
 
-        fig = Figure(figsize=size, dpi=dpi, layout="constrained")
+        fig = Figure(figsize=size, layout="constrained")
         self.draw(fig if self.panels else fig.add_subplot())
         return fig
 
 
-def _png(fig: Any, laid_out: bool = False) -> bytes:
+def _png(fig: Any, *, laid_out: bool = False) -> bytes:
     """The figure as PNG bytes at _DPI; ``laid_out``: the figure is at _DPI and
-    its layout is done, so it is only rendered (savefig lays it out again)."""
+    laid out already (:func:`_fit_narrow`), so it is only rendered (savefig
+    would lay it out again, which costs about as much as rendering it)."""
     buf = io.BytesIO()
     if laid_out:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-        fig.set_layout_engine("none")  # keeps the positions of the last layout
         FigureCanvasAgg(fig).print_png(buf)
     else:
         fig.savefig(buf, format="png", dpi=_DPI)
@@ -139,7 +146,7 @@ def _axes_height(fig: Any) -> float:
         * fig.get_figheight()
 
 
-def _fit_narrow(fig: Any, axes_height: float) -> bool:
+def _fit_narrow(fig: Any, axes_height: float) -> None:
     """Fit a figure drawn for a wide screen to its narrow width, text sizes
     unchanged.
 
@@ -148,13 +155,9 @@ def _fit_narrow(fig: Any, axes_height: float) -> bool:
     entry a row if three a row are too wide); x tick labels that overlap turn
     30 degrees; and the figure grows taller until its plots have at least
     ``axes_height`` inches (the wide figure's), so that narrowing never
-    squeezes a plot. Each layout pass costs about as much as rendering the
-    figure, so there are as few as can be: one when nothing needs moving.
-
-    Returns
-    -------
-    bool
-        Whether the figure's last layout still holds (it did not grow).
+    squeezes a plot. The figure is left laid out, its layout engine off, to
+    be rendered as it is. Each layout pass costs about as much as rendering
+    the figure, so there are as few as can be: one when nothing needs moving.
     """
     for t in [*fig.texts, *(x for ax in fig.axes
                             for x in (ax.title, ax.xaxis.label, ax.yaxis.label))]:
@@ -198,8 +201,8 @@ def _fit_narrow(fig: Any, axes_height: float) -> bool:
     short = axes_height - _axes_height(fig)
     if short > 0.01:
         fig.set_figheight(fig.get_figheight() + short)
-        return False
-    return True
+        layout(fig)
+    fig.set_layout_engine("none")  # rendering keeps the positions of the last layout
 
 
 @dataclass
