@@ -244,6 +244,58 @@ def test_a_figure_that_fails_at_the_narrow_width_is_reported_as_failed():
     assert f.png == b"" and f.narrow_png == b"" and f.draw is None
 
 
+def _crowded(ax):
+    """A plot that does not fit 4.5 in as drawn for 7.5 in: a long title, a
+    legend of long entries inside the Axes, long category labels."""
+    x = np.arange(12)
+    for k in range(4):
+        ax.plot(x, np.sin(x / (k + 2)), label=f"policy-with-a-long-name-{k} (30 d: 0.21, "
+                                              "180 d: 1e-04, 365 d: 7e-09)")
+    ax.legend(fontsize=plots.SMALLEST_PT)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"bucket {k}-{k + 1} d" for k in x], fontsize=plots.SMALLEST_PT)
+    ax.set_title("A title long enough to run off a narrow figure on both its sides at once")
+
+
+def test_a_narrow_figure_keeps_its_text_inside_and_its_plot_as_tall(monkeypatch):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
+    from matplotlib.text import Text
+    from memsim.reporting.report import ReportFigure
+
+    wide = Figure(figsize=(7.5, 4.2), layout="constrained")
+    _crowded(wide.add_subplot())
+    wide.draw_without_rendering()
+    wide_plot = wide.axes[0].get_position().height * 4.2
+    printed = []
+    draw = FigureCanvasAgg.draw
+
+    def keep(canvas):
+        printed.append(canvas.figure)  # the wide figure, then the narrow one
+        return draw(canvas)
+
+    monkeypatch.setattr(FigureCanvasAgg, "draw", keep)
+    f = ReportFigure("crowded", "Crowded", "caption", draw=_crowded).render()
+    assert f.error == "" and f.narrow_png
+    fig = printed[-1]
+    assert fig.get_figwidth() == 4.5 and fig.get_figheight() >= 4.2
+    # as drawn, it did not fit: the title and the legend were wider than the plot
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.findobj(Legend)) == 1
+    box = fig.bbox
+    for t in fig.findobj(Text):
+        if t.get_visible() and t.get_text().strip():
+            b = t.get_window_extent()
+            assert box.x0 - 1 <= b.x0 and b.x1 <= box.x1 + 1, t.get_text()
+            assert box.y0 - 1 <= b.y0 and b.y1 <= box.y1 + 1, t.get_text()
+    labels = sorted((lab.get_window_extent() for lab in ax.get_xticklabels()), key=lambda b: b.x0)
+    assert not any(a.overlaps(b) for a, b in zip(labels, labels[1:]))
+    assert ax.get_position().height * fig.get_figheight() >= wide_plot - 0.02
+    png = mpimg.imread(io.BytesIO(f.narrow_png))
+    assert png.shape[1] == 495 and png.shape[0] == round(fig.get_figheight() * 110)
+
+
 def test_plain_report_content(plain_run):
     p = plain_run.path
     md = (p / "report.md").read_text(encoding="utf-8")

@@ -37,6 +37,7 @@ import json
 import math
 import re
 import shlex
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,58 +152,87 @@ def _fit_narrow(fig: Any, axes_height: float) -> None:
     unchanged.
 
     Titles and axis labels wrap at spaces where they would stick out of the
-    figure; a legend that is not inside its Axes goes below the figure (one
-    entry a row if three a row are too wide); x tick labels that overlap turn
-    30 degrees; and the figure grows taller until its plots have at least
-    ``axes_height`` inches (the wide figure's), so that narrowing never
-    squeezes a plot. The figure is left laid out, its layout engine off, to
-    be rendered as it is. Each layout pass costs about as much as rendering
-    the figure, so there are as few as can be: one when nothing needs moving.
+    figure; a legend that is not inside its Axes goes below the figure
+    (:func:`_legend_below`); overlapping x tick labels turn
+    (:func:`_turn_tick_labels`); and the figure's height is set so that its
+    plots have ``axes_height`` inches (the wide figure's), but never below
+    its wide height, so that narrowing never squeezes a plot. The figure is
+    left laid out, its layout engine off, to be rendered as it is. Each
+    layout pass costs about as much as rendering the figure, so there are as
+    few as can be: one when nothing needs changing.
     """
     for t in [*fig.texts, *(x for ax in fig.axes
                             for x in (ax.title, ax.xaxis.label, ax.yaxis.label))]:
         t.set_wrap(True)  # a text that fits stays on one line
     layout = fig.get_layout_engine().execute  # places everything, draws nothing
     layout(fig)
-
-    def sticks_out(artist: Any, frame: Any) -> bool:
-        b = artist.get_window_extent()
-        return (b.x0 < frame.x0 + 1 or b.x1 > frame.x1 - 1 or b.y0 < frame.y0 + 1
-                or b.y1 > frame.y1 - 1)
-
-    def below(leg: Any, ncols: int) -> Any:
-        # a legend's columns are fixed when it is made: moving it is making it anew
-        labels = [t.get_text() for t in leg.texts]
-        size = leg.texts[0].get_fontsize() if leg.texts else None
-        leg.remove()
-        return fig.legend(leg.legend_handles, labels, loc="outside lower center",
-                          ncols=min(len(labels), ncols), fontsize=size)
-
-    moved = [below(ax.get_legend(), 3) for ax in fig.axes
-             if ax.get_legend() is not None and ax.get_legend().get_visible()
-             and sticks_out(ax.get_legend(), ax.bbox)]
-    turned = []
+    lowest, changed = fig.get_figheight(), False
     for ax in fig.axes:
-        labs = sorted((lab.get_window_extent() for lab in ax.get_xticklabels()
-                       if lab.get_visible() and lab.get_text().strip()), key=lambda b: b.x0)
-        if any(a.x1 + 2 > b.x0 for a, b in zip(labs, labs[1:])):
-            turned.append(ax)
-            ax.tick_params(axis="x", labelrotation=30)
-            for lab in ax.get_xticklabels():
-                lab.set_horizontalalignment("right")
-                lab.set_rotation_mode("anchor")
-    if moved or turned:
-        layout(fig)
-        too_wide = [leg for leg in moved if sticks_out(leg, fig.bbox)]
-        for leg in too_wide:
-            below(leg, 1)
-        if too_wide:
+        leg = ax.get_legend()
+        if leg is not None and leg.get_visible() and _sticks_out(leg, ax.bbox):
+            leg = _legend_below(fig, leg)
+            # room for it before the next layout, which would collapse without
+            fig.set_figheight(fig.get_figheight() + leg.get_window_extent().height / fig.dpi)
+            changed = True
+        changed = _turn_tick_labels(ax) or changed
+    for _ in range(3):  # a layout short of room keeps the old positions: measure again
+        if changed:
             layout(fig)
-    short = axes_height - _axes_height(fig)
-    if short > 0.01:
-        fig.set_figheight(fig.get_figheight() + short)
+        height = max(lowest, fig.get_figheight() + axes_height - _axes_height(fig))
+        if abs(height - fig.get_figheight()) <= 0.01:
+            break
+        fig.set_figheight(height)
+        changed = True
+    else:
         layout(fig)
     fig.set_layout_engine("none")  # rendering keeps the positions of the last layout
+
+
+def _sticks_out(artist: Any, frame: Any) -> bool:
+    b = artist.get_window_extent()
+    return b.x0 < frame.x0 + 1 or b.x1 > frame.x1 - 1 or b.y0 < frame.y0 + 1 \
+        or b.y1 > frame.y1 - 1
+
+
+def _legend_below(fig: Any, leg: Any) -> Any:
+    """Move an Axes' legend below the figure: three entries a row, one if
+    that is wider than the figure, its labels wrapped at spaces if one is
+    still too wide (a legend's columns are fixed when it is made, so moving
+    it is making it anew)."""
+    handles, labels = leg.legend_handles, [t.get_text() for t in leg.texts]
+    size = leg.texts[0].get_fontsize() if leg.texts else None
+    room = fig.bbox.width - 4
+    for ncols in (3, 1, 1):
+        leg.remove()
+        leg = fig.legend(handles, labels, loc="outside lower center",
+                         ncols=min(len(labels), ncols), fontsize=size)
+        width = leg.get_window_extent().width
+        if width <= room:
+            break
+        if ncols == 1:
+            text = max(t.get_window_extent().width for t in leg.texts)
+            chars = max(len(x) for x in labels) * (room - width + text) / text
+            labels = [textwrap.fill(x, max(12, int(chars)), break_long_words=False)
+                      for x in labels]
+    return leg
+
+
+def _turn_tick_labels(ax: Any) -> bool:
+    """Turn an Axes' x tick labels where they overlap: 30 degrees if that
+    parts them, else upright; whether they overlapped."""
+    boxes = sorted((lab.get_window_extent() for lab in ax.get_xticklabels()
+                    if lab.get_visible() and lab.get_text().strip()), key=lambda b: b.x0)
+    pairs = list(zip(boxes, boxes[1:]))
+    if not any(a.x1 + 2 > b.x0 for a, b in pairs):
+        return False
+    step = min((b.x0 + b.x1 - a.x0 - a.x1) / 2 for a, b in pairs)
+    # labels turned by an angle stand step * sin(angle) apart
+    angle = 30 if step * 0.5 >= max(b.height for b in boxes) + 2 else 90
+    ax.tick_params(axis="x", labelrotation=angle)
+    for lab in ax.get_xticklabels():
+        lab.set_horizontalalignment("right" if angle < 90 else "center")
+        lab.set_rotation_mode("anchor" if angle < 90 else "default")
+    return True
 
 
 @dataclass
