@@ -155,8 +155,9 @@ def _fit_narrow(fig: Any, axes_height: float) -> None:
     figure; a legend that is not inside its Axes goes below the figure
     (:func:`_legend_below`); overlapping x tick labels turn
     (:func:`_turn_tick_labels`); and the figure's height is set so that its
-    plots have ``axes_height`` inches (the wide figure's), but never below
-    its wide height, so that narrowing never squeezes a plot. The figure is
+    plots have ``axes_height`` inches (the wide figure's) give or take a
+    tenth, but never below its wide height, so that narrowing never squeezes
+    a plot. The figure is
     left laid out, its layout engine off, to be rendered as it is. Each
     layout pass costs about as much as rendering the figure, so there are as
     few as can be: one when nothing needs changing.
@@ -179,8 +180,8 @@ def _fit_narrow(fig: Any, axes_height: float) -> None:
         if changed:
             layout(fig)
         height = max(lowest, fig.get_figheight() + axes_height - _axes_height(fig))
-        if abs(height - fig.get_figheight()) <= 0.01:
-            break
+        if abs(height - fig.get_figheight()) <= 0.1 * axes_height:
+            break  # near enough: another layout pass is not worth its time
         fig.set_figheight(height)
         changed = True
     else:
