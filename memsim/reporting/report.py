@@ -157,10 +157,9 @@ def _fit_narrow(fig: Any, axes_height: float) -> None:
     (:func:`_turn_tick_labels`); and the figure's height is set so that its
     plots have ``axes_height`` inches (the wide figure's) give or take a
     tenth, but never below its wide height, so that narrowing never squeezes
-    a plot. The figure is
-    left laid out, its layout engine off, to be rendered as it is. Each
-    layout pass costs about as much as rendering the figure, so there are as
-    few as can be: one when nothing needs changing.
+    a plot. The figure is left laid out, its layout engine off, to be
+    rendered as it is. Each layout pass costs about as much as rendering the
+    figure, so there are as few as can be: one when nothing needs changing.
     """
     for t in [*fig.texts, *(x for ax in fig.axes
                             for x in (ax.title, ax.xaxis.label, ax.yaxis.label))]:
