@@ -175,8 +175,8 @@ def test_report_html_is_self_contained(run_dir):
     text = (run_dir / "report.html").read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in text
     assert "<script" not in text.lower()
-    # no resource from outside the file: every src / href is a data: URI
-    for attr in re.findall(r'\s(?:src|href)="([^"]*)"', text):
+    # no resource from outside the file: every src / srcset / href is a data: URI
+    for attr in re.findall(r'\s(?:src|srcset|href)="([^"]*)"', text):
         assert attr.startswith("data:"), attr
     assert "could not be drawn" not in text
 
@@ -204,6 +204,97 @@ def test_every_embedded_figure_is_a_decodable_image(run_dir):
     assert len(refs) == len(images)
     for ref in refs:  # the Markdown's figures exist and decode too
         assert mpimg.imread(run_dir / ref).ndim == 3
+
+
+@pytest.mark.parametrize("run_dir", ALL_RUNS, indirect=True)
+def test_every_drawn_figure_has_a_narrow_rendering_for_small_screens(run_dir):
+    text = (run_dir / "report.html").read_text(encoding="utf-8")
+    figures = dict(re.findall(r'<figure id="fig-([^"]+)">(.*?)<figcaption>', text))
+    drawn = {n: body for n, body in figures.items() if not n.startswith("sweep_optuna_")}
+    assert drawn, "the report draws no figure"
+    for name, body in drawn.items():
+        m = re.fullmatch(r'<picture><source media="\(max-width:\d+px\)" '
+                         r'srcset="data:image/png;base64,([^"]+)">'
+                         r'<img src="data:image/png;base64,([^"]+)" alt="[^"]*"></picture>', body)
+        assert m, f"{name}: {body[:200]}"
+        narrow, wide = (mpimg.imread(io.BytesIO(base64.b64decode(b))) for b in m.groups())
+        # 4.5 and 7.5 in at 110 dpi
+        assert (narrow.shape[1], wide.shape[1]) == (495, 825), name
+        assert np.ptp(narrow[..., :3]) > 0, name
+        # figures/ (and report.md) hold the wide rendering only
+        assert mpimg.imread(run_dir / "figures" / f"{name}.png").shape == wide.shape, name
+    # a PNG that memsim did not draw has no narrow rendering
+    for name, body in figures.items():
+        if name.startswith("sweep_optuna_"):
+            assert body.startswith("<img ") and "srcset" not in body, name
+
+
+def test_a_figure_that_fails_at_the_narrow_width_is_reported_as_failed():
+    from memsim.core.errors import ReportWarning
+    from memsim.reporting.report import ReportFigure
+
+    def draw(fig):  # a figure of panels is drawn anew at the narrow width
+        fig.add_subplot().plot([0, 1], [0, 1])
+        if fig.get_figwidth() < 6:
+            raise ValueError("too narrow")
+
+    with pytest.warns(ReportWarning, match="too narrow"):
+        f = ReportFigure("x", "X", "caption", draw=draw, panels=True).render()
+    assert f.error == "ValueError: too narrow"
+    assert f.png == b"" and f.narrow_png == b"" and f.draw is None
+
+
+def _crowded(ax):
+    """A plot that does not fit 4.5 in as drawn for 7.5 in: a long title, a
+    legend of long entries inside the Axes, long category labels."""
+    x = np.arange(12)
+    for k in range(4):
+        ax.plot(x, np.sin(x / (k + 2)), label=f"policy-with-a-long-name-{k} (30 d: 0.21, "
+                                              "180 d: 1e-04, 365 d: 7e-09)")
+    ax.legend(fontsize=plots.SMALLEST_PT)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"bucket {k}-{k + 1} d" for k in x], fontsize=plots.SMALLEST_PT)
+    ax.set_title("A title long enough to run off a narrow figure on both its sides at once")
+
+
+def test_a_narrow_figure_keeps_its_text_inside_and_its_plot_as_tall(monkeypatch):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
+    from matplotlib.text import Text
+    from memsim.reporting.report import ReportFigure
+
+    wide = Figure(figsize=(7.5, 4.2), layout="constrained")
+    _crowded(wide.add_subplot())
+    wide.draw_without_rendering()
+    wide_plot = wide.axes[0].get_position().height * 4.2
+    printed = []
+    draw = FigureCanvasAgg.draw
+
+    def keep(canvas):
+        printed.append(canvas.figure)  # the wide figure, then the narrow one
+        return draw(canvas)
+
+    monkeypatch.setattr(FigureCanvasAgg, "draw", keep)
+    f = ReportFigure("crowded", "Crowded", "caption", draw=_crowded).render()
+    assert f.error == "" and f.narrow_png
+    fig = printed[-1]
+    assert fig.get_figwidth() == 4.5 and fig.get_figheight() >= 4.2
+    # as drawn, it did not fit: the title and the legend were wider than the plot
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.findobj(Legend)) == 1
+    box = fig.bbox
+    for t in fig.findobj(Text):
+        if t.get_visible() and t.get_text().strip():
+            b = t.get_window_extent()
+            assert box.x0 - 1 <= b.x0 and b.x1 <= box.x1 + 1, t.get_text()
+            assert box.y0 - 1 <= b.y0 and b.y1 <= box.y1 + 1, t.get_text()
+    labels = sorted((lab.get_window_extent() for lab in ax.get_xticklabels()), key=lambda b: b.x0)
+    assert not any(a.overlaps(b) for a, b in zip(labels, labels[1:]))
+    # the figure grew: its plot is as tall as the wide one's, give or take a tenth
+    assert ax.get_position().height * fig.get_figheight() >= 0.9 * wide_plot
+    png = mpimg.imread(io.BytesIO(f.narrow_png))
+    assert png.shape[1] == 495 and png.shape[0] == round(fig.get_figheight() * 110)
 
 
 def test_plain_report_content(plain_run):
@@ -647,7 +738,7 @@ def test_figure_functions_return_axes(budget_run, plain_run):
 
 
 # ---------------------------------------------------------------------------
-# Layout: no horizontal overflow at 1400 px, readable figures at 420 px
+# Layout: no horizontal overflow at 1400 px; at 420 px figures fit, text still 9 px
 # ---------------------------------------------------------------------------
 
 
@@ -687,7 +778,7 @@ def full_sweep_run(sweep_only_run, tmp_path_factory):
 
 _LAYOUT = """<script>
 window.addEventListener("load", function () {
-  var w = window.innerWidth, wide = [], clipped = [], scales = [];
+  var w = window.innerWidth, wide = [], clipped = [], scales = [], shown = [];
   function scrolls(e) {  // inside a box that scrolls sideways on its own
     for (var p = e.parentElement; p && p !== document.body; p = p.parentElement) {
       var o = getComputedStyle(p).overflowX;
@@ -708,8 +799,15 @@ window.addEventListener("load", function () {
     var im = document.images[k];
     scales.push((im.getBoundingClientRect().width / im.naturalWidth).toFixed(4));
   }
+  var figs = document.querySelectorAll("figure");  // PNG px : shown px : its box's px
+  for (var f = 0; f < figs.length; f++) {
+    var fi = figs[f].querySelector("img");
+    if (fi) shown.push(fi.naturalWidth + ":" + fi.getBoundingClientRect().width.toFixed(1)
+                       + ":" + figs[f].clientWidth);
+  }
   REPORT("inner=" + w + "|scroll=" + document.documentElement.scrollWidth + "|wide="
-         + wide.join(",") + "|clipped=" + clipped.join(",") + "|scales=" + scales.join(",")REPORTED);
+         + wide.join(",") + "|clipped=" + clipped.join(",") + "|scales=" + scales.join(",")
+         + "|figures=" + shown.join(",")REPORTED);
 });
 </script>"""
 
@@ -769,6 +867,7 @@ def test_report_at_1400px_has_no_horizontal_overflow(run_dir, plain_run, full_sw
     assert m["clipped"] == "", m
     # figures at their own size (825 px for 7.5 in at 110 dpi), not stretched
     assert all(abs(float(s) - 1.0) < 0.01 for s in m["scales"].split(",")), m
+    assert all(f.split(":")[0] == str(round(7.5 * 110)) for f in m["figures"].split(",")), m
 
 
 @needs_chromium
@@ -783,16 +882,25 @@ def test_report_at_420px_keeps_figure_text_at_9px(run_dir, plain_run, full_sweep
     smallest_px = plots.SMALLEST_PT * 110 / 72
     for s in m["scales"].split(","):
         assert float(s) * smallest_px >= 9.0, m["scales"]
+    # each figure is its narrow PNG (4.5 in at 110 dpi), shown whole: no figure
+    # box scrolls sideways
+    figures = [tuple(map(float, f.split(":"))) for f in m["figures"].split(",")]
+    assert figures, m
+    for natural, shown, box in figures:
+        assert shown <= box + 0.5, m["figures"]
+        assert natural == round(4.5 * 110), m["figures"]
+        assert shown / natural * smallest_px >= 9.0, m["figures"]
 
 
 def test_figure_text_is_never_smaller_than_9pt(plain_run, full_sweep_run, tmp_path,
                                                monkeypatch):
-    """Every text of every figure the report draws is at least SMALLEST_PT."""
+    """Every text of every figure the report draws (wide and narrow) is at
+    least SMALLEST_PT."""
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
     sizes: dict[str, float] = {}
-    save = Figure.savefig
+    save = Figure.draw  # savefig and a render without savefig both draw
 
     def recording(fig, *a, **kw):
         out = save(fig, *a, **kw)
@@ -801,7 +909,7 @@ def test_figure_text_is_never_smaller_than_9pt(plain_run, full_sweep_run, tmp_pa
                 sizes[t.get_text()] = t.get_fontsize()
         return out
 
-    monkeypatch.setattr(Figure, "savefig", recording)
+    monkeypatch.setattr(Figure, "draw", recording)
     for src in (plain_run.path, full_sweep_run):
         dst = tmp_path / src.name
         shutil.copytree(src, dst)

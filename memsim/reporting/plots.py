@@ -1073,11 +1073,11 @@ def plot_slice(df: pd.DataFrame, fig=None, label: str | None = None) -> list:
 
     Log-scale parameters get a log axis with a few plain-number ticks; long
     dotted keys are wrapped at their dots; categories are spread over their
-    column. Draws on ``fig`` (a new figure when None, two panels a row) and
-    returns the list of Axes.
+    column. Draws on ``fig`` (a new figure when None) two panels a row, one
+    on a figure narrower than 6 in, and returns the list of Axes.
     """
     params = list(dict.fromkeys(df["param"])) if len(df) else []
-    ncols = max(1, min(2, len(params)))
+    ncols = max(1, min(2 if fig is None or fig.get_figwidth() >= 6 else 1, len(params)))
     nrows = max(1, math.ceil(len(params) / ncols))
     if fig is None:
         import matplotlib.pyplot as plt

@@ -37,6 +37,7 @@ import json
 import math
 import re
 import shlex
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,11 @@ from memsim.reporting.stats import (N_BOOT, SEED, column_decimals, format_ci, fo
 __all__ = ["build_report", "ReportFigure"]
 
 _DPI = 110
+#: Every figure is drawn twice: this wide (inches) and, for small screens,
+#: this narrow, at the same dpi and text sizes (see the layout note at _CSS).
+_WIDE_IN, _NARROW_IN = 7.5, 4.5
+#: The widest screen (CSS px) that is shown the narrow renderings.
+_NARROW_SCREEN_PX = 640
 
 
 @dataclass
@@ -66,7 +72,10 @@ class ReportFigure:
 
     Figures are described while the report's content is built and drawn
     afterwards, all in one pass (:meth:`render`), so that building a report
-    can say how many figures are left.
+    can say how many figures are left. Each is drawn ``size`` inches (``png``:
+    wide screens, ``figures/``, report.md) and again 4.5 in wide, as tall as
+    it needs (``narrow_png``: small screens, in report.html only); a PNG read
+    from elsewhere has no narrow rendering.
     """
 
     name: str
@@ -75,25 +84,30 @@ class ReportFigure:
     png: bytes = b""
     error: str = ""
     draw: Callable[[Any], Any] | None = field(default=None, repr=False, compare=False)
-    size: tuple[float, float] = (7.5, 4.2)
+    size: tuple[float, float] = (_WIDE_IN, 4.2)
     panels: bool = False
+    narrow_png: bytes = b""
 
     def render(self) -> ReportFigure:
-        """Draw the figure on a fresh Figure (no pyplot state) and keep its PNG
+        """Draw the figure on a fresh Figure (no pyplot state), save it, make
+        it narrow (:func:`_fit_narrow`) and save it again, keeping both PNGs'
         bytes; a figure that fails keeps its error and warns, and the rest of
-        the report stands."""
+        the report stands.
+
+        A single-Axes figure is narrowed as it is, resized (its data are not
+        computed twice); a figure of panels is drawn anew at the narrow width,
+        which may arrange its panels otherwise (:func:`plots.plot_slice`).
+        """
         if self.draw is None or self.png or self.error:
             return self
-        # matplotlib is imported on the first figure only: reading a run folder
-        # (and importing memsim) must not pay for it
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=self.size, layout="constrained")
         try:
-            self.draw(fig if self.panels else fig.add_subplot())
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=_DPI)
-            self.png = buf.getvalue()
+            wide = self._figure(self.size)
+            png, height = _png(wide), _axes_height(wide)
+            narrow = self._figure((_NARROW_IN, self.size[1])) if self.panels else wide
+            narrow.set_size_inches(_NARROW_IN, self.size[1])
+            narrow.set_dpi(_DPI)  # measured at the PNG's dpi: what is measured is saved
+            _fit_narrow(narrow, height)
+            self.png, self.narrow_png = png, _png(narrow, laid_out=True)
         except Exception as exc:  # one broken figure must not hide the rest of the report
             warnings.warn(f"report figure {self.name!r} failed: {type(exc).__name__}: {exc}",
                           ReportWarning, stacklevel=2)
@@ -101,6 +115,124 @@ class ReportFigure:
         finally:
             self.draw = None
         return self
+
+    def _figure(self, size: tuple[float, float]) -> Any:
+        # matplotlib is imported on the first figure only: reading a run folder
+        # (and importing memsim) must not pay for it
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=size, layout="constrained")
+        self.draw(fig if self.panels else fig.add_subplot())
+        return fig
+
+
+def _png(fig: Any, *, laid_out: bool = False) -> bytes:
+    """The figure as PNG bytes at _DPI; ``laid_out``: the figure is at _DPI and
+    laid out already (:func:`_fit_narrow`), so it is only rendered (savefig
+    would lay it out again, which costs about as much as rendering it)."""
+    buf = io.BytesIO()
+    if laid_out:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig).print_png(buf)
+    else:
+        fig.savefig(buf, format="png", dpi=_DPI)
+    return buf.getvalue()
+
+
+def _axes_height(fig: Any) -> float:
+    """Inches of plot: the heights of the figure's visible Axes, added up (as
+    laid out by its last draw)."""
+    return sum(ax.get_position().height for ax in fig.axes if ax.get_visible()) \
+        * fig.get_figheight()
+
+
+def _fit_narrow(fig: Any, axes_height: float) -> None:
+    """Fit a figure drawn for a wide screen to its narrow width, text sizes
+    unchanged.
+
+    Titles and axis labels wrap at spaces where they would stick out of the
+    figure; a legend that is not inside its Axes goes below the figure
+    (:func:`_legend_below`); overlapping x tick labels turn
+    (:func:`_turn_tick_labels`); and the figure's height is set so that its
+    plots have ``axes_height`` inches (the wide figure's) give or take a
+    tenth, but never below its wide height, so that narrowing never squeezes
+    a plot. The figure is left laid out, its layout engine off, to be
+    rendered as it is. Each layout pass costs about as much as rendering the
+    figure, so there are as few as can be: one when nothing needs changing.
+    """
+    for t in [*fig.texts, *(x for ax in fig.axes
+                            for x in (ax.title, ax.xaxis.label, ax.yaxis.label))]:
+        t.set_wrap(True)  # a text that fits stays on one line
+    layout = fig.get_layout_engine().execute  # places everything, draws nothing
+    layout(fig)
+    lowest, changed = fig.get_figheight(), False
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is not None and leg.get_visible() and _sticks_out(leg, ax.bbox):
+            leg = _legend_below(fig, leg)
+            # room for it before the next layout, which would collapse without
+            fig.set_figheight(fig.get_figheight() + leg.get_window_extent().height / fig.dpi)
+            changed = True
+        changed = _turn_tick_labels(ax) or changed
+    for _ in range(3):  # a layout short of room keeps the old positions: measure again
+        if changed:
+            layout(fig)
+        height = max(lowest, fig.get_figheight() + axes_height - _axes_height(fig))
+        if abs(height - fig.get_figheight()) <= 0.1 * axes_height:
+            break  # near enough: another layout pass is not worth its time
+        fig.set_figheight(height)
+        changed = True
+    else:
+        layout(fig)
+    fig.set_layout_engine("none")  # rendering keeps the positions of the last layout
+
+
+def _sticks_out(artist: Any, frame: Any) -> bool:
+    b = artist.get_window_extent()
+    return b.x0 < frame.x0 + 1 or b.x1 > frame.x1 - 1 or b.y0 < frame.y0 + 1 \
+        or b.y1 > frame.y1 - 1
+
+
+def _legend_below(fig: Any, leg: Any) -> Any:
+    """Move an Axes' legend below the figure: three entries a row, one if
+    that is wider than the figure, its labels wrapped at spaces if one is
+    still too wide (a legend's columns are fixed when it is made, so moving
+    it is making it anew)."""
+    handles, labels = leg.legend_handles, [t.get_text() for t in leg.texts]
+    size = leg.texts[0].get_fontsize() if leg.texts else None
+    room = fig.bbox.width - 4
+    for ncols in (3, 1, 1):
+        leg.remove()
+        leg = fig.legend(handles, labels, loc="outside lower center",
+                         ncols=min(len(labels), ncols), fontsize=size)
+        width = leg.get_window_extent().width
+        if width <= room:
+            break
+        if ncols == 1:
+            text = max(t.get_window_extent().width for t in leg.texts)
+            chars = max(len(x) for x in labels) * (room - width + text) / text
+            labels = [textwrap.fill(x, max(12, int(chars)), break_long_words=False)
+                      for x in labels]
+    return leg
+
+
+def _turn_tick_labels(ax: Any) -> bool:
+    """Turn an Axes' x tick labels where they overlap: 30 degrees if that
+    parts them, else upright; whether they overlapped."""
+    boxes = sorted((lab.get_window_extent() for lab in ax.get_xticklabels()
+                    if lab.get_visible() and lab.get_text().strip()), key=lambda b: b.x0)
+    pairs = list(zip(boxes, boxes[1:]))
+    if not any(a.x1 + 2 > b.x0 for a, b in pairs):
+        return False
+    step = min((b.x0 + b.x1 - a.x0 - a.x1) / 2 for a, b in pairs)
+    # labels turned by an angle stand step * sin(angle) apart
+    angle = 30 if step * 0.5 >= max(b.height for b in boxes) + 2 else 90
+    ax.tick_params(axis="x", labelrotation=angle)
+    for lab in ax.get_xticklabels():
+        lab.set_horizontalalignment("right" if angle < 90 else "center")
+        lab.set_rotation_mode("anchor" if angle < 90 else "default")
+    return True
 
 
 @dataclass
@@ -1187,10 +1319,15 @@ def _optuna_pngs(sdir: Path) -> list[Any]:
 # paired tests, one column per statistic) fits at 1400 px; headers and cells
 # wrap at spaces, and a table scrolls (inside its own box, never the page)
 # only when the window is narrower than it. Figures are drawn 7.5 in wide
-# (825 px) with text of at least 9 pt (plots.SMALLEST_PT): they are shown at
-# their own size, shrunk to the page, but never below 560 px, where their
-# smallest text is still 9 CSS px; on a narrower screen a figure scrolls
-# sideways inside its box.
+# (825 px) with text of at least 9 pt (plots.SMALLEST_PT, 13.75 px at 110 dpi):
+# they are shown at their own size, shrunk to the page, but never below 560 px,
+# where their smallest text is still 9 CSS px. A screen at most 640 px wide
+# (where the page may be narrower than 560 px) gets each figure's narrow
+# rendering instead (a <picture> source): 4.5 in (495 px), the same text sizes,
+# shown at its own size or shrunk to the page, never below 330 px (text still
+# 9 CSS px); so from 350 px up no figure scrolls sideways, and below that one
+# scrolls inside its box. A PNG without a narrow rendering (Optuna's) is shrunk
+# the same way on such a screen.
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;
 max-width:1240px;padding:0 1em;color:#222;line-height:1.45;font-size:16px}
@@ -1205,14 +1342,16 @@ table.cmp td:nth-child(-n+2){text-align:left}
 .better{color:#1a7f37;font-weight:bold}.worse{color:#c62828;font-weight:bold}
 .warn{background:#fff3cd;border:1px solid #e0c060;padding:.6em;margin:1em 0}
 figure{margin:1.4em 0;overflow-x:auto}
-figure img{display:block;width:auto;max-width:100%;min-width:560px;height:auto;
-border:1px solid #eee}
+figure picture{display:block}
+figure img{display:block;box-sizing:border-box;width:auto;max-width:100%;min-width:560px;
+height:auto;border:1px solid #eee}
 figcaption{font-size:.88em;color:#444;max-width:800px}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.8em}
 .muted{color:#666;font-size:.88em}
 .scroll{overflow-x:auto;max-width:100%}.ci{color:#555;font-size:.9em;white-space:nowrap}
 @media (max-width:600px){body{margin:1em auto;padding:0 .6em}table{font-size:.8em}}
 """
+_CSS += f"@media (max-width:{_NARROW_SCREEN_PX}px){{figure img{{min-width:330px}}}}\n"
 
 
 def _df_html(df: pd.DataFrame) -> str:
@@ -1265,10 +1404,16 @@ def _fig_html(f: ReportFigure) -> str:
     if f.error or not f.png:
         return (f'<div class="warn">Figure "{html.escape(f.title)}" could not be drawn: '
                 f"{html.escape(f.error or 'no image')}</div>")
-    b64 = base64.b64encode(f.png).decode("ascii")
-    return (f'<figure id="fig-{html.escape(f.name)}"><img src="data:image/png;base64,{b64}" '
-            f'alt="{html.escape(f.title)}"><figcaption><b>{html.escape(f.title)}.</b> '
-            f"{html.escape(f.caption)}</figcaption></figure>")
+    img = f'<img src="{_png_uri(f.png)}" alt="{html.escape(f.title)}">'
+    if f.narrow_png:  # a small screen gets the narrow rendering (see _CSS)
+        img = (f'<picture><source media="(max-width:{_NARROW_SCREEN_PX}px)" '
+               f'srcset="{_png_uri(f.narrow_png)}">{img}</picture>')
+    return (f'<figure id="fig-{html.escape(f.name)}">{img}<figcaption>'
+            f"<b>{html.escape(f.title)}.</b> {html.escape(f.caption)}</figcaption></figure>")
+
+
+def _png_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def _to_markdown(rep: _Report) -> str:
