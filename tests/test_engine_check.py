@@ -112,6 +112,18 @@ def test_newest_keeps_an_allowed_note_of_unknown_age_before_those_not_allowed():
     assert (got & allowed).tolist() == [[True, True, False]]
 
 
+def test_candidates_follow_a_new_live_mask_on_the_same_context():
+    """The sets are kept for a context's score and candidates, not past a
+    new live mask (nor for another ranker)."""
+    ctx, _ = _hand_ctx()
+    r = LangChainTimeWeighted(search_k=2, k=2)
+    assert r.candidate_mask(ctx)[0].tolist() == [True, True, False, False, True, True]
+    ctx.live = np.array([[False, True, True, True, True, False]])
+    assert r.candidate_mask(ctx)[0].tolist() == [False, True, True, True, True, False]
+    assert LangChainTimeWeighted(search_k=1, k=1).candidate_mask(ctx)[0].tolist() == [
+        False, True, False, False, True, False]
+
+
 def test_recent_only_documents_get_default_salience():
     ctx, cos = _hand_ctx()
     rec = np.full((1, 6), 0.5)

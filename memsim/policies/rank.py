@@ -665,7 +665,21 @@ class LangChainTimeWeighted(Ranker):
     }
 
     def _sets(self, ctx: ScoringContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(store results, recent window, relevance), each (Q, L)."""
+        """(store results, recent window, relevance), each (Q, L); computed
+        once per context, ranker and live mask (the engine asks for the
+        score and then for the candidates)."""
+        memo = getattr(ctx, "__dict__", None)
+        mask = ctx.live
+        got = None if memo is None else memo.get("_langchain_sets")
+        # the mask itself is held, not its id: a new mask is never taken for it
+        if got is not None and got[0] == self and got[1] is mask:
+            return got[2]
+        sets = self._find_sets(ctx)
+        if memo is not None:
+            memo["_langchain_sets"] = (self, mask, sets)
+        return sets
+
+    def _find_sets(self, ctx: ScoringContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         live = live_mask(ctx)
         order, rel = _index_score_and_relevance(ctx, self.relevance)
         q, n = np.shape(order)
