@@ -11,6 +11,8 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memsim.cli import main as cli_main
 from memsim.engine import Arm, SimSettings, simulate
@@ -58,6 +60,68 @@ def test_candidates_are_the_nearest_and_the_newest():
     r = LangChainTimeWeighted(search_k=2, k=2)
     # nearest 2: notes 0, 1; newest 2: notes 5, 4
     assert r.candidate_mask(ctx)[0].tolist() == [True, True, False, False, True, True]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**6), q=st.integers(1, 4), n=st.integers(1, 60),
+       m=st.integers(0, 70), levels=st.sampled_from([3, 1000]), share=st.floats(0.0, 1.0),
+       nan=st.booleans())
+def test_nearest_and_newest_sets_equal_a_full_sort_of_each_row(seed, q, n, m, levels, share,
+                                                               nan):
+    """The store's ``search_k`` nearest and the ``k`` newest, found without
+    sorting a row, are the first columns of the sorts that define them
+    (stable by score; by allowed, then age, then the higher note row), with
+    many ties (3 distinct values), rows short of allowed notes, NaN scores
+    and non-finite ages."""
+    from memsim.policies.rank import _first_by_row, _top_by_row
+
+    rng = np.random.default_rng(seed)
+    score = rng.integers(0, levels, size=(q, n)).astype(np.float64)
+    age = rng.integers(0, levels, size=(q, n)).astype(np.float64)
+    if nan:
+        score[rng.random((q, n)) < 0.1] = np.nan
+        age[rng.random((q, n)) < 0.05] = np.inf
+        age[rng.random((q, n)) < 0.05] = np.nan
+    allowed = rng.random((q, n)) < share
+    idx = np.broadcast_to(np.sort(rng.choice(10 * n + 10, size=n, replace=False)), (q, n))
+
+    want = np.zeros((q, n), dtype=bool)
+    if m > 0:
+        s = np.where(allowed, score, -np.inf)
+        np.put_along_axis(want, np.argsort(-s, axis=1, kind="stable")[:, :m], True, axis=1)
+    np.testing.assert_array_equal(_top_by_row(score, allowed, m), want & allowed)
+
+    if 0 < m < n:
+        newest = np.zeros((q, n), dtype=bool)
+        np.put_along_axis(newest, np.lexsort((-idx, age, ~allowed), axis=1)[:, :m], True, axis=1)
+        got = _first_by_row(np.where(allowed, age, np.inf), m,
+                            lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c]))
+        np.testing.assert_array_equal(got & allowed, newest & allowed)
+
+
+def test_newest_keeps_an_allowed_note_of_unknown_age_before_those_not_allowed():
+    """A NaN age sorts after every known one but, allowed, before every note
+    that is not: the sort's order, where comparing ages alone would not."""
+    from memsim.policies.rank import _first_by_row
+
+    age = np.array([[1.0, np.nan, 2.0]])
+    allowed = np.array([[True, True, False]])
+    idx = np.arange(3)[None, :]
+    got = _first_by_row(np.where(allowed, age, np.inf), 2,
+                        lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c]))
+    assert (got & allowed).tolist() == [[True, True, False]]
+
+
+def test_candidates_follow_a_new_live_mask_on_the_same_context():
+    """The sets are kept for a context's score and candidates, not past a
+    new live mask (nor for another ranker)."""
+    ctx, _ = _hand_ctx()
+    r = LangChainTimeWeighted(search_k=2, k=2)
+    assert r.candidate_mask(ctx)[0].tolist() == [True, True, False, False, True, True]
+    ctx.live = np.array([[False, True, True, True, True, False]])
+    assert r.candidate_mask(ctx)[0].tolist() == [False, True, True, True, True, False]
+    assert LangChainTimeWeighted(search_k=1, k=1).candidate_mask(ctx)[0].tolist() == [
+        False, True, False, False, True, False]
 
 
 def test_recent_only_documents_get_default_salience():

@@ -335,6 +335,30 @@ def test_weighted_sum_is_normalised_per_query(q, n, data):
             assert np.all(vals == 0.5)
 
 
+@FAST
+@given(q=st.integers(1, 4), n=st.integers(0, 12), seed=st.integers(0, 10**6),
+       special=st.booleans(), one_row=st.booleans())
+def test_minmax_normalise_is_the_formula_row_by_row(q, n, seed, special, one_row):
+    """Each row, over its live columns: ``(x - min) / (max - min)``, 0.5
+    when they are all equal (or none varies: an infinite or NaN spread),
+    0 where not live; the same floats as the formula written per row, with
+    ties, infinities, NaN and a live mask shared by every row."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 3, (q, n)).astype(float) + rng.normal(size=(q, n)) * (seed % 2)
+    if special and n:
+        x[rng.random((q, n)) < 0.2] = rng.choice([np.nan, np.inf, -np.inf])
+    live = rng.random((1 if one_row else q, n)) < rng.random()
+    got = minmax_normalise(x, live)
+    every = np.broadcast_to(live, (q, n))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for r in range(q):
+            v = x[r][every[r]]
+            lo, hi = (v.min(), v.max()) if len(v) else (np.inf, -np.inf)
+            want = (x[r] - lo) / (hi - lo) if hi - lo > 0 else np.full(n, 0.5)
+            want = np.where(every[r], want, 0.0)
+            assert np.array_equal(got[r], want, equal_nan=True)
+
+
 def test_generative_agents_all_equal_terms_score_half():
     ctx = ArrayContext(t=0.0, created_at=[0.0, 0.0, 0.0], similarity=[[0.3, 0.3, 0.3]])
     policy = resolve_policy({"preset": "generative-agents"}, "ga")

@@ -202,16 +202,19 @@ def minmax_normalise(x: np.ndarray, live: np.ndarray | None) -> np.ndarray:
     Columns that are not live get 0 (they are masked by the engine anyway).
     """
     x = np.asarray(x, dtype=np.float64)
-    if live is None:
-        live = np.ones(x.shape, dtype=bool)
-    live = np.broadcast_to(live, x.shape)
+    live = np.ones(x.shape, dtype=bool) if live is None else np.broadcast_to(live, x.shape)
     # initial=: a batch over an empty store has rows of no columns
-    lo = np.min(np.where(live, x, np.inf), axis=1, keepdims=True, initial=np.inf)
-    hi = np.max(np.where(live, x, -np.inf), axis=1, keepdims=True, initial=-np.inf)
-    rng = hi - lo
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(rng > 0, (x - lo) / np.where(rng > 0, rng, 1.0), 0.5)
-    return np.where(live, out, 0.0)
+    lo = np.min(x, axis=1, keepdims=True, initial=np.inf, where=live)
+    hi = np.max(x, axis=1, keepdims=True, initial=-np.inf, where=live)
+    # in one (Q, L) array: a pass per step, no temporaries of that size
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        rng = hi - lo  # inf - inf: NaN, no spread
+        spread = rng > 0
+        out = np.subtract(x, lo)
+        out /= np.where(spread, rng, 1.0)
+    out[~spread[:, 0]] = 0.5
+    np.copyto(out, 0.0, where=~live)
+    return out
 
 
 @register
@@ -556,15 +559,40 @@ def _top_by_row(score: np.ndarray, allowed: np.ndarray, m: int) -> np.ndarray:
     """(Q, L) bool: the ``m`` highest ``score`` per row among ``allowed``
     (ties by lower column)."""
     q, n = score.shape
-    out = np.zeros((q, n), dtype=bool)
     if m <= 0 or n == 0:
-        return out
-    s = np.where(allowed, np.asarray(score, dtype=np.float64), -np.inf)
+        return np.zeros((q, n), dtype=bool)
     if n <= m:
         return allowed.copy()
-    order = np.argsort(-s, axis=1, kind="stable")[:, :m]
-    np.put_along_axis(out, order, True, axis=1)
-    return out & allowed
+    s = np.where(allowed, np.asarray(score, dtype=np.float64), -np.inf)
+    return _first_by_row(-s, m, lambda r, c: (-s[r, c],)) & allowed
+
+
+def _first_by_row(primary: np.ndarray, m: int, keys) -> np.ndarray:
+    """(Q, L) bool: each row's first ``m`` columns (``m < L``) in the order
+    of ``np.lexsort(keys(r, c))`` over the row's columns, an order that
+    sorts by ``primary`` ascending first wherever two values differ;
+    ``keys(r, c)``: the sort keys of columns ``c`` of row ``r``, the
+    last the primary one, as :func:`numpy.lexsort` takes them.
+
+    The same columns as sorting each row, without the sort: the ``m``-th
+    smallest primary value ``v`` (a partition) leaves every column below
+    ``v`` in and every one above it out, and only the columns at ``v`` (a
+    tie at the boundary: rare, and few) are ordered by ``keys``."""
+    q, n = primary.shape
+    v = np.partition(primary, m - 1, axis=1)[:, m - 1:m]
+    cand = primary <= v  # every column of the first m, and those tied with the m-th
+    count = cand.sum(axis=1)
+    out = cand
+    # rows with more candidates than m (ties at v): ordered on their
+    # candidates; rows with a NaN primary value: in full (a loop over
+    # queries, not notes)
+    nan = np.isnan(primary).any(axis=1)
+    for r in np.flatnonzero((count != m) | nan).tolist():
+        c = np.arange(n) if nan[r] else np.flatnonzero(cand[r])
+        first = c[np.lexsort(keys(r, c))[:m]]
+        out[r] = False
+        out[r, first] = True
+    return out
 
 
 @register
@@ -637,7 +665,21 @@ class LangChainTimeWeighted(Ranker):
     }
 
     def _sets(self, ctx: ScoringContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(store results, recent window, relevance), each (Q, L)."""
+        """(store results, recent window, relevance), each (Q, L); computed
+        once per context, ranker and live mask (the engine asks for the
+        score and then for the candidates)."""
+        memo = getattr(ctx, "__dict__", None)
+        mask = ctx.live
+        got = None if memo is None else memo.get("_langchain_sets")
+        # the mask itself is held, not its id: a new mask is never taken for it
+        if got is not None and got[0] == self and got[1] is mask:
+            return got[2]
+        sets = self._find_sets(ctx)
+        if memo is not None:
+            memo["_langchain_sets"] = (self, mask, sets)
+        return sets
+
+    def _find_sets(self, ctx: ScoringContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         live = live_mask(ctx)
         order, rel = _index_score_and_relevance(ctx, self.relevance)
         q, n = np.shape(order)
@@ -647,10 +689,16 @@ class LangChainTimeWeighted(Ranker):
         # creation, ties by the higher note row (added later)
         age = np.broadcast_to(np.asarray(ctx.age_created, dtype=np.float64), (q, n))
         idx = np.broadcast_to(np.asarray(ctx.idx), (q, n))
-        newest = np.lexsort((-idx, age, ~allowed), axis=1)[:, :self.k]
-        recent = np.zeros((q, n), dtype=bool)
-        np.put_along_axis(recent, newest, True, axis=1)
-        recent &= allowed
+        if self.k == 0:
+            recent = np.zeros((q, n), dtype=bool)
+        elif n <= self.k:
+            recent = allowed.copy()
+        else:
+            # sorted by (not allowed, age, -idx): by the age where allowed first
+            # (an allowed note never sorts after one that is not)
+            recent = _first_by_row(np.where(allowed, age, np.inf), self.k,
+                                   lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c]))
+            recent &= allowed
         return store, recent, rel
 
     def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
