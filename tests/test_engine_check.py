@@ -113,8 +113,8 @@ def test_newest_keeps_an_allowed_note_of_unknown_age_before_those_not_allowed():
 
 
 def test_candidates_follow_a_new_live_mask_on_the_same_context():
-    """The sets are kept for a context's score and candidates, not past a
-    new live mask (nor for another ranker)."""
+    """The sets are kept from a context's score to its candidates, not past
+    a new live mask (nor for another ranker), and not after the candidates."""
     ctx, _ = _hand_ctx()
     r = LangChainTimeWeighted(search_k=2, k=2)
     assert r.candidate_mask(ctx)[0].tolist() == [True, True, False, False, True, True]
@@ -122,6 +122,11 @@ def test_candidates_follow_a_new_live_mask_on_the_same_context():
     assert r.candidate_mask(ctx)[0].tolist() == [False, True, True, True, True, False]
     assert LangChainTimeWeighted(search_k=1, k=1).candidate_mask(ctx)[0].tolist() == [
         False, True, False, False, True, False]
+    # the score keeps them for the candidates, which take them back
+    r.combine(np.zeros((1, 6)), np.full((1, 6), 0.5), ctx)
+    assert "_langchain_sets" in vars(ctx)
+    r.candidate_mask(ctx)
+    assert "_langchain_sets" not in vars(ctx)
 
 
 def test_recent_only_documents_get_default_salience():

@@ -664,18 +664,23 @@ class LangChainTimeWeighted(Ranker):
         "importance_weight": _NON_NEGATIVE,
     }
 
-    def _sets(self, ctx: ScoringContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(store results, recent window, relevance), each (Q, L); computed
-        once per context, ranker and live mask (the engine asks for the
-        score and then for the candidates)."""
+    def _sets(self, ctx: ScoringContext, keep: bool
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(store results, recent window, relevance), each (Q, L).
+
+        The engine asks for the score (``keep``: the sets are kept on the
+        context) and then for the candidates, which take them back: computed
+        once, and held no longer than between the two calls (three (Q, L)
+        arrays per arm would otherwise live as long as the batch)."""
         memo = getattr(ctx, "__dict__", None)
         mask = ctx.live
-        got = None if memo is None else memo.get("_langchain_sets")
+        got = None if memo is None else memo.pop("_langchain_sets", None)
         # the mask itself is held, not its id: a new mask is never taken for it
         if got is not None and got[0] == self and got[1] is mask:
-            return got[2]
-        sets = self._find_sets(ctx)
-        if memo is not None:
+            sets = got[2]
+        else:
+            sets = self._find_sets(ctx)
+        if keep and memo is not None:
             memo["_langchain_sets"] = (self, mask, sets)
         return sets
 
@@ -704,11 +709,11 @@ class LangChainTimeWeighted(Ranker):
     def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
         """(Q, L) bool: the notes LangChain scores for each query (the store's
         ``search_k`` nearest and the ``k`` newest); the engine drops the others."""
-        store, recent, _ = self._sets(ctx)
+        store, recent, _ = self._sets(ctx, keep=False)
         return store | recent
 
     def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
-        store, _, relevance = self._sets(ctx)
+        store, _, relevance = self._sets(ctx, keep=True)
         base = np.broadcast_to(np.asarray(rec, dtype=np.float64), store.shape)
         if self.importance_weight:
             base = base + self.importance_weight * np.asarray(ctx.importance, dtype=np.float64)
