@@ -27,7 +27,7 @@ import pandas as pd
 
 from memsim.engine import ACCELERATORS, Arm, SimSettings, reference, simulate, with_timing
 from memsim.engine.settings import usable_accelerators
-from memsim.checks.engine_check import load_check_config, replay_memsim
+from memsim.checks.engine_check import load_check_config, prepare_stream, replay_memsim
 from memsim.policies import ArrayContext, resolve_policy
 from memsim.policies.catalogue import catalogue_markdown, catalogue_rows
 from memsim.policies.decay import HalfLife
@@ -379,7 +379,7 @@ def test_engine_check_langgraph_ttl_refreshed_on_read(seed):
     assert res.summary["identical_share"] == 1.0, res.per_query.loc[~res.per_query["identical"]]
     # the TTL bites: without it memsim returns other notes than the real store
     keep_all = resolve_policy({"preset": "langgraph-store-ttl", "retention": "none"}, "k")
-    mem_ids, _, _ = replay_memsim(fc._prepare(stream), keep_all, 10, arm="framework")
+    mem_ids, _, _ = replay_memsim(prepare_stream(stream, "the check needs"), keep_all, 10, arm="framework")
     assert sum(not np.array_equal(a, b) for a, b in zip(res.engine_ids, mem_ids)) > 20
 
 
@@ -388,7 +388,7 @@ def test_engine_check_tells_the_llamaindex_modes_apart():
     _need("llamaindex")
     from memsim.checks import framework_check as fc
 
-    stream = fc._prepare(_stream(11))
+    stream = prepare_stream(_stream(11), "the check needs")
     (ids, _), _ = fc._llamaindex(stream, 1, "now", 2)
     mem_ids, _, _ = replay_memsim(stream, fc.framework_policy("llamaindex", mode="created"), 1,
                                  arm="framework")

@@ -30,14 +30,15 @@ import numpy as np
 import pandas as pd
 
 from memsim.engine import Arm, SimSettings, simulate, with_timing
-from memsim.core.errors import ConfigError
+from memsim.core.errors import ConfigError, MemsimError
 from memsim.reporting.rundir import jsonable, write_atomic
 from memsim.data.stream import Stream, make_stream, read_stream
 from memsim.data.workload import SyntheticWorkload
 
 __all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "csv_saver", "first_differences",
            "format_summary", "kendall", "likely_causes", "load_check_config", "print_summaries",
-           "quantise_stream", "replay_memsim", "starting", "summarise"]
+           "prepare_stream", "quantise_stream", "replay_memsim", "run_check_command", "starting",
+           "summarise"]
 
 #: Seconds per simulated day.
 DAY_S = 86400
@@ -224,6 +225,39 @@ def starting(label: str, i: int, n: int, what: str) -> None:
     """The line an engine-check prints on stderr as a configuration starts
     (each can take a while: the real engine scores every query)."""
     print(f"{label}: configuration {i + 1}/{n} ({what})", file=sys.stderr, flush=True)
+
+
+def prepare_stream(stream: Stream, who_needs: str) -> Stream:
+    """The stream a cross-check replays on both sides: every time rounded to
+    a whole second (:func:`quantise_stream`) and no expiry (the engines
+    checked this way have no TTL). A stream without embeddings is refused
+    (``who_needs``: the message's subject and verb, e.g. "the LangChain
+    cross-check needs"), and so is one split into namespaces."""
+    if stream.note_embeddings is None or stream.query_embeddings is None:
+        raise ConfigError(f"stream {stream.name!r} has no embeddings: {who_needs} "
+                          "note and query vectors")
+    if "namespace" in stream.notes and "namespace" in stream.queries:
+        raise ConfigError(f"stream {stream.name!r} is split into namespaces: the cross-check "
+                          "replays one store")
+    qs = quantise_stream(stream)
+    notes = qs.notes.copy()
+    notes["expires_at"] = np.nan
+    return make_stream(notes, qs.queries, qs.qrels, qs.accesses, qs.note_embeddings,
+                       qs.query_embeddings, dict(qs.meta), retrieved=qs.retrieved)
+
+
+def run_check_command(run: Callable[[], list], as_json: bool) -> int:
+    """The end of an ``engine-check`` command: run it (``run()`` gives its
+    results), one ``memsim: error:`` line and exit code 2 on a user
+    mistake, the summaries as JSON with ``--json``; the exit code."""
+    try:
+        results = run()
+    except MemsimError as exc:
+        print(f"memsim: error: {exc}", file=sys.stderr)
+        return 2
+    if as_json:
+        print_summaries(results)
+    return 0
 
 
 def csv_saver(prefix: str | None, name: Callable[[Any], str]) -> Callable[[Any], None]:

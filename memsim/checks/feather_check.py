@@ -70,7 +70,7 @@ import pandas as pd
 from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, SimSettings, simulate, with_timing
 from memsim.checks.engine_check import (DAY_S, csv_saver, first_differences, kendall, likely_causes,
-                           load_check_config, print_summaries, quantise_stream)
+                           load_check_config, run_check_command, quantise_stream)
 from memsim.core.errors import ConfigError, MemsimError
 from memsim.data.stream import Stream
 
@@ -973,15 +973,10 @@ def main(argv: list[str] | None = None, progress: Any = None) -> int:
     def name(res) -> str:
         return ("exact" if res.summary["exact"] else f"ef{res.summary['ef']}") + (
             "" if res.summary["feedback"] else "_nofeedback")
-    try:
-        results = run_feather_check(args.config, progress=progress,
-                                    on_result=csv_saver(args.csv, name), verbose=not args.json)
-    except MemsimError as exc:
-        print(f"memsim: error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print_summaries(results)
-    return 0
+    return run_check_command(
+        lambda: run_feather_check(args.config, progress=progress,
+                                  on_result=csv_saver(args.csv, name), verbose=not args.json),
+        args.json)
 
 
 if __name__ == "__main__":  # pragma: no cover

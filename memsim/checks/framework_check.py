@@ -82,10 +82,10 @@ import pandas as pd
 
 from memsim.runs.config import resolve_policy
 from memsim.checks.engine_check import (compare_rankings, csv_saver, format_summary, likely_causes,
-                           load_check_config, print_summaries, quantise_stream, replay_memsim, starting,
+                           load_check_config, prepare_stream, replay_memsim, run_check_command, starting,
                            summarise)
 from memsim.core.errors import ConfigError, MemsimError
-from memsim.data.stream import Stream, make_stream
+from memsim.data.stream import Stream
 
 __all__ = ["ENGINES", "FrameworkCheckResult", "framework_cross_check", "framework_policy",
            "format_framework_check", "run_framework_check", "main"]
@@ -171,20 +171,6 @@ def _version(package: str) -> str:
         return version(package)
     except PackageNotFoundError:
         return "unknown"
-
-
-def _prepare(stream: Stream) -> Stream:
-    if stream.note_embeddings is None or stream.query_embeddings is None:
-        raise ConfigError(f"stream {stream.name!r} has no embeddings: the framework "
-                          "cross-checks need note and query vectors")
-    if "namespace" in stream.notes and "namespace" in stream.queries:
-        raise ConfigError(f"stream {stream.name!r} is split into namespaces: the cross-check "
-                          "replays one store")
-    qs = quantise_stream(stream)
-    notes = qs.notes.copy()
-    notes["expires_at"] = np.nan
-    return make_stream(notes, qs.queries, qs.qrels, qs.accesses, qs.note_embeddings,
-                       qs.query_embeddings, dict(qs.meta), retrieved=qs.retrieved)
 
 
 def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
@@ -650,7 +636,7 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
     k = int(policy.candidates)
     if k < 1:
         raise ConfigError(f"k: expected >= 1, got {k}")
-    qs = _prepare(stream)
+    qs = prepare_stream(stream, "the framework cross-checks need")
     t0 = time.perf_counter()
     if engine == "llamaindex":
         (ids, scores), version = _llamaindex(qs, k, mode, policy.retriever.prefilter, refresh)
@@ -751,13 +737,8 @@ def main(engine: str, argv: list[str] | None = None) -> int:
         s = res.summary
         return (f"{engine}_k{s['k']}" + (f"_{s['mode']}" if s.get("mode") else "")
                 + ("_norefresh" if s.get("refresh") is False else ""))
-    try:
-        results = run_framework_check(engine, args.config, on_result=csv_saver(args.csv, name),
-                                      verbose=not args.json)
-    except MemsimError as exc:
-        print(f"memsim: error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print_summaries(results)
-    return 0
+    return run_check_command(
+        lambda: run_framework_check(engine, args.config, on_result=csv_saver(args.csv, name),
+                                    verbose=not args.json),
+        args.json)
 

@@ -43,10 +43,10 @@ import pandas as pd
 
 from memsim.runs.config import resolve_policy
 from memsim.checks.engine_check import (compare_rankings, csv_saver, format_summary, likely_causes,
-                           load_check_config, print_summaries, quantise_stream, replay_memsim, starting,
+                           load_check_config, prepare_stream, replay_memsim, run_check_command, starting,
                            summarise)
 from memsim.core.errors import ConfigError, MemsimError
-from memsim.data.stream import Stream, make_stream
+from memsim.data.stream import Stream
 
 __all__ = ["LangChainCheckResult", "langchain_cross_check", "langchain_policy",
            "replay_langchain", "format_langchain_check", "run_langchain_check", "main"]
@@ -65,21 +65,6 @@ def _require_langchain():
             "the LangChain cross-check needs langchain-classic, langchain-community and "
             "faiss-cpu, which are not installed: pip install -e \".[langchain]\" (from the repository)"
         ) from None
-
-
-def _prepare(stream: Stream) -> Stream:
-    """Quantise the times and drop expiry (LangChain has no TTL)."""
-    if stream.note_embeddings is None or stream.query_embeddings is None:
-        raise ConfigError(f"stream {stream.name!r} has no embeddings: the LangChain "
-                          "cross-check needs note and query vectors")
-    if "namespace" in stream.notes and "namespace" in stream.queries:
-        raise ConfigError(f"stream {stream.name!r} is split into namespaces: the cross-check "
-                          "replays one store")
-    qs = quantise_stream(stream)
-    notes = qs.notes.copy()
-    notes["expires_at"] = np.nan
-    return make_stream(notes, qs.queries, qs.qrels, qs.accesses, qs.note_embeddings,
-                       qs.query_embeddings, dict(qs.meta), retrieved=qs.retrieved)
 
 
 def langchain_policy(*, k: int = 4, search_k: int = 100, decay_rate: float = 0.01,
@@ -270,7 +255,7 @@ def langchain_cross_check(stream: Stream, *, k: int = 4, search_k: int = 100,
     if k < 1:
         raise ConfigError(f"The 'k' parameter of langchain_cross_check must be >= 1. Got {k!r} "
                           "instead.")
-    qs = _prepare(stream)
+    qs = prepare_stream(stream, "the LangChain cross-check needs")
     policy = langchain_policy(k=k, search_k=search_k, decay_rate=decay_rate,
                               relevance=relevance, default_salience=default_salience)
     mem_ids, mem_scores, mem_s = replay_memsim(qs, policy, k, feedback_mode, arm="langchain")
@@ -349,14 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="print each configuration's summary as JSON instead of text")
     args = parser.parse_args(argv)
     save = csv_saver(args.csv, lambda res: f"k{res.summary['k']}_{res.summary['relevance']}")
-    try:
-        results = run_langchain_check(args.config, on_result=save, verbose=not args.json)
-    except MemsimError as exc:
-        print(f"memsim: error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print_summaries(results)
-    return 0
+    return run_check_command(
+        lambda: run_langchain_check(args.config, on_result=save, verbose=not args.json),
+        args.json)
 
 
 if __name__ == "__main__":  # pragma: no cover
