@@ -91,12 +91,12 @@ def test_nearest_and_newest_sets_equal_a_full_sort_of_each_row(seed, q, n, m, le
         np.put_along_axis(want, np.argsort(-s, axis=1, kind="stable")[:, :m], True, axis=1)
     np.testing.assert_array_equal(_top_by_row(score, allowed, m), want & allowed)
 
-    if 0 < m < n:
-        newest = np.zeros((q, n), dtype=bool)
+    newest = np.zeros((q, n), dtype=bool)
+    if m > 0:
         np.put_along_axis(newest, np.lexsort((-idx, age, ~allowed), axis=1)[:, :m], True, axis=1)
-        got = _first_by_row(np.where(allowed, age, np.inf), m,
-                            lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c]))
-        np.testing.assert_array_equal(got & allowed, newest & allowed)
+    got = _first_by_row(np.where(allowed, age, np.inf), m,
+                        lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c]))
+    np.testing.assert_array_equal(got & allowed, newest & allowed)
 
 
 def test_newest_keeps_an_allowed_note_of_unknown_age_before_those_not_allowed():

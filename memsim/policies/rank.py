@@ -558,27 +558,25 @@ def _index_score_and_relevance(ctx: ScoringContext, relevance: str
 def _top_by_row(score: np.ndarray, allowed: np.ndarray, m: int) -> np.ndarray:
     """(Q, L) bool: the ``m`` highest ``score`` per row among ``allowed``
     (ties by lower column)."""
-    q, n = score.shape
-    if m <= 0 or n == 0:
-        return np.zeros((q, n), dtype=bool)
-    if n <= m:
-        return allowed.copy()
     s = np.where(allowed, np.asarray(score, dtype=np.float64), -np.inf)
     return _first_by_row(-s, m, lambda r, c: (-s[r, c],)) & allowed
 
 
 def _first_by_row(primary: np.ndarray, m: int, keys) -> np.ndarray:
-    """(Q, L) bool: each row's first ``m`` columns (``m < L``) in the order
-    of ``np.lexsort(keys(r, c))`` over the row's columns, an order that
-    sorts by ``primary`` ascending first wherever two values differ;
-    ``keys(r, c)``: the sort keys of columns ``c`` of row ``r``, the
-    last the primary one, as :func:`numpy.lexsort` takes them.
+    """(Q, L) bool: each row's first ``m`` columns (every column when
+    ``m >= L``, none when ``m <= 0``) in the order of
+    ``np.lexsort(keys(r, c))`` over the row's columns, an order that sorts
+    by ``primary`` ascending first wherever two values differ; ``keys(r,
+    c)``: the sort keys of columns ``c`` of row ``r``, the last the primary
+    one, as :func:`numpy.lexsort` takes them.
 
     The same columns as sorting each row, without the sort: the ``m``-th
     smallest primary value ``v`` (a partition) leaves every column below
     ``v`` in and every one above it out, and only the columns at ``v`` (a
     tie at the boundary: rare, and few) are ordered by ``keys``."""
     q, n = primary.shape
+    if m <= 0 or m >= n:
+        return np.full((q, n), m > 0)
     v = np.partition(primary, m - 1, axis=1)[:, m - 1:m]
     cand = primary <= v  # every column of the first m, and those tied with the m-th
     count = cand.sum(axis=1)
@@ -694,16 +692,10 @@ class LangChainTimeWeighted(Ranker):
         # creation, ties by the higher note row (added later)
         age = np.broadcast_to(np.asarray(ctx.age_created, dtype=np.float64), (q, n))
         idx = np.broadcast_to(np.asarray(ctx.idx), (q, n))
-        if self.k == 0:
-            recent = np.zeros((q, n), dtype=bool)
-        elif n <= self.k:
-            recent = allowed.copy()
-        else:
-            # sorted by (not allowed, age, -idx): by the age where allowed first
-            # (an allowed note never sorts after one that is not)
-            recent = _first_by_row(np.where(allowed, age, np.inf), self.k,
-                                   lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c]))
-            recent &= allowed
+        # sorted by (not allowed, age, -idx): by the age where allowed first
+        # (an allowed note never sorts after one that is not)
+        recent = _first_by_row(np.where(allowed, age, np.inf), self.k,
+                               lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c])) & allowed
         return store, recent, rel
 
     def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
