@@ -134,13 +134,17 @@ FULL_POLICY = {
 # --------------------------------------------------------------------------
 
 
-def _stream(n_notes: int, window_days: float, seed: int = 1):
+def _workload(n_notes: int, window_days: float):
     from memsim.data.workload import SyntheticWorkload
 
     total_days = 2 * YEAR  # backfill + horizon of the standard year
-    w = SyntheticWorkload(horizon_days=window_days, backfill_days=total_days - window_days,
-                          notes_per_day=n_notes / total_days, queries_per_day=QUERIES_PER_DAY)
-    return w.generate(np.random.SeedSequence(seed))
+    return SyntheticWorkload(horizon_days=window_days, backfill_days=total_days - window_days,
+                             notes_per_day=n_notes / total_days,
+                             queries_per_day=QUERIES_PER_DAY)
+
+
+def _stream(n_notes: int, window_days: float, seed: int = 1):
+    return _workload(n_notes, window_days).generate(np.random.SeedSequence(seed))
 
 
 def _day_batches(t: np.ndarray) -> list[np.ndarray]:
@@ -390,6 +394,8 @@ def child_side_by_side(spec: dict) -> dict:
 def child_big(spec: dict) -> dict:
     """One full policy on the 1M-note store: the whole year (``window`` 365)
     or its last days, with the fixed cost measured on one day of queries."""
+    from memsim.runs.config import estimate_stream_bytes
+
     t0, c0 = time.perf_counter(), time.process_time()
     stream = _stream(spec["n"], spec["window"])
     gen, gen_cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -401,7 +407,22 @@ def child_big(spec: dict) -> dict:
            "system_s": resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0,
            "note_scores": _note_scores(stream), "load": _load()}
     out["peak_mib"] = _maxrss_mib()
+    out.update(_batches(stream, spec.get("timing", "per-tick") == "per-query"))
+    out["estimate_gib"] = estimate_stream_bytes(_workload(spec["n"], spec["window"]),
+                                                parts=spec.get("timing") == "per-query") / 2**30
     return out
+
+
+def _batches(stream, per_query: bool) -> dict:
+    """The ticks of the replay and the batches it takes them in (a tick in
+    parts when every arm updates per query: ``SimSettings.max_tick_cells``)."""
+    from memsim.engine.batch import make_batches, replay_batches
+    from memsim.engine.settings import MAX_TICK_CELLS
+
+    t = stream.queries["t"].to_numpy(np.float64)
+    created = stream.notes["created_at"].to_numpy(np.float64)
+    return {"ticks": len(make_batches(t, 1.0)), "max_tick_cells": MAX_TICK_CELLS,
+            "batches": len(replay_batches(t, 1.0, created, per_query, MAX_TICK_CELLS))}
 
 
 def year_run(n: int, timing: str) -> dict:
@@ -414,6 +435,9 @@ def year_run(n: int, timing: str) -> dict:
           f"peak {r['gen_peak_mib'] / 1024:.2f} GiB")
     print(f"  replaying it            wall {r['wall_s']:7.1f} s   CPU {r['cpu_s']:7.1f} s "
           f"(system {r['system_s']:.1f} s)   peak {r['peak_mib'] / 1024:.2f} GiB")
+    print(f"  {r['ticks']} ticks replayed as {r['batches']} batches (max_tick_cells "
+          f"{r['max_tick_cells']:,}); memory estimate {r['estimate_gib']:.2f} GiB "
+          f"(the limit of experiment files: MEMSIM_MAX_STREAM_GB, default 8)")
     print()
     return r
 

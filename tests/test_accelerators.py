@@ -170,7 +170,9 @@ def test_per_query_arms_walked_together_give_the_reference_frames(slot, name):
     """Every arm that leaves its timing to the experiment updates per query:
     the arms beside the component's own (another decay, a prefilter, a
     promoting feedback, ...) are walked through each batch together, their
-    corrections packed as one array, and the arms that stack scored as one."""
+    corrections packed as one array, and the arms that stack scored as one;
+    and with each tick taken in parts of about 4 queries (``max_tick_cells``),
+    against the reference in the same parts."""
     if name == "hnsw":
         pytest.importorskip("hnswlib")
     stream = _stream(0)
@@ -178,13 +180,18 @@ def test_per_query_arms_walked_together_give_the_reference_frames(slot, name):
     settings = SimSettings(candidates=6, save_rankings="hidden", tick_days=2.0,
                            retention_period_days=3.0, feedback_mode="per-query")
     want = _frames(reference.simulate(stream, arms, settings, seed_sequence(5)))
-    for accelerators in PER_QUERY_SETS:
-        got = simulate(stream, arms, settings, seed_sequence(5), accelerators=accelerators)
+    # and with each tick taken in parts of about 4 queries (both engines)
+    parts = dataclasses.replace(settings, max_tick_cells=4 * stream.n_notes)
+    in_parts = _frames(reference.simulate(stream, arms, parts, seed_sequence(5)))
+    for accelerators, s in [*((a, settings) for a in PER_QUERY_SETS), (ACCELERATORS, parts)]:
+        got = simulate(stream, arms, s, seed_sequence(5), accelerators=accelerators)
         for key, frame in _frames(got).items():
             try:
-                assert_frame_equal(frame, want[key], check_exact=True)
+                assert_frame_equal(frame, (want if s is settings else in_parts)[key],
+                                   check_exact=True)
             except AssertionError as err:
-                raise AssertionError(f"{slot}:{name} per query with {accelerators}: {key} "
+                raise AssertionError(f"{slot}:{name} per query with {accelerators}"
+                                     f"{'' if s is settings else ' in parts'}: {key} "
                                      f"differ from the reference\n{err}") from None
 
 

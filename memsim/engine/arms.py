@@ -200,7 +200,7 @@ def _reinforced_and_hidden(job: _ArmJob, batch: Batch, pk: _Packed, m: dict) -> 
     counts, hidden = hidden_counts(
         qrows=batch.qrows, t=batch.t, cand_rows=pk.cand_rows, cand_ok=pk.cand_ok,
         packed=pk.packed, relevance=job.relevance, oracle_keys=keys,
-        invalid=~np.isnan(st.invalid_at), evicted=st.evicted,
+        invalid_at=st.invalid_at, evicted=st.evicted,
         expires_at=batch.notes.expires_at, similarity=cell_similarity(policy, batch))
     m.update(counts)
     return hidden

@@ -13,6 +13,7 @@ import numpy as np
 
 from memsim.core.machine import default_jobs
 from memsim.evaluation.metrics import RelevanceIndex
+from .settings import MAX_TICK_CELLS
 
 if TYPE_CHECKING:
     from .state import NoteArrays
@@ -42,16 +43,15 @@ class Batch:
         self.notes = notes
         self.relevance = relevance
         tmax, tmin = t.max(), t.min()
-        self.idx = np.flatnonzero((notes.created_at <= tmax) & (notes.expires_at > tmin))
+        #: the note rows the batch holds (ascending), and the same rows as a
+        #: slice when they are consecutive (views of the note arrays, not copies)
+        self.idx, self.rows = notes.existing(tmin, tmax)
         n = len(self.idx)
-        # consecutive rows (no note expired yet): views, not copies
-        at = (slice(int(self.idx[0]), int(self.idx[0]) + n)
-              if n and int(self.idx[-1]) - int(self.idx[0]) + 1 == n else self.idx)
-        created = notes.created_at[at]
-        expires = notes.expires_at[at]
         # only the notes created or expiring inside the batch's window are
         # valid for some of its queries and not others
-        part = np.flatnonzero((created > tmin) | (expires <= tmax))
+        part = notes.changing(self.rows, tmin, tmax)
+        created = notes.created_at[self.rows]
+        expires = notes.expires_at[self.rows]
         q = len(t)
         if notes.namespace is None:
             # True but in the columns of ``part``, written next (per row)
@@ -238,7 +238,7 @@ class Batch:
         prefilter candidates), with a cache of its own."""
         sub = Batch.__new__(Batch)
         sub.__dict__.update(self.__dict__)
-        sub.idx = self.idx[cols]
+        sub.idx = sub.rows = self.idx[cols]
         sub.valid = self.valid[:, cols]
         sub._dots = None if self._dots is None else self._dots[:, cols]
         sub._view = (weakref.ref(self), None, cols)
@@ -280,6 +280,40 @@ def make_batches(t: np.ndarray, tick_days: float) -> list[tuple[np.ndarray, floa
     cuts = np.flatnonzero(np.diff(tick)) + 1
     return [(rows, float((tick[rows[0]] + 1) * tick_days))
             for rows in np.split(np.arange(len(t)), cuts)]
+
+
+def replay_batches(t: np.ndarray, tick_days: float, created_at: np.ndarray,
+                   per_query: bool, max_cells: int = MAX_TICK_CELLS
+                   ) -> list[tuple[np.ndarray, float, bool]]:
+    """The batches a replay takes, in time order: (query rows, the tick's
+    end, whether it starts its tick).
+
+    Each tick of :func:`make_batches` is one batch, unless every arm of the
+    replay updates per query (``per_query``): then a tick is taken in parts
+    of consecutive queries, so that a part's queries times the notes created
+    by the tick's end are about ``max_cells`` at most, each part at least 2
+    queries (a tick of one stays whole). Each query is answered on the state
+    at its own time whichever part it is in, and its similarity row is the
+    same (a product's rows do not depend on the rows multiplied with them,
+    but for a single row's: hence 2); only the batch's (Q, L) matrices, its
+    memory, are bounded. (A random ranker's draws are per batch cell: they
+    follow the parts, in both engines.)"""
+    ticks = make_batches(t, tick_days)
+    sizes = [len(rows) for rows, _ in ticks]
+    if not per_query or not sizes or max(sizes) * len(created_at) <= max_cells:
+        return [(rows, t_end, True) for rows, t_end in ticks]
+    created = np.sort(created_at)
+    out = []
+    for rows, t_end in ticks:
+        q = len(rows)
+        # the notes the tick's batch can hold (created by its last query)
+        n = int(np.searchsorted(created, t_end, side="right"))
+        parts = 1
+        if q * n > max_cells:
+            # parts of max_cells // n queries at most, at least 2 each
+            parts = max(1, min(-(-q // max(2, max_cells // n)), q // 2))
+        out.extend((part, t_end, k == 0) for k, part in enumerate(np.array_split(rows, parts)))
+    return out
 
 
 #: multiplied blocks per thread, at least, for a batch's product to be split

@@ -72,10 +72,11 @@ class ReplayCache:
             self.nbytes -= sum(self._work.pop(next(iter(self._work))).sizes.values())
         return got
 
-    def keep(self, work: _StreamWork, bi: int, batch: Batch) -> None:
-        """Keep (or measure again) batch ``bi`` of ``work`` once its arms are
-        done, while the budget allows; a kept batch that outgrows it (the
-        values its later arms added) is dropped."""
+    def keep(self, work: _StreamWork, bi: tuple[int, int], batch: Batch) -> None:
+        """Keep (or measure again) batch ``bi`` (its first query row and its
+        number of queries) of ``work`` once its arms are done, while the
+        budget allows; a kept batch that outgrows it (the values its later
+        arms added) is dropped."""
         # one walk: each cache entry's arrays (an entry that is not only
         # arrays is dropped, its walk undone), then the batch's own
         seen = {id(batch.notes), id(batch.relevance), id(batch.logged)}  # not the batch's
@@ -102,19 +103,20 @@ class ReplayCache:
 @dataclass(eq=False)
 class _StreamWork:
     """What a :class:`ReplayCache` keeps of one stream: its arrays
-    (:class:`_Inputs`) and its batches by index, with their bytes."""
+    (:class:`_Inputs`) and its batches by (first query row, queries), with
+    their bytes."""
 
     stream: Stream
     inputs: _Inputs
-    batches: dict[int, Batch] = field(default_factory=dict)
-    sizes: dict[int, int] = field(default_factory=dict)
+    batches: dict[tuple[int, int], Batch] = field(default_factory=dict)
+    sizes: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 def array_bytes(x: Any, seen: set[int]) -> int | None:
     """Bytes of the numpy arrays ``x`` holds that own their data (in dicts,
     lists, tuples and object attributes, each counted once; ids in ``seen``
     are left out); None when it holds an object of another kind."""
-    if x is None or isinstance(x, (bool, int, float, str, bytes, np.generic, weakref.ref)):
+    if x is None or isinstance(x, (bool, int, float, str, bytes, slice, np.generic, weakref.ref)):
         return 0  # a weak reference: its object is counted where it is held
     if id(x) in seen:
         return 0

@@ -125,3 +125,13 @@ def _supersession_measures(notes: NoteArrays, st: PolicyState, t_end: float) -> 
     return {"invalidated_notes": int(inv.sum()),
             "invalidated_superseded": int((inv & (sup <= st.invalid_at)).sum()),
             **superseded_use_curve(sup, notes.created_at, st.last_access, float(t_end))}
+
+
+def _tick_rankings(head: dict[str, np.ndarray], part: dict[str, np.ndarray]
+                   ) -> dict[str, np.ndarray]:
+    """The rankings of a tick's parts so far and of its next part, in the
+    order of the whole tick's: every ranked row by query, then the rows of
+    the notes hidden from the top C (rank -1)."""
+    hidden = [r["rank"] < 0 for r in (head, part)]
+    return {k: np.concatenate([head[k][~hidden[0]], part[k][~hidden[1]],
+                               head[k][hidden[0]], part[k][hidden[1]]]) for k in head}

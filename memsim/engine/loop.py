@@ -29,9 +29,9 @@ from memsim.evaluation.metrics import oracle_packing
 from memsim.core.rng import child
 from memsim.data.stream import Stream
 from .arms import _ArmJob, _outputs_all
-from .batch import Batch, make_batches
+from .batch import Batch, replay_batches
 from .context import SweepView
-from .frames import _Collected, _result
+from .frames import _Collected, _result, _tick_rankings
 from .inputs import _inputs
 from .scoring import _answer_all
 from .settings import (ACCELERATORS, check_accelerators, feedback_timing, resolve_budget,
@@ -110,35 +110,39 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
     rngs = [child(seed, "policy", arm.stream_name or arm.policy_name, "budget", arm.budget or 0)
             for arm in arms]
     per_query = [feedback_timing(arm.policy, settings) == "per-query" for arm in arms]
-    batches = make_batches(inp.qt, settings.tick_days)
+    batches = replay_batches(inp.qt, settings.tick_days, notes.created_at,
+                             bool(arms) and all(per_query), settings.max_tick_cells)
     got = _Collected(metrics=[[] for _ in arms], rankings=[[] for _ in arms])
     next_sweep = -np.inf
     last_store_day = None
     acc_done = np.zeros(len(arms), dtype=np.int64)  # organic uses applied, per arm
     oracle_cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
-    for bi, (rows, t0) in enumerate(batches):
+    for bi, (rows, t0, tick_first) in enumerate(batches):
         t = inp.qt[rows]
         t_start = t.min()
         # 1. organic uses strictly before this batch
         _organic_uses(inp, arms, states, acc_done, t_start)
-        # 2. retention sweeps
-        if t_start >= next_sweep:
+        # 2. retention sweeps, at a tick's start (its later parts are the
+        # same tick)
+        if tick_first and t_start >= next_sweep:
             _sweep(arms, states, rngs, notes, t_start)
             next_sweep = (np.floor(t_start / settings.retention_period_days) + 1) * \
                 settings.retention_period_days
         day = np.floor(t_start)
-        if day != last_store_day:
+        if tick_first and day != last_store_day:
             got.store.extend(_store_rows(notes, states, t_start))
             last_store_day = day
         # 3. shared similarity
-        batch = None if work is None else work.batches.get(bi)
+        # (kept by its queries: a replay in parts and one of whole ticks differ)
+        batch_key = (int(rows[0]), len(rows))
+        batch = None if work is None else work.batches.get(batch_key)
         if batch is None:
             batch = Batch(qrows=rows, t=t, actors=inp.qactor[rows], notes=notes,
                           qemb=inp.qemb[rows], qnorm2=inp.qnorm2[rows], relevance=inp.relevance,
                           namespaces=None if inp.qns is None else inp.qns[rows], t0=t0)
             batch.logged = inp.logged  # for rankers that declare needs_logged
-        batch.set_dead(_dead(states, batch.idx))
+        batch.set_dead(_dead(states, batch.rows))
         # 4. each arm (the per-tick ones pack and measure together: _run_arms)
         outs: dict[int, dict] = {}
         tick_jobs: dict[int, _ArmJob] = {}
@@ -163,25 +167,30 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
         for ai, out in outs.items():
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
-                got.rankings[ai].append(out["rankings"])
+                if tick_first:
+                    got.rankings[ai].append(out["rankings"])
+                else:  # a later part of the tick: its rankings as the tick's
+                    got.rankings[ai][-1] = _tick_rankings(got.rankings[ai][-1], out["rankings"])
         if work is not None:
-            cache.keep(work, bi, batch)
+            cache.keep(work, batch_key, batch)
         if progress is not None:
             progress((bi + 1) / len(batches))
     return _result(inp, arms, states, settings, got)
 
 
-def _dead(states: list[PolicyState], idx: np.ndarray) -> np.ndarray | None:
-    """The notes of ``idx`` every arm has evicted (None when no arm evicted
-    any): no arm can see them until the next retention sweep, which comes
-    only between batches."""
+def _dead(states: list[PolicyState], rows: slice | np.ndarray) -> np.ndarray | None:
+    """The notes ``rows`` (a batch's) every arm has evicted (None when no
+    arm evicted any): no arm can see them until the next retention sweep,
+    which comes only between batches."""
     dead = None
     for st in states:
-        ev = st.evicted[idx]
+        ev = st.evicted[rows]  # a view when rows is a slice
         dead = ev if dead is None else dead & ev
         if not dead.any():
             return None
-    return dead
+    # the batch keeps it (a cached batch, for the next replay): not a view
+    # of an arm's state
+    return dead.copy() if dead.base is not None else dead
 
 
 def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: float) -> None:

@@ -28,9 +28,9 @@ from memsim.data.stream import Stream
 
 from .ann import chosen_prefilter
 from .arms import _ArmJob, _outputs, _pack, _Packed, _stacked
-from .batch import Batch, make_batches
+from .batch import Batch, replay_batches
 from .context import BatchContext
-from .frames import SimResult, _Collected, _result
+from .frames import SimResult, _Collected, _result, _tick_rankings
 from .inputs import _inputs
 from .settings import Arm, SimSettings, feedback_timing, resolve_budget
 from .state import NoteArrays, PolicyState, superseded
@@ -56,19 +56,23 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
     organic_done = [0] * len(arms)  # the stream's organic uses each arm has recorded
     next_sweep = -np.inf
     last_store_day = None
-    for rows, t_end in make_batches(inp.qt, settings.tick_days):
+    per_query = [feedback_timing(arm.policy, settings) == "per-query" for arm in arms]
+    for rows, t_end, tick_first in replay_batches(inp.qt, settings.tick_days, notes.created_at,
+                                                  bool(arms) and all(per_query),
+                                                  settings.max_tick_cells):
         t = inp.qt[rows]
         t_start = float(t.min())
         # 1. the organic uses before the batch
         for ai, arm in enumerate(arms):
             organic_done[ai] = _organic_uses(inp, states[ai], arm, organic_done[ai], t_start)
-        # 2. a retention sweep of every arm, once per period
-        if t_start >= next_sweep:
+        # 2. a retention sweep of every arm, once per period, at a tick's
+        # start (a tick taken in parts: its first)
+        if tick_first and t_start >= next_sweep:
             for arm, st, rng in zip(arms, states, rngs):
                 _sweep(arm, st, rng, notes, t_start)
             period = settings.retention_period_days
             next_sweep = (np.floor(t_start / period) + 1) * period
-        if np.floor(t_start) != last_store_day:
+        if tick_first and np.floor(t_start) != last_store_day:
             last_store_day = np.floor(t_start)
             got.store.extend(_store_rows(notes, states, t_start))
         # 3. the batch: its queries, anchored at the tick's end
@@ -82,7 +86,7 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
             oracle, oracle_keys = oracle_packing(inp.relevance, rows, t, budget, notes.tokens)
             job = _ArmJob(arm, st, rngs[ai], batch, budget, settings, reader, oracle,
                           inp.relevance, oracle_keys=oracle_keys)
-            if feedback_timing(arm.policy, settings) == "per-query":
+            if per_query[ai]:
                 packs = []
                 for i in range(len(t)):  # each query sees every use before it
                     organic_done[ai] = _organic_uses(inp, st, arm, organic_done[ai], t[i])
@@ -93,7 +97,10 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
             out = _outputs(job, batch, pk)
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
-                got.rankings[ai].append(out["rankings"])
+                if tick_first:
+                    got.rankings[ai].append(out["rankings"])
+                else:  # a later part of the tick
+                    got.rankings[ai][-1] = _tick_rankings(got.rankings[ai][-1], out["rankings"])
     return _result(inp, arms, states, settings, got)
 
 

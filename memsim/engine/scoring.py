@@ -35,16 +35,16 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
     fast = "prefilter" in accelerators
     if not policy.retriever.prefilter and not policy.ranker.needs_logged:
         ctx = BatchContext(batch, st, rng)
-        ctx.set_live_lazily(batch.valid, st.evicted[batch.idx])
+        ctx.set_live_lazily(batch.valid, st.evicted[batch.rows])
         return ctx, batch
     mask = cells = None
     ctx = BatchContext(batch, st, rng)
     if policy.retriever.prefilter:
         if fast and not policy.retriever.chooses_prefilter():
             # the exact nearest M, through the batch's similarity levels
-            mask, cells = level_prefilter(ctx, policy.retriever, st.evicted[batch.idx])
+            mask, cells = level_prefilter(ctx, policy.retriever, st.evicted[batch.rows])
         else:  # the retriever's own (an ANN index's, or the exact one by a full sort)
-            mask = batch.valid & ~st.evicted[batch.idx][None, :]
+            mask = batch.valid & ~st.evicted[batch.rows][None, :]
             mask = mask & chosen_prefilter(ctx, policy.retriever, mask)
         if fb.touch == "prefilter" and fb.before_scoring:
             qi, li = np.nonzero(mask)
@@ -60,7 +60,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
             batch, mask = batch.subset(cols), mask[:, cols]
             ctx = BatchContext(batch, st, rng)
     if mask is None:
-        mask = batch.valid & ~st.evicted[batch.idx][None, :]
+        mask = batch.valid & ~st.evicted[batch.rows][None, :]
     if policy.ranker.needs_logged:
         # replaying a production system: only the notes it returned
         if ctx.logged_rank is None:

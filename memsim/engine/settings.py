@@ -51,6 +51,11 @@ def check_accelerators(accelerators: tuple[str, ...], walk_window: int) -> None:
                              f"Got {walk_window!r} instead.")
 
 
+#: (query, note) cells of one batch, about, at most, when every arm updates per
+#: query (:attr:`SimSettings.max_tick_cells`)
+MAX_TICK_CELLS = 100_000_000
+
+
 @dataclass(frozen=True, kw_only=True)
 class SimSettings(Validated):
     """Engine settings shared by every arm of an experiment.
@@ -79,6 +84,18 @@ class SimSettings(Validated):
         each note the oracle packs that is not among the top C, with its
         reason (``"age"``, ``"cut"``, ``"evicted"``, ``"invalid"``;
         :mod:`memsim.evaluation.metrics`).
+    max_tick_cells : int
+        When every arm updates per query, a tick whose queries times its
+        notes exceed this is replayed in parts of consecutive queries (at
+        least 2 each), so that a batch's (queries x notes) matrices stay
+        near this many cells (:func:`memsim.engine.batch.replay_batches`):
+        the memory of a replay of millions of notes, at some CPU (each part
+        multiplies every note again). Each query is answered on the state
+        at its time either way: the frames are the same but for a
+        ``random`` ranker's draws, which are per batch cell. Default
+        :data:`MAX_TICK_CELLS` (10**8: about 0.6 GiB for a policy scored
+        on the notes above a similarity level, 2 GiB for one that scores
+        every note).
     """
 
     budget_tokens: int = 1500
@@ -87,6 +104,7 @@ class SimSettings(Validated):
     feedback_mode: str = "per-tick"
     retention_period_days: float = 1.0
     save_rankings: bool = False
+    max_tick_cells: int = MAX_TICK_CELLS
 
     _constraints = {
         "budget_tokens": Interval(1, None, integer=True),
@@ -95,6 +113,7 @@ class SimSettings(Validated):
         "feedback_mode": Options(("per-tick", "per-query")),
         "retention_period_days": Interval(0, None, closed="neither"),
         "save_rankings": Options((True, False, "hidden")),
+        "max_tick_cells": Interval(1, 2**62, integer=True),
     }
 
 

@@ -74,12 +74,15 @@ def _recency_blocks(policy: Policy, ctx: BatchContext, hi: float | None) -> np.n
     falls = _falls_with_age(floor, rate)
     if not per_note or falls:
         # a block's extremes of the clock's origin: its newest and oldest
-        # note (the same for every arm on the creation and update clocks)
-        def extremes():
+        # note (the same for every arm on the creation and update clocks;
+        # an arm's own last-access clock whose curve falls reads the newest
+        # only)
+        def extremes(oldest: bool = True):
             origin = ctx.clock_origin(clock)
-            return np.maximum.reduceat(origin, starts), np.minimum.reduceat(origin, starts)
+            return (np.maximum.reduceat(origin, starts),
+                    np.minimum.reduceat(origin, starts) if oldest else None)
 
-        newest, oldest = (extremes() if clock == "last_access"
+        newest, oldest = (extremes(not falls) if clock == "last_access"
                           else ctx.shared(("origin-blocks", clock), extremes))
     else:
         newest = oldest = ctx.clock_origin(clock)

@@ -183,9 +183,12 @@ class NoteArrays:
     #: optional store partition: a query only sees notes of its own namespace
     namespace: np.ndarray | None = None
     #: the stream's ``note_class`` column (the class a generator planted each
-    #: note in, as text) and the generator's config (the stream's
-    #: ``meta["config"]`` when memsim generated it), for the planted model
-    note_class_text: np.ndarray | None = None
+    #: note in, as text) as each note's index into :attr:`note_class_texts`
+    #: (int32: a text object per note would take 60 bytes), and the
+    #: generator's config (the stream's ``meta["config"]`` when memsim
+    #: generated it), for the planted model
+    note_class_rows: np.ndarray | None = None
+    note_class_texts: tuple = ()
     workload_config: dict | None = None
     #: when a newer note superseded each note (NaN = never): ground truth
     #: for the invalidation retention and the superseded-use curve
@@ -217,10 +220,11 @@ class NoteArrays:
         """Each note's planted class as the planted model codes it (an index
         into its ``class_names``; -1 for another text), read on first use;
         None without a ``note_class`` column or a planted model."""
-        if self.note_class_text is None or self.planted is None:
+        if self.note_class_rows is None or self.planted is None:
             return None
-        return text_codes(self.note_class_text,
-                          {c: i for i, c in enumerate(self.planted.class_names)})
+        codes = {c: i for i, c in enumerate(self.planted.class_names)}
+        return np.array([codes.get(_text(v), -1) for v in self.note_class_texts],
+                        dtype=np.int64)[self.note_class_rows]
 
     @classmethod
     def from_stream(cls, stream: Stream, actor_codes: dict[str, int],
@@ -252,12 +256,45 @@ class NoteArrays:
             emb=emb,
             norm2=np.einsum("ij,ij->i", emb, emb, dtype=np.float64),
             namespace=None if namespace_codes is None else text_codes(n["namespace"], namespace_codes),
-            note_class_text=(n["note_class"].to_numpy(dtype=object)
-                             if "note_class" in n else None),
+            **_factorized("note_class", n),
             workload_config=(stream.meta.get("config")
                              if stream.meta.get("source") == "memsim.data.workload" else None),
             superseded_at=supersession_times(n),
         )
+
+    @cached_property
+    def _in_creation_order(self) -> tuple[bool, bool, np.ndarray]:
+        """Whether the rows are in creation order, whether some note
+        expires, and every row (read-only), for :meth:`existing`."""
+        c = self.created_at
+        rows = np.arange(len(c))
+        rows.flags.writeable = False
+        return bool(np.all(c[1:] >= c[:-1])), bool(np.isfinite(self.expires_at).any()), rows
+
+    def existing(self, tmin: float, tmax: float) -> tuple[np.ndarray, slice | np.ndarray]:
+        """The rows of the notes created by ``tmax`` and not expired by
+        ``tmin`` (ascending), and the same rows as a slice when they are
+        consecutive (else the rows again). With the rows in creation order
+        and no note expiring, a prefix found by bisection (a batch of a
+        ten-million-note store would otherwise make three passes over it)."""
+        ordered, expiring, every = self._in_creation_order
+        if ordered and not expiring:
+            k = int(np.searchsorted(self.created_at, tmax, side="right"))
+            return every[:k], slice(0, k)
+        idx = np.flatnonzero((self.created_at <= tmax) & (self.expires_at > tmin))
+        n = len(idx)
+        consecutive = n and int(idx[-1]) - int(idx[0]) + 1 == n
+        return idx, slice(int(idx[0]), int(idx[0]) + n) if consecutive else idx
+
+    def changing(self, rows: slice | np.ndarray, tmin: float, tmax: float) -> np.ndarray:
+        """Positions among ``rows`` of the notes created after ``tmin`` or
+        expiring by ``tmax``: valid for some of a batch's queries only."""
+        ordered, expiring, _ = self._in_creation_order
+        if ordered and not expiring and isinstance(rows, slice) and rows.start == 0:
+            # the notes created after tmin: the end of the prefix
+            j = int(np.searchsorted(self.created_at[rows], tmin, side="right"))
+            return np.arange(j, rows.stop)
+        return np.flatnonzero((self.created_at[rows] > tmin) | (self.expires_at[rows] <= tmax))
 
     def take(self, rows: np.ndarray) -> NoteArrays:
         """The notes ``rows`` as arrays of their own (row k is note
@@ -266,6 +303,15 @@ class NoteArrays:
         return dataclasses.replace(self, **{
             f.name: v[rows] for f in dataclasses.fields(self)
             if isinstance(v := getattr(self, f.name), np.ndarray) and len(v) == n})
+
+
+def _factorized(name: str, notes: pd.DataFrame) -> dict[str, Any]:
+    """The column ``name`` of ``notes`` (when there) as ``{name}_rows``, each
+    row's index into ``{name}_texts``, its distinct values."""
+    if name not in notes:
+        return {}
+    rows, distinct = pd.factorize(notes[name], use_na_sentinel=False)
+    return {f"{name}_rows": rows.astype(np.int32), f"{name}_texts": tuple(distinct)}
 
 
 def superseded(notes: NoteArrays) -> np.ndarray:

@@ -268,13 +268,21 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     fb = job.arm.policy.feedback
     q, n = len(batch.t), len(batch.idx)
     rows_u, seen_u = uses[0], uses[3]
-    # the first query that sees a use of each column of the batch
+    # the first query that sees a use of each column used (columns
+    # ascending; not an array over the batch's columns: millions at scale)
     at, hit = _columns(batch.idx, rows_u)
-    seen = np.full(n, q, dtype=np.int64)
-    np.minimum.at(seen, at[hit], seen_u[hit])
-    used = np.flatnonzero(seen < stop)
+    by_col = np.lexsort((seen_u[hit], at[hit]))
+    ucols, first_use = np.unique(at[hit][by_col], return_index=True)
+    useen = seen_u[hit][by_col][first_use]
+
+    def seen(cols: np.ndarray) -> np.ndarray:
+        """The first query that sees a use of each of ``cols`` (q: none)."""
+        k = np.minimum(np.searchsorted(ucols, cols), max(len(ucols) - 1, 0))
+        return np.where(ucols[k] == cols, useen[k], q) if len(ucols) else np.full(cols.shape, q)
+
+    used = ucols[useen < stop]
     qs = np.arange(start, stop)
-    cell = seen[used][None, :] <= qs[:, None]
+    cell = useen[useen < stop][None, :] <= qs[:, None]
     near = _may_enter(job, ctx, first, qs, used)
     if near is not None:
         cell &= near
@@ -303,7 +311,7 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     cv[r, j], cp[r, j] = new, ci
     kv = first.vals[aq].copy()
     kp = first.pos[aq]
-    kv[seen[kp] <= aq[:, None]] = -np.inf  # used before: among the cells when seen
+    kv[seen(kp) <= aq[:, None]] = -np.inf  # used before: among the cells when seen
     mv = np.concatenate([kv, cv], axis=1)
     mp = np.concatenate([kp, cp], axis=1)
     order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column

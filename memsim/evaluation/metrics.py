@@ -419,7 +419,7 @@ def stale_reinforced(used: np.ndarray, gains: np.ndarray) -> np.ndarray:
 
 def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
                   cand_ok: np.ndarray, packed: np.ndarray, relevance: RelevanceIndex,
-                  oracle_keys: np.ndarray, invalid: np.ndarray, evicted: np.ndarray,
+                  oracle_keys: np.ndarray, invalid_at: np.ndarray, evicted: np.ndarray,
                   expires_at: np.ndarray,
                   similarity: Callable[[np.ndarray, np.ndarray], np.ndarray]
                   ) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -435,8 +435,11 @@ def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
     oracle_keys : ndarray of int64
         The oracle's packed set, as :func:`oracle_packing` gives it (a
         superset of this batch's keys is fine).
-    invalid, evicted : ndarray of bool, shape (N,)
-        The policy's flags per note row (an invalidated note is evicted too).
+    invalid_at : ndarray, shape (N,)
+        When the policy invalidated each note row (NaN: never; an
+        invalidated note is evicted too); read at the hidden notes only.
+    evicted : ndarray of bool, shape (N,)
+        The policy's eviction flag per note row.
     expires_at : ndarray, shape (N,)
         TTL expiry per note row (inf = never).
     similarity : callable
@@ -473,7 +476,7 @@ def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
     rows = rp_rows[qi, ri]
     reason = np.full(len(qi), HIDDEN_REASONS.index("cut"), dtype=np.int64)
     is_cand = np.isin(local[qi, ri], cand_keys, kind="sort")
-    gone_invalid = invalid[rows]
+    gone_invalid = ~np.isnan(invalid_at[rows])
     gone = evicted[rows] | (expires_at[rows] <= t[qi])
     # live, not a candidate: "age" when a less similar candidate made the top C
     test = ~gone & ~gone_invalid & ~is_cand

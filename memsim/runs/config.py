@@ -42,6 +42,7 @@ import tomli_w
 from memsim.data.embed import check_embedder
 from memsim.data.datasets import DATA_PREFIX, DataError, dataset as data_set, resolve as resolve_data
 from memsim.engine import SimSettings
+from memsim.engine.settings import feedback_timing
 from memsim.data.importers.locomo import import_locomo
 from memsim.data.importers.trace import import_trace
 from memsim.core.errors import ConfigError, MemsimError
@@ -262,6 +263,10 @@ class ExperimentSettings(Validated):
         Period of the retention sweeps.
     save_rankings : bool
         Keep every query's top-C ranking (``rankings.parquet``).
+    max_tick_cells : int
+        A tick's (query, note) cells, about, at most, when every policy
+        updates per query (see :class:`~memsim.engine.SimSettings`). Written
+        to the resolved config only when not the default.
     plugins : tuple of str
         Modules imported before the rest of the config is validated, so that
         the components they register can be named (``["my_package.my_decays"]``;
@@ -282,6 +287,7 @@ class ExperimentSettings(Validated):
     feedback_mode: str = SimSettings.feedback_mode
     retention_period_days: float = SimSettings.retention_period_days
     save_rankings: bool = SimSettings.save_rankings
+    max_tick_cells: int = SimSettings.max_tick_cells
     plugins: tuple = ()
 
     _constraints = {
@@ -307,7 +313,7 @@ class ExperimentSettings(Validated):
             budget_tokens=self.budget_tokens, candidates=self.candidates,
             tick_days=self.tick_days, feedback_mode=self.feedback_mode,
             retention_period_days=self.retention_period_days,
-            save_rankings=self.save_rankings))
+            save_rankings=self.save_rankings, max_tick_cells=self.max_tick_cells))
         # bounded so that token sums stay exact in the engine's float64/int64
         if self.budget_tokens > MAX_TOKENS_BUDGET:
             self._fail("budget_tokens", f"at most {MAX_TOKENS_BUDGET} (2**40)",
@@ -383,6 +389,8 @@ class Experiment:
             exp["plugins"] = list(self.settings.plugins)
         else:  # a config without plugins keeps its table (and its hash)
             del exp["plugins"]
+        if self.settings.max_tick_cells == SimSettings.max_tick_cells:
+            del exp["max_tick_cells"]  # (the same: a default config keeps its hash)
         policies = {}
         for name, pol in self.policies.items():
             table = pol.to_config()
@@ -695,7 +703,10 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     settings = (errors.run(ExperimentSettings.from_table, exp_table)
                 if exp_table is not _FAILED else _FAILED)
     wl = errors.run(_table, table, "workload")
-    workload = errors.run(_workload_from, wl, base_dir) if wl is not _FAILED else _FAILED
+    cells = (settings.max_tick_cells if settings is not _FAILED
+             else SimSettings.max_tick_cells)
+    workload = (errors.run(_workload_from, wl, base_dir, cells) if wl is not _FAILED
+                else _FAILED)
     reader = errors.run(lambda: reader_from_config(_table(table, "reader"), "reader"))
 
     pols_table = errors.run(_table, table, "policies")
@@ -711,6 +722,12 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     if isinstance(baseline, str) and pols_table is not _FAILED:
         errors.run(_check_baseline, baseline, pols_table)
 
+    if isinstance(workload, SyntheticWorkload) and settings is not _FAILED:
+        # a policy that updates per tick: the replay holds whole ticks
+        per_tick = [name for name, p in policies.items() if isinstance(p, Policy)
+                    and feedback_timing(p, settings.sim) == "per-tick"]
+        if per_tick:
+            errors.run(_check_stream_size, workload, per_tick[0])  # whole ticks
     grid = errors.run(_grid_from, table)
     sweep = table.get("sweep")
     if sweep is not None and not isinstance(sweep, dict):
@@ -736,11 +753,14 @@ def _raise(message: str) -> None:
     raise ConfigError(message)
 
 
-def _workload_from(wl: dict, base_dir: str | Path) -> Any:
-    """The ``[workload]`` table: a :class:`StreamSource` or a synthetic workload."""
+def _workload_from(wl: dict, base_dir: str | Path,
+                   max_tick_cells: int = SimSettings.max_tick_cells) -> Any:
+    """The ``[workload]`` table: a :class:`StreamSource` or a synthetic
+    workload (its memory checked for policies that update per query: ticks
+    in parts of about ``max_tick_cells``)."""
     if "source" not in wl:
         workload = SyntheticWorkload.from_config(wl, "workload")
-        _check_stream_size(workload)
+        _check_stream_size(workload, max_tick_cells=max_tick_cells)
         return workload
     extra = [k for k in wl if k not in SOURCE_KEYS]
     if extra:
@@ -835,8 +855,10 @@ STREAM_BYTES_PER_QUERY = 256
 #: (101 measured at 10M notes).
 GENERATION_BYTES_PER_NOTE = 120
 #: Bytes per note of the replay's own per-note state (codes, times, norms,
-#: decay and use state of one arm): 178 measured at 1M and 10M notes.
-REPLAY_BYTES_PER_NOTE = 180
+#: decay and use state of one arm): 141 measured at 3M notes with one arm
+#: (Hivemind's preset with ai-memory retention, a 3-query tick's cells
+#: included).
+REPLAY_BYTES_PER_NOTE = 150
 #: Bytes per (query, live note) cell of the tick being replayed: its dense
 #: query x note matrices (products, similarity, validity and the packer's
 #: float64 copy of the similarity), measured at 1M notes as the rise of the
@@ -859,7 +881,8 @@ def _largest_tick(wl: Any) -> float:
     return mean + 3.0 * math.sqrt(spread) + 1.0
 
 
-def estimate_stream_bytes(wl: Any) -> float:
+def estimate_stream_bytes(wl: Any, parts: bool = True,
+                          max_tick_cells: int = SimSettings.max_tick_cells) -> float:
     """Rough peak memory (bytes) of generating ``wl``'s synthetic stream and replaying it.
 
     With ``N ~ notes_per_day x (horizon_days + backfill_days)`` notes, ``Q ~
@@ -869,10 +892,13 @@ def estimate_stream_bytes(wl: Any) -> float:
     ``)`` plus 48 bytes per organic access. Generating it holds ``S + N x``
     :data:`GENERATION_BYTES_PER_NOTE` at most (the generator writes into the
     stream's final arrays, a block of rows at a time); replaying it holds ``S
-    + N x`` :data:`REPLAY_BYTES_PER_NOTE` ``+ B x N x``
-    :data:`REPLAY_BYTES_PER_CELL`, ``B`` the queries of the busiest one-day
-    tick (mean + 3 sd; all queries under ``age_mode = "zero"``), every note
-    counted live. The estimate is :data:`PROCESS_BYTES` plus the larger of
+    + N x`` :data:`REPLAY_BYTES_PER_NOTE` ``+ K x`` :data:`REPLAY_BYTES_PER_CELL`,
+    ``K`` the (query, note) cells of its largest batch, every note counted
+    live: ``B x N``, ``B`` the queries of the busiest one-day tick (mean + 3
+    sd; all queries under ``age_mode = "zero"``), or, with ``parts`` (every
+    policy updates per query, so that the replay takes a tick in parts:
+    :func:`memsim.engine.batch.replay_batches`), at most ``max_tick_cells``
+    (or 3 queries' cells when that is more). The estimate is :data:`PROCESS_BYTES` plus the larger of
     the two, plus ``n_topics`` centroids and ``n_actors`` names. Computed in
     floats, so absurd knobs give a huge number, never an error.
     """
@@ -884,24 +910,36 @@ def estimate_stream_bytes(wl: Any) -> float:
     stream = (notes * (vec + STREAM_BYTES_PER_NOTE) + queries * (vec + STREAM_BYTES_PER_QUERY)
               + accesses * 48)
     generation = notes * GENERATION_BYTES_PER_NOTE
-    replay = notes * (REPLAY_BYTES_PER_NOTE + REPLAY_BYTES_PER_CELL * _largest_tick(wl))
+    cells = notes * _largest_tick(wl)
+    if parts:
+        cells = min(cells, max(float(max_tick_cells), 3.0 * notes))
+    replay = notes * REPLAY_BYTES_PER_NOTE + cells * REPLAY_BYTES_PER_CELL
     return (PROCESS_BYTES + stream + max(generation, replay)
             + float(wl.n_topics) * (vec + 16) + float(wl.n_actors) * 128)
 
 
-def _check_stream_size(wl: Any) -> None:
-    """Refuse a workload whose stream would not fit :func:`max_stream_gib`."""
-    est = estimate_stream_bytes(wl)
+def _check_stream_size(wl: Any, per_tick: str | None = None,
+                       max_tick_cells: int = SimSettings.max_tick_cells) -> None:
+    """Refuse a workload whose stream would not fit :func:`max_stream_gib`,
+    replayed by policies that all update per query (ticks in parts of about
+    ``max_tick_cells``), or, with ``per_tick`` (the name of a policy that
+    updates per tick), whole ticks at once."""
+    est = estimate_stream_bytes(wl, parts=per_tick is None, max_tick_cells=max_tick_cells)
     limit = max_stream_gib()
     if not est <= limit * 2**30:
         span = float(wl.horizon_days) + float(wl.backfill_days)
+        why = ("" if per_tick is None else
+               f"; policy {per_tick!r} updates per tick, so a replay holds every query of a "
+               "tick at once (policies that all update per query take a tick in parts of "
+               "[experiment] max_tick_cells)")
         raise ConfigError(
             f"workload: the stream would take about {est / 2**30:.3g} GiB of memory, "
             f"generated and replayed (~{float(wl.notes_per_day) * span:.3g} notes, "
             f"~{float(wl.queries_per_day) * float(wl.horizon_days):.3g} queries, "
             f"~{_largest_tick(wl):.3g} of them in the busiest day, "
             f"embedding_dim {wl.embedding_dim}, n_topics {wl.n_topics}, n_actors "
-            f"{wl.n_actors}); the limit is {limit:g} GiB (set MEMSIM_MAX_STREAM_GB to raise it)")
+            f"{wl.n_actors}{why}); the limit is {limit:g} GiB "
+            "(set MEMSIM_MAX_STREAM_GB to raise it)")
 
 
 def _table(table: dict, key: str) -> dict:
