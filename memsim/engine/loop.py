@@ -36,7 +36,7 @@ from .inputs import _inputs
 from .scoring import _answer_all
 from .settings import (ACCELERATORS, check_accelerators, feedback_timing, resolve_budget,
                        usable_accelerators)
-from .state import PolicyState, superseded
+from .state import PolicyState
 from .walk import _walk_arms
 
 if TYPE_CHECKING:
@@ -207,23 +207,26 @@ def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: flo
 def _store_rows(notes: NoteArrays, states, t: float) -> list[tuple]:
     """(arm, t, live notes, live tokens, invalidated notes kept for audit,
     live notes already superseded) of every arm at time ``t``."""
-    live = (notes.created_at <= t) & (notes.expires_at > t)
-    stale = live & (superseded(notes) <= t)
+    _, live = notes.existing(t, t)  # (a slice when they are consecutive rows)
+    tokens = notes.tokens[live]
+    stale = (None if notes.superseded_at is None
+             else notes.superseded_at[live] <= t)
     out = []
     for ai, st in enumerate(states):
-        keep = live & ~st.evicted
-        out.append((ai, float(t), int(keep.sum()), int(notes.tokens[keep].sum()),
-                    int((live & (st.invalid_at <= t)).sum()), int((stale & ~st.evicted).sum())))
+        keep = ~st.evicted[live]
+        out.append((ai, float(t), int(np.count_nonzero(keep)), int(tokens.sum(where=keep)),
+                    int(np.count_nonzero(st.invalid_at[live] <= t)),
+                    0 if stale is None else int(np.count_nonzero(stale & keep))))
     return out
 
 
 def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
     """Run every arm's retention sweep at time ``t``."""
-    exist = np.flatnonzero((notes.created_at <= t) & (notes.expires_at > t))
+    exist, rows = notes.existing(t, t)
     for arm, st, rng in zip(arms, states, rngs):
         if not arm.policy.retention.evicts:
             continue
-        idx = exist[~st.evicted[exist]]
+        idx = exist[~st.evicted[rows]]
         if len(idx) == 0:
             continue
         evict = np.asarray(arm.policy.retention.evict(SweepView(notes, st, idx, t, rng)),
