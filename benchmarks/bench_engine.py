@@ -407,22 +407,27 @@ def child_big(spec: dict) -> dict:
            "system_s": resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0,
            "note_scores": _note_scores(stream), "load": _load()}
     out["peak_mib"] = _maxrss_mib()
-    out.update(_batches(stream, spec.get("timing", "per-tick") == "per-query"))
+    out.update(_batches(stream, spec.get("timing", "per-tick")))
     out["estimate_gib"] = estimate_stream_bytes(_workload(spec["n"], spec["window"]),
-                                                parts=spec.get("timing") == "per-query") / 2**30
+                                                parts=out["in_parts"]) / 2**30
     return out
 
 
-def _batches(stream, per_query: bool) -> dict:
-    """The ticks of the replay and the batches it takes them in (a tick in
-    parts when every arm updates per query: ``SimSettings.max_tick_cells``)."""
+def _batches(stream, timing: str) -> dict:
+    """The ticks of the full policy's replay and the batches it takes them
+    in (a tick in parts: ``SimSettings.max_tick_cells``)."""
+    from memsim.engine import SimSettings
     from memsim.engine.batch import make_batches, replay_batches
-    from memsim.engine.settings import MAX_TICK_CELLS
+    from memsim.engine.settings import splits_ticks
+    from memsim.policies import resolve_policy
 
+    s = SimSettings(candidates=CANDIDATES)
+    parts = splits_ticks(resolve_policy(policy_table(0, 1, timing), "arm-0"), s)
     t = stream.queries["t"].to_numpy(np.float64)
     created = stream.notes["created_at"].to_numpy(np.float64)
-    return {"ticks": len(make_batches(t, 1.0)), "max_tick_cells": MAX_TICK_CELLS,
-            "batches": len(replay_batches(t, 1.0, created, per_query, MAX_TICK_CELLS))}
+    return {"ticks": len(make_batches(t, 1.0)), "max_tick_cells": s.max_tick_cells,
+            "in_parts": parts,
+            "batches": len(replay_batches(t, 1.0, created, parts, s.max_tick_cells))}
 
 
 def year_run(n: int, timing: str) -> dict:

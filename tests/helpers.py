@@ -38,8 +38,10 @@ def tiny_stream(*, created, tokens, note_vecs, queries, qrels, actors=None, quer
 
 
 def random_stream(seed: int = 0, n_notes: int = 300, n_queries: int = 60, dim: int = 8,
-                  horizon: float = 30.0):
-    """A random stream with a few qrels per query (for engine invariants)."""
+                  horizon: float = 30.0, accesses: int = 0):
+    """A random stream with a few qrels per query (for engine invariants),
+    and ``accesses`` organic uses of notes already created (drawn last: the
+    rest of the stream does not depend on them)."""
     rng = np.random.default_rng(seed)
     created = np.sort(rng.uniform(-horizon, horizon, n_notes))
     notes = pd.DataFrame({
@@ -61,4 +63,10 @@ def random_stream(seed: int = 0, n_notes: int = 300, n_queries: int = 60, dim: i
     qrels = pd.DataFrame(rows, columns=["query_id", "note_id", "gain"])
     ne = rng.normal(size=(n_notes, dim)).astype(np.float32)
     qe = rng.normal(size=(n_queries, dim)).astype(np.float32)
-    return make_stream(notes, queries, qrels, None, ne, qe, {"name": "random"})
+    used = None
+    if accesses:
+        at = np.sort(rng.uniform(0, horizon, accesses))
+        used = pd.DataFrame({"t": at, "note_id": [int(rng.integers(0, max(1, (created <= x).sum())))
+                                                  for x in at],
+                             "actor": rng.choice(["a0", "a1", "a2"], accesses)})
+    return make_stream(notes, queries, qrels, used, ne, qe, {"name": "random"})

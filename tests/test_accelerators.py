@@ -142,6 +142,9 @@ def _frames(result):
 
 @pytest.mark.parametrize("slot, name", COMPONENTS, ids=[f"{s}:{n}" for s, n in COMPONENTS])
 def test_every_accelerator_gives_the_reference_frames(slot, name):
+    """The component's arms (per tick, and beside it per-query ones), with
+    each accelerator set, and with each tick taken in parts
+    (``max_tick_cells``) against the reference in the same parts."""
     if name == "hnsw":
         pytest.importorskip("hnswlib")
     stream = _stream(0)
@@ -150,13 +153,18 @@ def test_every_accelerator_gives_the_reference_frames(slot, name):
     settings = SimSettings(candidates=6, save_rankings="hidden", tick_days=2.0,
                            retention_period_days=3.0)
     want = _frames(reference.simulate(stream, arms, settings, seed_sequence(5)))
-    for accelerators in SETS:
-        got = simulate(stream, arms, settings, seed_sequence(5), accelerators=accelerators)
+    # and with each tick taken in parts of about 4 queries (both engines)
+    parts = dataclasses.replace(settings, max_tick_cells=4 * stream.n_notes)
+    in_parts = _frames(reference.simulate(stream, arms, parts, seed_sequence(5)))
+    for accelerators, s in [*((a, settings) for a in SETS), (ACCELERATORS, parts)]:
+        got = simulate(stream, arms, s, seed_sequence(5), accelerators=accelerators)
         for key, frame in _frames(got).items():
             try:
-                assert_frame_equal(frame, want[key], check_exact=True)
+                assert_frame_equal(frame, (want if s is settings else in_parts)[key],
+                                   check_exact=True)
             except AssertionError as err:
-                raise AssertionError(f"{slot}:{name} with {accelerators}: {key} differ "
+                raise AssertionError(f"{slot}:{name} with {accelerators}"
+                                     f"{'' if s is settings else ' in parts'}: {key} differ "
                                      f"from the reference\n{err}") from None
 
 

@@ -1,6 +1,7 @@
-"""Ticks taken in parts: when every arm updates per query, a tick's queries
-are replayed in parts of bounded (queries x notes) size, with the frames of
-the whole tick (``memsim.engine.batch.replay_batches``)."""
+"""Ticks taken in parts: a tick's queries are replayed in parts of bounded
+(queries x notes) size, with the frames of the whole tick: per-query arms
+see the state at each query's time, per-tick arms the tick's start, their
+uses recorded after its last part (``memsim.engine.batch.replay_batches``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from memsim.core.errors import ConfigError
 from memsim.core.rng import seed_sequence
 from memsim.engine import Arm, ReplayCache, SimSettings, reference, simulate
 from memsim.engine.batch import Batch, make_batches, replay_batches
+from memsim.engine.settings import splits_ticks
 from memsim.runs.config import (estimate_stream_bytes, experiment_from_dict, max_stream_gib,
                                 resolve_policy)
 
@@ -50,7 +52,7 @@ def test_parts_cover_each_tick_in_order_and_bound_its_cells(seed, n_queries, n_n
         if len(rows) * n <= max_cells:
             assert len(got) == 1
     assert k == len(parts)
-    # a replay with a per-tick arm takes whole ticks
+    # a replay with an arm that cannot take parts takes whole ticks
     whole = replay_batches(t, tick, created, False, max_cells)
     assert [(len(r), e, f) for r, e, f in whole] == [(len(r), e, True) for r, e in ticks]
 
@@ -75,13 +77,17 @@ SETTINGS = dict(candidates=8, save_rankings="hidden", tick_days=2.0, retention_p
 
 
 @pytest.mark.parametrize("engine", ["accelerated", "reference"])
-def test_a_tick_in_parts_gives_the_whole_ticks_frames(engine, monkeypatch):
-    """Per-query arms (a retention whose sweeps fall inside ticks, a
-    prefilter, set-dependent rankers, hidden rankings): the frames of a
-    replay whose ticks are taken in parts of a few queries are those of
-    whole ticks, and the batches really are smaller."""
-    stream = random_stream(3, n_notes=1500, n_queries=60, dim=6, horizon=12.0)
-    arms, s = _arms(), SimSettings(**SETTINGS)
+@pytest.mark.parametrize("timings", ["per-query", "per-tick", "both"])
+def test_a_tick_in_parts_gives_the_whole_ticks_frames(engine, timings, monkeypatch):
+    """Per-query and per-tick arms, alone and together (a retention whose
+    sweeps fall inside ticks, a prefilter, set-dependent rankers, organic
+    uses, hidden rankings): the frames of a replay whose ticks are taken in
+    parts of a few queries are those of whole ticks, and the batches really
+    are smaller."""
+    stream = random_stream(3, n_notes=1500, n_queries=60, dim=6, horizon=12.0, accesses=80)
+    arms = {"per-query": _arms(), "per-tick": _arms("per-tick"),
+            "both": _arms()[:2] + _arms("per-tick")[2:]}[timings]
+    s = SimSettings(**SETTINGS)
     run = simulate if engine == "accelerated" else reference.simulate
     whole = run(stream, arms, s, seed_sequence(1))
     shapes = []
@@ -99,9 +105,16 @@ def test_a_tick_in_parts_gives_the_whole_ticks_frames(engine, monkeypatch):
     assert all(q * n <= 3 * n or q * n <= 4 * 1500 for q, n in shapes)
 
 
-def test_a_per_tick_arm_keeps_ticks_whole(monkeypatch):
+@pytest.mark.parametrize("table", [
+    # a ranker that keeps per-note columns, updated from a whole call's context
+    {"ranker": "memoripy", "feedback": {"timing": "per-tick"}},
+    # uses of the whole tick's prefilter before scoring
+    {"retriever": {"kind": "cosine", "prefilter": 30},
+     "feedback": {"touch": "prefilter", "before_scoring": True, "timing": "per-tick"}}])
+def test_a_policy_that_cannot_take_parts_keeps_ticks_whole(monkeypatch, table):
     stream = random_stream(3, n_notes=800, n_queries=40, dim=6, horizon=12.0)
-    arms = _arms()[:1] + _arms("per-tick")[1:2]
+    arms = _arms()[:1] + [Arm("whole", resolve_policy(table, "whole"))]
+    assert not splits_ticks(arms[1].policy, SimSettings())
     made = counting(monkeypatch, Batch)
     simulate(stream, arms, SimSettings(**SETTINGS, max_tick_cells=100), seed_sequence(1))
     assert len(made) == len(make_batches(stream.queries["t"].to_numpy(), 2.0))
@@ -131,18 +144,18 @@ def _ten_million(policy: dict) -> dict:
 
 
 def test_ten_million_notes_replayed_per_query_fit_the_default_memory_limit(monkeypatch):
-    """A year over a 10M-note store: by presets (which update per query),
-    replayed in parts, it fits the default limit; beside a policy that
-    updates per tick (whole ticks of 50 queries x 10M notes), it does not,
-    and the error names that policy."""
+    """A year over a 10M-note store, replayed in parts, fits the default
+    limit (per-query presets, a per-tick policy); beside a policy that keeps
+    whole ticks (50 queries x 10M notes at once), it does not, and the error
+    names that policy."""
     monkeypatch.delenv("MEMSIM_MAX_STREAM_GB", raising=False)
-    exp = experiment_from_dict(_ten_million({"preset": "ai-memory"}))
+    exp = experiment_from_dict(_ten_million({"preset": "ai-memory",
+                                             "feedback": {"timing": "per-tick"}}))
     assert estimate_stream_bytes(exp.workload) <= max_stream_gib() * 2**30
     assert estimate_stream_bytes(exp.workload, parts=False) > max_stream_gib() * 2**30
     with pytest.raises(ConfigError) as err:
-        experiment_from_dict(_ten_million({"preset": "ai-memory",
-                                           "feedback": {"timing": "per-tick"}}))
-    assert "policy 'b' updates per tick" in str(err.value)
+        experiment_from_dict(_ten_million({"ranker": "memoripy"}))
+    assert "policy 'b' keeps whole ticks" in str(err.value)
     assert "MEMSIM_MAX_STREAM_GB" in str(err.value)
 
 

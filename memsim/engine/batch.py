@@ -283,24 +283,27 @@ def make_batches(t: np.ndarray, tick_days: float) -> list[tuple[np.ndarray, floa
 
 
 def replay_batches(t: np.ndarray, tick_days: float, created_at: np.ndarray,
-                   per_query: bool, max_cells: int = MAX_TICK_CELLS
+                   in_parts: bool, max_cells: int = MAX_TICK_CELLS
                    ) -> list[tuple[np.ndarray, float, bool]]:
     """The batches a replay takes, in time order: (query rows, the tick's
     end, whether it starts its tick).
 
     Each tick of :func:`make_batches` is one batch, unless every arm of the
-    replay updates per query (``per_query``): then a tick is taken in parts
-    of consecutive queries, so that a part's queries times the notes created
-    by the tick's end are about ``max_cells`` at most, each part at least 2
-    queries (a tick of one stays whole). Each query is answered on the state
-    at its own time whichever part it is in, and its similarity row is the
-    same (a product's rows do not depend on the rows multiplied with them,
-    but for a single row's: hence 2); only the batch's (Q, L) matrices, its
-    memory, are bounded. (A random ranker's draws are per batch cell: they
-    follow the parts, in both engines.)"""
+    replay can take it in parts (``in_parts``:
+    :func:`~memsim.engine.settings.splits_ticks`): then a tick is taken in
+    parts of consecutive queries, so that a part's queries times the notes
+    created by the tick's end are about ``max_cells`` at most, each part at
+    least 2 queries (a tick of one stays whole). Each query is answered on
+    the state it has (per-query: at its time; per-tick: at its tick's
+    start, the tick's uses recorded after its last part) whichever part it
+    is in, and its similarity row is the same (a product's rows do not
+    depend on the rows multiplied with them, but for a single row's: hence
+    2); only the batch's (Q, L) matrices, its memory, are bounded. (A
+    random ranker's draws are per batch cell: they follow the parts, in
+    both engines.)"""
     ticks = make_batches(t, tick_days)
     sizes = [len(rows) for rows, _ in ticks]
-    if not per_query or not sizes or max(sizes) * len(created_at) <= max_cells:
+    if not in_parts or not sizes or max(sizes) * len(created_at) <= max_cells:
         return [(rows, t_end, True) for rows, t_end in ticks]
     created = np.sort(created_at)
     out = []

@@ -35,8 +35,9 @@ from .frames import _Collected, _result, _tick_rankings
 from .inputs import _inputs
 from .scoring import _answer_all
 from .settings import (ACCELERATORS, check_accelerators, feedback_timing, resolve_budget,
-                       usable_accelerators)
+                       splits_ticks, usable_accelerators)
 from .state import PolicyState
+from .uses import _record_uses
 from .walk import _walk_arms
 
 if TYPE_CHECKING:
@@ -111,18 +112,24 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
             for arm in arms]
     per_query = [feedback_timing(arm.policy, settings) == "per-query" for arm in arms]
     batches = replay_batches(inp.qt, settings.tick_days, notes.created_at,
-                             bool(arms) and all(per_query), settings.max_tick_cells)
+                             bool(arms) and all(splits_ticks(a.policy, settings) for a in arms),
+                             settings.max_tick_cells)
     got = _Collected(metrics=[[] for _ in arms], rankings=[[] for _ in arms])
     next_sweep = -np.inf
     last_store_day = None
     acc_done = np.zeros(len(arms), dtype=np.int64)  # organic uses applied, per arm
     oracle_cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
+    #: the uses of each per-tick arm in a tick taken in parts, recorded after it
+    pending: dict[int, list] = {}
     for bi, (rows, t0, tick_first) in enumerate(batches):
         t = inp.qt[rows]
         t_start = t.min()
-        # 1. organic uses strictly before this batch
-        _organic_uses(inp, arms, states, acc_done, t_start)
+        tick_last = bi + 1 == len(batches) or batches[bi + 1][2]
+        # 1. organic uses strictly before this batch (a per-tick arm: before
+        # its tick)
+        _organic_uses(inp, arms, states, acc_done, t_start,
+                      None if tick_first else per_query)
         # 2. retention sweeps, at a tick's start (its later parts are the
         # same tick)
         if tick_first and t_start >= next_sweep:
@@ -163,7 +170,15 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
                                       [int(acc_done[ai]) for ai in query_jobs])
             outs.update(zip(query_jobs, walked))
             acc_done[list(query_jobs)] = done
-        outs.update(zip(tick_jobs, _run_arms(list(tick_jobs.values()))))
+        if tick_first and tick_last:
+            outs.update(zip(tick_jobs, _run_arms(list(tick_jobs.values()))))
+        elif tick_jobs:  # a part of a tick: the per-tick arms' uses wait for its end
+            parts = [pending.setdefault(ai, []) for ai in tick_jobs]
+            outs.update(zip(tick_jobs, _run_arms(list(tick_jobs.values()), parts)))
+            if tick_last:
+                for ai, uses in pending.items():
+                    _record_uses(states[ai], arms[ai].policy.feedback, uses)
+                pending.clear()
         for ai, out in outs.items():
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
@@ -193,12 +208,14 @@ def _dead(states: list[PolicyState], rows: slice | np.ndarray) -> np.ndarray | N
     return dead.copy() if dead.base is not None else dead
 
 
-def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: float) -> None:
-    """Apply the stream's organic uses before ``t_start`` to every arm (those
-    each has not applied yet, ``acc_done``, updated in place)."""
+def _organic_uses(inp: _Inputs, arms, states, acc_done: np.ndarray, t_start: float,
+                  only: list[bool] | None = None) -> None:
+    """Apply the stream's organic uses before ``t_start`` to every arm (or
+    the arms ``only`` marks; those uses each has not applied yet,
+    ``acc_done``, updated in place)."""
     acc_end = int(np.searchsorted(inp.acc_t, t_start, side="left"))
     for ai, (arm, st) in enumerate(zip(arms, states)):
-        if acc_end > acc_done[ai]:
+        if acc_end > acc_done[ai] and (only is None or only[ai]):
             sl = slice(int(acc_done[ai]), acc_end)
             st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], arm.policy.feedback)
             acc_done[ai] = acc_end
@@ -237,10 +254,12 @@ def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
             st.invalid_at[idx[evict]] = t
 
 
-def _run_arms(jobs: list[_ArmJob]) -> list[dict[str, Any]]:
+def _run_arms(jobs: list[_ArmJob], pending: list[list] | None = None
+              ) -> list[dict[str, Any]]:
     """Score, pack and measure every query of the batch on each arm's state
-    at the batch's start; then apply the batch's uses (per-tick feedback).
+    at the batch's start; then apply the batch's uses (per-tick feedback),
+    or, with ``pending`` (a part of a tick), append them to each arm's list.
     The arms' packing and metrics run together (:func:`_pack_all`,
     :func:`_outputs_all`)."""
-    packs = _answer_all(jobs)
+    packs = _answer_all(jobs, pending)
     return _outputs_all([(job, batch, pk) for job, (batch, pk) in zip(jobs, packs)])

@@ -32,10 +32,10 @@ from .batch import Batch, replay_batches
 from .context import BatchContext
 from .frames import SimResult, _Collected, _result, _tick_rankings
 from .inputs import _inputs
-from .settings import Arm, SimSettings, feedback_timing, resolve_budget
+from .settings import Arm, SimSettings, feedback_timing, resolve_budget, splits_ticks
 from .state import NoteArrays, PolicyState, superseded
 from .topc import top_candidates
-from .uses import _answer_uses
+from .uses import _answer_uses, _record_uses
 
 __all__ = ["simulate"]
 
@@ -57,14 +57,20 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
     next_sweep = -np.inf
     last_store_day = None
     per_query = [feedback_timing(arm.policy, settings) == "per-query" for arm in arms]
-    for rows, t_end, tick_first in replay_batches(inp.qt, settings.tick_days, notes.created_at,
-                                                  bool(arms) and all(per_query),
-                                                  settings.max_tick_cells):
+    batches = replay_batches(inp.qt, settings.tick_days, notes.created_at,
+                             bool(arms) and all(splits_ticks(a.policy, settings) for a in arms),
+                             settings.max_tick_cells)
+    # a tick taken in parts: each per-tick arm's uses, recorded after its last part
+    pending: list[list] = [[] for _ in arms]
+    for bi, (rows, t_end, tick_first) in enumerate(batches):
         t = inp.qt[rows]
         t_start = float(t.min())
-        # 1. the organic uses before the batch
+        whole = tick_first and (bi + 1 == len(batches) or batches[bi + 1][2])
+        # 1. the organic uses before the batch (a per-tick arm: before its tick)
         for ai, arm in enumerate(arms):
-            organic_done[ai] = _organic_uses(inp, states[ai], arm, organic_done[ai], t_start)
+            if tick_first or per_query[ai]:
+                organic_done[ai] = _organic_uses(inp, states[ai], arm, organic_done[ai],
+                                                 t_start)
         # 2. a retention sweep of every arm, once per period, at a tick's
         # start (a tick taken in parts: its first)
         if tick_first and t_start >= next_sweep:
@@ -92,8 +98,8 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
                     organic_done[ai] = _organic_uses(inp, st, arm, organic_done[ai], t[i])
                     packs.append(_answer(job.row(i)))
                 pk = _stacked(packs)
-            else:
-                pk = _answer(job)
+            else:  # on the state at the tick's start
+                pk = _answer(job, None if whole else pending[ai])
             out = _outputs(job, batch, pk)
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
@@ -101,6 +107,10 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
                     got.rankings[ai].append(out["rankings"])
                 else:  # a later part of the tick
                     got.rankings[ai][-1] = _tick_rankings(got.rankings[ai][-1], out["rankings"])
+        if not whole and (bi + 1 == len(batches) or batches[bi + 1][2]):
+            for ai, arm in enumerate(arms):  # the tick's last part: its uses
+                _record_uses(states[ai], arm.policy.feedback, pending[ai])
+                pending[ai] = []
     return _result(inp, arms, states, settings, got)
 
 
@@ -147,9 +157,10 @@ def _store_rows(notes: NoteArrays, states: list[PolicyState], t: float) -> list[
              int((stale & ~st.evicted).sum())) for ai, st in enumerate(states)]
 
 
-def _answer(job: _ArmJob) -> _Packed:
+def _answer(job: _ArmJob, pending: list | None = None) -> _Packed:
     """The arm's answers to the batch's queries on its state now: every live
-    note scored, the top C packed; then the uses they make recorded."""
+    note scored, the top C packed; then the uses they make recorded (or,
+    with ``pending``, appended to it: a part of a tick)."""
     policy, st, batch = job.arm.policy, job.st, job.batch
     fb = policy.feedback
     ctx = BatchContext(batch, st, job.rng)
@@ -176,5 +187,8 @@ def _answer(job: _ArmJob) -> _Packed:
     st.update_note_state(policy.ranker, ctx)  # the ranker's own per-note state, before the uses
     if not (fb.touch == "prefilter" and fb.before_scoring):
         qi, used = _answer_uses(fb, batch, pk, candidates if fb.touch == "prefilter" else None)
-        st.touch(used, batch.actors[qi], batch.t[qi], fb)
+        if pending is None:
+            st.touch(used, batch.actors[qi], batch.t[qi], fb)
+        else:
+            pending.append((used, batch.actors[qi], batch.t[qi]))
     return pk

@@ -16,7 +16,7 @@ from .cells import _cells_scorable
 from .pruning import _pruned_top
 from .stacking import _stacked_tops
 from .topc import top_candidates
-from .uses import _feedback
+from .uses import _feedback, _feedback_uses
 
 if TYPE_CHECKING:
     from .arms import _ArmJob, _Packed
@@ -104,8 +104,11 @@ def _answer(job: _ArmJob) -> _Packed:
     return _answer_all([job])[0][1]
 
 
-def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
-    """:func:`_answer` of several arms: (the batch each scored, its packing)."""
+def _answer_all(jobs: list[_ArmJob], pending: list[list] | None = None
+                ) -> list[tuple[Batch, _Packed]]:
+    """:func:`_answer` of several arms: (the batch each scored, its packing).
+    With ``pending`` (a list per job), each arm's uses are appended to its
+    list instead of recorded (a part of a tick: recorded after the tick)."""
     scored = []
     contexts = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch,
                                  job.accelerators) for job in jobs]
@@ -129,7 +132,11 @@ def _answer_all(jobs: list[_ArmJob]) -> list[tuple[Batch, _Packed]]:
     packs = _pack_all([(job, batch, pos, vals, slice(None))
                        for job, (batch, pos, vals, _) in zip(jobs, scored)])
     # 5. feedback (after the ranker's own per-note state, read before the uses)
-    for job, (ctx, _), (batch, *_, mask), pk in zip(jobs, contexts, scored, packs):
+    for i, (job, (ctx, _), (batch, *_, mask), pk) in enumerate(zip(jobs, contexts, scored,
+                                                                    packs)):
         job.st.update_note_state(job.arm.policy.ranker, ctx)
-        _feedback(job.arm.policy.feedback, job.st, batch, mask, pk)
+        if pending is None:
+            _feedback(job.arm.policy.feedback, job.st, batch, mask, pk)
+        else:
+            pending[i].append(_feedback_uses(job.arm.policy.feedback, batch, mask, pk))
     return [(batch, pk) for (batch, *_), pk in zip(scored, packs)]

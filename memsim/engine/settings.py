@@ -85,14 +85,17 @@ class SimSettings(Validated):
         reason (``"age"``, ``"cut"``, ``"evicted"``, ``"invalid"``;
         :mod:`memsim.evaluation.metrics`).
     max_tick_cells : int
-        When every arm updates per query, a tick whose queries times its
-        notes exceed this is replayed in parts of consecutive queries (at
-        least 2 each), so that a batch's (queries x notes) matrices stay
-        near this many cells (:func:`memsim.engine.batch.replay_batches`):
-        the memory of a replay of millions of notes, at some CPU (each part
-        multiplies every note again). Each query is answered on the state
-        at its time either way: the frames are the same but for a
-        ``random`` ranker's draws, which are per batch cell. Default
+        A tick whose queries times its notes exceed this is replayed in
+        parts of consecutive queries (at least 2 each), so that a batch's
+        (queries x notes) matrices stay near this many cells
+        (:func:`memsim.engine.batch.replay_batches`): the memory of a
+        replay of millions of notes, at some CPU (each part multiplies every
+        note again). Each query is answered on the state it has either way
+        (at its time with per-query feedback; at its tick's start with
+        per-tick feedback, the tick's uses recorded after its last part), so
+        the frames are the same but for a ``random`` ranker's draws, which
+        are per batch cell. Ticks stay whole when a policy cannot take them
+        in parts (:func:`splits_ticks`). Default
         :data:`MAX_TICK_CELLS` (10**8: about 0.6 GiB for a policy scored
         on the notes above a similarity level, 2 GiB for one that scores
         every note).
@@ -171,6 +174,20 @@ def feedback_timing(policy: Policy, settings: SimSettings) -> str:
     experiment's ``feedback_mode`` when the policy leaves it to the experiment."""
     timing = policy.feedback.timing
     return settings.feedback_mode if timing == "experiment" else timing
+
+
+def splits_ticks(policy: Policy, settings: SimSettings) -> bool:
+    """Whether a replay may take a tick in parts for ``policy``
+    (:attr:`SimSettings.max_tick_cells`): each query is answered on the
+    state at its own time (per-query feedback), or on its tick's start
+    with the tick's uses recorded after its last query (per-tick), whichever
+    part it is in. Not when the ranker keeps per-note columns (updated from
+    a whole retrieval call's context) or the uses of a per-tick policy come
+    before scoring (the whole tick's prefilter)."""
+    if feedback_timing(policy, settings) == "per-query":
+        return True
+    fb = policy.feedback
+    return not policy.keeps_note_state() and not (fb.touch == "prefilter" and fb.before_scoring)
 
 
 def with_timing(policy: Policy, timing: str) -> Policy:

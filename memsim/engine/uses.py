@@ -16,10 +16,19 @@ def _feedback(fb, st: PolicyState, batch: Batch, mask: np.ndarray | None,
               pk: _Packed) -> None:
     """Record the uses the batch's answers make (the feedback's ``touch``;
     ``mask``: the prefilter)."""
+    uses = _feedback_uses(fb, batch, mask, pk)
+    if uses is not None:
+        st.touch(*uses, fb)
+
+
+def _feedback_uses(fb, batch: Batch, mask: np.ndarray | None, pk: _Packed
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The uses :func:`_feedback` records, as (note rows, actors, times) in
+    the order of the batch's queries; None for uses made before scoring."""
     if fb.touch == "prefilter" and fb.before_scoring:
-        return
+        return None
     qi, used = _answer_uses(fb, batch, pk, mask)
-    st.touch(used, batch.actors[qi], batch.t[qi], fb)
+    return used, batch.actors[qi], batch.t[qi]
 
 
 def _chosen(fb, pk: _Packed, rows: slice | np.ndarray = slice(None)) -> np.ndarray | None:
@@ -55,3 +64,12 @@ def _used_candidates(fb, pk: _Packed) -> np.ndarray:
     if chosen is not None:
         return chosen
     return pk.cand_ok if fb.touch == "prefilter" else np.zeros_like(pk.cand_ok)
+
+
+def _record_uses(st: PolicyState, fb, uses: list) -> None:
+    """Record a tick's uses, made part by part (each part's as
+    :func:`_feedback_uses` gives them, in the order of its queries), as one
+    batch of uses: what the whole tick records."""
+    got = [u for u in uses if u is not None]
+    if got:
+        st.touch(*(np.concatenate(col) for col in zip(*got)), fb)

@@ -42,7 +42,7 @@ import tomli_w
 from memsim.data.embed import check_embedder
 from memsim.data.datasets import DATA_PREFIX, DataError, dataset as data_set, resolve as resolve_data
 from memsim.engine import SimSettings
-from memsim.engine.settings import feedback_timing
+from memsim.engine.settings import splits_ticks
 from memsim.data.importers.locomo import import_locomo
 from memsim.data.importers.trace import import_trace
 from memsim.core.errors import ConfigError, MemsimError
@@ -264,9 +264,9 @@ class ExperimentSettings(Validated):
     save_rankings : bool
         Keep every query's top-C ranking (``rankings.parquet``).
     max_tick_cells : int
-        A tick's (query, note) cells, about, at most, when every policy
-        updates per query (see :class:`~memsim.engine.SimSettings`). Written
-        to the resolved config only when not the default.
+        A tick's (query, note) cells replayed at once, about, at most (see
+        :class:`~memsim.engine.SimSettings`). Written to the resolved config
+        only when not the default.
     plugins : tuple of str
         Modules imported before the rest of the config is validated, so that
         the components they register can be named (``["my_package.my_decays"]``;
@@ -723,11 +723,11 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
         errors.run(_check_baseline, baseline, pols_table)
 
     if isinstance(workload, SyntheticWorkload) and settings is not _FAILED:
-        # a policy that updates per tick: the replay holds whole ticks
-        per_tick = [name for name, p in policies.items() if isinstance(p, Policy)
-                    and feedback_timing(p, settings.sim) == "per-tick"]
-        if per_tick:
-            errors.run(_check_stream_size, workload, per_tick[0])  # whole ticks
+        # a policy that cannot take a tick in parts: the replay holds whole ticks
+        whole = [name for name, p in policies.items() if isinstance(p, Policy)
+                 and not splits_ticks(p, settings.sim)]
+        if whole:
+            errors.run(_check_stream_size, workload, whole[0])
     grid = errors.run(_grid_from, table)
     sweep = table.get("sweep")
     if sweep is not None and not isinstance(sweep, dict):
@@ -896,11 +896,11 @@ def estimate_stream_bytes(wl: Any, parts: bool = True,
     ``K`` the (query, note) cells of its largest batch, every note counted
     live: ``B x N``, ``B`` the queries of the busiest one-day tick (mean + 3
     sd; all queries under ``age_mode = "zero"``), or, with ``parts`` (every
-    policy updates per query, so that the replay takes a tick in parts:
-    :func:`memsim.engine.batch.replay_batches`), at most ``max_tick_cells``
-    (or 3 queries' cells when that is more). The estimate is :data:`PROCESS_BYTES` plus the larger of
-    the two, plus ``n_topics`` centroids and ``n_actors`` names. Computed in
-    floats, so absurd knobs give a huge number, never an error.
+    policy can take a tick in parts: :func:`memsim.engine.batch.replay_batches`),
+    at most ``max_tick_cells`` (or 3 queries' cells when that is more). The
+    estimate is :data:`PROCESS_BYTES` plus the larger of the two, plus
+    ``n_topics`` centroids and ``n_actors`` names. Computed in floats, so
+    absurd knobs give a huge number, never an error.
     """
     span = float(wl.horizon_days) + float(wl.backfill_days)
     notes = float(wl.notes_per_day) * span
@@ -918,20 +918,21 @@ def estimate_stream_bytes(wl: Any, parts: bool = True,
             + float(wl.n_topics) * (vec + 16) + float(wl.n_actors) * 128)
 
 
-def _check_stream_size(wl: Any, per_tick: str | None = None,
+def _check_stream_size(wl: Any, whole: str | None = None,
                        max_tick_cells: int = SimSettings.max_tick_cells) -> None:
     """Refuse a workload whose stream would not fit :func:`max_stream_gib`,
-    replayed by policies that all update per query (ticks in parts of about
-    ``max_tick_cells``), or, with ``per_tick`` (the name of a policy that
-    updates per tick), whole ticks at once."""
-    est = estimate_stream_bytes(wl, parts=per_tick is None, max_tick_cells=max_tick_cells)
+    replayed in ticks in parts of about ``max_tick_cells``, or, with
+    ``whole`` (the name of a policy that cannot take a tick in parts:
+    :func:`memsim.engine.settings.splits_ticks`), whole ticks at once."""
+    est = estimate_stream_bytes(wl, parts=whole is None, max_tick_cells=max_tick_cells)
     limit = max_stream_gib()
     if not est <= limit * 2**30:
         span = float(wl.horizon_days) + float(wl.backfill_days)
-        why = ("" if per_tick is None else
-               f"; policy {per_tick!r} updates per tick, so a replay holds every query of a "
-               "tick at once (policies that all update per query take a tick in parts of "
-               "[experiment] max_tick_cells)")
+        why = ("" if whole is None else
+               f"; policy {whole!r} keeps whole ticks (its ranker keeps per-note state, or "
+               "its uses come before scoring per tick), so a replay holds every query of a "
+               "tick at once (other policies take a tick in parts of [experiment] "
+               "max_tick_cells)")
         raise ConfigError(
             f"workload: the stream would take about {est / 2**30:.3g} GiB of memory, "
             f"generated and replayed (~{float(wl.notes_per_day) * span:.3g} notes, "
