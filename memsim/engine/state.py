@@ -223,8 +223,7 @@ class NoteArrays:
         if self.note_class_rows is None or self.planted is None:
             return None
         codes = {c: i for i, c in enumerate(self.planted.class_names)}
-        return np.array([codes.get(_text(v), -1) for v in self.note_class_texts],
-                        dtype=np.int64)[self.note_class_rows]
+        return _distinct_codes(self.note_class_texts, codes)[self.note_class_rows]
 
     @classmethod
     def from_stream(cls, stream: Stream, actor_codes: dict[str, int],
@@ -326,7 +325,12 @@ def text_codes(values: pd.Series, codes: dict[str, int], default: int = -1) -> n
     ``"nan"``), ``default`` for a text not in ``codes``: one lookup per
     distinct value."""
     rows, distinct = pd.factorize(values, use_na_sentinel=False)
-    return np.array([codes.get(_text(v), default) for v in distinct], dtype=np.int64)[rows]
+    return _distinct_codes(distinct, codes, default)[rows]
+
+
+def _distinct_codes(distinct, codes: dict[str, int], default: int = -1) -> np.ndarray:
+    """The code of each distinct value as text (:func:`text_codes`)."""
+    return np.array([codes.get(_text(v), default) for v in distinct], dtype=np.int64)
 
 
 def distinct_texts(values: pd.Series) -> set[str]:

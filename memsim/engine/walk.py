@@ -277,12 +277,13 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
 
     def seen(cols: np.ndarray) -> np.ndarray:
         """The first query that sees a use of each of ``cols`` (q: none)."""
-        k = np.minimum(np.searchsorted(ucols, cols), max(len(ucols) - 1, 0))
-        return np.where(ucols[k] == cols, useen[k], q) if len(ucols) else np.full(cols.shape, q)
+        k, found = _columns(ucols, cols)
+        return np.where(found, useen[k] if len(ucols) else q, q)  # (none found when empty)
 
-    used = ucols[useen < stop]
+    early = useen < stop
+    used = ucols[early]
     qs = np.arange(start, stop)
-    cell = useen[useen < stop][None, :] <= qs[:, None]
+    cell = useen[early][None, :] <= qs[:, None]
     near = _may_enter(job, ctx, first, qs, used)
     if near is not None:
         cell &= near
@@ -383,10 +384,10 @@ def _first_wrong(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed,
 
 
 def _columns(idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where the note rows ``rows`` are among the batch's columns ``idx``
-    (ascending), and which of them are there at all."""
+    """Where the note rows ``rows`` (any shape) are among the batch's
+    columns ``idx`` (ascending), and which of them are there at all."""
     if len(idx) == 0:
-        return np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)
+        return np.zeros(np.shape(rows), dtype=np.int64), np.zeros(np.shape(rows), dtype=bool)
     at = np.minimum(np.searchsorted(idx, rows), len(idx) - 1)
     return at, idx[at] == rows
 
