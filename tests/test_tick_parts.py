@@ -33,17 +33,19 @@ def test_parts_cover_each_tick_in_order_and_bound_its_cells(seed, n_queries, n_n
     created = rng.uniform(-5, 10, n_notes)
     ticks = make_batches(t, tick)
     parts = replay_batches(t, tick, created, True, max_cells)
-    # per tick: its parts, consecutive, the first flagged, the tick's end kept
+    # per tick: its parts, consecutive, the first and the last flagged, the
+    # tick's end kept
     k = 0
     for rows, t_end in ticks:
         got = []
         while k < len(parts) and parts[k][1] == t_end:
             got.append(parts[k])
             k += 1
-        assert [first for _, _, first in got] == [True] + [False] * (len(got) - 1)
-        assert np.array_equal(np.concatenate([p for p, _, _ in got]), rows)
+        assert [first for _, _, first, _ in got] == [True] + [False] * (len(got) - 1)
+        assert [last for *_, last in got] == [False] * (len(got) - 1) + [True]
+        assert np.array_equal(np.concatenate([p for p, *_ in got]), rows)
         n = int((created <= t_end).sum())
-        for p, _, _ in got:
+        for p, *_ in got:
             # at least two queries (a tick of one: whole), and within the
             # bound but where two queries already exceed it
             assert len(p) >= min(2, len(rows))
@@ -54,7 +56,8 @@ def test_parts_cover_each_tick_in_order_and_bound_its_cells(seed, n_queries, n_n
     assert k == len(parts)
     # a replay with an arm that cannot take parts takes whole ticks
     whole = replay_batches(t, tick, created, False, max_cells)
-    assert [(len(r), e, f) for r, e, f in whole] == [(len(r), e, True) for r, e in ticks]
+    assert [(len(r), e, f, z) for r, e, f, z in whole] == [(len(r), e, True, True)
+                                                            for r, e in ticks]
 
 
 def _arms(timing="per-query"):

@@ -284,9 +284,9 @@ def make_batches(t: np.ndarray, tick_days: float) -> list[tuple[np.ndarray, floa
 
 def replay_batches(t: np.ndarray, tick_days: float, created_at: np.ndarray,
                    in_parts: bool, max_cells: int = MAX_TICK_CELLS
-                   ) -> list[tuple[np.ndarray, float, bool]]:
+                   ) -> list[tuple[np.ndarray, float, bool, bool]]:
     """The batches a replay takes, in time order: (query rows, the tick's
-    end, whether it starts its tick).
+    end, whether it starts its tick, whether it ends it).
 
     Each tick of :func:`make_batches` is one batch, unless every arm of the
     replay can take it in parts (``in_parts``:
@@ -304,7 +304,7 @@ def replay_batches(t: np.ndarray, tick_days: float, created_at: np.ndarray,
     ticks = make_batches(t, tick_days)
     sizes = [len(rows) for rows, _ in ticks]
     if not in_parts or not sizes or max(sizes) * len(created_at) <= max_cells:
-        return [(rows, t_end, True) for rows, t_end in ticks]
+        return [(rows, t_end, True, True) for rows, t_end in ticks]
     created = np.sort(created_at)
     out = []
     for rows, t_end in ticks:
@@ -315,7 +315,8 @@ def replay_batches(t: np.ndarray, tick_days: float, created_at: np.ndarray,
         if q * n > max_cells:
             # parts of max_cells // n queries at most, at least 2 each
             parts = max(1, min(-(-q // max(2, max_cells // n)), q // 2))
-        out.extend((part, t_end, k == 0) for k, part in enumerate(np.array_split(rows, parts)))
+        out.extend((part, t_end, k == 0, k == parts - 1)
+                   for k, part in enumerate(np.array_split(rows, parts)))
     return out
 
 

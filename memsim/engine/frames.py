@@ -127,11 +127,16 @@ def _supersession_measures(notes: NoteArrays, st: PolicyState, t_end: float) -> 
             **superseded_use_curve(sup, notes.created_at, st.last_access, float(t_end))}
 
 
-def _tick_rankings(head: dict[str, np.ndarray], part: dict[str, np.ndarray]
-                   ) -> dict[str, np.ndarray]:
-    """The rankings of a tick's parts so far and of its next part, in the
-    order of the whole tick's: every ranked row by query, then the rows of
-    the notes hidden from the top C (rank -1)."""
+def _add_rankings(got: list[dict[str, np.ndarray]], part: dict[str, np.ndarray],
+                  tick_first: bool) -> None:
+    """Add a batch's rankings to an arm's ``got``: a tick's first part as
+    its own entry, a later part merged into it in the order of the whole
+    tick's: every ranked row by query, then the rows of the notes hidden
+    from the top C (rank -1)."""
+    if tick_first:
+        got.append(part)
+        return
+    head = got[-1]
     hidden = [r["rank"] < 0 for r in (head, part)]
-    return {k: np.concatenate([head[k][~hidden[0]], part[k][~hidden[1]],
-                               head[k][hidden[0]], part[k][hidden[1]]]) for k in head}
+    got[-1] = {k: np.concatenate([head[k][~hidden[0]], part[k][~hidden[1]],
+                                  head[k][hidden[0]], part[k][hidden[1]]]) for k in head}

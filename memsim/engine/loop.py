@@ -31,7 +31,7 @@ from memsim.data.stream import Stream
 from .arms import _ArmJob, _outputs_all
 from .batch import Batch, replay_batches
 from .context import SweepView
-from .frames import _Collected, _result, _tick_rankings
+from .frames import _add_rankings, _Collected, _result
 from .inputs import _inputs
 from .scoring import _answer_all
 from .settings import (ACCELERATORS, check_accelerators, feedback_timing, resolve_budget,
@@ -120,12 +120,11 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
     acc_done = np.zeros(len(arms), dtype=np.int64)  # organic uses applied, per arm
     oracle_cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
-    #: the uses of each per-tick arm in a tick taken in parts, recorded after it
+    #: the uses of each per-tick arm in its tick's batches, recorded after it
     pending: dict[int, list] = {}
-    for bi, (rows, t0, tick_first) in enumerate(batches):
+    for bi, (rows, t0, tick_first, tick_last) in enumerate(batches):
         t = inp.qt[rows]
         t_start = t.min()
-        tick_last = bi + 1 == len(batches) or batches[bi + 1][2]
         # 1. organic uses strictly before this batch (a per-tick arm: before
         # its tick)
         _organic_uses(inp, arms, states, acc_done, t_start,
@@ -170,22 +169,17 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
                                       [int(acc_done[ai]) for ai in query_jobs])
             outs.update(zip(query_jobs, walked))
             acc_done[list(query_jobs)] = done
-        if tick_first and tick_last:
-            outs.update(zip(tick_jobs, _run_arms(list(tick_jobs.values()))))
-        elif tick_jobs:  # a part of a tick: the per-tick arms' uses wait for its end
+        if tick_jobs:  # per-tick arms: their uses wait for the tick's last part
             parts = [pending.setdefault(ai, []) for ai in tick_jobs]
             outs.update(zip(tick_jobs, _run_arms(list(tick_jobs.values()), parts)))
-            if tick_last:
-                for ai, uses in pending.items():
-                    _record_uses(states[ai], arms[ai].policy.feedback, uses)
-                pending.clear()
+        if tick_last:
+            for ai, uses in pending.items():
+                _record_uses(states[ai], arms[ai].policy.feedback, uses)
+            pending.clear()
         for ai, out in outs.items():
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
-                if tick_first:
-                    got.rankings[ai].append(out["rankings"])
-                else:  # a later part of the tick: its rankings as the tick's
-                    got.rankings[ai][-1] = _tick_rankings(got.rankings[ai][-1], out["rankings"])
+                _add_rankings(got.rankings[ai], out["rankings"], tick_first)
         if work is not None:
             cache.keep(work, batch_key, batch)
         if progress is not None:
@@ -254,12 +248,10 @@ def _sweep(arms, states, rngs, notes: NoteArrays, t: float) -> None:
             st.invalid_at[idx[evict]] = t
 
 
-def _run_arms(jobs: list[_ArmJob], pending: list[list] | None = None
-              ) -> list[dict[str, Any]]:
+def _run_arms(jobs: list[_ArmJob], pending: list[list]) -> list[dict[str, Any]]:
     """Score, pack and measure every query of the batch on each arm's state
-    at the batch's start; then apply the batch's uses (per-tick feedback),
-    or, with ``pending`` (a part of a tick), append them to each arm's list.
-    The arms' packing and metrics run together (:func:`_pack_all`,
-    :func:`_outputs_all`)."""
+    at its tick's start, and append the batch's uses to each arm's list in
+    ``pending`` (per-tick feedback: recorded after the tick). The arms'
+    packing and metrics run together (:func:`_pack_all`, :func:`_outputs_all`)."""
     packs = _answer_all(jobs, pending)
     return _outputs_all([(job, batch, pk) for job, (batch, pk) in zip(jobs, packs)])

@@ -30,7 +30,7 @@ from .ann import chosen_prefilter
 from .arms import _ArmJob, _outputs, _pack, _Packed, _stacked
 from .batch import Batch, replay_batches
 from .context import BatchContext
-from .frames import SimResult, _Collected, _result, _tick_rankings
+from .frames import SimResult, _add_rankings, _Collected, _result
 from .inputs import _inputs
 from .settings import Arm, SimSettings, feedback_timing, resolve_budget, splits_ticks
 from .state import NoteArrays, PolicyState, superseded
@@ -60,12 +60,11 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
     batches = replay_batches(inp.qt, settings.tick_days, notes.created_at,
                              bool(arms) and all(splits_ticks(a.policy, settings) for a in arms),
                              settings.max_tick_cells)
-    # a tick taken in parts: each per-tick arm's uses, recorded after its last part
+    # each per-tick arm's uses in its tick's batches, recorded after the last
     pending: list[list] = [[] for _ in arms]
-    for bi, (rows, t_end, tick_first) in enumerate(batches):
+    for rows, t_end, tick_first, tick_last in batches:
         t = inp.qt[rows]
         t_start = float(t.min())
-        whole = tick_first and (bi + 1 == len(batches) or batches[bi + 1][2])
         # 1. the organic uses before the batch (a per-tick arm: before its tick)
         for ai, arm in enumerate(arms):
             if tick_first or per_query[ai]:
@@ -99,16 +98,13 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
                     packs.append(_answer(job.row(i)))
                 pk = _stacked(packs)
             else:  # on the state at the tick's start
-                pk = _answer(job, None if whole else pending[ai])
+                pk = _answer(job, pending[ai])
             out = _outputs(job, batch, pk)
             got.metrics[ai].append(out["metrics"])
             if settings.save_rankings:
-                if tick_first:
-                    got.rankings[ai].append(out["rankings"])
-                else:  # a later part of the tick
-                    got.rankings[ai][-1] = _tick_rankings(got.rankings[ai][-1], out["rankings"])
-        if not whole and (bi + 1 == len(batches) or batches[bi + 1][2]):
-            for ai, arm in enumerate(arms):  # the tick's last part: its uses
+                _add_rankings(got.rankings[ai], out["rankings"], tick_first)
+        if tick_last:
+            for ai, arm in enumerate(arms):  # the per-tick arms' uses of the tick
                 _record_uses(states[ai], arm.policy.feedback, pending[ai])
                 pending[ai] = []
     return _result(inp, arms, states, settings, got)
@@ -160,7 +156,8 @@ def _store_rows(notes: NoteArrays, states: list[PolicyState], t: float) -> list[
 def _answer(job: _ArmJob, pending: list | None = None) -> _Packed:
     """The arm's answers to the batch's queries on its state now: every live
     note scored, the top C packed; then the uses they make recorded (or,
-    with ``pending``, appended to it: a part of a tick)."""
+    with ``pending``, appended to it: per-tick feedback, recorded after the
+    tick)."""
     policy, st, batch = job.arm.policy, job.st, job.batch
     fb = policy.feedback
     ctx = BatchContext(batch, st, job.rng)

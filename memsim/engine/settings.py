@@ -51,8 +51,8 @@ def check_accelerators(accelerators: tuple[str, ...], walk_window: int) -> None:
                              f"Got {walk_window!r} instead.")
 
 
-#: (query, note) cells of one batch, about, at most, when every arm updates per
-#: query (:attr:`SimSettings.max_tick_cells`)
+#: (query, note) cells of one batch, about, at most, when every arm can take
+#: a tick in parts (:attr:`SimSettings.max_tick_cells`, :func:`splits_ticks`)
 MAX_TICK_CELLS = 100_000_000
 
 
