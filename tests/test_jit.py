@@ -22,7 +22,7 @@ from memsim.core import jit
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.policies import resolve_policy
 from memsim.policies import packing
-from memsim.policies.packing import Greedy, GreedySwap
+from memsim.policies.packing import Greedy, GreedySwap, SkipFill
 from memsim.core.rng import seed_sequence
 
 numba = pytest.importorskip("numba", reason="the compiled kernels need the 'fast' extra")
@@ -75,34 +75,51 @@ def test_compiled_greedy_swap_packs_as_numpy(problem, max_swaps, cut):
     assert got.dtype == bool and np.array_equal(got, want)
 
 
+@settings(max_examples=300, deadline=None)
+@given(_problems(), st.booleans())
+def test_compiled_skip_fill_packs_as_numpy(problem, one_budget):
+    values, tokens, valid, budget = problem
+    if one_budget:  # one budget for every row, as a caller may pass it
+        budget = budget[:1]
+    with _numba(False):
+        want = SkipFill().pack(values, tokens, valid, budget)
+    with _numba(True):
+        got = SkipFill().pack(values, tokens, valid, budget)
+    assert got.dtype == bool and np.array_equal(got, want)
+
+
 def test_the_numpy_version_runs_when_switched_off(monkeypatch):
     """Not vacuous: with the switch off the kernel is never called, with it
     on it is (and the greedy packer, which it does not serve, is unchanged)."""
     calls = []
-    kernel = packing._greedy_swap_rows
-    monkeypatch.setattr(packing, "_greedy_swap_rows",
-                        lambda *a: calls.append(1) or kernel(*a))
+    for name in ("_greedy_swap_rows", "_skip_fill_rows"):
+        kernel = getattr(packing, name)
+        monkeypatch.setattr(packing, name,
+                            lambda *a, k=kernel, n=name: calls.append(n) or k(*a))
     rng = np.random.default_rng(3)
     values, tokens = rng.uniform(0, 1, (5, 20)), rng.integers(1, 300, (5, 20))
     valid, budget = np.ones((5, 20), bool), np.full(5, 700)
     with _numba(False):
-        off = GreedySwap().pack(values, tokens, valid, budget)
+        off = [p.pack(values, tokens, valid, budget) for p in (GreedySwap(), SkipFill())]
     assert not calls
     with _numba(True):
-        on = GreedySwap().pack(values, tokens, valid, budget)
+        on = [p.pack(values, tokens, valid, budget) for p in (GreedySwap(), SkipFill())]
         Greedy().pack(values, tokens, valid, budget)
-    assert len(calls) == 1 and np.array_equal(on, off)
+    assert calls == ["_greedy_swap_rows", "_skip_fill_rows"]
+    assert all(np.array_equal(a, b) for a, b in zip(on, off))
 
 
 def test_replays_with_and_without_the_kernels_are_identical():
-    """Per-query arms (Hivemind's greedy-swap, corrected and packed again
-    together) give the same frames with the kernels on and off."""
+    """Per-query arms (Hivemind's greedy-swap and skip-fill, corrected and
+    packed again together) give the same frames with the kernels on and off."""
     from tests.test_accelerators import _frames, _stream
 
     stream = _stream(1)
     arms = [Arm(f"hivemind-{hl}", resolve_policy(
         {"preset": "hivemind", "decay": {"task_half_life_days": hl}}, "policies.h"))
         for hl in (2.0, 30.0, 180.0)]
+    arms.append(Arm("hivemind-skip-fill", resolve_policy(
+        {"preset": "hivemind", "packer": "skip-fill"}, "policies.s")))
     assert all(a.policy.feedback.timing == "per-query" for a in arms)
     settings_ = SimSettings(candidates=12, save_rankings=True, tick_days=2.0,
                             budget_tokens=400)

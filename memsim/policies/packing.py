@@ -171,6 +171,9 @@ class SkipFill(Packer):
 
     def pack(self, values, tokens, valid, budget):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
+        if jit.enabled():  # the same rule, row by row, compiled
+            return _skip_fill_rows(tokens, valid,
+                                   np.ascontiguousarray(np.broadcast_to(budget, tokens.shape[:1])))
         q, c = tokens.shape
         packed = np.zeros((q, c), dtype=bool)
         used = np.zeros(q, dtype=np.int64)
@@ -179,6 +182,23 @@ class SkipFill(Packer):
             packed[:, j] = take
             used += np.where(take, tokens[:, j], 0)
         return packed
+
+
+@jit.kernel
+def _skip_fill_rows(tokens, valid, budget):
+    """:class:`SkipFill` one row at a time (compiled by
+    :func:`memsim.core.jit.kernel`): the same integer sums, so the same
+    packing. A per-query arm packs a row at a time, where the numpy loop's
+    C steps cost a few calls each."""
+    q, c = tokens.shape
+    packed = np.zeros((q, c), dtype=np.bool_)
+    for r in range(q):
+        used = 0
+        for j in range(c):
+            if valid[r, j] and used + tokens[r, j] <= budget[r]:
+                packed[r, j] = True
+                used += tokens[r, j]
+    return packed
 
 
 # --------------------------------------------------------------------------
