@@ -35,18 +35,22 @@ def test_top_candidates_breaks_ties_by_lower_column():
     assert vals.tolist() == [[0.9, 0.5, 0.5]]
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 8), st.integers(1, 40), st.integers(0, 4), st.integers(0, 10**6))
-def test_top_candidates_matches_a_full_stable_sort(q, n, levels, seed):
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 40), st.integers(0, 4), st.integers(0, 10**6),
+       st.sampled_from([0.0, 0.1, 0.9]))
+def test_top_candidates_matches_a_full_stable_sort(q, n, levels, seed, odd):
     rng = np.random.default_rng(seed)
-    # few distinct levels -> many ties; -inf for invalid notes
+    # few distinct levels -> many ties; -inf for invalid notes; NaN (sorted
+    # after every number: chosen only when too few are numbers) and +inf
     scores = rng.integers(0, levels + 1, size=(q, n)).astype(float)
     scores[rng.random((q, n)) < 0.2] = -np.inf
+    scores[rng.random((q, n)) < odd] = np.nan
+    scores[rng.random((q, n)) < odd / 4] = np.inf
     c = int(rng.integers(1, n + 2))
     pos, vals = top_candidates(scores, c)
     ref = np.argsort(-scores, axis=1, kind="stable")[:, :c]
     assert np.array_equal(pos, ref)
-    assert np.array_equal(vals, np.take_along_axis(scores, ref, axis=1))
+    assert np.array_equal(vals, np.take_along_axis(scores, ref, axis=1), equal_nan=True)
 
 
 # -- metrics on a case computed by hand ----------------------------------------

@@ -47,13 +47,17 @@ def _packed_left(r: np.ndarray, col: np.ndarray, counts: np.ndarray, width: int 
 def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``c`` best columns of each row, best first; ties broken by the lower
     column (the engine's columns are in ``note_id`` order, so ties go to the
-    lower ``note_id``). Returns (positions (Q, c'), scores (Q, c')), c' = min(c, L).
+    lower ``note_id``), NaN after every number: the first c of
+    ``np.argsort(-scores, axis=1, kind="stable")``. Returns (positions (Q,
+    c'), scores (Q, c')), c' = min(c, L).
     """
     q, n = scores.shape
     if n <= c:
         order = np.argsort(-scores, axis=1, kind="stable")
         return order, np.take_along_axis(scores, order, axis=1)
-    part = np.argpartition(-scores, c - 1, axis=1)[:, :c]
+    # the c largest are the last c after partitioning at n - c (no negated
+    # copy of the scores: a fresh (Q, L) array costs more than the partition)
+    part = np.argpartition(scores, n - c, axis=1)[:, n - c:]
     kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
     n_ge = np.count_nonzero(scores >= kth[:, None], axis=1)
     over = np.flatnonzero(n_ge > c)
@@ -66,7 +70,7 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
         v = kth[over, None]
         need = c - (s > v).sum(axis=1)
         eq = s == v
-        sel = (s > v) | (eq & (np.cumsum(eq, axis=1) <= need[:, None]))
+        sel = (s > v) | (eq & (np.cumsum(eq, axis=1, dtype=np.int32) <= need[:, None]))
         pos = part.copy()
         pos[over] = np.nonzero(sel)[1].reshape(len(over), c)
     # score descending, then the lower column: columns ascending, then a
@@ -74,4 +78,11 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
     pos = np.sort(pos, axis=1)
     vals = np.take_along_axis(scores, pos, axis=1)
     order = np.argsort(-vals, axis=1, kind="stable")
-    return np.take_along_axis(pos, order, axis=1), np.take_along_axis(vals, order, axis=1)
+    pos, vals = np.take_along_axis(pos, order, axis=1), np.take_along_axis(vals, order, axis=1)
+    # a NaN is partitioned as the largest value: a row with one (its kth is
+    # NaN) is sorted in full instead, where it goes after every number
+    odd = np.flatnonzero(np.isnan(kth))
+    if len(odd):
+        pos[odd] = np.argsort(-scores[odd], axis=1, kind="stable")[:, :c]
+        vals[odd] = np.take_along_axis(scores[odd], pos[odd], axis=1)
+    return pos, vals
