@@ -55,9 +55,9 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
     if n <= c:
         order = np.argsort(-scores, axis=1, kind="stable")
         return order, np.take_along_axis(scores, order, axis=1)
-    # the c largest are the last c after partitioning at n - c (no negated
-    # copy of the scores: a fresh (Q, L) array costs more than the partition)
-    part = np.argpartition(scores, n - c, axis=1)[:, n - c:]
+    # (partitioned negated: numpy's introselect is several times slower at
+    # n - c than at c - 1 over the many equal scores of the notes not live)
+    part = np.argpartition(-scores, c - 1, axis=1)[:, :c]
     kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
     n_ge = np.count_nonzero(scores >= kth[:, None], axis=1)
     over = np.flatnonzero(n_ge > c)
@@ -79,8 +79,9 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
     vals = np.take_along_axis(scores, pos, axis=1)
     order = np.argsort(-vals, axis=1, kind="stable")
     pos, vals = np.take_along_axis(pos, order, axis=1), np.take_along_axis(vals, order, axis=1)
-    # a NaN is partitioned as the largest value: a row with one (its kth is
-    # NaN) is sorted in full instead, where it goes after every number
+    # a row with a NaN among its c best (too few numbers: its kth is NaN) is
+    # sorted in full instead, where NaN goes after every number (ties
+    # among NaN to the lower column)
     odd = np.flatnonzero(np.isnan(kth))
     if len(odd):
         pos[odd] = np.argsort(-scores[odd], axis=1, kind="stable")[:, :c]
