@@ -18,6 +18,8 @@ import functools
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 
 from memsim.engine import ACCELERATORS, Arm, SimSettings, reference, simulate
@@ -231,3 +233,24 @@ def test_each_accelerator_answers_queries():
     assert all(not a for a in off.accelerated)
     assert all(not a for a in reference.simulate(stream, arms, settings,
                                                  seed_sequence(5)).accelerated)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 5), st.booleans(), st.integers(0, 2**32 - 1))
+def test_the_walks_column_lookup_finds_each_row_or_none(n, start, gaps, seed):
+    """``walk._columns``: where note rows are among a batch's columns (a
+    search, or arithmetic when the columns are consecutive rows), for rows
+    inside, before and after them, in any shape."""
+    from memsim.engine.walk import _columns
+
+    rng = np.random.default_rng(seed)
+    idx = start + np.arange(n)
+    if gaps and n:
+        idx = np.unique(start + rng.integers(0, 3 * n, n))
+    rows = rng.integers(0, start + 3 * n + 2, size=(3, 4))
+    at, hit = _columns(idx, rows)
+    where = {int(r): i for i, r in enumerate(idx)}
+    assert at.shape == hit.shape == rows.shape
+    assert hit.tolist() == [[int(r) in where for r in row] for row in rows]
+    assert np.array_equal(at[hit], [where[int(r)] for r in rows[hit]])
+    assert ((at >= 0) & (at < max(1, len(idx)))).all()  # usable as an index

@@ -264,7 +264,8 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     whose merge is not proven exact (``stop`` when none; it is corrected as
     the others, and scored again in full after), the queries' used notes
     before (:func:`_used_rows`), and the queries whose candidates changed,
-    to pack again (:func:`_repack_all`)."""
+    to pack again (:func:`_repack_all`): not those the merge left with their
+    first candidates, whose first packing they have."""
     fb = job.arm.policy.feedback
     q, n = len(batch.t), len(batch.idx)
     rows_u, seen_u = uses[0], uses[3]
@@ -325,7 +326,10 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
         redo = int(aq[np.argmin(ok)])
     pk.pos[aq], pk.vals[aq] = mp, mv
     _set_candidates(pk, batch, aq)
-    return redo, old_uses, aq
+    # a query whose merge left its first candidates as they were keeps the
+    # first packing (every query from start has it now): not packed again
+    same = np.all(mp == first.pos[aq], axis=1) & np.all(mv == first.vals[aq], axis=1)
+    return redo, old_uses, aq[~same]
 
 
 def _may_enter(job: _ArmJob, ctx: BatchContext, first: _Packed, qs: np.ndarray,
@@ -388,6 +392,11 @@ def _columns(idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     columns ``idx`` (ascending), and which of them are there at all."""
     if len(idx) == 0:
         return np.zeros(np.shape(rows), dtype=np.int64), np.zeros(np.shape(rows), dtype=bool)
+    lo, n = int(idx[0]), len(idx)
+    if int(idx[-1]) - lo + 1 == n:  # consecutive rows (a batch's, usually): no search
+        at = np.asarray(rows, dtype=np.int64) - lo
+        hit = (at >= 0) & (at < n)
+        return np.where(hit, at, np.where(at < 0, 0, n - 1)), hit
     at = np.minimum(np.searchsorted(idx, rows), len(idx) - 1)
     return at, idx[at] == rows
 
