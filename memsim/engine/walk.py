@@ -174,6 +174,8 @@ class _Walk:
         """Correct the queries of the window from ``start``
         (:func:`_merged`); return those to pack again."""
         stop = min(self.q, self.start + self.window)
+        if self.q - stop < 16:  # a short tail: in this window, not a round of its own
+            stop = self.q
         self._round = (stop, *_merged(self.job, self.ctx, self.batch, self.pk, self.first,
                                       self.uses(), self.start, stop, self.applied))
         return self._round[-1]
