@@ -2,9 +2,9 @@
 
 Each loop compiled with numba has a numpy version that runs without numba or
 with ``MEMSIM_NUMBA=0``; both must give the same results bit for bit: the
-packer alone on random problems (ties, free notes, nothing or everything
-fitting), and whole replays whose per-query arms pack again after each
-correction.
+packers (greedy-swap, skip-fill) alone on random problems (ties, free notes,
+nothing or everything fitting), the walk's merge of rescored cells, and
+whole replays whose per-query arms pack again after each correction.
 """
 
 from __future__ import annotations
@@ -130,3 +130,31 @@ def test_replays_with_and_without_the_kernels_are_identical():
     assert all(a["walk"] for a in got.accelerated)
     for key, frame in _frames(got).items():
         assert_frame_equal(frame, want[key], check_exact=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 12), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_compiled_walk_merge_orders_as_numpy(a, c, cc, seed):
+    """The walk's merge of first candidates and rescored cells
+    (``walk._merge_cells``): the compiled insertion and numpy's lexsort give
+    the same scores and columns: ties in score (to the lower column), -inf
+    and +inf scores, dropped candidates, rows of one cell or many."""
+    from memsim.engine.walk import _merge_cells
+
+    rng = np.random.default_rng(seed)
+    levels = np.array([-np.inf, 0.1, 0.2, 0.3, np.inf])  # few values: ties
+    kv = rng.choice(levels, (a, c), p=[0.2, 0.3, 0.2, 0.2, 0.1])
+    kp = rng.integers(0, 3 * c, (a, c))
+    order = np.lexsort((kp, -kv), axis=1)  # as a first scoring gives them
+    kv, kp = np.take_along_axis(kv, order, axis=1), np.take_along_axis(kp, order, axis=1)
+    drop = rng.random((a, c)) < 0.3
+    counts = rng.integers(1, 6, a)
+    new = rng.choice(levels, counts.sum())
+    ci = rng.integers(0, 3 * c, counts.sum())
+    cc = min(cc, c)
+    with _numba(False):
+        want = _merge_cells(kv, kp, drop, counts, new, ci, cc)
+    with _numba(True):
+        got = _merge_cells(kv, kp, drop, counts, new, ci, cc)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memsim.core import jit
 from memsim.policies import Policy
 from .arms import _outputs, _outputs_all, _pack_all, _Packed, _stacked
 from .context import BatchContext, _GatheredContext
@@ -305,22 +306,11 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
         getattr(pk, f.name)[back] = getattr(first, f.name)[back]
     if new is None or not len(ci):
         return redo, old_uses, _NONE
-    aq, k = np.unique(cq, return_counts=True)
+    aq, k = np.unique(cq, return_counts=True)  # (cells row by row: cq ascending)
     cc = first.pos.shape[1]
-    w = int(k.max())
-    j = _within(k)
-    r = np.repeat(np.arange(len(aq)), k)
-    cv = np.full((len(aq), w), -np.inf)
-    cp = np.zeros((len(aq), w), dtype=np.int64)
-    cv[r, j], cp[r, j] = new, ci
-    kv = first.vals[aq].copy()
     kp = first.pos[aq]
-    kv[seen(kp) <= aq[:, None]] = -np.inf  # used before: among the cells when seen
-    mv = np.concatenate([kv, cv], axis=1)
-    mp = np.concatenate([kp, cp], axis=1)
-    order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column
-    mv = np.take_along_axis(mv, order, axis=1)
-    mp = np.where(np.isfinite(mv), np.take_along_axis(mp, order, axis=1), 0)
+    drop = seen(kp) <= aq[:, None]  # used before: among the cells when seen
+    mv, mp = _merge_cells(first.vals[aq], kp, drop, k, new, ci, cc)
     # the first scoring's C-th candidate bounds every note not rescored
     bv, bp = first.vals[aq, cc - 1], first.pos[aq, cc - 1]
     ok = ~np.isfinite(bv) | (mv[:, -1] > bv) | ((mv[:, -1] == bv) & (mp[:, -1] <= bp))
@@ -332,6 +322,66 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     # first packing (every query from start has it now): not packed again
     same = np.all(mp == first.pos[aq], axis=1) & np.all(mv == first.vals[aq], axis=1)
     return redo, old_uses, aq[~same]
+
+
+def _merge_cells(kv: np.ndarray, kp: np.ndarray, drop: np.ndarray, counts: np.ndarray,
+                 new: np.ndarray, ci: np.ndarray, cc: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's top ``cc`` (score descending, then the lower column) of
+    its first candidates ``kv``/``kp`` (A, C) but those to ``drop``, and its
+    cells (``counts[r]`` of the scores ``new`` at columns ``ci``, row after
+    row): (scores, columns), the column 0 where the score is not finite."""
+    if jit.enabled():  # the same order, row by row, compiled
+        return _merge_rows(kv, kp, drop, counts, new, ci, cc)
+    w = int(counts.max())
+    r = np.repeat(np.arange(len(counts)), counts)
+    cv = np.full((len(counts), w), -np.inf)
+    cp = np.zeros((len(counts), w), dtype=np.int64)
+    cv[r, _within(counts)], cp[r, _within(counts)] = new, ci
+    mv = np.concatenate([np.where(drop, -np.inf, kv), cv], axis=1)
+    mp = np.concatenate([kp, cp], axis=1)
+    order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column
+    mv = np.take_along_axis(mv, order, axis=1)
+    return mv, np.where(np.isfinite(mv), np.take_along_axis(mp, order, axis=1), 0)
+
+
+@jit.kernel
+def _merge_rows(kv, kp, drop, counts, new, ci, cc):
+    """:func:`_merge_cells` compiled (:func:`memsim.core.jit.kernel`): each
+    row's entries above -inf sorted by (score descending, column ascending)
+    by insertion (the first candidates come sorted; a row's cells are
+    few), the first ``cc`` taken, -inf after them: the order of numpy's
+    lexsort there, and the same values."""
+    a, c = kv.shape
+    mv = np.full((a, cc), -np.inf)
+    mp = np.zeros((a, cc), dtype=np.int64)
+    vals = np.empty(c + counts.max())
+    cols = np.empty(c + counts.max(), dtype=np.int64)
+    start = 0
+    for r in range(a):
+        m = 0
+        for j in range(c + counts[r]):
+            if j < c:
+                if drop[r, j]:
+                    continue
+                v, p = kv[r, j], kp[r, j]
+            else:
+                v, p = new[start + j - c], ci[start + j - c]
+            if not v > -np.inf:
+                continue
+            i = m  # insert after every entry that goes before it
+            while i > 0 and (vals[i - 1] < v or (vals[i - 1] == v and cols[i - 1] > p)):
+                vals[i] = vals[i - 1]
+                cols[i] = cols[i - 1]
+                i -= 1
+            vals[i] = v
+            cols[i] = p
+            m += 1
+        start += counts[r]
+        for j in range(min(m, cc)):
+            mv[r, j] = vals[j]
+            if np.isfinite(vals[j]):
+                mp[r, j] = cols[j]
+    return mv, mp
 
 
 def _may_enter(job: _ArmJob, ctx: BatchContext, first: _Packed, qs: np.ndarray,
