@@ -9,18 +9,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.core.errors import ConfigError, StreamError
 from memsim.data.importers.trace import import_trace
-from memsim.evaluation.metrics import (HIDDEN_COLUMNS, RelevanceIndex, oracle_packing, oracle_values,
-                            stale_reinforced, superseded_use_curve, supersession_times)
+from memsim.evaluation.metrics import (HIDDEN_COLUMNS, HIDDEN_REASONS, RelevanceIndex,
+                                       hidden_counts, oracle_packing, oracle_values,
+                                       stale_reinforced, superseded_use_curve,
+                                       supersession_times)
 from memsim.policies import ArrayContext, build_component
 from memsim.policies.retention import Invalidation
 from memsim.core.rng import child, seed_sequence
 
-from .helpers import tiny_stream
+from .helpers import random_stream, tiny_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo10.zip"
@@ -337,3 +341,65 @@ def test_locomo_has_no_supersession_signal():
     # invalidation detector can only over-fire
     assert np.isnan(supersession_times(s.notes)).all()
     assert not (s.qrels["gain"] < 0).any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 12), st.integers(1, 8))
+def test_hidden_notes_and_their_reasons_match_the_rules_query_by_query(seed, q, c):
+    """``hidden_counts`` against the rules read one query and one note at a
+    time with sets: the oracle's packed notes a policy did not pack, each
+    'invalid' (invalidated), else 'evicted' (evicted or expired), else
+    'budget' (a candidate), else 'age' (live, and a less similar candidate
+    made the top C), else 'cut'; notes repeated across queries and
+    candidates, invalid candidate slots."""
+    rng = np.random.default_rng(seed)
+    s = random_stream(seed % 1000, n_notes=40, n_queries=30)
+    rel = RelevanceIndex(s, s.notes["created_at"].to_numpy())
+    n = s.n_notes
+    qrows = np.sort(rng.choice(s.n_queries, size=min(q, s.n_queries), replace=False))
+    t = s.queries["t"].to_numpy()[qrows]
+    budget = rng.integers(0, 1500, len(qrows))
+    _, okeys = oracle_packing(rel, qrows, t, budget, s.notes["tokens"].to_numpy())
+    cand_rows = rng.integers(0, n, (len(qrows), c))
+    cand_ok = rng.random((len(qrows), c)) < 0.8
+    packed = cand_ok & (rng.random((len(qrows), c)) < 0.5)
+    invalid_at = np.where(rng.random(n) < 0.15, 1.0, np.nan)
+    evicted = rng.random(n) < 0.15
+    expires_at = np.where(rng.random(n) < 0.1, rng.uniform(0, 30, n), np.inf)
+    sims = rng.random((len(qrows), n))
+
+    def similarity(qi, rows):
+        return sims[qi[:, None], rows]
+
+    counts, (hq, hrow, hreason) = hidden_counts(
+        qrows=qrows, t=t, cand_rows=cand_rows, cand_ok=cand_ok, packed=packed, relevance=rel,
+        oracle_keys=okeys, invalid_at=invalid_at, evicted=evicted, expires_at=expires_at,
+        similarity=similarity)
+    oracle = set(okeys.tolist())
+    want = []
+    for i, qr in enumerate(qrows.tolist()):
+        cands = {int(r) for r, ok in zip(cand_rows[i], cand_ok[i]) if ok}
+        packs = {int(r) for r, p in zip(cand_rows[i], packed[i]) if p}
+        in_o = [r for r in range(n) if qr * n + r in oracle]
+        assert counts["oracle_notes"][i] == len(in_o)
+        for r in in_o:
+            if r in packs:
+                continue
+            if not np.isnan(invalid_at[r]):
+                why = "invalid"
+            elif evicted[r] or expires_at[r] <= t[i]:
+                why = "evicted"
+            elif r in cands:
+                why = "budget"
+            elif any(sims[i, int(x)] < sims[i, r] for x, ok in zip(cand_rows[i], cand_ok[i])
+                     if ok):
+                why = "age"
+            else:
+                why = "cut"
+            want.append((i, r, why))
+    got = sorted(zip(hq.tolist(), hrow.tolist(), [HIDDEN_REASONS[k] for k in hreason]))
+    assert got == sorted(want)
+    for col in HIDDEN_COLUMNS:
+        why = col.removeprefix("hidden_")
+        assert counts[col].tolist() == [sum(1 for w in want if w[0] == i and w[2] == why)
+                                        for i in range(len(qrows))]

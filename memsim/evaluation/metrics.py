@@ -417,6 +417,15 @@ def stale_reinforced(used: np.ndarray, gains: np.ndarray) -> np.ndarray:
     return (used & (gains < 0)).sum(axis=1).astype(np.int64)
 
 
+def _sorted_isin(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """``np.isin(keys, sorted_keys)`` for ascending ``sorted_keys``: a
+    binary search per key (``isin`` sorts both arrays every call)."""
+    if len(sorted_keys) == 0:
+        return np.zeros(np.shape(keys), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[at] == keys
+
+
 def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
                   cand_ok: np.ndarray, packed: np.ndarray, relevance: RelevanceIndex,
                   oracle_keys: np.ndarray, invalid_at: np.ndarray, evicted: np.ndarray,
@@ -433,8 +442,8 @@ def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
         The policy's top-C candidates (note rows, best first), which are
         real, which it packed.
     oracle_keys : ndarray of int64
-        The oracle's packed set, as :func:`oracle_packing` gives it (a
-        superset of this batch's keys is fine).
+        The oracle's packed set, as :func:`oracle_packing` gives it
+        (ascending; a superset of this batch's keys is fine).
     invalid_at : ndarray, shape (N,)
         When the policy invalidated each note row (NaN: never; an
         invalidated note is evicted too); read at the hidden notes only.
@@ -463,19 +472,19 @@ def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
     if rp_rows.size == 0 or len(oracle_keys) == 0:
         return out, none
     keys = qrows[:, None].astype(np.int64) * n + rp_rows
-    in_o = rp_mask & np.isin(keys, oracle_keys, kind="sort")
+    in_o = rp_mask & _sorted_isin(keys, oracle_keys)
     out["oracle_notes"] = in_o.sum(axis=1).astype(np.int64)
-    qkey = np.arange(q)[:, None] * n
-    cand_keys = (qkey + cand_rows)[cand_ok]
-    packed_keys = (qkey + cand_rows)[cand_ok & packed]
-    local = qkey + rp_rows
-    hide = in_o & ~np.isin(local, packed_keys, kind="sort")
+    # a query's R+ against its own C candidates: (Q, R, C) comparisons, not
+    # a sort of every key of the batch per arm
+    cands = np.where(cand_ok, cand_rows, -1)
+    packed_rows = np.where(packed, cands, -1)
+    hide = in_o & ~(rp_rows[:, :, None] == packed_rows[:, None, :]).any(axis=2)
     qi, ri = np.nonzero(hide)
     if len(qi) == 0:
         return out, none
     rows = rp_rows[qi, ri]
     reason = np.full(len(qi), HIDDEN_REASONS.index("cut"), dtype=np.int64)
-    is_cand = np.isin(local[qi, ri], cand_keys, kind="sort")
+    is_cand = (cands[qi] == rows[:, None]).any(axis=1)
     gone_invalid = ~np.isnan(invalid_at[rows])
     gone = evicted[rows] | (expires_at[rows] <= t[qi])
     # live, not a candidate: "age" when a less similar candidate made the top C
