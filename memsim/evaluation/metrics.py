@@ -299,11 +299,10 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     n_rel = rp_mask.sum(axis=1)
     has_rel = n_rel > 0
 
-    # Which R+ notes were packed: match (query, note) keys.
-    n = max(relevance.n_notes, 1)
-    packed_keys = (np.arange(q)[:, None] * n + cand_rows)[rel_packed]
-    rp_keys = np.arange(q)[:, None] * n + rp_rows
-    rp_packed = rp_mask & np.isin(rp_keys, packed_keys)
+    # Which R+ notes were packed: each query's R+ against its own packed
+    # relevant candidates ((Q, R, C) comparisons, no sort of the batch's keys)
+    packed_rows = np.where(rel_packed, cand_rows, -1)
+    rp_packed = rp_mask & (rp_rows[:, :, None] == packed_rows[:, None, :]).any(axis=2)
     recall = _ratio(rp_packed.sum(axis=1), n_rel)
 
     ages = t[:, None] - relevance.created_at[rp_rows] if rp_rows.size else np.zeros((q, 0))
