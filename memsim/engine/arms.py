@@ -89,7 +89,8 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
                      "budget": job.budget[rows]})
         if getattr(policy.packer, "needs_similarity", False):
             cand[-1]["similarity"] = _candidate_similarity(job, batch, pos, rows)
-        groups.setdefault((repr(policy.packer), repr(policy.orderer), pos.shape[1]), []).append(i)
+        groups.setdefault((_key(policy.packer), _key(policy.orderer), pos.shape[1]),
+                          []).append(i)
     out: list[_Packed] = [None] * len(items)  # type: ignore[list-item]
     for members in groups.values():
         policy = items[members[0]][0].arm.policy
@@ -109,6 +110,13 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
             out[i] = _Packed(items[i][2], items[i][3], c["cand_ok"], c["cand_rows"], c["tokens"],
                              c["gains"], packed[sl], position[sl])
     return out
+
+
+def _key(component: Any) -> Any:
+    """A key equal for components of equal parameters: the component itself
+    when hashable (a frozen dataclass compares by its fields, cheaper than
+    its repr), else its repr."""
+    return repr(component) if type(component).__hash__ is None else component
 
 
 def _candidate_similarity(job: _ArmJob, batch: Batch, pos: np.ndarray,
