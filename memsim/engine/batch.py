@@ -13,9 +13,10 @@ import numpy as np
 
 from memsim.core.machine import default_jobs
 from memsim.evaluation.metrics import RelevanceIndex
-from .settings import MAX_TICK_CELLS
+from .settings import MAX_TICK_CELLS, splits_ticks
 
 if TYPE_CHECKING:
+    from .settings import Arm, SimSettings
     from .state import NoteArrays
 
 
@@ -318,6 +319,15 @@ def replay_batches(t: np.ndarray, tick_days: float, created_at: np.ndarray,
         out.extend((part, t_end, k == 0, k == parts - 1)
                    for k, part in enumerate(np.array_split(rows, parts)))
     return out
+
+
+def arm_batches(qt: np.ndarray, created_at: np.ndarray, arms: list[Arm],
+                settings: SimSettings) -> list[tuple[np.ndarray, float, bool, bool]]:
+    """:func:`replay_batches` of a replay of ``arms`` (both engines take
+    these): ticks in parts of ``settings.max_tick_cells`` when every arm
+    can take them so (:func:`~memsim.engine.settings.splits_ticks`)."""
+    in_parts = bool(arms) and all(splits_ticks(a.policy, settings) for a in arms)
+    return replay_batches(qt, settings.tick_days, created_at, in_parts, settings.max_tick_cells)
 
 
 #: multiplied blocks per thread, at least, for a batch's product to be split

@@ -29,13 +29,13 @@ from memsim.evaluation.metrics import oracle_packing
 from memsim.core.rng import child
 from memsim.data.stream import Stream
 from .arms import _ArmJob, _outputs_all
-from .batch import Batch, replay_batches
+from .batch import Batch, arm_batches
 from .context import SweepView
 from .frames import _add_rankings, _Collected, _result
 from .inputs import _inputs
 from .scoring import _answer_all
 from .settings import (ACCELERATORS, check_accelerators, feedback_timing, resolve_budget,
-                       splits_ticks, usable_accelerators)
+                       usable_accelerators)
 from .state import PolicyState
 from .uses import _record_uses
 from .walk import _walk_arms
@@ -111,9 +111,7 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
     rngs = [child(seed, "policy", arm.stream_name or arm.policy_name, "budget", arm.budget or 0)
             for arm in arms]
     per_query = [feedback_timing(arm.policy, settings) == "per-query" for arm in arms]
-    batches = replay_batches(inp.qt, settings.tick_days, notes.created_at,
-                             bool(arms) and all(splits_ticks(a.policy, settings) for a in arms),
-                             settings.max_tick_cells)
+    batches = arm_batches(inp.qt, notes.created_at, arms, settings)
     got = _Collected(metrics=[[] for _ in arms], rankings=[[] for _ in arms])
     next_sweep = -np.inf
     last_store_day = None

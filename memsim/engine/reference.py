@@ -28,11 +28,11 @@ from memsim.data.stream import Stream
 
 from .ann import chosen_prefilter
 from .arms import _ArmJob, _outputs, _pack, _Packed, _stacked
-from .batch import Batch, replay_batches
+from .batch import Batch, arm_batches
 from .context import BatchContext
 from .frames import SimResult, _add_rankings, _Collected, _result
 from .inputs import _inputs
-from .settings import Arm, SimSettings, feedback_timing, resolve_budget, splits_ticks
+from .settings import Arm, SimSettings, feedback_timing, resolve_budget
 from .state import NoteArrays, PolicyState, superseded
 from .topc import top_candidates
 from .uses import _answer_uses, _record_uses
@@ -57,9 +57,7 @@ def simulate(stream: Stream, arms: list[Arm], settings: SimSettings,
     next_sweep = -np.inf
     last_store_day = None
     per_query = [feedback_timing(arm.policy, settings) == "per-query" for arm in arms]
-    batches = replay_batches(inp.qt, settings.tick_days, notes.created_at,
-                             bool(arms) and all(splits_ticks(a.policy, settings) for a in arms),
-                             settings.max_tick_cells)
+    batches = arm_batches(inp.qt, notes.created_at, arms, settings)
     # each per-tick arm's uses in its tick's batches, recorded after the last
     pending: list[list] = [[] for _ in arms]
     for rows, t_end, tick_first, tick_last in batches:
