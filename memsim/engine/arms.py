@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsim.evaluation.metrics import (HIDDEN_REASONS, RelevanceIndex, hidden_counts, query_metrics,
-                            stale_reinforced)
+from memsim.evaluation.metrics import (HIDDEN_REASONS, RelevanceIndex, hidden_counts, in_oracle,
+                                       query_metrics, stale_reinforced)
 from .context import BatchContext, cell_similarity
 from .uses import _used_candidates
 
@@ -220,10 +220,9 @@ def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.
     ``rows``, a row (rank -1, score NaN) for each note the oracle packed
     that is not among the policy's top C, with the reason it is hidden."""
     q, cc = pk.pos.shape
-    n = max(job.relevance.n_notes, 1)
     keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
-    qrow = np.repeat(batch.qrows, cc)[keep].astype(np.int64)
-    oracle = np.isin(qrow * n + pk.cand_rows.ravel()[keep], keys, kind="sort")
+    oracle = in_oracle(job.relevance, np.repeat(batch.qrows, cc)[keep],
+                       pk.cand_rows.ravel()[keep], keys)
     r["oracle"] = oracle
     # text, not objects: a column with no row then has the type its labels give it
     r["hidden"] = np.where(oracle & ~r["packed"], "budget", "")

@@ -117,6 +117,7 @@ __all__ = [
     "supersession_times",
     "stale_reinforced",
     "hidden_counts",
+    "in_oracle",
     "superseded_use_curve",
 ]
 
@@ -300,9 +301,8 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
     has_rel = n_rel > 0
 
     # Which R+ notes were packed: each query's R+ against its own packed
-    # relevant candidates ((Q, R, C) comparisons, no sort of the batch's keys)
-    packed_rows = np.where(rel_packed, cand_rows, -1)
-    rp_packed = rp_mask & (rp_rows[:, :, None] == packed_rows[:, None, :]).any(axis=2)
+    # relevant candidates
+    rp_packed = rp_mask & _among_own(rp_rows, np.where(rel_packed, cand_rows, -1))
     recall = _ratio(rp_packed.sum(axis=1), n_rel)
 
     ages = t[:, None] - relevance.created_at[rp_rows] if rp_rows.size else np.zeros((q, 0))
@@ -416,13 +416,24 @@ def stale_reinforced(used: np.ndarray, gains: np.ndarray) -> np.ndarray:
     return (used & (gains < 0)).sum(axis=1).astype(np.int64)
 
 
-def _sorted_isin(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
-    """``np.isin(keys, sorted_keys)`` for ascending ``sorted_keys``: a
-    binary search per key (``isin`` sorts both arrays every call)."""
-    if len(sorted_keys) == 0:
+def in_oracle(relevance: RelevanceIndex, qrows: np.ndarray, note_rows: np.ndarray,
+              oracle_keys: np.ndarray) -> np.ndarray:
+    """Whether the oracle packed each note ``note_rows`` for its query row
+    ``qrows`` (broadcast together), ``oracle_keys`` as :func:`oracle_packing`
+    gives them (ascending): a binary search per pair (``np.isin`` would
+    sort both arrays every call)."""
+    keys = np.asarray(qrows).astype(np.int64) * max(relevance.n_notes, 1) + note_rows
+    if len(oracle_keys) == 0:
         return np.zeros(np.shape(keys), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return sorted_keys[at] == keys
+    at = np.minimum(np.searchsorted(oracle_keys, keys), len(oracle_keys) - 1)
+    return oracle_keys[at] == keys
+
+
+def _among_own(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(Q, R) bool: whether each of ``values`` (Q, R) is among the same
+    query's ``rows`` (Q, C): R x C comparisons per query, no sort of the
+    batch's keys."""
+    return (values[:, :, None] == rows[:, None, :]).any(axis=2)
 
 
 def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
@@ -463,27 +474,22 @@ def hidden_counts(*, qrows: np.ndarray, t: np.ndarray, cand_rows: np.ndarray,
         :data:`HIDDEN_REASONS` (for the rankings' rows).
     """
     q = len(qrows)
-    n = max(relevance.n_notes, 1)
     rp_rows, _, rp_mask = relevance.relevant(qrows, t)
     out = {"oracle_notes": np.zeros(q, dtype=np.int64)}
     out.update({c: np.zeros(q, dtype=np.int64) for c in HIDDEN_COLUMNS})
     none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
     if rp_rows.size == 0 or len(oracle_keys) == 0:
         return out, none
-    keys = qrows[:, None].astype(np.int64) * n + rp_rows
-    in_o = rp_mask & _sorted_isin(keys, oracle_keys)
+    in_o = rp_mask & in_oracle(relevance, qrows[:, None], rp_rows, oracle_keys)
     out["oracle_notes"] = in_o.sum(axis=1).astype(np.int64)
-    # a query's R+ against its own C candidates: (Q, R, C) comparisons, not
-    # a sort of every key of the batch per arm
     cands = np.where(cand_ok, cand_rows, -1)
-    packed_rows = np.where(packed, cands, -1)
-    hide = in_o & ~(rp_rows[:, :, None] == packed_rows[:, None, :]).any(axis=2)
+    hide = in_o & ~_among_own(rp_rows, np.where(packed, cands, -1))
     qi, ri = np.nonzero(hide)
     if len(qi) == 0:
         return out, none
     rows = rp_rows[qi, ri]
     reason = np.full(len(qi), HIDDEN_REASONS.index("cut"), dtype=np.int64)
-    is_cand = (cands[qi] == rows[:, None]).any(axis=1)
+    is_cand = _among_own(rows[:, None], cands[qi])[:, 0]
     gone_invalid = ~np.isnan(invalid_at[rows])
     gone = evicted[rows] | (expires_at[rows] <= t[qi])
     # live, not a candidate: "age" when a less similar candidate made the top C
