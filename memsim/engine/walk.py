@@ -43,6 +43,11 @@ if TYPE_CHECKING:
     from .state import NoteArrays, PolicyState
 
 
+#: queries corrected at once, at least, after a wrong guess; a batch's tail
+#: shorter than this joins the window before it
+MIN_WINDOW = 16
+
+
 def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
     """Whether a query's scores change only at the notes used before it: an
     elementwise ranker, candidates chosen by similarity alone, and no use
@@ -164,7 +169,7 @@ class _Walk:
         # queries corrected at once, to start with: the work past the first
         # query corrected on a wrong guess is redone, so the window then
         # follows how far apart those are (twice the distance to the last
-        # one, at least 16; doubled after a window with none)
+        # one, at least MIN_WINDOW; doubled after a window with none)
         self.window = job.walk_window
         self._round: tuple | None = None
 
@@ -175,7 +180,7 @@ class _Walk:
         """Correct the queries of the window from ``start``
         (:func:`_merged`); return those to pack again."""
         stop = min(self.q, self.start + self.window)
-        if self.q - stop < 16:  # a short tail: in this window, not a round of its own
+        if self.q - stop < MIN_WINDOW:  # a short tail: in this window, not a round of its own
             stop = self.q
         self._round = (stop, *_merged(self.job, self.ctx, self.batch, self.pk, self.first,
                                       self.uses(), self.start, stop, self.applied))
@@ -190,7 +195,7 @@ class _Walk:
         final = _first_wrong(self.job, self.ctx, self.batch, self.pk, old_uses, self.start,
                              stop, redo)
         if final < redo:  # a query saw a changed use: the guess is made again from it
-            self.window = max(16, 2 * (final - self.start))
+            self.window = max(MIN_WINDOW, 2 * (final - self.start))
             self.start = final
             return _NONE
         if redo == stop:
@@ -333,10 +338,10 @@ def _merge_cells(kv: np.ndarray, kp: np.ndarray, drop: np.ndarray, counts: np.nd
     if jit.enabled():  # the same order, row by row, compiled
         return _merge_rows(kv, kp, drop, counts, new, ci, cc)
     w = int(counts.max())
-    r = np.repeat(np.arange(len(counts)), counts)
+    r, j = np.repeat(np.arange(len(counts)), counts), _within(counts)
     cv = np.full((len(counts), w), -np.inf)
     cp = np.zeros((len(counts), w), dtype=np.int64)
-    cv[r, _within(counts)], cp[r, _within(counts)] = new, ci
+    cv[r, j], cp[r, j] = new, ci
     mv = np.concatenate([np.where(drop, -np.inf, kv), cv], axis=1)
     mp = np.concatenate([kp, cp], axis=1)
     order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column
@@ -354,8 +359,9 @@ def _merge_rows(kv, kp, drop, counts, new, ci, cc):
     a, c = kv.shape
     mv = np.full((a, cc), -np.inf)
     mp = np.zeros((a, cc), dtype=np.int64)
-    vals = np.empty(c + counts.max())
-    cols = np.empty(c + counts.max(), dtype=np.int64)
+    width = c + counts.max()
+    vals = np.empty(width)
+    cols = np.empty(width, dtype=np.int64)
     start = 0
     for r in range(a):
         m = 0
