@@ -36,8 +36,10 @@ class _ArmJob:
     accelerators: tuple[str, ...] = ()
     #: queries the ``"walk"`` accelerator corrects at once, to start with
     walk_window: int = 64
-    #: the oracle's packed set (:func:`memsim.evaluation.metrics.oracle_packing` keys)
-    oracle_keys: np.ndarray | None = None
+    #: the oracle's packed set (:func:`memsim.evaluation.metrics.oracle_packing`
+    #: keys; none by default)
+    oracle_keys: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def c(self) -> int:
@@ -204,10 +206,9 @@ def _reinforced_and_hidden(job: _ArmJob, batch: Batch, pk: _Packed, m: dict) -> 
     batch; return the hidden notes ``(q, note row, reason)``."""
     policy, st = job.arm.policy, job.st
     m["stale_reinforced"] = stale_reinforced(_used_candidates(policy.feedback, pk), pk.gains)
-    keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
     counts, hidden = hidden_counts(
         qrows=batch.qrows, t=batch.t, cand_rows=pk.cand_rows, cand_ok=pk.cand_ok,
-        packed=pk.packed, relevance=job.relevance, oracle_keys=keys,
+        packed=pk.packed, relevance=job.relevance, oracle_keys=job.oracle_keys,
         invalid_at=st.invalid_at, evicted=st.evicted,
         expires_at=batch.notes.expires_at, similarity=cell_similarity(policy, batch))
     m.update(counts)
@@ -220,9 +221,8 @@ def _hidden_rankings(r: dict, job: _ArmJob, batch: Batch, pk: _Packed, keep: np.
     ``rows``, a row (rank -1, score NaN) for each note the oracle packed
     that is not among the policy's top C, with the reason it is hidden."""
     q, cc = pk.pos.shape
-    keys = job.oracle_keys if job.oracle_keys is not None else np.zeros(0, np.int64)
     oracle = in_oracle(job.relevance, np.repeat(batch.qrows, cc)[keep],
-                       pk.cand_rows.ravel()[keep], keys)
+                       pk.cand_rows.ravel()[keep], job.oracle_keys)
     r["oracle"] = oracle
     # text, not objects: a column with no row then has the type its labels give it
     r["hidden"] = np.where(oracle & ~r["packed"], "budget", "")
