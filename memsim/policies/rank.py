@@ -202,8 +202,8 @@ def minmax_normalise(x: np.ndarray, live: np.ndarray | None) -> np.ndarray:
     Columns that are not live get 0 (they are masked by the engine anyway).
     """
     x = np.asarray(x, dtype=np.float64)
-    live = np.ones(x.shape, dtype=bool) if live is None else np.broadcast_to(live, x.shape)
-    dead = ~live
+    dead = (np.zeros(x.shape, dtype=bool) if live is None
+            else ~np.broadcast_to(live, x.shape))
     # in one (Q, L) array: a pass per step, no temporaries of that size. The
     # row's extremes over the live columns, the others set to the
     # reduction's identity (a reduction's where= is several times slower);
