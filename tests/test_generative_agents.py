@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.policies import ArrayContext, PRESETS, resolve_policy
-from memsim.policies.rank import GenerativeAgentsCode
+from memsim.policies.rank import GenerativeAgentsCode, lexicographic_rank
 from memsim.checks.testing import check_component
 from memsim.data.workload import SyntheticWorkload
 
@@ -99,3 +101,26 @@ def test_runs_in_the_engine_and_differs_from_the_paper():
     r = res.rankings
     assert set(r["policy"]) == {"generative-agents", "generative-agents-code"}
     assert (r[r.policy == "generative-agents-code"].groupby("query_id")["rank"].max() <= 30).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_lexicographic_rank_is_lexsorts(data):
+    """The ranks of two unstable sorts are those of ``np.lexsort`` over the
+    same keys: ties (few distinct keys), NaN (sorted last, all equal), -0.0
+    and 0.0 (equal), infinities, several rows, a tie-break of its own."""
+    q = data.draw(st.integers(1, 3))
+    n = data.draw(st.integers(1, 40))
+    values = st.one_of(st.sampled_from([0.0, -0.0, 1.5, np.nan, np.inf, -np.inf]),
+                       st.integers(-60, 60).map(float))  # all distinct, at times
+    key = np.array(data.draw(st.lists(values, min_size=q * n, max_size=q * n))).reshape(q, n)
+    first = np.array(data.draw(st.lists(st.booleans(), min_size=q * n,
+                                        max_size=q * n))).reshape(q, n)
+    second = np.array(data.draw(st.lists(st.integers(0, 2), min_size=q * n,
+                                         max_size=q * n))).reshape(q, n)
+    idx = np.broadcast_to(np.array(data.draw(st.permutations(range(n)))), (q, n))
+    want = np.empty((q, n), dtype=np.int64)
+    np.put_along_axis(want, np.lexsort((-idx, second, key, first), axis=1),
+                      np.broadcast_to(np.arange(1, n + 1), (q, n)), axis=1)
+    got = lexicographic_rank(first, key, np.lexsort((-idx, second), axis=1))
+    np.testing.assert_array_equal(got, want)

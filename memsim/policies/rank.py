@@ -719,6 +719,40 @@ class LangChainTimeWeighted(Ranker):
         return np.where(store, scored, base + self.default_salience)
 
 
+def lexicographic_rank(first: np.ndarray, key: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """Each element's 1-based rank (Q, L) in its row's order by ``first``
+    (bool, False first), then ``key`` (float; NaN last, NaNs equal), then the
+    row's order ``then`` (a permutation of each row: its tie-break, e.g. a
+    ``lexsort`` of further keys): ``np.lexsort((..., key, first))``'s ranks.
+
+    Two unstable sorts instead of a stable sort per key: the row's distinct
+    ``key`` values are numbered (a quicksort of ``key``), and the unique
+    integer ``(first, number, place in then)`` is sorted; unique keys make
+    the unstable sort's order the stable one. About half the time of
+    ``lexsort`` on a row of 15k last-access times with ties."""
+    q, n = key.shape
+    at = np.arange(0, q * n, n)[:, None]  # each row's start in the flat arrays
+
+    def scatter(order: np.ndarray, values: np.ndarray) -> np.ndarray:
+        # out[r, order[r, j]] = values[r, j], by flat indices (put_along_axis
+        # costs more than the sort on one row)
+        out = np.empty(q * n, dtype=values.dtype)
+        out[(order + at).ravel()] = values.ravel()
+        return out.reshape(q, n)
+
+    order = np.argsort(key, axis=1)
+    ks = np.take(key, order + at)
+    step = ks[:, 1:] != ks[:, :-1]
+    step &= ~(np.isnan(ks[:, 1:]) & np.isnan(ks[:, :-1]))
+    number = np.zeros((q, n), dtype=np.int64)
+    np.cumsum(step, axis=1, out=number[:, 1:])
+    composite = scatter(order, number)
+    composite += np.asarray(first, dtype=np.int64) * n  # numbers are < n
+    composite *= n
+    composite += scatter(np.asarray(then), np.broadcast_to(np.arange(n), (q, n)))
+    return scatter(np.argsort(composite, axis=1), np.broadcast_to(np.arange(1, n + 1), (q, n)))
+
+
 # --------------------------------------------------------------------------
 # Generative Agents as released (retrieve.py)
 # --------------------------------------------------------------------------
@@ -790,9 +824,7 @@ class GenerativeAgentsCode(Ranker):
         # ascending last access = descending age since last access; ties: newer
         # created first (smaller creation age), then the higher note row
         key_access = -age if self.rank_from == "least-recent" else age
-        order = np.lexsort((-idx, created_age, key_access, ~allowed), axis=1)
-        rank = np.empty((q, n), dtype=np.int64)
-        np.put_along_axis(rank, order, np.arange(1, n + 1)[None, :].repeat(q, axis=0), axis=1)
+        rank = lexicographic_rank(~allowed, key_access, np.lexsort((-idx, created_age), axis=1))
         return np.where(allowed, np.exp(rank * np.log(self.recency_decay)), 0.0)
 
     def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
