@@ -3,8 +3,8 @@
 Each loop compiled with numba has a numpy version that runs without numba or
 with ``MEMSIM_NUMBA=0``; both must give the same results bit for bit: the
 packers (greedy-swap, skip-fill) alone on random problems (ties, free notes,
-nothing or everything fitting), the walk's merge of rescored cells, and
-whole replays whose per-query arms pack again after each correction.
+nothing or everything fitting), the top-C selection, the walk's merge of
+rescored cells, and whole replays whose per-query arms pack again after each correction.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 
 from memsim.core import jit
-from memsim.engine import Arm, SimSettings, simulate
+from memsim.engine import Arm, SimSettings, simulate, top_candidates
 from memsim.policies import resolve_policy
 from memsim.policies import packing
 from memsim.policies.packing import Greedy, GreedySwap, SkipFill
@@ -86,6 +86,35 @@ def test_compiled_skip_fill_packs_as_numpy(problem, one_budget):
     with _numba(True):
         got = SkipFill().pack(values, tokens, valid, budget)
     assert got.dtype == bool and np.array_equal(got, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 70), st.integers(0, 4), st.integers(0, 2**32 - 1),
+       st.sampled_from([0.0, 0.1, 0.9]), st.sampled_from(["random", "rising", "falling"]),
+       st.sampled_from([np.float64, np.float32]))
+def test_compiled_top_candidates_order_as_a_stable_sort(q, n, levels, seed, odd, trend, dtype):
+    """``top_candidates`` (a heap per row, compiled, and numpy's partition)
+    gives the first c of a stable sort of the negated scores, values and
+    dtype included: ties (few levels) to the lower column, -inf, NaN after
+    every number (chosen only when too few are numbers), +inf, -0.0 equal to
+    0.0, rows whose scores rise or fall with the column (the heap is read
+    from the last columns first), c below, at and above the row's length."""
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, levels + 1, size=(q, n)).astype(dtype)
+    if trend != "random":
+        scores += np.arange(n, dtype=dtype)[None, :] // 3 * (1 if trend == "rising" else -1)
+    scores[rng.random((q, n)) < 0.2] = -np.inf
+    scores[rng.random((q, n)) < odd] = np.nan
+    scores[rng.random((q, n)) < odd / 4] = np.inf
+    scores[rng.random((q, n)) < 0.1] = -0.0
+    c = int(rng.integers(1, n + 3))
+    ref = np.argsort(-scores, axis=1, kind="stable")[:, :c]
+    for on in (True, False):
+        with _numba(on):
+            pos, vals = top_candidates(scores, c)
+        assert np.array_equal(pos, ref), on
+        assert vals.dtype == dtype
+        assert np.array_equal(vals, np.take_along_axis(scores, ref, axis=1), equal_nan=True)
 
 
 def test_the_numpy_version_runs_when_switched_off(monkeypatch):
