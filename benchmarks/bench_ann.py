@@ -24,7 +24,10 @@ the batches, each the fastest of ``--repeat`` timings, divided by their
 queries; the index's split into inserting and searching), their ratios, the
 CPU of building the index up to the first batch (per note inserted: what a rebuild per batch
 would pay for every note, every batch), the overlap of the index's
-candidates with the exact ones, and the load average before and after: the
+candidates with the exact ones, a whole year extrapolated (every note of the
+store inserted at the build's rate and every query searched, against every
+query's exact prefilter at the full size: the index's cost against an upper
+bound of the exact one), and the load average before and after: the
 machine may be shared, and CPU time is what to compare.
 """
 
@@ -162,6 +165,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['built']} notes ({1e6 * r['insert_cpu_note']:.0f} us per note); an index "
               f"rebuilt every batch: about {1e3 * rebuild:.0f} ms CPU per query "
               f"({rebuild / r['exact_cpu_q']:.0f}x the exact prefilter)")
+        # the whole year the store is built for: every note inserted once
+        # (half of them before the first query) and every query searched,
+        # against every query's exact prefilter at this size (an upper
+        # bound: the store is smaller earlier in the year)
+        year_q = YEAR * QUERIES_PER_DAY
+        index_year = r["insert_cpu_note"] * r["n_notes"] + year_q * r["search_cpu_q"]
+        exact_year = year_q * r["exact_cpu_q"]
+        print(f"  a whole year ({year_q:,.0f} queries; {r['n_notes'] / (2 * year_q):.1f} new "
+              f"notes per query), extrapolated: the index {index_year:.0f} s CPU (every note "
+              f"inserted at the build's rate, every query searched) against the exact "
+              f"prefilter's {exact_year:.0f} s at most (index / exact = "
+              f"{index_year / exact_year:.2f})")
         print(f"  load average now: {_load()}")
     return 0
 
