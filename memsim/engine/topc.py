@@ -109,6 +109,8 @@ def _top_rows(scores, c):
     vals = np.empty((q, cc), dtype=scores.dtype)
     hv = np.empty(cc, dtype=scores.dtype)
     hc = np.empty(cc, dtype=np.int64)
+    if cc == 0:  # no column (or c = 0): the heap has no root to compare with
+        return pos, vals
 
     def sift_down(hv, hc, size, v, j):
         # (v, j) enters at the root of the heap's first ``size`` items and
