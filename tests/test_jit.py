@@ -90,19 +90,22 @@ def test_compiled_skip_fill_packs_as_numpy(problem, one_budget):
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 6), st.integers(0, 70), st.integers(0, 4), st.integers(0, 2**32 - 1),
-       st.sampled_from([0.0, 0.1, 0.9]), st.sampled_from(["random", "rising", "falling"]),
+       st.sampled_from([0.0, 0.1, 0.9]), st.sampled_from(["random", "rising", "falling", "peak"]),
        st.sampled_from([np.float64, np.float32]))
 def test_compiled_top_candidates_order_as_a_stable_sort(q, n, levels, seed, odd, trend, dtype):
     """``top_candidates`` (a heap per row, compiled, and numpy's partition)
     gives the first c of a stable sort of the negated scores, values and
     dtype included: ties (few levels) to the lower column, -inf, NaN after
     every number (chosen only when too few are numbers), +inf, -0.0 equal to
-    0.0, rows whose scores rise or fall with the column (the heap is read
-    from the last columns first), c below, at and above the row's length."""
+    0.0, rows whose scores rise or fall with the column or peak in its
+    middle (the heap reads the row from one end), c below, at and above the
+    row's length."""
     rng = np.random.default_rng(seed)
     scores = rng.integers(0, levels + 1, size=(q, n)).astype(dtype)
-    if trend != "random":
+    if trend in ("rising", "falling"):
         scores += np.arange(n, dtype=dtype)[None, :] // 3 * (1 if trend == "rising" else -1)
+    elif trend == "peak":  # highest in the middle: neither end reads the best first
+        scores -= np.abs(np.arange(n) - n // 2).astype(dtype)[None, :] // 3
     scores[rng.random((q, n)) < 0.2] = -np.inf
     scores[rng.random((q, n)) < odd] = np.nan
     scores[rng.random((q, n)) < odd / 4] = np.inf

@@ -96,73 +96,97 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
 @jit.kernel
 def _top_rows(scores, c):
     """:func:`top_candidates` one row at a time (compiled by
-    :func:`memsim.core.jit.kernel`): a heap of the row's ``c`` best numbers so
-    far, its root the worst of them (the lower score, of equal scores the
-    higher column), which a column replaces only when it is better (the row
-    read from its last ``c`` columns on); then the row's first NaN columns
-    where it has fewer than ``c`` numbers. Comparisons only: the same
-    positions and values as the numpy version, in a few ns a cell where a
-    partition of the row's negated copy costs several times that."""
+    :func:`memsim.core.jit.kernel`), by comparisons only, so the same
+    positions and values as the numpy version:
+
+    1. the row's c-th best number, ``kth``: a min-heap of the c greatest
+       values seen, which a value replaces only when strictly greater. The
+       row is read from the end whose half holds the greater of 32 sampled
+       values each, so that scores that rise or fall with the column (newer
+       notes' recency) put its best values in the heap first and each other
+       value costs one comparison;
+    2. in column order, every value above ``kth`` and the first of those
+       equal to it that the top c has room for, inserted by value after the
+       equal ones (a stable sort of at most c items);
+    3. where the row has fewer than c numbers, its first NaN columns."""
     q, n = scores.shape
     cc = min(c, n)
     pos = np.empty((q, cc), dtype=np.int64)
     vals = np.empty((q, cc), dtype=scores.dtype)
-    hv = np.empty(cc, dtype=scores.dtype)
-    hc = np.empty(cc, dtype=np.int64)
-    if cc == 0:  # no column (or c = 0): the heap has no root to compare with
+    heap = np.empty(cc, dtype=scores.dtype)
+    if cc == 0:  # no column (or c = 0): nothing to keep
         return pos, vals
-
-    def sift_down(hv, hc, size, v, j):
-        # (v, j) enters at the root of the heap's first ``size`` items and
-        # moves down while a child is worse
-        i = 0
-        while True:
-            w = 2 * i + 1
-            if w >= size:
-                break
-            if w + 1 < size and (hv[w + 1] < hv[w] or (hv[w + 1] == hv[w] and hc[w + 1] > hc[w])):
-                w += 1
-            if hv[w] < v or (hv[w] == v and hc[w] > j):
-                hv[i], hc[i] = hv[w], hc[w]
-                i = w
-            else:
-                break
-        hv[i], hc[i] = v, j
-
     for r in range(q):
-        m = 0
-        for t in range(n):
-            # the last columns first: when scores rise with the column (newer
-            # notes, higher recency) they fill the heap with the best at once,
-            # and each other column costs a comparison
-            j = t + n - cc
-            if j >= n:
-                j -= n
-            v = scores[r, j]
+        row = scores[r]
+        # read from the end whose half holds the greater sampled value
+        # (from the last column when the row's values rise with it)
+        half, lo, hi = n // 2, -np.inf, -np.inf
+        samples = min(half, 32)
+        for t in range(samples):
+            at = t * half // samples
+            if row[at] > lo:  # (NaN is not)
+                lo = row[at]
+            if row[half + at] > hi:
+                hi = row[half + at]
+        start, step = (n - 1, -1) if hi >= lo else (0, 1)
+        m = t = 0  # numbers in the heap, columns read
+        while m < cc and t < n:  # the heap fills: v moves up while below its parent
+            v = row[start + step * t]
+            t += 1
             if v != v:  # NaN: after every number
                 continue
-            if m < cc:  # the heap grows: the new item moves up while worse than its parent
-                i = m
-                m += 1
-                while i > 0:
-                    p = (i - 1) // 2
-                    if v < hv[p] or (v == hv[p] and j > hc[p]):
-                        hv[i], hc[i] = hv[p], hc[p]
-                        i = p
-                    else:
+            i = m
+            m += 1
+            while i > 0 and v < heap[(i - 1) // 2]:
+                heap[i] = heap[(i - 1) // 2]
+                i = (i - 1) // 2
+            heap[i] = v
+        while t < n:  # full: a value greater than the least replaces it (NaN is not)
+            v = row[start + step * t]
+            t += 1
+            if v > heap[0]:
+                i = 0
+                while 2 * i + 1 < cc:
+                    w = 2 * i + 1
+                    if w + 1 < cc and heap[w + 1] < heap[w]:
+                        w += 1
+                    if heap[w] >= v:
                         break
-                hv[i], hc[i] = v, j
-            elif v >= hv[0] and (v > hv[0] or j < hc[0]):  # better than the worst kept
-                sift_down(hv, hc, cc, v, j)
-        # the kept numbers, the worst first, written from the end
-        for k in range(m - 1, -1, -1):
-            pos[r, k], vals[r, k] = hc[0], hv[0]
-            sift_down(hv, hc, k, hv[k], hc[k])
-        # too few numbers: the first NaN columns follow them
+                    heap[i] = heap[w]
+                    i = w
+                heap[i] = v
+        # the kept columns in column order: with a full heap, those above kth
+        # and as many equal to it as the top c has room for; else every number
+        kth = heap[0]
+        room = cc
+        if m == cc:
+            for i in range(cc):
+                if heap[i] > kth:
+                    room -= 1
+        k = 0
+        for j in range(n):
+            v = row[j]
+            if m == cc:
+                if not v >= kth:  # below kth, or NaN
+                    continue
+                if v == kth:
+                    if room == 0:
+                        continue
+                    room -= 1
+            elif v != v:
+                continue
+            i = k  # after the values >= v: a stable sort by value, descending
+            while i > 0 and vals[r, i - 1] < v:
+                vals[r, i], pos[r, i] = vals[r, i - 1], pos[r, i - 1]
+                i -= 1
+            vals[r, i], pos[r, i] = v, j
+            k += 1
+            if k == cc:
+                break
         j = 0
-        for k in range(m, cc):
-            while scores[r, j] == scores[r, j]:
-                j += 1
-            pos[r, k], vals[r, k] = j, scores[r, j]
+        while k < cc:  # too few numbers: the first NaN columns follow them
+            if row[j] != row[j]:
+                pos[r, k], vals[r, k] = j, row[j]
+                k += 1
             j += 1
     return pos, vals
