@@ -65,13 +65,16 @@ def test_the_switch_turns_the_kernels_off():
 
 
 @settings(max_examples=300, deadline=None)
-@given(_problems(), st.integers(0, 6), st.sampled_from([0.0, 0.5]))
-def test_compiled_greedy_swap_packs_as_numpy(problem, max_swaps, cut):
+@given(_problems(), st.integers(0, 6), st.sampled_from([0.0, 0.5]), st.booleans())
+def test_compiled_greedy_swap_packs_as_numpy(problem, max_swaps, cut, one_budget):
     packer = GreedySwap(max_swaps=max_swaps, min_relative_score=cut)
+    values, tokens, valid, budget = problem
+    if one_budget:  # one budget for every row, as a caller may pass it
+        budget = budget[:1]
     with _numba(False):
-        want = packer.pack(*problem)
+        want = packer.pack(values, tokens, valid, budget)
     with _numba(True):
-        got = packer.pack(*problem)
+        got = packer.pack(values, tokens, valid, budget)
     assert got.dtype == bool and np.array_equal(got, want)
 
 

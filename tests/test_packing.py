@@ -349,6 +349,21 @@ def test_relative_cutoff_keeps_small_weak_notes_out():
     assert cut[0].tolist() == [True] + [False] * 10
 
 
+@settings(max_examples=100, deadline=None)
+@given(packing_problems())
+def test_one_budget_serves_every_row(problem):
+    """A budget of one value is every row's (the compiled kernels, which read
+    a budget per row without bounds checks, get it broadcast); a budget of
+    another length than the rows' is refused."""
+    values, tokens, valid, budget = problem
+    every = np.full(len(values), budget[0])
+    for name, packer in ALL_PACKERS.items():
+        got = np.asarray(packer.pack(values, tokens, valid, budget[:1]))
+        assert np.array_equal(got, np.asarray(packer.pack(values, tokens, valid, every))), name
+        with pytest.raises(ValueError):
+            packer.pack(values, tokens, valid, np.zeros(len(values) + 1, np.int64))
+
+
 def test_packers_accept_an_empty_batch():
     z = np.zeros((0, 5))
     for packer in ALL_PACKERS.values():

@@ -61,7 +61,10 @@ def _as_arrays(values, tokens, valid, budget):
     values = np.asarray(values, dtype=np.float64)
     tokens = np.asarray(tokens, dtype=np.int64)
     valid = np.asarray(valid, dtype=bool)
-    budget = np.asarray(budget, dtype=np.int64).reshape(-1)
+    # a budget per row (one for every row broadcast): the compiled kernels
+    # read budget[r] without bounds checks
+    budget = np.ascontiguousarray(np.broadcast_to(
+        np.asarray(budget, dtype=np.int64).reshape(-1), tokens.shape[:1]))
     return values, tokens, valid, budget
 
 
@@ -172,8 +175,7 @@ class SkipFill(Packer):
     def pack(self, values, tokens, valid, budget):
         values, tokens, valid, budget = _as_arrays(values, tokens, valid, budget)
         if jit.enabled():  # the same rule, row by row, compiled
-            return _skip_fill_rows(tokens, valid,
-                                   np.ascontiguousarray(np.broadcast_to(budget, tokens.shape[:1])))
+            return _skip_fill_rows(tokens, valid, budget)
         q, c = tokens.shape
         packed = np.zeros((q, c), dtype=bool)
         used = np.zeros(q, dtype=np.int64)
