@@ -1,11 +1,30 @@
-"""Small hand-built streams for engine and metric tests."""
+"""Small hand-built streams for engine and metric tests, and the switch of
+the compiled kernels."""
 
 from __future__ import annotations
+
+import contextlib
+import os
 
 import numpy as np
 import pandas as pd
 
+from memsim.core import jit
 from memsim.data.stream import make_stream
+
+
+@contextlib.contextmanager
+def numba_kernels(on: bool):
+    """The compiled kernels on or off (``MEMSIM_NUMBA``) within the block."""
+    old = os.environ.get(jit.ENV)
+    os.environ[jit.ENV] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[jit.ENV]
+        else:
+            os.environ[jit.ENV] = old
 
 
 def tiny_stream(*, created, tokens, note_vecs, queries, qrels, actors=None, query_actors=None,

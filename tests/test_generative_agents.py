@@ -17,11 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memsim.core import jit
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.policies import ArrayContext, PRESETS, resolve_policy
 from memsim.policies.rank import GenerativeAgentsCode, lexicographic_rank
 from memsim.checks.testing import check_component
 from memsim.data.workload import SyntheticWorkload
+
+from .helpers import numba_kernels
 
 # Four memories A, B, C, D at query time t = 10 days.
 #   created       0    1    2    5
@@ -106,7 +109,7 @@ def test_runs_in_the_engine_and_differs_from_the_paper():
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_lexicographic_rank_is_lexsorts(data):
-    """The ranks of two unstable sorts are those of ``np.lexsort`` over the
+    """The ranks, compiled and not, are those of ``np.lexsort`` over the
     same keys: ties (few distinct keys), NaN (sorted last, all equal), -0.0
     and 0.0 (equal), infinities, several rows, a tie-break of its own."""
     q = data.draw(st.integers(1, 3))
@@ -122,5 +125,7 @@ def test_lexicographic_rank_is_lexsorts(data):
     want = np.empty((q, n), dtype=np.int64)
     np.put_along_axis(want, np.lexsort((-idx, second, key, first), axis=1),
                       np.broadcast_to(np.arange(1, n + 1), (q, n)), axis=1)
-    got = lexicographic_rank(first, key, np.lexsort((-idx, second), axis=1))
-    np.testing.assert_array_equal(got, want)
+    then = np.lexsort((-idx, second), axis=1)
+    for compiled in (False, True) if jit.available() else (False,):
+        with numba_kernels(compiled):  # the counting pass (numba) and two sorts (numpy)
+            np.testing.assert_array_equal(lexicographic_rank(first, key, then), want)

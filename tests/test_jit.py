@@ -9,9 +9,6 @@ rescored cells, and whole replays whose per-query arms pack again after each cor
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -21,25 +18,13 @@ from pandas.testing import assert_frame_equal
 from memsim.core import jit
 from memsim.engine import Arm, SimSettings, simulate, top_candidates
 from memsim.policies import resolve_policy
-from memsim.policies import packing
+from memsim.policies import packing, rank
 from memsim.policies.packing import Greedy, GreedySwap, SkipFill
 from memsim.core.rng import seed_sequence
 
+from .helpers import numba_kernels
+
 numba = pytest.importorskip("numba", reason="the compiled kernels need the 'fast' extra")
-
-
-@contextlib.contextmanager
-def _numba(on: bool):
-    """The kernels on or off (``MEMSIM_NUMBA``) within the block."""
-    old = os.environ.get(jit.ENV)
-    os.environ[jit.ENV] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[jit.ENV]
-        else:
-            os.environ[jit.ENV] = old
 
 
 @st.composite
@@ -58,9 +43,9 @@ def _problems(draw):
 
 
 def test_the_switch_turns_the_kernels_off():
-    with _numba(True):
+    with numba_kernels(True):
         assert jit.enabled()
-    with _numba(False):
+    with numba_kernels(False):
         assert not jit.enabled()
 
 
@@ -71,9 +56,9 @@ def test_compiled_greedy_swap_packs_as_numpy(problem, max_swaps, cut, one_budget
     values, tokens, valid, budget = problem
     if one_budget:  # one budget for every row, as a caller may pass it
         budget = budget[:1]
-    with _numba(False):
+    with numba_kernels(False):
         want = packer.pack(values, tokens, valid, budget)
-    with _numba(True):
+    with numba_kernels(True):
         got = packer.pack(values, tokens, valid, budget)
     assert got.dtype == bool and np.array_equal(got, want)
 
@@ -84,9 +69,9 @@ def test_compiled_skip_fill_packs_as_numpy(problem, one_budget):
     values, tokens, valid, budget = problem
     if one_budget:  # one budget for every row, as a caller may pass it
         budget = budget[:1]
-    with _numba(False):
+    with numba_kernels(False):
         want = SkipFill().pack(values, tokens, valid, budget)
-    with _numba(True):
+    with numba_kernels(True):
         got = SkipFill().pack(values, tokens, valid, budget)
     assert got.dtype == bool and np.array_equal(got, want)
 
@@ -116,11 +101,47 @@ def test_compiled_top_candidates_order_as_a_stable_sort(q, n, levels, seed, odd,
     c = int(rng.integers(1, n + 3))
     ref = np.argsort(-scores, axis=1, kind="stable")[:, :c]
     for on in (True, False):
-        with _numba(on):
+        with numba_kernels(on):
             pos, vals = top_candidates(scores, c)
         assert np.array_equal(pos, ref), on
         assert vals.dtype == dtype
         assert np.array_equal(vals, np.take_along_axis(scores, ref, axis=1), equal_nan=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 5), st.integers(0, 30), st.integers(0, 4), st.integers(0, 2**32 - 1),
+       st.sampled_from([0.0, 0.05, 0.3]), st.sampled_from(["none", "row", "cells"]),
+       st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]), min_size=3, max_size=3))
+def test_compiled_minmax_sum_is_the_numpy_sum(q, n, levels, seed, odd, live, weights):
+    """``minmax_sum`` of three terms (one compiled pass, and three
+    ``minmax_normalise`` added in numpy) gives the same values bit for bit,
+    the sign of every zero included: ties (few levels), rows all equal (0.5)
+    or with nothing live, NaN and infinities among the live or dead
+    columns, 0.0 and -0.0 both a row's minimum, terms of one row broadcast
+    to all, zero weights, and a live mask that is absent, one row broadcast
+    to all, or one per cell."""
+    rng = np.random.default_rng(seed)
+
+    def term(rows):
+        x = rng.integers(-1, levels + 1, size=(rows, n)).astype(float)
+        x[rng.random((rows, n)) < 0.3] = -0.0
+        for v in (np.nan, np.inf, -np.inf):
+            x[rng.random((rows, n)) < odd] = v
+        return x
+
+    terms = [(w, term(rows)) for w, rows in zip(weights, (q, q, 1))]
+    mask = {"none": None, "row": rng.random(n) < 0.7, "cells": rng.random((q, n)) < 0.7}[live]
+    got = {}
+    for on in (True, False):
+        with numba_kernels(on):
+            got[on] = rank.minmax_sum(terms, mask)
+    assert got[True].shape == got[False].shape == (q, n)
+    assert got[True].tobytes() == got[False].tobytes()
+    one = rank.minmax_normalise(terms[0][1], mask)  # each term in [0, 1], 0 where not live
+    live_cells = np.ones((q, n), bool) if mask is None else np.broadcast_to(mask, (q, n))
+    assert (one[~live_cells] == 0).all()
+    numbers = one[live_cells][np.isfinite(one[live_cells])]
+    assert ((numbers >= 0) & (numbers <= 1)).all()
 
 
 def test_the_numpy_version_runs_when_switched_off(monkeypatch):
@@ -134,10 +155,10 @@ def test_the_numpy_version_runs_when_switched_off(monkeypatch):
     rng = np.random.default_rng(3)
     values, tokens = rng.uniform(0, 1, (5, 20)), rng.integers(1, 300, (5, 20))
     valid, budget = np.ones((5, 20), bool), np.full(5, 700)
-    with _numba(False):
+    with numba_kernels(False):
         off = [p.pack(values, tokens, valid, budget) for p in (GreedySwap(), SkipFill())]
     assert not calls
-    with _numba(True):
+    with numba_kernels(True):
         on = [p.pack(values, tokens, valid, budget) for p in (GreedySwap(), SkipFill())]
         Greedy().pack(values, tokens, valid, budget)
     assert calls == ["_greedy_swap_rows", "_skip_fill_rows"]
@@ -146,7 +167,9 @@ def test_the_numpy_version_runs_when_switched_off(monkeypatch):
 
 def test_replays_with_and_without_the_kernels_are_identical():
     """Per-query arms (Hivemind's greedy-swap and skip-fill, corrected and
-    packed again together) give the same frames with the kernels on and off."""
+    packed again together; Generative Agents' two, replayed query by query
+    through the compiled min-max sum and rank) give the same frames with the
+    kernels on and off."""
     from tests.test_accelerators import _frames, _stream
 
     stream = _stream(1)
@@ -155,14 +178,16 @@ def test_replays_with_and_without_the_kernels_are_identical():
         for hl in (2.0, 30.0, 180.0)]
     arms.append(Arm("hivemind-skip-fill", resolve_policy(
         {"preset": "hivemind", "packer": "skip-fill"}, "policies.s")))
+    arms += [Arm(p, resolve_policy({"preset": p}, "policies.g"))
+             for p in ("generative-agents", "generative-agents-code")]
     assert all(a.policy.feedback.timing == "per-query" for a in arms)
     settings_ = SimSettings(candidates=12, save_rankings=True, tick_days=2.0,
                             budget_tokens=400)
-    with _numba(False):
+    with numba_kernels(False):
         want = _frames(simulate(stream, arms, settings_, seed_sequence(2)))
-    with _numba(True):
+    with numba_kernels(True):
         got = simulate(stream, arms, settings_, seed_sequence(2))
-    assert all(a["walk"] for a in got.accelerated)
+    assert all(a["walk"] for a in got.accelerated[:4])
     for key, frame in _frames(got).items():
         assert_frame_equal(frame, want[key], check_exact=True)
 
@@ -187,9 +212,9 @@ def test_compiled_walk_merge_orders_as_numpy(a, c, cc, seed):
     new = rng.choice(levels, counts.sum())
     ci = rng.integers(0, 3 * c, counts.sum())
     cc = min(cc, c)
-    with _numba(False):
+    with numba_kernels(False):
         want = _merge_cells(kv, kp, drop, counts, new, ci, cc)
-    with _numba(True):
+    with numba_kernels(True):
         got = _merge_cells(kv, kp, drop, counts, new, ci, cc)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w)

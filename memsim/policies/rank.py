@@ -47,6 +47,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from memsim.core import jit
 from memsim.core.errors import ConfigError
 from memsim.core.params import Interval, Options
 from .base import Ranker, ScoringContext, register
@@ -65,6 +66,7 @@ __all__ = [
     "AsLogged",
     "live_mask",
     "minmax_normalise",
+    "minmax_sum",
 ]
 
 _NON_NEGATIVE = Interval(0, None)
@@ -200,6 +202,8 @@ def minmax_normalise(x: np.ndarray, live: np.ndarray | None) -> np.ndarray:
     As Generative Agents' ``normalize_dict_floats(d, 0, 1)``: ``(x - min) /
     (max - min)``; a row whose live values are all equal gets 0.5 everywhere.
     Columns that are not live get 0 (they are masked by the engine anyway).
+    ``x - min`` is taken as ``(x - min) + 0.0``, so that a zero comes out
+    +0.0 whichever of 0.0 and -0.0 the row's minimum is.
     """
     x = np.asarray(x, dtype=np.float64)
     dead = (np.zeros(x.shape, dtype=bool) if live is None
@@ -216,9 +220,65 @@ def minmax_normalise(x: np.ndarray, live: np.ndarray | None) -> np.ndarray:
         rng = hi - lo  # inf - inf: NaN, no spread
         spread = rng > 0
         np.subtract(x, lo, out=out)
+        out += 0.0
         out /= np.where(spread, rng, 1.0)
     out[~spread[:, 0]] = 0.5
     np.copyto(out, 0.0, where=dead)
+    return out
+
+
+def minmax_sum(terms: list[tuple[float, np.ndarray]], live: np.ndarray | None) -> np.ndarray:
+    """``w1 * minmax_normalise(x1, live) + w2 * minmax_normalise(x2, live) +
+    ...``, added left to right, for ``(w, x)`` in ``terms`` (each x (Q, L) or
+    broadcast to it); compiled in one pass per row where numba is on (the
+    same float operations: the same values bit for bit)."""
+    shape = np.broadcast_shapes(*(np.shape(x) for _, x in terms))
+    xs = [np.broadcast_to(np.asarray(x, dtype=np.float64), shape) for _, x in terms]
+    if jit.enabled() and len(terms) == 3 and len(shape) == 2:
+        alive = (np.ones(shape, dtype=bool) if live is None
+                 else np.broadcast_to(np.asarray(live, dtype=bool), shape))
+        (w1, _), (w2, _), (w3, _) = terms
+        return _minmax_sum3_rows(float(w1), xs[0], float(w2), xs[1], float(w3), xs[2], alive)
+    out = terms[0][0] * minmax_normalise(xs[0], live)
+    for (w, _), x in zip(terms[1:], xs[1:]):
+        out = out + w * minmax_normalise(x, live)
+    return out
+
+
+@jit.kernel
+def _minmax_sum3_rows(w1, x1, w2, x2, w3, x3, live):
+    """:func:`minmax_sum` of three terms one row at a time (compiled by
+    :func:`memsim.core.jit.kernel`): each term's extremes over the row's
+    live columns (a live NaN: no spread), then per element the same
+    subtraction, ``+ 0.0`` and division as :func:`minmax_normalise`, the
+    terms weighted and added left to right."""
+    q, n = x1.shape
+    out = np.zeros((q, n))
+
+    def extremes(x, r):  # (lo, range, whether the row spreads)
+        lo, hi, nan = np.inf, -np.inf, False
+        for j in range(n):
+            if live[r, j]:
+                v = x[r, j]
+                if v != v:
+                    nan = True
+                if v < lo:
+                    lo = v
+                if v > hi:
+                    hi = v
+        return lo, hi - lo, hi - lo > 0 and not nan
+
+    for r in range(q):
+        lo1, rng1, s1 = extremes(x1, r)
+        lo2, rng2, s2 = extremes(x2, r)
+        lo3, rng3, s3 = extremes(x3, r)
+        for j in range(n):
+            a = b = c = 0.0  # a column not live: 0 in every term
+            if live[r, j]:
+                a = ((x1[r, j] - lo1) + 0.0) / rng1 if s1 else 0.5
+                b = ((x2[r, j] - lo2) + 0.0) / rng2 if s2 else 0.5
+                c = ((x3[r, j] - lo3) + 0.0) / rng3 if s3 else 0.5
+            out[r, j] = w1 * a + w2 * b + w3 * c
     return out
 
 
@@ -257,13 +317,8 @@ class WeightedSum(Ranker):
                                     "w_relevance": _NON_NEGATIVE}
 
     def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
-        rel = np.asarray(rel, dtype=np.float64)
-        live = live_mask(ctx)
-        imp = np.broadcast_to(np.asarray(ctx.importance, dtype=np.float64), rel.shape)
-        rec = np.broadcast_to(np.asarray(rec, dtype=np.float64), rel.shape)
-        return (self.w_recency * minmax_normalise(rec, live)
-                + self.w_importance * minmax_normalise(imp, live)
-                + self.w_relevance * minmax_normalise(rel, live))
+        return minmax_sum([(self.w_recency, rec), (self.w_importance, ctx.importance),
+                           (self.w_relevance, rel)], live_mask(ctx))
 
     def reads_uses(self) -> bool:
         return False
@@ -725,12 +780,19 @@ def lexicographic_rank(first: np.ndarray, key: np.ndarray, then: np.ndarray) -> 
     row's order ``then`` (a permutation of each row: its tie-break, e.g. a
     ``lexsort`` of further keys): ``np.lexsort((..., key, first))``'s ranks.
 
-    Two unstable sorts instead of a stable sort per key: the row's distinct
-    ``key`` values are numbered (a quicksort of ``key``), and the unique
-    integer ``(first, number, place in then)`` is sorted; unique keys make
-    the unstable sort's order the stable one. About half the time of
-    ``lexsort`` on a row of 15k last-access times with ties."""
+    The row's distinct ``key`` values are numbered from one quicksort of
+    ``key``; then, without numba, the unique integer ``(first, number, place
+    in then)`` is sorted (unique keys make the unstable sort's order the
+    stable one), and with numba a counting pass hands out the ranks instead
+    (:func:`_count_ranks`). On a row of 14,403 last-access times with ties:
+    0.47 ms (numpy) and 0.20 ms (numba), against 0.81 ms for ``lexsort``."""
     q, n = key.shape
+    order = np.argsort(key, axis=1)
+    first = np.broadcast_to(np.asarray(first, dtype=bool), (q, n))
+    then = np.asarray(then)
+    if jit.enabled():
+        return _count_ranks(order, np.ascontiguousarray(key), np.ascontiguousarray(first),
+                            np.ascontiguousarray(then, dtype=np.int64))
     at = np.arange(q)[:, None] * n  # each row's start in the flat arrays
 
     def scatter(order: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -740,17 +802,54 @@ def lexicographic_rank(first: np.ndarray, key: np.ndarray, then: np.ndarray) -> 
         out[(order + at).ravel()] = values.ravel()
         return out.reshape(q, n)
 
-    order = np.argsort(key, axis=1)
     ks = np.take(key, order + at)
     step = ks[:, 1:] != ks[:, :-1]
     step &= ~(np.isnan(ks[:, 1:]) & np.isnan(ks[:, :-1]))
     number = np.zeros((q, n), dtype=np.int64)
     np.cumsum(step, axis=1, out=number[:, 1:])
     composite = scatter(order, number)
-    composite += np.asarray(first, dtype=np.int64) * n  # numbers are < n
+    composite += first.astype(np.int64) * n  # numbers are < n
     composite *= n
-    composite += scatter(np.asarray(then), np.broadcast_to(np.arange(n), (q, n)))
+    composite += scatter(then, np.broadcast_to(np.arange(n), (q, n)))
     return scatter(np.argsort(composite, axis=1), np.broadcast_to(np.arange(1, n + 1), (q, n)))
+
+
+@jit.kernel
+def _count_ranks(order, key, first, then):
+    """:func:`lexicographic_rank` one row at a time (compiled by
+    :func:`memsim.core.jit.kernel`), from ``order`` (each row's argsort of
+    ``key``): the elements are put in groups ``(first, number of their key
+    value)``, each group's first rank is the count of the groups before it,
+    and a pass in ``then`` order hands out each group's ranks in turn, so
+    ties keep the tie-break's order. Integers only: the same ranks as the
+    numpy version."""
+    q, n = key.shape
+    ranks = np.empty((q, n), dtype=np.int64)
+    group = np.empty(n, dtype=np.int64)
+    for r in range(q):
+        # number the distinct values in sorted order (NaN last, NaNs equal)
+        groups = 0
+        for j in range(n):
+            c = order[r, j]
+            if j > 0:
+                a, b = key[r, order[r, j - 1]], key[r, c]
+                if a != b and not (a != a and b != b):
+                    groups += 1
+            group[c] = groups
+        groups += 1
+        # (first, number) -> one group id; then each group's next rank
+        nxt = np.zeros(2 * groups + 1, dtype=np.int64)
+        for c in range(n):
+            if first[r, c]:
+                group[c] += groups
+            nxt[group[c] + 1] += 1
+        for g in range(2 * groups):
+            nxt[g + 1] += nxt[g]
+        for j in range(n):
+            c = then[r, j]
+            nxt[group[c]] += 1
+            ranks[r, c] = nxt[group[c]]
+    return ranks
 
 
 # --------------------------------------------------------------------------
@@ -828,11 +927,5 @@ class GenerativeAgentsCode(Ranker):
         return np.where(allowed, np.exp(rank * np.log(self.recency_decay)), 0.0)
 
     def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
-        live = live_mask(ctx)
-        rec_rank = self.rank_recency(ctx)
-        shape = rec_rank.shape
-        cos = np.broadcast_to(np.asarray(rel, dtype=np.float64), shape)
-        imp = np.broadcast_to(np.asarray(ctx.importance, dtype=np.float64), shape)
-        return (self.w_recency * minmax_normalise(rec_rank, live)
-                + self.w_relevance * minmax_normalise(cos, live)
-                + self.w_importance * minmax_normalise(imp, live))
+        return minmax_sum([(self.w_recency, self.rank_recency(ctx)), (self.w_relevance, rel),
+                           (self.w_importance, ctx.importance)], live_mask(ctx))
