@@ -789,7 +789,7 @@ def lexicographic_rank(first: np.ndarray, key: np.ndarray, then: np.ndarray) -> 
     q, n = key.shape
     order = np.argsort(key, axis=1)
     first = np.broadcast_to(np.asarray(first, dtype=bool), (q, n))
-    then = np.asarray(then)
+    then = np.broadcast_to(np.asarray(then), (q, n))
     if jit.enabled():
         return _count_ranks(order, np.ascontiguousarray(key), np.ascontiguousarray(first),
                             np.ascontiguousarray(then, dtype=np.int64))
