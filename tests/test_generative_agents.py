@@ -111,7 +111,8 @@ def test_runs_in_the_engine_and_differs_from_the_paper():
 def test_lexicographic_rank_is_lexsorts(data):
     """The ranks, compiled and not, are those of ``np.lexsort`` over the
     same keys: ties (few distinct keys), NaN (sorted last, all equal), -0.0
-    and 0.0 (equal), infinities, several rows, a tie-break of its own."""
+    and 0.0 (equal), infinities, several rows, a tie-break of its own per
+    row or one for every row."""
     q = data.draw(st.integers(1, 3))
     n = data.draw(st.integers(0, 40))
     values = st.one_of(st.sampled_from([0.0, -0.0, 1.5, np.nan, np.inf, -np.inf]),
@@ -126,6 +127,12 @@ def test_lexicographic_rank_is_lexsorts(data):
     np.put_along_axis(want, np.lexsort((-idx, second, key, first), axis=1),
                       np.broadcast_to(np.arange(1, n + 1), (q, n)), axis=1)
     then = np.lexsort((-idx, second), axis=1)
+    # a tie-break of one row, shared by every row: -idx alone
+    shared = np.empty((q, n), dtype=np.int64)
+    np.put_along_axis(shared, np.lexsort((-idx, key, first), axis=1),
+                      np.broadcast_to(np.arange(1, n + 1), (q, n)), axis=1)
     for compiled in (False, True) if jit.available() else (False,):
         with numba_kernels(compiled):  # the counting pass (numba) and two sorts (numpy)
             np.testing.assert_array_equal(lexicographic_rank(first, key, then), want)
+            np.testing.assert_array_equal(
+                lexicographic_rank(first, key, np.argsort(-idx[0], kind="stable")), shared)
