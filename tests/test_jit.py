@@ -4,7 +4,9 @@ Each loop compiled with numba has a numpy version that runs without numba or
 with ``MEMSIM_NUMBA=0``; both must give the same results bit for bit: the
 packers (greedy-swap, skip-fill) alone on random problems (ties, free notes,
 nothing or everything fitting), the top-C selection, the walk's merge of
-rescored cells, and whole replays whose per-query arms pack again after each correction.
+rescored cells, Generative Agents' min-max sum (its rank by last access is
+tested in ``test_generative_agents.py``), and whole replays whose per-query
+arms pack again after each correction.
 """
 
 from __future__ import annotations
