@@ -713,7 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "combination)")
     r.add_argument("--jobs", type=_jobs, default=default_jobs(), metavar="N",
                    help="worker processes, one per core unless given: several runs at once, "
-                        "or a single run's replicates; results do not depend on it")
+                        "or a single run's replicates (a last round of replicates that "
+                        "would leave workers idle shares its arms among them); results "
+                        "do not depend on it")
     r.add_argument("--no-report", action="store_true", help="skip report.html")
     r.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
                    help="export each run to MLflow (params, metrics, report): to URI, or "

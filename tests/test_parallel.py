@@ -67,6 +67,77 @@ def test_a_grid_with_spare_cores_gives_the_frames_of_one(tmp_path):
                                       pd.read_parquet(b / "queries.parquet"), check_exact=True)
 
 
+def test_idle_workers_take_a_share_of_the_last_replicates_arms(monkeypatch):
+    """3 replicates on 2 workers: the third runs as two groups of arms, one
+    per worker, and its frames (the store's, sweep by sweep, included) are
+    those of one replay of all its arms."""
+    exp = _small("experiment.budgets=[300, 1500]", "experiment.save_rankings=true",
+                 "policies.bug-5pct-per-day.retention=\"ai-memory\"")
+    tasks = []
+    real = runner._simulate_parallel
+
+    def spy(ts, *a, **k):
+        tasks.extend((r, len(arms)) for _, arms, r, _ in ts)
+        return real(ts, *a, **k)
+
+    monkeypatch.setattr(runner, "_simulate_parallel", spy)
+    one = runner.simulate_experiment(exp, jobs=1)
+    two = runner.simulate_experiment(exp, jobs=2)
+    n = len(runner.experiment_arms(exp))
+    assert tasks == [(0, n), (1, n), (2, n // 2), (2, n - n // 2)]
+    assert one["store"]["t"].nunique() > 1  # sweeps at several times
+    for key, frame in one.items():
+        assert frame is not None
+        pd.testing.assert_frame_equal(frame, two[key], check_exact=True)
+
+
+@pytest.mark.parametrize("arms, reps, jobs, want", [
+    (17, 3, 2, [1, 1, 2]), (17, 4, 2, [1, 1, 1, 1]), (17, 2, 8, [4, 4]),
+    (17, 5, 4, [1, 1, 1, 1, 4]), (1, 3, 2, [1, 1, 1]), (3, 1, 8, [3])])
+def test_arm_groups_fill_the_last_round(arms, reps, jobs, want):
+    got = runner._arm_groups(arms, reps, jobs)
+    assert got == want
+    for g in got:  # consecutive runs of arms, every arm once, as even as can be
+        parts = runner._split(list(range(arms)), g)
+        assert sum(parts, []) == list(range(arms))
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_a_replicate_split_in_groups_fails_as_one_process(tmp_path, monkeypatch):
+    """The failing replicate ran as groups of arms, each failing with an arm
+    of its own: the error raised is the one the replicate raises with all
+    its arms in one process (the arm that fails first in time), not the
+    first group's."""
+    import memsim.engine.arms as engine_arms
+
+    real_replicate, real_pack = runner._simulate_replicate, engine_arms._pack_all
+    current = {}
+
+    def replicate(exp, arms, r, *a, **k):  # runs in the worker: its replicate
+        current["r"] = r
+        return real_replicate(exp, arms, r, *a, **k)
+
+    def pack_all(items):
+        for job, batch, *_ in items:
+            name, t = job.arm.policy_name, float(batch.t.min())
+            if current.get("r") == 2 and ((name == "bug-5pct-per-day" and t > 20)
+                                          or (name == "no-decay" and t > 5)):
+                raise ValueError(f"{name} broke")
+        return real_pack(items)
+
+    monkeypatch.setattr(runner, "_simulate_replicate", replicate)
+    monkeypatch.setattr(engine_arms, "_pack_all", pack_all)
+    for mod in ("memsim.engine.scoring", "memsim.engine.walk"):
+        monkeypatch.setattr(f"{mod}._pack_all", pack_all)
+    assert [p.policy_name for p in runner._split(runner.experiment_arms(_small()), 2)[0]] \
+        == ["bug-5pct-per-day"]  # the first group fails later than the second
+    with pytest.raises(ValueError) as serial:
+        runner.run_experiment(_small(), out=tmp_path / "one", report=False)
+    with pytest.raises(ValueError) as parallel:
+        runner.run_experiment(_small(), out=tmp_path / "two", report=False, jobs=2)
+    assert str(serial.value) == str(parallel.value) == "no-decay broke"
+
+
 def _break_replicates(monkeypatch, error):
     """Replicates 1 and 2 fail while their streams are generated."""
     real = runner.load_stream_for

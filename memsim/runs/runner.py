@@ -3,8 +3,9 @@
 :func:`run_experiment` simulates every arm of an experiment on every replicate
 and writes a run folder (its files and their atomic writing are described in
 :mod:`memsim.reporting.rundir`); :func:`run_many` runs a batch or a grid. ``jobs`` > 1
-runs several runs, or a run's replicates, in worker processes, with results
-identical to one process.
+runs several runs, or a run's replicates (or groups of a replicate's arms,
+where a last round of replicates would leave workers idle), in worker
+processes, with results identical to one process.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
     ``replicates`` defaults to ``range(experiment.replicates)``; a sweep's
     robustness check passes fresh ones. ``streams`` may hold pre-built streams
     by replicate (a sweep reuses them across trials). ``jobs`` > 1 simulates
-    up to that many replicates at once in worker processes; every replicate
-    has its own named seed streams, so the frames are identical to ``jobs=1``.
+    up to that many replicates (or groups of a replicate's arms) at once in
+    worker processes; every replicate and arm has its own named seed
+    streams, so the frames are identical to ``jobs=1``.
     """
     reps = list(range(exp.settings.replicates)) if replicates is None else list(replicates)
     arms = experiment_arms(exp)
@@ -147,12 +149,73 @@ def _replicates(exp: Experiment, arms: list[Arm], reps: list[int],
                 progress: Callable[[float], None] | None, jobs: int
                 ) -> list[dict[str, pd.DataFrame | None]]:
     """The frames of every replicate, in order: ``jobs`` at a time in
-    worker processes (not from inside one), else one after the other here."""
-    if jobs > 1 and len(reps) > 1 and not multiprocessing.current_process().daemon:
-        return _simulate_parallel([(exp, arms, r, stream_of(r)) for r in reps], progress, jobs)
-    return [_simulate_replicate(exp, arms, r, stream_of(r), None if progress is None
-                                else (lambda f, i=i: progress((i + f) / len(reps))))
-            for i, r in enumerate(reps)]
+    worker processes (not from inside one), else one after the other here.
+
+    Workers that the last round of replicates would leave idle (3
+    replicates on 2 workers) take a share of its arms instead:
+    each of those replicates runs as groups of consecutive arms
+    (:func:`_arm_groups`), whose frames are put back together as one
+    replay gives them (:func:`_joined`). Every arm draws its own named
+    random streams, so the frames are identical; what a group repeats is
+    the work its arms share (generating the stream, the similarity
+    products)."""
+    if not (jobs > 1 and len(reps) > 1 and not multiprocessing.current_process().daemon):
+        return [_simulate_replicate(exp, arms, r, stream_of(r), None if progress is None
+                                    else (lambda f, i=i: progress((i + f) / len(reps))))
+                for i, r in enumerate(reps)]
+    groups = _arm_groups(len(arms), len(reps), jobs)
+    tasks, owner = [], []
+    for r, g in zip(reps, groups):
+        for part in _split(arms, g):
+            tasks.append((exp, part, r, stream_of(r)))
+            owner.append(r)
+    failed_at: list[int] = []
+    try:
+        frames = _simulate_parallel(tasks, progress, jobs, failed_at)
+    except Exception:
+        r = owner[failed_at[0]] if failed_at else None
+        if r is not None and owner.count(r) > 1:
+            # the error one process raises: the replicate's, all arms together
+            _simulate_replicate(exp, arms, r, stream_of(r), None)
+        raise
+    return [_joined([f for f, o in zip(frames, owner) if o == r]) for r in reps]
+
+
+def _arm_groups(arms: int, reps: int, jobs: int) -> list[int]:
+    """How many groups of arms each replicate runs in on ``jobs`` workers:
+    one, but the replicates of a last round smaller than ``jobs`` share the
+    workers it would leave idle (at most one arm a group)."""
+    last = reps % jobs
+    if last == 0:
+        return [1] * reps
+    return [1] * (reps - last) + [min(arms, jobs // last)] * last
+
+
+def _split(arms: list[Arm], groups: int) -> list[list[Arm]]:
+    """``arms`` in ``groups`` runs of consecutive arms, as even as can be."""
+    bounds = [len(arms) * k // groups for k in range(groups + 1)]
+    return [arms[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _joined(parts: list[dict[str, pd.DataFrame | None]]) -> dict[str, pd.DataFrame | None]:
+    """One replicate's frames from those of its groups of consecutive arms,
+    in order: the frames that are arm by arm (queries, arms, rankings) one
+    group after the other; the store's, which is sweep by sweep, then arm
+    by arm, in a stable order by time (a sweep's rows at one time, group
+    after group)."""
+    if len(parts) == 1:
+        return parts[0]
+    out: dict[str, pd.DataFrame | None] = {}
+    for key in parts[0]:
+        got = [p[key] for p in parts if p[key] is not None]
+        if not got:
+            out[key] = None
+            continue
+        df = pd.concat(got, ignore_index=True)
+        if key == "store":
+            df = df.sort_values("t", kind="stable", ignore_index=True)
+        out[key] = df
+    return out
 
 
 def _simulate_replicate(exp: Experiment, arms: list[Arm], r: int, stream: Stream | None,
@@ -213,12 +276,14 @@ def _replicate_worker(exp: Experiment, arms: list[Arm], r: int, stream: Stream |
 
 def _simulate_parallel(tasks: list[tuple[Experiment, list[Arm], int, Stream | None]],
                        progress: Callable[[float], None] | None,
-                       jobs: int) -> list[dict[str, pd.DataFrame | None]]:
+                       jobs: int, failed_at: list[int] | None = None
+                       ) -> list[dict[str, pd.DataFrame | None]]:
     """The frames of every ``(exp, arms, replicate, stream)`` task, in order,
     ``jobs`` tasks at a time.
 
     The error raised is the one ``jobs=1`` would raise: that of the first
-    failing task in order (later ones are stopped, earlier ones finish).
+    failing task in order (later ones are stopped, earlier ones finish);
+    its position is appended to ``failed_at`` when given.
     """
     ctx = multiprocessing.get_context()
     done: dict[int, dict[str, pd.DataFrame | None]] = {}
@@ -269,6 +334,8 @@ def _simulate_parallel(tasks: list[tuple[Experiment, list[Arm], int, Stream | No
         _stop_workers(running)
         raise
     if failed is not None:
+        if failed_at is not None:
+            failed_at.append(failed[0])
         raise failed[1]
     return [done[i] for i in range(len(tasks))]
 
