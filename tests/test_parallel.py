@@ -4,6 +4,7 @@ errors, and interrupted runs that still end failed."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 import memsim.runs.runner as runner
 from memsim.cli import main
 from memsim.runs.config import load_experiment
+from memsim.policies import resolve_policy
 from memsim.core.errors import ConfigError
 from memsim.reporting.rundir import run_status
 
@@ -89,6 +91,29 @@ def test_idle_workers_take_a_share_of_the_last_replicates_arms(monkeypatch):
     for key, frame in one.items():
         assert frame is not None
         pd.testing.assert_frame_equal(frame, two[key], check_exact=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hnswlib") is None,
+                    reason="hnswlib is not installed (pip install -e '.[ann]')")
+def test_a_group_without_an_approximate_prefilter_joins_its_recall_columns():
+    """``arms.csv``'s recall loss of an approximate prefilter is a column of
+    every arm once one arm has one (0 queries sampled for the others): a
+    replicate whose arms ran in groups, one group without such an arm, has
+    the same columns and types."""
+    exp = _small()
+    hnsw = resolve_policy({"preset": "similarity-only",
+                           "retriever": {"kind": "hnsw", "prefilter": 20, "ef": 40}},
+                          "policies.zz-hnsw")
+    exp = dataclasses.replace(exp, policies={**exp.policies, "zz-hnsw": hnsw})
+    names = [a.policy_name for a in runner.experiment_arms(exp)]
+    assert names[-1] == "zz-hnsw" and "zz-hnsw" not in [
+        a.policy_name for a in runner._split(runner.experiment_arms(exp), 2)[0]]
+    one = runner.simulate_experiment(exp, jobs=1)
+    two = runner.simulate_experiment(exp, jobs=2)
+    assert (one["arms"]["prefilter_sampled"] > 0).sum() == 3  # the hnsw arm, each replicate
+    for key, frame in one.items():
+        if frame is not None:
+            pd.testing.assert_frame_equal(frame, two[key], check_exact=True)
 
 
 @pytest.mark.parametrize("arms, reps, jobs, want", [

@@ -119,7 +119,7 @@ rows stay at tick starts.
 from .batch import PRODUCT_BLOCK, Batch
 from .cache import ReplayCache
 from .context import BatchContext
-from .frames import SimResult
+from .frames import NO_PREFILTER_OVERLAP, SimResult
 from .loop import simulate
 from .settings import ACCELERATORS, Arm, SimSettings, feedback_timing, resolve_budget, with_timing
 from .state import NoteArrays, PolicyState
@@ -127,4 +127,4 @@ from .topc import top_candidates
 
 __all__ = ["SimSettings", "Arm", "simulate", "SimResult", "NoteArrays", "PolicyState",
            "Batch", "BatchContext", "top_candidates", "resolve_budget", "feedback_timing",
-           "with_timing", "ReplayCache", "PRODUCT_BLOCK", "ACCELERATORS"]
+           "with_timing", "ReplayCache", "PRODUCT_BLOCK", "ACCELERATORS", "NO_PREFILTER_OVERLAP"]

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from .state import NoteArrays, PolicyState
 
 
+#: ``arms.csv``'s recall-loss columns of an arm without an approximate
+#: prefilter, in a replay where another arm has one (:func:`prefilter_overlap`)
+NO_PREFILTER_OVERLAP = {"prefilter_overlap": np.nan, "prefilter_sampled": 0}
+
+
 @dataclass
 class SimResult:
     """Frames of one simulated replicate."""
@@ -97,7 +102,7 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
     overlaps = [prefilter_overlap(st.work) for st in states]
     if any(overlaps):  # an arm with an approximate prefilter: its recall loss
         for row, ov in zip(arm_rows, overlaps):
-            row.update(ov or {"prefilter_overlap": np.nan, "prefilter_sampled": 0})
+            row.update(ov or NO_PREFILTER_OVERLAP)
     rankings = _arms_frame(arms, got.rankings, settings, pq) if settings.save_rankings else None
     return SimResult(queries=qframe, store=store, arms=pd.DataFrame(arm_rows), rankings=rankings,
                      accelerated=[dict(st.accelerated) for st in states],

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from memsim.runs.config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
-from memsim.engine import Arm, ReplayCache, simulate
+from memsim.engine import NO_PREFILTER_OVERLAP, Arm, ReplayCache, simulate
 from memsim.core.errors import ConfigError
 from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
@@ -202,7 +202,9 @@ def _joined(parts: list[dict[str, pd.DataFrame | None]]) -> dict[str, pd.DataFra
     in order: the frames that are arm by arm (queries, arms, rankings) one
     group after the other; the store's, which is sweep by sweep, then arm
     by arm, in a stable order by time (a sweep's rows at one time, group
-    after group)."""
+    after group). A group without an approximate prefilter gets the
+    recall-loss columns another group's arms have, as one replay gives them
+    (:data:`~memsim.engine.NO_PREFILTER_OVERLAP`)."""
     if len(parts) == 1:
         return parts[0]
     out: dict[str, pd.DataFrame | None] = {}
@@ -211,6 +213,9 @@ def _joined(parts: list[dict[str, pd.DataFrame | None]]) -> dict[str, pd.DataFra
         if not got:
             out[key] = None
             continue
+        if key == "arms" and any("prefilter_sampled" in df for df in got):
+            got = [df if "prefilter_sampled" in df else df.assign(**NO_PREFILTER_OVERLAP)
+                   for df in got]
         df = pd.concat(got, ignore_index=True)
         if key == "store":
             df = df.sort_values("t", kind="stable", ignore_index=True)
