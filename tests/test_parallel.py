@@ -116,6 +116,18 @@ def test_a_group_without_an_approximate_prefilter_joins_its_recall_columns():
             pd.testing.assert_frame_equal(frame, two[key], check_exact=True)
 
 
+def test_a_replicate_asked_for_twice_is_two_replicates_in_groups():
+    """Replicates [2, 2, 2] on 2 workers (the third in groups of arms): three
+    copies of replicate 2's frames, as one process gives them, not the
+    groups of every copy joined into each."""
+    exp = _small()
+    one = runner.simulate_experiment(exp, replicates=[2, 2, 2], jobs=1)
+    two = runner.simulate_experiment(exp, replicates=[2, 2, 2], jobs=2)
+    for key, frame in one.items():
+        if frame is not None:
+            pd.testing.assert_frame_equal(frame, two[key], check_exact=True)
+
+
 @pytest.mark.parametrize("arms, reps, jobs, want", [
     (17, 3, 2, [1, 1, 2]), (17, 4, 2, [1, 1, 1, 1]), (17, 2, 8, [4, 4]),
     (17, 5, 4, [1, 1, 1, 1, 4]), (1, 3, 2, [1, 1, 1]), (3, 1, 8, [3])])

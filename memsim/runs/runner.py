@@ -164,21 +164,21 @@ def _replicates(exp: Experiment, arms: list[Arm], reps: list[int],
                                     else (lambda f, i=i: progress((i + f) / len(reps))))
                 for i, r in enumerate(reps)]
     groups = _arm_groups(len(arms), len(reps), jobs)
-    tasks, owner = [], []
-    for r, g in zip(reps, groups):
+    tasks, owner = [], []  # owner: each task's position in reps (a replicate may repeat)
+    for i, (r, g) in enumerate(zip(reps, groups)):
         for part in _split(arms, g):
             tasks.append((exp, part, r, stream_of(r)))
-            owner.append(r)
+            owner.append(i)
     failed_at: list[int] = []
     try:
         frames = _simulate_parallel(tasks, progress, jobs, failed_at)
     except Exception:
-        r = owner[failed_at[0]] if failed_at else None
-        if r is not None and owner.count(r) > 1:
+        i = owner[failed_at[0]] if failed_at else None
+        if i is not None and groups[i] > 1:
             # the error one process raises: the replicate's, all arms together
-            _simulate_replicate(exp, arms, r, stream_of(r), None)
+            _simulate_replicate(exp, arms, reps[i], stream_of(reps[i]), None)
         raise
-    return [_joined([f for f, o in zip(frames, owner) if o == r]) for r in reps]
+    return [_joined([f for f, o in zip(frames, owner) if o == i]) for i in range(len(reps))]
 
 
 def _arm_groups(arms: int, reps: int, jobs: int) -> list[int]:
