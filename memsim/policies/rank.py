@@ -819,9 +819,9 @@ def _count_ranks(order, key, first, then):
     """:func:`lexicographic_rank` one row at a time (compiled by
     :func:`memsim.core.jit.kernel`), from ``order`` (each row's argsort of
     ``key``): the elements are put in groups ``(first, number of their key
-    value)``, each group's first rank is the count of the groups before it,
-    and a pass in ``then`` order hands out each group's ranks in turn, so
-    ties keep the tie-break's order. Integers only: the same ranks as the
+    value)``, a group's ranks start after the elements of the groups before
+    it, and a pass in ``then`` order hands out each group's ranks in turn,
+    so ties keep the tie-break's order. Integers only: the same ranks as the
     numpy version."""
     q, n = key.shape
     ranks = np.empty((q, n), dtype=np.int64)

@@ -213,8 +213,8 @@ def _joined(parts: list[dict[str, pd.DataFrame | None]]) -> dict[str, pd.DataFra
         if not got:
             out[key] = None
             continue
-        if key == "arms" and any("prefilter_sampled" in df for df in got):
-            got = [df if "prefilter_sampled" in df else df.assign(**NO_PREFILTER_OVERLAP)
+        if key == "arms" and any(set(NO_PREFILTER_OVERLAP) <= set(df) for df in got):
+            got = [df.assign(**{k: v for k, v in NO_PREFILTER_OVERLAP.items() if k not in df})
                    for df in got]
         df = pd.concat(got, ignore_index=True)
         if key == "store":
