@@ -15,6 +15,7 @@ import math
 import re
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -295,6 +296,28 @@ def test_a_narrow_figure_keeps_its_text_inside_and_its_plot_as_tall(monkeypatch)
     assert ax.get_position().height * fig.get_figheight() >= 0.9 * wide_plot
     png = mpimg.imread(io.BytesIO(f.narrow_png))
     assert png.shape[1] == 495 and png.shape[0] == round(fig.get_figheight() * 110)
+
+
+def test_a_legend_beside_the_plot_is_moved_below_without_a_layout_warning():
+    """Seventeen policies' legend beside the plot leaves a 4.5 in figure no
+    room for its Axes: the first narrow layout collapses (matplotlib warns),
+    the legend goes below and the figure is laid out again, so the user sees
+    no warning and gets a plot as tall as the wide one's."""
+    from memsim.reporting.report import ReportFigure
+
+    def draw(ax):
+        x = np.linspace(0, 720, 50)
+        for k in range(17):
+            ax.plot(x, np.exp(-x / (10 + 40 * k)), label=f"policy-number-{k}-with-a-long-name "
+                                                        "(30 d: 0.21, 180 d: 1e-04, 365 d: 7e-09)")
+        plots._legend(ax, 17)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning fails render(), which keeps it as error
+        f = ReportFigure("many", "Many", "caption", draw=draw).render()
+    assert f.error == "" and f.narrow_png
+    png = mpimg.imread(io.BytesIO(f.narrow_png))
+    assert png.shape[1] == 495 and png.shape[0] > 4.2 * 110
 
 
 def test_plain_report_content(plain_run):

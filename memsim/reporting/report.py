@@ -147,6 +147,10 @@ def _axes_height(fig: Any) -> float:
         * fig.get_figheight()
 
 
+#: How matplotlib's constrained layout says a figure had no room for its Axes.
+_COLLAPSED = "constrained_layout not applied"
+
+
 def _fit_narrow(fig: Any, axes_height: float) -> None:
     """Fit a figure drawn for a wide screen to its narrow width, text sizes
     unchanged.
@@ -165,8 +169,19 @@ def _fit_narrow(fig: Any, axes_height: float) -> None:
                             for x in (ax.title, ax.xaxis.label, ax.yaxis.label))]:
         t.set_wrap(True)  # a text that fits stays on one line
     layout = fig.get_layout_engine().execute  # places everything, draws nothing
-    layout(fig)
-    lowest, changed = fig.get_figheight(), False
+    with warnings.catch_warnings(record=True) as caught:
+        # a legend beside the plot may leave the narrow figure no room for its
+        # Axes; this pass measures the text, the legend goes below, and a
+        # collapsed figure is laid out again below (which warns if it still is)
+        warnings.simplefilter("always")
+        layout(fig)
+    collapsed = False
+    for w in caught:
+        if _COLLAPSED in str(w.message):
+            collapsed = True
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    lowest, changed = fig.get_figheight(), collapsed
     for ax in fig.axes:
         leg = ax.get_legend()
         if leg is not None and leg.get_visible() and _sticks_out(leg, ax.bbox):
