@@ -132,6 +132,15 @@ def _arms(slot: str, name: str) -> list[Arm]:
                 feedback=dataclasses.replace(fb, touch="prefilter", timing="per-tick"
                                              if own.retriever.chooses_prefilter()
                                              else "per-query"))))
+            if not own.retriever.chooses_prefilter():
+                # every prefilter note gains a use before the query is scored
+                # (Feather DB v0.16): walked as a use before the query itself
+                arms.append(Arm("touch-prefilter-before", dataclasses.replace(
+                    own, retriever=dataclasses.replace(own.retriever, prefilter=40)
+                    if "prefilter" in type(own.retriever).__dataclass_fields__
+                    else own.retriever,
+                    feedback=dataclasses.replace(fb, touch="prefilter", before_scoring=True,
+                                                 timing="per-query"))))
             arms.append(Arm("returned", dataclasses.replace(
                 own, feedback=dataclasses.replace(fb, touch="returned", k=3, promote_after=2,
                                              cooldown_s=3600.0))))

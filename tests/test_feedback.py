@@ -125,7 +125,13 @@ def test_cooldown_carries_over_ticks_in_the_correction():
     assert 0 < promoted["cooldown"] < promoted["none"]
 
 
-def test_a_use_that_lowers_a_score_is_rescored_in_full():
+@pytest.mark.parametrize("feedback", [
+    {"touch": "returned", "k": 3},
+    # every prefilter note used before the query is scored (Feather DB
+    # v0.16): the query scored in full must see its own uses
+    {"touch": "prefilter", "before_scoring": True},
+])
+def test_a_use_that_lowers_a_score_is_rescored_in_full(feedback):
     """When a used candidate falls below the tick's C-th score, a note
     outside the tick's top C may enter: the merge cannot prove its top C,
     and the query is scored again in full, with the same frames."""
@@ -145,7 +151,9 @@ def test_a_use_that_lowers_a_score_is_rescored_in_full():
         def reads_uses(self) -> bool:
             return True
 
-    base = resolve_policy({"ranker": "product", "feedback": {"touch": "returned", "k": 3}}, "n")
+    retriever = {"kind": "cosine", "prefilter": 20 if feedback["touch"] == "prefilter" else 0}
+    base = resolve_policy({"ranker": "product", "retriever": retriever, "feedback": feedback},
+                          "n")
     policy = dataclasses.replace(base, ranker=Novelty())
     assert isinstance(policy, Policy)
     stream = busy_stream(5, n_notes=300, n_queries=150, dim=2)

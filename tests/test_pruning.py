@@ -51,6 +51,7 @@ RETRIEVERS = ["cosine", "inverse-sq-l2", {"kind": "cosine", "prefilter": 30},
 FEEDBACK = [
     {"touch": "packed"}, {"touch": "returned", "k": 3}, {"touch": "none"},
     {"touch": "packed", "promote_after": 2}, {"touch": "prefilter"},
+    {"touch": "prefilter", "before_scoring": True},
 ]
 
 

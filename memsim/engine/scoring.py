@@ -25,12 +25,14 @@ if TYPE_CHECKING:
 
 
 def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
-                     accelerators: tuple[str, ...]) -> tuple[BatchContext, Batch]:
+                     accelerators: tuple[str, ...], touch_before: bool = True
+                     ) -> tuple[BatchContext, Batch]:
     """The context an arm scores, with ``live`` set: the batch's valid,
     unevicted notes, cut to the retriever's prefilter (and, with the
     ``"prefilter"`` accelerator when the ranker allows it, to the union of
     the prefilter's columns). Applies a prefilter touch that comes before
-    scoring (Feather DB v0.16)."""
+    scoring (Feather DB v0.16) unless ``touch_before`` is False (the walk
+    scores on the state before it, and corrects each query for it)."""
     fb = policy.feedback
     fast = "prefilter" in accelerators
     if not policy.retriever.prefilter and not policy.ranker.needs_logged:
@@ -46,7 +48,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
         else:  # the retriever's own (an ANN index's, or the exact one by a full sort)
             mask = batch.valid & ~st.evicted[batch.rows][None, :]
             mask = mask & chosen_prefilter(ctx, policy.retriever, mask)
-        if fb.touch == "prefilter" and fb.before_scoring:
+        if fb.touch == "prefilter" and fb.before_scoring and touch_before:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
             ctx = BatchContext(batch, st, rng)

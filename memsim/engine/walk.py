@@ -50,12 +50,19 @@ MIN_WINDOW = 16
 
 def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
     """Whether a query's scores change only at the notes used before it: an
-    elementwise ranker, candidates chosen by similarity alone, and no use
-    before scoring."""
-    r, fb = policy.ranker, policy.feedback
+    elementwise ranker and candidates chosen by similarity alone. (A
+    prefilter touch before scoring is a use before the query itself: its
+    notes are known before any answer, :func:`_walk_uses`.)"""
+    r = policy.ranker
     return ("walk" in accelerators and not r.set_dependent and not r.needs_logged
-            and not r.chooses_candidates()
-            and not (fb.touch == "prefilter" and fb.before_scoring))
+            and not r.chooses_candidates())
+
+
+def _own_use_first(policy: Policy) -> int:
+    """1 when a query's own uses come before its scoring (a prefilter touch
+    before scoring, Feather DB v0.16), else 0 (they follow its answer)."""
+    fb = policy.feedback
+    return int(fb.touch == "prefilter" and fb.before_scoring)
 
 
 def _walk_arms(jobs: list[_ArmJob], inp: _Inputs, acc_done: list[int]
@@ -115,8 +122,10 @@ def _walk_together(jobs: list[_ArmJob], inp: _Inputs, cut: np.ndarray, acc_done:
     :func:`_pack_all` (a row per (arm, query)): each row packs as alone, so
     each arm gets what it gets walked alone.
     """
-    scored = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch, job.accelerators)
-              for job in jobs]
+    # on the state at the batch's start: a query's own uses before scoring
+    # are corrected for as any use before it
+    scored = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch, job.accelerators,
+                               touch_before=False) for job in jobs]
     stacked = _stacked_tops([(i, job.arm.policy, ctx, job.c, job.st)
                              for i, (job, (ctx, _)) in enumerate(zip(jobs, scored))
                              if "stack" in job.accelerators])
@@ -155,6 +164,7 @@ class _Walk:
                  ctx: BatchContext, batch: Batch, pk: _Packed):
         self.job, self.ctx, self.batch, self.pk = job, ctx, batch, pk
         self.fb = job.arm.policy.feedback
+        self.own_first = _own_use_first(job.arm.policy)
         self.first = dataclasses.replace(pk, **{f.name: getattr(pk, f.name).copy()
                                                 for f in dataclasses.fields(pk)})
         self.q = len(batch.t)
@@ -174,7 +184,7 @@ class _Walk:
         self._round: tuple | None = None
 
     def uses(self) -> _Uses:
-        return _walk_uses(self.fb, self.batch, self.pk, self.ctx, self.organic)
+        return _walk_uses(self.job.arm.policy, self.batch, self.pk, self.ctx, self.organic)
 
     def merge(self) -> np.ndarray:
         """Correct the queries of the window from ``start``
@@ -203,10 +213,11 @@ class _Walk:
             self.start = stop
             return _NONE
         # the first query whose correction is not proven: record the uses
-        # before it (the queries before it are final) and score it in full
-        # on the state as it is then
+        # before it (the queries before it are final; its own, when they come
+        # before its scoring) and score it in full on the state as it is then
         job, pk = self.job, self.pk
-        self.applied = _record(job.st, self.fb, self.uses(), self.applied, 2 * redo + 1)
+        self.applied = _record(job.st, self.fb, self.uses(), self.applied,
+                               2 * redo + 1 + self.own_first)
         pk.pos[redo], pk.vals[redo] = _rescored_row(job, self.ctx, self.batch, redo)
         job.st.work["rescored"] += 1
         _set_candidates(pk, self.batch, np.array([redo]))
@@ -227,17 +238,24 @@ _NONE = np.zeros(0, dtype=np.int64)
 _Uses = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _walk_uses(fb, batch: Batch, pk: _Packed, ctx: BatchContext, organic) -> _Uses:
+def _walk_uses(policy: Policy, batch: Batch, pk: _Packed, ctx: BatchContext, organic) -> _Uses:
     """The organic uses and those the answers in ``pk`` make (the
-    feedback's ``touch``), in the order they happen."""
+    feedback's ``touch``), in the order they happen. A query's own uses are
+    seen by the next query, or, made before its scoring (a prefilter touch
+    before scoring), by itself; that touch needs a prefilter, as the
+    reference's does."""
+    fb, own_first = policy.feedback, _own_use_first(policy)
     o_rows, o_actors, o_t, o_seen = organic
-    qi, rows = _answer_uses(fb, batch, pk, ctx.live if fb.touch == "prefilter" else None)
+    if own_first and not policy.retriever.prefilter:
+        qi = rows = np.zeros(0, dtype=np.int64)
+    else:
+        qi, rows = _answer_uses(fb, batch, pk, ctx.live if fb.touch == "prefilter" else None)
     key = np.concatenate([2 * o_seen, 2 * qi + 1])
     order = np.argsort(key, kind="stable")
     return (np.concatenate([o_rows, rows])[order],
             np.concatenate([o_actors, batch.actors[qi]])[order],
             np.concatenate([o_t, batch.t[qi]])[order],
-            np.concatenate([o_seen, qi + 1])[order], key[order])
+            np.concatenate([o_seen, qi + 1 - own_first])[order], key[order])
 
 
 def _record(st: PolicyState, fb, uses: _Uses, lo: int, hi: float = np.inf) -> int:
