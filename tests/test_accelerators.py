@@ -42,8 +42,9 @@ BASE = {"retriever": "cosine", "decay": {"kind": "half-life", "half_life_days": 
 @functools.lru_cache(maxsize=None)
 def _stream(seed: int, n: int = 1500, q: int = 48, dim: int = 6):
     """A stream with every optional column an engine path reads: tiers,
-    updates, importance, organic uses, expiry, planted classes and a
-    workload config (the ``bayes`` ranker), logged rankings (``as-logged``);
+    updates, importance, organic uses, expiry, per-query budgets, planted
+    classes and a workload config (the ``bayes`` ranker), logged rankings
+    (``as-logged``);
     near-duplicate notes make ties."""
     rng = np.random.default_rng(seed)
     created = np.sort(rng.uniform(-200, 8, n))
@@ -68,6 +69,9 @@ def _stream(seed: int, n: int = 1500, q: int = 48, dim: int = 6):
     qt = np.sort(rng.uniform(0, 8, q))
     queries = pd.DataFrame({"query_id": np.arange(q), "t": qt,
                             "actor": rng.choice(["a", "b"], q)})
+    # budgets of the queries' own (drawn last: the other columns as before)
+    budgets = np.random.default_rng([seed, 1]).choice([150, 400, 1500], q)
+    queries["budget_tokens"] = budgets
     qrels = pd.DataFrame({"query_id": np.repeat(np.arange(q), 4),
                           "note_id": rng.choice(n, 4 * q),
                           "gain": rng.choice([1.0, 0.5, -0.5], 4 * q)}

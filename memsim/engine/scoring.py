@@ -9,7 +9,7 @@ import numpy as np
 from memsim.core.errors import ConfigError
 from memsim.policies import Policy
 from .ann import chosen_prefilter
-from .arms import _pack_all
+from .arms import _pack_all, _Packed
 from .context import BatchContext
 from .prefilter import level_prefilter, _prefilter_top
 from .cells import _cells_scorable
@@ -19,7 +19,7 @@ from .topc import top_candidates
 from .uses import _feedback, _feedback_uses
 
 if TYPE_CHECKING:
-    from .arms import _ArmJob, _Packed
+    from .arms import _ArmJob
     from .batch import Batch
     from .state import PolicyState
 
@@ -106,11 +106,14 @@ def _answer(job: _ArmJob) -> _Packed:
     return _answer_all([job])[0][1]
 
 
-def _answer_all(jobs: list[_ArmJob], pending: list[list] | None = None
+def _answer_all(jobs: list[_ArmJob], pending: list[list] | None = None, pack: bool = True
                 ) -> list[tuple[Batch, _Packed]]:
     """:func:`_answer` of several arms: (the batch each scored, its packing).
     With ``pending`` (a list per job), each arm's uses are appended to its
-    list instead of recorded (a part of a tick: recorded after the tick)."""
+    list instead of recorded (a part of a tick: recorded after the tick).
+    Without ``pack`` (for feedback that reads no packing), only the
+    candidates (``pos``, ``vals``, ``cand_ok``, ``cand_rows``) are set: the
+    caller packs them later, several queries at once."""
     scored = []
     contexts = [_scoring_context(job.arm.policy, job.st, job.rng, job.batch,
                                  job.accelerators) for job in jobs]
@@ -131,8 +134,13 @@ def _answer_all(jobs: list[_ArmJob], pending: list[list] | None = None
         elif mask is None:
             mask = ctx.live
         scored.append((batch, pos, vals, mask))
-    packs = _pack_all([(job, batch, pos, vals, slice(None))
-                       for job, (batch, pos, vals, _) in zip(jobs, scored)])
+    if pack:
+        packs = _pack_all([(job, batch, pos, vals, slice(None))
+                           for job, (batch, pos, vals, _) in zip(jobs, scored)])
+    else:
+        assert all(job.arm.policy.feedback.touch != "packed" for job in jobs)
+        packs = [_Packed(pos, vals, np.isfinite(vals), batch.idx[pos], *(None,) * 4)
+                 for batch, pos, vals, _ in scored]
     # 5. feedback (after the ranker's own per-note state, read before the uses)
     for i, (job, (ctx, _), (batch, *_, mask), pk) in enumerate(zip(jobs, contexts, scored,
                                                                     packs)):

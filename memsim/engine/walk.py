@@ -31,7 +31,7 @@ from .arms import _outputs, _outputs_all, _pack_all, _Packed, _stacked
 from .context import BatchContext, _GatheredContext
 from .pruning import _prune_plan
 from .cells import _cell_scores
-from .scoring import _answer, _scoring_context, _top
+from .scoring import _answer_all, _scoring_context, _top
 from .stacking import _stacked_tops
 from .topc import _within
 from .uses import _answer_uses, _chosen
@@ -83,20 +83,38 @@ def _walk_arms(jobs: list[_ArmJob], inp: _Inputs, acc_done: list[int]
         if i in fast:
             continue
         fb = job.arm.policy.feedback
+        # uses that read no packing: the queries' candidates are packed
+        # together after the last (each row packs as it does alone)
+        late = fb.touch != "packed"
         parts = []
         for k in range(len(job.batch.t)):  # the reference: each query on its own
             if cut[k] > done[i]:
                 sl = slice(done[i], int(cut[k]))
                 job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
                 done[i] = int(cut[k])
-            parts.append(_answer(job.row(k)))
-        outs[i] = _outputs(job, job.batch, _stacked(parts))
+            parts.append(_answer_all([job.row(k)], pack=not late)[0])
+        outs[i] = _outputs(job, job.batch, _packed_parts(job, parts) if late
+                           else _stacked([pk for _, pk in parts]))
     if fast:
         walked, ends = _walk_together([jobs[i] for i in fast], inp, cut,
                                       [done[i] for i in fast])
         for i, out, end in zip(fast, walked, ends):
             outs[i], done[i] = out, end
     return outs, done  # type: ignore[return-value]
+
+
+def _packed_parts(job: _ArmJob, parts: list[tuple[Batch, _Packed]]) -> _Packed:
+    """The batch's packing from its queries' candidates, each query answered
+    alone (:func:`_answer_all` without packing): one :func:`_pack_all` of
+    the batch's rows when every query scored the batch's columns, else of
+    one item per query."""
+    if all(b.idx is job.batch.idx for b, _ in parts) \
+            and len({pk.pos.shape[1] for _, pk in parts}) == 1:
+        pos = np.concatenate([pk.pos for _, pk in parts])
+        vals = np.concatenate([pk.vals for _, pk in parts])
+        return _pack_all([(job, job.batch, pos, vals, slice(None))])[0]
+    return _stacked(_pack_all([(job.row(k), b, pk.pos, pk.vals, slice(None))
+                               for k, (b, pk) in enumerate(parts)]))
 
 
 def _walk_together(jobs: list[_ArmJob], inp: _Inputs, cut: np.ndarray, acc_done: list[int]
