@@ -44,8 +44,7 @@ def _stream(seed: int, n: int = 1500, q: int = 48, dim: int = 6):
     """A stream with every optional column an engine path reads: tiers,
     updates, importance, organic uses, expiry, per-query budgets, planted
     classes and a workload config (the ``bayes`` ranker), logged rankings
-    (``as-logged``);
-    near-duplicate notes make ties."""
+    (``as-logged``); near-duplicate notes make ties."""
     rng = np.random.default_rng(seed)
     created = np.sort(rng.uniform(-200, 8, n))
     notes = pd.DataFrame({

@@ -3,7 +3,8 @@
 The reference replays a per-query arm's tick query by query, each scored on
 the state it has then. Here the tick is scored once, on the state at its
 start, and every query is corrected for the notes used before it (rescored
-on what-if copies of their state and merged into its top C); a query whose
+on what-if copies of their state and merged into its top C; a prefilter
+touch before scoring is a use before the query itself); a query whose
 merge cannot be proven exact is scored again in full. The per-query arms
 of a batch walk it together (:func:`_walk_together`): one scoring (the
 arms that stack as one array), and each round of their corrections packed
