@@ -105,8 +105,9 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
                                                got["budget"], **extra), dtype=bool)
         packed &= ok
         position = policy.orderer.order(np.where(ok, values, -np.inf), packed)
+        together = len({id(items[i][0].st) for i in members}) > 1  # other arms' rows
         for i, sl in zip(members, _row_blocks([cand[i]["cand_ok"] for i in members])):
-            if len(members) > 1:
+            if together:
                 items[i][0].st.work["packed-together"] += sl.stop - sl.start
             c = cand[i]
             out[i] = _Packed(items[i][2], items[i][3], c["cand_ok"], c["cand_rows"], c["tokens"],
