@@ -232,6 +232,30 @@ def test_per_query_arms_are_walked_and_stacked_together():
                for a, w in zip(got.accelerated, got.work))
 
 
+@pytest.mark.parametrize("ranker, retriever, accelerators", [
+    # set-dependent: every query scores the batch's columns
+    ("langchain-time-weighted", "cosine", ACCELERATORS),
+    # the walk off, a prefilter whose cells this ranker does not score:
+    # each query scores its own prefilter's columns
+    ("bayes", {"kind": "cosine", "prefilter": 25}, ("prefilter",)),
+])
+def test_an_arm_answered_query_by_query_packs_its_batch_with_no_other_arm(
+        ranker, retriever, accelerators):
+    """An arm answered query by query whose uses read no packing packs each
+    batch's rows in one call: its own rows, not other arms' (its
+    ``packed-together`` stays 0), with the frames of the reference."""
+    stream = _stream(0)
+    arm = Arm("alone", _policy(ranker=ranker, retriever=retriever,
+                               feedback={"kind": "default", "touch": "returned", "k": 3}))
+    settings = SimSettings(candidates=6, tick_days=2.0, feedback_mode="per-query",
+                           save_rankings=True)
+    got = simulate(stream, [arm], settings, seed_sequence(5), accelerators=accelerators)
+    assert got.work[0].get("packed-together", 0) == 0 and not got.accelerated[0].get("walk")
+    want = reference.simulate(stream, [arm], settings, seed_sequence(5))
+    for key, frame in _frames(got).items():
+        assert_frame_equal(frame, _frames(want)[key], check_exact=True)
+
+
 def test_each_accelerator_answers_queries():
     """The property test above is not vacuous: on its stream and arms, every
     accelerator answers queries (``SimResult.accelerated``), and none does
