@@ -14,16 +14,16 @@ from memsim.engine.batch import Batch, make_batches
 from memsim.engine.cache import array_bytes
 from memsim.engine.cells import SimOrder
 from memsim.runs.config import resolve_policy
-from memsim.engine import Arm, ReplayCache, SimSettings, simulate
+from memsim.engine import ACCELERATORS, Arm, ReplayCache, SimSettings, simulate
 from memsim.core.rng import seed_sequence
 
 from .helpers import random_stream
 from .test_pruning import assert_same, policy_table
 
 
-def run(stream, arms, cache=None, **kw):
+def run(stream, arms, cache=None, accelerators=ACCELERATORS, **kw):
     return simulate(stream, arms, SimSettings(save_rankings=True, **kw), seed_sequence(0),
-                    cache=cache)
+                    cache=cache, accelerators=accelerators)
 
 
 def product_arm(name, hl, floor=0.3, capacity=None, retriever="cosine"):
@@ -159,9 +159,9 @@ def test_arms_that_evict_rebuild_the_levels_of_kept_batches(monkeypatch):
 
 
 def test_per_query_batches_follow_the_evicted_notes():
-    """Queries scored one at a time (a use before scoring) get a batch of
-    their own, kept with the tick's; its levels too are rebuilt when the
-    notes every arm evicted differ."""
+    """Queries scored one at a time (per-query arms with the walk off) get a
+    batch of their own, kept with the tick's; its levels too are rebuilt
+    when the notes every arm evicted differ."""
     stream = random_stream(11, n_notes=1500, n_queries=40, dim=6)
     cache = ReplayCache(10**9)
 
@@ -174,8 +174,10 @@ def test_per_query_batches_follow_the_evicted_notes():
         return Arm(name, resolve_policy(table, name))
 
     for arms in ([arm("a", 100)], [arm("b", None)], [arm("c", 40)]):
-        kw = dict(candidates=8, feedback_mode="per-query")
-        assert_same(run(stream, arms, **kw), run(stream, arms, cache, **kw))
+        # walked (the touch is a use before the query) and query by query
+        for acc in (ACCELERATORS, tuple(a for a in ACCELERATORS if a != "walk")):
+            kw = dict(candidates=8, feedback_mode="per-query", accelerators=acc)
+            assert_same(run(stream, arms, **kw), run(stream, arms, cache, **kw))
     kept = cache.work(stream, 1.0).batches.values()
     assert any(k[0] == "row" for b in kept for k in b.cache)
 
