@@ -203,8 +203,20 @@ class RankedProduct(Ranker):
         return np.abs(rel) * max(abs(rec_hi), abs(rec_lo)) + 1e-300
 
 
+@dataclass(frozen=True, kw_only=True)
+class BlindProduct(Ranker):
+    """Declares it does not read the similarity, and multiplies by it."""
+
+    name: ClassVar[str] = "blind-product"
+    uses_similarity: ClassVar[bool] = False
+
+    def combine(self, rel, rec, ctx):
+        return rel * rec
+
+
 # (component, the declaration named, a pattern of the values in the message)
 WRONG = [
+    (BlindProduct, "uses_similarity", r"raised TypeError: "),
     (HalfLifeUnder, "upper_bound", r"recency\(\) = 1\.0 > declared upper_bound\(\) = 0\.3"),
     (FloorAbove, "lower_bound", r"recency\(\) = [0-9.e-]+ < declared lower_bound\(\) = 0\.2"),
     (WrongRate, "exponential_form", r"exp\(-rate age\) = [0-9.e-]+ but recency\(\) = "),

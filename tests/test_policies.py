@@ -618,6 +618,32 @@ def test_langchain_retrieval_resets_last_access_of_the_k_returned():
     assert set(r0["note_id"]) == set(after["idx"][touched].tolist())
 
 
+def test_a_ranker_that_reads_no_similarity_spares_the_product(monkeypatch):
+    """LangChain's ranker computes its relevance from the dot products
+    (``uses_similarity = False``): a replay of it alone multiplies the
+    queries by the notes once per batch, not a second time for the
+    retriever's similarity that it would not read."""
+    from memsim.engine.batch import Batch
+
+    products = []
+    blocks = Batch._blocks
+
+    def counted(self, scale):
+        products.append(scale is None)  # True: the plain dot products
+        return blocks(self, scale)
+
+    monkeypatch.setattr(Batch, "_blocks", counted)
+    stream = _stream(n_notes=60, query_times=(0.5, 1.0, 2.5))
+    lc = resolve_policy({"preset": "langchain-time-weighted"}, "lc")
+    assert not lc.ranker.uses_similarity
+    _run(stream, lc, feedback_mode="per-tick", tick_days=1.0)
+    assert products == [True] * 3  # one product per tick (3), the dot products
+    products.clear()
+    _run(stream, resolve_policy({"preset": "hivemind"}, "h"), feedback_mode="per-tick",
+         tick_days=1.0)
+    assert products == [False] * 3  # the retriever's similarity
+
+
 def test_hivemind_promotes_after_five_uses_and_then_never_decays():
     stream = _stream(n_notes=5, query_times=tuple(float(i) for i in range(7)))
     policy, probe = _with_probe("hivemind")

@@ -352,8 +352,11 @@ def _run_ranker(c: _Checker, comp, ctx) -> np.ndarray:
     rel = np.asarray(ctx.dots, dtype=np.float64) / 10.0
     rec = np.clip(np.asarray(ctx.age_created) / -400.0 + 1.0, 0.0, 1.0)
     rel_kept, rec_kept = rel.copy(), rec.copy()
-    out = c.array(c.call("combine", comp.combine, rel, rec if comp.uses_recency else None, ctx),
-                  "combine", (q, n), "f")
+    # what the engine passes: None for what the ranker declares it does not
+    # read (a ranker that reads rel all the same fails "uses_similarity")
+    call = "combine" if comp.uses_similarity else "uses_similarity"
+    out = c.array(c.call(call, comp.combine, rel if comp.uses_similarity else None,
+                         rec if comp.uses_recency else None, ctx), "combine", (q, n), "f")
     _same_input(c, rel, rel_kept, "rel")
     _same_input(c, rec, rec_kept, "rec")
     c.require(np.isfinite(out).all(), "combine", "non-finite scores")

@@ -30,7 +30,7 @@ Every component is registered under ``(slot, name)`` in :data:`REGISTRY`.
 Components read only the :class:`~memsim.policies.context.ScoringContext`
 protocol, never the engine. What the engine may ask of a component beyond
 its slot's method is a declared capability on the slot's base class, never a
-name: ``Ranker.uses_recency``, ``Ranker.set_dependent``,
+name: ``Ranker.uses_recency``, ``Ranker.uses_similarity``, ``Ranker.set_dependent``,
 ``Ranker.needs_truth``, ``Ranker.needs_planted``, ``Ranker.needs_logged``,
 ``Ranker.note_columns`` (per-note state, set by ``Ranker.update_note_state``),
 ``Ranker.recency_floor()``, ``Ranker.candidate_mask()``,
@@ -447,6 +447,10 @@ class Ranker(Component):
     slot: ClassVar[str] = "ranker"
     #: True when the ranker needs the decay pipeline at all.
     uses_recency: ClassVar[bool] = True
+    #: True when :meth:`combine` reads the retriever's similarity ``rel``;
+    #: False (a ranker that computes its own relevance from the context)
+    #: spares the engine the similarity product, and ``rel`` is None.
+    uses_similarity: ClassVar[bool] = True
     #: True when a note's score depends on the other live notes (e.g. a
     #: normalisation over the candidates); False lets the engine score only
     #: the notes a retriever prefilter keeps.
@@ -475,8 +479,9 @@ class Ranker(Component):
     @abc.abstractmethod
     def combine(self, rel: np.ndarray, rec: np.ndarray | None,
                 ctx: ScoringContext) -> np.ndarray:
-        """Score (Q, L) from the similarity ``rel`` (Q, L) and the recency
-        ``rec`` (Q, L), None when ``uses_recency`` is False."""
+        """Score (Q, L) from the similarity ``rel`` (Q, L; None when
+        ``uses_similarity`` is False) and the recency ``rec`` (Q, L; None
+        when ``uses_recency`` is False)."""
 
     def candidate_mask(self, ctx: ScoringContext) -> np.ndarray | None:
         """(Q, L) bool: the notes the ranker lets be candidates among the
@@ -755,7 +760,7 @@ class Policy(Validated):
 
     def score(self, ctx: ScoringContext) -> np.ndarray:
         """Scores (Q, L) of the context's notes for its queries (see module doc)."""
-        rel = ctx.similarity(self.retriever)
+        rel = ctx.similarity(self.retriever) if self.ranker.uses_similarity else None
         if self.ranker.uses_recency:
             rec = None
             if type(self.stickiness).effective_age is Stickiness.effective_age:

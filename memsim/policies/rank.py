@@ -709,6 +709,7 @@ class LangChainTimeWeighted(Ranker):
 
     name: ClassVar[str] = "langchain-time-weighted"
     set_dependent: ClassVar[bool] = True  # the candidates depend on the other notes
+    uses_similarity: ClassVar[bool] = False  # its own relevance, from ctx.dots
     relevance: str = "cosine"
     search_k: int = 100
     k: int = 4
@@ -764,7 +765,8 @@ class LangChainTimeWeighted(Ranker):
         store, recent, _ = self._sets(ctx, keep=False)
         return store | recent
 
-    def combine(self, rel: np.ndarray, rec: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+    def combine(self, rel: np.ndarray | None, rec: np.ndarray, ctx: ScoringContext
+                ) -> np.ndarray:
         store, _, relevance = self._sets(ctx, keep=True)
         base = np.broadcast_to(np.asarray(rec, dtype=np.float64), store.shape)
         if self.importance_weight:
