@@ -704,7 +704,9 @@ def _check_ranker_promises(c: _Checker, comp) -> None:
     ranges = RECENCY_RANGES if comp.uses_recency else ((None, None),)
     for lo, hi in ranges:
         rel, rec, ctx = _grid(lo, hi, comp.uses_recency)
-        score = np.asarray(c.call("combine", comp.combine, rel, rec, ctx), dtype=np.float64)
+        score = np.asarray(c.call("combine", comp.combine,
+                                  rel if comp.uses_similarity else None, rec, ctx),
+                           dtype=np.float64)
         imp = np.asarray(ctx.importance)
         where = f"rec_lo={_r(lo)}, rec_hi={_r(hi)}"
 

@@ -198,7 +198,8 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
     rec = separable_recency(ctx0.t[qrow], ctx0.batch.t0, origin, floor, rate)
     # the ranker reads no use: any member's cells give it the same columns
     g = _GatheredContext(ctx0, qrow, cols, live)
-    scores = np.asarray(policy0.ranker.combine(sim, rec, g), dtype=np.float64)
+    rel = sim if policy0.ranker.uses_similarity else None
+    scores = np.asarray(policy0.ranker.combine(rel, rec, g), dtype=np.float64)
     for k, rows in enumerate(np.bincount(arm, minlength=len(members)).tolist()):
         members[k].st.work["cells"] += rows * cols.shape[1]
     return np.where(live & ~np.isnan(scores), scores, -np.inf)
