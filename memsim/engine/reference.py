@@ -162,7 +162,7 @@ def _answer(job: _ArmJob, pending: list | None = None) -> _Packed:
     live = batch.valid & ~st.evicted[batch.idx][None, :]
     if policy.retriever.prefilter:  # the retriever's M nearest (or its index's)
         live = live & chosen_prefilter(ctx, policy.retriever, live)
-        if fb.touch == "prefilter" and fb.before_scoring:  # a use before scoring
+        if fb.touches_before_scoring:  # a use before scoring
             qi, li = np.nonzero(live)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
             ctx = BatchContext(batch, st, job.rng)
@@ -180,7 +180,7 @@ def _answer(job: _ArmJob, pending: list | None = None) -> _Packed:
     pos, vals = top_candidates(scores, job.c)
     pk = _pack(job, batch, pos, vals)
     st.update_note_state(policy.ranker, ctx)  # the ranker's own per-note state, before the uses
-    if not (fb.touch == "prefilter" and fb.before_scoring):
+    if not fb.touches_before_scoring:
         qi, used = _answer_uses(fb, batch, pk, candidates if fb.touch == "prefilter" else None)
         if pending is None:
             st.touch(used, batch.actors[qi], batch.t[qi], fb)

@@ -16,7 +16,7 @@ from .cells import _cells_scorable
 from .pruning import _pruned_top
 from .stacking import _stacked_tops
 from .topc import top_candidates
-from .uses import _feedback, _feedback_uses
+from .uses import _feedback, _feedback_uses, _reads_packing
 
 if TYPE_CHECKING:
     from .arms import _ArmJob
@@ -48,7 +48,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
         else:  # the retriever's own (an ANN index's, or the exact one by a full sort)
             mask = batch.valid & ~st.evicted[batch.rows][None, :]
             mask = mask & chosen_prefilter(ctx, policy.retriever, mask)
-        if fb.touch == "prefilter" and fb.before_scoring and touch_before:
+        if fb.touches_before_scoring and touch_before:
             qi, li = np.nonzero(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
             ctx = BatchContext(batch, st, rng)
@@ -138,7 +138,7 @@ def _answer_all(jobs: list[_ArmJob], pending: list[list] | None = None, pack: bo
         packs = _pack_all([(job, batch, pos, vals, slice(None))
                            for job, (batch, pos, vals, _) in zip(jobs, scored)])
     else:
-        assert all(job.arm.policy.feedback.touch != "packed" for job in jobs)
+        assert not any(_reads_packing(job.arm.policy.feedback) for job in jobs)
         packs = [_Packed(pos, vals, np.isfinite(vals), batch.idx[pos], *(None,) * 4)
                  for batch, pos, vals, _ in scored]
     # 5. feedback (after the ranker's own per-note state, read before the uses)

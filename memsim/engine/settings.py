@@ -186,8 +186,7 @@ def splits_ticks(policy: Policy, settings: SimSettings) -> bool:
     before scoring (the whole tick's prefilter)."""
     if feedback_timing(policy, settings) == "per-query":
         return True
-    fb = policy.feedback
-    return not policy.keeps_note_state() and not (fb.touch == "prefilter" and fb.before_scoring)
+    return not policy.keeps_note_state() and not policy.feedback.touches_before_scoring
 
 
 def with_timing(policy: Policy, timing: str) -> Policy:

@@ -25,10 +25,16 @@ def _feedback_uses(fb, batch: Batch, mask: np.ndarray | None, pk: _Packed
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The uses :func:`_feedback` records, as (note rows, actors, times) in
     the order of the batch's queries; None for uses made before scoring."""
-    if fb.touch == "prefilter" and fb.before_scoring:
+    if fb.touches_before_scoring:
         return None
     qi, used = _answer_uses(fb, batch, pk, mask)
     return used, batch.actors[qi], batch.t[qi]
+
+
+def _reads_packing(fb) -> bool:
+    """Whether the answers' uses depend on what was packed (``touch =
+    "packed"``), not on the candidates alone (:func:`_chosen`)."""
+    return fb.touch == "packed"
 
 
 def _chosen(fb, pk: _Packed, rows: slice | np.ndarray = slice(None)) -> np.ndarray | None:
@@ -36,7 +42,7 @@ def _chosen(fb, pk: _Packed, rows: slice | np.ndarray = slice(None)) -> np.ndarr
     (``touch = "packed"``: those packed; ``"returned"``: the top k, as a
     search API returns them); None when the answers choose none
     (``"prefilter"``, ``"none"``)."""
-    if fb.touch == "packed":
+    if _reads_packing(fb):
         return pk.packed[rows]
     if fb.touch == "returned":
         return pk.cand_ok[rows] & (np.arange(pk.cand_ok.shape[1]) < fb.k)

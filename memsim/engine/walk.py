@@ -35,7 +35,7 @@ from .cells import _cell_scores
 from .scoring import _answer_all, _scoring_context, _top
 from .stacking import _stacked_tops
 from .topc import _within
-from .uses import _answer_uses, _chosen
+from .uses import _answer_uses, _chosen, _reads_packing
 
 if TYPE_CHECKING:
     from .arms import _ArmJob
@@ -59,13 +59,6 @@ def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
             and not r.chooses_candidates())
 
 
-def _own_use_first(policy: Policy) -> int:
-    """1 when a query's own uses come before its scoring (a prefilter touch
-    before scoring, Feather DB v0.16), else 0 (they follow its answer)."""
-    fb = policy.feedback
-    return int(fb.touch == "prefilter" and fb.before_scoring)
-
-
 def _walk_arms(jobs: list[_ArmJob], inp: _Inputs, acc_done: list[int]
                ) -> tuple[list[dict[str, Any]], list[int]]:
     """Per-query feedback over one batch, for several arms: each query sees
@@ -86,16 +79,17 @@ def _walk_arms(jobs: list[_ArmJob], inp: _Inputs, acc_done: list[int]
         fb = job.arm.policy.feedback
         # uses that read no packing: the queries' candidates are packed
         # together after the last (each row packs as it does alone)
-        late = fb.touch != "packed"
+        late = not _reads_packing(fb)
         parts = []
         for k in range(len(job.batch.t)):  # the reference: each query on its own
             if cut[k] > done[i]:
                 sl = slice(done[i], int(cut[k]))
                 job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
                 done[i] = int(cut[k])
-            parts.append(_answer_all([job.row(k)], pack=not late)[0])
+            row = job.row(k)
+            parts.append((row, *_answer_all([row], pack=not late)[0]))
         outs[i] = _outputs(job, job.batch, _packed_parts(job, parts) if late
-                           else _stacked([pk for _, pk in parts]))
+                           else _stacked([pk for *_, pk in parts]))
     if fast:
         walked, ends = _walk_together([jobs[i] for i in fast], inp, cut,
                                       [done[i] for i in fast])
@@ -104,18 +98,19 @@ def _walk_arms(jobs: list[_ArmJob], inp: _Inputs, acc_done: list[int]
     return outs, done  # type: ignore[return-value]
 
 
-def _packed_parts(job: _ArmJob, parts: list[tuple[Batch, _Packed]]) -> _Packed:
+def _packed_parts(job: _ArmJob, parts: list[tuple[_ArmJob, Batch, _Packed]]) -> _Packed:
     """The batch's packing from its queries' candidates, each query answered
-    alone (:func:`_answer_all` without packing): one :func:`_pack_all` of
-    the batch's rows when every query scored the batch's columns, else of
-    one item per query."""
-    if all(b.idx is job.batch.idx for b, _ in parts) \
-            and len({pk.pos.shape[1] for _, pk in parts}) == 1:
-        pos = np.concatenate([pk.pos for _, pk in parts])
-        vals = np.concatenate([pk.vals for _, pk in parts])
+    alone (``(its job, the batch it scored, its candidates)``, from
+    :func:`_answer_all` without packing): one :func:`_pack_all` of the
+    batch's rows when every query scored the batch's columns, else of one
+    item per query."""
+    if all(b.idx is job.batch.idx for _, b, _ in parts) \
+            and len({pk.pos.shape[1] for *_, pk in parts}) == 1:
+        pos = np.concatenate([pk.pos for *_, pk in parts])
+        vals = np.concatenate([pk.vals for *_, pk in parts])
         return _pack_all([(job, job.batch, pos, vals, slice(None))])[0]
-    return _stacked(_pack_all([(job.row(k), b, pk.pos, pk.vals, slice(None))
-                               for k, (b, pk) in enumerate(parts)]))
+    return _stacked(_pack_all([(row, b, pk.pos, pk.vals, slice(None))
+                               for row, b, pk in parts]))
 
 
 def _walk_together(jobs: list[_ArmJob], inp: _Inputs, cut: np.ndarray, acc_done: list[int]
@@ -183,7 +178,6 @@ class _Walk:
                  ctx: BatchContext, batch: Batch, pk: _Packed):
         self.job, self.ctx, self.batch, self.pk = job, ctx, batch, pk
         self.fb = job.arm.policy.feedback
-        self.own_first = _own_use_first(job.arm.policy)
         self.first = dataclasses.replace(pk, **{f.name: getattr(pk, f.name).copy()
                                                 for f in dataclasses.fields(pk)})
         self.q = len(batch.t)
@@ -236,7 +230,7 @@ class _Walk:
         # before its scoring) and score it in full on the state as it is then
         job, pk = self.job, self.pk
         self.applied = _record(job.st, self.fb, self.uses(), self.applied,
-                               2 * redo + 1 + self.own_first)
+                               2 * redo + 1 + self.fb.touches_before_scoring)
         pk.pos[redo], pk.vals[redo] = _rescored_row(job, self.ctx, self.batch, redo)
         job.st.work["rescored"] += 1
         _set_candidates(pk, self.batch, np.array([redo]))
@@ -263,7 +257,8 @@ def _walk_uses(policy: Policy, batch: Batch, pk: _Packed, ctx: BatchContext, org
     seen by the next query, or, made before its scoring (a prefilter touch
     before scoring), by itself; that touch needs a prefilter, as the
     reference's does."""
-    fb, own_first = policy.feedback, _own_use_first(policy)
+    fb = policy.feedback
+    own_first = int(fb.touches_before_scoring)  # a query's own uses are seen by itself
     o_rows, o_actors, o_t, o_seen = organic
     if own_first and not policy.retriever.prefilter:
         qi = rows = np.zeros(0, dtype=np.int64)

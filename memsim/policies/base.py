@@ -658,6 +658,13 @@ class Feedback(Component):
         "timing": Options(("experiment", "per-query", "per-tick")),
     }
 
+    @property
+    def touches_before_scoring(self) -> bool:
+        """Whether a query's uses come before its scores are computed:
+        ``before_scoring`` with a ``prefilter`` touch (the other touches
+        need the query's answer)."""
+        return self.touch == "prefilter" and self.before_scoring
+
 
 register(Feedback)
 
