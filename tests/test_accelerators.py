@@ -256,6 +256,39 @@ def test_an_arm_answered_query_by_query_packs_its_batch_with_no_other_arm(
         assert_frame_equal(frame, _frames(want)[key], check_exact=True)
 
 
+@pytest.mark.parametrize("mode", ["per-tick", "per-query"])
+def test_langchain_arms_score_their_candidates_alone_and_share_their_sets(mode, monkeypatch):
+    """The LangChain test above is not vacuous: with ``"prefilter"`` a
+    LangChain arm scores only its candidates' cells (at most ``search_k +
+    k`` per query, where the reference scores every note), and arms that
+    differ by their decay (the same live notes) find the store's sets once
+    per batch between them; the frames stay the reference's."""
+    from memsim.policies.rank import LangChainTimeWeighted
+
+    found = []
+    find = LangChainTimeWeighted._find_sets
+    monkeypatch.setattr(LangChainTimeWeighted, "_find_sets",
+                        lambda self, ctx, live: found.append(1) or find(self, ctx, live))
+    stream = _stream(0)
+    ranker = {"kind": "langchain-time-weighted", "search_k": 10, "k": 2}
+    arms = [Arm(f"decay-{h}", _policy(ranker=ranker, decay={"kind": "half-life",
+                                                          "half_life_days": h}))
+            for h in (1.0, 3.0, 9.0)]
+    settings = SimSettings(candidates=6, tick_days=2.0, feedback_mode=mode, save_rankings=True)
+    got = simulate(stream, arms, settings, seed_sequence(5), accelerators=("prefilter",))
+    t = stream.queries["t"].to_numpy()
+    batches = len(t) if mode == "per-query" else len(np.unique(np.floor(t / 2.0)))
+    assert len(found) == batches  # once per batch, not per arm
+    assert all(a.get("prefilter") == len(t) for a in got.accelerated)
+    assert all(0 < w["cells"] <= 12 * len(t) for w in got.work)
+    off = simulate(stream, arms, settings, seed_sequence(5), accelerators=())
+    assert all(w["cells"] > 100 * len(t) for w in off.work)
+    want = reference.simulate(stream, arms, settings, seed_sequence(5))
+    for key, frame in _frames(got).items():
+        assert_frame_equal(frame, _frames(off)[key], check_exact=True)
+        assert_frame_equal(frame, _frames(want)[key], check_exact=True)
+
+
 def test_each_accelerator_answers_queries():
     """The property test above is not vacuous: on its stream and arms, every
     accelerator answers queries (``SimResult.accelerated``), and none does

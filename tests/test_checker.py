@@ -23,6 +23,7 @@ import pytest
 from memsim.core.params import Interval
 from memsim.policies import REGISTRY, Breadth, Decay, Policy, Ranker, Retention, Stickiness
 from memsim.checks.testing import CheckError, check_component, check_engine_paths
+from memsim.policies.rank import LangChainTimeWeighted
 
 _POSITIVE = Interval(0, None, closed="neither")
 
@@ -214,8 +215,21 @@ class BlindProduct(Ranker):
         return rel * rec
 
 
+@dataclass(frozen=True, kw_only=True)
+class CellsOwnSets(LangChainTimeWeighted):
+    """Declares it scores chosen cells as the whole context (LangChain's
+    does), and finds its sets among the chosen cells alone."""
+
+    name: ClassVar[str] = "cells-own-sets"
+
+    def _sets(self, ctx):
+        return self._find_sets(ctx, None if ctx.live is None else np.asarray(ctx.live))
+
+
 # (component, the declaration named, a pattern of the values in the message)
 WRONG = [
+    (CellsOwnSets, "scores_cells", r"gets combine\(\) = [0-9.e-]+ in the whole context and "
+                                   r"[0-9.e-]+ among a third of its notes"),
     (BlindProduct, "uses_similarity", r"raised TypeError: "),
     (HalfLifeUnder, "upper_bound", r"recency\(\) = 1\.0 > declared upper_bound\(\) = 0\.3"),
     (FloorAbove, "lower_bound", r"recency\(\) = [0-9.e-]+ < declared lower_bound\(\) = 0\.2"),

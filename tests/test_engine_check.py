@@ -113,8 +113,8 @@ def test_newest_keeps_an_allowed_note_of_unknown_age_before_those_not_allowed():
 
 
 def test_candidates_follow_a_new_live_mask_on_the_same_context():
-    """The sets are kept from a context's score to its candidates, not past
-    a new live mask (nor for another ranker), and not after the candidates."""
+    """The sets are those of the context's live mask now, and of the ranker
+    asking (a new mask, another search_k: new sets)."""
     ctx, _ = _hand_ctx()
     r = LangChainTimeWeighted(search_k=2, k=2)
     assert r.candidate_mask(ctx)[0].tolist() == [True, True, False, False, True, True]
@@ -122,11 +122,26 @@ def test_candidates_follow_a_new_live_mask_on_the_same_context():
     assert r.candidate_mask(ctx)[0].tolist() == [False, True, True, True, True, False]
     assert LangChainTimeWeighted(search_k=1, k=1).candidate_mask(ctx)[0].tolist() == [
         False, True, False, False, True, False]
-    # the score keeps them for the candidates, which take them back
-    r.combine(np.zeros((1, 6)), np.full((1, 6), 0.5), ctx)
-    assert "_langchain_sets" in vars(ctx)
-    r.candidate_mask(ctx)
-    assert "_langchain_sets" not in vars(ctx)
+
+
+def test_chosen_cells_read_the_sets_of_the_whole_context():
+    """A context of chosen cells (``ctx.whole``) scores each cell and marks
+    each candidate as the whole context does: the sets are the whole's (on
+    the cells alone, the nearest of six notes would be others)."""
+    ctx, _ = _hand_ctx()
+    ctx.live = np.array([[True, True, True, False, True, True]])
+    r = LangChainTimeWeighted(search_k=2, k=1, default_salience=0.25)
+    rec = np.linspace(0.1, 0.6, 6)[None, :]
+    keep = np.array([1, 2, 5])
+    cells = ArrayContext(t=ctx.t, created_at=ctx.created_at[keep],
+                         note_emb=ctx.note_emb[keep], query_emb=ctx.query_emb)
+    cells.live = ctx.live[:, keep]
+    cells.whole = (ctx, keep[None, :])
+    assert r.combine(None, rec[:, keep], cells).tolist() == \
+        r.combine(None, rec, ctx)[:, keep].tolist()
+    assert r.candidate_mask(cells).tolist() == r.candidate_mask(ctx)[:, keep].tolist()
+    cells.whole = None  # the same cells as a context of their own: other sets
+    assert r.candidate_mask(cells).tolist() != r.candidate_mask(ctx)[:, keep].tolist()
 
 
 def test_recent_only_documents_get_default_salience():

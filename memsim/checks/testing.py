@@ -755,6 +755,43 @@ def _check_ranker_promises(c: _Checker, comp) -> None:
                            f"{_r(score[0, i])}: {cell(i)}; the engine would leave it out")
 
 
+def _check_scores_cells(c: _Checker, comp, seed: int, contexts) -> None:
+    """``scores_cells``: given chosen cells of a context (``ctx.whole``:
+    here every third note of each query), ``combine`` and
+    ``candidate_mask`` give each cell what it gets on the whole context
+    (the engine scores only a ranker's own candidates with it)."""
+    if not comp.scores_cells:
+        return
+    for label, ctx, _ in _promise_contexts(seed, contexts):
+        q, n = len(ctx.t), len(ctx.idx)
+        keep = np.arange(0, n, 3)
+        sub = _subset(ctx, keep)
+        if sub is None:
+            continue
+        sub.live = None if ctx.live is None else np.asarray(ctx.live)[:, keep]
+        sub.whole = (ctx, np.arange(q)[:, None] * n + keep[None, :])
+        rel = np.asarray(ctx.dots, dtype=np.float64) / 10.0  # as _run_ranker's
+        rec = np.clip(np.asarray(ctx.age_created) / -400.0 + 1.0, 0.0, 1.0)
+        rels = (rel, rel[:, keep]) if comp.uses_similarity else (None, None)
+        recs = (rec, rec[:, keep]) if comp.uses_recency else (None, None)
+        calls = [("combine()", comp.combine, [(rels[i], recs[i]) for i in (0, 1)])]
+        if comp.chooses_candidates():
+            calls.append(("candidate_mask()", comp.candidate_mask, [(), ()]))
+        for what, f, (args_whole, args_part) in calls:
+            whole = np.broadcast_to(np.asarray(c.call(what[:-2], f, *args_whole, ctx)),
+                                    (q, n))[:, keep]
+            part = np.broadcast_to(np.asarray(c.call(what[:-2], f, *args_part, sub)),
+                                   whole.shape)
+            bad = ~((part == whole) | (np.isnan(part) & np.isnan(whole)))
+            if bad.any():
+                qi, i = _first(bad)
+                c.fail("scores_cells", f"declaring scores_cells declares that chosen cells "
+                       f"(ctx.whole) get their values in the whole context, but "
+                       f"{_note(ctx, qi, int(keep[i]))} gets {what} = {_r(whole[qi, i])} in "
+                       f"the whole context and {_r(part[qi, i])} among a third of its notes "
+                       f"({label})")
+
+
 def _check_elementwise(c: _Checker, comp, rel, rec, ctx, score, where: str) -> None:
     """A ranker that declares a bound declares ``combine`` elementwise: the
     score of a cell is the same when only some of the notes are scored."""
@@ -831,6 +868,7 @@ def _check_promises(c: _Checker, comp: Component, seed: int, contexts) -> None:
         _check_decay_promises(c, comp, seed, contexts)
     elif slot == "ranker":
         _check_ranker_promises(c, comp)
+        _check_scores_cells(c, comp, seed, contexts)
     elif slot in ("stickiness", "breadth"):
         _check_stickiness_breadth_promises(c, comp, seed, contexts)
     elif slot == "retention":

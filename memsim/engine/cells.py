@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .topc import _packed_left
+from .topc import _packed_left, nonzero2
 
 if TYPE_CHECKING:
     from memsim.policies import Policy
@@ -347,7 +347,7 @@ def _live_cells(cells: _LevelCells, ctx: BatchContext, c: int
     if k.sum() > _PACK_BELOW * live.size:
         return cells, live
     ctx.state.work["packed-levels"] += 1
-    r, j0 = np.nonzero(live)
+    r, j0 = nonzero2(live)
     cols, real, j = _packed_left(r, cells.cols[r, j0], k,
                                  width=max(1, min(c, cells.cols.shape[1])))
     shape = cols.shape

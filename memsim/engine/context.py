@@ -398,6 +398,11 @@ class _GatheredContext(_ArmCells):
         return np.take(mat, self.flat)
 
     @property
+    def whole(self) -> tuple[BatchContext, np.ndarray]:
+        """The context the cells were chosen from, and their flat indices in it."""
+        return self.full, self.flat
+
+    @property
     def dots(self) -> np.ndarray:
         return self._cells(self.full.dots)
 

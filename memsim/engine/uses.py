@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .topc import nonzero2
+
 if TYPE_CHECKING:
     from .arms import _Packed
     from .batch import Batch
@@ -54,12 +56,12 @@ def _answer_uses(fb, batch: Batch, pk: _Packed, mask: np.ndarray | None
     """(query, note row) of every use the answers in ``pk`` make, by query
     (``mask``: the prefilter, what a ``"prefilter"`` touch uses)."""
     if fb.touch == "prefilter":
-        qi, li = np.nonzero(mask)
+        qi, li = nonzero2(mask)
         return qi, batch.idx[li]
     target = _chosen(fb, pk)
     if target is None:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    qi, ci = np.nonzero(target)
+    qi, ci = nonzero2(target)
     return qi, pk.cand_rows[qi, ci]
 
 

@@ -34,7 +34,7 @@ from .pruning import _prune_plan
 from .cells import _cell_scores
 from .scoring import _answer_all, _scoring_context, _top
 from .stacking import _stacked_tops
-from .topc import _within
+from .topc import _within, nonzero2
 from .uses import _answer_uses, _chosen, _reads_packing
 
 if TYPE_CHECKING:
@@ -328,7 +328,7 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     near = _may_enter(job, ctx, first, qs, used)
     if near is not None:
         cell &= near
-    ri, ui = np.nonzero(cell)
+    ri, ui = nonzero2(cell)
     live = ctx.live_cells(qs[ri] * n + used[ui], used[ui])
     ci, cq = used[ui[live]], qs[ri[live]]  # a cell per (query, used note it sees)
     redo = stop

@@ -455,6 +455,14 @@ class Ranker(Component):
     #: normalisation over the candidates); False lets the engine score only
     #: the notes a retriever prefilter keeps.
     set_dependent: ClassVar[bool] = False
+    #: True when :meth:`combine` and :meth:`candidate_mask`, given a context
+    #: of chosen cells of a bigger one (``ctx.whole``: that context and the
+    #: cells' flat indices in its (Q, L) matrices), give each cell what it
+    #: gets on the bigger context: a set-dependent ranker reads its sets
+    #: there. For a ranker that chooses its candidates
+    #: (:meth:`chooses_candidates`), it lets the engine score those cells
+    #: alone (LangChain's: a few hundred of a query's notes).
+    scores_cells: ClassVar[bool] = False
     #: True when the ranker reads the ground truth (``ctx.gains``): then the
     #: engine hands the packer and the orderer the true gains of the
     #: candidates as their values, instead of the scores (the oracle).
@@ -487,7 +495,8 @@ class Ranker(Component):
         """(Q, L) bool: the notes the ranker lets be candidates among the
         live ones (LangChain's store results and recent window); None (the
         default) when every live note may be. A ranker that overrides it
-        (:meth:`chooses_candidates`) is scored on every live note."""
+        (:meth:`chooses_candidates`) is scored on every live note, unless it
+        declares :attr:`scores_cells`: then on its candidates alone."""
         return None
 
     def chooses_candidates(self) -> bool:

@@ -97,6 +97,12 @@ class ScoringContext(Protocol):
         retention sweeps; only a retention that declares ``needs_truth =
         True`` (``invalidation``, a detector model scored against it) may
         read it.
+
+    A context may also offer ``whole`` (not part of the protocol; absent or
+    None on a whole context): ``(context, flat)`` when it holds chosen cells
+    of a bigger context, ``flat`` their row-major indices into its (Q, L)
+    matrices, shaped as this context's matrices. Only a ranker that declares
+    ``scores_cells`` reads it (its sets are those of the whole context).
     """
 
     t: np.ndarray

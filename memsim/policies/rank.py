@@ -248,37 +248,44 @@ def minmax_sum(terms: list[tuple[float, np.ndarray]], live: np.ndarray | None) -
 @jit.kernel
 def _minmax_sum3_rows(w1, x1, w2, x2, w3, x3, live):
     """:func:`minmax_sum` of three terms one row at a time (compiled by
-    :func:`memsim.core.jit.kernel`): each term's extremes over the row's
-    live columns (a live NaN: no spread), then per element the same
-    subtraction, ``+ 0.0`` and division as :func:`minmax_normalise`, the
-    terms weighted and added left to right."""
+    :func:`memsim.core.jit.kernel`): the three terms' extremes over the row's
+    live columns in one pass (a live NaN: no spread), then per element the
+    same subtraction, ``+ 0.0`` and division as :func:`minmax_normalise`, the
+    terms weighted and added left to right. The second pass has no branch
+    (each term's choice between its quotient and 0.5 is the row's), so it
+    runs in vector instructions."""
     q, n = x1.shape
-    out = np.zeros((q, n))
-
-    def extremes(x, r):  # (lo, range, whether the row spreads)
-        lo, hi, nan = np.inf, -np.inf, False
-        for j in range(n):
-            if live[r, j]:
-                v = x[r, j]
-                if v != v:
-                    nan = True
-                if v < lo:
-                    lo = v
-                if v > hi:
-                    hi = v
-        return lo, hi - lo, hi - lo > 0 and not nan
-
+    out = np.empty((q, n))
+    dead = w1 * 0.0 + w2 * 0.0 + w3 * 0.0  # a column not live: 0 in every term
     for r in range(q):
-        lo1, rng1, s1 = extremes(x1, r)
-        lo2, rng2, s2 = extremes(x2, r)
-        lo3, rng3, s3 = extremes(x3, r)
+        lo1 = lo2 = lo3 = np.inf
+        hi1 = hi2 = hi3 = -np.inf
+        nan1 = nan2 = nan3 = False
         for j in range(n):
-            a = b = c = 0.0  # a column not live: 0 in every term
             if live[r, j]:
-                a = ((x1[r, j] - lo1) + 0.0) / rng1 if s1 else 0.5
-                b = ((x2[r, j] - lo2) + 0.0) / rng2 if s2 else 0.5
-                c = ((x3[r, j] - lo3) + 0.0) / rng3 if s3 else 0.5
-            out[r, j] = w1 * a + w2 * b + w3 * c
+                v1, v2, v3 = x1[r, j], x2[r, j], x3[r, j]
+                nan1 |= v1 != v1
+                nan2 |= v2 != v2
+                nan3 |= v3 != v3
+                lo1 = v1 if v1 < lo1 else lo1
+                hi1 = v1 if v1 > hi1 else hi1
+                lo2 = v2 if v2 < lo2 else lo2
+                hi2 = v2 if v2 > hi2 else hi2
+                lo3 = v3 if v3 < lo3 else lo3
+                hi3 = v3 if v3 > hi3 else hi3
+        s1 = hi1 - lo1 > 0 and not nan1
+        s2 = hi2 - lo2 > 0 and not nan2
+        s3 = hi3 - lo3 > 0 and not nan3
+        # a row without spread divides by 1 (never by 0) and takes 0.5
+        d1 = hi1 - lo1 if s1 else 1.0
+        d2 = hi2 - lo2 if s2 else 1.0
+        d3 = hi3 - lo3 if s3 else 1.0
+        for j in range(n):
+            a = ((x1[r, j] - lo1) + 0.0) / d1
+            b = ((x2[r, j] - lo2) + 0.0) / d2
+            c = ((x3[r, j] - lo3) + 0.0) / d3
+            v = w1 * (a if s1 else 0.5) + w2 * (b if s2 else 0.5) + w3 * (c if s3 else 0.5)
+            out[r, j] = v if live[r, j] else dead
     return out
 
 
@@ -690,6 +697,11 @@ class LangChainTimeWeighted(Ranker):
     The ranker computes the relevance itself from the context (the policy's
     retriever is not read; leave it without a prefilter), and it chooses the
     candidates: the engine keeps only the notes :meth:`candidate_mask` marks.
+    Those sets depend on the batch and its live notes only, not on the decay
+    or the uses: an engine context shares them between the arms of a batch
+    with the same live notes, and a context of chosen cells (``ctx.whole``)
+    reads them on its whole context (``scores_cells``), so that the engine
+    scores a query's candidates alone.
     "Added" order is creation order, ties by the lower ``note_id`` first.
     Exact score ties (rare) go to the lower ``note_id``, where LangChain
     keeps its candidate order.
@@ -710,6 +722,7 @@ class LangChainTimeWeighted(Ranker):
     name: ClassVar[str] = "langchain-time-weighted"
     set_dependent: ClassVar[bool] = True  # the candidates depend on the other notes
     uses_similarity: ClassVar[bool] = False  # its own relevance, from ctx.dots
+    scores_cells: ClassVar[bool] = True  # its sets read on ctx.whole
     relevance: str = "cosine"
     search_k: int = 100
     k: int = 4
@@ -723,32 +736,31 @@ class LangChainTimeWeighted(Ranker):
         "importance_weight": _NON_NEGATIVE,
     }
 
-    def _sets(self, ctx: ScoringContext, keep: bool
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(store results, recent window, relevance), each (Q, L).
+    def _sets(self, ctx: ScoringContext) -> _CandidateSets:
+        """The store's results (with their relevance) and the recent window
+        of the context's queries, as cells.
 
-        The engine asks for the score (``keep``: the sets are kept on the
-        context) and then for the candidates, which take them back: computed
-        once, and held no longer than between the two calls (three (Q, L)
-        arrays per arm would otherwise live as long as the batch)."""
-        memo = getattr(ctx, "__dict__", None)
-        mask = ctx.live
-        got = None if memo is None else memo.pop("_langchain_sets", None)
-        # the mask itself is held, not its id: a new mask is never taken for it
-        if got is not None and got[0] == self and got[1] is mask:
-            sets = got[2]
-        else:
-            sets = self._find_sets(ctx)
-        if keep and memo is not None:
-            memo["_langchain_sets"] = (self, mask, sets)
-        return sets
-
-    def _find_sets(self, ctx: ScoringContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        A context of chosen cells (``ctx.whole``) reads them on the whole
+        context. They depend only on the batch and on which notes are live,
+        not on the arm's decay or uses: an engine context keeps them in the
+        cache every arm of its batch shares (``ctx.shared``), under the
+        live mask itself, so arms with the same live notes compute them once."""
+        whole = getattr(ctx, "whole", None)
+        if whole is not None:
+            return self._sets(whole[0])
         live = live_mask(ctx)
+        shared = getattr(ctx, "shared", None)
+        if shared is None:
+            return self._find_sets(ctx, live)
+        key = ("langchain-sets", self.relevance, self.search_k, self.k,
+               None if live is None else (live.shape, np.packbits(live).tobytes()))
+        return shared(key, lambda: self._find_sets(ctx, live))
+
+    def _find_sets(self, ctx: ScoringContext, live: np.ndarray | None) -> _CandidateSets:
         order, rel = _index_score_and_relevance(ctx, self.relevance)
         q, n = np.shape(order)
         allowed = np.ones((q, n), dtype=bool) if live is None else np.broadcast_to(live, (q, n))
-        store = _top_by_row(order, allowed, self.search_k)
+        store = np.flatnonzero(_top_by_row(order, allowed, self.search_k))
         # the k newest allowed notes by insertion: the smallest age since
         # creation, ties by the higher note row (added later)
         age = np.broadcast_to(np.asarray(ctx.age_created, dtype=np.float64), (q, n))
@@ -757,23 +769,77 @@ class LangChainTimeWeighted(Ranker):
         # (an allowed note never sorts after one that is not)
         recent = _first_by_row(np.where(allowed, age, np.inf), self.k,
                                lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c])) & allowed
-        return store, recent, rel
+        return _CandidateSets((q, n), store, np.asarray(rel).reshape(-1)[store],
+                              np.flatnonzero(recent))
 
     def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
         """(Q, L) bool: the notes LangChain scores for each query (the store's
         ``search_k`` nearest and the ``k`` newest); the engine drops the others."""
-        store, recent, _ = self._sets(ctx, keep=False)
-        return store | recent
+        sets = self._sets(ctx)
+        flat = _cells_of(ctx)
+        return sets.holds(sets.store, flat) | sets.holds(sets.recent, flat)
 
     def combine(self, rel: np.ndarray | None, rec: np.ndarray, ctx: ScoringContext
                 ) -> np.ndarray:
-        store, _, relevance = self._sets(ctx, keep=True)
+        sets = self._sets(ctx)
+        flat = _cells_of(ctx)
+        store, relevance = sets.store_at(flat)
         base = np.broadcast_to(np.asarray(rec, dtype=np.float64), store.shape)
         if self.importance_weight:
             base = base + self.importance_weight * np.asarray(ctx.importance, dtype=np.float64)
         with np.errstate(over="ignore"):
             scored = (base.astype(np.float32) + relevance).astype(np.float64)
         return np.where(store, scored, base + self.default_salience)
+
+
+def _cells_of(ctx: ScoringContext) -> np.ndarray | None:
+    """The context's cells as flat (row-major) indices into the (Q, L)
+    matrices of the context they were chosen from (``ctx.whole``); None for
+    a whole context (every cell)."""
+    whole = getattr(ctx, "whole", None)
+    return None if whole is None else np.asarray(whole[1])
+
+
+@dataclass(frozen=True)
+class _CandidateSets:
+    """LangChain's candidates of a (Q, L) context as flat (row-major) cell
+    indices, ascending: the store's results and their relevance, and the
+    recent window. A few hundred cells per query, where (Q, L) masks would
+    be most of a batch's memory."""
+
+    shape: tuple[int, int]
+    store: np.ndarray
+    relevance: np.ndarray
+    recent: np.ndarray
+
+    def holds(self, cells: np.ndarray, flat: np.ndarray | None) -> np.ndarray:
+        """Whether each cell of ``flat`` (every cell of the context, (Q, L),
+        when None) is among ``cells``."""
+        if flat is None:
+            out = np.zeros(self.shape, dtype=bool)
+            out.reshape(-1)[cells] = True
+            return out
+        return _find(cells, flat) >= 0
+
+    def store_at(self, flat: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(in the store's results, their relevance; 0 elsewhere) at ``flat``."""
+        if flat is None:
+            rel = np.zeros(self.shape, dtype=np.float32)
+            rel.reshape(-1)[self.store] = self.relevance
+            return self.holds(self.store, None), rel
+        at = _find(self.store, flat)
+        inside = at >= 0
+        rel = np.zeros(flat.shape, dtype=np.float32)
+        rel[inside] = self.relevance[at[inside]]
+        return inside, rel
+
+
+def _find(cells: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """Each of ``flat``'s position in ``cells`` (ascending), -1 where absent."""
+    if len(cells) == 0:
+        return np.full(np.shape(flat), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(cells, flat), len(cells) - 1)
+    return np.where(cells[at] == flat, at, -1)
 
 
 def lexicographic_rank(first: np.ndarray, key: np.ndarray, then: np.ndarray) -> np.ndarray:
