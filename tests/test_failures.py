@@ -345,9 +345,11 @@ def test_a_signal_stops_the_queue_of_a_batch(tmp_path):
                   workload="") for i in range(4)]
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # 400 replicates: minutes of work per run, so that no run ends before the
+    # signal, however slow the machine is to start the second one
     proc = subprocess.Popen([sys.executable, "-m", "memsim.cli", "run", *map(str, files),
                              "--jobs", "2", "--quiet", "--no-report", "--out", str(out),
-                             "--set", "experiment.replicates=40",
+                             "--set", "experiment.replicates=400",
                              "--set", "workload.horizon_days=200"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -373,7 +375,7 @@ def test_ctrl_c_works_when_started_with_sigint_ignored(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "memsim.cli", "run", str(tiny(tmp_path)),
                              "--quiet", "--no-report", "--out", str(out),
-                             "--set", "experiment.replicates=40",
+                             "--set", "experiment.replicates=400",
                              "--set", "workload.horizon_days=200"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True,

@@ -20,7 +20,8 @@ frames         :class:`SimResult` and its frames
 cache          :class:`ReplayCache`
 topc           :func:`top_candidates`
 cells          the similarity levels and gathered cells the accelerators share
-prefilter      accelerator ``"prefilter"``
+prefilter      accelerator ``"prefilter"`` (a retriever's prefilter, a ranker's own
+               candidates)
 pruning        accelerator ``"prune"``
 simfilter      accelerator ``"filter"``
 stacking       accelerator ``"stack"``
