@@ -619,10 +619,12 @@ def test_langchain_retrieval_resets_last_access_of_the_k_returned():
 
 
 def test_a_ranker_that_reads_no_similarity_spares_the_product(monkeypatch):
-    """LangChain's ranker computes its relevance from the dot products
-    (``uses_similarity = False``): a replay of it alone multiplies the
-    queries by the notes once per batch, not a second time for the
-    retriever's similarity that it would not read."""
+    """LangChain's ranker computes its relevance itself (``uses_similarity =
+    False``): a replay of it alone multiplies the queries by the notes once
+    per batch, not a second time for the retriever's similarity that it
+    would not read: the cosine's scaled product for its ``"cosine"``
+    relevance (shared with the arms whose retriever is the cosine), the
+    plain dot products for ``"l2"``."""
     from memsim.engine.batch import Batch
 
     products = []
@@ -636,8 +638,11 @@ def test_a_ranker_that_reads_no_similarity_spares_the_product(monkeypatch):
     stream = _stream(n_notes=60, query_times=(0.5, 1.0, 2.5))
     lc = resolve_policy({"preset": "langchain-time-weighted"}, "lc")
     assert not lc.ranker.uses_similarity
-    _run(stream, lc, feedback_mode="per-tick", tick_days=1.0)
-    assert products == [True] * 3  # one product per tick (3), the dot products
+    for relevance, plain in (("cosine", False), ("l2", True)):
+        products.clear()
+        _run(stream, dataclasses.replace(lc, ranker=dataclasses.replace(
+            lc.ranker, relevance=relevance)), feedback_mode="per-tick", tick_days=1.0)
+        assert products == [plain] * 3, relevance  # one product per tick (3)
     products.clear()
     _run(stream, resolve_policy({"preset": "hivemind"}, "h"), feedback_mode="per-tick",
          tick_days=1.0)

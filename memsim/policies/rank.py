@@ -51,6 +51,7 @@ from memsim.core import jit
 from memsim.core.errors import ConfigError
 from memsim.core.params import Interval, Options
 from .base import Ranker, ScoringContext, register
+from .retrieval import Cosine
 
 __all__ = [
     "Product",
@@ -594,6 +595,10 @@ class AsLogged(Ranker):
 LANGCHAIN_RELEVANCE = ("cosine", "l2", "inner-product")
 
 
+#: the cosine of LangChain's ``"cosine"`` relevance
+_COSINE = Cosine()
+
+
 def _index_score_and_relevance(ctx: ScoringContext, relevance: str
                                ) -> tuple[np.ndarray, np.ndarray]:
     """The vector store's search order (higher first) and LangChain's relevance
@@ -605,15 +610,15 @@ def _index_score_and_relevance(ctx: ScoringContext, relevance: str
     else ``-s`` (``VectorStore._max_inner_product_relevance_score_fn``).
     """
     f32 = np.float32
+    if relevance == "cosine":
+        # the cosine retriever's: (q . n * 1/|q|) * 1/|n| in float32, as
+        # FAISS's inner product of normalised vectors (an engine context
+        # shares it with every arm of the batch and every query of it)
+        cos = np.asarray(ctx.similarity(_COSINE), dtype=f32)
+        return cos, cos
     dots = np.asarray(ctx.dots, dtype=f32)
     qn2 = np.asarray(ctx.qnorm2, dtype=np.float64)
     nn2 = np.asarray(ctx.nnorm2, dtype=np.float64)
-    if relevance == "cosine":
-        with np.errstate(divide="ignore"):
-            qi = np.where(qn2 > 0, 1.0 / np.sqrt(qn2), 0.0).astype(f32)
-            ni = np.where(nn2 > 0, 1.0 / np.sqrt(nn2), 0.0).astype(f32)
-        cos = dots * qi[:, None] * ni[None, :]
-        return cos, cos
     if relevance == "l2":
         d = qn2[:, None].astype(f32) + nn2[None, :].astype(f32) - f32(2.0) * dots
         np.maximum(d, f32(0.0), out=d)
@@ -721,7 +726,7 @@ class LangChainTimeWeighted(Ranker):
 
     name: ClassVar[str] = "langchain-time-weighted"
     set_dependent: ClassVar[bool] = True  # the candidates depend on the other notes
-    uses_similarity: ClassVar[bool] = False  # its own relevance, from ctx.dots
+    uses_similarity: ClassVar[bool] = False  # its own relevance (the cosine, or ctx.dots)
     scores_cells: ClassVar[bool] = True  # its sets read on ctx.whole
     relevance: str = "cosine"
     search_k: int = 100
