@@ -323,3 +323,15 @@ def test_the_walks_column_lookup_finds_each_row_or_none(n, start, gaps, seed):
     assert hit.tolist() == [[int(r) in where for r in row] for row in rows]
     assert np.array_equal(at[hit], [where[int(r)] for r in rows[hit]])
     assert ((at >= 0) & (at < max(1, len(idx)))).all()  # usable as an index
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 6), st.integers(0, 40), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_nonzero2_is_numpys_nonzero(q, n, share, seed):
+    """The engine's 2-D ``nonzero`` (through ``flatnonzero``) gives numpy's
+    arrays: rows, then each row's columns ascending; empty masks too."""
+    from memsim.engine.topc import nonzero2
+
+    mask = np.random.default_rng(seed).random((q, n)) < share
+    got, want = nonzero2(mask), np.nonzero(mask)
+    assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want))
