@@ -774,20 +774,21 @@ def _check_scores_cells(c: _Checker, comp, seed: int, contexts) -> None:
         rec = np.clip(np.asarray(ctx.age_created) / -400.0 + 1.0, 0.0, 1.0)
         rels = (rel, rel[:, keep]) if comp.uses_similarity else (None, None)
         recs = (rec, rec[:, keep]) if comp.uses_recency else (None, None)
-        calls = [("combine()", comp.combine, [(rels[i], recs[i]) for i in (0, 1)])]
+        # (method, its arguments on the whole context, on the cells)
+        calls = [("combine", (rels[0], recs[0]), (rels[1], recs[1]))]
         if comp.chooses_candidates():
-            calls.append(("candidate_mask()", comp.candidate_mask, [(), ()]))
-        for what, f, (args_whole, args_part) in calls:
-            whole = np.broadcast_to(np.asarray(c.call(what[:-2], f, *args_whole, ctx)),
+            calls.append(("candidate_mask", (), ()))
+        for name, args_whole, args_part in calls:
+            f = getattr(comp, name)
+            whole = np.broadcast_to(np.asarray(c.call(name, f, *args_whole, ctx)),
                                     (q, n))[:, keep]
-            part = np.broadcast_to(np.asarray(c.call(what[:-2], f, *args_part, sub)),
-                                   whole.shape)
+            part = np.broadcast_to(np.asarray(c.call(name, f, *args_part, sub)), whole.shape)
             bad = ~((part == whole) | (np.isnan(part) & np.isnan(whole)))
             if bad.any():
                 qi, i = _first(bad)
                 c.fail("scores_cells", f"declaring scores_cells declares that chosen cells "
                        f"(ctx.whole) get their values in the whole context, but "
-                       f"{_note(ctx, qi, int(keep[i]))} gets {what} = {_r(whole[qi, i])} in "
+                       f"{_note(ctx, qi, int(keep[i]))} gets {name}() = {_r(whole[qi, i])} in "
                        f"the whole context and {_r(part[qi, i])} among a third of its notes "
                        f"({label})")
 

@@ -45,38 +45,42 @@ def _prefilter_top(policy: Policy, ctx: BatchContext, c: int,
     the policy has no prefilter or must be scored in full."""
     if st.prune_off or not policy.retriever.prefilter or not _cells_scorable(policy):
         return None
-    live = ctx.live
-    q, n = live.shape
-    if ctx.prefilter_cells is not None:
-        cols, real = ctx.prefilter_cells
-    else:
-        rows, j0 = nonzero2(live)  # row-major: each row's columns ascending
-        cols, real, _ = _packed_left(rows, j0, np.bincount(rows, minlength=q))
-    scores = _cell_scores(policy, _GatheredContext(ctx, np.arange(q), cols, real), st)
-    if scores is None:
-        return None
-    return _top_of_cells(scores, cols, c, n)
+    cells = ctx.prefilter_cells
+    return _cells_top(policy, ctx, *(_mask_cells(ctx.live) if cells is None else cells), c, st)
 
 
 def _chosen_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+                ) -> tuple[tuple[np.ndarray, np.ndarray] | None, np.ndarray | None]:
     """:func:`top_candidates` of the policy's masked scores for a ranker
     that chooses its candidates and scores cells of them
     (``Ranker.scores_cells``): its candidates' cells alone are scored, in
-    column order (so ties still go to the lower note). Returns (positions,
-    scores, the candidates' (Q, L) mask); None for another ranker, or one
-    that reads what gathered cells lack (then scored in full)."""
+    column order (so ties still go to the lower note). Returns ((positions,
+    scores), the candidates' (Q, L) mask); (None, None) for another ranker,
+    or one that reads what gathered cells lack (then scored in full)."""
     r = policy.ranker
     if st.prune_off or not (r.chooses_candidates() and r.scores_cells):
-        return None
+        return None, None
     mask = ctx.live & np.asarray(r.candidate_mask(ctx), dtype=bool)
-    q, n = mask.shape
+    top = _cells_top(policy, ctx, *_mask_cells(mask), c, st)
+    return (None, None) if top is None else (top, mask)
+
+
+def _mask_cells(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cells of a (Q, L) mask as (Q, M) note columns, each row's
+    ascending and packed to the left, and which are real."""
     rows, j0 = nonzero2(mask)  # row-major: each row's columns ascending
-    cols, real, _ = _packed_left(rows, j0, np.bincount(rows, minlength=q))
-    scores = _cell_scores(policy, _GatheredContext(ctx, np.arange(q), cols, real), st)
-    if scores is None:
-        return None
-    return (*_top_of_cells(scores, cols, c, n), mask)
+    cols, real, _ = _packed_left(rows, j0, np.bincount(rows, minlength=len(mask)))
+    return cols, real
+
+
+def _cells_top(policy: Policy, ctx: BatchContext, cols: np.ndarray, real: np.ndarray,
+               c: int, st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`top_candidates` of the policy's scores of the cells ``cols``
+    (those ``real``) alone, as note columns; None when a component reads
+    what gathered cells lack."""
+    g = _GatheredContext(ctx, np.arange(len(ctx.t)), cols, real)
+    scores = _cell_scores(policy, g, st)
+    return None if scores is None else _top_of_cells(scores, cols, c, len(ctx.idx))
 
 
 def level_prefilter(ctx: BatchContext, retriever, evicted: np.ndarray

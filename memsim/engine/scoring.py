@@ -75,26 +75,23 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
 
 def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
          accelerators: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The arm's top C (positions, scores) and, when every note was scored,
-    the mask of the notes that could be candidates (None when an
-    accelerator found it)."""
+    """The arm's top C (positions, scores) and, when every note was scored
+    or a ranker chose its candidates, the mask of the notes that could be
+    candidates (None when another accelerator found it)."""
     q = len(ctx.t)
-    top = None
+    top = mask = None
     if "prefilter" in accelerators:
         top = _prefilter_top(policy, ctx, c, st)
         if top is None:  # a ranker's own candidates, as a prefilter of its own
-            chosen = _chosen_top(policy, ctx, c, st)
-            if chosen is not None:
-                st.accelerated["prefilter"] += q
-                return chosen
-        else:
+            top, mask = _chosen_top(policy, ctx, c, st)
+        if top is not None:
             st.accelerated["prefilter"] += q
     if top is None and "prune" in accelerators:
         top = _pruned_top(policy, ctx, c, st, "filter" in accelerators)
         if top is not None:
             st.accelerated["prune"] += q
     if top is not None:
-        return top[0], top[1], None
+        return top[0], top[1], mask
     mask = ctx.live
     scores = np.asarray(policy.score(ctx), dtype=np.float64)
     st.work["cells"] += scores.size
