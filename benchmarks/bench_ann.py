@@ -1,10 +1,11 @@
-"""The ``hnsw`` retriever's maintained index against the exact prefilter.
+"""The approximate retrievers' maintained indexes against the exact prefilter.
 
-Run from the repository root (needs hnswlib: ``pip install -e ".[ann]"``)::
+Run from the repository root (needs hnswlib and faiss-cpu: ``pip install -e ".[ann]"``)::
 
-    python benchmarks/bench_ann.py                          # 20k and 200k notes
-    python benchmarks/bench_ann.py --sizes 1000000 --days 1 # the 1M-note store
+    python benchmarks/bench_ann.py                          # hnsw, 20k and 200k notes
     python benchmarks/bench_ann.py --ef-construction 64     # a cheaper build
+    python benchmarks/bench_ann.py --index ivf --sizes 200000,1000000 --days 1
+    python benchmarks/bench_ann.py --index ivf --year 1000000  # end to end, ~3 min
 
 For each size N, a synthetic store that reaches N notes by the end of a year
 of queries (50 a day, half of the notes backfilled before the first; the
@@ -14,10 +15,10 @@ engine takes it (:class:`memsim.engine.batch.Batch`, no eviction):
 
 * **exact**: the engine's exact nearest M (:func:`memsim.engine.prefilter.level_prefilter`
   with ``cosine``), including the batch's dot products it reads;
-* **index**: the ``hnsw`` retriever on the stream's maintained index: the
-  notes created since the last batch inserted (:meth:`HNSW.index`), then
-  one search per query, filtered to the query's live notes
-  (:meth:`memsim.policies.retrieval.HNSW.prefilter_mask`).
+* **index**: the ``--index`` retriever (``hnsw``, the default, or ``ivf``)
+  on the stream's maintained index: the notes created since the last batch
+  inserted (its ``index``), then one search per query, filtered to the
+  query's live notes (its ``prefilter_mask``).
 
 Printed per size: CPU seconds per query of each (process time, the sum over
 the batches, each the fastest of ``--repeat`` timings, divided by their
@@ -66,8 +67,8 @@ def _stream(n_notes: int, days: float, dim: int, seed: int = 1):
     return w.generate(np.random.SeedSequence(seed))
 
 
-def measure(n_notes: int, days: float, m: int, ef: int, dim: int, repeat: int = 3,
-            build: dict | None = None) -> dict:
+def measure(n_notes: int, days: float, m: int, dim: int, repeat: int = 3,
+            kind: str = "hnsw", params: dict | None = None) -> dict:
     """CPU per query of the exact prefilter and of the maintained index."""
     from threadpoolctl import threadpool_limits
 
@@ -76,7 +77,7 @@ def measure(n_notes: int, days: float, m: int, ef: int, dim: int, repeat: int = 
     from memsim.engine.inputs import _inputs
     from memsim.engine.prefilter import level_prefilter
     from memsim.engine.state import PolicyState
-    from memsim.policies.retrieval import HNSW, Cosine
+    from memsim.policies.retrieval import HNSW, IVF, Cosine
 
     t0 = time.perf_counter()
     stream = _stream(n_notes, days, dim)
@@ -85,7 +86,8 @@ def measure(n_notes: int, days: float, m: int, ef: int, dim: int, repeat: int = 
     notes = inp.notes
     st = PolicyState(notes, len(inp.actor_names))
     rng = np.random.default_rng(0)
-    exact_r, ann_r = Cosine(prefilter=m), HNSW(prefilter=m, ef=ef, **(build or {}))
+    exact_r = Cosine(prefilter=m)
+    ann_r = (HNSW if kind == "hnsw" else IVF)(prefilter=m, **(params or {}))
 
     def context(rows, t_end):
         batch = Batch(qrows=rows, t=inp.qt[rows], actors=inp.qactor[rows], notes=notes,
@@ -129,27 +131,71 @@ def measure(n_notes: int, days: float, m: int, ef: int, dim: int, repeat: int = 
             "insert_cpu_note": build_s / max(built, 1), "overlap": found / max(exact_n, 1)}
 
 
+def year_end_to_end(n_notes: int, m: int, dim: int, kind: str, params: dict) -> None:
+    """A whole year of the store (every query, 50 a day) replayed by the
+    engine, one ``similarity-only`` arm at a time: the exact ``cosine``
+    prefilter of ``m``, then the ``kind`` index of ``m``; CPU and wall
+    seconds, nDCG@10, utility and the run's ``prefilter_overlap``."""
+    from memsim.engine import Arm, SimSettings, simulate
+    from memsim.policies import resolve_policy
+
+    stream = _stream(n_notes, YEAR, dim)
+    print(f"whole year: {stream.n_notes} notes, {stream.n_queries} queries, one "
+          f"similarity-only arm (prefilter = {m}, 50 candidates) at a time")
+    for name, retriever in (("cosine", {"kind": "cosine", "prefilter": m}),
+                            (kind, {"kind": kind, "prefilter": m, **params})):
+        arm = Arm(name, resolve_policy({"preset": "similarity-only", "retriever": retriever},
+                                       name))
+        c0, w0 = time.process_time(), time.perf_counter()
+        res = simulate(stream, [arm], SimSettings(candidates=50), np.random.SeedSequence(0))
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        q = res.queries
+        overlap = (f"{res.arms['prefilter_overlap'].mean():.3f}"
+                   if "prefilter_overlap" in res.arms else "exact")
+        print(f"  {name:<7} {cpu:7.1f} s CPU, {wall:6.1f} s wall; nDCG@10 "
+              f"{q['ndcg@10'].mean():.4f}, utility {q['utility'].mean():.4f}, overlap {overlap}")
+    print(f"  load average now: {_load()}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="20000,200000", help="note counts, comma-separated")
     ap.add_argument("--days", type=float, default=2.0, help="days of queries timed (50 a day)")
     ap.add_argument("--prefilter", type=int, default=100,
                     help="candidates per query (the retriever's prefilter)")
-    ap.add_argument("--ef", type=int, default=50, help="the index's search beam width")
+    ap.add_argument("--index", choices=("hnsw", "ivf"), default="hnsw",
+                    help="the approximate retriever measured")
     ap.add_argument("--dim", type=int, default=64, help="embedding dimension")
-    ap.add_argument("--M", type=int, default=16, help="the index's graph degree")
+    ap.add_argument("--ef", type=int, default=50, help="hnsw: the search beam width")
+    ap.add_argument("--M", type=int, default=16, help="hnsw: the graph degree")
     ap.add_argument("--ef-construction", type=int, default=200,
-                    help="the index's beam width while inserting")
+                    help="hnsw: the beam width while inserting")
+    ap.add_argument("--nlist", type=int, default=1024, help="ivf: lists (centroids)")
+    ap.add_argument("--nprobe", type=int, default=32, help="ivf: lists scanned per query")
+    ap.add_argument("--train-size", type=int, default=40_000,
+                    help="ivf: notes the centroids are trained on")
     ap.add_argument("--repeat", type=int, default=3,
                     help="timings of each batch's exact prefilter and searches (the fastest "
                          "counts; the inserts happen once)")
+    ap.add_argument("--year", type=int, default=None, metavar="N",
+                    help="instead: a whole year of N notes replayed end to end, the exact "
+                         "prefilter against the index")
     args = ap.parse_args(argv)
-    print(f"prefilter = {args.prefilter}, ef = {args.ef}, M = {args.M}, ef_construction = "
-          f"{args.ef_construction}, dim = {args.dim}, "
-          f"{args.days:g} day(s) of queries; load average at start: {_load()}")
+    params = ({"ef": args.ef, "M": args.M, "ef_construction": args.ef_construction}
+              if args.index == "hnsw" else
+              {"nlist": args.nlist, "nprobe": args.nprobe, "train_size": args.train_size})
+    from memsim.core.machine import cpu_model
+
+    print(f"host: {cpu_model()}, {os.cpu_count()} CPUs; {args.index}: prefilter = "
+          f"{args.prefilter}, " + ", ".join(f"{k} = {v}" for k, v in params.items())
+          + f", dim = {args.dim}"
+          + ("" if args.year else f", {args.days:g} day(s) of queries")
+          + f"; load average at start: {_load()}")
+    if args.year:
+        year_end_to_end(args.year, args.prefilter, args.dim, args.index, params)
+        return 0
     for n in (int(x) for x in args.sizes.split(",")):
-        r = measure(n, args.days, args.prefilter, args.ef, args.dim, args.repeat,
-                    {"M": args.M, "ef_construction": args.ef_construction})
+        r = measure(n, args.days, args.prefilter, args.dim, args.repeat, args.index, params)
         print(f"{r['n_notes']:>9} notes, {r['queries']} queries in {r['batches']} batches "
               f"(stream generated in {r['gen_s']:.1f} s):")
         print(f"  exact prefilter:   {1e3 * r['exact_cpu_q']:9.3f} ms CPU per query")

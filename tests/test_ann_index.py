@@ -1,6 +1,9 @@
-"""The ``hnsw`` retriever's maintained index and the recall loss a run reports."""
+"""The approximate retrievers' maintained indexes (``hnsw``, ``ivf``) and the
+recall loss a run reports."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 import pandas as pd
@@ -13,15 +16,35 @@ from memsim.engine.batch import Batch, make_batches
 from memsim.engine.context import BatchContext
 from memsim.engine.inputs import _inputs
 from memsim.engine.state import PolicyState
-from memsim.policies.retrieval import HNSW
+from memsim.policies.retrieval import HNSW, IVF
 from memsim.core.rng import seed_sequence
 from memsim.data.stream import make_stream
 
 from .helpers import random_stream
 
-pytest.importorskip("hnswlib", reason="hnswlib is not installed (pip install -e '.[ann]')")
+from memsim.policies import retrieval  # noqa: E402
 
-from memsim.policies import retrieval  # noqa: E402  (after the skip: its index needs hnswlib)
+needs_hnswlib = pytest.mark.skipif(importlib.util.find_spec("hnswlib") is None,
+                                   reason="hnswlib is not installed (pip install -e '.[ann]')")
+needs_faiss = pytest.mark.skipif(importlib.util.find_spec("faiss") is None,
+                                 reason="faiss-cpu is not installed (pip install -e '.[ann]')")
+
+
+def approximate(kind, prefilter, **build):
+    """A retriever of ``kind`` that misses neighbours on the test streams
+    (``wide``: one that searches exhaustively, the exact nearest M)."""
+    if kind == "hnsw":
+        return HNSW(prefilter=prefilter, ef=8, **build)
+    return IVF(prefilter=prefilter, nlist=16, nprobe=2, train_size=300, **build)
+
+
+def wide(kind, prefilter):
+    if kind == "hnsw":
+        return HNSW(prefilter=prefilter, ef=5000)
+    return IVF(prefilter=prefilter, nlist=16, nprobe=16, train_size=300)
+
+
+KINDS = [pytest.param("hnsw", marks=needs_hnswlib), pytest.param("ivf", marks=needs_faiss)]
 
 
 def shuffled_stream(seed=0, n_notes=1500, n_queries=120, dim=8, expire=0.2):
@@ -58,6 +81,7 @@ def contexts(stream, tick=2.0):
         yield ctx
 
 
+@needs_hnswlib
 def test_a_grown_index_is_the_index_built_at_once():
     rng = np.random.default_rng(0)
     vec = rng.normal(size=(3000, 16)).astype(np.float32)
@@ -80,9 +104,36 @@ def test_a_grown_index_is_the_index_built_at_once():
     assert not np.array_equal(a, other.index.knn_query(q, k=10, num_threads=1)[0])
 
 
-def test_the_maintained_index_answers_as_one_built_for_each_batch():
+@needs_faiss
+def test_a_grown_ivf_is_the_ivf_built_at_once():
+    """Notes added in batches of any size (before, across and after the
+    training) land in the lists one build gives them, and queries probe the
+    same lists: the same answers."""
+    rng = np.random.default_rng(0)
+    vec = rng.normal(size=(3000, 16)).astype(np.float32)
+    q = rng.normal(size=(200, 16)).astype(np.float32)
+    r = IVF(prefilter=10, nlist=32, nprobe=3, train_size=700)
+    once = r.new_index(16, 3000)
+    once.grow(vec)
+    grown = r.new_index(16, 1)
+    cuts = np.sort(rng.choice(np.arange(1, 3000), 60, replace=False))
+    for part in np.split(vec, cuts):
+        grown.grow(part)
+        assert grown.ready == (grown.count >= 700)
+    assert grown.count == once.count == 3000
+    a = np.array([once.search_one(x, 10, r, None) for x in q])
+    b = np.array([grown.search_one(x, 10, r, None) for x in q])
+    np.testing.assert_array_equal(a, b)
+    assert (a >= 0).all()
+    other = IVF(prefilter=10, nlist=32, nprobe=3, train_size=700, seed=7).new_index(16, 3000)
+    other.grow(vec)
+    assert not np.array_equal(a, [other.search_one(x, 10, r, None) for x in q])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_maintained_index_answers_as_one_built_for_each_batch(kind):
     stream = shuffled_stream()
-    r = HNSW(prefilter=15, ef=8)
+    r = approximate(kind, 15)
     grown, rebuilt, sizes = [], [], []
     for ctx in contexts(stream):
         grown.append(r.prefilter_mask(ctx))
@@ -94,27 +145,30 @@ def test_the_maintained_index_answers_as_one_built_for_each_batch():
     for a, b in zip(grown, rebuilt):
         np.testing.assert_array_equal(a, b)
     # and the index is approximate here: not the exact nearest 15 everywhere
-    exact = [HNSW(prefilter=15, ef=5000).prefilter_mask(ctx) for ctx in contexts(stream)]
+    exact = [wide(kind, 15).prefilter_mask(ctx) for ctx in contexts(stream)]
     assert any((a != e).any() for a, e in zip(grown, exact))
 
 
-def test_one_index_serves_every_arm_and_a_new_replay_starts_again():
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_index_serves_every_arm_and_a_new_replay_starts_again(kind):
     stream = shuffled_stream(1)
     ctxs = list(contexts(stream))
-    a, b = HNSW(prefilter=10, ef=8), HNSW(prefilter=30, ef=40)  # same build parameters
+    a, b = approximate(kind, 10), wide(kind, 30)  # same build parameters
     a.prefilter_mask(ctxs[-1])
     index = a.index(ctxs[-1])[0]
     b.prefilter_mask(ctxs[-1])
     assert b.index(ctxs[-1])[0] is index  # shared
-    assert HNSW(M=8).index(ctxs[-1])[0] is not index  # other build parameters: its own
+    assert approximate(kind, 10, seed=8).index(ctxs[-1])[0] is not index  # its own
     first = a.index(ctxs[0])[0]  # fewer notes than it holds: a new index
     assert first is not index and first.count < index.count
 
 
-def test_evicted_and_unborn_notes_are_never_candidates():
+@pytest.mark.parametrize("kind", KINDS)
+def test_evicted_and_unborn_notes_are_never_candidates(kind):
     stream = shuffled_stream(2)
     rng = np.random.default_rng(3)
-    r = HNSW(prefilter=20, ef=10)
+    r = approximate(kind, 20) if kind == "hnsw" else IVF(prefilter=20, nlist=4, nprobe=2,
+                                                          train_size=300)
     checked = 0
     for ctx in contexts(stream):
         evicted = rng.random(len(ctx.idx)) < 0.4
@@ -131,15 +185,22 @@ def arms_of(tables):
     return [Arm(n, resolve_policy(t, n), None) for n, t in tables.items()]
 
 
+HNSW_TABLE = {"kind": "hnsw", "prefilter": 20, "ef": 4, "M": 4}
+IVF_TABLE = {"kind": "ivf", "prefilter": 20, "nlist": 32, "nprobe": 2, "train_size": 500}
 TABLES = {"exact": {"preset": "similarity-only", "retriever": {"kind": "cosine",
                                                                "prefilter": 20}},
-          "ann": {"preset": "similarity-only", "retriever": {"kind": "hnsw", "prefilter": 20,
-                                                              "ef": 4, "M": 4}},
-          "ann-capped": {"ranker": "product", "retriever": {"kind": "hnsw", "prefilter": 20,
-                                                             "ef": 4, "M": 4},
+          "ann": {"preset": "similarity-only", "retriever": HNSW_TABLE},
+          "ann-capped": {"ranker": "product", "retriever": HNSW_TABLE,
+                         "retention": {"kind": "capacity", "max_notes": 300}},
+          "ivf": {"preset": "similarity-only", "retriever": IVF_TABLE},
+          "ivf-capped": {"ranker": "product", "retriever": IVF_TABLE,
                          "retention": {"kind": "capacity", "max_notes": 300}}}
+#: each approximate arm searching exhaustively: the exact nearest M
+EXHAUSTIVE = {"ann": {"ef": 5000}, "ivf": {"nprobe": 32}}
 
 
+@needs_hnswlib
+@needs_faiss
 def test_a_run_reports_the_recall_loss_of_its_index():
     stream = random_stream(4, n_notes=2500, n_queries=300, dim=16)
     settings = SimSettings(tick_days=2.0)
@@ -147,18 +208,21 @@ def test_a_run_reports_the_recall_loss_of_its_index():
     arms = res.arms.set_index("policy")
     assert np.isnan(arms.loc["exact", "prefilter_overlap"])
     assert arms.loc["exact", "prefilter_sampled"] == 0
-    for name in ("ann", "ann-capped"):
+    for name in ("ann", "ann-capped", "ivf", "ivf-capped"):
         assert arms.loc[name, "prefilter_sampled"] == OVERLAP_QUERIES
-        assert 0.0 <= arms.loc[name, "prefilter_overlap"] < 1.0  # ef 4, M 4: it loses some
-    # the sampled queries' overlap, computed here from the exact and the index's candidates
+        # ef 4, M 4; 2 lists of 32: each loses some
+        assert 0.0 <= arms.loc[name, "prefilter_overlap"] < 1.0, name
+    # searching exhaustively, each finds every exact candidate
     wide = [Arm(n, resolve_policy({**TABLES[n], "retriever": {**TABLES[n]["retriever"],
-                                                               "ef": 5000}}, n), None)
-            for n in ("ann",)]
+                                                               **more}}, n), None)
+            for n, more in EXHAUSTIVE.items()]
     exact = simulate(stream, wide, settings, seed_sequence(0)).arms.set_index("policy")
-    assert exact.loc["ann", "prefilter_overlap"] == 1.0
+    assert (exact.loc[list(EXHAUSTIVE), "prefilter_overlap"] == 1.0).all()
     # the reference engine measures the same
     ref = reference.simulate(stream, arms_of(TABLES), settings, seed_sequence(0))
     pd.testing.assert_frame_equal(ref.arms, res.arms, check_exact=True)
+    for key in ("queries", "store"):
+        pd.testing.assert_frame_equal(getattr(ref, key), getattr(res, key), check_exact=True)
 
 
 def test_a_run_without_an_index_has_no_overlap_columns():
@@ -176,9 +240,11 @@ def test_the_sample_is_seeded_and_bounded():
     np.testing.assert_array_equal(overlap_sample(50), np.arange(50))
 
 
-def test_the_same_config_gives_the_same_numbers():
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_same_config_gives_the_same_numbers(kind):
     stream = shuffled_stream(6)
-    arms = arms_of({k: TABLES[k] for k in ("ann", "ann-capped")})
+    names = ("ann", "ann-capped") if kind == "hnsw" else ("ivf", "ivf-capped")
+    arms = arms_of({k: TABLES[k] for k in names})
     settings = SimSettings(tick_days=2.0, save_rankings=True)
     first = simulate(stream, arms, settings, seed_sequence(0))
     cache = ReplayCache(10**9)  # the same stream object again: its index starts again
@@ -214,6 +280,7 @@ retriever = { kind = "hnsw", prefilter = 20, ef = 4, M = 4 }
 """
 
 
+@needs_hnswlib
 def test_the_run_folder_and_memsim_run_report_it(tmp_path, capsys):
     from memsim.cli import _print_prefilter_overlap
     from memsim.reporting.report import prefilter_overlap_line

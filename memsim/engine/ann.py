@@ -1,7 +1,7 @@
 """An approximate prefilter and what it loses.
 
 A retriever that chooses its own prefilter (:meth:`Retriever.chooses_prefilter`:
-an approximate index, ``hnsw``) returns candidates that may miss some of the
+an approximate index, ``hnsw`` or ``ivf``) returns candidates that may miss some of the
 exact nearest M. Both engines take its candidates through
 :func:`chosen_prefilter`, which also compares them with the exact nearest M
 on a fixed sample of the replay's queries and adds up, in the arm's

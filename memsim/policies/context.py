@@ -61,7 +61,7 @@ class ScoringContext(Protocol):
         note norms (L,): what a retriever computes its similarity from.
     note_vectors, query_vectors : ndarray, shapes (L, D) and (Q, D)
         The note and query embeddings themselves, for a retriever that
-        searches an index of its own (``hnsw``). The engine's contexts also
+        searches an index of its own (``hnsw``, ``ivf``). The engine's contexts also
         offer ``notes``, the stream's note arrays (``emb``, ``created_at``
         by row; ``idx`` are rows of them), so that such a retriever keeps
         one index per stream instead of building one per batch.

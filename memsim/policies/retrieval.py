@@ -10,7 +10,9 @@ which the engine then calls instead of its own exact top-M search.
 
 from __future__ import annotations
 
+import abc
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,7 +23,7 @@ from memsim.core.params import Interval
 
 from .base import Retriever, ScoringContext, register
 
-__all__ = ["Cosine", "InverseSquaredL2", "HNSW", "GrowingIndex"]
+__all__ = ["Cosine", "InverseSquaredL2", "HNSW", "IVF", "GrowingIndex", "GrowingIVF"]
 
 
 def _inverse_norm(norm2: np.ndarray) -> np.ndarray:
@@ -93,9 +95,112 @@ def _hnswlib() -> Any:
     return hnswlib
 
 
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError as exc:
+        raise ConfigError("retriever 'ivf' needs the faiss-cpu package: pip install -e "
+                          "'.[ann]' (or pip install 'faiss-cpu>=1.8')") from exc
+    return faiss
+
+
+@dataclass(frozen=True, kw_only=True)
+class _IndexRetriever(Retriever):
+    """Cosine similarity over the candidates an approximate index returns: the
+    search and index upkeep shared by :class:`HNSW` and :class:`IVF`.
+
+    A subclass gives :meth:`new_index` (an empty index of its build
+    parameters: ``count``, ``ready``, ``grow``, ``search_one``,
+    ``search_open``) and :meth:`build_key` (the parameters two arms must
+    share to share an index).
+    """
+
+    prefilter: int = 100
+    _constraints: ClassVar[dict] = {"prefilter": Interval(1, None, integer=True)}
+
+    def similarity(self, ctx: ScoringContext) -> np.ndarray:
+        return _cosine(ctx)
+
+    def dot_scale(self, norm2: np.ndarray) -> np.ndarray:
+        return _inverse_norm(norm2)
+
+    def reads_uses(self) -> bool:
+        return False
+
+    @abc.abstractmethod
+    def new_index(self, dim: int, capacity: int) -> Any:
+        """An empty index of this retriever's build parameters."""
+
+    @abc.abstractmethod
+    def build_key(self) -> tuple:
+        """The build parameters: arms whose keys are equal share an index."""
+
+    def index(self, ctx: ScoringContext) -> tuple[Any, np.ndarray]:
+        """The index holding every note of ``ctx``, and each column's label
+        in it (L,): the stream's maintained index when ``ctx`` offers the
+        stream's notes (``ctx.notes``, rows ``ctx.idx``), else one built
+        here over ``ctx``'s notes."""
+        notes = getattr(ctx, "notes", None)
+        if notes is not None and hasattr(notes, "emb") and hasattr(notes, "created_at"):
+            return _stream_index(self, notes, np.asarray(ctx.idx))
+        vec = np.asarray(ctx.note_vectors, dtype=np.float32)
+        order = np.argsort(-np.asarray(ctx.age_created)[0], kind="stable")
+        index = self.new_index(vec.shape[1], len(vec))
+        index.grow(vec[order])
+        return index, _inverse(order)
+
+    def prefilter_mask(self, ctx: ScoringContext, mask: np.ndarray | None = None
+                       ) -> np.ndarray:
+        """(Q, L) bool: the notes the index returns for each query, among the
+        allowed ones (``mask``, default ``ctx.live``, else all)."""
+        q, n = len(ctx.t), len(ctx.idx)
+        if mask is None:
+            mask = ctx.live
+        allowed = (np.ones((q, n), dtype=bool) if mask is None
+                   else np.broadcast_to(np.asarray(mask, dtype=bool), (q, n)))
+        m = self.prefilter
+        count = np.count_nonzero(allowed, axis=1)  # one pass over the (Q, L) cells
+        small = count <= m
+        keep = np.zeros((q, n), dtype=bool)
+        keep[small] = allowed[small]
+        rows = np.flatnonzero(~small)
+        if not len(rows):
+            return keep
+        index, label = self.index(ctx)
+        if not index.ready:  # no index yet (too few notes to train one): exact search
+            keep[rows] = Retriever.prefilter_mask(self, ctx, allowed)[rows]
+            return keep
+        size = index.count
+        # the column of each label (-1: a note of the index ctx does not hold)
+        same = n == size and bool((label == np.arange(n)).all())
+        column = np.arange(n) if same else np.full(size, -1, dtype=np.int64)
+        if not same:
+            column[label] = np.arange(n)
+        qv = np.ascontiguousarray(np.asarray(ctx.query_vectors, dtype=np.float32))
+        every = same & (count[rows] == n)
+        open_rows = rows[every]  # every note of the index allowed: no filter
+        if len(open_rows):
+            found = index.search_open(qv[open_rows], m, self)
+            for r, labels in zip(open_rows.tolist(), found):
+                keep[r, column[labels[labels >= 0]]] = True
+        for r in rows[~every].tolist():
+            if same:
+                ok = allowed[r]
+            else:
+                ok = np.zeros(size, dtype=bool)
+                ok[label] = allowed[r]
+            labels = index.search_one(qv[r], m, self, ok)
+            if labels is None:  # the search could not return m notes: the exact top m
+                sim = np.where(allowed[r], _cosine_row(ctx, r), -np.inf)
+                keep[r, np.lexsort((np.arange(n), -sim))[:m]] = True
+            else:
+                keep[r, column[labels[labels >= 0]]] = True
+        return keep
+
+
 @register
 @dataclass(frozen=True, kw_only=True)
-class HNSW(Retriever):
+class HNSW(_IndexRetriever):
     """Cosine similarity over the candidates an approximate HNSW index returns.
 
     Scores are the :class:`Cosine` retriever's; the candidate set is what an
@@ -140,6 +245,9 @@ class HNSW(Retriever):
     control over a reproducible insertion order. Needs the ``ann`` extra
     (``pip install -e ".[ann]"``); without it the retriever validates and
     computes its similarity, and a run raises a ConfigError naming the extra.
+    Inserting costs a graph search per note (about 0.2-0.3 ms at 100k-400k
+    notes): where notes arrive as often as queries, :class:`IVF` is the
+    cheaper index to keep.
 
     Parameters
     ----------
@@ -156,94 +264,114 @@ class HNSW(Retriever):
     """
 
     name: ClassVar[str] = "hnsw"
-    prefilter: int = 100
     ef: int = 50
     M: int = 16
     ef_construction: int = 200
     seed: int = 100
     _constraints: ClassVar[dict] = {
-        "prefilter": Interval(1, None, integer=True),
         "ef": Interval(1, None, integer=True),
         "M": Interval(2, None, integer=True),
         "ef_construction": Interval(1, None, integer=True),
         "seed": Interval(0, 2**32 - 1, integer=True),
     }
 
-    def similarity(self, ctx: ScoringContext) -> np.ndarray:
-        return _cosine(ctx)
-
     def new_index(self, dim: int, capacity: int) -> GrowingIndex:
         """An empty index of this retriever's build parameters."""
         return GrowingIndex(dim=dim, capacity=capacity, M=self.M,
                             ef_construction=self.ef_construction, seed=self.seed)
 
-    def dot_scale(self, norm2: np.ndarray) -> np.ndarray:
-        return _inverse_norm(norm2)
+    def build_key(self) -> tuple:
+        return (self.M, self.ef_construction, self.seed)
 
-    def index(self, ctx: ScoringContext) -> tuple[GrowingIndex, np.ndarray]:
-        """The index holding every note of ``ctx``, and each column's label
-        in it (L,): the stream's maintained index when ``ctx`` offers the
-        stream's notes (``ctx.notes``, rows ``ctx.idx``), else one built
-        here over ``ctx``'s notes."""
-        notes = getattr(ctx, "notes", None)
-        if notes is not None and hasattr(notes, "emb") and hasattr(notes, "created_at"):
-            return _stream_index(self, notes, np.asarray(ctx.idx))
-        vec = np.asarray(ctx.note_vectors, dtype=np.float32)
-        order = np.argsort(-np.asarray(ctx.age_created)[0], kind="stable")
-        index = self.new_index(vec.shape[1], len(vec))
-        index.grow(vec[order])
-        return index, _inverse(order)
 
-    def prefilter_mask(self, ctx: ScoringContext, mask: np.ndarray | None = None
-                       ) -> np.ndarray:
-        """(Q, L) bool: the notes the index returns for each query, among the
-        allowed ones (``mask``, default ``ctx.live``, else all)."""
-        q, n = len(ctx.t), len(ctx.idx)
-        if mask is None:
-            mask = ctx.live
-        allowed = (np.ones((q, n), dtype=bool) if mask is None
-                   else np.broadcast_to(np.asarray(mask, dtype=bool), (q, n)))
-        m = self.prefilter
-        count = np.count_nonzero(allowed, axis=1)  # one pass over the (Q, L) cells
-        small = count <= m
-        keep = np.zeros((q, n), dtype=bool)
-        keep[small] = allowed[small]
-        rows = np.flatnonzero(~small)
-        if not len(rows):
-            return keep
-        index, label = self.index(ctx)
-        size = index.count
-        index.index.set_ef(self.ef)
-        # the column of each label (-1: a note of the graph ctx does not hold)
-        same = n == size and bool((label == np.arange(n)).all())
-        column = np.arange(n) if same else np.full(size, -1, dtype=np.int64)
-        if not same:
-            column[label] = np.arange(n)
-        qv = np.ascontiguousarray(np.asarray(ctx.query_vectors, dtype=np.float32))
-        every = same & (count[rows] == n)
-        open_rows = rows[every]  # every note of the graph allowed: one unfiltered call
-        if len(open_rows):
-            labels, _ = index.index.knn_query(qv[open_rows], k=m, num_threads=1)
-            keep[open_rows[:, None], column[labels.astype(np.int64)]] = True
-        for r in rows[~every]:
-            if same:
-                ok = allowed[r].tobytes()
-            else:
-                by_label = np.zeros(size, dtype=bool)
-                by_label[label] = allowed[r]
-                ok = by_label.tobytes()
-            try:  # the filter reads one byte per label: 1 allowed, 0 not
-                labels, _ = index.index.knn_query(qv[r:r + 1], k=m, num_threads=1,
-                                                  filter=ok.__getitem__)
-                keep[r, column[labels[0].astype(np.int64)]] = True
-            except RuntimeError:  # the filtered search found fewer than m
-                sim = np.where(allowed[r], _cosine_row(ctx, r), -np.inf)
-                top = np.lexsort((np.arange(n), -sim))[:m]
-                keep[r, top] = True
-        return keep
+@register
+@dataclass(frozen=True, kw_only=True)
+class IVF(_IndexRetriever):
+    """Cosine similarity over the candidates an inverted-file index returns.
 
-    def reads_uses(self) -> bool:
-        return False
+    The index of FAISS's ``IndexIVFFlat`` and pgvector's ``ivfflat``: the
+    notes' unit vectors are split into ``nlist`` lists by their nearest
+    centroid (spherical k-means, inner product), and a query scans only the
+    ``nprobe`` lists whose centroids are nearest to it, keeping the
+    ``prefilter`` notes of highest cosine among their live notes. Notes it
+    does not probe are never candidates: the recall loss of the index. A
+    query whose probed lists hold fewer than ``prefilter`` live notes gets
+    those only, as an IVF scan does (pgvector before its iterative scans); a
+    query with at most ``prefilter`` live notes gets all of them.
+
+    The index is maintained, as a store's is, and costs little to keep:
+    one index per stream and build parameters (``nlist``, ``train_size``,
+    ``seed``), shared by every arm that uses them. Until the store holds
+    ``train_size`` notes there is no index and the candidates are the exact
+    nearest ``prefilter`` (a table scanned without one); then the centroids
+    are trained once, on those first ``train_size`` notes in creation order
+    (FAISS's k-means, seeded, ten iterations, one thread), and every note is
+    added to its list as it arrives (a note's list never changes, as in a
+    deployed index whose centroids are not retrained). Notes are added in
+    creation order (ties by ``note_id``), in parts too small for FAISS's
+    matrix product, and each query is searched alone, so that each note's
+    list and each query's probes are computed from it alone (a matrix
+    product's last bits may depend on the batch): the candidates are a
+    function of the notes that exist, never of the batches, arms or earlier
+    replays.
+    Notes a query cannot see (created later, expired, evicted by its arm)
+    stay in their lists and are filtered out of its scan (an ``IDSelector``).
+
+    The engine measures what the index loses: on a seeded sample of up to
+    200 queries per replay it also takes the exact nearest M and reports
+    their overlap (``prefilter_overlap`` in ``arms.csv``). With ``nprobe =
+    nlist`` every list is scanned and the candidates are the exact nearest M
+    (up to the last bits of FAISS's inner products against numpy's cosine).
+
+    Why FAISS: the reference implementation of IVF indexes (k-means
+    training, inverted lists, filtered scans) with a small Python API.
+    Adding a note costs one comparison with each centroid (about 10-20 us),
+    where an HNSW insert is a graph search (0.2-0.3 ms): the index to keep
+    where notes arrive as often as queries. Needs the ``ann`` extra (``pip
+    install -e ".[ann]"``); without it the retriever validates and computes
+    its similarity, and a run raises a ConfigError naming the extra.
+
+    Parameters
+    ----------
+    prefilter : int >= 1
+        Candidates per query; default 100.
+    nlist : int >= 1
+        Lists (centroids); default 1024 (FAISS's advice is 4-16 sqrt(N)).
+    nprobe : int >= 1
+        Lists scanned per query (at most ``nlist``); default 32.
+    train_size : int >= nlist
+        Notes the centroids are trained on: the first ``train_size``, once
+        the store holds them; default 40,000 (about 39 per list, FAISS's
+        minimum).
+    seed : int >= 0
+        The k-means seed; default 1234 (FAISS's).
+    """
+
+    name: ClassVar[str] = "ivf"
+    nlist: int = 1024
+    nprobe: int = 32
+    train_size: int = 40_000
+    seed: int = 1234
+    _constraints: ClassVar[dict] = {
+        "nlist": Interval(1, None, integer=True),
+        "nprobe": Interval(1, None, integer=True),
+        "train_size": Interval(1, None, integer=True),
+        "seed": Interval(0, 2**31 - 1, integer=True),
+    }
+
+    def _check(self) -> None:
+        if self.nprobe > self.nlist:
+            self._fail("nprobe", f"at most nlist ({self.nlist})", self.nprobe)
+        if self.train_size < self.nlist:
+            self._fail("train_size", f"at least nlist ({self.nlist})", self.train_size)
+
+    def new_index(self, dim: int, capacity: int) -> GrowingIVF:
+        """An empty index of this retriever's build parameters."""
+        return GrowingIVF(dim=dim, nlist=self.nlist, train_size=self.train_size,
+                          seed=self.seed)
+
+    def build_key(self) -> tuple:
+        return (self.nlist, self.train_size, self.seed)
 
 
 class GrowingIndex:
@@ -258,6 +386,9 @@ class GrowingIndex:
     same n gives (``tests/test_ann_index.py`` checks it), whatever the
     capacity (``resize_index`` only reallocates).
     """
+
+    #: searched from its first note
+    ready = True
 
     def __init__(self, *, dim: int, capacity: int, M: int, ef_construction: int, seed: int):
         hnswlib = _hnswlib()
@@ -280,17 +411,136 @@ class GrowingIndex:
                              np.arange(self.count, need, dtype=np.int64), num_threads=1)
         self.count = need
 
+    def search_open(self, queries: np.ndarray, k: int, r: HNSW) -> np.ndarray:
+        """The labels (R, k) of each query's k nearest notes, every note allowed."""
+        self.index.set_ef(r.ef)
+        return self.index.knn_query(queries, k=k, num_threads=1)[0].astype(np.int64)
+
+    def search_one(self, query: np.ndarray, k: int, r: HNSW, ok: np.ndarray
+                   ) -> np.ndarray | None:
+        """The labels (k,) of the query's k nearest allowed notes (``ok`` by
+        label), or None when the filtered search cannot find k."""
+        self.index.set_ef(r.ef)
+        allowed = ok.tobytes()
+        try:  # the filter reads one byte per label: 1 allowed, 0 not
+            labels, _ = self.index.knn_query(query[None, :], k=k, num_threads=1,
+                                             filter=allowed.__getitem__)
+        except RuntimeError:  # the filtered search found fewer than k
+            return None
+        return labels[0].astype(np.int64)
+
+
+@contextmanager
+def _one_thread(faiss: Any):
+    """FAISS on one OpenMP thread (its k-means and scans are then the same
+    floats on every machine), restoring the process's setting after."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    """Each row divided by its norm, float32 (a zero row stays zero); each
+    row's floats computed from it alone."""
+    v = np.asarray(vectors, dtype=np.float32)
+    return v * _inverse_norm(np.einsum("ij,ij->i", v, v))[:, None]
+
+
+class GrowingIVF:
+    """A FAISS ``IndexIVFFlat`` (inner product over unit vectors) that notes
+    are only ever added to, in an insertion order, labelled ``0 .. count - 1``
+    in that order; trained on the first ``train_size`` notes once it holds
+    them (:attr:`ready`), before which it only keeps them.
+
+    Notes are added at most :attr:`chunk` at a time and queries searched one
+    by one: FAISS assigns fewer than ``distance_compute_blas_threshold``
+    vectors (20 in older releases, 128,000 in 1.15) to their centroids with
+    one inner product per pair, whose floats depend on that pair only, not
+    on a matrix product's blocking, so a note's list and a query's probes do
+    not depend on how the notes were batched (``tests/test_ann_index.py``).
+    """
+
+    def __init__(self, *, dim: int, nlist: int, train_size: int, seed: int):
+        self.faiss = _faiss()
+        self.dim, self.nlist, self.train_size, self.seed = dim, nlist, train_size, seed
+        #: notes held so far
+        self.count = 0
+        self.index: Any = None
+        self._held: list[np.ndarray] = []
+        self.chunk = max(1, int(self.faiss.cvar.distance_compute_blas_threshold) - 1)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the centroids are trained (the index can be searched)."""
+        return self.index is not None
+
+    def grow(self, vectors: np.ndarray) -> None:
+        """Add the next notes of the order, ``vectors`` (K, D)."""
+        if not len(vectors):
+            return
+        unit = _unit(vectors)
+        start, self.count = self.count, self.count + len(unit)
+        if self.index is None:
+            self._held.append(unit)
+            if self.count < self.train_size:
+                return
+            unit, start, self._held = np.concatenate(self._held), 0, []
+            self._train(unit[:self.train_size])
+        ids = np.arange(start, start + len(unit), dtype=np.int64)
+        with _one_thread(self.faiss):
+            for i in range(0, len(unit), self.chunk):
+                self.index.add_with_ids(unit[i:i + self.chunk], ids[i:i + self.chunk])
+
+    def _train(self, sample: np.ndarray) -> None:
+        faiss = self.faiss
+        quantizer = faiss.IndexFlatIP(self.dim)
+        index = faiss.IndexIVFFlat(quantizer, self.dim, self.nlist, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed = self.seed
+        index.cp.spherical = True  # unit centroids: the nearest by cosine
+        index.cp.niter = 10
+        # the advice of about 39 notes per list is the user's (train_size):
+        # no warning printed for fewer
+        index.cp.min_points_per_centroid = 1
+        with _one_thread(faiss):
+            index.train(np.ascontiguousarray(sample))
+        self._quantizer, self.index = quantizer, index  # the index reads the quantizer
+
+    def search_open(self, queries: np.ndarray, k: int, r: IVF) -> list[np.ndarray]:
+        """The labels of each query's k nearest notes in its probed lists
+        (-1 padded), every note allowed."""
+        return [self.search_one(q, k, r, None) for q in queries]
+
+    def search_one(self, query: np.ndarray, k: int, r: IVF, ok: np.ndarray | None
+                   ) -> np.ndarray:
+        """The labels (k,) of the query's k nearest allowed notes (``ok`` by
+        label; None: all) in its ``r.nprobe`` nearest lists, -1 where they
+        hold fewer."""
+        faiss = self.faiss
+        if ok is None:
+            params = faiss.SearchParametersIVF(nprobe=r.nprobe)
+        else:
+            bits = np.packbits(ok, bitorder="little")  # bit i of byte i >> 3: label i
+            sel = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=r.nprobe)
+        with _one_thread(faiss):
+            _, labels = self.index.search(np.ascontiguousarray(query[None, :]), k,
+                                          params=params)
+        return labels[0]
+
 
 class _StreamIndexes:
-    """A stream's creation order and its maintained indexes (one per build
-    parameters)."""
+    """A stream's creation order and its maintained indexes (one per
+    retriever kind and build parameters)."""
 
     def __init__(self, created_at: np.ndarray):
         #: note rows in creation order (ties by row, i.e. ``note_id``)
         self.order = np.argsort(np.asarray(created_at), kind="stable")
         #: each note row's place in it: its label in every index
         self.rank = _inverse(self.order)
-        self.indexes: dict[tuple, GrowingIndex] = {}
+        self.indexes: dict[tuple, Any] = {}
 
 
 #: the maintained indexes of each stream's notes (the engine's note arrays,
@@ -298,17 +548,17 @@ class _StreamIndexes:
 _STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _stream_index(retriever: HNSW, notes: Any, idx: np.ndarray
-                  ) -> tuple[GrowingIndex, np.ndarray]:
-    """The stream's index of ``retriever``'s build parameters, grown to hold
-    every note up to the last (in creation order) of the rows ``idx``, and
-    the labels of ``idx``."""
+def _stream_index(retriever: _IndexRetriever, notes: Any, idx: np.ndarray
+                  ) -> tuple[Any, np.ndarray]:
+    """The stream's index of ``retriever``'s kind and build parameters,
+    grown to hold every note up to the last (in creation order) of the rows
+    ``idx``, and the labels of ``idx``."""
     got = _STREAMS.get(notes)
     if got is None:
         got = _STREAMS[notes] = _StreamIndexes(notes.created_at)
     label = got.rank[idx]
     n = int(label.max()) + 1 if len(label) else 0
-    key = (retriever.M, retriever.ef_construction, retriever.seed)
+    key = (retriever.name, *retriever.build_key())
     index = got.indexes.get(key)
     if index is None or index.count > n:  # a new replay: its index starts again
         index = got.indexes[key] = retriever.new_index(notes.emb.shape[1], n)

@@ -423,7 +423,7 @@ def _focus_budget(run: RunResult, budgets: list) -> Any:
 #: what ``arms.csv``'s ``prefilter_overlap`` is, in the report and ``memsim run``
 PREFILTER_OVERLAP_WORDS = (
     "prefilter_overlap: the share of the exact nearest-M candidates that the policy's "
-    "approximate index (the hnsw retriever) returned, on up to 200 sampled queries per "
+    "approximate index (the hnsw or ivf retriever) returned, on up to 200 sampled queries per "
     "replicate (1: it lost none); n/a for an exact retriever.")
 
 
@@ -437,7 +437,7 @@ def prefilter_overlap_line(arms: pd.DataFrame | None) -> str | None:
     if not len(got):
         return None
     means = got.groupby("policy", sort=False)["prefilter_overlap"].mean()
-    return ("Approximate index (hnsw) vs the exact nearest M, share of the exact candidates "
+    return ("Approximate index (hnsw, ivf) vs the exact nearest M, share of the exact candidates "
             "returned (up to 200 sampled queries per replicate): "
             + ", ".join(f"{pol} {v:.3f}" for pol, v in means.items()) + ".")
 
