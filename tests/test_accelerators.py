@@ -97,6 +97,8 @@ def _policy(**slots) -> Policy:
 #: components whose defaults do nothing at this stream's size: the ivf
 #: retriever trains its index once the store holds 40,000 notes
 AT_TEST_SCALE = {"ivf": {"kind": "ivf", "nlist": 8, "nprobe": 2, "train_size": 200}}
+#: the optional package each approximate retriever's index needs
+NEEDS = {"hnsw": "hnswlib", "ivf": "faiss"}
 
 
 def _arms(slot: str, name: str) -> list[Arm]:
@@ -164,10 +166,8 @@ def test_every_accelerator_gives_the_reference_frames(slot, name):
     """The component's arms (per tick, and beside it per-query ones), with
     each accelerator set, and with each tick taken in parts
     (``max_tick_cells``) against the reference in the same parts."""
-    if name == "hnsw":
-        pytest.importorskip("hnswlib")
-    if name == "ivf":
-        pytest.importorskip("faiss")
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
     stream = _stream(0)
     arms = _arms(slot, name)
     # "hidden": the rankings also hold the oracle's notes outside the top C
@@ -202,10 +202,8 @@ def test_per_query_arms_walked_together_give_the_reference_frames(slot, name):
     corrections packed as one array, and the arms that stack scored as one;
     and with each tick taken in parts of about 4 queries (``max_tick_cells``),
     against the reference in the same parts."""
-    if name == "hnsw":
-        pytest.importorskip("hnswlib")
-    if name == "ivf":
-        pytest.importorskip("faiss")
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
     stream = _stream(0)
     arms = _arms(slot, name)
     settings = SimSettings(candidates=6, save_rankings="hidden", tick_days=2.0,

@@ -246,3 +246,13 @@ def test_ivf_candidates_are_live_notes_and_thin_lists_give_fewer():
     thin = IVF(prefilter=20, nlist=64, nprobe=1, train_size=300).prefilter_mask(ctx, live)
     assert not (thin & ~live).any()
     assert (thin[1:].sum(axis=1) < 20).all() and thin[1:].sum() > 0
+
+
+@needs_hnswlib
+def test_a_search_that_cannot_find_m_falls_back_to_the_exact_top_m(monkeypatch):
+    from memsim.policies import retrieval
+
+    live, ctx = half_live_store()
+    monkeypatch.setattr(retrieval.GrowingIndex, "search_one", lambda *a, **k: None)
+    got = HNSW(prefilter=20, ef=10).prefilter_mask(ctx)
+    np.testing.assert_array_equal(got, exact_top(ctx, 20, live))
