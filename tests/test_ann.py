@@ -15,7 +15,8 @@ from memsim.engine import Arm, SimSettings, simulate
 from memsim.core.errors import ConfigError
 from memsim.policies import build_component
 from memsim.policies.context import ArrayContext
-from memsim.policies.retrieval import HNSW, IVF, Cosine
+from memsim.policies import Retriever
+from memsim.policies.retrieval import HNSW, IVF, Cosine, pair_cosine, pair_dots
 from memsim.core.rng import seed_sequence
 from memsim.checks.testing import check_component
 
@@ -52,6 +53,69 @@ def half_live_store():
     return live, store(n=600, q=40, dim=8, live=live)
 
 
+def assert_exact_but_scores(res):
+    """The arms ``exact`` and ``ann`` rank, pack and measure alike; their
+    scores differ by float32 rounding at most (the index arm's cosine is
+    computed per cell, the exact arm's through the batch's product)."""
+    for frame in (res.queries, res.rankings):
+        got = {p: d.drop(columns="policy").reset_index(drop=True)
+               for p, d in frame.groupby("policy")}
+        scores = [c for c in got["exact"].columns if c == "score"]
+        assert got["exact"].drop(columns=scores).equals(got["ann"].drop(columns=scores))
+        for c in scores:
+            np.testing.assert_allclose(got["ann"][c], got["exact"][c], rtol=0, atol=4e-7)
+
+
+def assert_cosine_per_cell(r, ctx):
+    """``r``'s similarity is the cosine (to float32 rounding), computed per
+    cell: any rows and columns of it alone give the same floats."""
+    sim = r.similarity(ctx)
+    assert sim.dtype == np.float32
+    np.testing.assert_allclose(sim, Cosine().similarity(ctx), rtol=0, atol=4e-7)
+    rows, cols = np.array([2, 0]), np.array([7, 3, 3, 40])
+    part = pair_cosine(ctx.query_vectors[rows], ctx.note_vectors[cols],
+                       ctx.qnorm2[rows], ctx.nnorm2[cols])
+    np.testing.assert_array_equal(part, sim[np.ix_(rows, cols)])
+
+
+@settings(max_examples=100, deadline=None)
+@given(q=hnp.arrays(np.float32, hs.tuples(hs.integers(1, 4), hs.integers(1, 40)),
+                    elements=hs.floats(-1e3, 1e3, width=32)),
+       n=hs.integers(1, 6), seed=hs.integers(0, 2**32 - 1))
+def test_pair_dots_sum_each_pair_in_dimension_order(q, n, seed):
+    notes = np.random.default_rng(seed).normal(size=(n, q.shape[1])).astype(np.float32)
+    got = pair_dots(q, notes)
+    for i in range(len(q)):
+        for k in range(n):
+            want = np.float32(0.0)
+            for j in range(q.shape[1]):
+                want = np.float32(want + np.float32(q[i, j] * notes[k, j]))
+            assert got[i, k] == want or (np.isnan(got[i, k]) and np.isnan(want))
+    # a cell's floats do not depend on the cells computed with it
+    np.testing.assert_array_equal(pair_dots(q[-1:], notes[::-1]), got[-1:, ::-1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=hs.integers(0, 2**32 - 1), m=hs.integers(1, 30),
+       dim=hs.sampled_from([1, 3, 16, 64]), ties=hs.booleans())
+def test_index_retrievers_find_the_exact_nearest_m_without_every_cell(seed, m, dim, ties):
+    """``nearest`` (a matrix product, then the reachable cells per cell) is
+    the default's nearest M on the per-cell similarity, ties and all."""
+    rng = np.random.default_rng(seed)
+    notes = rng.normal(size=(60, dim)).astype(np.float32)
+    if ties:  # repeated notes: equal cosines, to the lower column
+        notes[rng.integers(0, 60, 20)] = notes[rng.integers(0, 60, 20)]
+        notes[rng.integers(0, 60, 3)] = 0.0
+    ctx = ArrayContext(t=np.zeros(5), created_at=np.zeros(60), note_emb=notes,
+                       query_emb=rng.normal(size=(5, dim)).astype(np.float32))
+    allowed = rng.random((5, 60)) < 0.8
+    rows = np.array([4, 1, 2])
+    r = IVF(prefilter=m, nlist=1, nprobe=1, train_size=1)
+    want = Retriever.nearest(r, ctx, allowed, rows)
+    np.testing.assert_array_equal(r.nearest(ctx, allowed, rows), want)
+    assert (want.sum(axis=1) == np.minimum(m, allowed[rows].sum(axis=1))).all()
+
+
 # -- the exact nearest M (the default prefilter, the overlap's reference) -------
 
 
@@ -78,7 +142,7 @@ def test_validates_and_scores_as_cosine_without_the_index():
     assert (r.ef, r.M, r.prefilter) == (20, 8, 50)
     check_component(r)
     ctx = store(n=50, q=4, dim=8)
-    np.testing.assert_array_equal(r.similarity(ctx), Cosine().similarity(ctx))
+    assert_cosine_per_cell(r, ctx)
 
 
 @pytest.mark.parametrize("param, value", [("ef", 0), ("M", 1), ("prefilter", 0),
@@ -106,12 +170,7 @@ def test_large_ef_gives_the_exact_prefilter_metrics():
                       "retriever": {"kind": "hnsw", "prefilter": 40, "ef": 2000}}}
     arms = [Arm(n, resolve_policy(t, n), None) for n, t in tables.items()]
     res = simulate(s, arms, SimSettings(tick_days=5.0, save_rankings=True), seed_sequence(0))
-    q = {p: d.drop(columns="policy").reset_index(drop=True)
-         for p, d in res.queries.groupby("policy")}
-    assert q["exact"].equals(q["ann"])
-    r = {p: d.drop(columns="policy").reset_index(drop=True)
-         for p, d in res.rankings.groupby("policy")}
-    assert r["exact"].equals(r["ann"])
+    assert_exact_but_scores(res)
 
 
 @needs_hnswlib
@@ -160,7 +219,7 @@ def test_ivf_validates_and_scores_as_cosine_without_the_index():
     assert (r.nlist, r.nprobe, r.train_size, r.prefilter) == (64, 8, 1000, 50)
     check_component(r)
     ctx = store(n=50, q=4, dim=8)
-    np.testing.assert_array_equal(r.similarity(ctx), Cosine().similarity(ctx))
+    assert_cosine_per_cell(r, ctx)
 
 
 @pytest.mark.parametrize("params, key", [({"nlist": 0}, "nlist"), ({"nprobe": 0}, "nprobe"),
@@ -188,10 +247,7 @@ def test_ivf_probing_every_list_gives_the_exact_prefilter_metrics():
               "ann": {"preset": "similarity-only", "retriever": ivf}}
     arms = [Arm(n, resolve_policy(t, n), None) for n, t in tables.items()]
     res = simulate(s, arms, SimSettings(tick_days=5.0, save_rankings=True), seed_sequence(0))
-    for frame in (res.queries, res.rankings):
-        got = {p: d.drop(columns="policy").reset_index(drop=True)
-               for p, d in frame.groupby("policy")}
-        assert got["exact"].equals(got["ann"])
+    assert_exact_but_scores(res)
     assert res.arms.set_index("policy").loc["ann", "prefilter_overlap"] == 1.0
 
 

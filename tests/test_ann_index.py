@@ -225,6 +225,28 @@ def test_a_run_reports_the_recall_loss_of_its_index():
         pd.testing.assert_frame_equal(getattr(ref, key), getattr(res, key), check_exact=True)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_index_arms_score_their_cells_without_the_batch_product(kind, monkeypatch):
+    """An index retriever's similarity is computed per cell: a replay of
+    index arms alone (per tick, capped, per query through the walk) never
+    multiplies the queries by every note, and both engines agree."""
+    names = ("ann", "ann-capped") if kind == "hnsw" else ("ivf", "ivf-capped")
+    tables = {n: TABLES[n] for n in names}
+    tables["per-query"] = {"preset": "hivemind", "retriever": TABLES[names[0]]["retriever"]}
+    stream = random_stream(4, n_notes=2500, n_queries=120, dim=16)  # two product blocks
+    settings = SimSettings(tick_days=2.0, save_rankings=True)
+
+    def refuse(self, scale):
+        raise AssertionError("the batch's similarity product was computed")
+
+    monkeypatch.setattr(Batch, "_blocks", refuse)
+    got = simulate(stream, arms_of(tables), settings, seed_sequence(0))
+    assert got.arms.set_index("policy").loc["per-query", "prefilter_sampled"] > 0
+    want = reference.simulate(stream, arms_of(tables), settings, seed_sequence(0))
+    for key in ("queries", "arms", "rankings", "store"):
+        pd.testing.assert_frame_equal(getattr(want, key), getattr(got, key), check_exact=True)
+
+
 def test_a_run_without_an_index_has_no_overlap_columns():
     stream = random_stream(5, n_notes=300, n_queries=40)
     res = simulate(stream, arms_of({"exact": TABLES["exact"]}), SimSettings(),

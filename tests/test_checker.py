@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from memsim.core.params import Interval
-from memsim.policies import REGISTRY, Breadth, Decay, Policy, Ranker, Retention, Stickiness
+from memsim.policies import (REGISTRY, Breadth, Decay, Policy, Ranker, Retention, Retriever,
+                             Stickiness)
 from memsim.checks.testing import CheckError, check_component, check_engine_paths
 from memsim.policies.rank import LangChainTimeWeighted
 
@@ -226,11 +227,25 @@ class CellsOwnSets(LangChainTimeWeighted):
         return self._find_sets(ctx, None if ctx.live is None else np.asarray(ctx.live))
 
 
+@dataclass(frozen=True, kw_only=True)
+class CenteredDots(Retriever):
+    """Declares its similarity per cell, and centres each row on its mean."""
+
+    name: ClassVar[str] = "centered-dots"
+    per_cell: ClassVar[bool] = True
+
+    def similarity(self, ctx):
+        dots = np.asarray(ctx.dots, dtype=np.float64)
+        return dots - dots.mean(axis=1, keepdims=True)
+
+
 # (component, the declaration named, a pattern of the values in the message)
 WRONG = [
     (CellsOwnSets, "scores_cells", r"gets combine\(\) = [0-9.e-]+ in the whole context and "
                                    r"[0-9.e-]+ among a third of its notes"),
     (BlindProduct, "uses_similarity", r"raised TypeError: "),
+    (CenteredDots, "per_cell", r"per_cell = True .* gets similarity [0-9.e-]+ in the whole "
+                               r"context and [0-9.e-]+ with every third note"),
     (HalfLifeUnder, "upper_bound", r"recency\(\) = 1\.0 > declared upper_bound\(\) = 0\.3"),
     (FloorAbove, "lower_bound", r"recency\(\) = [0-9.e-]+ < declared lower_bound\(\) = 0\.2"),
     (WrongRate, "exponential_form", r"exp\(-rate age\) = [0-9.e-]+ but recency\(\) = "),

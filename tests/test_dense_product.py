@@ -20,7 +20,7 @@ from memsim.engine.context import BatchContext
 from memsim.engine.inputs import _inputs
 from memsim.engine.state import PolicyState, Scratch, _subtract
 from memsim.engine.topc import top_candidates
-from memsim.policies.retrieval import HNSW, Cosine, InverseSquaredL2
+from memsim.policies.retrieval import HNSW, Cosine, InverseSquaredL2, pair_cosine
 
 from .helpers import random_stream
 
@@ -88,7 +88,12 @@ def test_blocked_similarity_equals_the_unblocked_one(small_scratch, monkeypatch,
     # the retriever's own computation from the batch's products: the same
     ctx = BatchContext(b, PolicyState(inp.notes, len(inp.actor_names)), rng)
     assert same_bits(Cosine().similarity(ctx), got)
-    assert ctx.similarity(HNSW()) is not got and same_bits(ctx.similarity(HNSW()), got)
+    # an index retriever's cosine is computed per cell, not from the product
+    per_cell = ctx.similarity(HNSW())
+    assert same_bits(per_cell, pair_cosine(inp.qemb[rows], inp.notes.emb[b.idx],
+                                           inp.qnorm2[rows], inp.notes.norm2[b.idx]))
+    seen = slice(None) if dead is None else ~dead[b.idx]  # the product skips the others
+    np.testing.assert_allclose(per_cell[:, seen], got[:, seen], rtol=0, atol=1e-5)
     # and the same top C over the live notes
     live = b.valid & ~(np.zeros(len(b.idx), bool) if dead is None else dead[b.idx])[None, :]
     ref = np.where(live, unblocked_cosine(inp, b), -np.inf)

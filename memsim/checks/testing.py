@@ -542,6 +542,13 @@ def _first(bad: np.ndarray) -> tuple[int, int]:
     return int(q), int(i)
 
 
+def _first_difference(whole: np.ndarray, part: np.ndarray) -> tuple[int, int] | None:
+    """The first cell (query, note) where ``part`` is not ``whole`` bit for
+    bit (NaN equals NaN), or None."""
+    bad = ~((part == whole) | (np.isnan(part) & np.isnan(whole)))
+    return _first(bad) if bad.any() else None
+
+
 def _promise_contexts(seed: int, contexts: Iterable[ContextFactory], sweep: bool = False
                       ) -> list[tuple[str, Any, bool]]:
     """(label, context, every note of default salience) to check promises on."""
@@ -583,9 +590,9 @@ def _elementwise(c: _Checker, check: str, what: str, f: Callable[[Any], Any], ct
     shape = (len(ctx.t), len(ctx.idx))
     whole = np.broadcast_to(np.asarray(c.call(what, f, ctx), dtype=np.float64), shape)[:, keep]
     part = np.broadcast_to(np.asarray(c.call(what, f, sub), dtype=np.float64), whole.shape)
-    bad = ~((part == whole) | (np.isnan(part) & np.isnan(whole)))
-    if bad.any():
-        q, i = _first(bad)
+    cell = _first_difference(whole, part)
+    if cell is not None:
+        q, i = cell
         c.fail(check, f"declaring {check}() declares {what} elementwise, but "
                f"{_note(ctx, q, int(keep[i]))} gets {_r(whole[q, i])} among all the notes and "
                f"{_r(part[q, i])} among a third of them ({label})")
@@ -783,9 +790,9 @@ def _check_scores_cells(c: _Checker, comp, seed: int, contexts) -> None:
             whole = np.broadcast_to(np.asarray(c.call(name, f, *args_whole, ctx)),
                                     (q, n))[:, keep]
             part = np.broadcast_to(np.asarray(c.call(name, f, *args_part, sub)), whole.shape)
-            bad = ~((part == whole) | (np.isnan(part) & np.isnan(whole)))
-            if bad.any():
-                qi, i = _first(bad)
+            cell = _first_difference(whole, part)
+            if cell is not None:
+                qi, i = cell
                 c.fail("scores_cells", f"declaring scores_cells declares that chosen cells "
                        f"(ctx.whole) get their values in the whole context, but "
                        f"{_note(ctx, qi, int(keep[i]))} gets {name}() = {_r(whole[qi, i])} in "
@@ -863,9 +870,36 @@ def _check_retention_promises(c: _Checker, comp, seed: int, contexts) -> None:
                    f"evicts {_note(ctx, 0, i)} ({label})")
 
 
+def _check_retriever_promises(c: _Checker, comp, seed: int, contexts) -> None:
+    """``per_cell``: every third note against every other query (a context of
+    those alone) gets the floats it gets in the whole context, bit for bit:
+    the engine computes such a similarity on the cells an arm scores only."""
+    if not comp.per_cell:
+        return
+    for label, ctx, _ in _promise_contexts(seed, contexts):
+        if not isinstance(ctx, ArrayContext) or ctx.note_emb is None or ctx.query_emb is None:
+            continue
+        rows, keep = np.arange(0, len(ctx.t), 2), np.arange(0, len(ctx.idx), 3)
+        sub = _subset(ctx, keep)
+        sub = ArrayContext(t=ctx.t[rows], query_emb=np.asarray(ctx.query_emb)[rows],
+                           **{k: getattr(sub, k) for k in _NOTE_COLUMNS
+                              if getattr(sub, k) is not None})
+        whole = np.asarray(c.call("similarity", comp.similarity, ctx))[np.ix_(rows, keep)]
+        part = np.asarray(c.call("similarity", comp.similarity, sub))
+        cell = _first_difference(whole, part)
+        if cell is not None:
+            q, i = cell
+            c.fail("per_cell", f"per_cell = True (the engine computes only the cells it "
+                   f"scores), but {_note(ctx, int(rows[q]), int(keep[i]))} gets similarity "
+                   f"{_r(whole[q, i])} in the whole context and {_r(part[q, i])} with every "
+                   f"third note and every other query ({label})")
+
+
 def _check_promises(c: _Checker, comp: Component, seed: int, contexts) -> None:
     slot = comp.slot
-    if slot == "decay":
+    if slot == "retriever":
+        _check_retriever_promises(c, comp, seed, contexts)
+    elif slot == "decay":
         _check_decay_promises(c, comp, seed, contexts)
     elif slot == "ranker":
         _check_ranker_promises(c, comp)

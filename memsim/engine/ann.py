@@ -3,7 +3,8 @@
 A retriever that chooses its own prefilter (:meth:`Retriever.chooses_prefilter`:
 an approximate index, ``hnsw`` or ``ivf``) returns candidates that may miss some of the
 exact nearest M. Both engines take its candidates through
-:func:`chosen_prefilter`, which also compares them with the exact nearest M
+:func:`chosen_cells` (the reference as a mask, :func:`chosen_prefilter`),
+which also compares them with the exact nearest M
 on a fixed sample of the replay's queries and adds up, in the arm's
 ``work`` counters, what it finds:
 
@@ -27,7 +28,7 @@ from memsim.policies import Retriever
 from memsim.core.rng import child, seed_sequence
 from .context import BatchContext
 
-__all__ = ["OVERLAP_QUERIES", "chosen_prefilter", "overlap_sample"]
+__all__ = ["OVERLAP_QUERIES", "chosen_cells", "chosen_prefilter", "overlap_sample"]
 
 #: queries per replay whose approximate candidates are compared with the exact ones
 OVERLAP_QUERIES = 200
@@ -49,32 +50,34 @@ def overlap_sample(n_queries: int) -> np.ndarray:
 
 def chosen_prefilter(ctx: BatchContext, retriever: Retriever, allowed: np.ndarray
                      ) -> np.ndarray:
-    """``retriever.prefilter_mask(ctx, allowed)`` as (Q, L) bool; for a
-    retriever that chooses its prefilter, the sampled queries of the batch
-    are also answered exactly (the default :meth:`Retriever.prefilter_mask`,
-    the nearest M by a full sort, on each one's row alone) and the overlap
-    counted in ``ctx.state.work`` (module docstring)."""
-    got = np.asarray(retriever.prefilter_mask(ctx, allowed), dtype=bool)
+    """The cells of :func:`chosen_cells` as a (Q, L) bool mask."""
+    keep = np.zeros(np.shape(allowed), dtype=bool)
+    keep[chosen_cells(ctx, retriever, allowed)] = True
+    return keep
+
+
+def chosen_cells(ctx: BatchContext, retriever: Retriever, allowed: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``retriever.prefilter_cells(ctx, allowed)`` (query rows, note
+    columns; ``allowed`` (Q, L) bool); for a retriever that chooses its
+    prefilter, the sampled queries of the batch are also answered exactly
+    (:meth:`Retriever.nearest`, the default prefilter's nearest M) and the
+    overlap counted in ``ctx.state.work`` (module docstring)."""
+    allowed = np.broadcast_to(np.asarray(allowed, dtype=bool), (len(ctx.t), len(ctx.idx)))
+    qi, cols = retriever.prefilter_cells(ctx, allowed)
     if not retriever.chooses_prefilter():
-        return got
+        return qi, cols
     batch = ctx.batch
     sample = overlap_sample(len(batch.relevance.query_ids))
     rows = np.flatnonzero(np.isin(batch.qrows, sample))
     if not len(rows):
-        return got
-    allowed = np.broadcast_to(allowed, got.shape)
-    exact = np.zeros((len(rows), got.shape[1]), dtype=bool)
-    for k, i in enumerate(rows.tolist()):
-        # the query's own row: its similarity alone, the same floats (a row
-        # made here only is not left in the batch's cache)
-        kept = ("row", i) in batch.cache
-        one = batch.row(i) if len(batch.t) > 1 else batch
-        exact[k] = Retriever.prefilter_mask(retriever, BatchContext(one, ctx.state, ctx.rng),
-                                            allowed[i:i + 1])[0]
-        if not kept:
-            batch.cache.pop(("row", i), None)
+        return qi, cols
+    exact = retriever.nearest(ctx, allowed, rows)
+    at = np.full(len(ctx.t), -1, dtype=np.int64)
+    at[rows] = np.arange(len(rows))  # each sampled query's row of ``exact``
+    hit = at[qi] >= 0
     work = ctx.state.work
     work["overlap-queries"] += len(rows)
     work["overlap-exact"] += int(exact.sum())
-    work["overlap-found"] += int((exact & got[rows]).sum())
-    return got
+    work["overlap-found"] += int(exact[at[qi[hit]], cols[hit]].sum())
+    return qi, cols

@@ -175,11 +175,12 @@ class BatchContext(_ArmCells):
 
     @property
     def nnorm2(self) -> np.ndarray:
-        return self.notes.norm2[self.idx]
+        return self.notes.norm2[self.batch.rows]
 
     @property
     def note_vectors(self) -> np.ndarray:
-        return self.notes.emb[self.idx]
+        # the batch's rows: a view when they are consecutive (no copy of the store)
+        return self.notes.emb[self.batch.rows]
 
     @property
     def query_vectors(self) -> np.ndarray:
@@ -194,9 +195,16 @@ class BatchContext(_ArmCells):
         return cache[key]
 
     def similarity(self, retriever) -> np.ndarray:
-        """The retriever's similarity (Q, L), shared across arms: the batch's
-        scaled product when the retriever is one (:meth:`Batch.scaled_similarity`,
-        no (Q, L) dot products), else what the retriever computes."""
+        """The retriever's similarity (Q, L), shared across arms: computed on
+        the batch's own cells when the retriever computes it per cell
+        (``Retriever.per_cell``: a view of a batch, an arm's candidates,
+        computes its cells alone, not the batch's product), else the batch's
+        scaled product when the retriever is one
+        (:meth:`Batch.scaled_similarity`, no (Q, L) dot products), else what
+        the retriever computes."""
+        if retriever.per_cell:
+            return self.shared(("similarity", retriever.name),
+                               lambda: retriever.similarity(self))
         got = self.batch.scaled_similarity(retriever)
         if got is not None:
             return got

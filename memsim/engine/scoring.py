@@ -8,7 +8,7 @@ import numpy as np
 
 from memsim.core.errors import ConfigError
 from memsim.policies import Policy
-from .ann import chosen_prefilter
+from .ann import chosen_cells
 from .arms import _pack_all, _Packed
 from .context import BatchContext
 from .prefilter import level_prefilter, _chosen_top, _prefilter_top
@@ -39,17 +39,17 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
         ctx = BatchContext(batch, st, rng)
         ctx.set_live_lazily(batch.valid, st.evicted[batch.rows])
         return ctx, batch
-    mask = cells = None
+    mask = cells = chosen = None
     ctx = BatchContext(batch, st, rng)
     if policy.retriever.prefilter:
         if fast and not policy.retriever.chooses_prefilter():
             # the exact nearest M, through the batch's similarity levels
             mask, cells = level_prefilter(ctx, policy.retriever, st.evicted[batch.rows])
         else:  # the retriever's own (an ANN index's, or the exact one by a full sort)
-            mask = batch.valid & ~st.evicted[batch.rows][None, :]
-            mask = mask & chosen_prefilter(ctx, policy.retriever, mask)
+            chosen = chosen_cells(ctx, policy.retriever,
+                                  batch.valid & ~st.evicted[batch.rows][None, :])
         if fb.touches_before_scoring and touch_before:
-            qi, li = nonzero2(mask)
+            qi, li = nonzero2(mask) if chosen is None else chosen
             st.touch(batch.idx[li], batch.actors[qi], batch.t[qi], fb)
             ctx = BatchContext(batch, st, rng)
         if cells is not None and not st.prune_off and _cells_scorable(policy):
@@ -58,9 +58,16 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
         elif fast and not policy.ranker.set_dependent:
             # only the prefilter's notes can be ranked: score those columns
             # alone (their union over the batch's queries)
-            cols = np.flatnonzero(mask.any(axis=0))
-            batch, mask = batch.subset(cols), mask[:, cols]
+            if chosen is None:
+                cols = np.flatnonzero(mask.any(axis=0))
+                mask = mask[:, cols]
+            else:
+                cols = np.unique(chosen[1])
+                mask = _cells_mask(len(batch.t), cols, *chosen)
+            batch = batch.subset(cols)
             ctx = BatchContext(batch, st, rng)
+        if chosen is not None and mask is None:
+            mask = _cells_mask(len(batch.t), np.arange(len(batch.idx)), *chosen)
     if mask is None:
         mask = batch.valid & ~st.evicted[batch.rows][None, :]
     if policy.ranker.needs_logged:
@@ -71,6 +78,14 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
         mask = mask & np.isfinite(ctx.logged_rank)
     ctx.live = mask
     return ctx, batch
+
+
+def _cells_mask(q: int, cols: np.ndarray, qi: np.ndarray, li: np.ndarray) -> np.ndarray:
+    """(Q, len(cols)) bool: the cells (``qi``, ``li``) over the columns
+    ``cols`` (ascending, holding every ``li``)."""
+    mask = np.zeros((q, len(cols)), dtype=bool)
+    mask[qi, np.searchsorted(cols, li)] = True
+    return mask
 
 
 def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,

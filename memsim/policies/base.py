@@ -256,6 +256,12 @@ class Retriever(Component):
     """
 
     slot: ClassVar[str] = "retriever"
+    #: True when :meth:`similarity` at a cell depends on that query and note
+    #: alone, bit for bit, whichever other queries and notes the context
+    #: holds (a dot product computed per pair, not by a matrix product,
+    #: whose last bits depend on its blocking): the engine then computes
+    #: it on the cells an arm scores only, without the batch's product.
+    per_cell: ClassVar[bool] = False
     prefilter: int = 0
     _constraints: ClassVar[dict] = {"prefilter": Interval(0, None, integer=True)}
 
@@ -277,13 +283,31 @@ class Retriever(Component):
         accelerator) unless the class overrides it
         (:meth:`chooses_prefilter`).
         """
-        sim = np.asarray(ctx.similarity(self))
-        q, n = sim.shape
+        q, n = len(ctx.t), len(ctx.idx)
         if mask is None:
             mask = ctx.live
         allowed = (np.ones((q, n), dtype=bool) if mask is None
                    else np.broadcast_to(np.asarray(mask, dtype=bool), (q, n)))
-        return _nearest(np.where(allowed, sim, -np.inf), self.prefilter)
+        return Retriever.nearest(self, ctx, allowed, np.arange(q))
+
+    def prefilter_cells(self, ctx: ScoringContext, allowed: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """The cells of :meth:`prefilter_mask` among the ``allowed`` ones
+        ((Q, L) bool): (query rows, note columns), row-major, each row's
+        columns ascending. A retriever that finds its candidates query by
+        query (an index) gives them without a (Q, L) mask."""
+        return np.nonzero(np.asarray(self.prefilter_mask(ctx, allowed), dtype=bool) & allowed)
+
+    def nearest(self, ctx: ScoringContext, allowed: np.ndarray, rows: np.ndarray
+                ) -> np.ndarray:
+        """(R, L) bool: the exact nearest M of the queries ``rows`` (R,),
+        among the notes ``allowed`` (Q, L): the M allowed notes of highest
+        :meth:`similarity`, ties to the lower column, a NaN never kept (the
+        default :meth:`prefilter_mask`, and the reference an approximate
+        index's candidates are compared with). A retriever may find the same
+        notes faster."""
+        sim = np.asarray(ctx.similarity(self))[rows]
+        return _nearest(np.where(allowed[rows], sim, -np.inf), self.prefilter)
 
     def dot_scale(self, norm2: np.ndarray) -> np.ndarray | None:
         """Per-vector factors ``s`` (float32, the shape of ``norm2``) when

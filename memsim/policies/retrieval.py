@@ -23,7 +23,8 @@ from memsim.core.params import Interval
 
 from .base import Retriever, ScoringContext, _nearest, register
 
-__all__ = ["Cosine", "InverseSquaredL2", "HNSW", "IVF", "GrowingIndex", "GrowingIVF"]
+__all__ = ["Cosine", "InverseSquaredL2", "HNSW", "IVF", "GrowingIndex", "GrowingIVF",
+           "pair_cosine", "pair_dots"]
 
 
 def _inverse_norm(norm2: np.ndarray) -> np.ndarray:
@@ -31,6 +32,40 @@ def _inverse_norm(norm2: np.ndarray) -> np.ndarray:
     factor of a query or a note (:meth:`Retriever.dot_scale`)."""
     with np.errstate(divide="ignore"):
         return np.where(norm2 > 0, 1.0 / np.sqrt(norm2), 0.0).astype(np.float32)
+
+
+def pair_dots(queries: np.ndarray, notes: np.ndarray) -> np.ndarray:
+    """The dot products (Q, K) of ``queries`` (Q, D) and ``notes`` (K, D) in
+    float32, each the sum of its pair's products in dimension order
+    (``((q0 n0 + q1 n1) + q2 n2) + ...``): a cell's floats depend on its
+    query and note alone, not on the others computed with it, as a matrix
+    product's do (BLAS tiles and reorders the sums). One elementwise
+    multiply-add per dimension over the (Q, K) cells."""
+    qv = np.asarray(queries, dtype=np.float32)
+    nv = np.asarray(notes, dtype=np.float32)
+    q, d = qv.shape
+    k = len(nv)
+    out = np.zeros((q, k), dtype=np.float32)
+    if not (q and k and d):
+        return out
+    nt = np.ascontiguousarray(nv.T)  # (D, K): each dimension's row read once
+    np.multiply(qv[:, :1], nt[0], out=out)
+    term = np.empty_like(out)
+    for j in range(1, d):
+        np.multiply(qv[:, j:j + 1], nt[j], out=term)
+        out += term
+    return out
+
+
+def pair_cosine(queries: np.ndarray, notes: np.ndarray, qnorm2: np.ndarray,
+                nnorm2: np.ndarray) -> np.ndarray:
+    """The cosine (Q, K) of each pair, per cell: :func:`pair_dots` scaled as
+    :func:`_cosine` scales the product, ``(dots * 1/|q|) * 1/|n|`` in
+    float32 (zero vectors get 0)."""
+    sim = pair_dots(queries, notes)
+    sim *= _inverse_norm(np.asarray(qnorm2))[:, None]
+    sim *= _inverse_norm(np.asarray(nnorm2))[None, :]
+    return sim
 
 
 def _cosine(ctx: ScoringContext) -> np.ndarray:
@@ -115,17 +150,46 @@ class _IndexRetriever(Retriever):
     share to share an index).
     """
 
+    per_cell: ClassVar[bool] = True
     prefilter: int = 100
     _constraints: ClassVar[dict] = {"prefilter": Interval(1, None, integer=True)}
 
     def similarity(self, ctx: ScoringContext) -> np.ndarray:
-        return _cosine(ctx)
+        """The cosine of each pair, computed per cell (:func:`pair_cosine`):
+        an arm scores only its candidates' cells, so the engine computes
+        those alone instead of the batch's whole product."""
+        return pair_cosine(ctx.query_vectors, ctx.note_vectors, ctx.qnorm2, ctx.nnorm2)
 
     def dot_scale(self, norm2: np.ndarray) -> np.ndarray:
         return _inverse_norm(norm2)
 
     def reads_uses(self) -> bool:
         return False
+
+    def nearest(self, ctx: ScoringContext, allowed: np.ndarray, rows: np.ndarray
+                ) -> np.ndarray:
+        """The exact nearest M (:meth:`Retriever.nearest`: the same notes),
+        without the similarity of every cell: a float32 matrix product of
+        the rows with the notes finds the cells whose cosine may reach the
+        M-th highest (:func:`_reachable`), and only those are computed per
+        cell and ranked."""
+        allowed = np.asarray(allowed[rows], dtype=bool)
+        keep = np.zeros(allowed.shape, dtype=bool)
+        if not keep.size:
+            return keep
+        qv = np.asarray(ctx.query_vectors, dtype=np.float32)[rows]
+        nv = np.asarray(ctx.note_vectors, dtype=np.float32)
+        qn2, nn2 = np.asarray(ctx.qnorm2)[rows], np.asarray(ctx.nnorm2)
+        approx = qv @ nv.T
+        approx *= _inverse_norm(qn2)[:, None]
+        approx *= _inverse_norm(nn2)[None, :]
+        near = _reachable(approx, allowed, self.prefilter, nv.shape[1])
+        for i in range(len(keep)):
+            cols = np.flatnonzero(near[i])
+            sim = pair_cosine(qv[i:i + 1], nv[cols], qn2[i:i + 1], nn2[cols])
+            # the candidates in column order: ties still go to the lower column
+            keep[i, cols] = _nearest(sim, self.prefilter)[0]
+        return keep
 
     @abc.abstractmethod
     def new_index(self, dim: int, capacity: int) -> Any:
@@ -158,18 +222,42 @@ class _IndexRetriever(Retriever):
             mask = ctx.live
         allowed = (np.ones((q, n), dtype=bool) if mask is None
                    else np.broadcast_to(np.asarray(mask, dtype=bool), (q, n)))
-        m = self.prefilter
-        count = np.count_nonzero(allowed, axis=1)  # one pass over the (Q, L) cells
-        small = count <= m
         keep = np.zeros((q, n), dtype=bool)
-        keep[small] = allowed[small]
+        keep[self.prefilter_cells(ctx, allowed)] = True
+        return keep
+
+    def prefilter_cells(self, ctx: ScoringContext, allowed: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`prefilter_mask`'s cells, (query rows, note columns), each
+        row's columns ascending, the rows in order: the index's answers
+        without a (Q, L) mask of them."""
+        q, n = allowed.shape
+        m = self.prefilter
+        # row by row: np.count_nonzero over an axis is a sum, several times slower
+        count = np.array([np.count_nonzero(row) for row in allowed], dtype=np.int64)
+        small = count <= m
+        found: list[np.ndarray | None] = [None] * q
+        for r in np.flatnonzero(small).tolist():  # at most m allowed: every one
+            found[r] = np.flatnonzero(allowed[r])
         rows = np.flatnonzero(~small)
-        if not len(rows):
-            return keep
-        index, label = self.index(ctx)
-        if not index.ready:  # no index yet (too few notes to train one): exact search
-            keep[rows] = Retriever.prefilter_mask(self, ctx, allowed)[rows]
-            return keep
+        if len(rows):
+            index, label = self.index(ctx)
+            if not index.ready:  # no index yet (too few notes to train one): exact search
+                exact = self.nearest(ctx, allowed, rows)
+                for k, r in enumerate(rows.tolist()):
+                    found[r] = np.flatnonzero(exact[k])
+            else:
+                self._search(ctx, allowed, rows, count, index, label, found)
+        cols = [np.zeros(0, dtype=np.int64) if f is None else f for f in found]
+        qi = np.repeat(np.arange(q), [len(c) for c in cols])
+        return qi, (np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64))
+
+    def _search(self, ctx: ScoringContext, allowed: np.ndarray, rows: np.ndarray,
+                count: np.ndarray, index: Any, label: np.ndarray, found: list) -> None:
+        """The columns (ascending) the index returns for each query of
+        ``rows``, into ``found``."""
+        q, n = allowed.shape
+        m = self.prefilter
         size = index.count
         # the column of each label (-1: a note of the index ctx does not hold)
         same = n == size and bool((label == np.arange(n)).all())
@@ -180,9 +268,8 @@ class _IndexRetriever(Retriever):
         every = same & (count[rows] == n)
         open_rows = rows[every]  # every note of the index allowed: no filter
         if len(open_rows):
-            found = index.search_open(qv[open_rows], m, self)
-            for r, labels in zip(open_rows.tolist(), found):
-                keep[r, column[labels[labels >= 0]]] = True
+            for r, labels in zip(open_rows.tolist(), index.search_open(qv[open_rows], m, self)):
+                found[r] = np.sort(column[labels[labels >= 0]])
         for r in rows[~every].tolist():
             if same:
                 ok = allowed[r]
@@ -191,11 +278,9 @@ class _IndexRetriever(Retriever):
                 ok[label] = allowed[r]
             labels = index.search_one(qv[r], m, self, ok)
             if labels is None:  # the search could not return m notes: the exact top m
-                sim = np.where(allowed[r], _cosine_row(ctx, r), -np.inf)
-                keep[r] = _nearest(sim[None, :], m)[0]
+                found[r] = np.flatnonzero(self.nearest(ctx, allowed, np.array([r]))[0])
             else:
-                keep[r, column[labels[labels >= 0]]] = True
-        return keep
+                found[r] = np.sort(column[labels[labels >= 0]])
 
 
 @register
@@ -574,11 +659,30 @@ def _inverse(order: np.ndarray) -> np.ndarray:
     return inv
 
 
-def _cosine_row(ctx: ScoringContext, r: int) -> np.ndarray:
-    """Row ``r`` of the cosine similarity (L,)."""
-    q = np.asarray(ctx.query_vectors, dtype=np.float32)[r]
-    v = np.asarray(ctx.note_vectors, dtype=np.float32)
-    qn = float(np.linalg.norm(q))
-    vn = np.linalg.norm(v, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where((vn > 0) & (qn > 0), (v @ q) / (vn * qn), 0.0)
+def _reachable(approx: np.ndarray, allowed: np.ndarray, m: int, dim: int) -> np.ndarray:
+    """(R, L) bool: the allowed cells whose per-cell cosine may be among
+    their row's ``m`` highest, from ``approx``, the same cosines through a
+    matrix product.
+
+    Two float32 dot products of the same ``dim`` terms, summed in any order,
+    differ by at most ``2 gamma |q| |n|`` (``gamma = dim u / (1 - dim u)``,
+    ``u = 2**-24``; Higham, *Accuracy and Stability of Numerical
+    Algorithms*, 3.1), so two cosines scaled by the same factors by at most
+    ``delta = 2 gamma + 6u`` (the two float32 scalings). With ``kth`` the
+    row's ``m``-th highest approximate value, ``m`` allowed notes have a
+    cosine of at least ``kth - delta``; a note whose approximate value is
+    below ``kth - 2 delta`` has a cosine below that, and is not among the
+    ``m`` highest. Kept: every other allowed cell (non-finite ones too, left
+    to the exact ranking); the bound is doubled for margin."""
+    u = 2.0 ** -24
+    gamma = dim * u / (1 - dim * u)
+    delta = 2 * gamma + 6 * u
+    key = np.where(allowed & ~np.isnan(approx), approx, -np.inf)
+    n = key.shape[1]
+    if m >= n:
+        return allowed.copy()
+    kth = np.partition(key, n - m, axis=1)[:, n - m].astype(np.float64)
+    # the threshold in float64, then the float32 at or below it
+    low = (kth - 4 * delta).astype(key.dtype)
+    low = np.where(low > kth - 4 * delta, np.nextafter(low, -np.inf), low)[:, None]
+    return allowed & ((key >= low) | ~np.isfinite(approx))
