@@ -228,11 +228,15 @@ def test_a_run_reports_the_recall_loss_of_its_index():
 @pytest.mark.parametrize("kind", KINDS)
 def test_index_arms_score_their_cells_without_the_batch_product(kind, monkeypatch):
     """An index retriever's similarity is computed per cell: a replay of
-    index arms alone (per tick, capped, per query through the walk) never
-    multiplies the queries by every note, and both engines agree."""
+    index arms alone (per tick, capped, per query through the walk, a
+    set-dependent ranker) never multiplies the queries by every note, and
+    both engines agree."""
     names = ("ann", "ann-capped") if kind == "hnsw" else ("ivf", "ivf-capped")
     tables = {n: TABLES[n] for n in names}
-    tables["per-query"] = {"preset": "hivemind", "retriever": TABLES[names[0]]["retriever"]}
+    index = TABLES[names[0]]["retriever"]
+    tables["per-query"] = {"preset": "hivemind", "retriever": index}
+    # a set-dependent ranker scores every live note of its context, query by query
+    tables["set-dependent"] = {"preset": "generative-agents", "retriever": index}
     stream = random_stream(4, n_notes=2500, n_queries=120, dim=16)  # two product blocks
     settings = SimSettings(tick_days=2.0, save_rankings=True)
 

@@ -204,7 +204,7 @@ class BatchContext(_ArmCells):
         the retriever computes."""
         if retriever.per_cell:
             return self.shared(("similarity", retriever.name),
-                               lambda: retriever.similarity(self))
+                               lambda: _per_cell_similarity(self, retriever))
         got = self.batch.scaled_similarity(retriever)
         if got is not None:
             return got
@@ -443,6 +443,19 @@ class _GatheredContext(_ArmCells):
     @property
     def query_actor(self) -> np.ndarray:
         return self.full.query_actor[self.rows]
+
+
+def _per_cell_similarity(ctx: BatchContext, retriever) -> np.ndarray:
+    """A per-cell retriever's similarity on ``ctx``: a query row of a batch
+    (:meth:`Batch.row`, the batch's columns) takes its row of the batch's,
+    computed once for every row (the same floats: each cell alone); any
+    other context computes its own cells (an arm's candidates' columns)."""
+    batch = ctx.batch
+    view = batch._view
+    if view is not None and view[1] is not None and view[2] is None:
+        base = BatchContext(batch._base(), ctx.state, ctx.rng)
+        return batch._cells_of(base.similarity(retriever))
+    return retriever.similarity(ctx)
 
 
 class RowsContext:
