@@ -242,7 +242,8 @@ class _IndexRetriever(Retriever):
         rows = np.flatnonzero(~small)
         if len(rows):
             index, label = self.index(ctx)
-            if not index.ready:  # no index yet (too few notes to train one): exact search
+            if not index.searchable(int(label.max()) + 1 if len(label) else 0):
+                # no index yet (too few notes to train one): exact search
                 exact = self.nearest(ctx, allowed, rows)
                 for k, r in enumerate(rows.tolist()):
                     found[r] = np.flatnonzero(exact[k])
@@ -259,19 +260,22 @@ class _IndexRetriever(Retriever):
         q, n = allowed.shape
         m = self.prefilter
         size = index.count
+        # ctx's columns are the index's first n labels, in order (a store in
+        # creation order; the index may hold later notes, which no query of
+        # ctx sees: a filter of n labels leaves them out)
+        prefix = bool((label == np.arange(n)).all())
         # the column of each label (-1: a note of the index ctx does not hold)
-        same = n == size and bool((label == np.arange(n)).all())
-        column = np.arange(n) if same else np.full(size, -1, dtype=np.int64)
-        if not same:
+        column = np.arange(n) if prefix else np.full(size, -1, dtype=np.int64)
+        if not prefix:
             column[label] = np.arange(n)
         qv = np.ascontiguousarray(np.asarray(ctx.query_vectors, dtype=np.float32))
-        every = same & (count[rows] == n)
+        every = prefix & (n == size) & (count[rows] == n)
         open_rows = rows[every]  # every note of the index allowed: no filter
         if len(open_rows):
             for r, labels in zip(open_rows.tolist(), index.search_open(qv[open_rows], m, self)):
                 found[r] = np.sort(column[labels[labels >= 0]])
         for r in rows[~every].tolist():
-            if same:
+            if prefix:
                 ok = allowed[r]
             else:
                 ok = np.zeros(size, dtype=bool)
@@ -401,6 +405,10 @@ class IVF(_IndexRetriever):
     replays.
     Notes a query cannot see (created later, expired, evicted by its arm)
     stay in their lists and are filtered out of its scan (an ``IDSelector``).
+    So a replay of the same stream that starts again (a sweep's next trial,
+    through a :class:`~memsim.engine.ReplayCache`) keeps the index as it is:
+    its later notes are not live yet, and the store searches it once it
+    holds ``train_size`` notes, as a fresh one would.
 
     The engine measures what the index loses: on a seeded sample of up to
     200 queries per replay it also takes the exact nearest M and reports
@@ -475,6 +483,14 @@ class GrowingIndex:
 
     #: searched from its first note
     ready = True
+    #: a graph holding later notes is another graph (they are neighbours of
+    #: earlier ones): a replay that starts again starts a new index
+    serves_prefix = False
+
+    def searchable(self, n: int) -> bool:
+        """Whether a store of the first ``n`` notes is searched through the
+        index: always (a graph answers from its first note)."""
+        return True
 
     def __init__(self, *, dim: int, capacity: int, M: int, ef_construction: int, seed: int):
         hnswlib = _hnswlib()
@@ -558,10 +574,22 @@ class GrowingIVF:
         self._held: list[np.ndarray] = []
         self.chunk = max(1, int(self.faiss.cvar.distance_compute_blas_threshold) - 1)
 
+    #: an index holding later notes answers for the first n as one built on
+    #: them: a note's list depends on the centroids and that note alone, and
+    #: a scan skips the notes its filter leaves out (later notes are not
+    #: live), so a replay that starts again keeps the index
+    serves_prefix = True
+
     @property
     def ready(self) -> bool:
         """Whether the centroids are trained (the index can be searched)."""
         return self.index is not None
+
+    def searchable(self, n: int) -> bool:
+        """Whether a store of the first ``n`` notes is searched through the
+        index: once it holds ``train_size`` notes (before, a store has no
+        index and is scanned exactly)."""
+        return self.ready and n >= self.train_size
 
     def grow(self, vectors: np.ndarray) -> None:
         """Add the next notes of the order, ``vectors`` (K, D)."""
@@ -602,8 +630,8 @@ class GrowingIVF:
     def search_one(self, query: np.ndarray, k: int, r: IVF, ok: np.ndarray | None
                    ) -> np.ndarray:
         """The labels (k,) of the query's k nearest allowed notes (``ok`` by
-        label; None: all) in its ``r.nprobe`` nearest lists, -1 where they
-        hold fewer."""
+        label, the labels past its length left out; None: all) in its
+        ``r.nprobe`` nearest lists, -1 where they hold fewer."""
         faiss = self.faiss
         if ok is None:
             params = faiss.SearchParametersIVF(nprobe=r.nprobe)
@@ -646,7 +674,8 @@ def _stream_index(retriever: _IndexRetriever, notes: Any, idx: np.ndarray
     n = int(label.max()) + 1 if len(label) else 0
     key = (retriever.name, *retriever.build_key())
     index = got.indexes.get(key)
-    if index is None or index.count > n:  # a new replay: its index starts again
+    if index is None or (index.count > n and not index.serves_prefix):
+        # a new replay of a graph index: it starts again
         index = got.indexes[key] = retriever.new_index(notes.emb.shape[1], n)
     index.grow(notes.emb[got.order[index.count:n]])
     return index, label
