@@ -7,6 +7,7 @@ Run from the repository root (needs hnswlib and faiss-cpu: ``pip install -e ".[a
     python benchmarks/bench_ann.py --index ivf --sizes 200000,1000000 --days 1
     python benchmarks/bench_ann.py --index ivf --year 1000000  # end to end, ~2 min
     python benchmarks/bench_ann.py --index ivf --year 1000000 --preset hivemind  # per query
+    python benchmarks/bench_ann.py --index ivf --year 1000000 --sweep-nprobe 32,16,64
 
 For each size N, a synthetic store that reaches N notes by the end of a year
 of queries (50 a day, half of the notes backfilled before the first; the
@@ -162,6 +163,31 @@ def year_end_to_end(n_notes: int, m: int, dim: int, kind: str, params: dict,
     print(f"  load average now: {_load()}")
 
 
+def sweep_nprobe(n_notes: int, m: int, dim: int, params: dict, nprobes: list[int],
+                 preset: str = "similarity-only") -> None:
+    """A sweep of the ``ivf`` arm's ``nprobe`` over a whole year, one replay
+    per value through one :class:`~memsim.engine.ReplayCache` (as ``memsim
+    sweep`` replays its trials): the later trials keep the index the first
+    built. CPU seconds, nDCG@10 and ``prefilter_overlap`` per trial."""
+    from memsim.engine import Arm, ReplayCache, SimSettings, simulate
+    from memsim.policies import resolve_policy
+
+    stream = _stream(n_notes, YEAR, dim)
+    cache = ReplayCache(4 * 2**30)
+    print(f"sweep of nprobe: {stream.n_notes} notes, {stream.n_queries} queries, one {preset} "
+          f"arm a trial (prefilter = {m}), one replay cache")
+    for nprobe in nprobes:
+        retriever = {"kind": "ivf", "prefilter": m, **params, "nprobe": nprobe}
+        arm = Arm("ivf", resolve_policy({"preset": preset, "retriever": retriever}, "ivf"))
+        c0 = time.process_time()
+        res = simulate(stream, [arm], SimSettings(candidates=50), np.random.SeedSequence(0),
+                       cache=cache)
+        print(f"  nprobe {nprobe:<5} {time.process_time() - c0:7.1f} s CPU; nDCG@10 "
+              f"{res.queries['ndcg@10'].mean():.4f}, overlap "
+              f"{res.arms['prefilter_overlap'].mean():.3f}")
+    print(f"  load average now: {_load()}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="20000,200000", help="note counts, comma-separated")
@@ -185,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="similarity-only",
                     help="--year: the policy preset replayed (its own feedback timing; "
                          "the presets of real systems update per query)")
+    ap.add_argument("--sweep-nprobe", default=None, metavar="LIST",
+                    help="with --year and --index ivf: instead, a sweep of these nprobe "
+                         "values (comma-separated) through one replay cache")
     ap.add_argument("--year", type=int, default=None, metavar="N",
                     help="instead: a whole year of N notes replayed end to end, the exact "
                          "prefilter against the index")
@@ -200,7 +229,14 @@ def main(argv: list[str] | None = None) -> int:
           + ("" if args.year else f", {args.days:g} day(s) of queries")
           + f"; load average at start: {_load()}")
     if args.year:
-        year_end_to_end(args.year, args.prefilter, args.dim, args.index, params, args.preset)
+        if args.sweep_nprobe:
+            if args.index != "ivf":
+                ap.error("--sweep-nprobe needs --index ivf")
+            sweep_nprobe(args.year, args.prefilter, args.dim, params,
+                         [int(v) for v in args.sweep_nprobe.split(",")], args.preset)
+        else:
+            year_end_to_end(args.year, args.prefilter, args.dim, args.index, params,
+                            args.preset)
         return 0
     for n in (int(x) for x in args.sizes.split(",")):
         r = measure(n, args.days, args.prefilter, args.dim, args.repeat, args.index, params)

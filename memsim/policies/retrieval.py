@@ -2,10 +2,13 @@
 
 A retriever's ``prefilter = M`` keeps each query's M nearest notes as the
 only candidates. The exact retrievers take the exact top M; :class:`HNSW`
-takes what an approximate index (hnswlib) returns, so that an ANN index's
-recall loss becomes a simulated effect. It overrides
-``Retriever.prefilter_mask(ctx, mask)`` (by default the exact nearest M),
-which the engine then calls instead of its own exact top-M search.
+and :class:`IVF` take what an approximate index (hnswlib, FAISS) returns, so
+that an ANN index's recall loss becomes a simulated effect. They override
+``Retriever.prefilter_mask(ctx, mask)`` (by default the exact nearest M) and
+``Retriever.prefilter_cells`` (the same candidates as cells), which the
+engine then calls instead of its own exact top-M search, and compute their
+cosine per cell (``Retriever.per_cell``, :func:`pair_dots`), so that the
+engine scores their candidates without the batch's whole product.
 """
 
 from __future__ import annotations
