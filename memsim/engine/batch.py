@@ -204,6 +204,13 @@ class Batch:
             raise RuntimeError("a view of a batch outlived its batch")
         return base
 
+    def row_source(self) -> tuple[Batch, int] | None:
+        """(the batch, the row) when this is a query row of a batch over its
+        columns (:meth:`row`), else None."""
+        if self._view is None or self._view[1] is None or self._view[2] is not None:
+            return None
+        return self._base(), self._view[1]
+
     def _cells_of(self, full: np.ndarray) -> np.ndarray:
         """A (Q, L) matrix of the batch this one is a view of, at its cells."""
         _, i, cols = self._view

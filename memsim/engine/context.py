@@ -450,11 +450,10 @@ def _per_cell_similarity(ctx: BatchContext, retriever) -> np.ndarray:
     (:meth:`Batch.row`, the batch's columns) takes its row of the batch's,
     computed once for every row (the same floats: each cell alone); any
     other context computes its own cells (an arm's candidates' columns)."""
-    batch = ctx.batch
-    view = batch._view
-    if view is not None and view[1] is not None and view[2] is None:
-        base = BatchContext(batch._base(), ctx.state, ctx.rng)
-        return batch._cells_of(base.similarity(retriever))
+    source = ctx.batch.row_source()
+    if source is not None:
+        base, i = source
+        return BatchContext(base, ctx.state, ctx.rng).similarity(retriever)[i:i + 1]
     return retriever.similarity(ctx)
 
 

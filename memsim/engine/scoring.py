@@ -66,8 +66,9 @@ def _scoring_context(policy: Policy, st: PolicyState, rng, batch: Batch,
                 mask = _cells_mask(len(batch.t), cols, *chosen)
             batch = batch.subset(cols)
             ctx = BatchContext(batch, st, rng)
-        if chosen is not None and mask is None:
-            mask = _cells_mask(len(batch.t), np.arange(len(batch.idx)), *chosen)
+        if chosen is not None and mask is None:  # every column: the cells themselves
+            mask = np.zeros(batch.valid.shape, dtype=bool)
+            mask[chosen] = True
     if mask is None:
         mask = batch.valid & ~st.evicted[batch.rows][None, :]
     if policy.ranker.needs_logged:

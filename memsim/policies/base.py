@@ -283,12 +283,8 @@ class Retriever(Component):
         accelerator) unless the class overrides it
         (:meth:`chooses_prefilter`).
         """
-        q, n = len(ctx.t), len(ctx.idx)
-        if mask is None:
-            mask = ctx.live
-        allowed = (np.ones((q, n), dtype=bool) if mask is None
-                   else np.broadcast_to(np.asarray(mask, dtype=bool), (q, n)))
-        return Retriever.nearest(self, ctx, allowed, np.arange(q))
+        allowed = _allowed(ctx, mask)
+        return Retriever.nearest(self, ctx, allowed, np.arange(len(allowed)))
 
     def prefilter_cells(self, ctx: ScoringContext, allowed: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray]:
@@ -330,6 +326,18 @@ class Retriever(Component):
         for policies that read them (:meth:`Policy.reads_uses`); the checker
         verifies a declared False."""
         return True
+
+
+def _allowed(ctx: ScoringContext, mask: np.ndarray | None) -> np.ndarray:
+    """(Q, L) bool: the notes a prefilter may keep, ``mask`` (default
+    ``ctx.live``; every note when that is None too) broadcast to the
+    context's cells."""
+    q, n = len(ctx.t), len(ctx.idx)
+    if mask is None:
+        mask = ctx.live
+    if mask is None:
+        return np.ones((q, n), dtype=bool)
+    return np.broadcast_to(np.asarray(mask, dtype=bool), (q, n))
 
 
 def _nearest(sim: np.ndarray, m: int) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 from memsim.core.errors import ConfigError
 from memsim.core.params import Interval
 
-from .base import Retriever, ScoringContext, _nearest, register
+from .base import Retriever, ScoringContext, _allowed, _nearest, register
 
 __all__ = ["Cosine", "InverseSquaredL2", "HNSW", "IVF", "GrowingIndex", "GrowingIVF",
            "pair_cosine", "pair_dots"]
@@ -65,10 +65,14 @@ def pair_cosine(queries: np.ndarray, notes: np.ndarray, qnorm2: np.ndarray,
     """The cosine (Q, K) of each pair, per cell: :func:`pair_dots` scaled as
     :func:`_cosine` scales the product, ``(dots * 1/|q|) * 1/|n|`` in
     float32 (zero vectors get 0)."""
-    sim = pair_dots(queries, notes)
-    sim *= _inverse_norm(np.asarray(qnorm2))[:, None]
-    sim *= _inverse_norm(np.asarray(nnorm2))[None, :]
-    return sim
+    return _to_cosine(pair_dots(queries, notes), qnorm2, nnorm2)
+
+
+def _to_cosine(dots: np.ndarray, qnorm2: np.ndarray, nnorm2: np.ndarray) -> np.ndarray:
+    """``(dots * 1/|q|) * 1/|n|``, in place (float32 factors)."""
+    dots *= _inverse_norm(np.asarray(qnorm2))[:, None]
+    dots *= _inverse_norm(np.asarray(nnorm2))[None, :]
+    return dots
 
 
 def _cosine(ctx: ScoringContext) -> np.ndarray:
@@ -163,9 +167,6 @@ class _IndexRetriever(Retriever):
         those alone instead of the batch's whole product."""
         return pair_cosine(ctx.query_vectors, ctx.note_vectors, ctx.qnorm2, ctx.nnorm2)
 
-    def dot_scale(self, norm2: np.ndarray) -> np.ndarray:
-        return _inverse_norm(norm2)
-
     def reads_uses(self) -> bool:
         return False
 
@@ -183,9 +184,7 @@ class _IndexRetriever(Retriever):
         qv = np.asarray(ctx.query_vectors, dtype=np.float32)[rows]
         nv = np.asarray(ctx.note_vectors, dtype=np.float32)
         qn2, nn2 = np.asarray(ctx.qnorm2)[rows], np.asarray(ctx.nnorm2)
-        approx = qv @ nv.T
-        approx *= _inverse_norm(qn2)[:, None]
-        approx *= _inverse_norm(nn2)[None, :]
+        approx = _to_cosine(qv @ nv.T, qn2, nn2)
         near = _reachable(approx, allowed, self.prefilter, nv.shape[1])
         for i in range(len(keep)):
             cols = np.flatnonzero(near[i])
@@ -220,12 +219,8 @@ class _IndexRetriever(Retriever):
                        ) -> np.ndarray:
         """(Q, L) bool: the notes the index returns for each query, among the
         allowed ones (``mask``, default ``ctx.live``, else all)."""
-        q, n = len(ctx.t), len(ctx.idx)
-        if mask is None:
-            mask = ctx.live
-        allowed = (np.ones((q, n), dtype=bool) if mask is None
-                   else np.broadcast_to(np.asarray(mask, dtype=bool), (q, n)))
-        keep = np.zeros((q, n), dtype=bool)
+        allowed = _allowed(ctx, mask)
+        keep = np.zeros(allowed.shape, dtype=bool)
         keep[self.prefilter_cells(ctx, allowed)] = True
         return keep
 
