@@ -16,6 +16,7 @@ from memsim.engine.batch import Batch, make_batches
 from memsim.engine.context import BatchContext
 from memsim.engine.inputs import _inputs
 from memsim.engine.state import PolicyState
+from memsim.policies.base import Retriever
 from memsim.policies.retrieval import HNSW, IVF
 from memsim.core.rng import seed_sequence
 from memsim.data.stream import make_stream
@@ -64,6 +65,21 @@ def shuffled_stream(seed=0, n_notes=1500, n_queries=120, dim=8, expire=0.2):
                           on="note_id")
     t = s.queries.set_index("query_id")["t"]
     qrels = qrels[qrels["c"] <= t.reindex(qrels["query_id"]).to_numpy()].drop(columns="c")
+    return make_stream(notes, s.queries, qrels, s.accesses, s.note_embeddings,
+                       s.query_embeddings, s.meta)
+
+
+def window_stream(seed=0, n_notes=1500, n_queries=120, dim=8, life=15.0):
+    """A random stream whose notes all expire ``life`` days after their
+    creation, in row order: every batch holds a window of consecutive rows
+    that does not start at the first."""
+    s = random_stream(seed, n_notes=n_notes, n_queries=n_queries, dim=dim)
+    notes = s.notes.copy()
+    notes["expires_at"] = notes["created_at"] + life
+    t = s.queries.set_index("query_id")["t"]
+    live = notes.set_index("note_id")["expires_at"]
+    qrels = s.qrels[live.reindex(s.qrels["note_id"]).to_numpy()
+                    > t.reindex(s.qrels["query_id"]).to_numpy()]
     return make_stream(notes, s.queries, qrels, s.accesses, s.note_embeddings,
                        s.query_embeddings, s.meta)
 
@@ -239,6 +255,32 @@ def test_a_run_reports_the_recall_loss_of_its_index():
     pd.testing.assert_frame_equal(ref.arms, res.arms, check_exact=True)
     for key in ("queries", "store"):
         pd.testing.assert_frame_equal(getattr(ref, key), getattr(res, key), check_exact=True)
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_the_exact_nearest_reads_the_streams_inverse_norms(shuffled):
+    """The exact nearest M of an index retriever (the overlap's reference)
+    scales its approximate cosines by the stream's inverse norms, computed
+    once: the same floats as computed for the batch's notes, at consecutive
+    rows (a view) and at scattered ones (creation out of row order, notes
+    that expired)."""
+    stream = shuffled_stream() if shuffled else window_stream()
+    r = IVF(prefilter=15, nlist=16, nprobe=2, train_size=300)  # nearest reads no index
+    retrieval._STREAMS.clear()
+    scattered = starts = 0
+    for ctx in contexts(stream):
+        idx = np.asarray(ctx.idx)
+        scattered += int(idx[-1]) - int(idx[0]) + 1 != len(idx)
+        starts += int(idx[0]) > 0
+        nn2 = np.asarray(ctx.nnorm2)
+        np.testing.assert_array_equal(retrieval._note_inverse_norms(ctx, nn2),
+                                      retrieval._inverse_norm(nn2))
+        rows = np.arange(0, len(ctx.t), 2)
+        np.testing.assert_array_equal(r.nearest(ctx, ctx.live, rows),
+                                      Retriever.nearest(r, ctx, ctx.live, rows))
+    cache = retrieval._STREAMS[ctx.notes].inverse_norm
+    assert cache is not None and len(cache) == stream.n_notes
+    assert scattered > 0 if shuffled else scattered == 0 and starts > 1
 
 
 @pytest.mark.parametrize("kind", KINDS)

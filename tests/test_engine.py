@@ -479,3 +479,32 @@ def test_unknown_accelerators_are_refused():
         simulate(s, [], SimSettings(), seed_sequence(0), accelerators=("prune", "prune"))
     with pytest.raises(ParameterError, match="'walk_window' parameter of simulate"):
         simulate(s, [], SimSettings(), seed_sequence(0), walk_window=0)
+
+
+@pytest.mark.parametrize("kind", ["prefix", "window", "scattered"])
+def test_a_batch_context_reads_note_columns_at_its_rows(kind):
+    """A batch's context reads every note column and the arm's per-note
+    state at the batch's rows: read-only views when the rows are
+    consecutive (a prefix of the store, or a window of it once the first
+    notes expired), gathers when they are not; the same values either way."""
+    from .test_ann_index import contexts, shuffled_stream, window_stream
+
+    stream = {"prefix": lambda: random_stream(0, n_notes=600, n_queries=60, dim=8),
+              "window": window_stream, "scattered": shuffled_stream}[kind]()
+    views = 0
+    for ctx in contexts(stream):
+        idx = np.asarray(ctx.idx)
+        ctx.state.last_access[idx[::3]] = 1.0  # some notes used
+        for name, column in [("importance", ctx.notes.importance),
+                             ("tokens", ctx.notes.tokens),
+                             ("recalls", ctx.state.recalls), ("tier", ctx.state.tier)]:
+            got = getattr(ctx, name)
+            np.testing.assert_array_equal(got, column[idx], err_msg=name)
+            view = np.shares_memory(got, column)
+            assert view == (not got.flags.writeable), name
+            views += view
+        np.testing.assert_array_equal(ctx.age_created,
+                                      ctx.t[:, None] - ctx.notes.created_at[idx])
+        np.testing.assert_array_equal(ctx.since_access,
+                                      ctx.t[:, None] - ctx.state.last_access[idx])
+    assert (views > 0) == (kind != "scattered")

@@ -71,6 +71,29 @@ def test_each_block_is_its_own_product(expire):
                                       b.qemb @ s.note_embeddings[cols].T)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), q=st.integers(1, 40),
+       dim=st.sampled_from([1, 5, 16, 33, 64, 130]), n_notes=st.integers(1, 2500),
+       block=st.sampled_from([1, 7, 100, 2048]))
+def test_each_block_is_the_plain_product_for_any_number_of_queries(monkeypatch, seed, q, dim,
+                                                                   n_notes, block):
+    """However few the queries (a tick in parts has a handful), whatever the
+    dimension and block, each block's columns are exactly ``Q @ N.T`` of
+    the block's notes: the layout the product is computed in (notes x
+    queries, written transposed) changes no float."""
+    monkeypatch.setattr(Batch, "product_block", block)
+    s = random_stream(seed, n_notes=n_notes, n_queries=q, dim=dim, horizon=1.0)
+    b = batch_of(s, np.arange(q))
+    n = len(b.idx)
+    if n == 0:
+        return
+    dots = b.dots
+    for lo in range(0, n, block):
+        cols = b.idx[lo:lo + block]
+        np.testing.assert_array_equal(dots[:, lo:lo + len(cols)],
+                                      b.qemb @ s.note_embeddings[cols].T)
+
+
 def test_blocks_of_dead_notes_are_zeros_and_the_rest_unchanged(monkeypatch):
     monkeypatch.setattr(Batch, "product_block", 64)
     s = random_stream(3, n_notes=1000, n_queries=30, dim=8)

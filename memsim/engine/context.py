@@ -27,42 +27,46 @@ class _NoteColumns:
     state: PolicyState
     idx: np.ndarray
 
+    def _at(self, column: np.ndarray) -> np.ndarray:
+        """A per-note array (a note column, the arm's state) at ``idx``."""
+        return column[self.idx]
+
     @property
     def tokens(self) -> np.ndarray:
-        return self.notes.tokens[self.idx]
+        return self._at(self.notes.tokens)
 
     @property
     def importance(self) -> np.ndarray:
-        return self.notes.importance[self.idx]
+        return self._at(self.notes.importance)
 
     @property
     def salience(self) -> np.ndarray:
-        return self.notes.salience[self.idx]
+        return self._at(self.notes.salience)
 
     @property
     def pinned(self) -> np.ndarray:
-        return self.notes.pinned[self.idx]
+        return self._at(self.notes.pinned)
 
     @property
     def memory_type(self) -> np.ndarray:
-        return self.notes.memory_type[self.idx]
+        return self._at(self.notes.memory_type)
 
     @property
     def recalls(self) -> np.ndarray:
-        return self.state.recalls[self.idx]
+        return self._at(self.state.recalls)
 
     @property
     def superseded_at(self) -> np.ndarray:
-        return superseded(self.notes)[self.idx]
+        return self._at(superseded(self.notes))
 
     @property
     def tier(self) -> np.ndarray:
-        return self.state.tier[self.idx]
+        return self._at(self.state.tier)
 
     @property
     def note_state(self) -> dict[str, np.ndarray]:
         """The ranker's per-note columns (``Ranker.note_columns``) at ``idx``."""
-        return {k: v[self.idx] for k, v in self.state.note_state.items()}
+        return {k: self._at(v) for k, v in self.state.note_state.items()}
 
 
 class _ArmCells(_NoteColumns):
@@ -78,17 +82,17 @@ class _ArmCells(_NoteColumns):
     @property
     def age_created(self) -> np.ndarray:
         return self.shared("age_created",
-                           lambda: self.t[:, None] - self.notes.created_at[self.idx])
+                           lambda: self.t[:, None] - self._at(self.notes.created_at))
 
     @property
     def age_updated(self) -> np.ndarray:
         return self.shared("age_updated",
-                           lambda: self.t[:, None] - self.notes.updated_at[self.idx])
+                           lambda: self.t[:, None] - self._at(self.notes.updated_at))
 
     @cached_property
     def since_access(self) -> np.ndarray:
         """Days since last access; NaN where never accessed."""
-        return self.t[:, None] - self.state.last_access[self.idx]
+        return self.t[:, None] - self._at(self.state.last_access)
 
     @cached_property
     def age_last_access(self) -> np.ndarray:
@@ -105,7 +109,7 @@ class _ArmCells(_NoteColumns):
 
     @property
     def note_actor(self) -> np.ndarray:
-        return self.notes.actor[self.idx]
+        return self._at(self.notes.actor)
 
 
 class BatchContext(_ArmCells):
@@ -163,6 +167,17 @@ class BatchContext(_ArmCells):
         if valid_cells is None:
             valid_cells = np.take(valid, flat)
         return valid_cells & ~evicted[cols]
+
+    def _at(self, column: np.ndarray) -> np.ndarray:
+        # the batch's rows: a view, read-only, when they are consecutive (a
+        # gather of every note is a pass a set-dependent ranker would pay
+        # per query and arm)
+        rows = self.batch.rows
+        if not isinstance(rows, slice):
+            return column[rows]
+        view = column[rows]
+        view.flags.writeable = False
+        return view
 
     # -- shared, from the batch -------------------------------------------
     @property

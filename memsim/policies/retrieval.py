@@ -184,7 +184,9 @@ class _IndexRetriever(Retriever):
         qv = np.asarray(ctx.query_vectors, dtype=np.float32)[rows]
         nv = np.asarray(ctx.note_vectors, dtype=np.float32)
         qn2, nn2 = np.asarray(ctx.qnorm2)[rows], np.asarray(ctx.nnorm2)
-        approx = _to_cosine(qv @ nv.T, qn2, nn2)
+        approx = qv @ nv.T
+        approx *= _inverse_norm(qn2)[:, None]
+        approx *= _note_inverse_norms(ctx, nn2)[None, :]  # as _to_cosine
         near = _reachable(approx, allowed, self.prefilter, nv.shape[1])
         for i in range(len(keep)):
             cols = np.flatnonzero(near[i])
@@ -206,9 +208,8 @@ class _IndexRetriever(Retriever):
         in it (L,): the stream's maintained index when ``ctx`` offers the
         stream's notes (``ctx.notes``, rows ``ctx.idx``), else one built
         here over ``ctx``'s notes."""
-        notes = getattr(ctx, "notes", None)
-        if notes is not None and hasattr(notes, "emb") and hasattr(notes, "created_at"):
-            return _stream_index(self, notes, np.asarray(ctx.idx))
+        if _offers_stream(ctx):
+            return _stream_index(self, ctx.notes, np.asarray(ctx.idx))
         vec = np.asarray(ctx.note_vectors, dtype=np.float32)
         order = np.argsort(-np.asarray(ctx.age_created)[0], kind="stable")
         index = self.new_index(vec.shape[1], len(vec))
@@ -653,6 +654,8 @@ class _StreamIndexes:
         #: each note row's place in it: its label in every index
         self.rank = _inverse(self.order)
         self.indexes: dict[tuple, Any] = {}
+        #: every note's 1/|n| (:func:`_inverse_norm`), computed on first use
+        self.inverse_norm: np.ndarray | None = None
 
 
 #: the maintained indexes of each stream's notes (the engine's note arrays,
@@ -660,14 +663,42 @@ class _StreamIndexes:
 _STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _stream(notes: Any) -> _StreamIndexes:
+    got = _STREAMS.get(notes)
+    if got is None:
+        got = _STREAMS[notes] = _StreamIndexes(notes.created_at)
+    return got
+
+
+def _offers_stream(ctx: ScoringContext) -> bool:
+    """Whether ``ctx`` offers the stream's notes (``ctx.notes``, the
+    engine's note arrays, at rows ``ctx.idx``)."""
+    notes = getattr(ctx, "notes", None)
+    return notes is not None and all(hasattr(notes, a) for a in ("emb", "created_at", "norm2"))
+
+
+def _note_inverse_norms(ctx: ScoringContext, nnorm2: np.ndarray) -> np.ndarray:
+    """``_inverse_norm(nnorm2)`` of ``ctx``'s notes: the stream's, computed
+    once (elementwise: the same floats), read at ``ctx.idx`` (a slice when
+    the rows are consecutive); computed here for another context."""
+    idx = np.asarray(getattr(ctx, "idx", ()))
+    if not _offers_stream(ctx) or idx.ndim != 1 or not len(idx):
+        return _inverse_norm(nnorm2)
+    got = _stream(ctx.notes)
+    if got.inverse_norm is None:
+        got.inverse_norm = _inverse_norm(ctx.notes.norm2)
+    lo = int(idx[0])
+    if int(idx[-1]) - lo + 1 == len(idx):  # consecutive rows: a view
+        return got.inverse_norm[lo:lo + len(idx)]
+    return got.inverse_norm[idx]
+
+
 def _stream_index(retriever: _IndexRetriever, notes: Any, idx: np.ndarray
                   ) -> tuple[Any, np.ndarray]:
     """The stream's index of ``retriever``'s kind and build parameters,
     grown to hold every note up to the last (in creation order) of the rows
     ``idx``, and the labels of ``idx``."""
-    got = _STREAMS.get(notes)
-    if got is None:
-        got = _STREAMS[notes] = _StreamIndexes(notes.created_at)
+    got = _stream(notes)
     label = got.rank[idx]
     n = int(label.max()) + 1 if len(label) else 0
     key = (retriever.name, *retriever.build_key())
