@@ -89,7 +89,8 @@ def test_compiled_top_candidates_order_as_a_stable_sort(q, n, levels, seed, odd,
     every number (chosen only when too few are numbers), +inf, -0.0 equal to
     0.0, rows whose scores rise or fall with the column or peak in its
     middle (the heap reads the row from one end), c below, at and above the
-    row's length."""
+    row's length; and with a live mask, the scores of the cells not live
+    (and NaN) read as -inf."""
     rng = np.random.default_rng(seed)
     scores = rng.integers(0, levels + 1, size=(q, n)).astype(dtype)
     if trend in ("rising", "falling"):
@@ -102,12 +103,20 @@ def test_compiled_top_candidates_order_as_a_stable_sort(q, n, levels, seed, odd,
     scores[rng.random((q, n)) < 0.1] = -0.0
     c = int(rng.integers(1, n + 3))
     ref = np.argsort(-scores, axis=1, kind="stable")[:, :c]
+    # with a live mask (a row, or one per query): cells not live, and NaN, are -inf
+    live = rng.random((q, n) if seed % 2 else (1, n)) < 0.7
+    seen = np.where(live & ~np.isnan(scores), scores, -np.inf)
+    ref_live = np.argsort(-seen, axis=1, kind="stable")[:, :c]
     for on in (True, False):
         with numba_kernels(on):
             pos, vals = top_candidates(scores, c)
+            pos_live, vals_live = top_candidates(scores, c, live)
         assert np.array_equal(pos, ref), on
         assert vals.dtype == dtype
         assert np.array_equal(vals, np.take_along_axis(scores, ref, axis=1), equal_nan=True)
+        assert np.array_equal(pos_live, ref_live), on
+        assert vals_live.dtype == dtype
+        assert np.array_equal(vals_live, np.take_along_axis(seen, ref_live, axis=1))
 
 
 @settings(max_examples=300, deadline=None)

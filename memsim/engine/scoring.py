@@ -113,8 +113,8 @@ def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
     st.work["cells"] += scores.size
     if policy.ranker.chooses_candidates():  # LangChain's: its own candidates
         mask = mask & np.asarray(policy.ranker.candidate_mask(ctx), dtype=bool)
-    scores = np.where(mask & ~np.isnan(scores), scores, -np.inf)
-    pos, vals = top_candidates(scores, c)
+    # a cell not live, or NaN, is -inf (read so by the selection)
+    pos, vals = top_candidates(scores, c, mask)
     return pos, vals, mask
 
 

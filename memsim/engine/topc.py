@@ -53,16 +53,26 @@ def _packed_left(r: np.ndarray, col: np.ndarray, counts: np.ndarray, width: int 
     return cols, real, j
 
 
-def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+def top_candidates(scores: np.ndarray, c: int, live: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """The ``c`` best columns of each row, best first; ties broken by the lower
     column (the engine's columns are in ``note_id`` order, so ties go to the
     lower ``note_id``), NaN after every number: the first c of
     ``np.argsort(-scores, axis=1, kind="stable")``. Returns (positions (Q,
     c'), scores (Q, c')), c' = min(c, L).
+
+    With ``live`` (bool, broadcast to the scores' shape), the scores are
+    those of ``np.where(live & ~np.isnan(scores), scores, -np.inf)``: a
+    cell not live, or NaN, counts as -inf (read so by the compiled kernel,
+    without those passes over the scores).
     """
     q, n = scores.shape
     if jit.enabled():  # the same order, row by row, compiled
-        return _top_rows(scores, c)
+        if live is None:
+            return _top_rows(scores, c, _ALL)
+        return _top_rows(scores, c, np.ascontiguousarray(np.broadcast_to(live, (q, n))))
+    if live is not None:
+        scores = np.where(live & ~np.isnan(scores), scores, -np.inf)
     if n <= c:
         order = np.argsort(-scores, axis=1, kind="stable")
         return order, np.take_along_axis(scores, order, axis=1)
@@ -100,11 +110,16 @@ def top_candidates(scores: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
     return pos, vals
 
 
+#: ``live`` of :func:`_top_rows` for every cell
+_ALL = np.zeros((0, 0), dtype=bool)
+
+
 @jit.kernel
-def _top_rows(scores, c):
+def _top_rows(scores, c, live):
     """:func:`top_candidates` one row at a time (compiled by
     :func:`memsim.core.jit.kernel`), by comparisons only, so the same
-    positions and values as the numpy version:
+    positions and values as the numpy version (``live`` (Q, L), or (0, 0)
+    for every cell: a cell not live, or NaN, is read as -inf):
 
     1. the row's c-th best number, ``kth``: a min-heap of the c greatest
        values seen, which a value replaces only when strictly greater. The
@@ -123,8 +138,15 @@ def _top_rows(scores, c):
     heap = np.empty(cc, dtype=scores.dtype)
     if cc == 0:  # no column (or c = 0): nothing to keep
         return pos, vals
+    masked = live.shape[0] > 0
+    seen = np.empty(n if masked else 0, dtype=scores.dtype)
     for r in range(q):
         row = scores[r]
+        if masked:  # the row as the numpy version sees it, in one pass
+            for j in range(n):
+                v = row[j]
+                seen[j] = v if live[r, j] and v == v else -np.inf
+            row = seen
         # read from the end whose half holds the greater sampled value
         # (from the last column when the row's values rise with it)
         half, lo, hi = n // 2, -np.inf, -np.inf
