@@ -17,7 +17,7 @@ from memsim.engine.context import BatchContext
 from memsim.engine.inputs import _inputs
 from memsim.engine.state import PolicyState
 from memsim.policies.base import Retriever
-from memsim.policies.retrieval import HNSW, IVF
+from memsim.policies.retrieval import HNSW, IVF, Cosine
 from memsim.core.rng import seed_sequence
 from memsim.data.stream import make_stream
 
@@ -278,8 +278,11 @@ def test_the_exact_nearest_reads_the_streams_inverse_norms(shuffled):
         rows = np.arange(0, len(ctx.t), 2)
         np.testing.assert_array_equal(r.nearest(ctx, ctx.live, rows),
                                       Retriever.nearest(r, ctx, ctx.live, rows))
-    cache = retrieval._STREAMS[ctx.notes].inverse_norm
-    assert cache is not None and len(cache) == stream.n_notes
+        # the engine's cosine factors of every note, computed once per replay
+        every = ctx.notes.dot_scale(Cosine())
+        assert len(every) == stream.n_notes
+        assert np.shares_memory(retrieval._note_inverse_norms(ctx, nn2), every) \
+            == (int(idx[-1]) - int(idx[0]) + 1 == len(idx))
     assert scattered > 0 if shuffled else scattered == 0 and starts > 1
 
 

@@ -173,11 +173,10 @@ class BatchContext(_ArmCells):
         # gather of every note is a pass a set-dependent ranker would pay
         # per query and arm)
         rows = self.batch.rows
-        if not isinstance(rows, slice):
-            return column[rows]
-        view = column[rows]
-        view.flags.writeable = False
-        return view
+        got = column[rows]
+        if isinstance(rows, slice):
+            got.flags.writeable = False
+        return got
 
     # -- shared, from the batch -------------------------------------------
     @property

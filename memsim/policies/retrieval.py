@@ -65,13 +65,15 @@ def pair_cosine(queries: np.ndarray, notes: np.ndarray, qnorm2: np.ndarray,
     """The cosine (Q, K) of each pair, per cell: :func:`pair_dots` scaled as
     :func:`_cosine` scales the product, ``(dots * 1/|q|) * 1/|n|`` in
     float32 (zero vectors get 0)."""
-    return _to_cosine(pair_dots(queries, notes), qnorm2, nnorm2)
+    return _to_cosine(pair_dots(queries, notes), _inverse_norm(np.asarray(qnorm2)),
+                      _inverse_norm(np.asarray(nnorm2)))
 
 
-def _to_cosine(dots: np.ndarray, qnorm2: np.ndarray, nnorm2: np.ndarray) -> np.ndarray:
-    """``(dots * 1/|q|) * 1/|n|``, in place (float32 factors)."""
-    dots *= _inverse_norm(np.asarray(qnorm2))[:, None]
-    dots *= _inverse_norm(np.asarray(nnorm2))[None, :]
+def _to_cosine(dots: np.ndarray, q_inv: np.ndarray, n_inv: np.ndarray) -> np.ndarray:
+    """``(dots * 1/|q|) * 1/|n|``, in place, from the float32 factors
+    (:func:`_inverse_norm`) of the queries and the notes."""
+    dots *= q_inv[:, None]
+    dots *= n_inv[None, :]
     return dots
 
 
@@ -184,9 +186,7 @@ class _IndexRetriever(Retriever):
         qv = np.asarray(ctx.query_vectors, dtype=np.float32)[rows]
         nv = np.asarray(ctx.note_vectors, dtype=np.float32)
         qn2, nn2 = np.asarray(ctx.qnorm2)[rows], np.asarray(ctx.nnorm2)
-        approx = qv @ nv.T
-        approx *= _inverse_norm(qn2)[:, None]
-        approx *= _note_inverse_norms(ctx, nn2)[None, :]  # as _to_cosine
+        approx = _to_cosine(qv @ nv.T, _inverse_norm(qn2), _note_inverse_norms(ctx, nn2))
         near = _reachable(approx, allowed, self.prefilter, nv.shape[1])
         for i in range(len(keep)):
             cols = np.flatnonzero(near[i])
@@ -654,8 +654,6 @@ class _StreamIndexes:
         #: each note row's place in it: its label in every index
         self.rank = _inverse(self.order)
         self.indexes: dict[tuple, Any] = {}
-        #: every note's 1/|n| (:func:`_inverse_norm`), computed on first use
-        self.inverse_norm: np.ndarray | None = None
 
 
 #: the maintained indexes of each stream's notes (the engine's note arrays,
@@ -663,34 +661,28 @@ class _StreamIndexes:
 _STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _stream(notes: Any) -> _StreamIndexes:
-    got = _STREAMS.get(notes)
-    if got is None:
-        got = _STREAMS[notes] = _StreamIndexes(notes.created_at)
-    return got
-
-
 def _offers_stream(ctx: ScoringContext) -> bool:
     """Whether ``ctx`` offers the stream's notes (``ctx.notes``, the
     engine's note arrays, at rows ``ctx.idx``)."""
     notes = getattr(ctx, "notes", None)
-    return notes is not None and all(hasattr(notes, a) for a in ("emb", "created_at", "norm2"))
+    return notes is not None and hasattr(notes, "emb") and hasattr(notes, "created_at")
 
 
 def _note_inverse_norms(ctx: ScoringContext, nnorm2: np.ndarray) -> np.ndarray:
-    """``_inverse_norm(nnorm2)`` of ``ctx``'s notes: the stream's, computed
-    once (elementwise: the same floats), read at ``ctx.idx`` (a slice when
-    the rows are consecutive); computed here for another context."""
+    """``_inverse_norm(nnorm2)`` of ``ctx``'s notes: for the stream's notes,
+    the cosine's note factors the engine computes once per replay
+    (``NoteArrays.dot_scale``: elementwise, the same floats), read at
+    ``ctx.idx`` (a slice when the rows are consecutive); computed here for
+    another context."""
     idx = np.asarray(getattr(ctx, "idx", ()))
-    if not _offers_stream(ctx) or idx.ndim != 1 or not len(idx):
+    if not (_offers_stream(ctx) and hasattr(ctx.notes, "dot_scale")) or idx.ndim != 1 \
+            or not len(idx):
         return _inverse_norm(nnorm2)
-    got = _stream(ctx.notes)
-    if got.inverse_norm is None:
-        got.inverse_norm = _inverse_norm(ctx.notes.norm2)
+    every = ctx.notes.dot_scale(Cosine())
     lo = int(idx[0])
     if int(idx[-1]) - lo + 1 == len(idx):  # consecutive rows: a view
-        return got.inverse_norm[lo:lo + len(idx)]
-    return got.inverse_norm[idx]
+        return every[lo:lo + len(idx)]
+    return every[idx]
 
 
 def _stream_index(retriever: _IndexRetriever, notes: Any, idx: np.ndarray
@@ -698,7 +690,9 @@ def _stream_index(retriever: _IndexRetriever, notes: Any, idx: np.ndarray
     """The stream's index of ``retriever``'s kind and build parameters,
     grown to hold every note up to the last (in creation order) of the rows
     ``idx``, and the labels of ``idx``."""
-    got = _stream(notes)
+    got = _STREAMS.get(notes)
+    if got is None:
+        got = _STREAMS[notes] = _StreamIndexes(notes.created_at)
     label = got.rank[idx]
     n = int(label.max()) + 1 if len(label) else 0
     key = (retriever.name, *retriever.build_key())
