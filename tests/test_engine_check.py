@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsim.cli import main as cli_main
+from memsim.core import jit
 from memsim.engine import Arm, SimSettings, simulate
 from memsim.checks.engine_check import compare_rankings, load_check_config, quantise_stream, summarise
 from memsim.core.errors import ConfigError, MemsimError
@@ -23,6 +24,8 @@ from memsim.policies.rank import LangChainTimeWeighted
 from memsim.data.stream import write_stream
 from memsim.checks.testing import check_component
 from memsim.data.workload import SyntheticWorkload
+
+from .helpers import numba_kernels
 
 HAS_LANGCHAIN = all(importlib.util.find_spec(m) is not None
                     for m in ("langchain_classic", "langchain_community", "faiss"))
@@ -89,14 +92,36 @@ def test_nearest_and_newest_sets_equal_a_full_sort_of_each_row(seed, q, n, m, le
     if m > 0:
         s = np.where(allowed, score, -np.inf)
         np.put_along_axis(want, np.argsort(-s, axis=1, kind="stable")[:, :m], True, axis=1)
-    np.testing.assert_array_equal(_top_by_row(score, allowed, m), want & allowed)
-
     newest = np.zeros((q, n), dtype=bool)
     if m > 0:
         np.put_along_axis(newest, np.lexsort((-idx, age, ~allowed), axis=1)[:, :m], True, axis=1)
-    got = _first_by_row(np.where(allowed, age, np.inf), m,
-                        lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c]))
-    np.testing.assert_array_equal(got & allowed, newest & allowed)
+    for compiled in (False, True) if jit.available() else (False,):
+        with numba_kernels(compiled):  # the m-th value by a heap (numba) or a partition
+            np.testing.assert_array_equal(_top_by_row(score, allowed, m), want & allowed)
+            got = _first_by_row(np.where(allowed, age, np.inf), m,
+                                lambda r, c: (-idx[r, c], age[r, c], ~allowed[r, c]))
+            np.testing.assert_array_equal(got & allowed, newest & allowed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_the_mth_smallest_of_each_row_is_the_partitions(data):
+    """The compiled m-th smallest value of each row equals the one
+    ``np.partition`` puts at m - 1: ties, -0.0 and 0.0, infinities, rows
+    in any order, m from 1 to the row's length."""
+    from memsim.policies.rank import _mth_smallest
+
+    q, n = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 80))
+    values = st.one_of(st.sampled_from([0.0, -0.0, np.inf, -np.inf]),
+                       st.integers(-5, 5).map(float), st.floats(-1e6, 1e6))
+    x = np.array(data.draw(st.lists(values, min_size=q * n, max_size=q * n))).reshape(q, n)
+    m = data.draw(st.integers(1, n))
+    want = np.partition(x, m - 1, axis=1)[:, m - 1:m]
+    for compiled in (False, True) if jit.available() else (False,):
+        with numba_kernels(compiled):
+            got = _mth_smallest(x, m)
+            assert got.shape == (q, 1)
+            assert np.all(got == want)
 
 
 def test_newest_keeps_an_allowed_note_of_unknown_age_before_those_not_allowed():

@@ -13,13 +13,15 @@ below were worked out by hand from that logic, not from memsim.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsim.core import jit
-from memsim.engine import Arm, SimSettings, simulate
+from memsim.engine import Arm, BatchContext, SimSettings, simulate
 from memsim.policies import ArrayContext, PRESETS, resolve_policy
+from memsim.policies.context import origin_order
 from memsim.policies.rank import GenerativeAgentsCode, lexicographic_rank
 from memsim.checks.testing import check_component
 from memsim.data.workload import SyntheticWorkload
@@ -136,3 +138,82 @@ def test_lexicographic_rank_is_lexsorts(data):
             np.testing.assert_array_equal(lexicographic_rank(first, key, then), want)
             np.testing.assert_array_equal(
                 lexicographic_rank(first, key, np.argsort(-idx[0], kind="stable")), shared)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_an_order_kept_between_calls_sorts_the_new_times(data):
+    """``origin_order`` given the last times and their order: a permutation
+    that sorts the new times, whether few changed (placed again) or many
+    (sorted afresh), with ties, equal values moved, and any length; None
+    with a NaN."""
+    n = data.draw(st.integers(0, 300))
+    times = st.one_of(st.integers(0, 5).map(float), st.floats(-1e3, 1e3))
+    before = np.array(data.draw(st.lists(times, min_size=n, max_size=n)), dtype=np.float64)
+    order = origin_order(before)
+    np.testing.assert_array_equal(np.sort(order), np.arange(n))
+    assert np.all(np.diff(before[order]) >= 0)
+    now = before.copy()
+    at = data.draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=n // 8 if data.draw(
+        st.booleans()) else n)) if n else []
+    now[at] = data.draw(st.lists(times, min_size=len(at), max_size=len(at)))
+    got = origin_order(now, (before, order))
+    np.testing.assert_array_equal(np.sort(got), np.arange(n))
+    assert np.all(np.diff(now[got]) >= 0)
+    if n:
+        now[data.draw(st.integers(0, n - 1))] = np.nan
+        assert origin_order(now, (before, order)) is None
+
+
+class _Unordered(ArrayContext):
+    """An ArrayContext that offers no order of its columns."""
+
+    def access_order(self):
+        return None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_recency_ranks_read_the_access_order_as_a_sort_would(data):
+    """The ranks from the context's order of last access are those of
+    sorting each row's age (compiled and not): times far from 0 whose ages round to ties
+    though the times differ, equal times, never-used notes, several query
+    times, live masks, both rank directions."""
+    n = data.draw(st.integers(1, 60))
+    base = data.draw(st.sampled_from([0.0, 3e6, 1e9]))
+    step = np.spacing(base) if base else 0.25  # ages tie after rounding at large t
+    created = base + step * np.array(data.draw(st.lists(st.integers(0, 8), min_size=n,
+                                                        max_size=n)), dtype=np.float64)
+    used = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    last = np.where(used, created + step * np.array(data.draw(st.lists(
+        st.integers(0, 8), min_size=n, max_size=n))), np.nan)
+    q = data.draw(st.integers(1, 3))
+    t = base + 2.5 + np.array(data.draw(st.lists(st.floats(0.0, 9.0), min_size=q, max_size=q)))
+    live = np.array(data.draw(st.lists(st.booleans(), min_size=q * n,
+                                       max_size=q * n))).reshape(q, n)
+    kw = dict(t=t, created_at=created, last_access=last, live=live)
+    assert ArrayContext(**kw).access_order() is not None
+    for rank_from in ("least-recent", "most-recent"):
+        ranker = GenerativeAgentsCode(rank_from=rank_from)
+        for compiled in (False, True) if jit.available() else (False,):
+            with numba_kernels(compiled):
+                np.testing.assert_array_equal(ranker.rank_recency(ArrayContext(**kw)),
+                                              ranker.rank_recency(_Unordered(**kw)))
+
+
+def test_the_engine_keeps_each_arms_access_order_with_the_same_answers(monkeypatch):
+    """Per query, each arm's state keeps the order of last access and places
+    again only the notes used since: the frames of sorting every query's
+    ages (two arms, each with its own uses; both rank directions)."""
+    s = SyntheticWorkload(horizon_days=6, backfill_days=4, notes_per_day=60.0,
+                          queries_per_day=30.0).generate(np.random.SeedSequence(77))
+    arms = [Arm(r, resolve_policy({"preset": "generative-agents-code",
+                                   "ranker": {"rank_from": r}}, r))
+            for r in ("least-recent", "most-recent")]
+    settings_ = SimSettings(feedback_mode="per-query", save_rankings=True)
+    kept = simulate(s, arms, settings_, np.random.SeedSequence(0))
+    monkeypatch.setattr(BatchContext, "access_order", lambda self: None)
+    sorted_ = simulate(s, arms, settings_, np.random.SeedSequence(0))
+    for name in ("queries", "rankings", "store"):
+        pd.testing.assert_frame_equal(getattr(kept, name), getattr(sorted_, name))
+    assert kept.rankings["rank"].max() == 30

@@ -208,6 +208,12 @@ class BatchContext(_ArmCells):
             cache[key] = compute()
         return cache[key]
 
+    def access_order(self) -> np.ndarray | None:
+        """The columns in ascending order of the last use (creation where
+        none): the arm's state keeps the last such order and places again
+        only the notes used since (:meth:`PolicyState.access_order`)."""
+        return self.state.access_order(self.notes, self.idx)
+
     def similarity(self, retriever) -> np.ndarray:
         """The retriever's similarity (Q, L), shared across arms: computed on
         the batch's own cells when the retriever computes it per cell

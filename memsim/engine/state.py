@@ -16,7 +16,7 @@ import pandas as pd
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import supersession_times
 from memsim.data.planted import PlantedModel
-from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
+from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES, origin_order
 from memsim.data.stream import Stream
 
 
@@ -364,6 +364,9 @@ class PolicyState:
         #: the ranker's per-note columns (``Ranker.note_columns``), made at
         #: its first retrieval call (:meth:`update_note_state`)
         self.note_state: dict[str, np.ndarray] = {}
+        #: (origins, the permutation that sorts them) of the last
+        #: :meth:`access_order`: the next one places again only what moved
+        self._access_order: tuple[np.ndarray, np.ndarray] | None = None
         #: pruning: notes per query to score first (learnt from the last
         #: batch), and whether this arm's components turned out to read what
         #: gathered cells lack (then neither pruning nor the per-query
@@ -400,6 +403,17 @@ class PolicyState:
                 if prev is not None:
                     own._last_bump[(k, a)] = prev
         return own
+
+    def access_order(self, notes: NoteArrays, idx: np.ndarray) -> np.ndarray | None:
+        """The notes ``idx`` in ascending order of their last use (creation
+        where none): :func:`memsim.policies.context.origin_order`, from the
+        order this state gave last (a query's uses move a few notes)."""
+        last = self.last_access[idx]
+        origin = np.where(np.isnan(last), notes.created_at[idx], last)
+        order = origin_order(origin, self._access_order)
+        if order is not None:  # new arrays each time: a gathered state shares the tuple
+            self._access_order = (origin, order)
+        return order
 
     def distinct_actors(self, idx: np.ndarray) -> np.ndarray:
         """Number of distinct actors that used each note of ``idx``."""

@@ -103,6 +103,13 @@ class ScoringContext(Protocol):
     of a bigger context, ``flat`` their row-major indices into its (Q, L)
     matrices, shaped as this context's matrices. Only a ranker that declares
     ``scores_cells`` reads it (its sets are those of the whole context).
+
+    A context may also offer ``access_order()`` (not part of the protocol):
+    the columns (L,) in ascending order of their last use, creation
+    counting as the first use (a permutation of ``range(L)``, ties in any
+    order), or None. Every row of ``age_last_access`` is then descending
+    along it (``t - origin`` rounds monotonically), so a ranker that ranks
+    notes by it need not sort each row (``generative-agents-code``).
     """
 
     t: np.ndarray
@@ -195,6 +202,31 @@ class ScoringContext(Protocol):
 
     @property
     def superseded_at(self) -> np.ndarray: ...
+
+
+def origin_order(origin: np.ndarray, known: tuple[np.ndarray, np.ndarray] | None = None
+                 ) -> np.ndarray | None:
+    """A permutation that sorts ``origin`` (L,) ascending (ties in any
+    order); None when a value is NaN.
+
+    ``known``: ``(values, order)``, an earlier array of the same length and
+    a permutation that sorts it. Only the entries whose value changed since
+    are placed again (removed, then inserted where their value goes), the
+    others keeping their sorted order: a few passes over the array instead
+    of a sort, when few changed (the uses of a query or two)."""
+    if np.isnan(origin).any():
+        return None
+    if known is not None and len(known[0]) == len(origin):
+        before, order = known
+        moved = np.flatnonzero(origin != before)
+        if 8 * len(moved) <= len(origin):
+            keep = np.ones(len(origin), dtype=bool)
+            keep[moved] = False
+            rest = order[keep[order]]
+            moved = moved[np.argsort(origin[moved], kind="stable")]
+            at = np.searchsorted(origin[rest], origin[moved], side="right")
+            return np.insert(rest, at, moved)
+    return np.argsort(origin)
 
 
 def _codes(values: Any, table: dict[str, int], n: int, default: str) -> np.ndarray:
@@ -402,6 +434,12 @@ class ArrayContext:
     def exponential_recency(self, clock: str, floor: Any, rate: Any) -> None:
         """Always None: decays are evaluated cell by cell here."""
         return None
+
+    def access_order(self) -> np.ndarray | None:
+        """The columns in ascending order of the last use (creation where
+        none); None when a time is NaN."""
+        return origin_order(np.where(np.isnan(self.last_access), self.created_at,
+                                     self.last_access))
 
     @property
     def planted(self) -> Any:
