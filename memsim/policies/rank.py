@@ -680,15 +680,18 @@ def _mth_smallest_rows(x, m):
     """:func:`_mth_smallest` one row at a time (compiled by
     :func:`memsim.core.jit.kernel`): a max-heap of the row's ``m`` smallest
     values so far, its root replaced by any smaller value; comparisons
-    only, so the root at the end is the m-th smallest itself."""
+    only, so the root at the end is the m-th smallest itself, whatever the
+    order the row is read in. It is read from its end: the engine's columns
+    are in creation order, so ages since creation come smallest first and
+    the heap, full of them, rarely changes after."""
     q, n = x.shape
     out = np.empty(q)
     heap = np.empty(m)
     for r in range(q):
-        for j in range(n):
-            v = x[r, j]
-            if j < m:  # the first m: sifted up into the heap
-                i = j
+        for jj in range(n):
+            v = x[r, n - 1 - jj]
+            if jj < m:  # the first m: sifted up into the heap
+                i = jj
                 while i > 0 and heap[(i - 1) // 2] < v:
                     heap[i] = heap[(i - 1) // 2]
                     i = (i - 1) // 2
