@@ -428,17 +428,14 @@ class PolicyState:
             if len(rows) == 0:
                 return
         np.add.at(self.recalls, rows, 1)
-        # each used note's latest use (work in the uses, not the store)
-        seen, which = np.unique(rows, return_inverse=True)
-        last = np.full(len(seen), -np.inf)
-        np.maximum.at(last, which, t)
-        self.last_access[seen] = np.fmax(self.last_access[seen], last)
+        # each used note's latest use: the largest of its uses' times and
+        # its last access before (NaN: none), whatever the order of the uses
+        np.fmax.at(self.last_access, rows, np.asarray(t, dtype=np.float64))
         word, bit = np.divmod(actors, 64)
         np.bitwise_or.at(self.actor_bits, (rows, word), np.left_shift(np.uint64(1),
                                                                      bit.astype(np.uint64)))
         if feedback.promote_after > 0:
-            promote = seen[self.recalls[seen] >= feedback.promote_after]
-            self.tier[promote] = TIER_CODES["longterm"]
+            self.tier[rows[self.recalls[rows] >= feedback.promote_after]] = TIER_CODES["longterm"]
 
     def update_note_state(self, ranker, ctx) -> None:
         """After a retrieval call scored on ``ctx`` (its ``live`` set, the
