@@ -189,6 +189,13 @@ class FeatherBlend(Ranker):
         return False
 
 
+def _as_shape(x, shape: tuple, dtype=None) -> np.ndarray:
+    """``x`` as an array of ``shape``: itself when it has that shape, else
+    broadcast to it (a read-only view); neither is written to."""
+    x = np.asarray(x, dtype=dtype)
+    return x if x.shape == shape else np.broadcast_to(x, shape)
+
+
 def live_mask(ctx: ScoringContext) -> np.ndarray | None:
     """(Q, L) bool: the notes a query can see (existing, not expired, not
     evicted, inside the retriever's prefilter); None when the context does not
@@ -234,10 +241,10 @@ def minmax_sum(terms: list[tuple[float, np.ndarray]], live: np.ndarray | None) -
     broadcast to it); compiled in one pass per row where numba is on (the
     same float operations: the same values bit for bit)."""
     shape = np.broadcast_shapes(*(np.shape(x) for _, x in terms))
-    xs = [np.broadcast_to(np.asarray(x, dtype=np.float64), shape) for _, x in terms]
+    xs = [_as_shape(x, shape, np.float64) for _, x in terms]
     if jit.enabled() and len(terms) == 3 and len(shape) == 2:
         alive = (np.ones(shape, dtype=bool) if live is None
-                 else np.broadcast_to(np.asarray(live, dtype=bool), shape))
+                 else _as_shape(live, shape, bool))
         (w1, _), (w2, _), (w3, _) = terms
         return _minmax_sum3_rows(float(w1), xs[0], float(w2), xs[1], float(w3), xs[2], alive)
     out = terms[0][0] * minmax_normalise(xs[0], live)
@@ -810,11 +817,11 @@ class LangChainTimeWeighted(Ranker):
     def _find_sets(self, ctx: ScoringContext, live: np.ndarray | None) -> _CandidateSets:
         order, rel = _index_score_and_relevance(ctx, self.relevance)
         q, n = np.shape(order)
-        allowed = np.ones((q, n), dtype=bool) if live is None else np.broadcast_to(live, (q, n))
+        allowed = np.ones((q, n), dtype=bool) if live is None else _as_shape(live, (q, n))
         store = np.flatnonzero(_top_by_row(order, allowed, self.search_k))
         # the k newest allowed notes by insertion: the smallest age since
         # creation, ties by the higher note row (added later)
-        age = np.broadcast_to(np.asarray(ctx.age_created, dtype=np.float64), (q, n))
+        age = _as_shape(ctx.age_created, (q, n), np.float64)
         idx = np.broadcast_to(np.asarray(ctx.idx), (q, n))
         # sorted by (not allowed, age, -idx): by the age where allowed first
         # (an allowed note never sorts after one that is not)
@@ -911,8 +918,8 @@ def lexicographic_rank(first: np.ndarray, key: np.ndarray, then: np.ndarray,
     q, n = key.shape
     order = np.argsort(key, axis=1) if order is None else \
         np.ascontiguousarray(np.broadcast_to(order, (q, n)))
-    first = np.broadcast_to(np.asarray(first, dtype=bool), (q, n))
-    then = np.broadcast_to(np.asarray(then), (q, n))
+    first = _as_shape(first, (q, n), bool)
+    then = _as_shape(then, (q, n))
     if jit.enabled():
         return _count_ranks(order, np.ascontiguousarray(key), np.ascontiguousarray(first),
                             np.ascontiguousarray(then, dtype=np.int64))
@@ -1040,8 +1047,8 @@ class GenerativeAgentsCode(Ranker):
         age = np.asarray(ctx.age_last_access, dtype=np.float64)
         q, n = age.shape
         live = live_mask(ctx)
-        allowed = np.ones((q, n), dtype=bool) if live is None else np.broadcast_to(live, (q, n))
-        created_age = np.broadcast_to(np.asarray(ctx.age_created, dtype=np.float64), (q, n))
+        allowed = np.ones((q, n), dtype=bool) if live is None else _as_shape(live, (q, n))
+        created_age = _as_shape(ctx.age_created, (q, n), np.float64)
         idx = np.broadcast_to(np.asarray(ctx.idx), (q, n))
         # ascending last access = descending age since last access; ties: newer
         # created first (smaller creation age), then the higher note row
