@@ -1056,6 +1056,8 @@ class GenerativeAgentsCode(Ranker):
         # the context's columns by last access sort every row's key (its
         # age is t - last access, rounded monotonically): no sort per row
         order = getattr(ctx, "access_order", lambda: None)()
+        if order is not None and len(order) != n:  # not this context's columns
+            order = None
         if order is not None and self.rank_from == "most-recent":
             order = order[::-1]
         rank = lexicographic_rank(~allowed, key_access, np.lexsort((-idx, created_age), axis=1),
