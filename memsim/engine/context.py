@@ -212,7 +212,8 @@ class BatchContext(_ArmCells):
         """The columns in ascending order of the last use (creation where
         none): the arm's state keeps the last such order and places again
         only the notes used since (:meth:`PolicyState.access_order`)."""
-        return self.state.access_order(self.notes, self.idx)
+        return self.state.access_order(_clock_origin("last_access", self.notes, self.state,
+                                                     self.idx))
 
     def similarity(self, retriever) -> np.ndarray:
         """The retriever's similarity (Q, L), shared across arms: computed on

@@ -404,12 +404,11 @@ class PolicyState:
                     own._last_bump[(k, a)] = prev
         return own
 
-    def access_order(self, notes: NoteArrays, idx: np.ndarray) -> np.ndarray | None:
-        """The notes ``idx`` in ascending order of their last use (creation
-        where none): :func:`memsim.policies.context.origin_order`, from the
-        order this state gave last (a query's uses move a few notes)."""
-        last = self.last_access[idx]
-        origin = np.where(np.isnan(last), notes.created_at[idx], last)
+    def access_order(self, origin: np.ndarray) -> np.ndarray | None:
+        """A permutation that sorts ``origin``, the times some notes' ages
+        since last use count from (:func:`memsim.policies.context.origin_order`),
+        from the order this state gave last (a query's uses move a few
+        notes)."""
         order = origin_order(origin, self._access_order)
         if order is not None:  # new arrays each time: a gathered state shares the tuple
             self._access_order = (origin, order)
