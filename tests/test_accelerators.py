@@ -240,8 +240,9 @@ def test_per_query_arms_are_walked_and_stacked_together():
 
 
 @pytest.mark.parametrize("ranker, retriever, accelerators", [
-    # set-dependent: every query scores the batch's columns
-    ("langchain-time-weighted", "cosine", ACCELERATORS),
+    # set-dependent, its sets reading the uses: every query scores the
+    # batch's columns
+    ("weighted-sum", "cosine", ACCELERATORS),
     # the walk off, a prefilter whose cells this ranker does not score:
     # each query scores its own prefilter's columns
     ("bayes", {"kind": "cosine", "prefilter": 25}, ("prefilter",)),
@@ -294,6 +295,37 @@ def test_langchain_arms_score_their_candidates_alone_and_share_their_sets(mode, 
     for key, frame in _frames(got).items():
         assert_frame_equal(frame, _frames(off)[key], check_exact=True)
         assert_frame_equal(frame, _frames(want)[key], check_exact=True)
+
+
+@pytest.mark.parametrize("ranker", [
+    {"kind": "langchain-time-weighted", "search_k": 10, "k": 2},
+    {"kind": "langchain-time-weighted", "search_k": 25, "k": 4, "relevance": "l2",
+     "importance_weight": 0.5, "default_salience": 0.2},
+    {"kind": "langchain-time-weighted", "search_k": 6, "k": 0, "relevance": "inner-product"},
+])
+def test_langchain_arms_are_walked_per_query_with_the_reference_frames(ranker):
+    """LangChain's sets read no use (``sets_read_uses`` False): its
+    per-query arms are walked, each query corrected at the notes used
+    before it among its own candidates, and give the reference's frames;
+    the uses within a batch change the answers (per tick differs), so the
+    corrections are not vacuous."""
+    stream = _stream(0)
+    feedback = {"kind": "default", "touch": "returned", "k": 3}
+    arms = [Arm(f"{rate}-{touch}", _policy(
+                ranker=ranker, decay={"kind": "langchain", "decay_rate": rate},
+                feedback={**feedback, "touch": touch}))
+            for rate in (0.02, 0.3) for touch in ("returned", "packed")]
+    settings = SimSettings(candidates=6, tick_days=2.0, retention_period_days=3.0,
+                           feedback_mode="per-query", save_rankings="hidden")
+    got = simulate(stream, arms, settings, seed_sequence(5))
+    n = len(stream.queries)
+    assert all(a.get("walk") == n for a in got.accelerated)
+    want = reference.simulate(stream, arms, settings, seed_sequence(5))
+    for key, frame in _frames(got).items():
+        assert_frame_equal(frame, _frames(want)[key], check_exact=True)
+    tick = simulate(stream, arms, dataclasses.replace(settings, feedback_mode="per-tick"),
+                    seed_sequence(5))
+    assert not tick.rankings.equals(got.rankings)
 
 
 def test_each_accelerator_answers_queries():

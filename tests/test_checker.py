@@ -228,6 +228,30 @@ class CellsOwnSets(LangChainTimeWeighted):
 
 
 @dataclass(frozen=True, kw_only=True)
+class UsedAreCandidates(LangChainTimeWeighted):
+    """Declares its candidates read no use (LangChain's do), and lets every
+    note used before be a candidate too."""
+
+    name: ClassVar[str] = "used-are-candidates"
+
+    def candidate_mask(self, ctx):
+        return super().candidate_mask(ctx) | (np.asarray(ctx.recalls) > 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BusiestStore(LangChainTimeWeighted):
+    """Declares its sets read no use, and adds the most recalls of any note
+    of the (whole) context to every score."""
+
+    name: ClassVar[str] = "busiest-store"
+
+    def combine(self, rel, rec, ctx):
+        whole = getattr(ctx, "whole", None)
+        recalls = np.asarray((ctx if whole is None else whole[0]).recalls)
+        return super().combine(rel, rec, ctx) + 1e-3 * recalls.max()
+
+
+@dataclass(frozen=True, kw_only=True)
 class CenteredDots(Retriever):
     """Declares its similarity per cell, and centres each row on its mean."""
 
@@ -243,6 +267,10 @@ class CenteredDots(Retriever):
 WRONG = [
     (CellsOwnSets, "scores_cells", r"gets combine\(\) = [0-9.e-]+ in the whole context and "
                                    r"[0-9.e-]+ among a third of its notes"),
+    (UsedAreCandidates, "sets_read_uses", r"gets candidate_mask\(\) = [01]\.0, and [01]\.0 when the "
+                                          r"uses of every other note are drawn again"),
+    (BusiestStore, "sets_read_uses", r"note \d+ of query \d+: .* gets combine\(\) = "
+                                     r"[0-9.e-]+, and [0-9.e-]+ when"),
     (BlindProduct, "uses_similarity", r"raised TypeError: "),
     (CenteredDots, "per_cell", r"per_cell = True .* gets similarity [0-9.e-]+ in the whole "
                                r"context and [0-9.e-]+ with every third note"),

@@ -27,7 +27,8 @@ it returns None when every check passes. The checks, run on seeded random
   return one flag per note;
 - a scoring component that declares ``reads_uses()`` False gives the same
   output when the notes' recalls, last uses, distinct actors and tiers
-  change;
+  change; a ranker that declares ``sets_read_uses`` False keeps its
+  candidates and every other note's score when some notes' uses change;
 - every promise the engine trusts, where it can break (the extreme notes of
   :func:`extreme_context`: ages 0, tiny and huge, no use and many, every
   tier code; similarities from -1 to 1; and the contexts above): a decay's
@@ -422,16 +423,20 @@ _RUN = {
 }
 
 
-def _redraw_uses(ctx: ArrayContext, seed: int) -> None:
+def _redraw_uses(ctx: ArrayContext, seed: int, notes: np.ndarray | None = None) -> None:
     """Give a fresh context (nothing read yet) other uses: recalls, last
-    uses, distinct actors and tiers drawn again."""
+    uses, distinct actors and tiers drawn again (of the ``notes``, a bool
+    mask, when given; of every note else)."""
     rng = np.random.default_rng(seed + 1000)
     n = len(ctx.idx)
+    keep = np.zeros(n, dtype=bool) if notes is None else ~notes
     used = rng.random(n) < 0.5
-    ctx.last_access = np.where(used, ctx.created_at + rng.uniform(0.0, 9.0, n), np.nan)
-    ctx.recalls = np.where(used, rng.integers(1, 60, n), 0)
-    ctx.distinct_actors = np.where(used, rng.integers(1, 7, n), 0)
-    ctx.tier = rng.choice(list(TIER_CODES.values()), n)
+    redrawn = {"last_access": np.where(used, ctx.created_at + rng.uniform(0.0, 9.0, n), np.nan),
+               "recalls": np.where(used, rng.integers(1, 60, n), 0),
+               "distinct_actors": np.where(used, rng.integers(1, 7, n), 0),
+               "tier": rng.choice(list(TIER_CODES.values()), n)}
+    for name, value in redrawn.items():
+        setattr(ctx, name, np.where(keep, getattr(ctx, name), value))
 
 
 def _check_outputs(c: _Checker, comp: Component, make_context: ContextFactory,
@@ -762,6 +767,29 @@ def _check_ranker_promises(c: _Checker, comp) -> None:
                            f"{_r(score[0, i])}: {cell(i)}; the engine would leave it out")
 
 
+def _ranker_outputs(c: _Checker, comp, ctx, keep: np.ndarray | None = None
+                    ) -> list[tuple[str, np.ndarray]]:
+    """A ranker's ``combine`` (at the relevance and recency
+    ``_run_ranker`` gives, each passed where the ranker reads it) and, for
+    one that chooses its candidates, ``candidate_mask``, on ``ctx``: (the
+    method, its (Q, L) values as floats). ``keep``: ``ctx`` holds those
+    notes of the context whose relevance and recency it gets (its
+    ``whole``)."""
+    source = ctx if keep is None else ctx.whole[0]
+    rel = np.asarray(source.dots, dtype=np.float64) / 10.0  # as _run_ranker's
+    rec = np.clip(np.asarray(source.age_created) / -400.0 + 1.0, 0.0, 1.0)
+    if keep is not None:
+        rel, rec = rel[:, keep], np.broadcast_to(rec, rel.shape[:1] + rec.shape[-1:])[:, keep]
+    calls = [("combine", (rel if comp.uses_similarity else None,
+                          rec if comp.uses_recency else None))]
+    if comp.chooses_candidates():
+        calls.append(("candidate_mask", ()))
+    shape = (len(ctx.t), len(ctx.idx))
+    return [(name, np.broadcast_to(np.asarray(c.call(name, getattr(comp, name), *args, ctx),
+                                              dtype=np.float64), shape))
+            for name, args in calls]
+
+
 def _check_scores_cells(c: _Checker, comp, seed: int, contexts) -> None:
     """``scores_cells``: given chosen cells of a context (``ctx.whole``:
     here every third note of each query), ``combine`` and
@@ -777,19 +805,9 @@ def _check_scores_cells(c: _Checker, comp, seed: int, contexts) -> None:
             continue
         sub.live = None if ctx.live is None else np.asarray(ctx.live)[:, keep]
         sub.whole = (ctx, np.arange(q)[:, None] * n + keep[None, :])
-        rel = np.asarray(ctx.dots, dtype=np.float64) / 10.0  # as _run_ranker's
-        rec = np.clip(np.asarray(ctx.age_created) / -400.0 + 1.0, 0.0, 1.0)
-        rels = (rel, rel[:, keep]) if comp.uses_similarity else (None, None)
-        recs = (rec, rec[:, keep]) if comp.uses_recency else (None, None)
-        # (method, its arguments on the whole context, on the cells)
-        calls = [("combine", (rels[0], recs[0]), (rels[1], recs[1]))]
-        if comp.chooses_candidates():
-            calls.append(("candidate_mask", (), ()))
-        for name, args_whole, args_part in calls:
-            f = getattr(comp, name)
-            whole = np.broadcast_to(np.asarray(c.call(name, f, *args_whole, ctx)),
-                                    (q, n))[:, keep]
-            part = np.broadcast_to(np.asarray(c.call(name, f, *args_part, sub)), whole.shape)
+        for (name, whole), (_, part) in zip(_ranker_outputs(c, comp, ctx),
+                                            _ranker_outputs(c, comp, sub, keep)):
+            whole = whole[:, keep]
             cell = _first_difference(whole, part)
             if cell is not None:
                 qi, i = cell
@@ -798,6 +816,35 @@ def _check_scores_cells(c: _Checker, comp, seed: int, contexts) -> None:
                        f"{_note(ctx, qi, int(keep[i]))} gets {name}() = {_r(whole[qi, i])} in "
                        f"the whole context and {_r(part[qi, i])} among a third of its notes "
                        f"({label})")
+
+
+def _check_sets_read_uses(c: _Checker, comp, seed: int, contexts) -> None:
+    """``sets_read_uses`` False: drawing again the uses of every other note
+    (recalls, last use, distinct actors, tier) changes neither the
+    ranker's candidates (``candidate_mask``) nor ``combine`` at the notes
+    whose uses stayed (the engine then rescores only the notes used before
+    a query)."""
+    if comp.sets_read_uses:
+        return
+    for label, ctx, _ in _promise_contexts(seed, contexts):
+        n = len(ctx.idx)
+        kept, other = _subset(ctx, np.arange(n)), _subset(ctx, np.arange(n))
+        if kept is None:
+            continue
+        moved = np.arange(n) % 2 == 1
+        _redraw_uses(other, seed, moved)
+        kept.live = other.live = ctx.live
+        for (name, before), (_, after) in zip(_ranker_outputs(c, comp, kept),
+                                              _ranker_outputs(c, comp, other)):
+            at = ~moved if name == "combine" else np.ones(n, dtype=bool)
+            cell = _first_difference(before[:, at], after[:, at])
+            if cell is not None:
+                qi, i = cell
+                c.fail("sets_read_uses", f"declaring sets_read_uses False declares that a "
+                       f"note's uses change no other note's candidacy or score, but "
+                       f"{_note(ctx, qi, int(np.flatnonzero(at)[i]))} gets {name}() = "
+                       f"{_r(before[qi, at][i])}, and {_r(after[qi, at][i])} when the uses "
+                       f"of every other note are drawn again ({label})")
 
 
 def _check_elementwise(c: _Checker, comp, rel, rec, ctx, score, where: str) -> None:
@@ -904,6 +951,7 @@ def _check_promises(c: _Checker, comp: Component, seed: int, contexts) -> None:
     elif slot == "ranker":
         _check_ranker_promises(c, comp)
         _check_scores_cells(c, comp, seed, contexts)
+        _check_sets_read_uses(c, comp, seed, contexts)
     elif slot in ("stickiness", "breadth"):
         _check_stickiness_breadth_promises(c, comp, seed, contexts)
     elif slot == "retention":

@@ -51,12 +51,18 @@ MIN_WINDOW = 16
 
 def _walkable(policy: Policy, accelerators: tuple[str, ...]) -> bool:
     """Whether a query's scores change only at the notes used before it: an
-    elementwise ranker and candidates chosen by similarity alone. (A
-    prefilter touch before scoring is a use before the query itself: its
-    notes are known before any answer, :func:`_walk_uses`.)"""
+    elementwise ranker and candidates chosen by similarity alone, or a
+    ranker whose sets and own candidates read no use
+    (``Ranker.sets_read_uses`` False) and that scores chosen cells as on
+    the whole batch (``Ranker.scores_cells``; LangChain's). (A prefilter
+    touch before scoring is a use before the query itself: its notes are
+    known before any answer, :func:`_walk_uses`.)"""
     r = policy.ranker
-    return ("walk" in accelerators and not r.set_dependent and not r.needs_logged
-            and not r.chooses_candidates())
+    if "walk" not in accelerators or r.needs_logged:
+        return False
+    if r.set_dependent or r.chooses_candidates():
+        return not r.sets_read_uses and r.scores_cells
+    return True
 
 
 def _walk_arms(jobs: list[_ArmJob], inp: _Inputs, acc_done: list[int]
@@ -143,19 +149,25 @@ def _walk_together(jobs: list[_ArmJob], inp: _Inputs, cut: np.ndarray, acc_done:
     stacked = _stacked_tops([(i, job.arm.policy, ctx, job.c, job.st)
                              for i, (job, (ctx, _)) in enumerate(zip(jobs, scored))
                              if "stack" in job.accelerators])
-    tops = []
+    tops, chosen = [], []
     for i, (job, (ctx, _)) in enumerate(zip(jobs, scored)):
+        mask = None
         if i in stacked:
             pos, vals = stacked[i]
             job.st.accelerated["stack"] += len(pos)
         else:
-            pos, vals, _ = _top(job.arm.policy, ctx, job.c, job.st, job.accelerators)
+            pos, vals, mask = _top(job.arm.policy, ctx, job.c, job.st, job.accelerators)
         job.st.accelerated["walk"] += len(job.batch.t)
         tops.append((pos, vals))
+        # a ranker's own candidates (they read no use): the only cells a use
+        # can change, for every query of the batch
+        chosen.append(np.flatnonzero(mask) if job.arm.policy.ranker.chooses_candidates()
+                      else None)
     packs = _pack_all([(job, batch, pos, vals, slice(None))
                        for job, (_, batch), (pos, vals) in zip(jobs, scored, tops)])
-    walks = [_Walk(job, inp, cut, done, ctx, batch, pk)
-             for job, done, (ctx, batch), pk in zip(jobs, acc_done, scored, packs)]
+    walks = [_Walk(job, inp, cut, done, ctx, batch, pk, cand)
+             for job, done, (ctx, batch), pk, cand in zip(jobs, acc_done, scored, packs,
+                                                          chosen)]
     active = [w for w in walks if w.start < w.q]
     while active:
         _repack_all([(w, w.merge()) for w in active])
@@ -175,8 +187,9 @@ class _Walk:
     full to pack, if any)."""
 
     def __init__(self, job: _ArmJob, inp: _Inputs, cut: np.ndarray, acc_done: int,
-                 ctx: BatchContext, batch: Batch, pk: _Packed):
+                 ctx: BatchContext, batch: Batch, pk: _Packed, chosen: np.ndarray | None):
         self.job, self.ctx, self.batch, self.pk = job, ctx, batch, pk
+        self.seen = _Seen(ctx, chosen)
         self.fb = job.arm.policy.feedback
         self.first = dataclasses.replace(pk, **{f.name: getattr(pk, f.name).copy()
                                                 for f in dataclasses.fields(pk)})
@@ -205,8 +218,9 @@ class _Walk:
         stop = min(self.q, self.start + self.window)
         if self.q - stop < MIN_WINDOW:  # a short tail: in this window, not a round of its own
             stop = self.q
-        self._round = (stop, *_merged(self.job, self.ctx, self.batch, self.pk, self.first,
-                                      self.uses(), self.start, stop, self.applied))
+        self._round = (stop, *_merged(self.job, self.ctx, self.seen, self.batch, self.pk,
+                                      self.first, self.uses(), self.start, stop,
+                                      self.applied))
         return self._round[-1]
 
     def settle(self) -> np.ndarray:
@@ -215,7 +229,7 @@ class _Walk:
         scored again in full on the state at its time: return it, to pack
         again."""
         stop, redo, old_uses, _ = self._round
-        final = _first_wrong(self.job, self.ctx, self.batch, self.pk, old_uses, self.start,
+        final = _first_wrong(self.job, self.seen, self.batch, self.pk, old_uses, self.start,
                              stop, redo)
         if final < redo:  # a query saw a changed use: the guess is made again from it
             self.window = max(MIN_WINDOW, 2 * (final - self.start))
@@ -243,6 +257,25 @@ class _Walk:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+class _Seen:
+    """Which cells of a batch its queries see: the live ones, and among
+    them the ranker's own candidates when it chooses them (``chosen``: their
+    flat indices in the batch's (Q, L) matrices, ascending; they read no
+    use, so they hold for the whole walk). A use changes a query's scores
+    only at a note it sees."""
+
+    def __init__(self, ctx: BatchContext, chosen: np.ndarray | None):
+        self.ctx, self.chosen = ctx, chosen
+
+    def __call__(self, flat: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Whether the cells at ``flat`` (their columns ``cols``) are seen."""
+        sees = self.ctx.live_cells(flat, cols)
+        if self.chosen is not None:
+            at = np.minimum(np.searchsorted(self.chosen, flat), len(self.chosen) - 1)
+            sees &= (self.chosen[at] == flat) if len(self.chosen) else False
+        return sees
 
 
 #: a batch's uses in the order they happen: note rows, actors, times, the
@@ -293,8 +326,8 @@ def _used_rows(fb, pk: _Packed, rows: np.ndarray) -> np.ndarray:
     return np.sort(np.where(target, pk.cand_rows[rows], -1), axis=1)
 
 
-def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _Packed,
-            uses: _Uses, start: int, stop: int, applied: int
+def _merged(job: _ArmJob, ctx: BatchContext, sees: _Seen, batch: Batch, pk: _Packed,
+            first: _Packed, uses: _Uses, start: int, stop: int, applied: int
             ) -> tuple[int, np.ndarray, np.ndarray]:
     """Correct the queries ``start`` to ``stop`` for the ``uses`` before each:
     the notes a query sees that were used before it are rescored on the
@@ -329,7 +362,7 @@ def _merged(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed, first: _
     if near is not None:
         cell &= near
     ri, ui = nonzero2(cell)
-    live = ctx.live_cells(qs[ri] * n + used[ui], used[ui])
+    live = sees(qs[ri] * n + used[ui], used[ui])
     ci, cq = used[ui[live]], qs[ri[live]]  # a cell per (query, used note it sees)
     redo = stop
     new = _used_note_scores(job, ctx, batch, ci, cq, uses, applied) if len(ci) else None
@@ -451,7 +484,7 @@ def _may_enter(job: _ArmJob, ctx: BatchContext, first: _Packed, qs: np.ndarray,
     return ~(bound < kth[:, None])
 
 
-def _first_wrong(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed,
+def _first_wrong(job: _ArmJob, sees: _Seen, batch: Batch, pk: _Packed,
                  old_uses: np.ndarray, start: int, stop: int, redo: int) -> int:
     """After :func:`_merged` and the packing again: the first query of
     ``start`` to ``stop`` corrected on a wrong guess (one that sees a note
@@ -470,8 +503,8 @@ def _first_wrong(job: _ArmJob, ctx: BatchContext, batch: Batch, pk: _Packed,
         at, hit = _columns(batch.idx, notes[notes >= 0])
         cols = at[hit]
         later = qs[i + 1:]
-        sees = ctx.live_cells((later[:, None] * n + cols).ravel(), np.tile(cols, len(later)))
-        hit = np.flatnonzero(sees.reshape(len(later), len(cols)).any(axis=1))
+        seen = sees((later[:, None] * n + cols).ravel(), np.tile(cols, len(later)))
+        hit = np.flatnonzero(seen.reshape(len(later), len(cols)).any(axis=1))
         if len(hit):
             final = min(final, int(later[hit[0]]))
     return final

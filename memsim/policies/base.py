@@ -31,7 +31,8 @@ Components read only the :class:`~memsim.policies.context.ScoringContext`
 protocol, never the engine. What the engine may ask of a component beyond
 its slot's method is a declared capability on the slot's base class, never a
 name: ``Ranker.uses_recency``, ``Ranker.uses_similarity``, ``Ranker.set_dependent``,
-``Ranker.needs_truth``, ``Ranker.needs_planted``, ``Ranker.needs_logged``,
+``Ranker.sets_read_uses``, ``Ranker.needs_truth``, ``Ranker.needs_planted``,
+``Ranker.needs_logged``,
 ``Ranker.note_columns`` (per-note state, set by ``Ranker.update_note_state``),
 ``Ranker.recency_floor()``, ``Ranker.candidate_mask()``,
 ``Retriever.prefilter_mask()``, ``Retention.evicts``, ``Retention.invalidates``,
@@ -508,6 +509,17 @@ class Ranker(Component):
     #: (:meth:`chooses_candidates`), it lets the engine score those cells
     #: alone (LangChain's: a few hundred of a query's notes).
     scores_cells: ClassVar[bool] = False
+    #: False when what the ranker reads of the *other* notes (its chosen
+    #: candidates, :meth:`candidate_mask`; what makes it
+    #: :attr:`set_dependent`) does not change with the notes' uses (recalls,
+    #: last use, distinct actors, tier), only with the notes that exist,
+    #: their similarity and their creation (LangChain's sets: the nearest
+    #: and the newest by creation). A use then changes a query's scores at
+    #: the used note alone: with :attr:`scores_cells`, per-query feedback is
+    #: corrected note by note from one scoring of the tick (the ``"walk"``
+    #: accelerator) instead of answered query by query. True (the default)
+    #: promises nothing.
+    sets_read_uses: ClassVar[bool] = True
     #: True when the ranker reads the ground truth (``ctx.gains``): then the
     #: engine hands the packer and the orderer the true gains of the
     #: candidates as their values, instead of the scores (the oracle).

@@ -759,7 +759,9 @@ class LangChainTimeWeighted(Ranker):
     or the uses: an engine context shares them between the arms of a batch
     with the same live notes, and a context of chosen cells (``ctx.whole``)
     reads them on its whole context (``scores_cells``), so that the engine
-    scores a query's candidates alone.
+    scores a query's candidates alone. A use changes the score of the used
+    note alone (``sets_read_uses`` False): per-query feedback is corrected
+    note by note from one scoring of the tick.
     "Added" order is creation order, ties by the lower ``note_id`` first.
     Exact score ties (rare) go to the lower ``note_id``, where LangChain
     keeps its candidate order.
@@ -781,6 +783,7 @@ class LangChainTimeWeighted(Ranker):
     set_dependent: ClassVar[bool] = True  # the candidates depend on the other notes
     uses_similarity: ClassVar[bool] = False  # its own relevance (the cosine, or ctx.dots)
     scores_cells: ClassVar[bool] = True  # its sets read on ctx.whole
+    sets_read_uses: ClassVar[bool] = False  # nearest and newest by creation
     relevance: str = "cosine"
     search_k: int = 100
     k: int = 4
