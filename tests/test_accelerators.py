@@ -311,10 +311,13 @@ def test_langchain_arms_are_walked_per_query_with_the_reference_frames(ranker):
     corrections are not vacuous."""
     stream = _stream(0)
     feedback = {"kind": "default", "touch": "returned", "k": 3}
-    arms = [Arm(f"{rate}-{touch}", _policy(
+    # (a capacity cap evicts between ticks: the sets change with the live notes)
+    arms = [Arm(f"{rate}-{touch}-{cap}", _policy(
                 ranker=ranker, decay={"kind": "langchain", "decay_rate": rate},
-                feedback={**feedback, "touch": touch}))
-            for rate in (0.02, 0.3) for touch in ("returned", "packed")]
+                feedback={**feedback, "touch": touch},
+                retention={"kind": "capacity", "max_notes": cap}))
+            for rate, touch, cap in ((0.02, "returned", 5000), (0.3, "returned", 700),
+                                     (0.02, "packed", 700), (0.3, "packed", 5000))]
     settings = SimSettings(candidates=6, tick_days=2.0, retention_period_days=3.0,
                            feedback_mode="per-query", save_rankings="hidden")
     got = simulate(stream, arms, settings, seed_sequence(5))
