@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,10 @@ from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 
 from memsim.engine import ACCELERATORS, Arm, SimSettings, reference, simulate
+from memsim.checks.testing import check_component
 from memsim.policies import REGISTRY, Policy, build_component
+from memsim.policies.base import Ranker
+from memsim.policies.retrieval import Cosine
 from memsim.core.rng import seed_sequence
 from memsim.data.stream import make_stream
 from memsim.data.workload import CLASS_NAMES, SyntheticWorkload
@@ -323,6 +327,51 @@ def test_langchain_arms_are_walked_per_query_with_the_reference_frames(ranker):
     got = simulate(stream, arms, settings, seed_sequence(5))
     n = len(stream.queries)
     assert all(a.get("walk") == n for a in got.accelerated)
+    want = reference.simulate(stream, arms, settings, seed_sequence(5))
+    for key, frame in _frames(got).items():
+        assert_frame_equal(frame, _frames(want)[key], check_exact=True)
+    tick = simulate(stream, arms, dataclasses.replace(settings, feedback_mode="per-tick"),
+                    seed_sequence(5))
+    assert not tick.rankings.equals(got.rankings)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RelativeSimilarity(Ranker):
+    """A set-dependent ranker whose sets read no use, choosing no
+    candidates: the recency times the similarity scaled to [0, 1] over each
+    query's live notes (read on the whole context, ``ctx.whole``)."""
+
+    name: ClassVar[str] = "relative-similarity"
+    set_dependent: ClassVar[bool] = True
+    scores_cells: ClassVar[bool] = True
+    sets_read_uses: ClassVar[bool] = False
+
+    def combine(self, rel, rec, ctx):
+        full, at = getattr(ctx, "whole", (ctx, None))
+        sim = np.asarray(full.similarity(Cosine()), dtype=np.float64)
+        live = np.ones(sim.shape, dtype=bool) if full.live is None else np.asarray(full.live)
+        lo = np.where(live, sim, np.inf).min(axis=1)
+        span = np.where(live, sim, -np.inf).max(axis=1) - lo
+        span = np.where(span > 0, span, 1.0)
+        rows = np.arange(len(sim))[:, None] if at is None else np.asarray(at) // sim.shape[1]
+        return (np.asarray(rel, dtype=np.float64) - lo[rows]) / span[rows] * rec
+
+
+def test_a_set_dependent_ranker_whose_sets_read_no_use_is_walked():
+    """The walk serves any ranker that declares ``sets_read_uses`` False
+    and ``scores_cells``, not only one that chooses its candidates: the
+    checker accepts this one, and its per-query arms are walked with the
+    reference's frames (uses within a batch change them)."""
+    check_component(RelativeSimilarity)
+    stream = _stream(0)
+    arms = [Arm(f"r{rate}", _policy(ranker=RelativeSimilarity(),
+                                    decay={"kind": "langchain", "decay_rate": rate},
+                                    retention={"kind": "capacity", "max_notes": 900}))
+            for rate in (0.02, 0.3)]
+    settings = SimSettings(candidates=6, tick_days=2.0, retention_period_days=3.0,
+                           feedback_mode="per-query", save_rankings=True)
+    got = simulate(stream, arms, settings, seed_sequence(5))
+    assert all(a.get("walk") == len(stream.queries) for a in got.accelerated)
     want = reference.simulate(stream, arms, settings, seed_sequence(5))
     for key, frame in _frames(got).items():
         assert_frame_equal(frame, _frames(want)[key], check_exact=True)
