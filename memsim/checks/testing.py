@@ -790,6 +790,19 @@ def _ranker_outputs(c: _Checker, comp, ctx, keep: np.ndarray | None = None
             for name, args in calls]
 
 
+def _first_output_difference(pairs: Iterable[tuple[str, np.ndarray, np.ndarray]]
+                             ) -> tuple[str, int, int, float, float] | None:
+    """The first cell where two values of one of a ranker's outputs differ
+    bit for bit (:func:`_first_difference`), over ``(method, values,
+    other values)`` of equal shapes: (method, query, column, value, other
+    value), or None."""
+    for name, a, b in pairs:
+        cell = _first_difference(a, b)
+        if cell is not None:
+            return name, *cell, float(a[cell]), float(b[cell])
+    return None
+
+
 def _check_scores_cells(c: _Checker, comp, seed: int, contexts) -> None:
     """``scores_cells``: given chosen cells of a context (``ctx.whole``:
     here every third note of each query), ``combine`` and
@@ -805,17 +818,15 @@ def _check_scores_cells(c: _Checker, comp, seed: int, contexts) -> None:
             continue
         sub.live = None if ctx.live is None else np.asarray(ctx.live)[:, keep]
         sub.whole = (ctx, np.arange(q)[:, None] * n + keep[None, :])
-        for (name, whole), (_, part) in zip(_ranker_outputs(c, comp, ctx),
-                                            _ranker_outputs(c, comp, sub, keep)):
-            whole = whole[:, keep]
-            cell = _first_difference(whole, part)
-            if cell is not None:
-                qi, i = cell
-                c.fail("scores_cells", f"declaring scores_cells declares that chosen cells "
-                       f"(ctx.whole) get their values in the whole context, but "
-                       f"{_note(ctx, qi, int(keep[i]))} gets {name}() = {_r(whole[qi, i])} in "
-                       f"the whole context and {_r(part[qi, i])} among a third of its notes "
-                       f"({label})")
+        found = _first_output_difference(
+            (name, whole[:, keep], part) for (name, whole), (_, part)
+            in zip(_ranker_outputs(c, comp, ctx), _ranker_outputs(c, comp, sub, keep)))
+        if found is not None:
+            name, qi, i, whole, part = found
+            c.fail("scores_cells", f"declaring scores_cells declares that chosen cells "
+                   f"(ctx.whole) get their values in the whole context, but "
+                   f"{_note(ctx, qi, int(keep[i]))} gets {name}() = {_r(whole)} in "
+                   f"the whole context and {_r(part)} among a third of its notes ({label})")
 
 
 def _check_sets_read_uses(c: _Checker, comp, seed: int, contexts) -> None:
@@ -834,17 +845,17 @@ def _check_sets_read_uses(c: _Checker, comp, seed: int, contexts) -> None:
         moved = np.arange(n) % 2 == 1
         _redraw_uses(other, seed, moved)
         kept.live = other.live = ctx.live
-        for (name, before), (_, after) in zip(_ranker_outputs(c, comp, kept),
-                                              _ranker_outputs(c, comp, other)):
-            at = ~moved if name == "combine" else np.ones(n, dtype=bool)
-            cell = _first_difference(before[:, at], after[:, at])
-            if cell is not None:
-                qi, i = cell
-                c.fail("sets_read_uses", f"declaring sets_read_uses False declares that a "
-                       f"note's uses change no other note's candidacy or score, but "
-                       f"{_note(ctx, qi, int(np.flatnonzero(at)[i]))} gets {name}() = "
-                       f"{_r(before[qi, at][i])}, and {_r(after[qi, at][i])} when the uses "
-                       f"of every other note are drawn again ({label})")
+        # the scores compared at the notes whose uses stayed, the candidates at every note
+        cols = {"combine": np.flatnonzero(~moved), "candidate_mask": np.arange(n)}
+        found = _first_output_difference(
+            (name, before[:, cols[name]], after[:, cols[name]]) for (name, before), (_, after)
+            in zip(_ranker_outputs(c, comp, kept), _ranker_outputs(c, comp, other)))
+        if found is not None:
+            name, qi, i, before, after = found
+            c.fail("sets_read_uses", f"declaring sets_read_uses False declares that a "
+                   f"note's uses change no other note's candidacy or score, but "
+                   f"{_note(ctx, qi, int(cols[name][i]))} gets {name}() = {_r(before)}, and "
+                   f"{_r(after)} when the uses of every other note are drawn again ({label})")
 
 
 def _check_elementwise(c: _Checker, comp, rel, rec, ctx, score, where: str) -> None:
