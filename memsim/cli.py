@@ -808,7 +808,7 @@ def build_parser() -> argparse.ArgumentParser:
     adv.set_defaults(func=_cmd_advise)
 
     rep = add(sub, "report", "(re)build report.html from a run folder")
-    rep.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    rep.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     rep.add_argument("--progress", choices=["auto", "json"], default="auto",
                      help="progress on stderr: lines or a bar (auto), or JSON lines (json)")
     rep.add_argument("run_dir", metavar="RUN_DIR",
@@ -961,7 +961,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="token budget of the similarity-only recall the noise is fitted to")
     tw.add_argument("--seed", type=int, default=0, help="seed of the twin's streams")
     tw.add_argument("--steps", type=int, default=10, help="bisection steps of the noise search")
-    tw.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    tw.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     tw.set_defaults(func=_cmd_calibrate_workload)
     return p
 

@@ -164,3 +164,22 @@ def test_an_override_of_a_policy_that_does_not_exist_is_refused(key):
 def test_a_whole_policy_table_can_still_be_added():
     exp = load_experiment(QUICKSTART, {"policies.extra": {"preset": "hivemind"}})
     assert list(exp.policies) == ["bug-5pct-per-day", "half-life-180-floor", "no-decay", "extra"]
+
+
+def _commands(parser, name="memsim"):
+    """Every (sub)command's parser, with its full name."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, child in action.choices.items():
+                yield from _commands(child, f"{name} {sub}")
+
+
+def test_every_command_that_can_be_quiet_takes_the_short_flag():
+    """`-q` means `--quiet` wherever `--quiet` exists (`memsim report -q`
+    was refused while `memsim run -q` was not)."""
+    quiet = {name: next((a.option_strings for a in p._actions if "--quiet" in a.option_strings),
+                        None) for name, p in _commands(build_parser())}
+    quiet = {k: v for k, v in quiet.items() if v is not None}
+    assert {"memsim run", "memsim report", "memsim calibrate workload"} <= set(quiet)
+    assert all("-q" in flags for flags in quiet.values()), quiet

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import memsim
 from memsim.runs.config import resolve_policy
-from memsim.engine import (ACCELERATORS, Arm, SimSettings, cells, feedback_timing, reference,
-                           simfilter, simulate)
+from memsim.engine import (ACCELERATORS, Arm, SimSettings, cells, feedback_timing, pruning,
+                           reference, simfilter, simulate)
 from memsim.engine.prefilter import level_prefilter
 from memsim.runs.runner import load_stream_for, replicate_seed
 from memsim.policies.presets import PRESETS
@@ -153,6 +153,60 @@ def test_pruning_scores_few_notes():
     assert pruned.accelerated[0]["prune"] == len(stream.queries)
     assert pruned.work[0]["cells"] < 0.2 * full.work[0]["cells"]
 
+
+
+@pytest.mark.parametrize("timing", ["per-tick", "per-query"])
+def test_an_arm_whose_pruning_does_not_pay_is_scored_in_full_for_a_while(timing):
+    """A recency that falls fast (rate 0.3 a day) ranks notes of middling
+    similarity high, so the pruning scores more than PAYING_SHARE of a
+    batch's cells: the arm's next batches are scored in full, and pruned
+    again after each rest (so some but not all of its queries are pruned),
+    with the frames of full scoring; a slow decay stays pruned throughout.
+    The same replay takes the same paths."""
+    # 30 queries a day over 2,500-5,000 notes (half made before the first
+    # day): batches of more than MIN_JUDGED cells
+    stream = random_stream(5, n_notes=5000, n_queries=360, dim=8, horizon=12.0)
+    assert len(stream.queries) // 12 * (len(stream.notes) // 2) > pruning.MIN_JUDGED
+    fast, slow = (Arm(name, resolve_policy({"ranker": "product", "decay": decay,
+                                            "feedback": {"timing": timing}}, name))
+                  for name, decay in (("fast", {"kind": "per-day", "rate": 0.3}),
+                                      ("slow", {"kind": "half-life", "half_life_days": 90.0})))
+    full, pruned = both(stream, [fast, slow], candidates=20)
+    assert_same(full, pruned)
+    n = len(stream.queries)
+    # pruned alone or as one array with the other arm (the stack judges each)
+    fast_pruned, slow_pruned = (a.get("prune", 0) + a.get("stack", 0)
+                                for a in pruned.accelerated)
+    assert 0 < fast_pruned < n / 2
+    assert slow_pruned == n
+    again = simulate(stream, [fast, slow], SimSettings(save_rankings=True, candidates=20),
+                     seed_sequence(0))
+    assert again.accelerated == pruned.accelerated and again.work == pruned.work
+
+
+def test_the_rest_from_pruning_doubles_while_it_does_not_pay():
+    """_judge: a batch that scored more than PAYING_SHARE of its cells rests
+    the arm FIRST_REST batches, then twice the last rest each time, up to
+    MAX_REST; one that paid starts the rests over; a small batch changes
+    nothing."""
+    from types import SimpleNamespace
+
+    state = SimpleNamespace(prune_rest=0, prune_wait=0)
+    big = pruning.MIN_JUDGED * 4
+    rests = []
+    for _ in range(8):
+        pruning._judge(state, int(big * pruning.PAYING_SHARE) + 1, big)
+        rests.append(state.prune_rest)
+    first, most = pruning.FIRST_REST, pruning.MAX_REST
+    assert rests == [min(first * 2 ** k, most) for k in range(8)]
+    assert rests[-1] == most
+    pruning._judge(state, pruning.MIN_JUDGED, pruning.MIN_JUDGED - 1)  # small: not judged
+    assert state.prune_wait == most
+    state.prune_rest = 0
+    pruning._judge(state, int(big * pruning.PAYING_SHARE), big)  # paid
+    assert (state.prune_rest, state.prune_wait) == (0, 0)
+    pruning._judge(state, big, big)
+    assert state.prune_rest == first
 
 @st.composite
 def filter_cases(draw):

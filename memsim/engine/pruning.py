@@ -9,6 +9,16 @@ is lowered. Runs only for policies whose components declare those bounds
 (:func:`_prune_plan`); the ``"filter"`` accelerator may prove the queries a
 level does not.
 
+It runs only while it pays (:func:`_judge`): a cell it scores costs about
+ten times a cell of the full (Q, L) scoring (gathered, padded, filtered),
+so an arm whose pruning scored more than :data:`PAYING_SHARE` of a batch's
+cells (a recency that decays fast ranks many notes of middling similarity
+high: the levels and the filter keep a third of the notes) scores its next
+batches in full, and tries the pruning again after a rest that doubles
+each time it did not pay (batches of fewer than :data:`MIN_JUDGED` cells
+are not judged). Both ways give the same answers; the choice is made on
+counts alone, so the same replay takes the same paths.
+
 **Contract.** For every query of every arm it answers, the same top C
 (the same notes in the same order, ties to the lower ``note_id``) and the
 same score values, bit for bit, as :mod:`memsim.engine.reference`, which
@@ -35,6 +45,15 @@ if TYPE_CHECKING:
     from .cells import SimOrder
     from .state import PolicyState
 
+#: the pruning pays while it scores at most this share of a batch's cells
+#: (queries x notes)
+PAYING_SHARE = 0.1
+#: batches scored in full after the first batch whose pruning did not pay;
+#: twice as many after each next one, at most MAX_REST
+FIRST_REST, MAX_REST = 2, 64
+#: a batch of fewer cells is not judged: it costs about a millisecond
+#: either way
+MIN_JUDGED = 1 << 16
 
 
 
@@ -81,9 +100,13 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
     q, n = len(ctx.t), len(ctx.idx)
     if st.prune_off or n == 0:
         return None
+    if st.prune_rest:  # the last pruning did not pay (_judge)
+        st.prune_rest -= 1
+        return None
     plan = _prune_plan(policy, ctx)
     if plan is None:
         return None
+    scored = st.work["cells"]
     lo, hi = plan
     ranker, retriever = policy.ranker, policy.retriever
     cc = min(c, n)
@@ -146,7 +169,24 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
     # deeper than the first scan holds: then it filters after its first level
     st.prune_filter = far > ladder_level(4 * base)
     st.prune_level = max(base, ladder_level(1.1 * max(need, 0 if st.prune_filter else far) + c))
+    _judge(st, st.work["cells"] - scored, q * n)
     return pos, vals
+
+
+def _judge(st: PolicyState, scored: int, cells: int) -> None:
+    """After a pruned batch of ``cells`` (queries x notes) that scored
+    ``scored`` of them: when that is more than :data:`PAYING_SHARE`, the
+    arm's next batches are scored in full (:data:`FIRST_REST` of them, twice
+    as many as the last rest when the pruning again did not pay, at most
+    :data:`MAX_REST`), else the rest starts from the first again. A batch
+    of fewer than :data:`MIN_JUDGED` cells changes nothing."""
+    if cells < MIN_JUDGED:
+        return
+    if scored > PAYING_SHARE * cells:
+        st.prune_wait = min(2 * st.prune_wait, MAX_REST) if st.prune_wait else FIRST_REST
+        st.prune_rest = st.prune_wait
+    else:
+        st.prune_wait = 0
 
 
 def _level_needed(ranker: Ranker, ctx: BatchContext, order: SimOrder, rows: np.ndarray,

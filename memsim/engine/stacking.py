@@ -26,7 +26,7 @@ from memsim.policies.base import Breadth, Stickiness
 from .context import _clock_origin, separable_recency, _GatheredContext
 from .cells import ladder_level, _sim_order
 from .cells import _cells_scorable
-from .pruning import _prune_plan
+from .pruning import _judge, _prune_plan
 from .simfilter import _exponential_form, _filterable, kept_cells, _padded_cells, _recency_blocks
 from .topc import _kth_best, _top_of_cells
 
@@ -73,9 +73,11 @@ def _stack_member(key: Any, policy: Policy, ctx: BatchContext, st: PolicyState
 def _stackable(policy: Policy, st: PolicyState) -> bool:
     """What :func:`_stack_member` asks of the components alone (no batch
     work): a neutral stickiness and breadth, a ranker that reads no use and
-    scores gathered cells, no prefilter."""
+    scores gathered cells, no prefilter; and an arm whose pruning pays (one
+    resting from it, :func:`~.pruning._judge`, is scored in full alone)."""
     s, b, r = policy.stickiness, policy.breadth, policy.ranker
-    return not (st.prune_off or policy.retriever.prefilter or not _cells_scorable(policy)
+    return not (st.prune_off or st.prune_rest or policy.retriever.prefilter
+                or not _cells_scorable(policy)
                 or not r.uses_recency or r.reads_uses()
                 or type(s).access_term is not Stickiness.access_term
                 or type(b).on_score is not Breadth.on_score)
@@ -162,6 +164,11 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
         pos[chunk], vals[chunk] = _top_of_cells(
             _stack_scores(members, arm[chunk], qrow[chunk], cells.cols, cells.sim, live),
             cells.cols, c, n)
+    # each arm judged by the cells it would have scored alone (its level's
+    # and its own kept cells: the padding is the stack's)
+    kept = np.bincount(arm[r], minlength=len(members))
+    for m, k in zip(members, kept.tolist()):
+        _judge(m.st, q * lv.cols.shape[1] + k, q * n)
     return {m.key: (pos[k * q:(k + 1) * q], vals[k * q:(k + 1) * q])
             for k, m in enumerate(members)}
 

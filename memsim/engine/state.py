@@ -376,6 +376,10 @@ class PolicyState:
         #: proved cheaply: the next one filters after its first level
         self.prune_filter = False
         self.prune_off = False
+        #: batches left to score in full before pruning again, and how many
+        #: the last batch whose pruning did not pay set (``pruning._judge``)
+        self.prune_rest = 0
+        self.prune_wait = 0
         #: (arm, query) answers each accelerator gave (its name -> count)
         self.accelerated: Counter[str] = Counter()
         #: what the arm's scoring cost: ``"cells"`` (query, note) cells
