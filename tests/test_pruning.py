@@ -154,7 +154,6 @@ def test_pruning_scores_few_notes():
     assert pruned.work[0]["cells"] < 0.2 * full.work[0]["cells"]
 
 
-
 @pytest.mark.parametrize("timing", ["per-tick", "per-query"])
 def test_an_arm_whose_pruning_does_not_pay_is_scored_in_full_for_a_while(timing):
     """A recency that falls fast (rate 0.3 a day) ranks notes of middling
@@ -207,6 +206,7 @@ def test_the_rest_from_pruning_doubles_while_it_does_not_pay():
     assert (state.prune_rest, state.prune_wait) == (0, 0)
     pruning._judge(state, big, big)
     assert state.prune_rest == first
+
 
 @st.composite
 def filter_cases(draw):

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .cells import SimOrder
     from .state import PolicyState
 
+
 #: the pruning pays while it scores at most this share of a batch's cells
 #: (queries x notes)
 PAYING_SHARE = 0.1
@@ -54,7 +55,6 @@ FIRST_REST, MAX_REST = 2, 64
 #: a batch of fewer cells is not judged: it costs about a millisecond
 #: either way
 MIN_JUDGED = 1 << 16
-
 
 
 def _prune_plan(policy: Policy, ctx: BatchContext) -> tuple[float | None, float | None] | None:
