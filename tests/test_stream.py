@@ -488,6 +488,103 @@ def test_csv_error_names_the_csv_file(tmp_path: Path) -> None:
         read_stream(folder)
 
 
+def csv_stream(folder: Path, **tables: str) -> Path:
+    """A small valid CSV stream folder, with any table replaced by raw text."""
+    folder.mkdir(parents=True)
+    (folder / "stream.json").write_text(json.dumps({"format": FORMAT_NAME, "version": 1,
+                                                    "time_unit": "day", "name": "x"}))
+    files = {"notes": "note_id,created_at,tokens,actor\n1,0,10,a\n2,1,20,b\n",
+             "queries": "query_id,t,actor\n1,2,a\n",
+             "qrels": "query_id,note_id,gain\n1,1,1\n"}
+    files.update(tables)
+    for table, text in files.items():
+        (folder / f"{table}.csv").write_text(text)
+    return folder
+
+
+def test_csv_row_with_more_fields_than_the_header_is_refused(tmp_path: Path) -> None:
+    # Long texts and quoted line breaks are fine; pandas took the extra
+    # field's column 0 as the index and read query 1, note 1, gain 2.
+    long_text = "x" * 200_000
+    ok = csv_stream(tmp_path / "ok", notes="note_id,created_at,tokens,actor,text\n"
+                    f'1,0,10,a,"two\nlines"\n2,1,20,b,{long_text}\n')
+    assert read_stream(ok).notes["text"].tolist() == ["two\nlines", long_text]
+    folder = csv_stream(tmp_path / "s", qrels="query_id,note_id,gain\n7,1,1,2\n")
+    with pytest.raises(StreamError) as exc:
+        read_stream(folder)
+    assert str(exc.value) == "qrels.csv: row 0 (line 2): has 4 fields but the header has 3"
+
+
+def test_csv_trailing_comma_is_a_field_too_many(tmp_path: Path) -> None:
+    folder = csv_stream(tmp_path / "s",
+                        notes="note_id,created_at,tokens,actor\n1,0,10,a,\n2,1,20,b,\n")
+    with pytest.raises(StreamError) as exc:
+        read_stream(folder)
+    assert_message(exc, "notes.csv", None, 0, "(line 2)", "has 5 fields but the header has 4",
+                   "trailing comma")
+
+
+def test_csv_short_row_is_refused_and_blank_lines_are_not_rows(tmp_path: Path) -> None:
+    # Without the field count, the missing optional text read as "".
+    folder = csv_stream(tmp_path / "s", notes="note_id,created_at,tokens,actor,text\n"
+                        "1,0,10,a,hi\n\n   \n2,1,20,b\n")
+    with pytest.raises(StreamError) as exc:
+        read_stream(folder)
+    assert str(exc.value) == "notes.csv: row 1 (line 5): has 4 fields but the header has 5"
+
+
+def test_csv_repeated_column_name_is_refused(tmp_path: Path) -> None:
+    folder = csv_stream(tmp_path / "s", notes="note_id,created_at,tokens,actor,tokens\n"
+                        "1,0,10,a,0\n2,1,20,b,0\n")
+    with pytest.raises(StreamError) as exc:
+        read_stream(folder)
+    assert str(exc.value) == "notes.csv: column 'tokens': column appears more than once"
+
+
+def test_csv_text_extras_stay_text(tmp_path: Path) -> None:
+    # Read as numbers, namespaces "01" and "1" would be one store.
+    folder = csv_stream(
+        tmp_path / "s",
+        notes="note_id,created_at,tokens,actor,namespace,trace_id\n"
+              "1,0,10,a,01,007\n2,1,20,b,1,7\n",
+        queries="query_id,t,actor,namespace,text,category,trace_id\n"
+                "1,2,a,01,1.50,02,0x1\n2,3,b,1,2,2,1e3\n")
+    s = read_stream(folder)
+    assert s.notes["namespace"].tolist() == ["01", "1"]
+    assert s.notes["trace_id"].tolist() == ["007", "7"]
+    q = s.queries
+    assert q["namespace"].tolist() == ["01", "1"]
+    assert q["text"].tolist() == ["1.50", "2"]
+    assert q["category"].tolist() == ["02", "2"]
+    assert q["trace_id"].tolist() == ["0x1", "1e3"]
+
+
+def test_float_ids_beyond_two_to_the_53_are_refused(tmp_path: Path) -> None:
+    # 2**53 + 1 has no float: as a float column it read as 2**53, "valid".
+    folder = csv_stream(tmp_path / "s", notes="note_id,created_at,tokens,actor\n"
+                        "9007199254740993,0,10,a\n1.0,1,20,b\n")
+    with pytest.raises(StreamError) as exc:
+        read_stream(folder)
+    assert_message(exc, "notes.csv", "note_id", 0, "below 2**53", "got 9007199254740992.0")
+    parts = base_frames(embeddings=False)
+    parts["notes"]["note_id"] = [12.0, 10.0, -(2.0 ** 53), 14.0, 13.0]
+    with pytest.raises(StreamError) as exc:
+        build(parts)
+    assert_message(exc, "notes", "note_id", 2, "below 2**53")
+    # The first offending row decides the message, whichever the kind.
+    parts["notes"]["note_id"] = [12.0, 10.5, 2.0 ** 60, 14.0, 13.0]
+    with pytest.raises(StreamError) as exc:
+        build(parts)
+    assert_message(exc, "notes", "note_id", 1, "must be an integer, got 10.5")
+    # Integral floats below 2**53 still read exactly.
+    parts["accesses"] = None  # it names note 13
+    for big in (2 ** 53 - 1, -(2 ** 53 - 1)):
+        parts["notes"]["note_id"] = [12.0, 10.0, 11.0, 14.0, float(big)]
+        ids = build(parts).notes["note_id"]
+        assert ids.dtype == np.int64
+        assert sorted(ids.tolist()) == sorted([10, 11, 12, 14, big])
+
+
 def test_name_defaults_to_folder_name(tmp_path: Path) -> None:
     parts = base_frames(embeddings=False)
     folder = write_raw(tmp_path / "my-trace", parts,

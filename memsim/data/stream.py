@@ -21,7 +21,13 @@ Decisions worth knowing
 -----------------------
 - Values are accepted when they can be read as the documented type without
   loss: ``tokens`` 3.0 (float) or ``"3"`` (text) is read as 3, ``tokens`` 3.5
-  is refused, never truncated; ``created_at`` ``"abc"`` is refused.
+  is refused, never truncated; ``created_at`` ``"abc"`` is refused. An
+  integer given as a float must be below 2**53 in magnitude (beyond it a
+  float does not hold every integer, so the id read may not be the id
+  written).
+- CSV files: the text columns (``docs/contracts/stream.md``) are read as text; a
+  repeated header name and a row with more or fewer fields than the header
+  (a trailing comma included) are refused, naming the row and its line.
 - ``expires_at``: NaN (or +inf) means never. A value earlier than
   ``created_at`` is refused (a note that is expired before it exists is a data
   error); equal is allowed (a TTL of zero).
@@ -57,6 +63,7 @@ it (:class:`LoggedRankings` looks it up by stream row).
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -111,16 +118,23 @@ _QREL_COLUMNS = ("query_id", "note_id", "gain")
 _ACCESS_COLUMNS = ("t", "note_id", "actor")
 _RETRIEVED_COLUMNS = ("query_id", "rank", "note_id", "score")
 
-# Columns read as text from CSV, so that an actor "007" stays "007".
+# Columns read as text from CSV, so that an actor "007" stays "007": the
+# documented text columns and the text extras that importers and the
+# generator write (an imported trace's ``trace_id`` and ``namespace``, a
+# query's ``text`` and ``category``). Read as numbers, namespaces "01" and
+# "1" would merge into one store.
 _STR_COLUMNS = {
-    "notes": ("actor", "tier", "memory_type", "text"),
-    "queries": ("actor",),
+    "notes": ("actor", "tier", "memory_type", "text", "trace_id", "namespace", "note_class"),
+    "queries": ("actor", "text", "category", "trace_id", "namespace", "note_class"),
     "qrels": (),
     "accesses": ("actor",),
     "retrieved": (),
 }
 
-_INT64_MAX_FLOAT = 2.0 ** 63  # first float that does not fit in int64
+# First float magnitude at which floats no longer hold every integer: 2**53 + 1
+# reads as 2**53, so an id given as a float from there on may not be the id
+# that was written.
+_FLOAT_EXACT_INT = 2.0 ** 53
 
 
 @dataclass(frozen=True, eq=False)
@@ -300,12 +314,16 @@ MAX_TOKENS = 2 ** 40
 
 def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = False,
                 maximum: int | None = None) -> np.ndarray:
-    """An int64 column; floats are accepted when integral, never truncated."""
+    """An int64 column; floats are accepted when integral and below 2**53 in
+    magnitude (where a float holds every integer exactly), never truncated."""
     values, bad = _parse_number(raw)
+    inexact = np.zeros(len(values), dtype=bool)
     if values.dtype.kind == "f":
-        ok = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < _INT64_MAX_FLOAT)
-        bad = bad | ~ok
-        values = np.where(ok, values, 0.0)
+        integral = np.isfinite(values) & (np.floor(values) == values)
+        exact = integral & (np.abs(values) < _FLOAT_EXACT_INT)
+        inexact = integral & ~exact
+        bad = bad | ~integral
+        values = np.where(exact, values, 0.0)
     elif values.dtype.kind == "u":
         ok = values <= np.iinfo(np.int64).max
         bad = bad | ~ok
@@ -313,10 +331,22 @@ def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = Fals
     out = values.astype(np.int64, copy=False)  # the table built from it copies it
     if positive:
         bad = bad | (out <= 0)
+    _fail_inexact_first(t, bad, inexact, raw, column)
     t.fail_first(bad, raw, column, "a positive integer" if positive else "an integer")
     if maximum is not None:
         t.fail_first(out > maximum, raw, column, f"at most {maximum:,}")
     return out
+
+
+def _fail_inexact_first(t: _Table, bad: np.ndarray, inexact: np.ndarray, raw: pd.Series,
+                        column: str) -> None:
+    """Raise about a float too large to be an exact integer when it is the
+    first offending row (otherwise the usual message names the first row)."""
+    hits = np.flatnonzero(bad | inexact)
+    if hits.size and inexact[hits[0]]:
+        t.fail_first(inexact, raw, column,
+                     "an integer below 2**53 in magnitude when given as a float "
+                     "(larger floats do not hold every integer exactly)")
 
 
 def _float_column(t: _Table, raw: pd.Series, column: str, rule: str, *,
@@ -856,16 +886,79 @@ def _read_table(path: Path, table: str) -> pd.DataFrame:
         raise StreamError(f"{path.name}: not a file ({path})")
     if path.stat().st_size == 0:
         raise StreamError(f"{path.name}: file is empty ({path})")
+    if path.suffix == ".csv":
+        _check_csv_shape(path)
     try:
         if path.suffix == ".csv":
             text_cols = {c: str for c in _STR_COLUMNS[table]}
             # Only an empty cell is missing: an actor called "NA" or "null"
             # stays text; numeric "nan" is still read as NaN by the checks.
-            return pd.read_csv(path, dtype=text_cols, keep_default_na=False, na_values=[""])
+            # index_col=False: never take the first column as an index (the
+            # shape check has already refused rows longer than the header).
+            return pd.read_csv(path, dtype=text_cols, keep_default_na=False, na_values=[""],
+                               index_col=False)
         return pd.read_parquet(path)
     except Exception as exc:  # any reader failure means the file is unreadable
         raise StreamError(f"{path.name}: cannot be read as "
                           f"{'CSV' if path.suffix == '.csv' else 'Parquet'}: {exc}") from exc
+
+
+#: Largest CSV field the shape check reads: the csv module's default (128 KiB)
+#: is below a long note's text, which pandas reads without a limit.
+_CSV_FIELD_LIMIT = 2 ** 31 - 1
+
+
+def _check_csv_shape(path: Path) -> None:
+    """Refuse a CSV whose header repeats a name or that has a row with more or
+    fewer fields than the header (a trailing comma is one field more).
+
+    pandas would hide both: it renames a repeated ``tokens`` to ``tokens.1``,
+    fills a short row with NaN, and drops a row's extra fields or shifts its
+    columns into the index. So the file is read once with the csv module
+    first, which sees the fields as written. Blank lines are skipped and not
+    counted as rows, as pandas does.
+    """
+    t = _Table(path.name)
+    limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
+    try:
+        # utf-8-sig: a byte order mark is not part of the first name (pandas agrees)
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            records = csv.reader(f)
+            header = next((r for r in records if not _blank_record(r)), [])
+            _check_csv_header(t, header)
+            width, start, blanks = len(header), records.line_num + 1, 0
+            for i, fields in enumerate(records):
+                if len(fields) != width:  # the only test on the common path
+                    if _blank_record(fields):
+                        blanks += 1
+                    else:
+                        _fail_csv_width(t, header, fields, row=i - blanks, line=start)
+                start = records.line_num + 1
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise StreamError(f"{path.name}: cannot be read as CSV: {exc}") from exc
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _blank_record(fields: list[str]) -> bool:
+    """An empty or white-space-only line, which pandas skips."""
+    return not fields or (len(fields) == 1 and not fields[0].strip(" \t"))
+
+
+def _check_csv_header(t: _Table, header: list[str]) -> None:
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            t.fail("column appears more than once", column=name)
+        seen.add(name)
+
+
+def _fail_csv_width(t: _Table, header: list[str], fields: list[str], *, row: int,
+                    line: int) -> NoReturn:
+    t.context = lambda _: f" (line {line})"
+    hint = (" (the last one is empty: a trailing comma?)"
+            if len(fields) == len(header) + 1 and fields[-1] == "" else "")
+    t.fail(f"has {len(fields)} fields but the header has {len(header)}{hint}", row=row)
 
 
 def _read_npy(path: Path) -> np.ndarray:
