@@ -335,7 +335,7 @@ def child_timings(spec: dict) -> dict:
             "note_scores": _note_scores(stream), "dim": int(stream.note_embeddings.shape[1]),
             "kernel": min(kernel), "own_timing": own,
             "groups": {g: {k: min(v) for k, v in r.items()} for g, r in runs.items()},
-            "peak_mib": _maxrss_mib()}
+            "runs": runs, "peak_mib": _maxrss_mib()}
 
 
 def child_gemm(spec: dict) -> dict:
@@ -709,16 +709,22 @@ def measure_timings(n: int, window: float, p: int, presets: list[str], repeat: i
         rq = r[f"per-query_{p}"] / r["per-query_1"]
         rt = r[f"per-tick_{p}"] / r["per-tick_1"]
         rqt = r["per-query_1"] / r["per-tick_1"]
+        pairs = tm["runs"][g]
         rows.append((f"{label}: {p} per-query policies / 1 per-query policy",
-                     f"{rq:.2f}x ({r[f'per-query_{p}']:.2f} s / {r['per-query_1']:.2f} s)",
+                     f"{rq:.2f}x ({r[f'per-query_{p}']:.2f} s / {r['per-query_1']:.2f} s"
+                     f"{_pair_range(pairs[f'per-query_{p}'], pairs['per-query_1'])})",
                      "<= 3x", rq <= 3.0))
         rows.append(("  1 per-query arm / 1 per-tick arm",
-                     f"{rqt:.2f}x ({r['per-query_1']:.2f} s / {r['per-tick_1']:.2f} s)",
+                     f"{rqt:.2f}x ({r['per-query_1']:.2f} s / {r['per-tick_1']:.2f} s"
+                     f"{_pair_range(pairs['per-query_1'], pairs['per-tick_1'])})",
                      "<= 1.3x", rqt <= 1.3))
         rows.append((f"  {p} per-tick policies / 1 per-tick policy",
                      f"{rt:.2f}x ({r[f'per-tick_{p}']:.2f} s)", "(info)", None))
     print(f"Feedback timings   ({nk}; CPU, minimum of {repeat} alternated runs in one "
           f"process; load average {_load()})")
+    print("  (the verdict reads the minima's ratio; 'runs' gives the ratio of each "
+          "run's pair:\n   a range that crosses the target is a verdict this host's "
+          "noise can turn)")
     w = max(len(r[0]) for r in rows)
     for name, value, goal, ok in rows:
         print(f"  {name:<{w}}  {goal:>7}  {_verdict(ok):>4}  {value}")
@@ -758,6 +764,14 @@ def measure_timings(n: int, window: float, p: int, presets: list[str], repeat: i
     return {"timings": tm, "gemm": gemm, "limit_note_scores_per_s": limit,
             "targets": [dict(zip(("name", "value", "goal", "pass"), r)) for r in rows],
             "throughput": [dict(zip(("name", "value"), r)) for r in lim_rows]}
+
+
+def _pair_range(top: list[float], bottom: list[float]) -> str:
+    """``"; runs a-bx"``: the lowest and highest ratio of the runs' pairs
+    (run i's ``top`` over run i's ``bottom``, measured one after the
+    other), or nothing with a single run."""
+    ratios = [a / max(b, 1e-12) for a, b in zip(top, bottom)]
+    return f"; runs {min(ratios):.2f}-{max(ratios):.2f}x" if len(ratios) > 1 else ""
 
 
 def _rate_row(cells: float, cpu_s: float, limit: float) -> str:
