@@ -562,3 +562,213 @@ def test_no_malformed_trace_raises_anything_but_a_stream_error(tmp_path):
                 errors, _ = check_trace(path)
                 assert all("\n" not in e for e in errors)
     assert refused > 300
+
+
+# ---------------------------------------------------------------------------
+# Deleted, expired and updated notes, ids, nulls, ISO times, unordered traces
+# ---------------------------------------------------------------------------
+
+def _check(tmp_path, events, name="c.jsonl") -> list[str]:
+    from memsim.data.importers.trace import check_trace
+    return check_trace(_write(tmp_path / name, events))[0]
+
+
+DELETED = [
+    {"event": "note_added", "id": 1, "t": 0, "actor": "a", "text": "x y"},
+    {"event": "note_added", "id": 2, "t": 0, "actor": "a", "text": "y z"},
+    {"event": "query", "id": 0, "t": 0.5, "actor": "a", "text": "y"},
+    {"event": "note_deleted", "id": 1, "t": 1},
+    # a query logged before the delete may still name the note
+    {"event": "retrieved", "query": 0, "notes": [2, 1]},
+    {"event": "used", "query": 0, "notes": [1]},
+    {"event": "judgement", "query": 0, "note": 1, "gain": 1},
+    {"event": "query", "id": 1, "t": 3, "actor": "a", "text": "y"},
+]
+
+
+@pytest.mark.parametrize("line, field", [
+    ({"event": "accessed", "note": 1, "t": 3, "actor": "a"}, "note"),
+    ({"event": "retrieved", "query": 1, "notes": [2, 1]}, "notes[1]"),
+    ({"event": "used", "query": 1, "notes": [1]}, "notes[0]"),
+    ({"event": "judgement", "query": 1, "note": 1, "gain": 1}, "note"),
+])
+def test_a_deleted_note_is_named_only_by_earlier_queries(tmp_path, line, field):
+    good = import_trace(_write(tmp_path / "good.jsonl", DELETED))
+    assert good.retrieved["note_id"].tolist() == [2, 1]
+    assert set(good.qrels["note_id"]) == {1}
+    for events, n in ((DELETED + [line], 9), (DELETED[:4] + [line, *DELETED[4:]], 5)):
+        if line["event"] != "accessed" and n == 5:
+            continue  # names query 1, logged on the last line
+        msg = _refusal(tmp_path, events)
+        assert msg.startswith(f"bad.jsonl: line {n}: field {field!r}: note 1 was deleted at "
+                              "line 4 of the trace")
+        assert [e.split(": ")[1] for e in _check(tmp_path, events)] == [f"line {n}"]
+
+
+def test_a_trec_judgement_of_a_deleted_note_for_a_later_query_is_refused(tmp_path):
+    trace = _write(tmp_path / "t.jsonl", DELETED)
+    qrels = tmp_path / "q.txt"
+    qrels.write_text("0 0 2 2\n1 0 2 1\n1 0 1 1\n", encoding="utf-8")
+    with pytest.raises(StreamError, match=r"^q.txt: line 3: field 'note': note 1 was deleted"):
+        import_trace(trace, qrels=qrels)
+
+
+def test_null_optional_fields_are_absent_for_the_schema_check_and_the_import(tmp_path):
+    validator = _schema()
+    nulls = [
+        {"event": "note_added", "id": 0, "t": 0, "actor": "a", "text": "hello world",
+         "tier": None, "type": None, "importance": None, "salience": None, "pinned": None,
+         "expires_at": None, "namespace": None, "supersedes": None, "tokens": None,
+         "embedding": None},
+        {"event": "query", "id": 0, "t": 1, "actor": "a", "text": "hello", "budget": None,
+         "category": None, "namespace": None, "embedding": None},
+        {"event": "retrieved", "query": 0, "notes": [0], "scores": None},
+        {"event": "note_updated", "id": 0, "t": 2, "text": None, "actor": None, "tier": None,
+         "supersedes": None, "namespace": None},
+    ]
+    plain = [{k: v for k, v in e.items() if v is not None} for e in nulls]
+    for e in nulls:
+        assert not list(validator.iter_errors(e)), e
+    assert _check(tmp_path, nulls) == []
+    a = import_trace(_write(tmp_path / "nulls.jsonl", nulls))
+    b = import_trace(_write(tmp_path / "plain.jsonl", plain))
+    for name in ("notes", "queries", "qrels", "retrieved"):
+        assert getattr(a, name).equals(getattr(b, name)), name
+    # a required field may not be null, for either
+    for e, field in (({**plain[0], "actor": None}, "actor"), ({**plain[0], "t": None}, "t"),
+                     ({**plain[1], "id": None}, "id"),
+                     ({"event": "note_added", "id": 1, "t": 0, "actor": "a", "tokens": None,
+                       "text": None}, "tokens")):
+        assert field in _fields_refused(validator, e), e
+        assert f"line 1: field {field!r}" in _refusal(tmp_path, [e])
+
+
+def _fields_refused(validator, line) -> set:
+    from memsim.data.importers.trace import _schema_errors
+    return {field for field, _ in _schema_errors(validator, line)}
+
+
+ISO_TIMES = [
+    ("2025-03-01", True), ("2025-03-01T12", True), ("2025-03-01 12:30", True),
+    ("2025-03-01T12:00:00.25Z", True), ("2025-03-01T12:00:00+05", True),
+    ("2025-03-01T12:00:00-0530", True), (" 2025-03-01T12:00:00+05:30 ", True),
+    ("20250302T000000Z", False), ("2025-W09-6", False), ("2025-060", False),
+    ("2025-03-01+05:00", False), ("2025-03-01T12:00:00,5", False), ("2025-03-01T25:00", False),
+    ("2025-13-01", False), ("2025-03-01T12:00:00z", False), ("٢٠٢٥-03-01", False),
+]
+
+
+def test_iso_times_one_pattern_for_the_schema_and_the_importer(tmp_path):
+    validator = _schema()
+    for when, valid in ISO_TIMES:
+        note = {"event": "note_added", "id": 0, "t": when, "actor": "a", "text": "x"}
+        assert (not list(validator.iter_errors(note))) == valid, when
+        assert (_check(tmp_path, [note]) == []) == valid, when
+        if valid:
+            import_trace(_write(tmp_path / "ok.jsonl", [note]))
+        else:
+            assert "line 1: field 't': must be a number or an ISO 8601 time" in \
+                _refusal(tmp_path, [note]), when
+    # a date that does not exist passes the pattern: the check refuses it with
+    # the importer, as the import does
+    note = {"event": "note_added", "id": 0, "t": "2025-02-30", "actor": "a", "text": "x"}
+    assert "day is out of range" in _refusal(tmp_path, [note])
+    assert len(_check(tmp_path, [note])) == 1
+    s = import_trace(_write(tmp_path / "tz.jsonl", [
+        {"event": "note_added", "id": 0, "t": "1970-01-02T06:00:00+06", "actor": "a",
+         "text": "x"}]))
+    assert s.notes["created_at"].tolist() == [1.0]
+    # one pattern: the schema's is the importer's
+    from memsim.data.importers.trace import ISO_TIME_PATTERN, SCHEMA_PATH
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    assert schema["$defs"]["iso_time"]["pattern"] == ISO_TIME_PATTERN
+    assert schema["$defs"]["header"]["properties"]["origin"] == {"$ref": "#/$defs/iso_time"}
+
+
+def test_an_unordered_trace_ignores_t_on_events_without_a_time(tmp_path):
+    events = [{"event": "header", "ordered": False},
+              {"event": "note_added", "id": 1, "t": 0, "actor": "a", "text": "x y"},
+              {"event": "query", "id": 1, "t": 5, "actor": "a", "text": "y"},
+              {"event": "retrieved", "query": 1, "notes": [1], "t": 1},
+              {"event": "used", "query": 1, "notes": [1], "t": 1},
+              {"event": "judgement", "query": 1, "note": 1, "gain": 2, "t": 1}]
+    s = import_trace(_write(tmp_path / "u.jsonl", events))
+    assert s.qrels.values.tolist() == [[1, 1, 2.0]] and s.retrieved["note_id"].tolist() == [1]
+    assert _check(tmp_path, events) == []
+
+
+def test_note_updated_applies_namespace_and_supersedes(tmp_path):
+    events = [{"event": "note_added", "id": 1, "t": 0, "actor": "a", "text": "x y",
+               "namespace": "u1"},
+              {"event": "note_added", "id": 2, "t": 0, "actor": "a", "text": "x z",
+               "namespace": "u2"},
+              {"event": "note_updated", "id": 1, "t": 1, "namespace": "u2", "supersedes": [2]},
+              {"event": "note_updated", "id": 1, "t": 2, "text": "x w"},
+              {"event": "query", "id": 1, "t": 3, "actor": "a", "text": "x", "namespace": "u2"}]
+    n = import_trace(_write(tmp_path / "u.jsonl", events)).notes
+    assert n["namespace"].tolist() == ["u1", "u2", "u2", "u2"]   # kept by the next update
+    assert n["superseded_at"].tolist()[1] == 1.0
+    assert np.isnan(n["superseded_at"].to_numpy()[[0, 2, 3]]).all()
+    assert _check(tmp_path, events) == []
+    msg = _refusal(tmp_path, [*events[:3], {**events[3], "supersedes": 1}])
+    assert msg.startswith("bad.jsonl: line 4: field 'supersedes': note 1 cannot supersede itself")
+    msg = _refusal(tmp_path, [*events[:2], {"event": "note_deleted", "id": 2, "t": 0.5},
+                              {"event": "note_updated", "id": 1, "t": 1, "supersedes": 2}])
+    assert msg.startswith("bad.jsonl: line 4: field 'supersedes': note 2 cannot be superseded")
+
+
+def test_updating_an_expired_note_is_refused_at_its_line(tmp_path):
+    added = {"event": "note_added", "id": 1, "t": 0, "actor": "a", "text": "x y",
+             "expires_at": 1}
+    query = {"event": "query", "id": 1, "t": 3, "actor": "a", "text": "y"}
+    for t in (2, 1):   # live while t < expires_at: gone at 1
+        events = [added, {"event": "note_updated", "id": 1, "t": t, "text": "new"}, query]
+        msg = _refusal(tmp_path, events)
+        assert msg.startswith("bad.jsonl: line 2: field 't': note 1 expired at 1 days")
+        assert _check(tmp_path, events, "bad.jsonl") == [msg]
+    # before it expires, the new version keeps the expiry; deleting an expired
+    # note (a clean-up after its expiry) stays allowed
+    s = import_trace(_write(tmp_path / "ok.jsonl", [
+        added, {"event": "note_updated", "id": 1, "t": 0.5, "text": "new"},
+        {"event": "note_deleted", "id": 1, "t": 2}, query]))
+    assert s.notes["expires_at"].tolist() == [0.5, 1.0]
+
+
+@pytest.mark.parametrize("first, second", [(7, "7"), ("7", 7), (-3, "-3")])
+def test_ids_that_print_the_same_must_have_one_type(tmp_path, first, second):
+    notes = [{"event": "note_added", "id": first, "t": 0, "actor": "a", "text": "x y"},
+             {"event": "note_added", "id": second, "t": 0, "actor": "a", "text": "x z"}]
+    msg = _refusal(tmp_path, notes)
+    assert msg.startswith(f"bad.jsonl: line 2: field 'id': note {second!r} prints as the "
+                          f"earlier note {first!r}")
+    queries = [notes[0], {"event": "query", "id": first, "t": 1, "actor": "a", "text": "x"},
+               {"event": "query", "id": second, "t": 1, "actor": "a", "text": "y"}]
+    assert _refusal(tmp_path, queries).startswith("bad.jsonl: line 3: field 'id': query ")
+    assert len(_check(tmp_path, queries)) == 1
+    # ids that merely look alike are different ids
+    s = import_trace(_write(tmp_path / "ok.jsonl", [
+        notes[0], {**notes[1], "id": f"0{first}" if first != -3 else "-03"},
+        {"event": "query", "id": second, "t": 1, "actor": "a", "text": "x"}]))
+    assert s.notes["trace_id"].nunique() == 2
+
+
+def test_empty_lines_before_the_header_are_skipped(tmp_path):
+    path = tmp_path / "blank.jsonl"
+    path.write_text("\n  \n" + json.dumps({"event": "header", "name": "mine"}) + "\n"
+                    + "".join(json.dumps(e) + "\n" for e in GOOD), encoding="utf-8")
+    assert import_trace(path).meta["name"] == "mine"
+    from memsim.data.importers.trace import check_trace
+    assert check_trace(path) == ([], 0)
+    path.write_text("\n" + "".join(json.dumps(e) + "\n" for e in GOOD)
+                    + json.dumps({"event": "header"}) + "\n", encoding="utf-8")
+    with pytest.raises(StreamError, match=r"line 4: field 'event': a header is only allowed "
+                                          r"as the first line .*line 2"):
+        import_trace(path)
+
+
+def test_trec_qrels_with_a_byte_order_mark(tmp_path):
+    trace = _write(tmp_path / "t.jsonl", TINY[:5])
+    qrels = tmp_path / "q.txt"
+    qrels.write_bytes("q1 0 n2 2\n".encode("utf-8-sig"))
+    s = import_trace(trace, qrels=qrels)
+    assert s.qrels.values.tolist() == [[0, 1, 2.0]]

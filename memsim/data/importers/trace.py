@@ -12,12 +12,22 @@ Trace format, version 1
 
 JSON Lines (UTF-8): one JSON object per line; empty lines are skipped. Every
 object has ``"event"``, one of the names below. Ids (``id``, ``query``,
-``note``, ``notes``) are integers or strings; times (``t``, ``expires_at``)
-are numbers in the header's ``time_unit`` since its ``origin``, or ISO 8601
-strings (``"2025-03-01T12:00:00Z"``; without a zone they are read as UTC),
-which are converted to the same scale. memsim's clock is in days.
+``note``, ``notes``) are integers or strings; two ids that print the same
+(``7`` and ``"7"``) are refused where the second is added or logged (the
+stream keeps renumbered ids as text, where they would be one). Times (``t``,
+``expires_at``) are numbers in the header's ``time_unit`` since its
+``origin``, or ISO 8601 strings in the extended calendar form
+(:data:`ISO_TIME_PATTERN`): ``YYYY-MM-DD``, optionally ``T`` (or a space)
+and ``hh``, ``hh:mm``, ``hh:mm:ss`` or ``hh:mm:ss.f``, then optionally ``Z``
+or an offset ``+hh``, ``+hh:mm`` or ``+hhmm`` (``"2025-03-01T12:00:00Z"``;
+without a zone they are read as UTC), which are converted to the same scale.
+Other ISO forms (basic ``20250302T000000Z``, week ``2025-W09-6``, ordinal
+``2025-060``, an offset without a time) are refused, as dates that do not
+exist are. memsim's clock is in days. An optional field of an event given as
+``null`` is the same as the field left out; a required field may not be
+``null`` (nor may the header's fields).
 
-``header`` (optional; only as the first line)
+``header`` (optional; only as the first non-empty line)
     ``format`` = ``"memsim-trace"``; ``version`` = 1 (a newer version is
     refused); ``time_unit``: ``"day"`` (default), ``"hour"``, ``"minute"``,
     ``"second"`` or ``"millisecond"``, or their plurals (``"days"`` ...);
@@ -45,12 +55,18 @@ which are converted to the same scale. memsim's clock is in days.
     row, created at ``t``, takes every field not given from it
     (``first_created_at`` keeps the note's original creation time,
     ``version`` counts from 0). With embeddings in the trace, an update that
-    changes ``text`` must give a new ``embedding``.
+    changes ``text`` must give a new ``embedding``. ``namespace`` moves the
+    new version (and the later ones) to that store; ``supersedes`` marks the
+    notes it names wrong from ``t``, as on ``note_added`` (not the updated
+    note itself: refused). A note is live while ``t < expires_at``: an update
+    at or after its ``expires_at`` is refused, as that of a deleted note (an
+    expired note is gone); deleting it stays allowed.
 
 ``note_deleted``
     ``id``, ``t``: the live version expires at ``t``; no event may name the
     note afterwards except ``retrieved``, ``used`` and ``judgement`` of
-    earlier queries.
+    earlier queries (logged before the delete; a line of a TREC qrels file
+    counts as a ``judgement``): any other is refused at its line.
 
 ``query``
     ``id`` (unique), ``t``, ``actor``, and ``text`` or ``embedding`` (as
@@ -83,8 +99,9 @@ added it, and the times ``t`` of the events must not go backwards from one
 line to the next. A header with ``"ordered": false`` says the file is not in
 time order: the importer then reads every event first (the whole file in
 memory) and handles them sorted by time, stably: ``retrieved``, ``used``
-and ``judgement`` events, which have no time, at their query's time after
-the timed events of that time; events of one time keep their file order;
+and ``judgement`` events, which have no time (a ``t`` key on them is an
+unknown key, ignored), at their query's time after the timed events of that
+time; events of one time keep their file order;
 errors still name the event's own line. A time further than
 :data:`MAX_ABS_DAYS` (1,000,000 days) from the origin is refused (a unit or
 origin mistake), and so is an integer beyond 64 bits anywhere, and an empty
@@ -101,8 +118,9 @@ How the stream is built
 -----------------------
 - **qrels** come from ``judgement`` events (and the non-zero grades of a TREC
   qrels file, ``import_trace(path, qrels=FILE)``: ``QUERY ITERATION NOTE
-  GRADE`` a line, with the trace's ids) when the trace has any, else from
-  ``used`` events (gain 1), else there are none; ``stream.json`` says which
+  GRADE`` a line, with the trace's ids; UTF-8, a byte order mark allowed)
+  when the trace has any, else from ``used`` events (gain 1), else there
+  are none; ``stream.json`` says which
   in ``"qrels_from"`` (``"judgement"``, ``"used"`` or ``"none"``). A note
   id named by a query's ``retrieved``, ``used`` or ``judgement`` event means
   the version of the note live at the query's time (its first version if the
@@ -111,7 +129,8 @@ How the stream is built
   stream's ``note_id`` is the logged id; otherwise notes are numbered from 0
   in the order their versions appear. Queries likewise (integer ids kept,
   else numbered in file order). When the ids are renumbered, the logged id
-  is kept as text in ``trace_id``.
+  is kept as text in ``trace_id`` (one text per logged id: ``7`` and ``"7"``
+  are refused).
 - **embeddings**: from the trace when the first note or query carries one
   (then every note and query must, with one dimension); otherwise exact BM25
   vectors over ``text`` (:func:`memsim.data.lexical.bm25_embeddings`, per
@@ -144,6 +163,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from array import array
 from datetime import datetime, timezone
 from pathlib import Path
@@ -157,13 +177,17 @@ from memsim.core.errors import StreamError
 from memsim.data.stream import Stream, make_stream, write_stream
 
 __all__ = ["import_trace", "cli_import_trace", "check_trace", "write_trace", "TRACE_FORMAT",
-           "TRACE_VERSION", "EVENTS", "TIME_UNITS", "MAX_ABS_DAYS", "SCHEMA_PATH"]
+           "TRACE_VERSION", "EVENTS", "TIME_UNITS", "MAX_ABS_DAYS", "SCHEMA_PATH",
+           "ISO_TIME_PATTERN"]
 
 TRACE_FORMAT = "memsim-trace"
 TRACE_VERSION = 1
 #: Event names of trace format version 1.
 EVENTS = ("header", "note_added", "note_updated", "note_deleted", "query", "retrieved", "used",
           "judgement", "accessed")
+#: The events that have a time ``t`` (the others take their query's time: a
+#: ``t`` key on them is an unknown key, ignored).
+_TIMED = frozenset(("note_added", "note_updated", "note_deleted", "query", "accessed"))
 #: Units a header may give for numeric times, in days (singular or plural).
 TIME_UNITS = {"day": 1.0, "hour": 1.0 / 24.0, "minute": 1.0 / 1440.0,
               "second": 1.0 / 86400.0, "millisecond": 1.0 / 86_400_000.0}
@@ -173,6 +197,17 @@ TIME_UNITS.update({f"{unit}s": days for unit, days in list(TIME_UNITS.items())})
 MAX_ABS_DAYS = 1e6
 #: The published JSON Schema of one trace line (format version 1).
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "trace-v1.json"
+#: The ISO 8601 times a trace may give (the schema's ``$defs.iso_time`` pattern,
+#: the same string): the extended calendar form, ``YYYY-MM-DD``, optionally
+#: ``T`` (or a space) and ``hh``, ``hh:mm``, ``hh:mm:ss`` or ``hh:mm:ss.f...``,
+#: then optionally ``Z`` or an offset ``+hh``, ``+hh:mm`` or ``+hhmm``.
+#: ``datetime.fromisoformat`` reads more (basic and week forms) and misreads
+#: a date with an offset but no time as a time of day: the importer checks
+#: this pattern first, so that it and the schema accept the same strings.
+ISO_TIME_PATTERN = (r"^\s*[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+                    r"([T ]([01][0-9]|2[0-3])(:[0-5][0-9](:[0-5][0-9](\.[0-9]+)?)?)?"
+                    r"(Z|[+-]([01][0-9]|2[0-3])(:?[0-5][0-9])?)?)?\s*$")
+_ISO_TIME = re.compile(ISO_TIME_PATTERN)
 _I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -225,6 +260,9 @@ class _Reader:
         self.note_ids: list = []                 # key -> logged id
         self.live_row = array("q")               # key -> row of its live version
         self.deleted = bytearray()               # key -> deleted flag
+        # deleted key -> (queries logged before the delete, its line): only
+        # those queries' retrieved / used / judgement events may name it
+        self.deleted_by: dict[int, tuple[int, int]] = {}
         self.first_row = array("q")              # key -> row of version 0
         self.n_created = array("d")              # row -> created_at
         self.n_first = array("d")                # row -> first_created_at
@@ -261,6 +299,7 @@ class _Reader:
         self.buffer: list[tuple[int, dict]] | None = None
         self.last_t, self.last_t_line = -math.inf, 0
         self.pending_t: float | None = None
+        self.first_line = 0                      # the first non-empty line
         # checking (memsim stream check): every error is collected, not raised
         self.errors: list[str] | None = None
         self.validator: Any = None
@@ -328,10 +367,15 @@ class _Reader:
 
     def time(self, v: Any, field: str) -> float:
         if isinstance(v, str):
+            # the schema's pattern first: fromisoformat alone reads forms the
+            # schema refuses (and a date with an offset as a time of day)
+            if _ISO_TIME.search(v) is None:
+                self.fail("must be a number or an ISO 8601 time (YYYY-MM-DD, optionally "
+                          f"Thh:mm:ss and Z or +hh:mm), got {_show(v)}", field)
             try:
                 when = datetime.fromisoformat(v.strip().replace("Z", "+00:00"))
-            except ValueError:
-                self.fail(f"must be a number or an ISO 8601 time, got {_show(v)}", field)
+            except ValueError as exc:
+                self.fail(f"must be a number or an ISO 8601 time, got {_show(v)} ({exc})", field)
             if when.tzinfo is None:
                 when = when.replace(tzinfo=timezone.utc)
             days = (when - _EPOCH).total_seconds() / 86400.0 - self.origin_days
@@ -396,6 +440,30 @@ class _Reader:
             self.fail(f"note {v!r} has not been added before this line", field)
         return key
 
+    def alive(self, key: int, field: str, query: int | None = None) -> int:
+        """``key``, unless the note was deleted: then only the ``retrieved``,
+        ``used`` and ``judgement`` events of a query logged before the delete
+        (``query``, its row) may name it."""
+        if self.deleted[key]:
+            before, line = self.deleted_by[key]
+            if query is None or query >= before:
+                self.fail(f"note {self.note_ids[key]!r} was deleted at line {line} of the "
+                          "trace: after that only the retrieved, used and judgement events "
+                          "of earlier queries may name it", field)
+        return key
+
+    def new_id(self, v: Any, known: dict, what: str) -> None:
+        """Refuse an id that was logged before, or that prints as one of the
+        other type (``7`` and ``"7"``): the stream keeps renumbered ids as
+        text (``trace_id``), where the two would be one."""
+        if v in known:
+            self.fail(f"{what} {v!r} was already {'added' if what == 'note' else 'logged'}",
+                      "id")
+        twin = _twin(v)
+        if twin is not None and twin in known:
+            self.fail(f"{what} {v!r} prints as the earlier {what} {twin!r}: ids that print "
+                      "the same must have one type (both integers or both strings)", "id")
+
     def query_of(self, v: Any, field: str) -> int:
         row = self.query_key.get(self.ident(v, field))
         if row is None:
@@ -404,8 +472,9 @@ class _Reader:
 
     # -- events --------------------------------------------------------------
     def header(self, ev: dict) -> None:
-        if self.line != 1:
-            self.fail("a header is only allowed as the first line", "event")
+        if self.line != self.first_line:
+            self.fail("a header is only allowed as the first line (empty lines aside): "
+                      f"the first here is line {self.first_line}", "event")
         if ev.get("format", TRACE_FORMAT) != TRACE_FORMAT:
             self.fail(f"expected {TRACE_FORMAT!r}, got {_show(ev.get('format'))}", "format")
         version = ev.get("version", TRACE_VERSION)
@@ -435,8 +504,7 @@ class _Reader:
         # every field is checked before anything is recorded: a refused line
         # leaves no trace (stream check goes on reading after it)
         nid = self.ident(self.get(ev, "id"), "id")
-        if nid in self.note_key:
-            self.fail(f"note {nid!r} was already added", "id")
+        self.new_id(nid, self.note_key, "note")
         t = self.time(self.get(ev, "t"), "t")
         actor = self.text(ev, "actor")
         text = ev.get("text")
@@ -452,15 +520,7 @@ class _Reader:
         space = self.namespace(ev)
         opt = self._optional(ev, t, self.tiers("task"), self.types("episodic"), 1.0, 1.0, False,
                              math.nan)
-        superseded = []
-        if ev.get("supersedes") is not None:
-            olds = ev["supersedes"] if isinstance(ev["supersedes"], list) else [ev["supersedes"]]
-            for old in olds:
-                k = self.note_of(old, "supersedes")
-                if self.deleted[k]:
-                    self.fail(f"note {old!r} cannot be superseded here (it was deleted)",
-                              "supersedes")
-                superseded.append(k)
+        superseded = self._supersedes(ev)
         self.clock(t)
         key = len(self.note_ids)
         self.note_key[nid] = key
@@ -471,7 +531,30 @@ class _Reader:
         self.live_row.append(row)
         self._version(key, t, t, 0, tokens, self.actors(actor),
                       text if text is not None else "", emb, space, *opt)
-        for k in superseded:
+        self._supersede(superseded, t)
+
+    def _supersedes(self, ev: dict, own: int | None = None) -> list[int]:
+        """The keys of the notes ``ev`` supersedes (checked, not recorded);
+        ``own``: the key of the note being updated, which cannot supersede
+        itself."""
+        if ev.get("supersedes") is None:
+            return []
+        olds = ev["supersedes"] if isinstance(ev["supersedes"], list) else [ev["supersedes"]]
+        keys = []
+        for old in olds:
+            k = self.note_of(old, "supersedes")
+            if self.deleted[k]:
+                self.fail(f"note {old!r} cannot be superseded here (it was deleted)",
+                          "supersedes")
+            if k == own:
+                self.fail(f"note {old!r} cannot supersede itself (an update already "
+                          "replaces its previous version)", "supersedes")
+            keys.append(k)
+        return keys
+
+    def _supersede(self, keys: list[int], t: float) -> None:
+        """Record that the notes ``keys`` are wrong from ``t`` on."""
+        for k in keys:
             # the newer note makes the older one wrong from now on (ground truth
             # for invalidation and the superseded-use curve)
             r = self.live_row[k]
@@ -536,6 +619,13 @@ class _Reader:
 
     def note_updated(self, ev: dict) -> None:
         key, old, t = self._live(ev)
+        old_exp = self.n_exp[old]
+        if t >= old_exp:
+            # an expired note is gone (live while t < expires_at), as a deleted
+            # one: its update would be a version that expires before it starts
+            self.fail(f"note {self.note_ids[key]!r} expired at {old_exp:g} days (its "
+                      "expires_at), before this update: an expired note cannot be updated",
+                      "t")
         text = self.n_text[old]
         changed_text = ev.get("text") is not None
         if changed_text:
@@ -559,9 +649,10 @@ class _Reader:
                 emb = list(self.n_emb[old * self.dim:(old + 1) * self.dim])
         elif ev.get("embedding") is not None:
             self.embedding(ev, "note")  # raises: the trace has none
-        old_exp = self.n_exp[old]
+        space = self.namespace(ev) if ev.get("namespace") is not None else self.n_space[old]
         opt = self._optional(ev, t, self.n_tier[old], self.n_type[old], self.n_imp[old],
                              self.n_sal[old], bool(self.n_pinned[old]), old_exp)
+        superseded = self._supersedes(ev, own=key)
         self.clock(t)
         self.n_exp[old] = t if math.isnan(old_exp) else min(old_exp, t)
         row = len(self.n_created)
@@ -569,7 +660,8 @@ class _Reader:
         self.live_row[key] = row
         self.versioned = True
         self._version(key, t, self.n_first[old], self.n_version[old] + 1, tokens, actor, text,
-                      emb, self.n_space[old], *opt)
+                      emb, space, *opt)
+        self._supersede(superseded, t)
 
     def note_deleted(self, ev: dict) -> None:
         key, row, t = self._live(ev)
@@ -577,11 +669,11 @@ class _Reader:
         old = self.n_exp[row]
         self.n_exp[row] = t if math.isnan(old) else min(old, t)
         self.deleted[key] = 1
+        self.deleted_by[key] = (len(self.query_ids), self.line)
 
     def query(self, ev: dict) -> None:
         qid = self.ident(self.get(ev, "id"), "id")
-        if qid in self.query_key:
-            self.fail(f"query {qid!r} was already logged", "id")
+        self.new_id(qid, self.query_key, "query")
         t = self.time(self.get(ev, "t"), "t")
         actor = self.text(ev, "actor")
         text = ev.get("text")
@@ -608,17 +700,21 @@ class _Reader:
         if emb is not None:
             self.q_emb.extend(emb)
 
-    def _note_list(self, ev: dict) -> list[int]:
+    def _note_list(self, ev: dict, query: int) -> list[int]:
         v = self.get(ev, "notes")
         if not isinstance(v, list):
             self.fail(f"must be a list of note ids, got {_show(v)}", "notes")
-        return [self.note_of(x, f"notes[{i}]") for i, x in enumerate(v)]
+        keys = [self.note_of(x, f"notes[{i}]") for i, x in enumerate(v)]
+        if self.deleted_by:  # (the usual trace deletes little: no check per note)
+            for i, k in enumerate(keys):
+                self.alive(k, f"notes[{i}]", query)
+        return keys
 
     def retrieved(self, ev: dict) -> None:
         q = self.query_of(self.get(ev, "query"), "query")
         if self.q_retrieved[q]:
             self.fail(f"query {self.query_ids[q]!r} already has a 'retrieved' event", "query")
-        keys = self._note_list(ev)
+        keys = self._note_list(ev, q)
         if len(set(keys)) != len(keys):
             seen: set[int] = set()
             for i, k in enumerate(keys):
@@ -642,7 +738,7 @@ class _Reader:
 
     def used(self, ev: dict) -> None:
         q = self.query_of(self.get(ev, "query"), "query")
-        for k in self._note_list(ev):
+        for k in self._note_list(ev, q):
             self.u_q.append(q)
             self.u_n.append(k)
 
@@ -654,6 +750,7 @@ class _Reader:
 
     def judge(self, q: int, k: int, gain: float, field: str) -> None:
         """Record a judgement (an event, or a line of a TREC qrels file)."""
+        self.alive(k, field, q)
         if (q, k) in self.judged:
             self.fail(f"a second judgement of note {self.note_ids[k]!r} for query "
                       f"{self.query_ids[q]!r}", field)
@@ -663,7 +760,7 @@ class _Reader:
         self.j_gain.append(gain)
 
     def accessed(self, ev: dict) -> None:
-        k = self.note_of(self.get(ev, "note"), "note")
+        k = self.alive(self.note_of(self.get(ev, "note"), "note"), "note")
         t = self.time(self.get(ev, "t"), "t")
         actor = self.text(ev, "actor")
         self.clock(t)
@@ -682,6 +779,8 @@ class _Reader:
             self.line += 1
             if not raw.strip():
                 continue
+            if not self.first_line:
+                self.first_line = self.line  # where a header may be
             ev = self._guard(parse, raw) if checking else parse(raw)
             if ev is None:
                 continue
@@ -765,7 +864,9 @@ class _Reader:
                 qtime.setdefault(ev["id"], when(ev.get("t")))
         keys = {}
         for i, (line, ev) in enumerate(events):
-            if "t" in ev and ev.get("event") != "judgement":
+            # only timed events sort by their own t: on retrieved, used and
+            # judgement a "t" is an unknown key (ignored)
+            if ev.get("event") in _TIMED and "t" in ev:
                 keys[line] = (when(ev["t"]), 0, i)
             else:
                 q = ev.get("query")
@@ -999,7 +1100,8 @@ def _read_trec_qrels(path: Path, r: _Reader) -> None:
     saved_label, saved_line = r.label, r.line
     r.label, r.line = path.name, 0
     try:
-        with open(path, encoding="utf-8") as fh:
+        # utf-8-sig: a byte order mark is read as the trace's is (json skips it)
+        with open(path, encoding="utf-8-sig") as fh:
             for text in fh:
                 r.line += 1
                 if text.strip():
@@ -1012,12 +1114,23 @@ def _read_trec_qrels(path: Path, r: _Reader) -> None:
 
 
 def _by_text(ids: list) -> dict[str, int]:
-    """Logged ids by their text (a TREC file's ids are text); -1 where two
-    ids read the same (``7`` and ``"7"``)."""
-    out: dict[str, int] = {}
-    for key, x in enumerate(ids):
-        out[str(x)] = -1 if str(x) in out else key
-    return out
+    """Logged ids by their text (a TREC file's ids are text): one each, as the
+    reader refused two ids that print the same (``7`` and ``"7"``)."""
+    return {str(x): key for key, x in enumerate(ids)}
+
+
+def _twin(v: int | str) -> int | str | None:
+    """The id of the other type that prints as ``v`` (``"7"`` for ``7``,
+    ``7`` for ``"7"``), or None (``"07"``, ``"n7"``)."""
+    if isinstance(v, int):
+        return str(v)
+    if not v.lstrip("-").isdigit():
+        return None  # most string ids ("n7", uuids): no int to parse
+    try:
+        n = int(v)
+    except ValueError:
+        return None
+    return n if str(n) == v else None
 
 
 def _qrels_line(r: _Reader, parts: list[str], notes: dict, queries: dict) -> None:
@@ -1028,8 +1141,6 @@ def _qrels_line(r: _Reader, parts: list[str], notes: dict, queries: dict) -> Non
                                     (notes, nid, "note", "a note")):
         if value not in ids:
             r.fail(f"{value!r} is not {what} id of the trace", field)
-        if ids[value] < 0:
-            r.fail(f"{value!r} names two ids of the trace (a number and a string)", field)
     try:
         gain = float(grade)
     except ValueError:
