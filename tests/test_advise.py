@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from memsim.core.errors import ConfigError
 from memsim.policies import resolve_policy
 from memsim.policies.context import ArrayContext
 from memsim.policies.decay import PerTypeHalfLife
+from memsim.runs.config import config_hash
 from memsim.runs.runner import simulate_experiment
 from memsim.reporting.stats import paired_tests, utility_share
 from memsim.checks.testing import check_component
@@ -234,6 +237,73 @@ def test_cli_error_is_one_line_with_exit_code_2(tmp_path):
     assert res.returncode == 2
     assert res.stderr.startswith("memsim: error: ") and len(res.stderr.strip().splitlines()) == 1
     assert "hidden labels" in res.stderr
+
+
+SMALL_ADVISE = """
+[experiment]
+name = "small"
+seed = 7
+replicates = 1
+[workload]
+horizon_days = 5
+backfill_days = 10
+[policies.a]
+preset = "hivemind-2025-bug"
+[advise]
+current = "a"
+trials = 4
+batch = 4
+holdout_replicates = 1
+"""
+
+
+def test_the_run_folder_config_records_current_and_gives_the_same_advice(tmp_path):
+    exp_file = tmp_path / "adv.toml"
+    exp_file.write_text(SMALL_ADVISE)
+    first = advise(exp_file, current="random", out=tmp_path / "o1")
+    written = tomllib.loads((first.path / "config.toml").read_text())
+    # the [advise] table as it ran: --current and every default, concrete seed
+    assert written["advise"]["current"] == "random"
+    assert written["advise"]["seed"] == 7 and written["advise"]["trials"] == 4
+    again = advise(first.path / "config.toml", out=tmp_path / "o2")
+    assert again.current == "random"
+    assert again.path.name.split("_")[-1] == first.path.name.split("_")[-1]
+    drop_path = re.compile(r'"path": "[^"]*"')
+    assert drop_path.sub("", again.to_json()) == drop_path.sub("", first.to_json())
+    # another today's setting is another experiment: another hash
+    today = advise(exp_file, out=tmp_path / "o3")
+    assert today.current == "a"
+    assert today.path.name.split("_")[-1] != first.path.name.split("_")[-1]
+    # the folder's hash is the written config's
+    for adv in (first, today):
+        table = tomllib.loads((adv.path / "config.toml").read_text())
+        assert adv.path.name.endswith(f"_{config_hash(table)}")
+
+
+@pytest.mark.parametrize("extra, kw, message", [
+    ("trails = 4\n", {}, "advise.trails: unknown key (did you mean 'trials'?)"),
+    ("", {"overrides": ["advise.trials=0"]},
+     "advise.trials: expected an int from 1 to 100000, got 0 (from --set advise.trials=0)"),
+    ("", {"current": "nope"}, "advise.current: 'nope' is neither a policy"),
+])
+def test_advise_table_mistakes_name_the_file(tmp_path, extra, kw, message):
+    exp_file = tmp_path / "ga.toml"
+    exp_file.write_text(SMALL_ADVISE + extra)
+    with pytest.raises(ConfigError) as info:
+        advise(exp_file, **kw)
+    assert info.value.errors[0].startswith(f"{exp_file}: {message}")
+    if "current" in kw:
+        assert info.value.errors[0].endswith("(from --current nope)")
+
+
+def test_cli_advise_table_mistake_names_the_file(tmp_path):
+    exp_file = tmp_path / "ga.toml"
+    exp_file.write_text(SMALL_ADVISE + "trails = 4\n")
+    res = subprocess.run([sys.executable, "-m", "memsim.cli", "advise", str(exp_file), "-q"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.startswith(f"memsim: error: {exp_file}: advise.trails: unknown key")
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 # --------------------------------------------------------------------------

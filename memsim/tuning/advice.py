@@ -81,9 +81,10 @@ falls), the gain by stage (today's setting changed one stage at a time
 towards the recommendation, in the order ranking, packing, cut, retention;
 each step's held-out gain over the step before), and the runner-ups whose
 tuning score is within noise of the best. :func:`advise` writes
-``advice.md`` and ``advice.json`` (and ``trials.csv``, ``config.toml``,
-``manifest.json``) to a run folder, each written to a temporary name and
-renamed.
+``advice.md`` and ``advice.json`` (and ``trials.csv``, ``manifest.json``,
+and ``config.toml``: the experiment with its ``[advise]`` table resolved,
+``current`` included, which gives the same advice) to a run folder named by
+that config's hash, each written to a temporary name and renamed.
 """
 
 from __future__ import annotations
@@ -192,6 +193,15 @@ class AdviseSpec:
         for key, value in table.items():
             kw[key] = _checked(key, value)
         return cls(**kw)
+
+    def to_config(self) -> dict:
+        """The resolved table: every default filled, concrete seed (what
+        :meth:`from_table` reads back as this spec)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+        return out
 
 
 def _fail(key: str, want: str, value: Any) -> ConfigError:
@@ -786,22 +796,25 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
                                  else dict(parse_override(o) for o in overrides))
     try:
         spec = AdviseSpec.from_table(exp.advise, exp, current)
-    except ConfigError as exc:  # name the --set that caused a mistake
-        raise attribute_overrides(exc, overrides) from None
-    pol = current_policy(exp, spec.current)
-    replays = _Replays(exp)
-    stream0 = replays.stream(0)
-    if pol.ranker.needs_logged and getattr(stream0, "retrieved", None) is None:
-        raise ConfigError(f"advise.current: {spec.current!r} replays logged rankings, and this "
-                          "workload has none (a trace with 'retrieved' events has them)")
-    key, types = _per_type_key(stream0)
-    knob = RETENTION_KNOBS.get(pol.retention.name, "") if (
-        spec.retention and pol.retention.evicts) else ""
-    space = _Space(spec, pol, int(pol.candidates or exp.sim.candidates), key, types, knob)
-    if not space.rankings:
-        raise ConfigError("advise.rankers: only 'per-type', and the notes carry neither several "
-                          "memory types nor several tiers; add another ranking")
-    folds, split_text = _folds(exp, spec, replays)
+        pol = current_policy(exp, spec.current)
+        # the experiment that runs has the [advise] table resolved (--current
+        # included): its config.toml gives the same advice, and its hash differs
+        exp = dataclasses.replace(exp, advise=spec.to_config())
+        replays = _Replays(exp)
+        stream0 = replays.stream(0)
+        if pol.ranker.needs_logged and getattr(stream0, "retrieved", None) is None:
+            raise ConfigError(f"advise.current: {spec.current!r} replays logged rankings, and "
+                              "this workload has none (a trace with 'retrieved' events has them)")
+        key, types = _per_type_key(stream0)
+        knob = RETENTION_KNOBS.get(pol.retention.name, "") if (
+            spec.retention and pol.retention.evicts) else ""
+        space = _Space(spec, pol, int(pol.candidates or exp.sim.candidates), key, types, knob)
+        if not space.rankings:
+            raise ConfigError("advise.rankers: only 'per-type', and the notes carry neither "
+                              "several memory types nor several tiers; add another ranking")
+        folds, split_text = _folds(exp, spec, replays)
+    except ConfigError as exc:  # the [advise] checks: name the file, and what set the key
+        raise _attributed(exc, exp.source_file, overrides, current) from None
 
     manifest = path = None
     if out is not None:
@@ -827,6 +840,21 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
             except OSError:
                 pass
         raise
+
+
+def _attributed(exc: ConfigError, source_file: str, overrides: list[str] | dict | None,
+                current: str | None) -> ConfigError:
+    """``exc`` (same type) as :func:`load_experiment` words a mistake: each
+    message about a key that an override set ends with ``(from --set
+    KEY=VALUE)``, or ``(from --current NAME)`` for ``advise.current``, and
+    starts with the experiment's file when it has one."""
+    attributed = attribute_overrides(exc, overrides).errors
+    messages = [f"{m} (from --current {current})"
+                if current is not None and m.startswith("advise.current: ") else a
+                for m, a in zip(exc.errors, attributed)]
+    if source_file:
+        messages = [f"{source_file}: {m}" for m in messages]
+    return exc.with_messages(messages)
 
 
 def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold],
