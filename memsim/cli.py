@@ -261,6 +261,18 @@ def _jobs(text: str) -> int:
     return n
 
 
+def _replicate(text: str) -> int:
+    """``--replicate``: a replicate's number, >= 0 (it names the stream's
+    seed, as ``memsim run`` numbers its replicates)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, >= 0")
+    return n
+
+
 def _utf8_stdout() -> bool:
     return (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "") == "utf8"
 
@@ -575,15 +587,11 @@ def _cmd_optimum(args) -> int:
 
 def _cmd_advise(args) -> int:
     from memsim.tuning.advice import advise, print_progress
-    from memsim.runs.config import attribute_overrides, load_experiment
-    from memsim.core.errors import ConfigError
 
-    exp = load_experiment(args.experiment, args.set)
-    try:
-        advice = advise(exp, current=args.current, out=args.out, argv=sys.argv,
-                        progress=None if args.quiet or args.json else print_progress)
-    except ConfigError as exc:  # the [advise] checks: name the --set that caused one
-        raise attribute_overrides(exc, args.set) from None
+    # advise() loads the file with the overrides: its [advise] mistakes name
+    # the file, and the --set or --current that set the key
+    advice = advise(args.experiment, overrides=args.set, current=args.current, out=args.out,
+                    argv=sys.argv, progress=None if args.quiet or args.json else print_progress)
     if args.json:
         print(advice.to_json())
         return 0
@@ -824,7 +832,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, help="stream folder to create")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted config key (repeatable)")
-    g.add_argument("--replicate", type=int, default=0, help="which replicate's stream")
+    g.add_argument("--replicate", type=_replicate, default=0,
+                   help="which replicate's stream (0, 1, ...)")
     g.set_defaults(func=_cmd_stream_generate)
     v = add(ssub, "validate", "check a stream folder and summarise it", parents=[as_json])
     v.add_argument("path", metavar="DIR", help="stream folder")

@@ -330,6 +330,7 @@ def _experiment() -> dict[str, Any]:
     props = out["properties"]
     props["name"].update(pattern=r"^[A-Za-z0-9_.\-]+$", maxLength=MAX_NAME_CHARS)
     props["budgets"]["items"] = {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS_BUDGET}
+    props["budgets"]["uniqueItems"] = True  # two arms of one name and budget cannot be paired
     props["budget_tokens"]["maximum"] = MAX_TOKENS_BUDGET
     props["candidates"]["maximum"] = MAX_CANDIDATES
     props["plugins"]["items"] = {"type": "string", "pattern": r"^[A-Za-z_][\w.]*$"}

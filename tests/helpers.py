@@ -89,3 +89,18 @@ def random_stream(seed: int = 0, n_notes: int = 300, n_queries: int = 60, dim: i
                                                   for x in at],
                              "actor": rng.choice(["a0", "a1", "a2"], accesses)})
     return make_stream(notes, queries, qrels, used, ne, qe, {"name": "random"})
+
+
+#: A one-policy experiment file that runs in a few seconds (tests of the
+#: command line and of run folders add their own tables after it).
+TINY_TOML = """\
+[experiment]
+name = "tiny"
+seed = 7
+replicates = 1
+[workload]
+horizon_days = 5
+backfill_days = 10
+[policies.a]
+preset = "hivemind-2025-bug"
+"""

@@ -27,6 +27,7 @@ from memsim.runs.config import config_hash
 from memsim.runs.runner import simulate_experiment
 from memsim.reporting.stats import paired_tests, utility_share
 from memsim.checks.testing import check_component
+from .helpers import TINY_TOML
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "experiments" / "traces" / "example.jsonl"
@@ -239,16 +240,7 @@ def test_cli_error_is_one_line_with_exit_code_2(tmp_path):
     assert "hidden labels" in res.stderr
 
 
-SMALL_ADVISE = """
-[experiment]
-name = "small"
-seed = 7
-replicates = 1
-[workload]
-horizon_days = 5
-backfill_days = 10
-[policies.a]
-preset = "hivemind-2025-bug"
+SMALL_ADVISE = TINY_TOML.replace('name = "tiny"', 'name = "small"') + """\
 [advise]
 current = "a"
 trials = 4

@@ -183,3 +183,20 @@ def test_every_command_that_can_be_quiet_takes_the_short_flag():
     quiet = {k: v for k, v in quiet.items() if v is not None}
     assert {"memsim run", "memsim report", "memsim calibrate workload"} <= set(quiet)
     assert all("-q" in flags for flags in quiet.values()), quiet
+
+
+@pytest.mark.parametrize("value", ["-1", "one"])
+def test_stream_generate_refuses_a_replicate_that_is_not_a_number_from_0(tmp_path, capsys,
+                                                                         value):
+    """``memsim stream generate --replicate -1`` is a usage error naming the
+    option (it reached numpy's seeding as a traceback), and writes nothing."""
+    from memsim.cli import main
+
+    exp = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.toml"
+    with pytest.raises(SystemExit) as e:
+        main(["stream", "generate", str(exp), "--out", str(tmp_path / "s"),
+              "--replicate", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --replicate: '{value}': give a whole number, >= 0" in err
+    assert "Traceback" not in err and not (tmp_path / "s").exists()

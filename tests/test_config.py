@@ -18,6 +18,7 @@ from memsim.runs.config import (
 )
 from memsim.engine import SimSettings
 from memsim.core.errors import ConfigError
+from memsim.policies import resolve_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
@@ -117,6 +118,8 @@ def test_parse_override_refuses(bad):
     ({"workload": {"source": ""}}, "workload.source"),
     ({"workload.source": "x"}, "takes no generator knobs"),
     ({"grid.experiment.budget_tokens": []}, "grid"),
+    ({"experiment.budgets": [100, 100]}, "experiment.budgets: The 'budgets' parameter of "
+     "ExperimentSettings must be a list of distinct budgets"),
 ])
 def test_bad_configs_give_one_clear_line(override, needle):
     table = minimal()
@@ -170,3 +173,71 @@ def test_grid_key_must_exist():
     table["grid"] = {"experiment.budget_tokenz": [1, 2]}
     with pytest.raises(ConfigError, match="budget_tokenz"):
         experiment_from_dict(table)
+
+
+def _preset_policy(preset: str, **slots) -> dict:
+    """The resolved table of a policy written as ``preset`` plus ``slots``."""
+    return resolve_policy({"preset": preset, **slots}, "p").to_config()
+
+
+def test_a_grid_over_a_preset_runs_each_preset_under_the_written_keys():
+    table = minimal()
+    table["policies"] = {"a": {"preset": "hivemind-2025-bug", "packer": "skip-fill"}}
+    # the slot key first: the preset must not undo it
+    table["grid"] = {"policies.a.candidates": [20],
+                     "policies.a.preset": ["hivemind", "hivemind-2025-bug"]}
+    runs = experiment_from_dict(table).expand()
+    got = [r.policies["a"].to_config() for r in runs]
+    assert got == [_preset_policy(p, packer="skip-fill", candidates=20)
+                   for p in ("hivemind", "hivemind-2025-bug")]
+    assert got[0]["decay"] != got[1]["decay"]
+
+
+def test_a_preset_override_starts_from_the_written_table():
+    table = minimal()
+    table["policies"] = {"a": {"preset": "hivemind-2025-bug", "packer": "skip-fill"}}
+    exp = experiment_from_dict(table).with_overrides({"policies.a.preset": "hivemind"})
+    assert exp.policies["a"].to_config() == _preset_policy("hivemind", packer="skip-fill")
+
+
+def test_a_grid_over_the_experiments_candidates_reaches_the_policies_that_take_it(tmp_path):
+    """A policy without candidates of its own takes the experiment's top-C in
+    every combination of a grid (and an override) over it; one with its own
+    keeps it. On a resolved config.toml, where every policy spells it out,
+    the override is refused, not ignored."""
+    table = minimal()
+    table["policies"] = {"a": {"preset": "similarity-only"},
+                         "b": {"preset": "random", "candidates": 20}}
+    table["grid"] = {"experiment.candidates": [10, 40]}
+    runs = experiment_from_dict(table).expand()
+    took = [(r.settings.candidates, r.to_config()["policies"]["a"]["candidates"],
+             r.to_config()["policies"]["b"]["candidates"]) for r in runs]
+    assert took == [(10, 10, 20), (40, 40, 20)]
+    assert runs[0].with_overrides({"experiment.candidates": 7}).to_config()[
+        "policies"]["a"]["candidates"] == 7
+    resolved = tmp_path / "config.toml"
+    resolved.write_text(dumps_toml(runs[0].to_config()))
+    with pytest.raises(ConfigError, match="every policy sets its own candidates"):
+        load_experiment(resolved, ["experiment.candidates=30"])
+
+
+def test_a_preset_set_on_a_resolved_config_is_refused_not_ignored(tmp_path):
+    table = minimal()
+    table["policies"] = {"a": {"preset": "hivemind-2025-bug"}}
+    resolved = tmp_path / "config.toml"
+    resolved.write_text(dumps_toml(experiment_from_dict(table).to_config()))
+    with pytest.raises(ConfigError) as info:
+        load_experiment(resolved, ["policies.a.preset=hivemind"])
+    assert info.value.errors == [
+        "--set policies.a.preset: policies.a spells out every slot the preset fills (as a "
+        "resolved config.toml does), so preset 'hivemind' would change nothing; replace the "
+        "whole table instead: --set 'policies.a={preset = \"hivemind\"}'"]
+    # the way the message gives
+    exp = load_experiment(resolved, ['policies.a={preset = "hivemind"}'])
+    assert exp.policies["a"].to_config() == _preset_policy("hivemind")
+    # a grid over a resolved table's preset is refused too
+    grid = tmp_path / "grid.toml"
+    grid.write_text(resolved.read_text()
+                    + '[grid]\n"policies.a.preset" = ["hivemind", "hivemind-2025-bug"]\n')
+    with pytest.raises(ConfigError, match="preset 'hivemind' would change nothing"):
+        load_experiment(grid)

@@ -248,7 +248,10 @@ def test_sweep_and_advise_checks_name_the_set_too(tmp_path, command, override, k
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"memsim: error: {key}: "), res.stderr
+    # the file first, as every experiment-file mistake; the --set that set the key last
+    where = ROOT / "experiments" / f"{name}.toml"
+    assert len(lines) == 1 and lines[0].startswith(f"memsim: error: {where}: {key}: "), \
+        res.stderr
     assert lines[0].endswith(f"(from --set {override})")
 
 
@@ -260,3 +263,23 @@ def test_attribute_overrides_leaves_other_keys_alone():
     assert out.errors == ["sweep.trials: bad", "sweep.seed: bad (from --set sweep.seed=-1)"]
     assert attribute_overrides(exc, {"sweep": {"trials": 0}}).errors[0].endswith(
         "(from --set sweep={ trials = 0 })")
+
+
+def test_every_grid_combination_names_the_file_and_the_grid(tmp_path):
+    path = write(tmp_path, GOOD + '\n[grid]\n"experiment.budget_tokens" = [500, -1]\n')
+    exp = load_experiment(path)  # the first combination is valid
+    errors = errors_of(exp.expand)
+    assert errors == [f"{path}: grid: experiment.budget_tokens: The 'budget_tokens' parameter "
+                      "of SimSettings must be an int >= 1. Got -1 instead."]
+    # the same prefix as the first combination's, which loading checks
+    first = write(tmp_path, GOOD + '\n[grid]\n"experiment.budget_tokens" = [-1, 500]\n',
+                  "first.toml")
+    assert errors_of(load_experiment, first) == [errors[0].replace(str(path), str(first))]
+
+
+def test_a_bad_later_grid_combination_stops_the_runs_before_any_folder(tmp_path):
+    from memsim.runs.runner import run_many
+    path = write(tmp_path, GOOD + '\n[grid]\n"experiment.budget_tokens" = [500, -1]\n')
+    errors = errors_of(run_many, [load_experiment(path)], out=tmp_path / "out", report=False)
+    assert len(errors) == 1 and errors[0].startswith(f"{path}: grid: experiment.budget_tokens")
+    assert not (tmp_path / "out").exists()

@@ -18,6 +18,7 @@ from memsim.reporting import rundir
 from memsim.cli import main
 from memsim.core.errors import ConfigError
 from memsim.reporting.rundir import RunResult
+from .helpers import TINY_TOML
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
@@ -334,3 +335,42 @@ def test_cli_refuses_a_jobs_below_one(jobs, capsys):
         main(["run", str(QUICKSTART), "--jobs", jobs])
     assert exit_.value.code == 2
     assert "--jobs" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# Mistakes found before the run folder exists
+# ---------------------------------------------------------------------------
+
+TINY = TINY_TOML
+
+
+def test_a_grid_over_a_preset_runs_each_preset(tmp_path):
+    exp = tmp_path / "grid.toml"
+    exp.write_text(TINY + '[grid]\n"policies.a.preset" = ["hivemind", "hivemind-2025-bug"]\n')
+    paths = memsim.runs.runner.run_many([memsim.load_experiment(exp)], out=tmp_path / "r",
+                                        report=False)
+    decays = [tomllib.loads((p / "config.toml").read_text())["policies"]["a"]["decay"]["kind"]
+              for p in paths]
+    assert decays == ["per-tier", "per-day"]
+    q0, q1 = (pd.read_parquet(p / "queries.parquet") for p in paths)
+    assert not q0.equals(q1)
+
+
+def test_a_policy_the_workload_cannot_serve_is_refused_before_any_folder(tmp_path):
+    exp = tmp_path / "tiny.toml"
+    exp.write_text(TINY)
+    with pytest.raises(ConfigError) as info:
+        memsim.run_experiment(exp, overrides=["policies.a.preset=as-logged"],
+                              out=tmp_path / "r", report=False)
+    assert str(info.value).startswith(f"{exp}: policies.a.ranker: 'as-logged' replays")
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_empty_trace_is_refused_before_any_folder(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    exp = tmp_path / "trace.toml"
+    exp.write_text('[experiment]\nreplicates = 1\n[workload]\nsource = "empty.jsonl"\n'
+                   'importer = "trace"\n[policies.a]\npreset = "hivemind"\n')
+    with pytest.raises(memsim.core.errors.MemsimError, match="empty trace"):
+        memsim.run_experiment(exp, out=tmp_path / "r", report=False)
+    assert not (tmp_path / "r").exists()

@@ -120,6 +120,9 @@ decay = { kind = "half-life-floor", floor = 0.5 }
     # a value out of range
     (("floor = 0.5", "floor = 1.5"), ["policies", "a", "decay", "floor"], "1.5"),
     (("replicates = 2", "replicates = 0"), ["experiment", "replicates"], "minimum"),
+    # a budget listed twice (two arms of one name and budget)
+    (("replicates = 2", "replicates = 2\nbudgets = [500, 500]"), ["experiment", "budgets"],
+     "non-unique"),
     # an unknown preset and an unknown kind
     (('preset = "similarity-only"', 'preset = "similarity-onyl"'),
      ["policies", "a", "preset"], "'similarity-onyl' is not one of"),

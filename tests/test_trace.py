@@ -247,7 +247,9 @@ def test_as_logged_replays_the_logged_ranking(tmp_path):
 def test_as_logged_needs_logged_rankings(tmp_path):
     stream = SyntheticWorkload(horizon_days=3, backfill_days=3).generate(0)
     write_stream(stream, tmp_path / "s")
-    with pytest.raises(ConfigError, match="needs a stream with logged rankings"):
+    # refused before any replay, naming the policy's ranker
+    with pytest.raises(ConfigError, match=r"^policies\.as-logged\.ranker: 'as-logged' replays "
+                       "the rankings a production system logged, and this workload has none"):
         _metrics(tmp_path / "s", ("as-logged",))
 
 

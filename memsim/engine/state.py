@@ -232,7 +232,9 @@ class NoteArrays:
         if stream.note_embeddings is None or stream.query_embeddings is None:
             raise ConfigError(
                 f"stream {stream.name!r} has no embeddings: the engine needs note and "
-                "query vectors (import real traces with a retriever that caches them)"
+                "query vectors (embed a trace's text when importing it: memsim stream "
+                "import trace FILE --embedder bm25, or [workload] source with importer "
+                "and embedder)"
             )
         emb = np.ascontiguousarray(stream.note_embeddings, dtype=np.float32)
         updated = n["updated_at"].to_numpy(np.float64) if "updated_at" in n else n[

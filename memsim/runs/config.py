@@ -308,6 +308,11 @@ class ExperimentSettings(Validated):
             if not Interval(1, MAX_TOKENS_BUDGET, integer=True).check(b):
                 self._fail("budgets", f"a list of ints from 1 to {MAX_TOKENS_BUDGET} (2**40)",
                            list(self.budgets))
+        # a budget listed twice makes two arms of the same name and budget,
+        # whose queries the reports cannot pair
+        if len(set(self.budgets)) != len(self.budgets):
+            self._fail("budgets", "a list of distinct budgets (each at most once)",
+                       list(self.budgets))
         # built here, so that an invalid engine setting fails on construction
         object.__setattr__(self, "_sim", SimSettings(
             budget_tokens=self.budget_tokens, candidates=self.candidates,
@@ -367,6 +372,10 @@ class Experiment:
     #: the ``[advise]`` table, as written (read by :mod:`memsim.tuning.advice`)
     advise: dict | None = None
     source_file: str = ""
+    #: the ``[policies.NAME]`` tables as written (after ``--set``): a grid or
+    #: override of a policy's ``preset`` starts from these, not from the
+    #: resolved table, whose slots (every one spelled out) would override it
+    policy_tables: dict[str, dict] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -415,12 +424,28 @@ class Experiment:
 
     def expand(self, limit: int | None = None) -> list[Experiment]:
         """One experiment per combination of the ``[grid]`` (itself if none);
-        the first ``limit`` only when given."""
+        the first ``limit`` only when given.
+
+        Raises
+        ------
+        ConfigError
+            A combination's mistakes, each message prefixed with the file
+            (:attr:`source_file`) and ``grid:``, as loading the file
+            prefixes the first combination's.
+        """
+        try:
+            return self._expand(limit)
+        except ConfigError as exc:
+            prefix = f"{self.source_file}: grid: " if self.source_file else "grid: "
+            raise exc.prefixed(prefix) from None
+
+    def _expand(self, limit: int | None = None) -> list[Experiment]:
+        """:meth:`expand`, its errors not prefixed."""
         if not self.grid:
             return [self]
         keys = list(self.grid)
         out = []
-        base = self.to_config()
+        base = self._table_for(keys)
         base.pop("grid", None)
         combos = itertools.product(*(self.grid[k] for k in keys))
         for combo in itertools.islice(combos, limit):
@@ -436,10 +461,50 @@ class Experiment:
         return out
 
     def with_overrides(self, overrides: dict[str, Any]) -> Experiment:
-        table = self.to_config()
+        table = self._table_for(list(overrides))
         for k, v in overrides.items():
             _override(table, k, v, "--set")
         return experiment_from_dict(table, base_dir=self.base_dir, source_file=self.source_file)
+
+    def _table_for(self, keys: list[str]) -> dict:
+        """The resolved table to apply overrides of ``keys`` to. A policy whose
+        ``preset`` one of them sets keeps its table as written: the preset
+        then fills every slot the user did not write, as in a file."""
+        table = self.to_config()
+        for key in keys:
+            name = _preset_key(key)
+            written = self._written_policy(name) if name is not None else None
+            if written is not None:
+                table["policies"][name] = written
+        if "experiment.candidates" in keys:
+            # a policy without candidates of its own takes the experiment's:
+            # the resolved table spells the old value out, which would keep it
+            for name, pol in self.policies.items():
+                if pol.candidates is None:
+                    table["policies"][name].pop("candidates", None)
+        return table
+
+    def _written_policy(self, name: str) -> dict | None:
+        """A copy of policy ``name``'s table as written, or None when there is
+        none or it no longer gives the policy (an experiment whose policies
+        were replaced): the resolved table is used then."""
+        written = self.policy_tables.get(name)
+        pol = self.policies.get(name)
+        if not isinstance(written, dict) or pol is None:
+            return None
+        try:
+            same = resolve_policy(written, f"policies.{name}").to_config() == pol.to_config()
+        except ConfigError:
+            same = False
+        return copy.deepcopy(written) if same else None
+
+
+def _preset_key(key: str) -> str | None:
+    """The policy name of a ``policies.NAME.preset`` key, else None."""
+    parts = key.split(".")
+    if len(parts) == 3 and parts[0] == "policies" and parts[2] == "preset":
+        return parts[1]
+    return None
 
 
 def _safe_name(text: str) -> str:
@@ -643,6 +708,43 @@ def _override(table: dict, key: str, value: Any, where: str) -> None:
         apply_override(table, key, value)
     except (AttributeError, TypeError):
         raise ConfigError(f"{where} {key}: a part of this key is a value, not a table") from None
+    if _preset_key(key) is not None:
+        _check_preset_counts(table, key, where)
+    if key == "experiment.candidates" and isinstance(pols, dict) and pols and all(
+            isinstance(p, dict) and "candidates" in p for p in pols.values()):
+        # every policy sets its own top-C (a resolved config.toml spells it
+        # out): the experiment's would reach none of them
+        raise ConfigError(f"{where} {key}: every policy sets its own candidates (as a resolved "
+                          "config.toml does), so this would change nothing; set "
+                          "policies.NAME.candidates instead")
+
+
+def _check_preset_counts(table: dict, key: str, where: str) -> None:
+    """Refuse a ``policies.NAME.preset`` override that would change nothing:
+    the policy's table spells out every slot (a resolved ``config.toml``
+    does), and the table's keys override its preset. Ignoring the preset
+    silently would run the old policy under the new preset's name."""
+    name = key.split(".")[1]
+    ptable = table["policies"][name]
+    preset = ptable.get("preset") if isinstance(ptable, dict) else None
+    if not isinstance(preset, str):
+        return  # not a preset name: the validation says so
+    slots = {k: v for k, v in ptable.items() if k != "preset"}
+    try:
+        ignored = (resolve_policy(ptable, key).to_config()
+                   == resolve_policy(slots, key).to_config())
+        # (a preset that is the defaults cannot be told apart; none is)
+        ignored = ignored and (resolve_policy({"preset": preset}, key).to_config()
+                               != resolve_policy({}, key).to_config())
+    except ConfigError:
+        return  # the validation names the mistake
+    if ignored:
+        whole = (f"--set 'policies.{name}={{preset = \"{preset}\"}}'" if where == "--set"
+                 else f'"policies.{name}" = [{{preset = "{preset}"}}, ...]')
+        raise ConfigError(
+            f"{where} {key}: policies.{name} spells out every slot the preset fills (as a "
+            f"resolved config.toml does), so preset {preset!r} would change nothing; "
+            f"replace the whole table instead: {whole}")
 
 
 class _Errors:
@@ -739,11 +841,12 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     exp = Experiment(settings=settings, workload=workload, policies=policies,
                      reader=reader, grid=dict(grid), sweep=copy.deepcopy(sweep),
                      base_dir=Path(base_dir), source_file=source_file,
-                     advise=copy.deepcopy(advise))
-    # A grid key must name something real: try the first combination now.
+                     advise=copy.deepcopy(advise), policy_tables=copy.deepcopy(pols_table))
+    # A grid key must name something real: try the first combination now
+    # (the caller names the file; expand() names it for the others).
     if grid:
         try:
-            exp.expand(limit=1)
+            exp._expand(limit=1)
         except ConfigError as exc:
             raise exc.prefixed("grid: ") from None
     return exp

@@ -437,8 +437,11 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         raise ConfigError(f"{exp.name}: has a [grid]; run it with run_many() or `memsim run`")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    # read and checked before the run folder exists: a stream that cannot be
+    # read, or that lacks what a policy needs, leaves no half-written folder
+    streams = _checked_streams(exp)
     if out is None:
-        frames = simulate_experiment(exp, progress=progress, jobs=jobs)
+        frames = simulate_experiment(exp, progress=progress, jobs=jobs, streams=streams)
         timings["simulate"] = time.perf_counter() - t0
         summary = summarise(frames["queries"], frames["arms"], frames["store"])
         return _result(exp, frames, summary, None, timings)
@@ -449,7 +452,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
     summary_file = path / "summary.csv"
     try:
         _write(path / "config.toml", lambda p: p.write_text(config_text, encoding="utf-8"))
-        frames = simulate_experiment(exp, progress=progress, jobs=jobs)
+        frames = simulate_experiment(exp, progress=progress, jobs=jobs, streams=streams)
         timings["simulate"] = time.perf_counter() - t0
         summary = summarise(frames["queries"], frames["arms"], frames["store"])
         _write(path / "queries.parquet", lambda p: frames["queries"].to_parquet(p))
@@ -478,6 +481,34 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
     except BaseException as exc:
         _mark_failed(manifest, summary_file, exc, timings)
         raise
+
+
+def _checked_streams(exp: Experiment) -> dict[int, Stream] | None:
+    """The replayed stream of every replicate (read once: they share it), or
+    None for a synthetic workload (generated where each replicate is
+    simulated), after refusing a policy the workload cannot serve.
+
+    Raises
+    ------
+    ConfigError
+        A policy whose ranker replays logged rankings (``as-logged``) on a
+        workload without them, naming the file and the policy's key.
+    MemsimError
+        The stream cannot be read (an empty trace, a malformed stream).
+    """
+    stream = exp.workload.load() if isinstance(exp.workload, StreamSource) else None
+    # only a trace with 'retrieved' events logs rankings; a generated stream never does
+    logged = stream is not None and getattr(stream, "retrieved", None) is not None
+    for name, pol in exp.policies.items():
+        if pol.ranker.needs_logged and not logged:
+            where = f"{exp.source_file}: " if exp.source_file else ""
+            raise ConfigError(
+                f"{where}policies.{name}.ranker: {pol.ranker.name!r} replays the rankings a "
+                "production system logged, and this workload has none (a trace with "
+                "'retrieved' events has them)")
+    if stream is None:
+        return None
+    return dict.fromkeys(range(exp.settings.replicates), stream)
 
 
 class RunWriteError(OSError):

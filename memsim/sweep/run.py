@@ -209,8 +209,9 @@ def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: 
     table = exp.sweep if exp.sweep is None or not options else {**exp.sweep, **options}
     try:
         spec = SweepSpec.from_config(table, exp)
-    except ConfigError as exc:  # name the --set that caused a mistake
-        raise attribute_overrides(exc, ov) from None
+    except ConfigError as exc:  # name the file, and the --set that caused a mistake
+        exc = attribute_overrides(exc, ov)
+        raise (exc.prefixed(f"{exp.source_file}: ") if exp.source_file else exc) from None
     if trials is not None:
         spec = spec.with_trials(trials)
     # the resolved experiment, with the resolved sweep table, is what runs
