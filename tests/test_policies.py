@@ -483,6 +483,37 @@ def test_curves_overrides_and_errors():
     # a floor above the needed multiplier: the old note always wins
     assert crossover_age(resolve_policy(
         {"preset": "hivemind", "decay": {"task_floor": 0.9}}, "h")) == math.inf
+
+
+def test_curves_policy_keys_apply_or_are_refused(capsys):
+    """Every policies.NAME key applies to preset NAME as in an experiment
+    file's [policies.NAME] (a parameter, a whole slot, the whole table), or
+    is refused naming the key and the presets given: none is dropped."""
+    from memsim.cli import main as cli_main
+
+    df = curves_table(["feather", "hivemind"], overrides={"policies.feather.decay": "none"})
+    assert df.loc[0, "half_life_days"] == math.inf and df.loc[1, "half_life_days"] == 180.0
+    df = curves_table(["feather"], overrides={"policies.feather.decay": "half-life",
+                                              "policies.feather.decay.half_life_days": 7.0})
+    assert df.loc[0, "half_life_days"] == 7.0
+    df = curves_table(["feather"], overrides={"policies.feather": {"preset": "hivemind"}})
+    assert df.loc[0, "half_life_days"] == 180.0
+    with pytest.raises(ConfigError, match="feather.decay.kind: unknown decay 'nope'"):
+        curves_table(["feather"], overrides={"policies.feather.decay": "nope"})
+    for key, value, said in [
+            ("policies.feathr.decay.half_life_days", 90,
+             r"--set policies.feathr.decay.half_life_days: no policy 'feathr' "
+             r"\(did you mean 'feather'\?\) \(policies: feather, hivemind\)"),
+            ("policies.oracle.decay", "none", r"no policy 'oracle' \(policies: feather, hivemind"),
+            ("policies.feather", 3, r"--set policies.feather: expected a table .* got 3"),
+            ("policies", 3, r"--set policies: give policies.PRESET.KEY .*feather, hivemind")]:
+        with pytest.raises(ConfigError, match=said):
+            curves_table(["feather", "hivemind"], overrides={key: value})
+    capsys.readouterr()
+    assert cli_main(["curves", "feather", "--set",
+                     "policies.feathr.decay.half_life_days=90"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no policy 'feathr'" in err[0], err
     assert crossover_age(resolve_policy({"preset": "recency-only"}, "r")) == 0.0
 
 

@@ -12,6 +12,7 @@ import base64
 import io
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -626,34 +627,105 @@ def test_a_single_policy_run_reports_nothing_to_compare(one_policy_run, capsys):
     assert cli_main(["report", str(one_policy_run)]) == 0
 
 
-def _damage(folder: Path, how: str) -> str:
-    """Damage a copy of a run folder; return the name of the damaged file."""
+def _damage(folder: Path, how: str) -> tuple[str, str]:
+    """Damage a copy of a run folder; return the name of the damaged file and
+    what else the error must name ("" if nothing)."""
     if how == "manifest-list":
         (folder / "manifest.json").write_text("[1, 2]")
-        return "manifest.json"
+        return "manifest.json", ""
     if how == "config-garbage":
         (folder / "config.toml").write_bytes(b"\x00\xff[[[ not = toml =\n")
-        return "config.toml"
+        return "config.toml", ""
+    if how == "store-columns":
+        pd.DataFrame({"x": [1]}).to_parquet(folder / "store.parquet")
+        return "store.parquet", "'t'"
+    if how == "arms-columns":
+        (folder / "arms.csv").write_text("x,y\n1,2\n")
+        return "arms.csv", "'replicate'"
+    if how == "arms-companion":  # a prefilter's overlap without its sample count
+        arms = pd.read_csv(folder / "arms.csv").assign(prefilter_overlap=0.9)
+        arms.to_csv(folder / "arms.csv", index=False)
+        return "arms.csv", "'prefilter_sampled'"
     q = folder / "queries.parquet"
     if how == "queries-truncated":
         q.write_bytes(q.read_bytes()[: q.stat().st_size // 2])
     elif how == "queries-columns":
         pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}).to_parquet(q)
-    return "queries.parquet"
+    elif how == "queries-metric":  # one metric column gone: the ratio's numerator
+        pd.read_parquet(q).drop(columns=["utility"]).to_parquet(q)
+        return "queries.parquet", "'utility'"
+    elif how == "queries-deleted":  # from a folder whose manifest says completed
+        q.unlink()
+        return "queries.parquet", "completed"
+    return "queries.parquet", ""
 
 
 @pytest.mark.parametrize("how", ["manifest-list", "config-garbage", "queries-truncated",
-                                 "queries-columns"])
+                                 "queries-columns", "queries-metric", "queries-deleted",
+                                 "store-columns", "arms-columns", "arms-companion"])
 def test_cli_report_on_a_damaged_folder_prints_one_line(one_policy_run, tmp_path, capsys, how):
     folder = tmp_path / "run"
     shutil.copytree(one_policy_run, folder)
-    name = _damage(folder, how)
+    name, also = _damage(folder, how)
     capsys.readouterr()
     assert cli_main(["report", str(folder)]) == 2
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("memsim: error: "), err
-    assert name in lines[0] and "Traceback" not in err
+    assert str(folder / name) in lines[0] and also in lines[0] and "Traceback" not in err
+
+
+def test_the_loader_requires_the_columns_every_run_writes(one_policy_run):
+    """load_run refuses a file without a column its readers need: every
+    metric, and the columns every run writes (so no fresh folder is refused)."""
+    from memsim.evaluation.metrics import METRIC_COLUMNS, SUPERSEDED_USE_COLUMNS
+    from memsim.reporting.rundir import REQUIRED_COLUMNS
+
+    assert set(METRIC_COLUMNS) <= set(REQUIRED_COLUMNS["queries.parquet"])
+    assert set(SUPERSEDED_USE_COLUMNS) <= set(REQUIRED_COLUMNS["arms.csv"])
+    run = load_run(one_policy_run)
+    for name, frame in (("queries.parquet", run.queries), ("store.parquet", run.store),
+                        ("arms.csv", run.arms)):
+        assert set(REQUIRED_COLUMNS[name]) <= set(frame.columns), name
+
+
+def test_only_a_completed_run_must_hold_its_queries(one_policy_run, tmp_path):
+    """A completed run without queries.parquet is damaged (load_run names the
+    file); a running or failed one says it has none yet."""
+    from memsim.reporting.rundir import RunFolderError
+
+    for status in ("completed", "running", "failed"):
+        folder = tmp_path / status
+        shutil.copytree(one_policy_run, folder)
+        (folder / "queries.parquet").unlink()
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest.update(status=status, pid=os.getpid())  # a live writer: still running
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        if status == "completed":
+            with pytest.raises(RunFolderError, match=re.escape(str(folder / "queries.parquet"))):
+                load_run(folder)
+            continue
+        assert load_run(folder).queries is None
+        build_report(folder)
+        assert "no queries.parquet (yet)" in (folder / "report.md").read_text()
+    # memsim advise's folder is completed and has none of its own
+    advised = tmp_path / "completed"
+    (advised / "advice.json").write_text("{}")
+    assert load_run(advised).queries is None
+
+
+def test_a_queries_table_without_a_ratio_column_is_a_memsim_error(plain_run):
+    """utility_share's missing column: one line on the command line (a
+    MemsimError), still the KeyError that utility_share documents."""
+    from memsim.core.errors import MemsimError
+    from memsim.reporting.stats import utility_share, utility_share_by
+
+    q = plain_run.queries.drop(columns=["utility"])
+    for share in (utility_share, utility_share_by):
+        with pytest.raises(MemsimError) as info:
+            share(q)
+        assert isinstance(info.value, KeyError)
+        assert str(info.value).startswith("utility_share needs the column 'utility'")
 
 
 def test_compare_errors(plain_run):

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from memsim.core.params import apply_override
+from memsim.core.params import apply_override, did_you_mean
 from memsim.policies import ArrayContext, Policy, resolve_policy
 
 __all__ = ["recency_curve", "curves_table", "format_curves", "crossover_age",
@@ -51,22 +51,47 @@ _MAX_AGE = 1e5
 # --------------------------------------------------------------------------
 
 
+def _check_policy_keys(presets: Sequence[str], overrides: dict[str, Any] | None) -> None:
+    """Refuse a ``policies.NAME...`` override whose NAME is not one of
+    ``presets``, as ``memsim run --set`` refuses a key into a policy the
+    experiment does not have: it would change nothing."""
+    from memsim.core.errors import ConfigError
+
+    for key in overrides or {}:
+        parts = key.split(".")
+        if parts[0] != "policies":
+            continue
+        if len(parts) < 2:
+            raise ConfigError(f"--set {key}: give policies.PRESET.KEY (e.g. "
+                              "policies.PRESET.decay.half_life_days; policies: "
+                              f"{', '.join(presets)})")
+        if parts[1] not in presets:
+            raise ConfigError(f"--set {key}: no policy {parts[1]!r}"
+                              f"{did_you_mean(parts[1], presets)} "
+                              f"(policies: {', '.join(presets)})")
+
+
 def _resolve(name: str, overrides: dict[str, Any] | None) -> Policy:
     from memsim.core.errors import ConfigError
 
-    table: dict[str, Any] = {"preset": name}
+    # the preset as an experiment file's [policies.NAME] table: a policies.*
+    # key sets it as it would there (a slot, a parameter, the whole table)
+    tables: dict[str, Any] = {"policies": {name: {"preset": name}}}
     shared = []
     for key, value in (overrides or {}).items():
         parts = key.split(".")
-        if parts[0] == "policies":  # policies.NAME.slot.param: only for that preset
-            if len(parts) < 4 or parts[1] != name:
-                continue
-            key = ".".join(parts[2:])
+        if parts[0] == "policies":  # policies.NAME...: only for that preset
+            if parts[1] != name:
+                continue  # another preset's (curves_table checked the names)
+            apply_override(tables, key, value)
+            if not isinstance(tables["policies"][name], dict):
+                raise ConfigError(f"--set {key}: expected a table (the preset's slots, as "
+                                  f"in [policies.{name}]), got {value!r}")
         else:
             shared.append(key)
-        apply_override(table, key, value)
+            apply_override(tables["policies"][name], key, value)
     try:
-        return resolve_policy(table, name)
+        return resolve_policy(tables["policies"][name], name)
     except ConfigError as exc:
         if not shared:
             raise
@@ -209,15 +234,18 @@ def curves_table(presets: Sequence[str], ages: Sequence[float] = DEFAULT_AGES,
         Ages in days (>= 0).
     overrides : dict, optional
         Dotted keys relative to the policy table (``"decay.half_life_days":
-        90``), applied to every preset, or ``"policies.NAME.slot.param"``
-        applied to preset NAME only.
+        90``), applied to every preset, or ``"policies.NAME..."`` applied
+        to preset NAME only, as in an experiment file's ``[policies.NAME]``
+        (a parameter, a whole slot such as ``"policies.NAME.decay":
+        "none"``, or the whole table).
     s, delta : float
         Similarity of the old note and the fresh note's deficit.
 
     Raises
     ------
     ConfigError
-        An unknown preset or an override that does not fit a preset.
+        An unknown preset, an override that does not fit a preset, or a
+        ``policies.NAME`` key whose NAME is not one of ``presets``.
     """
     from memsim.core.errors import ConfigError
 
@@ -231,6 +259,7 @@ def curves_table(presets: Sequence[str], ages: Sequence[float] = DEFAULT_AGES,
             raise ConfigError(f"curves: {label} must be a finite number, got {v!r}")
     if delta <= 0:
         raise ConfigError(f"curves: delta must be > 0, got {delta!r}")
+    _check_policy_keys(presets, overrides)
     rows = []
     for name in presets:
         policy = _resolve(name, overrides)

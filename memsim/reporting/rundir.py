@@ -54,6 +54,7 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "RunFolderError",
     "QUERY_KEY_COLUMNS",
+    "REQUIRED_COLUMNS",
     "Manifest",
     "load_run",
     "run_status",
@@ -311,15 +312,49 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 #: Columns every queries.parquet has: what pairs queries across policies.
 QUERY_KEY_COLUMNS = ("replicate", "policy", "budget", "query_id")
 
+#: The metric columns of queries.parquet, as the folder's format has them
+#: (:data:`memsim.evaluation.metrics.METRIC_COLUMNS`, named here: this
+#: module reads folders without the machinery that fills them).
+_QUERY_METRIC_COLUMNS = (
+    "utility", "utility_ratio", "oracle_utility", "recall", "precision", "ndcg@10", "mrr",
+    "stale_rate", "harm", "tokens_used", "n_packed", "recall_age_0_7", "recall_age_7_30",
+    "recall_age_30_90", "recall_age_90_180", "recall_age_180_365", "recall_age_365_inf",
+    "recall_age_90_inf", "max_relevant_age", "evicted_relevant", "n_relevant", "answer_prob",
+    "abstained", "stale_reinforced", "oracle_notes", "hidden_invalid", "hidden_evicted",
+    "hidden_budget", "hidden_age", "hidden_cut")
 
-def _read_frame(f: Path, required: tuple[str, ...] = ()) -> pd.DataFrame | None:
+#: The columns of each data file of a run folder that its readers (the
+#: report, :func:`memsim.reporting.compare.compare`, :class:`RunResult`)
+#: need, and which every file memsim writes has: a file without one of them
+#: is damaged or not memsim's (:func:`load_run` refuses it, naming the file
+#: and the column), rather than failing deep in a report or dropping a table.
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "queries.parquet": (*QUERY_KEY_COLUMNS, "t", *_QUERY_METRIC_COLUMNS),
+    "store.parquet": ("replicate", "policy", "budget", "t", "store_notes", "store_tokens"),
+    "arms.csv": ("replicate", "policy", "budget", "recall_gini", "evicted_notes",
+                 "promoted_notes", "invalidated_notes", "invalidated_superseded",
+                 "superseded_notes",
+                 *(f"superseded_used_{d}d" for d in (0, 1, 7, 30, 90, 180, 365))),
+}
+
+#: Optional columns that come with another: a file that has the first needs
+#: the second (``prefilter_overlap`` is read over its ``prefilter_sampled``).
+_COMPANION_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "arms.csv": (("prefilter_overlap", "prefilter_sampled"),),
+}
+
+#: How many missing columns a message names before it counts the rest.
+_NAMED_COLUMNS = 4
+
+
+def _read_frame(f: Path) -> pd.DataFrame | None:
     """Read a run folder's parquet or CSV file; None when it does not exist.
 
     Raises
     ------
     RunFolderError
         If the file cannot be parsed (truncated, not parquet / CSV) or lacks
-        one of the ``required`` columns.
+        one of its :data:`REQUIRED_COLUMNS`.
     """
     if not f.exists():
         return None
@@ -328,10 +363,14 @@ def _read_frame(f: Path, required: tuple[str, ...] = ()) -> pd.DataFrame | None:
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RunFolderError(f"{f}: unreadable ({msg})") from None
+    required = list(REQUIRED_COLUMNS.get(f.name, ()))
+    required += [need for has, need in _COMPANION_COLUMNS.get(f.name, ()) if has in df.columns]
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise RunFolderError(f"{f}: not a memsim {f.name}: no column "
-                             f"{', '.join(repr(c) for c in missing)}")
+        named = ", ".join(repr(c) for c in missing[:_NAMED_COLUMNS])
+        more = len(missing) - _NAMED_COLUMNS
+        raise RunFolderError(f"{f}: not a memsim {f.name}: no column {named}"
+                             + (f" (and {more} more)" if more > 0 else ""))
     return df
 
 
@@ -742,9 +781,11 @@ class RunResult:
         RunFolderError
             If ``path`` has no ``manifest.json``, or one of its files cannot
             be read: a manifest that is not a JSON object, a config.toml that
-            is not TOML, a truncated parquet or CSV file, a queries.parquet
-            without the columns ``replicate, policy, budget, query_id``. The
-            message names the file.
+            is not TOML, a truncated parquet or CSV file, a queries.parquet,
+            store.parquet or arms.csv without one of its
+            :data:`REQUIRED_COLUMNS`, or a completed run (not a sweep's
+            folder) without queries.parquet. The message names the file (and
+            the column).
         """
         path = Path(path)
         if not (path / "manifest.json").exists():
@@ -752,10 +793,17 @@ class RunResult:
         manifest = run_status(path)
         frames: dict[str, pd.DataFrame | None] = {}
         for name in ("queries", "store", "rankings"):
-            frames[name] = _read_frame(path / f"{name}.parquet",
-                                       QUERY_KEY_COLUMNS if name == "queries" else ())
+            frames[name] = _read_frame(path / f"{name}.parquet")
         for name in ("summary", "arms"):
             frames[name] = _read_frame(path / f"{name}.csv")
+        if (frames["queries"] is None and manifest.get("status") == "completed"
+                and manifest.get("kind") != "sweep" and not (path / "sweep").is_dir()
+                and not (path / "advice.json").exists()):
+            # a run writes queries.parquet before it says completed: one
+            # without it lost the file (a sweep's or advice's folder has none
+            # of its own)
+            raise RunFolderError(f"{path / 'queries.parquet'}: missing, though the manifest "
+                                 "says the run completed (re-run its config.toml)")
         cfg = path / "config.toml"
         try:
             config = tomllib.loads(cfg.read_text(encoding="utf-8")) if cfg.exists() else {}

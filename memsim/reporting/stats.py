@@ -88,6 +88,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, HIGHER_IS_BETTER, METRIC_COLUMNS,
                                        OLD_RECALL_COLUMN, UNDIRECTED_METRICS)
 
@@ -97,6 +98,7 @@ __all__ = [
     "utility_share",
     "utility_share_by",
     "ratio_of_sums",
+    "MissingColumnError",
     "RATIO_METRICS",
     "SHARE_METRICS",
     "column_decimals",
@@ -367,12 +369,26 @@ def ratio_of_sums(num: np.ndarray, den: np.ndarray) -> float:
     return float(n[ok].sum() / total) if total > 0 else float("nan")
 
 
+class MissingColumnError(ConfigError, KeyError):
+    """A queries table lacks a column a metric needs (:data:`RATIO_METRICS`).
+
+    A :class:`~memsim.core.errors.ConfigError` (a damaged or old run folder:
+    the command line prints one line, exit code 2, as it does for a
+    :class:`~memsim.reporting.rundir.RunFolderError`) and a :class:`KeyError`,
+    which :func:`utility_share` has always raised for a missing column.
+    """
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # the message, not KeyError's quoted repr
+
+
 def _ratio_columns(name: str, queries: pd.DataFrame) -> tuple[str, str]:
     num, den = RATIO_METRICS[name]
     for c in (num, den):
         if c not in queries.columns:
-            raise KeyError(f"{name} needs the column {c!r}, which the queries table lacks "
-                           "(a run folder written before it existed: re-run its config.toml)")
+            raise MissingColumnError(
+                f"{name} needs the column {c!r}, which the queries table lacks "
+                "(a run folder written before it existed: re-run its config.toml)")
     return num, den
 
 
@@ -393,8 +409,9 @@ def utility_share(queries: pd.DataFrame, by: Sequence[str] | None = None) -> flo
 
     Raises
     ------
-    KeyError
-        If the frame has no ``utility`` or ``oracle_utility`` column.
+    MissingColumnError
+        If the frame has no ``utility`` or ``oracle_utility`` column (a
+        :class:`KeyError`, and a ``ConfigError``).
     ValueError
         If ``by`` is not given and the frame holds several policies or budgets.
     """
