@@ -457,6 +457,16 @@ def test_round_trip_parquet(tmp_path: Path) -> None:
     assert back.embedding_dim == 4
 
 
+@pytest.mark.parametrize("under", ["afile/s", "afile/deeper/s"])
+def test_a_stream_under_a_file_is_a_users_mistake(tmp_path: Path, under: str) -> None:
+    # an --out whose path runs through a file: a StreamError (exit 2), not
+    # the OSError of a full disk (exit 1), and nothing written
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StreamError, match="a folder on its path is a file"):
+        write_stream(build(full_parts()), tmp_path / under)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 def test_write_omits_empty_accesses_and_missing_embeddings(tmp_path: Path) -> None:
     parts = base_frames(embeddings=False)
     parts["accesses"] = None

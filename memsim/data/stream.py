@@ -1142,7 +1142,11 @@ def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
             raise StreamError(f"refusing to write a stream over a file: {dest}")
         if any(dest.iterdir()):
             raise StreamError(f"refusing to overwrite non-empty folder: {dest}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a part of the path is a file
+        raise StreamError(f"cannot write a stream at {dest}: a folder on its path is a "
+                          "file") from None
     # A dot-named sibling on the same filesystem, so that the final rename is
     # atomic; os.mkdir (not mkdtemp) so the folder gets the usual permissions.
     tmp = dest.parent / f".{dest.name}.tmp-{uuid.uuid4().hex}"
