@@ -294,8 +294,9 @@ def _cmd_report(args) -> int:
 def _cmd_stream_generate(args) -> int:
     from memsim.runs.config import StreamSource, load_experiment
     from memsim.core.rng import child_seq, seed_sequence
-    from memsim.data.stream import write_stream
+    from memsim.data.stream import check_stream_dest, write_stream
     exp = load_experiment(args.experiment, args.set)
+    check_stream_dest(args.out)  # before the stream is generated
     if isinstance(exp.workload, StreamSource):
         raise MemsimError(f"{args.experiment}: the workload replays {exp.workload.path}; "
                           "there is nothing to generate")
@@ -455,7 +456,9 @@ def _cmd_stream_check(args) -> int:
 def _cmd_stream_import(args) -> int:
     from memsim.data.importers.locomo import cli_import_locomo
     from memsim.data.importers.trace import cli_import_trace
+    from memsim.data.stream import check_stream_dest
     args.path = str(_data_or_path(args.path))
+    check_stream_dest(args.out)  # before the import's work
     if args.format == "trace":
         cli_import_trace(Path(args.path), Path(args.out), embedder=args.embedder,
                          qrels=args.qrels)

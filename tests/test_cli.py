@@ -200,3 +200,27 @@ def test_stream_generate_refuses_a_replicate_that_is_not_a_number_from_0(tmp_pat
     err = capsys.readouterr().err
     assert f"argument --replicate: '{value}': give a whole number, >= 0" in err
     assert "Traceback" not in err and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("command", ["generate", "import"])
+def test_stream_commands_refuse_an_unusable_out_before_their_work(tmp_path, capsys, monkeypatch,
+                                                                  command):
+    """An --out under a file is refused (one line, exit 2) before the stream
+    is generated or imported: the work that would be lost is not done."""
+    from memsim.data.importers import trace
+    from memsim.data.workload import SyntheticWorkload
+
+    def never(*args, **kwargs):
+        raise AssertionError("the stream was made before --out was checked")
+
+    monkeypatch.setattr(SyntheticWorkload, "generate", never)
+    monkeypatch.setattr(trace, "cli_import_trace", never)
+    (tmp_path / "afile").write_text("x")
+    src = (str(Path(__file__).resolve().parents[1] / "experiments" / "quickstart.toml")
+           if command == "generate" else str(tmp_path / "t.jsonl"))
+    argv = (["stream", "generate", src] if command == "generate"
+            else ["stream", "import", "trace", src])
+    assert main([*argv, "--out", str(tmp_path / "afile" / "s")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write a stream at {tmp_path / 'afile' / 's'}: {tmp_path / 'afile'} is a file" \
+        in err

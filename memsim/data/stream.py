@@ -85,6 +85,7 @@ __all__ = [
     "validate_frames",
     "read_stream",
     "write_stream",
+    "check_stream_dest",
     "describe_stream",
     "stream_facts",
     "NOTE_DEFAULTS",
@@ -1097,6 +1098,25 @@ def _write_npy(arr: np.ndarray, path: Path) -> None:
     np.save(path, arr, allow_pickle=False)
 
 
+def check_stream_dest(path: str | os.PathLike) -> None:
+    """Refuse a folder :func:`write_stream` could not write a stream to: an
+    existing file, a non-empty folder, or a path that runs through a file
+    (the user's mistake: a :class:`StreamError`, not an ``OSError``).
+    Commands call it before the work that makes the stream."""
+    dest = Path(path)
+    if dest.exists():
+        if not dest.is_dir():
+            raise StreamError(f"refusing to write a stream over a file: {dest}")
+        if any(dest.iterdir()):
+            raise StreamError(f"refusing to overwrite non-empty folder: {dest}")
+        return
+    for parent in dest.parents:  # the nearest one that exists must be a folder
+        if parent.exists():
+            if not parent.is_dir():
+                raise StreamError(f"cannot write a stream at {dest}: {parent} is a file")
+            return
+
+
 def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
     """Write a stream folder (``docs/contracts/stream.md``), atomically.
 
@@ -1137,16 +1157,8 @@ def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
         header_text = json.dumps(header, indent=2, default=_json_default, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise StreamError(f"stream.json: meta cannot be written as JSON: {exc}") from exc
-    if dest.exists():
-        if not dest.is_dir():
-            raise StreamError(f"refusing to write a stream over a file: {dest}")
-        if any(dest.iterdir()):
-            raise StreamError(f"refusing to overwrite non-empty folder: {dest}")
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):  # a part of the path is a file
-        raise StreamError(f"cannot write a stream at {dest}: a folder on its path is a "
-                          "file") from None
+    check_stream_dest(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     # A dot-named sibling on the same filesystem, so that the final rename is
     # atomic; os.mkdir (not mkdtemp) so the folder gets the usual permissions.
     tmp = dest.parent / f".{dest.name}.tmp-{uuid.uuid4().hex}"
