@@ -421,7 +421,23 @@ def test_stream_check_passes_a_good_trace_and_checks_the_whole_stream(tmp_path, 
     events = GOOD + [{"event": "query", "id": 1, "t": 2, "actor": "a", "text": "x",
                       "budget": 10}]
     assert main(["stream", "check", "trace", str(_write(tmp_path / "b.jsonl", events))]) == 2
-    assert "has no 'budget' while other queries have one" in capsys.readouterr().out
+    assert ("b.jsonl: line 2: field 'budget': query 0 has none while other queries have one"
+            in capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("which, line", [("query", 3), ("note", 2)])
+def test_text_an_embedder_needs_is_asked_for_at_its_line(tmp_path, which, line):
+    """Without logged vectors, BM25 embeds the text: a note or query without
+    it is refused naming its line and field (it named the id only)."""
+    events = [{"event": "note_added", "id": 0, "t": 0, "actor": "a", "text": "hello world"},
+              {"event": "note_added", "id": 1, "t": 0, "actor": "a", "text": "more"},
+              {"event": "query", "id": 0, "t": 1, "actor": "a", "text": "hello"}]
+    del events[line - 1]["text"]
+    if which == "note":
+        events[line - 1]["tokens"] = 5  # a note needs tokens or text
+    msg = _refusal(tmp_path, events)
+    assert msg.startswith(f"bad.jsonl: line {line}: field 'text': {which} "), msg
+    assert "required when the trace has no embeddings (bm25 needs text)" in msg
 
 
 def _schema():

@@ -265,6 +265,7 @@ class _Reader:
         self.deleted_by: dict[int, tuple[int, int]] = {}
         self.first_row = array("q")              # key -> row of version 0
         self.n_created = array("d")              # row -> created_at
+        self.n_line = array("q")                 # row -> the line of its version
         self.n_first = array("d")                # row -> first_created_at
         self.n_tokens = array("q")
         self.n_actor, self.n_tier, self.n_type, self.n_space = (array("i") for _ in range(4))
@@ -284,6 +285,7 @@ class _Reader:
         self.q_t = array("d")
         self.q_actor, self.q_space, self.q_cat = array("i"), array("i"), array("i")
         self.q_budget = array("q")
+        self.q_line = array("q")                 # query row -> its line (for messages)
         self.q_text: list[str] = []
         self.q_emb = array("f")
         self.q_retrieved = bytearray()
@@ -603,6 +605,7 @@ class _Reader:
         self.n_next.append(-1)
         self.n_sup.append(math.nan)
         self.n_text.append(text)
+        self.n_line.append(self.line)
         if emb is not None:
             self.n_emb.extend(emb)
 
@@ -695,6 +698,7 @@ class _Reader:
         self.q_space.append(space)
         self.q_cat.append(self.categories("" if cat is None else str(cat)))
         self.q_budget.append(budget)
+        self.q_line.append(self.line)
         self.q_text.append("" if text is None else text)
         self.q_retrieved.append(0)
         if emb is not None:
@@ -974,8 +978,9 @@ def _build(r: _Reader, label: str, embedder: str | None = None) -> Stream:
     if len(budget) and (budget > 0).any():
         if not (budget > 0).all():
             miss = int(np.flatnonzero(budget == 0)[0])
-            raise StreamError(f"{label}: query {r.query_ids[miss]!r} has no 'budget' while "
-                              "other queries have one: give every query a budget, or none")
+            raise StreamError(f"{label}: line {r.q_line[miss]}: field 'budget': query "
+                              f"{r.query_ids[miss]!r} has none while other queries have one: "
+                              "give every query a budget, or none")
         queries.insert(3, "budget_tokens", budget)
     if r.any_namespace:
         notes["namespace"] = r.spaces.decode(r.n_space)
@@ -1055,11 +1060,12 @@ def _build(r: _Reader, label: str, embedder: str | None = None) -> Stream:
                else f"required by embedder {name!r}, which embeds the text")
         missing = np.flatnonzero(queries["text"].to_numpy() == "")
         if len(missing):
-            raise StreamError(f"{label}: query {r.query_ids[missing[0]]!r}: field 'text': {why}")
+            raise StreamError(f"{label}: line {r.q_line[missing[0]]}: field 'text': query "
+                              f"{r.query_ids[missing[0]]!r}: {why}")
         missing = np.flatnonzero(notes["text"].to_numpy() == "")
         if len(missing):
-            raise StreamError(f"{label}: note {r.note_ids[keys[missing[0]]]!r}: field 'text': "
-                              f"{why}")
+            raise StreamError(f"{label}: line {r.n_line[missing[0]]}: field 'text': note "
+                              f"{r.note_ids[keys[missing[0]]]!r}: {why}")
         emb = embed_texts(name, notes["text"].tolist(), queries["text"].tolist(), ns, qs,
                           where="import_trace: embedder")
         ne, qe = emb.notes, emb.queries
