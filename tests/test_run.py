@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -374,3 +375,19 @@ def test_an_empty_trace_is_refused_before_any_folder(tmp_path):
     with pytest.raises(memsim.core.errors.MemsimError, match="empty trace"):
         memsim.run_experiment(exp, out=tmp_path / "r", report=False)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5, "2", True])
+def test_jobs_that_are_not_a_number_of_processes_are_refused(tmp_path, jobs):
+    """The API refuses what --jobs refuses (jobs=0 ran as one process, "2"
+    was a TypeError), before any folder exists."""
+    from memsim.runs.runner import run_many, simulate_experiment
+
+    exp = memsim.experiment_from_dict(tomllib.loads(TINY_TOML))
+    for call in (lambda: memsim.run_experiment(exp, out=tmp_path, jobs=jobs),
+                 lambda: run_many([exp], out=tmp_path, jobs=jobs),
+                 lambda: simulate_experiment(exp, jobs=jobs)):
+        with pytest.raises(ConfigError, match=r"^jobs: expected an int >= 1 \(worker "
+                           rf"processes\), got {re.escape(repr(jobs))}$"):
+            call()
+    assert not any(tmp_path.iterdir())

@@ -26,6 +26,7 @@ import pandas as pd
 from memsim.runs.config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
 from memsim.engine import NO_PREFILTER_OVERLAP, Arm, ReplayCache, simulate
 from memsim.core.errors import ConfigError
+from memsim.core.params import Interval
 from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
 from memsim.core.rng import child_seq, seed_sequence
@@ -55,6 +56,14 @@ def experiment_arms(exp: Experiment) -> list[Arm]:
     return [Arm(name, pol, b) for b in budgets for name, pol in exp.policies.items()]
 
 
+def _check_jobs(jobs: Any) -> None:
+    """Refuse a ``jobs`` that is not a number of worker processes (the
+    command line's ``--jobs`` refuses the same): ``jobs=0`` or ``"2"`` is a
+    mistake, not a request for one process."""
+    if not Interval(1, None, integer=True).check(jobs):
+        raise ConfigError(f"jobs: expected an int >= 1 (worker processes), got {jobs!r}")
+
+
 def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
                         progress: Callable[[float], None] | None = None,
                         streams: dict[int, Stream] | None = None,
@@ -68,6 +77,7 @@ def simulate_experiment(exp: Experiment, replicates: list[int] | None = None,
     worker processes; every replicate and arm has its own named seed
     streams, so the frames are identical to ``jobs=1``.
     """
+    _check_jobs(jobs)
     reps = list(range(exp.settings.replicates)) if replicates is None else list(replicates)
     arms = experiment_arms(exp)
     cached_source: Stream | None = None
@@ -437,6 +447,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         raise ConfigError(f"{exp.name}: has a [grid]; run it with run_many() or `memsim run`")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    _check_jobs(jobs)
     # read and checked before the run folder exists: a stream that cannot be
     # read, or that lacks what a policy needs, leaves no half-written folder
     streams = _checked_streams(exp)
@@ -625,6 +636,7 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
     ``i``'s report (runs one at a time only: parallel runs build their
     reports in their worker processes, and ``progress`` counts whole runs).
     """
+    _check_jobs(jobs)
     expanded = [e for exp in experiments for e in exp.expand()]
     if jobs <= 1 or len(expanded) == 1:
         paths = []
