@@ -419,6 +419,10 @@ def _data_or_path(text: str) -> Path:
 
 
 def _cmd_data_get(args) -> int:
+    if args.source is not None and args.url is not None:
+        raise MemsimError("--from and --url: give one (--from registers a copy you have, "
+                          "--url downloads from a mirror)")
+    datasets.check_folder(args.name, args.to)  # before a download
     if args.source is not None:
         path = datasets.register(args.name, args.source, to=args.to)
     else:
@@ -488,7 +492,7 @@ def _cmd_calibrate_workload(args) -> int:
     from memsim.tuning.twin import calibrate_workload, format_twin
     say = None if args.quiet else (
         lambda m: print(f"memsim calibrate workload: {m}", file=sys.stderr))
-    twin = calibrate_workload(Path(args.stream), Path(args.out), budget=args.budget,
+    twin = calibrate_workload(_data_or_path(args.stream), Path(args.out), budget=args.budget,
                               seed=args.seed, steps=args.steps, progress=say)
     print(format_twin(twin))
     print(args.out)
@@ -609,8 +613,8 @@ def _cmd_feather_check(args) -> int:
     from memsim.checks.feather_check import main as feather_main
     prog = Progress("memsim feather-check", getattr(args, "quiet", False))
     try:
-        return feather_main([args.config] + (["--csv", args.csv] if args.csv else []),
-                            progress=prog)
+        return feather_main([args.config] + (["--csv", args.csv] if args.csv else [])
+                            + (["--json"] if args.json else []), progress=prog)
     finally:
         prog.close()
 
@@ -928,7 +932,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     fc = add(sub, "feather-check",
              "compare the feather preset with the real feather-db engine",
-             ("memsim feather-check experiments/feather_check.toml",))
+             ("memsim feather-check experiments/feather_check.toml",),
+             parents=[as_json])
     fc.add_argument("config", metavar="EXPERIMENT.toml",
                     help="TOML file (see experiments/feather_check.toml)")
     fc.add_argument("--csv", metavar="PREFIX", help="write PREFIX_<search>.csv per search")

@@ -8,6 +8,7 @@ absent.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from pathlib import Path
 
@@ -426,3 +427,63 @@ def test_a_family_is_the_curve_of_the_decay_it_offers(family):
     np.testing.assert_allclose(decay.recency(ctx.age(decay.clock), ctx)[0],
                                predict(family, params, t, ns), rtol=1e-12)
     assert predict(family, params, t, ns)[0] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------
+# Ids, grades and parameters are read without loss or are refused
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("card, shown", [(1.7, "1.7"), (1e30, "1e+30"),
+                                         ("99999999999999999999", "99999999999999999999")])
+def test_a_card_id_that_is_not_an_exact_integer_is_refused(tmp_path, card, shown):
+    """Card ids 1.7 and 1.2 were truncated into card 1 and 1e30 wrapped to
+    -2**63: cards merged silently. A float id is read only when integral and
+    below 2**53 in magnitude."""
+    log = write_log(tmp_path / "ids.csv", [(2, 3, "2024-03-29T20:32:32Z", 1),
+                                           (card, 1, "2024-03-30T20:32:32Z", 1),
+                                           (2, 3, "2024-04-02T20:32:32Z", 1)])
+    with pytest.raises(StreamError, match=rf"ids\.csv: column 'card_id': row 1: expected an "
+                                          rf"integer id .*got '?{re.escape(shown)}'?$"):
+        load_revlog(log)
+
+
+def test_integral_float_card_ids_are_read_as_the_same_card(tmp_path):
+    log = write_log(tmp_path / "f.csv", [(1.0, 3, "2024-03-29T20:32:32Z", 1),
+                                         (1.0, 1, "2024-03-30T20:32:32Z", 1)])
+    got = load_revlog(log)
+    assert got["card_id"].tolist() == [1, 1] and got["card_id"].dtype == np.int64
+
+
+def test_a_boolean_grade_is_refused(tmp_path):
+    log = write_log(tmp_path / "b.csv", [(1, True, "2024-03-29T20:32:32Z", 1),
+                                         (1, False, "2024-03-30T20:32:32Z", 1)])
+    with pytest.raises(StreamError, match=r"b\.csv: column 'review_rating': row 0: expected an "
+                                          r"FSRS grade 1, 2, 3 or 4, got True"):
+        load_revlog(log)
+
+
+def test_min_elapsed_days_refuses_a_boolean(tmp_path):
+    log = write_log(tmp_path / "l.csv", [(1, 3, "2024-03-29T20:32:32Z", 1),
+                                         (1, 1, "2024-03-30T20:32:32Z", 1)])
+    with pytest.raises(ConfigError, match="'min_elapsed_days' parameter.*Got True"):
+        calibrate_revlog(log, min_elapsed_days=True)
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_cli_out_that_is_a_file_is_refused_before_the_fit(tmp_path, capsys, monkeypatch, under):
+    """``--out FILE`` failed with exit 1 ("File exists") after the whole fit."""
+    from memsim.cli import main
+    from memsim.tuning import calibrate
+
+    def never(*args, **kwargs):
+        raise AssertionError("the log was read before --out was checked")
+
+    monkeypatch.setattr(calibrate, "load_revlog", never)
+    log = write_log(tmp_path / "l.csv", [(1, 3, "2024-03-29T20:32:32Z", 1),
+                                         (1, 1, "2024-03-30T20:32:32Z", 1)])
+    (tmp_path / "f.txt").write_text("x")
+    out = tmp_path / "f.txt" / "sub" if under else tmp_path / "f.txt"
+    assert main(["calibrate", "revlog", str(log), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"memsim: error: --out {out}: not a folder") and err.count("\n") == 1
+    assert (tmp_path / "f.txt").read_text() == "x"

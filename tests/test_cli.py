@@ -224,3 +224,21 @@ def test_stream_commands_refuse_an_unusable_out_before_their_work(tmp_path, caps
     err = capsys.readouterr().err
     assert f"cannot write a stream at {tmp_path / 'afile' / 's'}: {tmp_path / 'afile'} is a file" \
         in err
+
+
+@pytest.mark.parametrize("argv, forwarded", [
+    (["feather-check", "c.toml", "--json"], ["c.toml", "--json"]),
+    (["feather-check", "c.toml", "--csv", "p", "--json"], ["c.toml", "--csv", "p", "--json"]),
+    (["feather-check", "c.toml"], ["c.toml"]),
+    (["engine-check", "feather", "c.toml", "--json"], ["c.toml", "--json"]),
+])
+def test_feather_check_is_an_alias_of_engine_check_feather(monkeypatch, argv, forwarded):
+    """``feather-check CFG --json`` failed with "unrecognized arguments": the
+    alias takes the options of ``engine-check feather`` and passes them on."""
+    from memsim.checks import feather_check
+
+    seen = []
+    monkeypatch.setattr(feather_check, "main",
+                        lambda args, progress=None: seen.append(list(args)) or 0)
+    assert main(argv) == 0
+    assert seen == [forwarded]

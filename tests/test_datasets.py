@@ -163,3 +163,66 @@ def test_shared_locomo_is_the_pinned_file_and_runs_as_data_locomo(cache, tmp_pat
     small = dataclasses.replace(exp, policies={"similarity-only": exp.policies["similarity-only"]})
     res = memsim.run_experiment(small, out=None)
     assert res.queries["n_relevant"].gt(0).sum() > 1500
+
+
+def test_calibrate_workload_reads_data_name_from_the_cache(cache, tmp_path, capsys,
+                                                           monkeypatch):
+    """``calibrate workload data:NAME`` took ``data:NAME`` for a file name."""
+    from memsim.core.errors import ConfigError
+    from memsim.tuning import twin
+
+    (cache / "tiny").mkdir(parents=True)
+    (cache / "tiny" / "tiny.txt").write_bytes(PAYLOAD)
+    seen = []
+
+    def load(path):
+        seen.append(Path(path))
+        raise ConfigError(f"{path}: stop here")
+
+    monkeypatch.setattr(twin, "load_any_stream", load)
+    assert main(["calibrate", "workload", "data:tiny", "--out", str(tmp_path / "o")]) == 2
+    assert seen == [cache / "tiny" / "tiny.txt"]
+    # absent from the cache: the message gives the command that gets it
+    assert main(["calibrate", "workload", "data:locomo", "--out", str(tmp_path / "o")]) == 2
+    assert "get it with: memsim data get locomo" in capsys.readouterr().err
+    assert len(seen) == 1
+
+
+def test_from_and_url_together_are_refused(cache, tmp_path, capsys):
+    """``--from`` used to win and ``--url`` was silently ignored."""
+    src = tmp_path / "mine.txt"
+    src.write_bytes(PAYLOAD)
+    assert main(["data", "get", "tiny", "--from", str(src), "--url", src.as_uri()]) == 2
+    assert capsys.readouterr().err == ("memsim: error: --from and --url: give one (--from "
+                                       "registers a copy you have, --url downloads from a "
+                                       "mirror)\n")
+    assert _files(cache) == []
+
+
+@pytest.mark.parametrize("how", ["from", "url"])
+@pytest.mark.parametrize("under", [False, True])
+def test_a_file_as_the_data_folder_is_refused(cache, tmp_path, capsys, how, under):
+    """``--to FILE`` failed with exit 1 ("Not a directory") from the copy."""
+    src = tmp_path / "mine.txt"
+    src.write_bytes(PAYLOAD)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    to = afile / "sub" if under else afile
+    opt = ["--from", str(src)] if how == "from" else ["--url", src.as_uri()]
+    assert main(["data", "get", "tiny", *opt, "--to", str(to)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"memsim: error: --to {to}: {afile} is a file, not a folder; give a folder, "
+                   "new or existing\n")
+    assert afile.read_text() == "x"
+    with pytest.raises(DataError, match=r"^--to "):
+        datasets.register("tiny", src, to=to)
+    with pytest.raises(DataError, match=r"^--to "):
+        datasets.get("tiny", to=to, url=src.as_uri())
+
+
+def test_a_file_as_the_cache_is_refused_naming_the_variable(cache, tmp_path, capsys):
+    src = tmp_path / "mine.txt"
+    src.write_bytes(PAYLOAD)
+    cache.write_text("x")
+    assert main(["data", "get", "tiny", "--from", str(src)]) == 2
+    assert f"${datasets.CACHE_ENV} {cache}: {cache} is a file" in capsys.readouterr().err

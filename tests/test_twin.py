@@ -89,3 +89,45 @@ def test_locomo_twin_reproduces_similarity_only_recall():
     r, s = tw.real.scalars["recall"], tw.synthetic.scalars["recall"]
     assert abs(s - r) <= 0.05, (r, s)
     assert tw.ks()["relevant_ages"] < 0.2
+
+
+@pytest.mark.parametrize("option, value, least", [("--steps", "-3", 0), ("--budget", "0", 1),
+                                                  ("--budget", "-5", 1)])
+def test_cli_refuses_bad_steps_and_budget_before_loading(tmp_path, capsys, monkeypatch,
+                                                         option, value, least):
+    """``--steps -3`` ran no bisection (silently zero steps) and ``--budget 0``
+    was caught only after loading, as ``experiment.budget_tokens``. Zero
+    steps is a valid search (interpolation between the ends of the noise
+    range), so steps must be >= 0 and the budget >= 1."""
+    from memsim.cli import main
+    from memsim.tuning import twin
+
+    def never(*args, **kwargs):
+        raise AssertionError("the stream was loaded before the options were checked")
+
+    monkeypatch.setattr(twin, "load_any_stream", never)
+    assert main(["calibrate", "workload", str(tmp_path / "s.jsonl"), "--out",
+                 str(tmp_path / "o"), option, value]) == 2
+    err = capsys.readouterr().err
+    assert err == f"memsim: error: {option}: give a whole number >= {least}, got {int(value)}\n"
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("steps, budget", [(True, 1500), (1.5, 1500), (2, False), (2, 0)])
+def test_fit_twin_refuses_bad_steps_and_budget(known, steps, budget):
+    from memsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^(steps|budget): give a whole number"):
+        fit_twin(known[1], steps=steps, budget=budget)
+
+
+def test_cli_out_that_is_a_file_is_refused_as_a_file(tmp_path, capsys, monkeypatch):
+    from memsim.cli import main
+    from memsim.tuning import twin
+
+    monkeypatch.setattr(twin, "load_any_stream", lambda *a, **k: pytest.fail("loaded"))
+    (tmp_path / "f.txt").write_text("x")
+    for out in (tmp_path / "f.txt", tmp_path / "f.txt" / "sub"):
+        assert main(["calibrate", "workload", str(tmp_path / "s.jsonl"), "--out",
+                     str(out)]) == 2
+        assert f"--out {out}: not a folder" in capsys.readouterr().err

@@ -36,7 +36,7 @@ from typing import Callable
 from memsim.core.errors import MemsimError
 
 __all__ = ["Dataset", "DATASETS", "DATA_PREFIX", "DataError", "cache_dir", "cached_path",
-           "resolve", "get", "register", "describe"]
+           "resolve", "get", "register", "describe", "check_folder"]
 
 #: The prefix that names a data set instead of a path (``source = "data:locomo"``).
 DATA_PREFIX = "data:"
@@ -170,6 +170,27 @@ def resolve(text: str) -> Path:
     return path
 
 
+def check_folder(name: str, to: str | os.PathLike | None = None) -> None:
+    """Refuse a data folder (``to``, else the cache) that is a file or lies
+    under one, before anything is downloaded or copied.
+
+    Raises
+    ------
+    DataError
+        Naming ``--to`` (or ``$MEMSIM_DATA``, or the cache) and the file.
+    """
+    root = Path(to).expanduser() if to is not None else cache_dir()
+    label = ("--to" if to is not None
+             else f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the data cache")
+    folder = cached_path(name, root).parent
+    for p in (folder, *folder.absolute().parents):
+        if p.exists():
+            if not p.is_dir():
+                raise DataError(f"{label} {root}: {p} is a file, not a folder; give a folder, "
+                                f"new or existing")
+            return
+
+
 def _copy_checked(d: Dataset, read: Callable[[int], bytes], dest: Path, origin: str) -> Path:
     """Stream ``read`` into a temporary file beside ``dest``, hashing on the
     way; rename it to ``dest`` only when the SHA-256 is the pinned one."""
@@ -207,10 +228,12 @@ def get(name: str, *, to: str | os.PathLike | None = None, url: str | None = Non
     Raises
     ------
     DataError
-        An unreachable URL, or bytes that are not the pinned ones (then
-        nothing is written).
+        An unreachable URL, bytes that are not the pinned ones (then
+        nothing is written), or a data folder that is a file (see
+        :func:`check_folder`).
     """
     d = dataset(name)
+    check_folder(name, to)
     dest = cached_path(name, to)
     if dest.is_file() and _sha256(dest) == d.sha256:
         return dest
@@ -241,6 +264,7 @@ def register(name: str, source: str | os.PathLike, *, to: str | os.PathLike | No
     src = Path(source).expanduser()
     if not src.is_file():
         raise DataError(f"{src}: no such file")
+    check_folder(name, to)
     dest = cached_path(name, to)
     if dest.exists() and dest.resolve() == src.resolve():
         if _sha256(src) != d.sha256:

@@ -173,6 +173,35 @@ def _csv_files(path: Path) -> list[Path]:
     return [path]
 
 
+def _cell(raw: pd.Series, row: int) -> object:
+    """A cell as a plain Python value, for messages (``1.7``, not ``np.float64(1.7)``)."""
+    value = raw.iloc[row]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _exact_integers(raw: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Read a CSV column as int64 without loss.
+
+    Returns ``(values, bad)``: ``bad`` marks cells that are missing, not a
+    number, a boolean, an int outside int64, or a float that is not integral
+    or not below 2**53 in magnitude (where a float holds every integer
+    exactly); ``values`` is 0 there. Nothing is truncated or wrapped.
+    """
+    n = len(raw)
+    if pd.api.types.is_bool_dtype(raw.dtype):
+        # True/False as a number is a type mistake, not a lossless read.
+        return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+    values = pd.to_numeric(raw, errors="coerce").to_numpy()
+    if values.dtype.kind == "i":
+        return values.astype(np.int64, copy=False), np.zeros(n, dtype=bool)
+    if values.dtype.kind == "u":
+        ok = values <= np.iinfo(np.int64).max
+    else:
+        values = values.astype(np.float64)
+        ok = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0 ** 53)
+    return np.where(ok, values, 0).astype(np.int64), ~ok
+
+
 def _read_one(path: Path) -> pd.DataFrame:
     try:
         frame = pd.read_csv(path)
@@ -184,26 +213,26 @@ def _read_one(path: Path) -> pd.DataFrame:
                           f"{', '.join(_REQUIRED)})")
     if frame.empty:
         raise StreamError(f"{path}: no reviews")
-    card = pd.to_numeric(frame["card_id"], errors="coerce")
-    bad = card.isna().to_numpy()
+    card, bad = _exact_integers(frame["card_id"])
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise StreamError(f"{path}: column 'card_id': row {row}: expected an id number, "
-                          f"got {frame['card_id'].iloc[row]!r}")
-    rating = pd.to_numeric(frame["review_rating"], errors="coerce")
-    bad = ~rating.isin([1, 2, 3, 4]).to_numpy()
+        raise StreamError(f"{path}: column 'card_id': row {row}: expected an integer id (a "
+                          f"float only when integral and below 2**53 in magnitude, an int "
+                          f"within int64), got {_cell(frame['card_id'], row)!r}")
+    rating, bad = _exact_integers(frame["review_rating"])
+    bad = bad | ~np.isin(rating, [1, 2, 3, 4])
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise StreamError(f"{path}: column 'review_rating': row {row}: expected an FSRS grade "
-                          f"1, 2, 3 or 4, got {frame['review_rating'].iloc[row]!r}")
+                          f"1, 2, 3 or 4, got {_cell(frame['review_rating'], row)!r}")
     when = pd.to_datetime(frame["review_time"], format="ISO8601", utc=True, errors="coerce")
     bad = when.isna().to_numpy()
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise StreamError(f"{path}: column 'review_time': row {row}: expected an ISO 8601 "
-                          f"time, got {frame['review_time'].iloc[row]!r}")
-    return pd.DataFrame({"source": path.name, "card_id": card.astype(np.int64),
-                         "rating": rating.astype(np.int64), "review_time": when})
+                          f"time, got {_cell(frame['review_time'], row)!r}")
+    return pd.DataFrame({"source": path.name, "card_id": card, "rating": rating,
+                         "review_time": when})
 
 
 def load_revlog(path_or_folder: str | os.PathLike) -> pd.DataFrame:
@@ -664,15 +693,18 @@ def calibrate_revlog(path_or_folder: str | os.PathLike, out_dir: str | os.PathLi
         Unreadable or malformed log (the message names the file), or no
         review left to model.
     ConfigError
-        Unknown family or a bad ``min_elapsed_days``.
+        Unknown family, a bad ``min_elapsed_days``, or an ``out_dir`` that
+        is a file or lies under one (refused before the log is read).
     """
-    if not (isinstance(min_elapsed_days, (int, float)) and math.isfinite(min_elapsed_days)
-            and min_elapsed_days >= 0):
+    if not (isinstance(min_elapsed_days, (int, float)) and not isinstance(min_elapsed_days, bool)
+            and math.isfinite(min_elapsed_days) and min_elapsed_days >= 0):
         raise ConfigError(f"The 'min_elapsed_days' parameter of calibrate_revlog must be a "
                           f"finite number >= 0. Got {min_elapsed_days!r} instead.")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         raise ConfigError(f"Unknown decay family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
+    if out_dir is not None:
+        _check_out_dir(Path(out_dir))  # before the fit, whose work would be lost
     names = [f for f in FAMILIES if f == "constant" or f in families]
     log = load_revlog(path_or_folder)
     reviews = review_table(log)
@@ -878,6 +910,18 @@ def plot_calibration(result: CalibrationResult):
             title="Recall against delay")
     ax2.legend(fontsize=7, loc="lower left")
     return fig
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse an ``out_dir`` that is a file or lies under one (ConfigError
+    naming ``--out`` and the file)."""
+    for p in (out_dir, *out_dir.absolute().parents):
+        if p.exists():
+            if not p.is_dir():
+                where = "" if p == out_dir else f" ({p} is a file)"
+                raise ConfigError(f"--out {out_dir}: not a folder{where}; give a folder, "
+                                  f"new or existing")
+            return
 
 
 def _write_outputs(result: CalibrationResult, out_dir: Path) -> dict:

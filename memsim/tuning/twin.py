@@ -499,6 +499,18 @@ class Twin:
                 "query_times": ks_statistic(self.real.query_times, self.synthetic.query_times)}
 
 
+def _check_search(budget: object, steps: object, names: tuple[str, str]) -> None:
+    """Refuse a budget that is not a whole number >= 1 and a step count that
+    is not a whole number >= 0 (ConfigError naming the parameter or option).
+
+    Zero steps is a search: the noise is interpolated between the ends of
+    ``NOISE_RANGE``, each step halves that bracket first. A negative count
+    would silently be zero."""
+    for name, value, least in ((names[0], budget, 1), (names[1], steps, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ConfigError(f"{name}: give a whole number >= {least}, got {value!r}")
+
+
 def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 10,
              search_queries: int = 1500, candidates: int = 50,
              progress: Callable[[str], None] | None = None) -> Twin:
@@ -512,10 +524,11 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
         Seed of the search streams; the check uses ``seed + 1``.
     steps : int
         Bisection steps of the noise search (the bracket is ``NOISE_RANGE``,
-        6 / 2**steps wide at the end).
+        6 / 2**steps wide at the end; 0 interpolates between its ends).
     search_queries : int
         Most queries of a search stream.
     """
+    _check_search(budget, steps, ("budget", "steps"))
     say = progress or (lambda _msg: None)
     real = profile_stream(stream)
     real.scalars["recall"] = similarity_recall(stream, budget, candidates=candidates, seed=seed)
@@ -820,10 +833,19 @@ def calibrate_workload(path: str | os.PathLike, out: str | os.PathLike | None = 
                        progress: Callable[[str], None] | None = None) -> Twin:
     """``memsim calibrate workload STREAM --out DIR``: load, fit, write.
 
-    A non-empty ``out`` is refused before anything is fitted."""
+    A bad ``--budget`` or ``--steps``, and an ``out`` that is a file or a
+    non-empty folder, are refused before anything is loaded or fitted."""
+    _check_search(budget, steps, ("--budget", "--steps"))
     if out is not None:
         o = Path(out)
-        if o.exists() and (not o.is_dir() or any(o.iterdir())):
+        for p in (o, *o.absolute().parents):
+            if p.exists():
+                if not p.is_dir():
+                    where = "" if p == o else f" ({p} is a file)"
+                    raise ConfigError(f"--out {o}: not a folder{where}; give a new or "
+                                      f"empty folder")
+                break
+        if o.exists() and any(o.iterdir()):
             raise ConfigError(f"--out {o}: refusing to overwrite non-empty folder")
     twin = fit_twin(load_any_stream(path), budget=budget, seed=seed, steps=steps,
                     progress=progress)
