@@ -399,3 +399,61 @@ def test_format_ci_and_p():
     assert format_ci(-0.0001, -0.0004, 0.0002) == "-0.00010 [-0.00040, 0.00020]"
     assert format_p(0.0004) == "<0.001" and format_p(0.0123) == "0.012"
     assert format_p(0.5) == "0.50" and format_p(np.nan) == "n/a"
+
+
+# -- compare(): the user's mistakes -----------------------------------------------
+
+def _cmp_frame() -> pd.DataFrame:
+    rng = np.random.default_rng(5)
+    return frame({"a": rng.random(30), "b": rng.random(30)})
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"baseline": "zz"}, r"baseline 'zz' is not a policy of the run; policies: a, b"),
+    ({"metrics": ["recal"]}, r"metrics: no metric column 'recal'"),
+])
+def test_compare_refuses_an_unknown_name_as_a_memsim_error_and_a_key_error(kwargs, match):
+    from memsim.core.errors import ConfigError
+    from memsim.reporting.compare import compare
+    with pytest.raises(ConfigError, match=match) as info:
+        compare(_cmp_frame(), metrics=kwargs.pop("metrics", ["utility"]), **kwargs)
+    assert isinstance(info.value, KeyError)            # what it raised before
+    assert str(info.value).startswith("compare(): ")   # the message, not KeyError's repr
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"budget": 999}, r"budget: no rows at budget 999; the run has budgets 1500"),
+    ({"level": 1.5}, r"level must be a number strictly between 0 and 1, got 1.5"),
+    ({"level": 0}, r"level must be"),
+    ({"level": float("nan")}, r"level must be"),
+    ({"alpha": -1}, r"alpha must be a number strictly between 0 and 1, got -1"),
+    ({"alpha": 1}, r"alpha must be"),
+    ({"alpha": "0.05"}, r"alpha must be"),
+    ({"n_boot": 0}, r"n_boot \(bootstrap resamples\) must be an integer >= 1, got 0"),
+    ({"n_boot": 10.5}, r"n_boot"),
+    ({"n_boot": True}, r"n_boot"),
+    ({"labels": ["x", "y"]}, r"labels name the runs of a list of runs; data is one run"),
+    ({"labels": ["x"]}, r"labels=\['x'\] would be ignored"),
+    ({"metrics": "utility"}, r"metrics is a list of metric names, not one string"),
+])
+def test_compare_validates_its_arguments_up_front(kwargs, match):
+    from memsim.core.errors import ConfigError, MemsimError
+    from memsim.reporting.compare import compare
+    q = _cmp_frame()
+    kwargs.setdefault("metrics", ["utility"])
+    with pytest.raises(ConfigError, match=match) as info:
+        compare(q, **kwargs)
+    assert isinstance(info.value, (MemsimError, ValueError))
+
+
+def test_compare_refuses_an_empty_list_and_a_summary_it_would_ignore():
+    from memsim.core.errors import ConfigError
+    from memsim.reporting.compare import compare
+    with pytest.raises(ConfigError, match=r"compare\(\): data: an empty list of runs"):
+        compare([])
+    q = _cmp_frame()
+    with pytest.raises(ConfigError, match="summary is one run's summary.csv"):
+        compare([q, q], summary=pd.DataFrame(), metrics=["utility"])
+    # the bounds themselves are fine
+    cmp = compare(q, metrics=["utility"], alpha=0.5, level=0.5, n_boot=1)
+    assert cmp.alpha == 0.5 and cmp.level == 0.5

@@ -169,3 +169,38 @@ def test_exported_rankings_come_back_in_through_a_trace(run, tmp_path):
     assert got["gain"].to_numpy().tolist() == want.sort_values(
         ["qid", "docno"], key=lambda c: c.astype(int))["grade"].astype(float).tolist()
     assert Path(path).exists()
+
+
+def test_trec_export_mistakes_are_memsim_errors_and_value_errors(run, tmp_path):
+    from memsim.core.errors import ConfigError
+    cases = [
+        (lambda: run.to_trec_run(tmp_path / "x.txt"), r"3 values of policy .*give policy="),
+        (lambda: run.to_trec_run(tmp_path / "x.txt", policy="zz"),
+         "policy 'zz' is not in the run"),
+        (lambda: run.to_trec_run(tmp_path / "x.txt", policy="hivemind", scores="x"),
+         "scores must be 'rank' or 'policy', got 'x'"),
+        (lambda: run.trec_run_frame(policy="hivemind", scores="x"), "scores must be"),
+        (lambda: memsim.RunResult(queries=run.queries).to_trec_run(tmp_path / "x.txt"),
+         "save_rankings = true"),
+        (lambda: run.to_trec_qrels(tmp_path / "x.txt"), "TREC grades are integers"),
+        (lambda: memsim.load_run(run.path).to_trec_qrels(tmp_path / "x.txt"),
+         "give the stream"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ConfigError, match=match) as info:
+            call()
+        assert isinstance(info.value, ValueError)          # what it raised before
+    assert not (tmp_path / "x.txt").exists()
+
+
+@pytest.mark.parametrize("scale", [0, 0.0, -2, float("nan"), float("inf"), True, "2"])
+def test_qrels_refuse_a_gain_scale_that_is_not_a_finite_positive_number(run, tmp_path, scale):
+    from memsim.core.errors import ConfigError
+    # 0 would write every grade 0 (nothing relevant), -2 negative grades
+    with pytest.raises(ConfigError, match=r"gain_scale must be a finite number > 0, got ") \
+            as info:
+        run.to_trec_qrels(tmp_path / "q.txt", gain_scale=scale)
+    assert isinstance(info.value, ValueError)
+    assert not (tmp_path / "q.txt").exists()
+    with pytest.raises(ConfigError, match="gain_scale must be"):
+        run.trec_qrels_frame(gain_scale=scale)

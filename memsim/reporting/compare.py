@@ -41,10 +41,11 @@ from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN, UNDIRECTED_METRICS
 from memsim.reporting.rundir import RunResult, load_run, summary_rows
 from memsim.reporting.stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
-                    column_decimals, format_fixed, format_p, paired_tests, summarise)
+                    MissingColumnError, column_decimals, format_fixed, format_p, paired_tests,
+                    summarise)
 
 __all__ = ["compare", "Comparison", "MARKS", "ASCII_MARKS", "markdown_table", "header_html", "headline_text",
-           "TERMINAL_METRICS"]
+           "TERMINAL_METRICS", "UnknownPolicyError"]
 
 #: Marks after a value: significantly better / worse than the baseline.
 MARKS = {"better": "▲", "worse": "▼", "": ""}
@@ -54,6 +55,18 @@ ASCII_MARKS = {"better": "^", "worse": "v", "": ""}
 TERMINAL_METRICS = {"utility_share": "utility share", "recall": "recall",
                     OLD_RECALL_COLUMN: f"recall >= {OLD_AGE_DAYS} d", "tokens_used": "tokens used"}
 _LATEX_MARKS = {"better": r"$^{\blacktriangle}$", "worse": r"$^{\blacktriangledown}$", "": ""}
+
+
+class UnknownPolicyError(ConfigError, KeyError):
+    """A policy named (the ``baseline`` of :func:`compare`) is not in the run.
+
+    A :class:`~memsim.core.errors.ConfigError` (the command line prints one
+    line, exit code 2) and a :class:`KeyError`, which :func:`compare` has
+    always raised for an unknown baseline.
+    """
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # the message, not KeyError's quoted repr
 
 
 @dataclass
@@ -416,12 +429,12 @@ def _queries_and_baseline(data: Any) -> tuple[pd.DataFrame, str | None]:
         data = load_run(data)
     if isinstance(data, RunResult):
         if data.queries is None:
-            raise ValueError(f"{data.path or 'the run'}: has no queries table")
+            raise ConfigError(f"{data.path or 'the run'}: has no queries table")
         return data.queries, data.baseline
     if isinstance(data, dict):
         q = data.get("queries")
         if q is None:
-            raise ValueError(f"{data.get('path', 'the run')}: has no queries table")
+            raise ConfigError(f"{data.get('path', 'the run')}: has no queries table")
         base = (data.get("config") or {}).get("experiment", {}).get("baseline") or None
         return q, base
     q = getattr(data, "queries", None)
@@ -506,7 +519,8 @@ def _combine(data: Sequence[Any], labels: Sequence[str] | None, paired: bool
     for label, (q, _) in zip(names, parts):
         for col in ("replicate", "policy", "budget", "query_id"):
             if col not in q.columns:
-                raise KeyError(f"run {label!r}: the queries table has no {col!r} column")
+                raise MissingColumnError(f"run {label!r}: the queries table has no {col!r} "
+                                         "column")
     seen: dict[str, int] = {}
     for q, _ in parts:
         for p in pd.unique(q["policy"]).tolist():
@@ -527,6 +541,18 @@ def _combine(data: Sequence[Any], labels: Sequence[str] | None, paired: bool
             raise ConfigError(problem + "; compare(..., paired=False) shows each run's "
                               "intervals side by side without paired tests")
     return pd.concat(frames, ignore_index=True), base, frames
+
+
+def _check_args(alpha: Any, level: Any, n_boot: Any) -> None:
+    """Refuse the numeric arguments of :func:`compare` that are out of range."""
+    for name, x in (("alpha", alpha), ("level", level)):
+        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                or not 0 < float(x) < 1:
+            raise ConfigError(f"compare(): {name} must be a number strictly between 0 and 1, "
+                              f"got {x!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ConfigError(f"compare(): n_boot (bootstrap resamples) must be an integer >= 1, "
+                          f"got {n_boot!r}")
 
 
 def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | None = None, *,
@@ -557,12 +583,13 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
     budget : int or list of int, optional
         Keep only these budgets (default: every budget of the table).
     alpha : float
-        Significance level of the Holm-adjusted p-values.
+        Significance level of the Holm-adjusted p-values, strictly between 0
+        and 1.
     level : float
-        Confidence level of the intervals.
+        Confidence level of the intervals, strictly between 0 and 1.
     n_boot, seed : int
-        Bootstrap resamples and seed (fixed: the same data give the same
-        report).
+        Bootstrap resamples (at least 1) and seed (fixed: the same data give
+        the same report).
     min_replicates : int
         Fewest replicates for intervals over replicates (else over queries).
     paired : bool
@@ -573,13 +600,15 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         run's intervals computed on its own queries, with no paired tests
         and no marks.
     labels : sequence of str, optional
-        Several runs only: one name per run.
+        A list of runs only: one distinct name per run (refused with one run
+        given alone, which it could not name).
     summary : DataFrame, optional
         One run only: its ``summary.csv`` (:func:`~memsim.reporting.rundir.summary_rows`),
         whose rows are the comparison's summary at the default ``level``,
         ``n_boot``, ``seed`` and ``min_replicates``, instead of resampling
         again. Default: the summary of a RunResult or run folder given as
-        ``data``. Rows it lacks, or other parameters: computed.
+        ``data``. Rows it lacks, or other parameters: computed. Refused with a
+        list of runs.
 
     Returns
     -------
@@ -591,17 +620,30 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
     ------
     ConfigError
         Runs whose queries cannot be paired (different replicate counts,
-        query ids or workloads), unless ``paired=False``.
+        query ids or workloads), unless ``paired=False``; an empty list of
+        runs; ``budget`` with no rows; ``metrics`` given as one string; ``alpha`` or ``level`` not strictly
+        between 0 and 1; ``n_boot`` not an integer >= 1; ``labels`` with one
+        run (not a list), or not one distinct name per run; ``summary`` with
+        several runs. A ``ConfigError`` is also a :class:`ValueError`.
+    MissingColumnError
+        A metric of ``metrics``, or a column the table needs, is not in the
+        queries table (also a :class:`KeyError`).
+    UnknownPolicyError
+        ``baseline`` is not a policy of the table (also a :class:`KeyError`).
 
     Notes
     -----
     The Holm family is every (budget, policy, metric) comparison of this
     object: asking for more metrics makes each test more conservative.
     """
+    _check_args(alpha, level, n_boot)
     frames = None
+    if labels is not None and not isinstance(data, (list, tuple)):
+        raise ConfigError("compare(): labels name the runs of a list of runs; data is one run "
+                          f"({type(data).__name__}), so labels={list(labels)!r} would be ignored")
     if isinstance(data, (list, tuple)):
         if not data:
-            raise ValueError("compare(): an empty list of runs")
+            raise ConfigError("compare(): data: an empty list of runs")
         if len(data) == 1 and labels is None:
             data = data[0]
         else:
@@ -614,31 +656,39 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
             summary = data.summary
         queries, default_base = _queries_and_baseline(data)
         paired = True
-    else:
-        summary = None  # several runs: their queries are renamed and concatenated
+    elif summary is not None:
+        # several runs: their queries are renamed and concatenated, summaries computed
+        raise ConfigError("compare(): summary is one run's summary.csv; with a list of runs it "
+                          "would be ignored (their summaries are computed)")
     for col in ("replicate", "policy", "budget", "query_id"):
         if col not in queries.columns:
-            raise KeyError(f"the queries table has no {col!r} column")
+            raise MissingColumnError(f"compare(): the queries table has no {col!r} column")
     if budget is not None:
         wanted = list(budget if isinstance(budget, (list, tuple, set)) else [budget])
+        have = sorted(pd.unique(queries["budget"]).tolist())
         queries = queries[queries["budget"].isin(wanted)]
         if len(queries) == 0:
-            raise ValueError(f"no rows at budget {budget!r}")
+            raise ConfigError(f"compare(): budget: no rows at budget {budget!r}; the run has "
+                              f"budgets {', '.join(map(str, have))}")
         if frames is not None:
             frames = [f[f["budget"].isin(wanted)] for f in frames]
     if metrics is None:
         # a metric that is NaN everywhere (answer_prob without a reader) says nothing
         metrics = [m for m in HEADLINE_METRICS if _informative(queries, m)]
     else:
+        if isinstance(metrics, str):
+            raise ConfigError(f"compare(): metrics is a list of metric names, not one string: "
+                              f"write metrics=[{metrics!r}]")
         metrics = list(metrics)
         for m in metrics:
             if not all(c in queries.columns for c in RATIO_METRICS.get(m, (m,))):
-                raise KeyError(f"no metric column {m!r} in the queries table")
+                raise MissingColumnError(f"compare(): metrics: no metric column {m!r} in the "
+                                         "queries table")
     policies = [str(p) for p in pd.unique(queries["policy"])]
     baseline = baseline or default_base or (policies[0] if policies else "")
     if baseline not in policies:
-        raise KeyError(f"baseline {baseline!r} is not a policy of the run; "
-                       f"policies: {', '.join(policies)}")
+        raise UnknownPolicyError(f"compare(): baseline {baseline!r} is not a policy of the "
+                                 f"run; policies: {', '.join(policies)}")
     # baseline first in every table
     policies = [baseline] + [p for p in policies if p != baseline]
     if paired:

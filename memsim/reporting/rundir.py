@@ -601,8 +601,8 @@ class RunResult:
         """The saved rankings of one (policy, budget, replicate), best first."""
         r = self.rankings
         if r is None:
-            raise ValueError(f"{self.path or 'the run'}: no rankings: run the experiment with "
-                             "[experiment] save_rankings = true")
+            raise ConfigError(f"{self.path or 'the run'}: no rankings: run the experiment with "
+                              "[experiment] save_rankings = true")
         picked = {}
         for col, want in (("policy", policy), ("budget", budget), ("replicate", replicate)):
             if col not in r.columns:
@@ -610,12 +610,12 @@ class RunResult:
             have = list(pd.unique(r[col]))
             if want is None:
                 if len(have) != 1:
-                    raise ValueError(f"the run has {len(have)} values of {col} "
-                                     f"({', '.join(map(str, have))}): give {col}=")
+                    raise ConfigError(f"the run has {len(have)} values of {col} "
+                                      f"({', '.join(map(str, have))}): give {col}=")
                 want = have[0]
             elif want not in have:
-                raise ValueError(f"{col} {want!r} is not in the run; it has "
-                                 f"{', '.join(map(str, have))}")
+                raise ConfigError(f"{col} {want!r} is not in the run; it has "
+                                  f"{', '.join(map(str, have))}")
             r = r[r[col] == want]
             picked[col] = want
         r = r.sort_values(["query_id", "rank"], kind="stable")
@@ -624,9 +624,9 @@ class RunResult:
     def trec_run_frame(self, *, policy: str | None = None, budget: int | None = None,
                        replicate: int | None = None, scores: str = "rank") -> pd.DataFrame:
         """One arm's rankings as the columns of a TREC run: ``qid``, ``docno``,
-        ``rank``, ``score`` (see :meth:`to_trec_run`)."""
+        ``rank``, ``score`` (see :meth:`to_trec_run`, whose errors it raises)."""
         if scores not in ("rank", "policy"):
-            raise ValueError(f"scores must be 'rank' or 'policy', got {scores!r}")
+            raise ConfigError(f"scores must be 'rank' or 'policy', got {scores!r}")
         r, _, _ = self._one_arm(policy, budget, replicate)
         rank = r["rank"].to_numpy(np.int64)
         score = (rank.max(initial=0) + 1 - rank).astype(np.float64) if scores == "rank" \
@@ -664,9 +664,11 @@ class RunResult:
 
         Raises
         ------
-        ValueError
-            If the run saved no rankings (``save_rankings = true``) or the
-            arm is ambiguous or absent.
+        ConfigError
+            If the run saved no rankings (``save_rankings = true``), the arm
+            is ambiguous or absent, or ``scores`` is neither ``"rank"`` nor
+            ``"policy"``. A :class:`~memsim.core.errors.ConfigError` is also a
+            :class:`ValueError`, which these errors were before.
         """
         frame = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate,
                                     scores=scores)
@@ -681,7 +683,13 @@ class RunResult:
                          gain_scale: float = 1.0) -> pd.DataFrame:
         """The relevance memsim's ``ndcg@10`` and ``mrr`` are measured
         against, as TREC qrels columns ``qid``, ``docno``, ``grade`` (see
-        :meth:`to_trec_qrels`)."""
+        :meth:`to_trec_qrels`, whose errors it raises)."""
+        if isinstance(gain_scale, bool) or not isinstance(gain_scale, (int, float, np.integer,
+                                                                        np.floating)) \
+                or not (np.isfinite(gain_scale) and gain_scale > 0):
+            raise ConfigError(f"gain_scale must be a finite number > 0, got {gain_scale!r}: "
+                              "grades are gain * gain_scale, and only positive gains are "
+                              "relevant")
         stream = self._stream(stream, replicate)
         qr = stream.qrels
         created = pd.Series(stream.notes["created_at"].to_numpy(np.float64),
@@ -694,8 +702,8 @@ class RunResult:
                              <= asked.reindex(qr["query_id"]).to_numpy())
         grade = gain[keep] * gain_scale
         if not np.allclose(grade, np.round(grade), rtol=0, atol=1e-9):
-            raise ValueError("TREC grades are integers: these gains are not (pass gain_scale=, "
-                             "e.g. 100; nDCG is the same for gains times a constant)")
+            raise ConfigError("TREC grades are integers: these gains are not (pass gain_scale=, "
+                              "e.g. 100; nDCG is the same for gains times a constant)")
         out = pd.DataFrame({"qid": _texts(qr["query_id"].to_numpy()[keep]),
                             "docno": _texts(qr["note_id"].to_numpy()[keep]),
                             "grade": np.round(grade).astype(np.int64)})
@@ -723,7 +731,17 @@ class RunResult:
             Default: the run's only replicate.
         gain_scale : float
             Grades are ``gain * gain_scale``, which must be integers (TREC
-            grades are); nDCG does not change when every gain is scaled.
+            grades are); nDCG does not change when every gain is scaled. A
+            finite number > 0 (0 or less would make no note relevant).
+
+        Raises
+        ------
+        ConfigError
+            If ``gain_scale`` is not a finite number > 0, a grade is not an
+            integer, the run has several replicates and ``replicate`` is not
+            given, or no ``stream`` is given for a run read back from its
+            folder. A :class:`~memsim.core.errors.ConfigError` is also a
+            :class:`ValueError`, which these errors were before.
         """
         frame = self.trec_qrels_frame(stream, replicate=replicate, gain_scale=gain_scale)
         write_text_atomic(path, "".join(f"{q} 0 {d} {g}\n" for q, d, g in
@@ -755,13 +773,13 @@ class RunResult:
             return read_stream(stream) if isinstance(stream, (str, os.PathLike)) else stream
         exp = self.experiment
         if exp is None:
-            raise ValueError("give the stream the run replayed (a Stream or a stream folder): "
-                             "a run read back from its folder does not hold it")
+            raise ConfigError("give the stream the run replayed (a Stream or a stream folder): "
+                              "a run read back from its folder does not hold it")
         if replicate is None:
             reps = pd.unique(self.queries["replicate"]) if self.queries is not None and \
                 "replicate" in self.queries.columns else [0]
             if len(reps) != 1:
-                raise ValueError(f"the run has {len(reps)} replicates: give replicate=")
+                raise ConfigError(f"the run has {len(reps)} replicates: give replicate=")
             replicate = int(reps[0])
         if hasattr(exp.workload, "load"):
             return exp.workload.load()
