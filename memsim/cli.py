@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 from memsim.data import datasets
-from memsim.core.errors import MemsimError
+from memsim.core.errors import ConfigError, MemsimError
 from memsim.core.machine import default_jobs
 
 __all__ = ["main"]
@@ -560,6 +560,9 @@ def _sweep_trials(args) -> int | None:
 def _cmd_audit(args) -> int:
     from memsim.tuning.audit import audit
     from memsim.runs.config import load_experiment
+    if args.no_params and args.param_replicates is not None:
+        raise ConfigError("--param-replicates: the replicates of the parameter probes, which "
+                          "--no-params skips; give one or the other")
     exp = load_experiment(args.experiment, args.set)
     prog = Progress("memsim audit", args.quiet, phase="signals and parameters",
                     json_lines=_json_progress(args))
@@ -587,7 +590,12 @@ def _cmd_optimum(args) -> int:
     from memsim.runs.config import load_experiment
     from memsim.tuning.optimum import optimum
     exp = load_experiment(args.experiment, args.set)
-    rep = optimum(exp, simulate=not args.no_simulate)
+    prog = Progress("memsim optimum", args.quiet, phase="simulations",
+                    json_lines=_json_progress(args))
+    try:
+        rep = optimum(exp, simulate=not args.no_simulate, progress=prog)
+    finally:
+        prog.close()
     print(rep.to_json() if args.json else rep.to_text())
     return 0
 

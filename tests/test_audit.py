@@ -398,3 +398,15 @@ def test_audit_progress_times_the_probe_replays_on_their_own(tmp_path):
     assert [ln.split(" (")[0] for ln in probe] == ["memsim audit: replicate 1/2 done",
                                                    "memsim audit: replicate 2/2 done"]
     assert "about" in probe[0] and "s left" in probe[0]
+
+
+def test_param_replicates_with_no_params_is_refused(capsys):
+    """--param-replicates sets the replicates of the probes --no-params
+    skips: the two together are refused (it was silently ignored and still
+    reported as the audit's replicates)."""
+    from memsim.cli import main
+
+    exp = Path(__file__).resolve().parents[1] / "experiments" / "sweep_hivemind.toml"
+    assert main(["audit", str(exp), "--no-params", "--param-replicates", "5"]) == 2
+    assert ("memsim: error: --param-replicates: the replicates of the parameter probes, which "
+            "--no-params skips" in capsys.readouterr().err)

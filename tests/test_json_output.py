@@ -115,3 +115,16 @@ def test_verbose_logs_and_warnings_have_categories(tmp_path):
         warnings.filterwarnings("ignore", category=MemsimWarning)
         memsim.run_sweep(exp, out=None, quiet=True, plots=False)
     assert not [w for w in seen if issubclass(w.category, MemsimWarning)]
+
+
+def test_optimum_json_progress():
+    """``memsim optimum --progress json`` reports its simulations on stderr
+    (it printed nothing: the command never made a progress reporter)."""
+    proc = _cli("optimum", str(ROOT / "experiments" / "planted.toml"), "--json", "--progress",
+                "json", "--set", "experiment.replicates=1", "--set", "workload.horizon_days=10",
+                "--set", "workload.backfill_days=20")
+    assert _strict(proc.stdout)
+    lines = [_strict(line) for line in proc.stderr.splitlines()]
+    assert lines and all(x["command"] == "memsim optimum" and x["phase"] == "simulations"
+                         for x in lines)
+    assert lines[-1]["fraction"] == 1.0

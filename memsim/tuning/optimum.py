@@ -55,7 +55,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -273,7 +273,8 @@ def _row(name: str, policy: Policy, known: Optimum, simulate: bool) -> dict[str,
     return row
 
 
-def optimum(exp: Experiment, *, simulate: bool = True) -> OptimumReport:
+def optimum(exp: Experiment, *, simulate: bool = True,
+            progress: Callable[[float], None] | None = None) -> OptimumReport:
     """Derive each policy's optimum on the experiment's workload (module docstring).
 
     Parameters
@@ -285,6 +286,9 @@ def optimum(exp: Experiment, *, simulate: bool = True) -> OptimumReport:
         the ``bayes`` twins on the experiment's replicates (the ``utility.*``
         columns are NaN when False, and a value packer's answer is then not
         derivable).
+    progress : callable, optional
+        Called with the share of the simulations done (0..1), as
+        :func:`~memsim.runs.runner.simulate_experiment` reports it.
 
     Raises
     ------
@@ -305,7 +309,7 @@ def optimum(exp: Experiment, *, simulate: bool = True) -> OptimumReport:
     table["bayes_best_packer"] = ""
     table["check"] = [[] for _ in range(len(table))]
     if simulate and len(table):
-        _simulate(exp, table)
+        _simulate(exp, table, progress)
     label = ("synthetic, planted law: " + (f"half-life {_days(known.half_life_days)}"
                                            if known.solvable else known.reason))
     return OptimumReport(table=table, workload=label)
@@ -320,7 +324,8 @@ def _bayes_twin(policy: Policy, packer: Any = None) -> Policy:
                                packer=policy.packer if packer is None else packer)
 
 
-def _simulate(exp: Experiment, table: pd.DataFrame) -> None:
+def _simulate(exp: Experiment, table: pd.DataFrame,
+              progress: Callable[[float], None] | None = None) -> None:
     """Fill the utility columns and the value packers' checks."""
     arms: dict[str, Policy] = {}
     plan: dict[str, dict[str, Any]] = {}
@@ -350,7 +355,7 @@ def _simulate(exp: Experiment, table: pd.DataFrame) -> None:
             p["bayes"][kind] = arm
         plan[name] = p
     run = dataclasses.replace(exp, policies=arms, grid={}, sweep=None)
-    q = simulate_experiment(run)["queries"]
+    q = simulate_experiment(run, progress=progress)["queries"]
     by_arm = {k: v.sort_values(["replicate", "query_id"]) for k, v in q.groupby("policy")}
     for i, name in enumerate(table["policy"]):
         p = plan[name]
