@@ -97,6 +97,27 @@ def test_each_slot_of_a_policy_is_checked():
     assert errors[1].startswith("policies.a.packer.kind: unknown packer 'skip-fil'")
 
 
+@pytest.mark.parametrize("kind", [["x"], {"a": 1}, 3])
+def test_a_component_kind_that_is_not_a_string_is_a_config_error(kind):
+    """A ``kind`` that is a list or a table is refused as an unknown kind, not
+    looked up in the registry (a TypeError: unhashable)."""
+    table = {"policies": {"a": {"decay": {"kind": kind}}}}
+    errors = errors_of(experiment_from_dict, table)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"policies.a.decay.kind: unknown decay {kind!r}; allowed: ")
+
+
+def test_a_component_kind_that_is_not_a_string_is_one_line_on_the_command_line(tmp_path):
+    path = write(tmp_path, '[workload]\nhorizon_days = 2\n[policies.a]\n'
+                           'decay = { kind = ["x"] }\n')
+    out = subprocess.run([sys.executable, "-m", "memsim.cli", "run", str(path), "--out",
+                          str(tmp_path / "r"), "-q"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"memsim: error: {path}: policies.a.decay.kind: unknown decay")
+    assert "Traceback" not in out.stderr
+
+
 def test_a_dependent_check_does_not_repeat_a_mistake():
     # the grid's first combination would fail on the same bad policy: only the
     # policy's own error is reported

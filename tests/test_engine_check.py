@@ -246,6 +246,42 @@ def test_load_check_config_reads_a_stream_folder(stream, tmp_path):
         load_check_config(cfg, ("engine_check",), {"k"})
 
 
+@pytest.mark.parametrize("text, key", [
+    ('k = "abc"', "langchain_check.k: must be an int"),
+    ("k = 2.5", "langchain_check.k: must be an int"),
+    ("k = [4, 2.5]", "langchain_check.k: must be an int"),
+    ("k = []", "langchain_check.k: an empty list"),
+    ("search_k = 7.9", "langchain_check.search_k: must be an int >= 1"),
+    ('decay_rate = "x"', "langchain_check.decay_rate: must be a float in [0, 1)"),
+    ("decay_rate = 1.0", "langchain_check.decay_rate: must be a float in [0, 1)"),
+    ('relevance = ["cosine", "dot"]', "langchain_check.relevance: must be one of"),
+    ("relevance = []", "langchain_check.relevance: an empty list"),
+    ('default_salience = "x"', "langchain_check.default_salience: must be a finite float"),
+    ('feedback_mode = "daily"', "langchain_check.feedback_mode: must be one of"),
+])
+def test_langchain_config_mistakes_name_the_file_and_the_key(tmp_path, text, key):
+    """Refused before anything runs (with or without LangChain installed),
+    naming the file and the key: never truncated (2.5 is not 2), never an
+    empty list that checks nothing."""
+    from memsim.checks.langchain_check import run_langchain_check
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[langchain_check]\n{text}\n[workload]\nhorizon_days = 3\n"
+                   "backfill_days = 3\nnotes_per_day = 5\nqueries_per_day = 2\n")
+    with pytest.raises(ConfigError) as info:
+        run_langchain_check(cfg, verbose=False)
+    assert str(info.value).startswith(f"{cfg}: {key}"), str(info.value)
+
+
+def test_a_langchain_config_mistake_is_one_line_on_the_command_line(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[langchain_check]\nk = 2.5\n[langchain_chek]\nk = 3\n')
+    assert cli_main(["engine-check", "langchain", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"memsim: error: {cfg}: langchain_chek: unknown table (did you mean "
+                   "'langchain_check'?); allowed: langchain_check, engine_check, workload\n")
+
+
 # --------------------------------------------------------------------------
 # Against the real engines
 # --------------------------------------------------------------------------

@@ -87,6 +87,56 @@ def test_config_errors():
         run_feather_check({"feather_check": {"kk": 3}}, verbose=False)
 
 
+#: a stream of a few notes (the config mistakes are found before it is replayed)
+TINY = ("[workload]\nhorizon_days = 3\nbackfill_days = 3\nnotes_per_day = 5\n"
+        "queries_per_day = 2\n")
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[feather_check]\nseed = "abc"\n' + TINY, "feather_check.seed: must be an int"),
+    ("[feather_check]\nseed = -1\n" + TINY, "feather_check.seed: must be an int"),
+    ("[feather_check]\nseed = 1.7\n" + TINY, "feather_check.seed: must be an int"),
+    ("[engine_check]\nseed = 2.5\n" + TINY, "engine_check.seed: must be an int"),
+    ("[feather_check]\nk = 2.5\n" + TINY, "feather_check.k: must be an int"),
+    ("[feather_check]\nk = 0\n" + TINY, "feather_check.k: must be an int"),
+    ('[feather_check]\nhalf_life = "x"\n' + TINY, "feather_check.half_life: must be a float"),
+    ("[feather_check]\ntime_weight = 1.5\n" + TINY, "feather_check.time_weight: must be"),
+    ("[feather_check]\nsearches = []\n" + TINY, "feather_check.searches: an empty list"),
+    ("[feather_check]\nsearches = [0]\n" + TINY, "feather_check.searches: must be"),
+    ("[feather_check]\nsearches = [7.5]\n" + TINY, "feather_check.searches: must be"),
+    ("[feather_check]\nfeedback = []\n" + TINY, "feather_check.feedback: an empty list"),
+    ("feather_check = 3\n" + TINY, "feather_check: expected a table, got 3"),
+    ("workload = 5\n", "workload: expected a table, got 5"),
+    ("[workload]\nsource = 5\n", "workload.source: expected a stream folder"),
+    ("[feather_check]\nseed = 3\n[workload]\nsource = \"s\"\n",
+     "feather_check.seed: a workload with 'source' replays a stream"),
+    ("[workload]\nhorizon_dys = 3\n", "workload.horizon_dys: unknown key (did you mean"),
+    ("[feather_chek]\nk = 3\n" + TINY,
+     "feather_chek: unknown table (did you mean 'feather_check'?); allowed: feather_check, "
+     "engine_check, workload"),
+    ("[engine_check]\nk = 3\n[feather_check]\nk = 4\n" + TINY,
+     "engine_check: a check config holds one of the tables feather_check, engine_check"),
+])
+def test_config_mistakes_name_the_file_and_the_key(tmp_path, text, key):
+    """Each mistake is a ConfigError naming the file and the key: no
+    traceback, no truncation (2.5 is not 2), nothing ignored (an empty list, a
+    misspelt table, a second table)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        run_feather_check(cfg, verbose=False)
+    assert str(info.value).startswith(f"{cfg}: {key}"), str(info.value)
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    from memsim.cli import main as cli_main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(b"[feather_check]\nk = 3\n\xff\xfe\n")
+    assert cli_main(["feather-check", str(cfg)]) == 2
+    assert capsys.readouterr().err == f"memsim: error: {cfg}: not a UTF-8 text file\n"
+
+
 # --------------------------------------------------------------------------
 # Against the engine
 # --------------------------------------------------------------------------

@@ -445,6 +445,23 @@ def test_engine_check_bad_key_is_one_line(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("text, key", [
+    ("[engine_check]\nseed = 2.5\n", "engine_check.seed: must be an int"),
+    ("[engine_check]\nseed = -1\n", "engine_check.seed: must be an int"),
+    ("[engine_chek]\nseed = 1\n", "engine_chek: unknown table (did you mean 'engine_check'?)"),
+    ("[engine_check]\n[feather_check]\n", "feather_check: unknown table"),
+])
+def test_engine_check_config_mistakes_name_the_file_and_the_key(tmp_path, capsys, text, key):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text + "[workload]\nhorizon_days = 3\nbackfill_days = 3\n")
+    from memsim.cli import main as cli_main
+
+    assert cli_main(["engine-check", "mem0", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"memsim: error: {cfg}: {key}"), err
+    assert err.count("\n") == 1
+
+
 # --------------------------------------------------------------------------
 # the catalogue
 # --------------------------------------------------------------------------

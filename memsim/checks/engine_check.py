@@ -6,7 +6,7 @@ query: ``feather`` (:mod:`memsim.checks.feather_check`, the feather-db engine) a
 ``langchain`` (:mod:`memsim.checks.langchain_check`, LangChain's
 ``TimeWeightedVectorStoreRetriever``). This module holds their common parts:
 
-* :func:`load_check_config`: the TOML file: the check's table and the stream,
+* :func:`read_check_config` (:func:`load_check_config`): the TOML file: the check's table and the stream,
   read from disk (``[workload] source = "DIR"``, a stream folder, relative to
   the file) or generated (``[workload]`` synthetic knobs, the table's
   ``seed``);
@@ -19,10 +19,13 @@ query: ``feather`` (:mod:`memsim.checks.feather_check`, the feather-db engine) a
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import sys
 import time
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,14 +34,15 @@ import pandas as pd
 
 from memsim.engine import Arm, SimSettings, simulate, with_timing
 from memsim.core.errors import ConfigError, MemsimError
+from memsim.core.params import Interval, check_keys, describe_constraint, did_you_mean
 from memsim.reporting.rundir import jsonable, write_atomic
 from memsim.data.stream import Stream, make_stream, read_stream
 from memsim.data.workload import SyntheticWorkload
 
-__all__ = ["DAY_S", "NEAR_TIE", "compare_rankings", "csv_saver", "first_differences",
-           "format_summary", "kendall", "likely_causes", "load_check_config", "print_summaries",
-           "prepare_stream", "quantise_stream", "replay_memsim", "run_check_command", "starting",
-           "summarise"]
+__all__ = ["CheckConfig", "DAY_S", "NEAR_TIE", "compare_rankings", "csv_saver",
+           "first_differences", "format_summary", "kendall", "likely_causes", "load_check_config",
+           "print_summaries", "prepare_stream", "quantise_stream", "read_check_config",
+           "replay_memsim", "run_check_command", "starting", "summarise"]
 
 #: Seconds per simulated day.
 DAY_S = 86400
@@ -75,54 +79,192 @@ def quantise_stream(stream: Stream) -> Stream:
                        stream.query_embeddings, meta, retrieved=stream.retrieved)
 
 
-def load_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
-                      keys: set[str]) -> tuple[dict, Stream, str]:
-    """Read a cross-check's TOML file (or parsed dict).
+@dataclass(frozen=True)
+class CheckConfig:
+    """A cross-check's config, read and checked (:func:`read_check_config`).
+
+    Attributes
+    ----------
+    check : dict
+        The check's table (empty when the file has none).
+    name : str
+        That table's name (``"feather_check"``, ``"engine_check"`` ...), the
+        first part of the keys errors name.
+    where : str
+        The file (or, for a parsed dict, the first table name), in front of
+        every message.
+    workload : SyntheticWorkload or None
+        The generator, when the stream is generated (with ``seed``).
+    source : Path or None
+        The stream folder, when the stream is read from disk.
+    seed : int
+    """
+
+    check: dict
+    name: str
+    where: str
+    workload: SyntheticWorkload | None = None
+    source: Path | None = None
+    seed: int = 0
+
+    @functools.cached_property
+    def stream(self) -> Stream:
+        """The stream, read or generated on first use (after the check's
+        values are checked, so that a mistake is found at once)."""
+        if self.source is not None:
+            return read_stream(self.source)
+        assert self.workload is not None
+        return self.workload.generate(np.random.SeedSequence(self.seed))
+
+    def value(self, key: str, constraint: Any, default: Any) -> Any:
+        """``check[key]`` (``default`` when absent), refused unless
+        ``constraint`` (an :class:`~memsim.core.params.Interval` or
+        :class:`~memsim.core.params.Options`) accepts it as it is: ``2.5``
+        for an int is refused, never truncated."""
+        if key not in self.check:
+            return default
+        value = self.check[key]
+        if not _accepts(constraint, value):
+            self.fail(key, f"must be {describe_constraint(constraint)}", value)
+        return value
+
+    def values(self, key: str, constraint: Any, default: list) -> list:
+        """``check[key]``: one value or a non-empty list of them, each
+        accepted by ``constraint``; ``default`` (a list) when absent."""
+        value = self.check.get(key, default)
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            self.fail(key, f"an empty list checks nothing; give {describe_constraint(constraint)} "
+                           "or a non-empty list of them", value)
+        for item in items:
+            if not _accepts(constraint, item):
+                self.fail(key, f"must be {describe_constraint(constraint)} or a non-empty list "
+                               "of them", item)
+        return items
+
+    def fail(self, key: str, message: str, value: Any) -> None:
+        """Raise ``WHERE: NAME.KEY: MESSAGE; got VALUE``."""
+        raise ConfigError(f"{self.where}: {self.name}.{key}: {message}; got {_short(value)}")
+
+
+def _accepts(constraint: Any, value: Any) -> bool:
+    """Whether ``constraint`` (or one of a tuple of alternatives) accepts ``value``."""
+    alternatives = constraint if isinstance(constraint, (list, tuple)) else (constraint,)
+    return any(c.check(value) for c in alternatives)
+
+
+def _short(value: Any, n: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def _read_toml(path: Path) -> dict:
+    """The parsed TOML file: a readable regular file of at most
+    :data:`memsim.runs.config.MAX_CONFIG_BYTES`, UTF-8, valid TOML."""
+    from memsim.runs.config import MAX_CONFIG_BYTES
+
+    try:
+        if not path.exists():
+            raise ConfigError(f"{path}: no such check config file")
+        if not path.is_file():
+            raise ConfigError(f"{path}: not a regular file (a folder, a device or a pipe?), "
+                              "not a check config file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; "
+                          "not a check config file")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def read_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
+                      keys: set[str]) -> CheckConfig:
+    """Read a cross-check's TOML file (or parsed dict) and check its shape.
 
     Parameters
     ----------
     path : path or dict
     tables : tuple of str
-        The check's table names, first found wins (``("langchain_check",
-        "engine_check")``).
+        The names the check's table may have (``("langchain_check",
+        "engine_check")``); a file holds at most one of them.
     keys : set of str
         The keys that table may hold (``seed`` is always allowed).
 
-    Returns
-    -------
-    (check table, stream, where)
+    Raises
+    ------
+    ConfigError
+        Naming the file and the key: a file that cannot be read (missing,
+        not UTF-8, not TOML), a top-level table other than ``tables`` and
+        ``workload`` (a misspelt one is not ignored), two of ``tables``, a
+        table that is not a table, an unknown key, a ``seed`` that is not an
+        int >= 0 (or given with ``workload.source``, where it would do
+        nothing), a bad ``workload``. The stream is read or generated only
+        when :attr:`CheckConfig.stream` is first used, so a check that
+        checks its values first reports their mistakes at once.
     """
     if isinstance(path, dict):
         cfg, where, base = path, tables[0], Path.cwd()
     else:
         where, base = str(path), Path(path).absolute().parent
-        try:
-            cfg = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-    name = next((t for t in tables if t in cfg), tables[0])
-    check = cfg.get(name, {})
-    unknown = set(check) - keys - {"seed"}
+        cfg = _read_toml(Path(path))
+    allowed = [*tables, "workload"]
+    unknown = [t for t in cfg if t not in allowed]
     if unknown:
-        raise ConfigError(f"{where}: {name}.{sorted(unknown)[0]}: unknown key; allowed: "
-                          f"{', '.join(sorted(keys | {'seed'}))}")
+        raise ConfigError(errors=[
+            f"{where}: {t}: unknown table{did_you_mean(t, allowed)}; allowed: "
+            f"{', '.join(allowed)}" for t in unknown])
+    present = [t for t in tables if t in cfg]
+    if len(present) > 1:
+        raise ConfigError(f"{where}: {present[1]}: a check config holds one of the tables "
+                          f"{', '.join(tables)}; this one has {' and '.join(present)}")
+    name = present[0] if present else tables[0]
+    check = cfg.get(name, {})
+    if not isinstance(check, dict):
+        raise ConfigError(f"{where}: {name}: expected a table, got {_short(check)}")
+    try:
+        check_keys(check, sorted(keys | {"seed"}), name)
+    except ConfigError as exc:
+        raise exc.prefixed(f"{where}: ") from None
+    conf = CheckConfig(check=check, name=name, where=where)
+    seed = conf.value("seed", Interval(0, 2**63 - 1, integer=True), 0)
     wl = cfg.get("workload", {})
+    if not isinstance(wl, dict):
+        raise ConfigError(f"{where}: workload: expected a table, got {_short(wl)}")
     if "source" in wl:
-
         extra = sorted(set(wl) - {"source"})
         if extra:
             raise ConfigError(f"{where}: workload.{extra[0]}: a workload with 'source' replays "
                               "a stream and takes no generator knobs")
+        if "seed" in check:
+            raise ConfigError(f"{where}: {name}.seed: a workload with 'source' replays a stream "
+                              "and generates none; the seed would do nothing")
+        if not isinstance(wl["source"], str) or not wl["source"]:
+            raise ConfigError(f"{where}: workload.source: expected a stream folder (a string), "
+                              f"got {_short(wl['source'])}")
         src = Path(wl["source"]).expanduser()
         src = src if src.is_absolute() else base / src
         if not src.exists():
             raise ConfigError(f"{where}: workload.source: {src}: no such file or folder")
-        stream = read_stream(src)
-    else:
-
+        return dataclasses.replace(conf, source=src)
+    try:
         workload = SyntheticWorkload.from_config(wl, "workload")
-        stream = workload.generate(np.random.SeedSequence(int(check.get("seed", 0))))
-    return check, stream, where
+    except ConfigError as exc:
+        raise exc.prefixed(f"{where}: ") from None
+    return dataclasses.replace(conf, workload=workload, seed=seed)
+
+
+def load_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
+                      keys: set[str]) -> tuple[dict, Stream, str]:
+    """:func:`read_check_config` as (check table, stream, where)."""
+    conf = read_check_config(path, tables, keys)
+    return conf.check, conf.stream, conf.where
 
 
 def kendall(a: np.ndarray, b: np.ndarray) -> float:

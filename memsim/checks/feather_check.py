@@ -70,8 +70,9 @@ import pandas as pd
 from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, SimSettings, simulate, with_timing
 from memsim.checks.engine_check import (DAY_S, csv_saver, first_differences, kendall, likely_causes,
-                           load_check_config, run_check_command, quantise_stream)
+                           read_check_config, run_check_command, quantise_stream)
 from memsim.core.errors import ConfigError, MemsimError
+from memsim.core.params import Interval, Options
 from memsim.data.stream import Stream
 
 __all__ = [
@@ -895,6 +896,11 @@ def format_cross_check(result: CrossCheckResult) -> str:
 
 
 _CHECK_KEYS = {"seed", "k", "half_life", "time_weight", "min_weight", "searches", "feedback"}
+#: What the check's parameters may be (the preset's own ranges; ``k`` at most
+#: a run's ``candidates``).
+_PARAMS = {"k": Interval(1, 1 << 20, integer=True),
+           "half_life": Interval(0, None, closed="neither"),
+           "time_weight": Interval(0, 1), "min_weight": Interval(0, 1)}
 
 
 def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
@@ -906,31 +912,18 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
     ``"default"`` or an integer ef; ``feedback``: true, false or a list of
     them) and a ``[workload]`` table of
     :class:`memsim.data.workload.SyntheticWorkload` knobs, or ``source = "DIR"``
-    to replay a stream folder (:func:`memsim.checks.engine_check.load_check_config`). One result per
+    to replay a stream folder (:func:`memsim.checks.engine_check.read_check_config`). One result per
     (feedback, search) pair, all on one stream and one memsim replay per
     feedback setting. ``on_result(res)`` is called as each pair finishes.
     """
-    check, stream, where = load_check_config(path, ("feather_check", "engine_check"),
-                                             _CHECK_KEYS)
-    params = {key: check[key] for key in ("k", "half_life", "time_weight", "min_weight")
-              if key in check}
-    feedbacks = check.get("feedback", [True])
-    feedbacks = feedbacks if isinstance(feedbacks, list) else [feedbacks]
-    if not feedbacks or not all(isinstance(f, bool) for f in feedbacks):
-        raise ConfigError(f"{where}: feather_check.feedback: expected true, false or a list "
-                          f"of them, got {check.get('feedback')!r}")
-    searches = check.get("searches", ["exact", "default"])
-    kws = []
-    for search in searches if isinstance(searches, list) else [searches]:
-        if search == "exact":
-            kws.append({"exact": True})
-        elif search == "default":
-            kws.append({"exact": False})
-        elif isinstance(search, int) and not isinstance(search, bool) and search > 0:
-            kws.append({"exact": False, "ef": search})
-        else:
-            raise ConfigError(f"{where}: feather_check.searches: expected \"exact\", "
-                              f"\"default\" or an ef > 0, got {search!r}")
+    conf = read_check_config(path, ("feather_check", "engine_check"), _CHECK_KEYS)
+    params = {key: conf.value(key, constraint, None) for key, constraint in _PARAMS.items()
+              if key in conf.check}
+    feedbacks = conf.values("feedback", Options((True, False)), [True])
+    searches = conf.values("searches", (Options(("exact", "default")),
+                                        Interval(1, None, integer=True)), ["exact", "default"])
+    kws = [{"exact": True} if search == "exact" else {"exact": False} if search == "default"
+           else {"exact": False, "ef": search} for search in searches]
     results: list[CrossCheckResult] = []
     for fb in feedbacks:
         first = None
@@ -939,7 +932,7 @@ def run_feather_check(path: str | os.PathLike | dict, *, verbose: bool = True,
             phase = progress
             if hasattr(progress, "phase"):
                 phase = progress.phase(f"engine replay ({_search_label(kw, fb)})")
-            res = feather_cross_check(stream, **params, **kw, feedback=fb, reuse=first,
+            res = feather_cross_check(conf.stream, **params, **kw, feedback=fb, reuse=first,
                                       progress=phase)
             first = first or res
             results.append(res)

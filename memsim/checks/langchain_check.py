@@ -43,9 +43,10 @@ import pandas as pd
 
 from memsim.runs.config import resolve_policy
 from memsim.checks.engine_check import (compare_rankings, csv_saver, format_summary, likely_causes,
-                           load_check_config, prepare_stream, replay_memsim, run_check_command, starting,
+                           prepare_stream, read_check_config, replay_memsim, run_check_command, starting,
                            summarise)
 from memsim.core.errors import ConfigError, MemsimError
+from memsim.core.params import Interval, Options
 from memsim.data.stream import Stream
 
 __all__ = ["LangChainCheckResult", "langchain_cross_check", "langchain_policy",
@@ -299,21 +300,21 @@ def run_langchain_check(path: str | os.PathLike | dict, *, verbose: bool = True,
     ``relevance`` may be lists (one result per combination), and a
     ``[workload]`` table (synthetic knobs, or ``source = "DIR"``).
     ``on_result(res)`` is called as each combination finishes."""
-    check, stream, where = load_check_config(path, ("langchain_check", "engine_check"), _KEYS)
-    ks = check.get("k", [4])
-    rels = check.get("relevance", ["cosine"])
-    combos = [(k, rel) for k in (ks if isinstance(ks, list) else [ks])
-              for rel in (rels if isinstance(rels, list) else [rels])]
+    conf = read_check_config(path, ("langchain_check", "engine_check"), _KEYS)
+    ks = conf.values("k", Interval(1, 1 << 20, integer=True), [4])
+    rels = conf.values("relevance", Options(("cosine", "l2", "inner-product")), ["cosine"])
+    search_k = conf.value("search_k", Interval(1, None, integer=True), 100)
+    decay_rate = conf.value("decay_rate", Interval(0, 1, closed="left"), 0.01)
+    default_salience = conf.value("default_salience", Interval(None, None), None)
+    feedback_mode = conf.value("feedback_mode", Options(("per-query", "per-tick")), "per-query")
+    combos = [(k, rel) for k in ks for rel in rels]
     results = []
     for i, (k, rel) in enumerate(combos):
         if verbose:
             starting("memsim engine-check langchain", i, len(combos), f"k = {k}, {rel}")
         res = langchain_cross_check(
-            stream, k=int(k), relevance=rel,
-            search_k=int(check.get("search_k", 100)),
-            decay_rate=float(check.get("decay_rate", 0.01)),
-            default_salience=check.get("default_salience"),
-            feedback_mode=check.get("feedback_mode", "per-query"))
+            conf.stream, k=k, relevance=rel, search_k=search_k, decay_rate=float(decay_rate),
+            default_salience=default_salience, feedback_mode=feedback_mode)
         results.append(res)
         if on_result is not None:
             on_result(res)

@@ -235,7 +235,8 @@ def build_component(slot: str, spec: Any, where: str) -> Component:
     ``memsim.components``) are loaded the first time a name is not found.
     """
     kind = spec if isinstance(spec, str) else spec.get("kind") if isinstance(spec, dict) else None
-    if kind is not None and kind not in REGISTRY.get(slot, {}):
+    # a kind that is not a string (a list, a table) is refused by build_from_spec
+    if isinstance(kind, str) and kind not in REGISTRY.get(slot, {}):
         from .plugins import load_entry_points  # here: plugins imports this module
 
         load_entry_points()
