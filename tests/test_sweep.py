@@ -535,7 +535,10 @@ def test_memsim_sweep_prints_and_writes_plateau_edge_and_preset_lines(tmp_path, 
     run = Path(out.strip().splitlines()[-1])
     sdir = run / "sweep"
     pl = pd.read_csv(sdir / "plateau.csv")
-    assert list(pl["param"]) == [HL] and pl["n_replicates"].iloc[0] == 2
+    # every grid point ran once; the plateau's replicates grew past the sweep's 2
+    trials_ = pd.read_csv(sdir / "trials.csv")
+    assert sorted(trials_[HL]) == [10.0 * i for i in range(1, 13)]
+    assert list(pl["param"]) == [HL] and pl["n_replicates"].iloc[0] >= 2
     r = pl.iloc[0]
     assert r["low"] <= r["best"] <= r["high"]
     assert r["best"] == 120.0 and bool(r["edge_warning"]) and r["edge"] == "high"
@@ -966,3 +969,145 @@ def test_the_robustness_recheck_shows_its_progress(tmp_path):
     n = 2 + 2 * len(tomllib.loads(exp.read_text())["sweep"]["robustness"].get("variants", []))
     assert replays == [f"memsim sweep: replay {k}/{n} done" for k in range(1, n + 1)]
     assert lines.index(replays[0]) > lines.index("memsim sweep: trial 3/3 done")
+
+
+# --------------------------------------------------------------------------
+# Storage, options and the grid: mistakes found before any folder exists
+# --------------------------------------------------------------------------
+
+
+def _tiny(tmp_path: Path, **kw) -> Path:
+    """A sweep file of 2 quick trials (one replicate, no re-check)."""
+    t = table(own=45.0, trials=2, replicates=1, robustness={"replicates": 0}, **kw)
+    t["workload"].update(horizon_days=20, backfill_days=20)
+    return write_toml(tmp_path / "tiny.toml", t)
+
+
+def test_a_storage_that_cannot_be_opened_leaves_no_folder_to_retry(tmp_path, capsys):
+    f = _tiny(tmp_path)
+    out = tmp_path / "out"
+    bad = f"sqlite:///{tmp_path / 'nonexist' / 'dir' / 'x.db'}"
+    assert main(["sweep", str(f), "--out", str(out), "-q", "--no-report",
+                 "--storage", bad]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--storage: cannot open" in err[0], err
+    assert not out.exists() or not list(out.iterdir())
+    # so the plain command starts afresh in its own journal
+    assert main(["sweep", str(f), "--out", str(out), "-q", "--no-report"]) == 0
+    (run,) = out.iterdir()
+    assert json.loads((run / "sweep" / "sweep.json").read_text())["storage"] == \
+        "journal:sweep/journal.log"
+
+
+def test_a_relative_sqlite_url_is_recorded_absolute_and_resumes_from_elsewhere(
+        tmp_path, monkeypatch):
+    a, b = tmp_path / "A", tmp_path / "B"
+    a.mkdir()
+    b.mkdir()
+    monkeypatch.chdir(a)
+    exp = experiment(own=45.0, trials=2, replicates=1, robustness={"replicates": 0})
+    first = run_sweep(exp, out=tmp_path / "rs", storage="sqlite:///rel.db", plots=False,
+                      report=False)
+    url = f"sqlite:///{a / 'rel.db'}"
+    assert json.loads((first.path / "sweep" / "sweep.json").read_text())["storage"] == url
+    assert json.loads((first.path / "manifest.json").read_text())["sweep"]["storage"] == url
+    monkeypatch.chdir(b)
+    more = run_sweep(None, resume=first.path, trials=3, plots=False, report=False)
+    assert more.path == first.path and (more.trials["state"] == "COMPLETE").sum() == 3
+    assert not (b / "rel.db").exists()
+
+
+def _grid_table(trials: int | None = None) -> dict:
+    t = table(own=20.0, replicates=1, sampler="grid", robustness={"replicates": 0})
+    t["workload"].update(horizon_days=20, backfill_days=20)
+    t["sweep"]["params"][HL] = {"type": "float", "low": 10.0, "high": 40.0, "step": 10.0}
+    if trials is None:
+        del t["sweep"]["trials"]
+    else:
+        t["sweep"]["trials"] = trials
+    return t
+
+
+def _points(res) -> list[float]:
+    done = res.trials[res.trials["state"] == "COMPLETE"]
+    return sorted(done[HL].tolist())
+
+
+def test_the_grid_sampler_runs_every_point_once_trial_zero_included(tmp_path):
+    exp = memsim.experiment_from_dict(_grid_table())
+    res = run_sweep(exp, out=None, plots=False, report=False)
+    assert _points(res) == [10.0, 20.0, 30.0, 40.0]
+    assert res.trials.loc[res.trials["number"] == 0, "origin"].iloc[0] == "experiment"
+    # a grid sweep grown session by session still runs each point once
+    part = run_sweep(exp, out=tmp_path, trials=2, plots=False, report=False)
+    assert 20.0 in _points(part) and len(set(_points(part))) == 2
+    whole = run_sweep(exp, out=tmp_path, trials=4, plots=False, report=False)
+    assert whole.path == part.path and _points(whole) == [10.0, 20.0, 30.0, 40.0]
+
+
+def test_trials_option_replaces_a_grid_files_trials_before_the_grid_check(tmp_path):
+    from memsim.sweep.run import _load_sweep
+
+    f = write_toml(tmp_path / "grid.toml", _grid_table(trials=10))
+    with pytest.raises(ConfigError, match="sweep.trials: the grid has 4 points"):
+        _load_sweep(f, None, None, None)
+    _, spec, _, _ = _load_sweep(f, None, 3, None)
+    assert spec.trials == 3
+    with pytest.raises(ConfigError, match=r"^--trials: the grid has 4 points"):
+        _load_sweep(f, None, 5, None)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--batch", "0", "--batch: expected an integer >= 1"),
+    ("--pruner", "medain", "--pruner: unknown pruner 'medain' (did you mean 'median'?)"),
+    ("--cache-mb", "-5", "--cache-mb: expected an integer >= 0"),
+])
+def test_a_bad_option_is_blamed_on_the_option_not_the_file(tmp_path, capsys, option, value,
+                                                            message):
+    f = _tiny(tmp_path)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "o"), option, value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and str(f) not in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_empty_study_name_is_refused(tmp_path, capsys):
+    f = _tiny(tmp_path)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--study", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--study: ''" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_file_that_is_no_journal_is_refused_not_rewritten(tmp_path, capsys):
+    f = _tiny(tmp_path)
+    log = tmp_path / "app.log"
+    log.write_text("2024-01-01 started\n2024-01-01 stopped\n")
+    for storage, message in ((f"journal:{log}", "is not an Optuna journal"),
+                             (str(log), "is not a storage URL")):
+        assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--storage", storage]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--storage {storage}" in err[0] or "--storage: " in err[0]
+        assert message in err[0], err
+    assert log.read_text() == "2024-01-01 started\n2024-01-01 stopped\n"
+    assert [p.name for p in tmp_path.glob("app.log*")] == ["app.log"]
+    assert not (tmp_path / "o").exists()
+    # a bare FILE.log is not a storage (--storage takes journal:FILE): the line says so
+    assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--storage",
+                 str(tmp_path / "new.log")]) == 2
+    err = capsys.readouterr().err
+    assert f"journal:{tmp_path / 'new.log'}" in err and not (tmp_path / "new.log").exists()
+
+
+def test_load_sweep_reads_a_killed_sweep_as_failed(tmp_path):
+    import platform
+
+    f = _tiny(tmp_path)
+    res = run_sweep(f, out=tmp_path / "o", plots=False, report=False)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    manifest = json.loads((res.path / "manifest.json").read_text())
+    manifest.update(status="running", host=platform.node(), pid=gone.pid)
+    (res.path / "manifest.json").write_text(json.dumps(manifest))
+    run = memsim.load_sweep(res.path)
+    assert run.status == "failed" and "interrupted" in run.manifest["error"]

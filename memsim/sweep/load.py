@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from memsim.core.errors import ConfigError
+from memsim.reporting.rundir import run_status
 
 from .storage import open_storage
 
@@ -41,7 +42,8 @@ class SweepRun:
         ``plateau.csv`` and ``importance.csv``; empty frames for a file the
         sweep did not write (an interrupted sweep has none of them).
     manifest : dict
-        ``manifest.json``: status, timings, the best trial(s).
+        ``manifest.json``: status (a killed sweep's corrected to failed,
+        with ``error``), timings, the best trial(s).
     config : dict
         ``config.toml``: the resolved experiment with its ``[sweep]`` table.
     """
@@ -59,7 +61,9 @@ class SweepRun:
 
     @property
     def status(self) -> str:
-        """``completed``, ``running`` or ``failed``, as the manifest says."""
+        """``completed``, ``running`` or ``failed``, as the manifest says; a
+        sweep whose process is gone (killed with SIGKILL, on this host) reads
+        as failed, as :func:`memsim.reporting.rundir.run_status` has it."""
         return str(self.manifest.get("status", "unknown"))
 
     @property
@@ -103,7 +107,9 @@ def load_sweep(run_dir: str | Path, storage: str | None = None) -> SweepRun:
     """
     path = Path(run_dir)
     ident = _json(path / "sweep" / "sweep.json", path)
-    manifest = _json(path / "manifest.json", path)
+    _json(path / "manifest.json", path)  # a missing or damaged one named as the sweep's
+    # its status as `memsim report` reads it: a sweep killed with SIGKILL reads as failed
+    manifest = run_status(path)
     cfg_file = path / "config.toml"
     try:
         config = tomllib.loads(cfg_file.read_text(encoding="utf-8"))

@@ -91,8 +91,9 @@ def study_identity(exp: Experiment, spec: SweepSpec, study_name: str | None,
     two studies of one experiment get two folders.
     """
     hash8 = _identity(exp, spec)
-    study_name = study_name or (ident or {}).get("study") or f"{exp.name}-{hash8}"
-    if not re.match(r"^[A-Za-z0-9_.\-]+$", study_name):
+    if study_name is None:  # an empty --study is refused below, not replaced
+        study_name = (ident or {}).get("study") or f"{exp.name}-{hash8}"
+    if not isinstance(study_name, str) or not re.match(r"^[A-Za-z0-9_.\-]+$", study_name):
         raise ConfigError(f"--study: {study_name!r}: use letters, digits, '_', '-' or '.'")
     if study_name != f"{exp.name}-{hash8}":
         hash8 = config_hash({"identity": hash8, "study": study_name})

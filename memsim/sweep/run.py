@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -61,6 +60,8 @@ class _Plan:
     run_dir: Path | None
     storage_spec: str
     workers: int
+    #: the opened Optuna storage (:func:`memsim.sweep.storage.open_storage`)
+    storage: Any = None
 
 
 def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None = None,
@@ -134,7 +135,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
                          jobs=plan.workers, progress=progress)
         result.notes = notes
         result.study_name = study_name
-        result.storage = mask_url(_absolute_sqlite(plan.storage_spec))
+        result.storage = mask_url(plan.storage_spec)
         if plan.run_dir is not None:
             # what `memsim sweep` prints, kept with the files it describes
             write_atomic(plan.run_dir / "sweep" / "summary.txt", lambda p: p.write_text(
@@ -207,11 +208,13 @@ def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: 
     else:
         exp = load_experiment(exp_or_path, ov)
     table = exp.sweep if exp.sweep is None or not options else {**exp.sweep, **options}
+    if table is not None and trials is not None:
+        # --trials replaces sweep.trials: the grid's size is checked against it (with_trials)
+        table = {k: v for k, v in table.items() if k != "trials"}
     try:
         spec = SweepSpec.from_config(table, exp)
-    except ConfigError as exc:  # name the file, and the --set that caused a mistake
-        exc = attribute_overrides(exc, ov)
-        raise (exc.prefixed(f"{exp.source_file}: ") if exp.source_file else exc) from None
+    except ConfigError as exc:  # name the file, the option or the --set that caused a mistake
+        raise _attribute_sweep_error(exc, ov, options or {}, exp.source_file) from None
     if trials is not None:
         spec = spec.with_trials(trials)
     # the resolved experiment, with the resolved sweep table, is what runs
@@ -219,25 +222,56 @@ def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: 
     return exp, spec, resume_dir, ident
 
 
+#: ``run_sweep``'s options that replace a ``[sweep]`` key, and the flag that sets each.
+_OPTION_FLAGS = {"batch": "--batch", "pruner": "--pruner", "cache_mb": "--cache-mb"}
+
+
+def _attribute_sweep_error(exc: ConfigError, overrides: dict, options: dict,
+                           source_file: str | None) -> ConfigError:
+    """``exc`` (a mistake in the ``[sweep]`` table) blaming who made it: an
+    option (``--batch: ...``) for a key the options set, else the file (with
+    the ``--set`` that set the key, if one did)."""
+    exc = attribute_overrides(exc, overrides)
+    messages = []
+    for m in exc.errors:
+        key = m.split(":", 1)[0]
+        flag = _OPTION_FLAGS.get(key[len("sweep."):]) if key.startswith("sweep.") else None
+        if flag is not None and key[len("sweep."):] in options:
+            messages.append(f"{flag}:{m.split(':', 1)[1]}")
+        else:
+            messages.append(f"{source_file}: {m}" if source_file else m)
+    return exc.with_messages(messages)
+
+
 def _place(exp: Experiment, spec: SweepSpec, hash8: str, study_name: str,
            storage: str | None, out: str | Path | None, resume_dir: Path | None,
            ident: dict | None, workers: int) -> _Plan:
-    """Find or make the run folder and settle the storage the study lives in."""
+    """Find or make the run folder and open the storage the study lives in.
+
+    A storage of the user's (``--storage``, or the one a folder recorded) is
+    opened before a new run folder is made, so that one that cannot be opened
+    leaves no folder behind (which the same command would find and retry).
+    """
     run_dir, ident = locate_run_dir(exp, hash8, out, resume_dir, ident)
     storage = resume_storage(storage, ident, run_dir)
+    if storage is None and run_dir is None and out is None and workers > 1:
+        raise ConfigError("--workers: several workers need a storage they share; pass --storage "
+                          "or an output folder")
+    storage_obj = None
+    if storage is not None:
+        storage_spec = normalise_storage(storage, run_dir)
+        storage_obj = open_storage(storage_spec)
     if run_dir is None and out is not None:
         try:
             run_dir = new_run_dir(Path(out), exp.name, hash8)
         except OSError as exc:  # a file, under a file, read-only: the user's --out
             raise ConfigError(f"--out {out}: cannot create a run folder there: "
                               f"{exc.strerror or exc}") from None
-    storage_spec = normalise_storage(storage, run_dir)
-    if storage_spec == "memory" and workers > 1:
-        raise ConfigError("--workers: several workers need a storage they share; pass --storage "
-                          "or an output folder")
+    if storage_obj is None:  # the default: a journal in the run folder, or memory
+        storage_spec = normalise_storage(None, run_dir)
     if run_dir is not None and ident is None:
         write_ident(run_dir, study_name, hash8, storage_spec)
-    return _Plan(exp, spec, hash8, study_name, run_dir, storage_spec, workers)
+    return _Plan(exp, spec, hash8, study_name, run_dir, storage_spec, workers, storage_obj)
 
 
 def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
@@ -281,7 +315,7 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
     Returns the study and the number of trials completed by this call.
     """
     exp, spec, workers = plan.exp, plan.spec, plan.workers
-    storage_obj = open_storage(plan.storage_spec)
+    storage_obj = plan.storage if plan.storage is not None else open_storage(plan.storage_spec)
     study, fresh = open_study(storage_obj, plan.study_name, exp, spec, plan.hash8)
     n_before = count_complete(study)
     t0 = time.perf_counter()
@@ -372,15 +406,6 @@ def _write_report(run_dir: Path, timings: dict) -> None:
         warnings.warn(f"memsim sweep: report.html failed: {type(exc).__name__}: {exc}",
                       SweepWarning, stacklevel=3)
     timings["report"] = time.perf_counter() - t1
-
-
-def _absolute_sqlite(spec: str) -> str:
-    """A SQLite URL with a relative path made absolute (it is relative to the
-    folder the sweep runs in), so that the printed URL opens from anywhere."""
-    m = re.match(r"^(sqlite(?:\+\w+)?:///)(.+)$", spec)
-    if m and not m.group(2).startswith(("/", ":memory:")):
-        return m.group(1) + str(Path(m.group(2)).absolute())
-    return spec
 
 
 def _now() -> str:

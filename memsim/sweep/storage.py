@@ -4,7 +4,9 @@ The default storage is an Optuna journal file inside the run folder
 (``sweep/journal.log``, :class:`optuna.storages.JournalStorage` over
 :class:`optuna.storages.journal.JournalFileBackend`), which several processes
 on one machine can share. ``--storage`` also takes Optuna's RDB URLs
-(``sqlite:///file.db``, ``postgresql://user:pw@host/db``) or ``journal:PATH``.
+(``sqlite:///file.db``, a relative path made absolute;
+``postgresql://user:pw@host/db``) or ``journal:PATH`` (a new file or an
+Optuna journal: any other file is refused, never rewritten).
 An RDB storage runs Optuna's heartbeat (every :data:`HEARTBEAT_S` s, stale
 after :data:`GRACE_S` s), which fails and retries the trials of dead workers
 on any machine.
@@ -62,11 +64,22 @@ def normalise_storage(storage: str | None, run_dir: Path | None) -> str:
     if storage.startswith("journal:"):
         return _journal_spec(Path(storage[len("journal:"):]).expanduser(), storage)
     if re.match(r"^(sqlite|postgresql|postgres|mysql)(\+\w+)?://", storage):
-        return storage
-    if storage.endswith((".log", ".jsonl", ".journal")):
-        return _journal_spec(Path(storage).expanduser(), storage)
+        return absolute_sqlite(storage)
+    hint = (f" (a journal file: journal:{storage})"
+            if storage.endswith((".log", ".jsonl", ".journal")) else "")
     raise ConfigError(f"--storage: {mask_url(storage)!r} is not a storage URL; expected "
-                      "sqlite:///FILE.db, postgresql://USER:PASSWORD@HOST/DB or journal:FILE.log")
+                      "sqlite:///FILE.db, postgresql://USER:PASSWORD@HOST/DB or "
+                      f"journal:FILE.log{hint}")
+
+
+def absolute_sqlite(spec: str) -> str:
+    """A SQLite URL with a relative path made absolute (it is relative to the
+    folder the sweep runs in), so that the URL recorded in the run folder and
+    printed opens the same database from anywhere."""
+    m = re.match(r"^(sqlite(?:\+\w+)?:///)(.+)$", spec)
+    if m and not m.group(2).startswith(("/", ":memory:")):
+        return m.group(1) + str(Path(m.group(2)).absolute())
+    return spec
 
 
 def _journal_spec(path: Path, given: str) -> str:
@@ -78,6 +91,9 @@ def _journal_spec(path: Path, given: str) -> str:
                           f"e.g. journal:{path / 'journal.log'}")
     if path.exists() and not path.is_file():
         raise ConfigError(f"--storage {given}: {path} is not a regular file")
+    if path.is_file() and not _holds_journal(path):
+        raise ConfigError(f"--storage {given}: {path} is not an Optuna journal (no journal "
+                          "record in it); give a new file or a sweep's journal")
     for parent in path.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
@@ -144,6 +160,28 @@ def _pg_driver(url: str) -> str:
             return f"postgresql+{dialect}://{rest}"
     raise ConfigError("--storage: a PostgreSQL storage needs a driver: pip install "
                       "psycopg2-binary (memsim[postgres])")
+
+
+def _holds_journal(path: Path) -> bool:
+    """Whether ``path`` is empty or holds at least one Optuna journal record
+    (a JSON object with an ``op_code``): a journal, perhaps with a torn tail
+    that :func:`repair_journal` sets aside, not some other file."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        for line in _lines(path):
+            if line.startswith(b'{"op_code"'):  # a record, perhaps torn
+                return True
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "op_code" in record:
+                return True
+    except OSError as exc:
+        raise ConfigError(f"--storage journal:{path}: cannot read it: "
+                          f"{exc.strerror or exc}") from None
+    return False
 
 
 def _is_record(line: bytes) -> bool:

@@ -13,6 +13,7 @@ Optuna's experimental features that memsim uses on purpose off the console.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 
 import optuna
@@ -45,8 +46,62 @@ def count_complete(study) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
-def make_sampler(spec: SweepSpec, seed: int):
-    """The Optuna sampler named by ``spec.sampler``, seeded with ``seed``."""
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler, counting trial 0 as the grid point it is.
+
+    Trial 0 (the experiment's own parameters, a point of the grid) is
+    enqueued, and Optuna's sampler gives an enqueued trial no grid point: it
+    would run that point a second time and leave another one out (trial
+    ``k`` takes point ``k``). Here the own point is point 0 of the order, and
+    an enqueued trial (trial 0, or the retry of a failed one) takes the point
+    its parameters are, so each point runs once. The order comes from
+    ``sweep.seed`` alone, so that a point's number means the same point in
+    every worker and every session of the study.
+    """
+
+    def __init__(self, spec: SweepSpec, first: dict | None = None) -> None:
+        super().__init__({p.key: p.grid() for p in spec.params}, seed=spec.seed)
+        if first is not None:
+            i = self._grid_id(first)
+            if i is not None:
+                self._all_grids[0], self._all_grids[i] = self._all_grids[i], self._all_grids[0]
+
+    def _grid_id(self, params: dict) -> int | None:
+        """The number of the grid point ``params`` are (None: not a point)."""
+        if any(k not in params for k in self._param_names):
+            return None
+        point = [params[k] for k in self._param_names]
+        for i, grid in enumerate(self._all_grids):
+            if all(_same_value(a, b) for a, b in zip(grid, point)):
+                return i
+        return None
+
+    def before_trial(self, study, trial) -> None:
+        fixed = trial.system_attrs.get("fixed_params")
+        if fixed is not None and "grid_id" not in trial.system_attrs:
+            i = self._grid_id(fixed)
+            if i is not None:
+                study._storage.set_trial_system_attr(trial._trial_id, "search_space",
+                                                     self._search_space)
+                study._storage.set_trial_system_attr(trial._trial_id, "grid_id", i)
+            return
+        super().before_trial(study, trial)
+
+
+def _same_value(a, b) -> bool:
+    """Whether a grid value and a parameter's value are one point (floats up
+    to rounding: 0.1 + 2 * 0.1 is the point 0.3)."""
+    if type(a) is type(b) and a == b:
+        return True
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return False
+
+
+def make_sampler(spec: SweepSpec, seed: int, first: dict | None = None):
+    """The Optuna sampler named by ``spec.sampler``, seeded with ``seed``;
+    the grid sampler (:class:`_GridSampler`) is seeded with ``spec.seed`` and
+    puts ``first`` (trial 0's parameters) first."""
     with quiet_optuna():
         if spec.sampler == "tpe":
             return optuna.samplers.TPESampler(seed=seed)
@@ -64,8 +119,7 @@ def make_sampler(spec: SweepSpec, seed: int):
                 raise ConfigError("sweep.sampler: 'cmaes' needs the cmaes package "
                                   "(pip install cmaes)") from None
             return optuna.samplers.CmaEsSampler(seed=seed)
-        space = {p.key: p.grid() for p in spec.params}
-        return optuna.samplers.GridSampler(space, seed=seed)
+        return _GridSampler(spec, first)
 
 
 def make_pruner(spec: SweepSpec, replicates: int):

@@ -338,7 +338,7 @@ def _start_worker(job: WorkerJob, exp: Experiment | None, spec: SweepSpec | None
     seed = job.seed if job.seed is not None else _worker_seed(spec.seed)
     with quiet_optuna():
         study = optuna.load_study(study_name=job.study_name, storage=storage,
-                                  sampler=make_sampler(spec, seed),
+                                  sampler=make_sampler(spec, seed, first=spec.own_params(exp)),
                                   pruner=make_pruner(spec, exp.settings.replicates))
     evaluator = TrialEvaluator(exp, spec, cache_bytes=cache_budget(spec.cache_mb, job.workers))
     return spec, study, _TrialBatch(evaluator, spec, storage)
