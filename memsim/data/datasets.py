@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from memsim.core.errors import MemsimError
+from memsim.core.paths import file_in_the_way
 
 __all__ = ["Dataset", "DATASETS", "DATA_PREFIX", "DataError", "cache_dir", "cached_path",
            "resolve", "get", "register", "describe", "check_folder"]
@@ -182,13 +183,10 @@ def check_folder(name: str, to: str | os.PathLike | None = None) -> None:
     root = Path(to).expanduser() if to is not None else cache_dir()
     label = ("--to" if to is not None
              else f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the data cache")
-    folder = cached_path(name, root).parent
-    for p in (folder, *folder.absolute().parents):
-        if p.exists():
-            if not p.is_dir():
-                raise DataError(f"{label} {root}: {p} is a file, not a folder; give a folder, "
-                                f"new or existing")
-            return
+    p = file_in_the_way(cached_path(name, root).parent)
+    if p is not None:
+        raise DataError(f"{label} {root}: {p} is a file, not a folder; give a folder, "
+                        f"new or existing")
 
 
 def _copy_checked(d: Dataset, read: Callable[[int], bytes], dest: Path, origin: str) -> Path:

@@ -78,6 +78,7 @@ import pandas as pd
 import pyarrow as pa
 
 from memsim.core.errors import StreamError
+from memsim.core.paths import file_in_the_way
 
 __all__ = [
     "Stream",
@@ -1110,11 +1111,9 @@ def check_stream_dest(path: str | os.PathLike) -> None:
         if any(dest.iterdir()):
             raise StreamError(f"refusing to overwrite non-empty folder: {dest}")
         return
-    for parent in dest.parents:  # the nearest one that exists must be a folder
-        if parent.exists():
-            if not parent.is_dir():
-                raise StreamError(f"cannot write a stream at {dest}: {parent} is a file")
-            return
+    parent = file_in_the_way(dest.parent)
+    if parent is not None:
+        raise StreamError(f"cannot write a stream at {dest}: {parent} is a file")
 
 
 def write_stream(stream: Stream, path: str | os.PathLike) -> Path:

@@ -37,6 +37,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
 from memsim.core.errors import ConfigError
+from memsim.core.paths import file_in_the_way
 
 from .study import quiet_optuna
 
@@ -94,11 +95,9 @@ def _journal_spec(path: Path, given: str) -> str:
     if path.is_file() and not _holds_journal(path):
         raise ConfigError(f"--storage {given}: {path} is not an Optuna journal (no journal "
                           "record in it); give a new file or a sweep's journal")
-    for parent in path.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError(f"--storage {given}: {parent} is a file, not a folder")
-            break
+    parent = file_in_the_way(path.absolute().parent)
+    if parent is not None:
+        raise ConfigError(f"--storage {given}: {parent} is a file, not a folder")
     return f"journal:{path.resolve()}"
 
 

@@ -128,6 +128,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 from memsim.core.errors import ConfigError, StreamError
+from memsim.core.paths import file_in_the_way
 
 __all__ = [
     "FAMILIES",
@@ -915,13 +916,11 @@ def plot_calibration(result: CalibrationResult):
 def _check_out_dir(out_dir: Path) -> None:
     """Refuse an ``out_dir`` that is a file or lies under one (ConfigError
     naming ``--out`` and the file)."""
-    for p in (out_dir, *out_dir.absolute().parents):
-        if p.exists():
-            if not p.is_dir():
-                where = "" if p == out_dir else f" ({p} is a file)"
-                raise ConfigError(f"--out {out_dir}: not a folder{where}; give a folder, "
-                                  f"new or existing")
-            return
+    p = file_in_the_way(out_dir)
+    if p is not None:
+        where = "" if p == out_dir else f" ({p} is a file)"
+        raise ConfigError(f"--out {out_dir}: not a folder{where}; give a folder, "
+                          f"new or existing")
 
 
 def _write_outputs(result: CalibrationResult, out_dir: Path) -> dict:

@@ -81,6 +81,7 @@ import pandas as pd
 
 from memsim.runs.config import dumps_toml, experiment_from_dict
 from memsim.core.errors import ConfigError, StreamError
+from memsim.core.paths import file_in_the_way
 from memsim.data.importers.locomo import import_locomo
 from memsim.data.importers.trace import import_trace
 from memsim.reporting.rundir import write_atomic
@@ -838,13 +839,10 @@ def calibrate_workload(path: str | os.PathLike, out: str | os.PathLike | None = 
     _check_search(budget, steps, ("--budget", "--steps"))
     if out is not None:
         o = Path(out)
-        for p in (o, *o.absolute().parents):
-            if p.exists():
-                if not p.is_dir():
-                    where = "" if p == o else f" ({p} is a file)"
-                    raise ConfigError(f"--out {o}: not a folder{where}; give a new or "
-                                      f"empty folder")
-                break
+        p = file_in_the_way(o)
+        if p is not None:
+            where = "" if p == o else f" ({p} is a file)"
+            raise ConfigError(f"--out {o}: not a folder{where}; give a new or empty folder")
         if o.exists() and any(o.iterdir()):
             raise ConfigError(f"--out {o}: refusing to overwrite non-empty folder")
     twin = fit_twin(load_any_stream(path), budget=budget, seed=seed, steps=steps,
