@@ -87,6 +87,7 @@ __all__ = [
     "read_stream",
     "write_stream",
     "check_stream_dest",
+    "exact_int64",
     "describe_stream",
     "stream_facts",
     "NOTE_DEFAULTS",
@@ -314,10 +315,16 @@ def _is_extension_number(dtype: Any) -> bool:
 MAX_TOKENS = 2 ** 40
 
 
-def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = False,
-                maximum: int | None = None) -> np.ndarray:
-    """An int64 column; floats are accepted when integral and below 2**53 in
-    magnitude (where a float holds every integer exactly), never truncated."""
+def exact_int64(raw: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Read a column as int64 without loss: floats are accepted when integral
+    and below 2**53 in magnitude (where a float holds every integer exactly),
+    never truncated or wrapped.
+
+    Returns ``(values, bad, inexact)``: ``bad`` marks cells that are missing,
+    not numbers (booleans included), not integral, or an unsigned int beyond
+    int64; ``inexact`` marks integral floats of 2**53 or more in magnitude;
+    ``values`` is 0 at both.
+    """
     values, bad = _parse_number(raw)
     inexact = np.zeros(len(values), dtype=bool)
     if values.dtype.kind == "f":
@@ -330,7 +337,13 @@ def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = Fals
         ok = values <= np.iinfo(np.int64).max
         bad = bad | ~ok
         values = np.where(ok, values, 0)
-    out = values.astype(np.int64, copy=False)  # the table built from it copies it
+    return values.astype(np.int64, copy=False), bad, inexact
+
+
+def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = False,
+                maximum: int | None = None) -> np.ndarray:
+    """An int64 column read by :func:`exact_int64`, its first bad row refused."""
+    out, bad, inexact = exact_int64(raw)  # (the table built from it copies it)
     if positive:
         bad = bad | (out <= 0)
     _fail_inexact_first(t, bad, inexact, raw, column)

@@ -129,6 +129,7 @@ from scipy import optimize, stats
 
 from memsim.core.errors import ConfigError, StreamError
 from memsim.core.paths import file_in_the_way
+from memsim.data.stream import exact_int64
 
 __all__ = [
     "FAMILIES",
@@ -180,29 +181,6 @@ def _cell(raw: pd.Series, row: int) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _exact_integers(raw: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Read a CSV column as int64 without loss.
-
-    Returns ``(values, bad)``: ``bad`` marks cells that are missing, not a
-    number, a boolean, an int outside int64, or a float that is not integral
-    or not below 2**53 in magnitude (where a float holds every integer
-    exactly); ``values`` is 0 there. Nothing is truncated or wrapped.
-    """
-    n = len(raw)
-    if pd.api.types.is_bool_dtype(raw.dtype):
-        # True/False as a number is a type mistake, not a lossless read.
-        return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
-    values = pd.to_numeric(raw, errors="coerce").to_numpy()
-    if values.dtype.kind == "i":
-        return values.astype(np.int64, copy=False), np.zeros(n, dtype=bool)
-    if values.dtype.kind == "u":
-        ok = values <= np.iinfo(np.int64).max
-    else:
-        values = values.astype(np.float64)
-        ok = np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2.0 ** 53)
-    return np.where(ok, values, 0).astype(np.int64), ~ok
-
-
 def _read_one(path: Path) -> pd.DataFrame:
     try:
         frame = pd.read_csv(path)
@@ -214,13 +192,15 @@ def _read_one(path: Path) -> pd.DataFrame:
                           f"{', '.join(_REQUIRED)})")
     if frame.empty:
         raise StreamError(f"{path}: no reviews")
-    card, bad = _exact_integers(frame["card_id"])
+    card, bad, inexact = exact_int64(frame["card_id"])
+    bad |= inexact
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise StreamError(f"{path}: column 'card_id': row {row}: expected an integer id (a "
                           f"float only when integral and below 2**53 in magnitude, an int "
                           f"within int64), got {_cell(frame['card_id'], row)!r}")
-    rating, bad = _exact_integers(frame["review_rating"])
+    rating, bad, inexact = exact_int64(frame["review_rating"])
+    bad |= inexact
     bad = bad | ~np.isin(rating, [1, 2, 3, 4])
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
