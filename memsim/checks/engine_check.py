@@ -34,7 +34,8 @@ import pandas as pd
 
 from memsim.engine import Arm, SimSettings, simulate, with_timing
 from memsim.core.errors import ConfigError, MemsimError
-from memsim.core.params import Interval, check_keys, describe_constraint, did_you_mean
+from memsim.core.params import (Interval, check_keys, describe_constraint, did_you_mean,
+                                 short_repr)
 from memsim.reporting.rundir import jsonable, write_atomic
 from memsim.data.stream import Stream, make_stream, read_stream
 from memsim.data.workload import SyntheticWorkload
@@ -144,7 +145,7 @@ class CheckConfig:
 
     def fail(self, key: str, message: str, value: Any) -> None:
         """Raise ``WHERE: NAME.KEY: MESSAGE; got VALUE``."""
-        raise ConfigError(f"{self.where}: {self.name}.{key}: {message}; got {_short(value)}")
+        raise ConfigError(f"{self.where}: {self.name}.{key}: {message}; got {short_repr(value)}")
 
 
 def _accepts(constraint: Any, value: Any) -> bool:
@@ -153,29 +154,12 @@ def _accepts(constraint: Any, value: Any) -> bool:
     return any(c.check(value) for c in alternatives)
 
 
-def _short(value: Any, n: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= n else text[:n] + "..."
-
-
 def _read_toml(path: Path) -> dict:
     """The parsed TOML file: a readable regular file of at most
     :data:`memsim.runs.config.MAX_CONFIG_BYTES`, UTF-8, valid TOML."""
-    from memsim.runs.config import MAX_CONFIG_BYTES
+    from memsim.runs.config import read_config_file
 
-    try:
-        if not path.exists():
-            raise ConfigError(f"{path}: no such check config file")
-        if not path.is_file():
-            raise ConfigError(f"{path}: not a regular file (a folder, a device or a pipe?), "
-                              "not a check config file")
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; "
-                          "not a check config file")
+    data = read_config_file(path, "check config file")
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
@@ -227,7 +211,7 @@ def read_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
     name = present[0] if present else tables[0]
     check = cfg.get(name, {})
     if not isinstance(check, dict):
-        raise ConfigError(f"{where}: {name}: expected a table, got {_short(check)}")
+        raise ConfigError(f"{where}: {name}: expected a table, got {short_repr(check)}")
     try:
         check_keys(check, sorted(keys | {"seed"}), name)
     except ConfigError as exc:
@@ -236,7 +220,7 @@ def read_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
     seed = conf.value("seed", Interval(0, 2**63 - 1, integer=True), 0)
     wl = cfg.get("workload", {})
     if not isinstance(wl, dict):
-        raise ConfigError(f"{where}: workload: expected a table, got {_short(wl)}")
+        raise ConfigError(f"{where}: workload: expected a table, got {short_repr(wl)}")
     if "source" in wl:
         extra = sorted(set(wl) - {"source"})
         if extra:
@@ -247,7 +231,7 @@ def read_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
                               "and generates none; the seed would do nothing")
         if not isinstance(wl["source"], str) or not wl["source"]:
             raise ConfigError(f"{where}: workload.source: expected a stream folder (a string), "
-                              f"got {_short(wl['source'])}")
+                              f"got {short_repr(wl['source'])}")
         src = Path(wl["source"]).expanduser()
         src = src if src.is_absolute() else base / src
         if not src.exists():

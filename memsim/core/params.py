@@ -29,6 +29,7 @@ __all__ = [
     "describe_constraint",
     "did_you_mean",
     "check_keys",
+    "short_repr",
 ]
 
 
@@ -101,6 +102,12 @@ def did_you_mean(key: str, allowed) -> str:
     """`` (did you mean 'x'?)`` when a close match exists, else ``""``."""
     match = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def short_repr(value: Any, n: int = 60) -> str:
+    """``repr(value)``, cut to ``n`` characters (and ``...``) for a message."""
+    text = repr(value)
+    return text if len(text) <= n else text[:n] + "..."
 
 
 def check_keys(keys, allowed, where: str) -> None:

@@ -46,7 +46,8 @@ from memsim.engine.settings import splits_ticks
 from memsim.data.importers.locomo import import_locomo
 from memsim.data.importers.trace import import_trace
 from memsim.core.errors import ConfigError, MemsimError
-from memsim.core.params import Interval, Validated, apply_override, check_keys, did_you_mean
+from memsim.core.params import (Interval, Validated, apply_override, check_keys, did_you_mean,
+                                 short_repr)
 from memsim.policies import Policy, resolve_policy
 from memsim.policies.plugins import check_module_names, import_plugins
 from memsim.evaluation.reader import reader_from_config
@@ -535,7 +536,7 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
     Raises :class:`ConfigError` with one line naming the file and the key.
     """
     path = Path(path)
-    text = _read_config_file(path)
+    text = read_config_file(path)
     if not text.strip():
         raise ConfigError(f"{path}: the experiment file is empty")
     try:
@@ -546,7 +547,7 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     if not isinstance(table.get("experiment", {}), dict):
         raise ConfigError(f"{path}: experiment: expected a table, got "
-                          f"{_short(table['experiment'])}")
+                          f"{short_repr(table['experiment'])}")
     table.setdefault("experiment", {}).setdefault("name", _safe_name(path.stem))
     # every override that reads and applies is kept; the others are reported
     # with the file's own mistakes
@@ -660,30 +661,30 @@ def import_run_plugins(run_dir: str | Path) -> None:
             raise ConfigError(f"{cfg}: {exc}") from None
 
 
-def _read_config_file(path: Path) -> bytes:
-    """The bytes of an experiment file: a regular file of at most
-    :data:`MAX_CONFIG_BYTES` (a device or a FIFO would never end)."""
+def read_config_file(path: Path, what: str = "experiment file") -> bytes:
+    """The bytes of a config file (``what`` names its kind in messages): a
+    regular file of at most :data:`MAX_CONFIG_BYTES` (a device or a FIFO
+    would never end)."""
     try:
         if not path.exists():
-            raise ConfigError(f"{path}: no such experiment file")
+            raise ConfigError(f"{path}: no such {what}")
         if path.is_dir():
-            raise ConfigError(f"{path}: is a folder, not an experiment file")
+            raise ConfigError(f"{path}: is a folder, not {_article(what)}")
         if not path.is_file():
             raise ConfigError(f"{path}: not a regular file (a device or a pipe?), "
-                              "not an experiment file")
+                              f"not {_article(what)}")
         with open(path, "rb") as f:
             text = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; "
-                          "not an experiment file")
+                          f"not {_article(what)}")
     return text
 
 
-def _short(value: Any, n: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= n else text[:n] + "..."
+def _article(what: str) -> str:
+    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
 
 
 def _override(table: dict, key: str, value: Any, where: str) -> None:
@@ -703,7 +704,7 @@ def _override(table: dict, key: str, value: Any, where: str) -> None:
         node = node.get(part)
         if node is not None and not isinstance(node, (dict, str)):
             raise ConfigError(f"{where} {key}: {'.'.join(parts[:i + 1])} is "
-                              f"{_short(node)}, not a table")
+                              f"{short_repr(node)}, not a table")
     try:
         apply_override(table, key, value)
     except (AttributeError, TypeError):
