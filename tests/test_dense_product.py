@@ -22,7 +22,7 @@ from memsim.engine.state import PolicyState, Scratch, _subtract
 from memsim.engine.topc import top_candidates
 from memsim.policies.retrieval import HNSW, Cosine, InverseSquaredL2, pair_cosine
 
-from .helpers import random_stream
+from .helpers import numba_kernels, random_stream
 
 
 def make_batch(inp, rows: np.ndarray, block: int, dead: np.ndarray | None) -> Batch:
@@ -71,10 +71,17 @@ def small_scratch(monkeypatch):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), n_notes=st.integers(1, 700),
        block=st.sampled_from([1, 7, 64, 100, 333, 2048]), dim=st.sampled_from([3, 8, 33]),
-       dead_share=st.sampled_from([0.0, 0.5, 0.95]), threads=st.sampled_from([1, 3]))
+       dead_share=st.sampled_from([0.0, 0.5, 0.95]), threads=st.sampled_from([1, 3]),
+       compiled=st.booleans())
 def test_blocked_similarity_equals_the_unblocked_one(small_scratch, monkeypatch, seed, n_notes,
-                                                     block, dim, dead_share, threads):
+                                                     block, dim, dead_share, threads, compiled):
+    """With the compiled write of each block (numba) or numpy's."""
     monkeypatch.setattr(batch_module, "product_threads", lambda blocks: threads)
+    with numba_kernels(compiled):
+        _check_blocked_similarity(seed, n_notes, block, dim, dead_share)
+
+
+def _check_blocked_similarity(seed, n_notes, block, dim, dead_share):
     stream = random_stream(seed, n_notes=n_notes, n_queries=30, dim=dim)
     inp = _inputs(stream)
     rng = np.random.default_rng(seed)
@@ -102,6 +109,29 @@ def test_blocked_similarity_equals_the_unblocked_one(small_scratch, monkeypatch,
         rpos, rvals = top_candidates(ref, c)
         np.testing.assert_array_equal(pos, rpos)
         np.testing.assert_array_equal(vals, rvals)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_compiled_write_gives_numpys_floats(small_scratch, monkeypatch, threads):
+    """Each block written transposed (and scaled) by the compiled kernel or
+    by numpy: the same bits, for the dot products and the cosine, zero
+    vectors (factor 0) and skipped blocks among them."""
+    pytest.importorskip("numba", reason="the compiled write needs the 'fast' extra")
+    monkeypatch.setattr(batch_module, "product_threads", lambda blocks: threads)
+    stream = random_stream(11, n_notes=900, n_queries=25, dim=17)
+    stream.note_embeddings[::7] = 0.0
+    stream.query_embeddings[3] = 0.0
+    inp = _inputs(stream)
+    rows = np.arange(len(inp.qt))
+    dead = np.random.default_rng(1).random(900) < 0.3
+    got = {}
+    for compiled in (True, False):
+        with numba_kernels(compiled):
+            b = make_batch(inp, rows, 64, dead)
+            got[compiled] = (b.dots.copy(), b.scaled_similarity(Cosine()).copy())
+    assert same_bits(got[True][0], got[False][0])
+    assert same_bits(got[True][1], got[False][1])
+    assert np.isfinite(got[True][1]).all() and (got[True][1][3] == 0).all()
 
 
 def test_a_store_smaller_than_one_block_and_a_ragged_last_block(small_scratch):
