@@ -497,3 +497,72 @@ def test_readme_table_is_the_command_output():
     start = readme.index("<!-- preset-catalogue:start -->") + len("<!-- preset-catalogue:start -->")
     end = readme.index("<!-- preset-catalogue:end -->")
     assert readme[start:end].strip() == out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["now", "created"])
+def test_a_real_llamaindex_pipeline_keeps_no_refresh(mode):
+    """Through a real ``VectorStoreIndex`` (its default ``SimpleVectorStore``
+    and docstore, the stream's vectors as the embedder's) every retrieval
+    builds fresh nodes from the docstore, so the postprocessor's refresh of
+    ``__last_accessed__`` is lost: the pipeline ranks as the preset with
+    ``feedback.touch = "none"`` on every query, and not as the preset with
+    its refresh (the presets' docstring says which to pick)."""
+    _need("llamaindex")
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.postprocessor import TimeWeightedPostprocessor
+    from llama_index.core.schema import QueryBundle, TextNode
+
+    from memsim.checks import framework_check as fc
+
+    stream = prepare_stream(_stream(11), "the check needs")
+    vectors: dict[str, list[float]] = {}
+
+    class StreamVectors(BaseEmbedding):  # the stream's vectors, no model
+        def _get_text_embedding(self, text):  # the text after the metadata LlamaIndex adds
+            return vectors[text.split()[-1]]
+
+        def _get_query_embedding(self, query):
+            return vectors[query]
+
+        async def _aget_query_embedding(self, query):
+            return vectors[query]
+
+    key = "__last_accessed__"
+    index = VectorStoreIndex([], storage_context=StorageContext.from_defaults(),
+                             embed_model=StreamVectors())
+    inserted: set[int] = set()
+
+    def setup(st):
+        def on_add(i):
+            vectors[f"n{i}"] = st.emb[i].tolist()
+            meta = {} if mode == "now" else {key: fc.EPOCH_TS + float(st.created[i])}
+            index.insert_nodes([TextNode(id_=f"n{i}", text=f"n{i}", metadata=meta)])
+            inserted.add(i)
+
+        def on_access(i, t):  # an organic use the application writes to its docstore
+            node = index.docstore.get_node(f"n{i}")
+            prev = node.metadata.get(key)
+            node.metadata[key] = fc.EPOCH_TS + t if prev is None else max(prev, fc.EPOCH_TS + t)
+            index.docstore.add_documents([node], allow_update=True)
+        return on_add, on_access
+
+    def query(st, rows, q, t, k):
+        gone = inserted - set(rows.tolist())
+        if gone:
+            index.delete_nodes([f"n{i}" for i in sorted(gone)])
+            inserted.difference_update(gone)
+        found = index.as_retriever(similarity_top_k=2).retrieve(
+            QueryBundle("q", embedding=q.tolist()))
+        out = TimeWeightedPostprocessor(top_k=k, now=fc.EPOCH_TS + t).postprocess_nodes(found)
+        return [int(n.node.id_[1:]) for n in out], [float(n.score) for n in out]
+
+    ids, scores = fc._run(stream, 1, setup, query)
+    assert sum(len(x) for x in ids) > 50
+    kept, _, _ = replay_memsim(stream, fc.framework_policy("llamaindex", mode=mode,
+                                                           refresh=False), 1, arm="framework")
+    assert all(np.array_equal(a, b) for a, b in zip(ids, kept))
+    refreshed, _, _ = replay_memsim(stream, fc.framework_policy("llamaindex", mode=mode), 1,
+                                    arm="framework")
+    assert any(not np.array_equal(a, b) for a, b in zip(ids, refreshed))

@@ -25,7 +25,15 @@ _LLAMA_DOC = """LlamaIndex's TimeWeightedPostprocessor ({mode}): similarity + 0.
     ``__last_accessed__`` set to now (``time_access_refresh = True``;
     feedback ``touch = "returned"``, ``k = 1``, per query). {detail}
     ``memsim engine-check llamaindex`` replays a stream through the real
-    postprocessor."""
+    postprocessor.
+
+    The refresh is kept only where the application keeps the node objects
+    (or writes the key back to its store). A ``VectorStoreIndex`` over its
+    docstore builds fresh nodes from the docstore at every retrieval
+    (``VectorIndexRetriever._build_node_list_from_query_result``), so the
+    stamp is lost: replay such a pipeline with ``feedback = {{touch =
+    "none"}}`` (the default mode then ranks by similarity alone, every
+    node counting as accessed now; the stamped one by age from creation)."""
 
 add_preset(
     "llamaindex-time-weighted",
