@@ -603,10 +603,23 @@ def _cmd_optimum(args) -> int:
 def _cmd_advise(args) -> int:
     from memsim.tuning.advice import advise, print_progress
 
-    # advise() loads the file with the overrides: its [advise] mistakes name
-    # the file, and the --set or --current that set the key
-    advice = advise(args.experiment, overrides=args.set, current=args.current, out=args.out,
-                    argv=sys.argv, progress=None if args.quiet or args.json else print_progress)
+    # --progress json: the progress printer of the other commands, one JSON
+    # object per batch of trials; else a line of text per batch (none with
+    # --json or --quiet)
+    prog = lines = None
+    if _json_progress(args):
+        prog = Progress("memsim advise", args.quiet, phase="trials", units=_advise_units(args),
+                        unit="trial", json_lines=True)
+    elif not (args.quiet or args.json):
+        lines = print_progress
+    try:
+        # advise() loads the file with the overrides: its [advise] mistakes
+        # name the file, and the --set or --current that set the key
+        advice = advise(args.experiment, overrides=args.set, current=args.current,
+                        out=args.out, argv=sys.argv, progress=lines, progress_fraction=prog)
+    finally:
+        if prog is not None:
+            prog.close()
     if args.json:
         print(advice.to_json())
         return 0
@@ -615,6 +628,21 @@ def _cmd_advise(args) -> int:
     if advice.path is not None:
         print(advice.path)
     return 0
+
+
+def _advise_units(args) -> list[tuple[float, str]] | None:
+    """The batches of trials ``memsim advise`` reports progress in
+    (``trials 10/30``), or None when the [advise] table does not parse
+    (advise then says what is wrong)."""
+    from memsim.runs.config import load_experiment
+    from memsim.tuning.advice import AdviseSpec
+    try:
+        exp = load_experiment(args.experiment, args.set)
+        spec = AdviseSpec.from_table(exp.advise, exp, args.current)
+    except MemsimError:
+        return None
+    ends = list(range(spec.batch, spec.trials, spec.batch)) + [spec.trials]
+    return [(k / spec.trials, f"trials {k}/{spec.trials}") for k in ends]
 
 
 def _cmd_feather_check(args) -> int:

@@ -180,7 +180,8 @@ def test_few_queries_use_rolling_origin_folds_that_never_test_on_their_tuning_qu
 # --------------------------------------------------------------------------
 
 
-def test_cli_writes_advice_files_atomically_and_prints_the_answer(tmp_path):
+def _trace_experiment(tmp_path: Path, batch: int) -> Path:
+    """An experiment file advising on the example trace (4 trials)."""
     exp_file = tmp_path / "a.toml"
     exp_file.write_text(f"""
 [experiment]
@@ -196,9 +197,14 @@ preset = "as-logged"
 [advise]
 current = "today"
 trials = 4
-batch = 4
+batch = {batch}
 rankers = ["current", "similarity"]
 """)
+    return exp_file
+
+
+def test_cli_writes_advice_files_atomically_and_prints_the_answer(tmp_path):
+    exp_file = _trace_experiment(tmp_path, batch=4)
     res = subprocess.run([sys.executable, "-m", "memsim.cli", "advise", str(exp_file),
                           "--out", str(tmp_path / "out")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -440,3 +446,254 @@ def test_a_cut_on_similarity_is_in_the_search_space():
     assert packer == {"kind": "greedy", "min_relative_score": 0.6, "cut_on": "similarity"}
     none = space.table(dict(params, cut="none"))["packer"]
     assert none["min_relative_score"] == 0.0
+
+
+# --------------------------------------------------------------------------
+# seeds, the retention knob's declared range and type
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where, seed", [
+    ("advise", 2**63 - 1), ("advise", 2**32 - 1), ("advise", 2**32), ("experiment", 2**40),
+])
+def test_any_seed_memsim_run_accepts_seeds_every_fold(where, seed):
+    # fold j's sampler seed is a named child stream of the seed (32 bits),
+    # not seed + j: a seed of 2**32 - 1 or more used to crash numpy
+    table = {"trials": 2, "batch": 2, "rankers": ["current", "similarity"]}
+    if where == "advise":
+        exp = trace_experiment(seed=seed, **table)
+    else:
+        exp = memsim.experiment_from_dict({**trace_experiment(**table).to_config(),
+                                           "experiment": {"name": "trace-advise",
+                                                          "seed": seed, "budget_tokens": 300,
+                                                          "candidates": 20, "replicates": 1}})
+        exp = memsim.experiment_from_dict({**exp.to_config(), "advise": {
+            k: v for k, v in exp.to_config()["advise"].items() if k != "seed"}})
+    adv = advise(exp)
+    assert len(adv.folds) == 3 and len(adv.trials_table) == 6
+    # deterministic: the same seed draws the same trials
+    assert advise(exp).to_json() == adv.to_json()
+
+
+def test_the_fold_seeds_are_distinct_32_bit_child_streams():
+    from memsim.tuning.advice import _fold_seed
+
+    for seed in (0, 1, 2**32 - 1, 2**63 - 1):
+        seeds = [_fold_seed(seed, j) for j in range(4)]
+        assert len(set(seeds)) == 4 and all(0 <= s < 2**32 for s in seeds)
+        assert seeds == [_fold_seed(seed, j) for j in range(4)]
+
+
+def test_the_retention_search_stays_within_the_knobs_declared_range():
+    # memorybank's threshold is declared in [0, 1]: from half to twice today's
+    # 0.9 is [0.45, 1.8], clamped to [0.45, 1]
+    exp = experiment(planted_world(10.0),
+                     {"preset": "memorybank", "retention": {"kind": "memorybank",
+                                                            "threshold": 0.9}},
+                     {"rankers": ["current"], "candidates": [20], "trials": 8, "batch": 8},
+                     replicates=1)
+    adv = advise(exp)
+    col = adv.trials_table["params.retention.threshold"]
+    assert col.iloc[0] == pytest.approx(0.9)
+    assert col.between(0.45, 1.0).all() and col.nunique() > 1
+
+
+def test_a_retention_knob_whose_range_collapses_is_not_searched():
+    from memsim.tuning.advice import _retention_range
+
+    exp = experiment(planted_world(10.0), {"preset": "ai-memory"}, {}, replicates=1)
+    ret = exp.policies["today"].retention
+    rng = _retention_range(ret, "cold_threshold")
+    assert not rng.integer and (rng.low, rng.high) == pytest.approx((0.10, 0.40))
+    # today's 0 has no scale, and cold_threshold has no upper bound: not searched
+    zero = resolve_policy({"preset": "ai-memory", "retention": {
+        "kind": "ai-memory", "cold_threshold": 0}}, "p").retention
+    assert _retention_range(zero, "cold_threshold") is None
+    cap = resolve_policy({"retention": {"kind": "capacity", "max_notes": 1}}, "p").retention
+    one = _retention_range(cap, "max_notes")  # declared an int >= 1: {1, 2}
+    assert one.integer and (one.low, one.high) == (1, 2)
+    adv = advise(experiment(planted_world(10.0), {"preset": "ai-memory", "retention": {
+        "kind": "ai-memory", "cold_threshold": 0}},
+        {"rankers": ["current"], "candidates": [20], "trials": 2, "batch": 2}, replicates=1))
+    assert not any(c.startswith("params.retention") for c in adv.trials_table.columns)
+
+
+def test_the_knobs_declared_type_not_how_it_was_written_chooses_the_search():
+    def run(value):
+        return advise(experiment(planted_world(10.0), {"preset": "ai-memory", "retention": {
+            "kind": "ai-memory", "cold_threshold": value}},
+            {"rankers": ["current"], "candidates": [20], "trials": 5, "batch": 5},
+            replicates=1))
+
+    as_int, as_float = run(1), run(1.0)
+    col = as_int.trials_table["params.retention.cold_threshold"]
+    # cold_threshold is a float: 1 and 1.0 give the same search, over [0.5, 2]
+    pd.testing.assert_frame_equal(as_int.trials_table, as_float.trials_table)
+    assert col.between(0.5, 2.0).all() and not col.iloc[1:].apply(float.is_integer).all()
+    assert as_int.to_json() == as_float.to_json()
+
+
+def test_a_zero_threshold_is_searched_linearly_within_its_declared_range():
+    # memorybank's threshold = 0: no log range, and no scale from today's;
+    # the declared [0, 1] is searched instead (it used to crash in suggest_int)
+    adv = advise(experiment(planted_world(10.0), {"preset": "memorybank", "retention": {
+        "kind": "memorybank", "threshold": 0}},
+        {"rankers": ["current"], "candidates": [20], "trials": 5, "batch": 5}, replicates=1))
+    col = adv.trials_table["params.retention.threshold"]
+    assert col.iloc[0] == 0 and col.between(0.0, 1.0).all() and col.nunique() > 1
+    assert isinstance(adv.recommended["retention"]["threshold"], float)
+
+
+# --------------------------------------------------------------------------
+# --progress json; side-effect warnings; honest labels; the verdict
+# --------------------------------------------------------------------------
+
+
+def test_cli_advise_honours_progress_json(tmp_path):
+    exp_file = _trace_experiment(tmp_path, batch=2)
+    res = subprocess.run([sys.executable, "-m", "memsim.cli", "advise", str(exp_file),
+                          "--progress", "json", "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(line) for line in res.stderr.splitlines()]
+    assert [x["done"] for x in lines] == ["trials 2/4", "trials 4/4"]
+    assert all(x["command"] == "memsim advise" and x["phase"] == "trials" for x in lines)
+    assert lines[-1]["fraction"] == 1.0
+    # the contract lists advise among the commands that take --progress
+    shared = (ROOT / "docs" / "contracts" / "cli.md").read_text().split(
+        "## Options shared by the commands that run simulations")[1].split("| option |")[0]
+    assert "`advise`" in shared
+
+
+def write_trace(path: Path, *, notes: int = 100, queries: int = 200, same_t: int = 50,
+                seed: int = 0) -> Path:
+    """A small trace: notes up to 100 days old, queries asked ``same_t`` at a
+    time, each with the logged top 8 and the one note it used."""
+    rng = np.random.default_rng(seed)
+    emb = rng.normal(size=(notes, 8))
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    events = [{"event": "header", "format": "memsim-trace", "version": 1, "time_unit": "day",
+               "name": "gen"}]
+    for i in range(notes):
+        events.append({"event": "note_added", "id": i, "t": -100 + 100 * i / notes,
+                       "actor": "a0", "tokens": int(rng.integers(30, 200)),
+                       "tier": ["task", "scratch", "longterm"][i % 3],
+                       "embedding": [round(float(x), 4) for x in emb[i]]})
+    for j in range(queries):
+        target = int(rng.integers(0, notes))
+        q = emb[target] + 0.5 * rng.normal(size=8)
+        q /= np.linalg.norm(q)
+        events.append({"event": "query", "id": j, "t": 1.0 + (j // same_t) * 0.5, "actor": "a0",
+                       "embedding": [round(float(x), 4) for x in q]})
+        sims = emb @ q
+        top = np.argsort(-sims)[:8]
+        events.append({"event": "retrieved", "query": j, "notes": [int(k) for k in top],
+                       "scores": [round(float(sims[k]), 4) for k in top]})
+        events.append({"event": "used", "query": j, "notes": [target]})
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+@pytest.fixture(scope="module")
+def old_notes_advice(tmp_path_factory):
+    """Rolling folds on a trace whose old notes a 500-day half-life buries a
+    little: one point in the search space, so the result depends on no draw."""
+    trace = write_trace(tmp_path_factory.mktemp("trace") / "old.jsonl")
+    return advise(memsim.experiment_from_dict({
+        "experiment": {"name": "old", "budget_tokens": 300, "candidates": 20, "replicates": 1},
+        "workload": {"source": str(trace), "importer": "trace"},
+        "policies": {"today": {"preset": "as-logged"}},
+        "advise": {"current": "today", "rankers": ["half-life"], "packers": ["skip-fill"],
+                   "cuts": ["none"], "candidates": [20], "trials": 1, "batch": 1,
+                   "half_life_days": [500.0, 500.0]}}))
+
+
+def test_side_effects_warn_only_where_the_interval_excludes_zero(old_notes_advice):
+    from memsim.evaluation.metrics import OLD_RECALL_COLUMN
+
+    adv = old_notes_advice
+    old = adv.heldout[OLD_RECALL_COLUMN]
+    # old-note recall falls, but its interval reaches 0: reported, no warning
+    assert old["diff"] < 0 and old["low"] < 0 and old["high"] >= 0
+    assert adv.warnings == [] and "WARNING" not in adv.to_text()
+    assert "recall of notes >= 90 days" in adv.metrics_line()
+
+
+def test_side_effect_warnings_follow_the_interval():
+    from memsim.tuning.advice import _side_effect_warnings
+
+    def h(diff, low, high):
+        return {"diff": diff, "low": low, "high": high}
+
+    nan = h(math.nan, math.nan, math.nan)
+    quiet = {"harm": h(0.01, -0.01, 0.03), "recall_age_90_inf": h(-0.05, -0.15, 0.0),
+             "tokens_used": h(50.0, 20.0, 80.0)}
+    assert _side_effect_warnings(quiet) == []
+    loud = {"harm": h(0.02, 0.01, 0.03), "recall_age_90_inf": h(-0.05, -0.15, -0.01),
+            "tokens_used": h(50.0, 20.0, 80.0)}
+    assert _side_effect_warnings(loud) == [
+        "raises harm by 0.020 [+0.010, +0.030]",
+        "lowers recall of notes >= 90 days by 0.050 [-0.150, -0.010]"]
+    # an improvement is no warning; nor is a metric with nothing to measure
+    assert _side_effect_warnings({"harm": h(-0.02, -0.03, -0.01), "recall_age_90_inf": nan,
+                                  "tokens_used": nan}) == []
+
+
+def test_pooled_heldout_figures_say_they_are_each_folds_own_winner(old_notes_advice):
+    import dataclasses
+
+    adv = old_notes_advice
+    assert len(adv.folds) == 3
+    text = adv.to_text()
+    assert "held-out, each fold's own winner" in text
+    metrics = next(line for line in text.splitlines() if "tokens used" in line)
+    assert metrics.startswith("held-out, each fold's own winner: ")
+    # the search kept today's setting, and earlier folds' winners differ:
+    # the report says the pooled figures are not the recommendation's
+    kept = dataclasses.replace(adv, changes=[])
+    text = kept.to_text()
+    assert "Recommendation: keep today's setting" in text
+    assert "the held-out figures below pool each fold's own winner" in text
+    assert "keep" in kept.headline() and "a significant gain" not in kept.headline()
+
+
+def test_runner_ups_heldout_names_the_last_folds_test_queries(old_notes_advice):
+    import dataclasses
+
+    adv = old_notes_advice
+    ru = {"tuning": 0.3, "changes": ["candidates from 20 to 10"], "heldout": 0.5,
+          "policy": adv.recommended}
+    text = dataclasses.replace(adv, runner_ups=[ru]).to_text()
+    n = adv.folds[-1]["n_test"]
+    header = next(line for line in text.splitlines() if line.startswith("Runner-ups"))
+    assert f"held-out: on the last fold's {n} test queries" in header
+    # one fold: the runner-ups' held-out base is the recommendation's
+    one = dataclasses.replace(adv, runner_ups=[ru], folds=adv.folds[-1:]).to_text()
+    assert "last fold" not in next(line for line in one.splitlines()
+                                   if line.startswith("Runner-ups"))
+
+
+def test_advice_md_never_recommends_a_setting_the_verdict_rejects(old_notes_advice):
+    import dataclasses
+
+    adv = old_notes_advice
+    worse = dataclasses.replace(adv, gain=-0.2, gain_low=-0.3, gain_high=-0.1, significant=True)
+    md = worse.to_markdown()
+    assert "significantly WORSE" in md
+    assert "Recommended policy" not in md and "[policies.recommended]" not in md
+    assert "keep today's setting" in md and "not recommended" in md
+    data = json.loads(worse.to_json())
+    assert data["verdict"] == "keep" and data["verdict_reason"] == "significantly worse"
+    assert data["recommended"] == json.loads(adv.to_json())["recommended"]  # kept for compat
+    # not significant: not recommended either
+    flat = dataclasses.replace(adv, gain=0.01, gain_low=-0.1, gain_high=0.1, significant=False)
+    assert "Recommended policy" not in flat.to_markdown()
+    assert json.loads(flat.to_json())["verdict_reason"] == "not significant"
+    # a significant gain: the setting to paste
+    better = dataclasses.replace(adv, gain=0.2, gain_low=0.1, gain_high=0.3, significant=True)
+    assert "Recommended policy (paste as a `[policies.NAME]` table)" in better.to_markdown()
+    assert json.loads(better.to_json())["verdict"] == "adopt"
+    # nothing better found: no table to paste
+    same = dataclasses.replace(better, changes=[])
+    assert json.loads(same.to_json())["verdict"] == "keep"
+    assert "```toml" not in same.to_markdown()

@@ -9,7 +9,8 @@ that runs today::
     # everything below is optional
     trials = 30                 # Optuna trials per tuning fold (TPE, seeded)
     batch = 10                  # trials simulated together as the arms of one replay
-    seed = 1                    # default: the experiment's seed
+    seed = 1                    # default: the experiment's seed (fold j's sampler
+                                # draws from its child stream ("advise", "tpe", j))
     split = 0.7                 # a stream: tune on the first 70% of its queries by time
     folds = 0                   # a stream: 0 = automatic (rolling origin, 3 folds, when few)
     holdout_replicates = 0      # synthetic: fresh seeds to test on (0: experiment.replicates)
@@ -40,7 +41,13 @@ The search space spans the pipeline, one stage after the other:
   the value packers have a cut);
 - *retention*: the threshold of today's retention (``cold_threshold`` of
   ``ai-memory``, ``threshold`` of ``memorybank``, ``max_notes`` of
-  ``capacity``), from half to twice today's, when today's retention evicts.
+  ``capacity``), from half to twice today's, when today's retention evicts:
+  within the interval the component declares for the parameter
+  (``threshold`` in [0, 1]), as the int or float its dataclass field
+  declares (whatever type today's value was written in; an int on a log
+  scale). Today's 0 has no scale: the whole declared interval is searched
+  where it is bounded; a knob with no range left (unbounded, or one value)
+  is not searched.
 
 Rankers that read what no deployed system can read (``bayes`` reads the
 planted classes, ``oracle`` the true gains) are never in the space and may
@@ -77,7 +84,11 @@ The answer
 from today's value to the recommended one), the held-out utility share,
 recall of notes 90 days or older, harm and tokens used, today's and
 recommended (a warning on the same line when harm rises or old-note recall
-falls), the gain by stage (today's setting changed one stage at a time
+falls significantly: the 95% interval excludes 0 on that side; tokens used
+are not warned on, the budget caps them), the verdict (``verdict``:
+``"adopt"`` only for a significant held-out gain, else ``"keep"`` today's
+setting, and ``verdict_reason``; ``advice.md`` offers the setting to paste
+only to adopt), the gain by stage (today's setting changed one stage at a time
 towards the recommendation, in the order ranking, packing, cut, retention;
 each step's held-out gain over the step before), and the runner-ups whose
 tuning score is within noise of the best. :func:`advise` writes
@@ -94,7 +105,9 @@ import dataclasses
 import json
 import math
 import sys
+import typing
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -107,7 +120,8 @@ from memsim.runs.config import (Experiment, StreamSource, attribute_overrides, d
 from memsim.engine import Arm, ReplayCache
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_RECALL_COLUMN
-from memsim.core.params import check_keys, did_you_mean
+from memsim.core.params import Interval, check_keys, did_you_mean
+from memsim.core.rng import child_seq, seed_sequence
 from memsim.policies import PRESETS, REGISTRY, Policy, resolve_policy
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
 from memsim.reporting.rundir import Manifest, jsonable, new_run_dir, utc_now, write_atomic, write_text_atomic
@@ -301,9 +315,10 @@ class _Space:
             p["cut"] = getattr(self.current.packer, "cut_on", "score") if cut > 0 else "none"
             if cut > 0:
                 p["cut_level"] = float(cut)
-        if self.retention_knob:
-            p[f"retention.{self.retention_knob}"] = getattr(self.current.retention,
-                                                            self.retention_knob)
+        knob = self.knob_range
+        if knob is not None:
+            p[f"retention.{self.retention_knob}"] = knob.cast(
+                getattr(self.current.retention, self.retention_knob))
         return p
 
     def in_space(self, params: dict) -> bool:
@@ -329,14 +344,21 @@ class _Space:
             cut = trial.suggest_categorical("cut", s.cuts) if len(s.cuts) > 1 else s.cuts[0]
             if cut != "none":
                 trial.suggest_float("cut_level", 0.05, 0.95)
-        if self.retention_knob:
-            now = getattr(self.current.retention, self.retention_knob)
+        knob = self.knob_range
+        if knob is not None:
             key = f"retention.{self.retention_knob}"
-            if isinstance(now, int):
-                trial.suggest_int(key, max(1, now // 2), max(2, 2 * now), log=True)
+            if knob.integer:
+                trial.suggest_int(key, int(knob.low), int(knob.high), log=knob.log)
             else:
-                trial.suggest_float(key, now / 2, min(2 * now, 1e6) if now > 0 else 1.0)
+                trial.suggest_float(key, knob.low, knob.high, log=knob.log)
         return dict(trial.params)
+
+    @property
+    def knob_range(self) -> _KnobRange | None:
+        """The retention knob's search range (None: not searched)."""
+        if not self.retention_knob:
+            return None
+        return _retention_range(self.current.retention, self.retention_knob)
 
     def table(self, params: dict) -> dict:
         """The resolved policy table of a trial's parameters."""
@@ -360,8 +382,10 @@ class _Space:
             table["packer"]["min_relative_score"] = (float(params["cut_level"])
                                                      if cut != "none" else 0.0)
             table["packer"]["cut_on"] = cut if cut != "none" else "score"
-        if self.retention_knob:
-            table["retention"][self.retention_knob] = params[f"retention.{self.retention_knob}"]
+        knob = self.knob_range
+        if knob is not None:
+            table["retention"][self.retention_knob] = knob.cast(
+                params[f"retention.{self.retention_knob}"])
         return table
 
     def _decay(self, fam: str, params: dict) -> dict:
@@ -390,6 +414,93 @@ class _Space:
     def resolved(self, params: dict) -> dict:
         """The trial's policy table with every default filled in."""
         return _resolved(self.table(params), self.current_candidates)
+
+
+@dataclass(frozen=True)
+class _KnobRange:
+    """Where the search draws a retention knob: ``[low, high]``, ints or
+    floats (the parameter's declared type), on a log scale or not."""
+
+    integer: bool
+    low: float
+    high: float
+    log: bool
+
+    def cast(self, value: Any) -> int | float:
+        """``value`` as the declared type (a float knob written ``1`` is 1.0)."""
+        return int(value) if self.integer else float(value)
+
+
+def _retention_range(retention, knob: str) -> _KnobRange | None:
+    """The search range of ``knob`` of the retention component ``retention``.
+
+    From half to twice today's value, clamped to the bounds the component
+    declares for the parameter (its ``_constraints`` interval: memorybank's
+    ``threshold`` in [0, 1]); ints or floats as the parameter's dataclass
+    field declares it, whatever type today's value was written in. An int
+    knob is searched on a log scale where its range is positive; a float one
+    linearly. Today's 0 gives no scale: the whole declared range is searched
+    when it is bounded, else the knob is not. None (not searched) as well
+    when the range collapses to one value or the parameter declares no
+    numeric type or no single interval.
+    """
+    integer, lo, hi = _declared(type(retention), knob)
+    if integer is None:
+        return None
+    now = getattr(retention, knob)
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        return None
+    if now != 0:
+        low, high = sorted((now / 2, now * 2))
+    elif math.isfinite(lo) and math.isfinite(hi):
+        low, high = lo, hi
+    else:
+        return None
+    if integer:  # whole numbers, the declared bounds rounded inwards
+        low, high = math.floor(low), math.ceil(high)
+        lo, hi = math.ceil(lo) if math.isfinite(lo) else lo, (
+            math.floor(hi) if math.isfinite(hi) else hi)
+    low, high = max(low, lo), min(high, hi)
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        return None
+    rng = _KnobRange(bool(integer), low, high, log=bool(integer) and low >= 1)
+    for end in (low, high):  # a cross-field check the interval does not say
+        try:
+            type(retention)(**{**retention.params(), knob: rng.cast(end)})
+        except (ConfigError, TypeError, ValueError):
+            return None
+    return rng
+
+
+@lru_cache(maxsize=None)
+def _declared(cls: type, knob: str) -> tuple[bool | None, float, float]:
+    """(int?, low, high) of a component's parameter: its dataclass field's
+    type (``int`` or ``float``; else its interval's ``integer``; None: not a
+    number) and the interval its ``_constraints`` declares (an open bound
+    moved inwards; +-inf where unbounded)."""
+    cons = cls._all_constraints().get(knob)
+    alternatives = cons if isinstance(cons, (list, tuple)) else (cons,)
+    intervals = [c for c in alternatives if isinstance(c, Interval)]
+    if len(intervals) > 1:
+        return None, -math.inf, math.inf
+    iv = intervals[0] if intervals else None
+    try:
+        hint = typing.get_type_hints(cls).get(knob)
+    except Exception:  # an annotation that does not resolve: use the interval's word
+        hint = None
+    if hint is int or hint is float:
+        integer: bool | None = hint is int
+    elif iv is not None:
+        integer = iv.integer
+    else:
+        return None, -math.inf, math.inf
+    lo = -math.inf if iv is None or iv.low is None else float(iv.low)
+    hi = math.inf if iv is None or iv.high is None else float(iv.high)
+    if iv is not None and iv.closed in ("right", "neither") and math.isfinite(lo):
+        lo = lo + 1 if integer else math.nextafter(lo, math.inf)
+    if iv is not None and iv.closed in ("left", "neither") and math.isfinite(hi):
+        hi = hi - 1 if integer else math.nextafter(hi, -math.inf)
+    return integer, lo, hi
 
 
 def _resolved(table: dict, candidates: int) -> dict:
@@ -548,7 +659,9 @@ class Advice:
     changes : list of str
         One line per slot that changes: ``"packer from skip-fill to greedy(...)"``.
     recommended : dict
-        The recommended policy's resolved table (``[policies.NAME]``).
+        The tuned policy's resolved table (``[policies.NAME]``): the
+        recommendation where :attr:`verdict` is ``"adopt"``, else the best
+        setting on the tuning queries, not recommended.
     heldout : dict
         Metric -> {"current", "recommended", "diff", "low", "high"} on the
         held-out queries (for ``utility_share`` pooled over every fold's test
@@ -560,13 +673,17 @@ class Advice:
         the held-out queries with an achievable utility.
     significant : bool
         The interval excludes 0.
+    verdict, verdict_reason : str (properties, in ``advice.json``)
+        ``"adopt"`` the tuned setting (a significant held-out gain) or
+        ``"keep"`` today's; why: ``"significant gain"``, ``"significantly
+        worse"``, ``"not significant"``, ``"nothing better found"``.
     tuning : dict
         ``{"current", "recommended"}``: the tuning scores of the last fold.
     stages : list of dict
         The decomposition: stage, held-out share, gain over the step before, interval.
     runner_ups : list of dict
         Settings within noise of the best on the tuning queries, with their
-        changes and held-out shares.
+        changes and held-out shares (on the last fold's test queries).
     warnings : list of str
     folds : list of dict
         Per fold: its tuning and test sizes, today's and its winner's
@@ -607,23 +724,64 @@ class Advice:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("path", "trials_table")}
         d["path"] = str(self.path) if self.path else None
+        d["verdict"] = self.verdict
+        d["verdict_reason"] = self.verdict_reason
         return jsonable(d)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
+    @property
+    def verdict_reason(self) -> str:
+        """Why :attr:`verdict`: ``"significant gain"``, ``"significantly
+        worse"``, ``"not significant"`` (the held-out gain's interval), or
+        ``"nothing better found"`` (the tuned setting is today's)."""
+        if not self.changes:
+            return "nothing better found"
+        if self.significant and self.gain_low > 0:
+            return "significant gain"
+        if self.significant:
+            return "significantly worse"
+        return "not significant"
+
+    @property
+    def verdict(self) -> str:
+        """``"adopt"`` the tuned setting (:attr:`recommended`: a significant
+        held-out gain) or ``"keep"`` today's (anything else: then
+        :attr:`recommended` is the best setting on the tuning queries, not a
+        recommendation)."""
+        return "adopt" if self.verdict_reason == "significant gain" else "keep"
+
+    @property
+    def _pooled(self) -> bool:
+        """The held-out figures pool each fold's own winner (rolling folds)."""
+        return len(self.folds) > 1
+
+    def _winners_differ(self) -> bool:
+        """Whether an earlier fold's winner is not the recommendation."""
+        return any(f.get("changes") != self.changes for f in self.folds[:-1])
+
     def headline(self) -> str:
         """The line a person acts on."""
         u = self.heldout["utility_share"]
-        if self.significant and self.gain_low > 0:
+        reason = self.verdict_reason
+        if reason == "nothing better found":
+            if self.significant and self._pooled:
+                verdict = (("a significant gain" if self.gain_low > 0 else "significantly worse")
+                           + " for the folds' own winners, but the last fold's winner (the "
+                           "recommendation) is today's setting: keep it")
+            else:
+                verdict = ("NOT significant, and the search found nothing better than today's "
+                           "setting: keep it")
+        elif reason == "significant gain":
             verdict = "a significant gain"
-        elif self.significant:
+        elif reason == "significantly worse":
             verdict = "significantly WORSE than today's setting: keep today's"
         else:
             verdict = ("NOT significant: keep today's setting unless the other metrics argue "
                        "for the change")
         pooled = (f", pooled over {len(self.folds)} folds, each block scored by its own "
-                  "fold's winner" if len(self.folds) > 1 else "")
+                  "fold's winner" if self._pooled else "")
         over = self.ci_over
         if over == "queries" and self.heldout_replicates > 1:
             over += (f" of {self.heldout_replicates} fresh replicates, fewer than 5: it leaves "
@@ -646,6 +804,8 @@ class Advice:
         parts.append(f"tokens used {h['tokens_used']['current']:.0f} -> "
                      f"{h['tokens_used']['recommended']:.0f}")
         line = "; ".join(parts)
+        if self._pooled:  # the figures are not the recommendation's alone
+            line = "held-out, each fold's own winner: " + line
         if self.warnings:
             line += "  WARNING: " + "; ".join(self.warnings)
         return line
@@ -653,35 +813,44 @@ class Advice:
     def to_text(self) -> str:
         lines = [f"memsim advise: {self.workload}; current = {self.current!r}",
                  f"{self.split}; {self.trials} trials per fold", ""]
+        adopt = self.verdict == "adopt"
         if self.changes:
-            lines.append("Recommendation:" if self.significant and self.gain_low > 0 else
-                         "Best setting on the tuning queries (not a recommendation: see the "
-                         "held-out gain):")
+            lines.append("Recommendation:" if adopt else
+                         "Best setting on the tuning queries (not a recommendation: "
+                         f"{self.verdict_reason} on the held-out queries, see the gain):")
             lines += [f"  change {c}" for c in self.changes]
         else:
             lines.append("Recommendation: keep today's setting (the search found nothing better "
                          "on the tuning queries)")
+            if self._pooled and self._winners_differ():
+                lines.append("(the held-out figures below pool each fold's own winner, and an "
+                             "earlier fold's winner differs from today's setting: see the fold "
+                             "table; they are not this recommendation's)")
         lines += ["", self.headline(), self.metrics_line(), ""]
         t = self.tuning
         u = self.heldout["utility_share"]
-        lines += ["utility_share   tuning   held-out",
+        name = "recommended" if adopt else "tuned"
+        lines += ["utility_share   tuning   held-out"
+                  + (", each fold's own winner" if self._pooled else ""),
                   f"current         {t['current']:.3f}    {u['current']:.3f}",
-                  f"recommended     {t['recommended']:.3f}    {u['recommended']:.3f}",
+                  f"{name:<15} {t['recommended']:.3f}    {u['recommended']:.3f}",
                   f"gain            {_signed(t['recommended'] - t['current'])}   "
                   f"{_signed(u['recommended'] - u['current'])}   (the tuning gain is what the "
                   "search saw; the held-out gain is the estimate)"]
-        if len(self.folds) > 1:
-            lines.append("(tuning: the last fold's tuning queries; held-out: every fold's test "
-                         "block, as in the line above)")
-        if len(self.folds) > 1:
+        if self._pooled:
+            lines.append("(tuning: the last fold's tuning queries, its winner; held-out: every "
+                         "fold's test block, each scored by its own fold's winner, as in the "
+                         "line above)")
+        if self._pooled:
             lines += ["", "fold      tuned on  tested on  current  its winner  gain"]
             for f in self.folds:
                 lines.append(f"{f['fold']:<9} {f['n_tune']:>8}  {f['n_test']:>9}  "
                              f"{f['current']:.3f}    {f['winner']:.3f}       "
                              f"{_signed(f['winner'] - f['current'])}")
+        last_base = (f"on the last fold's {self.folds[-1]['n_test']} test queries"
+                     if self._pooled else "")
         if self.stages:
-            where = ("held-out" if len(self.folds) <= 1 else
-                     f"on the last fold's {self.folds[-1]['n_test']} test queries")
+            where = last_base or "held-out"
             lines += ["", f"Gain by stage ({where}; today's setting changed one stage at a "
                       "time, in the order " + " -> ".join(STAGES) + "):"]
             w = max(10, *(len(s["stage"]) for s in self.stages))
@@ -689,7 +858,12 @@ class Advice:
                 lines.append(f"  {s['stage']:<{w}} share {s['share']:.3f}  gain "
                              f"{_signed(s['gain'])} [{_signed(s['low'])}, {_signed(s['high'])}]")
         if self.runner_ups:
-            lines += ["", "Runner-ups within noise of the best on the tuning queries:"]
+            base = ""
+            if last_base:  # not the pooled base of the figures above
+                f = self.folds[-1]
+                base = (f" (held-out: {last_base}, where the {name} setting scores "
+                        f"{f['winner']:.3f} and today's {f['current']:.3f})")
+            lines += ["", f"Runner-ups within noise of the best on the tuning queries{base}:"]
             for ru in self.runner_ups:
                 lines.append(f"  tuning {ru['tuning']:.3f}, held-out {ru['heldout']:.3f}: "
                              + ("; ".join(ru["changes"]) or "today's setting"))
@@ -698,9 +872,18 @@ class Advice:
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
-        return (f"# Advice for {self.workload}\n\n```text\n{self.to_text()}\n```\n\n"
-                "Recommended policy (paste as a `[policies.NAME]` table):\n\n```toml\n"
-                + dumps_toml({"policies": {"recommended": self.recommended}}) + "```\n")
+        head = f"# Advice for {self.workload}\n\n```text\n{self.to_text()}\n```\n\n"
+        if self.verdict == "adopt":
+            return (head + "Recommended policy (paste as a `[policies.NAME]` table):\n\n```toml\n"
+                    + dumps_toml({"policies": {"recommended": self.recommended}}) + "```\n")
+        head += (f"Verdict: keep today's setting (`{self.current}`): "
+                 f"{self.verdict_reason} on the held-out queries.\n")
+        if not self.changes:
+            return head
+        return (head + "\nThe tuned setting, not recommended (for reference only; do not paste "
+                "it as an improvement):\n\n```toml\n"
+                + dumps_toml({"policies": {"tuned-not-recommended": self.recommended}})
+                + "```\n")
 
 
 def _signed(x: float) -> str:
@@ -768,7 +951,8 @@ def _excludes_zero(lo: float, hi: float) -> bool:
 def advise(exp: Experiment | str | Path, *, current: str | None = None,
            overrides: list[str] | dict | None = None, out: str | Path | None = None,
            progress: Callable[[str], None] | None = None,
-           argv: list[str] | None = None) -> Advice:
+           argv: list[str] | None = None,
+           progress_fraction: Callable[[float], None] | None = None) -> Advice:
     """Tune the pipeline against today's setting; test the result out of sample.
 
     Parameters
@@ -784,6 +968,10 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
         ``trials.csv``); None keeps everything in memory.
     progress : callable, optional
         Called with a line of text after each batch of trials.
+    progress_fraction : callable, optional
+        Called with the share of the trials done (0 to 1) after each batch
+        (what ``memsim advise --progress json`` prints, through the
+        command line's progress printer).
 
     Returns
     -------
@@ -808,6 +996,8 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
         key, types = _per_type_key(stream0)
         knob = RETENTION_KNOBS.get(pol.retention.name, "") if (
             spec.retention and pol.retention.evicts) else ""
+        if knob and _retention_range(pol.retention, knob) is None:
+            knob = ""  # no range to search (today's 0 with no bound, or one value)
         space = _Space(spec, pol, int(pol.candidates or exp.sim.candidates), key, types, knob)
         if not space.rankings:
             raise ConfigError("advise.rankers: only 'per-type', and the notes carry neither "
@@ -822,7 +1012,8 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
         manifest = Manifest(path, name=exp.name, config_hash=exp.hash8(),
                             source_file=exp.source_file, argv=argv)
     try:
-        advice = _advise(exp, spec, space, folds, split_text, replays, progress)
+        advice = _advise(exp, spec, space, folds, split_text, replays, progress,
+                         progress_fraction)
         if path is not None:
             advice.path = path
             write_text_atomic(path / "config.toml", dumps_toml(exp.to_config()))
@@ -859,12 +1050,13 @@ def _attributed(exc: ConfigError, source_file: str, overrides: list[str] | dict 
 
 def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold],
             split_text: str, replays: _Replays,
-            progress: Callable[[str], None] | None) -> Advice:
+            progress: Callable[[str], None] | None,
+            progress_fraction: Callable[[float], None] | None = None) -> Advice:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with quiet_optuna():
-        studies = [optuna.create_study(direction="maximize",
-                                       sampler=optuna.samplers.TPESampler(seed=spec.seed + j))
-                   for j in range(len(folds))]
+        studies = [optuna.create_study(
+            direction="maximize", sampler=optuna.samplers.TPESampler(seed=_fold_seed(spec.seed, j)))
+            for j in range(len(folds))]
         if space.in_space(space.own_params()):
             for s in studies:  # today's setting is trial 0 of each fold
                 s.enqueue_trial(space.own_params())
@@ -895,6 +1087,8 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
                 best = max(r["tuning"] for r in records[-1])
                 progress(f"advise: {done}/{spec.trials} trials, best tuning utility_share "
                          f"{best:.3f}")
+            if progress_fraction is not None:
+                progress_fraction(done / spec.trials)
 
     # each fold's winner: the best tuning score (ties: the earlier trial)
     winners = [max(recs, key=lambda r: (r["tuning"] if math.isfinite(r["tuning"]) else -math.inf,
@@ -970,15 +1164,7 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
                                                               == f"runner-up-{i}"]),
                            "policy": table})
 
-    warnings = []
-    harm = heldout["harm"]
-    if harm["diff"] > 0:
-        warnings.append(f"raises harm by {harm['diff']:.3f} [{harm['low']:+.3f}, "
-                        f"{harm['high']:+.3f}]")
-    old = heldout[OLD_RECALL_COLUMN]
-    if math.isfinite(old["diff"]) and old["diff"] < 0:
-        warnings.append(f"lowers recall of notes >= 90 days by {-old['diff']:.3f} "
-                        f"[{old['low']:+.3f}, {old['high']:+.3f}]")
+    warnings = _side_effect_warnings(heldout)
 
     trials_rows = []
     for recs in records:
@@ -995,6 +1181,30 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
         split=split_text, workload=_workload_text(exp, replays), trials=spec.trials,
         heldout_replicates=len(test_reps),
         trials_table=pd.DataFrame(trials_rows))
+
+
+def _fold_seed(seed: int, j: int) -> int:
+    """The seed of fold ``j``'s TPE sampler: the named child stream
+    ``("advise", "tpe", j)`` of the experiment's (or ``advise.seed``'s)
+    seed, 32 bits (numpy's legacy generator under Optuna takes no more), so
+    that every seed ``memsim run`` accepts works and the folds draw apart."""
+    return int(child_seq(seed_sequence(seed), "advise", "tpe", j).generate_state(1)[0])
+
+
+def _side_effect_warnings(heldout: dict) -> list[str]:
+    """A warning where a side effect is significant: harm rises, or recall
+    of notes 90 days or older falls, with a 95% interval that excludes 0 on
+    that side. Tokens used are reported, not warned on (the budget caps them)."""
+    out = []
+    harm = heldout.get("harm")
+    if harm is not None and math.isfinite(harm["low"]) and harm["low"] > 0:
+        out.append(f"raises harm by {harm['diff']:.3f} [{harm['low']:+.3f}, "
+                   f"{harm['high']:+.3f}]")
+    old = heldout.get(OLD_RECALL_COLUMN)
+    if old is not None and math.isfinite(old["high"]) and old["high"] < 0:
+        out.append(f"lowers recall of notes >= 90 days by {-old['diff']:.3f} "
+                   f"[{old['low']:+.3f}, {old['high']:+.3f}]")
+    return out
 
 
 def _count(pairs: frozenset, reps: tuple, replays: _Replays) -> int:
