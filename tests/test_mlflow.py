@@ -65,6 +65,33 @@ def test_flatten_config_gives_dotted_keys():
                     "experiment2.budgets": "[100, 200]"}
 
 
+def test_flatten_config_values_are_toml_text_that_reads_back():
+    """Each param is the value's TOML text: booleans ``true`` / ``false``,
+    arrays and tables in arrays inline, strings quoted; pasted after
+    ``key = `` it reads back as the value."""
+    import tomllib
+
+    table = {"experiment": {"save_rankings": True, "name": 'say "hi"\n', "budgets": [],
+                            "ratio": float("inf")},
+             "policies": {"p": {"feedback": {"before_scoring": False}}},
+             "sweep": {"objectives": [{"metric": "utility", "direction": "maximize",
+                                       "weights": [1, 0.5], "odd key": True}],
+                       "grid": [[1, 2], ["a", "b"]]}}
+    flat = flatten_config(table)
+    assert flat["experiment.save_rankings"] == "true"
+    assert flat["policies.p.feedback.before_scoring"] == "false"
+    assert flat["sweep.objectives"] == ('[{ metric = "utility", direction = "maximize", '
+                                        'weights = [1, 0.5], "odd key" = true }]')
+    assert flat["sweep.grid"] == '[[1, 2], ["a", "b"]]'
+    assert flat["experiment.ratio"] == "inf" and flat["experiment.budgets"] == "[]"
+    for key, text in flat.items():
+        section, *rest = key.split(".")
+        want = table[section]
+        for part in rest:
+            want = want[part]
+        assert tomllib.loads(f"x = {text}")["x"] == want, key
+
+
 @pytest.mark.slow
 def test_run_is_off_by_default_and_exported_with_the_flag(tmp_path, store, capsys,
                                                           monkeypatch):

@@ -151,6 +151,26 @@ def test_the_law_is_not_applied_where_the_pipeline_breaks_it():
         assert "weighs score magnitudes" in t.loc[name, "rule"]
 
 
+def test_optimum_json_writes_an_infinite_half_life_as_null(capsys):
+    """docs/contracts/json.md: NaN and infinities are null (strict JSON);
+    an evergreen world's optimum has no decay, an infinite half-life."""
+    path = Path(__file__).resolve().parents[1] / "experiments" / "planted.toml"
+    assert main(["optimum", str(path), "--no-simulate", "--json",
+                 "--set", "workload.classes.project.share=0.0",
+                 "--set", "workload.classes.evergreen.share=1.0"]) == 0
+
+    def refuse(name):
+        raise AssertionError(f"not strict JSON: {name}")
+
+    out = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    derived = [p for p in out["policies"] if p["status"] == "derived"]
+    assert derived
+    for p in derived:
+        assert p["optimum"]["half_life_days"] is None
+        assert p["optimum"]["half_life_days_at_current_beta"] is None
+    assert '"inf"' not in json.dumps(out)
+
+
 @pytest.mark.slow
 def test_optimum_cli_on_the_shipped_planted_experiment(capsys):
     path = Path(__file__).resolve().parents[1] / "experiments" / "planted.toml"

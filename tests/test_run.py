@@ -134,11 +134,13 @@ def test_layers_reports_read_run_folders_only():
                 out.update(a.name for a in node.names)
         return out
 
-    bottom = {"memsim.core.params", "memsim.core.rng", "memsim.core.errors", "memsim.data.stream"}
+    # (the metrics' names and the summary's replicate rule: below the reports)
+    bottom = {"memsim.core.params", "memsim.core.rng", "memsim.core.errors", "memsim.data.stream",
+              "memsim.evaluation.metrics"}
     # ranx: the optional IR export (RunResult.to_ranx), imported inside it alone
     for name in imports("rundir"):
         assert name in bottom or not name.startswith((".", "memsim")) and name.split(".")[0] in (
-            sys.stdlib_module_names | {"numpy", "pandas", "ranx"}), name
+            sys.stdlib_module_names | {"numpy", "pandas", "pyarrow", "ranx"}), name
     for module in ("report", "compare"):
         assert not {m for m in imports(module) if m.startswith(("memsim.runs", "memsim.engine"))}
     assert memsim.runs.runner.write_atomic is rundir.write_atomic
@@ -260,12 +262,14 @@ def test_recall_by_age_is_one_row_per_policy_budget_and_bucket(run_dir):
         assert row.ci_low == pytest.approx(want["ci_low"], nan_ok=True)
     # RunResult.load and a run in memory give the same table
     pd.testing.assert_frame_equal(RunResult.load(run_dir).recall_by_age(), r)
-    # without a summary: the per-query means, no intervals
+    # without a summary: the summary's means (over replicates of each
+    # replicate's mean), no intervals
     bare = RunResult(queries=run.queries).recall_by_age()
     assert bare[["policy", "bucket", "n"]].equals(r[["policy", "bucket", "n"]])
     assert bare["ci_low"].isna().all()
     one = run.queries[run.queries["policy"] == r["policy"].iloc[0]]
-    assert bare["recall"].iloc[0] == pytest.approx(one["recall_age_0_7"].mean())
+    assert bare["recall"].iloc[0] == pytest.approx(
+        one.groupby("replicate")["recall_age_0_7"].mean().mean())
 
 
 @pytest.fixture(scope="module")

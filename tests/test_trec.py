@@ -204,3 +204,173 @@ def test_qrels_refuse_a_gain_scale_that_is_not_a_finite_positive_number(run, tmp
     assert not (tmp_path / "q.txt").exists()
     with pytest.raises(ConfigError, match="gain_scale must be"):
         run.trec_qrels_frame(gain_scale=scale)
+
+
+# ---------------------------------------------------------------------------
+# What the exports keep, refuse and name
+# ---------------------------------------------------------------------------
+
+
+def test_hidden_rows_are_not_part_of_any_ranking_export(tmp_path):
+    """``save_rankings = "hidden"`` adds rank -1 rows (notes the oracle packed
+    outside the policy's top C): they are not the ranking memsim measured,
+    so the exports leave them out and ir-measures still agrees."""
+    ir_measures = pytest.importorskip("ir_measures")
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "hidden", "replicates": 1, "seed": 3,
+                       "save_rankings": "hidden", "candidates": 4},
+        "workload": {"horizon_days": 8, "backfill_days": 10},
+        "policies": {"recency-only": {"preset": "recency-only"}}})
+    res = memsim.run_experiment(exp, out=None)
+    assert (res.rankings["rank"] == -1).sum() > 0           # the case at hand
+    frame = res.trec_run_frame()
+    assert (frame["rank"] >= 1).all()
+    assert len(frame) == (res.rankings["rank"] >= 1).sum()
+    assert frame["score"].max() == frame["rank"].max()      # C + 1 - rank, C the top rank
+    assert res.trec_run_frame(scores="policy")["score"].notna().all()
+    path = res.to_trec_run(tmp_path / "r.txt")
+    assert all(line.split()[3] != "-1" for line in path.read_text().splitlines())
+    qrels = res.to_trec_qrels(tmp_path / "q.txt", gain_scale=2)
+    got = _by_query(ir_measures.iter_calc([ir_measures.parse_measure("nDCG@10")],
+                                          ir_measures.read_trec_qrels(str(qrels)),
+                                          ir_measures.read_trec_run(str(path))), "nDCG@10")
+    mine = res.queries.set_index("query_id").sort_index()
+    mine = mine.loc[mine["n_relevant"] > 0, "ndcg@10"].loc[got.index]
+    assert np.allclose(got.to_numpy(), mine.to_numpy(), rtol=0, atol=1e-12)
+
+
+def _two_policies_one_never_ranks() -> memsim.RunResult:
+    """A run of two policies whose second ranked nothing (no rankings rows)."""
+    queries = pd.DataFrame({"replicate": 0, "policy": ["a", "a", "empty", "empty"],
+                            "budget": 500, "query_id": [0, 1, 0, 1]})
+    rankings = pd.DataFrame({"replicate": 0, "policy": "a", "budget": 500,
+                             "query_id": [0, 0, 1], "rank": [1, 2, 1],
+                             "note_id": [5, 6, 5], "score": [0.9, 0.5, 0.7]})
+    return memsim.RunResult(queries=queries, rankings=rankings)
+
+
+def test_an_arm_whose_rankings_are_all_empty_exports_an_empty_run(tmp_path):
+    res = _two_policies_one_never_ranks()
+    path = res.to_trec_run(tmp_path / "empty.txt", policy="empty")
+    assert path.read_text() == ""
+    assert res.trec_run_frame(policy="empty").empty
+    assert res.to_trec_run(tmp_path / "a.txt", policy="a").read_text().splitlines() == [
+        "0 Q0 5 1 2.0 a", "0 Q0 6 2 1.0 a", "1 Q0 5 1 2.0 a"]
+    # no policy= with two policies, one of them without rankings: refused,
+    # not the other one exported in silence
+    from memsim.core.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"^the run has 2 values of policy \(a, empty\): "
+                                          r"give policy=$"):
+        res.to_trec_run(tmp_path / "x.txt")
+    with pytest.raises(ConfigError, match="policy 'nope' is not in the run; it has a, empty"):
+        res.trec_run_frame(policy="nope")
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_qrels_refuse_a_replicate_the_run_did_not_run(run, tmp_path):
+    from memsim.core.errors import ConfigError
+    for call in (lambda: run.to_trec_qrels(tmp_path / "q.txt", replicate=3, gain_scale=2),
+                 lambda: run.trec_qrels_frame(replicate=3, gain_scale=2),
+                 lambda: run.trec_qrels_frame(load_stream_for(run.experiment, 0), replicate=3,
+                                              gain_scale=2)):
+        with pytest.raises(ConfigError, match=r"^replicate 3 is not in the run; it has 0$"):
+            call()
+    assert not (tmp_path / "q.txt").exists()
+    assert len(run.trec_qrels_frame(replicate=0, gain_scale=2)) > 0
+
+
+@pytest.mark.parametrize("scale, match", [
+    (1e-10, r"^gain_scale=1e-10 makes the gain 0\.5 a grade of 0, which TREC reads as not "
+            r"relevant: give a larger gain_scale$"),
+    (1e19, r"^gain_scale=1e\+19 makes the gain 1\.0 a grade of 1e\+19, beyond a 64-bit "
+           r"integer: give a smaller gain_scale$"),
+    (1e300, r"^gain_scale=1e\+300 makes the gain 1\.0 a grade of 1e\+300, beyond a 64-bit"),
+])
+def test_qrels_refuse_a_gain_scale_that_loses_or_overflows_grades(run, tmp_path, scale, match):
+    from memsim.core.errors import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        run.to_trec_qrels(tmp_path / "q.txt", gain_scale=scale)
+    assert not (tmp_path / "q.txt").exists()
+    # the largest grades that fit are still written
+    grades = run.trec_qrels_frame(gain_scale=2.0 ** 62)["grade"]
+    assert grades.max() == 2 ** 62 and grades.dtype == np.int64
+
+
+def _renumbered_trace(path: Path) -> Path:
+    """A trace with string ids and one ``note_updated``: the importer
+    renumbers its notes and queries and keeps the logged ids in ``trace_id``."""
+    import json
+
+    rng = np.random.default_rng(0)
+
+    def emb():
+        return [round(float(x), 3) for x in rng.normal(size=4)]
+
+    lines = [{"event": "header", "format": "memsim-trace", "version": 1}]
+    for i in range(12):
+        lines.append({"event": "note_added", "id": f"n{i}", "t": float(i), "actor": "a",
+                      "tokens": 10, "embedding": emb()})
+        if i == 2:
+            lines.append({"event": "note_updated", "id": "n2", "t": 2.5, "embedding": emb()})
+    for k in range(6):
+        lines.append({"event": "query", "id": f"q{k}", "t": 20.0 + k, "actor": "a",
+                      "embedding": emb()})
+        lines.append({"event": "used", "query": f"q{k}", "notes": [f"n{2 + k}", f"n{5 + k}"]})
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    return path
+
+
+def test_a_renumbered_trace_round_trips_through_its_own_ids(tmp_path):
+    """The exports write the trace's own ids (``trace_id``) for notes and
+    queries, in the run and the qrels alike: the qrels, read back with the
+    trace, give the same judgements; ir-measures on both files agrees."""
+    ir_measures = pytest.importorskip("ir_measures")
+    from memsim.core.errors import ConfigError
+    from memsim.data.importers.trace import import_trace
+
+    trace = _renumbered_trace(tmp_path / "t.jsonl")
+    s = import_trace(trace)
+    assert "trace_id" in s.notes.columns and "trace_id" in s.queries.columns
+    assert s.notes["trace_id"].duplicated().any()           # n2 has two versions
+    write_stream(s, tmp_path / "stream")
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "renum", "replicates": 1, "seed": 1, "save_rankings": True,
+                       "candidates": 5, "budget_tokens": 1000},
+        "workload": {"source": str(tmp_path / "stream")},
+        "policies": {"sim": {"preset": "similarity-only"}}})
+    res = memsim.run_experiment(exp, out=tmp_path / "runs", report=False)
+    qrels = res.to_trec_qrels(tmp_path / "q.txt")
+    rows = [line.split() for line in qrels.read_text().splitlines()]
+    assert {r[0] for r in rows} == set(s.queries["trace_id"])
+    assert {r[2] for r in rows} <= set(s.notes["trace_id"])
+    back = import_trace(trace, qrels=qrels)
+    key = ["query_id", "note_id"]
+    assert back.qrels.sort_values(key).reset_index(drop=True).equals(
+        s.qrels.sort_values(key).reset_index(drop=True))
+    # the run names the same notes and queries
+    ranked = res.to_trec_run(tmp_path / "r.txt")
+    lines = [line.split() for line in ranked.read_text().splitlines()]
+    assert lines and {r[0] for r in lines} <= set(s.queries["trace_id"])
+    assert {r[2] for r in lines} <= set(s.notes["trace_id"])
+    got = _by_trace_query(ir_measures.iter_calc([ir_measures.parse_measure("nDCG@10")],
+                                                ir_measures.read_trec_qrels(str(qrels)),
+                                                ir_measures.read_trec_run(str(ranked))))
+    mine = res.queries.assign(qid=res.queries["query_id"].map(
+        s.queries.set_index("query_id")["trace_id"])).set_index("qid")["ndcg@10"]
+    assert len(got) == len(mine) and np.allclose(got.to_numpy(), mine.loc[got.index], atol=1e-12)
+    # read back from its folder, the run needs the stream for its ids
+    folder_run = memsim.load_run(res.path)
+    with pytest.raises(ConfigError, match="give the stream the run replayed"):
+        folder_run.to_trec_run(tmp_path / "x.txt")
+    assert folder_run.to_trec_run(tmp_path / "r2.txt", stream=tmp_path / "stream") \
+        .read_bytes() == ranked.read_bytes()
+    assert not (tmp_path / "x.txt").exists()
+    # a stream that is not the run's is refused rather than half mapped
+    other = import_trace(trace)
+    other.notes["note_id"] = other.notes["note_id"] + 100
+    with pytest.raises(ConfigError, match=r"^stream: note \d+ is not in it"):
+        res.trec_run_frame(stream=other)
+
+
+def _by_trace_query(results) -> pd.Series:
+    return pd.Series({r.query_id: r.value for r in results}, dtype=float).sort_index()

@@ -15,8 +15,9 @@ named after the memsim experiment (``experiment.name``), run name = the run
 folder's name:
 
 - params: every key of the resolved ``config.toml``, dotted
-  (``policies.hivemind.decay.half_life_days``), values as TOML text, cut to
-  MLflow's 6,000 characters;
+  (``policies.hivemind.decay.half_life_days``), values as TOML text
+  (:func:`flatten_config`: ``"x"``, ``true``, ``30.0``, ``[100, 200]``, inline
+  tables), cut to MLflow's 6,000 characters;
 - metrics: each ``mean`` of ``summary.csv`` as ``<metric>/<policy>`` (and
   ``/<budget>`` when the run has several budgets);
 - tags: ``memsim.config_hash``, ``memsim.status``, ``memsim.run_dir``;
@@ -76,15 +77,43 @@ def require() -> None:
 
 
 def flatten_config(table: dict, prefix: str = "") -> dict[str, str]:
-    """Dotted keys of a config table, values as TOML text (strings quoted)."""
+    """Dotted keys of a config table, values as TOML text.
+
+    Each value is written as it would stand after ``key = `` in
+    ``config.toml`` (``tomllib.loads("x = " + value)`` reads it back):
+    strings quoted (``"x"``), booleans ``true`` / ``false``, numbers as
+    ``3`` or ``30.0`` (``inf``, ``nan``), arrays ``[100, 200]`` and tables
+    inside arrays as inline tables (``[{ metric = "utility" }]``), so that a
+    logged param pastes back into a config or a ``--set``. Tables become
+    dotted keys."""
     out: dict[str, str] = {}
     for key, value in table.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             out.update(flatten_config(value, name + "."))
         else:
-            out[name] = json.dumps(value) if isinstance(value, (str, list)) else str(value)
+            out[name] = _toml_value(value)
     return out
+
+
+def _toml_value(value: Any) -> str:
+    """``value`` as TOML text on one line: what follows ``key = `` (arrays
+    and tables inline)."""
+    if isinstance(value, dict):
+        items = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    from memsim.runs.config import dumps_toml  # the config writer (tomli-w), when needed
+
+    return dumps_toml({"v": value})[len("v = "):].rstrip("\n")
+
+
+def _toml_key(key: Any) -> str:
+    """A TOML key: bare when it can be, else quoted."""
+    from memsim.runs.config import dumps_toml
+
+    return dumps_toml({str(key): 0})[:-len(" = 0\n")]
 
 
 def _key(*parts: Any) -> str:

@@ -129,6 +129,10 @@ AGE_BUCKET_COLUMNS = tuple(
 #: Notes at least this many days old are "old" (``recall_age_90_inf``).
 OLD_AGE_DAYS = 90
 OLD_RECALL_COLUMN = f"recall_age_{OLD_AGE_DAYS}_inf"
+#: Fewest replicates for a summary's interval over replicates (and its
+#: ``n`` counting replicates); below, over queries
+#: (:mod:`memsim.reporting.stats`, whose run-folder fallbacks read it too).
+MIN_REPLICATES = 5
 #: Why a note of the oracle's packed set was not packed, in the order tested.
 HIDDEN_REASONS = ("invalid", "evicted", "budget", "age", "cut")
 HIDDEN_COLUMNS = tuple(f"hidden_{r}" for r in HIDDEN_REASONS)

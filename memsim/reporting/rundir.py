@@ -47,6 +47,7 @@ import pandas as pd
 from memsim.core.errors import ConfigError
 from memsim.core.rng import child_seq, seed_sequence
 from memsim.data.stream import read_stream
+from memsim.evaluation.metrics import MIN_REPLICATES
 
 __all__ = [
     "RunResult",
@@ -542,9 +543,14 @@ class RunResult:
             ``recall`` (mean over the queries with a relevant note of that
             age), ``ci_low``, ``ci_high`` (its 95% interval) and ``n``, as in
             the summary. The rows come from the summary; a run without them
-            in its summary (a failed run has no summary.csv) gets the means
-            and counts of its per-query table, without intervals (NaN). A
-            bucket no query reached has ``n = 0`` and a NaN recall. The
+            in its summary (a failed run has no summary.csv) gets them from
+            its per-query table as the summary computes them, without
+            intervals (NaN): the mean over replicates of each replicate's
+            mean (replicates of different sizes weigh the same), and ``n``
+            the replicates with a value when there are at least
+            :data:`memsim.evaluation.metrics.MIN_REPLICATES` of them, else the
+            queries with one. A bucket no query reached has ``n = 0`` and a
+            NaN recall. The
             pooled ``recall_age_90_inf`` (every bucket from 90 days) is not
             a row: it overlaps the buckets.
 
@@ -563,11 +569,7 @@ class RunResult:
             rows = rows[["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n"]]
         elif in_queries:
             label = in_queries
-            cols = list(label)
-            long = self.queries.melt(id_vars=["policy", "budget"], value_vars=cols,
-                                     var_name="metric", value_name="value")
-            g = long.groupby(["policy", "budget", "metric"], sort=False)["value"]
-            rows = g.agg(mean="mean", n="count").reset_index()
+            rows = _replicate_means(self.queries, list(label))
             rows["ci_low"] = rows["ci_high"] = np.nan
         else:
             raise ValueError(f"{self.path or 'the run'}: no recall_age_* rows in its summary "
@@ -596,64 +598,116 @@ class RunResult:
         return dict(self.config.get("policies") or {})
 
     # -- out to the IR tools (trec_eval, ir-measures, ranx) -------------------
+    def _arm_values(self, col: str) -> list | None:
+        """The values of ``col`` the run has: those of its queries, which
+        hold every arm (one whose rankings are all empty too), else those of
+        its rankings; None when neither has the column."""
+        for frame in (self.queries, self.rankings):
+            if frame is not None and col in frame.columns:
+                return list(pd.unique(frame[col]))
+        return None
+
+    def _pick(self, col: str, want: Any) -> Any:
+        """``want`` checked against the run's values of ``col`` (the only
+        one when ``want`` is None); ``want`` as is when the run has no such
+        column."""
+        have = self._arm_values(col)
+        if have is None:
+            return want
+        if want is None:
+            if len(have) != 1:
+                raise ConfigError(f"the run has {len(have)} values of {col} "
+                                  f"({', '.join(map(str, have))}): give {col}=")
+            return have[0]
+        if want not in have:
+            raise ConfigError(f"{col} {want!r} is not in the run; it has "
+                              f"{', '.join(map(str, have))}")
+        return want
+
     def _one_arm(self, policy: str | None, budget: int | None,
                  replicate: int | None) -> tuple[pd.DataFrame, str, int]:
-        """The saved rankings of one (policy, budget, replicate), best first."""
+        """The saved rankings of one (policy, budget, replicate), best first.
+
+        The arms are those of the run's queries: an arm whose rankings are
+        all empty has no rows here. Only ranked rows (``rank`` >= 1) are
+        kept: ``save_rankings = "hidden"`` adds rows of rank -1 (notes the
+        oracle packed that the policy did not rank in its top C), which are
+        not part of the ranking.
+        """
         r = self.rankings
         if r is None:
             raise ConfigError(f"{self.path or 'the run'}: no rankings: run the experiment with "
                               "[experiment] save_rankings = true")
         picked = {}
         for col, want in (("policy", policy), ("budget", budget), ("replicate", replicate)):
-            if col not in r.columns:
-                continue
-            have = list(pd.unique(r[col]))
+            want = self._pick(col, want)
             if want is None:
-                if len(have) != 1:
-                    raise ConfigError(f"the run has {len(have)} values of {col} "
-                                      f"({', '.join(map(str, have))}): give {col}=")
-                want = have[0]
-            elif want not in have:
-                raise ConfigError(f"{col} {want!r} is not in the run; it has "
-                                  f"{', '.join(map(str, have))}")
-            r = r[r[col] == want]
+                continue
+            if col in r.columns:
+                r = r[r[col] == want]
             picked[col] = want
+        if "rank" in r.columns:
+            r = r[r["rank"] >= 1]
         r = r.sort_values(["query_id", "rank"], kind="stable")
         return r, str(picked.get("policy", "memsim")), int(picked.get("replicate", 0))
 
-    def trec_run_frame(self, *, policy: str | None = None, budget: int | None = None,
-                       replicate: int | None = None, scores: str = "rank") -> pd.DataFrame:
-        """One arm's rankings as the columns of a TREC run: ``qid``, ``docno``,
-        ``rank``, ``score`` (see :meth:`to_trec_run`, whose errors it raises)."""
+    def _run_frame(self, stream: Any, policy: str | None, budget: int | None,
+                   replicate: int | None, scores: str) -> tuple[pd.DataFrame, str, int]:
+        """:meth:`trec_run_frame`, the policy's name and the replicate."""
         if scores not in ("rank", "policy"):
             raise ConfigError(f"scores must be 'rank' or 'policy', got {scores!r}")
-        r, _, _ = self._one_arm(policy, budget, replicate)
+        r, name, rep = self._one_arm(policy, budget, replicate)
+        note_ids, query_ids = self._export_ids(stream, rep)
         rank = r["rank"].to_numpy(np.int64)
         score = (rank.max(initial=0) + 1 - rank).astype(np.float64) if scores == "rank" \
             else r["score"].to_numpy(np.float64)
-        return pd.DataFrame({"qid": _texts(r["query_id"]), "docno": _texts(r["note_id"]),
-                             "rank": rank, "score": score})
+        frame = pd.DataFrame({"qid": _texts(r["query_id"], query_ids, "query"),
+                              "docno": _texts(r["note_id"], note_ids, "note"),
+                              "rank": rank, "score": score})
+        return frame.reset_index(drop=True), name, rep
+
+    def trec_run_frame(self, *, policy: str | None = None, budget: int | None = None,
+                       replicate: int | None = None, scores: str = "rank",
+                       stream: Any = None) -> pd.DataFrame:
+        """One arm's rankings as the columns of a TREC run: ``qid``, ``docno``,
+        ``rank``, ``score`` (see :meth:`to_trec_run`, whose ids and errors it
+        has)."""
+        return self._run_frame(stream, policy, budget, replicate, scores)[0]
 
     def to_trec_run(self, path: str | os.PathLike, *, policy: str | None = None,
                     budget: int | None = None, replicate: int | None = None,
-                    scores: str = "rank", tag: str | None = None) -> Path:
+                    scores: str = "rank", tag: str | None = None,
+                    stream: Any = None) -> Path:
         """Write one arm's rankings as a TREC run file (trec_eval, ir-measures).
 
-        One line per ranked note, ``QUERY Q0 NOTE RANK SCORE TAG``, with the
-        stream's ``query_id`` and ``note_id``. What is written is the
-        *candidate ranking* (the top-C in score order, ``rankings.parquet``),
-        which memsim's ``ndcg@10`` and ``mrr`` measure, not the packed context.
-        A query whose ranking is empty has no line: memsim counts it 0 when
-        it has a relevant note, and so do ``trec_eval -c`` and ranx with
-        ``make_comparable=True`` (ranx refuses the pair otherwise);
-        ir-measures leaves such a query out of its results.
+        One line per ranked note, ``QUERY Q0 NOTE RANK SCORE TAG``. What is
+        written is the *candidate ranking* (the top-C in score order, the
+        rows of ``rankings.parquet`` with ``rank`` >= 1), which memsim's
+        ``ndcg@10`` and ``mrr`` measure, not the packed context; the rows
+        ``save_rankings = "hidden"`` adds (``rank`` -1: notes outside the
+        top C) are not written. A query whose ranking is empty has no line,
+        and an arm whose rankings are all empty writes an empty file:
+        memsim counts such a query 0 when it has a relevant note, and so do
+        ``trec_eval -c`` and ranx with ``make_comparable=True`` (ranx
+        refuses the pair otherwise); ir-measures leaves such a query out of
+        its results.
+
+        The ids are the trace's own when the stream keeps them: an imported
+        trace whose ids were renumbered (string ids, or ``note_updated``
+        events) has its logged ids in a ``trace_id`` column of its notes
+        and/or queries, and those are written (a note's versions share
+        one), so the file reads back with the trace, as :meth:`to_trec_qrels`
+        writes its qrels. Otherwise the stream's ``query_id`` and ``note_id``
+        are written, which are then the trace's.
 
         Parameters
         ----------
         path : str or PathLike
             The file to write (atomically).
         policy, budget, replicate : optional
-            Which arm; needed only when the run has several of them.
+            Which arm; needed only when the run has several values of one
+            (several policies: ``policy=``). The arms are those of
+            ``queries.parquet``.
         scores : {"rank", "policy"}
             ``"rank"`` (default) writes ``C + 1 - rank``, strictly decreasing,
             so every tool, which orders by score, sees memsim's order;
@@ -661,18 +715,25 @@ class RunResult:
             break their own way (trec_eval: by note id, descending).
         tag : str, optional
             The run tag (default: the policy's name).
+        stream : Stream or path, optional
+            The stream the run replayed, read for its trace ids. Default: a
+            run kept in memory reads its experiment's stream when it
+            replayed one from disk (a generated stream's ids are its own); a
+            run read back from its folder that replayed a stream from disk
+            which may keep trace ids (an imported trace, or a stream folder
+            with a ``trace_id`` column) needs it.
 
         Raises
         ------
         ConfigError
             If the run saved no rankings (``save_rankings = true``), the arm
-            is ambiguous or absent, or ``scores`` is neither ``"rank"`` nor
-            ``"policy"``. A :class:`~memsim.core.errors.ConfigError` is also a
+            is ambiguous or absent, ``scores`` is neither ``"rank"`` nor
+            ``"policy"``, the stream is needed and not given, or it is not
+            the one the run replayed (a ranked id it lacks). A
+            :class:`~memsim.core.errors.ConfigError` is also a
             :class:`ValueError`, which these errors were before.
         """
-        frame = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate,
-                                    scores=scores)
-        _, name, _ = self._one_arm(policy, budget, replicate)
+        frame, name, _ = self._run_frame(stream, policy, budget, replicate, scores)
         label = "".join(c if c.isalnum() or c in "-_." else "_" for c in (tag or name)) or "memsim"
         lines = [f"{q} Q0 {d} {k} {s!r} {label}\n" for q, d, k, s in
                  zip(frame["qid"], frame["docno"], frame["rank"], frame["score"].tolist())]
@@ -683,13 +744,15 @@ class RunResult:
                          gain_scale: float = 1.0) -> pd.DataFrame:
         """The relevance memsim's ``ndcg@10`` and ``mrr`` are measured
         against, as TREC qrels columns ``qid``, ``docno``, ``grade`` (see
-        :meth:`to_trec_qrels`, whose errors it raises)."""
+        :meth:`to_trec_qrels`, whose ids and errors it has)."""
         if isinstance(gain_scale, bool) or not isinstance(gain_scale, (int, float, np.integer,
                                                                         np.floating)) \
                 or not (np.isfinite(gain_scale) and gain_scale > 0):
             raise ConfigError(f"gain_scale must be a finite number > 0, got {gain_scale!r}: "
                               "grades are gain * gain_scale, and only positive gains are "
                               "relevant")
+        if replicate is not None:
+            replicate = self._pick("replicate", replicate)
         stream = self._stream(stream, replicate)
         qr = stream.qrels
         created = pd.Series(stream.notes["created_at"].to_numpy(np.float64),
@@ -697,16 +760,35 @@ class RunResult:
         asked = pd.Series(stream.queries["t"].to_numpy(np.float64),
                           index=stream.queries["query_id"].to_numpy(np.int64))
         gain = qr["gain"].to_numpy(np.float64)
+        born = created.reindex(qr["note_id"]).to_numpy()
         # R+ of a query: positive gains of the notes that exist when it is asked
-        keep = (gain > 0) & (created.reindex(qr["note_id"]).to_numpy()
-                             <= asked.reindex(qr["query_id"]).to_numpy())
+        keep = (gain > 0) & (born <= asked.reindex(qr["query_id"]).to_numpy())
         grade = gain[keep] * gain_scale
+        big = grade >= 2.0 ** 63
+        if big.any():
+            g = float(gain[keep][big].max())
+            raise ConfigError(f"gain_scale={gain_scale!r} makes the gain {g!r} a grade of "
+                              f"{g * gain_scale:.4g}, beyond a 64-bit integer: give a smaller "
+                              "gain_scale")
         if not np.allclose(grade, np.round(grade), rtol=0, atol=1e-9):
             raise ConfigError("TREC grades are integers: these gains are not (pass gain_scale=, "
                               "e.g. 100; nDCG is the same for gains times a constant)")
-        out = pd.DataFrame({"qid": _texts(qr["query_id"].to_numpy()[keep]),
-                            "docno": _texts(qr["note_id"].to_numpy()[keep]),
-                            "grade": np.round(grade).astype(np.int64)})
+        zero = np.round(grade) == 0
+        if zero.any():
+            g = float(gain[keep][zero].min())
+            raise ConfigError(f"gain_scale={gain_scale!r} makes the gain {g!r} a grade of 0, "
+                              "which TREC reads as not relevant: give a larger gain_scale")
+        out = pd.DataFrame({"qid": _texts(qr["query_id"].to_numpy()[keep],
+                                          _trace_ids(stream.queries, "query_id"), "query"),
+                            "docno": _texts(qr["note_id"].to_numpy()[keep],
+                                            _trace_ids(stream.notes, "note_id"), "note"),
+                            "grade": np.round(grade).astype(np.int64),
+                            "_born": born[keep]})
+        # versions of one logged note share its trace id: a query keeps the
+        # one it would read back as (the latest created when it is asked)
+        out = out.sort_values("_born", kind="stable").drop_duplicates(["qid", "docno"],
+                                                                     keep="last")
+        out = out.drop(columns="_born")
         return out.sort_values(["qid", "docno"], kind="stable").reset_index(drop=True)
 
     def to_trec_qrels(self, path: str | os.PathLike, stream: Any = None, *,
@@ -720,6 +802,15 @@ class RunResult:
         an absent note as not relevant, as ``ndcg@10`` clips gains at 0 (they
         count in memsim's ``harm`` and ``stale_rate``).
 
+        The ids are those :meth:`to_trec_run` writes: the trace's own where
+        the stream keeps them (``trace_id``, an imported trace whose ids were
+        renumbered), else the stream's. Read back with the trace
+        (``import_trace(path, qrels=FILE)``, ``memsim stream import trace
+        --qrels``), the judgements land on the notes and queries they came
+        from; a logged note id names the version live when the query is
+        asked, so of several versions of one note that exist then, the
+        latest is written.
+
         Parameters
         ----------
         path : str or PathLike
@@ -728,19 +819,22 @@ class RunResult:
             the stream of ``replicate`` of :attr:`experiment` (a run kept in
             memory), regenerated from its seed or read from its source.
         replicate : int, optional
-            Default: the run's only replicate.
+            One of the run's replicates. Default: the run's only replicate.
         gain_scale : float
-            Grades are ``gain * gain_scale``, which must be integers (TREC
-            grades are); nDCG does not change when every gain is scaled. A
-            finite number > 0 (0 or less would make no note relevant).
+            Grades are ``gain * gain_scale`` rounded, which must be integers
+            (TREC grades are) of 64 bits, and at least 1 for every positive
+            gain (a grade of 0 is not relevant); nDCG does not change when
+            every gain is scaled. A finite number > 0.
 
         Raises
         ------
         ConfigError
             If ``gain_scale`` is not a finite number > 0, a grade is not an
-            integer, the run has several replicates and ``replicate`` is not
-            given, or no ``stream`` is given for a run read back from its
-            folder. A :class:`~memsim.core.errors.ConfigError` is also a
+            integer, is 0 for a positive gain or does not fit in 64 bits,
+            ``replicate`` is not one of the run's, the run has several
+            replicates and ``replicate`` is not given, or no ``stream`` is
+            given for a run read back from its folder. A
+            :class:`~memsim.core.errors.ConfigError` is also a
             :class:`ValueError`, which these errors were before.
         """
         frame = self.trec_qrels_frame(stream, replicate=replicate, gain_scale=gain_scale)
@@ -758,14 +852,51 @@ class RunResult:
             import ranx
         except ImportError:
             raise ImportError('to_ranx needs ranx: pip install -e ".[ranx]"') from None
-        run = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate)
         _, name, rep = self._one_arm(policy, budget, replicate)
+        if stream is not None or self.experiment is not None:
+            stream = self._stream(stream, rep)  # read once, for both files
+        run = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate,
+                                  stream=stream)
         qrels = self.trec_qrels_frame(stream, replicate=rep, gain_scale=gain_scale)
         # ranx asks for object (not pandas string) id columns
         run, qrels = (f.astype({"qid": object, "docno": object}) for f in (run, qrels))
+        # an arm whose rankings are all empty is an empty run (from_df refuses one)
         return (ranx.Qrels.from_df(qrels, q_id_col="qid", doc_id_col="docno", score_col="grade"),
                 ranx.Run.from_df(run, q_id_col="qid", doc_id_col="docno", score_col="score",
-                                 name=name))
+                                 name=name) if len(run) else ranx.Run(name=name))
+
+    def _export_ids(self, stream: Any, replicate: int) -> tuple[pd.Series | None,
+                                                                pd.Series | None]:
+        """The trace ids (:func:`_trace_ids`) of the notes and queries of the
+        stream a run export writes; ``(None, None)``: the stream's ids are
+        the trace's."""
+        if stream is None:
+            exp = self.experiment
+            if exp is None:
+                self._check_source_ids()
+                return None, None
+            if not hasattr(exp.workload, "load"):
+                return None, None  # a generated stream: its ids are its own
+        stream = self._stream(stream, replicate)
+        return _trace_ids(stream.notes, "note_id"), _trace_ids(stream.queries, "query_id")
+
+    def _check_source_ids(self) -> None:
+        """Refuse a run read back from its folder whose stream, from disk,
+        may keep trace ids (an imported trace, or a stream folder with a
+        ``trace_id`` column): its export needs the stream."""
+        wl = self.config.get("workload") or {}
+        source = wl.get("source")
+        if not source or wl.get("importer") == "locomo":
+            return  # a generated stream, or one whose ids are its own
+        keeps = True
+        if wl.get("importer") is None and Path(source).is_dir():
+            cols = [_table_columns(Path(source), t) for t in ("notes", "queries")]
+            keeps = any(c is None or "trace_id" in c for c in cols)
+        if keeps:
+            raise ConfigError(f"{self.path or 'the run'}: give the stream the run replayed "
+                              f"(stream=, a Stream or a stream folder): {source} may keep a "
+                              "trace's own ids, which the export writes, and a run read back "
+                              "from its folder does not hold them")
 
     def _stream(self, stream: Any, replicate: int | None) -> Any:
         """The stream a qrels export reads: given, a folder, or the experiment's."""
@@ -834,12 +965,78 @@ class RunResult:
                    timings=dict(timings) if isinstance(timings, dict) else {})
 
 
-def _texts(ids) -> np.ndarray:
-    """Ids as text (the id type of TREC files)."""
-    return np.asarray([str(x) for x in np.asarray(ids).tolist()], dtype=object)
+def _texts(ids, trace: pd.Series | None = None, what: str = "id") -> np.ndarray:
+    """Ids as text (the id type of TREC files): their trace ids when
+    ``trace`` (:func:`_trace_ids`) is given.
+
+    Raises
+    ------
+    ConfigError
+        If an id is not in ``trace`` (a stream other than the run's).
+    """
+    ids = np.asarray(ids).tolist()
+    if trace is None:
+        return np.asarray([str(x) for x in ids], dtype=object)
+    mapped = trace.reindex(ids)
+    if mapped.isna().any():
+        miss = ids[int(np.flatnonzero(mapped.isna().to_numpy())[0])]
+        raise ConfigError(f"stream: {what} {miss} is not in it: give the stream the run "
+                          "replayed")
+    return mapped.to_numpy(dtype=object)
+
+
+def _trace_ids(table: pd.DataFrame, key: str) -> pd.Series | None:
+    """A stream table's ids as the trace logged them, by its ``key`` column
+    (``note_id``, ``query_id``): its ``trace_id`` (an imported trace whose
+    ids were renumbered keeps the logged id there; a row without one keeps
+    its own id); None when the table has no ``trace_id`` (its ids are the
+    trace's)."""
+    if "trace_id" not in table.columns:
+        return None
+    ids = table[key].to_numpy().tolist()
+    text = [str(i) if pd.isna(t) else str(t) for i, t in zip(ids, table["trace_id"].tolist())]
+    return pd.Series(text, index=ids, dtype=object)
+
+
+def _table_columns(folder: Path, table: str) -> list[str] | None:
+    """The columns of a stream folder's table (``.parquet`` or ``.csv``),
+    read from its header; None when it cannot be read."""
+    try:
+        if (folder / f"{table}.parquet").is_file():
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(folder / f"{table}.parquet").names)
+        if (folder / f"{table}.csv").is_file():
+            return list(pd.read_csv(folder / f"{table}.csv", nrows=0).columns)
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 _AGE_COLUMN = re.compile(r"recall_age_(\d+)_(\d+|inf)")
+
+
+def _replicate_means(queries: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """``policy``, ``budget``, ``metric``, ``mean``, ``n`` of ``cols`` as
+    :func:`memsim.reporting.stats.summarise` has them: per (policy, budget),
+    the mean over replicates of each replicate's mean of the finite values
+    (a replicate without one does not count); ``n`` the replicates with a
+    mean when the budget has at least ``MIN_REPLICATES`` replicates, else
+    the finite values. A frame without ``replicate`` is one replicate."""
+    q = queries if "replicate" in queries.columns else queries.assign(replicate=0)
+    long = q.melt(id_vars=["policy", "budget", "replicate"], value_vars=cols,
+                  var_name="metric", value_name="value")
+    value = long["value"].astype(np.float64)
+    long["value"] = value.where(np.isfinite(value))
+    per = long.groupby(["policy", "budget", "metric", "replicate"], sort=False)["value"] \
+        .agg(rep_mean="mean", values="count").reset_index()
+    n_reps = q.groupby("budget", sort=False)["replicate"].nunique()
+    g = per.groupby(["policy", "budget", "metric"], sort=False)
+    rows = g.agg(mean=("rep_mean", "mean"), reps=("rep_mean", "count"),
+                 values=("values", "sum")).reset_index()
+    by_reps = rows["budget"].map(n_reps).to_numpy() >= MIN_REPLICATES
+    rows["n"] = np.where(by_reps, rows["reps"], rows["values"])
+    return rows[["policy", "budget", "metric", "mean", "n"]]
 
 
 def _age_buckets(names) -> dict[str, tuple[float, float]]:

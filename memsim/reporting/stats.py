@@ -90,7 +90,7 @@ from scipy import stats as sps
 
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, HIGHER_IS_BETTER, METRIC_COLUMNS,
-                                       OLD_RECALL_COLUMN, UNDIRECTED_METRICS)
+                                       MIN_REPLICATES, OLD_RECALL_COLUMN, UNDIRECTED_METRICS)
 
 __all__ = [
     "mean_ci",
@@ -135,9 +135,6 @@ HEADLINE_METRICS = ("utility_share", "recall", OLD_RECALL_COLUMN, "harm", "stale
 SHARE_METRICS = frozenset({
     "utility_share", "utility_ratio", "recall", "precision", "ndcg@10", "mrr", "stale_rate",
     "evicted_relevant", "answer_prob", "recall_gini", *AGE_BUCKET_COLUMNS, OLD_RECALL_COLUMN})
-
-#: Fewest replicates for a bootstrap over replicates; below, over queries.
-MIN_REPLICATES = 5
 
 #: Default number of bootstrap resamples and the default seed.
 N_BOOT = 1000

@@ -182,7 +182,11 @@ class OptimumReport:
         return "\n".join(lines)
 
     def to_json(self) -> str:
-        """Nested JSON: ``policies[i].current.beta``, ``policies[i].optimum.beta``, ..."""
+        """Nested JSON: ``policies[i].current.beta``, ``policies[i].optimum.beta``, ...
+
+        Strict JSON (``docs/contracts/json.md``): NaN and infinities are
+        ``null`` (an infinite half-life, no decay, too: the text says
+        ``inf (no decay)``)."""
         out = []
         for row in self.table.to_dict(orient="records"):
             item: dict[str, Any] = {}
@@ -194,20 +198,21 @@ class OptimumReport:
                 node[leaf] = _clean(value)
             item["bayes_label"] = BAYES_LABEL
             out.append(item)
-        return json.dumps({"workload": self.workload, "policies": out}, indent=2)
+        return json.dumps({"workload": self.workload, "policies": out}, indent=2,
+                          allow_nan=False)
 
 
 def _clean(v: Any) -> Any:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return None
-        if math.isinf(v):
-            return "inf"
-    if isinstance(v, list):
-        return [{k: _clean(x) for k, x in d.items()} if isinstance(d, dict) else _clean(d)
-                for d in v]
-    if isinstance(v, (np.bool_,)):
-        return bool(v)
+    """``v`` as strict JSON holds it: NaN and infinities as None, numpy
+    scalars as Python ones."""
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
     return v
 
 
