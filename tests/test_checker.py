@@ -34,6 +34,7 @@ class HalfLifeUnder(Decay):
     """A half-life decay that declares ``upper_bound() = 0.3`` while it returns up to 1."""
 
     name: ClassVar[str] = "half-life-under"
+    reads_salience: ClassVar[bool] = False
     half_life_days: float = 10.0
     _constraints: ClassVar[dict] = {"half_life_days": _POSITIVE}
 

@@ -25,6 +25,14 @@ it returns None when every check passes. The checks, run on seeded random
   return a subset of the valid candidates within the budget; orderers
   return a permutation of the packed notes (-1 elsewhere); retentions
   return one flag per note;
+- as the engine calls them: a packer (an orderer) handles each row on its
+  own (random problems packed whole, row by row and shuffled among other
+  rows give the same masks); a ranker that does not declare
+  ``set_dependent`` scores a cell alike whichever other notes the context
+  holds, in whatever order; every decay, stickiness, breadth and ranker the
+  engine may score on gathered cells runs on an (R, W) context of them
+  (note vectors (R, W), as the engine's) and gives each cell its value on
+  the whole context;
 - a scoring component that declares ``reads_uses()`` False gives the same
   output when the notes' recalls, last uses, distinct actors and tiers
   change; a ranker that declares ``sets_read_uses`` False keeps its
@@ -57,9 +65,10 @@ import pandas as pd
 from memsim.core.errors import ParameterError
 from memsim.core.params import Interval, Options, Validated
 from memsim.policies import SLOTS, ArrayContext, Component, Policy
-from memsim.policies.base import Breadth, Ranker, Stickiness, build_from_spec
+from memsim.policies.base import (Breadth, ComponentOutputError, Ranker, Stickiness,
+                                  build_from_spec)
 from memsim.data.planted import PlantedModel
-from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
+from memsim.policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
 from memsim.core.rng import seed_sequence
 from memsim.data.stream import make_stream
 from memsim.data.workload import CLASS_NAMES, SyntheticWorkload
@@ -168,6 +177,8 @@ class _Checker:
             return f(*args)
         except CheckError:
             raise
+        except ComponentOutputError as exc:  # the slot's own check of what its method returned
+            self.fail(exc.check or check, exc.detail)
         except Exception as exc:  # noqa: BLE001 - a crash is a failed check
             self.fail(check, f"raised {type(exc).__name__}: {exc}")
 
@@ -605,9 +616,25 @@ def _elementwise(c: _Checker, check: str, what: str, f: Callable[[Any], Any], ct
 
 def _check_decay_promises(c: _Checker, comp, seed: int, contexts) -> None:
     """``upper_bound`` (any note, any age), ``lower_bound`` (a note of default
-    salience), ``exponential_form`` (equal to the recency) and ``half_life``."""
+    salience), ``reads_salience = False`` (the same multipliers whatever the
+    notes' salience), ``exponential_form`` (equal to the recency) and
+    ``half_life``."""
     hi = c.call("upper_bound", comp.upper_bound)
     lo = c.call("lower_bound", comp.lower_bound)
+    if not comp.reads_salience:  # the engine then trusts lower_bound for every note
+        varied, default = extreme_context(), extreme_context(True)
+        got = [np.broadcast_to(np.asarray(c.call("recency", comp.recency,
+                                                 np.asarray(x.age(comp.clock), np.float64), x),
+                                          dtype=np.float64), (len(x.t), len(x.idx)))
+               for x in (varied, default)]
+        cell = _first_difference(got[1], got[0])
+        if cell is not None:
+            q, i = cell
+            c.fail("reads_salience", f"reads_salience = False, but recency() = {_r(got[0][q, i])} "
+                   f"for {_note(varied, q, i, comp.clock)} of salience "
+                   f"{_r(np.asarray(varied.salience)[i])} and {_r(got[1][q, i])} at default "
+                   "salience: declare reads_salience = True (the engine then trusts "
+                   "lower_bound only where every note has default salience)")
     for name, v in (("upper_bound", hi), ("lower_bound", lo)):
         c.require(v is None or (isinstance(v, (int, float, np.floating)) and math.isfinite(v)),
                   name, f"{name}() = {_r(v)}: declare a finite number or None")
@@ -970,6 +997,310 @@ def _check_promises(c: _Checker, comp: Component, seed: int, contexts) -> None:
 
 
 # --------------------------------------------------------------------------
+# How the engine calls a component: rows packed together, chosen cells
+# --------------------------------------------------------------------------
+#
+# The engine packs (and orders) several arms' rows, or a batch's queries, in
+# one call, and scores chosen cells of a context (a prefilter's candidates,
+# the pruned scoring's, the per-query walk's) on a context whose matrices
+# and note vectors are (R, W). A component that reads across rows, or
+# across the notes of a query without declaring ``set_dependent``, or that
+# treats a note vector as 1-D, gives other results in the engine than in
+# the checks above: these checks call it as the engine does.
+
+#: Rows of the packer and orderer row checks.
+N_ROWS = 8
+
+#: The rule a packer and an orderer follow, in the messages.
+ROWS_RULE = {
+    "packer": ("a packer packs each row on its own, from that row's values, tokens, validity "
+               "and budget alone (never from the other rows of the call: the engine packs "
+               "several arms' rows, or a batch's queries, in one call)"),
+    "orderer": ("an orderer orders each row on its own, from that row's values and packed "
+                "flags alone (never from the other rows of the call: the engine orders several "
+                "arms' rows, or a batch's queries, in one call)"),
+}
+
+#: The shape rule of gathered cells, in the messages.
+CELLS_RULE = ("the engine scores chosen cells of a context (a prefilter's candidates, the "
+              "pruned scoring's, the per-query walk's) on a context whose matrices and note "
+              "vectors (importance, tokens, recalls, tier, ...) are all (R, W): R query rows, "
+              "W notes each, ctx.idx an (R, W) matrix. Note vectors broadcast against the "
+              "similarity's shape: use elementwise operations and broadcasting, never reshape "
+              "or index a note vector as 1-D (no .reshape(1, -1), [None, :] or len(ctx.idx))")
+
+#: What a ranker that does not declare set_dependent promises, in the messages.
+SET_DEPENDENT_RULE = ("a ranker that does not declare set_dependent = True scores each "
+                      "(query, note) cell from that cell's own inputs, whichever other notes "
+                      "the context holds and in whatever order (the engine scores a "
+                      "prefilter's candidates, pruned cells and, with per-query feedback, "
+                      "the used notes alone); declare set_dependent: ClassVar[bool] = True "
+                      "when a score depends on the other notes (a normalisation over the "
+                      "candidates, a rank)")
+
+
+def _pack_rows_problem(rng: np.random.Generator, q: int) -> tuple[np.ndarray, ...]:
+    """A packing problem of ``q`` rows that differ in scale, validity and
+    budget: values sorted best first (each row's own scale), tokens,
+    valid, budgets (one row may get 0)."""
+    k = N_CANDIDATES
+    scale = rng.uniform(0.05, 3.0, (q, 1))
+    values = -np.sort(-rng.uniform(-0.2, 1.0, (q, k)), axis=1) * scale
+    tokens = rng.integers(1, 400, (q, k)).astype(np.int64)
+    valid = rng.random((q, k)) < 0.85
+    budget = rng.integers(0, 2400, q).astype(np.int64)
+    return values, tokens, valid, budget
+
+
+def _rows_call(c: _Checker, comp, arrays: tuple[np.ndarray, ...], rows: np.ndarray
+               ) -> np.ndarray:
+    """The packer's ``pack`` (or the orderer's ``order``) on the ``rows``
+    of ``arrays``, as an array."""
+    args = [np.array(a[rows]) for a in arrays]
+    if comp.slot == "packer":
+        if getattr(comp, "needs_similarity", False):  # as _run_packer passes it
+            args.append(np.clip(args[0] + 0.1, -1.0, 1.0))
+        return np.asarray(c.call("pack", comp.pack, *args))
+    return np.asarray(c.call("order", comp.order, *args))
+
+
+def _check_rows(c: _Checker, comp, seed: int) -> None:
+    """A packer (an orderer) gives each row what it gives that row alone,
+    whichever rows share the call and in whatever order: each row of a
+    problem of :data:`N_ROWS` rows packed in one call, row by row, and
+    shuffled among the rows of another problem."""
+    if comp.slot not in ("packer", "orderer"):
+        return
+    rng = np.random.default_rng(seed + 11)
+    method = "pack" if comp.slot == "packer" else "order"
+    for _ in range(2):
+        values, tokens, valid, budget = _pack_rows_problem(rng, N_ROWS)
+        if comp.slot == "packer":
+            arrays: tuple[np.ndarray, ...] = (values, tokens, valid, budget)
+        else:  # what the engine orders: the packed candidates' values, -inf elsewhere
+            packed = valid & (rng.random(valid.shape) < 0.6)
+            arrays = (np.where(valid, values, -np.inf), packed)
+        other = _pack_rows_problem(rng, 5)
+        if comp.slot == "orderer":
+            other = (np.where(other[2], other[0], -np.inf), other[2] & (other[1] < 200))
+        whole = _rows_call(c, comp, arrays, np.arange(N_ROWS))
+        perm = rng.permutation(N_ROWS)
+        mixed = _rows_call(c, comp, tuple(np.concatenate([a[perm], b]) for a, b
+                                          in zip(arrays, other)),
+                           np.arange(N_ROWS + len(other[0])))[:N_ROWS]
+        for r in range(N_ROWS):
+            alone = _rows_call(c, comp, arrays, np.array([r]))[0]
+            among = mixed[int(np.flatnonzero(perm == r)[0])]
+            for got, how in ((alone, "alone"), (among, "shuffled among other rows")):
+                if not np.array_equal(whole[r], got):
+                    c.fail("independent rows", f"{method}() gives row {r} "
+                           f"{_r(whole[r].astype(np.int64).tolist())} in a call of {N_ROWS} "
+                           f"rows and {_r(got.astype(np.int64).tolist())} {how}: "
+                           f"{ROWS_RULE[comp.slot]}")
+
+
+class _CellsContext:
+    """Chosen cells of an :class:`ArrayContext` as the engine's gathered
+    context gives them: for the queries ``rows`` (R,), the note columns
+    ``cols``, (R, W) (each row its own notes, in any order) or (W,) (the
+    same notes for every row). Matrices and note vectors take the shape of
+    ``cols`` broadcast against ``rows[:, None]``; every value is the whole
+    context's at that cell, computed by the same float operations. Like the
+    engine's, it offers no embeddings (``note_vectors``, ``query_vectors``):
+    a component that reads them is scored by whole rows."""
+
+    def __init__(self, ctx: ArrayContext, rows: np.ndarray, cols: np.ndarray):
+        self._ctx, self._rows, self._cols = ctx, rows, cols
+        n = len(ctx.idx)
+        self.t = ctx.t[rows]
+        self.idx = ctx.idx[cols]
+        self.rng = np.random.default_rng(0)
+        full_live = np.ones((len(ctx.t), n), dtype=bool) if ctx.live is None else ctx.live
+        self.live = self._cells(full_live)
+        self.whole = (ctx, rows[:, None] * n + cols)
+        self.planted = ctx.planted
+
+    def _cells(self, mat: np.ndarray) -> np.ndarray:
+        return np.asarray(mat)[self._rows[:, None], self._cols]
+
+    def _at(self, col: np.ndarray) -> np.ndarray:
+        return np.asarray(col)[self._cols]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("tokens", "importance", "salience", "pinned", "memory_type", "recalls",
+                    "tier", "distinct_actors", "note_class", "note_actor", "superseded_at"):
+            return self._at(getattr(self._ctx, name))
+        if name in ("dots", "gains", "logged_rank", "logged_score"):
+            m = getattr(self._ctx, name)
+            return None if m is None else self._cells(m)
+        raise AttributeError(name)
+
+    @property
+    def qnorm2(self) -> np.ndarray:
+        return self._ctx.qnorm2[self._rows]
+
+    @property
+    def nnorm2(self) -> np.ndarray:
+        return self._at(self._ctx.nnorm2)
+
+    @property
+    def query_actor(self) -> np.ndarray:
+        return self._ctx.query_actor[self._rows]
+
+    def similarity(self, retriever: Any) -> np.ndarray:
+        return self._cells(self._ctx.similarity(retriever))
+
+    @property
+    def age_created(self) -> np.ndarray:
+        return self.t[:, None] - self._at(self._ctx.created_at)
+
+    @property
+    def age_updated(self) -> np.ndarray:
+        return self.t[:, None] - self._at(self._ctx.updated_at)
+
+    @property
+    def since_access(self) -> np.ndarray:
+        return self.t[:, None] - self._at(self._ctx.last_access)
+
+    @property
+    def age_last_access(self) -> np.ndarray:
+        s = self.since_access
+        return np.where(np.isnan(s), self.age_created, s)
+
+    def age(self, clock: str) -> np.ndarray:
+        return getattr(self, AGE_CLOCKS[clock])
+
+    def exponential_recency(self, clock: str, floor: Any, rate: Any) -> None:
+        return None
+
+
+#: The outputs of a scoring component that are one value per cell (the
+#: others may be scalars or anything that broadcasts to the cells).
+_PER_CELL = ("recency", "effective_age", "combine")
+
+
+class _CellShapeError(Exception):
+    """An output of :func:`_cell_outputs` of another shape than the cells'."""
+
+
+def _cell_outputs(comp, ctx: Any, rel: np.ndarray, rec: np.ndarray
+                  ) -> list[tuple[str, np.ndarray]]:
+    """What a scoring component computes per cell on ``ctx``: (method, its
+    values as floats of the context's cells); ``rel`` and ``rec`` are the
+    ranker's inputs at those cells. Raises what the component raises, and
+    :class:`_CellShapeError` for an output that is not one value per cell
+    (or, for a term or factor, does not broadcast to the cells)."""
+    shape = np.shape(ctx.idx) if np.ndim(ctx.idx) == 2 else (len(ctx.t), len(ctx.idx))
+    if comp.slot == "decay":
+        outs = [("recency", comp.recency(np.asarray(ctx.age(comp.clock), np.float64), ctx))]
+    elif comp.slot == "stickiness":
+        outs = [("effective_age", comp.effective_age(np.asarray(ctx.age_created, np.float64),
+                                                     ctx)),
+                ("access_term", comp.access_term(ctx))]
+    elif comp.slot == "breadth":
+        outs = [("on_access", comp.on_access(ctx)), ("on_score", comp.on_score(ctx))]
+    else:
+        outs = [("combine", comp.combine(rel if comp.uses_similarity else None,
+                                         rec if comp.uses_recency else None, ctx))]
+    got = []
+    for name, v in outs:
+        v = np.asarray(v, dtype=np.float64)
+        try:
+            if name in _PER_CELL and v.shape != shape:
+                raise ValueError
+            got.append((name, np.broadcast_to(v, shape)))
+        except ValueError:
+            raise _CellShapeError(f"{name}() returned shape {v.shape}, expected {shape}, one "
+                                  "value per cell") from None
+    return got
+
+
+def _engine_gathers(comp) -> bool:
+    """Whether the engine may score the component on gathered cells: any
+    decay, stickiness and breadth (with a ranker it gathers); a ranker it
+    scores cell by cell (:func:`memsim.engine.cells._cells_scorable`), or
+    one that chooses its candidates and scores cells of them."""
+    if comp.slot != "ranker":
+        return comp.slot in ("decay", "stickiness", "breadth")
+    return _engine_prunes_with(comp) or (comp.chooses_candidates() and comp.scores_cells)
+
+
+def _check_cells(c: _Checker, comp, seed: int) -> None:
+    """A scoring component as the engine scores chosen cells.
+
+    A ranker that does not declare ``set_dependent``: on a third of the
+    notes, reordered, each cell scores what it scores among all of them.
+    Every component the engine may score on gathered cells: on (R, W)
+    cells (queries repeated and reordered, each row its own notes in any
+    order, note vectors (R, W)), it runs, returns one value per cell, and
+    each cell gets its value on the whole context."""
+    if comp.slot not in ("decay", "stickiness", "breadth", "ranker"):
+        return
+    ctx = random_context(seed)
+    q, n = len(ctx.t), len(ctx.idx)
+    rel = np.asarray(ctx.dots, dtype=np.float64) / 10.0  # as _run_ranker's
+    rec = np.clip(np.asarray(ctx.age_created) / -400.0 + 1.0, 0.0, 1.0)
+    try:
+        whole = _cell_outputs(comp, ctx, rel, rec)
+    except AttributeError:  # reads what these contexts lack: the engine scores whole rows
+        return
+    except Exception as exc:  # noqa: BLE001 - a crash is a failed check
+        c.fail(_whole_check(comp), _crash(exc))
+    rng = np.random.default_rng(seed + 13)
+    probes = []
+    if comp.slot == "ranker" and not comp.set_dependent:
+        probes.append(("set_dependent", np.arange(q), rng.permutation(n)[: n // 3],
+                       "among a third of the notes, reordered"))
+    if _engine_gathers(comp):
+        rows = np.concatenate([rng.permutation(q), rng.integers(0, q, 2)])
+        cols = np.stack([rng.choice(n, n // 4, replace=False) for _ in rows])
+        probes.append(("gathered cells", rows, cols,
+                       f"among gathered cells ({len(rows)} query rows of {n // 4} notes each, "
+                       "queries repeated and reordered, note vectors of that shape)"))
+    for check, rows, cols, how in probes:
+        part_ctx = _CellsContext(ctx, rows, cols)
+        try:
+            part = _cell_outputs(comp, part_ctx, rel[rows[:, None], cols],
+                                 rec[rows[:, None], cols])
+        except AttributeError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - a crash on cells is a failed check
+            detail = _crash(exc)
+            if np.ndim(cols) == 2:
+                c.fail("gathered cells", f"{detail} {how}: {CELLS_RULE}")
+            c.fail(_whole_check(comp), f"{detail} {how}")
+        for (name, w), (_, p) in zip(whole, part):
+            cell = _first_difference(w[rows[:, None], cols], p)
+            if cell is None:
+                continue
+            r, j = cell
+            qi, i = int(rows[r]), int(cols[j] if np.ndim(cols) == 1 else cols[r, j])
+            got = (f"{_note(ctx, qi, i)} gets {name}() = {_r(w[qi, i])} on the whole "
+                   f"context and {_r(p[r, j])} {how}")
+            if comp.slot != "ranker":
+                c.fail(check, f"{got}: {comp.slot} values are computed cell by cell (the "
+                       f"engine scores chosen cells): each from that cell's own inputs")
+            if comp.set_dependent:  # gathered with ctx.whole: scores_cells
+                c.fail("scores_cells", f"{got}: declaring scores_cells declares that chosen "
+                       "cells (ctx.whole) get their values in the whole context")
+            c.fail("set_dependent", f"{got}: {SET_DEPENDENT_RULE}")
+
+
+def _crash(exc: Exception) -> str:
+    """What a component's exception says, in a check's message."""
+    if isinstance(exc, ComponentOutputError):
+        return exc.detail
+    if isinstance(exc, _CellShapeError):
+        return str(exc)
+    return f"raised {type(exc).__name__}: {exc}"
+
+
+def _whole_check(comp) -> str:
+    """The check a crash on the whole context is reported under."""
+    return {"decay": "recency", "ranker": "combine"}.get(comp.slot, comp.slot)
+
+
+# --------------------------------------------------------------------------
 # The engine's fast paths against its reference
 # --------------------------------------------------------------------------
 
@@ -1095,7 +1426,13 @@ def check_component(component: Any, *, seed: int = 0,
                     contexts: Iterable[ContextFactory] = (), engine: bool = False) -> None:
     """Check a policy component (class or instance) against the contract.
 
-    Besides construction, configuration and outputs, every promise the
+    Besides construction, configuration and outputs, the component is
+    called as the engine calls it: a packer or an orderer on rows packed
+    together, row by row and shuffled (check ``"independent rows"``); a
+    ranker that does not declare ``set_dependent`` on a third of the
+    notes, reordered (check ``"set_dependent"``); a decay, stickiness,
+    breadth or ranker on gathered cells, whose note vectors are (R, W)
+    (check ``"gathered cells"``). Every promise the
     component declares is checked where it can break (the extreme notes of
     :func:`extreme_context`, the random contexts and ``contexts``): a
     decay's ``upper_bound``, ``lower_bound``, ``exponential_form`` and
@@ -1139,6 +1476,8 @@ def check_component(component: Any, *, seed: int = 0,
     for make in (random_context, *contexts):
         _check_outputs(c, component, make, seed)
     _check_promises(c, component, seed, contexts)
+    _check_rows(c, component, seed)
+    _check_cells(c, component, seed)
     if engine:
         check_engine_paths(component, seed=seed)
 

@@ -15,6 +15,7 @@ from memsim.core import jit
 from memsim.core.machine import default_jobs
 from memsim.evaluation.metrics import RelevanceIndex
 from .settings import MAX_TICK_CELLS, splits_ticks
+from .state import similarity_key
 
 if TYPE_CHECKING:
     from .settings import Arm, SimSettings
@@ -126,7 +127,7 @@ class Batch:
         if self._view is not None:
             full = self._base().scaled_similarity(retriever)
             return None if full is None else self._cells_of(full)
-        key = ("similarity", retriever.name)
+        key = ("similarity", similarity_key(retriever))
         got = self.cache.get(key)
         if got is None:
             note_scale = self.notes.dot_scale(retriever)

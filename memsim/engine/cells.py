@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .state import similarity_key
 from .topc import _packed_left, nonzero2
 
 if TYPE_CHECKING:
@@ -268,7 +269,7 @@ class SimOrder:
 
 def _sim_order(ctx: BatchContext, retriever) -> SimOrder:
     """The batch's similarity levels of ``retriever``, shared by every arm."""
-    return ctx.shared(("similarity-order", retriever.name),
+    return ctx.shared(("similarity-order", similarity_key(retriever)),
                       lambda: SimOrder(ctx.similarity(retriever), ctx.batch.valid,
                                         ctx.batch.dead))
 

@@ -10,7 +10,7 @@ import numpy as np
 from memsim.data.planted import PlantedModel
 from memsim.policies import ArrayContext
 from memsim.policies.context import AGE_CLOCKS
-from .state import superseded
+from .state import similarity_key, superseded
 
 if TYPE_CHECKING:
     from .batch import Batch
@@ -224,12 +224,12 @@ class BatchContext(_ArmCells):
         (:meth:`Batch.scaled_similarity`, no (Q, L) dot products), else what
         the retriever computes."""
         if retriever.per_cell:
-            return self.shared(("similarity", retriever.name),
+            return self.shared(("similarity", similarity_key(retriever)),
                                lambda: _per_cell_similarity(self, retriever))
         got = self.batch.scaled_similarity(retriever)
         if got is not None:
             return got
-        return self.shared(("similarity", retriever.name),
+        return self.shared(("similarity", similarity_key(retriever)),
                            lambda: retriever.similarity(self))
 
     def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:
@@ -449,7 +449,7 @@ class _GatheredContext(_ArmCells):
         return self._cache[key]
 
     def similarity(self, retriever) -> np.ndarray:
-        return self.shared(("similarity", retriever.name),
+        return self.shared(("similarity", similarity_key(retriever)),
                            lambda: self._cells(self.full.similarity(retriever)))
 
     def exponential_recency(self, clock: str, floor, rate) -> np.ndarray | None:

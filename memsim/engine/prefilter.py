@@ -30,6 +30,7 @@ from memsim.policies import Policy
 from .context import _GatheredContext
 from .cells import ladder_level, _proven, _sim_order
 from .cells import _cell_scores, _cells_scorable
+from .state import similarity_key
 from .topc import _packed_left, _top_of_cells, nonzero2, top_candidates
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def level_prefilter(ctx: BatchContext, retriever, evicted: np.ndarray
     level = ladder_level(2 * m)
     while len(todo):
         full = 2 * level >= order.n
-        cells = order.cells(level, todo, full, retriever.name)
+        cells = order.cells(level, todo, full, similarity_key(retriever))
         live = cells.valid & ~evicted[cells.cols]
         pos, vals = top_candidates(np.where(live, cells.sim, -np.inf), m)
         done = _proven(vals, m, full, cells.tau)  # a note left out is at or below tau

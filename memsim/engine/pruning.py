@@ -38,6 +38,7 @@ from memsim.policies.base import Ranker
 from .context import _GatheredContext
 from .cells import _cell_scores, ladder_level, _live_cells, _proven, _sim_order
 from .simfilter import _filtered_top, _recency_blocks
+from .state import similarity_key
 from .topc import top_candidates
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ def _prune_plan(policy: Policy, ctx: BatchContext) -> tuple[float | None, float 
             hi = hi + acc * f
         hi = hi * (1.0 + 1e-9)  # rounding of the computed recency
         lo = policy.decay.lower_bound()
+        if lo is not None and policy.decay.reads_salience and not ctx.notes.default_salience:
+            lo = None  # it holds at default salience only (Decay.reads_salience)
         if lo is not None:
             lo = lo * (1.0 - 1e-9)
     if r.score_bound(np.zeros(1), lo, hi, ctx) is None:
@@ -122,7 +125,7 @@ def _pruned_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
     far = 0  # notes the deepest filtered query would have scored on a level
     while len(todo):
         full = 2 * level >= order.n
-        level_cells = order.cells(level, todo, full, retriever.name)
+        level_cells = order.cells(level, todo, full, similarity_key(retriever))
         cells, live = _live_cells(level_cells, ctx, c)
         cols, tau = cells.cols, cells.tau
         scores = _cell_scores(policy, _GatheredContext(ctx, todo, cols, live, cells), st)

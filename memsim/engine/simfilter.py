@@ -28,6 +28,7 @@ from memsim.policies.context import AGE_CLOCKS
 from .context import _GatheredContext
 from .cells import BLOCK, GROUP, _LevelCells, _live_cells
 from .cells import _cell_scores
+from .state import similarity_key
 from .topc import _packed_left, _top_of_cells
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def _filtered_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, or
     every note of the top C, and every note tied with its C-th, is among
     those; they alone are scored (in column order: ties to the lower)."""
     r, col = kept_cells(order, rows, [(np.arange(len(rows)), policy, ctx, kth, lo, highs)])
-    cells = _padded_cells(order, r, col, rows, policy.retriever.name)
+    cells = _padded_cells(order, r, col, rows, similarity_key(policy.retriever))
     cells, live = _live_cells(cells, ctx, c)
     scores = _cell_scores(policy, _GatheredContext(ctx, rows, cells.cols, live, cells), st)
     if scores is None:

@@ -28,6 +28,7 @@ from .cells import ladder_level, _sim_order
 from .cells import _cells_scorable
 from .pruning import _judge, _prune_plan
 from .simfilter import _exponential_form, _filterable, kept_cells, _padded_cells, _recency_blocks
+from .state import similarity_key
 from .topc import _kth_best, _top_of_cells
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
     rows = np.arange(q)
     arm = np.repeat(np.arange(len(members)), q)  # the member of each (arm, query) row
     qrow = np.tile(rows, len(members))
-    lv = order.cells(level, rows, False, policy0.retriever.name)
+    lv = order.cells(level, rows, False, similarity_key(policy0.retriever))
     cols = np.tile(lv.cols, (len(members), 1))
     live = np.concatenate([lv.real & m.ctx.live_cells(lv.flat, lv.cols, lv.valid)
                            for m in members])
@@ -154,7 +155,7 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
         where[chunk] = np.arange(len(chunk))
         pick = where[r] >= 0
         cells = _padded_cells(order, where[r[pick]], col[pick], qrow[chunk],
-                              policy0.retriever.name)
+                              similarity_key(policy0.retriever))
         where[chunk] = -1
         live = cells.real.copy()
         for k in np.unique(arm[chunk]).tolist():

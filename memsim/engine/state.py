@@ -203,9 +203,17 @@ class NoteArrays:
         once per replay (None for a retriever whose similarity is not a
         scaled dot product). Elementwise: a batch's columns are the factors
         the retriever would compute for them alone."""
-        if retriever.name not in self._scales:
-            self._scales[retriever.name] = retriever.dot_scale(self.norm2)
-        return self._scales[retriever.name]
+        key = similarity_key(retriever)
+        if key not in self._scales:
+            self._scales[key] = retriever.dot_scale(self.norm2)
+        return self._scales[key]
+
+    @cached_property
+    def default_salience(self) -> bool:
+        """Whether every note has the default salience (1): a decay's
+        :meth:`~memsim.policies.base.Decay.lower_bound` then holds for
+        every note, whatever the decay reads."""
+        return bool(np.all(self.salience == 1.0))
 
     @cached_property
     def planted(self) -> PlantedModel | None:
@@ -471,3 +479,16 @@ class PolicyState:
                 last[key] = float(t[i])
                 keep[i] = True
         return rows[keep], actors[keep], t[keep]
+
+
+def similarity_key(retriever) -> str:
+    """What the values computed from ``retriever``'s similarity are shared
+    under (across the arms of a batch, and the replays of a replay cache):
+    its name and every parameter but ``prefilter``, which chooses
+    candidates, not values. Two retrievers of one kind with other
+    parameters compute other similarities; arms whose retrievers differ by
+    their prefilter alone share one."""
+    params = {k: v for k, v in retriever.params().items() if k != "prefilter"}
+    if not params:
+        return retriever.name
+    return f"{retriever.name}({', '.join(f'{k}={params[k]!r}' for k in sorted(params))})"

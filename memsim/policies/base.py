@@ -51,12 +51,23 @@ whose similarity can reach a query's C-th best score. A component that declares
 one must also be *elementwise*: the value for a (query, note) cell depends
 only on that cell's and that note's inputs, so that the engine may score any
 subset of cells (note vectors then arrive with the cells' shape).
+
+What a slot's method returns is checked wherever it returns (each class's
+own ``similarity``, ``recency``, ``combine``, ``evict``, ``pack`` and
+``order`` is wrapped when the class is defined): the shape and dtype its
+slot documents, a packer's budget and an orderer's permutation (memsim's
+own packers and orderers are held to those two by the test suite, and
+spared them on the hot path). A mistake raises :class:`ComponentOutputError`
+(a :class:`ConfigError`) naming the component, what was expected and what
+came back; an exception a method raises gets a note naming the component.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -71,6 +82,7 @@ __all__ = [
     "REGISTRY",
     "register",
     "Component",
+    "ComponentOutputError",
     "Retriever",
     "Decay",
     "Stickiness",
@@ -100,14 +112,34 @@ REGISTRY: dict[str, dict[str, type[Component]]] = {slot: {} for slot in SLOTS}
 
 
 def register(cls: type[Component]) -> type[Component]:
-    """Class decorator: add a component class to :data:`REGISTRY`."""
+    """Class decorator: add a component class to :data:`REGISTRY`.
+
+    A class of the same module and qualified name as the one registered
+    under its ``(slot, name)`` replaces it: the same definition run again
+    (a notebook cell re-run after an edit, a reloaded module). Any other
+    class under a taken name is refused, with the class that holds it.
+
+    Raises
+    ------
+    RuntimeError
+        ``(slot, name)`` is held by another class.
+    """
     slot, name = cls.slot, cls.name
     if slot not in REGISTRY:
         REGISTRY[slot] = {}
-    if name in REGISTRY[slot] and REGISTRY[slot][name] is not cls:
-        raise RuntimeError(f"duplicate registration {slot}:{name}")
+    held = REGISTRY[slot].get(name)
+    if held is not None and held is not cls and _where(held) != _where(cls):
+        raise RuntimeError(
+            f"duplicate registration {slot}:{name}: the name is held by {_where(held)}; "
+            f"register {_where(cls)} under another name (name: ClassVar[str] = ...)")
     REGISTRY[slot][name] = cls
     return cls
+
+
+def _where(cls: type) -> str:
+    """``module.QualifiedName`` of a class: what identifies a definition
+    across a re-run of it."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +152,10 @@ class Component(Validated, abc.ABC):
 
     slot: ClassVar[str] = ""
     name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_outputs_of(cls)
 
     def to_config(self) -> dict[str, Any]:
         """``{"kind": name, **params}``: the resolved TOML table of this part."""
@@ -242,6 +278,314 @@ def build_component(slot: str, spec: Any, where: str) -> Component:
         load_entry_points()
     return build_from_spec(spec, REGISTRY.get(slot, {}), what=slot, where=where,
                            base=Component)
+
+
+# --------------------------------------------------------------------------
+# The outputs of a slot's method, checked where any caller gets them
+# --------------------------------------------------------------------------
+
+
+class ComponentOutputError(ConfigError):
+    """A component's method returned what its slot's contract refuses: a
+    wrong shape or dtype, a packer over the budget, an orderer's positions
+    that are no permutation.
+
+    Raised where the method returns, whoever called it (the engine, the
+    checker, a notebook), naming the component (slot, registered name,
+    class), what was expected and what came back, instead of a traceback
+    deep in the engine or a silently wrong result.
+
+    Attributes
+    ----------
+    check : str
+        What failed: the method's name (``"recency"``, ``"combine"``...),
+        ``"budget"``, ``"candidate subset"`` or ``"permutation"``.
+    detail : str
+        The message without the component's name.
+    """
+
+    def __init__(self, *args: Any, errors: list[str] | None = None, check: str = "",
+                 detail: str = "") -> None:
+        super().__init__(*args, errors=errors)
+        self.check = check
+        self.detail = detail
+
+
+def _output_error(comp: Component, check: str, detail: str) -> ComponentOutputError:
+    cls = type(comp)
+    return ComponentOutputError(f"{cls.slot} {cls.name!r} ({cls.__qualname__}): {detail}",
+                                check=check, detail=detail)
+
+
+def _cells_shape(ctx: Any) -> tuple[int, ...] | None:
+    """The shape of a context's matrices: (Q, L), or the (R, W) of gathered
+    cells (``idx`` a matrix); None for an object that is no context."""
+    try:
+        idx, t = ctx.idx, ctx.t
+        return tuple(np.shape(idx)) if np.ndim(idx) == 2 else (len(t), len(idx))
+    except Exception:  # noqa: BLE001 - no context: nothing to check against
+        return None
+
+
+def _gathered(ctx: Any) -> bool:
+    """Whether ``ctx`` holds gathered cells (``idx`` an (R, W) matrix): the
+    engine's pruned, prefiltered and per-query scoring, which scores a
+    policy whose output has another shape there by whole rows instead."""
+    return np.ndim(getattr(ctx, "idx", None)) == 2
+
+
+#: The shape rule of gathered cells, in the notes added to a component's error.
+GATHERED_RULE = ("the context held gathered cells: ctx.idx and every note vector "
+                 "(importance, tokens, recalls, tier, ...) are (R, W) arrays shaped like the "
+                 "similarity; use elementwise operations and broadcasting, never reshape or "
+                 "index a note vector as 1-D")
+
+_KIND_TEXT = {"f": "a float array", "b": "a bool array", "i": "an int64 array"}
+_DTYPE_TEXT = {"f": " (float64 or float32)", "b": "", "i": ""}
+
+
+def _as_output(comp: Component, method: str, out: Any,
+               shapes: tuple[tuple[int, ...], ...] | None, kind: str, why: str,
+               hint: str = "") -> np.ndarray:
+    """``out`` as an array whose shape is one of ``shapes`` (any shape when
+    None) and whose dtype kind is ``kind`` (``"i"``: int64 exactly); else
+    a :class:`ComponentOutputError` saying what was expected (``why``: the
+    shape's origin) and what came back. One comparison of the shape and one
+    of the dtype: no pass over the values."""
+    want = _KIND_TEXT[kind] + (f" of shape {shapes[0]} ({why})" if shapes else "")
+    if out is None:
+        raise _output_error(comp, method, f"{method}() returned None, expected {want}: "
+                                          "a missing return?")
+    try:
+        arr = np.asarray(out)
+    except Exception as exc:  # noqa: BLE001 - anything that is no array
+        raise _output_error(comp, method, f"{method}() returned {type(out).__name__}, "
+                                          f"expected {want} ({exc})") from None
+    if shapes and arr.shape not in shapes:
+        raise _output_error(comp, method, f"{method}() returned shape {arr.shape}, expected "
+                                          f"{shapes[0]} ({why})")
+    if not (arr.dtype == np.int64 if kind == "i" else arr.dtype.kind == kind):
+        raise _output_error(comp, method, f"{method}() returned dtype {arr.dtype}, expected "
+                                          f"{_KIND_TEXT[kind]}{_DTYPE_TEXT[kind]}{hint}")
+    return arr
+
+
+def _arg(args: tuple, kwargs: Mapping[str, Any], i: int, name: str) -> Any:
+    """The argument ``i`` (``name``) of a call, None when not given."""
+    return args[i] if len(args) > i else kwargs.get(name)
+
+
+def _args(args: tuple, kwargs: Mapping[str, Any], *names: str) -> tuple:
+    """The first arguments of a call, by position or name (None when not given)."""
+    if len(args) >= len(names):
+        return args[:len(names)]
+    return tuple(_arg(args, kwargs, i, k) for i, k in enumerate(names))
+
+
+# On gathered cells the engine scores a policy whose output has another
+# shape by whole rows (its designed fallback): there only the dtype is
+# checked, and a crash gets the shape rule as a note (_note_component).
+
+
+def _built_in(comp: Component) -> bool:
+    """Whether a component is one of memsim's own classes. Their packers'
+    budgets and orderers' permutations are held by the test suite (the
+    checker runs over the registry), so the hot path spares them the value
+    checks; their shapes and dtypes are checked as any component's."""
+    return type(comp).__module__.startswith("memsim.")
+
+
+def _checked_similarity(comp, out, args, kwargs):
+    ctx = _arg(args, kwargs, 0, "ctx")
+    idx = getattr(ctx, "idx", None)
+    if (type(out) is np.ndarray and out.dtype.kind == "f" and type(idx) is np.ndarray
+            and idx.ndim == 1 and out.shape == (len(ctx.t), len(idx))):
+        return out  # the common case: (Q, L) floats
+    shape = _cells_shape(ctx)
+    if shape is None:
+        return out
+    return _as_output(comp, "similarity", out, None if _gathered(ctx) else (shape,), "f",
+                      "one value per query and note of the context")
+
+
+def _checked_recency(comp, out, args, kwargs):
+    age = _arg(args, kwargs, 0, "age")
+    if age is None:
+        return out
+    shape = np.shape(age)
+    if type(out) is np.ndarray and out.shape == shape and out.dtype.kind == "f":
+        return out  # the common case: two comparisons
+    shapes = None if _gathered(_arg(args, kwargs, 1, "ctx")) else (shape,)
+    return _as_output(comp, "recency", out, shapes, "f", "the shape of its age argument: one "
+                      "value per query and note")
+
+
+def _checked_combine(comp, out, args, kwargs):
+    rel, rec = _args(args, kwargs, "rel", "rec")
+    if type(out) is np.ndarray and out.dtype.kind == "f":  # the common case: two comparisons
+        ref = rel if rel is not None else rec
+        if (type(ref) is np.ndarray and out.shape == ref.shape
+                and (rec is None or rel is None or np.shape(rec) == ref.shape)):
+            return out
+    given = [np.shape(x) for x in (rel, rec) if x is not None]
+    ctx = _arg(args, kwargs, 2, "ctx")
+    if _gathered(ctx):
+        return _as_output(comp, "combine", out, None, "f", "")
+    shapes = []
+    try:
+        if given:
+            shapes.append(tuple(np.broadcast_shapes(*given)))
+    except ValueError:
+        pass
+    ctx_shape = _cells_shape(ctx)
+    if ctx_shape is not None and ctx_shape not in shapes:
+        shapes.append(ctx_shape)
+    if not shapes:
+        return out
+    return _as_output(comp, "combine", out, tuple(shapes), "f",
+                      "the shape of rel and rec: one score per query and note")
+
+
+def _checked_evict(comp, out, args, kwargs):
+    ctx = _arg(args, kwargs, 0, "ctx")
+    try:
+        n = len(ctx.idx)
+    except Exception:  # noqa: BLE001 - no context: nothing to check against
+        return out
+    return _as_output(comp, "evict", out, ((n,),), "b", "one flag per note of ctx.idx",
+                      ": a mask over ctx.idx, not the indices of the notes to evict")
+
+
+def _checked_pack(comp, out, args, kwargs):
+    values, tokens, valid, budget = _args(args, kwargs, "values", "tokens", "valid", "budget")
+    if values is None or tokens is None or valid is None or budget is None:
+        return out
+    if (type(out) is np.ndarray and out.dtype.kind == "b" and out.shape == np.shape(values)
+            and _built_in(comp)):
+        return out  # the common case: a built-in packer's mask, its shape and dtype
+    packed = _as_output(comp, "pack", out, (np.shape(values),), "b",
+                        "one flag per candidate, the shape of values", ": a mask of the "
+                        "packed candidates")
+    if packed.ndim != 2 or _built_in(comp):
+        return packed
+    stray = packed > np.asarray(valid, dtype=bool)  # packed where not valid
+    if np.count_nonzero(stray):
+        r = int(np.flatnonzero(stray.any(axis=1))[0])
+        raise _output_error(comp, "candidate subset", f"pack() packed a candidate that is not "
+                            f"valid (row {r}): pack only where valid is True")
+    used = np.where(packed, tokens, 0).sum(axis=1)
+    over = used > np.asarray(budget)
+    if np.count_nonzero(over):
+        budget = np.maximum(np.asarray(budget), 0)  # a negative budget packs nothing
+        over = used > budget
+        if over.any():
+            r = int(np.flatnonzero(over)[0])
+            raise _output_error(comp, "budget", f"pack() packed {int(used[r])} tokens in row "
+                                f"{r}, over its budget of {int(budget[r])}: the packed tokens "
+                                "of a row never exceed its budget")
+    return packed
+
+
+def _checked_order(comp, out, args, kwargs):
+    values, packed = _args(args, kwargs, "values", "packed")
+    if values is None or packed is None:
+        return out
+    if (type(out) is np.ndarray and out.dtype == np.int64 and out.shape == np.shape(values)
+            and _built_in(comp)):
+        return out  # the common case: a built-in orderer's positions, their shape and dtype
+    pos = _as_output(comp, "order", out, (np.shape(values),), "i",
+                     "one position per candidate, the shape of values")
+    packed = np.asarray(packed, dtype=bool)
+    if pos.ndim != 2 or packed.shape != pos.shape or _built_in(comp):
+        return pos
+    q, c = pos.shape
+    # a row's packed candidates at 0 .. n-1, each once; the others at -1:
+    # every position below the row's count, -1 exactly where not packed,
+    # and no (row, position) twice
+    n = packed.sum(axis=1)
+    ok = not (np.count_nonzero((pos == -1) == packed) or np.count_nonzero(pos >= n[:, None])
+              or np.count_nonzero(pos < -1))
+    if ok:
+        at = (pos + np.arange(0, q * c, c)[:, None])[packed]
+        ok = not np.count_nonzero(np.bincount(at, minlength=q * c) > 1)
+    if not ok:
+        bad = ((pos == -1) == packed) | (pos >= n[:, None]) | (pos < -1)
+        dup = [r for r in range(q) if len(np.unique(pos[r][packed[r]])) < n[r]]
+        r = int(np.flatnonzero(bad.any(axis=1))[0]) if bad.any() else dup[0]
+        raise _output_error(comp, "permutation", f"order() gave the {int(n[r])} "
+                            f"packed candidates of row {r} the positions "
+                            f"{_listed(pos[r][packed[r]])} and the others "
+                            f"{_listed(np.unique(pos[r][~packed[r]]))}: the packed "
+                            "candidates of a row take 0 .. n-1, each once, and the others -1")
+    return pos
+
+
+def _listed(values: np.ndarray, most: int = 12) -> str:
+    """Up to ``most`` values of a vector, as a list in words."""
+    shown = ", ".join(str(v) for v in values[:most].tolist())
+    return f"[{shown}{', ...' if len(values) > most else ''}]"
+
+
+#: slot -> (the method whose output is checked, its check)
+_OUTPUT_CHECKS = {
+    "retriever": ("similarity", _checked_similarity),
+    "decay": ("recency", _checked_recency),
+    "ranker": ("combine", _checked_combine),
+    "retention": ("evict", _checked_evict),
+    "packer": ("pack", _checked_pack),
+    "orderer": ("order", _checked_order),
+}
+
+
+def _check_outputs_of(cls: type) -> None:
+    """Wrap the slot's method that ``cls`` itself defines so that its
+    output is checked (shape and dtype; a packer's budget, an orderer's
+    permutation) whenever it returns, and a mistake raises
+    :class:`ComponentOutputError` naming the component. Each check is a
+    few comparisons of shapes, or one vectorised pass over the (Q, C)
+    candidates of a packer or an orderer."""
+    method, check = _OUTPUT_CHECKS.get(getattr(cls, "slot", ""), (None, None))
+    f = cls.__dict__.get(method) if method else None
+    if (not inspect.isfunction(f) or getattr(f, "__isabstractmethod__", False)
+            or getattr(f, "_output_checked", False)):
+        return
+
+    @functools.wraps(f)
+    def checked(self, *args, **kwargs):
+        try:
+            out = f(self, *args, **kwargs)
+        except Exception as exc:
+            _note_component(exc, self, method, args, kwargs)
+            raise
+        return check(self, out, args, kwargs)
+
+    checked._output_checked = True  # type: ignore[attr-defined]
+    setattr(cls, method, checked)
+
+
+#: The argument each checked method takes its context at: (position, name).
+_CONTEXT_ARG = {"similarity": (0, "ctx"), "recency": (1, "ctx"), "combine": (2, "ctx"),
+                "evict": (0, "ctx")}
+
+
+def _note_component(exc: BaseException, comp: Component, method: str, args: tuple,
+                    kwargs: Mapping[str, Any]) -> None:
+    """Add a note to an exception a component's method raised, naming the
+    component (the type is kept: the engine reads an AttributeError as
+    "scores whole rows"), and on gathered cells the shape rule. Once: a
+    method that calls its parent's adds no second note."""
+    if getattr(exc, "_component_noted", False):
+        return
+    cls = type(comp)
+    note = f"raised in {cls.slot} {cls.name!r} ({cls.__qualname__}).{method}()"
+    at = _CONTEXT_ARG.get(method)
+    if at is not None and _gathered(_arg(args, kwargs, *at)):
+        note += f"; {GATHERED_RULE}"
+    try:
+        exc.add_note(note)
+        exc._component_noted = True  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an exception that takes no note keeps its message
+        pass
 
 
 # --------------------------------------------------------------------------
@@ -374,6 +718,13 @@ class Decay(Component):
     #: curve per note, never one for all): the engine then does not build it
     #: to learn whether arms can be scored as one array
     per_note_form: ClassVar[bool] = False
+    #: whether :meth:`recency` may read a note's salience, so that a note of
+    #: other than default salience may fall below :meth:`lower_bound` (which
+    #: holds at default salience): the engine's pruning then trusts the bound
+    #: only where every note has default salience. True unless declared
+    #: (a contributor's family); the built-in families that read no
+    #: salience declare False
+    reads_salience: ClassVar[bool] = True
     clock: str = "created"
     _constraints: ClassVar[dict] = {"clock": Options(("created", "updated", "last_access"))}
 
@@ -499,8 +850,12 @@ class Ranker(Component):
     #: spares the engine the similarity product, and ``rel`` is None.
     uses_similarity: ClassVar[bool] = True
     #: True when a note's score depends on the other live notes (e.g. a
-    #: normalisation over the candidates); False lets the engine score only
-    #: the notes a retriever prefilter keeps.
+    #: normalisation over the candidates, a rank); False (the default)
+    #: promises :meth:`combine` elementwise, a cell's score unchanged when
+    #: other notes are added, removed or reordered, and lets the engine
+    #: score only chosen cells (a retriever prefilter's notes, the pruned
+    #: scoring's, the per-query walk's used notes). The checker verifies
+    #: that promise.
     set_dependent: ClassVar[bool] = False
     #: True when :meth:`combine` and :meth:`candidate_mask`, given a context
     #: of chosen cells of a bigger one (``ctx.whole``: that context and the
@@ -663,7 +1018,20 @@ class Packer(Component):
         ``values`` (Q, C) are the policy's scores, candidates sorted best first;
         ``tokens`` (Q, C) int64; ``valid`` (Q, C) marks real candidates (rows
         may hold fewer than C); ``budget`` (Q,) int64. The packed tokens of a
-        row never exceed its budget.
+        row never exceed its budget; only valid candidates are packed.
+
+        Each row is packed on its own: row q's mask depends on row q's
+        values, tokens, validity and budget alone, never on the other rows
+        of the call (no cut relative to the best value of the whole array,
+        no budget shared across rows). The engine packs several arms'
+        rows, or a batch's queries, in one call, and the reference engine
+        other row sets: a packer that reads across rows gives other results
+        on each. :func:`memsim.checks.testing.check_component` packs random
+        problems whole, row by row and shuffled among other rows, and
+        requires the same masks; every call's mask is checked (dtype
+        bool, shape (Q, C); for a packer outside memsim the budget and
+        valid candidates only too) and a mistake raises
+        :class:`ComponentOutputError` naming the packer.
         """
 
 
@@ -676,7 +1044,14 @@ class Orderer(Component):
     @abc.abstractmethod
     def order(self, values: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """Context position (Q, C) int64 of each packed candidate, 0 first;
-        -1 where not packed."""
+        -1 where not packed: a row's packed candidates take 0 .. n-1, each
+        once.
+
+        Like :meth:`Packer.pack`, each row is ordered on its own, from that
+        row's ``values`` and ``packed`` alone (the engine orders several
+        arms' rows in one call). Every call's output is checked (dtype
+        int64, shape; for an orderer outside memsim the permutation too):
+        a mistake raises :class:`ComponentOutputError` naming the orderer."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,8 @@
 
 Components never see the engine. They read one object that satisfies the
 :class:`ScoringContext` protocol: a batch of Q queries (or one sweep time)
-over L notes, with (Q, L) matrices and (L,) note vectors. Two classes
+over L notes, with (Q, L) matrices and (L,) note vectors (or chosen cells of
+one, where both are (R, W): see :class:`ScoringContext`). Two classes
 implement it:
 
 - the engine's :class:`memsim.engine.BatchContext` (a batch of a stream,
@@ -44,6 +45,22 @@ class ScoringContext(Protocol):
     Matrices are (Q, L), note vectors (L,), all read-only (a component never
     mutates them). For a retention sweep Q = 1 and ``t[0]`` is the sweep time.
 
+    **Gathered cells.** The engine also scores chosen cells of a context (a
+    retriever prefilter's candidates, the pruned scoring's, the per-query
+    feedback's used notes) on a context of R query rows of W notes each:
+    ``t`` is (R,), ``idx`` an (R, W) matrix, and every matrix *and every
+    note vector* (``tokens``, ``importance``, ``recalls``, ``tier``, ...) is
+    (R, W), the note of each cell. Write a component so that note vectors
+    broadcast against the similarity's (or the age's) shape: elementwise
+    operations and broadcasting (``rel * rec * (1 + w * ctx.importance)``),
+    never a reshape or index that assumes a 1-D vector (``.reshape(1, -1)``,
+    ``[None, :]``, ``len(ctx.idx)`` as the number of notes; take shapes
+    from ``rel`` or the age). Such contexts offer no embeddings
+    (``note_vectors``, ``query_vectors``); a component that reads what they
+    lack (an AttributeError) is scored by whole rows instead.
+    :func:`memsim.checks.testing.check_component` scores each decay,
+    stickiness, breadth and (non set-dependent) ranker on such a context.
+
     Attributes
     ----------
     t : ndarray, shape (Q,)
@@ -71,8 +88,9 @@ class ScoringContext(Protocol):
     since_access : ndarray, shape (Q, L)
         Days since the last use; NaN where the note was never used.
     tokens, importance, salience, pinned, memory_type, recalls, tier, distinct_actors
-        Note vectors (L,): size, importance, salience, pin flag, memory-type
-        code (:data:`MEMORY_TYPE_CODES`), recall count, current tier code
+        Note vectors (L,), or (R, W) on gathered cells (see above): size,
+        importance, salience, pin flag, memory-type code
+        (:data:`MEMORY_TYPE_CODES`), recall count, current tier code
         (:data:`TIER_CODES`), and the number of distinct actors that used it.
     gains : ndarray, shape (Q, L)
         True gains (0 where no qrel). Only a ranker that declares

@@ -28,7 +28,9 @@ Besides :meth:`~memsim.policies.base.Decay.recency` and
 salience (its floor; 0 when the curve goes to 0). Every family but ``ai-memory``
 (whose multiplier scales with the note's salience) has ``upper_bound() = 1``:
 its multiplier never exceeds 1, which lets the engine prune (see
-:mod:`memsim.engine`).
+:mod:`memsim.engine`). Every family but ``ai-memory`` declares
+``reads_salience = False``: its lower bound holds for every note, so the
+pruning uses it on streams whose notes carry other saliences too.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class NoDecay(Decay):
     """No decay: ``recency = 1`` at every age (a static vector store)."""
 
     name: ClassVar[str] = "none"
+    reads_salience: ClassVar[bool] = False
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return np.ones_like(age, dtype=np.float64)
@@ -111,6 +114,7 @@ class PerDayRate(Decay):
     """
 
     name: ClassVar[str] = "per-day"
+    reads_salience: ClassVar[bool] = False
     rate: float = 0.05
     _constraints: ClassVar[dict] = {"rate": Interval(0, 1, closed="left")}
 
@@ -152,6 +156,7 @@ class HalfLife(Decay):
     """
 
     name: ClassVar[str] = "half-life"
+    reads_salience: ClassVar[bool] = False
     half_life_days: float = 30.0
     _constraints: ClassVar[dict] = {"half_life_days": _POSITIVE}
 
@@ -196,6 +201,7 @@ class HalfLifeFloor(Decay):
     """
 
     name: ClassVar[str] = "half-life-floor"
+    reads_salience: ClassVar[bool] = False
     half_life_days: float = 180.0
     floor: float = 0.35
     _constraints: ClassVar[dict] = {"half_life_days": _POSITIVE, "floor": _FLOOR}
@@ -245,6 +251,7 @@ class PerTier(Decay):
     """
 
     name: ClassVar[str] = "per-tier"
+    reads_salience: ClassVar[bool] = False
     per_note_form: ClassVar[bool] = True
     task_half_life_days: float = 180.0
     task_floor: float = 0.35
@@ -409,6 +416,7 @@ class GenerativeAgentsRecency(Decay):
     """
 
     name: ClassVar[str] = "generative-agents"
+    reads_salience: ClassVar[bool] = False
     clock: str = "last_access"
     decay_factor: float = 0.995
     _constraints: ClassVar[dict] = {"decay_factor": Interval(0, 1, closed="right")}
@@ -447,6 +455,7 @@ class LangChainRecency(Decay):
     """
 
     name: ClassVar[str] = "langchain"
+    reads_salience: ClassVar[bool] = False
     clock: str = "last_access"
     decay_rate: float = 0.01
     _constraints: ClassVar[dict] = {"decay_rate": Interval(0, 1, closed="left")}
@@ -494,6 +503,7 @@ class Ebbinghaus(Decay):
     """
 
     name: ClassVar[str] = "ebbinghaus"
+    reads_salience: ClassVar[bool] = False
     clock: str = "last_access"
     strength_days: float = 1.0
     strength_per_recall: float = 1.0
@@ -548,6 +558,7 @@ class PowerLaw(Decay):
     """
 
     name: ClassVar[str] = "power-law"
+    reads_salience: ClassVar[bool] = False
     clock: str = "last_access"
     stability_days: float = 3.0
     decay: float = 0.5
@@ -611,6 +622,7 @@ class PerTypeHalfLife(Decay):
     """
 
     name: ClassVar[str] = "per-type-half-life"
+    reads_salience: ClassVar[bool] = False
     per_note_form: ClassVar[bool] = True
     episodic_half_life_days: float = 30.0
     semantic_half_life_days: float = 365.0

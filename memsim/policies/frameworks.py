@@ -93,6 +93,7 @@ class LlamaIndexRecency(Decay):
     """
 
     name: ClassVar[str] = "llamaindex"
+    reads_salience: ClassVar[bool] = False
     clock: str = "last_access"
     time_decay: float = 0.99
     unstamped: str = "now"
@@ -136,6 +137,7 @@ class ExpRate(Decay):
     """
 
     name: ClassVar[str] = "exp-rate"
+    reads_salience: ClassVar[bool] = False
     rate_per_day: float = 0.03
     _constraints: ClassVar[dict] = {"rate_per_day": _NON_NEGATIVE}
 
