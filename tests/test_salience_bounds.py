@@ -89,6 +89,8 @@ def test_the_built_in_families_that_declare_no_salience_read_none():
     multipliers whatever the notes' salience (ai-memory's scales with it)."""
     age = np.array([[0.0, 3.0, 40.0, 400.0]])
     for name, cls in REGISTRY["decay"].items():
+        if not cls.__module__.startswith("memsim."):  # a plugin another test registered
+            continue
         if cls.reads_salience:
             assert name == "ai-memory", name
             continue
