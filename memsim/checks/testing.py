@@ -68,7 +68,7 @@ from memsim.policies import SLOTS, ArrayContext, Component, Policy
 from memsim.policies.base import (Breadth, ComponentOutputError, Ranker, Stickiness,
                                   build_from_spec)
 from memsim.data.planted import PlantedModel
-from memsim.policies.context import AGE_CLOCKS, MEMORY_TYPE_CODES, TIER_CODES
+from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES, NoteAges
 from memsim.core.rng import seed_sequence
 from memsim.data.stream import make_stream
 from memsim.data.workload import CLASS_NAMES, SyntheticWorkload
@@ -1099,7 +1099,7 @@ def _check_rows(c: _Checker, comp, seed: int) -> None:
                            f"{ROWS_RULE[comp.slot]}")
 
 
-class _CellsContext:
+class _CellsContext(NoteAges):
     """Chosen cells of an :class:`ArrayContext` as the engine's gathered
     context gives them: for the queries ``rows`` (R,), the note columns
     ``cols``, (R, W) (each row its own notes, in any order) or (W,) (the
@@ -1150,28 +1150,8 @@ class _CellsContext:
     def similarity(self, retriever: Any) -> np.ndarray:
         return self._cells(self._ctx.similarity(retriever))
 
-    @property
-    def age_created(self) -> np.ndarray:
-        return self.t[:, None] - self._at(self._ctx.created_at)
-
-    @property
-    def age_updated(self) -> np.ndarray:
-        return self.t[:, None] - self._at(self._ctx.updated_at)
-
-    @property
-    def since_access(self) -> np.ndarray:
-        return self.t[:, None] - self._at(self._ctx.last_access)
-
-    @property
-    def age_last_access(self) -> np.ndarray:
-        s = self.since_access
-        return np.where(np.isnan(s), self.age_created, s)
-
-    def age(self, clock: str) -> np.ndarray:
-        return getattr(self, AGE_CLOCKS[clock])
-
-    def exponential_recency(self, clock: str, floor: Any, rate: Any) -> None:
-        return None
+    def _note_times(self, name: str) -> np.ndarray:
+        return self._at(getattr(self._ctx, name))
 
 
 #: The outputs of a scoring component that are one value per cell (the

@@ -26,7 +26,8 @@ import numpy as np
 
 from memsim.core.rng import child, seed_sequence
 
-__all__ = ["ScoringContext", "ArrayContext", "TIER_CODES", "MEMORY_TYPE_CODES", "AGE_CLOCKS"]
+__all__ = ["ScoringContext", "ArrayContext", "NoteAges", "TIER_CODES", "MEMORY_TYPE_CODES",
+           "AGE_CLOCKS"]
 
 #: Integer codes for the ``tier`` column (unknown tiers map to "task").
 TIER_CODES = {"task": 0, "scratch": 1, "longterm": 2}
@@ -268,7 +269,42 @@ def _default_rng() -> np.random.Generator:
     return child(seed_sequence(0), "array-context")
 
 
-class ArrayContext:
+class NoteAges:
+    """The ages a context derives from its query times ``t`` and its notes'
+    times, written once: ``_note_times(name)`` gives the notes' column
+    ``name`` shaped to broadcast against ``t[:, None]``."""
+
+    t: np.ndarray
+
+    def _note_times(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def age_created(self) -> np.ndarray:
+        return self.t[:, None] - self._note_times("created_at")
+
+    @property
+    def age_updated(self) -> np.ndarray:
+        return self.t[:, None] - self._note_times("updated_at")
+
+    @property
+    def since_access(self) -> np.ndarray:
+        return self.t[:, None] - self._note_times("last_access")
+
+    @property
+    def age_last_access(self) -> np.ndarray:
+        s = self.since_access
+        return np.where(np.isnan(s), self.age_created, s)
+
+    def age(self, clock: str) -> np.ndarray:
+        return getattr(self, AGE_CLOCKS[clock])
+
+    def exponential_recency(self, clock: str, floor: Any, rate: Any) -> None:
+        """Always None: decays are evaluated cell by cell here."""
+        return None
+
+
+class ArrayContext(NoteAges):
     """A :class:`ScoringContext` built from plain arrays.
 
     Q queries at times ``t`` over L notes. Note attributes are (L,) arrays
@@ -428,30 +464,9 @@ class ArrayContext:
             return np.ones((len(self.t), len(self.idx)))
         return retriever.similarity(self)
 
-    # -- ages ----------------------------------------------------------------
-    @property
-    def age_created(self) -> np.ndarray:
-        return self.t[:, None] - self.created_at[None, :]
-
-    @property
-    def age_updated(self) -> np.ndarray:
-        return self.t[:, None] - self.updated_at[None, :]
-
-    @property
-    def since_access(self) -> np.ndarray:
-        return self.t[:, None] - self.last_access[None, :]
-
-    @property
-    def age_last_access(self) -> np.ndarray:
-        s = self.since_access
-        return np.where(np.isnan(s), self.age_created, s)
-
-    def age(self, clock: str) -> np.ndarray:
-        return getattr(self, AGE_CLOCKS[clock])
-
-    def exponential_recency(self, clock: str, floor: Any, rate: Any) -> None:
-        """Always None: decays are evaluated cell by cell here."""
-        return None
+    # -- ages (NoteAges) ---------------------------------------------------------
+    def _note_times(self, name: str) -> np.ndarray:
+        return getattr(self, name)[None, :]
 
     def access_order(self) -> np.ndarray | None:
         """The columns in ascending order of the last use (creation where
