@@ -172,3 +172,28 @@ def test_missing_mlflow_is_one_line_before_the_run(tmp_path, monkeypatch, capsys
 
     with pytest.raises(ConfigError, match=r"\[mlflow\]"):
         tracking.log_run(tmp_path)
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda s: s.drop(columns="mean"), "no column 'mean'"),
+    (lambda s: s.assign(mean=s["mean"].astype(object).where(s.index != 1, "abc")),
+     "column 'mean': row 1: 'abc' is not a number"),
+])
+def test_a_damaged_summary_is_refused_in_one_line(tmp_path, store, capsys, damage, said):
+    """A run folder whose summary.csv lost a column or holds text in a
+    measure is refused naming the file, the column and the row, before
+    anything is logged."""
+    from memsim.adapters import tracking
+    from memsim.core.errors import MemsimError
+
+    exp = _experiment(tmp_path / "e.toml")
+    assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-report"]) == 0
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    path = run_dir / "summary.csv"
+    damage(pd.read_csv(path)).to_csv(path, index=False)
+    with pytest.raises(MemsimError, match=rf"--mlflow: .*summary\.csv: not a memsim "
+                                          rf"summary\.csv: {said}"):
+        tracking.log_run(run_dir, tracking_uri=store)
+    _, runs = _runs(store, "tracked")
+    assert len(runs) == 0

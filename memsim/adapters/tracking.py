@@ -28,9 +28,9 @@ A **sweep** (:func:`log_sweep`) becomes a parent run (params of the sweep's
 ``config.toml``, the best trial's values as metrics ``best/<objective>``,
 the report and the ``sweep/`` tables as artifacts) with one nested run per
 finished trial in the layout of Optuna's ``MLflowCallback`` (run name = the
-trial number; the trial's parameters; its objective values under their
-memsim labels; tags ``number``, ``state``, ``direction`` and the user
-attributes, e.g. the per-replicate values). The callback itself is not used:
+trial number; the trial's parameters, as TOML text as a run's are; its
+objective values under their memsim labels; tags ``number``, ``state``,
+``direction`` and the user attributes, e.g. the per-replicate values). The callback itself is not used:
 optuna-integration deprecated it in 4.9 (to be removed in 6.0), and it
 writes user-attribute names such as ``utility@p_rep0`` as tags, which MLflow
 refuses. Names
@@ -53,6 +53,7 @@ from typing import Any
 import pandas as pd
 
 from memsim.core.errors import ConfigError, MemsimError
+from memsim.reporting.rundir import column_problem
 
 __all__ = ["log_run", "log_sweep", "flatten_config", "require"]
 
@@ -151,6 +152,20 @@ def _read_run(run_dir: Path) -> tuple[dict, dict]:
     return config, manifest
 
 
+def _read_summary(path: Path) -> pd.DataFrame:
+    """A run folder's ``summary.csv``, refused in one line (naming the file,
+    the column and the row) when it is not one, as ``memsim report`` refuses
+    it."""
+    try:
+        summary = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise MemsimError(f"--mlflow: {path}: cannot read it: {exc}") from None
+    problem = column_problem(summary, ("policy", "metric", "budget", "mean"))
+    if problem is not None:
+        raise MemsimError(f"--mlflow: {path}: not a memsim summary.csv: {problem}")
+    return summary
+
+
 def _summary_metrics(summary: pd.DataFrame) -> dict[str, float]:
     several = summary["budget"].nunique() > 1 if "budget" in summary else False
     out = {}
@@ -194,11 +209,13 @@ def log_run(run_dir: str | Path, *, tracking_uri: str | None = None,
 
 
 def _log_run(mlflow, run_dir: Path, config: dict, manifest: dict) -> str:
+    # read before the run starts: a damaged folder leaves no half-logged run
+    summary_file = run_dir / "summary.csv"
+    metrics = _summary_metrics(_read_summary(summary_file)) if summary_file.is_file() else {}
     with mlflow.start_run(run_name=run_dir.name) as run:
         _log_params(mlflow, flatten_config(config))
-        summary_file = run_dir / "summary.csv"
-        if summary_file.is_file():
-            mlflow.log_metrics(_summary_metrics(pd.read_csv(summary_file)))
+        if metrics:
+            mlflow.log_metrics(metrics)
         mlflow.set_tags({"memsim.config_hash": str(manifest.get("config_hash", "")),
                          "memsim.status": str(manifest.get("status", "")),
                          "memsim.run_dir": str(run_dir.resolve())})
@@ -217,7 +234,8 @@ def _log_trial(mlflow, trial, labels: list[str], directions: list[str]) -> None:
         if trial.values is not None:
             mlflow.log_metrics({lab: float(v) for lab, v in zip(labels, trial.values)
                                 if v is not None and math.isfinite(float(v))})
-        _log_params(mlflow, {k: str(v) for k, v in trial.params.items()})
+        # as TOML text, as a run's params are: a logged value pastes back into a --set
+        _log_params(mlflow, flatten_config(trial.params))
         tags = {"number": str(trial.number), "state": trial.state.name,
                 "direction": directions[0] if len(directions) == 1 else str(directions),
                 "datetime_start": str(trial.datetime_start),

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import re
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -39,13 +39,13 @@ import pandas as pd
 
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN, UNDIRECTED_METRICS
-from memsim.reporting.rundir import RunResult, load_run, summary_rows
+from memsim.reporting.rundir import RunResult, column_problem, load_run, summary_rows
 from memsim.reporting.stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
                     MissingColumnError, column_decimals, format_fixed, format_p, paired_tests,
                     summarise)
 
 __all__ = ["compare", "Comparison", "MARKS", "ASCII_MARKS", "markdown_table", "header_html", "headline_text",
-           "TERMINAL_METRICS", "UnknownPolicyError"]
+           "TERMINAL_METRICS", "UnknownPolicyError", "CompareTypeError"]
 
 #: Marks after a value: significantly better / worse than the baseline.
 MARKS = {"better": "▲", "worse": "▼", "": ""}
@@ -67,6 +67,16 @@ class UnknownPolicyError(ConfigError, KeyError):
 
     def __str__(self) -> str:
         return Exception.__str__(self)  # the message, not KeyError's quoted repr
+
+
+class CompareTypeError(ConfigError, TypeError):
+    """An argument of :func:`compare` of a type it does not take (``data``
+    that is not a run, ``metrics`` that is not a list of names...).
+
+    A :class:`~memsim.core.errors.ConfigError` (the command line prints one
+    line, exit code 2) and a :class:`TypeError`, which :func:`compare` has
+    always raised for ``data`` of another type.
+    """
 
 
 @dataclass
@@ -421,29 +431,61 @@ def _html(df: pd.DataFrame, split_ci: bool = False) -> str:
 # --------------------------------------------------------------------------
 
 
-def _queries_and_baseline(data: Any) -> tuple[pd.DataFrame, str | None]:
-    """Accept a queries frame, a RunResult, a run folder or a dict of its tables."""
+def _queries_and_baseline(data: Any, where: str = "compare(): data"
+                          ) -> tuple[pd.DataFrame, str | None]:
+    """Accept a queries frame, a RunResult, a run folder or a dict of its tables.
+
+    ``where`` names the argument in messages (``compare(): data[1]`` for the
+    second run of a list).
+
+    Raises
+    ------
+    CompareTypeError
+        If ``data`` is none of these, or its queries are not a DataFrame.
+    RunFolderError
+        If ``data`` is a path that is not a readable run folder.
+    """
     if isinstance(data, pd.DataFrame):
         return data, None
-    if isinstance(data, (str, Path)):
+    if isinstance(data, (str, os.PathLike)):
         data = load_run(data)
     if isinstance(data, RunResult):
         if data.queries is None:
             raise ConfigError(f"{data.path or 'the run'}: has no queries table")
-        return data.queries, data.baseline
+        return _table(data.queries, where), data.baseline
     if isinstance(data, dict):
         q = data.get("queries")
         if q is None:
             raise ConfigError(f"{data.get('path', 'the run')}: has no queries table")
         base = (data.get("config") or {}).get("experiment", {}).get("baseline") or None
-        return q, base
+        return _table(q, where), base
     q = getattr(data, "queries", None)
     if isinstance(q, pd.DataFrame):
         exp = getattr(data, "experiment", None)
         base = getattr(getattr(exp, "settings", None), "baseline", None) or None
         return q, base
-    raise TypeError(f"compare() takes a queries DataFrame, a RunResult, a run folder or a "
-                    f"list of them, not {type(data).__name__}")
+    raise CompareTypeError(f"{where}: expected a queries DataFrame, a RunResult, a run folder "
+                           f"or a list of them, got {type(data).__name__}")
+
+
+def _table(q: Any, where: str) -> pd.DataFrame:
+    """``q``, a run's queries, refused unless a DataFrame (a dict or a
+    RunResult built by hand may hold anything)."""
+    if not isinstance(q, pd.DataFrame):
+        raise CompareTypeError(f"{where}: its queries must be a DataFrame, got "
+                               f"{type(q).__name__}")
+    return q
+
+
+def _check_numbers(queries: pd.DataFrame, metrics: list[str] | None, where: str) -> None:
+    """Refuse a queries table whose columns of ``metrics`` (default: the
+    headline metrics it has) hold a value that is not a number: named here,
+    with its row, rather than failing deep in a bootstrap."""
+    names = HEADLINE_METRICS if metrics is None else metrics
+    cols = [c for m in names for c in RATIO_METRICS.get(m, (m,)) if c in queries.columns]
+    problem = column_problem(queries, list(dict.fromkeys(cols)))
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
 
 
 #: Columns that are the same for a query whatever the policy: two runs whose
@@ -505,22 +547,26 @@ def _pairing_problem(frames: list[pd.DataFrame], labels: list[str]) -> str | Non
     return None
 
 
-def _combine(data: Sequence[Any], labels: Sequence[str] | None, paired: bool
+def _combine(data: Sequence[Any], labels: Sequence[str] | None, paired: bool,
+             metrics: list[str] | None = None
              ) -> tuple[pd.DataFrame, str | None, list[pd.DataFrame]]:
     """The queries of several runs as one table, with a ``run`` column.
 
     Policy names that occur in more than one run become ``<run>/<policy>``.
     Returns the table, the default baseline (the first run's, renamed as its
-    policy was) and the renamed per-run tables.
+    policy was) and the renamed per-run tables. Each run's columns of
+    ``metrics`` are checked on its own table, so that a message's row is
+    that run's.
     """
-    runs = [load_run(d) if isinstance(d, (str, Path)) else d for d in data]
+    runs = [load_run(d) if isinstance(d, (str, os.PathLike)) else d for d in data]
     names = _run_labels(runs, labels)
-    parts = [_queries_and_baseline(r) for r in runs]
+    parts = [_queries_and_baseline(r, f"compare(): data[{i}]") for i, r in enumerate(runs)]
     for label, (q, _) in zip(names, parts):
         for col in ("replicate", "policy", "budget", "query_id"):
             if col not in q.columns:
                 raise MissingColumnError(f"run {label!r}: the queries table has no {col!r} "
                                          "column")
+        _check_numbers(q, metrics, f"compare(): run {label!r}: the queries table")
     seen: dict[str, int] = {}
     for q, _ in parts:
         for p in pd.unique(q["policy"]).tolist():
@@ -543,16 +589,36 @@ def _combine(data: Sequence[Any], labels: Sequence[str] | None, paired: bool
     return pd.concat(frames, ignore_index=True), base, frames
 
 
-def _check_args(alpha: Any, level: Any, n_boot: Any) -> None:
-    """Refuse the numeric arguments of :func:`compare` that are out of range."""
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _check_args(alpha: Any, level: Any, n_boot: Any, seed: Any = SEED,
+                min_replicates: Any = MIN_REPLICATES, paired: Any = True,
+                labels: Any = None, summary: Any = None) -> None:
+    """Refuse the arguments of :func:`compare` that are out of range or of a
+    type it does not take (before any run is read)."""
     for name, x in (("alpha", alpha), ("level", level)):
         if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
                 or not 0 < float(x) < 1:
             raise ConfigError(f"compare(): {name} must be a number strictly between 0 and 1, "
                               f"got {x!r}")
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+    if not _is_int(n_boot) or n_boot < 1:
         raise ConfigError(f"compare(): n_boot (bootstrap resamples) must be an integer >= 1, "
                           f"got {n_boot!r}")
+    for name, x in (("seed", seed), ("min_replicates", min_replicates)):
+        if not _is_int(x):
+            raise CompareTypeError(f"compare(): {name} must be an integer, got {x!r}")
+    # a truthy string ("no") would silently ask for the paired comparison
+    if not isinstance(paired, (bool, np.bool_)):
+        raise CompareTypeError(f"compare(): paired must be True or False, got {paired!r}")
+    if labels is not None and (isinstance(labels, (str, bytes))
+                               or not isinstance(labels, (list, tuple))):
+        raise CompareTypeError(f"compare(): labels must be a list of names, one per run, got "
+                               f"{labels!r}")
+    if summary is not None and not isinstance(summary, pd.DataFrame):
+        raise CompareTypeError("compare(): summary must be a DataFrame (a run's summary.csv), "
+                               f"got {type(summary).__name__}")
 
 
 def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | None = None, *,
@@ -624,7 +690,19 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         runs; ``budget`` with no rows; ``metrics`` given as one string; ``alpha`` or ``level`` not strictly
         between 0 and 1; ``n_boot`` not an integer >= 1; ``labels`` with one
         run (not a list), or not one distinct name per run; ``summary`` with
-        several runs. A ``ConfigError`` is also a :class:`ValueError`.
+        several runs, or without a column of summary.csv; a metric column
+        with a value that is not a number (named with its row). A
+        ``ConfigError`` is also a :class:`ValueError`.
+    CompareTypeError
+        ``data`` (or a run of a list) that is not a queries DataFrame, a
+        RunResult, a run folder or a dict with a ``queries`` DataFrame;
+        ``metrics``, ``labels``, ``summary``, ``seed``, ``min_replicates``
+        or ``paired`` of another type. Also a :class:`ConfigError` and a
+        :class:`TypeError`.
+    RunFolderError
+        A path given that is not a run folder, or a run folder with a
+        damaged file (:func:`~memsim.reporting.rundir.load_run`): the message
+        names the file, and the column and row where one is at fault.
     MissingColumnError
         A metric of ``metrics``, or a column the table needs, is not in the
         queries table (also a :class:`KeyError`).
@@ -636,7 +714,16 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
     The Holm family is every (budget, policy, metric) comparison of this
     object: asking for more metrics makes each test more conservative.
     """
-    _check_args(alpha, level, n_boot)
+    _check_args(alpha, level, n_boot, seed, min_replicates, paired, labels, summary)
+    if metrics is not None:
+        if isinstance(metrics, str):
+            raise ConfigError(f"compare(): metrics is a list of metric names, not one string: "
+                              f"write metrics=[{metrics!r}]")
+        if isinstance(metrics, Iterable):
+            metrics = list(metrics)
+        if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+            raise CompareTypeError("compare(): metrics must be a list of metric names, got "
+                                   f"{metrics!r}")
     frames = None
     if labels is not None and not isinstance(data, (list, tuple)):
         raise ConfigError("compare(): labels name the runs of a list of runs; data is one run "
@@ -647,10 +734,10 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         if len(data) == 1 and labels is None:
             data = data[0]
         else:
-            queries, default_base, frames = _combine(data, labels, paired)
+            queries, default_base, frames = _combine(data, labels, paired, metrics)
             paired = paired or len(frames) == 1
     if frames is None:
-        if isinstance(data, (str, Path)):
+        if isinstance(data, (str, os.PathLike)):
             data = load_run(data)
         if summary is None and isinstance(data, RunResult):
             summary = data.summary
@@ -663,6 +750,8 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
     for col in ("replicate", "policy", "budget", "query_id"):
         if col not in queries.columns:
             raise MissingColumnError(f"compare(): the queries table has no {col!r} column")
+    if frames is None:  # (several runs: each checked on its own table)
+        _check_numbers(queries, metrics, "compare(): the queries table")
     if budget is not None:
         wanted = list(budget if isinstance(budget, (list, tuple, set)) else [budget])
         have = sorted(pd.unique(queries["budget"]).tolist())
@@ -676,10 +765,6 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         # a metric that is NaN everywhere (answer_prob without a reader) says nothing
         metrics = [m for m in HEADLINE_METRICS if _informative(queries, m)]
     else:
-        if isinstance(metrics, str):
-            raise ConfigError(f"compare(): metrics is a list of metric names, not one string: "
-                              f"write metrics=[{metrics!r}]")
-        metrics = list(metrics)
         for m in metrics:
             if not all(c in queries.columns for c in RATIO_METRICS.get(m, (m,))):
                 raise MissingColumnError(f"compare(): metrics: no metric column {m!r} in the "

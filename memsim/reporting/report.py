@@ -1491,7 +1491,11 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED,
     Raises
     ------
     ConfigError
-        If ``run_dir`` is not a run folder.
+        If ``run_dir`` is not a run folder, or one of its files is damaged
+        (a :class:`~memsim.reporting.rundir.RunFolderError` naming the file,
+        and the column and row at fault: a summary.csv or rankings.parquet
+        that exists is checked as the other files are, never recomputed or
+        skipped in silence; see :func:`~memsim.reporting.rundir.load_run`).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

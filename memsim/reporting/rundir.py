@@ -56,6 +56,7 @@ __all__ = [
     "RunFolderError",
     "QUERY_KEY_COLUMNS",
     "REQUIRED_COLUMNS",
+    "column_problem",
     "Manifest",
     "load_run",
     "run_status",
@@ -324,11 +325,17 @@ _QUERY_METRIC_COLUMNS = (
     "abstained", "stale_reinforced", "oracle_notes", "hidden_invalid", "hidden_evicted",
     "hidden_budget", "hidden_age", "hidden_cut")
 
+#: Columns of summary.csv (:func:`memsim.reporting.stats.summarise`), in order.
+SUMMARY_COLUMNS = ("policy", "budget", "metric", "mean", "ci_low", "ci_high", "n", "ci_over",
+                   "ci_method")
+
 #: The columns of each data file of a run folder that its readers (the
-#: report, :func:`memsim.reporting.compare.compare`, :class:`RunResult`)
-#: need, and which every file memsim writes has: a file without one of them
-#: is damaged or not memsim's (:func:`load_run` refuses it, naming the file
-#: and the column), rather than failing deep in a report or dropping a table.
+#: report, :func:`memsim.reporting.compare.compare`, :class:`RunResult` and
+#: its TREC exports) need, and which every file memsim writes has: a file
+#: without one of them, or with a value of one that is not of its type
+#: (:func:`column_problem`), is damaged or not memsim's (:func:`load_run`
+#: refuses it, naming the file, the column and the row), rather than failing
+#: deep in a report, dropping a table or being recomputed in silence.
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "queries.parquet": (*QUERY_KEY_COLUMNS, "t", *_QUERY_METRIC_COLUMNS),
     "store.parquet": ("replicate", "policy", "budget", "t", "store_notes", "store_tokens"),
@@ -336,7 +343,18 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
                  "promoted_notes", "invalidated_notes", "invalidated_superseded",
                  "superseded_notes",
                  *(f"superseded_used_{d}d" for d in (0, 1, 7, 30, 90, 180, 365))),
+    "rankings.parquet": ("replicate", "policy", "budget", "query_id", "rank", "note_id",
+                         "score", "packed", "position"),
+    "summary.csv": SUMMARY_COLUMNS,
 }
+
+#: Required columns that hold text (any value reads as text); every other
+#: required column holds numbers.
+_TEXT_COLUMNS = frozenset({"policy", "metric", "ci_over", "ci_method"})
+#: Required columns of whole numbers: keys, ids, ranks and counts that are
+#: read as integers (a 2.5 would be truncated, a missing one cannot be).
+_WHOLE_COLUMNS = frozenset({"replicate", "budget", "query_id", "note_id", "rank", "position",
+                            "n"})
 
 #: Optional columns that come with another: a file that has the first needs
 #: the second (``prefilter_overlap`` is read over its ``prefilter_sampled``).
@@ -366,13 +384,67 @@ def _read_frame(f: Path) -> pd.DataFrame | None:
         raise RunFolderError(f"{f}: unreadable ({msg})") from None
     required = list(REQUIRED_COLUMNS.get(f.name, ()))
     required += [need for has, need in _COMPANION_COLUMNS.get(f.name, ()) if has in df.columns]
-    missing = [c for c in required if c not in df.columns]
+    problem = column_problem(df, required)
+    if problem:
+        raise RunFolderError(f"{f}: not a memsim {f.name}: {problem}")
+    for c in required:
+        # numbers stored as text (checked above: each one reads as a number
+        # without loss) become numbers, so that readers compute with them
+        if c not in _TEXT_COLUMNS and not pd.api.types.is_numeric_dtype(df[c]):
+            df[c] = pd.to_numeric(df[c])
+    return df
+
+
+def column_problem(frame: pd.DataFrame, required: Sequence[str]) -> str | None:
+    """What makes ``frame`` unreadable as a table with the ``required``
+    columns of a run folder's file (:data:`REQUIRED_COLUMNS`); None if nothing.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        The table read.
+    required : sequence of str
+        The columns its readers need. Those of text (``policy``, ``metric``,
+        ``ci_over``, ``ci_method``) may hold anything; the keys, ids, ranks
+        and ``n`` must hold whole numbers; every other one numbers (NaN
+        allowed: an undefined metric is NaN).
+
+    Returns
+    -------
+    str or None
+        One line for the caller to prefix with the file or argument:
+        ``no column 'rank'`` (naming the first few missing columns), or
+        ``column 'mean': row 3: 'abc' is not a number`` (rows counted from 0,
+        the first data row of a file being row 0).
+    """
+    missing = [c for c in required if c not in frame.columns]
     if missing:
         named = ", ".join(repr(c) for c in missing[:_NAMED_COLUMNS])
         more = len(missing) - _NAMED_COLUMNS
-        raise RunFolderError(f"{f}: not a memsim {f.name}: no column {named}"
-                             + (f" (and {more} more)" if more > 0 else ""))
-    return df
+        return f"no column {named}" + (f" (and {more} more)" if more > 0 else "")
+    for c in required:
+        if c in _TEXT_COLUMNS:
+            continue
+        values = frame[c]
+        whole = c in _WHOLE_COLUMNS
+        kind = values.dtype
+        if (pd.api.types.is_integer_dtype(kind) or pd.api.types.is_bool_dtype(kind)
+                or (not whole and pd.api.types.is_float_dtype(kind))):
+            continue  # what memsim writes: its type says it all, no scan
+        num = pd.to_numeric(values, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        if whole:
+            bad = ~np.isfinite(num) | (num != np.floor(num))
+        else:  # NaN is a value of its own; a value that does not parse is not
+            bad = np.isnan(num) & values.notna().to_numpy()
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            value = values.iloc[row]
+            value = value.item() if isinstance(value, np.generic) else value
+            want = "a whole number" if whole else "a number"
+            if pd.isna(value):
+                return f"column {c!r}: row {row}: no value, where {want} is needed"
+            return f"column {c!r}: row {row}: {value!r} is not {want}"
+    return None
 
 
 def run_status(path: str | Path) -> dict[str, Any]:
@@ -397,11 +469,6 @@ def run_status(path: str | Path) -> dict[str, Any]:
     return manifest
 
 
-#: Columns of summary.csv (:func:`memsim.reporting.stats.summarise`), in order.
-SUMMARY_COLUMNS = ("policy", "budget", "metric", "mean", "ci_low", "ci_high", "n", "ci_over",
-                   "ci_method")
-
-
 def summary_rows(stored: pd.DataFrame | None, queries: pd.DataFrame,
                  metrics: Sequence[str]) -> pd.DataFrame | None:
     """The rows ``summarise(queries, metrics=metrics)`` gives, taken from a
@@ -415,15 +482,27 @@ def summary_rows(stored: pd.DataFrame | None, queries: pd.DataFrame,
     stream named by its budget alone, not on which other metrics were
     summarised with it, so these are the rows a new call returns. They come
     in its order (budgets and policies as they first appear, then
-    ``metrics``) and with its column types; None when ``stored`` lacks one
-    of them (a failed run has no summary.csv).
+    ``metrics``) and with its column types; None when there is no
+    ``stored`` (a failed run has no summary.csv) or it lacks one of the
+    rows. Columns other than :data:`SUMMARY_COLUMNS` are ignored.
+
+    Raises
+    ------
+    ConfigError
+        If ``stored`` lacks one of :data:`SUMMARY_COLUMNS`, or holds a value
+        that is not a number where one is needed (:func:`column_problem`):
+        a damaged summary is refused, not replaced in silence by a new one.
     """
-    if (stored is None or tuple(stored.columns) != SUMMARY_COLUMNS or not len(queries)
-            or not len(metrics)):
+    if stored is None:
+        return None
+    problem = column_problem(stored, SUMMARY_COLUMNS)
+    if problem:
+        raise ConfigError(f"summary: not a memsim summary.csv: {problem}")
+    if not len(queries) or not len(metrics):
         return None
     at = {(str(p), b, str(m)): i for i, (p, b, m) in
           enumerate(zip(stored["policy"], stored["budget"], stored["metric"]))}
-    cells = stored.to_numpy(object)
+    cells = stored[list(SUMMARY_COLUMNS)].to_numpy(object)
     rows = []
     for bud in pd.unique(queries["budget"]):
         sub = queries["policy"][queries["budget"] == bud]
@@ -638,6 +717,7 @@ class RunResult:
         if r is None:
             raise ConfigError(f"{self.path or 'the run'}: no rankings: run the experiment with "
                               "[experiment] save_rankings = true")
+        self._check_rankings(("query_id", "rank", "note_id"))
         picked = {}
         for col, want in (("policy", policy), ("budget", budget), ("replicate", replicate)):
             want = self._pick(col, want)
@@ -651,12 +731,24 @@ class RunResult:
         r = r.sort_values(["query_id", "rank"], kind="stable")
         return r, str(picked.get("policy", "memsim")), int(picked.get("replicate", 0))
 
+    def _check_rankings(self, columns: Sequence[str]) -> None:
+        """Refuse rankings without one of ``columns`` an export reads, or
+        with a value of one not of its type (:func:`column_problem`). A run
+        read from its folder was checked when read; one built in memory is
+        checked here."""
+        problem = column_problem(self.rankings, columns)
+        if problem:
+            where = self.path / "rankings.parquet" if self.path is not None else "rankings"
+            raise ConfigError(f"{where}: {problem}")
+
     def _run_frame(self, stream: Any, policy: str | None, budget: int | None,
                    replicate: int | None, scores: str) -> tuple[pd.DataFrame, str, int]:
         """:meth:`trec_run_frame`, the policy's name and the replicate."""
         if scores not in ("rank", "policy"):
             raise ConfigError(f"scores must be 'rank' or 'policy', got {scores!r}")
         r, name, rep = self._one_arm(policy, budget, replicate)
+        if scores == "policy":
+            self._check_rankings(("score",))
         note_ids, query_ids = self._export_ids(stream, rep)
         rank = r["rank"].to_numpy(np.int64)
         score = (rank.max(initial=0) + 1 - rank).astype(np.float64) if scores == "rank" \
@@ -923,20 +1015,29 @@ class RunResult:
         """Read a run folder's files.
 
         Files a run has not written (a failed run, a sweep folder, rankings
-        not saved) read as None.
+        not saved) read as None; a missing summary.csv too, which its
+        readers compute again from queries.parquet (the same numbers: the
+        summary is a function of the queries). A summary.csv that exists is
+        checked like the other files: a damaged one is refused, never
+        replaced in silence.
 
         Raises
         ------
         RunFolderError
-            If ``path`` has no ``manifest.json``, or one of its files cannot
-            be read: a manifest that is not a JSON object, a config.toml that
-            is not TOML, a truncated parquet or CSV file, a queries.parquet,
-            store.parquet or arms.csv without one of its
-            :data:`REQUIRED_COLUMNS`, or a completed run (not a sweep's
-            folder) without queries.parquet. The message names the file (and
-            the column).
+            If ``path`` is not a folder or has no ``manifest.json``, or one
+            of its files cannot be read: a manifest that is not a JSON
+            object, a config.toml that is not TOML, a truncated parquet or
+            CSV file, a queries.parquet, store.parquet, arms.csv,
+            rankings.parquet or summary.csv without one of its
+            :data:`REQUIRED_COLUMNS` or with a value of one that is not of
+            its type (:func:`column_problem`), or a completed run (not a
+            sweep's folder) without queries.parquet. The message names the
+            file (and the column and row).
         """
         path = Path(path)
+        if not path.is_dir():
+            why = "a file, not a folder" if path.exists() else "it does not exist"
+            raise RunFolderError(f"{path}: not a run folder ({why})")
         if not (path / "manifest.json").exists():
             raise RunFolderError(f"{path}: not a run folder (no manifest.json)")
         manifest = run_status(path)
