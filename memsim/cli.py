@@ -3,8 +3,8 @@
 A user mistake (:class:`memsim.core.errors.MemsimError`) prints one line on stderr
 and exits with code 2; a fault of the environment (an ``OSError``: disk full,
 read-only folder, file-size limit) prints one line and exits with code 1;
-Ctrl-C and SIGTERM exit with code 130; anything else is a bug and keeps its
-traceback.
+Ctrl-C exits with code 130 and SIGTERM with 143 (128 + the signal's number,
+the shells' convention); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 from memsim.data import datasets
-from memsim.core.errors import ConfigError, MemsimError
+from memsim.core.errors import ConfigError, MemsimError, Terminated
 from memsim.core.machine import default_jobs
 
 __all__ = ["main"]
@@ -1020,8 +1020,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _terminate(signum, frame):  # pragma: no cover - exercised in a subprocess test
-    # SIGTERM unwinds like Ctrl-C, so a run marks its folder failed on the way out.
-    raise KeyboardInterrupt
+    # SIGTERM unwinds like Ctrl-C (a KeyboardInterrupt), so a run marks its
+    # folder failed and a sweep gives its trials back on the way out; the
+    # subclass names the signal in what they record.
+    raise Terminated(signum)
 
 
 class _OneLine(logging.Formatter):
@@ -1070,9 +1072,12 @@ def main(argv: list[str] | None = None) -> int:
         for message in getattr(exc, "errors", None) or [exc]:
             print(f"memsim: error: {_one_line(message)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("memsim: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or SIGTERM (a Terminated): 128 + the signal's number
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print("memsim: interrupted" + ("" if signum == signal.SIGINT else f" ({exc})"),
+              file=sys.stderr)
+        return 128 + int(signum)
     except BrokenPipeError:
         # the reader went away (`memsim policies | head`): not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)

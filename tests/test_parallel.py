@@ -256,9 +256,11 @@ def test_a_signal_during_parallel_replicates_fails_the_run(tmp_path, sig):
     time.sleep(0.3)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == (130 if sig != signal.SIGKILL else -signal.SIGKILL)
+    assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143,
+                               signal.SIGKILL: -signal.SIGKILL}[sig]
     if sig != signal.SIGKILL:
-        assert err.strip() == "memsim: interrupted"
+        assert err.strip() == ("memsim: interrupted" if sig == signal.SIGINT
+                               else "memsim: interrupted (SIGTERM)")
     (folder,) = out.iterdir()
     assert run_status(folder)["status"] == "failed"
     assert not (folder / "summary.csv").exists()

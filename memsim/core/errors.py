@@ -11,8 +11,10 @@ shows them on the command line).
 
 from __future__ import annotations
 
+import signal
+
 __all__ = ["MemsimError", "ConfigError", "ParameterError", "StreamError", "MemsimWarning",
-           "ReportWarning", "SweepWarning"]
+           "ReportWarning", "SweepWarning", "Terminated"]
 
 
 class MemsimError(Exception):
@@ -64,6 +66,35 @@ class ParameterError(ConfigError):
 
 class StreamError(MemsimError, ValueError):
     """A stream folder or file is malformed."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was told to stop by a signal other than Ctrl-C (SIGTERM).
+
+    A :class:`KeyboardInterrupt`, so that it stops everything as Ctrl-C does
+    (a run marks its folder failed, a sweep gives its open trials back to
+    the study), while what is recorded names the signal: a manifest's
+    ``error`` reads ``Terminated: SIGTERM`` where Ctrl-C leaves
+    ``KeyboardInterrupt``.
+
+    Parameters
+    ----------
+    signum : int
+        The signal's number (``signal.SIGTERM``).
+    """
+
+    def __init__(self, signum: int) -> None:
+        # the number alone in args: the exception pickles (a worker sends it
+        # to its parent) and is rebuilt from it
+        super().__init__(int(signum))
+        #: the signal's number
+        self.signum = int(signum)
+
+    def __str__(self) -> str:
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
 
 
 class MemsimWarning(UserWarning):

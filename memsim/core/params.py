@@ -13,15 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import numbers
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
+
+import tomli_w
 
 from memsim.core.errors import ConfigError, ParameterError
 
 __all__ = [
     "apply_override",
+    "attribute_overrides",
+    "override_text",
+    "toml_plain",
     "Interval",
     "Options",
     "Validated",
@@ -196,3 +204,84 @@ def apply_override(table: dict, key: str, value: Any) -> None:
                               f"cannot set {key}")
         node = nxt
     node[parts[-1]] = value
+
+
+# --------------------------------------------------------------------------
+# Overrides (``--set KEY=VALUE``) named in the errors they cause
+# --------------------------------------------------------------------------
+
+
+def toml_plain(v: Any) -> Any:
+    """``v`` with the types tomli-w writes: paths as strings, tuples as lists,
+    numpy scalars as Python ones."""
+    if isinstance(v, dict):
+        return {str(k): toml_plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [toml_plain(x) for x in v]
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    if hasattr(v, "item"):  # numpy scalar
+        return toml_plain(v.item())
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def override_text(value: Any) -> str:
+    """``value`` as an inline TOML value, for an override given as a dict."""
+    if isinstance(value, dict):
+        items = [f"{k if re.match(r'^[A-Za-z0-9_-]+$', str(k)) else json.dumps(str(k))} = "
+                 f"{override_text(v)}" for k, v in value.items()]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(override_text(v) for v in value) + "]"
+    try:
+        return tomli_w.dumps({"v": toml_plain(value)}).strip()[len("v = "):]
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+#: The dotted key in front of a message (``policies.a.decay: ...``) and the
+#: parameter a component's or a knob group's message names.
+_MESSAGE_KEY = re.compile(r"^([A-Za-z0-9_\-.]+): ")
+_MESSAGE_PARAM = re.compile(r"^The '(\w+)' parameter of ")
+
+
+def _message_key(message: str) -> str | None:
+    """The dotted key a validation message is about, down to the parameter
+    when the message names one (``policies.a.decay.floor``); None when it
+    names no key."""
+    m = _MESSAGE_KEY.match(message)
+    if m is None:
+        return None
+    key = m.group(1).rstrip(".")
+    p = _MESSAGE_PARAM.match(message[m.end():])
+    if p is not None and not key.endswith(f".{p.group(1)}"):
+        key = f"{key}.{p.group(1)}"
+    return key
+
+
+def attribute_overrides(exc: ConfigError, overrides: list[str] | dict | None) -> ConfigError:
+    """``exc`` (same type) with each message about a key that one of
+    ``overrides`` set ending in ``(from --set KEY=VALUE)``: for the checks
+    that run after :func:`load_experiment` (``[sweep]``, ``[advise]``)."""
+    if isinstance(overrides, dict):
+        applied = [(k, f"{k}={override_text(v)}") for k, v in overrides.items()]
+    else:
+        applied = [(t.split("=", 1)[0].strip(), t.strip()) for t in overrides or [] if "=" in t]
+    return exc.with_messages([m if "(from --set " in m else m + attribution(m, applied)
+                              for m in exc.errors])
+
+
+def attribution(message: str, applied: list[tuple[str, str]]) -> str:
+    """`` (from --set KEY=VALUE)`` when an applied override set the key of
+    ``message``, a table above it or a key below it; ``""`` otherwise (a
+    mistake of the file itself)."""
+    key = _message_key(message)
+    if key is None:
+        return ""
+    hits = [text for k, text in applied
+            if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
+    # a long value (a 5000-character name) is cut: the line names the key
+    hits = [t if len(t) <= 80 else t[:77] + "..." for t in hits]
+    return f" (from {', '.join(f'--set {t}' for t in hits)})" if hits else ""

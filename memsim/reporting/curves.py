@@ -34,7 +34,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from memsim.core.params import apply_override, did_you_mean
+from memsim.core.errors import ConfigError
+from memsim.core.params import apply_override, attribute_overrides, did_you_mean
 from memsim.policies import ArrayContext, Policy, resolve_policy
 
 __all__ = ["recency_curve", "curves_table", "format_curves", "crossover_age",
@@ -55,8 +56,6 @@ def _check_policy_keys(presets: Sequence[str], overrides: dict[str, Any] | None)
     """Refuse a ``policies.NAME...`` override whose NAME is not one of
     ``presets``, as ``memsim run --set`` refuses a key into a policy the
     experiment does not have: it would change nothing."""
-    from memsim.core.errors import ConfigError
-
     for key in overrides or {}:
         parts = key.split(".")
         if parts[0] != "policies":
@@ -72,31 +71,63 @@ def _check_policy_keys(presets: Sequence[str], overrides: dict[str, Any] | None)
 
 
 def _resolve(name: str, overrides: dict[str, Any] | None) -> Policy:
-    from memsim.core.errors import ConfigError
-
     # the preset as an experiment file's [policies.NAME] table: a policies.*
     # key sets it as it would there (a slot, a parameter, the whole table)
     tables: dict[str, Any] = {"policies": {name: {"preset": name}}}
-    shared = []
     for key, value in (overrides or {}).items():
         parts = key.split(".")
         if parts[0] == "policies":  # policies.NAME...: only for that preset
             if parts[1] != name:
                 continue  # another preset's (curves_table checked the names)
-            apply_override(tables, key, value)
+            _apply(tables, key, value, overrides)
             if not isinstance(tables["policies"][name], dict):
                 raise ConfigError(f"--set {key}: expected a table (the preset's slots, as "
                                   f"in [policies.{name}]), got {value!r}")
         else:
-            shared.append(key)
-            apply_override(tables["policies"][name], key, value)
+            _apply(tables["policies"][name], key, value, overrides)
     try:
         return resolve_policy(tables["policies"][name], name)
     except ConfigError as exc:
-        if not shared:
-            raise
-        raise ConfigError(f"{exc} ({shared[0]} applies to every preset; "
-                          f"policies.PRESET.{shared[0]} to one only)") from None
+        raise _from_set(exc, name, overrides or {}) from None
+
+
+def _apply(table: dict, key: str, value: Any, overrides: dict[str, Any]) -> None:
+    """:func:`apply_override`, its error (a key below a value: ``decay =
+    "none"`` and ``decay.x``) ending in ``(from --set KEY=VALUE)``: the
+    message names the key as the overrides spell it."""
+    try:
+        apply_override(table, key, value)
+    except ConfigError as exc:
+        raise attribute_overrides(exc, overrides) from None
+
+
+def _from_set(exc: ConfigError, name: str, overrides: dict[str, Any]) -> ConfigError:
+    """``exc`` (same type) with each message about a key that one of
+    ``overrides`` set ending in ``(from --set KEY=VALUE)``, as the messages
+    of ``memsim run`` end (:func:`memsim.core.params.attribute_overrides`).
+
+    A message names preset ``name``'s key as ``NAME.KEY``, which an override
+    sets as ``policies.NAME.KEY`` (this preset) or as ``KEY`` (every preset,
+    which the message then also says)."""
+    def provenance(message: str, given: dict[str, Any]) -> str:
+        # what attribute_overrides appends to message: "" when no override set its key
+        return attribute_overrides(type(exc)(message), given).errors[0][len(message):]
+
+    own = {k: v for k, v in overrides.items() if k.startswith("policies.")}
+
+    def tail(rest: str) -> str:
+        said = provenance(f"policies.{name}.{rest}", own)
+        if said:
+            return said
+        for key, value in overrides.items():
+            if key not in own and (said := provenance(rest, {key: value})):
+                return (f" ({key} applies to every preset; policies.PRESET.{key} to one "
+                        f"only){said}")
+        return ""
+
+    prefix = f"{name}."
+    return exc.with_messages([m + tail(m[len(prefix):]) if m.startswith(prefix) else m
+                              for m in exc.errors])
 
 
 def recency_curve(policy: Policy, ages, *, rng: np.random.Generator | None = None
@@ -247,8 +278,6 @@ def curves_table(presets: Sequence[str], ages: Sequence[float] = DEFAULT_AGES,
         An unknown preset, an override that does not fit a preset, or a
         ``policies.NAME`` key whose NAME is not one of ``presets``.
     """
-    from memsim.core.errors import ConfigError
-
     if isinstance(presets, str):
         presets = [presets]
     ages_arr = np.asarray(list(ages), dtype=np.float64)

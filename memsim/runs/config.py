@@ -46,7 +46,8 @@ from memsim.engine.settings import splits_ticks
 from memsim.data.importers.locomo import import_locomo
 from memsim.data.importers.trace import import_trace
 from memsim.core.errors import ConfigError, MemsimError
-from memsim.core.params import (Interval, Validated, apply_override, check_keys, did_you_mean,
+from memsim.core.params import (Interval, Validated, apply_override, attribute_overrides,
+                                 attribution, check_keys, did_you_mean, override_text, toml_plain,
                                  short_repr)
 from memsim.policies import Policy, resolve_policy
 from memsim.policies.plugins import check_module_names, import_plugins
@@ -554,7 +555,7 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
     errors = _Errors()
     applied: list[tuple[str, str]] = []  # (key, "KEY=VALUE" as given)
     if isinstance(overrides, dict):
-        items: list = [((k, v), f"{k}={_override_text(v)}") for k, v in overrides.items()]
+        items: list = [((k, v), f"{k}={override_text(v)}") for k, v in overrides.items()]
     else:
         items = [(None, text) for text in overrides or []]
     for kv, text in items:  # in the order given, so that the messages are too
@@ -568,72 +569,12 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
                                    source_file=str(path))
     except ConfigError as exc:
         errors.caught.append(exc.with_messages(
-            [f"{path}: {m}{_attribution(m, applied)}" for m in exc.errors]))
+            [f"{path}: {m}{attribution(m, applied)}" for m in exc.errors]))
     else:
         if not errors.caught:
             return exp
     errors.raise_if_any()
     raise AssertionError("unreachable")  # raise_if_any raised
-
-
-def _override_text(value: Any) -> str:
-    """``value`` as an inline TOML value, for an override given as a dict."""
-    if isinstance(value, dict):
-        items = [f"{k if re.match(r'^[A-Za-z0-9_-]+$', str(k)) else json.dumps(str(k))} = "
-                 f"{_override_text(v)}" for k, v in value.items()]
-        return "{ " + ", ".join(items) + " }" if items else "{}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_override_text(v) for v in value) + "]"
-    try:
-        return tomli_w.dumps({"v": _plain(value)}).strip()[len("v = "):]
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-#: The dotted key in front of a message (``policies.a.decay: ...``) and the
-#: parameter a component's or a knob group's message names.
-_MESSAGE_KEY = re.compile(r"^([A-Za-z0-9_\-.]+): ")
-_MESSAGE_PARAM = re.compile(r"^The '(\w+)' parameter of ")
-
-
-def _message_key(message: str) -> str | None:
-    """The dotted key a validation message is about, down to the parameter
-    when the message names one (``policies.a.decay.floor``); None when it
-    names no key."""
-    m = _MESSAGE_KEY.match(message)
-    if m is None:
-        return None
-    key = m.group(1).rstrip(".")
-    p = _MESSAGE_PARAM.match(message[m.end():])
-    if p is not None and not key.endswith(f".{p.group(1)}"):
-        key = f"{key}.{p.group(1)}"
-    return key
-
-
-def attribute_overrides(exc: ConfigError, overrides: list[str] | dict | None) -> ConfigError:
-    """``exc`` (same type) with each message about a key that one of
-    ``overrides`` set ending in ``(from --set KEY=VALUE)``: for the checks
-    that run after :func:`load_experiment` (``[sweep]``, ``[advise]``)."""
-    if isinstance(overrides, dict):
-        applied = [(k, f"{k}={_override_text(v)}") for k, v in overrides.items()]
-    else:
-        applied = [(t.split("=", 1)[0].strip(), t.strip()) for t in overrides or [] if "=" in t]
-    return exc.with_messages([m if "(from --set " in m else m + _attribution(m, applied)
-                              for m in exc.errors])
-
-
-def _attribution(message: str, applied: list[tuple[str, str]]) -> str:
-    """`` (from --set KEY=VALUE)`` when an applied override set the key of
-    ``message``, a table above it or a key below it; ``""`` otherwise (a
-    mistake of the file itself)."""
-    key = _message_key(message)
-    if key is None:
-        return ""
-    hits = [text for k, text in applied
-            if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
-    # a long value (a 5000-character name) is cut: the line names the key
-    hits = [t if len(t) <= 80 else t[:77] + "..." for t in hits]
-    return f" (from {', '.join(f'--set {t}' for t in hits)})" if hits else ""
 
 
 def import_run_plugins(run_dir: str | Path) -> None:
@@ -1070,23 +1011,7 @@ def _build(cls, kwargs: dict, where: str):
 # --------------------------------------------------------------------------
 
 
-def _plain(v: Any) -> Any:
-    """``v`` with the types tomli-w writes: paths as strings, tuples as lists,
-    numpy scalars as Python ones."""
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, Path):
-        return str(v)
-    if isinstance(v, (bool, int, float, str)):
-        return v
-    if hasattr(v, "item"):  # numpy scalar
-        return _plain(v.item())
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
 def dumps_toml(table: dict) -> str:
     """Serialise nested dicts of scalars and lists to TOML with ``tomli-w``
     (any string, control characters included, reads back equal with tomllib)."""
-    return tomli_w.dumps(_plain(table))
+    return tomli_w.dumps(toml_plain(table))

@@ -25,7 +25,7 @@ import pandas as pd
 
 from memsim.runs.config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
 from memsim.engine import NO_PREFILTER_OVERLAP, Arm, ReplayCache, simulate
-from memsim.core.errors import ConfigError
+from memsim.core.errors import ConfigError, Terminated
 from memsim.core.params import Interval
 from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
@@ -590,11 +590,12 @@ def _config_header(exp: Experiment) -> str:
 
 
 def _stop_on_signal(signum, frame):
-    # the first SIGINT/SIGTERM unwinds the run (its folder is marked failed);
-    # later ones are ignored so that they cannot cut that bookkeeping short
+    # the first SIGINT/SIGTERM unwinds the run (its folder is marked failed,
+    # naming the signal); later ones are ignored so that they cannot cut that
+    # bookkeeping short
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
 def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1) -> None:
@@ -628,9 +629,10 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
     Results never depend on ``jobs``.
 
     The first failure stops the queue (running jobs finish) and is raised. An
-    interrupt (SIGINT, or SIGTERM where the CLI turns it into one) stops the
-    queue at once: no further run starts and every running one is stopped
-    and marks its folder failed.
+    interrupt (SIGINT, or SIGTERM where the CLI turns it into a
+    :class:`~memsim.core.errors.Terminated`) stops the queue at once: no
+    further run starts and every running one is stopped and marks its
+    folder failed.
 
     ``report_progress(i)``, when given, returns the progress callable of run
     ``i``'s report (runs one at a time only: parallel runs build their
