@@ -15,10 +15,15 @@ Guarantees
 - **Append-only**: the file is opened for appending; a writer reopened on a
   trace it wrote continues it (no second header). Each event is one
   ``write`` of one line, flushed at once (a crash loses at most the line
-  being written).
+  being written: reopening drops a last line cut short, so that the next
+  event starts a line of its own).
 - **Thread-safe**: one lock orders the events of all threads; the times
-  written never go backwards (``t = max(clock(), last t)``), as the format
-  asks of a note's events.
+  written never go backwards (``t = max(clock(), last t)``, also across a
+  reopening: the last ``t`` of the file is read back), as the format asks; an
+  event given its own ``t`` before the last one is refused.
+- **Importable**: an event the importer would refuse for its values (NaN or
+  infinite numbers, a ``gain`` of 0, a lone surrogate in a text) raises
+  :class:`ValueError` and writes nothing.
 - **Durable on close**: :meth:`TraceWriter.close` (and leaving the ``with``
   block) flushes and ``fsync``\\ s the file.
 - **Rotation by size** (``max_bytes``): when the next line would take the
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import re
 import tempfile
@@ -50,7 +56,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from memsim.data.importers.trace import EVENTS, TRACE_FORMAT, TRACE_VERSION
+from memsim.data.importers.trace import _TIMED, EVENTS, TRACE_FORMAT, TRACE_VERSION
 
 __all__ = ["TraceWriter", "segments", "join_segments"]
 
@@ -169,6 +175,10 @@ class TraceWriter:
                              "give a new path")
         self._segment = int(head.get("segment", 1))
         self._origin = when.timestamp()
+        _mend_tail(self.path)
+        # continue the file's clock: a clock that reads earlier now (another
+        # process, a restarted simulation) must not write times going back
+        self._last_t = _last_time(self.path)
 
     def _rotate(self) -> None:
         self._sync_close()
@@ -212,16 +222,25 @@ class TraceWriter:
             if self.closed:
                 raise ValueError(f"{self.path}: the trace writer is closed")
             ev = dict(event)
+            t = self._last_t
             if timed and ev.get("t") is None:
-                ev["t"] = self._last_t = max(self._now() - self._origin, self._last_t)
+                t = ev["t"] = max(self._now() - self._origin, self._last_t)
             elif timed:
-                self._last_t = max(float(ev["t"]), self._last_t)
-            line = json.dumps(ev, default=_plain, ensure_ascii=False) + "\n"
+                t = ev["t"]
+                # (numbers.Real: numpy's floats too)
+                if isinstance(t, bool) or not isinstance(t, numbers.Real) \
+                        or not math.isfinite(t) or t < self._last_t:
+                    raise ValueError(f"{name}: t: expected a finite number of seconds since "
+                                     f"the origin, not before the last event's "
+                                     f"({self._last_t:g}), got {t!r}")
+                t = ev["t"] = float(t)
+            data = _line(name, ev)
             if self.max_bytes is not None and self._fh.tell() > 0 and \
-                    self._fh.tell() + len(line.encode("utf-8")) > self.max_bytes:
+                    self._fh.tell() + len(data) > self.max_bytes:
                 self._rotate()
-            self._fh.write(line)
+            self._fh.write(data.decode("utf-8"))
             self._fh.flush()
+            self._last_t = t
             return ev
 
     def note_added(self, id: int | str, text: str | None = None, *, tokens: int | None = None,
@@ -266,7 +285,7 @@ class TraceWriter:
         ev: dict[str, Any] = {"event": "retrieved", "query": _ident(query, "retrieved: query"),
                               "notes": ids}
         if scores is not None:
-            vals = [float(s) for s in scores]
+            vals = [math.nan if s is None else float(s) for s in scores]
             if len(vals) != len(ids):
                 raise ValueError(f"retrieved: {len(vals)} scores for {len(ids)} notes")
             # a store that gives no score for a note (None / NaN): leave scores out
@@ -281,13 +300,94 @@ class TraceWriter:
 
     def judgement(self, query: int | str, note: int | str, gain: float) -> None:
         """Explicit relevance of one note to one query (non-zero gain)."""
+        gain = float(gain)
+        if gain == 0 or not math.isfinite(gain):
+            raise ValueError(f"judgement: gain: expected a finite non-zero number, got {gain!r}")
         self.write({"event": "judgement", "query": _ident(query, "judgement: query"),
-                    "note": _ident(note, "judgement: note"), "gain": float(gain)}, timed=False)
+                    "note": _ident(note, "judgement: note"), "gain": gain}, timed=False)
 
     def accessed(self, note: int | str, actor: str | None = None) -> None:
         """A read of a note outside any query."""
         self.write({"event": "accessed", "note": _ident(note, "accessed: note"),
                     "actor": actor or self.actor})
+
+
+def _line(name: str, ev: dict) -> bytes:
+    """One event as a UTF-8 JSON line; a value no importer reads back (NaN,
+    infinity, a lone surrogate) raises ValueError naming its field."""
+    try:
+        return (json.dumps(ev, default=_plain, ensure_ascii=False, allow_nan=False)
+                + "\n").encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
+        for key, value in ev.items():
+            try:
+                json.dumps(value, default=_plain, ensure_ascii=False,
+                           allow_nan=False).encode("utf-8")
+            except (ValueError, UnicodeEncodeError) as exc:
+                raise ValueError(f"{name}: {key}: cannot be written in a trace (JSON has no "
+                                 f"NaN or Infinity, UTF-8 no lone surrogate): {exc}") from None
+        raise
+
+
+def _last_line_start(fh: Any, end: int) -> int:
+    """The offset where the last line of an open binary file starts (0: the
+    file is one line), found by reading backwards in blocks."""
+    pos, block = end, 1 << 16
+    while pos > 0:
+        step = min(pos, block)
+        pos -= step
+        fh.seek(pos)
+        cut = fh.read(step).rfind(b"\n")
+        if cut >= 0:
+            return pos + cut + 1
+    return 0
+
+
+def _mend_tail(path: Path) -> None:
+    """Make a trace end with a newline before appending: a last line without
+    one is either a whole event (a hand-written file: the newline is added)
+    or a line cut short by a crash, which is dropped (else the next event
+    would be glued to it and both would be lost)."""
+    with open(path, "rb+") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, end - 1))
+        if end == 0 or fh.read(1) == b"\n":
+            return
+        start = _last_line_start(fh, end)
+        fh.seek(start)
+        try:
+            json.loads(fh.read())
+        except ValueError:
+            fh.truncate(start)
+        else:
+            fh.seek(0, os.SEEK_END)
+            fh.write(b"\n")
+
+
+def _last_time(path: Path) -> float:
+    """The ``t`` of the last timed event of a trace file (-inf: none), read
+    backwards from its end in blocks (a long trace is not read whole); a
+    last line cut short by a crash is skipped."""
+    block = 1 << 16
+    with open(path, "rb") as fh:
+        pos = fh.seek(0, os.SEEK_END)
+        partial = b""
+        while pos > 0:
+            step = min(pos, block)
+            pos -= step
+            fh.seek(pos)
+            pieces = (fh.read(step) + partial).split(b"\n")
+            # the first piece may be the end of a line that starts further back
+            partial = pieces[0] if pos > 0 else b""
+            for raw in reversed(pieces if pos == 0 else pieces[1:]):
+                try:
+                    ev = json.loads(raw)
+                except ValueError:
+                    continue
+                t = ev.get("t") if isinstance(ev, dict) and ev.get("event") in _TIMED else None
+                if not isinstance(t, bool) and isinstance(t, (int, float)) and math.isfinite(t):
+                    return float(t)
+    return -math.inf
 
 
 def _given(**kw: Any) -> dict:

@@ -24,6 +24,17 @@ Both layouts are normalised to the second by :func:`load_locomo_records`, and
 conversations are ordered by the number in their sample id, so both give the
 same stream.
 
+What is refused (one :class:`~memsim.core.errors.StreamError` naming the file,
+the conversation and the session turn or ``qa`` item): a file with no record;
+a session that is not a list of turns (an empty or null one is skipped); a
+turn whose ``speaker`` or ``text`` is not a string; a turn ``dia_id`` that is
+not one turn of its own session (``"D2:5"`` in session 1), or that an earlier
+turn of the conversation has (evidence would land on two notes); a question
+that is not a string; a ``category`` that is not an integer (2.7 is not read
+as 2; ``"3"`` and 3.0 are 3; a missing one is 0); ``evidence`` that is neither
+a list nor a string. A turn without ``dia_id`` is turn ``i + 1`` of its
+session.
+
 How the stream is built (decisions)
 -----------------------------------
 Notes (``notes=``):
@@ -251,6 +262,8 @@ def load_locomo_records(path: str | os.PathLike) -> list[dict]:
         except OSError as exc:
             raise StreamError(f"{p}: cannot read: {exc}") from exc
         records = _records_from_json(_parse_json(raw, str(p)), str(p), p.stem)
+    if not records:
+        raise StreamError(f"{p}: no LoCoMo record in it (an empty list): nothing to import")
     seen: dict[str, int] = {}
     for i, r in enumerate(records):
         sid = str(r["sample_id"])
@@ -346,8 +359,11 @@ def _sessions(rec: dict, label: str) -> list[tuple[int, datetime, list]]:
     out = []
     for key, turns in conv.items():
         m = _SESSION.match(key)
-        if not m or not isinstance(turns, list) or not turns:
-            continue
+        if not m or turns is None or turns == []:
+            continue  # an empty session has nothing to import
+        if not isinstance(turns, list):
+            raise StreamError(f"{label}: {rec['sample_id']}: {key}: expected a list of turns, "
+                              f"got a {type(turns).__name__}")
         s = int(m.group(1))
         raw = conv.get(f"session_{s}_date_time")
         if raw is None:
@@ -374,17 +390,27 @@ def _turn_table(records: list[dict], label: str, captions: bool) -> tuple[pd.Dat
         origin = min(start for _, start, _ in sessions)
         starts = {s: start for s, start, _ in sessions}
         last = origin
+        seen: set[tuple[int, int]] = set()
         for s, start, turns in sessions:
             for i, turn in enumerate(turns):
+                where = f"{label}: {sid}: session {s} turn {i}"
                 if not isinstance(turn, dict) or "text" not in turn or "speaker" not in turn:
-                    raise StreamError(f"{label}: {sid}: session {s} turn {i}: expected an object "
-                                      "with 'speaker' and 'text'")
+                    raise StreamError(f"{where}: expected an object with 'speaker' and 'text'")
+                for key in ("speaker", "text"):
+                    if not isinstance(turn[key], str):
+                        # str(None) would make a speaker "None" and a text "Ann: None"
+                        raise StreamError(f"{where}: {key!r} must be a string, got "
+                                          f"{turn[key]!r}")
                 text = f"{turn['speaker']}: {turn['text']}"
                 caption = turn.get("blip_caption")
                 if captions and caption:
                     text += f" [shares: {caption}]"
-                dia = parse_evidence(turn.get("dia_id", f"D{s}:{i + 1}"))
-                turn_no = dia[0][2] if len(dia) == 1 and dia[0][1] == s else i + 1
+                turn_no = _turn_number(turn.get("dia_id"), s, i, where)
+                if (s, turn_no) in seen:
+                    # evidence naming it would land on two notes
+                    raise StreamError(f"{where}: dia_id 'D{s}:{turn_no}' is given to an "
+                                      "earlier turn too: turn ids must be unique")
+                seen.add((s, turn_no))
                 when = start + timedelta(minutes=i)
                 last = max(last, when)
                 rows.append((sid, s, turn_no, f"D{s}:{turn_no}", str(turn["speaker"]), text,
@@ -395,6 +421,32 @@ def _turn_table(records: list[dict], label: str, captions: bool) -> tuple[pd.Dat
     return frame, clock
 
 
+def _turn_number(dia_id: Any, session: int, i: int, where: str) -> int:
+    """The turn number of a turn of ``session`` at position ``i`` (from 0):
+    from its ``dia_id`` (``"D3:11"``, normalised as evidence is), or ``i + 1``
+    when it has none. A ``dia_id`` that is not one turn of this session is
+    refused: evidence naming it would silently miss or hit another turn."""
+    if dia_id is None:
+        return i + 1
+    refs = parse_evidence(dia_id)
+    if len(refs) != 1 or refs[0][1] != session:
+        raise StreamError(f"{where}: dia_id {dia_id!r} is not a turn id of session {session} "
+                          f"(expected e.g. 'D{session}:{i + 1}')")
+    return refs[0][2]
+
+
+def _category(value: Any, where: str) -> int:
+    """A question's category as an integer, never truncated (2.7 is refused,
+    not read as 2; ``"3"`` and 3.0 are 3)."""
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StreamError(f"{where}: category must be an integer, got {value!r}")
+    return value
+
+
 def _query_table(records: list[dict], clock: dict, label: str) -> pd.DataFrame:
     rows = []
     for rec in records:
@@ -403,16 +455,19 @@ def _query_table(records: list[dict], clock: dict, label: str) -> pd.DataFrame:
         # 00:00 of the day after the conversation's last turn
         t = _days(datetime.combine(last.date() + timedelta(days=1), datetime.min.time()), origin)
         for j, qa in enumerate(rec.get("qa") or []):
+            where = f"{label}: {sid}: qa item {j}"
             if not isinstance(qa, dict) or "question" not in qa:
-                raise StreamError(f"{label}: {sid}: qa item {j}: expected an object with "
-                                  "'question'")
-            try:
-                category = int(qa.get("category", 0))
-            except (TypeError, ValueError):
-                raise StreamError(f"{label}: {sid}: qa item {j}: category must be an integer, "
-                                  f"got {qa.get('category')!r}") from None
+                raise StreamError(f"{where}: expected an object with 'question'")
+            if not isinstance(qa["question"], str):
+                raise StreamError(f"{where}: 'question' must be a string, got "
+                                  f"{qa['question']!r}")
+            category = _category(qa.get("category", 0), where)
             ev = qa.get("evidence") or []
-            ev = [ev] if isinstance(ev, str) else list(ev)
+            if isinstance(ev, str):
+                ev = [ev]
+            elif not isinstance(ev, list):
+                raise StreamError(f"{where}: evidence must be a list of turn ids such as "
+                                  f"['D1:3'] (or one as a string), got {ev!r}")
             rows.append((sid, t, category, str(qa["question"]),
                          "" if qa.get("answer") is None else str(qa["answer"]),
                          "" if qa.get("adversarial_answer") is None

@@ -10,11 +10,17 @@ preset replays the logged rankings).
 Trace format, version 1
 =======================
 
-JSON Lines (UTF-8): one JSON object per line; empty lines are skipped. Every
-object has ``"event"``, one of the names below. Ids (``id``, ``query``,
-``note``, ``notes``) are integers or strings; two ids that print the same
-(``7`` and ``"7"``) are refused where the second is added or logged (the
-stream keeps renumbered ids as text, where they would be one). Times (``t``,
+JSON Lines (UTF-8, a byte order mark allowed): one JSON object per line;
+empty lines are skipped. A line that is not UTF-8 (a file saved as UTF-16),
+a key given twice in one object (JSON parsers keep one value, silently) and
+a text holding a lone UTF-16 surrogate (``"\\ud800"`` without its pair) are
+refused at their line. Every object has ``"event"``, one of the names below.
+Ids (``id``, ``query``, ``note``, ``notes``) are integers or strings; two ids
+that print the same (``7`` and ``"7"``) are refused where the second is added
+or logged (the stream keeps renumbered ids as text, where they would be one).
+An integer written as a float (``7.0``: an id, ``tokens`` or ``budget``) is
+read as that integer below 2**53 in magnitude and refused from there (such a
+float may already be another integer than the one written). Times (``t``,
 ``expires_at``) are numbers in the header's ``time_unit`` since its
 ``origin``, or ISO 8601 strings in the extended calendar form
 (:data:`ISO_TIME_PATTERN`): ``YYYY-MM-DD``, optionally ``T`` (or a space)
@@ -33,13 +39,16 @@ exist are. memsim's clock is in days. An optional field of an event given as
     ``"second"`` or ``"millisecond"``, or their plurals (``"days"`` ...);
     ``origin``: the ISO time that numbers count from (default
     ``1970-01-01T00:00:00Z``); ``ordered`` (bool, default true: see below);
-    ``name``, ``source`` and any other key go to the stream's ``meta``.
+    ``name``, ``source`` and any other key go to the stream's ``meta``
+    (``stream.json``: a NaN or Infinity in them is refused at the header's
+    line).
 
 ``note_added``
-    ``id`` (unique), ``t``, ``actor`` (str), and ``tokens`` (int > 0) or
-    ``text`` (str) or both (``tokens`` defaults to ``ceil(len(text) / 4)``).
-    Optional: ``embedding`` (list of numbers), ``tier`` (str, default
-    ``"task"``), ``type`` (memory type, default ``"episodic"``),
+    ``id`` (unique), ``t``, ``actor`` (str), and ``tokens`` (int > 0, at most
+    2**40 as in a stream) or ``text`` (str) or both (``tokens`` defaults to
+    ``ceil(len(text) / 4)``). Optional: ``embedding`` (list of numbers within
+    float32's range, about 3.4e38: the stream holds float32), ``tier`` (str,
+    default ``"task"``), ``type`` (memory type, default ``"episodic"``),
     ``importance`` and ``salience`` (numbers >= 0, default 1), ``pinned``
     (bool), ``expires_at`` (time), ``namespace`` (str: a separate store, e.g.
     one per user; a query only sees notes of its own namespace),
@@ -70,9 +79,9 @@ exist are. memsim's clock is in days. An optional field of an event given as
 
 ``query``
     ``id`` (unique), ``t``, ``actor``, and ``text`` or ``embedding`` (as
-    the notes). Optional: ``budget`` (int > 0: the token budget the system
-    had), ``category`` (str or int: a tag to group results by, kept in the
-    ``category`` column), ``namespace``.
+    the notes). Optional: ``budget`` (int > 0, at most 2**40: the token
+    budget the system had), ``category`` (str or int: a tag to group results
+    by, kept in the ``category`` column), ``namespace``.
 
 ``retrieved``
     ``query``, ``notes`` (list of note ids, best first: what the production
@@ -102,7 +111,8 @@ memory) and handles them sorted by time, stably: ``retrieved``, ``used``
 and ``judgement`` events, which have no time (a ``t`` key on them is an
 unknown key, ignored), at their query's time after the timed events of that
 time; events of one time keep their file order;
-errors still name the event's own line. A time further than
+errors still name the event's own line (an event that names a note or query
+added at a later time says at which line). A time further than
 :data:`MAX_ABS_DAYS` (1,000,000 days) from the origin is refused (a unit or
 origin mistake), and so is an integer beyond 64 bits anywhere, and an empty
 trace (no ``note_added`` and no ``query`` event). Unknown keys are ignored
@@ -174,7 +184,7 @@ import pandas as pd
 
 from memsim.data.embed import TEXT_EMBEDDERS, check_embedder, embed_texts
 from memsim.core.errors import StreamError
-from memsim.data.stream import Stream, make_stream, write_stream
+from memsim.data.stream import MAX_TOKENS, Stream, make_stream, write_stream
 
 __all__ = ["import_trace", "cli_import_trace", "check_trace", "write_trace", "TRACE_FORMAT",
            "TRACE_VERSION", "EVENTS", "TIME_UNITS", "MAX_ABS_DAYS", "SCHEMA_PATH",
@@ -208,7 +218,15 @@ ISO_TIME_PATTERN = (r"^\s*[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
                     r"([T ]([01][0-9]|2[0-3])(:[0-5][0-9](:[0-5][0-9](\.[0-9]+)?)?)?"
                     r"(Z|[+-]([01][0-9]|2[0-3])(:?[0-5][0-9])?)?)?\s*$")
 _ISO_TIME = re.compile(ISO_TIME_PATTERN)
+#: A number as a TREC qrels file writes a grade (ASCII digits, no "_").
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1
+#: From this magnitude on a float does not hold every integer (2**53 + 1 reads
+#: as 2**53): an id or a count written as such a float may not be the one meant.
+_FLOAT_EXACT_INT = 2.0 ** 53
+#: The smallest magnitude that rounds to infinity as float32 (the largest
+#: float32 plus half its last step): the stream stores embeddings as float32.
+_F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -244,6 +262,10 @@ class _Reader:
 
     def __init__(self, label: str):
         self.label = label
+        # a table given for a trace: said when its first line cannot be read
+        self.hint = (" (a trace is JSON Lines, one JSON object a line; CSV and Parquet "
+                     "tables go in a stream folder: docs/contracts/stream.md)"
+                     if Path(label).suffix.lower() in (".csv", ".tsv", ".parquet") else "")
         self.line = 0
         self.unit = 1.0
         self.origin_days = 0.0
@@ -301,6 +323,9 @@ class _Reader:
         self.buffer: list[tuple[int, dict]] | None = None
         self.last_t, self.last_t_line = -math.inf, 0
         self.pending_t: float | None = None
+        # unordered trace: logged id -> the line that adds it, not yet handled
+        self.later_notes: dict[Any, int] = {}
+        self.later_queries: dict[Any, int] = {}
         self.first_line = 0                      # the first non-empty line
         # checking (memsim stream check): every error is collected, not raised
         self.errors: list[str] | None = None
@@ -349,20 +374,32 @@ class _Reader:
         if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
             self.fail(f"integer beyond 64 bits, got {_show(v)}", field)
 
-    def positive_int(self, v: Any, field: str) -> int:
+    def positive_int(self, v: Any, field: str, maximum: int | None = None) -> int:
         if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
             self.int64(v, field)
-        if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 63:
-            v = int(v)
+        v = self.integral_float(v, field)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             self.fail(f"must be a positive integer, got {_show(v)}", field)
+        if maximum is not None and v > maximum:
+            self.fail(f"must be at most {maximum:,}, got {_show(v)}", field)
+        return v
+
+    def integral_float(self, v: Any, field: str) -> Any:
+        """``v``, or the int an integral float stands for (``7.0``: 7, as the
+        schema reads it); refused from 2**53 on, where the float may already
+        be another integer than the one written."""
+        if isinstance(v, float) and v.is_integer():
+            if abs(v) >= _FLOAT_EXACT_INT:
+                self.fail("an integer given as a float must be below 2**53 in magnitude "
+                          f"(larger floats do not hold every integer exactly), got {_show(v)}: "
+                          "write it without a decimal point", field)
+            return int(v)
         return v
 
     def ident(self, v: Any, field: str) -> Any:
         if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
             self.int64(v, field)
-        if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 63:
-            v = int(v)
+        v = self.integral_float(v, field)
         if isinstance(v, bool) or not isinstance(v, (int, str)) or v == "":
             self.fail(f"must be an integer or a non-empty string id, got {_show(v)}", field)
         return v
@@ -425,6 +462,12 @@ class _Reader:
                 self.int64(x, f"embedding[{i}]")
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
                 self.fail(f"item {i} must be a finite number, got {_show(x)}", "embedding")
+        # finite as float64 is not enough: the stream holds float32 (two passes
+        # in C, not a test per item)
+        if max(v) >= _F32_OVERFLOW or min(v) <= -_F32_OVERFLOW:
+            i = next(i for i, x in enumerate(v) if abs(x) >= _F32_OVERFLOW)
+            self.fail(f"item {i} is beyond float32's range (about 3.4e38; embeddings are "
+                      f"stored as float32), got {_show(v[i])}", "embedding")
         return v
 
     def namespace(self, ev: dict) -> int:
@@ -439,8 +482,17 @@ class _Reader:
     def note_of(self, v: Any, field: str) -> int:
         key = self.note_key.get(self.ident(v, field))
         if key is None:
-            self.fail(f"note {v!r} has not been added before this line", field)
+            self.fail(self._not_yet("note", v, self.later_notes, "added"), field)
         return key
+
+    def _not_yet(self, what: str, v: Any, later: dict, verb: str) -> str:
+        """Why an unknown id is refused: in an unordered trace, say where it is
+        added when that is at a later time (its line may well come first)."""
+        line = later.get(v) if isinstance(v, (int, str)) else None
+        if line is not None:
+            return (f"{what} {v!r} is {verb} at line {line}, at a later time than this "
+                    "event (an unordered trace is handled in time order)")
+        return f"{what} {v!r} has not been {verb} before this line"
 
     def alive(self, key: int, field: str, query: int | None = None) -> int:
         """``key``, unless the note was deleted: then only the ``retrieved``,
@@ -469,7 +521,7 @@ class _Reader:
     def query_of(self, v: Any, field: str) -> int:
         row = self.query_key.get(self.ident(v, field))
         if row is None:
-            self.fail(f"query {v!r} has not been logged before this line", field)
+            self.fail(self._not_yet("query", v, self.later_queries, "logged"), field)
         return row
 
     # -- events --------------------------------------------------------------
@@ -495,12 +547,19 @@ class _Reader:
             if not isinstance(ev["origin"], str):
                 self.fail(f"must be an ISO 8601 time, got {_show(ev['origin'])}", "origin")
             self.origin_days = self.time(ev["origin"], "origin")
+        meta = {k: v for k, v in ev.items() if k not in ("event", "format", "version", "ordered")}
+        for k, v in meta.items():
+            # the header's keys go to stream.json, which holds standard JSON only
+            try:
+                json.dumps(v, allow_nan=False)
+            except ValueError:
+                self.fail("must not hold NaN or Infinity (stream.json keeps the header's keys "
+                          f"and standard JSON has neither), got {_show(v)}", k)
         self.unit = TIME_UNITS[unit]
         self.ordered = ordered
         if not ordered:
             self.buffer = []
-        self.meta = {k: v for k, v in ev.items()
-                     if k not in ("event", "format", "version", "ordered")}
+        self.meta = meta
 
     def note_added(self, ev: dict) -> None:
         # every field is checked before anything is recorded: a refused line
@@ -513,7 +572,7 @@ class _Reader:
         if text is not None and not isinstance(text, str):
             self.fail(f"must be a string, got {_show(text)}", "text")
         if "tokens" in ev and ev["tokens"] is not None:
-            tokens = self.positive_int(ev["tokens"], "tokens")
+            tokens = self.positive_int(ev["tokens"], "tokens", MAX_TOKENS)
         elif text is not None:
             tokens = max(1, math.ceil(len(text) / 4))
         else:
@@ -634,7 +693,7 @@ class _Reader:
         if changed_text:
             text = self.text(ev, "text")
         if ev.get("tokens") is not None:
-            tokens = self.positive_int(ev["tokens"], "tokens")
+            tokens = self.positive_int(ev["tokens"], "tokens", MAX_TOKENS)
         elif changed_text:
             tokens = max(1, math.ceil(len(text) / 4))
         else:
@@ -683,7 +742,8 @@ class _Reader:
         if text is not None and not isinstance(text, str):
             self.fail(f"must be a string, got {_show(text)}", "text")
         emb = self.embedding(ev, "query")
-        budget = self.positive_int(ev["budget"], "budget") if ev.get("budget") is not None else 0
+        budget = (self.positive_int(ev["budget"], "budget", MAX_TOKENS)
+                  if ev.get("budget") is not None else 0)
         cat = ev.get("category")
         if cat is not None and (isinstance(cat, bool) or not isinstance(cat, (str, int))):
             self.fail(f"must be a string or an integer, got {_show(cat)}", "category")
@@ -796,18 +856,53 @@ class _Reader:
                 dispatch(ev)
         if self.buffer:
             events, self.buffer = self.buffer, None
+            # the lines that add each id, until handled (for messages only)
+            for line, ev in events:
+                later = {"note_added": self.later_notes, "query": self.later_queries}.get(
+                    ev.get("event"))
+                if later is not None and isinstance(ev.get("id"), (int, str)):
+                    later.setdefault(ev["id"], line)
             for line, ev in sorted(events, key=self._sort_key(events)):
                 self.line = line
+                if ev.get("event") in ("note_added", "query") and \
+                        isinstance(ev.get("id"), (int, str)):
+                    (self.later_notes if ev["event"] == "note_added"
+                     else self.later_queries).pop(ev["id"], None)
                 self._guard(self._dispatch, ev)
+            self.later_notes, self.later_queries = {}, {}
 
     def _parse(self, raw: bytes | str) -> dict:
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                why = self.hint or (" (a trace is UTF-8 JSON Lines; a file saved as UTF-16 "
+                                    "or Latin-1 must be converted)")
+                self.fail(f"not UTF-8 text{why}: {exc}")
+        if raw.startswith("\ufeff"):
+            raw = raw[1:]  # a byte order mark: skipped, as json.loads of bytes does
         try:
-            ev = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            self.fail(f"not valid JSON: {exc}")
+            ev = _DECODER.decode(raw)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not valid JSON{self.hint}: {exc}")
+        except _RepeatedKey as exc:
+            self.fail("appears twice in one JSON object (a JSON parser keeps one of the two "
+                      "values, silently): keep one", exc.key)
         if not isinstance(ev, dict):
             self.fail(f"expected a JSON object, got a JSON {type(ev).__name__}")
+        if "\\ud" in raw or "\\uD" in raw:
+            self._no_lone_surrogate(ev)  # (only lines with such escapes need the walk)
         return ev
+
+    def _no_lone_surrogate(self, ev: dict) -> None:
+        """Refuse text that holds half of a UTF-16 surrogate pair (``"\\ud800"``
+        alone): JSON can escape it, but no UTF-8 file or Parquet column holds it."""
+        for k, v in ev.items():
+            try:
+                json.dumps([k, v], ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                self.fail("holds a lone UTF-16 surrogate (an escape such as \\ud800 without "
+                          "its pair), which is not text", k)
 
     def _dispatch(self, ev: dict) -> None:
         name = ev.get("event")
@@ -877,6 +972,30 @@ class _Reader:
                 keys[line] = (qtime.get(q, math.inf) if isinstance(q, (int, str)) else math.inf,
                               1, i)
         return lambda item: keys[item[0]]
+
+
+class _RepeatedKey(ValueError):
+    """A key given twice in one JSON object."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object's dict, refusing a repeated key (json keeps the last one)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _RepeatedKey(k)
+            seen.add(k)
+    return obj
+
+
+#: The decoder of trace lines (about as fast as ``json.loads``, measured).
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
 def _show(v: Any) -> str:
@@ -1147,10 +1266,11 @@ def _qrels_line(r: _Reader, parts: list[str], notes: dict, queries: dict) -> Non
                                     (notes, nid, "note", "a note")):
         if value not in ids:
             r.fail(f"{value!r} is not {what} id of the trace", field)
-    try:
-        gain = float(grade)
-    except ValueError:
+    # float() also reads "1_0" as 10 and other scripts' digits: a grade is
+    # a plain decimal number
+    if _DECIMAL.fullmatch(grade) is None:
         r.fail(f"must be a number, got {grade!r}", "grade")
+    gain = float(grade)
     if not math.isfinite(gain):
         r.fail(f"must be a finite number, got {grade!r}", "grade")
     if gain != 0:
