@@ -40,7 +40,7 @@ def unblocked_cosine(inp, b: Batch) -> np.ndarray:
     block of ``product_block`` columns one product, as the engine defines
     them: BLAS gives a column other floats in products of other widths),
     then the factors applied to the whole matrix as the retriever applies
-    them, zeros in the blocks the batch skips."""
+    them, zeros at the notes the batch skips."""
     emb = inp.notes.emb[b.idx]
     blk = b.product_block
     dots = np.concatenate([np.matmul(b.qemb, emb[a:a + blk].T)
@@ -53,8 +53,7 @@ def unblocked_cosine(inp, b: Batch) -> np.ndarray:
         ns = np.where(n2 > 0, 1.0 / np.sqrt(n2), 0.0).astype(np.float32)
     sim = dots * qs[:, None]
     sim *= ns[None, :]
-    skipped = np.repeat(~b.multiplied, b.product_block)[:len(b.idx)]
-    sim[:, skipped] = 0
+    sim[:, ~b.computed] = 0
     return sim
 
 

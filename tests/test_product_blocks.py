@@ -10,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import memsim.engine.batch as batch_module
+from memsim.policies.retrieval import Cosine
 from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, Batch, NoteArrays, ReplayCache, SimSettings, simulate
 from memsim.evaluation.metrics import RelevanceIndex
@@ -94,7 +96,7 @@ def test_each_block_is_the_plain_product_for_any_number_of_queries(monkeypatch, 
                                       b.qemb @ s.note_embeddings[cols].T)
 
 
-def test_blocks_of_dead_notes_are_zeros_and_the_rest_unchanged(monkeypatch):
+def test_dead_notes_are_zeros_and_the_rest_unchanged(monkeypatch):
     monkeypatch.setattr(Batch, "product_block", 64)
     s = random_stream(3, n_notes=1000, n_queries=30, dim=8)
     rows = np.arange(25, 30)
@@ -103,15 +105,13 @@ def test_blocks_of_dead_notes_are_zeros_and_the_rest_unchanged(monkeypatch):
     n = len(b.idx)
     dead = np.zeros(n, dtype=bool)
     dead[64:192] = True  # blocks 1 and 2
-    dead[300:350] = True  # part of block 4: multiplied
+    dead[300:350] = True  # parts of blocks 4 and 5: their other notes gathered
     dead[-(n % 64 or 64):] = True  # the last, partial block
     b.set_dead(dead)
     dots = b.dots
-    skipped = np.zeros(n, dtype=bool)
-    skipped[64:192] = True
-    skipped[-(n % 64 or 64):] = True
-    assert (dots[:, skipped] == 0).all()
-    np.testing.assert_array_equal(dots[:, ~skipped], whole[:, ~skipped])
+    assert not b.multiplied[1:3].any() and b.multiplied[4:6].all()
+    assert (dots[:, dead] == 0).all()
+    np.testing.assert_array_equal(dots[:, ~dead], whole[:, ~dead])
     # a block some arm sees again (another replay) is multiplied then
     b.cache[("similarity", "cosine")] = "stale"
     b.set_dead(None)
@@ -126,9 +126,8 @@ def capacity_arm(name, m, hl=10.0, mode="experiment"):
 
 
 def every_block(monkeypatch):
-    """Multiply every block, whatever the arms evicted."""
-    monkeypatch.setattr(Batch, "open_blocks",
-                        lambda self: np.ones(-(-len(self.idx) // Batch.product_block), bool))
+    """Multiply every note, whatever the arms evicted."""
+    monkeypatch.setattr(Batch, "open_notes", lambda self: np.ones(len(self.idx), bool))
 
 
 def test_skipped_blocks_change_no_frame(monkeypatch):
@@ -141,7 +140,7 @@ def test_skipped_blocks_change_no_frame(monkeypatch):
 
     def spy(self, scale):
         out = real(self, scale)
-        skipped.append(int((~self.multiplied).sum()))
+        skipped.append(int((~self.computed).sum()))
         return out
 
     monkeypatch.setattr(Batch, "_blocks", spy)
@@ -222,3 +221,67 @@ def test_an_approximate_index_over_skipped_blocks(monkeypatch):
     got = simulate(s, arms, SimSettings(**kw), seed_sequence(0))
     every_block(monkeypatch)
     assert_same(simulate(s, arms, SimSettings(**kw), seed_sequence(0)), got)
+
+
+def sparse_dead(n: int, block: int, rng) -> np.ndarray:
+    """Most notes of the first full blocks dead (their few live ones are
+    gathered), one block whole, the last (partial) block half dead."""
+    dead = np.zeros(n, dtype=bool)
+    full = n // block
+    dead[:(full - 1) * block] = rng.random((full - 1) * block) < 0.9
+    dead[full * block:] = rng.random(n - full * block) < 0.5
+    return dead
+
+
+@pytest.mark.parametrize("q", [1, 7, 50])
+@pytest.mark.parametrize("gather", [True, False])
+def test_gathered_notes_get_their_blocks_floats(monkeypatch, q, gather):
+    """The live notes of mostly dead blocks, multiplied gathered into
+    full-width products (or, where the BLAS is not known to give a row the
+    same floats there, in their blocks), get exactly their block's
+    products; the dead ones zeros; scaled similarities too."""
+    calls = []
+    real = batch_module.gathers_exactly
+
+    def spy(*args):
+        calls.append(args)
+        return gather and real(*args)
+
+    monkeypatch.setattr(batch_module, "gathers_exactly", spy)
+    block = Batch.product_block
+    s = random_stream(5, n_notes=5 * block + 300, n_queries=q, dim=64, horizon=1.0)
+    rows = np.arange(q)
+    whole = batch_of(s, rows)
+    b = batch_of(s, rows)
+    dead = sparse_dead(len(b.idx), block, np.random.default_rng(q))
+    b.set_dead(dead)
+    dots = b.dots
+    assert calls  # the sparse blocks asked
+    assert (dots[:, dead] == 0).all()
+    np.testing.assert_array_equal(dots[:, ~dead], whole.dots[:, ~dead])
+    got, want = b.scaled_similarity(Cosine()), whole.scaled_similarity(Cosine())
+    assert (got[:, dead] == 0).all()
+    np.testing.assert_array_equal(got[:, ~dead], want[:, ~dead])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), q=st.integers(1, 60), dim=st.sampled_from([3, 16, 64, 384]),
+       block=st.sampled_from([16, 333, 2048]), pad=st.booleans())
+def test_a_shape_that_gathers_exactly_does_so_for_any_notes(seed, q, dim, block, pad):
+    """:func:`gathers_exactly` decides a shape from one fixed draw: where it
+    says so, other embeddings gathered from other blocks, in any order,
+    padded with zeros or not, get their blocks' floats too."""
+    dtype = np.dtype(np.float32)
+    if not batch_module.gathers_exactly(block, q, dim, dtype.str):
+        return
+    rng = np.random.default_rng(seed)
+    emb = (rng.standard_normal((3 * block, dim)) * rng.uniform(0.1, 10)).astype(dtype)
+    qemb = rng.standard_normal((q, dim)).astype(dtype)
+    own = np.concatenate([emb[b * block:(b + 1) * block] @ qemb.T for b in range(3)])
+    k = int(rng.integers(1, block + 1)) if pad else block
+    pick = rng.choice(3 * block, size=k, replace=False)
+    buf = np.zeros((block, dim), dtype=dtype)
+    buf[:k] = emb[pick]
+    got = np.empty((block, q), dtype=dtype)
+    np.matmul(buf, qemb.T, out=got)
+    assert got[:k].tobytes() == own[pick].tobytes()

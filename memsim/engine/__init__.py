@@ -41,7 +41,7 @@ budget), time advances over batches of queries:
 2. a retention sweep runs for every arm when one is due;
 3. the similarity of the batch's queries to every existing note is one
    matrix product in fixed blocks of columns (:data:`PRODUCT_BLOCK`), shared
-   by all arms; a block of notes every arm has evicted is not multiplied;
+   by all arms; the notes every arm has evicted are not multiplied;
 4. for each arm: score -> top-C candidates (ties by lower ``note_id``) ->
    pack into the budget -> order -> per-query metrics;
 5. feedback: the notes each query used gain a recall (after the batch by

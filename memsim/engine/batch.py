@@ -82,9 +82,12 @@ class Batch:
         #: (:meth:`subset`, :meth:`row`): its products are the batch's there
         #: (weak: the batch's cache holds its rows)
         self._view: tuple | None = None
-        #: (B,) bool: the blocks of :data:`PRODUCT_BLOCK` columns whose dot
-        #: products the batch's values are built on (zeros stand for the
-        #: others); fixed at the first read of :attr:`dots` (None before)
+        #: (L,) bool: the notes whose dot products the batch's values are
+        #: built on (zeros stand for the others: notes no arm can see); fixed
+        #: at the first read of :attr:`dots` (None before)
+        self.computed: np.ndarray | None = None
+        #: (B,) bool: the blocks of :data:`PRODUCT_BLOCK` columns holding a
+        #: note of :attr:`computed` (None before)
         self.multiplied: np.ndarray | None = None
         #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
@@ -93,25 +96,27 @@ class Batch:
         #: when unknown (set with :meth:`set_dead`)
         self.dead: np.ndarray | None = None
 
-    def open_blocks(self) -> np.ndarray:
-        """(B,) bool: the product blocks holding a note some arm can see."""
-        n = len(self.idx)
-        nb = -(-n // self.product_block)
-        if self.dead is None:
-            return np.ones(nb, dtype=bool)
-        dead = np.ones(nb * self.product_block, dtype=bool)
-        dead[:n] = self.dead
-        return ~dead.reshape(nb, self.product_block).all(axis=1)
+    def open_notes(self) -> np.ndarray:
+        """(L,) bool: the notes some arm can see (not :attr:`dead`)."""
+        return np.ones(len(self.idx), dtype=bool) if self.dead is None else ~self.dead
+
+    def _set_computed(self, computed: np.ndarray) -> None:
+        self.computed = computed
+        nb = -(-len(computed) // self.product_block)
+        per = np.zeros(nb * self.product_block, dtype=bool)
+        per[:len(computed)] = computed
+        self.multiplied = per.reshape(nb, self.product_block).any(axis=1)
 
     def product(self) -> np.ndarray:
-        """The (Q, L) dot products of the queries and the notes, one matrix
-        product per block of :data:`PRODUCT_BLOCK` columns of :attr:`multiplied`
-        (zeros in the other blocks).
+        """The (Q, L) dot products of the queries and the notes of
+        :attr:`computed` (zeros at the others).
 
-        A column's floats depend on the columns multiplied with it (BLAS
-        tiles them), so the blocks are fixed: a block gives the same floats
-        whichever others are multiplied, and a note's similarity does not
-        depend on what the other arms evicted."""
+        A column's floats depend on the width of the product it is computed
+        in (BLAS tiles the columns), so the blocks are fixed: a note's
+        products are those of its block of :data:`PRODUCT_BLOCK` columns
+        (the store's last, narrower block: of that width), whichever notes
+        are multiplied with it, so its similarity does not depend on what
+        the other arms evicted."""
         return self._blocks(None)
 
     def scaled_similarity(self, retriever) -> np.ndarray | None:
@@ -137,26 +142,45 @@ class Batch:
         return got
 
     def _blocks(self, scale: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-        """The blocks of :attr:`multiplied` multiplied (and, with ``scale``
-        = (query factors (Q,), note factors (N,)), scaled in place), zeros
-        in the others; on several threads when the batch is large
-        (:func:`product_threads`): each block is computed alone, so the
-        floats do not depend on the threads."""
+        """The products of the notes of :attr:`computed` (scaled in place
+        with ``scale`` = (query factors (Q,), note factors (N,))), zeros at
+        the others; on several threads when the batch is large
+        (:func:`product_threads`): each product is computed alone, so the
+        floats do not depend on the threads.
+
+        A block whose notes are all computed (or the last, narrower one) is
+        multiplied as it is. The computed notes of the full-width blocks
+        where they are few (retention leaves a few live notes scattered in
+        old blocks) are gathered, :data:`PRODUCT_BLOCK` at a time, into
+        products of the same shape: a row's floats depend only on the shape
+        it is multiplied in, not on its neighbours (checked on this BLAS
+        for every shape used, :func:`gathers_exactly`; where it does not
+        hold the blocks are multiplied as they are)."""
         if self.multiplied is None:
-            self.multiplied = self.open_blocks()
+            self._set_computed(self.open_notes())
         q, n = len(self.qemb), len(self.idx)
         block = self.product_block
         emb = self.notes.emb
         lo, hi = (int(self.idx[0]), int(self.idx[-1])) if n else (0, -1)
         run = hi - lo + 1 == n  # the notes are consecutive rows: views, no copies
-        # the runs of multiplied blocks: written below; zeros elsewhere
-        edges = np.flatnonzero(np.diff(np.r_[False, self.multiplied, False].astype(np.int8)))
+        nb = -(-n // block)
+        per = np.zeros(nb * block, dtype=bool)
+        per[:n] = self.computed
+        per = per.reshape(nb, block)
+        count = per.sum(axis=1)
+        width = np.minimum(block, n - np.arange(nb) * block)
+        dtype = np.result_type(self.qemb, emb)
+        gathered = ((count * GATHER_SHARE[1] <= width * GATHER_SHARE[0]) & (count > 0)
+                    & (width == block))
+        if gathered.any() and not gathers_exactly(block, q, emb.shape[1], dtype.str):
+            gathered[:] = False
+        # the blocks holding a computed note are written whole (their other
+        # cells zeros); zeros elsewhere
+        edges = np.flatnonzero(np.diff(np.r_[False, count > 0, False].astype(np.int8)))
         cols = np.minimum(edges.reshape(-1, 2) * block, n)
         written = (np.arange(q)[:, None, None] * n + cols[None]).reshape(-1, 2)
-        out = self.notes.scratch.zeros_except((q, n), np.result_type(self.qemb, emb), written,
-                                              tag="product")
+        out = self.notes.scratch.zeros_except((q, n), dtype, written, tag="product")
         qscale = None if scale is None else scale[0][None, :].astype(out.dtype)
-        blocks = np.flatnonzero(self.multiplied).tolist()
         # the transposed write compiled: numpy's strided copy reads the
         # buffer across its rows, about twice the time of the product at
         # 50 queries (the same floats: a product, then each factor in turn)
@@ -164,6 +188,56 @@ class Batch:
                     and (scale is None or scale[1].dtype == np.float32))
         if compiled:
             qscale = None if scale is None else np.ascontiguousarray(qscale[0])
+
+        def note_rows(s: slice | np.ndarray) -> slice | np.ndarray:
+            if isinstance(s, slice):
+                return slice(lo + s.start, lo + s.stop) if run else self.idx[s]
+            return lo + s if run else self.idx[s]
+
+        # the gathered notes' products, a full-width product per
+        # PRODUCT_BLOCK of them (the last padded with zeros)
+        gcols = np.flatnonzero(np.repeat(gathered, block)[:n] & self.computed)
+        parts = -(-len(gcols) // block)
+        res = self.notes.scratch.empty((parts * block, q), dtype, tag="gathered")
+
+        def gather(part: list[int]) -> None:
+            buf = _thread_buffer((block, emb.shape[1]), dtype, "gather")
+            for g in part:
+                c = gcols[g * block:(g + 1) * block]
+                np.take(emb, note_rows(c), axis=0, out=buf[:len(c)])
+                buf[len(c):] = 0
+                np.matmul(buf, self.qemb.T, out=res[g * block:(g + 1) * block])
+
+        # each gathered block's notes: a run of ``gcols``, rows of ``res``
+        bounds = np.searchsorted(gcols, np.arange(nb + 1) * block)
+
+        def write(o: np.ndarray, s: slice, picked: tuple[np.ndarray, np.ndarray] | None
+                  ) -> None:
+            """Block ``s`` from the products ``o``: column ``s.start + i``
+            from row i (``picked`` None), else zeros but at the columns
+            ``s.start + picked[1]``, from the rows ``picked[0]``."""
+            nscale = scale[1][note_rows(s)] if scale is not None else None
+            if picked is not None:
+                rows, at = picked
+                nscale = None if nscale is None else nscale[at]
+            if compiled:
+                f = qscale if scale is not None else _NO_SCALE
+                ns = nscale if scale is not None else _NO_SCALE
+                if picked is None:
+                    _write_block(o, f, ns, out, s.start)
+                else:
+                    _write_picked(o, rows, at, f, ns, out, s.start, s.stop - s.start)
+                return
+            if picked is not None:
+                out[:, s] = 0
+                o, s = o[rows], s.start + at  # (copies)
+            if scale is None:
+                out[:, s] = o.T
+            elif isinstance(s, slice):
+                o *= qscale
+                np.multiply(o.T, nscale, out=out[:, s])
+            else:
+                out[:, s] = np.multiply((o * qscale).T, nscale)
 
         def work(part: list[int]) -> None:
             # each block's product notes x queries, into a contiguous buffer
@@ -175,26 +249,27 @@ class Batch:
             buf = _thread_buffer((block, q), out.dtype)
             for b in part:
                 s = slice(b * block, min(n, (b + 1) * block))
-                rows = slice(lo + s.start, lo + s.stop) if run else self.idx[s]
+                if gathered[b]:  # its notes' rows of the gathered products
+                    rows = np.arange(bounds[b], bounds[b + 1])
+                    write(res, s, (rows, gcols[rows] - s.start))
+                    continue
                 o = buf[:s.stop - s.start]
-                np.matmul(emb[rows], self.qemb.T, out=o)
-                if compiled:  # the same float operations, in one pass
-                    _write_block(o, qscale if scale is not None else _NO_SCALE,
-                                 scale[1][rows] if scale is not None else _NO_SCALE, out,
-                                 s.start)
-                elif scale is None:
-                    out[:, s] = o.T
+                np.matmul(emb[note_rows(s)], self.qemb.T, out=o)
+                if count[b] == width[b]:
+                    write(o, s, None)
                 else:
-                    o *= qscale
-                    np.multiply(o.T, scale[1][rows], out=out[:, s])
+                    at = np.flatnonzero(self.computed[s])
+                    write(o, s, (at, at))
 
-        threads = product_threads(len(blocks))
-        if threads > 1:
-            done = [_pool(threads).submit(work, blocks[i::threads]) for i in range(threads)]
-            for f in done:
-                f.result()
-        else:
-            work(blocks)
+        blocks = np.flatnonzero(count > 0).tolist()
+        for task, items in ((gather, list(range(parts))), (work, blocks)):
+            threads = product_threads(len(items))
+            if threads > 1:
+                done = [_pool(threads).submit(task, items[i::threads]) for i in range(threads)]
+                for f in done:
+                    f.result()
+            elif items:
+                task(items)
         # shared by every arm (and the buffer's zeros are accounted for)
         out.flags.writeable = False
         return out
@@ -236,19 +311,19 @@ class Batch:
     def set_dead(self, dead: np.ndarray | None) -> None:
         """Set :attr:`dead` for this replay; the values built on other dead
         notes (the similarity levels, the per-query batches) are dropped, and
-        so are the similarities when a block some arm can now see was not
-        multiplied (its products are then computed)."""
+        so are the similarities when a note some arm can now see was not
+        computed (the products are then computed again, with it)."""
         same = (dead is None and self.dead is None) or (
             dead is not None and self.dead is not None and np.array_equal(dead, self.dead))
         self.dead = dead
         if same:
             return
         drop = set(_DEAD_KEYS)
-        if self.multiplied is not None:
-            more = self.open_blocks() & ~self.multiplied
+        if self.computed is not None:
+            more = self.open_notes() & ~self.computed
             if more.any():
-                self.multiplied = self.multiplied | more
-                self._dots = None  # the products again, with those blocks
+                self._set_computed(self.computed | more)
+                self._dots = None  # the products again, with those notes
                 drop.add("similarity")
         for key in [k for k in self.cache if isinstance(k, tuple) and k[0] in drop]:
             del self.cache[key]
@@ -376,6 +451,52 @@ def _write_block(o, qscale, nscale, out, c0):
                 row[c0 + i] = o[i, j]
 
 
+@jit.kernel
+def _write_picked(o, rows, cols, qscale, nscale, out, c0, width):
+    """:func:`_write_block` of the rows ``rows`` of ``o``: zeros in
+    ``out[:, c0:c0 + width]`` but at the columns ``c0 + cols[i]``, which get
+    row ``rows[i]`` (scaled by ``nscale[i]``). (Zeros first, then the few
+    notes: no branch per cell.)"""
+    q = o.shape[1]
+    scaled = len(qscale) > 0
+    for j in range(q):
+        row = out[j]
+        row[c0:c0 + width] = 0
+        if scaled:
+            f = qscale[j]
+            for i in range(len(rows)):
+                row[c0 + cols[i]] = (o[rows[i], j] * f) * nscale[i]
+        else:
+            for i in range(len(rows)):
+                row[c0 + cols[i]] = o[rows[i], j]
+
+
+#: (a, b): a full-width block's notes are gathered into shared products
+#: when at most a/b of them are computed (a gathered note costs a copy of
+#: its embedding besides its share of a product)
+GATHER_SHARE = (1, 2)
+
+
+@lru_cache(maxsize=None)
+def gathers_exactly(block: int, q: int, dim: int, dtype: str) -> bool:
+    """Whether this BLAS gives a note's row of a (``block``, ``dim``) x
+    (``dim``, ``q``) product the same floats whichever rows are multiplied
+    with it and wherever it sits: the rows of two blocks of fixed random
+    embeddings, gathered shuffled into one product of the same shape,
+    compared with their blocks' own products, bit for bit (OpenBLAS's
+    kernels are chosen by shape, so one such draw decides a shape)."""
+    rng = np.random.default_rng(20261204)
+    emb = rng.standard_normal((2 * block, dim)).astype(dtype)
+    qemb = rng.standard_normal((q, dim)).astype(dtype)
+    own = np.empty((2 * block, q), dtype=dtype)
+    for b in range(2):
+        np.matmul(emb[b * block:(b + 1) * block], qemb.T, out=own[b * block:(b + 1) * block])
+    pick = rng.permutation(2 * block)[:block]
+    got = np.empty((block, q), dtype=dtype)
+    np.matmul(emb[pick], qemb.T, out=got)
+    return got.tobytes() == own[pick].tobytes()
+
+
 #: multiplied blocks per thread, at least, for a batch's product to be split
 #: over threads (below, the threads cost more than they save)
 THREAD_BLOCKS = 8
@@ -397,17 +518,19 @@ def product_threads(blocks: int) -> int:
 MAX_THREADS = 8
 
 
-#: each thread's product buffer (:func:`_thread_buffer`)
+#: each thread's product buffers (:func:`_thread_buffer`)
 _LOCAL = threading.local()
 
 
-def _thread_buffer(shape: tuple[int, int], dtype) -> np.ndarray:
-    """A (block, Q) buffer of the calling thread, kept from one batch to the
-    next (a fresh one in a worker thread is fresh pages every batch)."""
+def _thread_buffer(shape: tuple[int, int], dtype, name: str = "product") -> np.ndarray:
+    """A buffer ``name`` of the calling thread (a block's products, or the
+    notes gathered for one), kept from one batch to the next (a fresh one in
+    a worker thread is fresh pages every batch)."""
     need = shape[0] * shape[1]
-    buf = getattr(_LOCAL, "buf", None)
+    buf = getattr(_LOCAL, name, None)
     if buf is None or buf.dtype != dtype or buf.size < need:
-        buf = _LOCAL.buf = np.empty(need, dtype=dtype)
+        buf = np.empty(need, dtype=dtype)
+        setattr(_LOCAL, name, buf)
     return buf[:need].reshape(shape)
 
 
