@@ -118,9 +118,9 @@ ENGINES: dict[str, _Engine] = {
     "openmemory": _Engine("openmemory", "openmemory-python", "openmemory",
                           "compute_hybrid_score", "pip install --no-deps openmemory-python==1.0.0"),
     "memoripy": _Engine("memoripy", "memoripy", "memoripy", "MemoryStore.retrieve",
-                        "pip install --no-deps memoripy==0.1.2 in a virtual environment made "
-                        "with --system-site-packages (its pinned dependencies would downgrade "
-                        "numpy, scipy and scikit-learn)"),
+                        "pip install --no-deps memoripy==0.1.2 (its pinned dependencies "
+                        "would downgrade numpy, scipy and scikit-learn; its store needs none "
+                        "of them)"),
     "langgraph": _Engine("langgraph-store-ttl", "langgraph-checkpoint-sqlite",
                          "langgraph.store.sqlite", "SqliteStore TTL (refresh on read, sweep_ttl)",
                          'pip install -e ".[frameworks]"'),
