@@ -31,6 +31,7 @@ from memsim.core.params import Interval
 from memsim.policies import (REGISTRY, Decay, Orderer, Packer, Policy, Ranker, Retention,
                              Retriever, register)
 from memsim.policies import base as policy_base
+from memsim.policies.rank import Product
 
 # --------------------------------------------------------------------------
 # A. Packers pack each row on its own
@@ -480,3 +481,44 @@ def test_another_class_under_a_taken_name_is_refused_naming_the_holder():
             _run_cell(90.0, module="another_module")
     finally:
         REGISTRY["decay"].pop("test-rerun-linear", None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProductOfRows(Product):
+    """The product ranker's scores (and bounds), times ones shaped from a
+    note vector made a row: 1-D note vectors only."""
+
+    name: ClassVar[str] = "product-of-rows"
+
+    def combine(self, rel, rec, ctx):
+        ones = np.ones_like(np.asarray(ctx.importance, dtype=np.float64)).reshape(1, -1)
+        return super().combine(rel, rec, ctx) * ones
+
+
+@pytest.mark.parametrize("ranker", [ImportanceProduct, ProductOfRows], ids=lambda c: c.name)
+@pytest.mark.parametrize("mode", ["per-tick", "per-query"])
+def test_a_ranker_that_fails_on_gathered_cells_is_scored_by_whole_rows(mode, ranker):
+    """A contributor's ranker that treats a note vector as 1-D works on
+    whole contexts and raises on gathered cells (the checker's ``gathered
+    cells`` check tells): the engine scores its arms by whole rows, alone or
+    stacked by their decays (``ProductOfRows``: a sweep's trials stack), and
+    gives the reference's frames."""
+    from pandas.testing import assert_frame_equal
+
+    from memsim.core.rng import seed_sequence
+    from memsim.engine import Arm, SimSettings, reference, simulate
+    from memsim.policies import build_component
+    from tests.test_accelerators import _frames, _stream
+
+    def arm(hl):
+        return Arm(f"hl-{hl}", Policy(
+            ranker=ranker(),
+            decay=build_component("decay", {"kind": "half-life", "half_life_days": hl}, "d")))
+
+    stream = _stream(0)
+    arms = [arm(hl) for hl in (3.0, 10.0, 30.0)]
+    settings = SimSettings(candidates=6, tick_days=2.0, feedback_mode=mode, save_rankings=True)
+    got = simulate(stream, arms, settings, seed_sequence(5))
+    want = reference.simulate(stream, arms, settings, seed_sequence(5))
+    for key, frame in _frames(got).items():
+        assert_frame_equal(frame, _frames(want)[key], check_exact=True)

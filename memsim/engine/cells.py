@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from memsim.core.errors import MemsimError
 from .state import similarity_key
 from .topc import _packed_left, nonzero2
 
@@ -362,11 +363,17 @@ def _live_cells(cells: _LevelCells, ctx: BatchContext, c: int
 
 def _cell_scores(policy: Policy, g: _GatheredContext, st: PolicyState) -> np.ndarray | None:
     """The policy's scores of the gathered cells, -inf where not live (or
-    NaN); None when a component reads what gathered cells lack: the arm is
-    then scored by whole rows (``st.prune_off``)."""
+    NaN); None when a component reads what gathered cells lack, fails on
+    them (a contributor's component that treats a note vector as 1-D) or
+    returns another shape: the arm is then scored by whole rows
+    (``st.prune_off``), where an error of its own is raised as it is. A
+    memsim error (a refused output, :class:`ComponentOutputError`) is raised
+    here."""
     try:
         scores = np.asarray(policy.score(g), dtype=np.float64)
-    except AttributeError:
+    except MemsimError:
+        raise
+    except Exception:  # noqa: BLE001 - the whole rows decide: slower, not wrong
         scores = None
     if scores is None or scores.shape != g.cols.shape:
         st.prune_off = True

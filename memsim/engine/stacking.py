@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memsim.core.errors import MemsimError
 from memsim.policies import Policy
 from memsim.policies.base import Breadth, Stickiness
 from .context import _clock_origin, separable_recency, _GatheredContext
@@ -110,8 +111,17 @@ def _stacked_tops(items: list[tuple[Any, Policy, BatchContext, int, PolicyState]
         members = [m for m in (_stack_member(*g) for g in group) if m is not None] \
             if len(group) > 1 else []
         if len(members) > 1:
-            out.update(_stack_top(members, c))
+            try:
+                out.update(_stack_top(members, c))
+            except _NotStackable:  # each scored alone (its own fallback to whole rows)
+                pass
     return out
+
+
+class _NotStackable(Exception):
+    """The ranker failed on the gathered cells of a stack, or gave them
+    another shape (a contributor's that treats a note vector as 1-D): its
+    arms are scored one by one."""
 
 
 def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np.ndarray]]:
@@ -207,7 +217,14 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
     # the ranker reads no use: any member's cells give it the same columns
     g = _GatheredContext(ctx0, qrow, cols, live)
     rel = sim if policy0.ranker.uses_similarity else None
-    scores = np.asarray(policy0.ranker.combine(rel, rec, g), dtype=np.float64)
+    try:
+        scores = np.asarray(policy0.ranker.combine(rel, rec, g), dtype=np.float64)
+    except MemsimError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - scored alone, where its error is its own
+        raise _NotStackable from exc
+    if scores.shape != cols.shape:
+        raise _NotStackable
     for k, rows in enumerate(np.bincount(arm, minlength=len(members)).tolist()):
         members[k].st.work["cells"] += rows * cols.shape[1]
     return np.where(live & ~np.isnan(scores), scores, -np.inf)
