@@ -17,6 +17,7 @@ from scipy import stats as sps
 from memsim.reporting.stats import (
     MIN_REPLICATES,
     bootstrap_mean_ci,
+    fold_replays,
     column_decimals,
     format_ci,
     format_fixed,
@@ -457,3 +458,59 @@ def test_compare_refuses_an_empty_list_and_a_summary_it_would_ignore():
     # the bounds themselves are fine
     cmp = compare(q, metrics=["utility"], alpha=0.5, level=0.5, n_boot=1)
     assert cmp.alpha == 0.5 and cmp.level == 0.5
+
+
+def _replayed(n_queries: int, reps: int, seed: int = 0, noise: float = 0.0) -> pd.DataFrame:
+    """A per-query table of two policies over one stream replayed ``reps``
+    times (the same query ids at the same times), a policy's values moved by
+    ``noise`` from one replay to the next."""
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0, 30, n_queries))
+    base = {"a": rng.uniform(0, 1, n_queries), "b": rng.uniform(0.2, 1.2, n_queries)}
+    rows = []
+    for r in range(reps):
+        for pol, v in base.items():
+            rows.append(pd.DataFrame({
+                "replicate": r, "policy": pol, "budget": 500, "query_id": np.arange(n_queries),
+                "t": t, "utility": v + noise * rng.standard_normal(n_queries),
+                "oracle_utility": 1.5, "tokens_used": 400}))
+    return pd.concat(rows, ignore_index=True)
+
+
+@pytest.mark.parametrize("reps", [3, 6])
+def test_replays_of_one_stream_count_its_queries_once(reps):
+    """A fixed stream replayed in every replicate: the summary and the
+    paired tests are those of its queries (n = queries, not replicates x
+    queries; with 5 or more replays, no interval over identical replicates)."""
+    one = _replayed(40, 1)
+    many = _replayed(40, reps)
+    cols = ["policy", "metric", "mean", "ci_low", "ci_high", "n", "ci_over"]
+    got, want = summarise(many)[cols], summarise(one)[cols]
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+    assert (summarise(many).query("metric == 'utility'")["n"] == 40).all()
+    pt = paired_tests(many, baseline="a", metrics=["utility"])
+    assert pt["n_pairs"].tolist() == [40]
+    assert pt["diff_ci_low"].iloc[0] < pt["diff_ci_high"].iloc[0]
+
+
+def test_replays_that_differ_by_a_policys_randomness_average_each_query():
+    """A policy whose values vary between the replays of one stream: each
+    query counts once, with its mean over the replays."""
+    many = _replayed(30, 4, noise=0.1)
+    folded = fold_replays(many)
+    assert folded["replicate"].unique().tolist() == [0] and len(folded) == 60
+    want = many.groupby(["policy", "query_id"])["utility"].mean()
+    got = folded.set_index(["policy", "query_id"])["utility"]
+    np.testing.assert_allclose(got.loc[want.index].to_numpy(), want.to_numpy())
+    assert folded["tokens_used"].dtype == many["tokens_used"].dtype
+    s = summarise(many).query("policy == 'a' and metric == 'utility'").iloc[0]
+    assert s["n"] == 30 and s["ci_over"] == "queries"
+
+
+def test_independent_replicates_are_not_folded():
+    """Synthetic replicates draw their own streams (other query times): they
+    stay replicates."""
+    many = _replayed(30, 3)
+    many.loc[many["replicate"] == 1, "t"] += 0.5
+    assert fold_replays(many) is many
+    assert (summarise(many).query("metric == 'utility'")["n"] == 90).all()

@@ -20,6 +20,19 @@ Either way the point estimate is the same: the mean over replicates of each
 replicate's mean over its queries (NaN query values, e.g. recall where a query
 has nothing relevant, are left out of their replicate's mean).
 
+Replays of one stream
+---------------------
+A run over a fixed stream (a trace, a stream folder, LoCoMo) replays the
+same queries in every replicate: its replicates differ at most by a
+policy's own randomness, not by the workload, and its (replicate, query)
+rows are not independent observations. :func:`fold_replays` finds them
+(every replicate holds the same ``query_id`` at the same ``t``) and folds
+them into one replicate, each query's values the mean over its replays;
+:func:`summarise` and :func:`paired_tests` resample those queries. So the
+intervals and ``n`` of such a run are those of its queries, whatever
+``replicates`` is (three replays of a 20-query trace are 20 queries, not
+60, and five or more give no interval over identical replicates).
+
 Run-level shares
 ----------------
 ``utility_share`` (:data:`RATIO_METRICS`) is not a mean of per-query values
@@ -95,6 +108,7 @@ from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, HIGHER_IS_BETTER, MET
 __all__ = [
     "mean_ci",
     "summarise",
+    "fold_replays",
     "utility_share",
     "utility_share_by",
     "ratio_of_sums",
@@ -321,6 +335,54 @@ def bootstrap_mean_ci(values: np.ndarray, level: float = 0.95, n_boot: int = N_B
 # --------------------------------------------------------------------------
 # Aligning arms on (replicate, query_id)
 # --------------------------------------------------------------------------
+
+
+def fold_replays(queries: pd.DataFrame) -> pd.DataFrame:
+    """``queries`` with the replicates of one replayed stream folded into one.
+
+    When there are several replicates and each holds the same queries (the
+    same ``query_id`` at the same ``t``, for every policy and budget), they
+    are replays of one stream (module doc): the result has one row per
+    (policy, budget, query), replicate 0, each numeric column the mean over
+    the replays (NaN left out; NaN where every replay is NaN) and every
+    other column its first replay's. Otherwise ``queries`` is returned as it
+    is. Synthetic replicates draw their own streams, so their query times
+    differ and they are never folded.
+
+    Parameters
+    ----------
+    queries : DataFrame
+        One row per (replicate, policy, budget, query).
+
+    Returns
+    -------
+    DataFrame
+        The folded table, or ``queries`` itself.
+    """
+    need = {"replicate", "policy", "budget", "query_id", "t"}
+    if not need <= set(queries.columns) or queries["replicate"].nunique() < 2:
+        return queries
+    keys = ["policy", "budget", "query_id", "t"]
+    reps = [g[keys].sort_values(keys, kind="stable").reset_index(drop=True)
+            for _, g in queries.groupby("replicate", sort=True)]
+    if any(len(r) != len(reps[0]) or not r.equals(reps[0]) for r in reps[1:]):
+        return queries
+    group = ["policy", "budget", "query_id"]
+    numeric = [c for c in queries.columns
+               if c not in group and c not in ("replicate", "t")
+               and pd.api.types.is_numeric_dtype(queries[c])
+               and not pd.api.types.is_bool_dtype(queries[c])]
+    first = queries[queries["replicate"] == queries["replicate"].min()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN query: NaN
+        means = queries.groupby(group, sort=False)[numeric].mean()
+    for c in numeric:  # counts stay integers where every replay agrees
+        if pd.api.types.is_integer_dtype(queries[c]) and (means[c] % 1 == 0).all():
+            means[c] = means[c].astype(queries[c].dtype)
+    out = first.drop(columns=numeric).join(means, on=group)[list(queries.columns)]
+    out["replicate"] = np.zeros(len(out), dtype=queries["replicate"].dtype)
+    out.attrs = {**queries.attrs, "folded_replays": int(queries["replicate"].nunique())}
+    return out.reset_index(drop=True)
 
 
 def _policy_order(queries: pd.DataFrame) -> list[str]:
@@ -605,6 +667,7 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
     """
     keys = ["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n", "ci_over",
             "ci_method"]
+    queries = fold_replays(queries)
     if metrics is None:
         metrics = [*RATIO_METRICS, *METRIC_COLUMNS]
     metrics = [m for m in metrics if _has_metric(queries, m)]
@@ -740,7 +803,9 @@ def paired_tests(queries: pd.DataFrame, baseline: str | None = None,
     """Paired comparison of each policy with a baseline, per budget and metric.
 
     Queries are paired on ``(replicate, query_id)`` within a budget; a pair
-    where either value is NaN is left out of that metric.
+    where either value is NaN is left out of that metric. The replicates of
+    one replayed stream are folded first (:func:`fold_replays`): each query
+    is one pair.
 
     Parameters
     ----------
@@ -771,6 +836,7 @@ def paired_tests(queries: pd.DataFrame, baseline: str | None = None,
             "baseline_mean", "policy_mean", "diff", "diff_ci_low", "diff_ci_high", "ci_over",
             "statistic", "p_value", "p_holm", "significant", "direction", "rank_biserial",
             "cohen_dz", "wins", "ties", "losses"]
+    queries = fold_replays(queries)  # a replayed stream's queries are paired once
     if metrics is None:
         metrics = [m for m in HEADLINE_METRICS if _has_metric(queries, m)]
     else:
