@@ -451,7 +451,9 @@ def _cmd_stream_check(args) -> int:
     if more:
         print(f"... and {more} more")
     if errors:
-        print(f"memsim: error: {args.path}: {len(errors) + more} errors", file=sys.stderr)
+        count = len(errors) + more
+        print(f"memsim: error: {args.path}: {count} error{'s' if count != 1 else ''}",
+              file=sys.stderr)
         return 2
     print(f"{args.path}: a valid trace (format version 1)")
     return 0

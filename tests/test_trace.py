@@ -790,3 +790,10 @@ def test_trec_qrels_with_a_byte_order_mark(tmp_path):
     qrels.write_bytes("q1 0 n2 2\n".encode("utf-8-sig"))
     s = import_trace(trace, qrels=qrels)
     assert s.qrels.values.tolist() == [[0, 1, 2.0]]
+
+
+def test_stream_check_counts_one_error_in_the_singular(tmp_path, capsys):
+    path = _write_lines(tmp_path / "one.jsonl", MULTI[:2] + [
+        {"event": "note_added", "id": 2, "t": 1, "actor": "a", "tokens": 0}])
+    assert main(["stream", "check", "trace", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == f"memsim: error: {path}: 1 error"
