@@ -481,20 +481,31 @@ GATHER_SHARE = (1, 2)
 def gathers_exactly(block: int, q: int, dim: int, dtype: str) -> bool:
     """Whether this BLAS gives a note's row of a (``block``, ``dim``) x
     (``dim``, ``q``) product the same floats whichever rows are multiplied
-    with it and wherever it sits: the rows of two blocks of fixed random
-    embeddings, gathered shuffled into one product of the same shape,
-    compared with their blocks' own products, bit for bit (OpenBLAS's
-    kernels are chosen by shape, so one such draw decides a shape)."""
+    with it and wherever it sits: pairs of blocks of fixed random
+    embeddings, their rows gathered shuffled into products of the same
+    shape, compared with their blocks' own products, bit for bit, over at
+    least :data:`GATHER_PROBE_ROWS` rows (OpenBLAS picks its kernels by
+    shape; a kernel whose rows take different paths by their place, as its
+    matrix-vector one does on a few rows, gives some of them other bits).
+    """
     rng = np.random.default_rng(20261204)
-    emb = rng.standard_normal((2 * block, dim)).astype(dtype)
-    qemb = rng.standard_normal((q, dim)).astype(dtype)
-    own = np.empty((2 * block, q), dtype=dtype)
-    for b in range(2):
-        np.matmul(emb[b * block:(b + 1) * block], qemb.T, out=own[b * block:(b + 1) * block])
-    pick = rng.permutation(2 * block)[:block]
-    got = np.empty((block, q), dtype=dtype)
-    np.matmul(emb[pick], qemb.T, out=got)
-    return got.tobytes() == own[pick].tobytes()
+    for _ in range(-(-GATHER_PROBE_ROWS // block)):
+        emb = rng.standard_normal((2 * block, dim)).astype(dtype)
+        qemb = rng.standard_normal((q, dim)).astype(dtype)
+        own = np.empty((2 * block, q), dtype=dtype)
+        for b in range(2):
+            np.matmul(emb[b * block:(b + 1) * block], qemb.T,
+                      out=own[b * block:(b + 1) * block])
+        pick = rng.permutation(2 * block)[:block]
+        got = np.empty((block, q), dtype=dtype)
+        np.matmul(emb[pick], qemb.T, out=got)
+        if got.tobytes() != own[pick].tobytes():
+            return False
+    return True
+
+
+#: rows :func:`gathers_exactly` compares per shape, at least
+GATHER_PROBE_ROWS = 4096
 
 
 #: multiplied blocks per thread, at least, for a batch's product to be split
