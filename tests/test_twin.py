@@ -5,7 +5,8 @@ On a stream generated with known knobs the fit recovers ``retriever_noise``
 within 0.25 (the search and the source share the generator, but the twin's
 class laws are counted, not known, and the recall of one stream is noisy)
 and the note and query rates within 10%. On LoCoMo (skipped without the
-data) the twin's similarity-only recall on a fresh seed is within 0.05 of
+data) the twin's similarity-only recall (on the stream of replicate 0 of its
+twin.toml) is within 0.05 of
 the real stream's.
 """
 
@@ -131,3 +132,20 @@ def test_cli_out_that_is_a_file_is_refused_as_a_file(tmp_path, capsys, monkeypat
         assert main(["calibrate", "workload", str(tmp_path / "s.jsonl"), "--out",
                      str(out)]) == 2
         assert f"--out {out}: not a folder" in capsys.readouterr().err
+
+
+def test_the_twins_recall_is_what_its_file_gives_on_replicate_0(twin, tmp_path):
+    """The recall the header of twin.toml and the report give for the twin is
+    measured on the stream the file's replicate 0 replays: running the file
+    with one replicate prints the same figure."""
+    import memsim
+
+    out = write_twin(twin, tmp_path / "twin")
+    head = (out / "twin.toml").read_text(encoding="utf-8").splitlines()[:3]
+    said = f"twin {twin.synthetic.scalars['recall']:.3f}"
+    assert any(said in line for line in head), head
+    res = memsim.run_experiment(out / "twin.toml", overrides=["experiment.replicates=1"],
+                                out=None)
+    s = res.summary
+    got = s[(s["metric"] == "recall") & (s["policy"] == "similarity-only")]["mean"].iloc[0]
+    assert got == pytest.approx(twin.synthetic.scalars["recall"], abs=1e-12)

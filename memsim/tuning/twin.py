@@ -85,7 +85,7 @@ from memsim.core.paths import file_in_the_way
 from memsim.data.importers.locomo import import_locomo
 from memsim.data.importers.trace import import_trace
 from memsim.reporting.rundir import write_atomic
-from memsim.runs.runner import simulate_experiment
+from memsim.runs.runner import load_stream_for, simulate_experiment
 from memsim.data.stream import Stream, read_stream
 from memsim.data.workload import CLASS_NAMES, MAX_TOKENS, MIN_TOKENS, SyntheticWorkload
 
@@ -478,6 +478,7 @@ class Twin:
     seed: int
     source: str = ""
     notes: list = field(default_factory=list)
+    candidates: int = 50
 
     def comparison(self) -> pd.DataFrame:
         """Real against twin: rates, sizes, ages, similarity, recall and
@@ -522,7 +523,8 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
     budget : int
         Token budget of the similarity-only recall the noise is fitted to.
     seed : int
-        Seed of the search streams; the check uses ``seed + 1``.
+        Seed of the search streams; the check replays the stream of replicate 0
+        of ``twin.toml`` (whose seed is ``seed + 1``).
     steps : int
         Bisection steps of the noise search (the bracket is ``NOISE_RANGE``,
         6 / 2**steps wide at the end; 0 interpolates between its ends).
@@ -616,11 +618,14 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
                                  f"{len(search)} small streams of at most {search_queries} "
                                  "queries, one seed")
     wl = _workload(table)
-    twin_stream = wl.generate(seed + 1)
+    # checked on the stream twin.toml's first replicate replays, so that
+    # `memsim run twin.toml --set experiment.replicates=1` gives its recall
+    check = experiment_from_dict(_experiment_table(wl, seed, budget, candidates))
+    twin_stream = load_stream_for(check, 0)
     syn = profile_stream(twin_stream)
     syn.scalars["recall"] = similarity_recall(twin_stream, budget, candidates=candidates,
-                                              seed=seed)
-    say(f"twin (seed {seed + 1}): recall {syn.scalars['recall']:.3f}")
+                                              seed=check.seed)
+    say(f"twin (replicate 0 of twin.toml): recall {syn.scalars['recall']:.3f}")
     if int(real.tokens.min(initial=MIN_TOKENS)) < MIN_TOKENS:
         notes.append(f"the generator clips sizes to [{MIN_TOKENS}, {MAX_TOKENS}] tokens; the "
                      f"real stream has notes of {int(real.tokens.min())} tokens")
@@ -633,7 +638,7 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
     return Twin(workload=wl, real=real, synthetic=syn,
                 noise_search=pd.DataFrame(search, columns=["retriever_noise", "recall"]),
                 age_grid=grid, fitted=fitted, budget=int(budget), seed=int(seed),
-                source=stream.name, notes=notes)
+                source=stream.name, notes=notes, candidates=int(candidates))
 
 
 # --------------------------------------------------------------------------
@@ -642,10 +647,17 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
 
 
 def _twin_experiment(twin: Twin) -> dict:
+    return _experiment_table(twin.workload, twin.seed, twin.budget, twin.candidates)
+
+
+def _experiment_table(workload: SyntheticWorkload, seed: int, budget: int, candidates: int
+                      ) -> dict:
+    """``twin.toml``: the twin's workload and the similarity-only preset, its
+    seed the fit's + 1 (a stream the fit did not search on)."""
     return {
-        "experiment": {"name": "twin", "seed": twin.seed + 1, "replicates": 3,
-                       "budget_tokens": twin.budget, "candidates": 50},
-        "workload": twin.workload.to_config(),
+        "experiment": {"name": "twin", "seed": seed + 1, "replicates": 3,
+                       "budget_tokens": int(budget), "candidates": int(candidates)},
+        "workload": workload.to_config(),
         "policies": {_POLICY: {"preset": _POLICY}},
     }
 
@@ -735,7 +747,9 @@ def report_markdown(twin: Twin) -> str:
         f"# Synthetic twin of {twin.source}",
         "",
         f"Similarity-only recall within {twin.budget} tokens: real {r:.3f}, twin {s:.3f} "
-        f"(difference {s - r:+.3f}; fresh seed {twin.seed + 1}).",
+        f"(difference {s - r:+.3f}; the twin on the stream of replicate 0 of `twin.toml`, "
+        f"seed {twin.seed + 1}: `memsim run twin.toml --set experiment.replicates=1` gives it; "
+        "its other replicates draw other streams).",
         f"Two-sample KS statistics, real against twin: token sizes {ks['tokens']:.3f}, "
         f"ages of relevant notes at query time {ks['relevant_ages']:.3f}, query times "
         f"{ks['query_times']:.3f} (0 = identical distributions, 1 = disjoint).",
@@ -784,7 +798,8 @@ def write_twin(twin: Twin, out: str | os.PathLike) -> Path:
     (out / "figures").mkdir(parents=True, exist_ok=True)
     head = (f"# A synthetic twin of {twin.source}, fitted by memsim calibrate workload\n"
             f"# (similarity-only recall within {twin.budget} tokens: real "
-            f"{twin.real.scalars['recall']:.3f}, twin {twin.synthetic.scalars['recall']:.3f}).\n"
+            f"{twin.real.scalars['recall']:.3f}, twin {twin.synthetic.scalars['recall']:.3f}\n"
+            "# on its replicate 0: memsim run twin.toml --set experiment.replicates=1).\n"
             "# Run it with: memsim run twin.toml\n")
     text = head + dumps_toml(_twin_experiment(twin))
     write_atomic(out / "twin.toml", lambda p: p.write_text(text, encoding="utf-8"))
