@@ -514,3 +514,15 @@ def test_independent_replicates_are_not_folded():
     many.loc[many["replicate"] == 1, "t"] += 0.5
     assert fold_replays(many) is many
     assert (summarise(many).query("metric == 'utility'")["n"] == 90).all()
+
+
+def test_a_comparison_of_replays_says_its_queries_count_once():
+    from memsim.reporting.compare import compare
+
+    many = compare(_replayed(30, 3), baseline="a", metrics=["utility"])
+    assert many.replays == 3
+    assert "One stream is replayed in each of the 3 replicates" in many.legend()
+    assert many.tests["n_pairs"].tolist() == [30]
+    other = _replayed(30, 3)
+    other.loc[other["replicate"] == 2, "t"] += 1.0
+    assert compare(other, baseline="a", metrics=["utility"]).replays == 0

@@ -41,7 +41,7 @@ from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN, UNDIRECTED_METRICS
 from memsim.reporting.rundir import RunResult, column_problem, load_run, summary_rows
 from memsim.reporting.stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
-                    MissingColumnError, column_decimals, format_fixed, format_p, paired_tests,
+                    MissingColumnError, column_decimals, fold_replays, format_fixed, format_p, paired_tests,
                     summarise)
 
 __all__ = ["compare", "Comparison", "MARKS", "ASCII_MARKS", "markdown_table", "header_html", "headline_text",
@@ -105,6 +105,10 @@ class Comparison:
     budgets: list[Any] = field(default_factory=list)
     #: False for runs compared unpaired (``compare([...], paired=False)``): no tests
     paired: bool = True
+    #: the replicates that replay one stream, folded into one
+    #: (:func:`~memsim.reporting.stats.fold_replays`); 0 when the run's
+    #: replicates are streams of their own
+    replays: int = 0
 
     # ------------------------------------------------------------------
     def to_dataframe(self) -> pd.DataFrame:
@@ -205,7 +209,12 @@ class Comparison:
         over = sorted(set(self.summary["ci_over"])) if len(self.summary) else []
         unit = " and ".join(over) or "replicates"
         few = ""
-        if "queries" in over:
+        if self.replays:
+            few = (f" One stream is replayed in each of the {self.replays} replicates: each "
+                   "query counts once (its mean over the replays), and the intervals "
+                   "resample the stream's queries; they leave out the variation between "
+                   "workloads and are too narrow for claims about other workloads.")
+        elif "queries" in over:
             few = (f" With fewer than {MIN_REPLICATES} replicates the intervals resample "
                    "queries within each replicate; they leave out the variation between "
                    "workloads and are too narrow for claims about other workloads.")
@@ -792,9 +801,10 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
                              for f in frames if len(f)], ignore_index=True)
         tests = paired_tests(queries.iloc[:0], baseline, metrics)
     budgets = sorted(pd.unique(queries["budget"]).tolist())
+    replays = int(fold_replays(queries).attrs.get("folded_replays", 0)) if paired else 0
     return Comparison(summary=summary, tests=tests, baseline=baseline, metrics=list(metrics),
                       alpha=alpha, level=level, policies=policies, budgets=budgets,
-                      paired=paired)
+                      paired=paired, replays=replays)
 
 
 # --------------------------------------------------------------------------
