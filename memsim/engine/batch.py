@@ -86,9 +86,6 @@ class Batch:
         #: built on (zeros stand for the others: notes no arm can see); fixed
         #: at the first read of :attr:`dots` (None before)
         self.computed: np.ndarray | None = None
-        #: (B,) bool: the blocks of :data:`PRODUCT_BLOCK` columns holding a
-        #: note of :attr:`computed` (None before)
-        self.multiplied: np.ndarray | None = None
         #: values shared by every arm of the batch (see BatchContext.shared)
         self.cache: dict = {}
         #: (L,) bool, the notes every arm of the replay has evicted (no arm
@@ -100,12 +97,20 @@ class Batch:
         """(L,) bool: the notes some arm can see (not :attr:`dead`)."""
         return np.ones(len(self.idx), dtype=bool) if self.dead is None else ~self.dead
 
-    def _set_computed(self, computed: np.ndarray) -> None:
-        self.computed = computed
-        nb = -(-len(computed) // self.product_block)
-        per = np.zeros(nb * self.product_block, dtype=bool)
-        per[:len(computed)] = computed
-        self.multiplied = per.reshape(nb, self.product_block).any(axis=1)
+    def _block_counts(self, notes: np.ndarray) -> np.ndarray:
+        """(B,) int: how many of the notes ``notes`` ((L,) bool) each block of
+        :data:`PRODUCT_BLOCK` columns holds."""
+        block = self.product_block
+        nb = -(-len(notes) // block)
+        per = np.zeros(nb * block, dtype=bool)
+        per[:len(notes)] = notes
+        return per.reshape(nb, block).sum(axis=1)
+
+    @property
+    def multiplied(self) -> np.ndarray | None:
+        """(B,) bool: the blocks of :data:`PRODUCT_BLOCK` columns holding a
+        note of :attr:`computed` (None before it is fixed)."""
+        return None if self.computed is None else self._block_counts(self.computed) > 0
 
     def product(self) -> np.ndarray:
         """The (Q, L) dot products of the queries and the notes of
@@ -156,18 +161,15 @@ class Batch:
         it is multiplied in, not on its neighbours (checked on this BLAS
         for every shape used, :func:`gathers_exactly`; where it does not
         hold the blocks are multiplied as they are)."""
-        if self.multiplied is None:
-            self._set_computed(self.open_notes())
+        if self.computed is None:
+            self.computed = self.open_notes()
         q, n = len(self.qemb), len(self.idx)
         block = self.product_block
         emb = self.notes.emb
         lo, hi = (int(self.idx[0]), int(self.idx[-1])) if n else (0, -1)
         run = hi - lo + 1 == n  # the notes are consecutive rows: views, no copies
-        nb = -(-n // block)
-        per = np.zeros(nb * block, dtype=bool)
-        per[:n] = self.computed
-        per = per.reshape(nb, block)
-        count = per.sum(axis=1)
+        count = self._block_counts(self.computed)
+        nb = len(count)
         width = np.minimum(block, n - np.arange(nb) * block)
         dtype = np.result_type(self.qemb, emb)
         gathered = ((count * GATHER_SHARE[1] <= width * GATHER_SHARE[0]) & (count > 0)
@@ -322,7 +324,7 @@ class Batch:
         if self.computed is not None:
             more = self.open_notes() & ~self.computed
             if more.any():
-                self._set_computed(self.computed | more)
+                self.computed = self.computed | more
                 self._dots = None  # the products again, with those notes
                 drop.add("similarity")
         for key in [k for k in self.cache if isinstance(k, tuple) and k[0] in drop]:
