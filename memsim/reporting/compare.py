@@ -785,6 +785,8 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
                                  f"run; policies: {', '.join(policies)}")
     # baseline first in every table
     policies = [baseline] + [p for p in policies if p != baseline]
+    # once here, not in each of summarise and paired_tests (which fold too)
+    queries = fold_replays(queries) if paired else queries
     if paired:
         stored = None
         if (level, n_boot, seed, min_replicates) == (0.95, N_BOOT, SEED, MIN_REPLICATES):
@@ -801,7 +803,7 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
                              for f in frames if len(f)], ignore_index=True)
         tests = paired_tests(queries.iloc[:0], baseline, metrics)
     budgets = sorted(pd.unique(queries["budget"]).tolist())
-    replays = int(fold_replays(queries).attrs.get("folded_replays", 0)) if paired else 0
+    replays = int(queries.attrs.get("folded_replays", 0))
     return Comparison(summary=summary, tests=tests, baseline=baseline, metrics=list(metrics),
                       alpha=alpha, level=level, policies=policies, budgets=budgets,
                       paired=paired, replays=replays)

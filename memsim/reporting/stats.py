@@ -373,9 +373,7 @@ def fold_replays(queries: pd.DataFrame) -> pd.DataFrame:
                and pd.api.types.is_numeric_dtype(queries[c])
                and not pd.api.types.is_bool_dtype(queries[c])]
     first = queries[queries["replicate"] == queries["replicate"].min()]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN query: NaN
-        means = queries.groupby(group, sort=False)[numeric].mean()
+    means = queries.groupby(group, sort=False)[numeric].mean()  # (an all-NaN query: NaN)
     for c in numeric:  # counts stay integers where every replay agrees
         if pd.api.types.is_integer_dtype(queries[c]) and (means[c] % 1 == 0).all():
             means[c] = means[c].astype(queries[c].dtype)
