@@ -323,9 +323,9 @@ class _Reader:
         self.buffer: list[tuple[int, dict]] | None = None
         self.last_t, self.last_t_line = -math.inf, 0
         self.pending_t: float | None = None
-        # unordered trace: logged id -> the line that adds it, not yet handled
-        self.later_notes: dict[Any, int] = {}
-        self.later_queries: dict[Any, int] = {}
+        # unordered trace, per event that adds an id: the id -> the line
+        # that adds it, not yet handled
+        self.later: dict[str, dict[Any, int]] = {"note_added": {}, "query": {}}
         self.first_line = 0                      # the first non-empty line
         # checking (memsim stream check): every error is collected, not raised
         self.errors: list[str] | None = None
@@ -482,7 +482,7 @@ class _Reader:
     def note_of(self, v: Any, field: str) -> int:
         key = self.note_key.get(self.ident(v, field))
         if key is None:
-            self.fail(self._not_yet("note", v, self.later_notes, "added"), field)
+            self.fail(self._not_yet("note", v, self.later["note_added"], "added"), field)
         return key
 
     def _not_yet(self, what: str, v: Any, later: dict, verb: str) -> str:
@@ -521,7 +521,7 @@ class _Reader:
     def query_of(self, v: Any, field: str) -> int:
         row = self.query_key.get(self.ident(v, field))
         if row is None:
-            self.fail(self._not_yet("query", v, self.later_queries, "logged"), field)
+            self.fail(self._not_yet("query", v, self.later["query"], "logged"), field)
         return row
 
     # -- events --------------------------------------------------------------
@@ -858,18 +858,20 @@ class _Reader:
             events, self.buffer = self.buffer, None
             # the lines that add each id, until handled (for messages only)
             for line, ev in events:
-                later = {"note_added": self.later_notes, "query": self.later_queries}.get(
-                    ev.get("event"))
-                if later is not None and isinstance(ev.get("id"), (int, str)):
+                if (later := self._later_of(ev)) is not None:
                     later.setdefault(ev["id"], line)
             for line, ev in sorted(events, key=self._sort_key(events)):
                 self.line = line
-                if ev.get("event") in ("note_added", "query") and \
-                        isinstance(ev.get("id"), (int, str)):
-                    (self.later_notes if ev["event"] == "note_added"
-                     else self.later_queries).pop(ev["id"], None)
+                if (later := self._later_of(ev)) is not None:
+                    later.pop(ev["id"], None)
                 self._guard(self._dispatch, ev)
-            self.later_notes, self.later_queries = {}, {}
+            self.later = {k: {} for k in self.later}
+
+    def _later_of(self, ev: dict) -> dict[Any, int] | None:
+        """The map of ids not yet handled that ``ev`` adds one to (None for
+        an event that adds no id, or one whose id is refused later)."""
+        later = self.later.get(ev.get("event"))
+        return later if later is not None and isinstance(ev.get("id"), (int, str)) else None
 
     def _parse(self, raw: bytes | str) -> dict:
         if isinstance(raw, bytes):
