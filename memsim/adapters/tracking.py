@@ -53,7 +53,7 @@ from typing import Any
 import pandas as pd
 
 from memsim.core.errors import ConfigError, MemsimError
-from memsim.reporting.rundir import column_problem
+from memsim.reporting.rundir import RunFolderError, read_run_file
 
 __all__ = ["log_run", "log_sweep", "flatten_config", "require"]
 
@@ -155,15 +155,11 @@ def _read_run(run_dir: Path) -> tuple[dict, dict]:
 def _read_summary(path: Path) -> pd.DataFrame:
     """A run folder's ``summary.csv``, refused in one line (naming the file,
     the column and the row) when it is not one, as ``memsim report`` refuses
-    it."""
+    it (:func:`memsim.reporting.rundir.read_run_file`)."""
     try:
-        summary = pd.read_csv(path)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise MemsimError(f"--mlflow: {path}: cannot read it: {exc}") from None
-    problem = column_problem(summary, ("policy", "metric", "budget", "mean"))
-    if problem is not None:
-        raise MemsimError(f"--mlflow: {path}: not a memsim summary.csv: {problem}")
-    return summary
+        return read_run_file(path)
+    except RunFolderError as exc:
+        raise MemsimError(f"--mlflow: {exc}") from None
 
 
 def _summary_metrics(summary: pd.DataFrame) -> dict[str, float]:

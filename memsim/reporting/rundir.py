@@ -57,6 +57,7 @@ __all__ = [
     "QUERY_KEY_COLUMNS",
     "REQUIRED_COLUMNS",
     "column_problem",
+    "read_run_file",
     "Manifest",
     "load_run",
     "run_status",
@@ -366,7 +367,7 @@ _COMPANION_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 _NAMED_COLUMNS = 4
 
 
-def _read_frame(f: Path) -> pd.DataFrame | None:
+def read_run_file(f: Path) -> pd.DataFrame | None:
     """Read a run folder's parquet or CSV file; None when it does not exist.
 
     Raises
@@ -1043,9 +1044,9 @@ class RunResult:
         manifest = run_status(path)
         frames: dict[str, pd.DataFrame | None] = {}
         for name in ("queries", "store", "rankings"):
-            frames[name] = _read_frame(path / f"{name}.parquet")
+            frames[name] = read_run_file(path / f"{name}.parquet")
         for name in ("summary", "arms"):
-            frames[name] = _read_frame(path / f"{name}.csv")
+            frames[name] = read_run_file(path / f"{name}.csv")
         if (frames["queries"] is None and manifest.get("status") == "completed"
                 and manifest.get("kind") != "sweep" and not (path / "sweep").is_dir()
                 and not (path / "advice.json").exists()):
