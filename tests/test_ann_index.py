@@ -301,7 +301,7 @@ def test_index_arms_score_their_cells_without_the_batch_product(kind, monkeypatc
     stream = random_stream(4, n_notes=2500, n_queries=120, dim=16)  # two product blocks
     settings = SimSettings(tick_days=2.0, save_rankings=True)
 
-    def refuse(self, scale):
+    def refuse(self, scale, visit=None):
         raise AssertionError("the batch's similarity product was computed")
 
     monkeypatch.setattr(Batch, "_blocks", refuse)

@@ -188,6 +188,12 @@ def test_reused_buffers_give_fresh_results_batch_after_batch(small_scratch):
         notes = inp.notes
         np.testing.assert_array_equal(b.valid, (notes.created_at[b.idx][None, :] <= b.t[:, None])
                                       & (notes.expires_at[b.idx][None, :] > b.t[:, None]))
+        # the scan skips ``valid`` outside the columns said to vary: all True there
+        assert b.valid[:, ~b.varying].all() and b.varying.sum() < len(b.idx)
+        cols = np.flatnonzero(rng.random(len(b.idx)) < 0.5)
+        sub = b.subset(cols)
+        assert sub.valid[:, ~sub.varying].all()
+        np.testing.assert_array_equal(sub.varying, b.varying[cols])
         assert not got.flags.writeable  # shared by every arm: nobody writes it
         del b, got
         gc.collect()
@@ -237,9 +243,10 @@ def test_interval_subtraction(a, b):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 3000), piece=st.sampled_from([5, 64, 1000]),
-       gap=st.sampled_from([0, 3, 256]), dead=st.sampled_from(["none", "old", "scattered", "all"]))
+       gap=st.sampled_from([0, 3, 256]), dead=st.sampled_from(["none", "old", "scattered", "all"]),
+       vary=st.booleans())
 def test_the_first_level_scan_in_pieces_finds_every_cell_above_its_threshold(
-        monkeypatch, seed, n, piece, gap, dead):
+        monkeypatch, seed, n, piece, gap, dead, vary):
     import memsim.engine.cells as cells_module
     from memsim.engine.cells import SimOrder
 
@@ -253,12 +260,90 @@ def test_the_first_level_scan_in_pieces_finds_every_cell_above_its_threshold(
          "scattered": rng.random(n) < 0.7, "all": np.ones(n, bool)}[dead]
     if d is not None:
         d = d | (rng.random(n) < 0.05)  # a few more dead among the open
-    order = SimOrder(sim, valid, d)
+    # ``valid`` False only in the columns said to vary (or anywhere: None)
+    varying = rng.random(n) < rng.choice([0.0, 0.01, 0.5]) if vary else None
+    if vary:
+        valid |= ~varying[None, :]
+    order = SimOrder(sim, valid, d, varying)
     thi = rng.standard_normal(q).astype(np.float32)
-    r_i, c = order._hits(thi)
+    r_i, c, v = order._hits(thi)
     want = (sim > thi[:, None]) & valid
     if d is not None:
         want &= ~d[None, :]
     wr, wc = np.nonzero(want)  # row by row, columns ascending
     np.testing.assert_array_equal(r_i, wr)
     np.testing.assert_array_equal(c, wc)
+    np.testing.assert_array_equal(v, sim[wr, wc])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(200, 3000), block=st.sampled_from([16, 64, 250]),
+       dead=st.sampled_from(["none", "old", "scattered"]), q=st.integers(1, 40),
+       exact=st.booleans(), threads=st.sampled_from([1, 3]))
+def test_levels_built_before_the_product_are_those_built_after(seed, n, block, dead, q, exact,
+                                                               threads):
+    """Levels built on a similarity not computed yet (its sample computed on
+    its own, the first scan run on each block as the product writes it, on
+    the product's threads) have the same sample, scan, thresholds and
+    columns at every level, bit for bit, as levels built on the computed
+    similarity, and the similarity is the same; also where the BLAS's rows
+    depend on their neighbours (no sample of its own: the similarity first)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:  # (undone after each example)
+        _levels_before_and_after(monkeypatch, seed, n, block, dead, q, exact, threads)
+
+
+def _levels_before_and_after(monkeypatch, seed, n, block, dead, q, exact, threads):
+    import memsim.engine.batch as batch_module
+    from memsim.engine.cells import SimOrder, _Pending, ladder_level
+
+    if not exact:
+        monkeypatch.setattr(batch_module, "gathers_exactly", lambda *a: False)
+    # the sample is computed on its own where the BLAS gathers this shape exactly
+    own = exact and batch_module.gathers_exactly(block, q, 8, np.dtype(np.float32).str)
+    monkeypatch.setattr(batch_module, "product_threads", lambda blocks: min(threads, blocks))
+    stream = random_stream(seed % 997, n_notes=n, n_queries=60, dim=8, horizon=40.0)
+    stream.notes["expires_at"] = np.where(np.arange(n) % 4 == 0,
+                                          stream.notes["created_at"] + 3.0, np.nan)
+    rng = np.random.default_rng(seed)
+    # queries of other norms: the cosine's query factors are not 1
+    stream.query_embeddings[:] *= rng.uniform(0.3, 3.0, (len(stream.queries), 1))
+    inp = _inputs(stream)
+    rows = np.sort(rng.choice(len(inp.qt), size=q, replace=False))
+    ids = np.arange(len(inp.notes.note_id))
+    d = {"none": None, "old": ids < 0.8 * len(ids), "scattered": rng.random(len(ids)) < 0.9}[dead]
+    cos = Cosine()
+    visited = []
+    blocks = Batch._blocks
+    monkeypatch.setattr(Batch, "_blocks", lambda self, scale, visit=None: (
+        visited.append(visit is not None), blocks(self, scale, visit))[1])
+
+    def pair() -> tuple[SimOrder, SimOrder]:
+        """(levels built before the product, levels built after it)"""
+        before, after = (make_batch(inp, rows, block, d) for _ in range(2))
+        late = SimOrder(after.scaled_similarity(cos), after.valid, after.dead, after.varying)
+        visited.clear()
+        early = SimOrder(None, before.valid, before.dead, before.varying, _Pending(before, cos))
+        assert same_bits(early.neg_sample, late.neg_sample)
+        return early, late
+
+    # the first scan, at thresholds on either side of zero (the cells of
+    # notes no arm sees read 0 in the blocks multiplied)
+    early, late = pair()
+    thi = rng.uniform(-0.5, 0.5, q).astype(np.float32)
+    for got, want in zip(early._hits(thi), late._hits(thi)):
+        np.testing.assert_array_equal(got, want)
+    assert visited == [own]
+    assert same_bits(early.sim, late.sim)
+    # the levels, from the batch's first
+    early, late = pair()
+    m = ladder_level(64 * rng.integers(1, 4))
+    every = np.arange(q)
+    for lv in (m, ladder_level(2 * m), ladder_level(4 * m), ladder_level(16 * m)):
+        if late.n == 0:  # no open note: the engine asks no level (every cell is scored)
+            break
+        got, tau = early.cols(lv, every)
+        want, want_tau = late.cols(lv, every)
+        assert same_bits(tau, want_tau)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert same_bits(early.sim, late.sim)

@@ -661,9 +661,9 @@ def test_a_ranker_that_reads_no_similarity_spares_the_product(monkeypatch):
     products = []
     blocks = Batch._blocks
 
-    def counted(self, scale):
+    def counted(self, scale, visit=None):
         products.append(scale is None)  # True: the plain dot products
-        return blocks(self, scale)
+        return blocks(self, scale, visit)
 
     monkeypatch.setattr(Batch, "_blocks", counted)
     stream = _stream(n_notes=60, query_times=(0.5, 1.0, 2.5))

@@ -138,8 +138,8 @@ def test_skipped_blocks_change_no_frame(monkeypatch):
     skipped = []
     real = Batch._blocks  # the products behind the dots and a scaled similarity
 
-    def spy(self, scale):
-        out = real(self, scale)
+    def spy(self, scale, visit=None):
+        out = real(self, scale, visit)
         skipped.append(int((~self.computed).sum()))
         return out
 
@@ -316,3 +316,52 @@ def test_the_probe_is_not_fooled_by_a_lucky_draw(block, q, dim):
         own = np.concatenate([emb[:block] @ qemb.T, emb[block:] @ qemb.T])
         pick = rng.permutation(2 * block)[:block]
         assert (emb[pick] @ qemb.T).tobytes() == own[pick].tobytes()
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_levels_built_before_the_product_change_no_frame(monkeypatch, dead):
+    """Replays whose batches build their similarity levels before the product
+    (the first scan run on each block as it is written) give the frames of
+    the reference engine, which scores every live note: per-tick and
+    per-query arms, pruned and not, with and without arms that evict most
+    of the store (blocks skipped and gathered)."""
+    import memsim.engine.cells as cells_module
+    from memsim.engine import reference
+
+    monkeypatch.setattr(Batch, "product_block", 32)
+    monkeypatch.setattr(cells_module, "PENDING_BYTES", 0)
+    fused = []
+    compute = cells_module._Pending.compute
+
+    def spy(self, visit=None):
+        sim, fresh = compute(self, visit)
+        fused.append(fresh and visit is not None)
+        return sim, fresh
+
+    monkeypatch.setattr(cells_module._Pending, "compute", spy)
+    s = random_stream(6, n_notes=2500, n_queries=80, dim=6)
+    s.notes["expires_at"] = np.where(np.arange(2500) % 5 == 0, s.notes["created_at"] + 2.0,
+                                     np.nan)
+    arms = [Arm("h", resolve_policy({"preset": "hivemind"}, "h")),
+            Arm("f", resolve_policy({"preset": "feather"}, "f")),
+            Arm("t", resolve_policy({"preset": "hivemind", "feedback": {"timing": "per-tick"},
+                                     "decay": {"task_half_life_days": 3.0}}, "t"))]
+    if dead:
+        arms = [capacity_arm("a", 400), capacity_arm("b", 900, 50.0, "per-query"),
+                Arm("c", resolve_policy({"preset": "hivemind",
+                                         "retention": {"kind": "capacity", "max_notes": 600}},
+                                        "c"))]
+    skipped = []
+    blocks = Batch._blocks
+
+    def counted(self, scale, visit=None):
+        out = blocks(self, scale, visit)
+        skipped.append(int((~self.multiplied).sum()))
+        return out
+
+    monkeypatch.setattr(Batch, "_blocks", counted)
+    kw = dict(save_rankings=True, candidates=8)
+    got = simulate(s, arms, SimSettings(**kw), seed_sequence(0))
+    assert sum(fused) >= 5  # the path ran
+    assert (max(skipped) > 10) is dead
+    assert_same(reference.simulate(s, arms, SimSettings(**kw), seed_sequence(0)), got)

@@ -529,8 +529,8 @@ def test_levels_leave_out_the_notes_every_arm_evicted(monkeypatch, prefilter):
     opened = []
     real = cells.SimOrder.__init__
 
-    def spy(self, sim, valid, dead=None):
-        real(self, sim, valid, dead)
+    def spy(self, sim, valid, dead=None, varying=None):
+        real(self, sim, valid, dead, varying)
         opened.append(len(self.open) / max(self.n_all, 1))
 
     monkeypatch.setattr(cells.SimOrder, "__init__", spy)

@@ -102,8 +102,8 @@ def test_a_second_replay_builds_no_batch_and_no_levels(monkeypatch):
     batches, orders = counting(monkeypatch, Batch), counting(monkeypatch, SimOrder)
     products = []
     # the products behind the dots and a scaled similarity
-    monkeypatch.setattr(Batch, "_blocks", lambda self, scale, real=Batch._blocks:
-                        products.append(1) or real(self, scale))
+    monkeypatch.setattr(Batch, "_blocks", lambda self, scale, visit=None, real=Batch._blocks:
+                        products.append(1) or real(self, scale, visit))
     second = [product_arm("c", 5.0, floor=0.1), product_arm("d", 60.0)]
     got = run(stream, second, cache, candidates=10)
     assert (batches, orders, products) == ([], [], [])

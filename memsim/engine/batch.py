@@ -71,6 +71,13 @@ class Batch:
         if notes.namespace is not None:
             # separate stores (one per user or conversation) in one stream
             self.valid &= notes.namespace[self.idx][None, :] == namespaces[:, None]
+        #: (L,) bool, the columns where :attr:`valid` may hold a False (None:
+        #: any): elsewhere every query sees the note, so a full scan of the
+        #: similarity need not read ``valid`` there (a fifth of its bytes)
+        self.varying: np.ndarray | None = None
+        if notes.namespace is None:
+            self.varying = np.zeros(n, dtype=bool)
+            self.varying[part] = True
         # shared by every arm (and its buffer's bytes are accounted for)
         self.valid.flags.writeable = False
         self.qnorm2 = qnorm2
@@ -124,7 +131,7 @@ class Batch:
         the other arms evicted."""
         return self._blocks(None)
 
-    def scaled_similarity(self, retriever) -> np.ndarray | None:
+    def scaled_similarity(self, retriever, visit=None) -> np.ndarray | None:
         """The similarity (Q, L) of a retriever whose similarity is the dot
         product scaled by rows and columns (:meth:`Retriever.dot_scale`;
         None for another), kept in :attr:`cache` under the key every arm's
@@ -133,7 +140,15 @@ class Batch:
         (once per batch) and the notes' (once per replay): the floats of
         ``(dots * s_q[:, None]) * s_n[None, :]``, with no (Q, L) dot
         products kept. A view of a batch (:meth:`subset`, :meth:`row`) takes
-        its batch's similarity at its cells."""
+        its batch's similarity at its cells.
+
+        ``visit(out, a, z)``, when the product is computed now (not for a
+        view, nor when kept), is called once for each column of the blocks
+        holding a note of :attr:`computed`, with runs ``[a, z)`` of up to
+        :data:`VISIT_BLOCKS` consecutive blocks right after one thread wrote
+        them to ``out`` (the similarity being built), on that thread: a scan
+        of the blocks while they are in cache (the first similarity level's,
+        :class:`~memsim.engine.cells.SimOrder`)."""
         if self._view is not None:
             full = self._base().scaled_similarity(retriever)
             return None if full is None else self._cells_of(full)
@@ -143,10 +158,60 @@ class Batch:
             note_scale = self.notes.dot_scale(retriever)
             if note_scale is None:
                 return None
-            got = self.cache[key] = self._blocks((retriever.dot_scale(self.qnorm2), note_scale))
+            got = self.cache[key] = self._blocks((retriever.dot_scale(self.qnorm2), note_scale),
+                                                 visit)
         return got
 
-    def _blocks(self, scale: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    def similarity_pending(self, retriever) -> bool:
+        """Whether :meth:`scaled_similarity` would compute the product now:
+        a batch (not a view) whose similarity of ``retriever`` is the scaled
+        dot product, not yet computed."""
+        return not (self._view is not None or retriever.per_cell
+                    or ("similarity", similarity_key(retriever)) in self.cache
+                    or self.notes.dot_scale(retriever) is None)
+
+    def sample_similarity(self, retriever, cols: np.ndarray) -> np.ndarray | None:
+        """(Q, len(cols)): :meth:`scaled_similarity` at the columns ``cols``
+        (ascending, notes some arm can see), bit for bit, computed without
+        the whole product; None where that cannot be ensured (not
+        :meth:`similarity_pending`, or a BLAS whose rows depend on their
+        neighbours, :func:`gathers_exactly`).
+
+        Each note is multiplied in a product of its block's shape, as
+        :meth:`_blocks` multiplies it: the notes of full-width blocks
+        gathered :data:`PRODUCT_BLOCK` at a time (padded with zeros), those
+        of the store's last, narrower block in that block's own product;
+        then scaled as :meth:`_blocks` scales them."""
+        if not self.similarity_pending(retriever):
+            return None
+        emb, block = self.notes.emb, self.product_block
+        q, n, dim = len(self.qemb), len(self.idx), emb.shape[1]
+        dtype = np.result_type(self.qemb, emb)
+        if not gathers_exactly(block, q, dim, dtype.str):
+            return None
+        rows = self.idx[cols]
+        tail = n // block * block  # the narrower last block's first column (n: none)
+        k = int(np.searchsorted(cols, tail))
+        o = np.empty((len(cols), q), dtype=dtype)
+        buf = np.empty((block, dim), dtype=dtype)
+        res = np.empty((block, q), dtype=dtype)
+        for a in range(0, k, block):
+            m = min(block, k - a)
+            np.take(emb, rows[a:a + m], axis=0, out=buf[:m])
+            buf[m:] = 0
+            np.matmul(buf, self.qemb.T, out=res)
+            o[a:a + m] = res[:m]
+        if k < len(cols):
+            last = np.empty((n - tail, q), dtype=dtype)
+            np.matmul(emb[self.idx[tail:]], self.qemb.T, out=last)
+            o[k:] = last[cols[k:] - tail]
+        # the floats of _blocks' numpy write: a product, then each factor
+        o *= retriever.dot_scale(self.qnorm2)[None, :].astype(dtype)
+        out = np.empty((q, len(cols)), dtype=dtype)
+        np.multiply(o.T, self.notes.dot_scale(retriever)[rows], out=out)
+        return out
+
+    def _blocks(self, scale: tuple[np.ndarray, np.ndarray] | None, visit=None) -> np.ndarray:
         """The products of the notes of :attr:`computed` (scaled in place
         with ``scale`` = (query factors (Q,), note factors (N,))), zeros at
         the others; on several threads when the batch is large
@@ -249,25 +314,40 @@ class Batch:
             # 50), and each cell is the same sum of the same products
             # (tests/test_product_blocks.py: exactly ``Q @ N.T``)
             buf = _thread_buffer((block, q), out.dtype)
+            span = None  # [a, z): consecutive blocks written, not yet visited
             for b in part:
                 s = slice(b * block, min(n, (b + 1) * block))
                 if gathered[b]:  # its notes' rows of the gathered products
                     rows = np.arange(bounds[b], bounds[b + 1])
                     write(res, s, (rows, gcols[rows] - s.start))
-                    continue
-                o = buf[:s.stop - s.start]
-                np.matmul(emb[note_rows(s)], self.qemb.T, out=o)
-                if count[b] == width[b]:
-                    write(o, s, None)
                 else:
-                    at = np.flatnonzero(self.computed[s])
-                    write(o, s, (at, at))
+                    o = buf[:s.stop - s.start]
+                    np.matmul(emb[note_rows(s)], self.qemb.T, out=o)
+                    if count[b] == width[b]:
+                        write(o, s, None)
+                    else:
+                        at = np.flatnonzero(self.computed[s])
+                        write(o, s, (at, at))
+                if visit is None:
+                    continue
+                if span is not None and span[1] == s.start and b % VISIT_BLOCKS:
+                    span = (span[0], s.stop)
+                    continue
+                if span is not None:
+                    visit(out, *span)
+                span = (s.start, s.stop)
+            if span is not None:
+                visit(out, *span)
 
         blocks = np.flatnonzero(count > 0).tolist()
         for task, items in ((gather, list(range(parts))), (work, blocks)):
             threads = product_threads(len(items))
             if threads > 1:
-                done = [_pool(threads).submit(task, items[i::threads]) for i in range(threads)]
+                # runs of VISIT_BLOCKS blocks dealt in turn: each thread's
+                # consecutive blocks are visited as one piece
+                runs = [items[i:i + VISIT_BLOCKS] for i in range(0, len(items), VISIT_BLOCKS)]
+                done = [_pool(threads).submit(task, [b for r in runs[i::threads] for b in r])
+                        for i in range(threads)]
                 for f in done:
                     f.result()
             elif items:
@@ -341,6 +421,7 @@ class Batch:
         sub.__dict__.update(self.__dict__)
         sub.idx = sub.rows = self.idx[cols]
         sub.valid = self.valid[:, cols]
+        sub.varying = None if self.varying is None else self.varying[cols]
         sub._dots = None if self._dots is None else self._dots[:, cols]
         sub._view = (weakref.ref(self), None, cols)
         sub.dead = None if self.dead is None else self.dead[cols]
@@ -471,6 +552,12 @@ def _write_picked(o, rows, cols, qscale, nscale, out, c0, width):
         else:
             for i in range(len(rows)):
                 row[c0 + cols[i]] = o[rows[i], j]
+
+
+#: a visit of the product's blocks (:meth:`Batch.scaled_similarity`) spans up
+#: to this many consecutive blocks written by one thread (still in cache; a
+#: visit is a few numpy calls, which a block of 2,048 columns barely pays)
+VISIT_BLOCKS = 4
 
 
 #: (a, b): a full-width block's notes are gathered into shared products

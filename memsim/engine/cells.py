@@ -18,6 +18,7 @@ from .topc import _packed_left, nonzero2
 if TYPE_CHECKING:
     from memsim.policies import Policy
 
+    from .batch import Batch
     from .context import BatchContext, _GatheredContext
     from .state import PolicyState
 
@@ -45,13 +46,25 @@ class SimOrder:
     of a level has a similarity <= its ``tau``, or is one no arm can see (the
     batch's ``dead`` notes: every arm evicted it), which no level holds. A
     row is scanned once, at a level above the one first asked, and lower
-    levels are filtered from it."""
+    levels are filtered from it.
+
+    Built on a similarity not yet computed (``sim`` None, ``source`` a
+    :class:`_Pending`), the levels' sample is computed on its own, bit for
+    bit the product's values there, and the first scan of every row runs
+    on the product's blocks right after they are written, while they are
+    in cache, on the product's threads (:meth:`_hits`): the (Q, N)
+    similarity is not read again from memory for it."""
 
     SAMPLE = 4096
 
-    def __init__(self, sim: np.ndarray, valid: np.ndarray, dead: np.ndarray | None = None):
-        self.sim = sim
-        self.n_all = sim.shape[1]
+    def __init__(self, sim: np.ndarray | None, valid: np.ndarray,
+                 dead: np.ndarray | None = None, varying: np.ndarray | None = None,
+                 source: _Pending | None = None):
+        self._sim = sim
+        self._source = source
+        #: (N,) bool: the columns where ``valid`` may be False (None: any)
+        self.varying = varying
+        self.q, self.n_all = (sim if sim is not None else valid).shape
         #: the columns some arm can see, ascending
         self.open = (np.arange(self.n_all) if dead is None or not dead.any()
                      else np.flatnonzero(~dead))
@@ -62,9 +75,15 @@ class SimOrder:
         # costs a fraction of one pass over the row
         step = max(1, n // min(self.SAMPLE, max(512, n // 8)))
         # negated: the j-th smallest is the j-th largest similarity (an order
-        # statistic per level asked, not a sort of the whole sample)
-        self.neg_sample = -np.asarray(sim[:, self.open[::step]] if n < self.n_all
-                                      else sim[:, ::step], dtype=np.float64)
+        # statistic per level asked, not a sort of the whole sample); in the
+        # similarity's own dtype (negation is exact; a float32 partition is
+        # about twice as fast), the thresholds taken from it as float64
+        sample = None if sim is not None else source.sample(
+            self.open[::step] if n < self.n_all else np.arange(0, self.n_all, step))
+        if sample is None:  # from the similarity, computed now if it is not yet
+            sample = (self.sim[:, self.open[::step]] if n < self.n_all
+                      else self.sim[:, ::step])
+        self.neg_sample = -sample
         #: how many notes the levels are counted in
         self.n = n
         self._tau: dict[int, np.ndarray] = {}
@@ -73,6 +92,19 @@ class SimOrder:
         self._cells: dict[tuple, _LevelCells] = {}
         self._block_max: np.ndarray | None = None
         self._group_max: np.ndarray | None = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The similarity's dtype (known before it is computed)."""
+        return self._sim.dtype if self._sim is not None else self._source.dtype
+
+    @property
+    def sim(self) -> np.ndarray:
+        """The similarity (Q, N), computed when first read if it is not yet."""
+        if self._sim is None:
+            self._sim = self._source.compute()[0]
+            self._source = None  # (kept levels hold arrays only: ReplayCache.keep)
+        return self._sim
 
     def cells(self, level: int, todo: np.ndarray, full: bool, retriever: str) -> _LevelCells:
         """The cells the queries ``todo`` score at ``level`` (every note when
@@ -126,7 +158,7 @@ class SimOrder:
         return -(-m * self.neg_sample.shape[1] // self.n)
 
     def _set_tau(self, m: int, tau: np.ndarray) -> None:
-        self._tau[m] = tau
+        self._tau[m] = tau.astype(np.float64)  # (exact: sample values)
         self._cols[m] = {}
 
     def tau(self, m: int) -> np.ndarray:
@@ -190,9 +222,9 @@ class SimOrder:
         for r in rows[every].tolist():
             deep[r] = c = self.open[self.valid[r, self.open]]
             at_m[r] = c[self.sim[r, c] > tau[r]]
-        thi = thi[~every].astype(self.sim.dtype)
+        thi = thi[~every].astype(self.dtype)
         rows = rows[~every]
-        if not np.array_equal(rows, np.arange(len(self.sim))):
+        if not np.array_equal(rows, np.arange(self.q)):
             # some rows (an arm's unproven ones): each on its own, no copies
             for r, th in zip(rows.tolist(), thi):
                 hit = (self.sim[r] > th) & self.valid[r]
@@ -205,8 +237,8 @@ class SimOrder:
         # or over the open columns alone when some are dead (retention often
         # leaves a small part of the store), block by block of SCAN_BLOCK
         # columns (small temporaries, each block read once while in cache)
-        r_i, c = self._hits(thi)
-        above = self.sim[r_i, c] > tau[r_i]
+        r_i, c, v = self._hits(thi)
+        above = v > tau[r_i]
         ends = np.searchsorted(r_i, np.arange(1, len(rows) + 1)).tolist()
         start = 0
         for r, end in zip(rows.tolist(), ends):
@@ -214,25 +246,50 @@ class SimOrder:
             at_m[r] = c[start:end][above[start:end]]
             start = end
 
-    def _hits(self, thi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _hits(self, thi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The valid open cells whose similarity is above their row's
-        ``thi`` (Q,): (rows, columns), row by row, columns ascending."""
+        ``thi`` (Q,): (rows, columns, similarities), row by row, columns
+        ascending (the values read in the scan's pass, not gathered again
+        from the matrix after it). When the similarity is not computed yet,
+        it is now, its blocks scanned as they are written (the product's
+        blocks of columns are pieces in order; those it does not multiply
+        hold no open note)."""
         th = thi[:, None]
-        rs, cs = [], []
-        for cols in self._scan_pieces():
-            hit = self.sim[:, cols] > th
-            hit &= self.valid[:, cols]
-            if self.dead is not None and isinstance(cols, slice):
+
+        def scan(sim: np.ndarray, cols: slice | np.ndarray, dead: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            part = sim[:, cols]
+            hit = part > th
+            if self.varying is None or self.varying[cols].any():
+                hit &= self.valid[:, cols]
+            if dead:
                 hit &= ~self.dead[cols]
             r_i, c = np.divmod(np.flatnonzero(hit), hit.shape[1])
-            rs.append(r_i)
-            cs.append(cols[c] if isinstance(cols, np.ndarray) else c + cols.start)
-        if not rs:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        r_i, c = np.concatenate(rs), np.concatenate(cs)
+            return (r_i, (cols[c] if isinstance(cols, np.ndarray) else c + cols.start),
+                    part[r_i, c])
+
+        found: dict[int, tuple] = {}  # a block's start -> its hits
+
+        def visit(out: np.ndarray, a: int, z: int) -> None:
+            # on the product's threads (one assignment each: atomic)
+            found[a] = scan(out, slice(a, z), self.dead is not None)
+
+        fresh = False
+        if self._sim is None:
+            self._sim, fresh = self._source.compute(visit)
+            self._source = None
+        if fresh:
+            hits = [found[a] for a in sorted(found)]
+        else:
+            hits = [scan(self.sim, cols, self.dead is not None and isinstance(cols, slice))
+                    for cols in self._scan_pieces()]
+        if not hits:
+            return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                    np.zeros(0, dtype=self.dtype))
+        r_i, c, v = (np.concatenate(x) for x in zip(*hits))
         # row by row; each row's columns stay ascending (pieces in order)
         order = np.argsort(r_i, kind="stable")
-        return r_i[order], c[order]
+        return r_i[order], c[order], v[order]
 
     def _scan_pieces(self) -> list[slice | np.ndarray]:
         """The columns to scan, in order, in pieces of :data:`SCAN_BLOCK` at
@@ -268,11 +325,51 @@ class SimOrder:
         return c[self.sim[r, c] > self._tau[m][r]]
 
 
+class _Pending:
+    """A batch's similarity of a retriever, not computed yet
+    (:meth:`Batch.similarity_pending`): its sample and then the whole
+    product, for :class:`SimOrder`."""
+
+    def __init__(self, batch: Batch, retriever) -> None:
+        self.batch, self.retriever = batch, retriever
+        self.dtype = self.dtype_of(batch)
+
+    @staticmethod
+    def dtype_of(batch: Batch) -> np.dtype:
+        """The dtype of a batch's similarity (its product's)."""
+        return np.result_type(batch.qemb, batch.notes.emb)
+
+    def sample(self, cols: np.ndarray) -> np.ndarray | None:
+        """The similarity at ``cols`` (:meth:`Batch.sample_similarity`)."""
+        return self.batch.sample_similarity(self.retriever, cols)
+
+    def compute(self, visit=None) -> tuple[np.ndarray, bool]:
+        """The similarity, and whether it was computed now (each block then
+        passed to ``visit``: :meth:`Batch.scaled_similarity`)."""
+        fresh = self.batch.similarity_pending(self.retriever)
+        return self.batch.scaled_similarity(self.retriever, visit), fresh
+
+
+#: a batch's similarity levels are built before its product (:class:`_Pending`)
+#: when its similarity takes this many bytes or more: a smaller one is still
+#: in cache when the scan reads it after the product, and the sample's own
+#: products cost more than the scan saves (at 50k notes x 50 queries, 10 MB:
+#: no faster; at 1M, 200 MB: the year's scan was about a fifth of its CPU)
+PENDING_BYTES = 32 << 20
+
+
 def _sim_order(ctx: BatchContext, retriever) -> SimOrder:
-    """The batch's similarity levels of ``retriever``, shared by every arm."""
-    return ctx.shared(("similarity-order", similarity_key(retriever)),
-                      lambda: SimOrder(ctx.similarity(retriever), ctx.batch.valid,
-                                        ctx.batch.dead))
+    """The batch's similarity levels of ``retriever``, shared by every arm
+    (built before the similarity when it is still to be computed, and large)."""
+    b = ctx.batch
+
+    def build() -> SimOrder:
+        if (b.similarity_pending(retriever)
+                and b.valid.size * np.dtype(_Pending.dtype_of(b)).itemsize >= PENDING_BYTES):
+            return SimOrder(None, b.valid, b.dead, b.varying, _Pending(b, retriever))
+        return SimOrder(ctx.similarity(retriever), b.valid, b.dead, b.varying)
+
+    return ctx.shared(("similarity-order", similarity_key(retriever)), build)
 
 
 def ladder_level(x: float) -> int:
