@@ -738,8 +738,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a dotted config key (repeatable)")
     common.add_argument("-q", "--quiet", action="store_true",
-                        help="no progress bar or progress lines on stderr; run and sweep "
-                             "also print only the run folder (no headline table or summary)")
+                        help="no progress bar or progress lines on stderr; run, sweep and "
+                             "advise also print only the run folder (no headline table, "
+                             "summary or advice)")
 
     common.add_argument("--progress", choices=["auto", "json"], default="auto",
                         help="progress on stderr: a bar on a terminal and lines elsewhere "

@@ -255,6 +255,47 @@ holdout_replicates = 1
 """
 
 
+def test_memsim_report_refuses_an_advice_folder_and_writes_nothing(tmp_path, capsys):
+    """An advice folder has no queries: `memsim report` on it says what it is
+    and where its own report is (advice.md), instead of an empty report."""
+    from memsim.cli import main
+
+    exp_file = tmp_path / "adv.toml"
+    exp_file.write_text(SMALL_ADVISE)
+    folder = advise(exp_file, out=tmp_path / "out").path
+    before = sorted(p.name for p in folder.iterdir())
+    capsys.readouterr()
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("memsim: error: "), err
+    assert "memsim advise" in err[0] and str(folder / "advice.md") in err[0]
+    assert "memsim run" in err[0]  # what memsim report takes
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_memsim_report_refuses_an_interrupted_advice_folder(tmp_path, capsys):
+    """An advice folder stopped before its advice.json says what it is in its
+    manifest: `memsim report` refuses it as well, writing nothing."""
+    from memsim.cli import main
+
+    exp_file = tmp_path / "adv.toml"
+    exp_file.write_text(SMALL_ADVISE)
+
+    def stop(line):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        advise(exp_file, out=tmp_path / "out", progress=stop)
+    (folder,) = (tmp_path / "out").iterdir()
+    assert not (folder / "advice.json").exists()
+    before = sorted(p.name for p in folder.iterdir())
+    capsys.readouterr()
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a folder of memsim advise" in err[0], err
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
 def test_the_run_folder_config_records_current_and_gives_the_same_advice(tmp_path):
     exp_file = tmp_path / "adv.toml"
     exp_file.write_text(SMALL_ADVISE)

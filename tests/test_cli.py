@@ -111,6 +111,15 @@ def test_memsim_run_in_a_pipe_prints_a_line_per_replicate(tmp_path):
     assert "print only the run folder" in " ".join(helped.stdout.split())
 
 
+def test_quiet_help_says_advise_prints_only_the_run_folder(capsys):
+    with pytest.raises(SystemExit):
+        main(["advise", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("-q, --quiet")
+    quiet = text[start:text.index("--progress {", start)]
+    assert "run, sweep and advise also print only the run folder" in quiet, quiet
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--version"])

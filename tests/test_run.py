@@ -134,9 +134,10 @@ def test_layers_reports_read_run_folders_only():
                 out.update(a.name for a in node.names)
         return out
 
-    # (the metrics' names and the summary's replicate rule: below the reports)
+    # (the metrics' names and the summary's replicate rule: below the reports;
+    # the data layer's readers, for the exports that re-read a run's source)
     bottom = {"memsim.core.params", "memsim.core.rng", "memsim.core.errors", "memsim.data.stream",
-              "memsim.evaluation.metrics"}
+              "memsim.data.datasets", "memsim.data.importers", "memsim.evaluation.metrics"}
     # ranx: the optional IR export (RunResult.to_ranx), imported inside it alone
     for name in imports("rundir"):
         assert name in bottom or not name.startswith((".", "memsim")) and name.split(".")[0] in (

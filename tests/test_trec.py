@@ -9,6 +9,7 @@ and existing when it is asked; MRR is 1 / rank of the first such note.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +154,27 @@ def test_to_ranx_gives_the_same_means(run):
     q = run.queries[(run.queries["policy"] == "similarity-only") & (run.queries["n_relevant"] > 0)]
     assert scores["ndcg@10"] == pytest.approx(q["ndcg@10"].mean(), abs=1e-9)
     assert scores["mrr"] == pytest.approx(q["mrr"].mean(), abs=1e-9)
+
+
+@pytest.mark.slow  # ranx compiles its measures with numba on first use
+def test_the_readmes_ranx_example_scores_a_run_with_unjudged_queries(monkeypatch):
+    """README.md's to_ranx example runs as shown on a trace where some queries
+    have no relevant note (the qrels lack them, the run has them: ranx refuses
+    such a pair without make_comparable) and gives memsim's means."""
+    pytest.importorskip("ranx")
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+              if ".to_ranx(" in b]
+    assert len(blocks) == 1, "README.md shows no runnable to_ranx example"
+    monkeypatch.chdir(root)  # the example names the trace from the repository root
+    scope: dict = {}
+    exec(blocks[0], scope)
+    q = scope["result"].queries
+    assert (q["n_relevant"] == 0).any()  # queries the qrels lack
+    judged = q[q["n_relevant"] > 0]
+    assert scope["scores"]["ndcg@10"] == pytest.approx(judged["ndcg@10"].mean(), abs=1e-9)
+    assert scope["scores"]["mrr"] == pytest.approx(judged["mrr"].mean(), abs=1e-9)
 
 
 def test_exported_rankings_come_back_in_through_a_trace(run, tmp_path):

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from memsim.engine import Arm, SimSettings, simulate, with_timing
-from memsim.core.errors import ConfigError, MemsimError
+from memsim.core.errors import ConfigError, MemsimError, StreamError
 from memsim.core.params import (Interval, check_keys, describe_constraint, did_you_mean,
                                  short_repr)
 from memsim.reporting.rundir import jsonable, write_atomic
@@ -113,7 +113,12 @@ class CheckConfig:
         """The stream, read or generated on first use (after the check's
         values are checked, so that a mistake is found at once)."""
         if self.source is not None:
-            return read_stream(self.source)
+            try:
+                return read_stream(self.source)
+            except StreamError as exc:
+                # the folder came from the config: name its file and key, as
+                # the config's other mistakes are named
+                raise StreamError(f"{self.where}: workload.source: {exc}") from exc
         assert self.workload is not None
         return self.workload.generate(np.random.SeedSequence(self.seed))
 

@@ -37,7 +37,7 @@ from memsim.core.errors import MemsimError
 from memsim.core.paths import file_in_the_way
 
 __all__ = ["Dataset", "DATASETS", "DATA_PREFIX", "DataError", "cache_dir", "cached_path",
-           "resolve", "get", "register", "describe", "check_folder"]
+           "resolve", "get", "register", "describe", "check_folder", "content_hash"]
 
 #: The prefix that names a data set instead of a path (``source = "data:locomo"``).
 DATA_PREFIX = "data:"
@@ -278,6 +278,39 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+_HASH_CACHE: dict[tuple, str] = {}
+
+
+def content_hash(path: str | os.PathLike) -> str:
+    """``sha256:<hex>`` of a file's bytes, or of a folder's files (every file,
+    by relative path and bytes: a copy elsewhere hashes the same), as a run's
+    ``workload.source_hash`` holds it; cached while no file's size or mtime
+    changes.
+
+    Raises
+    ------
+    OSError
+        A file that cannot be read (or ``path`` does not exist).
+    """
+    path = Path(path)
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    stats = tuple((str(f.relative_to(path)) if f != path else "", f.stat().st_size,
+                   f.stat().st_mtime_ns) for f in files)
+    key = (str(path), stats)
+    if key in _HASH_CACHE:
+        return _HASH_CACHE[key]
+    h = hashlib.sha256()
+    for f, (rel, _, _) in zip(files, stats):
+        h.update(f"{rel}\0".encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    digest = f"sha256:{h.hexdigest()}"
+    _HASH_CACHE[key] = digest
+    return digest
 
 
 def describe(name: str) -> str:

@@ -7,10 +7,11 @@ by ``docs/contracts/stream.md``.
 
 Every :class:`Stream` built by :func:`make_stream` (and so by
 :func:`read_stream`) has been validated: a malformed input raises
-:class:`~memsim.core.errors.StreamError` with one message naming the table (or the
-file), the column and the first offending row, for example::
+:class:`~memsim.core.errors.StreamError` with one message naming the table (or,
+read from a folder, the file by its path: the folder as given joined with the
+file name), the column and the first offending row, for example::
 
-    notes.parquet: column 'tokens': row 17 (note_id 123): tokens must be a positive integer, got 0
+    week1/notes.parquet: column 'tokens': row 17 (note_id 123): tokens must be a positive integer, got 0
 
 Rows are counted from 0 in the order given (for a file: the first data row
 after the header is row 0). Checks run table by table (notes, queries, qrels,
@@ -711,43 +712,50 @@ def _check_embeddings(t: _Table, arr: Any, rows: int, owner_label: str) -> np.nd
 def _checked(notes: Any, queries: Any, qrels: Any, accesses: Any, note_embeddings: Any,
              query_embeddings: Any, where: dict | None, retrieved: Any = None) -> tuple:
     """Validate and convert every table; return canonical but unsorted parts."""
-    labels = {k: k for k in _TABLES}
+    labels = {k: k for k in _TABLES}  # what a message about the table starts with
+    names = dict(labels)  # how a message about another table names it
     if where:
         unknown = set(where) - set(_TABLES)
         if unknown:
             raise ValueError(f"where: unknown table(s) {sorted(unknown)}; known: {_TABLES}")
-        labels.update({k: str(v) for k, v in where.items()})
+        for k, v in where.items():
+            if isinstance(v, os.PathLike):
+                # a file of a stream folder: by its path, and by its name where
+                # the message already starts with the folder
+                labels[k], names[k] = os.fspath(v), Path(v).name
+            else:
+                labels[k] = names[k] = str(v)
     t_notes = _Table(labels["notes"])
     notes_c = _check_notes(t_notes, notes)
     queries_c = _check_queries(_Table(labels["queries"]), queries)
     note_ids = notes_c["note_id"].to_numpy()
     query_ids = queries_c["query_id"].to_numpy()
     qrels_c = _check_qrels(_Table(labels["qrels"]), qrels, note_ids, query_ids,
-                           labels["notes"], labels["queries"])
+                           names["notes"], names["queries"])
     accesses_c = (None if accesses is None else
-                  _check_accesses(_Table(labels["accesses"]), accesses, note_ids, labels["notes"]))
+                  _check_accesses(_Table(labels["accesses"]), accesses, note_ids, names["notes"]))
     if (note_embeddings is None) != (query_embeddings is None):
         given, lacking = (("note_embeddings", "query_embeddings") if query_embeddings is None
                           else ("query_embeddings", "note_embeddings"))
-        _Table(labels[lacking]).fail(f"missing while {labels[given]} is given "
+        _Table(labels[lacking]).fail(f"missing while {names[given]} is given "
                                      "(give embeddings for both notes and queries, or neither)")
     ne = qe = None
     if note_embeddings is not None:
         tn = _Table(labels["note_embeddings"])
         tn.context = lambda row: f" (note_id {note_ids[row]})"
-        ne = _check_embeddings(tn, note_embeddings, len(notes_c), labels["notes"])
+        ne = _check_embeddings(tn, note_embeddings, len(notes_c), names["notes"])
         tq = _Table(labels["query_embeddings"])
         tq.context = lambda row: f" (query_id {query_ids[row]})"
         # Check the dimension before the values: a shape mismatch is the
         # likelier mistake and the clearer message.
         if isinstance(query_embeddings, np.ndarray) and query_embeddings.ndim == 2 \
                 and query_embeddings.shape[1] != ne.shape[1]:
-            tq.fail(f"has dimension {query_embeddings.shape[1]} but {labels['note_embeddings']} "
+            tq.fail(f"has dimension {query_embeddings.shape[1]} but {names['note_embeddings']} "
                     f"has dimension {ne.shape[1]}")
-        qe = _check_embeddings(tq, query_embeddings, len(queries_c), labels["queries"])
+        qe = _check_embeddings(tq, query_embeddings, len(queries_c), names["queries"])
     if retrieved is not None:
         retrieved_c = _check_retrieved(_Table(labels["retrieved"]), retrieved, note_ids,
-                                       query_ids, labels["notes"], labels["queries"])
+                                       query_ids, names["notes"], names["queries"])
         return notes_c, queries_c, qrels_c, accesses_c, ne, qe, retrieved_c
     return notes_c, queries_c, qrels_c, accesses_c, ne, qe
 
@@ -775,7 +783,10 @@ def validate_frames(
         Label of each table in messages, keyed by ``"notes"``, ``"queries"``,
         ``"qrels"``, ``"accesses"``, ``"note_embeddings"``,
         ``"query_embeddings"``, ``"retrieved"`` (e.g. ``{"notes":
-        "notes.parquet"}``); the default label is the key itself.
+        "notes.parquet"}``); the default label is the key itself. A
+        :class:`~pathlib.Path` labels the table by the path and is named
+        by its file name in messages about the other tables (the message
+        already starts with the folder).
     retrieved : DataFrame, optional
         Logged rankings (module docstring, "Optional table ``retrieved``").
 
@@ -891,16 +902,16 @@ def _table_file(folder: Path, table: str, required: bool) -> Path | None:
     if csv.exists():
         return csv
     if required:
-        raise StreamError(f"{pq.name}: missing from stream folder {folder} "
-                          f"({csv.name} is also accepted)")
+        raise StreamError(f"{pq}: missing from the stream folder ({csv.name} is also "
+                          "accepted)")
     return None
 
 
 def _read_table(path: Path, table: str) -> pd.DataFrame:
     if not path.is_file():
-        raise StreamError(f"{path.name}: not a file ({path})")
+        raise StreamError(f"{path}: not a file")
     if path.stat().st_size == 0:
-        raise StreamError(f"{path.name}: file is empty ({path})")
+        raise StreamError(f"{path}: file is empty")
     if path.suffix == ".csv":
         _check_csv_shape(path)
     try:
@@ -914,7 +925,7 @@ def _read_table(path: Path, table: str) -> pd.DataFrame:
                                index_col=False)
         return pd.read_parquet(path)
     except Exception as exc:  # any reader failure means the file is unreadable
-        raise StreamError(f"{path.name}: cannot be read as "
+        raise StreamError(f"{path}: cannot be read as "
                           f"{'CSV' if path.suffix == '.csv' else 'Parquet'}: {exc}") from exc
 
 
@@ -933,7 +944,7 @@ def _check_csv_shape(path: Path) -> None:
     first, which sees the fields as written. Blank lines are skipped and not
     counted as rows, as pandas does.
     """
-    t = _Table(path.name)
+    t = _Table(str(path))
     limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
     try:
         # utf-8-sig: a byte order mark is not part of the first name (pandas agrees)
@@ -950,7 +961,7 @@ def _check_csv_shape(path: Path) -> None:
                         _fail_csv_width(t, header, fields, row=i - blanks, line=start)
                 start = records.line_num + 1
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise StreamError(f"{path.name}: cannot be read as CSV: {exc}") from exc
+        raise StreamError(f"{path}: cannot be read as CSV: {exc}") from exc
     finally:
         csv.field_size_limit(limit)
 
@@ -978,45 +989,45 @@ def _fail_csv_width(t: _Table, header: list[str], fields: list[str], *, row: int
 
 def _read_npy(path: Path) -> np.ndarray:
     if path.stat().st_size == 0:
-        raise StreamError(f"{path.name}: file is empty ({path})")
+        raise StreamError(f"{path}: file is empty")
     try:
         # allow_pickle=False: a stream folder may come from anywhere, and
         # unpickling runs arbitrary code.
         arr = np.load(path, allow_pickle=False)
     except Exception as exc:
-        raise StreamError(f"{path.name}: cannot be read as a .npy array "
+        raise StreamError(f"{path}: cannot be read as a .npy array "
                           f"(object arrays are refused): {exc}") from exc
     if not isinstance(arr, np.ndarray):  # an .npz archive
-        raise StreamError(f"{path.name}: expected a single .npy array, got an archive")
+        raise StreamError(f"{path}: expected a single .npy array, got an archive")
     return arr
 
 
 def _read_header(folder: Path) -> dict:
     path = folder / "stream.json"
     if not path.is_file():
-        raise StreamError(f"stream.json: missing from stream folder {folder}")
+        raise StreamError(f"{path}: missing from the stream folder")
     try:
         header = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise StreamError(f"stream.json: not valid JSON: {exc}") from exc
+        raise StreamError(f"{path}: not valid JSON: {exc}") from exc
     if not isinstance(header, dict):
-        raise StreamError(f"stream.json: expected a JSON object, got {type(header).__name__}")
+        raise StreamError(f"{path}: expected a JSON object, got {type(header).__name__}")
     if header.get("format") != FORMAT_NAME:
-        raise StreamError(f"stream.json: key 'format': expected {FORMAT_NAME!r}, "
+        raise StreamError(f"{path}: key 'format': expected {FORMAT_NAME!r}, "
                           f"got {_show(header.get('format'))}")
     version = header.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise StreamError(f"stream.json: key 'version': expected a positive integer, "
+        raise StreamError(f"{path}: key 'version': expected a positive integer, "
                           f"got {_show(version)}")
     if version > FORMAT_VERSION:
-        raise StreamError(f"stream.json: format version {version} is newer than this memsim "
+        raise StreamError(f"{path}: format version {version} is newer than this memsim "
                           f"reads (version {FORMAT_VERSION}); upgrade memsim")
     if header.get("time_unit", "day") != "day":
-        raise StreamError(f"stream.json: key 'time_unit': expected 'day', "
+        raise StreamError(f"{path}: key 'time_unit': expected 'day', "
                           f"got {_show(header.get('time_unit'))}")
     dim = header.get("embedding_dim")
     if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
-        raise StreamError(f"stream.json: key 'embedding_dim': expected a positive integer or "
+        raise StreamError(f"{path}: key 'embedding_dim': expected a positive integer or "
                           f"null, got {_show(dim)}")
     return header
 
@@ -1043,7 +1054,8 @@ def read_stream(path: str | os.PathLike) -> Stream:
     StreamError
         Missing folder or file, empty or unreadable file, a ``stream.json``
         of another format or a newer version, or malformed contents; the
-        message names the file.
+        message names the file by its path (``path`` joined with the file
+        name), the column and the row.
     """
     folder = Path(path)
     if not folder.exists():
@@ -1054,22 +1066,25 @@ def read_stream(path: str | os.PathLike) -> Stream:
     files = {t: _table_file(folder, t, required=t in _REQUIRED_FILES)
              for t in ("notes", "queries", "qrels", "accesses", "retrieved")}
     frames = {t: (None if p is None else _read_table(p, t)) for t, p in files.items()}
-    where = {t: p.name for t, p in files.items() if p is not None}
+    # Each file is named by its path (the folder as given, joined with the
+    # file name): a user with several stream folders must see which one is
+    # broken, whichever command read it.
+    where: dict[str, Path] = {t: p for t, p in files.items() if p is not None}
     emb: dict[str, np.ndarray | None] = {}
     for t in ("note_embeddings", "query_embeddings"):
         p = folder / f"{t}.npy"
         emb[t] = _read_npy(p) if p.exists() else None
-        where[t] = p.name
+        where[t] = p
     dim = header.get("embedding_dim")
     if "embedding_dim" in header:
         actual = None if emb["note_embeddings"] is None else (
             emb["note_embeddings"].shape[1] if emb["note_embeddings"].ndim == 2 else None)
         if emb["note_embeddings"] is None and dim is not None:
-            raise StreamError(f"stream.json: key 'embedding_dim' is {dim} but "
+            raise StreamError(f"{folder / 'stream.json'}: key 'embedding_dim' is {dim} but "
                               "note_embeddings.npy is missing")
         if emb["note_embeddings"] is not None and actual is not None and dim != actual:
-            raise StreamError(f"stream.json: key 'embedding_dim' is {_show(dim)} but "
-                              f"note_embeddings.npy has dimension {actual}")
+            raise StreamError(f"{folder / 'stream.json'}: key 'embedding_dim' is {_show(dim)} "
+                              f"but note_embeddings.npy has dimension {actual}")
     meta = {k: v for k, v in header.items()
             if k not in ("format", "version", "time_unit", "embedding_dim")}
     meta.setdefault("name", folder.resolve().name)

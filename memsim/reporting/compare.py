@@ -875,10 +875,10 @@ def _order_only(cmp: Comparison, metrics: list[str]) -> bool:
     packed notes (an orderer), which only the reader model tells apart."""
     if "answer_prob" not in cmp.metrics or not metrics:
         return False
+    # pivot_table drops a metric that is NaN everywhere (utility_share when no
+    # note fits the budget): put its column back, all NaN
     s = cmp.summary.pivot_table(index=["budget", "policy"], columns="metric", values="mean",
-                                sort=False)
-    if "answer_prob" not in s:
-        return False
+                                sort=False).reindex(columns=cmp.metrics)
     for _, g in s.groupby(level="budget", sort=False):
         same = g[metrics].round(12).duplicated(keep=False)
         if same.any() and g.loc[same.to_numpy(), "answer_prob"].round(12).nunique() > 1:

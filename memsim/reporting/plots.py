@@ -57,7 +57,7 @@ from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIDDEN_C
                       SUPERSEDED_USE_COLUMNS, SUPERSEDED_USE_DAYS, gini)
 from memsim.policies import Policy, resolve_policy
 from memsim.reporting.rundir import summary_rows
-from memsim.reporting.stats import MIN_REPLICATES, N_BOOT, SEED, bootstrap_mean_ci, mean_ci, summarise
+from memsim.reporting.stats import N_BOOT, SEED, run_metric_ci, summarise
 
 __all__ = [
     "policy_colors",
@@ -705,28 +705,27 @@ def plot_concentration(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | No
 
 
 def run_metric_data(arms: pd.DataFrame, metric: str = "recall_gini",
-                    level: float = 0.95) -> pd.DataFrame:
+                    level: float = 0.95, *, replays: bool = False) -> pd.DataFrame:
     """A per-run metric (``arms.csv``: ``recall_gini``, ``evicted_notes`` ...)
-    per policy and budget: mean over replicates and its interval.
+    per policy and budget: mean over replicates and its interval
+    (:func:`memsim.reporting.stats.run_metric_ci`).
+
+    ``replays``: the replicates replay one stream (``Comparison.replays``):
+    the mean over the replays, with no interval (``ci_over = "stream"``).
 
     Returns
     -------
     DataFrame
-        ``policy, budget, metric, mean, ci_low, ci_high, n, ci_method``.
+        ``policy, budget, metric, mean, ci_low, ci_high, n, ci_method, ci_over``.
     """
     rows = []
     if arms is not None and metric in arms.columns:
         for (pol, bud), g in arms.groupby(["policy", "budget"], sort=False):
-            v = g[metric].to_numpy(float)
-            if np.isfinite(v).sum() >= MIN_REPLICATES:
-                m, lo, hi, n = bootstrap_mean_ci(v, level)
-                method = "bootstrap"
-            else:
-                m, lo, hi, n = mean_ci(v, level)
-                method = "t"
-            rows.append((pol, bud, metric, m, lo, hi, n, method))
+            m, lo, hi, n, over, method = run_metric_ci(g[metric].to_numpy(float), level,
+                                                       replays=replays)
+            rows.append((pol, bud, metric, m, lo, hi, n, method, over))
     return pd.DataFrame(rows, columns=["policy", "budget", "metric", "mean", "ci_low", "ci_high",
-                                       "n", "ci_method"])
+                                       "n", "ci_method", "ci_over"])
 
 
 def plot_run_metric(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
@@ -741,7 +740,10 @@ def plot_run_metric(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
     y = df["mean"].to_numpy(float)
     lo = np.nan_to_num(np.clip(y - df["ci_low"].to_numpy(float), 0, None))
     hi = np.nan_to_num(np.clip(df["ci_high"].to_numpy(float) - y, 0, None))
-    ax.bar(x, y, color=[cols[p] for p in df["policy"]], yerr=np.vstack([lo, hi]), capsize=4)
+    # without any interval (one replayed stream) no caps: they would read as a zero-width one
+    has_ci = np.isfinite(df["ci_low"].to_numpy(float)).any()
+    ax.bar(x, y, color=[cols[p] for p in df["policy"]],
+           yerr=np.vstack([lo, hi]) if has_ci else None, capsize=4)
     ax.set_xticks(x)
     # long names are wrapped at their dashes and, when many, turned about
     # their anchor so that the layout engine keeps them inside the figure
@@ -753,8 +755,11 @@ def plot_run_metric(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
                            fontsize=SMALLEST_PT)
     metric = str(df["metric"].iloc[0])
     ax.set_ylabel(metric)
-    method = "Student t" if (df["ci_method"] == "t").any() else "bootstrap"
-    ax.set_title(f"{metric} at the end of the run (95% CI, {method}, over replicates)")
+    if (df["ci_method"] == "none").all():
+        ax.set_title(f"{metric} at the end of the run (one replayed stream: no interval)")
+    else:
+        method = "Student t" if (df["ci_method"] == "t").any() else "bootstrap"
+        ax.set_title(f"{metric} at the end of the run (95% CI, {method}, over replicates)")
     ax.grid(alpha=0.3, axis="y")
     return ax
 
@@ -827,18 +832,23 @@ def hidden_data(queries: pd.DataFrame, budget: Any = None) -> pd.DataFrame:
 
 
 def superseded_use_data(arms: pd.DataFrame, budget: Any = None,
-                        level: float = 0.95) -> pd.DataFrame:
+                        level: float = 0.95, *, replays: bool = False) -> pd.DataFrame:
     """How long superseded notes keep being used (``arms.csv``'s
     ``superseded_used_Dd``): per policy and D, the mean over replicates and
-    its interval (Student t with fewer than :data:`MIN_REPLICATES`).
+    its interval (Student t with fewer than
+    :data:`~memsim.reporting.stats.MIN_REPLICATES`;
+    :func:`memsim.reporting.stats.run_metric_ci`).
+
+    ``replays``: the replicates replay one stream (``Comparison.replays``):
+    the mean over the replays, with no interval (``ci_over = "stream"``).
 
     Returns
     -------
     DataFrame
-        ``policy, budget, days, mean, ci_low, ci_high, n``; empty when the
-        run has no superseded note.
+        ``policy, budget, days, mean, ci_low, ci_high, n, ci_over``; empty
+        when the run has no superseded note.
     """
-    cols = ["policy", "budget", "days", "mean", "ci_low", "ci_high", "n"]
+    cols = ["policy", "budget", "days", "mean", "ci_low", "ci_high", "n", "ci_over"]
     if (arms is None or not len(arms) or "superseded_notes" not in arms
             or not (arms["superseded_notes"] > 0).any()):
         return pd.DataFrame(columns=cols)
@@ -852,11 +862,8 @@ def superseded_use_data(arms: pd.DataFrame, budget: Any = None,
             v = g[c].to_numpy(float)
             if not np.isfinite(v).any():
                 continue
-            if np.isfinite(v).sum() >= MIN_REPLICATES:
-                m, lo, hi, n = bootstrap_mean_ci(v, level)
-            else:
-                m, lo, hi, n = mean_ci(v, level)
-            rows.append((pol, budget, d, m, lo, hi, n))
+            m, lo, hi, n, over, _ = run_metric_ci(v, level, replays=replays)
+            rows.append((pol, budget, d, m, lo, hi, n, over))
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -880,7 +887,11 @@ def plot_superseded_use(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | N
     ax.set_xlabel("days after the note was superseded")
     ax.set_ylabel("share still used")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Superseded notes still used D days after (95% CI over replicates)")
+    if (df["ci_over"] == "stream").all():
+        ax.set_title("Superseded notes still used D days after (one replayed stream: "
+                     "no interval)")
+    else:
+        ax.set_title("Superseded notes still used D days after (95% CI over replicates)")
     _legend(ax, df["policy"].nunique())
     ax.grid(alpha=0.3)
     return ax

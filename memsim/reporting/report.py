@@ -356,12 +356,20 @@ def _glance_sentences(cmp: Comparison, budget: Any,
     ranked = sorted(cmp.policies, key=score, reverse=True)  # stable: ties keep table order
     contender = max(others, key=score)
     what = "the most of the achievable utility" if share else f"the best {key}"
-    if ranked[0] == base:
+    measured = any(math.isfinite(g.mean(p, key)) for p in cmp.policies)
+    if not measured:
+        # all n/a (no query with an achievable utility, e.g. a budget below
+        # every note): ranking would name a winner that nothing supports
+        first = (f"{key} is n/a for every policy"
+                 + (": no query has an achievable utility (no relevant note fits the "
+                    "budget), so no policy gives more of it." if share else
+                    ": nothing to rank the policies by."))
+    elif ranked[0] == base:
         first = (f"The baseline '{base}' gives {what}; the best other policy, '{contender}', "
                  f"gets {key} " + g.versus(contender, key) + ".")
     else:
         first = (f"'{contender}' gives {what}: {key} " + g.versus(contender, key) + ".")
-    if share:
+    if share and measured:
         first += (" utility_share = sum of utility / sum of the oracle's (the best packing "
                   "of the relevant notes), over the queries where a relevant note fits.")
     out = [first]
@@ -388,7 +396,7 @@ def _glance_sentences(cmp: Comparison, budget: Any,
         out.append(f"Stale notes: '{contender}' packs {more} stale content, harm (sum of "
                    "|gain| of the packed notes with negative gain, per query) "
                    + g.versus(contender, "harm") + stale + ".")
-    if len(cmp.policies) > 2:
+    if len(cmp.policies) > 2 and measured:
         out.append(f"Every policy by {key}: "
                    + ", ".join(f"'{p}' {format_fixed(g.mean(p, key), dec=g.dec.get(key, 3))}"
                                for p in ranked) + ".")
@@ -442,7 +450,10 @@ def prefilter_overlap_line(arms: pd.DataFrame | None) -> str | None:
             + ", ".join(f"{pol} {v:.3f}" for pol, v in means.items()) + ".")
 
 
-def _run_table(run: RunResult) -> pd.DataFrame | None:
+def _run_table(run: RunResult, replays: bool = False) -> pd.DataFrame | None:
+    """The per-run measures of ``arms.csv`` and the final store size, each
+    ``mean [interval over replicates]``; with ``replays`` (the replicates
+    replay one stream) the mean over the replays alone."""
     arms = run.arms
     if arms is None or len(arms) == 0:
         return None
@@ -456,7 +467,7 @@ def _run_table(run: RunResult) -> pd.DataFrame | None:
                           on=["replicate", "policy", "budget"], how="left")
         metrics += ["store_notes", "store_tokens"]
     for m in metrics:
-        d = plots.run_metric_data(arms, m)
+        d = plots.run_metric_data(arms, m, replays=replays)
         for _, r in d.iterrows():
             rows.append({"budget": r["budget"], "policy": r["policy"], "metric": m,
                          "value": format_ci(r["mean"], r["ci_low"], r["ci_high"])})
@@ -511,12 +522,18 @@ def _context(run: RunResult, n_boot: int, seed: int) -> _Context:
 
 
 def _run_sentence(ctx: _Context) -> str:
+    """The report's opening sentence: policies, streams, queries, budgets."""
     q, budgets = ctx.q, ctx.budgets
     n = len(ctx.policies)
-    return (f"{n} polic{'y' if n == 1 else 'ies'}, {int(q['replicate'].nunique())} "
-            "replicate stream(s) "
-            f"(every policy sees the same stream: common random numbers), "
-            f"{q.groupby('replicate')['query_id'].nunique().sum()} queries in all, "
+    per_rep = q.groupby("replicate")["query_id"].nunique()
+    if ctx.cmp.replays:
+        # replays of one stream are one workload: its own queries, counted once
+        streams = (f"one stream replayed in each of {ctx.cmp.replays} replicates (every "
+                   f"policy sees it: common random numbers), {int(per_rep.iloc[0])} queries")
+    else:
+        streams = (f"{int(q['replicate'].nunique())} replicate stream(s) (every policy sees "
+                   f"the same stream: common random numbers), {per_rep.sum()} queries in all")
+    return (f"{n} polic{'y' if n == 1 else 'ies'}, {streams}, "
             f"{_budget_words(q, budgets)}; baseline '{ctx.baseline}'.")
 
 
@@ -610,13 +627,18 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
             ("cmp-detail", cmp)]))
     sections += _breakdown_sections(ctx)
     sections += _hidden_section(ctx)
-    run_tab = _run_table(ctx.run)
+    replays = cmp.replays > 0
+    run_tab = _run_table(ctx.run, replays)
     if run_tab is not None:
+        # replays of one stream are not samples of anything: no interval over them
+        unit = (f"Mean over the {cmp.replays} replays of one stream, with no interval "
+                "(one replayed stream: its replicates differ at most by a policy's own "
+                "randomness, not by the workload)." if replays else
+                "Intervals over replicates (Student t with fewer than 5).")
         sections.append(("Per-run measures", [
             ("p", "Measured once per replicate at the end of the run: recall_gini is the "
                   "Gini coefficient of recall counts over the notes that exist (1: all use "
-                  "on one note; 0: even); store size after evictions. Intervals over "
-                  "replicates (Student t with fewer than 5)."
+                  "on one note; 0: even); store size after evictions. " + unit
                   + (" " + PREFILTER_OVERLAP_WORDS
                      if "prefilter_overlap" in run_tab.columns else "")),
             ("table", run_tab)]))
@@ -762,23 +784,33 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
             "Gini coefficient of the cumulative number of times each note was packed "
             "(never-packed notes of the store count as zeros).",
             lambda ax: plots.plot_concentration(_conc(), ax, colors, "gini")))
+    # replays of one stream: per-run values get no interval over the replays
+    replays = ctx.cmp.replays > 0
     if arms is not None and "recall_gini" in arms and len(arms):
         figs.append(_draw(
             "recall_gini", "Recall concentration at the end",
             "Gini coefficient of the recall counts over existing notes at the end of the "
-            "run (the feedback loop's lock-in), mean over replicates with its interval.",
-            lambda ax: plots.plot_run_metric(plots.run_metric_data(arms, "recall_gini"),
-                                             ax, colors)))
-    sup = plots.superseded_use_data(arms, focus)
+            "run (the feedback loop's lock-in), "
+            + ("mean over the replays of one stream, with no interval." if replays
+               else "mean over replicates with its interval."),
+            lambda ax: plots.plot_run_metric(
+                plots.run_metric_data(arms, "recall_gini", replays=replays), ax, colors)))
+    sup = plots.superseded_use_data(arms, focus, replays=replays)
     if len(sup):
-        harm = plots.run_metric_data(
-            q[q["budget"] == focus].groupby(["replicate", "policy", "budget"], sort=False)
-            ["harm"].mean().reset_index(), "harm") if "harm" in q else None
+        if replays:
+            # each query of the stream once: the summary's harm and its interval
+            s = ctx.cmp.summary
+            harm = s[(s["metric"] == "harm") & (s["budget"] == focus)]
+        else:
+            harm = plots.run_metric_data(
+                q[q["budget"] == focus].groupby(["replicate", "policy", "budget"], sort=False)
+                ["harm"].mean().reset_index(), "harm") if "harm" in q else None
 
         def _stale(fig):
             top, bottom = fig.subplots(2, 1, height_ratios=[2, 3])
             plots.plot_run_metric(harm, top, colors)
-            top.set_title("harm per query (95% CI over replicates)")
+            top.set_title("harm per query (95% CI over "
+                          + ("the stream's queries)" if replays else "replicates)"))
             plots.plot_superseded_use(sup, bottom, colors)
             bottom.set_title("superseded notes still used D days after")
         figs.append(_draw(
@@ -787,7 +819,11 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
             "notes a newer note superseded, the share whose last use came at least D days "
             "after (among those superseded at least D days before the last query); each "
             "use also raised the wrong note's recall count (stale_reinforced counts them "
-            "per query). Means over replicates with 95% intervals.",
+            "per query). "
+            + ("One stream replayed in each replicate: harm with its 95% interval over "
+               "the stream's queries (each counted once), the shares the mean over the "
+               "replays, with no interval." if replays
+               else "Means over replicates with 95% intervals."),
             _stale, size=(7.5, 7.5), panels=True))
     if store is not None and len(store) and _store_differs(store):
         figs.append(_draw(
@@ -1023,7 +1059,9 @@ def _robustness_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
 
 def _paired_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
     """The ``vs-experiment`` rows of ``sweep/robustness.csv``: each winner minus
-    the experiment's own parameters on the same fresh replicates."""
+    the experiment's own parameters on the same fresh replicates. Its
+    ``attrs["replayed"]`` says whether an interval is over a replayed
+    stream's queries (``ci_over_<objective>``) rather than over replicates."""
     try:
         rob = pd.read_csv(path)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
@@ -1047,6 +1085,9 @@ def _paired_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
             f"{d:+.3g}" + ("" if not np.isfinite(lo) else f" [{lo:+.3g}, {hi:+.3g}]")
             for d, lo, hi in zip(rob[cols[0]], rob[cols[1]], rob[cols[2]])]
         out[f"{lab}: verdict"] = rob[cols[3]].fillna("").astype(str).to_numpy()
+        over = rob.get(f"ci_over_{lab}")
+        if over is not None and over.isin(["queries", "stream"]).any():
+            out.attrs["replayed"] = True
     return out
 
 
@@ -1301,7 +1342,18 @@ def _sweep_robustness_items(rob_file: Path, labels: list[str]) -> list[Any]:
                       "the seeds; on a variant, overfitting to the workload."))
         items.append(("table", rob))
     paired = _paired_table(rob_file, labels)
-    if paired is not None:
+    if paired is not None and paired.attrs.get("replayed"):
+        # the fresh seeds replay one stream: no samples to make an interval over
+        items.append(("p", "Does the best beat the published preset? Each winner minus "
+                      "the experiment's own parameters on the same seeds (paired). The "
+                      "workload is one stream replayed in every replicate, so the seeds "
+                      "are replays, not samples: the 95% interval is a bootstrap over the "
+                      "stream's queries, each counted once, and on the sweep's own stream "
+                      "it is in-sample (the winner was chosen on it, which flatters it); "
+                      "'better' or 'worse' when it excludes 0. An objective measured once "
+                      "per run has no interval and no verdict."))
+        items.append(("table", paired))
+    elif paired is not None:
         items.append(("p", "Does the best beat the published preset? Each winner minus "
                       "the experiment's own parameters, replicate by replicate on the "
                       "same fresh seeds (paired), with a 95% Student t interval over "
@@ -1469,6 +1521,16 @@ def _all_figures(rep: _Report) -> list[ReportFigure]:
     return [item for _, items in rep.sections for kind, item in items if kind == "fig"]
 
 
+def _manifest_kind(run_dir: Path) -> str | None:
+    """The ``kind`` a folder's ``manifest.json`` gives (None without one, or
+    unreadable: the run folder's own checks name that)."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest.get("kind") if isinstance(manifest, dict) else None
+
+
 def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED,
                  progress: Callable[[float], None] | None = None) -> Path:
     """(Re)build ``report.html``, ``report.md`` and ``figures/*.png`` of a run folder.
@@ -1495,11 +1557,18 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED,
         (a :class:`~memsim.reporting.rundir.RunFolderError` naming the file,
         and the column and row at fault: a summary.csv or rankings.parquet
         that exists is checked as the other files are, never recomputed or
-        skipped in silence; see :func:`~memsim.reporting.rundir.load_run`).
+        skipped in silence; see :func:`~memsim.reporting.rundir.load_run`),
+        or if it is the folder of ``memsim advise`` (it holds ``advice.json``).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run folder")
+    if (run_dir / "advice.json").is_file() or _manifest_kind(run_dir) == "advise":
+        # an advice folder has no queries of its own: a report of it would be
+        # empty, and it already holds its own report (advice.md)
+        raise ConfigError(f"{run_dir}: a folder of memsim advise, not a run folder; its "
+                          f"report is {run_dir / 'advice.md'}. memsim report takes the "
+                          "folder of memsim run or memsim sweep")
     say = progress or (lambda _frac: None)
     run = load_run(run_dir)
     rep = _content(run_dir, run, n_boot, seed)

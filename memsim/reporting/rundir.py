@@ -46,6 +46,8 @@ import pandas as pd
 
 from memsim.core.errors import ConfigError
 from memsim.core.rng import child_seq, seed_sequence
+from memsim.data.datasets import DATA_PREFIX, DataError, content_hash, resolve as resolve_data
+from memsim.data.importers import load_source
 from memsim.data.stream import read_stream
 from memsim.evaluation.metrics import MIN_REPLICATES
 
@@ -523,6 +525,17 @@ def summary_rows(stored: pd.DataFrame | None, queries: pd.DataFrame,
 # --------------------------------------------------------------------------
 
 
+def _html_cell(mean: float, lo: float, hi: float) -> str:
+    """``mean [lo, hi]`` of a notebook's summary cell, the mean alone without
+    an interval, and ``"n/a"`` without a mean (``recall_age_90_inf`` when no
+    relevant note gets that old): what the report prints, never ``nan``."""
+    if not np.isfinite(mean):
+        return "n/a"
+    if np.isfinite(lo) and np.isfinite(hi):
+        return f"{mean:.3g} [{lo:.3g}, {hi:.3g}]"
+    return f"{mean:.3g}"
+
+
 @dataclass(kw_only=True)
 class RunResult:
     """What a run produced: the frames of its run folder, in memory.
@@ -588,8 +601,7 @@ class RunResult:
         if s is None or len(s) == 0:
             return head
         s = s[s["metric"].isin(self._HTML_METRICS)]
-        cell = [f"{m:.3g} [{lo:.3g}, {hi:.3g}]" if np.isfinite(lo) and np.isfinite(hi)
-                else f"{m:.3g}" for m, lo, hi in zip(s["mean"], s["ci_low"], s["ci_high"])]
+        cell = [_html_cell(m, lo, hi) for m, lo, hi in zip(s["mean"], s["ci_low"], s["ci_high"])]
         wide = s.assign(cell=cell).pivot_table(index=["policy", "budget"], columns="metric",
                                                values="cell", aggfunc="first", sort=False)
         wide = wide[[m for m in self._HTML_METRICS if m in wide.columns]]
@@ -809,12 +821,17 @@ class RunResult:
         tag : str, optional
             The run tag (default: the policy's name).
         stream : Stream or path, optional
-            The stream the run replayed, read for its trace ids. Default: a
-            run kept in memory reads its experiment's stream when it
-            replayed one from disk (a generated stream's ids are its own); a
-            run read back from its folder that replayed a stream from disk
-            which may keep trace ids (an imported trace, or a stream folder
-            with a ``trace_id`` column) needs it.
+            The stream the run replayed, read for its trace ids: a Stream,
+            a stream folder (or a copy of it), or the run's source as its
+            ``config.toml`` names it (``data:locomo``, a trace file, or a
+            copy of that file), read with the run's importer as ``memsim
+            run`` reads it. It is checked against what the run recorded
+            (see Raises). Default: a run kept in memory reads its
+            experiment's stream when it replayed one from disk (a generated
+            stream's ids are its own); a run read back from its folder that
+            replayed a stream from disk which may keep trace ids (an
+            imported trace, or a stream folder with a ``trace_id`` column)
+            needs it.
 
         Raises
         ------
@@ -822,8 +839,14 @@ class RunResult:
             If the run saved no rankings (``save_rankings = true``), the arm
             is ambiguous or absent, ``scores`` is neither ``"rank"`` nor
             ``"policy"``, the stream is needed and not given, or it is not
-            the one the run replayed (a ranked id it lacks). A
-            :class:`~memsim.core.errors.ConfigError` is also a
+            the one the run replayed: it lacks a note the run ranked or a
+            query the run asked, has a query the run did not ask, or one
+            asked at another time or with another number of relevant notes
+            than the run recorded (its ``t`` and ``n_relevant``); or, given
+            as a path, its content is not the source the run hashed
+            (``workload.source_hash``: the stream folder it replayed, or
+            the file it imported). The message names ``stream`` and what
+            differs. A :class:`~memsim.core.errors.ConfigError` is also a
             :class:`ValueError`, which these errors were before.
         """
         frame, name, _ = self._run_frame(stream, policy, budget, replicate, scores)
@@ -848,14 +871,8 @@ class RunResult:
             replicate = self._pick("replicate", replicate)
         stream = self._stream(stream, replicate)
         qr = stream.qrels
-        created = pd.Series(stream.notes["created_at"].to_numpy(np.float64),
-                            index=stream.notes["note_id"].to_numpy(np.int64))
-        asked = pd.Series(stream.queries["t"].to_numpy(np.float64),
-                          index=stream.queries["query_id"].to_numpy(np.int64))
         gain = qr["gain"].to_numpy(np.float64)
-        born = created.reindex(qr["note_id"]).to_numpy()
-        # R+ of a query: positive gains of the notes that exist when it is asked
-        keep = (gain > 0) & (born <= asked.reindex(qr["query_id"]).to_numpy())
+        keep, born = _relevant_when_asked(stream)
         grade = gain[keep] * gain_scale
         big = grade >= 2.0 ** 63
         if big.any():
@@ -908,8 +925,10 @@ class RunResult:
         ----------
         path : str or PathLike
         stream : Stream or path, optional
-            The stream the run replayed (a stream folder is read). Default:
-            the stream of ``replicate`` of :attr:`experiment` (a run kept in
+            The stream the run replayed, given and checked as
+            :meth:`to_trec_run` takes it (a generated run's: that of
+            ``replicate``, else of one of its replicates). Default: the
+            stream of ``replicate`` of :attr:`experiment` (a run kept in
             memory), regenerated from its seed or read from its source.
         replicate : int, optional
             One of the run's replicates. Default: the run's only replicate.
@@ -925,8 +944,10 @@ class RunResult:
             If ``gain_scale`` is not a finite number > 0, a grade is not an
             integer, is 0 for a positive gain or does not fit in 64 bits,
             ``replicate`` is not one of the run's, the run has several
-            replicates and ``replicate`` is not given, or no ``stream`` is
-            given for a run read back from its folder. A
+            replicates and neither ``replicate`` nor ``stream`` is given,
+            no ``stream`` is given for a run read back from its folder, or
+            it is not the one the run replayed (as :meth:`to_trec_run`
+            says). A
             :class:`~memsim.core.errors.ConfigError` is also a
             :class:`ValueError`, which these errors were before.
         """
@@ -940,14 +961,15 @@ class RunResult:
                 gain_scale: float = 1.0) -> tuple[Any, Any]:
         """The arm's rankings and the stream's qrels as ``(ranx.Qrels,
         ranx.Run)``, as :meth:`to_trec_qrels` and :meth:`to_trec_run` write
-        them (needs ``pip install -e ".[ranx]"``)."""
+        them, from the same ``stream``, refused as they refuse it when it is
+        not the one the run replayed (needs ``pip install -e ".[ranx]"``)."""
         try:
             import ranx
         except ImportError:
             raise ImportError('to_ranx needs ranx: pip install -e ".[ranx]"') from None
         _, name, rep = self._one_arm(policy, budget, replicate)
         if stream is not None or self.experiment is not None:
-            stream = self._stream(stream, rep)  # read once, for both files
+            stream = self._stream(stream, rep)  # read (and checked) once, for both files
         run = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate,
                                   stream=stream)
         qrels = self.trec_qrels_frame(stream, replicate=rep, gain_scale=gain_scale)
@@ -987,29 +1009,134 @@ class RunResult:
             keeps = any(c is None or "trace_id" in c for c in cols)
         if keeps:
             raise ConfigError(f"{self.path or 'the run'}: give the stream the run replayed "
-                              f"(stream=, a Stream or a stream folder): {source} may keep a "
-                              "trace's own ids, which the export writes, and a run read back "
-                              "from its folder does not hold them")
+                              f"(stream=: a Stream, a stream folder, or {source} as its "
+                              f"config.toml names it): {source} may keep a trace's own ids, "
+                              "which the export writes, and a run read back from its folder "
+                              "does not hold them")
 
     def _stream(self, stream: Any, replicate: int | None) -> Any:
-        """The stream a qrels export reads: given, a folder, or the experiment's."""
-        if stream is not None:
-            return read_stream(stream) if isinstance(stream, (str, os.PathLike)) else stream
-        exp = self.experiment
-        if exp is None:
-            raise ConfigError("give the stream the run replayed (a Stream or a stream folder): "
-                              "a run read back from its folder does not hold it")
-        if replicate is None:
-            reps = pd.unique(self.queries["replicate"]) if self.queries is not None and \
-                "replicate" in self.queries.columns else [0]
-            if len(reps) != 1:
-                raise ConfigError(f"the run has {len(reps)} replicates: give replicate=")
-            replicate = int(reps[0])
-        if hasattr(exp.workload, "load"):
-            return exp.workload.load()
-        # the replicate's stream, from the seed the runner gives it
-        return exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate", replicate,
-                                               "workload"))
+        """The stream an export reads: given (a Stream or a path,
+        :meth:`_read_stream_arg`), else the experiment's; refused unless it
+        is the one the run replayed (:meth:`_check_stream`)."""
+        if stream is None:
+            exp = self.experiment
+            if exp is None:
+                source = (self.config.get("workload") or {}).get("source")
+                raise ConfigError("give the stream the run replayed (stream=: a Stream, a stream "
+                                  "folder" + (f", or {source} as its config.toml names it"
+                                              if source else "")
+                                  + "): a run read back from its folder does not hold it")
+            if replicate is None:
+                reps = pd.unique(self.queries["replicate"]) if self.queries is not None and \
+                    "replicate" in self.queries.columns else [0]
+                if len(reps) != 1:
+                    raise ConfigError(f"the run has {len(reps)} replicates: give replicate=")
+                replicate = int(reps[0])
+            where = "the experiment's stream"
+            if hasattr(exp.workload, "load"):
+                got = exp.workload.load()
+            else:
+                # the replicate's stream, from the seed the runner gives it
+                got = exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate",
+                                                      replicate, "workload"))
+        elif isinstance(stream, (str, os.PathLike)):
+            where = f"stream {os.fspath(stream)}"
+            got = self._read_stream_arg(stream, where)
+        else:
+            where, got = "stream", stream
+        self._check_stream(got, replicate, where)
+        return got
+
+    def _read_stream_arg(self, stream: str | os.PathLike, where: str) -> Any:
+        """A ``stream=`` path read: the run's own source, when its content is
+        the one ``workload.source_hash`` recorded (the same file or folder, a
+        copy of it elsewhere, or ``data:NAME``), read as ``memsim run`` reads
+        it (with the run's importer); else a stream folder (an imported
+        trace's, as ``memsim stream import`` writes it), whose content the
+        run did not hash: :meth:`_check_stream` compares it with the run."""
+        wl = self.config.get("workload") or {}
+        text = os.fspath(stream)
+        path = Path(text).expanduser()
+        if text.startswith(DATA_PREFIX):
+            try:
+                path = resolve_data(text)
+            except DataError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+        recorded = wl.get("source_hash")
+        if recorded and path.exists():
+            try:
+                same = content_hash(path) == recorded
+            except OSError as exc:
+                raise ConfigError(f"{where}: cannot read: {exc.strerror or exc}") from None
+            if same:
+                return _read_source(path, wl)
+            # a stream folder replayed as is, or a file the run imported:
+            # another content is another stream (memsim run refuses it too)
+            if not wl.get("importer") or not path.is_dir():
+                raise ConfigError(f"{where}: not the run's source {wl.get('source')} (its "
+                                  "content's sha256 is not the workload.source_hash of the "
+                                  "run's config.toml): give the stream the run replayed")
+        return read_stream(path)
+
+    def _check_stream(self, stream: Any, replicate: int | None, where: str) -> None:
+        """Refuse a stream that is not the one ``replicate`` (None: any of the
+        run's replicates) replayed, as the run recorded it: a note it ranked
+        or a query it asked that the stream lacks, a query the run did not
+        ask, or one asked at another time or with another number of
+        relevant notes (``t`` and ``n_relevant`` of its queries, the
+        fingerprint :func:`memsim.compare` pairs runs by). Without the check
+        an export of another stream writes its ids and qrels in silence."""
+        notes = pd.Index(stream.notes["note_id"].to_numpy(np.int64))
+        keep, _ = _relevant_when_asked(stream)
+        asked = pd.DataFrame({"t": stream.queries["t"].to_numpy(np.float64)},
+                             index=stream.queries["query_id"].to_numpy(np.int64))
+        asked["n_relevant"] = pd.Series(stream.qrels["query_id"].to_numpy(np.int64)[keep]) \
+            .value_counts().reindex(asked.index, fill_value=0).to_numpy(np.float64)
+        reps = [replicate] if replicate is not None else (self._arm_values("replicate") or [0])
+        problems = [self._stream_problem(notes, asked, rep) for rep in reps]
+        if all(problems):
+            raise ConfigError(f"{where}: {problems[0]}: give the stream the run replayed")
+
+    def _stream_problem(self, notes: pd.Index, asked: pd.DataFrame, rep: int) -> str | None:
+        """Why a stream (its note ids; its queries' ``t`` and ``n_relevant``
+        by ``query_id``) is not the one replicate ``rep`` replayed; None when
+        the run says nothing against it."""
+        def of_rep(frame: pd.DataFrame | None) -> pd.DataFrame | None:
+            if frame is None or "query_id" not in frame.columns:
+                return None
+            return frame[frame["replicate"] == rep] if "replicate" in frame.columns else frame
+
+        ranked = of_rep(self.rankings)
+        if ranked is not None and "note_id" in ranked.columns:
+            ids = pd.Index(pd.unique(ranked["note_id"]))
+            lacks = ids[~ids.isin(notes)]
+            if len(lacks):
+                return f"note {lacks[0]} is not in it (the run ranked it)"
+        q = of_rep(self.queries)
+        mine = q if q is not None else ranked
+        if mine is None:
+            return None
+        mine = mine.drop_duplicates("query_id").set_index("query_id")
+        lacks = mine.index.difference(asked.index)
+        if len(lacks):
+            return f"query {lacks[0]} is not in it (the run asked it)"
+        extra = asked.index.difference(mine.index)
+        if q is not None and len(extra):  # the queries hold every query the run asked
+            return (f"it has {len(asked):,} queries, the run asked {len(mine):,} (query "
+                    f"{extra[0]} is not the run's)")
+        theirs = asked.reindex(mine.index)
+        for col, say in (("t", "is asked at t = {:g} in it, at t = {:g} in the run"),
+                         ("n_relevant", "has other relevant notes when asked: {:g} in it, {:g} "
+                                        "in the run (n_relevant)")):
+            if col not in mine.columns:
+                continue
+            a = theirs[col].to_numpy(np.float64)
+            b = pd.to_numeric(mine[col], errors="coerce").to_numpy(np.float64)
+            differ = ~((a == b) | (np.isnan(a) & np.isnan(b)))
+            if differ.any():
+                i = int(np.flatnonzero(differ)[0])
+                return f"query {mine.index[i]} " + say.format(a[i], b[i])
+        return None
 
     @classmethod
     def load(cls, path: str | Path) -> RunResult:
@@ -1085,6 +1212,28 @@ def _texts(ids, trace: pd.Series | None = None, what: str = "id") -> np.ndarray:
         raise ConfigError(f"stream: {what} {miss} is not in it: give the stream the run "
                           "replayed")
     return mapped.to_numpy(dtype=object)
+
+
+def _relevant_when_asked(stream: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the stream's qrels rows are in R+ (a positive gain of a note
+    that exists when the query is asked: memsim's ``n_relevant``), and each
+    row's note creation time."""
+    created = pd.Series(stream.notes["created_at"].to_numpy(np.float64),
+                        index=stream.notes["note_id"].to_numpy(np.int64))
+    asked = pd.Series(stream.queries["t"].to_numpy(np.float64),
+                      index=stream.queries["query_id"].to_numpy(np.int64))
+    qr = stream.qrels
+    born = created.reindex(qr["note_id"]).to_numpy()
+    keep = (qr["gain"].to_numpy(np.float64) > 0) & \
+        (born <= asked.reindex(qr["query_id"]).to_numpy())
+    return keep, born
+
+
+def _read_source(path: Path, wl: dict) -> Any:
+    """The stream of a run's source at ``path``, read as its ``[workload]``
+    table says, as ``memsim run`` reads it (:func:`load_source`)."""
+    return load_source(path, wl.get("importer"), notes=wl.get("notes", "turns"),
+                       embedder=wl.get("embedder"))
 
 
 def _trace_ids(table: pd.DataFrame, key: str) -> pd.Series | None:

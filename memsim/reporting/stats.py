@@ -33,6 +33,14 @@ intervals and ``n`` of such a run are those of its queries, whatever
 ``replicates`` is (three replays of a 20-query trace are 20 queries, not
 60, and five or more give no interval over identical replicates).
 
+A per-run metric (:data:`RUN_METRICS`: one value per replicate and arm) has
+no queries to resample, and its replays are no sample of anything: identical
+when the replay is deterministic (an interval over them would have zero
+width), else apart only by the policy's own randomness, which is not the
+workload's uncertainty an interval claims. So :func:`summarise` gives it the
+mean over the replays and no interval (:func:`run_metric_ci`: ``ci_low`` and
+``ci_high`` NaN, ``n = 1``, ``ci_over = "stream"``, ``ci_method = "none"``).
+
 Run-level shares
 ----------------
 ``utility_share`` (:data:`RATIO_METRICS`) is not a mean of per-query values
@@ -107,6 +115,7 @@ from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, HIGHER_IS_BETTER, MET
 
 __all__ = [
     "mean_ci",
+    "run_metric_ci",
     "summarise",
     "fold_replays",
     "utility_share",
@@ -190,6 +199,49 @@ def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, floa
     se = float(v.std(ddof=1)) / np.sqrt(n)
     h = float(sps.t.ppf(0.5 + level / 2, n - 1)) * se
     return (m, m - h, m + h, n)
+
+
+def run_metric_ci(values: np.ndarray, level: float = 0.95, *, replays: bool = False,
+                  n_boot: int = N_BOOT, seed: int = SEED,
+                  min_replicates: int = MIN_REPLICATES
+                  ) -> tuple[float, float, float, int, str, str]:
+    """Mean of a per-run metric over replicates, its interval and how it was made.
+
+    Parameters
+    ----------
+    values : array_like
+        One value per replicate (of one policy and budget); NaN and infinite
+        values are ignored.
+    level : float
+        Confidence level.
+    replays : bool
+        Whether the replicates replay one stream (:func:`fold_replays` folded
+        their queries): then they are not independent samples, and no
+        interval is claimed (module doc).
+    n_boot, seed : int
+        Bootstrap resamples and seed.
+    min_replicates : int
+        Fewest finite values for a bootstrap interval (else Student t).
+
+    Returns
+    -------
+    (mean, lo, hi, n, ci_over, ci_method) : tuple
+        Independent replicates: the bootstrap of :func:`bootstrap_mean_ci`
+        with at least ``min_replicates`` finite values (``"replicates",
+        "bootstrap"``), else the Student-t interval of :func:`mean_ci`
+        (``"replicates", "t"``). Replays of one stream: the mean over the
+        replays, NaN bounds, ``n = 1`` (0 when no value is finite),
+        ``"stream", "none"``.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    finite = v[np.isfinite(v)]
+    if replays:
+        # one stream is one observation, however often it was replayed
+        mean = float(finite.mean()) if len(finite) else np.nan
+        return (mean, np.nan, np.nan, min(len(finite), 1), "stream", "none")
+    if len(finite) >= min_replicates:
+        return (*bootstrap_mean_ci(v, level, n_boot, seed), "replicates", "bootstrap")
+    return (*mean_ci(v, level), "replicates", "t")
 
 
 # --------------------------------------------------------------------------
@@ -655,13 +707,17 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
     DataFrame
         Columns ``policy, budget, metric, mean, ci_low, ci_high, n, ci_over,
         ci_method``. ``n`` counts replicates when ``ci_over = "replicates"``,
-        finite query values when ``"queries"``. A ratio metric's ``mean`` is
-        the pooled ratio of sums (module doc) and ``n`` counts the replicates
-        or queries with a positive denominator; its interval is a bootstrap
-        of the ratio of sums (``ci_method = "bootstrap-ratio"``). Per-run
-        metrics with fewer than ``min_replicates`` replicates use a Student-t
-        interval over replicates (``ci_method = "t"``): they have no queries
-        to resample.
+        finite query values when ``"queries"``, and is 1 when ``"stream"``.
+        A ratio metric's ``mean`` is the pooled ratio of sums (module doc)
+        and ``n`` counts the replicates or queries with a positive
+        denominator; its interval is a bootstrap of the ratio of sums
+        (``ci_method = "bootstrap-ratio"``). Per-run
+        metrics (:data:`RUN_METRICS`) have no queries to resample: their
+        interval is over replicates (:func:`run_metric_ci`), Student t with
+        fewer than ``min_replicates`` (``ci_method = "t"``); when the
+        queries are replays of one stream (:func:`fold_replays`) they have
+        none: the mean over the replays, ``ci_low`` and ``ci_high`` NaN,
+        ``n = 1``, ``ci_over = "stream"``, ``ci_method = "none"``.
     """
     keys = ["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n", "ci_over",
             "ci_method"]
@@ -690,21 +746,16 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
                 for m in metrics:
                     if (pol, m) in cells:
                         rows.append((pol, bud, m, *cells[pol, m]))
+    replays = bool(queries.attrs.get("folded_replays"))
     run = _run_level(arms, store)
     if run is not None:
         for (pol, bud), grp in run.groupby(["policy", "budget"], sort=False):
             for m in RUN_METRICS:
                 if m not in grp:
                     continue
-                v = grp[m].to_numpy(np.float64)
-                if np.isfinite(v).sum() >= min_replicates:
-                    mean_, lo_, hi_, n_ = bootstrap_mean_ci(v, level, n_boot,
-                                                            seed + _stable(pol, bud, m))
-                    method = "bootstrap"
-                else:
-                    mean_, lo_, hi_, n_ = mean_ci(v, level)
-                    method = "t"
-                rows.append((pol, bud, m, mean_, lo_, hi_, n_, "replicates", method))
+                rows.append((pol, bud, m, *run_metric_ci(
+                    grp[m].to_numpy(np.float64), level, replays=replays, n_boot=n_boot,
+                    seed=seed + _stable(pol, bud, m), min_replicates=min_replicates)))
     return pd.DataFrame(rows, columns=keys)
 
 

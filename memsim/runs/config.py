@@ -40,11 +40,11 @@ from typing import Any
 import tomli_w
 
 from memsim.data.embed import check_embedder
-from memsim.data.datasets import DATA_PREFIX, DataError, dataset as data_set, resolve as resolve_data
+from memsim.data.datasets import (DATA_PREFIX, DataError, content_hash, dataset as data_set,
+                                  resolve as resolve_data)
 from memsim.engine import SimSettings
 from memsim.engine.settings import splits_ticks
-from memsim.data.importers.locomo import import_locomo
-from memsim.data.importers.trace import import_trace
+from memsim.data.importers import load_source
 from memsim.core.errors import ConfigError, MemsimError
 from memsim.core.params import (Interval, Validated, apply_override, attribute_overrides,
                                  attribution, check_keys, did_you_mean, override_text, toml_plain,
@@ -52,7 +52,6 @@ from memsim.core.params import (Interval, Validated, apply_override, attribute_o
 from memsim.policies import Policy, resolve_policy
 from memsim.policies.plugins import check_module_names, import_plugins
 from memsim.evaluation.reader import reader_from_config
-from memsim.data.stream import read_stream
 from memsim.data.workload import SyntheticWorkload
 
 __all__ = [
@@ -195,39 +194,14 @@ class StreamSource:
 
     def load(self):
         """Read (or import) the stream."""
-        if self.importer == "locomo":
-            return import_locomo(self.path, notes=self.notes, embedder=self.embedder or "bm25")
-        if self.importer == "trace":
-            return import_trace(self.path, embedder=self.embedder)
-        return read_stream(self.path)
-
-
-_HASH_CACHE: dict[tuple, str] = {}
+        return load_source(self.path, self.importer, notes=self.notes, embedder=self.embedder)
 
 
 def _content_hash(path: Path) -> str:
     try:
-        if path.is_dir():
-            files = sorted(f for f in path.rglob("*") if f.is_file())
-        else:
-            files = [path]
-        stats = tuple((str(f.relative_to(path)) if f != path else "", f.stat().st_size,
-                       f.stat().st_mtime_ns) for f in files)
-        key = (str(path), stats)
-        if key in _HASH_CACHE:
-            return _HASH_CACHE[key]
-        h = hashlib.sha256()
-        for f, (rel, _, _) in zip(files, stats):
-            h.update(f"{rel}\0".encode())
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-            h.update(b"\0")
+        return content_hash(path)
     except OSError as exc:
         raise ConfigError(f"workload.source: {path}: cannot read: {exc.strerror or exc}") from None
-    digest = f"sha256:{h.hexdigest()}"
-    _HASH_CACHE[key] = digest
-    return digest
 
 
 @dataclass(frozen=True, kw_only=True)

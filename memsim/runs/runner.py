@@ -25,7 +25,7 @@ import pandas as pd
 
 from memsim.runs.config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
 from memsim.engine import NO_PREFILTER_OVERLAP, Arm, ReplayCache, simulate
-from memsim.core.errors import ConfigError, Terminated
+from memsim.core.errors import ConfigError, StreamError, Terminated
 from memsim.core.params import Interval
 from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
@@ -43,9 +43,24 @@ __all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "de
 
 
 def load_stream_for(exp: Experiment, replicate: int) -> Stream:
-    """The stream of one replicate: generated from its named seed, or read."""
+    """The stream of one replicate: generated from its named seed, or read.
+
+    Raises
+    ------
+    StreamError
+        A replayed stream that cannot be read; the message names the
+        experiment file and ``workload.source`` before the stream's own
+        message (which names the file, column and row), as a config
+        mistake is named.
+    """
     if isinstance(exp.workload, StreamSource):
-        return exp.workload.load()
+        try:
+            return exp.workload.load()
+        except StreamError as exc:
+            # the folder came from the config: say which file and key, as
+            # every other config mistake does
+            where = f"{exp.source_file}: " if exp.source_file else ""
+            raise StreamError(f"{where}workload.source: {exc}") from exc
     return exp.workload.generate(child_seq(seed_sequence(exp.seed), "replicate", replicate,
                                            "workload"))
 
@@ -507,7 +522,7 @@ def _checked_streams(exp: Experiment) -> dict[int, Stream] | None:
     MemsimError
         The stream cannot be read (an empty trace, a malformed stream).
     """
-    stream = exp.workload.load() if isinstance(exp.workload, StreamSource) else None
+    stream = load_stream_for(exp, 0) if isinstance(exp.workload, StreamSource) else None
     # only a trace with 'retrieved' events logs rankings; a generated stream never does
     logged = stream is not None and getattr(stream, "retrieved", None) is not None
     for name, pol in exp.policies.items():

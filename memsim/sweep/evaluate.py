@@ -21,6 +21,14 @@ arm's ``arms`` row, ``store_notes`` and ``store_tokens`` from the last row
 sweep, and ``utility_share`` pooled over the replicate's queries
 (:func:`memsim.reporting.stats.utility_share_by` by policy, budget and replicate).
 
+Replays of one stream. An experiment whose workload is a stream from disk (a
+trace, a stream folder, LoCoMo: :func:`replays_one_stream`) replays the same
+queries in every replicate, so its per-replicate values are no independent
+samples: identical for a deterministic policy. A caller that needs an
+interval then asks for each trial's per-query values (``keep_queries``:
+:attr:`TrialOutcome.queries`) and pairs two trials over the stream's queries
+(:func:`paired_over_queries`).
+
 Batches (:meth:`TrialEvaluator.evaluate_batch`). Trials that differ only in
 their policies (every swept key under ``policies.``) are simulated as the
 arms of one replay per replicate, so that the stream, the similarity product
@@ -49,12 +57,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from memsim.runs.config import Experiment, config_hash
+import pandas as pd
+
+from memsim.runs.config import Experiment, StreamSource, config_hash
 from memsim.engine import Arm, ReplayCache
 from memsim.core.errors import MemsimError
 from memsim.runs.runner import (load_stream_for, simulate_experiment, simulate_replicate,
                            simulate_replicates, simulate_tasks)
-from memsim.reporting.stats import utility_share_by
+from memsim.reporting.stats import RATIO_METRICS, paired_tests, utility_share_by
 
 from .space import RUN_OBJECTIVES, SweepSpec, apply_params
 
@@ -91,6 +101,58 @@ def run_level_values(frames: dict[str, Any], metric: str, policy: str, budget: A
     return out
 
 
+def replays_one_stream(e: Experiment) -> bool:
+    """Whether every replicate of ``e`` replays one stream (a stream from
+    disk: a trace, a stream folder, LoCoMo) rather than drawing its own."""
+    return isinstance(e.workload, StreamSource)
+
+
+def query_columns(metric: str) -> tuple[str, ...]:
+    """The per-query columns an objective's value is made of: its own, the
+    numerator and denominator of a ratio (``utility_share``), or none for a
+    per-run metric (``recall_gini``, the store size ...), which has no
+    queries to resample."""
+    if metric in RATIO_METRICS:
+        return tuple(RATIO_METRICS[metric])
+    if metric in RUN_OBJECTIVES:
+        return ()
+    return (metric,)
+
+
+def paired_over_queries(a: pd.DataFrame, b: pd.DataFrame, metric: str, level: float = 0.95
+                        ) -> tuple[float, float, float, int]:
+    """Paired difference ``a - b`` of an objective over one stream's queries.
+
+    Parameters
+    ----------
+    a, b : DataFrame
+        Two trials' :attr:`TrialOutcome.queries` of the objective, on the
+        same replicates of one replayed stream.
+    metric : str
+        The objective's metric (a query column, or ``utility_share``).
+    level : float
+        Confidence level.
+
+    Returns
+    -------
+    (diff, lo, hi, n) : tuple
+        :func:`memsim.reporting.stats.paired_tests` of the two: the replays
+        are folded, so each query is one pair (its mean over the replays),
+        and the interval is a bootstrap over the stream's queries (of the
+        ratio of sums for ``utility_share``); ``n`` pairs. ``diff`` is the
+        mean over the queries where both have a value. NaN and 0 when no
+        query pairs.
+    """
+    q = pd.concat([a.assign(policy="a"), b.assign(policy="b")], ignore_index=True)
+    q["budget"] = 0
+    t = paired_tests(q, baseline="b", metrics=[metric], level=level)
+    if not len(t):
+        return math.nan, math.nan, math.nan, 0
+    r = t.iloc[0]
+    return (float(r["diff"]), float(r["diff_ci_low"]), float(r["diff_ci_high"]),
+            int(r["n_pairs"]))
+
+
 @dataclass(frozen=True)
 class TrialOutcome:
     """How one trial of :meth:`TrialEvaluator.evaluate_batch` ended.
@@ -109,12 +171,18 @@ class TrialOutcome:
     stopped_after : int or None
         The number of replicates done when the caller stopped the trial
         (``after_replicate`` returned True); None when it ran them all.
+    queries : dict
+        Objective label -> its per-query values over the replicates
+        simulated (``replicate, query_id, t`` and :func:`query_columns`),
+        when the batch kept them (``keep_queries``); a per-run objective
+        has none.
     """
 
     values: tuple = ()
     per_replicate: dict = field(default_factory=dict)
     error: str = ""
     stopped_after: int | None = None
+    queries: dict = field(default_factory=dict)
 
 
 class TrialEvaluator:
@@ -219,12 +287,28 @@ class TrialEvaluator:
             per[o.label] = by_rep
         return per
 
+    def _objective_queries(self, frames: dict[str, Any], e: Experiment, prefix: str = ""
+                           ) -> dict[str, pd.DataFrame]:
+        """Objective label -> the per-query values (:func:`query_columns`) of
+        the arm named ``prefix + policy`` in ``frames``; none for a per-run
+        objective."""
+        q = frames["queries"]
+        out = {}
+        for o in self.spec.objectives:
+            cols = query_columns(o.metric)
+            if cols:
+                budget = o.budget if o.budget is not None else e.sim.budget_tokens
+                sub = q[(q["policy"] == prefix + o.policy) & (q["budget"] == budget)]
+                out[o.label] = sub[["replicate", "query_id", "t", *cols]]
+        return out
+
     # -- batches ---------------------------------------------------------------
     def evaluate_batch(self, param_sets: Sequence[dict[str, Any]],
                        names: Sequence[str] | None = None,
                        replicates: Sequence[int] | None = None,
                        after_replicate: Callable[[int, int, list[float]], bool] | None = None,
-                       variant: dict[str, Any] | None = None) -> list[TrialOutcome]:
+                       variant: dict[str, Any] | None = None,
+                       keep_queries: bool = False) -> list[TrialOutcome]:
         """Evaluate several parameter sets, replicate by replicate, sharing
         one replay per replicate among the trials that differ only in their
         policies (see the module docstring).
@@ -247,6 +331,9 @@ class TrialEvaluator:
         variant : dict, optional
             Dotted-key overrides applied to every trial's experiment (a
             robustness variant), as in :meth:`evaluate`.
+        keep_queries : bool
+            Keep each trial's per-query values (:attr:`TrialOutcome.queries`):
+            what an interval over the queries of a replayed stream needs.
 
         Returns
         -------
@@ -260,9 +347,10 @@ class TrialEvaluator:
             else list(replicates)
         per: list[dict[str, dict[int, float]]] = [{lab: {} for lab in self.spec.labels}
                                                   for _ in range(n)]
+        per_query: list[dict | None] = [{} if keep_queries else None for _ in range(n)]
         stopped: list[int | None] = [None] * n
         if after_replicate is None and self.jobs > 1 and len(reps) > 1:
-            self._replay_parallel(full, sims, context, names, reps, errors, per)
+            self._replay_parallel(full, sims, context, names, reps, errors, per, per_query)
             reps = []  # done (a group that failed was replayed replicate by replicate)
         for step, r in enumerate(reps, 1):
             live = [i for i in range(n) if not errors[i] and stopped[i] is None]
@@ -273,7 +361,7 @@ class TrialEvaluator:
             for i in live:
                 groups.setdefault(context[i], []).append(i)
             for group in groups.values():
-                _record(per, self._replay(group, full, sims, names, r, errors), r)
+                _record(per, self._replay(group, full, sims, names, r, errors, per_query), r)
             if after_replicate is not None:
                 for i in live:
                     if not errors[i] and after_replicate(
@@ -281,7 +369,8 @@ class TrialEvaluator:
                         stopped[i] = step
         return [TrialOutcome(error=errors[i], per_replicate=per[i]) if errors[i] else
                 TrialOutcome(values=tuple(_mean_of(per[i][lab]) for lab in self.spec.labels),
-                             per_replicate=per[i], stopped_after=stopped[i])
+                             per_replicate=per[i], stopped_after=stopped[i],
+                             queries=_joined(per_query[i]))
                 for i in range(n)]
 
     def _prepare(self, param_sets: Sequence[dict[str, Any]], names: Sequence[str] | None,
@@ -324,7 +413,7 @@ class TrialEvaluator:
         batches : sequence of dict
             The keyword arguments of each :meth:`evaluate_batch` call
             (``param_sets``, and optionally ``names``, ``replicates``,
-            ``variant``; no ``after_replicate``).
+            ``variant``, ``keep_queries``; no ``after_replicate``).
         extra : sequence of tuple
             ``(exp, arms, replicate, stream)`` replays
             (:func:`~memsim.runs.runner.simulate_tasks`) whose frames are returned.
@@ -363,7 +452,7 @@ class TrialEvaluator:
                     for r in reps:
                         slots.append((group, r, len(tasks)))
                         tasks.append((sims[group[0]], arms, r, kept.get(r)))
-                plans.append((names, full, errors, slots))
+                plans.append((names, full, errors, slots, b.get("keep_queries", False)))
         n_batch = len(tasks)
         frames = None
         if self.jobs > 1 and n_batch + len(extra) > 1:
@@ -394,24 +483,27 @@ class TrialEvaluator:
                 outs.append(self.evaluate_batch(**b, after_replicate=after))
             return outs, got
         outs = []
-        for names, full, errors, slots in plans:
+        for names, full, errors, slots, keep in plans:
             per: list[dict[str, dict[int, float]]] = [{lab: {} for lab in self.spec.labels}
                                                       for _ in full]
+            per_query: list[dict | None] = [{} if keep else None for _ in full]
             for group, r, k in slots:
-                _record(per, {i: self._objective_values(frames[k], full[i], [r],
-                                                        prefix=f"{names[i]}/")
+                _record(per, {i: self._trial_values(frames[k], full[i], r, names[i],
+                                                    per_query[i])
                               for i in group}, r)
             outs.append([TrialOutcome(error=errors[i], per_replicate=per[i]) if errors[i] else
                          TrialOutcome(values=tuple(_mean_of(per[i][lab])
                                                    for lab in self.spec.labels),
-                                      per_replicate=per[i])
+                                      per_replicate=per[i], queries=_joined(per_query[i]))
                          for i in range(len(full))])
         return outs, frames[n_batch:]
 
     def _replay_parallel(self, full: list, sims: list, context: list, names: list[str],
-                         reps: list[int], errors: list[str], per: list[dict]) -> None:
+                         reps: list[int], errors: list[str], per: list[dict],
+                         per_query: list[dict | None]) -> None:
         """Every replicate of every trial that builds, ``self.jobs``
-        replicates at a time in worker processes, into ``per``; a group whose
+        replicates at a time in worker processes, into ``per`` (and the
+        per-query values into ``per_query``, where a trial keeps them); a group whose
         replay raises is replayed replicate by replicate in this process
         (:meth:`_replay`), so that the error lands on its trial."""
         groups: dict[str, list[int]] = {}
@@ -428,9 +520,10 @@ class TrialEvaluator:
             except MemsimError:
                 frames = None
             for k, r in enumerate(reps):
-                _record(per, self._replay(group, full, sims, names, r, errors) if frames is None
-                        else {i: self._objective_values(frames[k], full[i], [r],
-                                                        prefix=f"{names[i]}/") for i in group}, r)
+                _record(per, self._replay(group, full, sims, names, r, errors, per_query)
+                        if frames is None else
+                        {i: self._trial_values(frames[k], full[i], r, names[i], per_query[i])
+                         for i in group}, r)
 
     def _arms(self, group: list[int], sims: list, names: list[str]) -> list[Arm]:
         """The arms of the trials of ``group`` in one replay: each trial's
@@ -440,9 +533,11 @@ class TrialEvaluator:
                 for b in budgets for i in group for p in self.policies]
 
     def _replay(self, group: list[int], full: list, sims: list, names: list[str], r: int,
-                errors: list[str]) -> dict[int, dict[str, dict[int, float]]]:
+                errors: list[str], per_query: list[dict | None]
+                ) -> dict[int, dict[str, dict[int, float]]]:
         """Simulate replicate ``r`` of the trials of ``group`` (same experiment
-        context) as the arms of one replay; trial -> objective values. An
+        context) as the arms of one replay; trial -> objective values (and
+        the per-query values into ``per_query``, where a trial keeps them). An
         error fails the trial alone: a group that raises is replayed trial
         by trial, so the error lands on the trial that caused it."""
         e0, sim0 = full[group[0]], sims[group[0]]
@@ -455,10 +550,20 @@ class TrialEvaluator:
                 return {}
             out: dict[int, dict[str, dict[int, float]]] = {}
             for i in group:
-                out.update(self._replay([i], full, sims, names, r, errors))
+                out.update(self._replay([i], full, sims, names, r, errors, per_query))
             return out
-        return {i: self._objective_values(frames, full[i], [r], prefix=f"{names[i]}/")
+        return {i: self._trial_values(frames, full[i], r, names[i], per_query[i])
                 for i in group}
+
+    def _trial_values(self, frames: dict[str, Any], e: Experiment, r: int, name: str,
+                      kept: dict | None) -> dict[str, dict[int, float]]:
+        """Objective label -> {r: value} of trial ``name``'s arms in the
+        frames of replicate ``r``; with ``kept`` (the trial's per-query
+        values so far) its per-query values are added to it."""
+        if kept is not None:
+            for lab, rows in self._objective_queries(frames, e, prefix=f"{name}/").items():
+                kept.setdefault(lab, []).append(rows)
+        return self._objective_values(frames, e, [r], prefix=f"{name}/")
 
 
 #: the most a worker keeps between batches by default (bytes)
@@ -496,6 +601,14 @@ def _record(per: list[dict], got: dict[int, dict[str, dict[int, float]]], r: int
     for i, by_label in got.items():
         for lab, by_rep in by_label.items():
             per[i][lab][r] = by_rep[r]
+
+
+def _joined(kept: dict | None) -> dict[str, pd.DataFrame]:
+    """A trial's kept per-query values, each objective's replicates in one
+    frame (none when the trial kept none)."""
+    if not kept:
+        return {}
+    return {lab: pd.concat(parts, ignore_index=True) for lab, parts in kept.items()}
 
 
 def _mean_of(by_rep: dict[int, float]) -> float:

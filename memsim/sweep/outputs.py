@@ -51,7 +51,7 @@ from memsim.reporting.report import study_access_lines
 from memsim.reporting.rundir import write_atomic
 
 from .plateau import plateau_lines
-from .robustness import SAME_NOTE
+from .robustness import IN_SAMPLE_NOTE, NO_INTERVAL, SAME_NOTE
 from .space import SweepSpec, format_value, apply_params
 from .study import quiet_optuna
 
@@ -460,16 +460,27 @@ def _paired_lines(robust: pd.DataFrame, spec: SweepSpec) -> list[str]:
         for lab in spec.labels:
             d, lo, hi = r[f"diff_{lab}"], r[f"diff_ci_low_{lab}"], r[f"diff_ci_high_{lab}"]
             verdict = r[f"verdict_{lab}"]
-            if verdict == "not measured":
-                ci = "no interval from one replicate"
+            # a replayed stream's interval is over its queries (robustness_check)
+            over = r.get(f"ci_over_{lab}", "replicates")
+            if verdict == NO_INTERVAL:
+                ci = "no interval (measured once per run, and the replicates replay one stream)"
+            elif verdict == "not measured":
+                ci = ("no interval from one replicate" if over != "queries" else
+                      "no interval: fewer than two of the stream's queries pair")
             else:
-                ci = (f"95% paired t-interval [{lo:+.4g}, {hi:+.4g}] "
+                kind = ("bootstrap interval over the replayed stream's queries"
+                        if over == "queries" else "t-interval")
+                ci = (f"95% paired {kind} [{lo:+.4g}, {hi:+.4g}] "
                       f"{'excludes' if r[f'excludes_0_{lab}'] else 'includes'} 0")
             says = {"better": "beats the experiment's preset",
                     "worse": "is worse than the experiment's preset",
                     "no difference shown": "not shown to beat the experiment's preset",
-                    "not measured": "not measured"}.get(verdict, verdict)
-            same = " (it is the preset)" if r.get("note") == SAME_NOTE else ""
+                    "not measured": "not measured",
+                    NO_INTERVAL: "no verdict"}.get(verdict, verdict)
+            note = r.get("note") if isinstance(r.get("note"), str) else ""
+            if IN_SAMPLE_NOTE in note and verdict in ("better", "worse"):
+                says += " (in-sample: on the stream the sweep chose it on)"
+            same = " (it is the preset)" if note.startswith(SAME_NOTE) else ""
             lines.append(f"vs preset: trial {r['number']} ({r['role']}){same} on {what} "
                          f"(replicates {r['replicates']}): {lab} {d:+.4g} minus preset, {ci}: "
                          f"{says}")

@@ -18,6 +18,13 @@ plateau's trials on more replicates, doubling their number up to
 than :data:`FACTOR` (``high / low`` on a log scale; on a linear scale a
 :data:`SHARE` of the range); a plateau still wider at the cap is reported as
 "undetermined within xN".
+
+A sweep over a replayed stream (a trace, a stream folder, LoCoMo) has no
+replicate noise to measure a plateau by: its replicates replay the same
+queries (identical for a deterministic policy, where a bootstrap over them
+would put only the best trial's ties on the plateau). Its plateau is not
+measured (:data:`REPLAY_NOTE`; ``replays=True``), and no replicates are
+added; the best value and the edge warning stand.
 """
 
 from __future__ import annotations
@@ -51,6 +58,10 @@ SHARE = 0.2
 MAX_REPLICATES = 8
 #: One-sided significance level of the edge slope test.
 SLOPE_ALPHA = 0.05
+
+#: ``note`` of a plateau not measured because the replicates replay one stream.
+REPLAY_NOTE = ("plateau not measured: the replicates replay one stream, so the trials' "
+               "differences across them are no replicate noise (more replays would not help)")
 
 #: Columns of :func:`plateau_table`.
 PLATEAU_COLUMNS = ("objective", "param", "type", "best", "low", "high", "choices",
@@ -287,7 +298,7 @@ def plateau_members(x: np.ndarray, sign: float, *, level: float = LEVEL, n_boot:
 def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL,
                   n_boot: int = N_BOOT, seed: int | None = None,
                   edge: float = EDGE, factor: float = FACTOR, share: float = SHARE,
-                  cap: int | None = None) -> pd.DataFrame:
+                  cap: int | None = None, replays: bool = False) -> pd.DataFrame:
     """The best value, plateau and edge warning of each swept parameter.
 
     For each objective (with several objectives, each on its own: the best
@@ -327,7 +338,8 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
     The maximum runs over every trial, hopeless ones too, so the plateau errs
     on the wide side. With one replicate the noise cannot be measured:
     ``low``, ``high``, ``choices`` and ``n_plateau`` are NaN and ``note``
-    says why.
+    says why; so too when the replicates replay one stream (``replays``,
+    :data:`REPLAY_NOTE`).
 
     Edge warning. ``edge_warning`` is true when the best value lies in the
     outer ``edge`` share of a numeric range (:func:`range_position`, on a log
@@ -365,6 +377,9 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
     cap : int, optional
         The replicate cap of :func:`grow_plateau`, named in the note of a
         plateau still undetermined at it.
+    replays : bool
+        Whether the replicates replay one stream (the experiment's workload
+        is a stream from disk): then the plateau is not measured.
 
     Returns
     -------
@@ -384,18 +399,19 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
         raise ValueError(f"The 'level' parameter of plateau_table must be in (0, 1). "
                          f"Got {level!r} instead.")
     rows: list[dict] = []
-    for lab, sign, done, x, on in _memberships(trials, spec, level, n_boot, seed):
+    for lab, sign, done, x, on in _memberships(trials, spec, level, n_boot, seed, replays):
         for p in spec.params:
             rows.append(_row(done, lab, sign, f"values_{lab}", p, x.shape[1], on, edge,
-                             factor, share, cap))
+                             factor, share, cap, replays))
     return pd.DataFrame(rows, columns=list(PLATEAU_COLUMNS))
 
 
 def _memberships(trials: pd.DataFrame, spec: SweepSpec, level: float, n_boot: int,
-                 seed: int | None) -> list[tuple]:
+                 seed: int | None, replays: bool = False) -> list[tuple]:
     """Per objective: ``(label, sign, done, x, on)``: the COMPLETE trials with
     a value (by number), their (trials, replicates) matrix and which are on
-    the plateau (None when it cannot be measured)."""
+    the plateau (None when it cannot be measured: one replicate, or
+    ``replays`` of one stream)."""
     root = seed_sequence(spec.seed if seed is None else seed)
     out = []
     state = trials["state"] if "state" in trials else pd.Series("COMPLETE", index=trials.index)
@@ -411,7 +427,7 @@ def _memberships(trials: pd.DataFrame, spec: SweepSpec, level: float, n_boot: in
         done = done.sort_values("number") if "number" in done else done
         x = _rep_matrix(done, lab)
         on = None  # one bootstrap per objective, shared by its parameters
-        if len(done) and x.shape[1] >= 2:
+        if len(done) and x.shape[1] >= 2 and not replays:
             on, _, _ = plateau_members(x, sign, level=level, n_boot=n_boot,
                                        rng=child(root, "sweep", "plateau", lab))
         out.append((lab, sign, done, x, on))
@@ -420,7 +436,7 @@ def _memberships(trials: pd.DataFrame, spec: SweepSpec, level: float, n_boot: in
 
 def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: int,
          on: np.ndarray | None, edge: float, factor: float = FACTOR, share: float = SHARE,
-         cap: int | None = None) -> dict:
+         cap: int | None = None, replays: bool = False) -> dict:
     """One row of :func:`plateau_table` (``on``: the plateau's trials, None
     when not measured)."""
     numeric = p.type != "categorical"
@@ -458,7 +474,7 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: 
     row["n_replicates"] = R
     if on is None:
         notes.append(f"plateau not measured: the trials table has no {lab}_rep<r> columns"
-                     if R == 0 else
+                     if R == 0 else REPLAY_NOTE if replays else
                      "plateau not measured: the sweep has one replicate, so the replicate "
                      "noise cannot be measured (set experiment.replicates >= 2)")
         row["note"] = "; ".join(notes)
@@ -517,7 +533,7 @@ def grow_plateau(trials: pd.DataFrame, spec: SweepSpec,
                  evaluate: Callable[[list[int], list[int]], dict[int, dict[str, dict]]], *,
                  first_replicate: int, cap: int = MAX_REPLICATES, factor: float = FACTOR,
                  share: float = SHARE, level: float = LEVEL, n_boot: int = N_BOOT,
-                 seed: int | None = None, edge: float = EDGE
+                 seed: int | None = None, edge: float = EDGE, replays: bool = False
                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The plateau table, after adding replicates until every plateau is determined.
 
@@ -548,6 +564,10 @@ def grow_plateau(trials: pd.DataFrame, spec: SweepSpec,
         its robustness check use, so that the new seeds are fresh.
     cap : int
         Most replicates per trial.
+    replays : bool
+        Whether the replicates replay one stream: the plateau is not
+        measured (:func:`plateau_table`), and replays are not added (they
+        hold no new queries).
 
     Returns
     -------
@@ -556,13 +576,14 @@ def grow_plateau(trials: pd.DataFrame, spec: SweepSpec,
         last plateau measured) with the added ``<objective>_rep<r>`` columns.
     """
     kw = dict(level=level, n_boot=n_boot, seed=seed, edge=edge, factor=factor, share=share,
-              cap=cap)
+              cap=cap, replays=replays)
     full = plateau_table(trials, spec, **kw)
     sub, plateau = trials.copy(), full
     nxt = first_replicate
     while True:
         reps = int(plateau["n_replicates"].max()) if len(plateau) else 0
-        if reps < 2 or reps >= cap or not len(undetermined(plateau)):
+        # replays of one stream hold no new queries: adding them cannot help
+        if replays or reps < 2 or reps >= cap or not len(undetermined(plateau)):
             break
         numbers: set[int] = set()
         for _lab, _sign, done, _x, on in _memberships(sub, spec, level, n_boot, seed):

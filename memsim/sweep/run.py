@@ -36,7 +36,7 @@ from memsim.reporting.report import build_report
 from memsim.reporting.rundir import new_run_dir, write_atomic
 from memsim.runs.runner import experiment_manifest
 
-from .evaluate import TrialEvaluator
+from .evaluate import TrialEvaluator, replays_one_stream
 from .liveness import host_name
 from .outputs import IMPORTANCE_COLUMNS, SweepResult, best_trials, write_outputs, trials_table
 from .plateau import grow_plateau
@@ -369,9 +369,11 @@ def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,
         return {n: o.per_replicate for n, o in zip(numbers, outs) if not o.error}
 
     # the plateau's trials on more replicates (fresh: past the robustness
-    # check's) until each plateau is determined or the cap is reached
+    # check's) until each plateau is determined or the cap is reached; replays
+    # of one stream measure no replicate noise, so no plateau
     plateau, _ = grow_plateau(table, spec, evaluate, first_replicate=(
-        exp.settings.replicates + spec.robustness.replicates))
+        exp.settings.replicates + spec.robustness.replicates),
+        replays=replays_one_stream(exp))
     timings["plateau"] = time.perf_counter() - t1
     plots: dict[str, str] = {}
     importance = pd.DataFrame(columns=IMPORTANCE_COLUMNS)

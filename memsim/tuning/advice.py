@@ -14,6 +14,7 @@ that runs today::
     split = 0.7                 # a stream: tune on the first 70% of its queries by time
     folds = 0                   # a stream: 0 = automatic (rolling origin, 3 folds, when few)
     holdout_replicates = 0      # synthetic: fresh seeds to test on (0: experiment.replicates)
+                                # (a key that does not apply to the workload is refused)
     rankers = ["current", "similarity", "half-life", "half-life-floor", "per-type"]
     packers = ["top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact"]
     cuts = ["none", "score", "similarity"]
@@ -61,15 +62,31 @@ it; what is split is which queries are scored. With ``folds = 1`` the search
 is scored on the first ``split`` of the queries by time and the
 recommendation is tested on the rest. With ``folds = k > 1`` (rolling
 origin; automatic, with 3 folds, when a time split would hold fewer than 100
-test queries) the queries in time order are cut into ``k + 1`` blocks; fold
+test queries, and fewer folds, down to one split, when the log has too few
+queries for 3) the queries in time order are cut into ``k + 1`` blocks; fold
 ``j`` tunes on blocks ``0 .. j - 1`` and tests on block ``j``. The held-out
 gain is then pooled over the ``k`` test blocks (each scored by the winner of
 its own fold), and the recommendation is the last fold's winner (tuned on
-the most history).
+the most history). ``split`` is used only for a time split: set while rolling
+folds run, it is refused; ``holdout_replicates`` is refused on a stream.
 
 *A synthetic workload*: the search runs on the experiment's replicates
 ``0 .. R - 1``; the recommendation is tested on fresh replicates (new seeds,
-``holdout_replicates`` of them, numbered from ``R``).
+``holdout_replicates`` of them, numbered from ``R``); ``split`` and ``folds``
+are refused.
+
+*Something to measure*: a query has something to gain when a relevant note
+fits its budget (``oracle_utility > 0``, the same for every setting). A fold
+whose tuning part has no such query is not searched: it keeps today's
+setting, and its test block is left out of the pooled held-out figures (what
+is left out depends on the tuning part alone, never on a test score). Where
+the tuning part of the last fold (which holds every fold's) or the test
+blocks of the searched folds have no such query, advise refuses before it
+writes anything, in one line saying why: no ground truth (no relevant note),
+or no relevant note that fits the budget (naming ``experiment.budget_tokens``).
+The budget is ``experiment.budget_tokens`` (or a stream's per-query budgets),
+or the one entry of ``experiment.budgets``, as ``memsim run`` runs it; a
+``budgets`` list of several is refused: advice is for one budget.
 
 The gain is the paired difference of ``utility_share`` (recommended minus
 current) over the held-out queries, with its 95% bootstrap interval
@@ -94,8 +111,11 @@ each step's held-out gain over the step before), and the runner-ups whose
 tuning score is within noise of the best. :func:`advise` writes
 ``advice.md`` and ``advice.json`` (and ``trials.csv``, ``manifest.json``,
 and ``config.toml``: the experiment with its ``[advise]`` table resolved,
-``current`` included, which gives the same advice) to a run folder named by
-that config's hash, each written to a temporary name and renamed.
+``current`` included, the folds or fresh replicates concrete, which gives the
+same advice; written first, so that an interrupted folder has it) to a run
+folder named by that config's hash, each written to a temporary name and
+renamed. An interrupted advise does not resume: its folder says ``failed``,
+and its ``config.toml`` runs it again in a new folder.
 """
 
 from __future__ import annotations
@@ -157,9 +177,12 @@ AUTO_FOLDS = 3
 REPORTED = ("utility_share", "recall", OLD_RECALL_COLUMN, "harm", "tokens_used")
 #: Columns of the queries frame kept per arm.
 _KEEP = ("replicate", "policy", "budget", "query_id", "utility", "oracle_utility", "recall",
-         OLD_RECALL_COLUMN, "harm", "tokens_used")
+         OLD_RECALL_COLUMN, "harm", "tokens_used", "budget_tokens", "n_relevant")
 #: The named random stream every arm draws (common random numbers).
 _STREAM = "advise"
+
+#: the values of ``split``, ``folds`` and ``holdout_replicates`` that mean "not set"
+_UNSET = {"split": 0.7, "folds": 0, "holdout_replicates": 0}
 
 _KEYS = ("current", "trials", "batch", "seed", "split", "folds", "holdout_replicates",
          "rankers", "packers", "cuts", "candidates", "half_life_days", "floor", "retention",
@@ -190,11 +213,17 @@ class AdviseSpec:
     floor: tuple = (0.0, 0.9)
     retention: bool = True
     runner_ups: int = 3
+    #: the keys the table sets (a key that does not apply is refused, not ignored)
+    given: frozenset = field(default=frozenset(), compare=False)
 
     @classmethod
     def from_table(cls, table: dict | None, exp: Experiment,
                    current: str | None = None) -> AdviseSpec:
-        """Parse ``[advise]`` (``current`` overrides its ``current``)."""
+        """Parse ``[advise]`` (``current`` overrides its ``current``).
+
+        ``holdout_replicates`` applies to a synthetic workload only, ``split``
+        and ``folds`` to a stream only: set where it does not apply, a key is
+        refused."""
         table = dict(table or {})
         check_keys(table, _KEYS, "advise")
         if current is not None:
@@ -206,15 +235,32 @@ class AdviseSpec:
         kw: dict[str, Any] = {"seed": exp.seed}
         for key, value in table.items():
             kw[key] = _checked(key, value)
-        return cls(**kw)
+        # a key at the value that means "not set" is not set (a config.toml
+        # written before only the keys that apply were kept holds all three)
+        given = frozenset(k for k in table if not (k in _UNSET and kw[k] == _UNSET[k]))
+        if isinstance(exp.workload, StreamSource):
+            if "holdout_replicates" in given:
+                raise ConfigError("advise.holdout_replicates: does not apply to a log, which is "
+                                  "tested on its own later queries (advise.split, advise.folds), "
+                                  "not on fresh replicates; leave it out")
+        else:
+            for key in ("split", "folds"):
+                if key in given:
+                    raise ConfigError(f"advise.{key}: does not apply to a synthetic workload, "
+                                      "which is tested on fresh replicates "
+                                      "(advise.holdout_replicates); leave it out")
+        return cls(**kw, given=given)
 
     def to_config(self) -> dict:
-        """The resolved table: every default filled, concrete seed (what
-        :meth:`from_table` reads back as this spec)."""
+        """The table: every default filled, concrete seed (what
+        :meth:`from_table` reads back as this spec). :func:`_resolved_table`
+        keeps of ``split``, ``folds`` and ``holdout_replicates`` only what
+        applies."""
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = list(v) if isinstance(v, tuple) else v
+            if f.name != "given":
+                out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
 
@@ -244,7 +290,7 @@ def _checked(key: str, v: Any) -> Any:
         return v
     if key == "seed":
         if not is_int(v) or not 0 <= v < 2**63:
-            raise _fail(key, "an int >= 0", v)
+            raise _fail(key, "an int from 0 to 2**63 - 1", v)
         return v
     if key == "split":
         if not is_num(v) or not 0.1 <= v <= 0.9:
@@ -562,6 +608,7 @@ class _Replays:
 
     def __init__(self, exp: Experiment):
         self.exp = exp
+        self.budget = advised_budget(exp)
         self.cache = ReplayCache(min(cache_budget(None), 512 << 20))
         self._streams: dict[int, Any] = {}
 
@@ -571,7 +618,8 @@ class _Replays:
         return self._streams[r]
 
     def run(self, policies: dict[str, Policy], reps: list[int]) -> pd.DataFrame:
-        arms = [Arm(name, pol, None, stream_name=_STREAM) for name, pol in policies.items()]
+        arms = [Arm(name, pol, self.budget, stream_name=_STREAM)
+                for name, pol in policies.items()]
         parts = []
         for r in reps:
             q = simulate_replicate(self.exp, arms, r, self.stream(r), cache=self.cache)["queries"]
@@ -579,6 +627,25 @@ class _Replays:
         out = pd.concat(parts, ignore_index=True)
         out["policy"] = out["policy"].astype(str)
         return out
+
+
+def advised_budget(exp: Experiment) -> int | None:
+    """The budget advise tunes at, as ``memsim run`` would run it: the one
+    entry of ``experiment.budgets``, else None (``experiment.budget_tokens``,
+    or a stream's per-query budgets where it has them).
+
+    Raises
+    ------
+    ConfigError
+        ``experiment.budgets`` with several entries: advice is for one budget.
+    """
+    budgets = exp.settings.budgets
+    if len(budgets) > 1:
+        raise ConfigError(f"experiment.budgets: advise tunes at one budget, and "
+                          f"{list(budgets)} holds {len(budgets)}; advise once per budget "
+                          f"(--set experiment.budgets=[{budgets[0]}]), or set "
+                          "experiment.budget_tokens and leave budgets out")
+    return budgets[0] if budgets else None
 
 
 @dataclass(frozen=True)
@@ -603,28 +670,61 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
     q = replays.stream(0).queries.sort_values(["t", "query_id"], kind="stable")
     order = q["query_id"].to_numpy()
     times = q["t"].to_numpy()
-    n = len(order)
-    k = spec.folds
-    if k == 0:
-        k = 1 if round((1 - spec.split) * n) >= MIN_TEST_QUERIES else AUTO_FOLDS
-    # cut points in time order, moved past queries asked at the same time as
-    # the one before, so that no test query is as old as a tuning one
-    cuts = [_time_cut(times, int(round(share * n)))
-            for share in ([spec.split] if k == 1 else np.arange(1, k + 1) / (k + 1))]
-    if len(set(cuts)) < len(cuts) or cuts[0] < 1 or cuts[-1] >= n:
-        raise ConfigError(f"advise.{'split' if k == 1 else 'folds'}: the {n} queries "
-                          f"({len(set(times.tolist()))} distinct times) cannot be cut into "
-                          f"{'a tuning and a test part' if k == 1 else f'{k + 1} blocks'}")
+    n, split = len(order), spec.split
+    d = len(set(times.tolist()))
+    distinct = f"{n} quer{'y' if n == 1 else 'ies'} ({d} distinct time{'' if d == 1 else 's'})"
+    n_test = round((1 - split) * n)  # what a time split leaves to test on
+    if spec.folds:  # set: that many
+        k = spec.folds
+        cuts = _time_cuts(times, k, split)
+        if cuts is None:
+            parts = "a tuning and a test part" if k == 1 else f"{k + 1} blocks"
+            raise ConfigError(f"advise.{'split' if k == 1 else 'folds'}: the {distinct} "
+                              f"cannot be cut into {parts}")
+    else:  # automatic: one split when it leaves enough to test on, else rolling
+        # folds, as many as the log allows up to AUTO_FOLDS, down to one split
+        for k in ([1] if n_test >= MIN_TEST_QUERIES else range(AUTO_FOLDS, 0, -1)):
+            cuts = _time_cuts(times, k, split)
+            if cuts is not None:
+                break
+        else:
+            raise ConfigError(f"workload: the log's {distinct} cannot be cut by time into a "
+                              f"tuning and a test part, even as one split at {split:g} "
+                              "(advise.split); advise needs earlier queries to tune on and "
+                              "later ones to test on")
+    if k > 1 and "split" in spec.given:
+        why = (f"advise.folds = {k}" if spec.folds else
+               f"advise.folds is automatic, and a split leaving {n_test} of the {n} queries to "
+               f"test on, fewer than {MIN_TEST_QUERIES}, gives way to {k} rolling folds")
+        raise ConfigError(f"advise.split: not used ({why}); set advise.folds = 1 to test on a "
+                          "time split, or leave advise.split out")
     pairs = [frozenset((0, int(x)) for x in part) for part in np.split(order, cuts)]
     if k == 1:
+        small = "" if spec.folds or n_test >= MIN_TEST_QUERIES else (
+            " (the log is too small for rolling folds)")
         return [_Fold("time-split", (0,), (0,), pairs[0], pairs[1])], (
-            f"time split: tuned on the first {cuts[0]} queries by time, tested on the last "
-            f"{n - cuts[0]}")
+            f"time split{small}: tuned on the first {cuts[0]} queries by time, tested on the "
+            f"last {n - cuts[0]}")
     folds = [_Fold(f"fold-{j}", (0,), (0,), frozenset().union(*pairs[:j]), pairs[j])
              for j in range(1, k + 1)]
     sizes = ", ".join(str(len(p)) for p in pairs)
-    return folds, (f"rolling origin over time, {k} folds: the {n} queries cut into {k + 1} "
-                   f"blocks ({sizes}); fold j tunes on blocks 0..j-1 and tests on block j")
+    fewer = "" if spec.folds or k == AUTO_FOLDS else f" (the {n} queries allow no more)"
+    return folds, (f"rolling origin over time, {k} folds{fewer}: the {n} queries cut into "
+                   f"{k + 1} blocks ({sizes}); fold j tunes on blocks 0..j-1 and tests on "
+                   "block j")
+
+
+def _time_cuts(times: np.ndarray, k: int, split: float) -> list[int] | None:
+    """Where the queries in time order are cut: one split at ``split`` (k = 1)
+    or ``k + 1`` equal blocks, each cut moved past queries asked at the same
+    time as the one before, so that no test query is as old as a tuning one;
+    None when the cuts leave a part empty."""
+    n = len(times)
+    shares = [split] if k == 1 else np.arange(1, k + 1) / (k + 1)
+    cuts = [_time_cut(times, int(round(share * n))) for share in shares]
+    if len(set(cuts)) < len(cuts) or cuts[0] < 1 or cuts[-1] >= n:
+        return None
+    return cuts
 
 
 def _time_cut(times: np.ndarray, i: int) -> int:
@@ -632,6 +732,73 @@ def _time_cut(times: np.ndarray, i: int) -> int:
     while 0 < i < len(times) and times[i] == times[i - 1]:
         i += 1
     return i
+
+
+def _measurable(folds: list[_Fold], frame: pd.DataFrame, replays: _Replays) -> list[bool]:
+    """Which folds have something to tune on: a tuning query with something
+    to gain (``oracle_utility > 0``: a relevant note that fits the budget,
+    whatever the setting). A fold without one keeps today's setting.
+
+    ``frame`` is today's setting replayed on every query of the folds.
+
+    Raises
+    ------
+    ConfigError
+        Nothing to measure: no query with something to gain in the tuning
+        part (the last fold's, which holds every fold's), or none in the
+        test blocks of the folds that tune.
+    """
+    tuned = [_gains(_rows(frame, f.tune, f.tune_reps)) for f in folds]
+    tests = [_rows(frame, f.test, f.test_reps) for f, ok in zip(folds, tuned) if ok]
+    if tests and _gains(pd.concat(tests)):
+        return tuned
+    if not _gains(frame):
+        rows, part = frame, ""
+    elif not tests:
+        rows, part = _rows(frame, folds[-1].tune, folds[-1].tune_reps), "tuning"
+    else:
+        rows, part = pd.concat(tests), "held-out"
+    raise ConfigError(_nothing_to_measure(rows, part, replays))
+
+
+def _gains(rows: pd.DataFrame) -> bool:
+    """Whether a query of ``rows`` has something to gain."""
+    return bool((rows["oracle_utility"] > 0).any())
+
+
+def _nothing_to_measure(rows: pd.DataFrame, part: str, replays: _Replays) -> str:
+    """Why no query of ``rows`` (the ``part`` queries; "": every query) has
+    something to gain, in one line naming what to change."""
+    which = f"none of the {len(rows)} {part} queries has" if part else "no query has"
+    what = {"tuning": "nothing to tune on", "held-out": "nothing to test on"}.get(
+        part, "nothing to measure")
+    if not (rows["n_relevant"] > 0).any():
+        lead, why = "workload", "a relevant note" + ("" if part else (
+            " (no ground truth: a trace's 'used' or 'judgement' events, a stream's qrels)"))
+    else:
+        # experiment.budgets overrides a stream's per-query budgets; budget_tokens does not
+        lead = ("experiment.budgets" if replays.exp.settings.budgets
+                or _per_query_budgets(replays.stream(0)) else "experiment.budget_tokens")
+        low, high = int(rows["budget_tokens"].min()), int(rows["budget_tokens"].max())
+        budget = f"{high} tokens" if low == high else f"{low} to {high} tokens"
+        why = (f"a relevant note that fits the budget of {budget} (the smallest relevant note "
+               f"has {_smallest_relevant(rows, replays)} tokens)")
+    line = f"{lead}: {what}: {which} {why}"
+    if not part:
+        return line
+    if isinstance(replays.exp.workload, StreamSource):
+        return line + "; another cut of the log (advise.split, advise.folds) may leave some"
+    return line + "; more replicates (experiment.replicates, advise.holdout_replicates) may give some"
+
+
+def _smallest_relevant(rows: pd.DataFrame, replays: _Replays) -> int:
+    """Tokens of the smallest note relevant to a query of ``rows``."""
+    sizes = []
+    for r, ids in rows.groupby("replicate")["query_id"]:
+        stream = replays.stream(int(r))
+        qrels = stream.qrels[(stream.qrels["gain"] > 0) & stream.qrels["query_id"].isin(ids)]
+        sizes.append(stream.notes.loc[stream.notes["note_id"].isin(qrels["note_id"]), "tokens"])
+    return int(pd.concat(sizes).min())
 
 
 def _rows(frame: pd.DataFrame, pairs: frozenset, reps: tuple) -> pd.DataFrame:
@@ -664,8 +831,8 @@ class Advice:
         setting on the tuning queries, not recommended.
     heldout : dict
         Metric -> {"current", "recommended", "diff", "low", "high"} on the
-        held-out queries (for ``utility_share`` pooled over every fold's test
-        block, each scored by its own fold's winner).
+        held-out queries (pooled over the test blocks of the folds that were
+        searched, each scored by its own fold's winner).
     gain, gain_low, gain_high : float
         The held-out gain of ``utility_share`` and its 95% interval.
     ci_over, n_heldout
@@ -686,8 +853,12 @@ class Advice:
         changes and held-out shares (on the last fold's test queries).
     warnings : list of str
     folds : list of dict
-        Per fold: its tuning and test sizes, today's and its winner's
-        held-out share, its winner's tuning share and changes.
+        Per fold: its tuning and test sizes (``n_tune``, ``n_test``), today's
+        and its winner's held-out share (``current``, ``winner``), its
+        winner's tuning share and changes (``tuning``, ``changes``), and
+        ``tuned``: false for a fold whose tuning part had nothing to gain (not
+        searched: today's setting kept, ``winner`` is today's share,
+        ``tuning`` NaN, and its test block is left out of :attr:`heldout`).
     split, workload : str
         How the tuning and test queries were chosen; what was replayed.
     trials : int
@@ -759,7 +930,13 @@ class Advice:
 
     def _winners_differ(self) -> bool:
         """Whether an earlier fold's winner is not the recommendation."""
-        return any(f.get("changes") != self.changes for f in self.folds[:-1])
+        return any(f.get("changes") != self.changes for f in self.folds[:-1]
+                   if f.get("tuned", True))
+
+    def _kept_folds(self) -> list[str]:
+        """The folds with nothing to gain in their tuning part: not searched,
+        today's setting kept, their test blocks left out of the pooled figures."""
+        return [f["fold"] for f in self.folds if not f.get("tuned", True)]
 
     def headline(self) -> str:
         """The line a person acts on."""
@@ -780,8 +957,16 @@ class Advice:
         else:
             verdict = ("NOT significant: keep today's setting unless the other metrics argue "
                        "for the change")
-        pooled = (f", pooled over {len(self.folds)} folds, each block scored by its own "
-                  "fold's winner" if self._pooled else "")
+        kept = self._kept_folds()
+        pooled = ""
+        if self._pooled:
+            n = len(self.folds) - len(kept)
+            pooled = (f", pooled over {n}{f' of {len(self.folds)}' if kept else ''} folds, each "
+                      "block scored by its own fold's winner")
+        if kept:
+            pooled += (f"; {', '.join(kept)} left out (nothing to gain in "
+                       f"{'its' if len(kept) == 1 else 'their'} tuning part: today's setting "
+                       "kept)")
         over = self.ci_over
         if over == "queries" and self.heldout_replicates > 1:
             over += (f" of {self.heldout_replicates} fresh replicates, fewer than 5: it leaves "
@@ -844,9 +1029,13 @@ class Advice:
         if self._pooled:
             lines += ["", "fold      tuned on  tested on  current  its winner  gain"]
             for f in self.folds:
-                lines.append(f"{f['fold']:<9} {f['n_tune']:>8}  {f['n_test']:>9}  "
-                             f"{f['current']:.3f}    {f['winner']:.3f}       "
-                             f"{_signed(f['winner'] - f['current'])}")
+                line = f"{f['fold']:<9} {f['n_tune']:>8}  {f['n_test']:>9}  {_share(f['current'])}    "
+                if f.get("tuned", True):
+                    line += f"{_share(f['winner'])}       {_signed(f['winner'] - f['current'])}"
+                else:
+                    line += ("today's setting kept: nothing to gain in its tuning part (left out "
+                             "of the pooled figures)")
+                lines.append(line)
         last_base = (f"on the last fold's {self.folds[-1]['n_test']} test queries"
                      if self._pooled else "")
         if self.stages:
@@ -884,6 +1073,11 @@ class Advice:
                 "it as an improvement):\n\n```toml\n"
                 + dumps_toml({"policies": {"tuned-not-recommended": self.recommended}})
                 + "```\n")
+
+
+def _share(x: float) -> str:
+    """A share with 3 decimals, or ``n/a`` where nothing was there to gain."""
+    return "  n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
 
 def _signed(x: float) -> str:
@@ -985,9 +1179,6 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
     try:
         spec = AdviseSpec.from_table(exp.advise, exp, current)
         pol = current_policy(exp, spec.current)
-        # the experiment that runs has the [advise] table resolved (--current
-        # included): its config.toml gives the same advice, and its hash differs
-        exp = dataclasses.replace(exp, advise=spec.to_config())
         replays = _Replays(exp)
         stream0 = replays.stream(0)
         if pol.ranker.needs_logged and getattr(stream0, "retrieved", None) is None:
@@ -1003,20 +1194,29 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
             raise ConfigError("advise.rankers: only 'per-type', and the notes carry neither "
                               "several memory types nor several tiers; add another ranking")
         folds, split_text = _folds(exp, spec, replays)
+        # today's setting on every query: what there is to measure, before any folder
+        current_frame = replays.run({"current": pol}, _replicates(folds))
+        tuned = _measurable(folds, current_frame, replays)
     except ConfigError as exc:  # the [advise] checks: name the file, and what set the key
         raise _attributed(exc, exp.source_file, overrides, current) from None
+    # the experiment that runs has the [advise] table resolved (--current
+    # included): its config.toml gives the same advice, and its hash differs
+    exp = dataclasses.replace(exp, advise=_resolved_table(spec, exp, folds))
 
     manifest = path = None
     if out is not None:
         path = new_run_dir(out, f"{exp.name}_advise", exp.hash8())
         manifest = Manifest(path, name=exp.name, config_hash=exp.hash8(),
                             source_file=exp.source_file, argv=argv)
+        manifest.update(kind="advise")  # an interrupted folder, without advice.json, says so
     try:
-        advice = _advise(exp, spec, space, folds, split_text, replays, progress,
-                         progress_fraction)
+        if path is not None:  # first, like a run's: an interrupted folder says what ran
+            write_text_atomic(path / "config.toml", _config_header(exp) + dumps_toml(
+                exp.to_config()))
+        advice = _advise(exp, spec, space, folds, tuned, split_text, replays, current_frame,
+                         progress, progress_fraction)
         if path is not None:
             advice.path = path
-            write_text_atomic(path / "config.toml", dumps_toml(exp.to_config()))
             write_atomic(path / "trials.csv",
                          lambda p: advice.trials_table.to_csv(p, index=False))
             write_text_atomic(path / "advice.json", advice.to_json())
@@ -1031,6 +1231,34 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
             except OSError:
                 pass
         raise
+
+
+def _replicates(folds: list[_Fold]) -> list[int]:
+    """The replicates the folds tune and test on."""
+    return sorted({r for f in folds for r in (*f.tune_reps, *f.test_reps)})
+
+
+def _resolved_table(spec: AdviseSpec, exp: Experiment, folds: list[_Fold]) -> dict:
+    """The ``[advise]`` table as it ran: every default filled, and of
+    ``split``, ``folds`` and ``holdout_replicates`` what applies, concrete (a
+    log: the number of folds, and the split when there is one; a synthetic
+    workload: the fresh replicates)."""
+    table = spec.to_config()
+    if isinstance(exp.workload, StreamSource):
+        del table["holdout_replicates"]
+        table["folds"] = len(folds)
+        if len(folds) > 1:
+            del table["split"]
+    else:
+        del table["split"], table["folds"]
+        table["holdout_replicates"] = len(folds[0].test_reps)
+    return table
+
+
+def _config_header(exp: Experiment) -> str:
+    return (f"# Resolved configuration of {exp.name}'s advice (every default filled in).\n"
+            "# Re-run with: memsim advise config.toml (a new folder; an interrupted one does "
+            "not resume)\n")
 
 
 def _attributed(exc: ConfigError, source_file: str, overrides: list[str] | dict | None,
@@ -1049,25 +1277,31 @@ def _attributed(exc: ConfigError, source_file: str, overrides: list[str] | dict 
 
 
 def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold],
-            split_text: str, replays: _Replays,
-            progress: Callable[[str], None] | None,
+            tuned: list[bool], split_text: str, replays: _Replays,
+            current_frame: pd.DataFrame, progress: Callable[[str], None] | None,
             progress_fraction: Callable[[float], None] | None = None) -> Advice:
+    """The search and the held-out test. ``tuned[j]``: fold ``j``'s tuning
+    part has something to gain (else it is not searched, keeps today's
+    setting, and its test block is left out of the pooled held-out figures);
+    the last fold's has (:func:`_measurable`). ``current_frame``: today's
+    setting on every query."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    searched = [j for j in range(len(folds)) if tuned[j]]
+    last = len(folds) - 1
     with quiet_optuna():
-        studies = [optuna.create_study(
+        studies = {j: optuna.create_study(
             direction="maximize", sampler=optuna.samplers.TPESampler(seed=_fold_seed(spec.seed, j)))
-            for j in range(len(folds))]
+            for j in searched}
         if space.in_space(space.own_params()):
-            for s in studies:  # today's setting is trial 0 of each fold
+            for s in studies.values():  # today's setting is trial 0 of each fold
                 s.enqueue_trial(space.own_params())
         tune_reps = sorted({r for f in folds for r in f.tune_reps})
-        current_frame = replays.run({"current": space.current}, tune_reps)
-        records: list[list[dict]] = [[] for _ in folds]
+        records: dict[int, list[dict]] = {j: [] for j in searched}
         done = 0
         while done < spec.trials:
             n = min(spec.batch, spec.trials - done)
             asked, pols = [], {}
-            for j, study in enumerate(studies):
+            for j, study in studies.items():
                 for _ in range(n):
                     trial = study.ask()
                     params = space.sample(trial)
@@ -1077,23 +1311,22 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
             frame = replays.run(pols, tune_reps)
             for j, trial, params, name in asked:
                 rows = _rows(frame[frame["policy"] == name], folds[j].tune, folds[j].tune_reps)
-                value = utility_share(rows)
-                studies[j].tell(trial, value if math.isfinite(value) else -1.0)
+                value = utility_share(rows)  # finite: the fold has something to gain
+                studies[j].tell(trial, value)
                 records[j].append({"fold": folds[j].name, "number": trial.number,
                                    "tuning": value, "params": params, "name": name,
                                    "frame": frame[frame["policy"] == name]})
             done += n
             if progress is not None:
-                best = max(r["tuning"] for r in records[-1])
+                best = max(r["tuning"] for r in records[last])
                 progress(f"advise: {done}/{spec.trials} trials, best tuning utility_share "
                          f"{best:.3f}")
             if progress_fraction is not None:
                 progress_fraction(done / spec.trials)
 
-    # each fold's winner: the best tuning score (ties: the earlier trial)
-    winners = [max(recs, key=lambda r: (r["tuning"] if math.isfinite(r["tuning"]) else -math.inf,
-                                        -r["number"])) for recs in records]
-    last = len(folds) - 1
+    # each searched fold's winner: the best tuning score (ties: the earlier trial)
+    winners = {j: max(recs, key=lambda r: (r["tuning"], -r["number"]))
+               for j, recs in records.items()}
     best = winners[last]
     rec_table = space.resolved(best["params"])
     now_table = _resolved(space.current.to_config(), space.current_candidates)
@@ -1101,7 +1334,7 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
     # runner-ups: other distinct settings within noise of the best on the tuning queries
     fl = folds[last]
     tune_cur = _rows(current_frame, fl.tune, fl.tune_reps)
-    ranked = sorted((r for r in records[last] if math.isfinite(r["tuning"]) and r is not best),
+    ranked = sorted((r for r in records[last] if r is not best),
                     key=lambda r: (-r["tuning"], r["number"]))
     seen = {json.dumps(rec_table, sort_keys=True, default=str)}
     runner = []
@@ -1123,7 +1356,7 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
     # held-out replay: today's, every fold's winner, the stages, the runner-ups
     stage_tables = _stage_tables(now_table, rec_table)
     pols = {"current": space.current}
-    for j, w in enumerate(winners):
+    for j, w in winners.items():
         pols[f"winner-{j}"] = space.policy(w["params"])
     for name, table in stage_tables:
         pols[f"stage:{name}"] = Policy.from_config(table, "advise")
@@ -1132,17 +1365,24 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
     test_reps = sorted({r for f in folds for r in f.test_reps})
     held = replays.run(pols, test_reps)
 
-    # the pooled held-out comparison: each test block scored by its own fold's winner
+    # the pooled held-out comparison: each test block scored by its own fold's
+    # winner; a fold that was not searched has none, and its block is left out
+    # (what is left out depends on the tuning part only, never on a test score)
     cur_parts, rec_parts, fold_rows = [], [], []
     for j, f in enumerate(folds):
         c = _rows(held[held["policy"] == "current"], f.test, f.test_reps)
+        row = {"fold": f.name, "n_tune": _count(f.tune, f.tune_reps, replays),
+               "n_test": len(c), "current": utility_share(c), "tuned": tuned[j]}
+        if not tuned[j]:  # kept today's setting
+            fold_rows.append({**row, "winner": row["current"], "tuning": math.nan,
+                              "changes": []})
+            continue
         w = _rows(held[held["policy"] == f"winner-{j}"], f.test, f.test_reps)
         cur_parts.append(c)
         rec_parts.append(w.assign(policy="recommended"))
-        fold_rows.append({"fold": f.name, "n_tune": _count(f.tune, f.tune_reps, replays),
-                          "n_test": len(c), "current": utility_share(c),
-                          "winner": utility_share(w), "tuning": winners[j]["tuning"],
-                          "changes": changes_between(now_table, space.resolved(winners[j]["params"]))})
+        fold_rows.append({**row, "winner": utility_share(w), "tuning": winners[j]["tuning"],
+                          "changes": changes_between(
+                              now_table, space.resolved(winners[j]["params"]))})
     pooled = pd.concat(cur_parts + rec_parts, ignore_index=True)
     heldout = _paired(pooled, "recommended", "current", REPORTED)
     u = heldout["utility_share"]
@@ -1167,7 +1407,7 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
     warnings = _side_effect_warnings(heldout)
 
     trials_rows = []
-    for recs in records:
+    for recs in records.values():
         for r in recs:
             trials_rows.append({"fold": r["fold"], "number": r["number"], "tuning": r["tuning"],
                                 **{f"params.{k}": v for k, v in r["params"].items()}})
@@ -1243,12 +1483,22 @@ def _stage_tables(now: dict, rec: dict) -> list[tuple[str, dict]]:
 
 def _workload_text(exp: Experiment, replays: _Replays) -> str:
     s = replays.stream(0)
+    budget = f"budget {replays.budget or exp.sim.budget_tokens} tokens"
+    if replays.budget is None and _per_query_budgets(s):
+        budget = (f"the log's per-query budgets ({exp.sim.budget_tokens} tokens where a query "
+                  "has none)")
     if isinstance(exp.workload, StreamSource):
         what = exp.workload.importer or "stream"
         return (f"{exp.name} ({what} {Path(exp.workload.path).name}: {s.n_notes:,} notes, "
-                f"{s.n_queries:,} queries), budget {exp.sim.budget_tokens} tokens")
+                f"{s.n_queries:,} queries), {budget}")
     return (f"{exp.name} (synthetic: ~{s.n_notes:,} notes, ~{s.n_queries:,} queries per "
-            f"replicate), budget {exp.sim.budget_tokens} tokens")
+            f"replicate), {budget}")
+
+
+def _per_query_budgets(stream) -> bool:
+    """Whether a stream's queries carry budgets of their own."""
+    q = stream.queries
+    return "budget_tokens" in q and bool(q["budget_tokens"].notna().any())
 
 
 def print_progress(line: str) -> None:

@@ -78,7 +78,15 @@ objective's direction); per replicate ``d = better - worse``; the effect is
 the mean of ``d`` with a Student-t 95% interval (``mean +- t_{0.975, R-1} *
 sd / sqrt(R)``, replicates where either value is NaN left out). Choosing the
 best and worst from the same replicates makes the effect biased upwards, so
-the rule errs towards calling a parameter testable.
+the rule errs towards calling a parameter testable. A replayed stream (a
+trace, a stream folder, LoCoMo) gives the same queries to every replicate:
+its replicates are replays, not samples (a deterministic policy gives the
+same ``d`` on each, an interval of zero width), so the effect is paired over
+the stream's queries instead, each once
+(:func:`~memsim.sweep.evaluate.paired_over_queries`: a bootstrap,
+``ci_over = "queries"``), and an objective measured once per run
+(``recall_gini``, the store size ...) gets no interval (``ci_over =
+"stream"``: within noise, for want of a measure of it).
 
 *Flags.* A swept parameter is untestable when the signal it acts on is
 constant within every sampled query (decay rates when every age is 0, breadth
@@ -121,6 +129,7 @@ from memsim.reporting.rundir import write_atomic
 from memsim.runs.runner import experiment_arms, load_stream_for, simulate_experiment
 from memsim.reporting.stats import mean_ci
 from memsim.sweep import SweepSpec, TrialEvaluator, apply_params
+from memsim.sweep.evaluate import paired_over_queries, replays_one_stream
 
 __all__ = ["AuditReport", "audit", "SIGNALS", "param_signals", "regime_kind",
            "REGIMES", "PARAM_COLUMNS", "MIN_REPLICATES"]
@@ -154,7 +163,9 @@ class AuditReport:
         over replicates), ``spread``, ``moves``, ``signal_varies``;
         ``replicates`` (pairs of the comparison), ``best``, ``worst``,
         ``effect`` (mean of better - worse, >= 0) and its 95% interval
-        ``effect_lo, effect_hi``, ``within_noise``; ``regime`` (floor,
+        ``effect_lo, effect_hi``, ``ci_over`` (what the interval resamples:
+        ``"replicates"``; on a replayed stream ``"queries"``, or ``"stream"``
+        for a per-run objective, which has none), ``within_noise``; ``regime`` (floor,
         promotion, eviction or ""), ``reach`` (its measure, see ``reach``),
         ``reached``; ``testable``, ``reason`` (why not) and ``note`` (a rule
         that would have said untestable, overruled by a significant effect).
@@ -168,6 +179,8 @@ class AuditReport:
         Policy -> tiers of the scored notes (after promotion).
     replicates : int
         Replicates each probe value was evaluated on.
+    replays : bool
+        Whether they replay one stream (effects paired over its queries).
     """
 
     experiment: str
@@ -183,6 +196,7 @@ class AuditReport:
         columns=["param", "policy", "kind", "swept", "values", "measure_name", "measure",
                  "reached", "reason"]))
     replicates: int = MIN_REPLICATES
+    replays: bool = False
 
     def untestable(self) -> list[str]:
         """Swept parameters flagged untestable."""
@@ -215,9 +229,16 @@ class AuditReport:
             lines.append(show.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
             lines.append("")
         if len(self.params):
-            lines.append(f"Swept parameters (objective at each probe point, mean of "
-                         f"{self.replicates} replicates; effect = better - worse, paired, "
-                         "95% CI):")
+            if self.replays:
+                # replays are no samples: the interval is over the stream's queries
+                lines.append(f"Swept parameters (objective at each probe point, mean of "
+                             f"{self.replicates} replays of one stream; effect = better - "
+                             "worse, paired over the stream's queries, 95% CI; none for a "
+                             "per-run objective):")
+            else:
+                lines.append(f"Swept parameters (objective at each probe point, mean of "
+                             f"{self.replicates} replicates; effect = better - worse, "
+                             "paired, 95% CI):")
             show = self.params[["param", "objective", "points", "values", "best", "worst",
                                 "effect", "effect_lo", "effect_hi", "testable"]]
             lines.append(show.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
@@ -528,10 +549,12 @@ def _probe_sets(spec: SweepSpec) -> list[tuple[str, dict]]:
 
 
 def _probe(evaluator: TrialEvaluator, spec: SweepSpec, reps: list[int],
-           step_done: Callable[[int], None], outs: list | None = None
-           ) -> dict[str, list[tuple[list[float], dict]]]:
-    """Swept key -> (objective values, per-replicate values) at each of its
-    probe points, every point one parameter set on the replicates ``reps``.
+           step_done: Callable[[int], None], outs: list | None = None,
+           keep_queries: bool = False) -> dict[str, list[tuple[list[float], dict, dict]]]:
+    """Swept key -> (objective values, per-replicate values, per-query
+    values) at each of its probe points, every point one parameter set on
+    the replicates ``reps``; the per-query values only with
+    ``keep_queries`` (a replayed stream).
 
     All the points are simulated as the arms of one replay per replicate
     (:meth:`TrialEvaluator.evaluate_batch`): each value is bit for bit the
@@ -550,14 +573,16 @@ def _probe(evaluator: TrialEvaluator, spec: SweepSpec, reps: list[int],
                 step_done(step)
             return False
 
+        # the per-query values only where they are read (a replayed stream)
+        keep = {"keep_queries": True} if keep_queries else {}
         outs = evaluator.evaluate_batch([params for _, params in sets], replicates=reps,
-                                        after_replicate=after)
-    probed: dict[str, list[tuple[list[float], dict]]] = {p.key: [] for p in spec.params}
+                                        after_replicate=after, **keep)
+    probed: dict[str, list[tuple[list[float], dict, dict]]] = {p.key: [] for p in spec.params}
     for (key, params), out in zip(sets, outs):
         if out.error:
             evaluator.evaluate(params, replicates=reps)  # raises the point's error
             raise MemsimError(out.error)
-        probed[key].append((list(out.values), out.per_replicate))
+        probed[key].append((list(out.values), out.per_replicate, out.queries))
     return probed
 
 
@@ -673,28 +698,48 @@ def _reach(key: str, kind: str, values: list, exp: Experiment, cols: dict, tq: n
     return {"measure": measure, "reached": reached, "reason": why}
 
 
-def _effect(per: list[dict[int, float]], direction: str, level: float = 0.95
-            ) -> dict[str, Any]:
+def _effect(per: list[dict[int, float]], direction: str, level: float = 0.95, *,
+            queries: list | None = None, metric: str = "") -> dict[str, Any]:
     """Paired effect of the best vs the worst probe value, over replicates.
 
     ``per[j]`` maps replicate -> objective at probe value ``j``. The best and
     worst values are chosen on the mean over replicates (in the objective's
     direction); the effect is the mean over replicates of ``better - worse``
-    (so >= 0), with a Student-t interval at ``level``.
+    (so >= 0), with a Student-t interval at ``level`` (``ci_over =
+    "replicates"``).
+
+    ``queries``, when the replicates replay one stream: each probe value's
+    per-query values of the objective (``metric``), or None where the
+    objective is measured once per run. The replays are no samples, so the
+    effect and its interval are paired over the stream's queries instead
+    (:func:`~memsim.sweep.evaluate.paired_over_queries`, ``ci_over =
+    "queries"``, ``n_queries`` pairs); a per-run objective has no interval
+    (``ci_over = "stream"``) and is within noise for want of a measure of it.
     """
     reps = sorted(set().union(*[set(d) for d in per]))
     y = np.array([[d.get(r, math.nan) for r in reps] for d in per], dtype=np.float64)
     ok = np.isfinite(y).all(axis=0)
     y = y[:, ok]
     out = {"best": -1, "worst": -1, "effect": math.nan, "effect_lo": math.nan,
-           "effect_hi": math.nan, "n_replicates": int(ok.sum()), "within_noise": True}
+           "effect_hi": math.nan, "n_replicates": int(ok.sum()), "within_noise": True,
+           "ci_over": "replicates" if queries is None else "queries", "n_queries": 0}
     if y.shape[1] == 0 or len(per) < 2:
         return out
     sign = 1.0 if direction == "maximize" else -1.0
     m = sign * y.mean(axis=1)
     best, worst = int(np.argmax(m)), int(np.argmin(m))
     d = sign * (y[best] - y[worst])
-    mean, lo, hi, n = mean_ci(d, level)
+    if queries is None:
+        mean, lo, hi, n = mean_ci(d, level)
+    elif queries[best] is not None and queries[worst] is not None:
+        diff, a, b, out["n_queries"] = paired_over_queries(queries[best], queries[worst],
+                                                           metric, level)
+        # better - worse in the objective's direction: a minimised one flips
+        mean, lo, hi = (diff, a, b) if sign > 0 else (-diff, -b, -a)
+        n = out["n_replicates"]
+    else:
+        mean, lo, hi, n = float(d.mean()), math.nan, math.nan, out["n_replicates"]
+        out["ci_over"] = "stream"
     # an interval needs two replicates; all-equal differences give a point
     within = not (np.isfinite(lo) and (lo > 0 or hi < 0))
     out.update(best=best, worst=worst, effect=mean, effect_lo=lo, effect_hi=hi,
@@ -770,6 +815,8 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     policies = list(dict.fromkeys(
         [o.policy for o in spec.objectives] if spec is not None else list(exp.policies)))
     reps = list(range(replicates))
+    # replicates of a stream from disk are replays: effects over its queries
+    replays = replays_one_stream(exp)
     evaluator = None
     if spec is not None and params:
         evaluator = TrialEvaluator(exp, spec, jobs=jobs)
@@ -788,9 +835,10 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
             pool_progress = progress
         else:
             pool_progress = (lambda f: tick(0.9 * f)) if progress is not None else None
-        outs, frames = evaluator.evaluate_batches(
-            [{"param_sets": [params for _, params in _probe_sets(spec)], "replicates": reps}],
-            extra=extra, progress=pool_progress)
+        batch = {"param_sets": [params for _, params in _probe_sets(spec)], "replicates": reps}
+        if replays:
+            batch["keep_queries"] = True
+        outs, frames = evaluator.evaluate_batches([batch], extra=extra, progress=pool_progress)
         pooled = outs[0]
         if sim is not None:
             rankings = pd.concat([frames[0]["rankings"]], ignore_index=True)
@@ -860,7 +908,7 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
         def step_done(step: int) -> None:
             frac = step / len(reps)
             progress(frac) if phased else tick(0.3 + 0.7 * frac)
-        probed = _probe(evaluator, spec, reps, step_done, outs=pooled)
+        probed = _probe(evaluator, spec, reps, step_done, outs=pooled, keep_queries=replays)
         for p in spec.params:
             pts = p.probe_points()
             vals = probed[p.key]
@@ -871,13 +919,15 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
             if tier is not None and pol in tiers and tiers[pol].get(tier, 0.0) == 0.0:
                 tier_missing = f"no scored note is in the {tier} tier"
             rch = reach_by_key.get(p.key)
-            for j, (lab, direction) in enumerate(zip(spec.labels, spec.directions)):
+            for j, (o, direction) in enumerate(zip(spec.objectives, spec.directions)):
+                lab = o.label
                 ys = np.array([v[0][j] for v in vals], dtype=np.float64)
                 fin = ys[np.isfinite(ys)]
                 spread = float(np.ptp(fin)) if fin.size else math.nan
                 scale = float(np.max(np.abs(fin))) if fin.size else math.nan
                 moves = bool(fin.size and spread > _MOVE_RTOL * max(1.0, scale))
-                eff = _effect([v[1][lab] for v in vals], direction)
+                eff = _effect([v[1][lab] for v in vals], direction, metric=o.metric,
+                              queries=[v[2].get(lab) for v in vals] if replays else None)
                 reasons = []
                 if structural:
                     reasons.append(structural)
@@ -917,7 +967,8 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
                     "best": _short(pts[eff["best"]]) if eff["best"] >= 0 else "",
                     "worst": _short(pts[eff["worst"]]) if eff["worst"] >= 0 else "",
                     "effect": eff["effect"], "effect_lo": eff["effect_lo"],
-                    "effect_hi": eff["effect_hi"], "within_noise": eff["within_noise"],
+                    "effect_hi": eff["effect_hi"], "ci_over": eff["ci_over"],
+                    "within_noise": eff["within_noise"],
                     "regime": rch["kind"] if rch else "",
                     "reach": rch["measure"] if rch else math.nan,
                     "reached": bool(rch["reached"]) if rch else True,
@@ -934,7 +985,8 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
         info.append(f"(stream replayed from {exp.workload.path})")
     return AuditReport(experiment=exp.name, replicate=replicate, n_queries=len(rows),
                        n_notes=len(notes), signals=signals, params=params_df, flags=flags,
-                       tiers=tiers, notes=info, reach=reach, replicates=replicates)
+                       tiers=tiers, notes=info, reach=reach, replicates=replicates,
+                       replays=replays)
 
 
 #: What ``measure`` is, per regime.
@@ -945,18 +997,23 @@ _MEASURES = {"floor": "least (recency - floor) / (1 - floor)",
 #: Columns of :attr:`AuditReport.params`.
 PARAM_COLUMNS = ["param", "objective", "signals", "points", "values", "spread",
                  "relative_spread", "moves", "signal_varies", "replicates", "best", "worst",
-                 "effect", "effect_lo", "effect_hi", "within_noise", "regime", "reach",
+                 "effect", "effect_lo", "effect_hi", "ci_over", "within_noise", "regime", "reach",
                  "reached", "testable", "reason", "note"]
 
 
 def _noise_text(lab: str, pts: list, eff: dict) -> str:
+    if eff["ci_over"] == "stream" and eff["best"] >= 0:
+        return (f"effect not measurable: {lab} is measured once per run and the replicates "
+                f"replay one stream, so {_short(pts[eff['best']])} vs "
+                f"{_short(pts[eff['worst']])} (differs by {eff['effect']:.3g}) has no interval")
     if eff["best"] < 0 or not np.isfinite(eff["effect_lo"]):
         return (f"effect within noise: {lab} cannot be compared across replicates "
                 f"({eff['n_replicates']} with finite values)")
+    over = (f"the stream's {eff['n_queries']} queries (its replays folded)"
+            if eff["ci_over"] == "queries" else f"{eff['n_replicates']} replicates")
     return (f"effect within noise: {lab} of {_short(pts[eff['best']])} vs "
             f"{_short(pts[eff['worst']])} differs by {eff['effect']:.3g}, 95% CI "
-            f"[{eff['effect_lo']:.3g}, {eff['effect_hi']:.3g}] over "
-            f"{eff['n_replicates']} replicates includes 0")
+            f"[{eff['effect_lo']:.3g}, {eff['effect_hi']:.3g}] over {over} includes 0")
 
 
 def _value_text(r) -> str:
