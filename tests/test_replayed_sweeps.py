@@ -26,6 +26,7 @@ from memsim.reporting.stats import mean_ci
 from memsim.sweep import SweepSpec, TrialEvaluator, robustness_check, run_sweep
 from memsim.sweep.outputs import _paired_lines
 from memsim.sweep.plateau import plateau_table
+from memsim.sweep.robustness import REPLAYED_SEEDS_NOTE
 from memsim.tuning.audit import audit
 
 HL = "policies.p.decay.half_life_days"
@@ -98,6 +99,9 @@ def test_vs_preset_on_a_replayed_stream_pairs_its_queries(stream_dir):
     assert row["diff_recall_gini"] == pytest.approx(
         np.mean(json.loads(row["per_replicate_recall_gini"])))
     assert "in-sample" in row["note"]
+    # the fresh seeds replay the winner's own queries: their change says nothing
+    fresh = rob[rob["check"] == "fresh-seeds"]
+    assert len(fresh) == 2 and (fresh["note"] == REPLAYED_SEEDS_NOTE).all()
     lines = [ln for ln in _paired_lines(rob, spec) if ln.startswith("vs preset")]
     assert "bootstrap interval over the replayed stream's queries" in lines[0]
     assert "t-interval" not in " ".join(lines) and "no verdict" in lines[1]
@@ -120,7 +124,7 @@ def test_vs_preset_on_synthetic_replicates_keeps_its_t_interval_and_says_so():
     """Streams of their own: the t-interval over replicates of before, number
     for number, now with its unit (``ci_over_<objective>``)."""
     exp = memsim.experiment_from_dict(_table(SYNTHETIC, robustness={"replicates": 3}))
-    row, _, _ = _vs_preset(exp, 40.0)
+    row, rob, _ = _vs_preset(exp, 40.0)
     for lab in ("utility", "recall_gini"):
         d = json.loads(row[f"per_replicate_{lab}"])
         assert len(set(d)) == 3  # streams of their own: the differences vary
@@ -129,6 +133,7 @@ def test_vs_preset_on_synthetic_replicates_keeps_its_t_interval_and_says_so():
                 row[f"diff_ci_high_{lab}"]) == (mean, lo, hi)
         assert row[f"ci_over_{lab}"] == "replicates"
     assert "replay" not in row["note"] and "in-sample" not in row["note"]
+    assert rob.loc[rob["check"] == "fresh-seeds", "note"].isna().all()
 
 
 # -- the plateau --------------------------------------------------------------------

@@ -47,6 +47,9 @@ NO_INTERVAL = "no interval: one replayed stream"
 REPLAY_NOTE = "the replicates replay one stream: intervals over its queries, each once"
 #: ... and when that stream is the sweep's own: no fresh data to check on.
 IN_SAMPLE_NOTE = "in-sample: the sweep chose the winner on this stream, which flatters it"
+#: ``note`` of a ``fresh-seeds`` row that replays the sweep's own stream.
+REPLAYED_SEEDS_NOTE = ("the fresh seeds replay the sweep's own stream: a change near 0 "
+                       "is no sign of robustness")
 
 
 # Over 80 lines only through its docstring, which states the rule exactly.
@@ -175,6 +178,10 @@ def robustness_check(evaluator: TrialEvaluator, spec: SweepSpec, candidates: lis
             values, per, queries = outcomes[j][i]
             evals[i, j] = per, queries
             row = dict(base, check=check, variant=name, replicates=_reps_text(reps))
+            if check == "fresh-seeds" and in_sample[j]:
+                # replays of the queries the winner was chosen on: its values
+                # there are the sweep's (a deterministic policy's, exactly)
+                row["note"] = REPLAYED_SEEDS_NOTE
             for lab, v, v0 in zip(spec.labels, values, c["values"]):
                 row[f"values_{lab}"] = v
                 row[f"change_{lab}"] = v - v0
