@@ -365,7 +365,7 @@ def _sim_order(ctx: BatchContext, retriever) -> SimOrder:
 
     def build() -> SimOrder:
         if (b.similarity_pending(retriever)
-                and b.valid.size * np.dtype(_Pending.dtype_of(b)).itemsize >= PENDING_BYTES):
+                and b.valid.size * _Pending.dtype_of(b).itemsize >= PENDING_BYTES):
             return SimOrder(None, b.valid, b.dead, b.varying, _Pending(b, retriever))
         return SimOrder(ctx.similarity(retriever), b.valid, b.dead, b.varying)
 

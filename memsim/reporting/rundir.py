@@ -755,14 +755,16 @@ class RunResult:
             raise ConfigError(f"{where}: {problem}")
 
     def _run_frame(self, stream: Any, policy: str | None, budget: int | None,
-                   replicate: int | None, scores: str) -> tuple[pd.DataFrame, str, int]:
-        """:meth:`trec_run_frame`, the policy's name and the replicate."""
+                   replicate: int | None, scores: str, checked: bool = False
+                   ) -> tuple[pd.DataFrame, str, int]:
+        """:meth:`trec_run_frame`, the policy's name and the replicate
+        (``checked``: ``stream`` is one :meth:`_stream` returned)."""
         if scores not in ("rank", "policy"):
             raise ConfigError(f"scores must be 'rank' or 'policy', got {scores!r}")
         r, name, rep = self._one_arm(policy, budget, replicate)
         if scores == "policy":
             self._check_rankings(("score",))
-        note_ids, query_ids = self._export_ids(stream, rep)
+        note_ids, query_ids = self._export_ids(stream, rep, checked)
         rank = r["rank"].to_numpy(np.int64)
         score = (rank.max(initial=0) + 1 - rank).astype(np.float64) if scores == "rank" \
             else r["score"].to_numpy(np.float64)
@@ -861,15 +863,13 @@ class RunResult:
         """The relevance memsim's ``ndcg@10`` and ``mrr`` are measured
         against, as TREC qrels columns ``qid``, ``docno``, ``grade`` (see
         :meth:`to_trec_qrels`, whose ids and errors it has)."""
-        if isinstance(gain_scale, bool) or not isinstance(gain_scale, (int, float, np.integer,
-                                                                        np.floating)) \
-                or not (np.isfinite(gain_scale) and gain_scale > 0):
-            raise ConfigError(f"gain_scale must be a finite number > 0, got {gain_scale!r}: "
-                              "grades are gain * gain_scale, and only positive gains are "
-                              "relevant")
+        _check_gain_scale(gain_scale)
         if replicate is not None:
             replicate = self._pick("replicate", replicate)
-        stream = self._stream(stream, replicate)
+        return self._qrels_frame(self._stream(stream, replicate), gain_scale)
+
+    def _qrels_frame(self, stream: Any, gain_scale: float) -> pd.DataFrame:
+        """:meth:`trec_qrels_frame` of a stream :meth:`_stream` returned."""
         qr = stream.qrels
         gain = qr["gain"].to_numpy(np.float64)
         keep, born = _relevant_when_asked(stream)
@@ -968,11 +968,15 @@ class RunResult:
         except ImportError:
             raise ImportError('to_ranx needs ranx: pip install -e ".[ranx]"') from None
         _, name, rep = self._one_arm(policy, budget, replicate)
-        if stream is not None or self.experiment is not None:
-            stream = self._stream(stream, rep)  # read (and checked) once, for both files
-        run = self.trec_run_frame(policy=policy, budget=budget, replicate=replicate,
-                                  stream=stream)
-        qrels = self.trec_qrels_frame(stream, replicate=rep, gain_scale=gain_scale)
+        checked = stream is not None or self.experiment is not None
+        if checked:
+            stream = self._stream(stream, rep)  # read and checked once, for both frames
+        run = self._run_frame(stream, policy, budget, replicate, "rank", checked)[0]
+        if checked:
+            _check_gain_scale(gain_scale)
+            qrels = self._qrels_frame(stream, gain_scale)
+        else:  # (refused there: a run read back from its folder needs its stream)
+            qrels = self.trec_qrels_frame(None, replicate=rep, gain_scale=gain_scale)
         # ranx asks for object (not pandas string) id columns
         run, qrels = (f.astype({"qid": object, "docno": object}) for f in (run, qrels))
         # an arm whose rankings are all empty is an empty run (from_df refuses one)
@@ -980,8 +984,8 @@ class RunResult:
                 ranx.Run.from_df(run, q_id_col="qid", doc_id_col="docno", score_col="score",
                                  name=name) if len(run) else ranx.Run(name=name))
 
-    def _export_ids(self, stream: Any, replicate: int) -> tuple[pd.Series | None,
-                                                                pd.Series | None]:
+    def _export_ids(self, stream: Any, replicate: int, checked: bool = False
+                    ) -> tuple[pd.Series | None, pd.Series | None]:
         """The trace ids (:func:`_trace_ids`) of the notes and queries of the
         stream a run export writes; ``(None, None)``: the stream's ids are
         the trace's."""
@@ -992,7 +996,8 @@ class RunResult:
                 return None, None
             if not hasattr(exp.workload, "load"):
                 return None, None  # a generated stream: its ids are its own
-        stream = self._stream(stream, replicate)
+        if not checked:
+            stream = self._stream(stream, replicate)
         return _trace_ids(stream.notes, "note_id"), _trace_ids(stream.queries, "query_id")
 
     def _check_source_ids(self) -> None:
@@ -1212,6 +1217,16 @@ def _texts(ids, trace: pd.Series | None = None, what: str = "id") -> np.ndarray:
         raise ConfigError(f"stream: {what} {miss} is not in it: give the stream the run "
                           "replayed")
     return mapped.to_numpy(dtype=object)
+
+
+def _check_gain_scale(gain_scale: Any) -> None:
+    """Refuse a ``gain_scale`` that is not a finite number > 0."""
+    if isinstance(gain_scale, bool) or not isinstance(gain_scale, (int, float, np.integer,
+                                                                    np.floating)) \
+            or not (np.isfinite(gain_scale) and gain_scale > 0):
+        raise ConfigError(f"gain_scale must be a finite number > 0, got {gain_scale!r}: "
+                          "grades are gain * gain_scale, and only positive gains are "
+                          "relevant")
 
 
 def _relevant_when_asked(stream: Any) -> tuple[np.ndarray, np.ndarray]:
