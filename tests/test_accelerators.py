@@ -268,6 +268,33 @@ def test_an_arm_answered_query_by_query_packs_its_batch_with_no_other_arm(
         assert_frame_equal(frame, _frames(want)[key], check_exact=True)
 
 
+@pytest.mark.parametrize("accelerators", [(), ACCELERATORS])
+def test_arms_answered_query_by_query_answer_each_query_together(accelerators):
+    """Arms the walk cannot correct (Generative Agents' set-dependent
+    ranker, whose sets read the uses) answer each query of a batch together:
+    each on its own state and decay, their answers packed as one array (a
+    promoting, a returned-uses and a packed-uses feedback among them; one
+    whose uses read no packing packs its own rows after the batch), with the
+    frames of the reference."""
+    stream = _stream(0)
+    ranker = "weighted-sum"
+    feedbacks = [{"kind": "default", "touch": "packed"},
+                 {"kind": "default", "touch": "packed", "promote_after": 2},
+                 {"kind": "default", "touch": "returned", "k": 3}]
+    arms = [Arm(f"arm-{i}", _policy(ranker=ranker, feedback=fb, decay={
+        "kind": "generative-agents", "clock": "last_access", "decay_factor": f}))
+            for i, (fb, f) in enumerate(zip(feedbacks, (0.9, 0.99, 0.995)))]
+    settings = SimSettings(candidates=6, tick_days=2.0, feedback_mode="per-query",
+                           save_rankings=True)
+    got = simulate(stream, arms, settings, seed_sequence(5), accelerators=accelerators)
+    assert not any(a.get("walk") for a in got.accelerated)
+    together = [w.get("packed-together", 0) for w in got.work]
+    assert together[0] > 0 and together[1] > 0 and together[2] == 0
+    want = reference.simulate(stream, arms, settings, seed_sequence(5))
+    for key, frame in _frames(got).items():
+        assert_frame_equal(frame, _frames(want)[key], check_exact=True)
+
+
 @pytest.mark.parametrize("mode", ["per-tick", "per-query"])
 def test_langchain_arms_score_their_candidates_alone_and_share_their_sets(mode, monkeypatch):
     """The LangChain test above is not vacuous: with ``"prefilter"`` a

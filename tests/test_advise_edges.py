@@ -24,9 +24,12 @@ FAST = {"trials": 2, "batch": 2, "rankers": ["current", "similarity"],
 
 
 def write_trace(path: Path, queries: int = 40, used=lambda j: True, tokens=(30, 200),
-                notes: int = 60) -> Path:
-    """A trace: each query asked a day after the one before, with the logged
-    top 8 and (where ``used(j)``) the one note it used."""
+                notes: int = 60, times=None) -> Path:
+    """A trace: each query asked a day after the one before (or query ``j``
+    at ``times[j]``: queries may share a time, as the questions of one
+    session do), with the logged top 8 and (where ``used(j)``) the one note
+    it used."""
+    times = [1.0 + j for j in range(queries)] if times is None else times
     rng = np.random.default_rng(3)
     emb = rng.normal(size=(notes, 8))
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
@@ -36,11 +39,11 @@ def write_trace(path: Path, queries: int = 40, used=lambda j: True, tokens=(30, 
         events.append({"event": "note_added", "id": i, "t": -60 + i, "actor": "a0",
                        "tokens": int(rng.integers(*tokens)),
                        "embedding": [round(float(x), 4) for x in emb[i]]})
-    for j in range(queries):
+    for j, t in enumerate(times):
         target = int(rng.integers(0, notes))
         q = emb[target] + 0.5 * rng.normal(size=8)
         q /= np.linalg.norm(q)
-        events.append({"event": "query", "id": j, "t": 1.0 + j, "actor": "a0",
+        events.append({"event": "query", "id": j, "t": float(t), "actor": "a0",
                        "embedding": [round(float(x), 4) for x in q]})
         top = np.argsort(-(emb @ q))[:8]
         events.append({"event": "retrieved", "query": j, "notes": [int(k) for k in top]})

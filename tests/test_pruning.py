@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import memsim
 from memsim.runs.config import resolve_policy
 from memsim.engine import (ACCELERATORS, Arm, SimSettings, cells, feedback_timing, pruning,
-                           reference, simfilter, simulate)
+                           reference, simfilter, simulate, stacking)
 from memsim.engine.prefilter import level_prefilter
 from memsim.runs.runner import load_stream_for, replicate_seed
 from memsim.policies.presets import PRESETS
@@ -277,7 +277,7 @@ def stack_cases(draw):
             ["none", "ai-memory", {"kind": "capacity", "max_notes": 200},
              {"kind": "capacity", "max_notes": 1200}]))
         tables.append({"ranker": "product", "decay": decay, "retention": retention,
-                       "feedback": draw(st.sampled_from(FEEDBACK[:3]))})
+                       "feedback": draw(st.sampled_from(FEEDBACK[:4]))})
     return {"seed": draw(st.integers(0, 10**6)), "n_notes": draw(st.integers(600, 2500)),
             "n_queries": draw(st.integers(2, 40)), "dim": draw(st.sampled_from([2, 4, 8])),
             "horizon": draw(st.sampled_from([3.0, 30.0, 300.0])), "c": draw(st.integers(1, 60)),
@@ -464,7 +464,8 @@ def test_arms_of_one_family_scored_as_one_array(clock):
     exactly the frames of full scoring and of being simulated alone: short
     and long half-lives, floors 0 to 0.9, a per-day rate, evictions of its
     own (capacity) and uses of its own (the last-use clock). An arm that
-    evicted most of the store is scored on its own."""
+    evicted most of the store goes down the levels inside the stack, as it
+    would alone."""
     stream = random_stream(11, n_notes=3000, n_queries=60, dim=4, horizon=120.0)
     decays = [{"kind": "half-life-floor", "half_life_days": hl, "floor": f, "clock": clock}
               for hl, f in ((1.5, 0.0), (9.0, 0.05), (30.0, 0.6), (400.0, 0.9))]
@@ -476,30 +477,64 @@ def test_arms_of_one_family_scored_as_one_array(clock):
     arms.append(Arm("cap", resolve_policy({"ranker": "product", "decay": decays[3],
                                            "retention": {"kind": "capacity",
                                                          "max_notes": 1500}}, "cap")))
-    # one that evicted most of the store is scored on its own, the rest together
+    # one that evicted most of the store: too few live notes on the first levels
     arms.append(Arm("tiny", resolve_policy({"ranker": "product", "decay": decays[3],
                                             "retention": {"kind": "capacity",
                                                           "max_notes": 100}}, "tiny")))
     full, pruned = both(stream, arms, candidates=20)
     assert_same(full, pruned)
     stacked = [a.get("stack", 0) for a in pruned.accelerated]
-    assert all(n > 0 for n in stacked[:-1]) and stacked[-1] == 0  # all but "tiny"
+    assert all(n > 0 for n in stacked)
     assert_each_alone(stream, arms[:3], pruned, names=("queries", "rankings"), candidates=20)
 
 
 
-def test_per_note_curves_are_not_stacked():
-    """Arms whose decay declares ``per_note_form`` (per-tier: a curve per
-    note) are not scored as one array; their frames are those of full
-    scoring."""
+@pytest.mark.parametrize("mode", ["per-tick", "per-query"])
+def test_per_note_curves_are_stacked(mode):
+    """Arms whose decay has a curve per note (per-tier: by each note's tier
+    in the arm's own state, which its promotions change) are scored as one
+    array with arms of one curve, each cell with its own arm's floor and
+    rate: the frames of full scoring, and of each arm alone."""
     stream = random_stream(12, n_notes=2500, n_queries=40, dim=4, horizon=90.0)
-    arms = [Arm(f"t{hl}", resolve_policy({"preset": "hivemind", "feedback": {"timing": "per-tick"},
-                                          "decay": {"task_half_life_days": hl}}, f"t{hl}"))
-            for hl in (30.0, 180.0, 720.0)]
-    assert all(a.policy.decay.per_note_form for a in arms)
-    full, pruned = both(stream, arms, candidates=10)
+    tiers = [{"task_half_life_days": 30.0, "scratch_half_life_days": 2.0},
+             {"task_half_life_days": 180.0, "task_floor": 0.1, "scratch_floor": 0.5},
+             {"task_half_life_days": 720.0, "scratch_half_life_days": 40.0, "task_floor": 0.0}]
+    arms = [Arm(f"t{i}", resolve_policy({"preset": "hivemind", "decay": d,
+                                         "feedback": {"promote_after": 1 + i}}, f"t{i}"))
+            for i, d in enumerate(tiers)]
+    arms.append(Arm("one-curve", resolve_policy(
+        {"preset": "hivemind", "decay": {"kind": "half-life-floor", "half_life_days": 9.0,
+                                         "floor": 0.2}}, "one-curve")))
+    assert sum(a.policy.decay.per_note_form for a in arms) == 3
+    full, pruned = both(stream, arms, candidates=10, feedback_mode=mode)
     assert_same(full, pruned)
-    assert not any(a.get("stack") for a in pruned.accelerated)
+    assert all(a.get("stack") for a in pruned.accelerated)
+    assert_each_alone(stream, arms[:2], pruned, names=("queries", "rankings"), candidates=10,
+                      feedback_mode=mode)
+
+
+def test_stacked_rows_go_down_the_levels_and_through_the_filter(monkeypatch):
+    """A stack's rows that the first level does not prove go down the
+    levels and, past the first scan's depth, through the similarity filter
+    (short half-lives, low floors: recent notes far down the similarity
+    order), with the frames of full scoring."""
+    filtered = []
+    stack_filtered = stacking._stack_filtered
+
+    def spy(members, order, c, n, rows, *args):
+        filtered.append(len(rows))
+        return stack_filtered(members, order, c, n, rows, *args)
+
+    monkeypatch.setattr(stacking, "_stack_filtered", spy)
+    stream = random_stream(3, n_notes=3000, n_queries=40, dim=4)
+    arms = [Arm(f"s{i}", resolve_policy({"ranker": "product", "decay": {
+        "kind": "half-life-floor", "half_life_days": hl, "floor": f}}, f"s{i}"))
+            for i, (hl, f) in enumerate(((1.0, 0.0), (2.0, 0.05), (5.0, 0.1)))]
+    full, pruned = both(stream, arms, candidates=30)
+    assert_same(full, pruned)
+    assert all(a.get("stack") for a in pruned.accelerated)
+    assert sum(filtered) > 0
+
 
 @pytest.mark.parametrize("c", [3, 40])
 def test_levels_packed_to_the_live_notes(c):

@@ -1,8 +1,9 @@
 """Accelerator ``"stack"``: arms that differ only by their decay scored as one array.
 
-Per-tick arms with the same retriever, ranker, clock and C whose scores
-differ only by their decay's floor and rate (a sweep's trials) go through
-the pruned scoring's two steps (the base level, then the similarity filter)
+Arms with the same retriever, ranker, clock and C whose scores differ
+only by their decay's floor and rate, one per arm or one per note (a
+sweep's trials; a per-tier decay's by each note's tier) go through the
+pruned scoring's steps (the similarity levels, then the similarity filter)
 as one array, a row per (arm, query); each cell's recency is computed by
 the same float operations as the arm's own.
 
@@ -17,6 +18,7 @@ with this accelerator alone and with the others.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,13 +26,14 @@ import numpy as np
 from memsim.core.errors import MemsimError
 from memsim.policies import Policy
 from memsim.policies.base import Breadth, Stickiness
+from memsim.policies.context import AGE_CLOCKS
 from .context import _clock_origin, separable_recency, _GatheredContext
-from .cells import ladder_level, _sim_order
+from .cells import ladder_level, _proven, _sim_order
 from .cells import _cells_scorable
 from .pruning import _judge, _prune_plan
 from .simfilter import _exponential_form, _filterable, kept_cells, _padded_cells, _recency_blocks
 from .state import similarity_key
-from .topc import _kth_best, _top_of_cells
+from .topc import _top_of_cells, top_candidates
 
 if TYPE_CHECKING:
     from .context import BatchContext
@@ -40,36 +43,48 @@ if TYPE_CHECKING:
 @dataclass(eq=False)
 class _Member:
     """An arm of :func:`_stacked_tops`: its context, state, the bounds of its
-    pruning and its decay's one exponential (floor, rate)."""
+    pruning (its recency's lowest and highest) and its decay's exponential
+    form (floor, rate): 0-d, or one per column of the batch (a per-tier
+    decay's, by each note's tier in the arm's state)."""
 
     key: Any
     policy: Policy
     ctx: BatchContext
     st: PolicyState
     lo: float | None
-    highs: np.ndarray
-    floor: float
-    rate: float
+    hi: float
+    floor: np.ndarray
+    rate: np.ndarray
+
+    @cached_property
+    def highs(self) -> np.ndarray | None:
+        """Per block of columns, the highest recency
+        (:func:`_recency_blocks`): computed when the filter first needs it."""
+        return _recency_blocks(self.policy, self.ctx, self.hi)
 
 
 def _stack_member(key: Any, policy: Policy, ctx: BatchContext, st: PolicyState
                   ) -> _Member | None:
     """The arm (one :func:`_stackable`) as a member of a stack, or None
     when its score of a cell is not ``ranker.combine(similarity, floor + (1
-    - floor) exp(-rate age))`` alone with one floor and rate
-    (:meth:`Policy.score` with a neutral stickiness and breadth, and a
-    ranker that reads no use, so no state of its own) or it cannot be
-    filtered (:func:`_recency_blocks`)."""
-    if policy.decay.per_note_form or not _filterable(policy):
-        return None  # before the form: a per-tier form is a pass over the notes
+    - floor) exp(-rate age))`` alone, with one floor and rate or one per
+    note (:meth:`Policy.score` with a neutral stickiness and breadth, and a
+    ranker that reads no use, so no state of its own; a per-tier decay's
+    form reads the arm's tiers) of one of the notes' clocks, or the ranker
+    declares no bound to prune it by (:func:`_prune_plan`) or no
+    ``similarity_needed`` (:func:`_filterable`)."""
+    if not _filterable(policy) or policy.decay.clock not in AGE_CLOCKS:
+        return None
     form = _exponential_form(policy, ctx)
-    if form is None or np.ndim(form[0]) or np.ndim(form[1]):
+    if form is None:
+        return None
+    floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
+    if any(x.ndim and x.shape != ctx.idx.shape for x in (floor, rate)):
         return None
     plan = _prune_plan(policy, ctx)
-    highs = None if plan is None else _recency_blocks(policy, ctx, plan[1])
-    if highs is None:
+    if plan is None or plan[1] is None:
         return None
-    return _Member(key, policy, ctx, st, plan[0], highs, float(form[0]), float(form[1]))
+    return _Member(key, policy, ctx, st, plan[0], plan[1], floor, rate)
 
 
 def _stackable(policy: Policy, st: PolicyState) -> bool:
@@ -93,11 +108,12 @@ def _stacked_tops(items: list[tuple[Any, Policy, BatchContext, int, PolicyState]
 
     Arms with the same retriever, ranker, clock and C whose scores differ
     only by their decay's floor and rate (:func:`_stack_member`) are scored
-    as one array, a row per (arm, query), through the two steps of
-    :func:`_pruned_top`: the base level's cells, then the cells its C-th best
-    score keeps (:func:`_filtered_top`). A cell's recency is computed by the
+    as one array, a row per (arm, query), through the steps of
+    :func:`_pruned_top`: the similarity levels, and past the first scan's
+    depth the cells a level's C-th best score keeps (:func:`_filtered_top`).
+    A cell's recency is computed by the
     same float operations as the arm's own (:func:`separable_recency`
-    with a floor and rate per row), so every arm gets its own scores bit
+    with a floor and rate per row, or per cell), so every arm gets its own scores bit
     for bit.
     """
     groups: dict[tuple, list[tuple]] = {}
@@ -126,8 +142,11 @@ class _NotStackable(Exception):
 
 def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np.ndarray]]:
     """:func:`_stacked_tops` of one group (empty when its store is too small
-    for levels; an arm with a query short of C live notes on the base level
-    is left to be scored on its own)."""
+    for levels): the levels of :func:`_pruned_top`, a row per (arm, query).
+    A row whose top C a level proves (:func:`_proven`, at its arm's bound)
+    is done; past the first scan's depth, a row with C live notes on the
+    level keeps only the cells its C-th score needs (:func:`kept_cells`);
+    the others go down to the next level, as each arm's own would."""
     ctx0, policy0 = members[0].ctx, members[0].policy
     q, n = len(ctx0.t), len(ctx0.idx)
     order = _sim_order(ctx0, policy0.retriever)
@@ -135,53 +154,88 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
     cc = min(c, n)
     if n == 0 or 2 * level >= order.n:
         return {}
-    rows = np.arange(q)
+    key = similarity_key(policy0.retriever)
     arm = np.repeat(np.arange(len(members)), q)  # the member of each (arm, query) row
-    qrow = np.tile(rows, len(members))
-    lv = order.cells(level, rows, False, similarity_key(policy0.retriever))
-    cols = np.tile(lv.cols, (len(members), 1))
-    live = np.concatenate([lv.real & m.ctx.live_cells(lv.flat, lv.cols, lv.valid)
-                           for m in members])
-    kth = _kth_best(_stack_scores(members, arm, qrow, cols, np.tile(lv.sim, (len(members), 1)),
-                                  live), cc).reshape(len(members), q)
-    # an arm with a query that has fewer than C live notes on the level
-    # (one that evicted most of the store) is scored on its own
-    ok = np.isfinite(kth).all(axis=1)
-    if not ok.all():
-        members = [m for m, k in zip(members, ok) if k]
-        if len(members) < 2:
-            return {}
-        kth = kth[ok]
-        arm = np.repeat(np.arange(len(members)), q)
-        qrow = np.tile(rows, len(members))
-    kth = kth.ravel()
-    r, col = kept_cells(order, qrow, [(np.arange(k * q, (k + 1) * q), m.policy, m.ctx,
-                                        kth[k * q:(k + 1) * q], m.lo, m.highs)
-                                       for k, m in enumerate(members)])
+    qrow = np.tile(np.arange(q), len(members))
     pos = np.zeros((len(arm), cc), dtype=np.int64)
     vals = np.full(pos.shape, -np.inf)
-    where = np.full(len(arm), -1)
-    for chunk in _chunks(np.bincount(r, minlength=len(arm))):
-        where[chunk] = np.arange(len(chunk))
-        pick = where[r] >= 0
-        cells = _padded_cells(order, where[r[pick]], col[pick], qrow[chunk],
-                              similarity_key(policy0.retriever))
-        where[chunk] = -1
-        live = cells.real.copy()
-        for k in np.unique(arm[chunk]).tolist():
-            at = np.flatnonzero(arm[chunk] == k)
-            live[at] &= members[k].ctx.live_cells(cells.flat[at], cells.cols[at],
-                                                  cells.valid[at])
-        pos[chunk], vals[chunk] = _top_of_cells(
-            _stack_scores(members, arm[chunk], qrow[chunk], cells.cols, cells.sim, live),
-            cells.cols, c, n)
-    # each arm judged by the cells it would have scored alone (its level's
-    # and its own kept cells: the padding is the stack's)
-    kept = np.bincount(arm[r], minlength=len(members))
-    for m, k in zip(members, kept.tolist()):
-        _judge(m.st, q * lv.cols.shape[1] + k, q * n)
+    # the cells each member would have scored alone (the padding is the stack's)
+    scored = np.zeros(len(members), dtype=np.int64)
+    scanned = ladder_level(4 * level)  # the first scan's depth: levels down to it cost no pass
+    todo = np.arange(len(arm))
+    while len(todo):
+        full = 2 * level >= order.n
+        queries, at = np.unique(qrow[todo], return_inverse=True)
+        lv = order.cells(level, queries, full, key)
+        cols, tau = lv.cols[at], lv.tau[at]
+        live = lv.real[at]
+        bound = np.empty(len(todo))
+        for k, i in _by_member(arm[todo]):
+            m = members[k]
+            live[i] &= m.ctx.live_cells(lv.flat[at[i]], cols[i], lv.valid[at[i]])
+            with np.errstate(invalid="ignore", over="ignore"):
+                bound[i] = np.asarray(policy0.ranker.score_bound(tau[i], m.lo, m.hi, m.ctx),
+                                      dtype=np.float64)
+        p, v = top_candidates(_stack_scores(members, arm[todo], qrow[todo], cols,
+                                            lv.sim[at], live), c)  # ties to the lower column
+        np.add.at(scored, arm[todo], cols.shape[1])
+        done = _proven(v, cc, full, np.where(np.isneginf(tau), -np.inf, bound))
+        d = np.flatnonzero(done)
+        if len(d):
+            w = min(cc, p.shape[1])  # fewer only when every open note was scored
+            pos[todo[d], :w] = np.take_along_axis(cols[d], p[d, :w], axis=1)
+            vals[todo[d], :w] = v[d, :w]
+        if not full and not done.all() and level >= scanned:
+            # the level's C-th best score is one each row's top C reaches
+            kth = v[:, cc - 1] if v.shape[1] >= cc else np.full(len(todo), -np.inf)
+            filt = ~done & np.isfinite(kth)
+            if filt.any():  # (a member with no per-block bound goes down the levels)
+                filt &= np.array([m.highs is not None for m in members])[arm[todo]]
+            if filt.any():
+                _stack_filtered(members, order, c, n, todo[filt], arm, qrow, kth[filt],
+                                (pos, vals), scored)
+                done |= filt
+        todo = todo[~done]
+        level = ladder_level(4 * level)
+    for m, k in zip(members, scored.tolist()):
+        _judge(m.st, k, q * n)
     return {m.key: (pos[k * q:(k + 1) * q], vals[k * q:(k + 1) * q])
             for k, m in enumerate(members)}
+
+
+def _by_member(arm: np.ndarray) -> list[tuple[int, slice]]:
+    """(member, its rows in ``arm``) for each member there: ``arm`` is
+    non-decreasing (rows are taken in order, and a member's are
+    consecutive), so each member's rows are a slice (views, not copies)."""
+    ks = np.unique(arm)
+    ends = np.searchsorted(arm, ks, side="right")
+    return [(k, slice(int(e) - n, int(e)))
+            for k, e, n in zip(ks.tolist(), ends, np.bincount(arm)[ks])]
+
+
+def _stack_filtered(members: list[_Member], order, c: int, n: int, rows: np.ndarray,
+                    arm: np.ndarray, qrow: np.ndarray, kth: np.ndarray,
+                    out: tuple[np.ndarray, np.ndarray], scored: np.ndarray) -> None:
+    """:func:`_filtered_top` of the stack's ``rows`` (ascending), given
+    each one's C-th score on a level ``kth``: written into ``out``."""
+    a, qs = arm[rows], qrow[rows]
+    r, col = kept_cells(order, qs, [(np.arange(i.start, i.stop), members[k].policy,
+                                     members[k].ctx, kth[i], members[k].lo, members[k].highs)
+                                    for k, i in _by_member(a)])
+    np.add.at(scored, a[r], 1)
+    key = similarity_key(members[0].policy.retriever)
+    where = np.full(len(rows), -1)
+    for chunk in _chunks(np.bincount(r, minlength=len(rows))):
+        where[chunk] = np.arange(len(chunk))
+        pick = where[r] >= 0
+        cells = _padded_cells(order, where[r[pick]], col[pick], qs[chunk], key)
+        where[chunk] = -1
+        live = cells.real.copy()
+        for k, i in _by_member(a[chunk]):
+            live[i] &= members[k].ctx.live_cells(cells.flat[i], cells.cols[i], cells.valid[i])
+        out[0][rows[chunk]], out[1][rows[chunk]] = _top_of_cells(
+            _stack_scores(members, a[chunk], qs[chunk], cells.cols, cells.sim, live),
+            cells.cols, c, n)
 
 
 def _chunks(counts: np.ndarray) -> list[np.ndarray]:
@@ -200,19 +254,18 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
                   sim: np.ndarray, live: np.ndarray) -> np.ndarray:
     """The scores of the cells ``cols`` of the rows ``qrow`` of the batch,
     each row scored by its member ``arm``, -inf where not live:
-    :meth:`Policy.score` of each member, as one array."""
+    :meth:`Policy.score` of each member, as one array (``arm``
+    non-decreasing)."""
     ctx0, policy0 = members[0].ctx, members[0].policy
     clock = policy0.decay.clock
     idx = ctx0.idx[cols]
     if clock == "last_access":  # each arm's own uses
         origin = np.empty(idx.shape)
-        for k in np.unique(arm).tolist():
-            at = np.flatnonzero(arm == k)
-            origin[at] = _clock_origin(clock, ctx0.notes, members[k].st, idx[at])
+        for k, i in _by_member(arm):
+            origin[i] = _clock_origin(clock, ctx0.notes, members[k].st, idx[i])
     else:
         origin = _clock_origin(clock, ctx0.notes, members[0].st, idx)
-    floor = np.array([m.floor for m in members])[arm][:, None]
-    rate = np.array([m.rate for m in members])[arm][:, None]
+    floor, rate = _member_forms(members, arm, cols)
     rec = separable_recency(ctx0.t[qrow], ctx0.batch.t0, origin, floor, rate)
     # the ranker reads no use: any member's cells give it the same columns
     g = _GatheredContext(ctx0, qrow, cols, live)
@@ -228,3 +281,21 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
     for k, rows in enumerate(np.bincount(arm, minlength=len(members)).tolist()):
         members[k].st.work["cells"] += rows * cols.shape[1]
     return np.where(live & ~np.isnan(scores), scores, -np.inf)
+
+
+def _member_forms(members: list[_Member], arm: np.ndarray, cols: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's floor and rate: (R, 1) when every member has one of each,
+    else (R, W), each cell's own (a per-tier decay's, by the note's tier in
+    its member's state)."""
+    if not any(m.floor.ndim or m.rate.ndim for m in members):
+        return (np.array([m.floor for m in members])[arm][:, None],
+                np.array([m.rate for m in members])[arm][:, None])
+    floor, rate = np.empty(cols.shape), np.empty(cols.shape)
+    for k, i in _by_member(arm):
+        for out, x in ((floor, members[k].floor), (rate, members[k].rate)):
+            if x.ndim:
+                np.take(x, cols[i], out=out[i])
+            else:
+                out[i] = x
+    return floor, rate

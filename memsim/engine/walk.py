@@ -74,28 +74,36 @@ def _walk_arms(jobs: list[_ArmJob], inp: _Inputs, acc_done: list[int]
 
     The arms the ``"walk"`` accelerator can correct (:func:`_walkable`) are
     walked together (:func:`_walk_together`); the others replay the batch
-    query by query, as the reference."""
+    query by query, as the reference, their answers to each query found
+    together (:func:`_answer_all`: the ones that stack scored as one array,
+    all packed as one)."""
     cut = np.searchsorted(inp.acc_t, jobs[0].batch.t, side="left") if jobs else None
     outs: list[dict[str, Any] | None] = [None] * len(jobs)
     done = list(acc_done)
     fast = [i for i, job in enumerate(jobs) if _walkable(job.arm.policy, job.accelerators)]
-    for i, job in enumerate(jobs):
-        if i in fast:
-            continue
-        fb = job.arm.policy.feedback
-        # uses that read no packing: the queries' candidates are packed
-        # together after the last (each row packs as it does alone)
-        late = not _reads_packing(fb)
-        parts = []
-        for k in range(len(job.batch.t)):  # the reference: each query on its own
+    slow = [i for i in range(len(jobs)) if i not in fast]
+    # uses that read no packing: the queries' candidates are packed
+    # together after the last (each row packs as it does alone)
+    late = {i: not _reads_packing(jobs[i].arm.policy.feedback) for i in slow}
+    parts: dict[int, list] = {i: [] for i in slow}
+    for k in range(len(jobs[0].batch.t) if slow else 0):
+        # the reference: each query on its own, on the state every use
+        # before it left; the arms' answers to it found together (each arm
+        # answers as alone: its own state, its rows packed as alone)
+        for i in slow:
             if cut[k] > done[i]:
                 sl = slice(done[i], int(cut[k]))
-                job.st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl], fb)
+                jobs[i].st.touch(inp.acc_rows[sl], inp.acc_actor[sl], inp.acc_t[sl],
+                                 jobs[i].arm.policy.feedback)
                 done[i] = int(cut[k])
-            row = job.row(k)
-            parts.append((row, *_answer_all([row], pack=not late)[0]))
-        outs[i] = _outputs(job, job.batch, _packed_parts(job, parts) if late
-                           else _stacked([pk for *_, pk in parts]))
+        for pack in (True, False):
+            group = [i for i in slow if late[i] != pack]
+            rows = [jobs[i].row(k) for i in group]
+            for i, row, answer in zip(group, rows, _answer_all(rows, pack=pack) if rows else ()):
+                parts[i].append((row, *answer))
+    for i in slow:
+        outs[i] = _outputs(jobs[i], jobs[i].batch, _packed_parts(jobs[i], parts[i]) if late[i]
+                           else _stacked([pk for *_, pk in parts[i]]))
     if fast:
         walked, ends = _walk_together([jobs[i] for i in fast], inp, cut,
                                       [done[i] for i in fast])

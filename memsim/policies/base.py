@@ -715,8 +715,9 @@ class Decay(Component):
 
     slot: ClassVar[str] = "decay"
     #: True when :meth:`exponential_form` always gives per-note arrays (one
-    #: curve per note, never one for all): the engine then does not build it
-    #: to learn whether arms can be scored as one array
+    #: curve per note, never one for all), as ``memsim check`` verifies; the
+    #: engine reads the form's shape itself (arms of such families are
+    #: scored as one array with a floor and rate per cell)
     per_note_form: ClassVar[bool] = False
     #: whether :meth:`recency` may read a note's salience, so that a note of
     #: other than default salience may fall below :meth:`lower_bound` (which

@@ -130,6 +130,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
+from warnings import catch_warnings, filterwarnings
 
 import numpy as np
 import optuna
@@ -356,11 +357,12 @@ class _Space:
         """Today's setting as a trial's parameters (enqueued as trial 0)."""
         p: dict[str, Any] = {"ranking": "current", "candidates": self.current_candidates,
                              "packer": self.current.packer.name}
-        cut = getattr(self.current.packer, "min_relative_score", 0.0)
-        if p["packer"] in VALUE_PACKERS and len(self.spec.cuts) > 1:
-            p["cut"] = getattr(self.current.packer, "cut_on", "score") if cut > 0 else "none"
-            if cut > 0:
-                p["cut_level"] = float(cut)
+        cut = self._own_cut()
+        if cut is not None:
+            if len(self.spec.cuts) > 1:  # one cut is no trial parameter (see sample)
+                p["cut"] = cut
+            if cut != "none":  # its level is, even where the cut is the only one
+                p["cut_level"] = float(self.current.packer.min_relative_score)
         knob = self.knob_range
         if knob is not None:
             p[f"retention.{self.retention_knob}"] = knob.cast(
@@ -370,8 +372,19 @@ class _Space:
     def in_space(self, params: dict) -> bool:
         """Whether :meth:`own_params` can be a trial (``current`` among the
         rankings, today's packer among the packers, today's cut among the cuts)."""
-        cut_ok = "cut" not in params or params["cut"] in self.spec.cuts
+        # today's cut, not params["cut"]: with one cut in the space params has none
+        cut = self._own_cut()
+        cut_ok = cut is None or cut in self.spec.cuts
         return ("current" in self.rankings and params["packer"] in self.packers and cut_ok)
+
+    def _own_cut(self) -> str | None:
+        """Today's cut: ``"none"``, ``"score"`` or ``"similarity"`` (None for
+        a rank-order packer, which has no cut)."""
+        if self.current.packer.name not in VALUE_PACKERS:
+            return None
+        if getattr(self.current.packer, "min_relative_score", 0.0) > 0:
+            return getattr(self.current.packer, "cut_on", "score")
+        return "none"
 
     def sample(self, trial) -> dict:
         """Draw a trial's parameters (define-by-run: a family's own knobs only)."""
@@ -427,7 +440,10 @@ class _Space:
             cut = params.get("cut", self.spec.cuts[0] if len(self.spec.cuts) == 1 else "none")
             table["packer"]["min_relative_score"] = (float(params["cut_level"])
                                                      if cut != "none" else 0.0)
-            table["packer"]["cut_on"] = cut if cut != "none" else "score"
+            # no cut: today's packer keeps its cut_on, which then does nothing
+            # (else today's setting would read as a change of packer)
+            table["packer"]["cut_on"] = cut if cut != "none" else table["packer"].get(
+                "cut_on", "score")
         knob = self.knob_range
         if knob is not None:
             table["retention"][self.retention_knob] = knob.cast(
@@ -673,7 +689,10 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
     n, split = len(order), spec.split
     d = len(set(times.tolist()))
     distinct = f"{n} quer{'y' if n == 1 else 'ies'} ({d} distinct time{'' if d == 1 else 's'})"
-    n_test = round((1 - split) * n)  # what a time split leaves to test on
+    # what a time split leaves to test on: its cut moved past the queries
+    # asked at the same time, as _time_cuts moves it (a log of sessions
+    # whose questions share a time can leave far fewer than 1 - split)
+    n_test = n - _time_cut(times, int(round(split * n)))
     if spec.folds:  # set: that many
         k = spec.folds
         cuts = _time_cuts(times, k, split)
@@ -1288,7 +1307,11 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     searched = [j for j in range(len(folds)) if tuned[j]]
     last = len(folds) - 1
-    with quiet_optuna():
+    with quiet_optuna(), catch_warnings():
+        # trial 0 is today's setting, whose cut level may lie outside the
+        # range the search draws from: Optuna takes it, with a warning that
+        # would break the progress lines on stderr
+        filterwarnings("ignore", message="Fixed parameter .* is out of range")
         studies = {j: optuna.create_study(
             direction="maximize", sampler=optuna.samplers.TPESampler(seed=_fold_seed(spec.seed, j)))
             for j in searched}
