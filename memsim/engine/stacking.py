@@ -294,8 +294,8 @@ def _member_forms(members: list[_Member], arm: np.ndarray, cols: np.ndarray
     floor, rate = np.empty(cols.shape), np.empty(cols.shape)
     for k, i in _by_member(arm):
         for out, x in ((floor, members[k].floor), (rate, members[k].rate)):
-            if x.ndim:
-                np.take(x, cols[i], out=out[i])
+            if x.ndim:  # (columns in range: "clip" writes into out unbuffered)
+                np.take(x, cols[i], out=out[i], mode="clip")
             else:
                 out[i] = x
     return floor, rate
