@@ -412,7 +412,7 @@ def test_five_fresh_replicates_give_an_interval_over_replicates():
                      replicates=1)
     adv = advise(exp)
     assert adv.ci_over == "replicates"
-    assert "fresh replicates (1-5: new seeds)" in adv.split
+    assert adv.split == "tuned on replicate 0, tested on 5 fresh replicates (1-5: new seeds)"
     assert "interval over replicates" in adv.headline()
 
 

@@ -100,7 +100,8 @@ def test_sessions_of_questions_asked_at_one_time_get_rolling_folds_not_a_refusal
     # moves past it, leaving nothing to test on; 2 folds cut between sessions
     trace = write_trace(tmp_path / "s.jsonl", times=[1.0] * 150 + [2.0] * 150 + [3.0] * 150)
     adv = advise(trace_exp(trace))
-    assert adv.split.startswith("rolling origin over time, 2 folds")
+    assert adv.split.startswith("rolling origin over time, 2 folds (the 450 queries, at 3 "
+                                "distinct times, allow no more)")
     assert [f["n_test"] for f in adv.folds] == [150, 150]
 
 
@@ -147,3 +148,31 @@ def test_automatic_folds_respect_time_and_test_on_enough_queries(stream_exp, siz
         assert max(t_of[q] for _, q in f.tune) < min(t_of[q] for _, q in f.test)
     if len(folds) == 1 and any(k > 1 for k in possible):
         assert len(folds[0].test) >= MIN_TEST_QUERIES
+
+
+@pytest.mark.parametrize("level", ["INFO", "WARNING"])
+def test_advise_leaves_optunas_log_level_as_it_found_it(tmp_path, level):
+    """The search runs with Optuna's log at ERROR (a line per trial would
+    bury the progress lines); a notebook's own level is back after it."""
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(getattr(optuna.logging, level))
+    try:
+        advise(trace_exp(write_trace(tmp_path / "t.jsonl")))
+        assert optuna.logging.get_verbosity() == getattr(optuna.logging, level)
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def test_one_tuning_and_one_fresh_replicate_are_named_as_one():
+    """A synthetic workload tuned on one replicate and tested on one fresh
+    one says so (not "replicates 0-0", "1 fresh replicate (1-1")."""
+    from .test_advise import HALF_LIFE_ONLY
+
+    exp = experiment(planted_world(10.0),
+                     {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": 1.0},
+                      "packer": "skip-fill"},
+                     {**HALF_LIFE_ONLY, "trials": 2, "batch": 2, "holdout_replicates": 1},
+                     replicates=1)
+    assert advise(exp).split == "tuned on replicate 0, tested on 1 fresh replicate (1: a new seed)"

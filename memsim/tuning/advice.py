@@ -126,6 +126,7 @@ import json
 import math
 import sys
 import typing
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -681,8 +682,10 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
         r = exp.settings.replicates
         h = spec.holdout_replicates or r
         fold = _Fold("holdout", tuple(range(r)), tuple(range(r, r + h)), frozenset(), frozenset())
-        return [fold], (f"tuned on replicates 0-{r - 1}, tested on {h} fresh replicate"
-                        f"{'s' if h > 1 else ''} ({r}-{r + h - 1}: new seeds)")
+        tuned = "replicate 0" if r == 1 else f"replicates 0-{r - 1}"
+        tested = (f"1 fresh replicate ({r}: a new seed)" if h == 1 else
+                  f"{h} fresh replicates ({r}-{r + h - 1}: new seeds)")
+        return [fold], f"tuned on {tuned}, tested on {tested}"
     q = replays.stream(0).queries.sort_values(["t", "query_id"], kind="stable")
     order = q["query_id"].to_numpy()
     times = q["t"].to_numpy()
@@ -727,7 +730,8 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
     folds = [_Fold(f"fold-{j}", (0,), (0,), frozenset().union(*pairs[:j]), pairs[j])
              for j in range(1, k + 1)]
     sizes = ", ".join(str(len(p)) for p in pairs)
-    fewer = "" if spec.folds or k == AUTO_FOLDS else f" (the {n} queries allow no more)"
+    at = f", at {d} distinct times," if d < n else ""  # (ties are never split)
+    fewer = "" if spec.folds or k == AUTO_FOLDS else f" (the {n} queries{at} allow no more)"
     return folds, (f"rolling origin over time, {k} folds{fewer}: the {n} queries cut into "
                    f"{k + 1} blocks ({sizes}); fold j tunes on blocks 0..j-1 and tests on "
                    "block j")
@@ -1295,6 +1299,19 @@ def _attributed(exc: ConfigError, source_file: str, overrides: list[str] | dict 
     return exc.with_messages(messages)
 
 
+@contextmanager
+def _optuna_errors_only():
+    """Optuna's log at ERROR during the search (an INFO line per trial would
+    bury the progress lines), then back to what it was: a notebook's own
+    studies keep their log."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
 def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold],
             tuned: list[bool], split_text: str, replays: _Replays,
             current_frame: pd.DataFrame, progress: Callable[[str], None] | None,
@@ -1304,10 +1321,9 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
     setting, and its test block is left out of the pooled held-out figures);
     the last fold's has (:func:`_measurable`). ``current_frame``: today's
     setting on every query."""
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
     searched = [j for j in range(len(folds)) if tuned[j]]
     last = len(folds) - 1
-    with quiet_optuna(), catch_warnings():
+    with _optuna_errors_only(), quiet_optuna(), catch_warnings():
         # trial 0 is today's setting, whose cut level may lie outside the
         # range the search draws from: Optuna takes it, with a warning that
         # would break the progress lines on stderr
