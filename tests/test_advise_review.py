@@ -176,3 +176,23 @@ def test_one_tuning_and_one_fresh_replicate_are_named_as_one():
                      {**HALF_LIFE_ONLY, "trials": 2, "batch": 2, "holdout_replicates": 1},
                      replicates=1)
     assert advise(exp).split == "tuned on replicate 0, tested on 1 fresh replicate (1: a new seed)"
+
+
+def test_the_smallest_relevant_note_named_is_one_that_exists_at_its_query():
+    """"Nothing fits the budget" names the smallest note of R+ (the relevant
+    notes that exist at the query's time, as the metrics count them), not a
+    smaller one created after the query, which would contradict it."""
+    from memsim.tuning.advice import _smallest_relevant
+
+    stream = SimpleNamespace(
+        queries=pd.DataFrame({"query_id": [0, 1], "t": [10.0, 20.0]}),
+        notes=pd.DataFrame({"note_id": [5, 6, 7], "created_at": [1.0, 15.0, 30.0],
+                            "tokens": [500, 40, 20]}),
+        qrels=pd.DataFrame({"query_id": [0, 0, 1, 1], "note_id": [5, 6, 5, 7],
+                            "gain": [1.0, 1.0, 1.0, 1.0]}))
+    replays = SimpleNamespace(stream=lambda r: stream)
+    rows = pd.DataFrame({"replicate": [0, 0], "query_id": [0, 1]})
+    # note 6 exists only after query 0, note 7 only after query 1
+    assert _smallest_relevant(rows, replays) == 500
+    stream.notes.loc[1, "created_at"] = 5.0  # now in query 0's R+
+    assert _smallest_relevant(rows, replays) == 40

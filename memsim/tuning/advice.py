@@ -815,12 +815,16 @@ def _nothing_to_measure(rows: pd.DataFrame, part: str, replays: _Replays) -> str
 
 
 def _smallest_relevant(rows: pd.DataFrame, replays: _Replays) -> int:
-    """Tokens of the smallest note relevant to a query of ``rows``."""
+    """Tokens of the smallest note in a query's R+ (its relevant notes that
+    exist at its time), over the queries of ``rows``: a note created after
+    the query could never fit its budget."""
     sizes = []
     for r, ids in rows.groupby("replicate")["query_id"]:
         stream = replays.stream(int(r))
-        qrels = stream.qrels[(stream.qrels["gain"] > 0) & stream.qrels["query_id"].isin(ids)]
-        sizes.append(stream.notes.loc[stream.notes["note_id"].isin(qrels["note_id"]), "tokens"])
+        rel = stream.qrels[(stream.qrels["gain"] > 0) & stream.qrels["query_id"].isin(ids)]
+        rel = rel.merge(stream.queries[["query_id", "t"]], on="query_id").merge(
+            stream.notes[["note_id", "created_at", "tokens"]], on="note_id")
+        sizes.append(rel.loc[rel["created_at"] <= rel["t"], "tokens"])
     return int(pd.concat(sizes).min())
 
 
