@@ -196,3 +196,21 @@ def test_the_smallest_relevant_note_named_is_one_that_exists_at_its_query():
     assert _smallest_relevant(rows, replays) == 500
     stream.notes.loc[1, "created_at"] = 5.0  # now in query 0's R+
     assert _smallest_relevant(rows, replays) == 40
+
+
+@pytest.mark.parametrize("column, values, want", [
+    # a type the engine does not know (or none) is "other" to it
+    ("memory_type", ["episodic", "diary", "episodic"], ("memory_type", ("episodic", "other"))),
+    ("memory_type", ["semantic", None], ("memory_type", ("semantic", "other"))),
+    ("memory_type", ["diary", "journal"], ("", ())),  # one type to the engine: "other"
+    # a tier it does not know is "task"
+    ("tier", ["scratch", "draft"], ("tier", ("task", "scratch"))),
+    ("tier", ["task", "draft"], ("", ())),
+])
+def test_per_type_keys_on_the_types_as_the_engine_reads_them(column, values, want):
+    """The per-type ranking is searched when the engine sees several types
+    (or tiers), counting the texts it does not know as it does."""
+    from memsim.tuning.advice import _per_type_key
+
+    stream = SimpleNamespace(notes=pd.DataFrame({column: values}))
+    assert _per_type_key(stream) == want

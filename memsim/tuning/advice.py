@@ -146,6 +146,7 @@ from memsim.core.params import Interval, check_keys, did_you_mean
 from memsim.core.rng import child_seq, seed_sequence
 from memsim.policies import PRESETS, REGISTRY, Policy, resolve_policy
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
+from memsim.engine.state import distinct_texts
 from memsim.reporting.rundir import Manifest, jsonable, new_run_dir, utc_now, write_atomic, write_text_atomic
 from memsim.runs.runner import load_stream_for, simulate_replicate
 from memsim.reporting.stats import paired_tests, utility_share
@@ -576,14 +577,23 @@ def _resolved(table: dict, candidates: int) -> dict:
 
 def _per_type_key(stream) -> tuple[str, tuple]:
     """What ``per-type`` keys on: the memory types when the notes carry
-    several, else the tiers (task, scratch) when they carry both; else none."""
+    several, else the tiers (task, scratch) when they carry both; else none.
+    A type the engine does not know counts as ``other``, a tier as ``task``,
+    as the engine reads them."""
     notes = stream.notes
+
+    def present(column: str, codes: dict, default: str) -> set[str]:
+        # as the engine reads them: a text it does not know (or none) is the default
+        return {t if t in codes else default for t in distinct_texts(notes[column])}
+
     if "memory_type" in notes.columns:
-        types = [t for t in MEMORY_TYPE_CODES if t in set(notes["memory_type"].astype(str))]
+        seen = present("memory_type", MEMORY_TYPE_CODES, "other")
+        types = [t for t in MEMORY_TYPE_CODES if t in seen]
         if len(types) > 1:
             return "memory_type", tuple(types)
     if "tier" in notes.columns:
-        tiers = [t for t in TIER_CODES if t in set(notes["tier"].astype(str))]
+        seen = present("tier", TIER_CODES, "task")
+        tiers = [t for t in TIER_CODES if t in seen]
         decaying = [t for t in tiers if t != "longterm"]
         if len(tiers) > 1 and decaying:
             return "tier", tuple(decaying)
