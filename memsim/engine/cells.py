@@ -120,6 +120,11 @@ class SimOrder:
             self._cells[key] = got
         return got
 
+    @property
+    def has_block_max(self) -> bool:
+        """Whether :meth:`block_max` was computed (a pass over the similarity)."""
+        return self._block_max is not None
+
     def block_max(self) -> np.ndarray:
         """(Q, B): the largest similarity of each block of :data:`BLOCK`
         consecutive columns (the similarity filter's, :func:`kept_cells`);

@@ -31,7 +31,7 @@ from .context import _clock_origin, separable_recency, _GatheredContext
 from .cells import ladder_level, _proven, _sim_order
 from .cells import _cells_scorable
 from .pruning import _judge, _prune_plan
-from .simfilter import _exponential_form, _filterable, kept_cells, _padded_cells, _recency_blocks
+from .simfilter import _filterable, kept_cells, _padded_cells, _recency_blocks
 from .state import similarity_key
 from .topc import _top_of_cells, top_candidates
 
@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 class _Member:
     """An arm of :func:`_stacked_tops`: its context, state, the bounds of its
     pruning (its recency's lowest and highest) and its decay's exponential
-    form (floor, rate): 0-d, or one per column of the batch (a per-tier
-    decay's, by each note's tier in the arm's state)."""
+    form (floor, rate): 0-d, or None for a form per note (a per-tier
+    decay's, by each note's tier in the arm's state), found on the cells
+    scored (:func:`_member_forms`)."""
 
     key: Any
     policy: Policy
@@ -53,8 +54,8 @@ class _Member:
     st: PolicyState
     lo: float | None
     hi: float
-    floor: np.ndarray
-    rate: np.ndarray
+    floor: np.ndarray | None
+    rate: np.ndarray | None
 
     @cached_property
     def highs(self) -> np.ndarray | None:
@@ -73,14 +74,18 @@ def _stack_member(key: Any, policy: Policy, ctx: BatchContext, st: PolicyState
     form reads the arm's tiers) of one of the notes' clocks, or the ranker
     declares no bound to prune it by (:func:`_prune_plan`) or no
     ``similarity_needed`` (:func:`_filterable`)."""
-    if not _filterable(policy) or policy.decay.clock not in AGE_CLOCKS:
+    if (not _filterable(policy) or policy.decay.clock not in AGE_CLOCKS
+            or len(ctx.idx) == 0):
         return None
-    form = _exponential_form(policy, ctx)
+    # the form's kind, on one cell: a form per note is found on the cells
+    # scored, as the arm's own scoring finds it (not a pass over the store)
+    one = np.zeros((1, 1), dtype=np.int64)
+    form = policy.decay.exponential_form(_GatheredContext(ctx, one[0], one, one == 0))
     if form is None:
         return None
     floor, rate = (np.asarray(x, dtype=np.float64) for x in form)
-    if any(x.ndim and x.shape != ctx.idx.shape for x in (floor, rate)):
-        return None
+    if floor.ndim or rate.ndim:
+        floor = rate = None
     plan = _prune_plan(policy, ctx)
     if plan is None or plan[1] is None:
         return None
@@ -134,6 +139,11 @@ def _stacked_tops(items: list[tuple[Any, Policy, BatchContext, int, PolicyState]
     return out
 
 
+#: the filter's blocks are read for a stack's rows when their queries are
+#: at least 1/FILTER_SHARE of the batch's (or another arm read them already)
+FILTER_SHARE = 4
+
+
 class _NotStackable(Exception):
     """The ranker failed on the gathered cells of a stack, or gave them
     another shape (a contributor's that treats a note vector as 1-D): its
@@ -146,14 +156,19 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
     A row whose top C a level proves (:func:`_proven`, at its arm's bound)
     is done; past the first scan's depth, a row with C live notes on the
     level keeps only the cells its C-th score needs (:func:`kept_cells`);
-    the others go down to the next level, as each arm's own would."""
+    the others go down to the next level, as each arm's own would. The
+    filter reads the blocks' largest similarities, a pass over the batch's
+    similarity: when few queries are left to filter and no arm has read
+    them yet, their rows go down the levels instead (a pass over each)."""
     ctx0, policy0 = members[0].ctx, members[0].policy
+    ranker = policy0.ranker
     q, n = len(ctx0.t), len(ctx0.idx)
     order = _sim_order(ctx0, policy0.retriever)
-    level = ladder_level(2 * c)
+    base = ladder_level(2 * c)
     cc = min(c, n)
-    if n == 0 or 2 * level >= order.n:
+    if n == 0 or 2 * base >= order.n:
         return {}
+    level = base
     key = similarity_key(policy0.retriever)
     arm = np.repeat(np.arange(len(members)), q)  # the member of each (arm, query) row
     qrow = np.tile(np.arange(q), len(members))
@@ -174,7 +189,7 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
             m = members[k]
             live[i] &= m.ctx.live_cells(lv.flat[at[i]], cols[i], lv.valid[at[i]])
             with np.errstate(invalid="ignore", over="ignore"):
-                bound[i] = np.asarray(policy0.ranker.score_bound(tau[i], m.lo, m.hi, m.ctx),
+                bound[i] = np.asarray(ranker.score_bound(tau[i], m.lo, m.hi, m.ctx),
                                       dtype=np.float64)
         p, v = top_candidates(_stack_scores(members, arm[todo], qrow[todo], cols,
                                             lv.sim[at], live), c)  # ties to the lower column
@@ -189,8 +204,14 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
             # the level's C-th best score is one each row's top C reaches
             kth = v[:, cc - 1] if v.shape[1] >= cc else np.full(len(todo), -np.inf)
             filt = ~done & np.isfinite(kth)
+            if (filt.any() and not order.has_block_max
+                    and FILTER_SHARE * len(np.unique(qrow[todo[filt]])) < q):
+                filt[:] = False
             if filt.any():  # (a member with no per-block bound goes down the levels)
-                filt &= np.array([m.highs is not None for m in members])[arm[todo]]
+                ok = np.ones(len(members), dtype=bool)
+                for k in np.unique(arm[todo[filt]]).tolist():
+                    ok[k] = members[k].highs is not None
+                filt &= ok[arm[todo]]
             if filt.any():
                 _stack_filtered(members, order, c, n, todo[filt], arm, qrow, kth[filt],
                                 (pos, vals), scored)
@@ -265,7 +286,7 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
             origin[i] = _clock_origin(clock, ctx0.notes, members[k].st, idx[i])
     else:
         origin = _clock_origin(clock, ctx0.notes, members[0].st, idx)
-    floor, rate = _member_forms(members, arm, cols)
+    floor, rate = _member_forms(members, arm, qrow, cols, live)
     rec = separable_recency(ctx0.t[qrow], ctx0.batch.t0, origin, floor, rate)
     # the ranker reads no use: any member's cells give it the same columns
     g = _GatheredContext(ctx0, qrow, cols, live)
@@ -283,19 +304,25 @@ def _stack_scores(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, col
     return np.where(live & ~np.isnan(scores), scores, -np.inf)
 
 
-def _member_forms(members: list[_Member], arm: np.ndarray, cols: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _member_forms(members: list[_Member], arm: np.ndarray, qrow: np.ndarray, cols: np.ndarray,
+                  live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's floor and rate: (R, 1) when every member has one of each,
-    else (R, W), each cell's own (a per-tier decay's, by the note's tier in
-    its member's state)."""
-    if not any(m.floor.ndim or m.rate.ndim for m in members):
+    else (R, W), each cell's own: a member's form per note found on its
+    cells (a per-tier decay's, by each cell's note's tier in its state), as
+    its own scoring finds it (:meth:`Policy.score` on gathered cells)."""
+    if all(m.floor is not None for m in members):
         return (np.array([m.floor for m in members])[arm][:, None],
                 np.array([m.rate for m in members])[arm][:, None])
     floor, rate = np.empty(cols.shape), np.empty(cols.shape)
     for k, i in _by_member(arm):
-        for out, x in ((floor, members[k].floor), (rate, members[k].rate)):
-            if x.ndim:  # (columns in range: "clip" writes into out unbuffered)
-                np.take(x, cols[i], out=out[i], mode="clip")
-            else:
-                out[i] = x
+        m = members[k]
+        if m.floor is not None:
+            floor[i], rate[i] = m.floor, m.rate
+            continue
+        form = m.policy.decay.exponential_form(_GatheredContext(m.ctx, qrow[i], cols[i],
+                                                                live[i]))
+        try:
+            floor[i], rate[i] = form
+        except (TypeError, ValueError):  # no form, or not one per cell: one by one
+            raise _NotStackable from None
     return floor, rate
