@@ -70,6 +70,7 @@ __all__ = [
     "pid_alive",
     "proc_start",
     "utc_now",
+    "relevant_when_asked",
 ]
 
 #: Packages whose versions the manifest records.
@@ -872,7 +873,7 @@ class RunResult:
         """:meth:`trec_qrels_frame` of a stream :meth:`_stream` returned."""
         qr = stream.qrels
         gain = qr["gain"].to_numpy(np.float64)
-        keep, born = _relevant_when_asked(stream)
+        keep, born = relevant_when_asked(stream)
         grade = gain[keep] * gain_scale
         big = grade >= 2.0 ** 63
         if big.any():
@@ -1092,7 +1093,7 @@ class RunResult:
         fingerprint :func:`memsim.compare` pairs runs by). Without the check
         an export of another stream writes its ids and qrels in silence."""
         notes = pd.Index(stream.notes["note_id"].to_numpy(np.int64))
-        keep, _ = _relevant_when_asked(stream)
+        keep, _ = relevant_when_asked(stream)
         asked = pd.DataFrame({"t": stream.queries["t"].to_numpy(np.float64)},
                              index=stream.queries["query_id"].to_numpy(np.int64))
         asked["n_relevant"] = pd.Series(stream.qrels["query_id"].to_numpy(np.int64)[keep]) \
@@ -1229,7 +1230,7 @@ def _check_gain_scale(gain_scale: Any) -> None:
                           "relevant")
 
 
-def _relevant_when_asked(stream: Any) -> tuple[np.ndarray, np.ndarray]:
+def relevant_when_asked(stream: Any) -> tuple[np.ndarray, np.ndarray]:
     """Which of the stream's qrels rows are in R+ (a positive gain of a note
     that exists when the query is asked: memsim's ``n_relevant``), and each
     row's note creation time."""

@@ -147,7 +147,8 @@ from memsim.core.rng import child_seq, seed_sequence
 from memsim.policies import PRESETS, REGISTRY, Policy, resolve_policy
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
 from memsim.engine.state import distinct_texts
-from memsim.reporting.rundir import Manifest, jsonable, new_run_dir, utc_now, write_atomic, write_text_atomic
+from memsim.reporting.rundir import (Manifest, jsonable, new_run_dir, relevant_when_asked,
+                                     utc_now, write_atomic, write_text_atomic)
 from memsim.runs.runner import load_stream_for, simulate_replicate
 from memsim.reporting.stats import paired_tests, utility_share
 from memsim.sweep.evaluate import cache_budget
@@ -831,10 +832,9 @@ def _smallest_relevant(rows: pd.DataFrame, replays: _Replays) -> int:
     sizes = []
     for r, ids in rows.groupby("replicate")["query_id"]:
         stream = replays.stream(int(r))
-        rel = stream.qrels[(stream.qrels["gain"] > 0) & stream.qrels["query_id"].isin(ids)]
-        rel = rel.merge(stream.queries[["query_id", "t"]], on="query_id").merge(
-            stream.notes[["note_id", "created_at", "tokens"]], on="note_id")
-        sizes.append(rel.loc[rel["created_at"] <= rel["t"], "tokens"])
+        in_r, _ = relevant_when_asked(stream)
+        qrels = stream.qrels[in_r & stream.qrels["query_id"].isin(ids).to_numpy()]
+        sizes.append(stream.notes.loc[stream.notes["note_id"].isin(qrels["note_id"]), "tokens"])
     return int(pd.concat(sizes).min())
 
 
