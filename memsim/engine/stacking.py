@@ -58,9 +58,10 @@ class _Member:
     rate: np.ndarray | None
 
     @cached_property
-    def highs(self) -> np.ndarray | None:
+    def highs(self) -> np.ndarray:
         """Per block of columns, the highest recency
-        (:func:`_recency_blocks`): computed when the filter first needs it."""
+        (:func:`_recency_blocks`, which :func:`_stack_member`'s checks make
+        an array): computed when the filter first needs it."""
         return _recency_blocks(self.policy, self.ctx, self.hi)
 
 
@@ -207,11 +208,6 @@ def _stack_top(members: list[_Member], c: int) -> dict[Any, tuple[np.ndarray, np
             if (filt.any() and not order.has_block_max
                     and FILTER_SHARE * len(np.unique(qrow[todo[filt]])) < q):
                 filt[:] = False
-            if filt.any():  # (a member with no per-block bound goes down the levels)
-                ok = np.ones(len(members), dtype=bool)
-                for k in np.unique(arm[todo[filt]]).tolist():
-                    ok[k] = members[k].highs is not None
-                filt &= ok[arm[todo]]
             if filt.any():
                 _stack_filtered(members, order, c, n, todo[filt], arm, qrow, kth[filt],
                                 (pos, vals), scored)
