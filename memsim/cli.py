@@ -100,7 +100,10 @@ class Progress:
             done += 1
         if first and self.resumed:
             if done and not self.tty:
-                self._write(f"{self._title()}: {done}/{len(marks)} {self.unit}s done before")
+                before = f"{done}/{len(marks)} {self.unit}s done before"
+                # --progress json: a record like the others, never a line of text
+                self._write(self._json_line((marks[done - 1][0], before), before=True)
+                            if self.json_lines else f"{self._title()}: {before}")
             self.n_done = done
         if self.tty:
             self._draw(frac, done, len(marks))
@@ -116,15 +119,20 @@ class Progress:
             self.finished = True
             if self.then:
                 self.close()
-                self._write(f"{self.label}: {self.then}")
+                # with --progress json, the next phase's records name it
+                if not self.json_lines:
+                    self._write(f"{self.label}: {self.then}")
 
-    def _json_line(self, mark: tuple[float, str]) -> str:
-        """One progress record of ``--progress json``: a JSON object per line."""
+    def _json_line(self, mark: tuple[float, str], before: bool = False) -> str:
+        """One progress record of ``--progress json``: a JSON object per line
+        (``before``: the units a resumed command found done, in no time and
+        with no estimate of what is left)."""
         import json
 
-        elapsed = time.monotonic() - self.t0
+        elapsed = 0.0 if before else time.monotonic() - self.t0
         share = mark[0] - (self.frac0 or 0.0)
-        left = elapsed * (1.0 - mark[0]) / share if mark[0] < 1.0 and share > 0 else None
+        left = (elapsed * (1.0 - mark[0]) / share
+                if mark[0] < 1.0 and share > 0 and not before else None)
         return json.dumps({"command": self.label, "phase": self.phase_name, "done": mark[1],
                            "fraction": round(mark[0], 6), "elapsed_s": round(elapsed, 3),
                            "left_s": None if left is None else round(left, 1)})
@@ -426,14 +434,15 @@ def _cmd_data_get(args) -> int:
     if args.source is not None:
         path = datasets.register(args.name, args.source, to=args.to)
     else:
-        print(f"memsim data get: downloading {args.name} from "
-              f"{args.url or datasets.dataset(args.name).url}", file=sys.stderr)
+        if not datasets.is_cached(args.name, args.to):  # (else nothing is downloaded)
+            print(f"memsim data get: downloading {args.name} from "
+                  f"{args.url or datasets.dataset(args.name).url}", file=sys.stderr)
         path = datasets.get(args.name, to=args.to, url=args.url)
     print(datasets.describe(args.name))
-    if args.to is not None and Path(args.to).expanduser().absolute() != \
-            datasets.cache_dir().absolute():
+    to = Path(args.to).expanduser().absolute() if args.to is not None else None
+    if to is not None and to != datasets.cache_dir():
         print(f"note: data:{args.name} reads the cache ({datasets.cache_dir()}); to use this "
-              f"copy, set {datasets.CACHE_ENV}={Path(args.to).expanduser()}")
+              f"copy, set {datasets.CACHE_ENV}={to}")
     print(path)
     return 0
 
@@ -445,13 +454,17 @@ def _cmd_data_list(args) -> int:
 
 def _cmd_stream_check(args) -> int:
     from memsim.data.importers.trace import check_trace
+    if args.limit < 0:
+        raise MemsimError(f"--limit: must be 0 or more (0 lists no error, only their count), "
+                          f"got {args.limit}")
     errors, more = check_trace(_data_or_path(args.path), limit=args.limit, qrels=args.qrels)
     for line in errors:
         print(line)
     if more:
-        print(f"... and {more} more")
-    if errors:
-        count = len(errors) + more
+        print(f"... and {more} more" if errors else
+              f"{more} error{'s' if more != 1 else ''} not listed (--limit 0)")
+    count = len(errors) + more
+    if count:  # (--limit 0 lists none: the count still says the trace is not valid)
         print(f"memsim: error: {args.path}: {count} error{'s' if count != 1 else ''}",
               file=sys.stderr)
         return 2
@@ -964,9 +977,11 @@ def build_parser() -> argparse.ArgumentParser:
     cur.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a parameter of every preset given (decay.half_life_days=90)"
                           " or of one (policies.feather.decay.half_life_days=90); repeatable")
-    cur.add_argument("--s", type=float, default=0.8, help="similarity of the old note")
+    cur.add_argument("--s", type=float, default=0.8,
+                     help="similarity of the old note, at most 1")
     cur.add_argument("--delta", type=float, default=0.1,
-                     help="similarity advantage of the old note over a fresh one")
+                     help="similarity advantage of the old note over a fresh one, > 0 "
+                          "(s - delta >= -1)")
     cur.set_defaults(func=_cmd_curves)
 
     fc = add(sub, "feather-check",
@@ -1074,6 +1089,8 @@ def main(argv: list[str] | None = None) -> int:
         # a config with several mistakes reports each on its own line
         for message in getattr(exc, "errors", None) or [exc]:
             print(f"memsim: error: {_one_line(message)}", file=sys.stderr)
+        for path in getattr(exc, "completed", None) or ():  # complete before it, and kept
+            print(f"memsim: completed before the error: {path}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         # Ctrl-C, or SIGTERM (a Terminated): 128 + the signal's number

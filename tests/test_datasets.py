@@ -75,9 +75,14 @@ def test_checksum_mismatch_caches_nothing(cache, tmp_path, capsys):
     assert len(err) == 2 and err[1].startswith("memsim: error: ")
     assert "is not the pinned" in err[1] and "nothing was cached" in err[1]
     assert _files(cache) == []
+    assert not cache.exists()  # no empty folder made for it left behind either
     with pytest.raises(DataError):
         datasets.register("tiny", src)
-    assert _files(cache) == []
+    assert _files(cache) == [] and not cache.exists()
+    (cache / "tiny").mkdir(parents=True)  # folders that were there stay
+    with pytest.raises(DataError):
+        datasets.register("tiny", src)
+    assert (cache / "tiny").is_dir()
 
 
 def test_unreachable_url_is_one_line_that_names_the_offline_way(cache, tmp_path, capsys):

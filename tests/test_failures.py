@@ -445,3 +445,30 @@ def test_a_journal_torn_in_the_middle_keeps_every_record(tmp_path):
     assert journal.read_text().splitlines() == [recs[0], recs[2], recs[3]]
     assert (tmp_path / "journal.log.torn-1").read_text() == recs[1][:7]
     assert repair_journal(journal) == 0
+
+
+def test_a_run_that_fails_after_others_names_the_folders_completed_before_it(tmp_path, capsys):
+    """``memsim run A.toml B.toml`` whose B's stream is broken (found when B
+    starts): exit 2, B's error, and A's folder, complete and kept, named."""
+    import pandas as pd
+
+    from memsim.cli import main
+
+    good = _stream_experiment(tmp_path)
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    (tmp_path / "proj" / "stream").rename(bad_dir / "stream")
+    _stream_experiment(tmp_path)  # the good stream again
+    notes = pd.read_parquet(bad_dir / "stream" / "notes.parquet")
+    notes.loc[0, "tokens"] = -5
+    notes.to_parquet(bad_dir / "stream" / "notes.parquet")
+    bad = bad_dir / "replay.toml"
+    bad.write_text(good.read_text())
+    out = tmp_path / "out"
+    assert main(["run", str(good), str(bad), "--no-report", "--out", str(out), "-q"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("memsim: error: ") and "tokens" in err[0]
+    done = [line.removeprefix("memsim: completed before the error: ") for line in err[1:]]
+    assert len(done) == 1 and Path(done[0]).parent == out
+    assert run_status(done[0])["status"] == "completed"
+    assert (Path(done[0]) / "summary.csv").exists()

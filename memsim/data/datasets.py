@@ -26,6 +26,7 @@ importer reads both).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -37,7 +38,7 @@ from memsim.core.errors import MemsimError
 from memsim.core.paths import file_in_the_way
 
 __all__ = ["Dataset", "DATASETS", "DATA_PREFIX", "DataError", "cache_dir", "cached_path",
-           "resolve", "get", "register", "describe", "check_folder", "content_hash"]
+           "resolve", "get", "is_cached", "register", "describe", "check_folder", "content_hash"]
 
 #: The prefix that names a data set instead of a path (``source = "data:locomo"``).
 DATA_PREFIX = "data:"
@@ -119,14 +120,20 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
 
 
 def cache_dir() -> Path:
-    """The data cache: ``$MEMSIM_DATA``, else the platform's user cache + ``memsim``."""
+    """The data cache: ``$MEMSIM_DATA``, else the platform's user cache + ``memsim``.
+
+    Always absolute: a relative ``$MEMSIM_DATA`` is taken from the current
+    folder, where ``memsim data get`` writes, not from the folder of the
+    experiment file that names ``data:NAME`` (relative sources are read
+    from there).
+    """
     env = os.environ.get(CACHE_ENV)
     if env:
-        return Path(env).expanduser()
+        return Path(env).expanduser().absolute()
     if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "memsim"
+        return (Path(os.environ["LOCALAPPDATA"]) / "memsim").absolute()
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "memsim"
+    return ((Path(xdg) if xdg else Path.home() / ".cache") / "memsim").absolute()
 
 
 def dataset(name: str) -> Dataset:
@@ -140,7 +147,7 @@ def dataset(name: str) -> Dataset:
 def cached_path(name: str, root: str | os.PathLike | None = None) -> Path:
     """Where data set ``name`` lives in the cache (``root`` or :func:`cache_dir`)."""
     d = dataset(name)
-    return (Path(root) if root is not None else cache_dir()) / d.name / d.filename
+    return (Path(root).expanduser() if root is not None else cache_dir()) / d.name / d.filename
 
 
 def _get_command(name: str) -> str:
@@ -192,6 +199,7 @@ def check_folder(name: str, to: str | os.PathLike | None = None) -> None:
 def _copy_checked(d: Dataset, read: Callable[[int], bytes], dest: Path, origin: str) -> Path:
     """Stream ``read`` into a temporary file beside ``dest``, hashing on the
     way; rename it to ``dest`` only when the SHA-256 is the pinned one."""
+    made = [p for p in (dest.parent, dest.parent.parent) if not p.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}")
     h = hashlib.sha256()
@@ -208,6 +216,10 @@ def _copy_checked(d: Dataset, read: Callable[[int], bytes], dest: Path, origin: 
     finally:
         if tmp.exists():
             tmp.unlink()
+        if not dest.exists():  # nothing cached: no empty folder made for it left behind
+            for p in made:
+                with contextlib.suppress(OSError):
+                    p.rmdir()
     return dest
 
 
@@ -233,7 +245,7 @@ def get(name: str, *, to: str | os.PathLike | None = None, url: str | None = Non
     d = dataset(name)
     check_folder(name, to)
     dest = cached_path(name, to)
-    if dest.is_file() and _sha256(dest) == d.sha256:
+    if is_cached(name, to):
         return dest
     src = url or d.url
     # the network stack is imported only for a download (the CLI reads this
@@ -252,6 +264,14 @@ def get(name: str, *, to: str | os.PathLike | None = None, url: str | None = Non
         reason = getattr(exc, "reason", None) or exc
         raise DataError(f"cannot download {DATA_PREFIX}{name} from {src}: {reason} (on a "
                         f"machine without network: {_get_command(name)} --from FILE)") from None
+
+
+def is_cached(name: str, to: str | os.PathLike | None = None) -> bool:
+    """Whether data set ``name`` is in the cache (or under ``to``) with its
+    pinned size and SHA-256: :func:`get` then downloads nothing."""
+    d = dataset(name)
+    dest = cached_path(name, to)
+    return dest.is_file() and dest.stat().st_size == d.size and _sha256(dest) == d.sha256
 
 
 def register(name: str, source: str | os.PathLike, *, to: str | os.PathLike | None = None

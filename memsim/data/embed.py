@@ -97,8 +97,8 @@ def cache_dir() -> Path | None:
     env = os.environ.get(_CACHE_ENV, "").strip()
     if env.lower() == "off":
         return None
-    if env:
-        return Path(env).expanduser()
+    if env:  # absolute: the folder the variable named when it was read
+        return Path(env).expanduser().absolute()
     base = os.environ.get("XDG_CACHE_HOME", "").strip()
     return (Path(base).expanduser() if base else Path.home() / ".cache") / "memsim" / "embeddings"
 

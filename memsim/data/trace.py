@@ -22,8 +22,9 @@ Guarantees
   reopening: the last ``t`` of the file is read back), as the format asks; an
   event given its own ``t`` before the last one is refused.
 - **Importable**: an event the importer would refuse for its values (NaN or
-  infinite numbers, a ``gain`` of 0, a lone surrogate in a text) raises
-  :class:`ValueError` and writes nothing.
+  infinite numbers, a ``gain`` of 0, a lone surrogate in a text, an integer
+  id beyond 64 bits) raises :class:`ValueError` and writes nothing; numpy
+  integer ids (as vector stores return them) are written as integers.
 - **Durable on close**: :meth:`TraceWriter.close` (and leaving the ``with``
   block) flushes and ``fsync``\\ s the file.
 - **Rotation by size** (``max_bytes``): when the next line would take the
@@ -56,7 +57,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from memsim.data.importers.trace import _TIMED, EVENTS, TRACE_FORMAT, TRACE_VERSION
+import numpy as np
+
+from memsim.data.importers.trace import (_I64_MAX, _I64_MIN, _TIMED, EVENTS, TIME_UNITS,
+                                        TRACE_FORMAT, TRACE_VERSION)
 
 __all__ = ["TraceWriter", "segments", "join_segments"]
 
@@ -71,7 +75,16 @@ def _plain(value: Any) -> Any:
 
 
 def _ident(value: Any, what: str) -> int | str:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
+    """An id as the trace writes it: a non-empty string, or an integer within
+    64 bits (a numpy integer, as vector stores return ids, is written as
+    the int it holds; the importer refuses an integer beyond 64 bits)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        value = int(value)
+        if not _I64_MIN <= value <= _I64_MAX:
+            raise ValueError(f"{what}: an integer id must fit in 64 bits (the importer refuses "
+                             f"larger ones), got {value}")
+        return value
+    if not isinstance(value, str) or value == "":
         raise ValueError(f"{what}: expected an integer or a non-empty string id, got {value!r}")
     return value
 
@@ -256,7 +269,7 @@ class TraceWriter:
                                                      embedding=embedding, namespace=namespace),
               **fields}
         self.write(ev)
-        return id
+        return ev["id"]
 
     def note_updated(self, id: int | str, **fields: Any) -> None:
         """A new version of a note (``text``, ``embedding``, ``tier``...)."""
@@ -408,12 +421,51 @@ def segments(path: str | os.PathLike) -> list[Path]:
     return [f for _, f in numbered] + ([p] if p.exists() else [])
 
 
+def _clock_of(head: dict | None) -> tuple[float, float] | None:
+    """``(origin, unit)`` of a segment's header in days since 1970 and days
+    per unit (the importer's defaults without a header); None when the
+    header's ``origin`` or ``time_unit`` cannot be read (the importer then
+    reports it)."""
+    head = head or {}
+    unit = head.get("time_unit", "day")
+    origin = head.get("origin", "1970-01-01T00:00:00Z")
+    if not isinstance(unit, str) or unit not in TIME_UNITS or not isinstance(origin, str):
+        return None
+    try:
+        when = datetime.fromisoformat(origin.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp() / 86400.0, TIME_UNITS[unit]
+
+
+def _rebased(line: str, src: tuple[float, float], dest: tuple[float, float]) -> str:
+    """``line`` with its numeric times (``t``, ``expires_at``) moved from the
+    clock ``src`` to ``dest`` (``(origin, unit)`` as :func:`_clock_of`)."""
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        return line  # (the importer reports the line)
+    if not isinstance(ev, dict):
+        return line
+    for key in ("t", "expires_at"):
+        v = ev.get(key)
+        if not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v):
+            ev[key] = (src[0] + v * src[1] - dest[0]) / dest[1]
+    return json.dumps(ev, ensure_ascii=False) + "\n"
+
+
 def join_segments(path: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Write the segments of a rotated trace as one trace file ``out``.
 
     The first segment's header is kept (without its segment keys), the
     later segments' headers are dropped, every other line is copied in
-    order. ``out`` is written to a temporary name and renamed.
+    order. A segment whose header has another ``origin`` or ``time_unit``
+    than the first's (a writer started afresh beside earlier segments) has
+    its numeric times (``t``, ``expires_at``) converted to the first one's,
+    so that they keep their meaning. ``out`` is written to a temporary name
+    and renamed.
     """
     files = segments(path)
     if not files:
@@ -422,18 +474,29 @@ def join_segments(path: str | os.PathLike, out: str | os.PathLike) -> Path:
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            first: tuple[float, float] | None = None
             for i, f in enumerate(files):
                 with open(f, encoding="utf-8") as src:
+                    clock: tuple[float, float] | None = None
                     for j, line in enumerate(src):
-                        if j == 0 and line.startswith("{") and '"header"' in line:
-                            head = json.loads(line)
-                            if head.get("event") == "header":
+                        if j == 0:
+                            head = None
+                            if line.startswith("{") and '"header"' in line:
+                                head = json.loads(line)
+                                head = head if head.get("event") == "header" else None
+                            clock = _clock_of(head)
+                            if i == 0:
+                                first = clock
+                            elif clock == first or clock is None or first is None:
+                                clock = None  # the same clock: lines copied as they are
+                            if head is not None:
                                 if i == 0:
                                     head.pop("segment", None)
                                     head.pop("continues", None)
                                     fh.write(json.dumps(head) + "\n")
                                 continue
-                        fh.write(line)
+                        fh.write(_rebased(line, clock, first) if i and clock is not None
+                                 else line)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, dest)

@@ -270,13 +270,15 @@ def curves_table(presets: Sequence[str], ages: Sequence[float] = DEFAULT_AGES,
         (a parameter, a whole slot such as ``"policies.NAME.decay":
         "none"``, or the whole table).
     s, delta : float
-        Similarity of the old note and the fresh note's deficit.
+        Similarity of the old note and the fresh note's deficit (``delta >
+        0``; ``s`` and ``s - delta`` in [-1, 1], the range of a cosine).
 
     Raises
     ------
     ConfigError
-        An unknown preset, an override that does not fit a preset, or a
-        ``policies.NAME`` key whose NAME is not one of ``presets``.
+        An unknown preset, an override that does not fit a preset, a
+        ``policies.NAME`` key whose NAME is not one of ``presets``, or an
+        ``s`` or ``delta`` out of range.
     """
     if isinstance(presets, str):
         presets = [presets]
@@ -288,6 +290,11 @@ def curves_table(presets: Sequence[str], ages: Sequence[float] = DEFAULT_AGES,
             raise ConfigError(f"curves: {label} must be a finite number, got {v!r}")
     if delta <= 0:
         raise ConfigError(f"curves: delta must be > 0, got {delta!r}")
+    # a retriever's similarity is a cosine, in [-1, 1]: a pair outside it is
+    # no note a store could hold, and its crossover age would mean nothing
+    if not (s <= 1.0 and s - delta >= -1.0):
+        raise ConfigError(f"curves: s and s - delta must be similarities in [-1, 1], got "
+                          f"s = {s!r}, s - delta = {s - delta:g}")
     _check_policy_keys(presets, overrides)
     rows = []
     for name in presets:

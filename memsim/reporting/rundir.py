@@ -849,10 +849,14 @@ class RunResult:
             as a path, its content is not the source the run hashed
             (``workload.source_hash``: the stream folder it replayed, or
             the file it imported). The message names ``stream`` and what
-            differs. A :class:`~memsim.core.errors.ConfigError` is also a
+            differs. Also if a query or note id to write holds whitespace
+            (a trace's ``"note 1"``), which the columns of a TREC file
+            cannot hold (nothing is written; :meth:`to_ranx` takes such
+            ids). A :class:`~memsim.core.errors.ConfigError` is also a
             :class:`ValueError`, which these errors were before.
         """
         frame, name, _ = self._run_frame(stream, policy, budget, replicate, scores)
+        _check_trec_ids(frame, path)
         label = "".join(c if c.isalnum() or c in "-_." else "_" for c in (tag or name)) or "memsim"
         lines = [f"{q} Q0 {d} {k} {s!r} {label}\n" for q, d, k, s in
                  zip(frame["qid"], frame["docno"], frame["rank"], frame["score"].tolist())]
@@ -948,11 +952,13 @@ class RunResult:
             replicates and neither ``replicate`` nor ``stream`` is given,
             no ``stream`` is given for a run read back from its folder, or
             it is not the one the run replayed (as :meth:`to_trec_run`
-            says). A
+            says), or a query or note id holds whitespace (as
+            :meth:`to_trec_run` refuses it). A
             :class:`~memsim.core.errors.ConfigError` is also a
             :class:`ValueError`, which these errors were before.
         """
         frame = self.trec_qrels_frame(stream, replicate=replicate, gain_scale=gain_scale)
+        _check_trec_ids(frame, path)
         write_text_atomic(path, "".join(f"{q} 0 {d} {g}\n" for q, d, g in
                                         zip(frame["qid"], frame["docno"], frame["grade"])))
         return Path(path)
@@ -1218,6 +1224,24 @@ def _texts(ids, trace: pd.Series | None = None, what: str = "id") -> np.ndarray:
         raise ConfigError(f"stream: {what} {miss} is not in it: give the stream the run "
                           "replayed")
     return mapped.to_numpy(dtype=object)
+
+
+def _check_trec_ids(frame: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Refuse ids a TREC file cannot hold: its columns are separated by
+    whitespace (trec_eval, ir-measures), so an id holding any (a trace's
+    ``"note 1"``) would shift the columns after it.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file, the id and its query.
+    """
+    for col, what in (("qid", "query"), ("docno", "note")):
+        bad = [x for x in pd.unique(frame[col]) if any(c.isspace() for c in str(x))]
+        if bad:
+            raise ConfigError(f"{os.fspath(path)}: {what} id {str(bad[0])!r} holds whitespace, "
+                              "which a TREC file cannot hold (its columns are separated by "
+                              "whitespace): log ids without whitespace, or use to_ranx()")
 
 
 def _check_gain_scale(gain_scale: Any) -> None:

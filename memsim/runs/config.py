@@ -64,6 +64,7 @@ __all__ = [
     "apply_override",
     "attribute_overrides",
     "parse_override",
+    "check_overrides",
     "did_you_mean",
     "dumps_toml",
     "config_hash",
@@ -126,6 +127,30 @@ def max_stream_gib() -> float:
 # --------------------------------------------------------------------------
 
 _BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/:]*$")
+
+
+def check_overrides(overrides: Any) -> None:
+    """Refuse ``overrides`` that are neither a dict nor a list of ``"KEY=VALUE"``
+    strings (the Python API's ``overrides=``, the command line's ``--set``).
+
+    Raises
+    ------
+    ConfigError
+        One string (it would be read character by character, each a
+        mistake of its own) or any other type, saying how to write it.
+    """
+    if overrides is None or isinstance(overrides, dict):
+        return
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides: a list of 'KEY=VALUE' strings or a dict, not one "
+                          f"string: write overrides=[{overrides!r}]")
+    if not isinstance(overrides, (list, tuple)):
+        raise ConfigError(f"overrides: a list of 'KEY=VALUE' strings or a dict, got "
+                          f"{type(overrides).__name__} {short_repr(overrides)}")
+    for item in overrides:
+        if not isinstance(item, str):
+            raise ConfigError(f"overrides: a list of 'KEY=VALUE' strings or a dict, got "
+                              f"{short_repr(item)} in the list")
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -526,6 +551,7 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
     table.setdefault("experiment", {}).setdefault("name", _safe_name(path.stem))
     # every override that reads and applies is kept; the others are reported
     # with the file's own mistakes
+    check_overrides(overrides)
     errors = _Errors()
     applied: list[tuple[str, str]] = []  # (key, "KEY=VALUE" as given)
     if isinstance(overrides, dict):

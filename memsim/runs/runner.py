@@ -23,9 +23,10 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from memsim.runs.config import Experiment, StreamSource, dumps_toml, load_experiment, parse_override
+from memsim.runs.config import (Experiment, StreamSource, check_overrides, dumps_toml,
+                                load_experiment, parse_override)
 from memsim.engine import NO_PREFILTER_OVERLAP, Arm, ReplayCache, simulate
-from memsim.core.errors import ConfigError, StreamError, Terminated
+from memsim.core.errors import ConfigError, MemsimError, StreamError, Terminated
 from memsim.core.params import Interval
 from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
@@ -453,6 +454,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         Called with the share done (0 to 1) of the simulation, and of the
         report (:func:`memsim.reporting.report.build_report`).
     """
+    check_overrides(overrides)
     if not isinstance(exp, Experiment):
         exp = load_experiment(exp, overrides)
     elif overrides:
@@ -643,7 +645,9 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
     (4 jobs, 2 runs: 2 replicates at a time in each), one at a time otherwise.
     Results never depend on ``jobs``.
 
-    The first failure stops the queue (running jobs finish) and is raised. An
+    The first failure stops the queue (running jobs finish) and is raised;
+    a :class:`~memsim.core.errors.MemsimError` then carries the folders of
+    the runs completed before it (``completed``: complete, and kept). An
     interrupt (SIGINT, or SIGTERM where the CLI turns it into a
     :class:`~memsim.core.errors.Terminated`) stops the queue at once: no
     further run starts and every running one is stopped and marks its
@@ -655,22 +659,30 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
     """
     _check_jobs(jobs)
     expanded = [e for exp in experiments for e in exp.expand()]
-    if jobs <= 1 or len(expanded) == 1:
-        paths = []
+    done: dict[int, Path] = {}  # the runs completed, by index
+    try:
+        if jobs > 1 and len(expanded) > 1:
+            return _run_parallel(expanded, out, jobs, report, progress, argv, done)
         for i, e in enumerate(expanded):
             sub = None if progress is None else (
                 lambda f, i=i: progress((i + f) / len(expanded)))
-            paths.append(run_experiment(
+            done[i] = run_experiment(
                 e, out=out, report=report, progress=sub, argv=argv, jobs=jobs,
-                report_progress=None if report_progress is None else report_progress(i)).path)
-        return paths
-    return _run_parallel(expanded, out, jobs, report, progress, argv)
+                report_progress=None if report_progress is None else report_progress(i)).path
+        return [done[i] for i in range(len(expanded))]
+    except MemsimError as exc:
+        # the folders completed before the failure are whole: say where they are
+        if done and not getattr(exc, "completed", None):
+            exc.completed = [done[i] for i in sorted(done)]
+        raise
 
 
 def _run_parallel(expanded: list[Experiment], out, jobs: int, report: bool,
-                  progress: Callable[[float], None] | None, argv) -> list[Path]:
+                  progress: Callable[[float], None] | None, argv,
+                  results: dict[int, Path]) -> list[Path]:
+    """:func:`run_many` in worker processes; ``results`` gets each run's
+    folder as it completes."""
     ctx = multiprocessing.get_context()
-    results: dict[int, str] = {}
     running: dict[int, tuple[Any, Any]] = {}  # index -> (process, parent end of its pipe)
     error: BaseException | None = None
     queue = list(range(len(expanded)))
@@ -703,7 +715,7 @@ def _run_parallel(expanded: list[Experiment], out, jobs: int, report: bool,
                         f"{expanded[i].name}: the worker process died (exit code "
                         f"{proc.exitcode})"))
                 if outcome[0] == "ok":
-                    results[i] = outcome[1]
+                    results[i] = Path(outcome[1])
                     if progress is not None:
                         progress(len(results) / len(expanded))
                 elif error is None:
@@ -713,7 +725,7 @@ def _run_parallel(expanded: list[Experiment], out, jobs: int, report: bool,
         raise
     if error is not None:
         raise error
-    return [Path(results[i]) for i in range(len(expanded))]
+    return [results[i] for i in range(len(expanded))]
 
 
 def _receive(conn) -> tuple | None:

@@ -28,8 +28,8 @@ from typing import Any, Callable
 import optuna
 import pandas as pd
 
-from memsim.runs.config import (Experiment, attribute_overrides, dumps_toml, load_experiment,
-                           parse_override)
+from memsim.runs.config import (Experiment, attribute_overrides, check_overrides, dumps_toml,
+                           load_experiment, parse_override)
 from memsim.core.errors import ConfigError, MemsimError, SweepWarning
 from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
@@ -163,6 +163,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
 
 def _coerce_overrides(overrides) -> dict:
     """``--set`` overrides as a dict (from a dict or "KEY=VALUE" strings)."""
+    check_overrides(overrides)
     if overrides is None:
         return {}
     if isinstance(overrides, dict):
