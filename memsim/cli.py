@@ -662,7 +662,7 @@ def _advise_units(args) -> list[tuple[float, str]] | None:
 
 def _cmd_feather_check(args) -> int:
     from memsim.checks.feather_check import main as feather_main
-    prog = Progress("memsim feather-check", getattr(args, "quiet", False))
+    prog = Progress("memsim feather-check", args.quiet, json_lines=_json_progress(args))
     try:
         return feather_main([args.config] + (["--csv", args.csv] if args.csv else [])
                             + (["--json"] if args.json else []), progress=prog)
@@ -675,7 +675,8 @@ def _cmd_engine_check(args) -> int:
     argv = ([args.config] + (["--csv", args.csv] if args.csv else [])
             + (["--json"] if args.json else []))
     if args.engine == "feather":
-        prog = Progress("memsim engine-check feather", getattr(args, "quiet", False))
+        prog = Progress("memsim engine-check feather", args.quiet,
+                        json_lines=_json_progress(args))
         try:
             return feather_main(argv, progress=prog)
         finally:
@@ -747,17 +748,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     # A parent parser shares its action objects with every child, so --out,
     # whose default differs between commands, is added per command.
-    common = argparse.ArgumentParser(add_help=False)
+    # -q and --progress: every command that shows progress
+    progress = argparse.ArgumentParser(add_help=False)
+    progress.add_argument("-q", "--quiet", action="store_true",
+                          help="no progress bar or progress lines on stderr; run, sweep and "
+                               "advise also print only the run folder (no headline table, "
+                               "summary or advice)")
+    progress.add_argument("--progress", choices=["auto", "json"], default="auto",
+                          help="progress on stderr: a bar on a terminal and lines elsewhere "
+                               "(auto), or one JSON object per line (json)")
+    common = argparse.ArgumentParser(add_help=False, parents=[progress])
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a dotted config key (repeatable)")
-    common.add_argument("-q", "--quiet", action="store_true",
-                        help="no progress bar or progress lines on stderr; run, sweep and "
-                             "advise also print only the run folder (no headline table, "
-                             "summary or advice)")
-
-    common.add_argument("--progress", choices=["auto", "json"], default="auto",
-                        help="progress on stderr: a bar on a terminal and lines elsewhere "
-                             "(auto), or one JSON object per line (json)")
     # --json: the command's result as one JSON document on stdout
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true",
@@ -987,7 +989,7 @@ def build_parser() -> argparse.ArgumentParser:
     fc = add(sub, "feather-check",
              "compare the feather preset with the real feather-db engine",
              ("memsim feather-check experiments/feather_check.toml",),
-             parents=[as_json])
+             parents=[as_json, progress])
     fc.add_argument("config", metavar="EXPERIMENT.toml",
                     help="TOML file (see experiments/feather_check.toml)")
     fc.add_argument("--csv", metavar="PREFIX", help="write PREFIX_<search>.csv per search")
@@ -998,7 +1000,7 @@ def build_parser() -> argparse.ArgumentParser:
              ("memsim engine-check feather experiments/feather_check.toml",
               "memsim engine-check langchain experiments/langchain_check.toml",
               "memsim engine-check llamaindex experiments/framework_check.toml"),
-             parents=[as_json])
+             parents=[as_json, progress])
     ec.add_argument("engine", choices=["feather", "langchain", "llamaindex", "crewai", "redis",
                                        "mem0", "openmemory", "memoripy", "autogen",
                                        "langgraph"],

@@ -251,3 +251,24 @@ def test_feather_check_is_an_alias_of_engine_check_feather(monkeypatch, argv, fo
                         lambda args, progress=None: seen.append(list(args)) or 0)
     assert main(argv) == 0
     assert seen == [forwarded]
+
+
+@pytest.mark.parametrize("argv", [["feather-check", "c.toml"], ["engine-check", "feather", "c.toml"]])
+def test_engine_checks_take_quiet_and_json_progress(monkeypatch, capsys, argv):
+    """The feather check's progress follows ``--progress json`` (JSON lines
+    on stderr) and ``-q`` (none), as every other command's does."""
+    import json
+
+    from memsim.checks import feather_check
+
+    def check(args, progress=None):
+        progress(0.5)
+        progress(1.0)
+        return 0
+
+    monkeypatch.setattr(feather_check, "main", check)
+    assert main([*argv, "--progress", "json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert lines and all(isinstance(x, dict) for x in lines)
+    assert main([*argv, "-q"]) == 0
+    assert capsys.readouterr().err == ""
