@@ -1,4 +1,4 @@
-"""Review of the command line's output: ``--progress json`` writes nothing
+"""The command line's output: ``--progress json`` writes nothing
 but JSON objects on stderr, parameters out of range are refused with one
 line, and the numbers printed keep what the data supports."""
 

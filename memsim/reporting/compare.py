@@ -880,8 +880,12 @@ def _order_only(cmp: Comparison, metrics: list[str]) -> bool:
     s = cmp.summary.pivot_table(index=["budget", "policy"], columns="metric", values="mean",
                                 sort=False).reindex(columns=cmp.metrics)
     for _, g in s.groupby(level="budget", sort=False):
-        same = g[metrics].round(12).duplicated(keep=False)
-        if same.any() and g.loc[same.to_numpy(), "answer_prob"].round(12).nunique() > 1:
+        # policies tie on the headline metrics: within each group of ties
+        # (not across two groups that tie among themselves), does answer_prob differ?
+        key = g[metrics].round(12)
+        per_tie = g["answer_prob"].round(12).groupby([key[m] for m in metrics],
+                                                     dropna=False).nunique()
+        if (per_tie > 1).any():
             return True
     return False
 
@@ -923,9 +927,14 @@ def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
                 lines.append((" " * (namew + 2)
                               + "".join(v[1].ljust(w) for v, w in zip(vals, colw))).rstrip())
     over = set(cmp.summary["ci_over"])
-    unit = ("queries, resampled within each replicate (fewer than "
-            f"{MIN_REPLICATES} replicates: too narrow for other workloads)"
-            if "queries" in over else "replicates")
+    if cmp.replays:
+        unit = (f"the queries of one stream, replayed in each of {cmp.replays} replicates "
+                "(each query counts once: too narrow for other workloads)")
+    elif "queries" in over:
+        unit = ("queries, resampled within each replicate (fewer than "
+                f"{MIN_REPLICATES} replicates: too narrow for other workloads)")
+    else:
+        unit = "replicates"
     legend = (f"Mean and [{cmp.level:.0%} bootstrap interval over {unit}]. utility share: sum "
               "of utility / sum of the best achievable (oracle) utility.")
     if OLD_RECALL_COLUMN in metrics:
@@ -935,7 +944,9 @@ def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
         legend += (" answer prob: the reader model's chance of answering, which the order "
                    "of the packed notes changes (shown because some policies differ only "
                    "in that order).")
-    if len(cmp.policies) > 1:
+    if len(cmp.policies) > 1 and not cmp.paired:
+        legend += " Runs compared unpaired (their queries differ): no paired test, no marks."
+    elif len(cmp.policies) > 1:
         legend += (f" {marks['better']} / {marks['worse']}: significantly better / worse than "
                    f"'{cmp.baseline}' (Holm-adjusted p < {cmp.alpha:g} over "
                    f"{cmp.n_comparisons} comparisons).{_no_verdict(metrics)}")

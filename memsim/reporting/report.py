@@ -53,7 +53,7 @@ from memsim.policies import assumptions, resolve_policy
 from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
 from memsim.reporting.rundir import RunResult, load_run, summary_rows, write_atomic
-from memsim.reporting.stats import (N_BOOT, SEED, column_decimals, format_ci, format_fixed, summarise,
+from memsim.reporting.stats import (N_BOOT, SEED, column_decimals, format_fixed, summarise,
                     utility_share, utility_share_by)
 
 __all__ = ["build_report", "ReportFigure"]
@@ -468,9 +468,12 @@ def _run_table(run: RunResult, replays: bool = False) -> pd.DataFrame | None:
         metrics += ["store_notes", "store_tokens"]
     for m in metrics:
         d = plots.run_metric_data(arms, m, replays=replays)
+        # one number of decimals per column (3 for recall_gini, a share), as
+        # in every other table (docs/contracts/metrics.md, "Printed decimals")
+        dec = column_decimals(m, d["mean"], d["ci_low"], d["ci_high"])
         for _, r in d.iterrows():
             rows.append({"budget": r["budget"], "policy": r["policy"], "metric": m,
-                         "value": format_ci(r["mean"], r["ci_low"], r["ci_high"])})
+                         "value": format_fixed(r["mean"], r["ci_low"], r["ci_high"], dec)})
     if not rows:
         return None
     df = pd.DataFrame(rows)
@@ -563,12 +566,16 @@ def _breakdown_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     if "category" in q and q["category"].nunique() > 1 and "oracle_utility" in q:
         share = utility_share_by(q, ("category", "policy")).unstack("policy")
         share = share.reindex(columns=[p for p in ctx.policies if p in share.columns])
-        n = q[q["policy"] == ctx.policies[0]].groupby("category").size()
+        first = q[q["policy"] == ctx.policies[0]]
+        # queries as the opening sentence counts them: a replayed stream's once
+        n = (first.groupby("category")["query_id"].nunique() if ctx.cmp.replays
+             else first.groupby("category").size())
         table = share.map(lambda x: "n/a" if not np.isfinite(x) else f"{x:.3f}")
         table.insert(0, "queries", n.reindex(table.index).fillna(0).astype(int))
         out.append(("Per category", [
             ("p", "utility_share per query category (the trace's tag, the LoCoMo category or "
-                  "the synthetic class asked), over all replicates; n/a where no relevant "
+                  f"the synthetic class asked){ctx.at_focus}, over all replicates; n/a where "
+                  "no relevant "
                   "note fits the budget (e.g. unanswerable questions)."),
             ("table", table.reset_index())]))
     if "actor" in q and q["actor"].nunique() > 1 and "oracle_utility" in q:
@@ -586,7 +593,8 @@ def _breakdown_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
         if rows:
             out.append(("Per actor", [
                 ("p", "The actor each policy serves worst and best (utility_share over that "
-                      "actor's queries): a policy can win on average and fail one user."),
+                      f"actor's queries){ctx.at_focus}: a policy can win on average and fail "
+                      "one user."),
                 ("table", pd.DataFrame(rows))]))
     return out
 

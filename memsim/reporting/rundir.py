@@ -50,6 +50,7 @@ from memsim.data.datasets import DATA_PREFIX, DataError, content_hash, resolve a
 from memsim.data.importers import load_source
 from memsim.data.stream import read_stream
 from memsim.evaluation.metrics import MIN_REPLICATES
+from .numbers import column_decimals, format_fixed
 
 __all__ = [
     "RunResult",
@@ -526,15 +527,13 @@ def summary_rows(stored: pd.DataFrame | None, queries: pd.DataFrame,
 # --------------------------------------------------------------------------
 
 
-def _html_cell(mean: float, lo: float, hi: float) -> str:
-    """``mean [lo, hi]`` of a notebook's summary cell, the mean alone without
-    an interval, and ``"n/a"`` without a mean (``recall_age_90_inf`` when no
-    relevant note gets that old): what the report prints, never ``nan``."""
-    if not np.isfinite(mean):
-        return "n/a"
-    if np.isfinite(lo) and np.isfinite(hi):
-        return f"{mean:.3g} [{lo:.3g}, {hi:.3g}]"
-    return f"{mean:.3g}"
+def _html_cell(mean: float, lo: float, hi: float, dec: int) -> str:
+    """``mean [lo, hi]`` of a notebook's summary cell with ``dec`` decimals
+    (the column's, :func:`~memsim.reporting.numbers.column_decimals`), the
+    mean alone without an interval, and ``"n/a"`` without a mean
+    (``recall_age_90_inf`` when no relevant note gets that old): what the
+    report prints, never ``nan`` nor scientific notation."""
+    return format_fixed(mean, lo, hi, dec)
 
 
 @dataclass(kw_only=True)
@@ -602,7 +601,10 @@ class RunResult:
         if s is None or len(s) == 0:
             return head
         s = s[s["metric"].isin(self._HTML_METRICS)]
-        cell = [_html_cell(m, lo, hi) for m, lo, hi in zip(s["mean"], s["ci_low"], s["ci_high"])]
+        dec = {m: column_decimals(m, g["mean"], g["ci_low"], g["ci_high"])
+               for m, g in s.groupby("metric", sort=False)}
+        cell = [_html_cell(m, lo, hi, dec[k]) for k, m, lo, hi
+                in zip(s["metric"], s["mean"], s["ci_low"], s["ci_high"])]
         wide = s.assign(cell=cell).pivot_table(index=["policy", "budget"], columns="metric",
                                                values="cell", aggfunc="first", sort=False)
         wide = wide[[m for m in self._HTML_METRICS if m in wide.columns]]
