@@ -127,3 +127,17 @@ def test_notebook_view_never_prints_scientific_notation():
     html = RunResult(summary=s)._repr_html_()
     assert "e+03" not in html
     assert "1493.6 [1493.5, 1493.7]" in html and "1138.4 [1132.6, 1144.6]" in html
+
+
+def test_a_folder_without_arms_csv_says_why_per_run_measures_are_missing(tmp_path):
+    """A run folder whose ``arms.csv`` is gone: the report says that the
+    per-run measures are not shown and why, instead of leaving them out."""
+    q = _frame({"a": {"utility": 0.3, "recall": 0.4, "answer_prob": 0.2},
+                "b": {"utility": 0.6, "recall": 0.7, "answer_prob": 0.5}})
+    run = RunResult(queries=q, config={"experiment": {"budget_tokens": 1500}}, path=tmp_path)
+    ctx = report_mod._context(run, n_boot=20, seed=0)
+    sections = dict(report_mod._table_sections(ctx))
+    assert "no arms.csv" in sections["Per-run measures"][0][1]
+    # in memory (no folder): nothing to say
+    ctx = report_mod._context(RunResult(queries=q, config=run.config), n_boot=20, seed=0)
+    assert "Per-run measures" not in dict(report_mod._table_sections(ctx))

@@ -631,7 +631,9 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "and query). p: two-sided Wilcoxon signed-rank test; p (Holm): adjusted "
                   "over every row of this table. Rank-biserial: +1 if the policy is higher "
                   "on every pair, -1 if lower; d_z: mean difference over its standard "
-                  "deviation. Win/tie/loss count queries in the metric's own direction."),
+                  "deviation. Win/tie/loss count queries in the metric's own direction. "
+                  "Baseline and policy mean are over the pairs, the queries where both "
+                  "have a value: they may differ from the summary's means."),
             ("cmp-detail", cmp)]))
     sections += _breakdown_sections(ctx)
     sections += _hidden_section(ctx)
@@ -650,6 +652,10 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   + (" " + PREFILTER_OVERLAP_WORDS
                      if "prefilter_overlap" in run_tab.columns else "")),
             ("table", run_tab)]))
+    elif ctx.run.path is not None and not (Path(ctx.run.path) / "arms.csv").is_file():
+        sections.append(("Per-run measures", [
+            ("p", "Not shown: the run folder has no arms.csv (recall_gini, evictions and "
+                  "promotions per replicate), which these measures are read from.")]))
     marks = [(name, key, why) for name, table in ctx.run.policies.items()
              for key, why in assumptions(table).items()]
     if marks:
