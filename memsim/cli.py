@@ -573,11 +573,13 @@ def _sweep_trials(args) -> int | None:
 
 
 def _cmd_audit(args) -> int:
-    from memsim.tuning.audit import audit
+    from memsim.tuning.audit import audit, check_out_folder
     from memsim.runs.config import load_experiment
     if args.no_params and args.param_replicates is not None:
         raise ConfigError("--param-replicates: the replicates of the parameter probes, which "
                           "--no-params skips; give one or the other")
+    if args.out is not None:  # before the audit's work, not after it
+        check_out_folder(args.out)
     exp = load_experiment(args.experiment, args.set)
     prog = Progress("memsim audit", args.quiet, phase="signals and parameters",
                     json_lines=_json_progress(args))

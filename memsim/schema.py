@@ -472,7 +472,7 @@ def _sweep_param() -> dict[str, Any]:
     number = {"type": "number"}
     field_schemas = {"type": {"enum": list(_PARAM_FIELDS)}, "low": number, "high": number,
                      "log": {"type": "boolean"}, "step": number,
-                     "choices": {"type": "array", "minItems": 1,
+                     "choices": {"type": "array", "minItems": 2,
                                  "items": {"type": ["string", "number", "boolean"]}}}
     per_type = [{"if": {"properties": {"type": {"const": t}}, "required": ["type"]},
                  "then": {"properties": {k: field_schemas[k] for k in fs},

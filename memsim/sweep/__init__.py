@@ -32,7 +32,8 @@ Every key is validated against the experiment before anything runs: a key
 must name a value of the resolved experiment (``memsim sweep`` refuses a key
 that would silently add a new policy), its range must build a valid
 experiment at both ends, and the experiment's own value must lie in the
-range, because it is trial 0.
+range, because it is trial 0. A categorical needs at least two distinct
+choices.
 
 What a trial is
 ---------------

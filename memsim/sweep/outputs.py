@@ -173,6 +173,59 @@ def _importance(study, spec: SweepSpec) -> tuple[pd.DataFrame, str]:
     return imp, "written" if len(imp) else "skipped: fewer than two COMPLETE trials"
 
 
+#: Files of ``<run>/sweep/`` that describe the study as one session left it
+#: (:func:`write_outputs`, and ``summary.txt``); the plots and ``pareto/``
+#: are described by :data:`PLOT_STEMS` and :func:`clear_outputs`.
+OUTPUT_FILES = ("trials.csv", "robustness.csv", "plateau.csv", "importance.csv", "best.toml",
+                "summary.txt")
+#: Stems of the sweep's plots (``history``, ``history_<objective>``, ...).
+PLOT_STEMS = ("history", "importance", "slice", "pareto_front")
+#: Files of the run folder built from ``sweep/``'s (:func:`memsim.reporting.report.build_report`).
+REPORT_FILES = ("report.html", "report.md")
+
+
+def clear_outputs(run_dir: Path) -> None:
+    """Remove what an earlier session wrote about the study from a sweep's
+    run folder: the files of :data:`OUTPUT_FILES`, the plots, ``pareto/``
+    and the report.
+
+    Called when a session starts on a folder: the study is about to change,
+    so they would describe a study that no longer is. A session that is
+    interrupted then leaves none of them (or those it wrote, all of the
+    study as it left it), never a mix of two sessions': ``memsim.load_sweep``
+    gives empty frames for the files missing, and the manifest says
+    ``failed``. The study itself (its storage) is never touched.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The sweep's run folder.
+    """
+    sdir = run_dir / "sweep"
+    for name in OUTPUT_FILES:
+        (sdir / name).unlink(missing_ok=True)
+    if sdir.is_dir():
+        for png in sdir.glob("*.png"):
+            if any(png.stem == s or png.stem.startswith(f"{s}_") for s in PLOT_STEMS):
+                png.unlink(missing_ok=True)
+    _clear_pareto(sdir)
+    for name in REPORT_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def _clear_pareto(sdir: Path) -> None:
+    """Remove ``pareto/trial_<n>.toml`` (and the folder, once empty)."""
+    pdir = sdir / "pareto"
+    if not pdir.is_dir():
+        return
+    for f in pdir.glob("trial_*.toml"):
+        f.unlink(missing_ok=True)
+    try:
+        pdir.rmdir()
+    except OSError:  # files of the user's own: the folder stays
+        pass
+
+
 def write_outputs(study, exp: Experiment, spec: SweepSpec, table: pd.DataFrame,
                    robust: pd.DataFrame, best: list, sdir: Path, timings: dict, quiet: bool,
                    want_plots: bool, plateau: pd.DataFrame | None = None,
@@ -191,8 +244,14 @@ def write_outputs(study, exp: Experiment, spec: SweepSpec, table: pd.DataFrame,
     timings["importance"] = time.perf_counter() - t0
     if len(importance):
         write_atomic(sdir / "importance.csv", lambda p: importance.to_csv(p, index=False))
+    else:  # none now: an earlier session's would describe another study
+        (sdir / "importance.csv").unlink(missing_ok=True)
+    # the Pareto set of this study only: an earlier member may be dominated now
+    _clear_pareto(sdir)
     if best:
         _write_best(exp, spec, best, sdir)
+    else:
+        (sdir / "best.toml").unlink(missing_ok=True)
     t1 = time.perf_counter()
     plots = _write_plots(study, spec, sdir, table, importance) if want_plots else {}
     if want_plots and imp_status != "written":
@@ -383,11 +442,8 @@ class SweepResult:
                  + (f" ({n_pruned} PRUNED)" if n_pruned else "")]
         lines += [f"note: {n}" for n in self.notes]
         if self.spec.multi and self.pareto:
-            # several objectives have no single best: the trade-off is the answer
-            lines.append(f"Pareto set ({len(self.pareto)} trial"
-                         f"{'s' if len(self.pareto) > 1 else ''}; no single best, the "
-                         f"objectives trade off):")
             by_number = self.trials.set_index("number") if "number" in self.trials else None
+            lines.append(_pareto_headline(self.pareto, by_number, self.spec.labels))
             for n in self.pareto:
                 lines.append(f"  trial {n}: " + _trial_values(by_number, n, self.spec.labels))
         elif self.best_number is not None:
@@ -429,6 +485,25 @@ def _value(v: float) -> str:
     if abs(v) >= 1e3:
         return f"{v:,.1f}"
     return f"{v:.4g}"
+
+
+def _pareto_headline(pareto: list[int], by_number: pd.DataFrame | None, labels) -> str:
+    """The line above the Pareto set's trials: whether its objectives trade
+    off. One member is at least as good as every other trial on every
+    objective (each other trial is dominated by it), so it is a single best;
+    members that all have the same values are tied, not a trade-off."""
+    n = len(pareto)
+    if n == 1:
+        return ("Pareto set (1 trial: at least as good as every other trial on every "
+                "objective, so it is the single best):")
+    cols = [f"values_{lab}" for lab in labels]
+    tied = (by_number is not None and all(c in by_number.columns for c in cols)
+            and all(t in by_number.index for t in pareto)
+            and len({tuple(float(by_number.at[t, c]) for c in cols) for t in pareto}) == 1)
+    if tied:
+        return (f"Pareto set ({n} trials, tied: the same value on every objective, so no "
+                "trade-off between them):")
+    return f"Pareto set ({n} trials; no single best, the objectives trade off):"
 
 
 def _trial_values(by_number: pd.DataFrame | None, number: int, labels) -> str:

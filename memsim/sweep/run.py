@@ -38,7 +38,8 @@ from memsim.runs.runner import experiment_manifest
 
 from .evaluate import TrialEvaluator, replays_one_stream
 from .liveness import host_name
-from .outputs import IMPORTANCE_COLUMNS, SweepResult, best_trials, write_outputs, trials_table
+from .outputs import (IMPORTANCE_COLUMNS, SweepResult, best_trials, clear_outputs, trials_table,
+                      write_outputs)
 from .plateau import grow_plateau
 from .resume import (config_header, load_resume_dir, locate_run_dir, prior_manifest,
                      resume_storage, study_identity, write_ident)
@@ -130,6 +131,9 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
     manifest, sessions = _start_manifest(plan, prior, argv)
     timings: dict[str, float] = {}
     try:
+        if plan.run_dir is not None:
+            # an earlier session's tables describe the study before this one changes it
+            clear_outputs(plan.run_dir)
         study, n_done = _run_trials(plan, progress, timings)
         result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots,
                          jobs=plan.workers, progress=progress)
@@ -153,8 +157,10 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
         return result
     except BaseException as exc:
         if manifest is not None:
-            manifest.update(status="failed", error=f"{type(exc).__name__}: {exc}",
-                            timings_s=timings, finished_utc=_now(),
+            error = _error_text(exc)
+            sessions[-1].update(finished_utc=_now(), error=error)
+            manifest.update(status="failed", error=error, timings_s=timings,
+                            finished_utc=_now(), sessions=sessions,
                             hint="run the same command again to resume the sweep")
         raise
     finally:
@@ -409,6 +415,13 @@ def _write_report(run_dir: Path, timings: dict) -> None:
         warnings.warn(f"memsim sweep: report.html failed: {type(exc).__name__}: {exc}",
                       SweepWarning, stacklevel=3)
     timings["report"] = time.perf_counter() - t1
+
+
+def _error_text(exc: BaseException) -> str:
+    """What the manifest's ``error`` says of ``exc``: its type and message, or
+    its type alone when it has none (Ctrl-C: ``KeyboardInterrupt``)."""
+    msg = str(exc)
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
 def _now() -> str:

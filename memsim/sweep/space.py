@@ -82,7 +82,8 @@ class ParamSpec:
     step : float or int, optional
         Grid spacing (``high - low`` must be a multiple of it).
     choices : tuple
-        Values of a categorical (strings, numbers or booleans).
+        Values of a categorical (strings, numbers or booleans; at least two,
+        distinct).
     """
 
     key: str
@@ -121,6 +122,10 @@ class ParamSpec:
                     raise ConfigError(f"{w}.choices: {c!r} is not a string, number or boolean")
             if len({json.dumps(c) for c in choices}) != len(choices):
                 raise ConfigError(f"{w}.choices: values must be distinct, got {choices!r}")
+            if len(choices) < 2:
+                raise ConfigError(f"{w}.choices: a categorical needs at least two values to "
+                                  f"choose from, got {choices!r}; set the key in the experiment "
+                                  "instead of sweeping it")
             return cls(key=key, type=kind, choices=tuple(choices))
         for end in ("low", "high"):
             if end not in table:

@@ -103,9 +103,13 @@ class _TrialBatch:
                 with _heartbeats(self.storage, [trial_id(self.storage, study, t.number)
                                                 for t in self.open]):
                     return self._evaluate(study, params)
-        except KeyboardInterrupt:
-            # give the interrupted trials' parameters back to the study
+        except KeyboardInterrupt as exc:
+            # give the interrupted trials' parameters back to the study, each
+            # saying why it failed (its retry starts without the error)
+            why = f"interrupted: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
             for t in self._still_open(study):
+                with contextlib.suppress(Exception):
+                    t.set_user_attr("error", why)
                 _tell(study, t, state=TrialState.FAIL)
                 retry_trial(study, self.storage.get_trial(trial_id(self.storage, study, t.number)))
             raise

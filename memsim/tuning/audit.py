@@ -114,6 +114,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -256,15 +257,56 @@ class AuditReport:
 
     def save(self, folder: Path) -> Path:
         """Write ``signals.csv``, ``params.csv``, ``reach.csv`` and ``audit.txt``
-        to ``folder``."""
+        to ``folder``.
+
+        Raises
+        ------
+        ConfigError
+            If ``folder`` cannot be made a folder (a file is there or above it,
+            or it is read-only), naming it.
+        """
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        check_out_folder(folder, what=str(folder))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{folder}: cannot save the audit there: "
+                              f"{exc.strerror or exc}") from None
         write_atomic(folder / "signals.csv", lambda p: self.signals.to_csv(p, index=False))
         write_atomic(folder / "params.csv", lambda p: self.params.to_csv(p, index=False))
         write_atomic(folder / "reach.csv", lambda p: self.reach.to_csv(p, index=False))
         write_atomic(folder / "audit.txt",
                      lambda p: p.write_text(self.to_text() + "\n", encoding="utf-8"))
         return folder
+
+
+def check_out_folder(folder: str | Path, what: str = "--out") -> None:
+    """Check, before any work, that ``folder`` can hold the audit's files.
+
+    Parameters
+    ----------
+    folder : path
+        The folder :meth:`AuditReport.save` will write to (made if missing).
+    what : str
+        What the message names (``--out`` for the command line's option).
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``what`` when a file stands at ``folder`` or above
+        it, or the nearest existing folder cannot be written to.
+    """
+    folder = Path(folder)
+    prefix = what if what == str(folder) else f"{what} {folder}"
+    for q in (folder, *folder.parents):
+        if not q.exists():
+            continue
+        if not q.is_dir():
+            why = "is a file, not a folder" if q == folder else f"{q} is a file, not a folder"
+            raise ConfigError(f"{prefix}: {why}; give a folder to save the audit in")
+        if not os.access(q, os.W_OK | os.X_OK):
+            raise ConfigError(f"{prefix}: cannot save the audit there: {q} is not writable")
+        return
 
 
 # --------------------------------------------------------------------------
