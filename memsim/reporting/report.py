@@ -1292,7 +1292,8 @@ def _sweep_trial_items(sdir: Path, config: dict, trials: pd.DataFrame, cols: lis
         fx, fy = _front_order(labels)[:2] if len(cols) >= 2 else (0, 0)
         items.append(("p", "Best trial" if len(cols) == 1 else
                       f"Pareto set on {labels[fy]} and {labels[fx]}: the "
-                      f"{len(best)} non-dominated trials ({labels[fy]} {dirs[fy]}, "
+                      f"{len(best)} non-dominated trial{'s' if len(best) != 1 else ''} "
+                      f"({labels[fy]} {dirs[fy]}, "
                       f"{labels[fx]} {dirs[fx]}): no other trial is at least as good "
                       f"on both and better on one. Best first on {labels[fy]}"
                       f"{f'; at most {MAX_FRONT_ROWS}' if len(best) >= MAX_FRONT_ROWS else ''}."))
