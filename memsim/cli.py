@@ -415,7 +415,13 @@ def _cmd_curves(args) -> int:
     from memsim.reporting.curves import curves_table, format_curves
     df = curves_table(args.presets, overrides=_overrides(args.set), s=args.s, delta=args.delta)
     if args.json:
-        _print_json({"curves": df})
+        # JSON writes inf and NaN alike as null: say which, as the table does
+        # ('always' / 'never' against n/a)
+        import numpy as np
+
+        cross, evict = df["crossover_days"].astype(float), df["evict_after_days"].astype(float)
+        _print_json({"curves": df.assign(crossover_always=np.isposinf(cross),
+                                         evicted_never=np.isposinf(evict))})
         return 0
     print(format_curves(df))
     return 0

@@ -82,3 +82,18 @@ def test_a_tuple_of_overrides_is_a_list():
 
     exp = memsim.load_experiment(QUICKSTART, ("experiment.replicates=1",))
     assert exp.settings.replicates == 1
+
+
+def test_curves_json_tells_always_and_never_from_n_a(capsys):
+    """JSON writes inf and NaN alike as null; the flags say which, as the
+    table's 'always' / 'never' against n/a do."""
+    from memsim.cli import main
+
+    assert main(["curves", "feather", "ai-memory", "generative-agents", "--json"]) == 0
+    rows = {r["preset"]: r for r in json.loads(capsys.readouterr().out)["curves"]}
+    assert rows["feather"]["evict_after_days"] is None and rows["feather"]["evicted_never"]
+    assert rows["feather"]["crossover_days"] > 0 and not rows["feather"]["crossover_always"]
+    assert rows["ai-memory"]["crossover_days"] is None and rows["ai-memory"]["crossover_always"]
+    assert rows["ai-memory"]["evict_after_days"] > 0 and not rows["ai-memory"]["evicted_never"]
+    ga = rows["generative-agents"]  # n/a: its ranker scores relative to other candidates
+    assert ga["crossover_days"] is None and not ga["crossover_always"]
