@@ -554,6 +554,11 @@ def test_trec_qrels_beside_judgement_events(tmp_path):
     assert main(["stream", "import", "trace", str(trace), "--out", str(out), "--qrels",
                  str(qrels)]) == 0
     assert json.loads((out / "stream.json").read_text())["qrels_file"] == "q.txt"
+    # a folder given for the qrels file is named as one, not as missing
+    with pytest.raises(StreamError, match=r"qrels: .* is a folder, not a qrels file"):
+        import_trace(trace, qrels=tmp_path)
+    with pytest.raises(StreamError, match=r"qrels not found: "):
+        import_trace(trace, qrels=tmp_path / "none.txt")
 
 
 def test_no_malformed_trace_raises_anything_but_a_stream_error(tmp_path):

@@ -203,6 +203,18 @@ def test_rotation_by_size_and_join(tmp_path):
     assert "continues" not in _lines(joined)[0]
 
 
+def test_segments_of_a_name_holding_glob_characters(tmp_path):
+    """A trace named ``app[1].jsonl`` finds its segments (the name is not
+    read as a pattern)."""
+    path = tmp_path / "app[1]*.jsonl"
+    with TraceWriter(path, max_bytes=600, clock=Clock()) as w:
+        for i in range(20):
+            w.note_added(i, f"note number {i}")
+    files = segments(path)
+    assert len(files) >= 2 and files[-1] == path
+    assert files[0].name == "app[1]*.1.jsonl"
+
+
 # ---------------------------------------------------------------------------
 # Replaying a recorded trace as-logged
 # ---------------------------------------------------------------------------

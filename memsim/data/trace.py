@@ -44,6 +44,7 @@ imported trace starts near day 0.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import numbers
@@ -416,8 +417,9 @@ def segments(path: str | os.PathLike) -> list[Path]:
     ``<stem>.2<suffix>``... then ``path`` itself (when it exists)."""
     p = Path(path)
     pattern = re.compile(re.escape(p.stem) + r"\.(\d+)" + re.escape(p.suffix) + "$")
-    numbered = sorted((int(m.group(1)), f) for f in p.parent.glob(f"{p.stem}.*{p.suffix}")
-                      if (m := pattern.match(f.name)))
+    # (glob.escape: a name holding [ or * is matched as it is written)
+    found = p.parent.glob(f"{glob.escape(p.stem)}.*{glob.escape(p.suffix)}")
+    numbered = sorted((int(m.group(1)), f) for f in found if (m := pattern.match(f.name)))
     return [f for _, f in numbered] + ([p] if p.exists() else [])
 
 

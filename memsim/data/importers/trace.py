@@ -1221,7 +1221,8 @@ def _read_trec_qrels(path: Path, r: _Reader) -> None:
     them. Grade 0 (judged not relevant) adds nothing; other grades are gains,
     as ``judgement`` events (a pair judged twice is refused)."""
     if not path.is_file():
-        raise StreamError(f"qrels not found: {path}")
+        raise StreamError(f"qrels: {path} is a folder, not a qrels file" if path.is_dir()
+                          else f"qrels not found: {path}")
     notes = _by_text(r.note_ids)
     queries = _by_text(r.query_ids)
     saved_label, saved_line = r.label, r.line
