@@ -601,7 +601,8 @@ def _cmd_audit(args) -> int:
                      "queries": report.n_queries, "notes": report.n_notes,
                      "replicates": report.replicates, "signals": report.signals,
                      "params": report.params, "reach": report.reach, "flags": report.flags,
-                     "untestable": report.untestable(), "out": saved})
+                     "untestable": report.untestable(), "tiers": report.tiers,
+                     "replays": report.replays, "remarks": report.notes, "out": saved})
         return 0
     print(report.to_text())
     if saved is not None:

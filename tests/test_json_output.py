@@ -64,6 +64,12 @@ def test_sweep_and_audit_json(tmp_path):
     audit = _cli("audit", str(exp), "--queries", "40", "--no-params", "--json", "--quiet", *SMALL)
     adoc = _strict(audit.stdout)
     assert adoc["experiment"] and adoc["signals"] and {"signal", "policy"} <= set(adoc["signals"][0])
+    # what the text says besides its tables: tiers scored, replays, closing remarks
+    text = _cli("audit", str(exp), "--queries", "40", "--no-params", "--quiet", *SMALL).stdout
+    assert adoc["replays"] is False and isinstance(adoc["remarks"], list)
+    assert adoc["tiers"]  # the swept preset is per-tier
+    for pol, tiers in adoc["tiers"].items():
+        assert f"tiers scored by {pol}: " in text and sum(tiers.values()) == pytest.approx(1)
 
 
 def test_policies_validate_curves_json(tmp_path, capsys):
