@@ -340,3 +340,25 @@ def test_llamaindex_app_records_a_trace_that_replays_as_logged(tmp_path, offline
     logged = [s for e in _lines(path) if e["event"] == "retrieved" for s in e["scores"]]
     assert np.allclose(r["score"].to_numpy(), logged)
     assert not any(math.isnan(x) for x in logged)
+
+
+def test_token_counts_the_importer_refuses_are_refused_before_writing(tmp_path):
+    """``tokens`` and ``budget`` must be positive integers (the importer
+    refuses others): such an event raises and writes nothing; a numpy
+    integer is written as the int it holds."""
+    path = tmp_path / "app.jsonl"
+    with TraceWriter(path, clock=Clock()) as w:
+        for bad in (0, -3, 2.5, True, 10**13, "7"):
+            with pytest.raises(ValueError, match="note_added: tokens"):
+                w.note_added(1, tokens=bad)
+            with pytest.raises(ValueError, match="query: budget"):
+                w.query("q", budget=bad)
+            with pytest.raises(ValueError, match="note_updated: tokens"):
+                w.note_updated(1, tokens=bad)
+        w.note_added(1, "a note", tokens=np.int64(12))
+        w.query("a question", id="q1", budget=np.int32(500))
+    ev = _lines(path)
+    assert [e["event"] for e in ev] == ["header", "note_added", "query"]
+    assert ev[1]["tokens"] == 12 and ev[2]["budget"] == 500
+    s = import_trace(path)
+    assert s.n_notes == 1

@@ -23,7 +23,8 @@ Guarantees
   event given its own ``t`` before the last one is refused.
 - **Importable**: an event the importer would refuse for its values (NaN or
   infinite numbers, a ``gain`` of 0, a lone surrogate in a text, an integer
-  id beyond 64 bits) raises :class:`ValueError` and writes nothing; numpy
+  id beyond 64 bits, ``tokens`` or ``budget`` that is not a positive
+  integer) raises :class:`ValueError` and writes nothing; numpy
   integer ids (as vector stores return them) are written as integers.
 - **Durable on close**: :meth:`TraceWriter.close` (and leaving the ``with``
   block) flushes and ``fsync``\\ s the file.
@@ -62,6 +63,7 @@ import numpy as np
 
 from memsim.data.importers.trace import (_I64_MAX, _I64_MIN, _TIMED, EVENTS, TIME_UNITS,
                                         TRACE_FORMAT, TRACE_VERSION)
+from memsim.data.stream import MAX_TOKENS
 
 __all__ = ["TraceWriter", "segments", "join_segments"]
 
@@ -88,6 +90,19 @@ def _ident(value: Any, what: str) -> int | str:
     if not isinstance(value, str) or value == "":
         raise ValueError(f"{what}: expected an integer or a non-empty string id, got {value!r}")
     return value
+
+
+def _count(value: Any, what: str) -> int | None:
+    """A token count (``tokens``, ``budget``) as the importer reads it: None,
+    or a positive integer of at most :data:`MAX_TOKENS` (a numpy integer is
+    written as the int it holds)."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) \
+            and 0 < int(value) <= MAX_TOKENS:
+        return int(value)
+    raise ValueError(f"{what}: expected a positive integer of at most {MAX_TOKENS:,}, "
+                     f"got {value!r}")
 
 
 def _ids(values: Iterable[Any], what: str) -> list:
@@ -265,6 +280,7 @@ class TraceWriter:
         ``expires_at``...). Returns the id."""
         if text is None and tokens is None:
             raise ValueError("note_added: give text or tokens")
+        tokens = _count(tokens, "note_added: tokens")
         ev = {"event": "note_added", "id": _ident(id, "note_added: id"),
               "actor": actor or self.actor, **_given(text=text, tokens=tokens,
                                                      embedding=embedding, namespace=namespace),
@@ -274,6 +290,8 @@ class TraceWriter:
 
     def note_updated(self, id: int | str, **fields: Any) -> None:
         """A new version of a note (``text``, ``embedding``, ``tier``...)."""
+        if fields.get("tokens") is not None:
+            fields["tokens"] = _count(fields["tokens"], "note_updated: tokens")
         self.write({"event": "note_updated", "id": _ident(id, "note_updated: id"), **fields})
 
     def note_deleted(self, id: int | str) -> None:
@@ -286,6 +304,7 @@ class TraceWriter:
         """A query asked; returns its id (a new random hex id when not given)."""
         if text is None and embedding is None:
             raise ValueError("query: give text or an embedding")
+        budget = _count(budget, "query: budget")
         qid = uuid.uuid4().hex if id is None else _ident(id, "query: id")
         self.write({"event": "query", "id": qid, "actor": actor or self.actor,
                     **_given(text=text, embedding=embedding, budget=budget, category=category,
