@@ -55,6 +55,9 @@ def test_an_interrupted_resume_leaves_no_tables_of_an_earlier_study(tmp_path, mo
     assert run.manifest["error"] == "KeyboardInterrupt"  # no dangling ": "
     assert run.manifest["sessions"][-1]["error"] == "KeyboardInterrupt"
     assert "finished_utc" in run.manifest["sessions"][-1]
+    # stopped in its first batch: it completed none (the first session, 3)
+    assert run.manifest["sessions"][-1]["trials_completed"] == 0
+    assert run.manifest["sessions"][0]["trials_completed"] == 3
     n_study = len(run.study().trials)
     assert n_study > 3  # the interrupted trial, failed, and its retry
     for name in ("trials", "plateau", "robustness", "importance"):

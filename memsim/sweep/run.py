@@ -16,6 +16,7 @@ a ``sweep.pruner`` that cannot prune (one replicate; also a warning).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -159,6 +160,8 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
         if manifest is not None:
             error = _error_text(exc)
             sessions[-1].update(finished_utc=_now(), error=error)
+            if hasattr(exc, "trials_completed"):  # (stopped while its trials ran)
+                sessions[-1]["trials_completed"] = exc.trials_completed
             manifest.update(status="failed", error=error, timings_s=timings,
                             finished_utc=_now(), sessions=sessions,
                             hint="run the same command again to resume the sweep")
@@ -330,15 +333,22 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
                      source_file=exp.source_file, storage=plan.storage_spec,
                      study_name=plan.study_name, trials=spec.trials,
                      seed=spec.seed if (workers == 1 and fresh) else None, workers=workers)
-    if workers == 1:
-        run_worker(job, exp=exp, spec=spec, storage=storage_obj, progress=progress)
-    else:
-        run_workers(job, workers, study, spec, progress)
-    timings["trials"] = time.perf_counter() - t0
-    n_after = count_complete(study)
-    if n_after < spec.trials:
-        raise MemsimError(f"sweep: the study has {n_after} of {spec.trials} COMPLETE trials "
-                          "(workers stopped early); run the same command again to resume")
+    try:
+        if workers == 1:
+            run_worker(job, exp=exp, spec=spec, storage=storage_obj, progress=progress)
+        else:
+            run_workers(job, workers, study, spec, progress)
+        timings["trials"] = time.perf_counter() - t0
+        n_after = count_complete(study)
+        if n_after < spec.trials:
+            raise MemsimError(f"sweep: the study has {n_after} of {spec.trials} COMPLETE "
+                              "trials (workers stopped early); run the same command again "
+                              "to resume")
+    except BaseException as exc:
+        # what this session completed before it stopped, for its manifest entry
+        with contextlib.suppress(Exception):
+            exc.trials_completed = count_complete(study) - n_before
+        raise
     return study, n_after - n_before
 
 
