@@ -440,10 +440,8 @@ def _cmd_data_get(args) -> int:
     if args.source is not None:
         path = datasets.register(args.name, args.source, to=args.to)
     else:
-        if not datasets.is_cached(args.name, args.to):  # (else nothing is downloaded)
-            print(f"memsim data get: downloading {args.name} from "
-                  f"{args.url or datasets.dataset(args.name).url}", file=sys.stderr)
-        path = datasets.get(args.name, to=args.to, url=args.url)
+        path = datasets.get(args.name, to=args.to, url=args.url, announce=lambda src: print(
+            f"memsim data get: downloading {args.name} from {src}", file=sys.stderr))
     print(datasets.describe(args.name))
     to = Path(args.to).expanduser().absolute() if args.to is not None else None
     if to is not None and to != datasets.cache_dir():

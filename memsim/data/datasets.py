@@ -223,12 +223,14 @@ def _copy_checked(d: Dataset, read: Callable[[int], bytes], dest: Path, origin: 
     return dest
 
 
-def get(name: str, *, to: str | os.PathLike | None = None, url: str | None = None) -> Path:
+def get(name: str, *, to: str | os.PathLike | None = None, url: str | None = None,
+        announce: Callable[[str], None] | None = None) -> Path:
     """Download data set ``name`` from its pinned URL (or ``url``, a mirror of
     the same bytes), check it and put it in the cache (or under ``to``).
 
     A file already there with the pinned size and checksum is kept (no
-    download).
+    download). ``announce(url)``, when given, is called right before a
+    download starts (not when the cached file is kept).
 
     Returns
     -------
@@ -248,6 +250,8 @@ def get(name: str, *, to: str | os.PathLike | None = None, url: str | None = Non
     if is_cached(name, to):
         return dest
     src = url or d.url
+    if announce is not None:
+        announce(src)
     # the network stack is imported only for a download (the CLI reads this
     # module to build its parser)
     import http.client

@@ -62,7 +62,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from memsim.data.importers.trace import (_I64_MAX, _I64_MIN, _TIMED, EVENTS, TIME_UNITS,
-                                        TRACE_FORMAT, TRACE_VERSION)
+                                        TRACE_FORMAT, TRACE_VERSION, iso_days)
 from memsim.data.stream import MAX_TOKENS
 
 __all__ = ["TraceWriter", "segments", "join_segments"]
@@ -77,11 +77,16 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot write a {type(value).__name__} in a trace")
 
 
+def _integer(value: Any) -> bool:
+    """Whether ``value`` is an integer (a numpy integer too), not a boolean."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def _ident(value: Any, what: str) -> int | str:
     """An id as the trace writes it: a non-empty string, or an integer within
     64 bits (a numpy integer, as vector stores return ids, is written as
     the int it holds; the importer refuses an integer beyond 64 bits)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+    if _integer(value):
         value = int(value)
         if not _I64_MIN <= value <= _I64_MAX:
             raise ValueError(f"{what}: an integer id must fit in 64 bits (the importer refuses "
@@ -98,8 +103,7 @@ def _count(value: Any, what: str) -> int | None:
     written as the int it holds)."""
     if value is None:
         return None
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) \
-            and 0 < int(value) <= MAX_TOKENS:
+    if _integer(value) and 0 < int(value) <= MAX_TOKENS:
         return int(value)
     raise ValueError(f"{what}: expected a positive integer of at most {MAX_TOKENS:,}, "
                      f"got {value!r}")
@@ -453,12 +457,9 @@ def _clock_of(head: dict | None) -> tuple[float, float] | None:
     if not isinstance(unit, str) or unit not in TIME_UNITS or not isinstance(origin, str):
         return None
     try:
-        when = datetime.fromisoformat(origin.strip().replace("Z", "+00:00"))
+        return iso_days(origin), TIME_UNITS[unit]
     except ValueError:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp() / 86400.0, TIME_UNITS[unit]
 
 
 def _rebased(line: str, src: tuple[float, float], dest: tuple[float, float]) -> str:

@@ -527,15 +527,6 @@ def summary_rows(stored: pd.DataFrame | None, queries: pd.DataFrame,
 # --------------------------------------------------------------------------
 
 
-def _html_cell(mean: float, lo: float, hi: float, dec: int) -> str:
-    """``mean [lo, hi]`` of a notebook's summary cell with ``dec`` decimals
-    (the column's, :func:`~memsim.reporting.numbers.column_decimals`), the
-    mean alone without an interval, and ``"n/a"`` without a mean
-    (``recall_age_90_inf`` when no relevant note gets that old): what the
-    report prints, never ``nan`` nor scientific notation."""
-    return format_fixed(mean, lo, hi, dec)
-
-
 @dataclass(kw_only=True)
 class RunResult:
     """What a run produced: the frames of its run folder, in memory.
@@ -603,7 +594,8 @@ class RunResult:
         s = s[s["metric"].isin(self._HTML_METRICS)]
         dec = {m: column_decimals(m, g["mean"], g["ci_low"], g["ci_high"])
                for m, g in s.groupby("metric", sort=False)}
-        cell = [_html_cell(m, lo, hi, dec[k]) for k, m, lo, hi
+        # what the report prints: never nan (n/a) nor scientific notation
+        cell = [format_fixed(m, lo, hi, dec[k]) for k, m, lo, hi
                 in zip(s["metric"], s["mean"], s["ci_low"], s["ci_high"])]
         wide = s.assign(cell=cell).pivot_table(index=["policy", "budget"], columns="metric",
                                                values="cell", aggfunc="first", sort=False)

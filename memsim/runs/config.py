@@ -65,6 +65,7 @@ __all__ = [
     "attribute_overrides",
     "parse_override",
     "check_overrides",
+    "experiment_with_overrides",
     "did_you_mean",
     "dumps_toml",
     "config_hash",
@@ -151,6 +152,21 @@ def check_overrides(overrides: Any) -> None:
         if not isinstance(item, str):
             raise ConfigError(f"overrides: a list of 'KEY=VALUE' strings or a dict, got "
                               f"{short_repr(item)} in the list")
+
+
+def experiment_with_overrides(exp: Experiment | str | Path,
+                              overrides: list[str] | dict | None) -> Experiment:
+    """``exp`` with ``overrides`` applied: an experiment file read by
+    :func:`load_experiment` (every mistake reported at once), or an
+    :class:`Experiment` given (:meth:`Experiment.with_overrides`); the
+    overrides checked first (:func:`check_overrides`)."""
+    check_overrides(overrides)
+    if not isinstance(exp, Experiment):
+        return load_experiment(exp, overrides)
+    if overrides:
+        return exp.with_overrides(dict(overrides) if isinstance(overrides, dict)
+                                  else dict(parse_override(o) for o in overrides))
+    return exp
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -23,8 +23,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from memsim.runs.config import (Experiment, StreamSource, check_overrides, dumps_toml,
-                                load_experiment, parse_override)
+from memsim.runs.config import Experiment, StreamSource, dumps_toml, experiment_with_overrides
 from memsim.engine import NO_PREFILTER_OVERLAP, Arm, ReplayCache, simulate
 from memsim.core.errors import ConfigError, MemsimError, StreamError, Terminated
 from memsim.core.params import Interval
@@ -454,12 +453,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         Called with the share done (0 to 1) of the simulation, and of the
         report (:func:`memsim.reporting.report.build_report`).
     """
-    check_overrides(overrides)
-    if not isinstance(exp, Experiment):
-        exp = load_experiment(exp, overrides)
-    elif overrides:
-        exp = exp.with_overrides(dict(overrides) if isinstance(overrides, dict)
-                                 else dict(parse_override(o) for o in overrides))
+    exp = experiment_with_overrides(exp, overrides)
     if exp.grid:
         raise ConfigError(f"{exp.name}: has a [grid]; run it with run_many() or `memsim run`")
     timings: dict[str, float] = {}

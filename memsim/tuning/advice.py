@@ -137,8 +137,8 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from memsim.runs.config import (Experiment, StreamSource, attribute_overrides,
-                           check_overrides, dumps_toml, load_experiment, parse_override)
+from memsim.runs.config import (Experiment, StreamSource, attribute_overrides, dumps_toml,
+                                experiment_with_overrides)
 from memsim.engine import Arm, ReplayCache
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_RECALL_COLUMN
@@ -1208,12 +1208,7 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
     -------
     Advice
     """
-    check_overrides(overrides)
-    if not isinstance(exp, Experiment):
-        exp = load_experiment(exp, overrides)
-    elif overrides:
-        exp = exp.with_overrides(dict(overrides) if isinstance(overrides, dict)
-                                 else dict(parse_override(o) for o in overrides))
+    exp = experiment_with_overrides(exp, overrides)
     try:
         spec = AdviseSpec.from_table(exp.advise, exp, current)
         pol = current_policy(exp, spec.current)

@@ -124,6 +124,7 @@ import pandas as pd
 
 from memsim.runs.config import Experiment, StreamSource
 from memsim.engine import feedback_timing
+from memsim.core.paths import file_in_the_way
 from memsim.core.errors import ConfigError, MemsimError
 from memsim.policies.base import TIER_CODES, ArrayContext
 from memsim.reporting.rundir import write_atomic
@@ -298,15 +299,13 @@ def check_out_folder(folder: str | Path, what: str = "--out") -> None:
     """
     folder = Path(folder)
     prefix = what if what == str(folder) else f"{what} {folder}"
-    for q in (folder, *folder.parents):
-        if not q.exists():
-            continue
-        if not q.is_dir():
-            why = "is a file, not a folder" if q == folder else f"{q} is a file, not a folder"
-            raise ConfigError(f"{prefix}: {why}; give a folder to save the audit in")
-        if not os.access(q, os.W_OK | os.X_OK):
-            raise ConfigError(f"{prefix}: cannot save the audit there: {q} is not writable")
-        return
+    p = file_in_the_way(folder)
+    if p is not None:
+        why = "is a file, not a folder" if p == folder else f"{p} is a file, not a folder"
+        raise ConfigError(f"{prefix}: {why}; give a folder to save the audit in")
+    near = next((q for q in (folder, *folder.absolute().parents) if q.exists()), None)
+    if near is not None and not os.access(near, os.W_OK | os.X_OK):
+        raise ConfigError(f"{prefix}: cannot save the audit there: {near} is not writable")
 
 
 # --------------------------------------------------------------------------

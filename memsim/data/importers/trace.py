@@ -230,6 +230,17 @@ _F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+def iso_days(text: str) -> float:
+    """Days since 1970 of an ISO 8601 time as the format reads it (``Z`` for
+    UTC; a time without a zone is UTC). Raises :class:`ValueError` for text
+    ``datetime.fromisoformat`` cannot read (the importer checks the
+    schema's pattern first)."""
+    when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return (when - _EPOCH).total_seconds() / 86400.0
+
+
 class _Codes:
     """Strings interned to small integer codes (actors, tiers, namespaces...)."""
 
@@ -412,12 +423,9 @@ class _Reader:
                 self.fail("must be a number or an ISO 8601 time (YYYY-MM-DD, optionally "
                           f"Thh:mm:ss and Z or +hh:mm), got {_show(v)}", field)
             try:
-                when = datetime.fromisoformat(v.strip().replace("Z", "+00:00"))
+                days = iso_days(v) - self.origin_days
             except ValueError as exc:
                 self.fail(f"must be a number or an ISO 8601 time, got {_show(v)} ({exc})", field)
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=timezone.utc)
-            days = (when - _EPOCH).total_seconds() / 86400.0 - self.origin_days
         else:
             days = self.number(v, field) * self.unit
         if abs(days) > MAX_ABS_DAYS:
