@@ -346,7 +346,8 @@ def _merged(job: _ArmJob, ctx: BatchContext, sees: _Seen, batch: Batch, pk: _Pac
     the others, and scored again in full after), the queries' used notes
     before (:func:`_used_rows`), and the queries whose candidates changed,
     to pack again (:func:`_repack_all`): not those the merge left with their
-    first candidates, whose first packing they have."""
+    first candidates (they take the first packing back), nor those with the
+    candidates they were last packed with (an earlier round's)."""
     fb = job.arm.policy.feedback
     q, n = len(batch.t), len(batch.idx)
     rows_u, seen_u = uses[0], uses[3]
@@ -378,28 +379,32 @@ def _merged(job: _ArmJob, ctx: BatchContext, sees: _Seen, batch: Batch, pk: _Pac
         redo = int(cq[0])  # cells cannot be scored: every such query in full
     old_uses = _used_rows(fb, pk, qs)
     # every query from start: its first answer, corrected where it sees a use
-    back = qs[np.any(pk.pos[qs] != first.pos[qs], axis=1)
-              | np.any(pk.vals[qs] != first.vals[qs], axis=1)]
+    tpos, tvals = first.pos[qs], first.vals[qs]  # (fancy indexing: copies)
+    if new is not None and len(ci):
+        aq, k = np.unique(cq, return_counts=True)  # (cells row by row: cq ascending)
+        cc = first.pos.shape[1]
+        kp = first.pos[aq]
+        drop = seen(kp) <= aq[:, None]  # used before: among the cells when seen
+        mv, mp = _merge_cells(first.vals[aq], kp, drop, k, new, ci, cc)
+        # the first scoring's C-th candidate bounds every note not rescored
+        bv, bp = first.vals[aq, cc - 1], first.pos[aq, cc - 1]
+        ok = ~np.isfinite(bv) | (mv[:, -1] > bv) | ((mv[:, -1] == bv) & (mp[:, -1] <= bp))
+        if not ok.all():
+            redo = int(aq[np.argmin(ok)])
+        tpos[aq - start], tvals[aq - start] = mp, mv
+    # a query whose answer is the one it has packed (a round before gave it
+    # the same) keeps its packing; one whose answer is its first takes the
+    # first packing back; the others are packed again
+    moved = np.any(tpos != pk.pos[qs], axis=1) | np.any(tvals != pk.vals[qs], axis=1)
+    firsts = np.all(tpos == first.pos[qs], axis=1) & np.all(tvals == first.vals[qs], axis=1)
+    back = qs[moved & firsts]
     for f in dataclasses.fields(pk):
         getattr(pk, f.name)[back] = getattr(first, f.name)[back]
-    if new is None or not len(ci):
-        return redo, old_uses, _NONE
-    aq, k = np.unique(cq, return_counts=True)  # (cells row by row: cq ascending)
-    cc = first.pos.shape[1]
-    kp = first.pos[aq]
-    drop = seen(kp) <= aq[:, None]  # used before: among the cells when seen
-    mv, mp = _merge_cells(first.vals[aq], kp, drop, k, new, ci, cc)
-    # the first scoring's C-th candidate bounds every note not rescored
-    bv, bp = first.vals[aq, cc - 1], first.pos[aq, cc - 1]
-    ok = ~np.isfinite(bv) | (mv[:, -1] > bv) | ((mv[:, -1] == bv) & (mp[:, -1] <= bp))
-    if not ok.all():
-        redo = int(aq[np.argmin(ok)])
-    pk.pos[aq], pk.vals[aq] = mp, mv
-    _set_candidates(pk, batch, aq)
-    # a query whose merge left its first candidates as they were keeps the
-    # first packing (every query from start has it now): not packed again
-    same = np.all(mp == first.pos[aq], axis=1) & np.all(mv == first.vals[aq], axis=1)
-    return redo, old_uses, aq[~same]
+    again = moved & ~firsts
+    rows = qs[again]
+    pk.pos[rows], pk.vals[rows] = tpos[again], tvals[again]
+    _set_candidates(pk, batch, rows)
+    return redo, old_uses, rows
 
 
 def _merge_cells(kv: np.ndarray, kp: np.ndarray, drop: np.ndarray, counts: np.ndarray,
