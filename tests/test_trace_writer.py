@@ -362,3 +362,53 @@ def test_token_counts_the_importer_refuses_are_refused_before_writing(tmp_path):
     assert ev[1]["tokens"] == 12 and ev[2]["budget"] == 500
     s = import_trace(path)
     assert s.n_notes == 1
+
+
+def test_embeddings_the_importer_refuses_are_refused_before_writing(tmp_path):
+    """The first note or query decides whether a trace has embeddings and
+    how many dimensions (the importer's rule): a later event that breaks it,
+    or an embedding that is not a list of finite float32 numbers, raises
+    and writes nothing. What is written imports."""
+    path = tmp_path / "app.jsonl"
+    with TraceWriter(path, clock=Clock()) as w:
+        w.note_added("n1", "Ann moved to Lisbon", embedding=np.array([0.6, 0.8, 0.0]))
+        size = path.stat().st_size
+        with pytest.raises(ValueError, match="query: embedding: missing"):
+            w.query("where does Ann live?")
+        with pytest.raises(ValueError, match="note_added: embedding: has 2 dimensions"):
+            w.note_added("n2", "Bob adopted a dog", embedding=[1.0, 0.0])
+        with pytest.raises(ValueError, match="note_updated: embedding: missing"):
+            w.note_updated("n1", text="Ann moved to Porto")
+        for bad in ([], [[1.0, 0.0, 0.0]], ["0.1", "0.2", "0.3"], [True, False, True],
+                    [1.0, math.inf, 0.0], [1.0, 1e39, 0.0], [1.0, None, 0.0], "abc",
+                    [[1.0], [2.0, 3.0]]):
+            with pytest.raises(ValueError, match="note_added: embedding"):
+                w.note_added("n3", "a note", embedding=bad)
+        with pytest.raises(ValueError, match=r"retrieved: notes\[2\]: note 'n1' is listed twice"):
+            w.retrieved("q", ["n1", "n0", "n1"])
+        assert path.stat().st_size == size  # nothing written
+        w.note_updated("n1", tier="long")  # no new text: no new embedding needed
+        q = w.query("where does Ann live?", embedding=[0.6, 0.8, 0.0], id="q1")
+        w.retrieved(q, ["n1"], scores=[1.0])
+    s = import_trace(path)
+    assert s.meta["embedding"]["dim"] == 3 and len(s.retrieved) == 1
+    # reopened, the writer reads the trace's first note: still 3 dimensions
+    with TraceWriter(path, clock=Clock(start=1_735_700_000.0)) as w:
+        with pytest.raises(ValueError, match="note_added: embedding: missing"):
+            w.note_added("n2", "Bob adopted a dog")
+        w.note_added("n2", "Bob adopted a dog", embedding=[0, 1, 0])  # ints: written as floats
+    assert _lines(path)[-1]["embedding"] == [0.0, 1.0, 0.0]
+    import_trace(path)
+
+    # a trace without embeddings refuses one; so does its reopened, rotated self
+    plain = tmp_path / "plain.jsonl"
+    with TraceWriter(plain, clock=Clock(), max_bytes=400) as w:
+        w.note_added("n1", "Ann moved to Lisbon")
+        with pytest.raises(ValueError, match="first note or query had none"):
+            w.query("where?", embedding=[1.0, 0.0])
+        for i in range(8):  # past max_bytes: rotated
+            w.note_added(f"m{i}", "another note about the weather today")
+    assert len(segments(plain)) > 1
+    with TraceWriter(plain, clock=Clock(start=1_735_700_000.0)) as w:
+        with pytest.raises(ValueError, match="note_updated: embedding: the trace's first"):
+            w.note_updated("n1", embedding=[1.0, 0.0])

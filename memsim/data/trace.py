@@ -24,8 +24,15 @@ Guarantees
 - **Importable**: an event the importer would refuse for its values (NaN or
   infinite numbers, a ``gain`` of 0, a lone surrogate in a text, an integer
   id beyond 64 bits, ``tokens`` or ``budget`` that is not a positive
-  integer) raises :class:`ValueError` and writes nothing; numpy
-  integer ids (as vector stores return them) are written as integers.
+  integer, a note listed twice in one ``retrieved``) raises
+  :class:`ValueError` and writes nothing; numpy integer ids (as vector
+  stores return them) are written as integers. So does an ``embedding``
+  the importer would refuse: not a non-empty list of finite numbers within
+  float32's range, one on a note or query of a trace whose first note or
+  query had none, none where it had one (or on an update that gives a new
+  ``text``), or another number of dimensions than the first's. The writer
+  learns the trace's embeddings from its first note or query, and on
+  reopening from the first one of the file (or of its oldest segment).
 - **Durable on close**: :meth:`TraceWriter.close` (and leaving the ``with``
   block) flushes and ``fsync``\\ s the file.
 - **Rotation by size** (``max_bytes``): when the next line would take the
@@ -61,8 +68,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from memsim.data.importers.trace import (_I64_MAX, _I64_MIN, _TIMED, EVENTS, TIME_UNITS,
-                                        TRACE_FORMAT, TRACE_VERSION, iso_days)
+from memsim.data.importers.trace import (_F32_OVERFLOW, _I64_MAX, _I64_MIN, _TIMED, EVENTS,
+                                        TIME_UNITS, TRACE_FORMAT, TRACE_VERSION, iso_days)
 from memsim.data.stream import MAX_TOKENS
 
 __all__ = ["TraceWriter", "segments", "join_segments"]
@@ -113,6 +120,32 @@ def _ids(values: Iterable[Any], what: str) -> list:
     return [_ident(v, f"{what}[{i}]") for i, v in enumerate(values)]
 
 
+def _vector(value: Any, what: str) -> list[float]:
+    """An embedding as the importer reads it: a non-empty 1-D sequence of
+    finite numbers within float32's range (the stream stores float32),
+    written as floats; a text, a boolean or anything else is refused, not
+    converted."""
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):  # (a ragged nesting)
+        a = np.asarray([None])
+    if a.ndim != 1 or not len(a) or a.dtype.kind not in "iuf":
+        raise ValueError(f"{what}: expected a non-empty list of numbers, got "
+                         f"{_short(value)}")
+    a = a.astype(np.float64)
+    bad = ~np.isfinite(a) | (np.abs(a) >= _F32_OVERFLOW)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{what}: item {i} must be a finite number within float32's range "
+                         f"(about 3.4e38; the stream stores float32), got {a[i]!r}")
+    return a.tolist()
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class TraceWriter:
     """Append memsim trace events (format version 1) to a JSON Lines file.
 
@@ -156,6 +189,9 @@ class TraceWriter:
                        if k not in ("event", "format", "version", "time_unit", "origin")}
         self._lock = threading.Lock()
         self._last_t = -math.inf
+        #: the dimensions of the trace's embeddings (0: it has none; None:
+        #: no note or query yet), as its first note or query has them
+        self._dims: int | None = None
         self._segment = 1
         self._origin = float(math.floor(self._now()))  # epoch seconds of t = 0
         self._fh = None
@@ -208,6 +244,7 @@ class TraceWriter:
                              "give a new path")
         self._segment = int(head.get("segment", 1))
         self._origin = when.timestamp()
+        self._dims = _first_dims(segments(self.path))
         _mend_tail(self.path)
         # continue the file's clock: a clock that reads earlier now (another
         # process, a restarted simulation) must not write times going back
@@ -255,6 +292,8 @@ class TraceWriter:
             if self.closed:
                 raise ValueError(f"{self.path}: the trace writer is closed")
             ev = dict(event)
+            if name in ("note_added", "query", "note_updated"):
+                self._embedded(ev, name)
             t = self._last_t
             if timed and ev.get("t") is None:
                 t = ev["t"] = max(self._now() - self._origin, self._last_t)
@@ -274,7 +313,31 @@ class TraceWriter:
             self._fh.write(data.decode("utf-8"))
             self._fh.flush()
             self._last_t = t
+            if self._dims is None and name in ("note_added", "query"):
+                self._dims = len(ev.get("embedding") or ())
             return ev
+
+    def _embedded(self, ev: dict, what: str) -> None:
+        """Check the embedding of ``ev`` (a note or a query) against the
+        trace's (its first note or query decides whether it has them, and
+        how many dimensions), and make it floats; called by :meth:`write`
+        holding the lock, so that the first event's decision is the one
+        written."""
+        v = ev.get("embedding")
+        if v is not None:
+            v = ev["embedding"] = _vector(v, f"{what}: embedding")
+        dims = self._dims
+        if dims is None:  # the first note or query
+            return
+        if dims == 0 and v is not None:
+            raise ValueError(f"{what}: embedding: the trace's first note or query had none: "
+                             "give embeddings everywhere or nowhere")
+        if dims and v is None and (what != "note_updated" or ev.get("text") is not None):
+            raise ValueError(f"{what}: embedding: missing: the trace's first note or query had "
+                             "one, so every note and query (and every new text) needs one")
+        if v is not None and len(v) != dims:
+            raise ValueError(f"{what}: embedding: has {len(v)} dimensions, the trace's first "
+                             f"has {dims}")
 
     def note_added(self, id: int | str, text: str | None = None, *, tokens: int | None = None,
                    actor: str | None = None, embedding: Sequence[float] | None = None,
@@ -319,6 +382,13 @@ class TraceWriter:
                   scores: Sequence[float] | None = None) -> None:
         """What the store returned for ``query``, best first, with its scores."""
         ids = _ids(notes, "retrieved: notes")
+        if len(set(ids)) != len(ids):
+            first: dict = {}
+            for i, v in enumerate(ids):
+                if v in first:
+                    raise ValueError(f"retrieved: notes[{i}]: note {v!r} is listed twice "
+                                     f"(first at notes[{first[v]}])")
+                first[v] = i
         ev: dict[str, Any] = {"event": "retrieved", "query": _ident(query, "retrieved: query"),
                               "notes": ids}
         if scores is not None:
@@ -425,6 +495,26 @@ def _last_time(path: Path) -> float:
                 if not isinstance(t, bool) and isinstance(t, (int, float)) and math.isfinite(t):
                     return float(t)
     return -math.inf
+
+
+def _first_dims(files: list[Path]) -> int | None:
+    """The dimensions of the embedding of the first note or query of the
+    trace ``files`` (a trace's segments, oldest first): 0 when it has
+    none, None when there is no note or query yet. Read from the start,
+    line by line, up to that event."""
+    for f in files:
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"note_added"' not in line and '"query"' not in line:
+                    continue
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(ev, dict) and ev.get("event") in ("note_added", "query"):
+                    v = ev.get("embedding")
+                    return len(v) if isinstance(v, list) else 0
+    return None
 
 
 def _given(**kw: Any) -> dict:
