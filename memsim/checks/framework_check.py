@@ -30,11 +30,13 @@ Engines and the code they run:
                      ``models`` import is only for annotations); the server's
                      900-s rate limit on ``last_accessed`` is reproduced here
 ``mem0``             mem0ai: ``mem0/utils/scoring.py`` ``score_and_rank``
-``openmemory``       openmemory-python: ``scoring.py`` ``compute_hybrid_score`` and
-                     ``decay.py`` ``calc_recency_score`` (loaded without the
-                     package's ``__init__``, which needs sentence-transformers), on
-                     the 8 nearest, refreshing ``last_seen_at`` of the returned;
-                     no waypoint graph
+``openmemory``       openmemory-python: ``scoring.py`` ``compute_hybrid_score``,
+                     ``decay.py`` ``calc_recency_score`` and ``embeddings.py``
+                     ``cosine_similarity`` (loaded without the package's
+                     ``__init__``, which needs sentence-transformers), on the
+                     ``min(8, 3 k)`` most similar (``MemorySystem.query``),
+                     refreshing ``last_seen_at`` of the returned; no waypoint
+                     graph
 ``autogen``          autogen-core: ``TokenLimitedChatCompletionContext.get_messages``
                      over every message so far (one per note, in creation order),
                      its ``token_limit`` the query's budget, its model client's
@@ -195,6 +197,8 @@ def framework_policy(engine: str, *, k: int | None = None, mode: str = "now",
             table["retriever"] = {"prefilter": max(4 * k, 60)}
         if engine in ("openmemory", "langgraph"):
             table["feedback"] = {"k": k}
+        if engine == "openmemory":  # MemorySystem.query: similarities[:k * 3], then [:8]
+            table["retriever"] = {"prefilter": min(8, 3 * k)}
     return resolve_policy(table, f"engine_check.{engine}")
 
 
@@ -399,16 +403,23 @@ def _mem0(stream: Stream, k: int, threshold: float = 0.1):
     return _run(stream, k, setup, query), _version("mem0ai")
 
 
-def _openmemory(stream: Stream, k: int, pool_size: int):
+def _openmemory(stream: Stream, k: int):
     root = _package_dir("openmemory", "openmemory-python")
     pkg = types.ModuleType("_memsim_openmemory")
     pkg.__path__ = [str(root)]  # its modules, without the package's __init__
     sys.modules["_memsim_openmemory"] = pkg
     scoring = importlib.import_module("_memsim_openmemory.scoring")
     decay = importlib.import_module("_memsim_openmemory.decay")
+    # embeddings.py imports sentence-transformers for its models; its
+    # cosine_similarity (float32, clamped to [0, 1]) needs none of it
+    st_stub = types.ModuleType("sentence_transformers")
+    st_stub.SentenceTransformer = object
+    embeddings = _load_file(root / "embeddings.py", "_memsim_openmemory.embeddings",
+                            {"sentence_transformers": st_stub})
     clock = {"ms": 0}
     decay.time = types.SimpleNamespace(time=lambda: clock["ms"] / 1000.0)
     last: dict[int, int] = {}
+    inserted: list[int] = []  # storage order: get_vectors_by_sector reads rows as inserted
 
     def ms(s):
         return int((EPOCH_TS + int(s)) * 1000)
@@ -416,6 +427,7 @@ def _openmemory(stream: Stream, k: int, pool_size: int):
     def setup(st):
         def on_add(i):
             last[i] = ms(st.created[i])  # last_seen_at starts at creation
+            inserted.append(i)
 
         def on_access(i, t):
             last[i] = max(last[i], ms(t))
@@ -423,12 +435,18 @@ def _openmemory(stream: Stream, k: int, pool_size: int):
 
     def query(st, rows, q, t, k):
         clock["ms"] = ms(t)
-        cos = _cosines(st.emb[rows], q)
-        pos = {int(r): p for p, r in enumerate(rows)}
-        pool = _nearest(cos, rows, pool_size)
-        scored = [(int(r), scoring.compute_hybrid_score(
-            float(cos[pos[int(r)]]), 0.0, 0.0, decay.calc_recency_score(last[int(r)])))
-            for r in pool]
+        # MemorySystem.query: every vector's similarity in storage order,
+        # sorted (stably) descending, the first k * 3 kept, of which the first
+        # 8 are the candidates; each scored from its similarity (its best one
+        # starts at 0.0, and cosine_similarity clamps to [0, 1])
+        sims = [(i, embeddings.cosine_similarity(q, st.emb[i])) for i in inserted]
+        sims.sort(key=lambda x: x[1], reverse=True)
+        pool = sims[:k * 3][:8]
+        scored = []
+        for r, sim in pool:
+            best = sim if sim > 0.0 else 0.0
+            scored.append((r, scoring.compute_hybrid_score(
+                best, 0.0, 0.0, decay.calc_recency_score(last[r]))))
         scored.sort(key=lambda x: x[1], reverse=True)
         top = scored[:k]
         for r, _ in top:  # update_memory_seen(now)
@@ -645,7 +663,7 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
     elif engine == "redis":
         (ids, scores), version = _redis(qs, k)
     elif engine == "openmemory":
-        (ids, scores), version = _openmemory(qs, k, policy.retriever.prefilter)
+        (ids, scores), version = _openmemory(qs, k)
     elif engine == "memoripy":
         (ids, scores), version = _memoripy(qs, k, policy.ranker.threshold)
     elif engine == "autogen":

@@ -370,7 +370,11 @@ class PolicyState:
         self.invalid_at = np.full(n, np.nan)
         self._words = max(1, (n_actors + 63) // 64)
         self.actor_bits = np.zeros((n, self._words), dtype=np.uint64)
+        #: the last counted use of each (note, actor), or (note, -1) for a
+        #: cooldown per note (``Feedback.cooldown_per``)
         self._last_bump: dict[tuple[int, int], float] = {}
+        #: the notes' creation times (a cooldown that also runs from creation)
+        self._created = notes.created_at
         #: the ranker's per-note columns (``Ranker.note_columns``), made at
         #: its first retrieval call (:meth:`update_note_state`)
         self.note_state: dict[str, np.ndarray] = {}
@@ -410,12 +414,14 @@ class PolicyState:
                      "actor_bits"):
             setattr(own, name, getattr(self, name)[rows])
         own.note_state = {k: v[rows] for k, v in self.note_state.items()}
+        own._created = self._created[rows]
         own._last_bump = {}
         if bumps is not None:
             for k, a in set(zip(*(x.tolist() for x in bumps))):
-                prev = self._last_bump.get((int(rows[k]), a))
-                if prev is not None:
-                    own._last_bump[(k, a)] = prev
+                for who in (a, -1):  # (a cooldown per note keeps its use under -1)
+                    prev = self._last_bump.get((int(rows[k]), who))
+                    if prev is not None:
+                        own._last_bump[(k, who)] = prev
         return own
 
     def access_order(self, origin: np.ndarray) -> np.ndarray | None:
@@ -437,7 +443,7 @@ class PolicyState:
         if len(rows) == 0:
             return
         if feedback.cooldown_s > 0:
-            rows, actors, t = self._apply_cooldown(rows, actors, t, feedback.cooldown_s / 86400.0)
+            rows, actors, t = self._apply_cooldown(rows, actors, t, feedback)
             if len(rows) == 0:
                 return
         np.add.at(self.recalls, rows, 1)
@@ -466,16 +472,26 @@ class PolicyState:
         for name in ranker.note_columns:
             self.note_state[name][idx] = np.asarray(new[name], dtype=np.float64)
 
-    def _apply_cooldown(self, rows, actors, t, cooldown_days):
-        # At most one use per (note, actor) per cooldown: a Python loop over
-        # the uses of one batch (not over the store), in time order.
+    def _apply_cooldown(self, rows, actors, t, feedback):
+        # At most one use per (note, actor), or per note, per cooldown
+        # (Feedback.cooldown_per), counted from the last use kept and, with
+        # cooldown_from_creation, from the note's creation: a Python loop
+        # over the uses of one batch (not over the store), in time order.
+        # The time since is compared in seconds rounded to the microsecond:
+        # times a whole number of seconds apart, as days, differ from it by
+        # a float's rounding, which must not refuse a use exactly on time.
+        cooldown = feedback.cooldown_s
+        per_actor = feedback.cooldown_per == "note-actor"
+        created = self._created if feedback.cooldown_from_creation else None
         order = np.argsort(t, kind="stable")
         keep = np.zeros(len(rows), dtype=bool)
         last = self._last_bump
         for i in order:
-            key = (int(rows[i]), int(actors[i]))
+            key = (int(rows[i]), int(actors[i]) if per_actor else -1)
             prev = last.get(key)
-            if prev is None or t[i] - prev >= cooldown_days:
+            if prev is None and created is not None:
+                prev = float(created[rows[i]])
+            if prev is None or round((t[i] - prev) * 86400.0, 6) >= cooldown:
                 last[key] = float(t[i])
                 keep[i] = True
         return rows[keep], actors[keep], t[keep]

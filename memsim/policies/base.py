@@ -1075,7 +1075,18 @@ class Feedback(Component):
         (0 = never).
     cooldown_s : float
         At most one recall per (note, actor) per this many seconds (ai-memory
-        uses 60).
+        uses 60): a use within that time of the last one counted gains
+        nothing (no recall, no new last access).
+    cooldown_per : {"note-actor", "note"}
+        What the cooldown counts its time for: each (note, actor) pair
+        (ai-memory's ``touch`` per agent), or each note whatever the actor
+        (agent-memory-server's ``update_last_accessed``, one
+        ``last_accessed`` per memory).
+    cooldown_from_creation : bool
+        The cooldown also runs from the note's creation, as if it were a use
+        (agent-memory-server's ``last_accessed`` starts at creation): a note
+        used within ``cooldown_s`` of its creation gains nothing. False: a
+        note's first use always counts.
     timing : {"experiment", "per-query", "per-tick"}
         When uses take effect: before the next query ("per-query", as the
         real systems do; exact), after the tick ("per-tick": every query of
@@ -1091,6 +1102,8 @@ class Feedback(Component):
     before_scoring: bool = False
     promote_after: int = 0
     cooldown_s: float = 0.0
+    cooldown_per: str = "note-actor"
+    cooldown_from_creation: bool = False
     timing: str = "experiment"
     _constraints: ClassVar[dict] = {
         "touch": Options(("packed", "returned", "prefilter", "none")),
@@ -1098,8 +1111,23 @@ class Feedback(Component):
         "before_scoring": Options((True, False)),
         "promote_after": Interval(0, None, integer=True),
         "cooldown_s": Interval(0, None),
+        "cooldown_per": Options(("note-actor", "note")),
+        "cooldown_from_creation": Options((True, False)),
         "timing": Options(("experiment", "per-query", "per-tick")),
     }
+
+    #: parameters added after run hashes were first published: left out of
+    #: the resolved config at their defaults, so that a config that does not
+    #: use them keeps its run hash (and resumes into its folder)
+    _LATER_DEFAULTS: ClassVar[dict] = {"cooldown_per": "note-actor",
+                                       "cooldown_from_creation": False}
+
+    def to_config(self) -> dict[str, Any]:
+        out = super().to_config()
+        for name, default in self._LATER_DEFAULTS.items():
+            if out.get(name) == default:
+                del out[name]
+        return out
 
     @property
     def touches_before_scoring(self) -> bool:

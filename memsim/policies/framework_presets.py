@@ -114,18 +114,18 @@ add_preset(
     cosine distance, ``config.py`` ``redisvl_distance_metric = "COSINE"``,
     so ``1 - dist`` is the cosine); afterwards
     ``long_term_memory.update_last_accessed`` sets ``last_accessed`` of
-    every returned memory whose ``last_accessed`` is at least 900 s old
-    (feedback ``touch = "returned"``, ``cooldown_s = 900``; memsim's
-    cooldown counts from the last use, the server's from ``last_accessed``,
-    which starts at creation). ``memsim engine-check redis`` replays a
-    stream through the real ``rerank_with_recency``.""",
+    every returned memory whose ``last_accessed`` is at least 900 s old,
+    one ``last_accessed`` per memory (whoever asks), set at its creation
+    (feedback ``touch = "returned"``, ``cooldown_s = 900``, ``cooldown_per =
+    "note"``, ``cooldown_from_creation = true``). ``memsim engine-check
+    redis`` replays a stream through the real ``rerank_with_recency``.""",
     assumed={"packer.kind": "search has no token budget: skip-fill in score order"},
     retriever={"kind": "cosine", "prefilter": 10},
     ranker="redis-recency",
     packer="skip-fill",
     orderer="score",
     feedback={"kind": "default", "touch": "returned", "k": 10, "cooldown_s": 900.0,
-              "timing": "per-query"},
+              "cooldown_per": "note", "cooldown_from_creation": True, "timing": "per-query"},
     candidates=10,
 )
 
@@ -253,11 +253,12 @@ add_preset(
     """OpenMemory (Python port): sigmoid of boosted similarity and a 7-day recency, top 8 per sector.
 
     Source: openmemory-python 1.0.0, ``openmemory/memory_system.py``
-    (``MemorySystem.query``, ``k = 10``): the candidates are the 8 nearest
-    memories by cosine in each of the query's sectors (one sector here:
-    retriever prefilter 8), each scored by ``compute_hybrid_score``
-    (``scoring.py``; the ``openmemory-hybrid`` ranker) and the top ``k``
-    returned; their ``last_seen_at`` is set to now (feedback ``touch =
+    (``MemorySystem.query``, ``k = 10``): the candidates are the first 8 of
+    the ``k * 3`` most similar memories in each of the query's sectors (one
+    sector here: retriever prefilter ``min(8, 3 k)`` = 8), each scored by
+    ``compute_hybrid_score`` (``scoring.py``; the ``openmemory-hybrid``
+    ranker, on ``embeddings.cosine_similarity``, the cosine clamped to
+    [0, 1]) and the top ``k`` returned; their ``last_seen_at`` is set to now (feedback ``touch =
     "returned"``). The salience decay ``calc_decay`` (``decay.py``: per-sector
     rates 0.001-0.02 per day, a dual fast/slow process, floored at 0.7 of
     the salience) and the +0.1 reinforcement change the stored salience
@@ -265,7 +266,10 @@ add_preset(
     None by default). Not modelled: the waypoint-graph expansion when the
     mean similarity of the top 8 is below 0.55 (expanded memories score
     from similarity 0, after every direct candidate) and the token overlap
-    (memsim's notes carry no text).""",
+    (memsim's notes carry no text). Where fewer than 8 memories have a
+    positive cosine, the real search fills its candidates with the
+    earliest stored of the others (all clamped to 0, a stable sort), the
+    prefilter with those of highest cosine.""",
     assumed={"retriever.prefilter": "one sector per query and no waypoint expansion: the "
                                     "8 nearest",
              "packer.kind": "query has no token budget: skip-fill in score order"},

@@ -21,7 +21,8 @@ ranker ``redis-recency``   ``w_sem rel + w_rec clip(w_f 2 ** (-da / h_a) +
 ranker ``mem0-oss``        ``min(rel / 1, 1)``, nothing returned below the
                            threshold (mem0 OSS ``score_and_rank`` without
                            BM25 or entity terms)
-ranker ``openmemory-hybrid`` ``sigmoid(0.6 (1 - exp(-3 rel)) + 0.05 recency)``
+ranker ``openmemory-hybrid`` ``sigmoid(0.6 (1 - exp(-3 clip(rel, 0, 1))) + 0.05
+                           recency)``
 ranker ``similarity-gate`` ``rel``, nothing returned below the threshold
 retention ``ttl``          evict once the age on ``clock`` exceeds ``ttl_days``
                            (LangGraph's store TTL, refreshed on read)
@@ -400,15 +401,20 @@ class OpenMemoryHybrid(Ranker):
     """OpenMemory's hybrid score: a sigmoid of boosted similarity and recency.
 
     Source: openmemory-python 1.0.0, ``openmemory/scoring.py``
-    (``compute_hybrid_score``) and ``openmemory/decay.py``
-    (``boosted_similarity``, ``calc_recency_score``)::
+    (``compute_hybrid_score``), ``openmemory/decay.py``
+    (``boosted_similarity``, ``calc_recency_score``) and
+    ``openmemory/embeddings.py`` (``cosine_similarity``)::
 
+        sim     = clip(cosine, 0, 1)                           # cosine_similarity
         sim'    = 1 - exp(-tau * sim)                          # tau = 3
         recency = clip(exp(-d / t_days) * (1 - d / t_max_days), 0, 1)   # 7, 60 days
         score   = sigmoid(0.6 sim' + 0.2 overlap + 0.15 waypoint + 0.05 recency)
 
     with ``d`` the days since ``last_seen_at`` (creation, then each time a
-    query returns the memory). memsim's notes carry no text and no waypoint
+    query returns the memory). ``cosine_similarity`` clamps the cosine to
+    [0, 1] (and ``MemorySystem.query`` starts each memory's best similarity
+    at 0.0), so a note with a negative cosine scores as one with cosine 0:
+    by its recency alone. memsim's notes carry no text and no waypoint
     graph: ``overlap = waypoint = 0``. The ranker computes its own recency
     (the policy's decay is not used).
 
@@ -439,7 +445,8 @@ class OpenMemoryHybrid(Ranker):
         return np.clip(np.exp(-d / self.t_days) * (1.0 - d / self.t_max_days), 0.0, 1.0)
 
     def combine(self, rel: np.ndarray, rec: np.ndarray | None, ctx: ScoringContext) -> np.ndarray:
-        boosted = 1.0 - np.exp(-self.tau * np.asarray(rel, dtype=np.float64))
+        sim = np.clip(np.asarray(rel, dtype=np.float64), 0.0, 1.0)
+        boosted = 1.0 - np.exp(-self.tau * sim)
         raw = self.w_similarity * boosted + self.w_recency * self.recency(ctx)
         return 1.0 / (1.0 + np.exp(-raw))
 
