@@ -67,8 +67,12 @@ queries for 3) the queries in time order are cut into ``k + 1`` blocks; fold
 ``j`` tunes on blocks ``0 .. j - 1`` and tests on block ``j``. The held-out
 gain is then pooled over the ``k`` test blocks (each scored by the winner of
 its own fold), and the recommendation is the last fold's winner (tuned on
-the most history). ``split`` is used only for a time split: set while rolling
-folds run, it is refused; ``holdout_replicates`` is refused on a stream.
+the most history). Queries asked at one time are never split: a cut moves
+past them, and a split that would then leave nothing to test on (the last of
+two sessions, say) moves before them instead; only a log whose queries all
+share one time cannot be cut. ``split`` is used only for a time split: set
+while rolling folds run, it is refused; ``holdout_replicates`` is refused on a
+stream.
 
 *A synthetic workload*: the search runs on the experiment's replicates
 ``0 .. R - 1``; the recommendation is tested on fresh replicates (new seeds,
@@ -721,10 +725,11 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
             if cuts is not None:
                 break
         else:
+            # one split fails only where every query has one time: no
+            # advise.split helps then
             raise ConfigError(f"workload: the log's {distinct} cannot be cut by time into a "
-                              f"tuning and a test part, even as one split at {split:g} "
-                              "(advise.split); advise needs earlier queries to tune on and "
-                              "later ones to test on")
+                              "tuning and a test part; advise needs earlier queries to tune on "
+                              "and later ones to test on")
     if k > 1 and "split" in spec.given:
         why = (f"advise.folds = {k}" if spec.folds else
                f"advise.folds is automatic, and a split leaving {n_test} of the {n} queries to "
@@ -732,9 +737,13 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
         raise ConfigError(f"advise.split: not used ({why}); set advise.folds = 1 to test on a "
                           "time split, or leave advise.split out")
     pairs = [frozenset((0, int(x)) for x in part) for part in np.split(order, cuts)]
+    # why no more folds, said alike whether the folds were automatic or set:
+    # config.toml sets them, and its re-run must give the same advice
+    no_more = not any(_time_cuts(times, m, split) is not None
+                      for m in range(k + 1, AUTO_FOLDS + 1))
     if k == 1:
-        small = "" if spec.folds or n_test >= MIN_TEST_QUERIES else (
-            " (the log is too small for rolling folds)")
+        small = (" (the log is too small for rolling folds)"
+                 if no_more and n_test < MIN_TEST_QUERIES else "")
         return [_Fold("time-split", (0,), (0,), pairs[0], pairs[1])], (
             f"time split{small}: tuned on the first {cuts[0]} queries by time, tested on the "
             f"last {n - cuts[0]}")
@@ -742,7 +751,7 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
              for j in range(1, k + 1)]
     sizes = ", ".join(str(len(p)) for p in pairs)
     at = f", at {d} distinct times," if d < n else ""  # (ties are never split)
-    fewer = "" if spec.folds or k == AUTO_FOLDS else f" (the {n} queries{at} allow no more)"
+    fewer = f" (the {n} queries{at} allow no more)" if no_more and k < AUTO_FOLDS else ""
     return folds, (f"rolling origin over time, {k} folds{fewer}: the {n} queries cut into "
                    f"{k + 1} blocks ({sizes}); fold j tunes on blocks 0..j-1 and tests on "
                    "block j")
@@ -752,9 +761,18 @@ def _time_cuts(times: np.ndarray, k: int, split: float) -> list[int] | None:
     """Where the queries in time order are cut: one split at ``split`` (k = 1)
     or ``k + 1`` equal blocks, each cut moved past queries asked at the same
     time as the one before, so that no test query is as old as a tuning one;
-    None when the cuts leave a part empty."""
+    None when the cuts leave a part empty.
+
+    One split that would leave a part empty (the share falls on the first or
+    the last time, say the last of two sessions) is moved to the nearest
+    time inside instead: there is a split wherever the log has two times."""
     n = len(times)
-    shares = [split] if k == 1 else np.arange(1, k + 1) / (k + 1)
+    if k == 1:
+        cut = _time_cut(times, min(max(int(round(split * n)), 1), n - 1))
+        if cut >= n:  # inside the queries of the last time: cut before them
+            cut = int(np.searchsorted(times, times[-1], side="left"))
+        return [cut] if 1 <= cut < n else None
+    shares = np.arange(1, k + 1) / (k + 1)
     cuts = [_time_cut(times, int(round(share * n))) for share in shares]
     if len(set(cuts)) < len(cuts) or cuts[0] < 1 or cuts[-1] >= n:
         return None
@@ -807,8 +825,15 @@ def _nothing_to_measure(rows: pd.DataFrame, part: str, replays: _Replays) -> str
     what = {"tuning": "nothing to tune on", "held-out": "nothing to test on"}.get(
         part, "nothing to measure")
     if not (rows["n_relevant"] > 0).any():
-        lead, why = "workload", "a relevant note" + ("" if part else (
-            " (no ground truth: a trace's 'used' or 'judgement' events, a stream's qrels)"))
+        gains = replays.stream(0).qrels["gain"]
+        if part:
+            note = ""
+        elif len(gains) and not (gains > 0).any():  # judged, but only as misleading
+            note = (f" (all {len(gains)} judgements of the log have a negative gain: notes that "
+                    "mislead, none that helps)")
+        else:
+            note = " (no ground truth: a trace's 'used' or 'judgement' events, a stream's qrels)"
+        lead, why = "workload", "a relevant note" + note
     else:
         # experiment.budgets overrides a stream's per-query budgets; budget_tokens does not
         lead = ("experiment.budgets" if replays.exp.settings.budgets
@@ -1075,23 +1100,28 @@ class Advice:
                 lines.append(line)
         last_base = (f"on the last fold's {self.folds[-1]['n_test']} test queries"
                      if self._pooled else "")
+        if last_base and not math.isfinite(_nan(self.folds[-1]["current"])):
+            # a block with no relevant note that fits: its shares are n/a, say why
+            last_base += ", none of them with something to gain"
         if self.stages:
             where = last_base or "held-out"
             lines += ["", f"Gain by stage ({where}; today's setting changed one stage at a "
                       "time, in the order " + " -> ".join(STAGES) + "):"]
             w = max(10, *(len(s["stage"]) for s in self.stages))
             for s in self.stages:
-                lines.append(f"  {s['stage']:<{w}} share {s['share']:.3f}  gain "
+                lines.append(f"  {s['stage']:<{w}} share {_share(s['share']).strip()}  gain "
                              f"{_signed(s['gain'])} [{_signed(s['low'])}, {_signed(s['high'])}]")
         if self.runner_ups:
             base = ""
             if last_base:  # not the pooled base of the figures above
                 f = self.folds[-1]
                 base = (f" (held-out: {last_base}, where the {name} setting scores "
-                        f"{f['winner']:.3f} and today's {f['current']:.3f})")
+                        f"{_share(f['winner']).strip()} and today's "
+                        f"{_share(f['current']).strip()})")
             lines += ["", f"Runner-ups within noise of the best on the tuning queries{base}:"]
             for ru in self.runner_ups:
-                lines.append(f"  tuning {ru['tuning']:.3f}, held-out {ru['heldout']:.3f}: "
+                lines.append(f"  tuning {ru['tuning']:.3f}, held-out "
+                             f"{_share(ru['heldout']).strip()}: "
                              + ("; ".join(ru["changes"]) or "today's setting"))
         lines += ["", "Not offered: bayes and oracle read hidden labels (the planted classes, "
                   "the true gains); their utility is an upper bound, not achievable headroom."]
@@ -1110,6 +1140,11 @@ class Advice:
                 "it as an improvement):\n\n```toml\n"
                 + dumps_toml({"policies": {"tuned-not-recommended": self.recommended}})
                 + "```\n")
+
+
+def _nan(x: float | None) -> float:
+    """``x``, with None (a NaN read back from JSON) as NaN."""
+    return math.nan if x is None else float(x)
 
 
 def _share(x: float) -> str:
