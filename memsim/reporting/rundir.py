@@ -980,8 +980,11 @@ class RunResult:
             qrels = self.trec_qrels_frame(None, replicate=rep, gain_scale=gain_scale)
         # ranx asks for object (not pandas string) id columns
         run, qrels = (f.astype({"qid": object, "docno": object}) for f in (run, qrels))
-        # an arm whose rankings are all empty is an empty run (from_df refuses one)
-        return (ranx.Qrels.from_df(qrels, q_id_col="qid", doc_id_col="docno", score_col="grade"),
+        # an arm whose rankings are all empty is an empty run, and a stream
+        # without a relevant note (a trace with no used or judgement event)
+        # empty qrels, as the TREC files are empty (from_df refuses either)
+        return (ranx.Qrels.from_df(qrels, q_id_col="qid", doc_id_col="docno", score_col="grade")
+                if len(qrels) else ranx.Qrels(),
                 ranx.Run.from_df(run, q_id_col="qid", doc_id_col="docno", score_col="score",
                                  name=name) if len(run) else ranx.Run(name=name))
 

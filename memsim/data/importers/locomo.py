@@ -26,6 +26,7 @@ same stream.
 
 What is refused (one :class:`~memsim.core.errors.StreamError` naming the file,
 the conversation and the session turn or ``qa`` item): a file with no record;
+``notes="observations"`` or ``"summaries"`` of data that hold none (no note);
 a session that is not a list of turns (an empty or null one is skipped); a
 turn whose ``speaker`` or ``text`` is not a string; a turn ``dia_id`` that is
 not one turn of its own session (``"D2:5"`` in session 1), or that an earlier
@@ -653,6 +654,12 @@ def import_locomo(path: str | os.PathLike, *, notes: str = "turns",
         table = _summary_table(records, turns)
         pairs = hits.merge(table[["namespace", "session"]].reset_index(names="_row"),
                            on=["namespace", "session"])
+    if not len(table):
+        # (every conversation has turns: only the annotations can be absent)
+        what = ("observation ('observation')" if notes == "observations"
+                else "summary of a session with turns ('session_summary')")
+        raise StreamError(f"{label}: notes={notes!r}: the data hold no {what}, so the "
+                          "stream would have no note: import notes='turns'")
     table = table.reset_index(drop=True)
     keep = [c for c in ("namespace", "session", "turn", "dia_id", "actor", "text", "created_at",
                         "session_time") if c in table.columns]

@@ -18,9 +18,10 @@ refused at their line. Every object has ``"event"``, one of the names below.
 Ids (``id``, ``query``, ``note``, ``notes``) are integers or strings; two ids
 that print the same (``7`` and ``"7"``) are refused where the second is added
 or logged (the stream keeps renumbered ids as text, where they would be one).
-An integer written as a float (``7.0``: an id, ``tokens`` or ``budget``) is
-read as that integer below 2**53 in magnitude and refused from there (such a
-float may already be another integer than the one written). Times (``t``,
+An integer written as a float (``7.0``: an id, ``tokens``, ``budget``, a
+``category`` or the header's ``version``) is read as that integer below
+2**53 in magnitude and refused from there (such a float may already be
+another integer than the one written). Times (``t``,
 ``expires_at``) are numbers in the header's ``time_unit`` since its
 ``origin``, or ISO 8601 strings in the extended calendar form
 (:data:`ISO_TIME_PATTERN`): ``YYYY-MM-DD``, optionally ``T`` (or a space)
@@ -63,9 +64,11 @@ exist are. memsim's clock is in days. An optional field of an event given as
     new *version* of the note: the live version expires at ``t`` and a new
     row, created at ``t``, takes every field not given from it
     (``first_created_at`` keeps the note's original creation time,
-    ``version`` counts from 0). With embeddings in the trace, an update that
-    changes ``text`` must give a new ``embedding``. ``namespace`` moves the
-    new version (and the later ones) to that store; ``supersedes`` marks the
+    ``version`` counts from 0). A new ``text`` without ``tokens`` counts
+    them again (``ceil(len(text) / 4)``); with embeddings in the trace, an
+    update that changes ``text`` must give a new ``embedding``. The note's
+    own text given again is no change (its ``tokens`` and embedding stay).
+    ``namespace`` moves the new version (and the later ones) to that store; ``supersedes`` marks the
     notes it names wrong from ``t``, as on ``note_added`` (not the updated
     note itself: refused). A note is live while ``t < expires_at``: an update
     at or after its ``expires_at`` is refused, as that of a deleted note (an
@@ -539,7 +542,7 @@ class _Reader:
                       f"the first here is line {self.first_line}", "event")
         if ev.get("format", TRACE_FORMAT) != TRACE_FORMAT:
             self.fail(f"expected {TRACE_FORMAT!r}, got {_show(ev.get('format'))}", "format")
-        version = ev.get("version", TRACE_VERSION)
+        version = self.integral_float(ev.get("version", TRACE_VERSION), "version")
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             self.fail(f"must be a positive integer, got {_show(version)}", "version")
         if version > TRACE_VERSION:
@@ -697,9 +700,14 @@ class _Reader:
                       "expires_at), before this update: an expired note cannot be updated",
                       "t")
         text = self.n_text[old]
-        changed_text = ev.get("text") is not None
-        if changed_text:
-            text = self.text(ev, "text")
+        # an update may repeat the note's text (a log of the whole note on
+        # every change): only a different text is a new one, which needs a
+        # new embedding and counts its tokens again
+        changed_text = False
+        if ev.get("text") is not None:
+            given = self.text(ev, "text")
+            changed_text = given != text
+            text = given
         if ev.get("tokens") is not None:
             tokens = self.positive_int(ev["tokens"], "tokens", MAX_TOKENS)
         elif changed_text:
@@ -752,7 +760,8 @@ class _Reader:
         emb = self.embedding(ev, "query")
         budget = (self.positive_int(ev["budget"], "budget", MAX_TOKENS)
                   if ev.get("budget") is not None else 0)
-        cat = ev.get("category")
+        # 3.0 is the integer 3, as for ids (and as the schema reads it)
+        cat = self.integral_float(ev.get("category"), "category")
         if cat is not None and (isinstance(cat, bool) or not isinstance(cat, (str, int))):
             self.fail(f"must be a string or an integer, got {_show(cat)}", "category")
         if type(cat) is int:
@@ -1431,13 +1440,60 @@ def _num(x: Any) -> Any:
     return int(x) if x.is_integer() and abs(x) < 2 ** 53 else x
 
 
+def _refs(table: pd.DataFrame, key: str) -> list:
+    """The id each row of a stream table is written under: its logged id
+    (``trace_id``, text) when every row has one, so that an imported trace
+    comes back with its own ids and a note's versions under one id; else
+    its ``key`` (an int)."""
+    ids = [int(x) for x in table[key]]
+    if "trace_id" not in table.columns:
+        return ids
+    logged = table["trace_id"].tolist()
+    if any(not isinstance(x, str) or x == "" for x in logged):
+        return ids
+    return logged
+
+
+def _version_chains(notes: pd.DataFrame, refs: list) -> dict[int, int] | None:
+    """``row -> previous version's row`` for the notes that share a logged
+    id, when they form version chains as :func:`import_trace` builds them
+    (``version`` 0, 1, 2..., each version expiring when the next one is
+    created); None when rows share an id otherwise (then they cannot be
+    written as one note's versions)."""
+    groups: dict[Any, list[int]] = {}
+    for i, ref in enumerate(refs):
+        groups.setdefault(ref, []).append(i)
+    created = notes["created_at"].to_numpy(np.float64)
+    expires = notes["expires_at"].to_numpy(np.float64)
+    version = (notes["version"].to_numpy() if "version" in notes.columns
+               else np.zeros(len(notes), np.int64))
+    prev: dict[int, int] = {}
+    for rows in groups.values():
+        if len(rows) == 1:
+            continue
+        rows = sorted(rows, key=lambda i: (int(version[i]), i))
+        for k, (a, b) in enumerate(zip(rows, rows[1:])):
+            if int(version[a]) != k or int(version[b]) != k + 1 or created[b] < created[a] \
+                    or expires[a] != created[b]:
+                return None
+            prev[b] = a
+    return prev
+
+
 def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = False,
                 relevance: str = "judgement", retrieved: pd.DataFrame | None = None,
                 header: dict | None = None) -> Path:
-    """Write a stream as a trace (format version 1), one note per ``note_added``.
+    """Write a stream as a trace (format version 1) that imports back to it.
 
-    Events are written in time order (notes before queries at equal times,
-    then each query's ``retrieved`` and relevance events right after it).
+    Events are written in time order (notes before accesses and queries at
+    equal times, then each query's ``retrieved`` and relevance events right
+    after it and after every note they name). A stream imported from a
+    trace keeps its logged ids (``trace_id``): they are written, and the
+    versions of an updated note (``version`` 1, 2...) are written as
+    ``note_updated`` events of it; otherwise every note is one
+    ``note_added`` under its ``note_id``. Organic reads (``accesses``) are
+    ``accessed`` events, and a note's ``superseded_at`` is a ``supersedes``
+    on the note added or updated at that time.
 
     Parameters
     ----------
@@ -1459,6 +1515,14 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
     Returns
     -------
     Path
+
+    Raises
+    ------
+    ValueError
+        If ``relevance`` is neither value, ``embeddings`` is asked of a
+        stream without them, or the stream holds what a trace cannot say:
+        a ``superseded_at`` when no other note is added or updated, or an
+        access before its note is created (nothing is written).
     """
     if relevance not in ("judgement", "used"):
         raise ValueError(f"relevance must be 'judgement' or 'used', got {relevance!r}")
@@ -1470,29 +1534,55 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
     if embeddings and ne is None:
         raise ValueError("the stream has no embeddings to write")
     cat_col = next((c for c in ("category", "note_class") if c in queries.columns), None)
+    # the ids written: the logged ones when the stream keeps them (the
+    # importer numbers notes and queries again in the same order)
+    nref, qref = _refs(notes, "note_id"), _refs(queries, "query_id")
+    prev = _version_chains(notes, nref)
+    if prev is None:
+        nref, prev = [int(x) for x in notes["note_id"]], {}
+    if len(set(qref)) != len(qref):
+        qref = [int(x) for x in queries["query_id"]]
+    last = set(prev.values())                  # rows a later version replaces
+    row_of = {int(n): i for i, n in enumerate(notes["note_id"])}
+    qref_of = dict(zip((int(q) for q in queries["query_id"]), qref))
+
+    def note_ref(n: Any, table: str) -> Any:
+        if int(n) not in row_of:
+            raise ValueError(f"{table}: note {int(n)} is not a note of the stream")
+        return nref[row_of[int(n)]]
+
+    def query_ref(q: Any, table: str) -> Any:
+        if int(q) not in qref_of:
+            raise ValueError(f"{table}: query {int(q)} is not a query of the stream")
+        return qref_of[int(q)]
+
     by_query: dict[int, list[str]] = {}
     qr = stream.qrels
     if relevance == "judgement":
         for q, n, g in zip(qr["query_id"], qr["note_id"], qr["gain"]):
             by_query.setdefault(int(q), []).append(json.dumps(
-                {"event": "judgement", "query": int(q), "note": int(n), "gain": _num(g)}))
+                {"event": "judgement", "query": query_ref(q, "qrels"),
+                 "note": note_ref(n, "qrels"),
+                 "gain": _num(g)}))
     else:
         pos = qr[qr["gain"] > 0]
         for q, grp in pos.groupby("query_id", sort=False):
             by_query.setdefault(int(q), []).append(json.dumps(
-                {"event": "used", "query": int(q), "notes": [int(x) for x in grp["note_id"]]}))
+                {"event": "used", "query": query_ref(q, "qrels"),
+                 "notes": [note_ref(x, "qrels") for x in grp["note_id"]]}))
     if retrieved is not None and len(retrieved):
         rs = retrieved.sort_values(["query_id", "rank"])
         for q, grp in rs.groupby("query_id", sort=False):
-            ev: dict[str, Any] = {"event": "retrieved", "query": int(q),
-                                  "notes": [int(x) for x in grp["note_id"]]}
+            ev: dict[str, Any] = {"event": "retrieved", "query": query_ref(q, "retrieved"),
+                                  "notes": [note_ref(x, "retrieved") for x in grp["note_id"]]}
             if "score" in grp and grp["score"].notna().all():
                 ev["scores"] = [float(x) for x in grp["score"]]
             by_query.setdefault(int(q), []).insert(0, json.dumps(ev))
-    # (time, kind, row): notes (0) before queries (1) at equal times; a query's
-    # retrieved and relevance events (2) once the query and every note they
-    # name have been written
-    created = pd.Series(notes["created_at"].to_numpy(), index=notes["note_id"].to_numpy())
+    # (time, kind, row): notes (0) before accesses (1) and queries (2) at
+    # equal times; a query's retrieved and relevance events (3) once the
+    # query and every note they name have been written
+    created_at = notes["created_at"].to_numpy(np.float64)
+    created = pd.Series(created_at, index=notes["note_id"].to_numpy())
     named: dict[int, float] = {}
     for frame in (qr, retrieved):
         if frame is not None and len(frame):
@@ -1500,10 +1590,22 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
                                index=frame["query_id"].to_numpy()).groupby(level=0).max()
             for q, v in latest.items():
                 named[int(q)] = max(named.get(int(q), -math.inf), float(v))
-    order = sorted([(float(t), 0, i) for i, t in enumerate(notes["created_at"])]
-                   + [(float(t), 1, i) for i, t in enumerate(queries["t"])]
-                   + [(max(float(t), named.get(int(q), -math.inf)), 2, i)
+    accesses = getattr(stream, "accesses", None)
+    if accesses is None:
+        accesses = pd.DataFrame({"t": [], "note_id": [], "actor": []})
+    access_at = accesses["t"].to_numpy(np.float64)
+    for t, n in zip(access_at, accesses["note_id"]):
+        note_ref(n, "accesses")
+        if t < created_at[row_of[int(n)]]:
+            raise ValueError(f"accesses: note {int(n)} is read at t = {t:g}, before it is "
+                             f"created ({created_at[row_of[int(n)]]:g}): a trace cannot say "
+                             "so (an event names only a note added before it)")
+    order = sorted([(float(t), 0, i) for i, t in enumerate(created_at)]
+                   + [(float(t), 1, i) for i, t in enumerate(access_at)]
+                   + [(float(t), 2, i) for i, t in enumerate(queries["t"])]
+                   + [(max(float(t), named.get(int(q), -math.inf)), 3, i)
                       for i, (t, q) in enumerate(zip(queries["t"], queries["query_id"]))])
+    supersedes = _carriers(notes, nref, order)
     dest = Path(path)
     with open(dest, "w", encoding="utf-8") as fh:
         fh.write(json.dumps({"event": "header", "format": TRACE_FORMAT, "version": TRACE_VERSION,
@@ -1511,30 +1613,58 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
         for t, kind, i in order:
             if kind == 0:
                 row = notes.iloc[i]
-                ev = {"event": "note_added", "id": int(row["note_id"]), "t": t,
-                      "actor": str(row["actor"]), "tokens": int(row["tokens"])}
-                if "text" in notes.columns and str(row["text"]):
-                    ev["text"] = str(row["text"])
-                for col, key, default in (("tier", "tier", "task"),
-                                          ("memory_type", "type", "episodic")):
-                    if str(row[col]) != default:
-                        ev[key] = str(row[col])
+                p = prev.get(i)
+                old = notes.iloc[p] if p is not None else None
+                ev = {"event": "note_added" if old is None else "note_updated", "id": nref[i],
+                      "t": t}
+                fields: dict[str, Any] = {"actor": str(row["actor"]),
+                                          "tokens": int(row["tokens"])}
+                if "text" in notes.columns:
+                    fields["text"] = str(row["text"])
+                for col, key in (("tier", "tier"), ("memory_type", "type")):
+                    fields[key] = str(row[col])
                 for col in ("importance", "salience"):
-                    if float(row[col]) != 1.0:
-                        ev[col] = float(row[col])
-                if bool(row["pinned"]):
-                    ev["pinned"] = True
-                if np.isfinite(row["expires_at"]):
-                    ev["expires_at"] = float(row["expires_at"])
+                    fields[col] = float(row[col])
+                fields["pinned"] = bool(row["pinned"])
                 if has_ns:
-                    ev["namespace"] = str(row["namespace"])
-                if embeddings:
+                    fields["namespace"] = str(row["namespace"])
+                if old is None:
+                    # what the importer would take for a field left out
+                    base = {"tier": "task", "type": "episodic", "importance": 1.0,
+                            "salience": 1.0, "pinned": False, "text": ""}
+                else:
+                    base = {"actor": str(old["actor"]), "tokens": int(old["tokens"]),
+                            "tier": str(old["tier"]), "type": str(old["memory_type"]),
+                            "importance": float(old["importance"]),
+                            "salience": float(old["salience"]), "pinned": bool(old["pinned"])}
+                    if "text" in notes.columns:
+                        base["text"] = str(old["text"])
+                    if has_ns:
+                        base["namespace"] = str(old["namespace"])
+                changed_text = old is not None and fields.get("text") != base.get("text")
+                for key, value in fields.items():
+                    if key not in base or base[key] != value or \
+                            (key == "tokens" and changed_text):
+                        ev[key] = value
+                if old is None and "text" in ev and not ev["text"]:
+                    del ev["text"]
+                # a version that a later one replaces expires when it does
+                if i not in last and np.isfinite(row["expires_at"]):
+                    ev["expires_at"] = float(row["expires_at"])
+                if embeddings and (old is None or changed_text
+                                   or not np.array_equal(ne[i], ne[p])):
                     ev["embedding"] = [float(x) for x in ne[i]]
+                if i in supersedes:
+                    olds = supersedes[i]
+                    ev["supersedes"] = olds[0] if len(olds) == 1 else olds
                 fh.write(json.dumps(ev) + "\n")
             elif kind == 1:
+                fh.write(json.dumps({"event": "accessed",
+                                     "note": note_ref(accesses["note_id"].iat[i], "accesses"),
+                                     "t": t, "actor": str(accesses["actor"].iat[i])}) + "\n")
+            elif kind == 2:
                 row = queries.iloc[i]
-                qid = int(row["query_id"])
-                ev = {"event": "query", "id": qid, "t": t, "actor": str(row["actor"])}
+                ev = {"event": "query", "id": qref[i], "t": t, "actor": str(row["actor"])}
                 if "text" in queries.columns and str(row["text"]):
                     ev["text"] = str(row["text"])
                 if "budget_tokens" in queries.columns:
@@ -1551,3 +1681,40 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
                 for line in by_query.get(int(queries["query_id"].iat[i]), ()):
                     fh.write(line + "\n")
     return dest
+
+
+def _carriers(notes: pd.DataFrame, refs: list, order: list) -> dict[int, list]:
+    """``row -> ids it supersedes``: each note row with a ``superseded_at``
+    is named by the ``supersedes`` of a row of another note created at that
+    time and written after it (the first such one, of its namespace when
+    one is), as the importer recorded it.
+
+    Raises
+    ------
+    ValueError
+        If no such row exists for one (a trace could not say it).
+    """
+    out: dict[int, list] = {}
+    if "superseded_at" not in notes.columns:
+        return out
+    sup = notes["superseded_at"].to_numpy(np.float64)
+    if not np.isfinite(sup).any():
+        return out
+    created = notes["created_at"].to_numpy(np.float64)
+    ns = notes["namespace"].astype(str).to_numpy() if "namespace" in notes.columns else None
+    position = {i: k for k, (_, kind, i) in enumerate(o for o in order if o[1] == 0)}
+    at: dict[float, list[int]] = {}
+    for i in sorted(range(len(notes)), key=position.__getitem__):
+        at.setdefault(float(created[i]), []).append(i)
+    for i in np.flatnonzero(np.isfinite(sup)):
+        i = int(i)
+        cands = [c for c in at.get(float(sup[i]), ())
+                 if refs[c] != refs[i] and position[c] > position[i]]
+        if ns is not None:
+            cands = [c for c in cands if ns[c] == ns[i]] or cands
+        if not cands:
+            raise ValueError(f"notes: note {int(notes['note_id'].iat[i])} is superseded at "
+                             f"t = {sup[i]:g}, when no other note is added or updated: a trace "
+                             "marks it with 'supersedes' on the note that makes it wrong")
+        out.setdefault(cands[0], []).append(refs[i])
+    return out
