@@ -128,3 +128,16 @@ def test_openmemory_check_clamps_and_pools_as_the_real_query():
 
     ids, _, _ = replay_memsim(prepare_stream(stream, "t"), eight, 1, arm="framework")
     assert ids[0].tolist() == [3]
+
+
+@pytest.mark.parametrize("threshold", [-0.1, 1.5])
+def test_mem0_threshold_outside_zero_one_is_refused_as_mem0_does(threshold):
+    """mem0's ``Memory.search`` refuses a threshold outside [0, 1]
+    (``_validate_search_params``): so does the preset's ranker, naming it."""
+    from memsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="threshold"):
+        resolve_policy({"preset": "mem0-oss", "ranker": {"kind": "mem0-oss",
+                                                        "threshold": threshold}}, "p")
+    assert resolve_policy({"preset": "mem0-oss", "ranker": {"kind": "mem0-oss",
+                                                           "threshold": 1.0}}, "p")

@@ -477,22 +477,24 @@ class PolicyState:
         # (Feedback.cooldown_per), counted from the last use kept and, with
         # cooldown_from_creation, from the note's creation: a Python loop
         # over the uses of one batch (not over the store), in time order.
-        # The time since is compared in seconds rounded to the microsecond:
-        # times a whole number of seconds apart, as days, differ from it by
-        # a float's rounding, which must not refuse a use exactly on time.
-        cooldown = feedback.cooldown_s
+        # A use counts from cooldown_s less half a microsecond on: times a
+        # whole number of seconds apart, as days, differ from it by a float's
+        # rounding, which must not refuse a use exactly on time.
+        cooldown = (feedback.cooldown_s - 5e-7) / 86400.0
         per_actor = feedback.cooldown_per == "note-actor"
         created = self._created if feedback.cooldown_from_creation else None
         order = np.argsort(t, kind="stable")
         keep = np.zeros(len(rows), dtype=bool)
         last = self._last_bump
-        for i in order:
-            key = (int(rows[i]), int(actors[i]) if per_actor else -1)
+        # (Python scalars: numpy's, element by element, cost several times more)
+        rl, al, tl = rows.tolist(), np.asarray(actors).tolist(), np.asarray(t).tolist()
+        for i in order.tolist():
+            key = (rl[i], al[i] if per_actor else -1)
             prev = last.get(key)
             if prev is None and created is not None:
-                prev = float(created[rows[i]])
-            if prev is None or round((t[i] - prev) * 86400.0, 6) >= cooldown:
-                last[key] = float(t[i])
+                prev = float(created[rl[i]])
+            if prev is None or tl[i] - prev >= cooldown:
+                last[key] = tl[i]
                 keep[i] = True
         return rows[keep], actors[keep], t[keep]
 

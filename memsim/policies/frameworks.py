@@ -281,13 +281,15 @@ class Mem0Oss(Ranker):
 
     Parameters
     ----------
-    threshold : float
+    threshold : float in [0, 1]
+        The gate on the cosine; ``Memory.search`` refuses one outside [0, 1]
+        (``_validate_search_params``), and so does memsim.
     """
 
     name: ClassVar[str] = "mem0-oss"
     uses_recency: ClassVar[bool] = False
     threshold: float = 0.1
-    _constraints: ClassVar[dict] = {"threshold": Interval(None, None)}
+    _constraints: ClassVar[dict] = {"threshold": Interval(0, 1)}
 
     def candidate_mask(self, ctx: ScoringContext) -> np.ndarray:
         """(Q, L) bool: the notes whose cosine reaches the threshold (the
