@@ -132,8 +132,9 @@ How the stream is built
 - **qrels** come from ``judgement`` events (and the non-zero grades of a TREC
   qrels file, ``import_trace(path, qrels=FILE)``: ``QUERY ITERATION NOTE
   GRADE`` a line, with the trace's ids; UTF-8, a byte order mark allowed)
-  when the trace has any, else from ``used`` events (gain 1), else there
-  are none; ``stream.json`` says which
+  when the trace has any or a qrels file is given (one that grades every
+  pair 0 judges no note relevant), else from ``used`` events (gain 1), else
+  there are none; ``stream.json`` says which
   in ``"qrels_from"`` (``"judgement"``, ``"used"`` or ``"none"``). A note
   id named by a query's ``retrieved``, ``used`` or ``judgement`` event means
   the version of the note live at the query's time (its first version if the
@@ -282,6 +283,10 @@ class _Reader:
                      if Path(label).suffix.lower() in (".csv", ".tsv", ".parquet") else "")
         self.line = 0
         self.unit = 1.0
+        self.unit_name = "day"  # the header's time_unit, as written
+        #: a TREC qrels file was read: its judgements are the qrels, even
+        #: when it judges nothing relevant (not the used events)
+        self.qrels_file = False
         self.origin_days = 0.0
         self.meta: dict[str, Any] = {}
         self.has_emb: bool | None = None
@@ -432,6 +437,12 @@ class _Reader:
         else:
             days = self.number(v, field) * self.unit
         if abs(days) > MAX_ABS_DAYS:
+            if field == "expires_at" and days > 0:
+                # a far-off date is how many stores write "never" (9999-12-31)
+                self.fail(f"{_show(v)} is {days:.3g} days from the origin, more than "
+                          f"{MAX_ABS_DAYS:,.0f} (about 2,700 years): for a note that never "
+                          "expires, leave expires_at out (or null); else check the header's "
+                          "time_unit and origin", field)
             self.fail(f"{_show(v)} is {days:.3g} days from the origin, more than "
                       f"{MAX_ABS_DAYS:,.0f} (about 2,700 years): check the header's time_unit "
                       "and origin", field)
@@ -440,9 +451,15 @@ class _Reader:
     def clock(self, t: float) -> None:
         """An event's time: in an ordered trace, never before the previous one's."""
         if self.ordered and t < self.last_t:
-            self.fail(f"{t:g} days is before the previous event's time ({self.last_t:g} days, "
-                      f"line {self.last_t_line}): sort the file by time, or say "
-                      '"ordered": false in the header', "t")
+            # in the trace's own unit first (the numbers it holds), then days
+            unit = self.unit_name.rstrip("s")
+            own = ("" if unit == "day" else
+                   f"{t / self.unit:g} {unit}s since the origin ({t:g} days)")
+            before = ("" if unit == "day" else
+                      f"{self.last_t / self.unit:g} {unit}s, ")
+            self.fail(f"{own or f'{t:g} days'} is before the previous event's time "
+                      f"({before}{self.last_t:g} days, line {self.last_t_line}): sort the file "
+                      'by time, or say "ordered": false in the header', "t")
         self.pending_t = t
 
     def embedding(self, ev: dict, what: str) -> list | None:
@@ -567,6 +584,7 @@ class _Reader:
                 self.fail("must not hold NaN or Infinity (stream.json keeps the header's keys "
                           f"and standard JSON has neither), got {_show(v)}", k)
         self.unit = TIME_UNITS[unit]
+        self.unit_name = unit
         self.ordered = ordered
         if not ordered:
             self.buffer = []
@@ -1124,8 +1142,8 @@ def _build(r: _Reader, label: str, embedder: str | None = None) -> Stream:
         notes["namespace"] = r.spaces.decode(r.n_space)
         queries["namespace"] = r.spaces.decode(r.q_space)
 
-    # qrels: judgements, else used
-    if len(r.j_q):
+    # qrels: judgements (a qrels file's, even one of grade 0 only), else used
+    if len(r.j_q) or r.qrels_file:
         # (one judgement per pair: the reader refused a second one on its line)
         qrow, key, gain = _i64(r.j_q), _i64(r.j_n), _f64(r.j_gain)
         source = "judgement"
@@ -1256,6 +1274,7 @@ def _read_trec_qrels(path: Path, r: _Reader) -> None:
     finally:
         r.label, r.line = saved_label, saved_line
     r.meta["qrels_file"] = path.name
+    r.qrels_file = True
 
 
 def _by_text(ids: list) -> dict[str, int]:
