@@ -221,7 +221,7 @@ def test_a_small_log_falls_back_to_fewer_folds_down_to_one_split(tmp_path):
                                   "more)")
     two = advise(trace_exp(write_trace(tmp_path / "2.jsonl", queries=2)))
     assert two.split.startswith("time split (the log is too small for rolling folds): tuned "
-                                "on the first 1 queries")
+                                "on the first 1 query by time")
     with pytest.raises(ConfigError) as info:
         advise(trace_exp(write_trace(tmp_path / "1.jsonl", queries=1)))
     assert info.value.errors[0].startswith("workload: the log's 1 query (1 distinct time) "

@@ -128,3 +128,13 @@ def test_a_log_judged_only_negatively_is_not_said_to_have_no_ground_truth(tmp_pa
     assert msg.startswith("workload: nothing to measure: no query has a relevant note (all 4 "
                           "judgements of the log have a negative gain")
     assert "no ground truth" not in msg
+
+
+def test_counts_of_one_query_read_as_one_query():
+    """The advice's counts of queries (a split's tuning part, the held-out
+    queries, a fold's test block) read "1 query", not "1 queries"."""
+    from memsim.tuning.advice import _queries
+
+    assert _queries(1) == "1 query"
+    assert _queries(1, "held-out") == "1 held-out query"
+    assert _queries(12, "test") == "12 test queries"

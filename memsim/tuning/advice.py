@@ -745,7 +745,7 @@ def _folds(exp: Experiment, spec: AdviseSpec, replays: _Replays) -> tuple[list[_
         small = (" (the log is too small for rolling folds)"
                  if no_more and n_test < MIN_TEST_QUERIES else "")
         return [_Fold("time-split", (0,), (0,), pairs[0], pairs[1])], (
-            f"time split{small}: tuned on the first {cuts[0]} queries by time, tested on the "
+            f"time split{small}: tuned on the first {_queries(cuts[0])} by time, tested on the "
             f"last {n - cuts[0]}")
     folds = [_Fold(f"fold-{j}", (0,), (0,), frozenset().union(*pairs[:j]), pairs[j])
              for j in range(1, k + 1)]
@@ -1035,7 +1035,7 @@ class Advice:
                      "out the variation between workloads")
         return (f"held-out utility_share {u['current']:.3f} -> {u['recommended']:.3f}, gain "
                 f"{_signed(self.gain)} [{_signed(self.gain_low)}, {_signed(self.gain_high)}] "
-                f"({self.n_heldout} held-out queries with something to gain{pooled}, interval "
+                f"({_queries(self.n_heldout, 'held-out')} with something to gain{pooled}, interval "
                 f"over {over}): {verdict}")
 
     def metrics_line(self) -> str:
@@ -1098,7 +1098,7 @@ class Advice:
                     line += ("today's setting kept: nothing to gain in its tuning part (left out "
                              "of the pooled figures)")
                 lines.append(line)
-        last_base = (f"on the last fold's {self.folds[-1]['n_test']} test queries"
+        last_base = (f"on the last fold's {_queries(self.folds[-1]['n_test'], 'test')}"
                      if self._pooled else "")
         if last_base and not math.isfinite(_nan(self.folds[-1]["current"])):
             # a block with no relevant note that fits: its shares are n/a, say why
@@ -1140,6 +1140,11 @@ class Advice:
                 "it as an improvement):\n\n```toml\n"
                 + dumps_toml({"policies": {"tuned-not-recommended": self.recommended}})
                 + "```\n")
+
+
+def _queries(n: int, what: str = "") -> str:
+    """``"12 test queries"``, ``"1 test query"``."""
+    return " ".join([str(n)] + ([what] if what else []) + ["query" if n == 1 else "queries"])
 
 
 def _nan(x: float | None) -> float:
