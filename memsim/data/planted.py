@@ -52,6 +52,10 @@ that no newer note of the slot has been written, ``m = notes_per_slot``):
   probability ``B(x) = (1 - 1/m) S(max(x - interval_days, 0))``, and then
   count ``g_s``. So ``A_c(x) = S(x) + (1 - S(x)) B(x)``.
 
+Under ``age_mode = "zero"`` every note of the window exists at ``t = 0``
+and none has expired, so ``N_c`` counts every slot of the window,
+``rho_c (horizon_days + backfill_days)``, for every class.
+
 The score is ``P(on slot | s, x, c) * E[gain | on slot, x, c]``. It is exact
 (up to the Gaussian approximation of cosines) for one note per slot, and a
 documented approximation for chains of several notes, whose exact posterior
@@ -119,7 +123,17 @@ def _mean_lifetime(spec) -> float:
     return h * math.exp(float(spec.lifetime_sigma) ** 2 / 2.0)
 
 
+#: Smallest standard deviation given to a cosine law. ``retriever_noise = 0``
+#: makes the on-slot law a point mass (sd 0), and ``slot_weight = 0`` as well
+#: the same-topic one, whose log densities are then undefined; the cosines a
+#: ranker sees are float32 dot products, exact to about ``1e-6``, so a law
+#: narrower than this cannot be told from a point mass. Any sd the knobs give
+#: otherwise is far above it (``(1 - rho^2) / sqrt(d)``).
+MIN_COSINE_SD = 1e-5
+
+
 def _log_normal_pdf(x: np.ndarray, mean: float, sd: float) -> np.ndarray:
+    sd = max(float(sd), MIN_COSINE_SD)
     return -0.5 * ((x - mean) / sd) ** 2 - math.log(sd) - 0.5 * math.log(2.0 * math.pi)
 
 
@@ -184,13 +198,20 @@ class PlantedModel:
         t = np.asarray(t, dtype=np.float64)
         elapsed = np.maximum(t + float(wl.backfill_days), 1e-9)
         if wl.age_mode == "zero":
+            # every note of the window exists at t = 0 and none has expired
+            # (its lifetime is positive): every slot of the window is askable
             elapsed = np.full_like(t, float(wl.horizon_days) + float(wl.backfill_days))
+            return np.maximum(rho * elapsed * self._visible(), 1e-12)
         span = elapsed
         if getattr(spec, "expires", False):
             span = np.minimum(elapsed, (m - 1.0) * float(spec.interval_days)
                               + _mean_lifetime(spec))
-        visible = 1.0 - wl.personal_share + wl.personal_share / wl.n_actors
-        return np.maximum(rho * span * visible, 1e-12)
+        return np.maximum(rho * span * self._visible(), 1e-12)
+
+    def _visible(self) -> float:
+        """Share of the slots one actor may ask about (team slots and its own)."""
+        wl = self.workload
+        return 1.0 - wl.personal_share + wl.personal_share / wl.n_actors
 
     def _class_terms(self, name: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(A_c(x), E[gain | on slot, x, c] * A_c(x))`` for class ``name``."""
@@ -251,9 +272,12 @@ class PlantedModel:
             base = (w / total_w) / n_slots[:, None] * visible[:, cols]
             prior[:, cols] = np.minimum(base * a, 1.0 - 1e-12)
             gain_mass[:, cols] = base * g
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             odds = prior / (1.0 - prior) * np.exp(self.log_likelihood_ratio(cos))
-            p_on = odds / (1.0 + odds)
+            # narrow cosine laws (a large embedding_dim, a small retriever_noise)
+            # overflow the odds of an on-slot cosine: it is then on the slot
+            # for sure, not NaN (inf / inf); a note with prior 0 never is
+            p_on = np.where(prior > 0, np.where(np.isinf(odds), 1.0, odds / (1.0 + odds)), 0.0)
             cond_gain = np.where(prior > 0, gain_mass / np.where(prior > 0, prior, 1.0), 0.0)
         return p_on * cond_gain
 

@@ -988,6 +988,8 @@ def _fail_csv_width(t: _Table, header: list[str], fields: list[str], *, row: int
 
 
 def _read_npy(path: Path) -> np.ndarray:
+    if not path.is_file():  # a folder by that name, say: not an array to read
+        raise StreamError(f"{path}: not a file")
     if path.stat().st_size == 0:
         raise StreamError(f"{path}: file is empty")
     try:
@@ -1004,8 +1006,10 @@ def _read_npy(path: Path) -> np.ndarray:
 
 def _read_header(folder: Path) -> dict:
     path = folder / "stream.json"
-    if not path.is_file():
+    if not path.exists():
         raise StreamError(f"{path}: missing from the stream folder")
+    if not path.is_file():
+        raise StreamError(f"{path}: not a file")
     try:
         header = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:

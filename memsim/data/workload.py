@@ -956,7 +956,10 @@ def _token_sizes(spec: _SizedClass, n: int, uniform: int, rng: np.random.Generat
     z = rng.standard_normal(n)  # drawn either way: uniform_tokens leaves other draws alone
     if uniform:
         return np.full(n, uniform, dtype=np.int64)
-    raw = np.rint(spec.size_median * np.exp(spec.size_sigma * z))
+    # a wide law (size_sigma of tens) overflows exp to inf, which the clip
+    # takes to MAX_TOKENS: the value is right, the warning only noise
+    with np.errstate(over="ignore"):
+        raw = np.rint(spec.size_median * np.exp(spec.size_sigma * z))
     return np.clip(raw, MIN_TOKENS, MAX_TOKENS).astype(np.int64)
 
 
