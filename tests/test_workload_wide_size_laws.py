@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 
 from memsim.data.workload import MAX_TOKENS, MIN_TOKENS, SyntheticWorkload
 
@@ -37,3 +38,33 @@ def test_the_size_law_knob_leaves_the_other_classes_and_every_other_column_alone
     other = (a.notes["note_class"] != "project").to_numpy()
     assert (a.notes["tokens"][other] == b.notes["tokens"][other]).all()
     assert a.queries.equals(b.queries) and a.qrels.equals(b.qrels)
+
+
+def test_chains_drawn_before_the_window_count_in_the_memory_check():
+    """A class whose chains start long before the window (a huge
+    ``interval_days`` with several notes per slot) draws those notes and
+    drops them: the memory check counts them and names the class's knob,
+    instead of the generator running out of memory (or numpy refusing a
+    Poisson mean without naming the key)."""
+    from memsim.core.errors import ConfigError
+    from memsim.data.workload import (NoteClasses, ProjectClass, SyntheticWorkload,
+                                      slot_lead_days)
+    from memsim.runs.config import estimate_stream_bytes, load_experiment
+
+    for gap in ("1e9", "1e300"):
+        with pytest.raises(ConfigError, match=r"drawn before the window and dropped, most of "
+                                              r"them by workload\.classes\.project "
+                                              r"\(interval_days"):
+            load_experiment("experiments/quickstart.toml",
+                            [f"workload.classes.project.interval_days={gap}",
+                             "workload.classes.project.notes_per_slot=3"])
+    # the estimate grows with the lead (past the replay's share), and a
+    # one-note-per-slot class adds nothing
+    wl = SyntheticWorkload()
+    assert slot_lead_days(wl.classes.spec("evergreen")) == 0.0
+
+    def chains(gap: float) -> SyntheticWorkload:
+        return SyntheticWorkload(classes=NoteClasses(
+            project=ProjectClass(interval_days=gap, notes_per_slot=5.0)))
+
+    assert estimate_stream_bytes(chains(1e5)) > 2 * estimate_stream_bytes(chains(5.0))

@@ -963,6 +963,21 @@ def _token_sizes(spec: _SizedClass, n: int, uniform: int, rng: np.random.Generat
     return np.clip(raw, MIN_TOKENS, MAX_TOKENS).astype(np.int64)
 
 
+def slot_lead_days(spec: Any) -> float:
+    """How many days before the window a note class's slots start being
+    born: ``(m - 1) g + 4 g sqrt(2 (m - 1))`` (``m = notes_per_slot``, ``g =
+    interval_days``), the mean plus 4 standard deviations of a chain's span.
+    Chains born before the window still write notes inside it; starting
+    births that early keeps the note density flat from its first day. The
+    notes such chains write before the window are drawn, then dropped: the
+    generator draws ``rate x (window + lead)`` notes of the class."""
+    m = float(getattr(spec, "notes_per_slot", 1.0))
+    gap = float(getattr(spec, "interval_days", 1.0))
+    # chain span D = the sum of Poisson(m - 1) Exp(gap) gaps:
+    # E[D] = (m - 1) gap, Var[D] = 2 (m - 1) gap^2
+    return (m - 1.0) * gap + 4.0 * gap * math.sqrt(2.0 * (m - 1.0))
+
+
 def _draw_class(wl: SyntheticWorkload, name: str, rate: float, t0: float, t1: float,
                 seed: np.random.SeedSequence) -> dict[str, np.ndarray]:
     """Draw the notes of one class in natural time.
@@ -984,11 +999,7 @@ def _draw_class(wl: SyntheticWorkload, name: str, rate: float, t0: float, t1: fl
     rng = child(seed, "class", name)
     m = float(getattr(spec, "notes_per_slot", 1.0))
     gap = float(getattr(spec, "interval_days", 1.0))
-    # Chains born before t0 still write notes inside the window; starting births
-    # `lead` days early (mean chain length + 4 sd) keeps the note density flat
-    # at `rate` from t0 on. Chain length D = sum of Poisson(m - 1) Exp(gap)
-    # gaps: E[D] = (m - 1) gap, Var[D] = 2 (m - 1) gap^2.
-    lead = (m - 1.0) * gap + 4.0 * gap * math.sqrt(2.0 * (m - 1.0))
+    lead = slot_lead_days(spec)
     n_slots = int(rng.poisson(rate * (t1 - t0 + lead) / m)) if rate > 0 else 0
     birth = rng.uniform(t0 - lead, t1, n_slots)
     slot_topic = rng.choice(wl.n_topics, size=n_slots, p=wl.topic_popularity())

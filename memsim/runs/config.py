@@ -52,7 +52,7 @@ from memsim.core.params import (Interval, Validated, apply_override, attribute_o
 from memsim.policies import Policy, resolve_policy
 from memsim.policies.plugins import check_module_names, import_plugins
 from memsim.evaluation.reader import reader_from_config
-from memsim.data.workload import SyntheticWorkload
+from memsim.data.workload import SyntheticWorkload, slot_lead_days
 
 __all__ = [
     "Experiment",
@@ -915,6 +915,10 @@ STREAM_BYTES_PER_QUERY = 256
 #: notes table it hands over while the stream's own copy is checked and built
 #: (101 measured at 10M notes).
 GENERATION_BYTES_PER_NOTE = 120
+#: Bytes per note the generator draws and then drops: the notes a class's
+#: chains write before the window (``memsim.data.workload.slot_lead_days``;
+#: 57 measured with 9M of them).
+DRAWN_BYTES_PER_NOTE = 64
 #: Bytes per note of the replay's own per-note state (codes, times, norms,
 #: decay and use state of one arm): 141 measured at 3M notes with one arm
 #: (Hivemind's preset with ai-memory retention, a 3-query tick's cells
@@ -952,7 +956,9 @@ def estimate_stream_bytes(wl: Any, parts: bool = True,
     :data:`STREAM_BYTES_PER_NOTE` ``) + Q (E +`` :data:`STREAM_BYTES_PER_QUERY`
     ``)`` plus 48 bytes per organic access. Generating it holds ``S + N x``
     :data:`GENERATION_BYTES_PER_NOTE` at most (the generator writes into the
-    stream's final arrays, a block of rows at a time); replaying it holds ``S
+    stream's final arrays, a block of rows at a time), plus
+    :data:`DRAWN_BYTES_PER_NOTE` per note its classes' chains draw before the
+    window and drop (:func:`_dropped_notes`); replaying it holds ``S
     + N x`` :data:`REPLAY_BYTES_PER_NOTE` ``+ K x`` :data:`REPLAY_BYTES_PER_CELL`,
     ``K`` the (query, note) cells of its largest batch, every note counted
     live: ``B x N``, ``B`` the queries of the busiest one-day tick (mean + 3
@@ -970,13 +976,26 @@ def estimate_stream_bytes(wl: Any, parts: bool = True,
     vec = 4.0 * float(wl.embedding_dim)
     stream = (notes * (vec + STREAM_BYTES_PER_NOTE) + queries * (vec + STREAM_BYTES_PER_QUERY)
               + accesses * 48)
-    generation = notes * GENERATION_BYTES_PER_NOTE
+    generation = notes * GENERATION_BYTES_PER_NOTE + _dropped_notes(wl) * DRAWN_BYTES_PER_NOTE
     cells = notes * _largest_tick(wl)
     if parts:
         cells = min(cells, max(float(max_tick_cells), 3.0 * notes))
     replay = notes * REPLAY_BYTES_PER_NOTE + cells * REPLAY_BYTES_PER_CELL
     return (PROCESS_BYTES + stream + max(generation, replay)
             + float(wl.n_topics) * (vec + 16) + float(wl.n_actors) * 128)
+
+
+def _dropped_notes(wl: Any) -> float:
+    """The notes the generator draws before the window and drops, in
+    expectation: ``notes_per_day x share_c x lead_c`` summed over the note
+    classes (``memsim.data.workload.slot_lead_days``); 0 for a workload
+    without classes."""
+    classes = getattr(wl, "classes", None)
+    if classes is None:
+        return 0.0
+    shares = classes.note_shares()
+    return sum(float(wl.notes_per_day) * shares[c] * slot_lead_days(classes.spec(c))
+               for c in shares)
 
 
 def _check_stream_size(wl: Any, whole: str | None = None,
@@ -994,6 +1013,17 @@ def _check_stream_size(wl: Any, whole: str | None = None,
                "its uses come before scoring per tick), so a replay holds every query of a "
                "tick at once (other policies take a tick in parts of [experiment] "
                "max_tick_cells)")
+        dropped = _dropped_notes(wl)
+        if dropped * DRAWN_BYTES_PER_NOTE > limit * 2**30 / 2:
+            # most of it is chains drawn before the window: name their knob
+            spec = getattr(wl, "classes", None)
+            worst = max(spec.note_shares(), key=lambda c: spec.note_shares()[c]
+                        * slot_lead_days(spec.spec(c)))
+            why += (f"; ~{dropped:.3g} notes are drawn before the window and dropped, "
+                    f"most of them by workload.classes.{worst} (interval_days "
+                    f"{spec.spec(worst).interval_days:g} x notes_per_slot "
+                    f"{spec.spec(worst).notes_per_slot:g}: its chains start that long before "
+                    "the window)")
         raise ConfigError(
             f"workload: the stream would take about {est / 2**30:.3g} GiB of memory, "
             f"generated and replayed (~{float(wl.notes_per_day) * span:.3g} notes, "
