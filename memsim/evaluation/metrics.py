@@ -284,14 +284,33 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
+def _ranked(cand_ok: np.ndarray, gains: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ranking of each row: its real candidates (``cand_ok``) moved to the
+    left in their column order, with their gains (0 in the padding).
+
+    A candidate's rank is 1 + the number of real candidates before it, so a
+    cell that is not a candidate never pushes the ones after it down (the
+    rank ``ndcg@10`` discounts by, ``log2(rank + 1)``, and ``mrr`` inverts).
+    """
+    cand_ok = np.asarray(cand_ok, dtype=bool)
+    gains = np.where(cand_ok, gains, 0.0)
+    if cand_ok.shape[1] < 2 or not (cand_ok[:, 1:] > cand_ok[:, :-1]).any():
+        return cand_ok, gains  # every row's real candidates already come first
+    order = np.argsort(~cand_ok, axis=1, kind="stable")
+    return (np.take_along_axis(cand_ok, order, axis=1),
+            np.take_along_axis(gains, order, axis=1))
+
+
 def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qrows, budget,
                   oracle, relevance: RelevanceIndex, evicted, reader=None) -> dict[str, np.ndarray]:
     """Every per-query column of a batch (see the module docstring).
 
-    Candidate arrays are (Q, C), best first; ``gains`` are the true gains of the
-    candidates; ``evicted`` is the arm's eviction flag per note row, or, for
-    the rows of several arms one below the other, a list of (rows slice,
-    that arm's flags).
+    Candidate arrays are (Q, C), best first; a cell whose ``cand_ok`` is False
+    is not a candidate and takes no rank (``ndcg@10`` and ``mrr`` count the
+    real candidates before a note, :func:`_ranked`); ``gains`` are the true
+    gains of the candidates; ``evicted`` is the arm's eviction flag per note
+    row, or, for the rows of several arms one below the other, a list of
+    (rows slice, that arm's flags).
     """
     q = len(qrows)
     g_packed = np.where(packed, gains, 0.0)
@@ -322,15 +341,19 @@ def query_metrics(*, cand_rows, cand_ok, packed, position, gains, tokens, t, qro
         "recall": recall,
         "precision": _ratio(np.where(rel_packed, tokens, 0).sum(axis=1), tokens_used),
     }
+    # The ranking is a row's real candidates in column order: a cell that is
+    # not a candidate (cand_ok False) takes no rank, wherever it sits, so the
+    # real ones are moved to the left first (a no-op when they already are)
+    rank_ok, rank_gain = _ranked(cand_ok, gains)
     # nDCG@10 over the ranking's first 10 candidates
     k = min(10, cand_rows.shape[1])
     disc = 1.0 / np.log2(np.arange(2, 12))
-    g10 = np.where(cand_ok[:, :k], np.maximum(gains[:, :k], 0.0), 0.0)
+    g10 = np.where(rank_ok[:, :k], np.maximum(rank_gain[:, :k], 0.0), 0.0)
     dcg = (g10 * disc[:k]).sum(axis=1)
     ideal = -np.sort(-np.where(rp_mask, rp_gain, 0.0), axis=1)[:, :10]
     idcg = (ideal * disc[: ideal.shape[1]]).sum(axis=1)
     out["ndcg@10"] = _ratio(dcg, idcg)
-    hit = cand_ok & (gains > 0)
+    hit = rank_ok & (rank_gain > 0)
     first = (np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, 0) if hit.shape[1]
              else np.zeros(q, dtype=np.int64))
     out["mrr"] = np.where(has_rel, np.where(first > 0, 1.0 / np.maximum(first, 1), 0.0), np.nan)

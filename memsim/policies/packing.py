@@ -216,7 +216,9 @@ class _ValuePacker(Packer):
     ----------
     min_relative_score : float
         Candidates whose ``cut_on`` quantity is below this fraction of the
-        query's best candidate's are never packed (0 = no cutoff).
+        query's best candidate's are never packed (0 = no cutoff). The best
+        is the largest among the row's valid candidates, NaN left out (a
+        NaN is below every cut and never packed).
         Value-per-token packing assumes the value is worth its tokens; raw
         similarity scores are not calibrated that way (a barely related
         40-token note scores half as much as the answer and is six times
@@ -250,7 +252,9 @@ class _ValuePacker(Packer):
                     raise ValueError(f"packer {self.name!r} cuts on similarity: pack() needs "
                                      "the candidates' similarity")
                 ref = np.asarray(similarity, dtype=np.float64)
-            top = np.where(valid, ref, -np.inf).max(axis=1, initial=-np.inf)
+            # the best of the row's real candidates that have a number: a NaN
+            # (which is never packed) must not make every comparison False
+            top = np.where(valid & ~np.isnan(ref), ref, -np.inf).max(axis=1, initial=-np.inf)
             eligible &= ref >= self.min_relative_score * top[:, None]
         return eligible
 
