@@ -15,11 +15,9 @@ import pytest
 from memsim.engine.state import PolicyState
 from memsim.policies.base import Feedback
 from memsim.runs.config import resolve_policy
-from memsim.engine import Arm
 from memsim.data.stream import make_stream
 
-from .test_feedback import busy_stream, walked
-from .test_pruning import assert_same
+from .test_feedback import assert_cooldown_walks, busy_stream
 
 SECOND = 1 / 86400
 
@@ -80,20 +78,8 @@ def test_the_walk_corrects_for_a_cooldown_per_note_from_creation(per):
                          stream.qrels, stream.accesses.assign(t=stream.accesses["t"] / scale),
                          stream.note_embeddings, stream.query_embeddings, {"name": "fast"})
 
-    def policy(cooldown_s: float):
-        return resolve_policy(
-            {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": 0.02},
-             "stickiness": "log-recall",
-             "feedback": {"touch": "returned", "k": 4, "cooldown_s": cooldown_s,
-                          "cooldown_per": per, "cooldown_from_creation": True,
-                          "promote_after": 2}}, "p")
-
-    arms = [Arm("cooldown", policy(900.0)), Arm("none", policy(0.0))]
-    kw = {"candidates": 8, "tick_days": 0.01}
-    fast = walked(stream, arms, True, **kw)
-    assert_same(walked(stream, arms, False, **kw), fast)
-    promoted = fast.arms.set_index("policy")["promoted_notes"]
-    assert 0 < promoted["cooldown"] < promoted["none"]
+    assert_cooldown_walks(stream, 900.0, half_life_days=0.02, promote_after=2,
+                          tick_days=0.01, cooldown_per=per, cooldown_from_creation=True)
 
 
 @pytest.mark.slow

@@ -110,15 +110,26 @@ def test_cooldown_carries_over_ticks_in_the_correction():
                          stream.queries.assign(t=stream.queries["t"] / 100), stream.qrels,
                          None, stream.note_embeddings, stream.query_embeddings, {"name": "fast"})
 
-    def policy(cooldown_s: float):
-        return resolve_policy(
-            {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": 0.05},
-             "stickiness": "log-recall",
-             "feedback": {"touch": "returned", "k": 4, "cooldown_s": cooldown_s,
-                          "promote_after": 3}}, "p")
+    assert_cooldown_walks(stream, 3600.0, half_life_days=0.05, promote_after=3,
+                          tick_days=0.02)
 
-    arms = [Arm("cooldown", policy(3600.0)), Arm("none", policy(0.0))]
-    kw = {"candidates": 8, "tick_days": 0.02}
+
+def assert_cooldown_walks(stream, cooldown_s: float, *, half_life_days: float,
+                          promote_after: int, tick_days: float, **feedback):
+    """A ``cooldown_s`` arm beside one without (a product ranker whose
+    recency and promotions read the uses; ``feedback``: more of its keys)
+    gives the reference's frames walked, and promotes fewer notes than the
+    arm without: the cooldown refused some uses."""
+    def policy(cooldown: float):
+        return resolve_policy(
+            {"ranker": "product", "decay": {"kind": "half-life",
+                                            "half_life_days": half_life_days},
+             "stickiness": "log-recall",
+             "feedback": {"touch": "returned", "k": 4, "cooldown_s": cooldown,
+                          "promote_after": promote_after, **feedback}}, "p")
+
+    arms = [Arm("cooldown", policy(cooldown_s)), Arm("none", policy(0.0))]
+    kw = {"candidates": 8, "tick_days": tick_days}
     fast = walked(stream, arms, True, **kw)
     assert_same(walked(stream, arms, False, **kw), fast)
     promoted = fast.arms.set_index("policy")["promoted_notes"]

@@ -10,24 +10,13 @@ import pytest
 from memsim.core.errors import StreamError
 from memsim.data.importers.locomo import import_locomo
 
-RECORD = {
-    "sample_id": "conv-1",
-    "conversation": {
-        "speaker_a": "Ann", "speaker_b": "Bob",
-        "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a puppy."},
-                      {"speaker": "Bob", "dia_id": "D1:2", "text": "What is its name?"}],
-    },
-    "qa": [{"question": "What did Ann adopt?", "answer": "a puppy", "evidence": ["D1:1"],
-            "category": 4}],
-}
-
+from .test_trace_inputs import _record
 
 @pytest.mark.parametrize("notes, key", [("observations", "'observation'"),
                                         ("summaries", "'session_summary'")])
 def test_notes_from_absent_annotations_are_refused(tmp_path, notes, key):
     path = tmp_path / "conv.json"
-    path.write_text(json.dumps([RECORD]), encoding="utf-8")
+    path.write_text(json.dumps([_record()]), encoding="utf-8")
     with pytest.raises(StreamError) as err:
         import_locomo(path, notes=notes)
     msg = str(err.value)

@@ -976,7 +976,8 @@ def estimate_stream_bytes(wl: Any, parts: bool = True,
     vec = 4.0 * float(wl.embedding_dim)
     stream = (notes * (vec + STREAM_BYTES_PER_NOTE) + queries * (vec + STREAM_BYTES_PER_QUERY)
               + accesses * 48)
-    generation = notes * GENERATION_BYTES_PER_NOTE + _dropped_notes(wl) * DRAWN_BYTES_PER_NOTE
+    generation = (notes * GENERATION_BYTES_PER_NOTE
+                  + sum(_dropped_notes(wl).values()) * DRAWN_BYTES_PER_NOTE)
     cells = notes * _largest_tick(wl)
     if parts:
         cells = min(cells, max(float(max_tick_cells), 3.0 * notes))
@@ -985,17 +986,17 @@ def estimate_stream_bytes(wl: Any, parts: bool = True,
             + float(wl.n_topics) * (vec + 16) + float(wl.n_actors) * 128)
 
 
-def _dropped_notes(wl: Any) -> float:
+def _dropped_notes(wl: Any) -> dict[str, float]:
     """The notes the generator draws before the window and drops, in
-    expectation: ``notes_per_day x share_c x lead_c`` summed over the note
-    classes (``memsim.data.workload.slot_lead_days``); 0 for a workload
-    without classes."""
+    expectation, per note class: ``notes_per_day x share_c x lead_c``
+    (``memsim.data.workload.slot_lead_days``); none for a workload without
+    classes."""
     classes = getattr(wl, "classes", None)
     if classes is None:
-        return 0.0
+        return {}
     shares = classes.note_shares()
-    return sum(float(wl.notes_per_day) * shares[c] * slot_lead_days(classes.spec(c))
-               for c in shares)
+    return {c: float(wl.notes_per_day) * shares[c] * slot_lead_days(classes.spec(c))
+            for c in shares}
 
 
 def _check_stream_size(wl: Any, whole: str | None = None,
@@ -1014,16 +1015,14 @@ def _check_stream_size(wl: Any, whole: str | None = None,
                "tick at once (other policies take a tick in parts of [experiment] "
                "max_tick_cells)")
         dropped = _dropped_notes(wl)
-        if dropped * DRAWN_BYTES_PER_NOTE > limit * 2**30 / 2:
+        if sum(dropped.values()) * DRAWN_BYTES_PER_NOTE > limit * 2**30 / 2:
             # most of it is chains drawn before the window: name their knob
-            spec = getattr(wl, "classes", None)
-            worst = max(spec.note_shares(), key=lambda c: spec.note_shares()[c]
-                        * slot_lead_days(spec.spec(c)))
-            why += (f"; ~{dropped:.3g} notes are drawn before the window and dropped, "
-                    f"most of them by workload.classes.{worst} (interval_days "
-                    f"{spec.spec(worst).interval_days:g} x notes_per_slot "
-                    f"{spec.spec(worst).notes_per_slot:g}: its chains start that long before "
-                    "the window)")
+            worst = max(dropped, key=dropped.__getitem__)
+            spec = wl.classes.spec(worst)
+            why += (f"; ~{sum(dropped.values()):.3g} notes are drawn before the window and "
+                    f"dropped, most of them by workload.classes.{worst} (interval_days "
+                    f"{spec.interval_days:g} x notes_per_slot {spec.notes_per_slot:g}: its "
+                    "chains start that long before the window)")
         raise ConfigError(
             f"workload: the stream would take about {est / 2**30:.3g} GiB of memory, "
             f"generated and replayed (~{float(wl.notes_per_day) * span:.3g} notes, "
