@@ -8,6 +8,7 @@ batch."""
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -279,16 +280,21 @@ def test_the_first_level_scan_in_pieces_finds_every_cell_above_its_threshold(
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(200, 3000), block=st.sampled_from([16, 64, 250]),
        dead=st.sampled_from(["none", "old", "scattered"]), q=st.integers(1, 40),
-       exact=st.booleans(), threads=st.sampled_from([1, 3]))
+       exact=st.booleans(), threads=st.sampled_from([1, 3]), compiled=st.booleans(),
+       hit_buffer=st.sampled_from([1, 7, 1 << 14]))
 def test_levels_built_before_the_product_are_those_built_after(seed, n, block, dead, q, exact,
-                                                               threads):
+                                                               threads, compiled, hit_buffer):
     """Levels built on a similarity not computed yet (its sample computed on
     its own, the first scan run on each block as the product writes it, on
     the product's threads) have the same sample, scan, thresholds and
     columns at every level, bit for bit, as levels built on the computed
     similarity, and the similarity is the same; also where the BLAS's rows
-    depend on their neighbours (no sample of its own: the similarity first)."""
-    with pytest.MonkeyPatch.context() as monkeypatch:  # (undone after each example)
+    depend on their neighbours (no sample of its own: the similarity first).
+    With the scan compiled into the pass that writes each block (its cell
+    buffers too small or not) or numpy's after it."""
+    with pytest.MonkeyPatch.context() as monkeypatch, numba_kernels(compiled):
+        monkeypatch.setattr(batch_module, "HIT_BUFFER", hit_buffer)
+        monkeypatch.setattr(batch_module, "_LOCAL", threading.local())  # (buffers at that size)
         _levels_before_and_after(monkeypatch, seed, n, block, dead, q, exact, threads)
 
 
@@ -314,8 +320,8 @@ def _levels_before_and_after(monkeypatch, seed, n, block, dead, q, exact, thread
     cos = Cosine()
     visited = []
     blocks = Batch._blocks
-    monkeypatch.setattr(Batch, "_blocks", lambda self, scale, visit=None: (
-        visited.append(visit is not None), blocks(self, scale, visit))[1])
+    monkeypatch.setattr(Batch, "_blocks", lambda self, scale, scan=None: (
+        visited.append(scan is not None), blocks(self, scale, scan))[1])
 
     def pair() -> tuple[SimOrder, SimOrder]:
         """(levels built before the product, levels built after it)"""

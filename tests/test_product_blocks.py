@@ -18,7 +18,7 @@ from memsim.evaluation.metrics import RelevanceIndex
 from memsim.core.rng import seed_sequence
 from memsim.data.stream import make_stream
 
-from .helpers import random_stream
+from .helpers import numba_kernels, random_stream
 from .test_pruning import assert_each_alone, assert_same, policy_table
 
 
@@ -318,13 +318,15 @@ def test_the_probe_is_not_fooled_by_a_lucky_draw(block, q, dim):
         assert (emb[pick] @ qemb.T).tobytes() == own[pick].tobytes()
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("dead", [False, True])
-def test_levels_built_before_the_product_change_no_frame(monkeypatch, dead):
+def test_levels_built_before_the_product_change_no_frame(monkeypatch, dead, compiled):
     """Replays whose batches build their similarity levels before the product
     (the first scan run on each block as it is written) give the frames of
     the reference engine, which scores every live note: per-tick and
     per-query arms, pruned and not, with and without arms that evict most
-    of the store (blocks skipped and gathered)."""
+    of the store (blocks skipped and gathered); the scan compiled into the
+    pass that writes each block, or numpy's after it."""
     import memsim.engine.cells as cells_module
     from memsim.engine import reference
 
@@ -333,9 +335,9 @@ def test_levels_built_before_the_product_change_no_frame(monkeypatch, dead):
     fused = []
     compute = cells_module._Pending.compute
 
-    def spy(self, visit=None):
-        sim, fresh = compute(self, visit)
-        fused.append(fresh and visit is not None)
+    def spy(self, scan=None):
+        sim, fresh = compute(self, scan)
+        fused.append(fresh and scan is not None)
         return sim, fresh
 
     monkeypatch.setattr(cells_module._Pending, "compute", spy)
@@ -354,14 +356,21 @@ def test_levels_built_before_the_product_change_no_frame(monkeypatch, dead):
     skipped = []
     blocks = Batch._blocks
 
-    def counted(self, scale, visit=None):
-        out = blocks(self, scale, visit)
+    def counted(self, scale, scan=None):
+        out = blocks(self, scale, scan)
         skipped.append(int((~self.multiplied).sum()))
         return out
 
     monkeypatch.setattr(Batch, "_blocks", counted)
+    written = []
+    write = batch_module.Scan.write
+    monkeypatch.setattr(batch_module.Scan, "write", lambda self, o, s, picked, *a: (
+        written.append(picked is not None), write(self, o, s, picked, *a))[1])
     kw = dict(save_rankings=True, candidates=8)
-    got = simulate(s, arms, SimSettings(**kw), seed_sequence(0))
+    with numba_kernels(compiled):
+        got = simulate(s, arms, SimSettings(**kw), seed_sequence(0))
     assert sum(fused) >= 5  # the path ran
+    # compiled: each block scanned as it is written, picked notes' blocks too
+    assert (len(written) > 0, any(written)) == (compiled, compiled and dead)
     assert (max(skipped) > 10) is dead
     assert_same(reference.simulate(s, arms, SimSettings(**kw), seed_sequence(0)), got)

@@ -131,7 +131,7 @@ class Batch:
         the other arms evicted."""
         return self._blocks(None)
 
-    def scaled_similarity(self, retriever, visit=None) -> np.ndarray | None:
+    def scaled_similarity(self, retriever, scan: Scan | None = None) -> np.ndarray | None:
         """The similarity (Q, L) of a retriever whose similarity is the dot
         product scaled by rows and columns (:meth:`Retriever.dot_scale`;
         None for another), kept in :attr:`cache` under the key every arm's
@@ -142,13 +142,10 @@ class Batch:
         products kept. A view of a batch (:meth:`subset`, :meth:`row`) takes
         its batch's similarity at its cells.
 
-        ``visit(out, a, z)``, when the product is computed now (not for a
-        view, nor when kept), is called once for each column of the blocks
-        holding a note of :attr:`computed`, with runs ``[a, z)`` of up to
-        :data:`VISIT_BLOCKS` consecutive blocks right after one thread wrote
-        them to ``out`` (the similarity being built), on that thread: a scan
-        of the blocks while they are in cache (the first similarity level's,
-        :class:`~memsim.engine.cells.SimOrder`)."""
+        ``scan``, when the product is computed now (not for a view, nor
+        when kept), is run on each block holding a note of :attr:`computed`
+        as one thread writes it (:class:`Scan`: the first similarity
+        level's, :class:`~memsim.engine.cells.SimOrder`)."""
         if self._view is not None:
             full = self._base().scaled_similarity(retriever)
             return None if full is None else self._cells_of(full)
@@ -159,7 +156,7 @@ class Batch:
             if note_scale is None:
                 return None
             got = self.cache[key] = self._blocks((retriever.dot_scale(self.qnorm2), note_scale),
-                                                 visit)
+                                                 scan)
         return got
 
     def similarity_pending(self, retriever) -> bool:
@@ -211,7 +208,8 @@ class Batch:
         np.multiply(o.T, self.notes.dot_scale(retriever)[rows], out=out)
         return out
 
-    def _blocks(self, scale: tuple[np.ndarray, np.ndarray] | None, visit=None) -> np.ndarray:
+    def _blocks(self, scale: tuple[np.ndarray, np.ndarray] | None,
+                scan: Scan | None = None) -> np.ndarray:
         """The products of the notes of :attr:`computed` (scaled in place
         with ``scale`` = (query factors (Q,), note factors (N,))), zeros at
         the others; on several threads when the batch is large
@@ -255,6 +253,9 @@ class Batch:
                     and (scale is None or scale[1].dtype == np.float32))
         if compiled:
             qscale = None if scale is None else np.ascontiguousarray(qscale[0])
+        # the scan in the pass that writes each block (compiled), or after a
+        # run of blocks (numpy)
+        fused = compiled and scan is not None and scale is not None
 
         def note_rows(s: slice | np.ndarray) -> slice | np.ndarray:
             if isinstance(s, slice):
@@ -319,25 +320,26 @@ class Batch:
                 s = slice(b * block, min(n, (b + 1) * block))
                 if gathered[b]:  # its notes' rows of the gathered products
                     rows = np.arange(bounds[b], bounds[b + 1])
-                    write(res, s, (rows, gcols[rows] - s.start))
+                    o, picked = res, (rows, gcols[rows] - s.start)
                 else:
                     o = buf[:s.stop - s.start]
                     np.matmul(emb[note_rows(s)], self.qemb.T, out=o)
-                    if count[b] == width[b]:
-                        write(o, s, None)
-                    else:
-                        at = np.flatnonzero(self.computed[s])
-                        write(o, s, (at, at))
-                if visit is None:
+                    at = None if count[b] == width[b] else np.flatnonzero(self.computed[s])
+                    picked = None if at is None else (at, at)
+                if fused:
+                    scan.write(o, s, picked, qscale, scale[1][note_rows(s)], out)
+                    continue
+                write(o, s, picked)
+                if scan is None:
                     continue
                 if span is not None and span[1] == s.start and b % VISIT_BLOCKS:
                     span = (span[0], s.stop)
                     continue
                 if span is not None:
-                    visit(out, *span)
+                    scan.visit(out, *span)
                 span = (s.start, s.stop)
             if span is not None:
-                visit(out, *span)
+                scan.visit(out, *span)
 
         blocks = np.flatnonzero(count > 0).tolist()
         for task, items in ((gather, list(range(parts))), (work, blocks)):
@@ -554,10 +556,178 @@ def _write_picked(o, rows, cols, qscale, nscale, out, c0, width):
                 row[c0 + cols[i]] = o[rows[i], j]
 
 
-#: a visit of the product's blocks (:meth:`Batch.scaled_similarity`) spans up
-#: to this many consecutive blocks written by one thread (still in cache; a
-#: visit is a few numpy calls, which a block of 2,048 columns barely pays)
+#: a numpy scan of the product's blocks (:meth:`Scan.visit`) spans up to this
+#: many consecutive blocks written by one thread (still in cache; a scan is
+#: a few numpy calls, which a block of 2,048 columns barely pays)
 VISIT_BLOCKS = 4
+
+
+class Scan:
+    """The cells of a similarity (Q, L) above their row's threshold, valid
+    for the row's query (``valid``, read only at the columns ``varying``
+    when given) and not ``dead``: rows, columns and values, row by row,
+    columns ascending (the first level of
+    :class:`~memsim.engine.cells.SimOrder`).
+
+    Run on a batch's product as it is computed
+    (:meth:`Batch.scaled_similarity`): compiled, in the pass that writes
+    each block (:meth:`write`: the values compared as they are written);
+    else with numpy on runs of blocks right after they are written
+    (:meth:`visit`, while they are in cache). Both give the same cells.
+    The threads write :attr:`found` under distinct keys (one assignment
+    each: atomic).
+
+    Parameters
+    ----------
+    th : ndarray (Q,)
+        The thresholds, in the similarity's dtype (a cell is found when its
+        value is strictly above its row's).
+    valid : ndarray (Q, L) of bool
+    varying : ndarray (L,) of bool or None
+        The columns where ``valid`` may hold a False (None: any).
+    dead : ndarray (L,) of bool or None
+        The notes no arm can see (None: none); not read in a gathered list
+        of columns (:meth:`of`), which holds open notes only.
+    """
+
+    def __init__(self, th: np.ndarray, valid: np.ndarray, varying: np.ndarray | None,
+                 dead: np.ndarray | None) -> None:
+        self.th, self.valid, self.varying, self.dead = th, valid, varying, dead
+        #: a block's (or a run's) first column -> its cells
+        self.found: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def of(self, sim: np.ndarray, cols: slice | np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cells found in the columns ``cols`` of ``sim`` (numpy)."""
+        part = sim[:, cols]
+        hit = part > self.th[:, None]
+        if self.varying is None or self.varying[cols].any():
+            hit &= self.valid[:, cols]
+        if self.dead is not None and isinstance(cols, slice):
+            hit &= ~self.dead[cols]
+        r_i, c = np.divmod(np.flatnonzero(hit), hit.shape[1])
+        return (r_i, (cols[c] if isinstance(cols, np.ndarray) else c + cols.start),
+                part[r_i, c])
+
+    def visit(self, sim: np.ndarray, a: int, z: int) -> None:
+        """Scan the columns ``[a, z)`` (numpy)."""
+        self.found[a] = self.of(sim, slice(a, z))
+
+    def write(self, o: np.ndarray, s: slice, picked: tuple[np.ndarray, np.ndarray] | None,
+              qscale: np.ndarray, nscale: np.ndarray, out: np.ndarray) -> None:
+        """Write block ``s`` of ``out`` from the products ``o`` as
+        :meth:`Batch._blocks` does (float32, compiled), scanning it in the
+        same pass. A block of picked notes (zeros elsewhere) is scanned at
+        those notes alone: its other columns are not computed, so dead
+        (:attr:`Batch.computed` holds every open note); without dead notes
+        it is scanned whole."""
+        check = self.varying is None or bool(self.varying[s].any())
+        dead = _NO_DEAD if self.dead is None else self.dead
+        rows, cols, vals = _hit_buffers(self.th.dtype)
+        if picked is None:
+            k = _write_scan(o, qscale, nscale, out, s.start, self.th, self.valid, check,
+                            dead, self.dead is not None, rows, cols, vals)
+        elif self.dead is None:  # (not in a replay: uncomputed notes are dead ones)
+            _write_picked(o, picked[0], picked[1], qscale, nscale[picked[1]], out, s.start,
+                          s.stop - s.start)
+            self.visit(out, s.start, s.stop)
+            return
+        else:
+            k = _write_picked_scan(o, picked[0], picked[1], qscale, nscale[picked[1]], out,
+                                   s.start, s.stop - s.start, self.th, self.valid, check,
+                                   dead, True, rows, cols, vals)
+        if k > len(rows):  # more cells than the buffers hold: numpy's scan
+            self.visit(out, s.start, s.stop)
+            _hit_buffers(self.th.dtype, k)
+            return
+        self.found[s.start] = (rows[:k].copy(), cols[:k].copy(), vals[:k].copy())
+
+    def hits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every cell found: (rows, columns, values), row by row, columns
+        ascending."""
+        if not self.found:
+            return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                    np.zeros(0, dtype=self.th.dtype))
+        r_i, c, v = (np.concatenate(x) for x in zip(*(self.found[a] for a in sorted(self.found))))
+        # each piece is row by row, its columns ascending; pieces in order
+        order = np.argsort(r_i, kind="stable")
+        return r_i[order], c[order], v[order]
+
+
+_NO_DEAD = np.zeros(1, dtype=bool)
+
+#: cells a thread's compiled scan keeps at first (:func:`_hit_buffers`)
+HIT_BUFFER = 1 << 14
+
+
+def _hit_buffers(dtype, need: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The calling thread's buffers of a compiled scan's cells (rows,
+    columns, values), at least ``need`` long (grown to twice that)."""
+    got = getattr(_LOCAL, "hits", None)
+    if got is None or got[2].dtype != dtype or len(got[0]) < max(need, HIT_BUFFER):
+        size = max(HIT_BUFFER, 2 * need)
+        got = _LOCAL.hits = (np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
+                             np.empty(size, dtype=dtype))
+    return got
+
+
+@jit.kernel
+def _write_scan(o, qscale, nscale, out, c0, th, valid, check_valid, dead, check_dead,
+                rows, cols, vals):
+    """:func:`_write_block` (scaled), and the cells written above their
+    row's threshold ``th`` (valid when ``check_valid``, not dead when
+    ``check_dead``) kept in ``rows``, ``cols``, ``vals`` row by row; returns
+    how many there are (those beyond the buffers are counted, not kept).
+    (Not :func:`_write_picked_scan` with every note picked: reading ``o``
+    through an index takes this loop 1.7 times as long.)"""
+    n, q = o.shape
+    k = 0
+    cap = len(rows)
+    for j in range(q):
+        row = out[j]
+        f = qscale[j]
+        t = th[j]
+        for i in range(n):
+            x = (o[i, j] * f) * nscale[i]
+            row[c0 + i] = x
+            if x > t:
+                c = c0 + i
+                if (check_valid and not valid[j, c]) or (check_dead and dead[c]):
+                    continue
+                if k < cap:
+                    rows[k] = j
+                    cols[k] = c
+                    vals[k] = x
+                k += 1
+    return k
+
+
+@jit.kernel
+def _write_picked_scan(o, picked, at, qscale, nscale, out, c0, width, th, valid,
+                       check_valid, dead, check_dead, rows, cols, vals):
+    """:func:`_write_picked` (scaled), and :func:`_write_scan`'s cells among
+    the picked columns."""
+    q = o.shape[1]
+    k = 0
+    cap = len(rows)
+    for j in range(q):
+        row = out[j]
+        row[c0:c0 + width] = 0
+        f = qscale[j]
+        t = th[j]
+        for i in range(len(picked)):
+            x = (o[picked[i], j] * f) * nscale[i]
+            c = c0 + at[i]
+            row[c] = x
+            if x > t:
+                if (check_valid and not valid[j, c]) or (check_dead and dead[c]):
+                    continue
+                if k < cap:
+                    rows[k] = j
+                    cols[k] = c
+                    vals[k] = x
+                k += 1
+    return k
 
 
 #: (a, b): a full-width block's notes are gathered into shared products

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memsim.core.errors import MemsimError
+from .batch import Scan
 from .state import similarity_key
 from .topc import _packed_left, nonzero2
 
@@ -256,45 +257,19 @@ class SimOrder:
         ``thi`` (Q,): (rows, columns, similarities), row by row, columns
         ascending (the values read in the scan's pass, not gathered again
         from the matrix after it). When the similarity is not computed yet,
-        it is now, its blocks scanned as they are written (the product's
-        blocks of columns are pieces in order; those it does not multiply
-        hold no open note)."""
-        th = thi[:, None]
-
-        def scan(sim: np.ndarray, cols: slice | np.ndarray, dead: bool
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            part = sim[:, cols]
-            hit = part > th
-            if self.varying is None or self.varying[cols].any():
-                hit &= self.valid[:, cols]
-            if dead:
-                hit &= ~self.dead[cols]
-            r_i, c = np.divmod(np.flatnonzero(hit), hit.shape[1])
-            return (r_i, (cols[c] if isinstance(cols, np.ndarray) else c + cols.start),
-                    part[r_i, c])
-
-        found: dict[int, tuple] = {}  # a block's start -> its hits
-
-        def visit(out: np.ndarray, a: int, z: int) -> None:
-            # on the product's threads (one assignment each: atomic)
-            found[a] = scan(out, slice(a, z), self.dead is not None)
-
+        it is now, each block scanned as it is written (:class:`Scan`; the
+        product's blocks of columns are pieces in order; those it does not
+        multiply hold no open note)."""
+        scan = Scan(thi, self.valid, self.varying, self.dead)
         fresh = False
         if self._sim is None:
-            self._sim, fresh = self._source.compute(visit)
+            self._sim, fresh = self._source.compute(scan)
             self._source = None
-        if fresh:
-            hits = [found[a] for a in sorted(found)]
-        else:
-            hits = [scan(self.sim, cols, self.dead is not None and isinstance(cols, slice))
-                    for cols in self._scan_pieces()]
-        if not hits:
-            return (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
-                    np.zeros(0, dtype=self.dtype))
-        r_i, c, v = (np.concatenate(x) for x in zip(*hits))
-        # row by row; each row's columns stay ascending (pieces in order)
-        order = np.argsort(r_i, kind="stable")
-        return r_i[order], c[order], v[order]
+        if not fresh:
+            for cols in self._scan_pieces():
+                key = cols.start if isinstance(cols, slice) else int(cols[0])
+                scan.found[key] = scan.of(self.sim, cols)
+        return scan.hits()
 
     def _scan_pieces(self) -> list[slice | np.ndarray]:
         """The columns to scan, in order, in pieces of :data:`SCAN_BLOCK` at
@@ -348,11 +323,11 @@ class _Pending:
         """The similarity at ``cols`` (:meth:`Batch.sample_similarity`)."""
         return self.batch.sample_similarity(self.retriever, cols)
 
-    def compute(self, visit=None) -> tuple[np.ndarray, bool]:
+    def compute(self, scan: Scan | None = None) -> tuple[np.ndarray, bool]:
         """The similarity, and whether it was computed now (each block then
-        passed to ``visit``: :meth:`Batch.scaled_similarity`)."""
+        scanned by ``scan``: :meth:`Batch.scaled_similarity`)."""
         fresh = self.batch.similarity_pending(self.retriever)
-        return self.batch.scaled_similarity(self.retriever, visit), fresh
+        return self.batch.scaled_similarity(self.retriever, scan), fresh
 
 
 #: a batch's similarity levels are built before its product (:class:`_Pending`)
