@@ -10,6 +10,7 @@ import numpy as np
 
 from memsim.evaluation.metrics import (HIDDEN_REASONS, RelevanceIndex, hidden_counts, in_oracle,
                                        query_metrics, stale_reinforced)
+from memsim.policies.base import ComponentOutputError
 from .context import BatchContext, cell_similarity
 from .uses import _used_candidates
 
@@ -83,6 +84,8 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
     for i, (job, batch, pos, vals, rows) in enumerate(items):
         policy = job.arm.policy
         cand_ok = np.isfinite(vals)
+        if np.count_nonzero(vals == np.inf):
+            raise _infinite_score(job, batch, rows, vals)
         cand_rows = batch.idx[pos]
         gains = job.relevance.lookup(batch.qrows[rows], cand_rows)
         cand.append({"cand_ok": cand_ok, "cand_rows": cand_rows,
@@ -113,6 +116,24 @@ def _pack_all(items: list[tuple]) -> list[_Packed]:
             out[i] = _Packed(items[i][2], items[i][3], c["cand_ok"], c["cand_rows"], c["tokens"],
                              c["gains"], packed[sl], position[sl])
     return out
+
+
+def _infinite_score(job: _ArmJob, batch: Batch, rows: slice | np.ndarray,
+                    vals: np.ndarray) -> ComponentOutputError:
+    """The error of an arm whose candidates include a score of +inf: it
+    would rank first and could not be packed (values are added up). Read on
+    each query's C best, where a +inf among its live notes always is."""
+    r = int(np.flatnonzero((vals == np.inf).any(axis=1))[0])
+    q = int(np.arange(len(batch.qrows))[rows][r])
+    policy = job.arm.policy
+    ranker = type(policy.ranker)
+    detail = (f"arm {job.arm.policy_name!r} scored a note +inf for the query at "
+              f"t = {float(batch.t[q]):g} (query row {int(batch.qrows[q])}): a score is a "
+              "number, -inf (never a candidate) or NaN (ranked after every number); "
+              "+inf cannot be packed (the ranker's combine(), times the breadth's "
+              "on_score())")
+    return ComponentOutputError(f"ranker {ranker.name!r} ({ranker.__qualname__}): {detail}",
+                                check="combine", detail=detail)
 
 
 def _key(component: Any) -> Any:
