@@ -69,3 +69,21 @@ def test_a_category_and_a_version_written_as_floats_are_integers(tmp_path):
     events[2]["category"] = 3.5
     with pytest.raises(StreamError, match=r"t\.jsonl: line 3: field 'category': .*3\.5"):
         import_trace(_write(path, events))
+
+
+@pytest.mark.parametrize("key", ["name", "source", "time_unit", "origin", "version", "format",
+                                 "ordered"])
+def test_a_header_field_given_as_null_is_refused(tmp_path, key):
+    # a required field may not be null, nor may the header's fields (the
+    # trace format's rule); a name left out is fine
+    events = [{"event": "header", "format": "memsim-trace", "name": "demo", key: None},
+              {"event": "note_added", "id": 1, "t": 0, "actor": "a", "text": "red apple"},
+              {"event": "query", "id": 1, "t": 1, "actor": "a", "text": "apple"}]
+    path = _write(tmp_path / "t.jsonl", events)
+    with pytest.raises(StreamError, match=rf"t\.jsonl: line 1: field '{key}': .*null"):
+        import_trace(path)
+    errors, _ = check_trace(path)
+    assert len(errors) == 1 and f"field '{key}'" in errors[0]
+    del events[0][key]
+    if key != "name":
+        assert import_trace(_write(path, events)).n_queries == 1

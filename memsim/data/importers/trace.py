@@ -577,6 +577,8 @@ class _Reader:
             self.origin_days = self.time(ev["origin"], "origin")
         meta = {k: v for k, v in ev.items() if k not in ("event", "format", "version", "ordered")}
         for k, v in meta.items():
+            if v is None:  # (a field of the header is never optional by null)
+                self.fail("must not be null: leave the key out", k)
             # the header's keys go to stream.json, which holds standard JSON only
             try:
                 json.dumps(v, allow_nan=False)
