@@ -68,3 +68,22 @@ def test_chains_drawn_before_the_window_count_in_the_memory_check():
             project=ProjectClass(interval_days=gap, notes_per_slot=5.0)))
 
     assert estimate_stream_bytes(chains(1e5)) > 2 * estimate_stream_bytes(chains(5.0))
+
+
+def test_a_weekly_arrival_over_a_huge_horizon_counts_in_the_memory_check():
+    """``arrival = "weekly"`` draws a count for every day of the horizon:
+    with a huge horizon and few queries the memory check counts those days
+    and says so, instead of the generator running out of memory; a steady
+    arrival of the same rate draws only its queries."""
+    from memsim.core.errors import ConfigError
+    from memsim.runs.config import load_experiment
+
+    sets = ["workload.horizon_days=1e10", "workload.queries_per_day=1e-7",
+            "workload.notes_per_day=1e-7", "workload.backfill_days=0"]
+    with pytest.raises(ConfigError, match=r"arrival 'weekly' draws a count for each of the "
+                                          r"~1e\+10 days of horizon_days"):
+        load_experiment("experiments/quickstart.toml", [*sets, "workload.arrival=weekly"])
+    load_experiment("experiments/quickstart.toml", [*sets, "workload.arrival=steady"])
+    # a year of weekly arrivals is a few kilobytes more
+    small = load_experiment("experiments/quickstart.toml", ["workload.arrival=weekly"])
+    assert small.workload.arrival == "weekly"

@@ -919,6 +919,9 @@ GENERATION_BYTES_PER_NOTE = 120
 #: chains write before the window (``memsim.data.workload.slot_lead_days``;
 #: 57 measured with 9M of them).
 DRAWN_BYTES_PER_NOTE = 64
+#: Bytes per day of ``horizon_days`` that ``arrival = "weekly"`` draws
+#: (each day's rate and count: 40 measured).
+WEEKLY_BYTES_PER_DAY = 48
 #: Bytes per note of the replay's own per-note state (codes, times, norms,
 #: decay and use state of one arm): 141 measured at 3M notes with one arm
 #: (Hivemind's preset with ai-memory retention, a 3-query tick's cells
@@ -958,7 +961,8 @@ def estimate_stream_bytes(wl: Any, parts: bool = True,
     :data:`GENERATION_BYTES_PER_NOTE` at most (the generator writes into the
     stream's final arrays, a block of rows at a time), plus
     :data:`DRAWN_BYTES_PER_NOTE` per note its classes' chains draw before the
-    window and drop (:func:`_dropped_notes`); replaying it holds ``S
+    window and drop (:func:`_dropped_notes`) and :data:`WEEKLY_BYTES_PER_DAY`
+    per day of a weekly arrival's horizon; replaying it holds ``S
     + N x`` :data:`REPLAY_BYTES_PER_NOTE` ``+ K x`` :data:`REPLAY_BYTES_PER_CELL`,
     ``K`` the (query, note) cells of its largest batch, every note counted
     live: ``B x N``, ``B`` the queries of the busiest one-day tick (mean + 3
@@ -977,13 +981,23 @@ def estimate_stream_bytes(wl: Any, parts: bool = True,
     stream = (notes * (vec + STREAM_BYTES_PER_NOTE) + queries * (vec + STREAM_BYTES_PER_QUERY)
               + accesses * 48)
     generation = (notes * GENERATION_BYTES_PER_NOTE
-                  + sum(_dropped_notes(wl).values()) * DRAWN_BYTES_PER_NOTE)
+                  + sum(_dropped_notes(wl).values()) * DRAWN_BYTES_PER_NOTE
+                  + _weekly_days(wl) * WEEKLY_BYTES_PER_DAY)
     cells = notes * _largest_tick(wl)
     if parts:
         cells = min(cells, max(float(max_tick_cells), 3.0 * notes))
     replay = notes * REPLAY_BYTES_PER_NOTE + cells * REPLAY_BYTES_PER_CELL
     return (PROCESS_BYTES + stream + max(generation, replay)
             + float(wl.n_topics) * (vec + 16) + float(wl.n_actors) * 128)
+
+
+def _weekly_days(wl: Any) -> float:
+    """The days ``arrival = "weekly"`` draws a count for (every day of the
+    horizon); none for another arrival."""
+    if getattr(wl, "arrival", "") != "weekly":
+        return 0.0
+    horizon = float(wl.horizon_days)
+    return math.ceil(horizon) if math.isfinite(horizon) else math.inf
 
 
 def _dropped_notes(wl: Any) -> dict[str, float]:
@@ -1023,6 +1037,9 @@ def _check_stream_size(wl: Any, whole: str | None = None,
                     f"dropped, most of them by workload.classes.{worst} (interval_days "
                     f"{spec.interval_days:g} x notes_per_slot {spec.notes_per_slot:g}: its "
                     "chains start that long before the window)")
+        if _weekly_days(wl) * WEEKLY_BYTES_PER_DAY > limit * 2**30 / 2:
+            why += (f"; arrival 'weekly' draws a count for each of the "
+                    f"~{_weekly_days(wl):.3g} days of horizon_days")
         raise ConfigError(
             f"workload: the stream would take about {est / 2**30:.3g} GiB of memory, "
             f"generated and replayed (~{float(wl.notes_per_day) * span:.3g} notes, "
