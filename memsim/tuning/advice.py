@@ -72,7 +72,9 @@ past them, and a split that would then leave nothing to test on (the last of
 two sessions, say) moves before them instead; only a log whose queries all
 share one time cannot be cut. ``split`` is used only for a time split: set
 while rolling folds run, it is refused; ``holdout_replicates`` is refused on a
-stream.
+stream. A log is one history, replayed once (replicate 0):
+``experiment.replicates`` does not apply to it (a policy that draws at
+random is scored on replicate 0's draws).
 
 *A synthetic workload*: the search runs on the experiment's replicates
 ``0 .. R - 1``; the recommendation is tested on fresh replicates (new seeds,
