@@ -220,3 +220,24 @@ def test_join_keeps_the_times_of_a_segment_with_another_origin(tmp_path):
     assert np.allclose(s.notes["expires_at"], hours + 2 / 24.0)
     # the query, written by the second writer 4 h + 1 day after the first origin
     assert np.allclose(s.queries["t"], [4 / 24.0 + 1.0])
+
+
+def test_trec_files_refuse_an_empty_id_of_a_stream_folder(tmp_path):
+    # a hand-made stream folder may give a row an empty trace_id: its TREC
+    # line would lose a column
+    from memsim.data.importers.trace import import_trace
+    from memsim.data.stream import write_stream
+
+    stream = import_trace(_small_trace(tmp_path / "t.jsonl"))
+    stream.notes["trace_id"] = stream.notes["trace_id"].astype(object)
+    stream.notes.loc[stream.notes["note_id"] == 2, "trace_id"] = ""
+    folder = write_stream(stream, tmp_path / "folder")
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "empty", "replicates": 1, "seed": 1, "save_rankings": True,
+                       "candidates": 6, "budget_tokens": 1000},
+        "workload": {"source": str(folder)},
+        "policies": {"sim": {"preset": "similarity-only"}}})
+    res = memsim.run_experiment(exp, out=None, report=False)
+    with pytest.raises(ConfigError, match=r"run\.txt: a note id is empty"):
+        res.to_trec_run(tmp_path / "run.txt")
+    assert not (tmp_path / "run.txt").exists()

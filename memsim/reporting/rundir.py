@@ -1226,7 +1226,7 @@ def _texts(ids, trace: pd.Series | None = None, what: str = "id") -> np.ndarray:
 def _check_trec_ids(frame: pd.DataFrame, path: str | os.PathLike) -> None:
     """Refuse ids a TREC file cannot hold: its columns are separated by
     whitespace (trec_eval, ir-measures), so an id holding any (a trace's
-    ``"note 1"``) would shift the columns after it.
+    ``"note 1"``), or an empty one, would shift the columns after it.
 
     Raises
     ------
@@ -1234,7 +1234,13 @@ def _check_trec_ids(frame: pd.DataFrame, path: str | os.PathLike) -> None:
         Naming the file, the id and its query.
     """
     for col, what in (("qid", "query"), ("docno", "note")):
-        bad = [x for x in pd.unique(frame[col]) if any(c.isspace() for c in str(x))]
+        ids = pd.unique(frame[col])
+        if any(str(x) == "" for x in ids):
+            raise ConfigError(f"{os.fspath(path)}: a {what} id is empty (a stream folder's "
+                              "trace_id column), which a TREC file cannot hold (its columns "
+                              "are separated by whitespace): give every row an id, or use "
+                              "to_ranx()")
+        bad = [x for x in ids if any(c.isspace() for c in str(x))]
         if bad:
             raise ConfigError(f"{os.fspath(path)}: {what} id {str(bad[0])!r} holds whitespace, "
                               "which a TREC file cannot hold (its columns are separated by "
