@@ -25,6 +25,7 @@ from memsim.policies.context import ArrayContext
 from memsim.policies.decay import PerTypeHalfLife
 from memsim.runs.config import config_hash
 from memsim.runs.runner import simulate_experiment
+from memsim.reporting.numbers import format_p
 from memsim.reporting.stats import paired_tests, utility_share
 from memsim.checks.testing import check_component
 from .helpers import TINY_TOML
@@ -96,6 +97,28 @@ def test_advise_recommends_within_the_planted_plateau_and_beats_a_bad_current():
     # the reported held-out shares are the recommendation's on those replicates
     assert adv.heldout["utility_share"]["recommended"] == pytest.approx(
         utility_share(q[q["policy"] == "rec"]))
+
+
+@pytest.mark.parametrize("queries_per_day, n", [(0.03, 2), (0.04, 5), (0.05, 6)])
+def test_a_handful_of_held_out_queries_is_not_a_significant_gain(queries_per_day, n):
+    # a one-day half-life against the planted 20 days, on fresh replicates
+    # with a handful of queries: every held-out query gains, the interval
+    # excludes 0, but 5 queries or fewer cannot make the exact paired test
+    # significant (at least 2 / 2^n); 6 that all gain can (2 / 64)
+    world = {**planted_world(20.0), "queries_per_day": queries_per_day}
+    exp = experiment(world, {"ranker": "product", "decay": {"kind": "half-life",
+                                                            "half_life_days": 1.0},
+                             "packer": "skip-fill"}, {**HALF_LIFE_ONLY, "trials": 4, "batch": 4})
+    adv = advise(exp)
+    u = adv.heldout["utility_share"]
+    assert adv.n_heldout == n and adv.changes
+    assert adv.gain_low > 0  # the interval alone would call it significant
+    assert u["p"] >= 2 / 2 ** n
+    assert adv.significant == (n > 5) == (adv.verdict == "adopt")
+    head = adv.headline()
+    assert f"paired test p = {format_p(u['p'])}" in head
+    assert ("NOT significant" in head) == (n <= 5)
+    assert json.loads(adv.to_json())["heldout"]["utility_share"]["p"] == u["p"]
 
 
 def test_advise_reports_no_significant_gain_when_current_is_already_optimal():

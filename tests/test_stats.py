@@ -350,6 +350,57 @@ def test_paired_share_difference_and_its_delta_method_test():
     assert math.isnan(same.iloc[0]["p_value"]) and same.iloc[0]["direction"] == ""
 
 
+def _swapped_shares_p(u_p, u_b, oracle) -> float:
+    """The exact paired randomisation p-value of S_P - S_B, by listing
+    every swap of the two policies' utilities (independent of the code)."""
+    import itertools
+
+    n = len(oracle)
+    obs = abs(sum(u_p) / sum(oracle) - sum(u_b) / sum(oracle))
+    hits = 0
+    for swap in itertools.product((False, True), repeat=n):
+        a = sum(b if s else p for p, b, s in zip(u_p, u_b, swap))
+        b = sum(p if s else b for p, b, s in zip(u_p, u_b, swap))
+        hits += abs(a / sum(oracle) - b / sum(oracle)) >= obs * (1 - 1e-9)
+    return hits / 2 ** n
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 10), st.integers(0, 2 ** 32 - 1))
+def test_ratio_p_value_over_few_pairs_is_the_exact_swap_test(n, seed):
+    rng = np.random.default_rng(seed)
+    oracle = rng.uniform(0.5, 2.0, size=n)
+    base = oracle * rng.uniform(0.0, 1.0, size=n)
+    # some pairs equal, some utilities on a coarse grid (ties between swaps)
+    pol = np.where(rng.random(n) < 0.3, base, np.round(oracle * rng.uniform(0, 1, n), 1))
+    r = paired_tests(share_frame({"base": base, "pol": pol}, oracle), "base",
+                     ["utility_share"]).iloc[0]
+    if r["diff"] == 0:
+        assert math.isnan(r["p_value"])
+    else:
+        assert r["p_value"] == pytest.approx(_swapped_shares_p(pol, base, oracle), abs=1e-12)
+        assert r["p_value"] >= 2 / 2 ** n
+
+
+@pytest.mark.parametrize("n, p", [(2, 0.5), (3, 0.25), (5, 0.0625), (6, 0.03125),
+                                  (16, 2 / 2 ** 16)])
+def test_a_few_queries_that_gain_alike_are_not_certain(n, p):
+    # every pair gains the same: the interval has no width and the delta
+    # method's se is 0; the exact test gives 2 / 2^n, so 5 pairs or fewer
+    # are never significant
+    oracle = np.ones(n)
+    base = np.full(n, 0.5)
+    r = paired_tests(share_frame({"base": base, "pol": base + 0.25}, oracle), "base",
+                     ["utility_share"]).iloc[0]
+    assert r["diff_ci_low"] == pytest.approx(0.25) and r["diff_ci_high"] == pytest.approx(0.25)
+    assert r["p_value"] == pytest.approx(p)
+    assert bool(r["significant"]) == (p < 0.05)
+    # past 16 pairs the normal approximation's p-value stands
+    big = paired_tests(share_frame({"base": np.full(17, 0.5), "pol": np.full(17, 0.75)},
+                                   np.ones(17)), "base", ["utility_share"]).iloc[0]
+    assert big["p_value"] == 0.0
+
+
 def test_paired_tests_with_one_policy_are_empty_but_typed():
     t = paired_tests(share_frame({"a": [1.0, 0.5]}, np.array([1.0, 1.0])), "a")
     assert len(t) == 0

@@ -92,8 +92,14 @@ difference of two ratios of sums on the same query pairs::
     e_q = (u_q^P - S_P o_q^P) / sum o^P - (u_q^B - S_B o_q^B) / sum o^B
     se^2 = n / (n - 1) * sum_q e_q^2,     z = (S_P - S_B) / se
 
-(``u`` utility, ``o`` oracle_utility, n pairs). Like the Wilcoxon test it
-treats queries as independent; it enters the same Holm family. Effect sizes
+(``u`` utility, ``o`` oracle_utility, n pairs). With 16 pairs or fewer
+the normal approximation does not hold (three queries that gain alike would
+give se = 0 and p = 0): the p-value is then exact, a paired randomisation
+test over all 2^n ways of swapping the two policies' values within pairs
+(the share of those whose |S_P - S_B| reaches the observed one), so that
+it is never below 2 / 2^n and five pairs or fewer are never significant at
+0.05. Like the Wilcoxon test it treats queries as independent; it enters
+the same Holm family. Effect sizes
 and wins/ties/losses of that row are those of the per-query utility pairs,
 and ``statistic`` holds z instead of W+.
 """
@@ -623,6 +629,26 @@ def _ratio_summary(queries: pd.DataFrame, name: str, budget, level: float, n_boo
     return out
 
 
+#: pairs up to which a ratio metric's paired p-value is exact
+#: (:func:`_swap_p`): 2^16 = 65,536 swaps
+EXACT_SWAPS = 16
+
+
+def _swap_p(x: np.ndarray, diff: float) -> float:
+    """Exact two-sided p-value of a difference of ratios of sums ``diff =
+    S_P - S_B`` over n pairs ``x`` (n, 4) = (u_P, o_P, u_B, o_B), each o >
+    0: the share of the 2^n swaps of the two policies' values within pairs
+    whose |S_P - S_B| reaches |diff| (the identity and the swap of all
+    included, so it is at least 2 / 2^n). A swap whose difference equals
+    the observed one but for the rounding of its sums counts as reaching it."""
+    n = len(x)
+    swaps = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1).astype(np.float64)
+    up, op, ub, ob = (x[:, k] for k in range(4))
+    d = ((up.sum() + swaps @ (ub - up)) / (op.sum() + swaps @ (ob - op))
+         - (ub.sum() + swaps @ (up - ub)) / (ob.sum() + swaps @ (op - ob)))
+    return float(np.mean(np.abs(d) >= abs(diff) * (1.0 - 1e-9)))
+
+
 def _ratio_paired(arr_by_rep: dict, b: int, others: list[int], level: float, n_boot: int,
                   seed: int, names: tuple, min_replicates: int) -> list[dict]:
     """Paired difference of a ratio metric between policies ``others`` and ``b``.
@@ -661,8 +687,10 @@ def _ratio_paired(arr_by_rep: dict, b: int, others: list[int], level: float, n_b
             if se > 0:
                 z = diff / se
                 p = float(2.0 * sps.norm.sf(abs(z)))
-            elif diff != 0:  # every pair moves in lockstep: no sampling noise at all
+            elif diff != 0:  # every pair moves in lockstep
                 z, p = math.copysign(np.inf, diff), 0.0
+            if n <= EXACT_SWAPS and diff != 0:
+                p = _swap_p(x, diff)
         rows.append({"n_pairs": n, "policy_mean": float(s_p), "baseline_mean": float(s_b),
                      "diff": diff, "diff_ci_low": float(lo[0]) if n > 1 else np.nan,
                      "diff_ci_high": float(hi[0]) if n > 1 else np.nan, "ci_over": over,

@@ -98,8 +98,11 @@ The gain is the paired difference of ``utility_share`` (recommended minus
 current) over the held-out queries, with its 95% bootstrap interval
 (:func:`memsim.reporting.stats.paired_tests`: over queries, or over replicates when
 there are 5 or more); it is called significant only when the interval
-excludes 0. The tuning score (the best trial's, on the queries it was chosen
-on) is printed beside the held-out score, so the optimism of the search shows.
+excludes 0 and the paired test's p-value is below 0.05 (the delta-method
+z-test over the queries; exact over 16 or fewer, so that five or fewer
+held-out queries are never significant, however alike they gain). The
+tuning score (the best trial's, on the queries it was chosen on) is printed
+beside the held-out score, so the optimism of the search shows.
 
 The answer
 ----------
@@ -156,6 +159,7 @@ from memsim.engine.state import distinct_texts
 from memsim.reporting.rundir import (Manifest, jsonable, new_run_dir, relevant_when_asked,
                                      utc_now, write_atomic, write_text_atomic)
 from memsim.runs.runner import load_stream_for, simulate_replicate
+from memsim.reporting.numbers import format_p
 from memsim.reporting.stats import paired_tests, utility_share
 from memsim.sweep.evaluate import cache_budget
 from memsim.sweep.study import quiet_optuna
@@ -903,7 +907,8 @@ class Advice:
         What the interval resamples (``"queries"`` or ``"replicates"``) and
         the held-out queries with an achievable utility.
     significant : bool
-        The interval excludes 0.
+        The interval excludes 0 and the paired test's p-value
+        (``heldout["utility_share"]["p"]``) is below 0.05.
     verdict, verdict_reason : str (properties, in ``advice.json``)
         ``"adopt"`` the tuned setting (a significant held-out gain) or
         ``"keep"`` today's; why: ``"significant gain"``, ``"significantly
@@ -1038,7 +1043,7 @@ class Advice:
         return (f"held-out utility_share {u['current']:.3f} -> {u['recommended']:.3f}, gain "
                 f"{_signed(self.gain)} [{_signed(self.gain_low)}, {_signed(self.gain_high)}] "
                 f"({_queries(self.n_heldout, 'held-out')} with something to gain{pooled}, interval "
-                f"over {over}): {verdict}")
+                f"over {over}; paired test p = {format_p(u.get('p'))}): {verdict}")
 
     def metrics_line(self) -> str:
         h = self.heldout
@@ -1202,18 +1207,32 @@ def _paired(frame: pd.DataFrame, policy: str, baseline: str,
         row = res[(res["policy"] == policy) & (res["metric"] == m)]
         if not len(row):
             out[m] = {"current": math.nan, "recommended": math.nan, "diff": math.nan,
-                      "low": math.nan, "high": math.nan, "over": "", "n": 0}
+                      "low": math.nan, "high": math.nan, "over": "", "n": 0, "p": None}
             continue
         r = row.iloc[0]
         out[m] = {"current": float(r["baseline_mean"]), "recommended": float(r["policy_mean"]),
                   "diff": float(r["diff"]), "low": float(r["diff_ci_low"]),
                   "high": float(r["diff_ci_high"]), "over": str(r["ci_over"]),
-                  "n": int(r["n_pairs"])}
+                  "n": int(r["n_pairs"]),
+                  # None: no test (no pair differs)
+                  "p": float(r["p_value"]) if math.isfinite(r["p_value"]) else None}
     return out
 
 
 def _excludes_zero(lo: float, hi: float) -> bool:
     return math.isfinite(lo) and math.isfinite(hi) and (lo > 0 or hi < 0)
+
+
+#: the significance level of the held-out gain's paired test
+ALPHA = 0.05
+
+
+def _significant(d: dict) -> bool:
+    """Whether a paired difference (:func:`_paired`) is significant: its
+    interval excludes 0 and its paired test's p-value is below
+    :data:`ALPHA` (exact over few queries, so that a handful of held-out
+    queries that gain alike, whose interval has no width, is not enough)."""
+    return _excludes_zero(d["low"], d["high"]) and d["p"] is not None and d["p"] < ALPHA
 
 
 # --------------------------------------------------------------------------
@@ -1506,7 +1525,7 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
         current=spec.current, changes=changes_between(now_table, rec_table),
         recommended=rec_table, heldout=heldout, gain=u["diff"], gain_low=u["low"],
         gain_high=u["high"], ci_over=u["over"], n_heldout=u["n"],
-        significant=_excludes_zero(u["low"], u["high"]),
+        significant=_significant(u),
         tuning={"current": utility_share(tune_cur), "recommended": best["tuning"]},
         stages=stages, runner_ups=runner_ups, folds=fold_rows, warnings=warnings,
         split=split_text, workload=_workload_text(exp, replays), trials=spec.trials,
