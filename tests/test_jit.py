@@ -204,28 +204,40 @@ def test_replays_with_and_without_the_kernels_are_identical():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 12), st.integers(1, 12), st.integers(0, 2**32 - 1))
-def test_compiled_walk_merge_orders_as_numpy(a, c, cc, seed):
+@given(st.integers(1, 8), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_compiled_walk_merge_orders_as_numpy(q, c, seed):
     """The walk's merge of first candidates and rescored cells
     (``walk._merge_cells``): the compiled insertion and numpy's lexsort give
-    the same scores and columns: ties in score (to the lower column), -inf
-    and +inf scores, dropped candidates, rows of one cell or many."""
+    the same queries, scores and columns: ties in score (to the lower
+    column), -inf and +inf scores, first candidates used before their query
+    (dropped) or after it (kept), no column used, columns near each other
+    (looked up in a table) or far apart (searched), queries of one cell or
+    many."""
     from memsim.engine.walk import _merge_cells
 
     rng = np.random.default_rng(seed)
     levels = np.array([-np.inf, 0.1, 0.2, 0.3, np.inf])  # few values: ties
-    kv = rng.choice(levels, (a, c), p=[0.2, 0.3, 0.2, 0.2, 0.1])
-    kp = rng.integers(0, 3 * c, (a, c))
-    order = np.lexsort((kp, -kv), axis=1)  # as a first scoring gives them
-    kv, kp = np.take_along_axis(kv, order, axis=1), np.take_along_axis(kp, order, axis=1)
-    drop = rng.random((a, c)) < 0.3
-    counts = rng.integers(1, 6, a)
+    fv = rng.choice(levels, (q, c), p=[0.2, 0.3, 0.2, 0.2, 0.1])
+    fp = rng.integers(0, 3 * c, (q, c))
+    order = np.lexsort((fp, -fv), axis=1)  # as a first scoring gives them
+    fv, fp = np.take_along_axis(fv, order, axis=1), np.take_along_axis(fp, order, axis=1)
+    # the columns used (ascending), and the first query that sees each
+    ucols = np.flatnonzero(rng.random(3 * c) < rng.choice([0.0, 0.3, 0.9]))
+    useen = rng.integers(0, q + 1, len(ucols))
+    aq = np.flatnonzero(rng.random(q) < 0.7)
+    if not len(aq):
+        aq = np.array([q - 1])
+    counts = rng.integers(1, 6, len(aq))
+    cq = np.repeat(aq, counts)
     new = rng.choice(levels, counts.sum())
     ci = rng.integers(0, 3 * c, counts.sum())
-    cc = min(cc, c)
+    # columns far apart: the compiled lookup searches instead of a table
+    spread = int(rng.choice([1, 1_000_003]))
+    fp, ucols, ci = fp * spread, ucols * spread, ci * spread
     with numba_kernels(False):
-        want = _merge_cells(kv, kp, drop, counts, new, ci, cc)
+        want = _merge_cells(fv, fp, cq, new, ci, ucols, useen)
     with numba_kernels(True):
-        got = _merge_cells(kv, kp, drop, counts, new, ci, cc)
+        got = _merge_cells(fv, fp, cq, new, ci, ucols, useen)
+    assert np.array_equal(want[0], aq)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w)

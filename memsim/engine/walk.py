@@ -349,20 +349,16 @@ def _merged(job: _ArmJob, ctx: BatchContext, sees: _Seen, batch: Batch, pk: _Pac
     first candidates (they take the first packing back), nor those with the
     candidates they were last packed with (an earlier round's)."""
     fb = job.arm.policy.feedback
-    q, n = len(batch.t), len(batch.idx)
+    n = len(batch.idx)
     rows_u, seen_u = uses[0], uses[3]
     # the first query that sees a use of each column used (columns
     # ascending; not an array over the batch's columns: millions at scale)
     at, hit = _columns(batch.idx, rows_u)
-    by_col = np.lexsort((seen_u[hit], at[hit]))
-    ucols, first_use = np.unique(at[hit][by_col], return_index=True)
-    useen = seen_u[hit][by_col][first_use]
-
-    def seen(cols: np.ndarray) -> np.ndarray:
-        """The first query that sees a use of each of ``cols`` (q: none)."""
-        k, found = _columns(ucols, cols)
-        return np.where(found, useen[k] if len(ucols) else q, q)  # (none found when empty)
-
+    # the uses come in the order of their keys, in which the first query
+    # that sees each never decreases (:func:`_walk_uses`): a column's first
+    # use is the one seen first
+    ucols, first_use = np.unique(at[hit], return_index=True)
+    useen = seen_u[hit][first_use]
     early = useen < stop
     used = ucols[early]
     qs = np.arange(start, stop)
@@ -381,11 +377,8 @@ def _merged(job: _ArmJob, ctx: BatchContext, sees: _Seen, batch: Batch, pk: _Pac
     # every query from start: its first answer, corrected where it sees a use
     tpos, tvals = first.pos[qs], first.vals[qs]  # (fancy indexing: copies)
     if new is not None and len(ci):
-        aq, k = np.unique(cq, return_counts=True)  # (cells row by row: cq ascending)
         cc = first.pos.shape[1]
-        kp = first.pos[aq]
-        drop = seen(kp) <= aq[:, None]  # used before: among the cells when seen
-        mv, mp = _merge_cells(first.vals[aq], kp, drop, k, new, ci, cc)
+        aq, mv, mp = _merge_cells(first.vals, first.pos, cq, new, ci, ucols, useen)
         # the first scoring's C-th candidate bounds every note not rescored
         bv, bp = first.vals[aq, cc - 1], first.pos[aq, cc - 1]
         ok = ~np.isfinite(bv) | (mv[:, -1] > bv) | ((mv[:, -1] == bv) & (mp[:, -1] <= bp))
@@ -407,14 +400,26 @@ def _merged(job: _ArmJob, ctx: BatchContext, sees: _Seen, batch: Batch, pk: _Pac
     return redo, old_uses, rows
 
 
-def _merge_cells(kv: np.ndarray, kp: np.ndarray, drop: np.ndarray, counts: np.ndarray,
-                 new: np.ndarray, ci: np.ndarray, cc: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's top ``cc`` (score descending, then the lower column) of
-    its first candidates ``kv``/``kp`` (A, C) but those to ``drop``, and its
-    cells (``counts[r]`` of the scores ``new`` at columns ``ci``, row after
-    row): (scores, columns), the column 0 where the score is not finite."""
+def _merge_cells(fv: np.ndarray, fp: np.ndarray, cq: np.ndarray, new: np.ndarray,
+                 ci: np.ndarray, ucols: np.ndarray, useen: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queries ``aq`` that have cells (rescored scores ``new`` at
+    columns ``ci``, query ``cq``, ascending), and each one's top C (score
+    descending, then the lower column) of its first candidates ``fv[aq]``
+    / ``fp[aq]`` (Q, C) and its cells: (aq, scores, columns), the column 0
+    where the score is not finite. A first candidate used before its query
+    (a column of ``ucols``, ascending, whose first use ``useen`` that query
+    sees) is left out: it is among the query's cells."""
     if jit.enabled():  # the same order, row by row, compiled
-        return _merge_rows(kv, kp, drop, counts, new, ci, cc)
+        return _merge_rows(fv, fp, cq, new, ci, ucols, useen)
+    aq, counts = np.unique(cq, return_counts=True)
+    cc = fp.shape[1]
+    kv, kp = fv[aq], fp[aq]
+    if len(ucols):
+        k, found = _columns(ucols, kp)
+        drop = found & (useen[k] <= aq[:, None])
+    else:
+        drop = np.zeros(kp.shape, dtype=bool)
     w = int(counts.max())
     r, j = np.repeat(np.arange(len(counts)), counts), _within(counts)
     cv = np.full((len(counts), w), -np.inf)
@@ -424,30 +429,62 @@ def _merge_cells(kv: np.ndarray, kp: np.ndarray, drop: np.ndarray, counts: np.nd
     mp = np.concatenate([kp, cp], axis=1)
     order = np.lexsort((mp, -mv), axis=1)[:, :cc]  # score desc, then the lower column
     mv = np.take_along_axis(mv, order, axis=1)
-    return mv, np.where(np.isfinite(mv), np.take_along_axis(mp, order, axis=1), 0)
+    return aq, mv, np.where(np.isfinite(mv), np.take_along_axis(mp, order, axis=1), 0)
 
 
 @jit.kernel
-def _merge_rows(kv, kp, drop, counts, new, ci, cc):
-    """:func:`_merge_cells` compiled (:func:`memsim.core.jit.kernel`): each
-    row's entries above -inf sorted by (score descending, column ascending)
-    by insertion (the first candidates come sorted; a row's cells are
-    few), the first ``cc`` taken, -inf after them: the order of numpy's
-    lexsort there, and the same values."""
-    a, c = kv.shape
-    mv = np.full((a, cc), -np.inf)
-    mp = np.zeros((a, cc), dtype=np.int64)
-    width = c + counts.max()
-    vals = np.empty(width)
-    cols = np.empty(width, dtype=np.int64)
+def _merge_rows(fv, fp, cq, new, ci, ucols, useen):
+    """:func:`_merge_cells` compiled (:func:`memsim.core.jit.kernel`): the
+    queries' runs of cells in one pass; each query's first candidates
+    looked up among the columns used (a table, or a binary search); its
+    entries above
+    -inf sorted by (score descending, column ascending) by insertion (the
+    first candidates come sorted; a query's cells are few), the first C
+    taken, -inf after them: the order of numpy's lexsort there, and the
+    same values."""
+    c = fp.shape[1]
+    a = 0  # the queries with cells, and the most cells of one
+    most = run = 0
+    for x in range(len(cq)):
+        if x == 0 or cq[x] != cq[x - 1]:
+            a += 1
+            run = 0
+        run += 1
+        most = max(most, run)
+    aq = np.empty(a, dtype=np.int64)
+    mv = np.full((a, c), -np.inf)
+    mp = np.zeros((a, c), dtype=np.int64)
+    vals = np.empty(c + most)
+    cols = np.empty(c + most, dtype=np.int64)
     start = 0
+    nu = len(ucols)
+    # the first query that sees each column of the span the used ones
+    # cover, as a table when it is small beside the lookups (a binary
+    # search costs more), else found by binary search
+    lo = ucols[0] if nu else 0
+    span = ucols[nu - 1] - lo + 1 if nu else 0
+    dense = 0 < span <= 8 * (nu + a * c)
+    table = np.full(span if dense else 0, np.iinfo(np.int64).max)
+    if dense:
+        for u in range(nu):
+            table[ucols[u] - lo] = useen[u]
     for r in range(a):
+        q = cq[start]
+        stop = start
+        while stop < len(cq) and cq[stop] == q:
+            stop += 1
+        aq[r] = q
         m = 0
-        for j in range(c + counts[r]):
+        for j in range(c + stop - start):
             if j < c:
-                if drop[r, j]:
-                    continue
-                v, p = kv[r, j], kp[r, j]
+                v, p = fv[q, j], fp[q, j]
+                if dense:
+                    if lo <= p < lo + span and table[p - lo] <= q:
+                        continue  # used before: among the cells
+                elif nu:
+                    at = np.searchsorted(ucols, p)
+                    if at < nu and ucols[at] == p and useen[at] <= q:
+                        continue
             else:
                 v, p = new[start + j - c], ci[start + j - c]
             if not v > -np.inf:
@@ -460,12 +497,12 @@ def _merge_rows(kv, kp, drop, counts, new, ci, cc):
             vals[i] = v
             cols[i] = p
             m += 1
-        start += counts[r]
-        for j in range(min(m, cc)):
+        start = stop
+        for j in range(min(m, c)):
             mv[r, j] = vals[j]
             if np.isfinite(vals[j]):
                 mp[r, j] = cols[j]
-    return mv, mp
+    return aq, mv, mp
 
 
 def _may_enter(job: _ArmJob, ctx: BatchContext, first: _Packed, qs: np.ndarray,
