@@ -153,3 +153,36 @@ def test_a_read_before_its_note_exists_is_refused_not_dropped(tmp_path):
     with pytest.raises(ValueError, match=r"accesses: note 1 is read at t = 0\.5, before it"):
         write_trace(s, tmp_path / "x.jsonl")
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_note_updated_in_place_is_refused_not_dropped(tmp_path):
+    # a trace's update is a version of its own: a row updated in place (the
+    # decay's "updated" clock) would import back with updated_at = created_at
+    notes, queries, qrels = _tiny_stream(updated_at=[np.nan, 1.75])
+    s = make_stream(notes, queries, qrels, None, None, None, {})
+    with pytest.raises(ValueError, match=r"^notes: note 1 has updated_at = 1\.75, later than "
+                       r"its created_at = 1 \(1 such row\): a trace cannot say so"):
+        write_trace(s, tmp_path / "x.jsonl")
+    assert not (tmp_path / "x.jsonl").exists()
+    # never updated (NaN, or the creation time) is written
+    notes["updated_at"] = [np.nan, 1.0]
+    write_trace(make_stream(notes, queries, qrels, None, None, None, {}), tmp_path / "y.jsonl")
+    assert import_trace(tmp_path / "y.jsonl").notes["updated_at"].tolist() == [0.0, 1.0]
+
+
+def test_a_ranking_scored_in_part_is_refused_not_dropped(tmp_path):
+    notes, queries, qrels = _tiny_stream()
+    s = make_stream(notes, queries, qrels, None, None, None, {})
+    part = pd.DataFrame({"query_id": [0, 0], "rank": [1, 2], "note_id": [0, 1],
+                         "score": [0.9, np.nan]})
+    with pytest.raises(ValueError, match=r"^retrieved: query 0 has a score for 1 of its 2 notes "
+                       r"\(1 such query\): a trace cannot say so"):
+        write_trace(s, tmp_path / "x.jsonl", retrieved=part)
+    assert not (tmp_path / "x.jsonl").exists()
+    # every score, or none, is written as it is
+    for scores in ([0.9, 0.4], [np.nan, np.nan]):
+        write_trace(s, tmp_path / "y.jsonl", retrieved=part.assign(score=scores))
+        back = import_trace(tmp_path / "y.jsonl").retrieved
+        assert back["note_id"].tolist() == [0, 1]
+        got = back["score"].tolist() if "score" in back.columns else [np.nan, np.nan]
+        assert np.array_equal(got, scores, equal_nan=True)

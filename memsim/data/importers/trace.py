@@ -1542,14 +1542,19 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
     ValueError
         If ``relevance`` is neither value, ``embeddings`` is asked of a
         stream without them, or the stream holds what a trace cannot say:
-        a ``superseded_at`` when no other note is added or updated, or an
-        access before its note is created (nothing is written).
+        a ``superseded_at`` when no other note is added or updated, an
+        access before its note is created, a note row whose ``updated_at``
+        is later than its ``created_at`` (a trace's update is a
+        ``note_updated`` event, a version of its own), or a logged ranking
+        with scores for some of its notes only (a ``retrieved`` event scores
+        every note or none). Nothing is written.
     """
     if relevance not in ("judgement", "used"):
         raise ValueError(f"relevance must be 'judgement' or 'used', got {relevance!r}")
     notes, queries = stream.notes, stream.queries
     if retrieved is None:
         retrieved = getattr(stream, "retrieved", None)
+    _check_sayable(notes, retrieved)
     has_ns = "namespace" in notes.columns and "namespace" in queries.columns
     ne, qe = stream.note_embeddings, stream.query_embeddings
     if embeddings and ne is None:
@@ -1702,6 +1707,34 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
                 for line in by_query.get(int(queries["query_id"].iat[i]), ()):
                     fh.write(line + "\n")
     return dest
+
+
+def _check_sayable(notes: pd.DataFrame, retrieved: pd.DataFrame | None) -> None:
+    """Refuse (``ValueError``, naming the first row) what a trace cannot
+    say and :func:`write_trace` would otherwise drop: a note updated in
+    place (``updated_at`` later than ``created_at``), and a logged ranking
+    with scores for some of its notes only."""
+    if "updated_at" in notes.columns:
+        created = notes["created_at"].to_numpy(np.float64)
+        updated = notes["updated_at"].to_numpy(np.float64)
+        later = np.flatnonzero(updated > created)
+        if len(later):
+            i = int(later[0])
+            raise ValueError(
+                f"notes: note {int(notes['note_id'].iat[i])} has updated_at = {updated[i]:g}, "
+                f"later than its created_at = {created[i]:g} ({len(later)} such "
+                f"{'row' if len(later) == 1 else 'rows'}): a trace cannot say so (an update "
+                "is a note_updated event, which makes a version of its own)")
+    if retrieved is not None and len(retrieved) and "score" in retrieved.columns:
+        logged = retrieved["score"].notna().groupby(retrieved["query_id"]).agg(["any", "all"])
+        part = logged.index[(logged["any"] & ~logged["all"]).to_numpy()]
+        if len(part):
+            rows = retrieved[retrieved["query_id"] == part[0]]
+            raise ValueError(
+                f"retrieved: query {int(part[0])} has a score for {int(rows['score'].notna().sum())}"
+                f" of its {len(rows)} notes ({len(part)} such "
+                f"{'query' if len(part) == 1 else 'queries'}): a trace cannot say so (a "
+                "retrieved event scores every note it names or none)")
 
 
 def _carriers(notes: pd.DataFrame, refs: list, order: list) -> dict[int, list]:
