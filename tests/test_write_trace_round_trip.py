@@ -186,3 +186,19 @@ def test_a_ranking_scored_in_part_is_refused_not_dropped(tmp_path):
         assert back["note_id"].tolist() == [0, 1]
         got = back["score"].tolist() if "score" in back.columns else [np.nan, np.nan]
         assert np.array_equal(got, scores, equal_nan=True)
+
+
+def test_a_generated_streams_supersession_survives_the_trace(tmp_path):
+    # the planted truth of supersession (a superseding version's valid_until)
+    # goes as supersedes events and comes back as superseded_at: the
+    # superseded_used curves and an invalidation's score keep their truth
+    from memsim.evaluation.metrics import supersession_times
+
+    stream = SyntheticWorkload(horizon_days=20, backfill_days=40, notes_per_day=10,
+                               queries_per_day=2).generate(3)
+    want = supersession_times(stream.notes)
+    assert np.isfinite(want).sum() > 20
+    write_trace(stream, tmp_path / "t.jsonl", embeddings=True)
+    back = import_trace(tmp_path / "t.jsonl")
+    assert np.array_equal(supersession_times(back.notes), want, equal_nan=True)
+    assert np.array_equal(back.notes["superseded_at"].to_numpy(), want, equal_nan=True)

@@ -146,6 +146,7 @@ __all__ = [
     "VARIANTS",
     "LIFETIME_LAWS",
     "SimilarityModel",
+    "planted_superseded_at",
 ]
 
 #: Note classes in generation order (this order breaks ties of creation time).
@@ -1112,6 +1113,19 @@ def _supersede(notes: dict[str, np.ndarray]) -> None:
         return
     same = notes["slot"][idx[1:]] == notes["slot"][idx[:-1]]
     notes["valid_until"][idx[:-1][same]] = notes["created"][idx[1:][same]]
+
+
+def planted_superseded_at(notes: pd.DataFrame) -> np.ndarray | None:
+    """When each note of a stream memsim generated was superseded (days;
+    NaN = never), in row order: a superseding-class note's ``valid_until``,
+    the creation of its slot's next version (the expiry of project and
+    scratch notes is not supersession: no newer note replaces them). None
+    for a stream without the ``note_class`` and ``valid_until`` columns."""
+    if "note_class" not in notes or "valid_until" not in notes:
+        return None
+    until = notes["valid_until"].to_numpy(np.float64)
+    sup = (notes["note_class"].astype(str).to_numpy() == "superseding") & np.isfinite(until)
+    return np.where(sup, until, np.nan)
 
 
 # --------------------------------------------------------------------------

@@ -96,6 +96,7 @@ import pandas as pd
 from memsim.core.errors import StreamError
 from memsim.core.knapsack import knapsack_value
 from memsim.data.stream import Stream
+from memsim.data.workload import planted_superseded_at
 
 __all__ = [
     "AGE_BUCKETS",
@@ -409,7 +410,8 @@ def supersession_times(notes: pd.DataFrame) -> np.ndarray:
     * else, on a stream memsim generated (``note_class`` and ``valid_until``
       columns), the ``valid_until`` of the superseding class, which is the
       creation time of the next version of the slot (expiry of project and
-      scratch notes is not supersession: no newer note replaces them);
+      scratch notes is not supersession: no newer note replaces them;
+      :func:`memsim.data.workload.planted_superseded_at`);
     * else NaN everywhere: the stream says nothing about supersession (an
       update logged as a trace's ``note_updated`` already ends the old
       version with ``expires_at``).
@@ -431,11 +433,8 @@ def supersession_times(notes: pd.DataFrame) -> np.ndarray:
             raise StreamError(f"notes: column 'superseded_at': row {int(bad[0])} is before "
                               "the note's created_at")
         return out
-    if "note_class" in notes and "valid_until" in notes:
-        until = notes["valid_until"].to_numpy(np.float64)
-        sup = (notes["note_class"].astype(str).to_numpy() == "superseding") & np.isfinite(until)
-        return np.where(sup, until, np.nan)
-    return np.full(n, np.nan)
+    planted = planted_superseded_at(notes)
+    return np.full(n, np.nan) if planted is None else planted
 
 
 def stale_reinforced(used: np.ndarray, gains: np.ndarray) -> np.ndarray:

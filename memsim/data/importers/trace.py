@@ -189,6 +189,7 @@ import pandas as pd
 from memsim.data.embed import TEXT_EMBEDDERS, check_embedder, embed_texts
 from memsim.core.errors import StreamError
 from memsim.data.stream import MAX_TOKENS, Stream, make_stream, write_stream
+from memsim.data.workload import planted_superseded_at
 
 __all__ = ["import_trace", "cli_import_trace", "check_trace", "write_trace", "TRACE_FORMAT",
            "TRACE_VERSION", "EVENTS", "TIME_UNITS", "MAX_ABS_DAYS", "SCHEMA_PATH",
@@ -1514,7 +1515,12 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
     ``note_updated`` events of it; otherwise every note is one
     ``note_added`` under its ``note_id``. Organic reads (``accesses``) are
     ``accessed`` events, and a note's ``superseded_at`` is a ``supersedes``
-    on the note added or updated at that time.
+    on the note added or updated at that time. A stream memsim generated
+    keeps its truth of supersession the same way (its superseding versions'
+    ``valid_until``) and its queries' class as ``category``; its other
+    planted columns (the notes' ``note_class``, ``topic``, ``slot``,
+    ``scope``, ``valid_until``, the queries' ``topic`` and ``slot``) have
+    no field in a trace and are not written.
 
     Parameters
     ----------
@@ -1542,7 +1548,9 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
     ValueError
         If ``relevance`` is neither value, ``embeddings`` is asked of a
         stream without them, or the stream holds what a trace cannot say:
-        a ``superseded_at`` when no other note is added or updated, an
+        a ``superseded_at`` (or, on a stream memsim generated, the planted
+        one, :func:`~memsim.data.workload.planted_superseded_at`) when no
+        other note is added or updated, an
         access before its note is created, a note row whose ``updated_at``
         is later than its ``created_at`` (a trace's update is a
         ``note_updated`` event, a version of its own), or a logged ranking
@@ -1555,6 +1563,9 @@ def write_trace(stream: Stream, path: str | os.PathLike, *, embeddings: bool = F
     if retrieved is None:
         retrieved = getattr(stream, "retrieved", None)
     _check_sayable(notes, retrieved)
+    planted = planted_superseded_at(notes) if "superseded_at" not in notes.columns else None
+    if planted is not None:  # a generated stream's supersession, as supersedes events
+        notes = notes.assign(superseded_at=planted)
     has_ns = "namespace" in notes.columns and "namespace" in queries.columns
     ne, qe = stream.note_embeddings, stream.query_embeddings
     if embeddings and ne is None:
