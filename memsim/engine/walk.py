@@ -437,11 +437,10 @@ def _merge_rows(fv, fp, cq, new, ci, ucols, useen):
     """:func:`_merge_cells` compiled (:func:`memsim.core.jit.kernel`): the
     queries' runs of cells in one pass; each query's first candidates
     looked up among the columns used (a table, or a binary search); its
-    entries above
-    -inf sorted by (score descending, column ascending) by insertion (the
-    first candidates come sorted; a query's cells are few), the first C
-    taken, -inf after them: the order of numpy's lexsort there, and the
-    same values."""
+    entries above -inf sorted by (score descending, column ascending) by
+    insertion (the first candidates come sorted; a query's cells are few),
+    the first C taken, -inf after them: the order of numpy's lexsort there,
+    and the same values."""
     c = fp.shape[1]
     a = 0  # the queries with cells, and the most cells of one
     most = run = 0

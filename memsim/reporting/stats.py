@@ -99,9 +99,9 @@ test over all 2^n ways of swapping the two policies' values within pairs
 (the share of those whose |S_P - S_B| reaches the observed one), so that
 it is never below 2 / 2^n and five pairs or fewer are never significant at
 0.05. Like the Wilcoxon test it treats queries as independent; it enters
-the same Holm family. Effect sizes
-and wins/ties/losses of that row are those of the per-query utility pairs,
-and ``statistic`` holds z instead of W+.
+the same Holm family. Effect sizes and wins/ties/losses of that row are
+those of the per-query utility pairs, and ``statistic`` holds z instead of
+W+.
 """
 
 from __future__ import annotations
