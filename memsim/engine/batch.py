@@ -741,15 +741,15 @@ def gathers_exactly(block: int, q: int, dim: int, dtype: str) -> bool:
     """Whether this BLAS gives a note's row of a (``block``, ``dim``) x
     (``dim``, ``q``) product the same floats whichever rows are multiplied
     with it and wherever it sits: pairs of blocks of fixed random
-    embeddings, their rows gathered shuffled into products of the same
-    shape, compared with their blocks' own products, bit for bit, over at
-    least :data:`GATHER_PROBE_ROWS` rows (OpenBLAS picks its kernels by
+    embeddings (:func:`_probe_rows`) and ``q`` fixed random queries, their
+    rows gathered shuffled into products of the same shape, compared with
+    their blocks' own products, bit for bit, over at least
+    :data:`GATHER_PROBE_ROWS` rows (OpenBLAS picks its kernels by
     shape; a kernel whose rows take different paths by their place, as its
     matrix-vector one does on a few rows, gives some of them other bits).
     """
-    rng = np.random.default_rng(20261204)
-    for _ in range(-(-GATHER_PROBE_ROWS // block)):
-        emb = rng.standard_normal((2 * block, dim)).astype(dtype)
+    rng = np.random.default_rng((20261204, q))
+    for emb in _probe_rows(block, dim, dtype):
         qemb = rng.standard_normal((q, dim)).astype(dtype)
         own = np.empty((2 * block, q), dtype=dtype)
         for b in range(2):
@@ -765,6 +765,16 @@ def gathers_exactly(block: int, q: int, dim: int, dtype: str) -> bool:
 
 #: rows :func:`gathers_exactly` compares per shape, at least
 GATHER_PROBE_ROWS = 4096
+
+
+@lru_cache(maxsize=None)
+def _probe_rows(block: int, dim: int, dtype: str) -> tuple[np.ndarray, ...]:
+    """:func:`gathers_exactly`'s pairs of blocks of fixed random embeddings,
+    drawn once per block shape: they are most of its cost, and each batch's
+    query count asks again."""
+    rng = np.random.default_rng(20261204)
+    return tuple(rng.standard_normal((2 * block, dim)).astype(dtype)
+                 for _ in range(-(-GATHER_PROBE_ROWS // block)))
 
 
 #: multiplied blocks per thread, at least, for a batch's product to be split
