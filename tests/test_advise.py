@@ -25,7 +25,7 @@ from memsim.policies.context import ArrayContext
 from memsim.policies.decay import PerTypeHalfLife
 from memsim.runs.config import config_hash
 from memsim.runs.runner import simulate_experiment
-from memsim.reporting.numbers import format_p
+from memsim.reporting.numbers import p_phrase
 from memsim.reporting.stats import paired_tests, utility_share
 from memsim.checks.testing import check_component
 from .helpers import TINY_TOML
@@ -116,7 +116,7 @@ def test_a_handful_of_held_out_queries_is_not_a_significant_gain(queries_per_day
     assert u["p"] >= 2 / 2 ** n
     assert adv.significant == (n > 5) == (adv.verdict == "adopt")
     head = adv.headline()
-    assert f"paired test p = {format_p(u['p'])}" in head
+    assert f"paired test {p_phrase(u['p'])}" in head and "p = <" not in head
     assert ("NOT significant" in head) == (n <= 5)
     assert json.loads(adv.to_json())["heldout"]["utility_share"]["p"] == u["p"]
 

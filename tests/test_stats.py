@@ -451,6 +451,9 @@ def test_format_ci_and_p():
     assert format_ci(-0.0001, -0.0004, 0.0002) == "-0.00010 [-0.00040, 0.00020]"
     assert format_p(0.0004) == "<0.001" and format_p(0.0123) == "0.012"
     assert format_p(0.5) == "0.50" and format_p(np.nan) == "n/a"
+    from memsim.reporting.numbers import p_phrase
+    assert (p_phrase(0.0004), p_phrase(0.25), p_phrase(None)) == ("p < 0.001", "p = 0.25",
+                                                                  "p n/a")
 
 
 # -- compare(): the user's mistakes -----------------------------------------------

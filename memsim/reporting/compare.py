@@ -40,6 +40,7 @@ import pandas as pd
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN, UNDIRECTED_METRICS
 from memsim.reporting.rundir import RunResult, column_problem, load_run, summary_rows
+from memsim.reporting.numbers import p_phrase
 from memsim.reporting.stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
                     MissingColumnError, column_decimals, fold_replays, format_fixed, format_p, paired_tests,
                     summarise)
@@ -305,9 +306,7 @@ class Comparison:
         lo, hi = float(row["diff_ci_low"]), float(row["diff_ci_high"])
         p = float(row["p_holm"])
         ci = f"{self.level:.0%} CI"
-        fp = format_p(p)
-        holm_p = (f"after Holm correction over {n} comparisons p "
-                  + (fp.replace("<", "< ") if fp.startswith("<") else f"= {fp}"))
+        holm_p = f"after Holm correction over {n} comparisons {p_phrase(p)}"
         if not math.isfinite(p):
             return "not tested: the policies never differ on these queries"
         sig = p < self.alpha

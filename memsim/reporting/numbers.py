@@ -15,7 +15,7 @@ from typing import Iterable
 from memsim.evaluation.metrics import AGE_BUCKET_COLUMNS, OLD_RECALL_COLUMN
 
 __all__ = ["SHARE_METRICS", "round_to_ci", "format_ci", "column_decimals", "format_fixed",
-           "format_p"]
+           "format_p", "p_phrase"]
 
 #: Shares and ratios: shown with a fixed 3 decimals in every table.
 SHARE_METRICS = frozenset({
@@ -149,3 +149,11 @@ def format_p(p: float) -> str:
     if p < 0.001:
         return "<0.001"
     return f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
+
+
+def p_phrase(p: float | None) -> str:
+    """A p-value in a sentence: ``p = 0.25``, ``p < 0.001``, ``p n/a``."""
+    fp = format_p(p)
+    if fp.startswith("<"):
+        return "p " + fp.replace("<", "< ")
+    return f"p {fp}" if fp == "n/a" else f"p = {fp}"

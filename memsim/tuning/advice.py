@@ -159,7 +159,7 @@ from memsim.engine.state import distinct_texts
 from memsim.reporting.rundir import (Manifest, jsonable, new_run_dir, relevant_when_asked,
                                      utc_now, write_atomic, write_text_atomic)
 from memsim.runs.runner import load_stream_for, simulate_replicate
-from memsim.reporting.numbers import format_p
+from memsim.reporting.numbers import p_phrase
 from memsim.reporting.stats import paired_tests, utility_share
 from memsim.sweep.evaluate import cache_budget
 from memsim.sweep.study import quiet_optuna
@@ -1043,7 +1043,7 @@ class Advice:
         return (f"held-out utility_share {u['current']:.3f} -> {u['recommended']:.3f}, gain "
                 f"{_signed(self.gain)} [{_signed(self.gain_low)}, {_signed(self.gain_high)}] "
                 f"({_queries(self.n_heldout, 'held-out')} with something to gain{pooled}, interval "
-                f"over {over}; paired test p = {format_p(u.get('p'))}): {verdict}")
+                f"over {over}; paired test {p_phrase(u.get('p'))}): {verdict}")
 
     def metrics_line(self) -> str:
         h = self.heldout
