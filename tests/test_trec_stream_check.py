@@ -5,8 +5,9 @@ given: a Stream, its folder or a copy of it, or the run's source as the
 run's config.toml names it (a trace file, ``data:locomo``).
 
 What a run records of its stream: ``workload.source_hash`` (the content of
-a replayed source), the notes it ranked, and the queries it asked with
-their ``t`` and ``n_relevant``.
+a replayed source), ``stream_fingerprint`` in its manifest (a replayed
+stream's ids, times and gains), the notes it ranked, and the queries it
+asked with their ``t`` and ``n_relevant``.
 """
 
 from __future__ import annotations
@@ -237,8 +238,55 @@ def test_a_replayed_folder_is_accepted_as_a_copy_and_refused_once_changed(tmp_pa
     _refused(run, tmp_path / "changed", tmp_path / "x",
              rf"^stream {tmp_path / 'changed'}: not the run's source {tmp_path / 's'} "
              r"\(its content's sha256 is not the workload.source_hash")
-    # as a Stream it cannot be hashed: its queries and ranked notes are the run's
-    assert len(run.trec_qrels_frame(changed, gain_scale=2)) == len(want.splitlines())
+    # as a Stream (its files not hashed), its fingerprint tells (before:
+    # accepted, since its queries and ranked notes are the run's)
+    _refused(run, changed, tmp_path / "x",
+             r"^stream: its qrels \(which notes are relevant, or their gains\) are not those "
+             r"of the stream the run replayed \(stream_fingerprint in its manifest.json\)"
+             + REFUSED)
+
+
+def test_a_trace_runs_stream_folder_edited_is_refused(trace_run, tmp_path):
+    """A run that imported a trace hashed the trace, not a folder of its
+    stream (``memsim stream import trace``), so a folder is compared by the
+    fingerprint the run recorded: a note's or a query's trace id renamed,
+    or a gain changed, is refused by every export, which writes nothing (before: the
+    renamed id, and grades the run was not measured by, were written)."""
+    run, trace = trace_run
+    s = import_trace(trace)
+    assert set(run.manifest["stream_fingerprint"]) == {"notes", "queries", "qrels"}
+    notes = s.notes.copy()
+    notes.loc[notes.index[3], "trace_id"] = "WRONG"
+    renamed = make_stream(notes, s.queries, s.qrels, s.accesses, s.note_embeddings,
+                          s.query_embeddings, dict(s.meta))
+    qrels = s.qrels.copy()
+    qrels["gain"] = qrels["gain"] * 2.5
+    regraded = make_stream(s.notes, s.queries, qrels, s.accesses, s.note_embeddings,
+                           s.query_embeddings, dict(s.meta))
+    asked = s.queries.copy()
+    asked.loc[asked.index[2], "trace_id"] = "query-x"
+    other_id = make_stream(s.notes, asked, s.qrels, s.accesses, s.note_embeddings,
+                           s.query_embeddings, dict(s.meta))
+    for name, stream, what in (
+            ("renamed", renamed, r"notes \(their ids or creation times\)"),
+            ("regraded", regraded, r"qrels \(which notes are relevant, or their gains\)"),
+            ("other-id", other_id, r"queries \(their ids or times\)")):
+        folder = write_stream(stream, tmp_path / name)
+        (tmp_path / f"out-{name}").mkdir()
+        _refused(run, folder, tmp_path / f"out-{name}",
+                 rf"^stream {folder}: its {what} are not those of the stream the run "
+                 rf"replayed \(stream_fingerprint in its manifest.json\){REFUSED}")
+    # the stream unchanged, through a folder, is the run's
+    folder = write_stream(s, tmp_path / "same")
+    assert run.to_trec_qrels(tmp_path / "q.txt", folder).read_text() \
+        == run.to_trec_qrels(tmp_path / "q2.txt", trace).read_text()
+
+
+def test_a_generated_run_records_no_fingerprint(synthetic):
+    """Only a replayed stream is recorded (every replicate replays it); a
+    generated run's replicates are regenerated from its seed and compared
+    as before."""
+    assert "stream_fingerprint" not in memsim.load_run(synthetic.path).manifest
 
 
 # ---------------------------------------------------------------------------

@@ -65,6 +65,7 @@ it (:class:`LoggedRankings` looks it up by stream row).
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -90,6 +91,7 @@ __all__ = [
     "check_stream_dest",
     "exact_int64",
     "describe_stream",
+    "export_fingerprint",
     "stream_facts",
     "NOTE_DEFAULTS",
     "FORMAT_NAME",
@@ -207,6 +209,47 @@ class Stream:
     @property
     def name(self) -> str:
         return str(self.meta.get("name", "stream"))
+
+
+#: the columns :func:`export_fingerprint` reads, per table (those present)
+FINGERPRINT_COLUMNS = {
+    "notes": ("note_id", "trace_id", "created_at"),
+    "queries": ("query_id", "trace_id", "t"),
+    "qrels": ("query_id", "note_id", "gain"),
+}
+
+
+def export_fingerprint(stream: Stream) -> dict[str, str]:
+    """What an export of a run writes from its stream, hashed: per table of
+    :data:`FINGERPRINT_COLUMNS`, the sha256 of those columns (the ids a
+    TREC file names, the times that decide which notes exist when a query
+    is asked, the gains its qrels grade), in the stream's canonical order.
+
+    A run that replays a stream records it (``manifest.json``,
+    ``stream_fingerprint``), and its exports refuse a stream whose
+    fingerprint differs: another stream with the same note and query ids
+    would otherwise be written in silence. The bytes hashed do not depend
+    on how the stream was read: integers as int64, numbers as float64, text
+    (a trace's own ids) as UTF-8, a missing id marked apart from any text.
+    """
+    out = {}
+    for table, columns in FINGERPRINT_COLUMNS.items():
+        frame = getattr(stream, table)
+        h = hashlib.sha256()
+        for name in columns:
+            if name not in frame.columns:
+                continue
+            col = frame[name]
+            h.update(f"\0{name}\0{len(col)}\0".encode())
+            if name == "trace_id":
+                h.update("\x1f".join("\x00" if pd.isna(v) else str(v)
+                                       for v in col.tolist()).encode("utf-8", "surrogatepass"))
+            elif pd.api.types.is_integer_dtype(col.dtype):
+                h.update(col.to_numpy(np.int64).tobytes())
+            else:
+                h.update(col.to_numpy(np.float64).tobytes())
+        out[table] = h.hexdigest()
+    return out
 
 
 # ---------------------------------------------------------------------------

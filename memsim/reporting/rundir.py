@@ -48,7 +48,7 @@ from memsim.core.errors import ConfigError
 from memsim.core.rng import child_seq, seed_sequence
 from memsim.data.datasets import DATA_PREFIX, DataError, content_hash, resolve as resolve_data
 from memsim.data.importers import load_source
-from memsim.data.stream import read_stream
+from memsim.data.stream import export_fingerprint, read_stream
 from memsim.evaluation.metrics import MIN_REPLICATES
 from .numbers import column_decimals, format_fixed
 
@@ -790,9 +790,8 @@ class RunResult:
         top C) are not written. A query whose ranking is empty has no line,
         and an arm whose rankings are all empty writes an empty file:
         memsim counts such a query 0 when it has a relevant note, and so do
-        ``trec_eval -c`` and ranx with ``make_comparable=True`` (ranx
-        refuses the pair otherwise); ir-measures leaves such a query out of
-        its results.
+        ``trec_eval -c``, ir-measures (its pytrec_eval backend) and ranx
+        with ``make_comparable=True`` (ranx refuses the pair otherwise).
 
         The ids are the trace's own when the stream keeps them: an imported
         trace whose ids were renumbered (string ids, or ``note_updated``
@@ -1093,8 +1092,12 @@ class RunResult:
         or a query it asked that the stream lacks, a query the run did not
         ask, or one asked at another time or with another number of
         relevant notes (``t`` and ``n_relevant`` of its queries, the
-        fingerprint :func:`memsim.compare` pairs runs by). Without the check
-        an export of another stream writes its ids and qrels in silence."""
+        fingerprint :func:`memsim.compare` pairs runs by), or, for a run
+        that recorded it (a replayed stream, ``stream_fingerprint`` in
+        ``manifest.json``), any other trace ids, creation or query times or
+        gains (:func:`~memsim.data.stream.export_fingerprint`). Without the
+        check an export of another stream writes its ids and qrels in
+        silence."""
         notes = pd.Index(stream.notes["note_id"].to_numpy(np.int64))
         keep, _ = relevant_when_asked(stream)
         asked = pd.DataFrame({"t": stream.queries["t"].to_numpy(np.float64)},
@@ -1105,6 +1108,16 @@ class RunResult:
         problems = [self._stream_problem(notes, asked, rep) for rep in reps]
         if all(problems):
             raise ConfigError(f"{where}: {problems[0]}: give the stream the run replayed")
+        recorded = (self.manifest or {}).get("stream_fingerprint")
+        if isinstance(recorded, dict):
+            got = export_fingerprint(stream)
+            for table, what in (("notes", "notes (their ids or creation times)"),
+                                ("queries", "queries (their ids or times)"),
+                                ("qrels", "qrels (which notes are relevant, or their gains)")):
+                if table in recorded and recorded[table] != got[table]:
+                    raise ConfigError(f"{where}: its {what} are not those of the stream the "
+                                      "run replayed (stream_fingerprint in its manifest.json): "
+                                      "give the stream the run replayed")
 
     def _stream_problem(self, notes: pd.Index, asked: pd.DataFrame, rep: int) -> str | None:
         """Why a stream (its note ids; its queries' ``t`` and ``n_relevant``

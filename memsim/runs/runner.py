@@ -34,7 +34,7 @@ from memsim.core.rng import child_seq, seed_sequence
 from memsim.reporting.rundir import (Manifest, RunResult, load_run, new_run_dir, run_status, utc_now,
                      write_atomic)
 from memsim.reporting.stats import summarise
-from memsim.data.stream import Stream
+from memsim.data.stream import Stream, export_fingerprint
 
 __all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "default_jobs",
            "load_stream_for", "replicate_seed", "simulate_replicate", "simulate_replicates",
@@ -473,6 +473,10 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
     manifest = _first_manifest(path, exp, argv)
     summary_file = path / "summary.csv"
     try:
+        if streams:
+            # what the run's exports write from its stream: a stream given
+            # to them later is refused unless it is this one
+            manifest.update(stream_fingerprint=export_fingerprint(streams[0]))
         _write(path / "config.toml", lambda p: p.write_text(config_text, encoding="utf-8"))
         frames = simulate_experiment(exp, progress=progress, jobs=jobs, streams=streams)
         timings["simulate"] = time.perf_counter() - t0
