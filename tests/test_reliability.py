@@ -61,6 +61,57 @@ def test_an_interrupted_run_never_looks_complete(tmp_path, sig):
     assert (folder / "config.toml").exists()
 
 
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (Linux /proc; zombies,
+    which have exited, are not counted)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+@pytest.mark.parametrize("runs", [1, 2])
+def test_a_killed_runs_workers_stop_with_it(tmp_path, runs):
+    """``--jobs 2`` and the parent SIGKILLed (it cannot stop its workers):
+    each worker notices it has no parent and stops: a replicate's at once,
+    a run's (two experiments at once) marking its folder failed. Before,
+    a worker blocked in sending its result lived on for good."""
+    out = tmp_path / "r"
+    proc = _cli("run", *[str(QUICKSTART)] * runs, "--out", str(out), "--quiet", "--no-report",
+                "--jobs", "2", "--set", "experiment.replicates=20")
+    _wait_for_folder(out)
+    t0 = time.monotonic()
+    while len(_children(proc.pid)) < 2 and time.monotonic() - t0 < 60:
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    assert len(workers) >= 2, workers
+    proc.kill()
+    proc.communicate(timeout=60)
+    t0 = time.monotonic()
+    while any(_alive(w) for w in workers) and time.monotonic() - t0 < 30:
+        time.sleep(0.1)
+    left = [w for w in workers if _alive(w)]
+    for w in left:  # not to leave them running after a failure
+        os.kill(w, signal.SIGKILL)
+    assert not left
+    folders = [p for p in out.glob("*") if (p / "manifest.json").exists()]
+    assert folders and all(run_status(f)["status"] == "failed" for f in folders)
+    assert not any((f / "summary.csv").exists() for f in folders)
+
+
 def test_two_runs_at_once_never_share_a_folder(tmp_path):
     out = tmp_path / "r"
     args = ("run", str(QUICKSTART), "--out", str(out), "--quiet", "--no-report",

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import threading
 import time
 import traceback
 from multiprocessing.connection import wait as wait_any
@@ -281,6 +282,7 @@ def _replicate_worker(exp: Experiment, arms: list[Arm], r: int, stream: Stream |
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    _watch_parent(parent, lambda: os._exit(1))
 
     def report(frac: float) -> None:
         if os.getppid() != parent:  # the parent was killed: stop at once
@@ -368,6 +370,24 @@ def _simulate_parallel(tasks: list[tuple[Experiment, list[Arm], int, Stream | No
             failed_at.append(failed[0])
         raise failed[1]
     return [done[i] for i in range(len(tasks))]
+
+
+#: seconds between a worker's checks that its parent is alive
+PARENT_POLL_S = 0.5
+
+
+def _watch_parent(parent: int, on_orphaned: Callable[[], None]) -> None:
+    """Call ``on_orphaned`` (in a daemon thread) once the process ``parent``
+    is no longer this one's parent: killed without a chance to stop its
+    workers (SIGKILL). A worker blocked in a computation, or in sending a
+    result no one will read (its pipe's read end is held open by its
+    siblings, which inherited it), would otherwise run on for good."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        on_orphaned()
+
+    threading.Thread(target=watch, name="memsim-parent-watch", daemon=True).start()
 
 
 def _start_worker(ctx, args: tuple) -> tuple[Any, Any]:
@@ -613,11 +633,19 @@ def _stop_on_signal(signum, frame):
     raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1) -> None:
+def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1,
+           parent: int | None = None) -> None:
     """A worker process of :func:`run_many`: one run (its replicates ``jobs``
-    at a time), its outcome sent back."""
+    at a time), its outcome sent back. Orphaned (its parent killed), it
+    stops as on SIGTERM: its folder is marked failed."""
     signal.signal(signal.SIGINT, _stop_on_signal)
     signal.signal(signal.SIGTERM, _stop_on_signal)
+    if parent is not None:
+        def orphaned() -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(60.0)  # time to mark its folder failed; then stop regardless
+            os._exit(1)
+        _watch_parent(parent, orphaned)
     try:
         res = run_experiment(exp, out=out, report=report, argv=argv, jobs=jobs)
         conn.send(("ok", str(res.path)))
@@ -690,7 +718,8 @@ def _run_parallel(expanded: list[Experiment], out, jobs: int, report: bool,
                 i = queue.pop(0)
                 recv, send = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_child, args=(expanded[i], out, report, argv, send,
-                                                        max(1, jobs // len(expanded))),
+                                                        max(1, jobs // len(expanded)),
+                                                        os.getpid()),
                                    daemon=False)
                 proc.start()
                 send.close()
