@@ -142,6 +142,30 @@ def test_the_baseline_is_checked_against_the_names_even_when_a_policy_failed():
     assert len(errors) == 2 and errors[1].startswith("experiment.baseline: 'c'"), errors
 
 
+def test_no_policies_is_one_error_not_a_baseline_error_too(tmp_path):
+    """Before: the baseline was then checked against no policy names, a
+    second line for the same mistake (ending in an empty list)."""
+    path = write(tmp_path, GOOD.replace('name = "e"', 'name = "e"\nbaseline = "a"'))
+    errors = errors_of(load_experiment, path, ["policies={}"])
+    assert errors == [f"{path}: policies: an experiment needs at least one [policies.NAME] "
+                      "table (from --set policies={})"], errors
+
+
+@pytest.mark.parametrize("override", ['workload.source="elsewhere"',
+                                      "workload.horizon_days=3"])
+def test_a_source_mixed_with_knobs_names_the_set_that_mixed_them(tmp_path, override):
+    """The mistake is either key (a source, or the knobs beside it), so the
+    message names the table and the knobs, and the override that set
+    either (before: only the knob's, never the source's)."""
+    text = GOOD if "source" in override else \
+        GOOD.replace("horizon_days = 10\nbackfill_days = 5", 'source = "elsewhere"')
+    errors = errors_of(load_experiment, write(tmp_path, text), [override])
+    knobs = "horizon_days, backfill_days" if "source" in override else "horizon_days"
+    assert errors == [f"{tmp_path / 'exp.toml'}: workload: a workload with 'source' replays a "
+                      f"stream and takes no generator knobs ({knobs}): give one or the other "
+                      f"(from --set {override})"], errors
+
+
 def test_a_failing_plugin_stops_at_once():
     table = {"experiment": {"plugins": ["memsim_no_such_plugin_module"]},
              "policies": {"a": {"decay": "from-the-plugin"}}}

@@ -779,7 +779,7 @@ def experiment_from_dict(table: dict, *, base_dir: str | Path = ".",
     # the baseline is checked against the policy names even when a policy
     # failed; a baseline of the wrong type is the [experiment] check's error
     baseline = exp_table.get("baseline") if exp_table is not _FAILED else None
-    if isinstance(baseline, str) and pols_table is not _FAILED:
+    if isinstance(baseline, str) and pols_table is not _FAILED and pols_table:
         errors.run(_check_baseline, baseline, pols_table)
 
     if isinstance(workload, SyntheticWorkload) and settings is not _FAILED:
@@ -825,8 +825,9 @@ def _workload_from(wl: dict, base_dir: str | Path,
         return workload
     extra = [k for k in wl if k not in SOURCE_KEYS]
     if extra:
-        raise ConfigError(f"workload.{extra[0]}: a workload with 'source' replays a stream "
-                          "and takes no generator knobs")
+        # named by the table: the mistake is either key, 'source' or a knob
+        raise ConfigError(f"workload: a workload with 'source' replays a stream and takes no "
+                          f"generator knobs ({', '.join(extra)}): give one or the other")
     if not isinstance(wl["source"], str) or not wl["source"]:
         raise ConfigError(f"workload.source: expected a folder path, got {wl['source']!r}")
     importer = wl.get("importer")
