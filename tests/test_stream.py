@@ -709,6 +709,29 @@ def test_failure_midway_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     assert list(tmp_path.iterdir()) == []  # no temporary folder left behind
 
 
+def test_a_disk_failure_names_the_folder_asked_for(tmp_path: Path, monkeypatch) -> None:
+    """The error of a failed write names ``path``, not the temporary folder
+    it was written in (gone by then)."""
+    import errno
+
+    def full(arr: np.ndarray, path: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(ms, "_write_npy", full)
+    with pytest.raises(OSError) as info:
+        write_stream(build(base_frames()), tmp_path / "out")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs a place no folder can be made")
+def test_a_place_no_folder_can_be_made_is_a_stream_error(tmp_path: Path) -> None:
+    """Before: an OSError naming the temporary folder (exit code 1, as a
+    full disk), not the path given."""
+    with pytest.raises(StreamError, match=r"^cannot write a stream at /proc/memsim-no/s: "):
+        write_stream(build(base_frames()), "/proc/memsim-no/s")
+
+
 def test_unwritable_extra_column_leaves_nothing(tmp_path: Path) -> None:
     parts = base_frames()
     parts["qrels"]["junk"] = pd.Series([1, "a", 2.5, None], dtype=object)

@@ -1214,8 +1214,11 @@ def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
     Raises
     ------
     StreamError
-        If ``path`` exists and is a file or a non-empty folder, if the stream
-        is invalid, or if ``meta`` or an extra column cannot be serialised.
+        If ``path`` exists and is a file or a non-empty folder, no folder
+        can be made there (a read-only place), the stream is invalid, or
+        ``meta`` or an extra column cannot be serialised.
+    OSError
+        If writing fails (a full disk), with ``path`` as its file name.
     """
     if not isinstance(stream, Stream):
         raise StreamError(f"write_stream: expected a Stream, got {type(stream).__name__}")
@@ -1232,11 +1235,14 @@ def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
     except (TypeError, ValueError) as exc:
         raise StreamError(f"stream.json: meta cannot be written as JSON: {exc}") from exc
     check_stream_dest(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     # A dot-named sibling on the same filesystem, so that the final rename is
     # atomic; os.mkdir (not mkdtemp) so the folder gets the usual permissions.
     tmp = dest.parent / f".{dest.name}.tmp-{uuid.uuid4().hex}"
-    os.mkdir(tmp)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(tmp)
+    except OSError as exc:  # a place no folder can be made (read-only, /proc): the path's fault
+        raise StreamError(f"cannot write a stream at {dest}: {exc.strerror or exc}") from None
     try:
         (tmp / "stream.json").write_text(header_text + "\n", encoding="utf-8")
         _write_table(canon.notes, tmp / "notes.parquet")
@@ -1259,8 +1265,12 @@ def write_stream(stream: Stream, path: str | os.PathLike) -> Path:
         except OSError as exc:
             raise StreamError(f"cannot move the stream into place at {dest}: {exc}") from exc
         _fsync(dest.parent)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and str(tmp) in str(exc.filename or ""):
+            # the environment (disk full): named by the folder asked for,
+            # not the temporary one, which is gone
+            raise OSError(exc.errno, exc.strerror or str(exc), str(dest)) from exc
         raise
     return dest
 
