@@ -21,7 +21,11 @@ or logged (the stream keeps renumbered ids as text, where they would be one).
 An integer written as a float (``7.0``: an id, ``tokens``, ``budget``, a
 ``category`` or the header's ``version``) is read as that integer below
 2**53 in magnitude and refused from there (such a float may already be
-another integer than the one written). Times (``t``,
+another integer than the one written). Number fields (``importance``,
+``salience``, ``scores``, ``gain``, times, embedding values) take any finite
+number, ``1e19`` and ``1e308`` included (a whole-valued float is a float
+there); an integer written as one (no decimal point or exponent) must fit 64
+bits in every field. Times (``t``,
 ``expires_at``) are numbers in the header's ``time_unit`` since its
 ``origin``, or ISO 8601 strings in the extended calendar form
 (:data:`ISO_TIME_PATTERN`): ``YYYY-MM-DD``, optionally ``T`` (or a space)
@@ -32,7 +36,8 @@ Other ISO forms (basic ``20250302T000000Z``, week ``2025-W09-6``, ordinal
 ``2025-060``, an offset without a time) are refused, as dates that do not
 exist are. memsim's clock is in days. An optional field of an event given as
 ``null`` is the same as the field left out; a required field may not be
-``null`` (nor may the header's fields).
+``null`` (nor may the header's fields): one left out is refused as missing,
+one given as ``null`` naming null.
 
 ``header`` (optional; only as the first non-empty line)
     ``format`` = ``"memsim-trace"``; ``version`` = 1 (a newer version is
@@ -233,6 +238,13 @@ _FLOAT_EXACT_INT = 2.0 ** 53
 #: float32 plus half its last step): the stream stores embeddings as float32.
 _F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: The messages of a required field left out and of one given as null (the
+#: importer's and the schema check's alike).
+MISSING = "required field is missing"
+NULL_REQUIRED = "required field may not be null, got null"
+#: What a time is (the schema's ``$defs.time`` description, the same string).
+_TIME = ("a finite number (in the header's time_unit since its origin) or an ISO 8601 time "
+         "(YYYY-MM-DD, optionally Thh:mm:ss and Z or +hh:mm; without a zone: UTC)")
 
 
 def iso_days(text: str) -> float:
@@ -366,8 +378,12 @@ class _Reader:
         raise StreamError(f"{where}: {message}")
 
     def get(self, ev: dict, field: str) -> Any:
-        if field not in ev or ev[field] is None:
-            self.fail("required field is missing", field)
+        """A required field: a key left out is missing, a key given as null
+        is refused naming null (as the schema's check says it)."""
+        if field not in ev:
+            self.fail(MISSING, field)
+        if ev[field] is None:
+            self.fail(NULL_REQUIRED, field)
         return ev[field]
 
     def text(self, ev: dict, field: str) -> str:
@@ -378,21 +394,23 @@ class _Reader:
 
     def number(self, v: Any, field: str, *, minimum: float | None = None,
                nonzero: bool = False) -> float:
+        # any finite float (1e19 too); an integer written as one (no decimal
+        # point or exponent) within 64 bits, as everywhere
         if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
             self.int64(v, field)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            self.fail(f"must be a finite number, got {_show(v)}", field)
-        if minimum is not None and v < minimum:
-            self.fail(f"must be >= {minimum:g}, got {_show(v)}", field)
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                or (minimum is not None and v < minimum)):
+            what = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
+            self.fail(f"must be {what}, got {_show(v)}", field)
         if nonzero and v == 0:
-            self.fail("must be a non-zero number, got 0", field)
+            self.fail(f"must be a non-zero number, got {_show(v)}", field)
         return float(v)
 
     def int64(self, v: Any, field: str) -> None:
         """JSON integers have no size limit; memsim's columns hold 64 bits.
         (The hot paths test ``type(v) is int`` and the range inline first.)"""
         if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
-            self.fail(f"integer beyond 64 bits, got {_show(v)}", field)
+            self.fail(_beyond_int64(v), field)
 
     def positive_int(self, v: Any, field: str, maximum: int | None = None) -> int:
         if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
@@ -436,7 +454,11 @@ class _Reader:
             except ValueError as exc:
                 self.fail(f"must be a number or an ISO 8601 time, got {_show(v)} ({exc})", field)
         else:
-            days = self.number(v, field) * self.unit
+            if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+                self.int64(v, field)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                self.fail(f"must be {_TIME}, got {_show(v)}", field)  # (as the schema says)
+            days = float(v) * self.unit
         if abs(days) > MAX_ABS_DAYS:
             if field == "expires_at" and days > 0:
                 # a far-off date is how many stores write "never" (9999-12-31)
@@ -490,13 +512,12 @@ class _Reader:
             if type(x) is int and not _I64_MIN <= x <= _I64_MAX:
                 self.int64(x, f"embedding[{i}]")
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-                self.fail(f"item {i} must be a finite number, got {_show(x)}", "embedding")
+                self.fail(_embedding_item(i, x), "embedding")
         # finite as float64 is not enough: the stream holds float32 (two passes
         # in C, not a test per item)
         if max(v) >= _F32_OVERFLOW or min(v) <= -_F32_OVERFLOW:
             i = next(i for i, x in enumerate(v) if abs(x) >= _F32_OVERFLOW)
-            self.fail(f"item {i} is beyond float32's range (about 3.4e38; embeddings are "
-                      f"stored as float32), got {_show(v[i])}", "embedding")
+            self.fail(_embedding_item(i, v[i]), "embedding")
         return v
 
     def namespace(self, ev: dict) -> int:
@@ -924,7 +945,11 @@ class _Reader:
         try:
             ev = _DECODER.decode(raw)
         except json.JSONDecodeError as exc:
-            self.fail(f"not valid JSON{self.hint}: {exc}")
+            # the column within this line (the decoder counts the line's own
+            # newline as a line break: "line 2 column 1" for a line cut short)
+            end = len(raw.rstrip("\r\n"))
+            where = "at the end of the line" if exc.pos >= end else f"at column {exc.pos + 1}"
+            self.fail(f"not valid JSON{self.hint}: {exc.msg} {where}")
         except _RepeatedKey as exc:
             self.fail("appears twice in one JSON object (a JSON parser keeps one of the two "
                       "values, silently): keep one", exc.key)
@@ -961,6 +986,8 @@ class _Reader:
                         pass
                 return
         if handler is None:
+            if "event" not in ev:
+                self.fail(MISSING, "event")
             self.fail(f"unknown event {_show(name)}; known: {', '.join(EVENTS)}", "event")
         self.pending_t = None
         handler(ev)
@@ -1036,6 +1063,22 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 #: The decoder of trace lines (about as fast as ``json.loads``, measured).
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def _embedding_item(i: int, x: Any) -> str:
+    """Why item ``i`` of an embedding is refused (the importer's message and
+    the schema check's alike)."""
+    if not isinstance(x, bool) and isinstance(x, (int, float)) \
+            and (isinstance(x, int) or math.isfinite(x)) and abs(x) >= _F32_OVERFLOW:
+        return (f"item {i} is beyond float32's range (about 3.4e38; embeddings are stored "
+                f"as float32), got {_show(x)}")
+    return f"item {i} must be a finite number, got {_show(x)}"
+
+
+def _beyond_int64(v: int) -> str:
+    """Why an integer beyond 64 bits is refused (any field; the importer's
+    message and the schema check's alike)."""
+    return f"integer beyond 64 bits, got {_show(v)}"
 
 
 def _show(v: Any) -> str:
@@ -1322,6 +1365,9 @@ def _qrels_line(r: _Reader, parts: list[str], notes: dict, queries: dict) -> Non
 def _schema_errors(validator: Any, ev: dict) -> list[tuple[str | None, str]]:
     """``(field, message)`` of every error the JSON Schema finds in one event."""
     out = []
+    event = ev.get("event")
+    spec = validator.schema.get("$defs", {}).get(event) if isinstance(event, str) else None
+    required = set(spec.get("required", ())) if isinstance(spec, dict) else set()
     for err in validator.iter_errors(ev):
         path = list(err.absolute_path)
         field = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
@@ -1329,7 +1375,15 @@ def _schema_errors(validator: Any, ev: dict) -> list[tuple[str | None, str]]:
         schema = err.schema if isinstance(err.schema, dict) else {}
         if err.validator == "required":
             field = err.message.split("'")[1] if err.message.count("'") >= 2 else field
-            message = "required field is missing"
+            message = MISSING
+        elif err.instance is None and len(path) == 1 and path[0] in required:
+            message = NULL_REQUIRED
+        elif type(err.instance) is int and not _I64_MIN <= err.instance <= _I64_MAX:
+            # (the importer's first test of any number, whatever the field)
+            message = _beyond_int64(err.instance)
+        elif len(path) == 2 and path[0] == "embedding" and isinstance(path[1], int):
+            # named as the importer names it (one message, not one per keyword)
+            field, message = "embedding", _embedding_item(path[1], err.instance)
         elif err.validator == "anyOf" and not path:
             field, message = "tokens", "a note needs 'tokens' or 'text'"
         elif path == ["event"]:
@@ -1343,7 +1397,7 @@ def _schema_errors(validator: Any, ev: dict) -> list[tuple[str | None, str]]:
         else:
             message = err.message
         out.append((field, message))
-    return sorted(out, key=lambda fm: (fm[0] or "", fm[1]))
+    return sorted(dict.fromkeys(out), key=lambda fm: (fm[0] or "", fm[1]))
 
 
 def import_trace(path: str | os.PathLike, *, embedder: str | None = None,
@@ -1381,8 +1435,7 @@ def import_trace(path: str | os.PathLike, *, embedder: str | None = None,
     if embedder is not None:
         check_embedder(embedder, "import_trace: embedder")
     p = Path(path)
-    if not p.is_file():
-        raise StreamError(f"trace not found: {p}")
+    _trace_file(p)
     reader = _Reader(p.name)
     _read_trace(p, reader, qrels)
     return _build(reader, p.name, embedder)
@@ -1405,8 +1458,7 @@ def check_trace(path: str | os.PathLike, *, limit: int = 50,
         how many more there were.
     """
     p = Path(path)
-    if not p.is_file():
-        raise StreamError(f"trace not found: {p}")
+    _trace_file(p)
     reader = _Reader(p.name)
     reader.errors = []
     reader.validator = _schema_validator()
@@ -1430,6 +1482,15 @@ def check_trace(path: str | os.PathLike, *, limit: int = 50,
             errors.append(str(exc))
     limit = max(0, int(limit))
     return errors[:limit], max(0, len(errors) - limit)
+
+
+def _trace_file(p: Path) -> None:
+    """Refuse a path that is not a trace file (missing, or a folder)."""
+    if p.is_dir():
+        raise StreamError(f"{p} is a directory, not a trace file (a trace is one JSON Lines "
+                          "file)")
+    if not p.is_file():
+        raise StreamError(f"trace not found: {p}")
 
 
 def _schema_validator() -> Any:
