@@ -469,7 +469,9 @@ def _cmd_stream_check(args) -> int:
               f"{more} error{'s' if more != 1 else ''} not listed (--limit 0)")
     count = len(errors) + more
     if count:  # (--limit 0 lists none: the count still says the trace is not valid)
-        print(f"memsim: error: {args.path}: {count} error{'s' if count != 1 else ''}",
+        # (the errors name their own file: the trace's or --qrels')
+        what = args.path + (f" with --qrels {args.qrels}" if args.qrels else "")
+        print(f"memsim: error: {what}: {count} error{'s' if count != 1 else ''}",
               file=sys.stderr)
         return 2
     print(f"{args.path}: a valid trace (format version 1)")
@@ -498,7 +500,12 @@ def _cmd_stream_import(args) -> int:
 
 
 def _cmd_calibrate(args) -> int:
+    import math
+
     from memsim.tuning.calibrate import calibrate_revlog, format_calibration
+    days = args.min_elapsed_days
+    if not (math.isfinite(days) and days >= 0):  # named as the option, not the parameter
+        raise ConfigError(f"--min-elapsed-days: give a finite number >= 0, got {days!r}")
     out = None if args.out is None else Path(args.out)
     result = calibrate_revlog(_data_or_path(args.path), out, min_elapsed_days=args.min_elapsed_days)
     print(format_calibration(result))

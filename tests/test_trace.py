@@ -527,7 +527,7 @@ def test_schema_and_importer_agree(tmp_path, line, valid):
     assert msg.split("field ")[1].split(":")[0].strip("'") in fields
 
 
-def test_trec_qrels_beside_judgement_events(tmp_path):
+def test_trec_qrels_beside_judgement_events(tmp_path, capsys):
     events = [*TINY[:5], {"event": "judgement", "query": "q1", "note": "n3", "gain": 1}]
     trace = _write(tmp_path / "t.jsonl", events)
     qrels = tmp_path / "q.txt"
@@ -549,6 +549,9 @@ def test_trec_qrels_beside_judgement_events(tmp_path):
     errors, _ = check_trace(trace, qrels=qrels)
     assert [e.split(": ")[:2] for e in errors] == [["q.txt", "line 1"], ["q.txt", "line 2"]]
     assert main(["stream", "check", "trace", str(trace), "--qrels", str(qrels)]) == 2
+    # its count names both files (before: the trace's alone)
+    assert capsys.readouterr().err.strip() == \
+        f"memsim: error: {trace} with --qrels {qrels}: 2 errors"
     out = tmp_path / "s"
     qrels.write_text("q1 0 n2 2\n", encoding="utf-8")
     assert main(["stream", "import", "trace", str(trace), "--out", str(out), "--qrels",

@@ -65,6 +65,11 @@ means, sds and AUC within queries) is reported for both streams.
 Checks: the fitted twin is generated on a fresh seed at full size and
 measured like the real stream: recall (the target: within 0.05), KS
 statistics of token sizes, relevant-note ages and query times, rates.
+
+Refused: a stream with no query, or with no query that has a relevant note
+(no ground truth: the recall the noise is fitted to is undefined), before
+anything is fitted or written; ``profile.json`` is strict JSON (an undefined
+measure is ``null``).
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -79,12 +86,12 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from memsim.runs.config import dumps_toml, experiment_from_dict
+from memsim.runs.config import MAX_TOKENS_BUDGET, dumps_toml, experiment_from_dict
 from memsim.core.errors import ConfigError, StreamError
 from memsim.core.paths import file_in_the_way
 from memsim.data.importers.locomo import import_locomo
 from memsim.data.importers.trace import import_trace
-from memsim.reporting.rundir import write_atomic
+from memsim.reporting.rundir import jsonable, relevant_when_asked
 from memsim.runs.runner import load_stream_for, simulate_experiment
 from memsim.data.stream import Stream, read_stream
 from memsim.data.workload import CLASS_NAMES, MAX_TOKENS, MIN_TOKENS, SyntheticWorkload
@@ -112,6 +119,12 @@ NOISE_RANGE = (0.0, 6.0)
 #: Evergreen query shares and project lifetime medians (days) of the age grid.
 AGE_GRID_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
 AGE_GRID_LIFETIMES = (3.0, 10.0, 30.0, 90.0, 300.0)
+#: Most bisection steps (the bracket is 6 / 2**64 wide by then: more cannot
+#: move the noise, only take longer).
+MAX_STEPS = 64
+#: Largest seed: ``twin.toml``'s seed is the fit's + 1, and an experiment's
+#: seed is at most 2**63 - 1.
+MAX_SEED = 2 ** 63 - 2
 _POLICY = "similarity-only"
 
 
@@ -501,16 +514,54 @@ class Twin:
                 "query_times": ks_statistic(self.real.query_times, self.synthetic.query_times)}
 
 
-def _check_search(budget: object, steps: object, names: tuple[str, str]) -> None:
-    """Refuse a budget that is not a whole number >= 1 and a step count that
-    is not a whole number >= 0 (ConfigError naming the parameter or option).
+def _check_options(budget: object, steps: object, seed: object,
+                   names: tuple[str, str, str]) -> None:
+    """Refuse a budget that is not a whole number from 1 to 2**40, a step
+    count that is not a whole number from 0 to ``MAX_STEPS`` and a seed that
+    is not a whole number from 0 to ``MAX_SEED`` (ConfigError naming the
+    parameter or option, with the allowed range).
 
     Zero steps is a search: the noise is interpolated between the ends of
     ``NOISE_RANGE``, each step halves that bracket first. A negative count
     would silently be zero."""
-    for name, value, least in ((names[0], budget, 1), (names[1], steps, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise ConfigError(f"{name}: give a whole number >= {least}, got {value!r}")
+    # full: the message always gives both ends (a seed's range is the value's
+    # domain); else only the end that was crossed
+    for name, value, least, most, note, full in (
+            (names[0], budget, 1, MAX_TOKENS_BUDGET, " (2**40)", False),
+            (names[1], steps, 0, MAX_STEPS, "", False),
+            (names[2], seed, 0, MAX_SEED, " (2**63 - 2: twin.toml's seed is this + 1)", True)):
+        whole = not isinstance(value, bool) and isinstance(value, (int, np.integer))
+        if whole and least <= value <= most:
+            continue
+        if full or (whole and value > most):
+            raise ConfigError(f"{name}: give a whole number from {least} to {most}{note}, "
+                              f"got {value!r}")
+        raise ConfigError(f"{name}: give a whole number >= {least}, got {value!r}")
+
+
+def _check_fittable(stream: Stream, where: str) -> None:
+    """Refuse a stream with nothing to fit a twin to, in one line that starts
+    with ``where`` (the file, or the stream's name): no query, or no query
+    with a relevant note (the ``n_relevant`` of :func:`memsim.reporting.rundir.
+    relevant_when_asked`, as ``memsim advise`` counts it: a positive gain of a
+    note that exists when the query is asked). Without one the similarity-only
+    recall the noise is fitted to is undefined (NaN)."""
+    if len(stream.queries) == 0:
+        raise StreamError(f"{where}: no query: nothing to fit a twin to")
+    in_r, _ = relevant_when_asked(stream)
+    if in_r.any():
+        return
+    gains = stream.qrels["gain"].to_numpy(np.float64)
+    if not (gains > 0).any() and gains.size:
+        why = (f"all {gains.size} judgements of the log have a negative gain: notes that "
+               "mislead, none that helps")
+    elif gains.size:
+        why = "each note judged relevant is created after its query"
+    else:
+        why = "no ground truth: a trace's 'used' or 'judgement' events, a stream's qrels"
+    raise StreamError(f"{where}: nothing to measure: no query has a relevant note ({why}); "
+                      "the twin's retriever_noise is fitted to similarity-only recall, which "
+                      "needs one")
 
 
 def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 10,
@@ -530,8 +581,17 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
         6 / 2**steps wide at the end; 0 interpolates between its ends).
     search_queries : int
         Most queries of a search stream.
+
+    Raises
+    ------
+    ConfigError
+        A budget, step count or seed out of range.
+    StreamError
+        A stream without a query, or without a query that has a relevant
+        note (nothing to measure recall on).
     """
-    _check_search(budget, steps, ("budget", "steps"))
+    _check_options(budget, steps, seed, ("budget", "steps", "seed"))
+    _check_fittable(stream, f"stream {stream.name!r}")
     say = progress or (lambda _msg: None)
     real = profile_stream(stream)
     real.scalars["recall"] = similarity_recall(stream, budget, candidates=candidates, seed=seed)
@@ -692,9 +752,10 @@ def twin_figures(twin: Twin) -> dict[str, Any]:
         _ecdf(ax, getattr(twin.synthetic, attr), "twin", "#d62728", log)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("cumulative share")
-        ax.set_title(f"{xlabel.split(' (')[0]}: KS = {ks[name]:.3f}")
+        ax.set_title(f"{xlabel.split(' (')[0]}: KS = {_f3(ks[name])}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=9)
+        if ax.get_legend_handles_labels()[0]:  # an empty sample draws no line
+            ax.legend(fontsize=9)
         figs[name] = fig
     # query rate over time
     fig = Figure(figsize=(6.4, 3.6), layout="constrained")
@@ -728,6 +789,11 @@ def twin_figures(twin: Twin) -> dict[str, Any]:
     return figs
 
 
+def _f3(x: float, fmt: str = ".3f") -> str:
+    """``x`` to three decimals, ``n/a`` when undefined (NaN, infinite)."""
+    return format(x, fmt) if math.isfinite(x) else "n/a"
+
+
 def _md_table(df: pd.DataFrame) -> str:
     def cell(v: Any) -> str:
         if isinstance(v, (float, np.floating)):
@@ -746,13 +812,13 @@ def report_markdown(twin: Twin) -> str:
     lines = [
         f"# Synthetic twin of {twin.source}",
         "",
-        f"Similarity-only recall within {twin.budget} tokens: real {r:.3f}, twin {s:.3f} "
-        f"(difference {s - r:+.3f}; the twin on the stream of replicate 0 of `twin.toml`, "
+        f"Similarity-only recall within {twin.budget} tokens: real {_f3(r)}, twin {_f3(s)} "
+        f"(difference {_f3(s - r, '+.3f')}; the twin on the stream of replicate 0 of `twin.toml`, "
         f"seed {twin.seed + 1}: `memsim run twin.toml --set experiment.replicates=1` gives it; "
         "its other replicates draw other streams).",
-        f"Two-sample KS statistics, real against twin: token sizes {ks['tokens']:.3f}, "
-        f"ages of relevant notes at query time {ks['relevant_ages']:.3f}, query times "
-        f"{ks['query_times']:.3f} (0 = identical distributions, 1 = disjoint).",
+        f"Two-sample KS statistics, real against twin: token sizes {_f3(ks['tokens'])}, "
+        f"ages of relevant notes at query time {_f3(ks['relevant_ages'])}, query times "
+        f"{_f3(ks['query_times'])} (0 = identical distributions, 1 = disjoint).",
         "",
         "`twin.toml` is a runnable experiment with the fitted `[workload]` and a "
         "similarity-only policy: `memsim run twin.toml`.",
@@ -791,27 +857,42 @@ def report_markdown(twin: Twin) -> str:
 def write_twin(twin: Twin, out: str | os.PathLike) -> Path:
     """Write ``twin.toml``, ``report.md``, ``profile.json`` and
     ``figures/*.png`` into ``out`` (created; an existing non-empty folder is
-    refused)."""
+    refused).
+
+    Everything is rendered first and written into a hidden folder beside
+    ``out`` that is then renamed to ``out``: a failure leaves no ``out``, never
+    a half-written one. ``profile.json`` is strict JSON: a measure that is
+    undefined (NaN, infinite) is ``null``."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out}: refusing to overwrite non-empty folder")
-    (out / "figures").mkdir(parents=True, exist_ok=True)
     head = (f"# A synthetic twin of {twin.source}, fitted by memsim calibrate workload\n"
             f"# (similarity-only recall within {twin.budget} tokens: real "
-            f"{twin.real.scalars['recall']:.3f}, twin {twin.synthetic.scalars['recall']:.3f}\n"
+            f"{_f3(twin.real.scalars['recall'])}, twin {_f3(twin.synthetic.scalars['recall'])}\n"
             "# on its replicate 0: memsim run twin.toml --set experiment.replicates=1).\n"
             "# Run it with: memsim run twin.toml\n")
     text = head + dumps_toml(_twin_experiment(twin))
-    write_atomic(out / "twin.toml", lambda p: p.write_text(text, encoding="utf-8"))
-    for name, fig in twin_figures(twin).items():
-        write_atomic(out / "figures" / f"{name}.png",
-                     lambda p, fig=fig: fig.savefig(p, format="png", dpi=110))
     md = report_markdown(twin)
-    write_atomic(out / "report.md", lambda p: p.write_text(md, encoding="utf-8"))
     prof = {"real": twin.real.scalars, "twin": twin.synthetic.scalars, "ks": twin.ks(),
             "budget": twin.budget, "seed": twin.seed, "notes": twin.notes}
-    write_atomic(out / "profile.json", lambda p: p.write_text(
-        json.dumps(prof, indent=2, default=float), encoding="utf-8"))
+    prof_text = json.dumps(jsonable(prof), indent=2, allow_nan=False)
+    figs = twin_figures(twin)
+    out.absolute().parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.absolute().parent / f".{out.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        (tmp / "figures").mkdir()
+        (tmp / "twin.toml").write_text(text, encoding="utf-8")
+        for name, fig in figs.items():
+            fig.savefig(tmp / "figures" / f"{name}.png", format="png", dpi=110)
+        (tmp / "report.md").write_text(md, encoding="utf-8")
+        (tmp / "profile.json").write_text(prof_text, encoding="utf-8")
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -838,9 +919,9 @@ def format_twin(twin: Twin) -> str:
         f"{wl.backfill_days:.4g} + {wl.horizon_days:.4g} days, {wl.queries_per_day:.4g} "
         f"queries/day, retriever_noise {wl.retriever_noise:.4g}",
         f"similarity-only recall within {twin.budget} tokens: real "
-        f"{twin.real.scalars['recall']:.3f}, twin {twin.synthetic.scalars['recall']:.3f}",
-        f"KS real vs twin: tokens {ks['tokens']:.3f}, relevant ages "
-        f"{ks['relevant_ages']:.3f}, query times {ks['query_times']:.3f}",
+        f"{_f3(twin.real.scalars['recall'])}, twin {_f3(twin.synthetic.scalars['recall'])}",
+        f"KS real vs twin: tokens {_f3(ks['tokens'])}, relevant ages "
+        f"{_f3(ks['relevant_ages'])}, query times {_f3(ks['query_times'])}",
     ] + [f"note: {n}" for n in twin.notes])
 
 
@@ -849,9 +930,12 @@ def calibrate_workload(path: str | os.PathLike, out: str | os.PathLike | None = 
                        progress: Callable[[str], None] | None = None) -> Twin:
     """``memsim calibrate workload STREAM --out DIR``: load, fit, write.
 
-    A bad ``--budget`` or ``--steps``, and an ``out`` that is a file or a
-    non-empty folder, are refused before anything is loaded or fitted."""
-    _check_search(budget, steps, ("--budget", "--steps"))
+    A bad ``--budget``, ``--steps`` or ``--seed``, and an ``out`` that is a
+    file or a non-empty folder, are refused before anything is loaded or
+    fitted; a stream with nothing to fit (no query, or no query with a
+    relevant note) is refused, naming ``path``, before anything is fitted or
+    written."""
+    _check_options(budget, steps, seed, ("--budget", "--steps", "--seed"))
     if out is not None:
         o = Path(out)
         p = file_in_the_way(o)
@@ -860,8 +944,9 @@ def calibrate_workload(path: str | os.PathLike, out: str | os.PathLike | None = 
             raise ConfigError(f"--out {o}: not a folder{where}; give a new or empty folder")
         if o.exists() and any(o.iterdir()):
             raise ConfigError(f"--out {o}: refusing to overwrite non-empty folder")
-    twin = fit_twin(load_any_stream(path), budget=budget, seed=seed, steps=steps,
-                    progress=progress)
+    stream = load_any_stream(path)
+    _check_fittable(stream, str(path))
+    twin = fit_twin(stream, budget=budget, seed=seed, steps=steps, progress=progress)
     if out is not None:
         write_twin(twin, out)
     return twin
