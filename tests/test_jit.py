@@ -5,8 +5,8 @@ with ``MEMSIM_NUMBA=0``; both must give the same results bit for bit: the
 packers (greedy-swap, skip-fill) alone on random problems (ties, free notes,
 nothing or everything fitting), the top-C selection, the walk's merge of
 rescored cells, Generative Agents' min-max sum (its rank by last access is
-tested in ``test_generative_agents.py``), and whole replays whose per-query
-arms pack again after each correction.
+tested in ``test_generative_agents.py``), the age on a last-use clock, and
+whole replays whose per-query arms pack again after each correction.
 """
 
 from __future__ import annotations
@@ -153,6 +153,30 @@ def test_compiled_minmax_sum_is_the_numpy_sum(q, n, levels, seed, odd, live, wei
     assert (one[~live_cells] == 0).all()
     numbers = one[live_cells][np.isfinite(one[live_cells])]
     assert ((numbers >= 0) & (numbers <= 1)).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5), st.integers(0, 30), st.integers(0, 2**32 - 1), st.booleans())
+def test_compiled_age_since_last_use_is_the_numpy_age(q, n, seed, per_row):
+    """A last-use clock's age (``BatchContext.age_last_access``), compiled
+    in one pass, against the numpy expression it replaces: the same floats,
+    for notes never used (NaN: since creation), used at their creation,
+    ages below 0 (a use after the query), and an origin per query row (a
+    gathered context's cells) or one for every row (a batch's notes)."""
+    from memsim.engine.context import _age_from_origin
+
+    rng = np.random.default_rng(seed)
+    rows = q if per_row else 1
+    created = np.round(rng.uniform(-30, 30, (rows, n)), 2)
+    last = created + np.round(rng.uniform(0, 20, (rows, n)), 1)
+    last[rng.random((rows, n)) < 0.4] = np.nan
+    last[rng.random((rows, n)) < 0.1] = -0.0
+    t = np.round(rng.uniform(-10, 60, q), 1)
+    since = t[:, None] - last
+    want = np.where(np.isnan(since), t[:, None] - created, since)
+    got = _age_from_origin(t, last, created)
+    assert got.shape == (q, n)
+    assert got.tobytes() == want.tobytes()
 
 
 def test_the_numpy_version_runs_when_switched_off(monkeypatch):

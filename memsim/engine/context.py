@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memsim.core import jit
 from memsim.data.planted import PlantedModel
 from memsim.policies import ArrayContext
 from memsim.policies.context import AGE_CLOCKS
@@ -97,6 +98,14 @@ class _ArmCells(_NoteColumns):
     @cached_property
     def age_last_access(self) -> np.ndarray:
         """Days since last access, counting creation as the first access."""
+        if "since_access" not in self.__dict__ and jit.enabled():
+            # one compiled pass, not three over (Q, L) (a per-query arm
+            # with a last-use clock scores every query row by row)
+            last = self._at(self.state.last_access)
+            created = self._at(self.notes.created_at)
+            if last.ndim == 1:
+                last, created = last[None, :], created[None, :]
+            return _age_from_origin(self.t, last, created)
         s = self.since_access
         return np.where(np.isnan(s), self.age_created, s)
 
@@ -110,6 +119,27 @@ class _ArmCells(_NoteColumns):
     @property
     def note_actor(self) -> np.ndarray:
         return self._at(self.notes.actor)
+
+
+@jit.kernel
+def _age_from_origin(t, last, created):
+    """``t[r] - origin`` per cell (compiled by :func:`memsim.core.jit.kernel`),
+    the origin its note's last use, or its creation where never used:
+    ``last`` and ``created`` (R, W), or (1, L) for every query. The floats
+    of ``np.where(np.isnan(t - last), t - created, t - last)``: the same
+    subtraction of the same origin."""
+    q, n = len(t), last.shape[1]
+    shared = last.shape[0] == 1
+    out = np.empty((q, n))
+    for r in range(q):
+        k = 0 if shared else r
+        tr = t[r]
+        for j in range(n):
+            origin = last[k, j]
+            if origin != origin:  # never used: since creation
+                origin = created[k, j]
+            out[r, j] = tr - origin
+    return out
 
 
 class BatchContext(_ArmCells):
