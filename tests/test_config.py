@@ -241,3 +241,23 @@ def test_a_preset_set_on_a_resolved_config_is_refused_not_ignored(tmp_path):
                     + '[grid]\n"policies.a.preset" = ["hivemind", "hivemind-2025-bug"]\n')
     with pytest.raises(ConfigError, match="preset 'hivemind' would change nothing"):
         load_experiment(grid)
+
+
+def test_numpy_scalars_hash_as_the_numbers_config_toml_writes():
+    """A config given with numpy scalars (``np.int64(800)``) is the one its
+    ``config.toml`` re-runs from: the same hash (before: hashed as the text
+    "800", another identity for the same run and sweep)."""
+    import numpy as np
+    import tomllib
+
+    from memsim.runs.config import dumps_toml
+
+    plain = experiment_from_dict(minimal(**{"experiment.budget_tokens": 800,
+                                            "workload.notes_per_day": 3.5}))
+    numpy = experiment_from_dict(minimal(**{"experiment.budget_tokens": np.int64(800),
+                                            "workload.notes_per_day": np.float32(3.5)}))
+    again = experiment_from_dict(tomllib.loads(dumps_toml(numpy.to_config())))
+    assert plain.hash8() == numpy.hash8() == again.hash8()
+    other = experiment_from_dict(minimal(**{"experiment.budget_tokens": np.int64(801),
+                                            "workload.notes_per_day": 3.5}))
+    assert other.hash8() != plain.hash8()

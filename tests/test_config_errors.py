@@ -166,6 +166,15 @@ def test_a_source_mixed_with_knobs_names_the_set_that_mixed_them(tmp_path, overr
                       f"(from --set {override})"], errors
 
 
+@pytest.mark.parametrize("name", [1, (1, 2)])
+def test_a_policy_name_that_is_not_text_is_a_config_error(name):
+    """A table built in Python may have any key (before: a raw TypeError)."""
+    table = {"workload": {"horizon_days": 5}, "policies": {name: {"preset": "hivemind"}}}
+    errors = errors_of(experiment_from_dict, table)
+    assert errors == [f"policies.{name}: a policy name is text, got {type(name).__name__} "
+                      f"{name!r}"], errors
+
+
 def test_a_failing_plugin_stops_at_once():
     table = {"experiment": {"plugins": ["memsim_no_such_plugin_module"]},
              "policies": {"a": {"decay": "from-the-plugin"}}}

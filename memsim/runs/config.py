@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tomli_w
 
 from memsim.data.embed import check_embedder
@@ -537,8 +538,18 @@ def config_hash(table: dict) -> str:
     wl = table.get("workload") if isinstance(table, dict) else None
     if isinstance(wl, dict) and "source_hash" in wl:
         table = {**table, "workload": {k: v for k, v in wl.items() if k != "source"}}
-    blob = json.dumps(table, sort_keys=True, default=str).encode()
+    blob = json.dumps(table, sort_keys=True, default=_hash_value).encode()
     return hashlib.sha256(blob).hexdigest()[:8]
+
+
+def _hash_value(v: Any) -> Any:
+    """A value JSON cannot write, as :func:`config_hash` hashes it: a numpy
+    scalar as the Python number it is (as ``config.toml`` writes it, so a
+    config given with ``np.int64(800)`` hashes as the ``800`` it re-runs
+    from), anything else as its text (a path)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    return str(v)
 
 
 # --------------------------------------------------------------------------
@@ -872,6 +883,9 @@ def _workload_from(wl: dict, base_dir: str | Path,
 def _policy_from(name: str, ptable: Any) -> Policy:
     """One ``[policies.NAME]`` table, resolved over its preset."""
     where = f"policies.{name}"
+    if not isinstance(name, str):  # (a dict built in Python: TOML keys are text)
+        raise ConfigError(f"{where}: a policy name is text, got {type(name).__name__} "
+                          f"{name!r}")
     if not re.match(r"^[A-Za-z0-9_\-]+$", name):
         raise ConfigError(f"{where}: policy names use letters, digits, '_' or '-' "
                           "(a '.' would split the dotted key)")
@@ -887,9 +901,10 @@ def _policy_from(name: str, ptable: Any) -> Policy:
 
 def _check_baseline(baseline: str, policies: dict) -> None:
     if baseline and baseline not in policies:
+        names = [str(p) for p in policies]
         raise ConfigError(f"experiment.baseline: {baseline!r} is not a policy of this "
-                          f"experiment{did_you_mean(baseline, policies)}; "
-                          f"policies: {', '.join(policies)}")
+                          f"experiment{did_you_mean(baseline, names)}; "
+                          f"policies: {', '.join(names)}")
 
 
 def _grid_from(table: dict) -> dict:
