@@ -1111,3 +1111,49 @@ def test_load_sweep_reads_a_killed_sweep_as_failed(tmp_path):
     (res.path / "manifest.json").write_text(json.dumps(manifest))
     run = memsim.load_sweep(res.path)
     assert run.status == "failed" and "interrupted" in run.manifest["error"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_workers_give_their_trials_back_when_the_sweep_is_stopped(tmp_path, sig):
+    """``--workers 2`` stopped by SIGTERM (or SIGINT) to the sweep: each
+    worker marks its running trial FAIL, naming the interruption, and
+    enqueues its parameters again, as one worker does; nothing is left
+    RUNNING (before: the workers died with their trials RUNNING, found only
+    by the reaper of a later session), and no worker prints a traceback."""
+    from optuna.trial import TrialState
+
+    f = write_toml(tmp_path / "planted.toml", table(own=400.0, trials=30, replicates=2,
+                                                    robustness={"replicates": 0}))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "memsim.cli", "sweep", str(f), "--out",
+                             str(out), "--quiet", "--no-report", "--workers", "2"],
+                            env=_env(), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        running: list = []
+        while time.monotonic() < deadline and proc.poll() is None and not running:
+            journals = list(out.glob("*/sweep/journal.log"))
+            try:
+                trials = _study(journals[0]).get_trials(deepcopy=False) if journals else []
+            except ValueError:  # the journal exists before its study is created
+                trials = []
+            running = [t for t in trials if t.state == TrialState.RUNNING and t.params]
+            time.sleep(0.05)
+        assert running, "no trial was seen running"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    trials = _study(next(out.glob("*/sweep/journal.log"))).get_trials(deepcopy=False)
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert failed and all(t.user_attrs.get("error", "").startswith("interrupted: ")
+                          for t in failed)
+    waiting = [t for t in trials if t.state == TrialState.WAITING]
+    assert sorted(json.dumps(t.params, sort_keys=True) for t in waiting) == \
+        sorted(json.dumps(t.params, sort_keys=True) for t in failed)

@@ -43,6 +43,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -55,7 +56,7 @@ import optuna
 from optuna.trial import TrialState
 
 from memsim.runs.config import Experiment, experiment_from_dict
-from memsim.core.errors import ConfigError, MemsimError
+from memsim.core.errors import ConfigError, MemsimError, Terminated
 from memsim.reporting.rundir import proc_start
 
 from .evaluate import TrialEvaluator, TrialOutcome, cache_budget
@@ -356,8 +357,29 @@ def _grid_exhausted(study, spec: SweepSpec) -> bool:
     return len(seen) >= grid_size(spec)
 
 
+def _stop_worker(signum, frame) -> None:
+    """A worker's first SIGINT or SIGTERM stops its batch, which gives its
+    open trials back to the study (FAIL, their parameters enqueued again);
+    later ones are ignored, so that they cannot cut that short (Ctrl-C
+    reaches the whole process group, and the parent then terminates its
+    workers)."""
+    # a handler that does nothing, not SIG_IGN: a signal already caught and
+    # pending would find SIG_IGN and raise OSError ("ignored due to race
+    # condition") in the middle of that cleanup
+    signal.signal(signal.SIGINT, _ignore)
+    signal.signal(signal.SIGTERM, _ignore)
+    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _ignore(signum, frame) -> None:
+    pass
+
+
 def _worker_main(job: WorkerJob) -> None:
-    """Entry point of a spawned worker process."""
+    """Entry point of a spawned worker process (started with SIGINT ignored,
+    :func:`run_workers`: a Ctrl-C while it imports is its parent's to handle)."""
+    signal.signal(signal.SIGINT, _stop_worker)
+    signal.signal(signal.SIGTERM, _stop_worker)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         run_worker(job)
@@ -376,11 +398,19 @@ def run_workers(job: WorkerJob, workers: int, study, spec: SweepSpec,
     """Spawn ``workers`` processes and wait for them, reporting progress."""
     ctx = multiprocessing.get_context("spawn")
     procs = []
-    for i in range(workers):
-        j = replace(job, index=i, seed=None)
-        p = ctx.Process(target=_worker_main, args=(j,), name=f"memsim-sweep-{i}")
-        p.start()
-        procs.append(p)
+    # started with SIGINT ignored (inherited across exec): a Ctrl-C while a
+    # worker imports would print its traceback; each sets its own handlers
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        for i in range(workers):
+            j = replace(job, index=i, seed=None)
+            p = ctx.Process(target=_worker_main, args=(j,), name=f"memsim-sweep-{i}")
+            p.start()
+            procs.append(p)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
     try:
         while any(p.is_alive() for p in procs):
             if progress is not None:
@@ -388,11 +418,16 @@ def run_workers(job: WorkerJob, workers: int, study, spec: SweepSpec,
             for p in procs:
                 p.join(timeout=0.5 / len(procs))
     except BaseException:
+        # SIGTERM: each gives its open trials back, then exits
         for p in procs:
             if p.is_alive():
                 p.terminate()
+        deadline = time.monotonic() + 30.0
         for p in procs:
-            p.join(timeout=10)
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p.is_alive():  # its trials are reaped as a dead worker's on resume
+                p.kill()
+                p.join()
         raise
     codes = [p.exitcode for p in procs]
     if any(c == 2 for c in codes) and count_complete(study) < spec.trials:
