@@ -624,13 +624,20 @@ def _config_header(exp: Experiment) -> str:
             f"# Re-run exactly with: memsim run config.toml\n")
 
 
-def _stop_on_signal(signum, frame):
-    # the first SIGINT/SIGTERM unwinds the run (its folder is marked failed,
-    # naming the signal); later ones are ignored so that they cannot cut that
-    # bookkeeping short
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def stop_on_signal(signum, frame):
+    """A handler of SIGINT and SIGTERM: the first unwinds the process (a
+    run marks its folder failed, naming the signal; a sweep worker gives
+    its trials back); later ones are ignored so that they cannot cut that
+    bookkeeping short. Ignored by a handler that does nothing, not SIG_IGN:
+    a signal already caught and pending would find SIG_IGN and raise
+    OSError ("ignored due to race condition") in the middle of it."""
+    signal.signal(signal.SIGINT, _ignore_signal)
+    signal.signal(signal.SIGTERM, _ignore_signal)
     raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _ignore_signal(signum, frame) -> None:
+    pass
 
 
 def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1,
@@ -638,8 +645,8 @@ def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1,
     """A worker process of :func:`run_many`: one run (its replicates ``jobs``
     at a time), its outcome sent back. Orphaned (its parent killed), it
     stops as on SIGTERM: its folder is marked failed."""
-    signal.signal(signal.SIGINT, _stop_on_signal)
-    signal.signal(signal.SIGTERM, _stop_on_signal)
+    signal.signal(signal.SIGINT, stop_on_signal)
+    signal.signal(signal.SIGTERM, stop_on_signal)
     if parent is not None:
         def orphaned() -> None:
             os.kill(os.getpid(), signal.SIGTERM)

@@ -56,7 +56,8 @@ import optuna
 from optuna.trial import TrialState
 
 from memsim.runs.config import Experiment, experiment_from_dict
-from memsim.core.errors import ConfigError, MemsimError, Terminated
+from memsim.runs.runner import stop_on_signal
+from memsim.core.errors import ConfigError, MemsimError
 from memsim.reporting.rundir import proc_start
 
 from .evaluate import TrialEvaluator, TrialOutcome, cache_budget
@@ -357,29 +358,13 @@ def _grid_exhausted(study, spec: SweepSpec) -> bool:
     return len(seen) >= grid_size(spec)
 
 
-def _stop_worker(signum, frame) -> None:
-    """A worker's first SIGINT or SIGTERM stops its batch, which gives its
-    open trials back to the study (FAIL, their parameters enqueued again);
-    later ones are ignored, so that they cannot cut that short (Ctrl-C
-    reaches the whole process group, and the parent then terminates its
-    workers)."""
-    # a handler that does nothing, not SIG_IGN: a signal already caught and
-    # pending would find SIG_IGN and raise OSError ("ignored due to race
-    # condition") in the middle of that cleanup
-    signal.signal(signal.SIGINT, _ignore)
-    signal.signal(signal.SIGTERM, _ignore)
-    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
-
-
-def _ignore(signum, frame) -> None:
-    pass
-
-
 def _worker_main(job: WorkerJob) -> None:
     """Entry point of a spawned worker process (started with SIGINT ignored,
     :func:`run_workers`: a Ctrl-C while it imports is its parent's to handle)."""
-    signal.signal(signal.SIGINT, _stop_worker)
-    signal.signal(signal.SIGTERM, _stop_worker)
+    # the first SIGINT or SIGTERM stops its batch, which gives its open
+    # trials back to the study; later ones cannot cut that short
+    signal.signal(signal.SIGINT, stop_on_signal)
+    signal.signal(signal.SIGTERM, stop_on_signal)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         run_worker(job)
