@@ -468,6 +468,14 @@ def test_curves_table_columns_and_values():
     assert "hivemind-2025-bug" in text and "13.5" in text and "always" in text
 
 
+def test_a_huge_half_life_prints_as_a_number_not_hundreds_of_digits():
+    df = curves_table(["feather", "hivemind"],
+                      overrides={"policies.hivemind.decay.task_half_life_days": 1e308})
+    lines = format_curves(df).splitlines()
+    assert max(len(line) for line in lines[:4]) < 120
+    assert lines[3].split()[-3] == "1e+308" and lines[2].split()[-3] == "30.0"
+
+
 def test_curves_overrides_and_errors():
     df = curves_table(["feather"], overrides={"decay.half_life_days": 60.0})
     assert df.loc[0, "half_life_days"] == 60.0

@@ -319,7 +319,9 @@ def _fmt_days(x: float) -> str:
         return "n/a"
     if math.isinf(x):
         return "never" if x > 0 else "-inf"
-    return f"{x:.1f}"
+    # a day to a tenth, up to a million years (beyond: 4 significant digits,
+    # not hundreds of digits)
+    return f"{x:.1f}" if abs(x) < 1e8 else f"{x:.4g}"
 
 
 def _fmt_mult(x: float) -> str:
