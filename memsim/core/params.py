@@ -28,6 +28,8 @@ from memsim.core.errors import ConfigError, ParameterError
 __all__ = [
     "apply_override",
     "attribute_overrides",
+    "key_text",
+    "split_key",
     "override_text",
     "toml_plain",
     "Interval",
@@ -190,8 +192,9 @@ def fields_of(cls: type) -> dict[str, dataclasses.Field]:
 def apply_override(table: dict, key: str, value: Any) -> None:
     """Set dotted ``key`` in a nested dict, creating tables; a component given
     by name (``decay = "half-life"``) becomes ``{kind = "half-life"}`` when a
-    parameter below it is set."""
-    parts = key.split(".")
+    parameter below it is set. A quoted part (``sweep.params."a.b".high``)
+    is one name, as in TOML (:func:`split_key`)."""
+    parts = split_key(key)
     node = table
     for i, part in enumerate(parts[:-1]):
         nxt = node.get(part)
@@ -200,10 +203,73 @@ def apply_override(table: dict, key: str, value: Any) -> None:
         elif isinstance(nxt, str) and i >= 2 and parts[0] == "policies":
             nxt = node[part] = {"kind": nxt}
         elif not isinstance(nxt, dict):
-            raise ConfigError(f"{'.'.join(parts[: i + 1])}: is a value, not a table; "
+            above = (key_text(parts[: i + 1]) if '"' in key or "'" in key
+                     else ".".join(parts[: i + 1]))
+            raise ConfigError(f"{above}: is a value, not a table; "
                               f"cannot set {key}")
         node = nxt
     node[parts[-1]] = value
+
+
+#: One part of a dotted key as TOML writes it: bare, "basic" or 'literal'.
+_KEY_PART = re.compile(r"""[ \t]*(?:([A-Za-z0-9_\-]+)|"((?:[^"\\\n]|\\.)*)"|'([^'\n]*)')[ \t]*""")
+_BARE_PART = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def split_key(key: str) -> list[str]:
+    """The parts of a dotted key, read as TOML reads one:
+    ``sweep.params."a.b".high`` is ``["sweep", "params", "a.b", "high"]``.
+    A key without quotes is split at every dot.
+
+    Raises
+    ------
+    ConfigError
+        A quoted part that is not closed, or not followed by ``.`` or the end.
+    """
+    if '"' not in key and "'" not in key:
+        return key.split(".")
+    parts: list[str] = []
+    pos = 0
+    while True:
+        m = _KEY_PART.match(key, pos)
+        if m is None:
+            break
+        bare, basic, literal = m.groups()
+        parts.append(bare if bare is not None else literal if literal is not None
+                     else _unescape(basic))
+        pos = m.end()
+        if pos == len(key):
+            return parts
+        if key[pos] != ".":
+            break
+        pos += 1
+    raise ConfigError(f"{key}: not a dotted key: write its parts joined by '.', each a bare "
+                      "name (letters, digits, '_', '-') or a quoted one (\"a.b\")")
+
+
+def _unescape(basic: str) -> str:
+    """The text of a TOML basic string's body (its escapes read)."""
+    try:
+        return json.loads(f'"{basic}"')
+    except ValueError:
+        return basic
+
+
+def key_text(parts) -> str:
+    """Parts of a dotted key written as TOML would: a part that is not a bare
+    name quoted (``["sweep", "params", "a.b"]`` -> ``sweep.params."a.b"``)."""
+    return ".".join(p if _BARE_PART.match(p) else json.dumps(p, ensure_ascii=False)
+                    for p in parts)
+
+
+def _plain_key(key: str) -> str:
+    """``key`` with its quoted parts read and every part joined by ``.``
+    (``sweep.params."a.b"`` -> ``sweep.params.a.b``): the spellings TOML
+    nests alike compare equal. A key that is not dotted stays as it is."""
+    try:
+        return ".".join(split_key(key))
+    except ConfigError:
+        return key
 
 
 # --------------------------------------------------------------------------
@@ -241,9 +307,10 @@ def override_text(value: Any) -> str:
         return repr(value)
 
 
-#: The dotted key in front of a message (``policies.a.decay: ...``) and the
-#: parameter a component's or a knob group's message names.
-_MESSAGE_KEY = re.compile(r"^([A-Za-z0-9_\-.]+): ")
+#: The dotted key in front of a message (``policies.a.decay: ...``, with
+#: quoted parts: ``sweep.params."a.b": ...``) and the parameter a
+#: component's or a knob group's message names.
+_MESSAGE_KEY = re.compile(r'^((?:[A-Za-z0-9_\-.]|"(?:[^"\\]|\\.)*")+): ')
 _MESSAGE_PARAM = re.compile(r"^The '(\w+)' parameter of ")
 
 
@@ -254,7 +321,7 @@ def _message_key(message: str) -> str | None:
     m = _MESSAGE_KEY.match(message)
     if m is None:
         return None
-    key = m.group(1).rstrip(".")
+    key = _plain_key(m.group(1).rstrip("."))
     p = _MESSAGE_PARAM.match(message[m.end():])
     if p is not None and not key.endswith(f".{p.group(1)}"):
         key = f"{key}.{p.group(1)}"
@@ -280,7 +347,8 @@ def attribution(message: str, applied: list[tuple[str, str]]) -> str:
     key = _message_key(message)
     if key is None:
         return ""
-    hits = [text for k, text in applied
+    plain = [(_plain_key(k), text) for k, text in applied]
+    hits = [text for k, text in plain
             if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
     # a long value (a 5000-character name) is cut: the line names the key
     hits = [t if len(t) <= 80 else t[:77] + "..." for t in hits]

@@ -24,7 +24,7 @@ import numpy as np
 from memsim.runs.config import Experiment, did_you_mean
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import HIGHER_IS_BETTER, METRIC_COLUMNS
-from memsim.core.params import check_keys
+from memsim.core.params import check_keys, key_text
 
 #: Samplers by their ``sampler = "..."`` name.
 SAMPLERS = ("tpe", "random", "qmc", "cmaes", "nsga2", "grid")
@@ -97,13 +97,16 @@ class ParamSpec:
     @classmethod
     def from_config(cls, key: str, table: Any, where: str) -> ParamSpec:
         """Parse and validate one ``[sweep.params]`` entry (``where``: message prefix)."""
-        w = f'{where}."{key}"'
+        w = f"{where}.{quote_key(key)}"
         if not isinstance(table, dict):
             raise ConfigError(f"{w}: expected a table like {{ type = \"float\", low = 1, "
                               f"high = 10 }}, got {table!r}")
         kind = table.get("type")
         if kind is None:
-            raise ConfigError(f"{w}.type: missing; one of {', '.join(_PARAM_TYPES)}")
+            # (the entry's own key: an override that set one field of it is named)
+            raise ConfigError(f"{w}: missing type (one of {', '.join(_PARAM_TYPES)}); a "
+                              "parameter is a table like { type = \"float\", low = 1, "
+                              "high = 10 }")
         if kind not in _PARAM_TYPES:
             raise ConfigError(f"{w}.type: unknown type {kind!r}{did_you_mean(kind, _PARAM_TYPES)};"
                               f" allowed: {', '.join(_PARAM_TYPES)}")
@@ -280,17 +283,60 @@ class RobustnessSpec:
         return {"replicates": self.replicates, "variants": vs}
 
 
-def _flatten(table: dict, prefix: str = "") -> dict[str, Any]:
+def _flatten(table: dict, where: str) -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (a TOML inline table written with
-    bare dotted keys arrives nested)."""
-    out: dict[str, Any] = {}
+    bare dotted keys arrives nested); a key spelled twice (``"a.b" = 1`` and
+    ``a.b = 2``) is refused, never one of them dropped."""
+    items = _flat_items(table, lambda v: isinstance(v, dict))
+    _refuse_twice(items, lambda key: f"{where}.{key}")
+    return {key: v for key, v, _ in items}
+
+
+def _flat_items(table: dict, descend, path: tuple = ()) -> list[tuple[str, Any, tuple]]:
+    """(dotted key, value, the key's parts as written) of each entry of a
+    nested table, descending into the values ``descend`` accepts."""
+    out = []
     for k, v in table.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict):
-            out.update(_flatten(v, key))
+        parts = path + (str(k),)
+        if descend(v):
+            out.extend(_flat_items(v, descend, parts))
         else:
-            out[key] = v
+            out.append((".".join(parts), v, parts))
     return out
+
+
+def _refuse_twice(items: list[tuple[str, Any, tuple]], name) -> None:
+    """Refuse two entries of ``items`` (from :func:`_flat_items`) whose
+    spellings name one dotted key: TOML keeps both ``"a.b" = ...`` (one
+    quoted key) and ``a.b = ...`` (nested tables), which would silently
+    become one. ``name(key)``: the message's prefix."""
+    seen: dict[str, tuple] = {}
+    for key, _, parts in items:
+        if key in seen:
+            first = seen[key]
+            raise ConfigError(
+                f"{name(key)}: given twice, {_spelling(first)} and {_spelling(parts)}; both "
+                "name this one key, so write it once")
+        seen[key] = parts
+
+
+def _spelling(parts: tuple) -> str:
+    """How a key was written, for a message: ``quoted ("a.b")``, ``dotted
+    (a.b)`` or ``partly quoted (a."b.c")``."""
+    text = key_text(parts)
+    if len(parts) == 1:
+        kind = "quoted"
+    elif '"' not in text:
+        kind = "dotted"
+    else:
+        kind = "partly quoted"
+    return f"{kind} ({text})"
+
+
+def quote_key(key: str) -> str:
+    """A swept dotted key as one quoted TOML key, as ``[sweep.params]`` shows
+    it in messages (``"policies.a.decay.floor"``)."""
+    return json.dumps(key, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -343,6 +389,16 @@ class SweepSpec:
     batch: int = 1
     pruner: str = "none"
     cache_mb: int | None = None
+
+    def __post_init__(self) -> None:
+        # one column per parameter in trials.csv, one Optuna parameter per key:
+        # a key twice would sample it once and break every table built on it
+        seen: set[str] = set()
+        for p in self.params:
+            if p.key in seen:
+                raise ConfigError(f"sweep.params.{quote_key(p.key)}: given twice; a parameter "
+                                  "is swept once")
+            seen.add(p.key)
 
     @property
     def keys(self) -> list[str]:
@@ -461,7 +517,7 @@ class SweepSpec:
         resolved.pop("sweep", None)
         leaves = _leaf_keys(resolved)
         for p in self.params:
-            w = f'{where}.params."{p.key}"'
+            w = f"{where}.params.{quote_key(p.key)}"
             if p.key.split(".")[0] in ("sweep", "grid"):
                 raise ConfigError(f"{w}: cannot sweep the sweep or grid settings")
             if p.key in _FROZEN_KEYS:
@@ -556,8 +612,9 @@ def _params(params_t: Any, where: str) -> tuple[ParamSpec, ...]:
     if not isinstance(params_t, dict) or not params_t:
         raise ConfigError(f"{where}.params: expected a table of \"dotted.key\" = "
                           "{ type = ..., ... } with at least one parameter")
-    return tuple(ParamSpec.from_config(k, v, f"{where}.params")
-                 for k, v in _params_items(params_t))
+    items = _params_items(params_t)
+    _refuse_twice(items, lambda key: f"{where}.params.{quote_key(key)}")
+    return tuple(ParamSpec.from_config(k, v, f"{where}.params") for k, v, _ in items)
 
 
 def _grid_trials(params: tuple[ParamSpec, ...], trials: int | None, where: str) -> int:
@@ -565,7 +622,7 @@ def _grid_trials(params: tuple[ParamSpec, ...], trials: int | None, where: str) 
     for fewer; every parameter must be discrete."""
     for p in params:
         if p.grid() is None:
-            raise ConfigError(f'{where}.params."{p.key}": the grid sampler needs a '
+            raise ConfigError(f"{where}.params.{quote_key(p.key)}: the grid sampler needs a "
                               "'step' for a float parameter")
     size = int(np.prod([len(p.grid()) for p in params]))
     if trials is None:
@@ -607,24 +664,19 @@ def _variant(v: Any, vw: str) -> tuple[str, dict[str, Any]]:
     name = v.pop("name", None)
     if name is not None and not isinstance(name, str):
         raise ConfigError(f"{vw}.name: expected a string, got {name!r}")
-    flat = _flatten(v)
+    flat = _flatten(v, vw)
     if not flat:
         raise ConfigError(f"{vw}: names no override")
     name = name or ", ".join(f"{k}={format_value(x)}" for k, x in flat.items())
     return name, flat
 
 
-def _params_items(table: dict) -> list[tuple[str, Any]]:
-    """Parameter entries; a key written unquoted in TOML (``a.b = {...}``)
-    arrives as nested tables, so descend until a table with ``type``."""
-    out = []
-    for k, v in table.items():
-        if isinstance(v, dict) and "type" not in v and v and all(
-                isinstance(x, dict) for x in v.values()):
-            out.extend((f"{k}.{kk}", vv) for kk, vv in _params_items(v))
-        else:
-            out.append((k, v))
-    return out
+def _params_items(table: dict) -> list[tuple[str, Any, tuple]]:
+    """Parameter entries as (dotted key, table, the key's parts as written);
+    a key written unquoted in TOML (``a.b = {...}``) arrives as nested
+    tables, so descend until a table with ``type``."""
+    return _flat_items(table, lambda v: isinstance(v, dict) and "type" not in v and bool(v)
+                       and all(isinstance(x, dict) for x in v.values()))
 
 
 def _objectives(raw: Any, exp: Experiment | None, where: str) -> tuple[Objective, ...]:
