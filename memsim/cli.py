@@ -181,6 +181,7 @@ def _print_json(data) -> None:
 
 def _cmd_run(args) -> int:
     from memsim.reporting.compare import headline_text
+    from memsim.reporting.rundir import load_run
     from memsim.runs.config import load_experiment
     from memsim.runs.runner import run_many
     exps = [load_experiment(p, args.set) for p in args.experiments]
@@ -212,7 +213,6 @@ def _cmd_run(args) -> int:
         for p in paths:
             log_run(p, tracking_uri=args.mlflow or None)
     if args.json:
-        from memsim.reporting.rundir import load_run
         runs = []
         for p in paths:
             run = load_run(p)
@@ -225,7 +225,10 @@ def _cmd_run(args) -> int:
         if not args.quiet:
             # the headline in plain text (it ends with a newline), so that the
             # terminal shows the result, then a blank line
-            print(headline_text(p, ascii=not _utf8_stdout()))
+            run = load_run(p)
+            empty = run.queries is not None and len(run.queries) == 0
+            print("The run has no queries: nothing to measure.\n" if empty
+                  else headline_text(run, ascii=not _utf8_stdout()))
             _print_prefilter_overlap(p)
         print(p)
     return 0

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from memsim.evaluation.metrics import gini, superseded_use_curve
+from memsim.evaluation.metrics import (HIDDEN_COLUMNS, METRIC_COLUMNS, gini,
+                                       superseded_use_curve)
 from memsim.policies.context import TIER_CODES
 from .settings import resolve_budget
 from .state import superseded
@@ -22,6 +23,26 @@ if TYPE_CHECKING:
 #: ``arms.csv``'s recall-loss columns of an arm without an approximate
 #: prefilter, in a replay where another arm has one (:func:`prefilter_overlap`)
 NO_PREFILTER_OVERLAP = {"prefilter_overlap": np.nan, "prefilter_sampled": 0}
+
+#: The per-query columns that hold whole numbers (counts, tokens); every
+#: other metric is a float (NaN where undefined)
+_WHOLE_METRICS = frozenset({"tokens_used", "budget_tokens", "n_packed", "n_relevant",
+                            "stale_reinforced", "oracle_notes", *HIDDEN_COLUMNS})
+
+
+def _empty_query_columns() -> dict[str, np.ndarray]:
+    """The per-query columns of a replay without a query, 0 rows each, in the
+    order and of the types a batch gives them: a stream with no query is
+    valid, and its ``queries.parquet`` has every documented column, so that
+    it reads back (:mod:`memsim.reporting.rundir`)."""
+    names = ["query_id", "t"]
+    for m in METRIC_COLUMNS:
+        names.append(m)
+        if m == "tokens_used":
+            names.append("budget_tokens")
+    names.append("actor_code")
+    whole = _WHOLE_METRICS | {"query_id", "actor_code"}
+    return {n: np.zeros(0, np.int64 if n in whole else np.float64) for n in names}
 
 
 @dataclass
@@ -73,13 +94,16 @@ def _result(inp: _Inputs, arms, states, settings: SimSettings, got: _Collected) 
     """The tidy frames of the run."""
     notes = inp.notes
     pq = bool(np.isfinite(inp.qbudget).any())  # queries with budgets of their own
-    qframe = _arms_frame(arms, got.metrics, settings, pq, {"query_id": np.zeros(0, np.int64)})
-    qframe["actor"] = np.asarray(inp.actor_names, dtype=object)[
-        qframe.pop("actor_code").to_numpy()] if len(qframe) else pd.Series(dtype=object)
+    qframe = _arms_frame(arms, got.metrics, settings, pq, _empty_query_columns())
+    codes = qframe.pop("actor_code").to_numpy()
+    # (no row: a text column of no value, as a replay with queries has it)
+    qframe["actor"] = (np.asarray(inp.actor_names, dtype=object)[codes] if len(qframe)
+                       else pd.Series(dtype=str))
     if inp.qcategory is not None:
         # per-category results: the query's category tag, as text
         qframe["category"] = (pd.Series(inp.qcategory, index=inp.relevance.query_ids)
-                              .reindex(qframe["query_id"].to_numpy()).to_numpy(dtype=object))
+                              .reindex(qframe["query_id"].to_numpy()).to_numpy(dtype=object)
+                              if len(qframe) else pd.Series(dtype=str))
 
     store = pd.DataFrame(got.store, columns=["arm", "t", "store_notes", "store_tokens",
                                              "store_invalid", "store_stale"])

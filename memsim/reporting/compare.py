@@ -695,7 +695,8 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
     ConfigError
         Runs whose queries cannot be paired (different replicate counts,
         query ids or workloads), unless ``paired=False``; an empty list of
-        runs; ``budget`` with no rows; ``metrics`` given as one string; ``alpha`` or ``level`` not strictly
+        runs; a queries table with no rows (a run without queries);
+        ``budget`` with no rows; ``metrics`` given as one string; ``alpha`` or ``level`` not strictly
         between 0 and 1; ``n_boot`` not an integer >= 1; ``labels`` with one
         run (not a list), or not one distinct name per run; ``summary`` with
         several runs, or without a column of summary.csv; a metric column
@@ -760,6 +761,10 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
             raise MissingColumnError(f"compare(): the queries table has no {col!r} column")
     if frames is None:  # (several runs: each checked on its own table)
         _check_numbers(queries, metrics, "compare(): the queries table")
+    if len(queries) == 0:
+        # a run over a stream without queries is valid, but has nothing to compare
+        raise ConfigError("compare(): the queries table has no rows (a run without queries): "
+                          "nothing to compare")
     if budget is not None:
         wanted = list(budget if isinstance(budget, (list, tuple, set)) else [budget])
         have = sorted(pd.unique(queries["budget"]).tolist())

@@ -298,7 +298,8 @@ def optimum(exp: Experiment, *, simulate: bool = True,
     Raises
     ------
     ConfigError
-        When the workload is a stream on disk.
+        When the workload is a stream on disk; with ``simulate``, when the
+        workload yields no query in any replicate (nothing to measure).
     """
     if not isinstance(exp.workload, SyntheticWorkload):
         raise ConfigError("workload: memsim optimum needs a synthetic workload (a stream on disk "
@@ -361,6 +362,14 @@ def _simulate(exp: Experiment, table: pd.DataFrame,
         plan[name] = p
     run = dataclasses.replace(exp, policies=arms, grid={}, sweep=None)
     q = simulate_experiment(run, progress=progress)["queries"]
+    if not len(q):
+        # a stream without queries is valid, but no utility can be measured on it
+        wl = exp.workload
+        raise ConfigError(
+            f"workload: queries_per_day = {float(wl.queries_per_day):g} over horizon_days = "
+            f"{float(wl.horizon_days):g} yields no query in {exp.settings.replicates} replicate(s): "
+            "nothing to measure; raise workload.queries_per_day or workload.horizon_days "
+            "(or skip the simulations: --no-simulate)")
     by_arm = {k: v.sort_values(["replicate", "query_id"]) for k, v in q.groupby("policy")}
     for i, name in enumerate(table["policy"]):
         p = plan[name]
