@@ -6,6 +6,8 @@ coercion or a silent recomputation.
   a number is refused; an absent one (a failed run has none) is recomputed.
 - ``rankings.parquet`` is checked for its columns and their types on reading,
   as the other data files of a run folder are.
+- ``queries.parquet`` with an infinite measure is refused (a measure is
+  finite, or NaN where undefined).
 - :func:`memsim.reporting.compare.compare` refuses what it cannot read (not a
   run, a wrong argument type, a corrupt file) with a
   :class:`~memsim.core.errors.MemsimError`.
@@ -221,6 +223,24 @@ def test_compare_on_a_run_folder_with_a_corrupt_metric_column(run_dir, tmp_path)
         compare(folder)
     msg = str(info.value)
     assert str(f) in msg and "column 'recall'" in msg and "row 7" in msg and "'abc'" in msg
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_an_infinite_measure_in_queries_parquet_is_refused(run_dir, tmp_path, capsys, value):
+    """A per-query measure is finite, or NaN where undefined: an infinity
+    is damage (before: the report's means skipped it in silence, one pair
+    fewer)."""
+    folder = _copy(run_dir, tmp_path)
+    f = folder / "queries.parquet"
+    q = pd.read_parquet(f)
+    q.loc[7, "utility"] = value
+    q.to_parquet(f)
+    line = _one_line(folder, capsys)
+    assert line == (f"memsim: error: {f}: not a memsim queries.parquet: column 'utility': "
+                    f"row 7: {value!r} is not a measure (a finite number, or NaN where "
+                    "undefined)")
+    with pytest.raises(RunFolderError, match="is not a measure"):
+        load_run(folder)
 
 
 def test_compare_on_a_queries_frame_with_a_text_metric(run_dir):

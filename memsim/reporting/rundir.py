@@ -390,6 +390,8 @@ def read_run_file(f: Path) -> pd.DataFrame | None:
     required = list(REQUIRED_COLUMNS.get(f.name, ()))
     required += [need for has, need in _COMPANION_COLUMNS.get(f.name, ()) if has in df.columns]
     problem = column_problem(df, required)
+    if problem is None and f.name == "queries.parquet":
+        problem = _infinite_measure(df, ("t", *_QUERY_METRIC_COLUMNS))
     if problem:
         raise RunFolderError(f"{f}: not a memsim {f.name}: {problem}")
     for c in required:
@@ -449,6 +451,21 @@ def column_problem(frame: pd.DataFrame, required: Sequence[str]) -> str | None:
             if pd.isna(value):
                 return f"column {c!r}: row {row}: no value, where {want} is needed"
             return f"column {c!r}: row {row}: {value!r} is not {want}"
+    return None
+
+
+def _infinite_measure(frame: pd.DataFrame, columns: Sequence[str]) -> str | None:
+    """The first infinite value among ``columns`` of a queries table, as
+    :func:`column_problem` words it; None if none. A per-query measure is
+    a finite number, or NaN where it is undefined: an infinity is damage,
+    which a mean would otherwise skip in silence."""
+    for c in columns:
+        values = pd.to_numeric(frame[c], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        bad = np.isinf(values)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            return (f"column {c!r}: row {row}: {float(values[row])!r} is not a measure (a finite "
+                    "number, or NaN where undefined)")
     return None
 
 
