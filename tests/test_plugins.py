@@ -157,6 +157,42 @@ def test_an_unknown_plugin_is_one_line_naming_the_key_and_the_module(tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_a_plugin_whose_own_import_is_missing_is_not_called_missing(tmp_path, monkeypatch):
+    """The module is on the path; a module it imports is not installed
+    (before: 'no such module on the Python path', which sent the user to fix
+    the wrong thing)."""
+    here = tmp_path / "plug"
+    here.mkdir()
+    (here / "memsim_plugin_needs_more.py").write_text("import memsim_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(here))
+    with pytest.raises(ConfigError) as info:
+        experiment_from_dict(_table(plugins=["memsim_plugin_needs_more"]))
+    assert str(info.value) == (
+        "experiment.plugins: importing 'memsim_plugin_needs_more' failed: it imports "
+        "'memsim_no_such_dependency', which is not installed (No module named "
+        "'memsim_no_such_dependency')")
+
+
+def test_a_component_without_a_name_is_refused_at_registration():
+    """Before: registered under "", listed as an empty name and chosen by
+    ``kind = ""``."""
+    import numpy as np
+
+    from memsim.policies import Decay, register
+    from memsim.policies.base import REGISTRY
+
+    before = dict(REGISTRY["decay"])
+
+    class Nameless(Decay):
+        def recency(self, age, ctx):
+            return np.ones_like(age)
+
+    with pytest.raises(RuntimeError, match=r"^cannot register .*Nameless: it has no name; "
+                                           r"give it one"):
+        register(Nameless)
+    assert REGISTRY["decay"] == before
+
+
 def test_plugins_are_imported_before_the_rest_is_validated(tmp_path, plugin_dir, monkeypatch):
     broken = tmp_path / "broken"
     broken.mkdir()

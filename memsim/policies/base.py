@@ -124,7 +124,12 @@ def register(cls: type[Component]) -> type[Component]:
     RuntimeError
         ``(slot, name)`` is held by another class.
     """
-    slot, name = cls.slot, cls.name
+    slot, name = cls.slot, getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        # (a component is chosen by its name: one without could only be
+        # listed, and chosen, as "")
+        raise RuntimeError(f"cannot register {_where(cls)}: it has no name; give it one "
+                           "(name: ClassVar[str] = \"my-decay\")")
     if slot not in REGISTRY:
         REGISTRY[slot] = {}
     held = REGISTRY[slot].get(name)

@@ -76,10 +76,13 @@ def import_plugins(names: Iterable[str], where: str = "experiment.plugins") -> N
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            missing = f" ({exc})" if exc.name != name else ""
+            gone = exc.name or ""
+            if gone and gone != name and not name.startswith(gone + "."):
+                # the module was found: a module it imports is not installed
+                raise ConfigError(f"{where}: importing {name!r} failed: it imports {gone!r}, "
+                                  f"which is not installed ({exc})") from None
             raise ConfigError(f"{where}: cannot import {name!r}: no such module on the Python "
-                              f"path{missing}; install it or add its folder to PYTHONPATH"
-                              ) from None
+                              "path; install it or add its folder to PYTHONPATH") from None
         except Exception as exc:  # noqa: BLE001 - the user's module: any error, one line
             raise ConfigError(f"{where}: importing {name!r} failed: "
                               f"{type(exc).__name__}: {exc}") from None
