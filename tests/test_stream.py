@@ -577,6 +577,23 @@ def test_csv_text_extras_stay_text(tmp_path: Path) -> None:
     assert q["trace_id"].tolist() == ["0x1", "1e3"]
 
 
+def test_an_id_beyond_int64_is_named_so(tmp_path: Path) -> None:
+    """An unsigned 64-bit id above 2**63 - 1 (a parquet uint64 column, or
+    digits in a CSV) is an integer memsim cannot hold: said so, not "must be
+    an integer" (before)."""
+    parts = base_frames(embeddings=False)
+    parts["notes"]["note_id"] = np.array([12, 10, 2 ** 63 + 5, 14, 13], dtype=np.uint64)
+    with pytest.raises(StreamError) as exc:
+        build(parts)
+    assert_message(exc, "notes", "note_id", 2, "must be an integer within 64 bits "
+                   "(-2**63 to 2**63 - 1), got 9223372036854775813")
+    folder = csv_stream(tmp_path / "s", notes="note_id,created_at,tokens,actor\n"
+                        "1,0,10,a\n9223372036854775813,1,20,b\n")
+    with pytest.raises(StreamError) as exc:
+        read_stream(folder)
+    assert_message(exc, str(folder / "notes.csv"), "note_id", 1, "within 64 bits")
+
+
 def test_float_ids_beyond_two_to_the_53_are_refused(tmp_path: Path) -> None:
     # 2**53 + 1 has no float: as a float column it read as 2**53, "valid".
     folder = csv_stream(tmp_path / "s", notes="note_id,created_at,tokens,actor\n"

@@ -69,6 +69,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -391,10 +392,26 @@ def _int_column(t: _Table, raw: pd.Series, column: str, *, positive: bool = Fals
     if positive:
         bad = bad | (out <= 0)
     _fail_inexact_first(t, bad, inexact, raw, column)
+    hits = np.flatnonzero(bad)
+    if hits.size and _beyond_int64(raw.iloc[int(hits[0])]):
+        # an integer, but not one memsim's columns hold
+        t.fail_first(bad, raw, column, "an integer within 64 bits (-2**63 to 2**63 - 1)")
     t.fail_first(bad, raw, column, "a positive integer" if positive else "an integer")
     if maximum is not None:
         t.fail_first(out > maximum, raw, column, f"at most {maximum:,}")
     return out
+
+
+def _beyond_int64(value: Any) -> bool:
+    """Whether ``value`` (a cell) is an integer, written without a fraction,
+    outside int64."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return not -2 ** 63 <= int(value) < 2 ** 63
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return not -2 ** 63 <= int(value) < 2 ** 63
+    return False
 
 
 def _fail_inexact_first(t: _Table, bad: np.ndarray, inexact: np.ndarray, raw: pd.Series,
