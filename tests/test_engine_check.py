@@ -367,6 +367,31 @@ def test_engine_check_writes_each_csv_as_its_configuration_finishes(stream, tmp_
     assert not (tmp_path / "out_k4_cosine.csv").exists()
 
 
+@pytest.mark.parametrize("engine", ["langchain", "feather", "llamaindex"])
+def test_a_csv_prefix_in_no_folder_is_refused_before_the_check(tmp_path, capsys, monkeypatch,
+                                                              engine):
+    """``--csv`` in a folder that does not exist (or under a file) is the
+    user's mistake, refused before any configuration runs (before: after
+    the whole replay, exit code 1 and pandas' message)."""
+    from memsim.checks import feather_check, framework_check, langchain_check
+
+    started = []
+    for mod, fn in ((langchain_check, "run_langchain_check"),
+                    (feather_check, "run_feather_check"),
+                    (framework_check, "run_framework_check")):
+        monkeypatch.setattr(mod, fn, lambda *a, **k: started.append(1) or [])
+    (tmp_path / "afile").write_text("x")
+    for prefix, what in ((tmp_path / "no" / "x", "does not exist"),
+                         (tmp_path / "afile" / "x", "is a file")):
+        capsys.readouterr()
+        assert cli_main(["engine-check", engine, str(tmp_path / "c.toml"), "--csv",
+                         str(prefix)]) == 2
+        assert capsys.readouterr().err == (
+            f"memsim: error: --csv {prefix}: its folder {prefix.parent} {what}; the tables "
+            f"are written as {prefix}_<configuration>.csv\n")
+    assert not started
+
+
 @needs_langchain
 def test_engine_check_json(stream, tmp_path, capsys):
     import json

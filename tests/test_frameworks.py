@@ -411,10 +411,18 @@ def test_identical_empty_lists_are_not_answers():
     pq = compare_rankings(stream, empty, [np.zeros(0)] * q, empty, [np.zeros(0)] * q, 3)
     s = summarise(pq, 3)
     assert s["identical_share"] == 1.0 and s["answered_share"] == 0.0
+    # the text says that the 100% compares nothing (before: only a later
+    # "answered: 0.00%" line told)
+    from memsim.checks.engine_check import format_summary
+
+    text = format_summary(pq, s).splitlines()
+    assert text[0].startswith("  identical top-3:") and text[1].startswith(
+        "  NOTHING COMPARED: neither side returned a note for any query")
     one = [np.array([0])] + empty[1:]
     s = summarise(compare_rankings(stream, one, [np.zeros(1)] + [np.zeros(0)] * (q - 1), one,
                                    [np.zeros(1)] + [np.zeros(0)] * (q - 1), 3), 3)
     assert s["answered_share"] == pytest.approx(1 / q)
+    assert "NOTHING COMPARED" not in format_summary(pq, s)
 
 
 def test_engine_check_refuses_a_bad_feedback_mode():

@@ -344,6 +344,11 @@ def format_summary(per_query: pd.DataFrame, s: dict[str, Any], n_first: int = 5)
         + ("none" if s["first_difference"] is None else f"query #{s['first_difference']}")
         + f" (largest score diff. before it: {s['max_score_diff_before_first']:.3g})",
     ]
+    if s["n_queries"] and s["answered_share"] == 0:
+        # identical empty lists agree on nothing: say so beside the 100%
+        lines.insert(1, "  NOTHING COMPARED: neither side returned a note for any query "
+                        "(every top-k is empty): replay a stream whose queries the engine "
+                        "answers")
     first = first_differences(per_query, n_first)
     for row in first.itertuples(index=False):
         d = row._asdict()
@@ -394,7 +399,17 @@ def run_check_command(run: Callable[[], list], as_json: bool) -> int:
 def csv_saver(prefix: str | None, name: Callable[[Any], str]) -> Callable[[Any], None]:
     """What to do with each result as its configuration finishes: with
     ``--csv PREFIX``, write its per-query table to ``PREFIX_<name>.csv`` at
-    once (atomically), so an interrupted check keeps what it finished."""
+    once (atomically), so an interrupted check keeps what it finished.
+
+    A ``PREFIX`` whose folder does not exist (or is a file) is refused here,
+    before the check runs (it used to fail after the whole replay)."""
+    if prefix:
+        folder = Path(prefix).parent
+        if not folder.is_dir():
+            what = "is a file" if folder.exists() else "does not exist"
+            raise ConfigError(f"--csv {prefix}: its folder {folder} {what}; the tables are "
+                              f"written as {prefix}_<configuration>.csv")
+
     def save(res: Any) -> None:
         if prefix:
             write_atomic(Path(f"{prefix}_{name(res)}.csv"),

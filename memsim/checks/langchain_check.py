@@ -334,9 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true",
                         help="print each configuration's summary as JSON instead of text")
     args = parser.parse_args(argv)
-    save = csv_saver(args.csv, lambda res: f"k{res.summary['k']}_{res.summary['relevance']}")
+    def name(res) -> str:
+        return f"k{res.summary['k']}_{res.summary['relevance']}"
     return run_check_command(
-        lambda: run_langchain_check(args.config, on_result=save, verbose=not args.json),
+        lambda: run_langchain_check(args.config, on_result=csv_saver(args.csv, name),
+                                    verbose=not args.json),
         args.json)
 
 
