@@ -316,6 +316,10 @@ def test_memsim_report_refuses_an_interrupted_advice_folder(tmp_path, capsys):
     assert main(["report", str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a folder of memsim advise" in err[0], err
+    # it names no advice.md it does not hold (before: "its report is .../advice.md")
+    assert "advice.md" not in err[0].replace("holds no advice.md", "")
+    assert f"it holds no advice.md (an advise that did not finish: run it again with " \
+           f"memsim advise {folder / 'config.toml'})" in err[0]
     assert sorted(p.name for p in folder.iterdir()) == before
 
 

@@ -1581,9 +1581,12 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED,
     if (run_dir / "advice.json").is_file() or _manifest_kind(run_dir) == "advise":
         # an advice folder has no queries of its own: a report of it would be
         # empty, and it already holds its own report (advice.md)
-        raise ConfigError(f"{run_dir}: a folder of memsim advise, not a run folder; its "
-                          f"report is {run_dir / 'advice.md'}. memsim report takes the "
-                          "folder of memsim run or memsim sweep")
+        own = run_dir / "advice.md"
+        where = (f"its report is {own}" if own.is_file() else
+                 "it holds no advice.md (an advise that did not finish: run it again with "
+                 f"memsim advise {run_dir / 'config.toml'})")
+        raise ConfigError(f"{run_dir}: a folder of memsim advise, not a run folder; {where}. "
+                          "memsim report takes the folder of memsim run or memsim sweep")
     say = progress or (lambda _frac: None)
     run = load_run(run_dir)
     rep = _content(run_dir, run, n_boot, seed)
