@@ -21,7 +21,7 @@ import pytest
 
 from memsim.checks.engine_check import load_check_config
 from memsim.cli import main
-from memsim.core.errors import StreamError
+from memsim.core.errors import ConfigError, StreamError
 from memsim.data.stream import FORMAT_NAME, make_stream, read_stream, write_stream
 
 WEEK1 = Path("data", "streams", "week1")
@@ -194,6 +194,26 @@ def test_engine_check_config_names_the_key_and_the_folder(two_folders):
         load_check_config(cfg, ("engine_check",), {"k"})
     notes = two_folders / WEEK1 / "notes.parquet"
     assert str(exc.value) == f"{cfg}: workload.source: {notes}: {TOKENS}"
+
+
+@pytest.mark.parametrize("workload, message", [
+    ('source = "t.jsonl"\nimporter = "trace"',
+     "workload.importer: an engine check replays a stream folder as it is, importing nothing"),
+    ('source = "t.jsonl"',
+     "workload.source: {t} is a file, not a stream folder: import it first"),
+])
+def test_an_engine_check_on_a_file_says_to_import_it_first(tmp_path, workload, message):
+    """Before: a trace given with run's ``importer`` read "takes no generator
+    knobs" (an importer is none), and a file was refused only once the
+    check had started."""
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[engine_check]\nk = 4\n[workload]\n{workload}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_check_config(cfg, ("engine_check",), {"k"})
+    assert str(exc.value).startswith(f"{cfg}: " + message.format(t=tmp_path / "t.jsonl"))
+    assert str(exc.value).endswith("(memsim stream import trace FILE --out DIR) and give "
+                                   "source = DIR")
 
 
 def test_a_valid_folder_still_reads(tmp_path):

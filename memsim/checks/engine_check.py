@@ -228,6 +228,12 @@ def read_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
         raise ConfigError(f"{where}: workload: expected a table, got {short_repr(wl)}")
     if "source" in wl:
         extra = sorted(set(wl) - {"source"})
+        imports = [k for k in ("importer", "embedder") if k in extra]
+        if imports:  # (memsim run's keys for a file it imports)
+            raise ConfigError(f"{where}: workload.{imports[0]}: an engine check replays a "
+                              "stream folder as it is, importing nothing: import the file "
+                              "first (memsim stream import trace FILE --out DIR) and give "
+                              "source = DIR")
         if extra:
             raise ConfigError(f"{where}: workload.{extra[0]}: a workload with 'source' replays "
                               "a stream and takes no generator knobs")
@@ -241,6 +247,10 @@ def read_check_config(path: str | os.PathLike | dict, tables: tuple[str, ...],
         src = src if src.is_absolute() else base / src
         if not src.exists():
             raise ConfigError(f"{where}: workload.source: {src}: no such file or folder")
+        if not src.is_dir():  # refused here, before any configuration starts
+            raise ConfigError(f"{where}: workload.source: {src} is a file, not a stream "
+                              "folder: import it first (memsim stream import trace FILE "
+                              "--out DIR) and give source = DIR")
         return dataclasses.replace(conf, source=src)
     try:
         workload = SyntheticWorkload.from_config(wl, "workload")
