@@ -328,6 +328,34 @@ def test_engine_check_identical_top_k(engine, mode, refresh, seed):
     assert res.summary["identical_share"] == 1.0, res.per_query.loc[~res.per_query["identical"]]
 
 
+def test_openmemory_parts_in_a_small_store_and_the_check_names_why():
+    """A store of a few dozen notes, where a query has fewer than 8 notes
+    of positive cosine, meets the documented parting (OpenMemory fills its
+    8 candidates with the earliest stored, the preset with the highest
+    cosines): each differing query of the first ones is put down to it,
+    not to a near tie (before: 'near tie' and 'scores differ' at random),
+    and the first difference at query #0 prints no score difference
+    "before it"."""
+    _need("openmemory")
+    from memsim.checks.engine_check import format_summary
+    from memsim.checks.framework_check import _few_positive, framework_cross_check
+
+    small = load_check_config({"engine_check": {"seed": 3}, "workload": {
+        "horizon_days": 6, "backfill_days": 2, "notes_per_day": 6, "queries_per_day": 4}},
+        ("engine_check",), {"k", "mode"})[1]
+    res = framework_cross_check("openmemory", small)
+    pq = res.per_query
+    differs = np.flatnonzero(~pq["identical"].to_numpy(bool))
+    assert len(differs) and differs[0] == 0
+    few = _few_positive(small, 8)
+    assert few[0]
+    assert pq["cause"].iloc[0].startswith("fewer than 8 notes with a positive cosine")
+    assert (pq["cause"].to_numpy()[differs] != "scores differ").all()
+    text = format_summary(pq, res.summary)
+    assert "first difference:     query #0\n" in text + "\n"
+    assert "before it" not in text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_engine_check_memoripy_identical_top_k(seed):

@@ -352,7 +352,8 @@ def format_summary(per_query: pd.DataFrame, s: dict[str, Any], n_first: int = 5)
         f"  largest score diff.:  {s['max_score_diff']:.3g}",
         "  first difference:     "
         + ("none" if s["first_difference"] is None else f"query #{s['first_difference']}")
-        + f" (largest score diff. before it: {s['max_score_diff_before_first']:.3g})",
+        + ("" if s["first_difference"] == 0 else  # (no query before the first)
+           f" (largest score diff. before it: {s['max_score_diff_before_first']:.3g})"),
     ]
     if s["n_queries"] and s["answered_share"] == 0:
         # identical empty lists agree on nothing: say so beside the 100%

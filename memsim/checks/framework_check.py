@@ -682,16 +682,31 @@ def framework_cross_check(engine: str, stream: Stream, *, k: int | None = None,
         k = max([1] + [len(x) for x in ids])
         mem_scores = [np.zeros(len(x)) for x in mem_ids]
     per_query = compare_rankings(qs, ids, scores, mem_ids, mem_scores, k)
-    per_query["cause"] = likely_causes(
-        per_query["identical"].to_numpy(),
-        [(per_query["near_tie"].to_numpy(bool), "near tie (score gap < 1e-6 at the boundary)")],
-        "last-access refreshes differ since an earlier difference")
+    checks = [(per_query["near_tie"].to_numpy(bool), "near tie (score gap < 1e-6 at the boundary)")]
+    if engine == "openmemory":  # the documented parting of a small store, named first
+        pool = int(policy.retriever.prefilter)
+        checks.insert(0, (_few_positive(qs, pool),
+                          f"fewer than {pool} notes with a positive cosine: OpenMemory fills "
+                          "its candidates with the earliest stored of the others, the preset "
+                          "with the highest cosines"))
+    per_query["cause"] = likely_causes(per_query["identical"].to_numpy(), checks,
+                                       "last-access refreshes differ since an earlier difference")
     summary = summarise(per_query, k)
     summary.update(engine=engine, engine_version=version, preset=ENGINES[engine].preset,
                    feedback_mode=feedback_mode, mode=mode if engine == "llamaindex" else None,
                    refresh=refresh if engine == "llamaindex" else None, n_notes=int(qs.n_notes),
                    memsim_s=mem_s, engine_s=eng_s)
     return FrameworkCheckResult(per_query=per_query, summary=summary, engine_ids=ids)
+
+
+def _few_positive(stream: Stream, pool: int) -> np.ndarray:
+    """(Q,) bool: the queries with fewer than ``pool`` notes of positive
+    cosine among those stored by their time (the sign of the dot product)."""
+    dots = (np.asarray(stream.query_embeddings, dtype=np.float64)
+            @ np.asarray(stream.note_embeddings, dtype=np.float64).T)
+    stored = (stream.notes["created_at"].to_numpy(np.float64)[None, :]
+              <= stream.queries["t"].to_numpy(np.float64)[:, None])
+    return ((dots > 0) & stored).sum(axis=1) < pool
 
 
 def format_framework_check(res: FrameworkCheckResult) -> str:
