@@ -231,6 +231,28 @@ def test_bursty_arrivals_cluster_and_weekly_arrivals_dip_on_weekends():
     assert abs(len(weekly) / 140.0 - 20.0) < 2.0  # mean rate kept
 
 
+def test_bursty_sessions_long_next_to_the_horizon_are_refused():
+    """Sessions that run past the horizon are cut there: 50 queries 1 day
+    apart over 20 days kept about 4 of the 20 queries a day asked (before:
+    silently). Such knobs are refused, naming the knob; sessions within the
+    5% bound keep the asked rate."""
+    from memsim.data.workload import _arrivals
+
+    with pytest.raises(ParameterError, match=r"'burst_gap_days' parameter of "
+                                             r"SyntheticWorkload must be such that a session "
+                                             r"is short next to horizon_days \(20\): with "
+                                             r"burst_size 50, most of the queries"):
+        SyntheticWorkload(horizon_days=20.0, arrival="bursty", burst_size=50.0,
+                          burst_gap_days=1.0)
+    with pytest.raises(ParameterError, match=r"about 6% of the queries would fall past"):
+        SyntheticWorkload(horizon_days=20.0, arrival="bursty", burst_size=5.0,
+                          burst_gap_days=0.5)
+    ok = SyntheticWorkload(horizon_days=20.0, backfill_days=0.0, queries_per_day=20.0,
+                           arrival="bursty", burst_size=5.0, burst_gap_days=0.2)
+    n = [len(_arrivals(ok, _seed(k))[0]) for k in range(300)]
+    assert abs(np.mean(n) / 20.0 / 20.0 - 1.0) < 0.05
+
+
 # --------------------------------------------------------------------------
 # planted truth
 # --------------------------------------------------------------------------

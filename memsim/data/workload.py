@@ -596,7 +596,10 @@ class SyntheticWorkload(_Knobs):
     burst_size : float, default 5.0
         Mean queries per session (``arrival = "bursty"``).
     burst_gap_days : float, default 0.005
-        Mean gap between queries of a session (7.2 minutes).
+        Mean gap between queries of a session (7.2 minutes). A session that
+        runs past ``horizon_days`` is cut there: about ``gap (b^2 - 1) /
+        (2 b) / horizon_days`` of the queries (``b = burst_size``), which
+        must stay within 5% so that ``queries_per_day`` holds.
     weekend_factor : float, default 0.2
         Weekend rate relative to weekdays (``arrival = "weekly"``).
     n_topics : int, default 40
@@ -710,6 +713,21 @@ class SyntheticWorkload(_Knobs):
     def _check(self) -> None:
         if self.gain_valid > self.gain_current:
             self._fail("gain_valid", f"<= gain_current ({self.gain_current:g})", self.gain_valid)
+        if self.arrival == "bursty":
+            # A session that runs past the horizon is cut there, so the mean
+            # rate holds only while sessions are short next to the horizon:
+            # the share cut is about E[query's offset in its session] /
+            # horizon = gap (b^2 - 1) / (2 b) / horizon (b: mean session size)
+            b = float(self.burst_size)
+            cut = self.burst_gap_days * (b * b - 1.0) / (2.0 * b) / float(self.horizon_days)
+            if cut > MAX_BURST_CUT:
+                self._fail("burst_gap_days", f"such that a session is short next to "
+                           f"horizon_days ({self.horizon_days:g}): with burst_size "
+                           f"{b:g}, {f'about {cut:.0%} of' if cut < 1 else 'most of'} the "
+                           "queries would fall past the horizon and be dropped, not "
+                           f"{MAX_BURST_CUT:.0%} at most "
+                           "(shorten the gap or the sessions, or lengthen the horizon)",
+                           self.burst_gap_days)
 
     # -- helpers ---------------------------------------------------------------
     def topic_popularity(self) -> np.ndarray:
@@ -1238,6 +1256,11 @@ def _query_embeddings(wl: SyntheticWorkload, q_topic: np.ndarray, q_slot: np.nda
 # --------------------------------------------------------------------------
 # Queries
 # --------------------------------------------------------------------------
+
+
+#: Most share of a bursty workload's queries its sessions may run past the
+#: horizon (they are dropped, and ``queries_per_day`` would not hold)
+MAX_BURST_CUT = 0.05
 
 
 def _arrivals(wl: SyntheticWorkload, seed) -> tuple[np.ndarray, np.ndarray]:
