@@ -22,7 +22,8 @@ import warnings
 from pathlib import Path
 
 from memsim.data import datasets
-from memsim.core.errors import ConfigError, MemsimError, Terminated
+from memsim.core import interrupt
+from memsim.core.errors import ConfigError, MemsimError
 from memsim.core.machine import default_jobs
 
 __all__ = ["main"]
@@ -1056,13 +1057,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminate(signum, frame):  # pragma: no cover - exercised in a subprocess test
-    # SIGTERM unwinds like Ctrl-C (a KeyboardInterrupt), so a run marks its
-    # folder failed and a sweep gives its trials back on the way out; the
-    # subclass names the signal in what they record.
-    raise Terminated(signum)
-
-
 class _OneLine(logging.Formatter):
     """``memsim: warning: ...``: the command line's form of a log record."""
 
@@ -1098,10 +1092,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _logging(getattr(args, "verbose", 0))
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
-        # explicit: a process started with SIGINT ignored (`memsim run ... &` from a
-        # script) would otherwise keep ignoring Ctrl-C and `kill -INT`
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # SIGTERM unwinds like Ctrl-C (a KeyboardInterrupt, a Terminated naming
+        # the signal), so a run marks its folder failed and a sweep gives its
+        # trials back on the way out. Set for SIGINT too: a process started
+        # with SIGINT ignored (`memsim run ... &` from a script) would
+        # otherwise keep ignoring Ctrl-C and `kill -INT`.
+        signal.signal(signal.SIGTERM, interrupt.on_signal)
+        signal.signal(signal.SIGINT, interrupt.on_signal)
+    interrupt.forget()
     try:
         return int(args.func(args) or 0)
     except MemsimError as exc:
@@ -1126,6 +1124,8 @@ def main(argv: list[str] | None = None) -> int:
         # the environment failed us (disk full, read-only, file-size limit)
         print(f"memsim: error: {_one_line(_describe_os_error(exc))}", file=sys.stderr)
         return 1
+    finally:
+        interrupt.forget()  # handled: a process that goes on (a notebook's) is not stopping
 
 
 def _describe_os_error(exc: OSError) -> str:

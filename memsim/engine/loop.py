@@ -26,6 +26,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from memsim.evaluation.metrics import oracle_packing
+from memsim.core import interrupt
 from memsim.core.rng import child
 from memsim.data.stream import Stream
 from .arms import _ArmJob, _outputs_all
@@ -180,6 +181,7 @@ def _simulate(stream, arms, settings, seed, reader, progress, cache, accelerator
                 _add_rankings(got.rankings[ai], out["rankings"], tick_first)
         if work is not None:
             cache.keep(work, batch_key, batch)
+        interrupt.raise_if_asked()  # a stop lost in a callback from C (numba compiling)
         if progress is not None:
             progress((bi + 1) / len(batches))
     return _result(inp, arms, states, settings, got)

@@ -26,7 +26,8 @@ import pandas as pd
 
 from memsim.runs.config import Experiment, StreamSource, dumps_toml, experiment_with_overrides
 from memsim.engine import NO_PREFILTER_OVERLAP, Arm, ReplayCache, simulate
-from memsim.core.errors import ConfigError, MemsimError, StreamError, Terminated
+from memsim.core import interrupt
+from memsim.core.errors import ConfigError, MemsimError, StreamError
 from memsim.core.params import Interval
 from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
@@ -506,6 +507,7 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         _write(path / "arms.csv", lambda p: frames["arms"].to_csv(p, index=False))
         if frames["rankings"] is not None:
             _write(path / "rankings.parquet", lambda p: frames["rankings"].to_parquet(p))
+        interrupt.raise_if_asked()  # a run asked to stop is not completed
         # summary.csv last: only a run whose data files all exist has one
         _write(summary_file, lambda p: summary.to_csv(p, index=False))
         timings["total_before_report"] = time.perf_counter() - t0
@@ -624,29 +626,13 @@ def _config_header(exp: Experiment) -> str:
             f"# Re-run exactly with: memsim run config.toml\n")
 
 
-def stop_on_signal(signum, frame):
-    """A handler of SIGINT and SIGTERM: the first unwinds the process (a
-    run marks its folder failed, naming the signal; a sweep worker gives
-    its trials back); later ones are ignored so that they cannot cut that
-    bookkeeping short. Ignored by a handler that does nothing, not SIG_IGN:
-    a signal already caught and pending would find SIG_IGN and raise
-    OSError ("ignored due to race condition") in the middle of it."""
-    signal.signal(signal.SIGINT, _ignore_signal)
-    signal.signal(signal.SIGTERM, _ignore_signal)
-    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
-
-
-def _ignore_signal(signum, frame) -> None:
-    pass
-
-
 def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1,
            parent: int | None = None) -> None:
     """A worker process of :func:`run_many`: one run (its replicates ``jobs``
     at a time), its outcome sent back. Orphaned (its parent killed), it
     stops as on SIGTERM: its folder is marked failed."""
-    signal.signal(signal.SIGINT, stop_on_signal)
-    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGINT, interrupt.once_on_signal)
+    signal.signal(signal.SIGTERM, interrupt.once_on_signal)
     if parent is not None:
         def orphaned() -> None:
             os.kill(os.getpid(), signal.SIGTERM)

@@ -56,7 +56,7 @@ import optuna
 from optuna.trial import TrialState
 
 from memsim.runs.config import Experiment, experiment_from_dict
-from memsim.runs.runner import stop_on_signal
+from memsim.core import interrupt
 from memsim.core.errors import ConfigError, MemsimError
 from memsim.reporting.rundir import proc_start
 
@@ -363,8 +363,8 @@ def _worker_main(job: WorkerJob) -> None:
     :func:`run_workers`: a Ctrl-C while it imports is its parent's to handle)."""
     # the first SIGINT or SIGTERM stops its batch, which gives its open
     # trials back to the study; later ones cannot cut that short
-    signal.signal(signal.SIGINT, stop_on_signal)
-    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGINT, interrupt.once_on_signal)
+    signal.signal(signal.SIGTERM, interrupt.once_on_signal)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         run_worker(job)
