@@ -78,6 +78,22 @@ def test_set_overrides_use_the_dotted_keys():
     assert exp.settings.replicates == 2
 
 
+@pytest.mark.parametrize("key", ['policies."half-life-180-floor".decay.floor',
+                                 "policies.'half-life-180-floor'.decay.floor",
+                                 'policies.half-life-180-floor."decay".floor'])
+def test_set_overrides_read_quoted_parts_as_toml_does(key):
+    """A quoted part names the same table as the bare one (TOML's reading):
+    it used to keep its quotes and find no policy '"half-life-180-floor"'."""
+    exp = load_experiment(QUICKSTART, [f"{key}=0.2"])
+    assert exp.policies["half-life-180-floor"].decay.floor == 0.2
+
+
+def test_a_quoted_preset_override_is_a_preset_override():
+    exp = load_experiment(QUICKSTART, ['policies."no-decay".preset=hivemind'])
+    assert exp.policies["no-decay"].to_config() == load_experiment(
+        QUICKSTART, ["policies.no-decay.preset=hivemind"]).policies["no-decay"].to_config()
+
+
 def test_override_of_a_preset_parameter_keeps_the_preset_kind():
     exp = load_experiment(QUICKSTART, ["policies.bug-5pct-per-day.decay.rate=0.1"])
     decay = exp.policies["bug-5pct-per-day"].decay
@@ -92,7 +108,7 @@ def test_parse_override(text, key, value):
     assert parse_override(text) == (key, value)
 
 
-@pytest.mark.parametrize("bad", ["novalue", "=3", "a..b=1", "a=(1", "a=1 2"])
+@pytest.mark.parametrize("bad", ["novalue", "=3", "a..b=1", "a=(1", "a=1 2", 'a."b=1', "a.''=1"])
 def test_parse_override_refuses(bad):
     with pytest.raises(ConfigError):
         parse_override(bad)

@@ -49,7 +49,7 @@ from memsim.data.importers import load_source
 from memsim.core.errors import ConfigError, MemsimError
 from memsim.core.params import (Interval, Validated, apply_override, attribute_overrides,
                                  attribution, check_keys, did_you_mean, override_text, toml_plain,
-                                 short_repr)
+                                 short_repr, split_key)
 from memsim.policies import Policy, resolve_policy
 from memsim.policies.plugins import check_module_names, import_plugins
 from memsim.evaluation.reader import reader_from_config
@@ -176,7 +176,11 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE")
     key, raw = text.split("=", 1)
     key, raw = key.strip(), raw.strip()
-    if not key or any(not part for part in key.split(".")):
+    try:
+        parts = split_key(key) if key else []
+    except ConfigError as exc:
+        raise ConfigError(f"--set {exc}") from None
+    if not parts or any(not part for part in parts):
         raise ConfigError(f"--set {text!r}: empty key")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
@@ -471,7 +475,7 @@ class Experiment:
             label = []
             for k, v in zip(keys, combo):
                 _override(table, k, v, "grid")
-                label.append(f"{k.split('.')[-1]}={v}")
+                label.append(f"{split_key(k)[-1]}={v}")
             table["experiment"]["name"] = _safe_name(
                 f"{self.name}_{'_'.join(str(x) for x in label)}")
             out.append(experiment_from_dict(table, base_dir=self.base_dir,
@@ -519,7 +523,7 @@ class Experiment:
 
 def _preset_key(key: str) -> str | None:
     """The policy name of a ``policies.NAME.preset`` key, else None."""
-    parts = key.split(".")
+    parts = split_key(key)
     if len(parts) == 3 and parts[0] == "policies" and parts[2] == "preset":
         return parts[1]
     return None
@@ -658,7 +662,7 @@ def _article(what: str) -> str:
 def _override(table: dict, key: str, value: Any, where: str) -> None:
     """:func:`apply_override`, refusing a key that runs through a value."""
     node: Any = table
-    parts = key.split(".")
+    parts = split_key(key)  # a quoted part is one name: policies."v1.2".decay
     pols = table.get("policies")
     if (parts[0] == "policies" and len(parts) >= 2 and isinstance(pols, dict)
             and parts[1] not in pols and not (len(parts) == 2 and isinstance(value, dict))):
@@ -693,7 +697,7 @@ def _check_preset_counts(table: dict, key: str, where: str) -> None:
     the policy's table spells out every slot (a resolved ``config.toml``
     does), and the table's keys override its preset. Ignoring the preset
     silently would run the old policy under the new preset's name."""
-    name = key.split(".")[1]
+    name = split_key(key)[1]
     ptable = table["policies"][name]
     preset = ptable.get("preset") if isinstance(ptable, dict) else None
     if not isinstance(preset, str):
