@@ -506,6 +506,9 @@ def test_curves_policy_keys_apply_or_are_refused(capsys):
     assert df.loc[0, "half_life_days"] == 7.0
     df = curves_table(["feather"], overrides={"policies.feather": {"preset": "hivemind"}})
     assert df.loc[0, "half_life_days"] == 180.0
+    # a quoted part names the same preset (it used to be no policy '"feather"')
+    df = curves_table(["feather", "hivemind"], overrides={'policies."feather".decay': "none"})
+    assert df.loc[0, "half_life_days"] == math.inf and df.loc[1, "half_life_days"] == 180.0
     with pytest.raises(ConfigError, match="feather.decay.kind: unknown decay 'nope'"):
         curves_table(["feather"], overrides={"policies.feather.decay": "nope"})
     for key, value, said in [

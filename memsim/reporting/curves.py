@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from memsim.core.errors import ConfigError
-from memsim.core.params import apply_override, attribute_overrides, did_you_mean
+from memsim.core.params import apply_override, attribute_overrides, did_you_mean, split_key
 from memsim.policies import ArrayContext, Policy, resolve_policy
 
 __all__ = ["recency_curve", "curves_table", "format_curves", "crossover_age",
@@ -57,7 +57,7 @@ def _check_policy_keys(presets: Sequence[str], overrides: dict[str, Any] | None)
     ``presets``, as ``memsim run --set`` refuses a key into a policy the
     experiment does not have: it would change nothing."""
     for key in overrides or {}:
-        parts = key.split(".")
+        parts = split_key(key)
         if parts[0] != "policies":
             continue
         if len(parts) < 2:
@@ -75,7 +75,7 @@ def _resolve(name: str, overrides: dict[str, Any] | None) -> Policy:
     # key sets it as it would there (a slot, a parameter, the whole table)
     tables: dict[str, Any] = {"policies": {name: {"preset": name}}}
     for key, value in (overrides or {}).items():
-        parts = key.split(".")
+        parts = split_key(key)
         if parts[0] == "policies":  # policies.NAME...: only for that preset
             if parts[1] != name:
                 continue  # another preset's (curves_table checked the names)
