@@ -164,6 +164,30 @@ def test_bad_logs_raise_clear_errors(tmp_path):
         calibrate_revlog(single, families=("cubic",))
 
 
+def test_a_row_longer_than_the_header_is_named_so(tmp_path):
+    """A trailing comma used to shift pandas' columns into the index, and the
+    error blamed 'review_rating' for holding a time."""
+    path = tmp_path / "trailing.csv"
+    path.write_text("card_id,review_rating,review_time\n"
+                    "1,3,2024-01-01T00:00:00+00:00,\n1,1,2024-01-03T00:00:00+00:00,\n")
+    with pytest.raises(StreamError, match=r"trailing\.csv: row 0 \(line 2\): has 4 fields "
+                                          r"but the header has 3"):
+        calibrate_revlog(path)
+
+
+@pytest.mark.parametrize("ratings, kind", [((3, 1), "forgotten"), ((3, 3, 4), "recalled")])
+def test_a_log_of_one_outcome_is_refused_not_fitted(tmp_path, ratings, kind):
+    """Every family fits it perfectly (log loss 0, AUC undefined); memsim used
+    to print verdicts such as 'worse than the constant (+607%)' from clipped
+    losses and write the files."""
+    rows = [(1, r, f"2024-01-{d + 1:02d}T00:00:00+00:00", 1) for d, r in enumerate(ratings)]
+    path = write_log(tmp_path / "one.csv", rows)
+    with pytest.raises(StreamError, match=f"one\\.csv: every one of the {len(ratings) - 1} "
+                                          f"review\\(s\\) to model was {kind}"):
+        calibrate_revlog(path, out_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------
 # Which fits are offered as policies
 # ---------------------------------------------------------------------------

@@ -229,8 +229,10 @@ def test_locomo_a_session_that_is_not_a_list_is_refused(tmp_path):
     assert "session_2" in _locomo_refused(tmp_path, rec)
 
 
-@pytest.mark.parametrize("value", [5, {"D1:1": 1}])
+@pytest.mark.parametrize("value", [5, {"D1:1": 1}, 0, False, {}, [None], [13], [["D1:1"]]])
 def test_locomo_evidence_of_another_type_is_one_clear_error(tmp_path, value):
+    """Falsy values (0, false, {}) and lists of non-strings used to pass,
+    the question losing its ground truth in silence."""
     rec = _record()
     rec["qa"][0]["evidence"] = value
     assert "qa item 0: evidence" in _locomo_refused(tmp_path, rec)

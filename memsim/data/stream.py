@@ -91,6 +91,7 @@ __all__ = [
     "write_stream",
     "check_stream_dest",
     "exact_int64",
+    "check_csv_shape",
     "describe_stream",
     "export_fingerprint",
     "stream_facts",
@@ -973,7 +974,7 @@ def _read_table(path: Path, table: str) -> pd.DataFrame:
     if path.stat().st_size == 0:
         raise StreamError(f"{path}: file is empty")
     if path.suffix == ".csv":
-        _check_csv_shape(path)
+        check_csv_shape(path)
     try:
         if path.suffix == ".csv":
             text_cols = {c: str for c in _STR_COLUMNS[table]}
@@ -994,7 +995,7 @@ def _read_table(path: Path, table: str) -> pd.DataFrame:
 _CSV_FIELD_LIMIT = 2 ** 31 - 1
 
 
-def _check_csv_shape(path: Path) -> None:
+def check_csv_shape(path: Path) -> None:
     """Refuse a CSV whose header repeats a name or that has a row with more or
     fewer fields than the header (a trailing comma is one field more).
 

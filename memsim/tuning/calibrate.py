@@ -129,7 +129,7 @@ from scipy import optimize, stats
 
 from memsim.core.errors import ConfigError, StreamError
 from memsim.core.paths import file_in_the_way
-from memsim.data.stream import exact_int64
+from memsim.data.stream import check_csv_shape, exact_int64
 
 __all__ = [
     "FAMILIES",
@@ -182,8 +182,11 @@ def _cell(raw: pd.Series, row: int) -> object:
 
 
 def _read_one(path: Path) -> pd.DataFrame:
+    # a row with more fields than the header (a trailing comma) would shift
+    # pandas' columns into the index: the values then fail under wrong names
+    check_csv_shape(path)
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, index_col=False)
     except (OSError, ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise StreamError(f"{path}: cannot be read as CSV: {exc}") from exc
     missing = [c for c in _REQUIRED if c not in frame.columns]
@@ -693,6 +696,11 @@ def calibrate_revlog(path_or_folder: str | os.PathLike, out_dir: str | os.PathLi
     if reviews.empty:
         raise StreamError(f"{path_or_folder}: no review to model (a card needs two reviews, "
                           f"at least {min_elapsed_days} days apart)")
+    if reviews["y"].nunique() < 2:
+        # every fit is then perfect (log loss 0, AUC undefined): nothing is measured
+        kind = "recalled" if bool(reviews["y"].iloc[0]) else "forgotten"
+        raise StreamError(f"{path_or_folder}: every one of the {len(reviews)} review(s) to "
+                          f"model was {kind}: a decay needs both outcomes to be fitted")
     t = reviews["t"].to_numpy()
     y = reviews["y"].to_numpy()
     ns = reviews["n_success"].to_numpy()
