@@ -1,8 +1,9 @@
-"""A cooldown per note, running from the note's creation
-(``Feedback.cooldown_per = "note"``, ``cooldown_from_creation``): what
+"""A cooldown per note (``Feedback.cooldown_per = "note"``), optionally
+running from the note's creation (``cooldown_from_creation``): what
 agent-memory-server's ``update_last_accessed`` does (one ``last_accessed``
-per memory, set at its creation, refreshed only once it is 900 s old), in
-the state, in the walk's what-if states, and against the real server code.
+per memory, refreshed only once it is 900 s old; the creation stamp, a
+float, reads as 0 there), in the state, in the walk's what-if states, and
+against the real server code.
 """
 
 from __future__ import annotations
@@ -86,11 +87,13 @@ def test_the_walk_corrects_for_a_cooldown_per_note_from_creation(per):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("k", [None, 25])
 def test_redis_preset_refreshes_as_the_server_on_minute_scale_streams(seed, k):
-    """agent-memory-server's real rerank and rate-limited refresh against
-    the ``redis-agent-memory`` preset, on streams whose queries are seconds
-    to minutes apart: a note returned within 900 s of its creation, or of
-    another actor's refresh, is not refreshed; a refresh exactly 900 s
-    later is."""
+    """agent-memory-server's real rerank and rate-limited refresh
+    (``update_last_accessed`` itself, on a stand-in for Redis) against the
+    ``redis-agent-memory`` preset, on streams whose queries are seconds to
+    minutes apart: a note returned within 900 s of another actor's refresh
+    is not refreshed, a refresh exactly 900 s later is, and a note's first
+    return always is (its creation stamp, a float, reads as 0: the preset
+    that counted the 900 s from creation differed at k = 25)."""
     pytest.importorskip("agent_memory_server", reason="agent-memory-server is not installed "
                         "(.ci/run installs it; README, \"Framework presets\")")
     from memsim.checks.framework_check import framework_cross_check

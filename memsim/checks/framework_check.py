@@ -27,8 +27,10 @@ Engines and the code they run:
                      package's ``__init__`` imports its whole agent stack)
 ``redis``            agent-memory-server: ``utils/recency.py``
                      ``rerank_with_recency``, loaded from the file alone (its
-                     ``models`` import is only for annotations); the server's
-                     900-s rate limit on ``last_accessed`` is reproduced here
+                     ``models`` import is only for annotations), and
+                     ``long_term_memory.py`` ``update_last_accessed`` (its
+                     900-s rate limit), compiled alone and run on a
+                     stand-in for Redis that stores values as redis-py does
 ``mem0``             mem0ai: ``mem0/utils/scoring.py`` ``score_and_rank``
 ``openmemory``       openmemory-python: ``scoring.py`` ``compute_hybrid_score``,
                      ``decay.py`` ``calc_recency_score`` and ``embeddings.py``
@@ -67,6 +69,7 @@ last access on both sides.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import datetime as dt
 import importlib
@@ -352,19 +355,32 @@ def _redis(stream: Stream, k: int, min_interval_s: int = 900):
     pkg.__path__ = []
     mod = _load_file(root / "utils" / "recency.py", "_memsim_ams_recency",
                      {"agent_memory_server": pkg, "agent_memory_server.models": stub})
-    last: dict[int, int] = {}
+    clock = {"now": 0}
+    update = _server_function(root / "long_term_memory.py", "update_last_accessed", {
+        "datetime": _Clock(clock), "UTC": dt.timezone.utc, "Redis": object,
+        "Keys": types.SimpleNamespace(memory_key=lambda i: f"memory:{i}")})
+    redis = _FakeRedis()
 
     def when(s):
-        return EPOCH.replace(tzinfo=dt.timezone.utc) + dt.timedelta(seconds=int(s))
+        return EPOCH.replace(tzinfo=dt.timezone.utc) + dt.timedelta(seconds=float(s))
+
+    def refresh(rows, t):
+        # long_term_memory.update_last_accessed itself: its rate limit, and
+        # its int() of the stored stamp (a float at creation reads as 0)
+        clock["now"] = t
+        _drive(update([str(r) for r in rows], redis_client=redis,
+                      min_interval_seconds=min_interval_s))
+
+    def last_accessed(r):  # seconds after EPOCH, as the server's float() reads them
+        return float(redis.hashes[f"memory:{r}"]["last_accessed"]) - EPOCH_TS
 
     def setup(st):
         def on_add(i):
-            last[i] = int(st.created[i])  # MemoryRecord.last_accessed defaults to now
-
-        def on_access(i, t):
-            if t - last[i] >= min_interval_s:
-                last[i] = t
-        return on_add, on_access
+            # memory_vector_db stores MemoryRecord.last_accessed (now, at
+            # creation) as .timestamp(), a float, which redis-py writes as repr()
+            redis.hashes[f"memory:{i}"] = {
+                "last_accessed": repr(EPOCH_TS + float(st.created[i])).encode()}
+        return on_add, lambda i, t: refresh([i], t)
 
     def query(st, rows, q, t, k):
         cos = _cosines(st.emb[rows], q)
@@ -372,17 +388,90 @@ def _redis(stream: Stream, k: int, min_interval_s: int = 900):
         pos = {int(r): p for p, r in enumerate(rows)}
         now = when(t)
         mems = [types.SimpleNamespace(id=int(r), dist=1.0 - float(cos[pos[int(r)]]),
-                                      last_accessed=when(last[int(r)]),
+                                      last_accessed=when(last_accessed(int(r))),
                                       created_at=when(st.created[int(r)])) for r in pool]
         ranked = mod.rerank_with_recency(mems, now=now, params={})
         scores = [0.8 * (1.0 - m.dist) + 0.2 * mod.score_recency(m, now=now, params={})
                   for m in ranked]
-        for m in ranked:  # update_last_accessed: rate-limited refresh of what it returned
-            if t - last[m.id] >= min_interval_s:
-                last[m.id] = t
+        refresh([m.id for m in ranked], t)
         return [m.id for m in ranked], scores
 
     return _run(stream, k, setup, query), _version("agent-memory-server")
+
+
+def _server_function(path: Path, name: str, names: dict[str, Any]) -> Callable:
+    """Function ``name`` of the source file ``path``, compiled alone with
+    ``names`` as its globals: a module whose imports need a running service
+    (agent-memory-server's ``long_term_memory`` needs Redis and an LLM
+    client) still gives the function its own code."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and n.name == name]
+    if not found:
+        raise MemsimError(f"{path}: has no function {name!r}: this version of the package "
+                          "is not one the cross-check knows")
+    scope = dict(names)
+    exec(compile(ast.Module(found, type_ignores=[]), str(path), "exec"), scope)
+    return scope[name]
+
+
+class _Clock:
+    """``datetime`` for a function that reads ``datetime.now(tz)``: the
+    replay's time (``clock["now"]``, seconds after :data:`EPOCH`)."""
+
+    def __init__(self, clock: dict):
+        self._clock = clock
+
+    def now(self, tz=None):
+        return EPOCH.replace(tzinfo=dt.timezone.utc) + dt.timedelta(seconds=self._clock["now"])
+
+
+class _FakeRedis:
+    """The hashes of a Redis server, with the pipeline calls
+    ``update_last_accessed`` makes; values are stored as redis-py encodes
+    them (``str``, then UTF-8 bytes)."""
+
+    def __init__(self):
+        self.hashes: dict[str, dict[str, bytes]] = {}
+
+    def pipeline(self):
+        return _FakePipeline(self.hashes)
+
+
+class _FakePipeline:
+    def __init__(self, hashes: dict):
+        self._hashes, self._ops = hashes, []
+
+    def hget(self, key, name):
+        self._ops.append(lambda: self._hashes.get(key, {}).get(name))
+
+    def hset(self, key, mapping):
+        def run():
+            self._hashes.setdefault(key, {}).update(
+                {f: (repr(v) if isinstance(v, float) else str(v)).encode()
+                 for f, v in mapping.items()})
+        self._ops.append(run)
+
+    def hincrby(self, key, name, amount=1):
+        def run():
+            h = self._hashes.setdefault(key, {})
+            h[name] = str(int(h.get(name, b"0")) + amount).encode()
+        self._ops.append(run)
+
+    async def execute(self):
+        ops, self._ops = self._ops, []
+        return [op() for op in ops]
+
+
+def _drive(coro):
+    """Run a coroutine that never waits on anything (a fake server's calls
+    complete at once) to its result, without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("the coroutine waited on something: a fake server cannot serve it")
 
 
 def _mem0(stream: Stream, k: int, threshold: float = 0.1):

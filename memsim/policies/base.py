@@ -1089,9 +1089,10 @@ class Feedback(Component):
         ``last_accessed`` per memory).
     cooldown_from_creation : bool
         The cooldown also runs from the note's creation, as if it were a use
-        (agent-memory-server's ``last_accessed`` starts at creation): a note
-        used within ``cooldown_s`` of its creation gains nothing. False: a
-        note's first use always counts.
+        (a ``last_accessed`` that starts at creation): a note used within
+        ``cooldown_s`` of its creation gains nothing. False: a note's first
+        use always counts (agent-memory-server 0.15.2 in effect: its creation
+        stamp, a float, reads as 0 in its rate limit).
     timing : {"experiment", "per-query", "per-tick"}
         When uses take effect: before the next query ("per-query", as the
         real systems do; exact), after the tick ("per-tick": every query of

@@ -115,17 +115,22 @@ add_preset(
     so ``1 - dist`` is the cosine); afterwards
     ``long_term_memory.update_last_accessed`` sets ``last_accessed`` of
     every returned memory whose ``last_accessed`` is at least 900 s old,
-    one ``last_accessed`` per memory (whoever asks), set at its creation
-    (feedback ``touch = "returned"``, ``cooldown_s = 900``, ``cooldown_per =
-    "note"``, ``cooldown_from_creation = true``). ``memsim engine-check
-    redis`` replays a stream through the real ``rerank_with_recency``.""",
+    one ``last_accessed`` per memory (whoever asks) (feedback ``touch =
+    "returned"``, ``cooldown_s = 900``, ``cooldown_per = "note"``). A
+    memory's first return always refreshes it: ``last_accessed`` is stored
+    at creation as a float (``memory_vector_db.py``, ``.timestamp()``), which
+    the rate limit's ``int(val)`` cannot read and takes as 0; the 900 s run
+    from the first refresh, which stores whole seconds
+    (``cooldown_from_creation = false``, the default). ``memsim engine-check
+    redis`` replays a stream through the real ``rerank_with_recency`` and
+    ``update_last_accessed``.""",
     assumed={"packer.kind": "search has no token budget: skip-fill in score order"},
     retriever={"kind": "cosine", "prefilter": 10},
     ranker="redis-recency",
     packer="skip-fill",
     orderer="score",
     feedback={"kind": "default", "touch": "returned", "k": 10, "cooldown_s": 900.0,
-              "cooldown_per": "note", "cooldown_from_creation": True, "timing": "per-query"},
+              "cooldown_per": "note", "timing": "per-query"},
     candidates=10,
 )
 
@@ -181,7 +186,12 @@ add_preset(
     similarity (cosine), ``limit = 10``, and refreshes the TTL of what it
     returns (feedback ``touch = "returned"``, ``k = 10``; the ``ttl``
     retention counts from the last use). ``default_ttl`` is None in the code:
-    the application sets it.""",
+    the application sets it. The SQLite store (``langgraph/store/sqlite/
+    base.py``) refreshes only when the TTL config sets ``refresh_on_read``
+    itself (``ttl_config.get("refresh_on_read", False)``): with ``ttl =
+    {"default_ttl": ...}`` alone its items expire a TTL after they were
+    written, however often read; ``retention.clock = "created"`` models that
+    store (``memsim engine-check langgraph`` sets ``refresh_on_read``).""",
     assumed={"retention.ttl_days": "the code has no default TTL (None: no expiry): 30 days",
              "packer.kind": "search has no token budget: skip-fill in score order"},
     retriever="cosine",
