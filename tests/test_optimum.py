@@ -171,6 +171,28 @@ def test_optimum_json_writes_an_infinite_half_life_as_null(capsys):
     assert '"inf"' not in json.dumps(out)
 
 
+def test_an_evergreen_worlds_optimum_is_simulated_as_no_decay(capsys):
+    """The derived half-life is infinite: the optimum arm runs with no decay
+    (it used to fail building a half-life of inf, in the default mode), and
+    a value packer's check varies beta alone (halving infinity left no
+    neighbour, and the pair was called confirmed against none)."""
+    path = Path(__file__).resolve().parents[1] / "experiments" / "planted.toml"
+    assert main(["optimum", str(path), "--json", "--set", "experiment.replicates=1",
+                 "--set", "workload.horizon_days=20", "--set", "workload.backfill_days=60",
+                 "--set", "workload.classes.project.share=0.0",
+                 "--set", "workload.classes.evergreen.share=1.0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    pol = {p["policy"]: p for p in out["policies"]}
+    topk = pol["calibrated-top-k"]
+    assert topk["status"] == "derived" and topk["optimum"]["half_life_days"] is None
+    assert math.isfinite(topk["utility"]["optimum"])
+    greedy = pol["calibrated-greedy"]
+    labels = [c["label"] for c in greedy["check"]]
+    assert labels == ["derived", "beta halved", "beta doubled"]
+    beta = greedy["optimum"]["beta"]
+    assert [c["beta"] for c in greedy["check"]] == [beta, beta / 2, beta * 2]
+
+
 @pytest.mark.slow
 def test_optimum_cli_on_the_shipped_planted_experiment(capsys):
     path = Path(__file__).resolve().parents[1] / "experiments" / "planted.toml"

@@ -221,16 +221,23 @@ def _days(h: float) -> str:
 
 
 def _with(policy: Policy, beta: float, h: float) -> Policy:
+    # an infinite half-life (the planted classes never go stale) is no decay,
+    # which a half-life decay cannot hold: recency 1 at every age
+    decay = (REGISTRY["decay"]["none"](clock=policy.decay.clock) if math.isinf(h)
+             else dataclasses.replace(policy.decay, half_life_days=h))
     return dataclasses.replace(policy, ranker=dataclasses.replace(policy.ranker, beta=beta),
-                               decay=dataclasses.replace(policy.decay, half_life_days=h))
+                               decay=decay)
 
 
 def _neighbours(beta: float, h: float) -> list[tuple[str, float, float]]:
-    """The derived pair and its neighbours (label, beta, h)."""
-    out = [("derived", beta, h), ("h halved", beta, h / 2), ("h doubled", beta, h * 2),
-           ("beta halved, h doubled (same beta x h)", beta / 2, h * 2),
-           ("beta doubled, h halved (same beta x h)", beta * 2, h / 2)]
-    return [o for o in out if math.isfinite(o[2])]
+    """The derived pair and its neighbours (label, beta, h). With no decay
+    (h infinite) only beta has neighbours: a finite h is a decay the planted
+    classes do not have, and halving infinity leaves it."""
+    if math.isinf(h):
+        return [("derived", beta, h), ("beta halved", beta / 2, h), ("beta doubled", beta * 2, h)]
+    return [("derived", beta, h), ("h halved", beta, h / 2), ("h doubled", beta, h * 2),
+            ("beta halved, h doubled (same beta x h)", beta / 2, h * 2),
+            ("beta doubled, h halved (same beta x h)", beta * 2, h / 2)]
 
 
 def _row(name: str, policy: Policy, known: Optimum, simulate: bool) -> dict[str, Any]:
