@@ -468,6 +468,43 @@ def test_curves_table_columns_and_values():
     assert "hivemind-2025-bug" in text and "13.5" in text and "always" in text
 
 
+def test_curves_show_a_rankers_own_recency_term():
+    """Rankers that keep their recency term (not the decay slot) used to
+    print 1.000 at every age with half-life 'none', beside a finite
+    crossover: now their own term, from their published formulas."""
+    df = curves_table(["redis-agent-memory", "openmemory", "memoripy"]).set_index("preset")
+    for a in (7, 30, 90):
+        # agent-memory-server: 0.6 * 0.5 ** (a / 7) + 0.4 * 0.5 ** (a / 30), never used
+        assert df.loc["redis-agent-memory", f"rec_{a}d"] == pytest.approx(
+            0.6 * 0.5 ** (a / 7) + 0.4 * 0.5 ** (a / 30), rel=1e-12)
+        # OpenMemory: exp(-d / 7) * (1 - d / 60), clipped at 0
+        assert df.loc["openmemory", f"rec_{a}d"] == pytest.approx(
+            max(math.exp(-a / 7) * (1 - a / 60), 0.0), rel=1e-12, abs=1e-300)
+    assert df.loc["memoripy", "rec_7d"] == pytest.approx(math.exp(-1e-4 * 7 * 86400), rel=1e-9)
+    # half-life: where the term of a never-used note halves
+    h = df.loc["redis-agent-memory", "half_life_days"]
+    assert 0.6 * 0.5 ** (h / 7) + 0.4 * 0.5 ** (h / 30) == pytest.approx(0.5, abs=1e-9)
+    assert df.loc["memoripy", "half_life_days"] == pytest.approx(
+        math.log(2) / 1e-4 / 86400, rel=1e-8)
+    text = format_curves(df.reset_index())
+    assert "0.0802" in text  # memoripy's 1.93 hours, not 0.1
+
+
+def test_a_cleanup_of_never_used_notes_has_no_eviction_age():
+    """cognee's cleanup deletes every never-used note once anything was
+    used: its eviction does not follow from the age (it read 'never')."""
+    df = curves_table(["cognee-cleanup", "langgraph-store-ttl"]).set_index("preset")
+    assert math.isnan(df.loc["cognee-cleanup", "evict_after_days"])
+    assert df.loc["langgraph-store-ttl", "evict_after_days"] == pytest.approx(30.0, rel=1e-8)
+    lines = format_curves(df.reset_index()).splitlines()
+    assert lines[2].split()[-1] == "n/a" and lines[3].split()[-1] == "30.0"
+
+
+def test_a_half_life_of_minutes_is_not_printed_as_zero():
+    df = curves_table(["llamaindex-time-weighted"])
+    assert format_curves(df).splitlines()[2].split()[-3] == "0.00627"
+
+
 def test_a_huge_half_life_prints_as_a_number_not_hundreds_of_digits():
     df = curves_table(["feather", "hivemind"],
                       overrides={"policies.hivemind.decay.task_half_life_days": 1e308})

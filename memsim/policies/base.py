@@ -927,6 +927,13 @@ class Ranker(Component):
         (Feather DB's ``min_weight``); None when it puts none (the default)."""
         return None
 
+    def own_recency(self, ctx: ScoringContext) -> np.ndarray | None:
+        """The recency term (Q, L) of a ranker that keeps its own instead of
+        the decay slot's (``uses_recency`` False, such as agent-memory-server's
+        freshness and novelty), for ``memsim curves``; None for the others
+        (the default)."""
+        return None
+
     def score_bound(self, rel: np.ndarray, rec_lo: float | None, rec_hi: float | None,
                     ctx: ScoringContext) -> np.ndarray | None:
         """An upper bound, elementwise over ``rel``, of the score
@@ -1001,6 +1008,14 @@ class Retention(Component):
     invalidates: ClassVar[bool] = False
     #: True when the retention reads ground truth (``ctx.superseded_at``).
     needs_truth: ClassVar[bool] = False
+
+    def by_age_alone(self) -> bool:
+        """Whether a never-used note's eviction follows from its age alone,
+        so that ``memsim curves`` can give the age it is evicted at: False
+        where it depends on the rest of the store (a capacity, a cleanup
+        that runs only once something was used), on chance or on ground
+        truth. True unless a family says otherwise."""
+        return not self.needs_truth
 
     @abc.abstractmethod
     def evict(self, ctx: ScoringContext) -> np.ndarray:

@@ -252,6 +252,9 @@ class RedisRecency(Ranker):
         "freshness_weight": _NON_NEGATIVE, "novelty_weight": _NON_NEGATIVE,
         "half_life_last_access_days": _POSITIVE, "half_life_created_days": _POSITIVE}
 
+    def own_recency(self, ctx: ScoringContext) -> np.ndarray:
+        return self.recency(ctx)
+
     def recency(self, ctx: ScoringContext) -> np.ndarray:
         """The clipped freshness-and-novelty term (Q, L)."""
         ha = max(self.half_life_last_access_days, 0.001)
@@ -360,6 +363,9 @@ class UnusedCleanup(Retention):
     threshold_days: float = 30.0
     _constraints: ClassVar[dict] = {"threshold_days": _POSITIVE}
 
+    def by_age_alone(self) -> bool:
+        return False  # a never-used note goes once any note of the store was used
+
     def evict(self, ctx: ScoringContext) -> np.ndarray:
         since = np.asarray(ctx.since_access[0], dtype=np.float64)
         never = np.isnan(since)
@@ -440,6 +446,9 @@ class OpenMemoryHybrid(Ranker):
     _constraints: ClassVar[dict] = {"w_similarity": _NON_NEGATIVE, "w_recency": _NON_NEGATIVE,
                                     "tau": _NON_NEGATIVE, "t_days": _POSITIVE,
                                     "t_max_days": _POSITIVE}
+
+    def own_recency(self, ctx: ScoringContext) -> np.ndarray:
+        return self.recency(ctx)
 
     def recency(self, ctx: ScoringContext) -> np.ndarray:
         """``calc_recency_score`` (Q, L)."""
@@ -547,6 +556,9 @@ class Memoripy(Ranker):
     _constraints: ClassVar[dict] = {"threshold": Interval(None, None),
                                     "decay_rate_per_s": _NON_NEGATIVE,
                                     "boost": _NON_NEGATIVE, "fade": _NON_NEGATIVE}
+
+    def own_recency(self, ctx: ScoringContext) -> np.ndarray:
+        return self._decayed(ctx)
 
     def _decayed(self, ctx: ScoringContext) -> np.ndarray:
         """``f * exp(-decay_rate * seconds since the last use)`` (Q, L)."""

@@ -181,6 +181,9 @@ class Capacity(Retention):
             return -np.asarray(ctx.age_created[0], dtype=np.float64)
         return AiMemorySweep().retention_score(ctx)
 
+    def by_age_alone(self) -> bool:
+        return False  # the store's size and the other notes' scores
+
     def evict(self, ctx: ScoringContext) -> np.ndarray:
         n = len(ctx.idx)
         if n <= self.max_notes:
@@ -245,6 +248,9 @@ class MemoryBankForgetting(Retention):
         """R (L,) of each note at the sweep time."""
         return ebbinghaus_retention(ctx.age_last_access[0], ctx.recalls, self.strength_days,
                                     self.strength_per_recall)
+
+    def by_age_alone(self) -> bool:
+        return self.mode == "threshold"  # probabilistic forgetting is a draw
 
     def evict(self, ctx: ScoringContext) -> np.ndarray:
         r = self.retention(ctx)

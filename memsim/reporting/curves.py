@@ -6,9 +6,13 @@
 - ``rec_<A>d``: the recency multiplier of a fresh, never-used note (task tier,
   episodic, importance and salience 1) at age A days, as the preset's ranker
   sees it (its decay after stickiness, floored by ``min_weight`` for the
-  ``feather-blend`` ranker); 1 at every age when the ranker ignores recency;
-- ``half_life_days``: the decay's half-life (:meth:`Decay.half_life`; inf
-  when the ranker ignores recency). For ``0.95 ** days``: 13.5 days;
+  ``feather-blend`` ranker; the ranker's own recency term where it keeps
+  one, :meth:`Ranker.own_recency`, as agent-memory-server's freshness and
+  novelty); 1 at every age when the ranker ignores recency;
+- ``half_life_days``: the decay's half-life (:meth:`Decay.half_life`; for a
+  ranker's own recency term, the age at which it falls to half its value
+  at age 0; inf when the ranker ignores recency). For ``0.95 ** days``:
+  13.5 days;
 - ``crossover_days``: the oldest age at which a note of similarity ``s``
   still outranks a fresh note of similarity ``s - delta`` under the preset's
   whole scoring pipeline (computed numerically; inf if it always does; 0 if
@@ -16,8 +20,10 @@
   candidates, such as ``weighted-sum``, ``random`` and ``oracle``);
 - ``evict_after_days``: the age (since creation = last update = last use) at
   which the preset's retention sweep first evicts such a note (inf if never;
-  NaN for retentions that do not depend on age alone, such as ``capacity``
-  and probabilistic forgetting).
+  NaN for retentions that do not depend on age alone
+  (:meth:`Retention.by_age_alone`), such as ``capacity``, probabilistic
+  forgetting and ``unused-cleanup``, which deletes every never-used note
+  once any note of the store was used).
 
 :func:`recency_curve` is the data behind a recency plot
 (:func:`memsim.reporting.plots.recency_curve_data`). Every function here evaluates
@@ -138,8 +144,9 @@ def recency_curve(policy: Policy, ages, *, rng: np.random.Generator | None = Non
     The note is in the task tier, episodic, of importance and salience 1, and
     its creation is its last update. The multiplier is the decay of the
     stickiness' effective age, plus the access term, floored by the ranker's
-    :meth:`~memsim.policies.Ranker.recency_floor`; 1 at every age when the
-    ranker ignores recency.
+    :meth:`~memsim.policies.Ranker.recency_floor`; a ranker's own recency
+    term where it keeps one (:meth:`~memsim.policies.Ranker.own_recency`);
+    1 at every age when the ranker ignores recency.
 
     Parameters
     ----------
@@ -156,9 +163,12 @@ def recency_curve(policy: Policy, ages, *, rng: np.random.Generator | None = Non
     ndarray, shape (n,)
     """
     ages = np.asarray(ages, dtype=np.float64).reshape(-1)
+    ctx = ArrayContext(t=0.0, created_at=-ages, rng=rng)
+    own = policy.ranker.own_recency(ctx)
+    if own is not None:  # a ranker with a recency term of its own (agent-memory-server's)
+        return np.asarray(own, dtype=np.float64).reshape(-1)
     if not policy.ranker.uses_recency:
         return np.ones(len(ages))
-    ctx = ArrayContext(t=0.0, created_at=-ages, rng=rng)
     age = policy.stickiness.effective_age(ctx.age(policy.decay.clock), ctx)
     rec = np.asarray(policy.decay.recency(age, ctx), dtype=np.float64)
     access = policy.stickiness.access_term(ctx)
@@ -196,55 +206,73 @@ def crossover_age(policy: Policy, s: float = 0.8, delta: float = 0.1) -> float:
         old, fresh = _pair_scores(policy, np.asarray(ages, dtype=np.float64), s, delta)
         return old > fresh
 
-    grid = np.concatenate([[0.0], np.geomspace(1e-6, _MAX_AGE, 400)])
-    w = wins(grid)
-    if w[-1]:
-        return math.inf
-    if not w[0]:
-        return 0.0
-    last = int(np.flatnonzero(~w)[0]) - 1
-    lo, hi = grid[last], grid[last + 1]
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if wins(np.array([mid]))[0]:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-9 * max(1.0, lo):
-            break
-    return float(lo)
+    return _last_age(wins)
 
 
 def _evict_age(policy: Policy) -> float:
     """Age at which the retention sweep first evicts a fresh, never-used
-    note whose creation is its last update and last use."""
+    note whose creation is its last update and last use (NaN where that
+    does not follow from the age alone)."""
     ret = policy.retention
     if not ret.evicts:
         return math.inf
-    if ret.name == "capacity" or getattr(ret, "mode", "threshold") != "threshold":
+    if not ret.by_age_alone():
         return math.nan
 
-    def evicted(ages: np.ndarray) -> np.ndarray:
+    def kept(ages: np.ndarray) -> np.ndarray:
         ctx = ArrayContext(t=np.array([0.0]), created_at=-np.asarray(ages, dtype=np.float64))
-        return np.asarray(ret.evict(ctx), dtype=bool)
+        return ~np.asarray(ret.evict(ctx), dtype=bool)
 
+    return _first_age_not(kept)
+
+
+def _half_life(policy: Policy) -> float:
+    """The decay's half-life; for a ranker with a recency term of its own,
+    the age at which that term of a fresh, never-used note falls to half its
+    value at age 0; inf when the ranker ignores recency."""
+    r = policy.ranker
+    probe = ArrayContext(t=0.0, created_at=np.zeros(1))
+    if r.own_recency(probe) is None:
+        return float(policy.decay.half_life()) if r.uses_recency else math.inf
+    at0 = float(recency_curve(policy, [0.0])[0])
+    if not at0 > 0:
+        return math.nan
+    return _first_age_not(lambda ages: recency_curve(policy, ages) > at0 / 2)
+
+
+def _last_age(holds) -> float:
+    """The oldest age (days) up to :data:`_MAX_AGE` at which ``holds`` (a
+    vectorised test of ages, true from age 0 up to some age and false
+    after) is true: inf when it holds at every age, 0.0 when not at age 0;
+    a grid, then bisection to 1e-9 days."""
+    lo, _ = _bracket(holds)
+    return lo
+
+
+def _first_age_not(holds) -> float:
+    """The youngest age at which ``holds`` (as :func:`_last_age`) is false:
+    inf when it holds at every age, 0.0 when not at age 0."""
+    return _bracket(holds)[1]
+
+
+def _bracket(holds) -> tuple[float, float]:
     grid = np.concatenate([[0.0], np.geomspace(1e-6, _MAX_AGE, 400)])
-    e = evicted(grid)
-    if not e.any():
-        return math.inf
-    first = int(np.flatnonzero(e)[0])
-    if first == 0:
-        return 0.0
-    lo, hi = grid[first - 1], grid[first]
+    h = np.asarray(holds(grid), dtype=bool)
+    if h[-1]:
+        return math.inf, math.inf
+    if not h[0]:
+        return 0.0, 0.0
+    last = int(np.flatnonzero(~h)[0]) - 1
+    lo, hi = float(grid[last]), float(grid[last + 1])
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        if evicted(np.array([mid]))[0]:
-            hi = mid
-        else:
+        if holds(np.array([mid]))[0]:
             lo = mid
+        else:
+            hi = mid
         if hi - lo <= 1e-9 * max(1.0, lo):
             break
-    return float(hi)
+    return lo, hi
 
 
 def _age_label(a: float) -> str:
@@ -304,8 +332,7 @@ def curves_table(presets: Sequence[str], ages: Sequence[float] = DEFAULT_AGES,
                                "ranker": policy.ranker.name}
         for a, r in zip(ages_arr, rec):
             row[_age_label(a)] = float(r)
-        row["half_life_days"] = (float(policy.decay.half_life()) if policy.ranker.uses_recency
-                                 else math.inf)
+        row["half_life_days"] = _half_life(policy)
         row["crossover_days"] = crossover_age(policy, s, delta)
         row["evict_after_days"] = _evict_age(policy)
         rows.append(row)
@@ -320,7 +347,10 @@ def _fmt_days(x: float) -> str:
     if math.isinf(x):
         return "never" if x > 0 else "-inf"
     # a day to a tenth, up to a million years (beyond: 4 significant digits,
-    # not hundreds of digits)
+    # not hundreds of digits); below a tenth, 3 significant digits, so that
+    # minutes (a 9-minute half-life) do not read as 0
+    if 0 < abs(x) < 0.1:
+        return f"{x:.3g}"
     return f"{x:.1f}" if abs(x) < 1e8 else f"{x:.4g}"
 
 
@@ -358,7 +388,8 @@ def format_curves(df: pd.DataFrame) -> str:
         "Columns: recency multiplier of a fresh, never-used note at each age (days);",
         "half-life in days; crossover = oldest age (days) at which a note of similarity "
         f"{s:g} still outranks a fresh note of similarity {s - delta:g} "
-        "('always': at every age, n/a: the ranker scores relative to other candidates);",
+        f"('always': at every age up to {_MAX_AGE:g} days, about 270 years; 0: at no age; "
+        "n/a: the ranker scores relative to other candidates);",
         "evicted at = age (days, no update or use) at which the retention sweep evicts "
         "such a note ('never', or n/a when it does not depend on age alone).",
     ]
