@@ -229,3 +229,30 @@ def test_report_labels_policies_that_read_hidden_labels(tmp_path):
     md = (res.path / "report.md").read_text(encoding="utf-8")
     assert "'oracle' reads hidden labels: an upper bound, not achievable headroom" in md
     assert "'sim' reads hidden labels" not in md
+
+
+def test_long_policy_names_stay_apart_and_the_baseline_keeps_its_tag():
+    """Two names that differ at the end used to be cut to the same label,
+    '(baseline)' cut off with them, so no one could tell the rows apart."""
+    q = _binary_queries()
+    stem = "similarity-only-with-skip-fill-packing-and-no-decay-variant-"
+    q["policy"] = q["policy"].map({"a": stem + "A", "b": stem + "B", "c": stem + "C"})
+    text = memsim.compare(q, baseline=stem + "A").headline_text(width=90)
+    rows = [line for line in text.splitlines() if line.startswith("similarity")]
+    labels = [line.split("  ")[0] for line in rows]
+    assert len(labels) == 3 and len(set(labels)) == 3, labels
+    assert labels[0].endswith("variant-A (baseline)") and "~" in labels[0]
+    assert labels[1].endswith("variant-B") and labels[2].endswith("variant-C")
+    assert max(len(line) for line in rows) <= 90
+
+
+@pytest.mark.parametrize("budgets, head", [([300], "policy"), ([300, 16000], "at 16000 tokens")])
+def test_the_first_columns_header_never_runs_into_the_next(budgets, head):
+    q = pd.concat([_binary_queries().assign(budget=b) for b in budgets], ignore_index=True)
+    q = q[q["policy"] == "a"].assign(policy="s")  # one short name: "s"
+    lines = memsim.compare(q).headline_text(width=140).splitlines()
+    header = next(line for line in lines if line.startswith(head))
+    assert header[len(head):].startswith("  "), header
+    # the values line up under their header
+    row = lines[lines.index(header) + 1]
+    assert header.index("utility share") == len(row) - len(row[len("s"):].lstrip())

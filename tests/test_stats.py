@@ -238,6 +238,17 @@ def test_paired_tests_follow_the_metric_direction_and_drop_nan_pairs():
     assert r["direction"] == "better"
 
 
+def test_a_cost_without_direction_counts_higher_as_a_win():
+    """tokens_used has no better direction (no mark); its win/tie/loss used
+    to count using more tokens as a loss, lower-is-better, in silence."""
+    base = np.arange(10, dtype=float) * 100
+    more = base + np.r_[np.full(7, 50.0), np.zeros(2), [-50.0]]
+    r = paired_tests(frame({"base": base, "more": more}, metric="tokens_used"), "base",
+                     ["tokens_used"]).iloc[0]
+    assert (r["wins"], r["ties"], r["losses"]) == (7, 2, 1)
+    assert r["direction"] == ""
+
+
 def test_paired_tests_identical_policies_are_not_tested():
     q = frame({"a": [1.0, 2.0, 3.0], "b": [1.0, 2.0, 3.0]})
     r = paired_tests(q, "a", ["utility"]).iloc[0]
@@ -454,6 +465,15 @@ def test_format_ci_and_p():
     from memsim.reporting.numbers import p_phrase
     assert (p_phrase(0.0004), p_phrase(0.25), p_phrase(None)) == ("p < 0.001", "p = 0.25",
                                                                   "p n/a")
+
+
+@given(st.floats(0.001, 1.0), st.sampled_from([0.01, 0.05, 0.1]))
+def test_a_printed_p_value_never_crosses_the_threshold(p, alpha):
+    """0.0496 printed 0.05 beside 'significant (p < 0.05)': rounding down
+    keeps the printed value on the side of a two-digit threshold p is on."""
+    printed = float(format_p(p))
+    assert (printed < alpha) == (p < alpha)
+    assert printed <= p and p - printed < 0.1 * p + 0.01
 
 
 # -- compare(): the user's mistakes -----------------------------------------------

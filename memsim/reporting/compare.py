@@ -855,8 +855,22 @@ def headline_text(data: Any, baseline: str | None = None, *, width: int = 100,
     return cmp.headline_text(width=width, ascii=ascii)
 
 
-def _short(name: str, n: int) -> str:
-    return name if len(name) <= n else name[:max(n - 1, 1)] + "~"
+def _row_labels(policies: Sequence[str], baseline: str | None, n: int) -> dict[str, str]:
+    """Each policy's row label of at most ``n`` characters where it can be:
+    a long name loses its middle (``similarity-on~variant-A``), so that names
+    that differ at the end stay apart, and the baseline keeps its
+    ``(baseline)``. Names that would still read alike are not shortened."""
+    def cut(name: str, room: int) -> str:
+        if len(name) <= room or room < 5:
+            return name
+        tail = (room - 1) // 2
+        return name[:room - 1 - tail] + "~" + name[len(name) - tail:]
+
+    suffix = {p: " (baseline)" if p == baseline and len(policies) > 1 else "" for p in policies}
+    short = {p: cut(p, n - len(suffix[p])) for p in policies}
+    if len(set(short.values())) < len(short):
+        short = {p: p for p in policies}
+    return {p: short[p] + suffix[p] for p in policies}
 
 
 def header_html(name: object) -> str:
@@ -913,19 +927,21 @@ def _terminal_table(cmp: Comparison, width: int, marks: dict[str, str]) -> str:
     heads = [TERMINAL_METRICS.get(m, m.replace("_", " ")) for m in metrics]
     colw = [max([len(h)] + [len(c[i]) for k, c in cells.items() if k[2] == m
                             for i in (0, 1)]) + 2 for m, h in zip(metrics, heads)]
-    labels = {p: p + (" (baseline)" if p == cmp.baseline and len(cmp.policies) > 1 else "")
-              for p in cmp.policies}
+    heads_first = {bud: f"at {bud} tokens" if len(cmp.budgets) > 1 else "policy"
+                   for bud in cmp.budgets}
     room = max(width - sum(colw), 8)
-    namew = min(max(len(v) for v in labels.values()), room - 2)
+    labels = _row_labels(cmp.policies, cmp.baseline, room - 2)
+    # the first column holds its header too ("at 16000 tokens")
+    namew = max([len(v) for v in labels.values()] + [len(h) for h in heads_first.values()])
     lines = []
     for bud in cmp.budgets:
-        head = (f"at {bud} tokens" if len(cmp.budgets) > 1 else "policy").ljust(namew + 2)
+        head = heads_first[bud].ljust(namew + 2)
         lines.append((head + "".join(h.ljust(w) for h, w in zip(heads, colw))).rstrip())
         for pol in cmp.policies:
             if not any((bud, pol, m) in cells for m in metrics):
                 continue
             vals = [cells.get((bud, pol, m), ("n/a", "")) for m in metrics]
-            lines.append((_short(labels[pol], namew).ljust(namew + 2)
+            lines.append((labels[pol].ljust(namew + 2)
                           + "".join(v[0].ljust(w) for v, w in zip(vals, colw))).rstrip())
             if any(v[1] for v in vals):
                 lines.append((" " * (namew + 2)

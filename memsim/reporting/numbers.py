@@ -10,6 +10,7 @@ place their intervals support, never scientific notation and never
 from __future__ import annotations
 
 import math
+from decimal import ROUND_FLOOR, Decimal
 from typing import Iterable
 
 from memsim.evaluation.metrics import AGE_BUCKET_COLUMNS, OLD_RECALL_COLUMN
@@ -143,12 +144,22 @@ def format_fixed(mean: float, lo: float = float("nan"), hi: float = float("nan")
 
 
 def format_p(p: float) -> str:
-    """A p-value for a table: two significant digits, ``<0.001`` below."""
+    """A p-value for a table: two significant digits below 0.1, two decimals
+    above, ``<0.001`` below 0.001.
+
+    Rounded down, never up: 0.0496 prints 0.049, not 0.05, so that a
+    p-value below a threshold of two digits (0.05, 0.01, 0.1) never prints
+    at or above it beside a verdict of "significant"."""
     if p is None or not math.isfinite(p):
         return "n/a"
     if p < 0.001:
         return "<0.001"
-    return f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
+    d = Decimal(repr(float(p)))  # the shortest decimal that reads back as p
+    if p >= 0.1:
+        return format(d.quantize(Decimal("0.01"), rounding=ROUND_FLOOR), "f")
+    # as the "g" format writes it: no trailing zero (0.07, not 0.070)
+    two = d.quantize(Decimal(1).scaleb(d.adjusted() - 1), rounding=ROUND_FLOOR)
+    return format(two.normalize(), "f")
 
 
 def p_phrase(p: float | None) -> str:

@@ -631,7 +631,9 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "and query). p: two-sided Wilcoxon signed-rank test; p (Holm): adjusted "
                   "over every row of this table. Rank-biserial: +1 if the policy is higher "
                   "on every pair, -1 if lower; d_z: mean difference over its standard "
-                  "deviation. Win/tie/loss count queries in the metric's own direction. "
+                  "deviation. Win/tie/loss count queries in the metric's own direction "
+                  "(better/equal/worse); for a cost with no better direction, such as "
+                  "tokens used, higher/equal/lower. "
                   "Baseline and policy mean are over the pairs, the queries where both "
                   "have a value: they may differ from the summary's means."),
             ("cmp-detail", cmp)]))

@@ -80,7 +80,9 @@ baseline on those pairs:
   negative differences), Cohen's ``d_z = mean(d) / sd(d)``;
 * ``wins``, ``ties``, ``losses``: pairs where the policy is better, equal or
   worse than the baseline, in the metric's direction
-  (:data:`memsim.evaluation.metrics.HIGHER_IS_BETTER`).
+  (:data:`memsim.evaluation.metrics.HIGHER_IS_BETTER`); for a metric with
+  no better direction (:data:`~memsim.evaluation.metrics.UNDIRECTED_METRICS`,
+  such as ``tokens_used``), higher, equal or lower.
 
 For ``utility_share`` the difference is ``S_policy - S_baseline`` over the
 queries both policies have with ``oracle_utility > 0``; its interval
@@ -1000,7 +1002,9 @@ def _paired_row(bud, pol: str, baseline: str, m: str, r: dict) -> dict:
     win/tie/loss counts are computed from."""
     d = r["d"]
     hib = bool(HIGHER_IS_BETTER.get(m, True))
-    sign = 1.0 if hib else -1.0
+    # a cost with no better direction (tokens used) counts higher as a "win":
+    # its default sweep direction (lower) is not a verdict
+    sign = 1.0 if hib or m in UNDIRECTED_METRICS else -1.0
     n = len(d)
     sd = d.std(ddof=1) if n > 1 else np.nan
     wins = int((sign * d > 0).sum())
