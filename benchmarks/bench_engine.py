@@ -899,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="time the whole 1M-note year (several minutes) instead of "
                          "estimating it from its last --big-days and 3x as many days")
     ap.add_argument("--big-days", type=float, default=4.0,
-                    help="days timed at 1M notes without --big (default 3)")
+                    help="days timed at 1M notes without --big (default %(default)g)")
     ap.add_argument("--scale-only", action="store_true",
                     help="only the three scale targets (fastest kernel, 10 policies, 1M notes)")
     ap.add_argument("--timing-size", type=int, default=50000,

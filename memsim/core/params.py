@@ -16,6 +16,7 @@ import difflib
 import json
 import math
 import numbers
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ import tomli_w
 from memsim.core.errors import ConfigError, ParameterError
 
 __all__ = [
+    "as_path",
+    "check_callable",
     "apply_override",
     "attribute_overrides",
     "key_text",
@@ -353,3 +356,21 @@ def attribution(message: str, applied: list[tuple[str, str]]) -> str:
     # a long value (a 5000-character name) is cut: the line names the key
     hits = [t if len(t) <= 80 else t[:77] + "..." for t in hits]
     return f" (from {', '.join(f'--set {t}' for t in hits)})" if hits else ""
+
+
+def check_callable(value: Any, what: str) -> None:
+    """Refuse a ``value`` that is neither None nor callable (a progress
+    callback given as a number), naming ``what``, before any work."""
+    if value is not None and not callable(value):
+        raise ConfigError(f"{what}: expected a function (or None), got "
+                          f"{type(value).__name__} {short_repr(value)}")
+
+
+def as_path(value: Any, what: str) -> Path:
+    """``value``, a ``str`` or an ``os.PathLike``, as a :class:`Path`;
+    anything else is the caller's mistake, said in one line naming ``what``
+    (a function's argument), not a ``TypeError`` from :mod:`pathlib`."""
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value)
+    raise ConfigError(f"{what}: expected a path (a str or an os.PathLike), got "
+                      f"{type(value).__name__}")

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memsim.core.errors import ConfigError
-from memsim.core.params import did_you_mean
-from .base import SLOTS, Policy
+from memsim.core.params import did_you_mean, fields_of
+from .base import REGISTRY, SLOTS, Policy
 
 __all__ = ["HIVEMIND_CUT", "Preset", "PRESETS", "add_preset", "assumptions", "parameter_paths",
            "preset_of", "preset_table", "resolve_policy"]
@@ -134,14 +134,20 @@ def resolve_policy(ptable: dict[str, Any], where: str) -> Policy:
 
     Parameters
     ----------
-    ptable : dict
+    ptable : dict or str
         A ``[policies.NAME]`` table: ``preset = "..."`` and/or one entry per
         slot. A slot given as parameters only (no ``kind``) keeps the
         preset's (or the default) component kind; a slot of the preset's
         kind merges its parameters over the preset's; another kind replaces it.
+        A preset's name alone stands for ``{"preset": name}``.
     where : str
         The dotted key, for error messages.
     """
+    if isinstance(ptable, str):
+        ptable = {"preset": ptable}
+    if not isinstance(ptable, dict):
+        raise ConfigError(f"{where}: expected a policy table or a preset name, got "
+                          f"{type(ptable).__name__} {ptable!r:.60}")
     ptable = copy.deepcopy(ptable)
     name = ptable.pop("preset", None)
     base: dict[str, Any] = {}
@@ -154,6 +160,7 @@ def resolve_policy(ptable: dict[str, Any], where: str) -> Policy:
             # parameters only: keep the preset's (or the default) component kind
             prev = base.get(key, Policy.DEFAULTS[key])
             prev = {"kind": prev} if isinstance(prev, str) else dict(prev)
+            _check_kept_kind(key, prev["kind"], value, where, "preset's" if name else "default")
             prev.update(value)
             base[key] = prev
         elif key in SLOTS and isinstance(value, dict):
@@ -168,6 +175,23 @@ def resolve_policy(ptable: dict[str, Any], where: str) -> Policy:
         else:
             base[key] = value
     return Policy.from_config(base, where)
+
+
+def _check_kept_kind(slot: str, kind: Any, params: dict, where: str, whose: str) -> None:
+    """A slot given as parameters only keeps ``kind``: refuse a parameter that
+    kind does not have, naming the kinds that have it (a ``decay`` table of
+    ``half_life_days`` alone would otherwise be blamed on the default 'none')."""
+    cls = REGISTRY[slot].get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        return  # an unknown kind: Policy.from_config says so
+    allowed = fields_of(cls)
+    for param in params:
+        having = [k for k, c in REGISTRY[slot].items() if param in fields_of(c)]
+        if param not in allowed and having:  # else a typo: from_config suggests the name
+            raise ConfigError(
+                f"{where}.{slot}.{param}: {where}.{slot} gives no kind, so it keeps the "
+                f"{whose} {slot} {kind!r}, which has no parameter {param!r}; set "
+                f"{slot}.kind to one that has it: {', '.join(having)}")
 
 
 def _resolved(name: str) -> dict[str, Any]:

@@ -49,6 +49,7 @@ import pandas as pd
 from memsim.reporting import plots
 from memsim.reporting.compare import Comparison, compare, header_html, markdown_table
 from memsim.core.errors import ConfigError, MemsimError, ReportWarning
+from memsim.core.params import as_path
 from memsim.policies import assumptions, resolve_policy
 from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
@@ -1577,7 +1578,7 @@ def build_report(run_dir: str | Path, *, n_boot: int = N_BOOT, seed: int = SEED,
         skipped in silence; see :func:`~memsim.reporting.rundir.load_run`),
         or if it is the folder of ``memsim advise`` (it holds ``advice.json``).
     """
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir, "build_report(run_dir)")
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such run folder")
     if (run_dir / "advice.json").is_file() or _manifest_kind(run_dir) == "advise":

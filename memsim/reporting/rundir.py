@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from memsim.core.params import as_path, did_you_mean
 from memsim.core.errors import ConfigError
 from memsim.core.rng import child_seq, seed_sequence
 from memsim.data.datasets import DATA_PREFIX, DataError, content_hash, resolve as resolve_data
@@ -623,7 +624,21 @@ class RunResult:
             "tests.</p>")
 
     def metric(self, name: str) -> pd.DataFrame:
-        """Summary rows of one metric."""
+        """Summary rows of one metric.
+
+        Raises
+        ------
+        ConfigError
+            If the summary has no such metric (a typo, named with the
+            nearest metric it has), or the run has no summary.
+        """
+        if self.summary is None:
+            raise ConfigError(f"{self.path or 'this run'}: has no summary (a failed run has no "
+                              "summary.csv)")
+        have = list(pd.unique(self.summary["metric"]))
+        if name not in have:
+            raise ConfigError(f"metric {name!r}: not in the summary{did_you_mean(name, have)} "
+                              f"(metrics: {', '.join(map(str, have))})")
         return self.summary[self.summary["metric"] == name].reset_index(drop=True)
 
     def recall_by_age(self) -> pd.DataFrame:
@@ -1201,7 +1216,7 @@ class RunResult:
             sweep's folder) without queries.parquet. The message names the
             file (and the column and row).
         """
-        path = Path(path)
+        path = as_path(path, "load_run(path)")
         if not path.is_dir():
             why = "a file, not a folder" if path.exists() else "it does not exist"
             raise RunFolderError(f"{path}: not a run folder ({why})")

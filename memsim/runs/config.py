@@ -47,7 +47,7 @@ from memsim.engine import SimSettings
 from memsim.engine.settings import splits_ticks
 from memsim.data.importers import load_source
 from memsim.core.errors import ConfigError, MemsimError
-from memsim.core.params import (Interval, Validated, apply_override, attribute_overrides,
+from memsim.core.params import (Interval, Validated, apply_override, as_path, attribute_overrides,
                                  attribution, check_keys, did_you_mean, override_text, toml_plain,
                                  short_repr, split_key)
 from memsim.policies import Policy, resolve_policy
@@ -162,8 +162,11 @@ def experiment_with_overrides(exp: Experiment | str | Path,
     :class:`Experiment` given (:meth:`Experiment.with_overrides`); the
     overrides checked first (:func:`check_overrides`)."""
     check_overrides(overrides)
+    if isinstance(exp, dict):
+        raise ConfigError("expected an Experiment or the path of an experiment file, got a "
+                          "dict: build the Experiment with experiment_from_dict(table)")
     if not isinstance(exp, Experiment):
-        return load_experiment(exp, overrides)
+        return load_experiment(as_path(exp, "experiment"), overrides)
     if overrides:
         return exp.with_overrides(dict(overrides) if isinstance(overrides, dict)
                                   else dict(parse_override(o) for o in overrides))
@@ -566,7 +569,7 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
 
     Raises :class:`ConfigError` with one line naming the file and the key.
     """
-    path = Path(path)
+    path = as_path(path, "load_experiment(path)")
     text = read_config_file(path)
     if not text.strip():
         raise ConfigError(f"{path}: the experiment file is empty")

@@ -28,7 +28,7 @@ from memsim.runs.config import Experiment, StreamSource, dumps_toml, experiment_
 from memsim.engine import NO_PREFILTER_OVERLAP, Arm, ReplayCache, simulate
 from memsim.core import interrupt
 from memsim.core.errors import ConfigError, MemsimError, StreamError
-from memsim.core.params import Interval
+from memsim.core.params import Interval, check_callable
 from memsim.core.machine import default_jobs
 from memsim.reporting.report import build_report
 from memsim.core.rng import child_seq, seed_sequence
@@ -474,6 +474,8 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         Called with the share done (0 to 1) of the simulation, and of the
         report (:func:`memsim.reporting.report.build_report`).
     """
+    check_callable(progress, "run_experiment(progress=)")
+    check_callable(report_progress, "run_experiment(report_progress=)")
     exp = experiment_with_overrides(exp, overrides)
     if exp.grid:
         raise ConfigError(f"{exp.name}: has a [grid]; run it with run_many() or `memsim run`")
@@ -651,12 +653,16 @@ def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1,
         conn.close()
 
 
-def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs: int = 1,
-             report: bool = True, progress: Callable[[float], None] | None = None,
+def run_many(experiments: list[Experiment | str | Path], *, out: str | Path = "results",
+             jobs: int = 1, report: bool = True, progress: Callable[[float], None] | None = None,
              argv: list[str] | None = None,
              report_progress: Callable[[int], Callable[[float], None]] | None = None
              ) -> list[Path]:
     """Run several experiments (grids expanded), ``jobs`` at a time in worker processes.
+
+    ``experiments`` are :class:`Experiment` objects or the paths of their
+    files; ``out`` is the folder the run folders go under (never None: use
+    :func:`run_experiment` with ``out=None`` to keep results in memory).
 
     ``jobs`` worker processes in all: a single run simulates its replicates
     ``jobs`` at a time; several runs run ``jobs`` at a time, each simulating
@@ -677,6 +683,15 @@ def run_many(experiments: list[Experiment], *, out: str | Path = "results", jobs
     reports in their worker processes, and ``progress`` counts whole runs).
     """
     _check_jobs(jobs)
+    if isinstance(experiments, (Experiment, str, os.PathLike)) or not hasattr(experiments,
+                                                                                 "__iter__"):
+        raise ConfigError(f"run_many: expected a list of experiments (or of their files), got "
+                          f"{type(experiments).__name__}; one experiment runs with "
+                          "run_experiment()")
+    if out is None:  # every run folder would be lost: run_experiment(out=None) keeps frames
+        raise ConfigError("run_many: out=None would keep no result (run_many returns the run "
+                          "folders); give a folder, or use run_experiment(exp, out=None)")
+    experiments = [experiment_with_overrides(e, None) for e in experiments]
     expanded = [e for exp in experiments for e in exp.expand()]
     done: dict[int, Path] = {}  # the runs completed, by index
     try:

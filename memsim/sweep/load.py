@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from memsim.core.errors import ConfigError
+from memsim.core.params import as_path
 from memsim.reporting.rundir import run_status
 
 from .storage import open_storage
@@ -105,7 +106,7 @@ def load_sweep(run_dir: str | Path, storage: str | None = None) -> SweepRun:
     ConfigError
         If the folder is not a sweep's run folder, or one of its files is damaged.
     """
-    path = Path(run_dir)
+    path = as_path(run_dir, "load_sweep(run_dir)")
     ident = _json(path / "sweep" / "sweep.json", path)
     _json(path / "manifest.json", path)  # a missing or damaged one named as the sweep's
     # its status as `memsim report` reads it: a sweep killed with SIGKILL reads as failed
