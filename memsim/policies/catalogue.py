@@ -42,7 +42,8 @@ SOURCES: dict[str, str] = {
     "oracle": "memsim reference point",
     "as-logged": "memsim reference point (a trace's logged rankings)",
     "per-type-half-life": "memsim: one half-life per memory type, as users of agent "
-                          "frameworks configure (task 7 d, work 90 d, context 180 d)",
+                          "frameworks configure (episodic 30 d, semantic and procedural "
+                          "365 d, other 90 d)",
     "llamaindex-time-weighted": "llama-index-core 0.14.25, postprocessor/node_recency.py, "
                                 "TimeWeightedPostprocessor (unstamped nodes)",
     "llamaindex-time-weighted-stamped": "llama-index-core 0.14.25, postprocessor/"

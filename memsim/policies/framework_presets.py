@@ -274,9 +274,13 @@ add_preset(
     the salience) and the +0.1 reinforcement change the stored salience
     only: the score does not read it (it filters only with ``min_salience``,
     None by default). Not modelled: the waypoint-graph expansion when the
-    mean similarity of the top 8 is below 0.55 (expanded memories score
-    from similarity 0, after every direct candidate) and the token overlap
-    (memsim's notes carry no text). Where fewer than 8 memories have a
+    mean similarity of the top 8 is below 0.55 (up to ``2 k`` memories linked
+    to them join the candidates, waypoints being made at each add whose best
+    match has cosine >= 0.75; each scores with its similarity if it is
+    among the ``3 k`` most similar, else 0, and may outrank a direct
+    candidate; the real query then returns up to ``k = 10`` memories where
+    the preset's candidates stop at 8) and the token overlap (memsim's notes
+    carry no text). Where fewer than 8 memories have a
     positive cosine, the real search fills its candidates with the
     earliest stored of the others (all clamped to 0, a stable sort), the
     prefilter with those of highest cosine.""",
