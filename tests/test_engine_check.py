@@ -235,6 +235,26 @@ def test_compare_rankings_and_summary(stream):
     assert summ["identical_share"] == pytest.approx((n - 1) / n)
 
 
+def test_overlap_of_lists_shorter_than_k_counts_what_they_hold(stream):
+    """Both sides rightly return fewer than k notes (a store of 8 memories,
+    k = 10): the same notes overlap 1; it used to read 0.8 beside
+    '100% identical'."""
+    qs = quantise_stream(stream)
+    n = qs.n_queries
+    a = [np.arange(8) for _ in range(n)]
+    b = [np.arange(8) for _ in range(n)]
+    b[1] = np.array([0, 1, 2, 3, 4, 5, 6, 9])          # one of 8 differs
+    a[2], b[2] = np.arange(10), np.arange(8)            # the engine's longer list
+    a[3], b[3] = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    s = [np.linspace(1, 0, len(x)) for x in a]
+    t = [np.linspace(1, 0, len(x)) for x in b]
+    pq = compare_rankings(qs, a, s, b, t, 10)
+    assert pq["overlap"].iat[0] == 1.0 and pq["identical"].iat[0]
+    assert pq["overlap"].iat[1] == pytest.approx(7 / 8)
+    assert pq["overlap"].iat[2] == pytest.approx(8 / 10)
+    assert pq["overlap"].iat[3] == 1.0
+
+
 def test_load_check_config_reads_a_stream_folder(stream, tmp_path):
     write_stream(stream, tmp_path / "s")
     cfg = tmp_path / "c.toml"

@@ -281,12 +281,20 @@ def _near_tie(scores: np.ndarray) -> bool:
     return len(scores) > 1 and bool((np.abs(np.diff(scores)) < NEAR_TIE).any())
 
 
+def top_k_overlap(n_a: int, n_b: int, n_shared: int, k: int) -> float:
+    """Shared notes of two top-k lists (of ``n_a`` and ``n_b`` notes) over the
+    longer one, at most k: lists that both rightly hold fewer than k notes,
+    the same ones, overlap 1 (not ``n_shared / k``); two empty lists, 1."""
+    longer = min(k, max(n_a, n_b))
+    return n_shared / longer if longer else 1.0
+
+
 def compare_rankings(stream: Stream, eng_ids: list, eng_scores: list, mem_ids: list,
                      mem_scores: list, k: int) -> pd.DataFrame:
     """One row per query (stream order): ``query_id``, ``t``, ``n_engine``,
     ``n_memsim``, ``identical`` (same notes in the same order), ``overlap``
-    (shared / k), ``n_shared``, ``rank_corr`` (Kendall's tau of the shared
-    notes), ``max_score_diff`` (largest ``|engine - memsim|`` over shared
+    (:func:`top_k_overlap`), ``n_shared``, ``rank_corr``
+    (Kendall's tau of the shared notes), ``max_score_diff`` (largest ``|engine - memsim|`` over shared
     notes), ``near_tie`` (two adjacent scores of either list within
     :data:`NEAR_TIE`)."""
     rows = []
@@ -295,7 +303,7 @@ def compare_rankings(stream: Stream, eng_ids: list, eng_scores: list, mem_ids: l
         rows.append((
             len(a_ids), len(b_ids),
             bool(len(a_ids) == len(b_ids) and np.array_equal(a_ids, b_ids)),
-            len(shared) / k, len(shared),
+            top_k_overlap(len(a_ids), len(b_ids), len(shared), k), len(shared),
             kendall(ia.astype(float), ib.astype(float)),
             float(np.abs(a_s[ia] - b_s[ib]).max()) if len(shared) else float("nan"),
             _near_tie(np.asarray(a_s)) or _near_tie(np.asarray(b_s)),

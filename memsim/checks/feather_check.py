@@ -43,9 +43,9 @@ Both replays run on the stream with its times **quantised to whole seconds**
 age, memsim can; with the same integer-second times both see the same ages.
 
 What is compared, per query: identical top-k (same notes in the same order),
-top-k overlap (shared notes / k), Kendall's rank correlation of the shared
-notes, the largest absolute score difference over shared notes; at the end,
-the share of notes whose recall counts are equal.
+top-k overlap (shared notes over the longer list, at most k), Kendall's rank
+correlation of the shared notes, the largest absolute score difference over
+shared notes; at the end, the share of notes whose recall counts are equal.
 
 Run it on a realistic size with ``python -m memsim.checks.feather_check
 experiments/feather_check.toml`` (or :func:`run_feather_check`).
@@ -70,7 +70,7 @@ import pandas as pd
 from memsim.runs.config import resolve_policy
 from memsim.engine import Arm, SimSettings, simulate, with_timing
 from memsim.checks.engine_check import (DAY_S, csv_saver, first_differences, kendall, likely_causes,
-                           read_check_config, run_check_command, quantise_stream)
+                           read_check_config, run_check_command, quantise_stream, top_k_overlap)
 from memsim.core.errors import ConfigError, MemsimError
 from memsim.core.params import Interval, Options
 from memsim.data.stream import Stream
@@ -626,7 +626,8 @@ class CrossCheckResult:
     per_query : DataFrame
         One row per query: ``query_id``, ``t`` (days), ``n_live`` (notes in the
         store), ``n_engine``, ``n_memsim`` (results returned), ``identical``
-        (same notes, same order), ``overlap`` (shared / k), ``n_shared``,
+        (same notes, same order), ``overlap``
+        (:func:`~memsim.checks.engine_check.top_k_overlap`), ``n_shared``,
         ``rank_corr`` (Kendall's tau of the shared notes; NaN below 2),
         ``max_score_diff`` (largest ``|engine - memsim|`` over shared notes),
         ``clock_tick`` (the wall-clock second changed during the search),
@@ -685,7 +686,7 @@ def _compare(stream: Stream, mem: MemsimReplay, eng: EngineReplay, k: int) -> pd
         rows.append((
             len(a_ids), len(b_ids),
             bool(len(a_ids) == len(b_ids) and np.array_equal(a_ids, b_ids)),
-            len(shared) / k,
+            top_k_overlap(len(a_ids), len(b_ids), len(shared), k),
             len(shared),
             kendall(ia.astype(float), ib.astype(float)),
             float(np.abs(a_s[ia] - b_s[ib]).max()) if len(shared) else float("nan"),
