@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
+from memsim.core.errors import ConfigError
 from memsim.reporting.stats import (
     MIN_REPLICATES,
     bootstrap_mean_ci,
@@ -311,6 +312,13 @@ def test_utility_share_is_a_ratio_of_sums_over_queries_with_an_oracle():
     grouped = utility_share(q, by="policy")
     assert grouped["a"] == pytest.approx((2.85 - 1.0) / 3.25)
     assert grouped["b"] == pytest.approx(1.75 / 3.25)
+    # by= that leaves budgets mixed pooled them in silence; a typo was a raw KeyError
+    two = pd.concat([q, q.assign(budget=300)], ignore_index=True)
+    with pytest.raises(ConfigError, match=r"2 budgets; pass by=\['policy', 'budget'\]"):
+        utility_share(two, by="policy")
+    with pytest.raises(ConfigError, match=r"no column 'polcy' \(did you mean 'policy'\?\)"):
+        utility_share(q, by=["polcy"])
+    assert utility_share(two, by=["policy", "budget"])[("a", 300)] == grouped["a"]
 
 
 def test_summarise_gives_the_pooled_share_with_a_bootstrap_interval():

@@ -118,6 +118,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from memsim.core.errors import ConfigError
+from memsim.core.params import did_you_mean
 from memsim.evaluation.metrics import (HIGHER_IS_BETTER, METRIC_COLUMNS,
                                        MIN_REPLICATES, OLD_RECALL_COLUMN, UNDIRECTED_METRICS)
 # the printed numbers' rules live in .numbers (the run folder's notebook view
@@ -528,18 +529,25 @@ def utility_share(queries: pd.DataFrame, by: Sequence[str] | None = None) -> flo
     MissingColumnError
         If the frame has no ``utility`` or ``oracle_utility`` column (a
         :class:`KeyError`, and a ``ConfigError``).
-    ValueError
-        If ``by`` is not given and the frame holds several policies or budgets.
+    ConfigError
+        If the frame holds several policies or budgets and ``by`` does not
+        group by each of them (a share pooled over budgets means nothing
+        either), or ``by`` names a column the frame does not have; a
+        :class:`ValueError` too.
     """
     num, den = _ratio_columns("utility_share", queries)
-    if by is not None:
-        return utility_share_by(queries, [by] if isinstance(by, str) else by)
-    mixed = [c for c in ("policy", "budget") if c in queries and queries[c].nunique() > 1]
+    by = [by] if isinstance(by, str) else (None if by is None else list(by))
+    _check_by(queries, by or [])
+    mixed = [c for c in ("policy", "budget") if c in queries and queries[c].nunique() > 1
+             and c not in (by or ())]
     if mixed:
         counts = ", ".join(f"{queries[c].nunique()} {c}s" if c == "budget"
                            else f"{queries[c].nunique()} policies" for c in mixed)
-        raise ValueError(f"utility_share: the frame holds {counts}; pass by={mixed!r} for "
-                         "one share per group, or select one first")
+        raise ConfigError(f"utility_share: the frame holds {counts}; pass "
+                          f"by={[*(by or []), *mixed]!r} for one share per group, or select "
+                          "one first")
+    if by is not None:
+        return utility_share_by(queries, by)
     return ratio_of_sums(queries[num].to_numpy(np.float64), queries[den].to_numpy(np.float64))
 
 
@@ -553,6 +561,7 @@ def utility_share_by(queries: pd.DataFrame, by: Sequence[str] = ("policy", "budg
     """
     num, den = _ratio_columns("utility_share", queries)
     by = list(by)
+    _check_by(queries, by)
     o = queries[den].to_numpy(np.float64)
     u = queries[num].to_numpy(np.float64)
     ok = np.isfinite(u) & np.isfinite(o) & (o > 0)
@@ -563,6 +572,13 @@ def utility_share_by(queries: pd.DataFrame, by: Sequence[str] = ("policy", "budg
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(sums["o"] > 0, sums["u"] / sums["o"].where(sums["o"] > 0, 1.0), np.nan)
     return pd.Series(share, index=sums.index, name="utility_share")
+
+
+def _check_by(queries: pd.DataFrame, by: list) -> None:
+    missing = [c for c in by if c not in queries.columns]
+    if missing:
+        raise MissingColumnError(f"utility_share: by={by!r}: the frame has no column "
+                                 f"{missing[0]!r}{did_you_mean(missing[0], queries.columns)}")
 
 
 def _valid_pairs(u: np.ndarray, o: np.ndarray) -> np.ndarray:
