@@ -518,6 +518,11 @@ def test_compare_refuses_an_unknown_name_as_a_memsim_error_and_a_key_error(kwarg
     ({"labels": ["x", "y"]}, r"labels name the runs of a list of runs; data is one run"),
     ({"labels": ["x"]}, r"labels=\['x'\] would be ignored"),
     ({"metrics": "utility"}, r"metrics is a list of metric names, not one string"),
+    # a numpy ValueError before; a query's key or time compared as if a measure
+    ({"seed": -1}, r"seed must be an integer >= 0, got -1"),
+    ({"metrics": ["policy"]}, r"'policy' is a column that names or times a query"),
+    ({"metrics": ["utility", "t"]}, r"'t' is a column that names or times a query"),
+    ({"metrics": ["query_id"]}, r"'query_id' is a column"),
 ])
 def test_compare_validates_its_arguments_up_front(kwargs, match):
     from memsim.core.errors import ConfigError, MemsimError

@@ -39,7 +39,8 @@ import pandas as pd
 
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_AGE_DAYS, OLD_RECALL_COLUMN, UNDIRECTED_METRICS
-from memsim.reporting.rundir import RunResult, column_problem, load_run, summary_rows
+from memsim.reporting.rundir import (QUERY_KEY_COLUMNS, RunResult, column_problem, load_run,
+                                     summary_rows)
 from memsim.reporting.numbers import p_phrase
 from memsim.reporting.stats import (HEADLINE_METRICS, MIN_REPLICATES, N_BOOT, RATIO_METRICS, SEED,
                     MissingColumnError, column_decimals, fold_replays, format_fixed, format_p, paired_tests,
@@ -617,6 +618,8 @@ def _check_args(alpha: Any, level: Any, n_boot: Any, seed: Any = SEED,
     for name, x in (("seed", seed), ("min_replicates", min_replicates)):
         if not _is_int(x):
             raise CompareTypeError(f"compare(): {name} must be an integer, got {x!r}")
+    if seed < 0:  # numpy's seeds are >= 0
+        raise ConfigError(f"compare(): seed must be an integer >= 0, got {seed!r}")
     # a truthy string ("no") would silently ask for the paired comparison
     if not isinstance(paired, (bool, np.bool_)):
         raise CompareTypeError(f"compare(): paired must be True or False, got {paired!r}")
@@ -733,6 +736,10 @@ def compare(data: Any, baseline: str | None = None, metrics: Iterable[str] | Non
         if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
             raise CompareTypeError("compare(): metrics must be a list of metric names, got "
                                    f"{metrics!r}")
+        keys = [m for m in metrics if m in (*QUERY_KEY_COLUMNS, "t")]
+        if keys:  # a query's key or time: compared, they would read as measures
+            raise ConfigError(f"compare(): metrics: {keys[0]!r} is a column that names or "
+                              "times a query, not a measure of it")
     frames = None
     if labels is not None and not isinstance(data, (list, tuple)):
         raise ConfigError("compare(): labels name the runs of a list of runs; data is one run "
