@@ -31,6 +31,9 @@ QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.t
      "run_experiment(progress=): expected a function"),
     (lambda: memsim.advise(QUICKSTART, progress="x"), "advise(progress=): expected a function"),
     (lambda: resolve_policy(3, "p"), "p: expected a policy table or a preset name"),
+    # a FileExistsError after the work before
+    (lambda: memsim.advise(QUICKSTART, out=QUICKSTART), "quickstart.toml: not a folder; give a folder"),
+    (lambda: memsim.advise(QUICKSTART, out=QUICKSTART / "x"), "quickstart.toml is a file"),
 ])
 def test_a_wrong_argument_is_a_memsim_error_naming_it(call, said):
     with pytest.raises(ConfigError) as info:

@@ -207,6 +207,16 @@ def test_trec_export_mistakes_are_memsim_errors_and_value_errors(run, tmp_path):
         (lambda: run.to_trec_qrels(tmp_path / "x.txt"), "TREC grades are integers"),
         (lambda: memsim.load_run(run.path).to_trec_qrels(tmp_path / "x.txt"),
          "give the stream"),
+        # a raw IsADirectoryError, FileNotFoundError or TypeError before
+        (lambda: run.to_trec_run(tmp_path, policy="hivemind"), "is a folder; give the file"),
+        (lambda: run.to_trec_qrels(tmp_path, gain_scale=2),
+         "to_trec_qrels: .* is a folder; give the file"),
+        (lambda: run.to_trec_run(tmp_path / "no" / "x.txt", policy="hivemind"),
+         "the folder .*no does not exist"),
+        (lambda: run.to_trec_run(tmp_path / "x.txt", policy="hivemind", tag=5),
+         r"to_trec_run\(tag=\): expected a name \(str\), got int 5"),
+        (lambda: run.to_trec_run(None, policy="hivemind"),
+         r"to_trec_run\(path\): expected a path"),
     ]
     for call, match in cases:
         with pytest.raises(ConfigError, match=match) as info:

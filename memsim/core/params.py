@@ -24,10 +24,12 @@ from typing import Any, ClassVar
 
 import tomli_w
 
+from memsim.core.paths import file_in_the_way
 from memsim.core.errors import ConfigError, ParameterError
 
 __all__ = [
     "as_path",
+    "check_out_folder",
     "check_callable",
     "apply_override",
     "attribute_overrides",
@@ -374,3 +376,14 @@ def as_path(value: Any, what: str) -> Path:
         return Path(value)
     raise ConfigError(f"{what}: expected a path (a str or an os.PathLike), got "
                       f"{type(value).__name__}")
+
+
+def check_out_folder(path: Path, what: str) -> None:
+    """Refuse a folder to write in that is a file or lies under one (``what``
+    names the option, e.g. ``--out``), before any work; a ConfigError naming
+    the file in the way."""
+    p = file_in_the_way(path)
+    if p is not None:
+        where = "" if p == path else f" ({p} is a file)"
+        raise ConfigError(f"{what} {path}: not a folder{where}; give a folder, new or "
+                          "existing")

@@ -110,6 +110,19 @@ def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> None:
             tmp.unlink()
 
 
+def _export_file(path: Any, what: str) -> Path:
+    """The file an export writes, checked before any work: a path, not a
+    folder, in a folder that exists (ConfigError naming it, not the
+    ``IsADirectoryError`` of the write after the work)."""
+    path = as_path(path, f"{what}(path)")
+    if path.is_dir():
+        raise ConfigError(f"{what}: {path} is a folder; give the file to write")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise ConfigError(f"{what}: {path}: the folder {parent} does not exist (or is a file)")
+    return path
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write UTF-8 ``text`` to ``path`` atomically (see :func:`write_atomic`)."""
     write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
@@ -880,6 +893,10 @@ class RunResult:
             ids). A :class:`~memsim.core.errors.ConfigError` is also a
             :class:`ValueError`, which these errors were before.
         """
+        path = _export_file(path, "to_trec_run")
+        if tag is not None and not isinstance(tag, str):
+            raise ConfigError(f"to_trec_run(tag=): expected a name (str), got "
+                              f"{type(tag).__name__} {tag!r}")
         frame, name, _ = self._run_frame(stream, policy, budget, replicate, scores)
         _check_trec_ids(frame, path)
         label = "".join(c if c.isalnum() or c in "-_." else "_" for c in (tag or name)) or "memsim"
@@ -982,6 +999,7 @@ class RunResult:
             :class:`~memsim.core.errors.ConfigError` is also a
             :class:`ValueError`, which these errors were before.
         """
+        path = _export_file(path, "to_trec_qrels")
         frame = self.trec_qrels_frame(stream, replicate=replicate, gain_scale=gain_scale)
         _check_trec_ids(frame, path)
         write_text_atomic(path, "".join(f"{q} 0 {d} {g}\n" for q, d, g in

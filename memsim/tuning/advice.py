@@ -151,7 +151,8 @@ from memsim.runs.config import (Experiment, StreamSource, attribute_overrides, d
 from memsim.engine import Arm, ReplayCache
 from memsim.core.errors import ConfigError
 from memsim.evaluation.metrics import OLD_RECALL_COLUMN
-from memsim.core.params import Interval, check_callable, check_keys, did_you_mean
+from memsim.core.params import (Interval, as_path, check_callable, check_keys, check_out_folder,
+                                 did_you_mean)
 from memsim.core.rng import child_seq, seed_sequence
 from memsim.policies import PRESETS, REGISTRY, Policy, resolve_policy
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES
@@ -1271,6 +1272,8 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
     """
     check_callable(progress, "advise(progress=)")
     check_callable(progress_fraction, "advise(progress_fraction=)")
+    if out is not None:  # before the work, which a folder that cannot be made would lose
+        check_out_folder(as_path(out, "advise(out=)"), "--out")
     exp = experiment_with_overrides(exp, overrides)
     try:
         spec = AdviseSpec.from_table(exp.advise, exp, current)

@@ -128,7 +128,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 from memsim.core.errors import ConfigError, StreamError
-from memsim.core.paths import file_in_the_way
+from memsim.core.params import check_out_folder
 from memsim.data.stream import check_csv_shape, exact_int64
 
 __all__ = [
@@ -904,11 +904,7 @@ def plot_calibration(result: CalibrationResult):
 def _check_out_dir(out_dir: Path) -> None:
     """Refuse an ``out_dir`` that is a file or lies under one (ConfigError
     naming ``--out`` and the file)."""
-    p = file_in_the_way(out_dir)
-    if p is not None:
-        where = "" if p == out_dir else f" ({p} is a file)"
-        raise ConfigError(f"--out {out_dir}: not a folder{where}; give a folder, "
-                          f"new or existing")
+    check_out_folder(out_dir, "--out")
 
 
 def _write_outputs(result: CalibrationResult, out_dir: Path) -> dict:
