@@ -340,18 +340,24 @@ def _cmd_schema(args) -> int:
         sys.stdout.write(resources.files("memsim").joinpath("schemas", "trace-v1.json")
                          .read_text("utf-8"))
         return 0
-    from memsim.policies.plugins import load_entry_points
     from memsim.schema import schema_text
-    load_entry_points()  # the installed packages' components too
+    _load_entry_points()  # the installed packages' components too
     sys.stdout.write(schema_text())
     return 0
+
+
+def _load_entry_points() -> None:
+    """The installed packages' components, each entry point that cannot be
+    loaded a warning (the others are listed)."""
+    from memsim.policies.plugins import load_entry_points
+    for why in load_entry_points():
+        logging.getLogger("memsim").warning("%s", why)
 
 
 def _cmd_policies(args) -> int:
     from memsim.policies import PRESETS, REGISTRY, assumptions
     from memsim.policies.catalogue import SOURCES
-    from memsim.policies.plugins import load_entry_points
-    load_entry_points()  # the installed packages' components too
+    _load_entry_points()  # the installed packages' components too
     if getattr(args, "markdown", False):
         from memsim.policies.catalogue import catalogue_markdown
 

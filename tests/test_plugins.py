@@ -246,3 +246,19 @@ def test_an_entry_point_registers_components_without_a_config_key(tmp_path):
     assert done.stderr.startswith("memsim: error: ") and done.stderr.count("\n") == 1
     assert "entry point bad = 'no_such_mod_ep' of memsim-plugin-ep (group memsim.components)" \
         in done.stderr
+    # beside a working package, a broken one used to stop every config that
+    # named a plugin component, the working package's ones too
+    (info / "entry_points.txt").write_text("[memsim.components]\n"
+                                           "ep-linear = memsim_plugin_ep:LinearFade\n")
+    other = site / "memsim_broken-0.1.dist-info"
+    other.mkdir()
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: memsim-broken\n"
+                                    "Version: 0.1\n", encoding="utf-8")
+    (other / "entry_points.txt").write_text("[memsim.components]\nbad = no_such_mod_ep\n")
+    done = _memsim(["run", str(f), "--out", str(tmp_path / "out3"), "--quiet", "--no-report"],
+                   [site], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    listed = _memsim(["policies"], [site], tmp_path)
+    assert listed.returncode == 0 and "  ep-linear: Linear fade to a floor" in listed.stdout
+    assert "memsim: warning: entry point bad = 'no_such_mod_ep' of memsim-broken" \
+        in listed.stderr

@@ -277,12 +277,20 @@ def build_component(slot: str, spec: Any, where: str) -> Component:
     """
     kind = spec if isinstance(spec, str) else spec.get("kind") if isinstance(spec, dict) else None
     # a kind that is not a string (a list, a table) is refused by build_from_spec
+    broken: list[str] = []
     if isinstance(kind, str) and kind not in REGISTRY.get(slot, {}):
         from .plugins import load_entry_points  # here: plugins imports this module
 
-        load_entry_points()
-    return build_from_spec(spec, REGISTRY.get(slot, {}), what=slot, where=where,
-                           base=Component)
+        broken = load_entry_points()
+    try:
+        return build_from_spec(spec, REGISTRY.get(slot, {}), what=slot, where=where,
+                               base=Component)
+    except ConfigError as exc:
+        if not broken or kind in REGISTRY.get(slot, {}):
+            raise
+        # the name is unknown, and a package that failed to load may hold it
+        raise type(exc)(f"{exc}; it may be in a package whose components could not be "
+                        f"loaded: {'; '.join(broken)}") from None
 
 
 # --------------------------------------------------------------------------

@@ -19,8 +19,10 @@ from a run folder's ``config.toml``, ``memsim report``, each sweep worker):
   They are loaded once, lazily, the first time the registry is asked for
   a name it does not hold (:func:`load_entry_points`, called by
   :func:`~memsim.policies.base.build_component`; ``memsim policies`` loads
-  them to list them): never while memsim itself is being imported, and a
-  broken package stops only a config that names a component memsim lacks.
+  them to list them): never while memsim itself is being imported. A
+  broken entry point keeps none of the others from loading, and stops only
+  a config that names a component memsim lacks, whose error then names it
+  (:func:`broken_entry_points`).
 
 A module is found on ``sys.path`` as any import (installed, or on
 ``PYTHONPATH``); a spawned worker process inherits the parent's path.
@@ -35,13 +37,15 @@ from typing import Any, Iterable
 
 from memsim.core.errors import ConfigError
 
-__all__ = ["ENTRY_POINT_GROUP", "import_plugins", "load_entry_points", "check_module_names"]
+__all__ = ["ENTRY_POINT_GROUP", "import_plugins", "load_entry_points", "broken_entry_points",
+           "check_module_names"]
 
 #: The entry-point group of installed component packages.
 ENTRY_POINT_GROUP = "memsim.components"
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _entry_points_loaded = False
+_broken: list[str] = []  # why each entry point that failed to load did
 
 
 def check_module_names(names: Any, where: str) -> tuple[str, ...]:
@@ -88,21 +92,22 @@ def import_plugins(names: Iterable[str], where: str = "experiment.plugins") -> N
                               f"{type(exc).__name__}: {exc}") from None
 
 
-def load_entry_points() -> None:
+def load_entry_points() -> list[str]:
     """Load the :data:`ENTRY_POINT_GROUP` entry points of the installed
     distributions, once per process: a module is imported (it registers its
-    components), a component class is registered.
+    components), a component class is registered. One that cannot be
+    loaded (another package's broken import) is skipped, the others loaded.
 
-    Raises
-    ------
-    ConfigError
-        Naming the entry point and its distribution, when one cannot be
-        loaded.
+    Returns
+    -------
+    list of str
+        :func:`broken_entry_points`: one line per entry point that could
+        not be loaded, naming it, its distribution and the error.
     """
     global _entry_points_loaded
     if _entry_points_loaded:
-        return
-    _entry_points_loaded = True  # once, even when one fails: its error is raised now
+        return broken_entry_points()
+    _entry_points_loaded = True
     from .base import REGISTRY, Component, register
 
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -110,9 +115,17 @@ def load_entry_points() -> None:
         try:
             obj = ep.load()
         except Exception as exc:  # noqa: BLE001 - another package's code: any error, one line
-            raise ConfigError(f"entry point {ep.name} = {ep.value!r} of {dist} (group "
-                              f"{ENTRY_POINT_GROUP}): cannot be loaded: "
-                              f"{type(exc).__name__}: {exc}") from None
+            _broken.append(f"entry point {ep.name} = {ep.value!r} of {dist} (group "
+                           f"{ENTRY_POINT_GROUP}): cannot be loaded: "
+                           f"{type(exc).__name__}: {exc}")
+            continue
         if isinstance(obj, type) and issubclass(obj, Component) \
                 and REGISTRY.get(obj.slot, {}).get(obj.name) is not obj:
             register(obj)
+    return broken_entry_points()
+
+
+def broken_entry_points() -> list[str]:
+    """Why each entry point :func:`load_entry_points` could not load did,
+    one line each (empty before it ran, or when all loaded)."""
+    return list(_broken)
