@@ -193,6 +193,19 @@ def test_an_evergreen_worlds_optimum_is_simulated_as_no_decay(capsys):
     assert [c["beta"] for c in greedy["check"]] == [beta, beta / 2, beta * 2]
 
 
+def test_small_and_huge_values_print_as_numbers(capsys):
+    """beta = 0.001 printed 'beta = 0.00' (a value the config refuses) and a
+    half-life of 1e300 days three hundred digits."""
+    path = Path(__file__).resolve().parents[1] / "experiments" / "planted.toml"
+    assert main(["optimum", str(path), "--no-simulate",
+                 "--set", "policies.calibrated-top-k.ranker.beta=0.001",
+                 "--set", "policies.calibrated-skip-fill.decay.half_life_days=1e300"]) == 0
+    text = capsys.readouterr().out
+    assert "current: beta = 0.001, half_life_days = 120.0" in text
+    assert "current: beta = 20.00, half_life_days = 1e+300" in text
+    assert max(len(line) for line in text.splitlines()) < 400
+
+
 @pytest.mark.slow
 def test_optimum_cli_on_the_shipped_planted_experiment(capsys):
     path = Path(__file__).resolve().parents[1] / "experiments" / "planted.toml"

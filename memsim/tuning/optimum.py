@@ -141,24 +141,24 @@ class OptimumReport:
         lines = [f"workload: {self.workload}"]
         for r in self.table.to_dict(orient="records"):
             lines.append(f"\n{r['policy']} (packer {r['packer']})")
-            cur = (f"beta = {r['current.beta']:.2f}, half_life_days = "
+            cur = (f"beta = {_beta(r['current.beta'])}, half_life_days = "
                    f"{_days(r['current.half_life_days'])}") if r["family"] else ""
             if r["status"] in ("derived", "checked", "not confirmed"):
                 lines.append(f"  optimum ({r['family']}, {r['status']}): beta = "
-                             f"{r['optimum.beta']:.2f}, half_life_days = "
+                             f"{_beta(r['optimum.beta'])}, half_life_days = "
                              f"{_days(r['optimum.half_life_days'])} (derived from the planted "
                              "truth, not searched)")
                 lines.append(f"  current: {cur}")
                 lines.append(f"  rule: {r['rule']}")
                 if r["status"] == "derived":
-                    lines.append(f"  at the current beta = {r['current.beta']:.2f} the optimal "
+                    lines.append(f"  at the current beta = {_beta(r['current.beta'])} the optimal "
                                  "half-life is "
                                  f"{_days(r['optimum.half_life_days_at_current_beta'])}")
                 if r["check"]:
                     lines.append("  check by simulation (utility; paired 95% CI of the "
                                  "difference to the derived pair):")
                     for c in r["check"]:
-                        lines.append(f"    beta {c['beta']:.2f}, h {_days(c['half_life_days'])}: "
+                        lines.append(f"    beta {_beta(c['beta'])}, h {_days(c['half_life_days'])}: "
                                      f"{c['utility']:.4f} ({c['label']}"
                                      + ("" if c["label"] == "derived" else
                                         f"; {c['diff']:+.4f} [{c['diff_lo']:+.4f}, "
@@ -217,7 +217,19 @@ def _clean(v: Any) -> Any:
 
 
 def _days(h: float) -> str:
-    return "inf (no decay)" if math.isinf(h) else ("n/a" if math.isnan(h) else f"{h:.1f}")
+    # a tenth of a day; 3 significant digits below 0.1 or beyond a million
+    # years (1e300 days is not three hundred digits, 0.004 is not 0.0)
+    if math.isinf(h):
+        return "inf (no decay)"
+    if math.isnan(h):
+        return "n/a"
+    return f"{h:.1f}" if h == 0 or 0.1 <= abs(h) < 1e8 else f"{h:.3g}"
+
+
+def _beta(b: float) -> str:
+    # two decimals; 3 significant digits where they would show 0.00 (a beta
+    # the config refuses) or hundreds of digits
+    return f"{b:.2f}" if b == 0 or 0.01 <= abs(b) < 1e8 or math.isnan(b) else f"{b:.3g}"
 
 
 def _with(policy: Policy, beta: float, h: float) -> Policy:
@@ -407,7 +419,7 @@ def _simulate(exp: Experiment, table: pd.DataFrame,
                 top = max(beaten, key=lambda c: c["diff"])
                 table.at[i, "status"] = "not confirmed"
                 table.at[i, "reason"] = (
-                    f"not confirmed: {top['label']} (beta {top['beta']:.2f}, h "
+                    f"not confirmed: {top['label']} (beta {_beta(top['beta'])}, h "
                     f"{_days(top['half_life_days'])}) beats the derived pair by "
                     f"{top['diff']:+.4f} [{top['diff_lo']:+.4f}, {top['diff_hi']:+.4f}]")
             else:
