@@ -868,3 +868,18 @@ def test_per_tier_form_of_any_code_is_the_same_from_its_lookup(task_hl, task_fl,
     assert (by_code[0][scratch] == scratch_fl).all() and (by_code[0][other] == task_fl).all()
     assert (by_code[1][scratch] == math.log(2.0) / scratch_hl).all()
     assert (by_code[1][other] == math.log(2.0) / task_hl).all()
+
+
+@pytest.mark.parametrize("kind, params", [
+    ("exp-rate", {"rate_per_day": 0.0}), ("per-day", {"rate": 0.0}),
+    ("langchain", {"decay_rate": 0.0}), ("generative-agents", {"decay_factor": 1.0}),
+    ("ai-memory", {"lambda_per_day": 0.0})])
+def test_a_decay_set_to_none_is_one_at_every_age(kind, params):
+    """exp(age * log(1)) was NaN at an infinite age (and, times 24 hours,
+    at 1e308 days) though the family reports lower_bound() = 1."""
+    from memsim.policies import ArrayContext
+    from memsim.policies.base import REGISTRY
+    ctx = ArrayContext(t=0.0, created_at=np.array([-np.inf, -1e308, -3.0, 0.0]))
+    c = REGISTRY["decay"][kind](**params)
+    assert c.lower_bound() == 1.0
+    assert np.array_equal(c.recency(ctx.age(c.clock), ctx), np.ones((1, 4)))

@@ -73,6 +73,11 @@ def _age(age: np.ndarray) -> np.ndarray:
     return np.maximum(np.asarray(age, dtype=np.float64), 0.0)
 
 
+def _no_decay(age: np.ndarray) -> np.ndarray:
+    """1 at every age, infinite ones included (``exp(inf * 0)`` would be NaN)."""
+    return np.ones(np.shape(age), dtype=np.float64)
+
+
 @register
 @dataclass(frozen=True, kw_only=True)
 class NoDecay(Decay):
@@ -119,6 +124,8 @@ class PerDayRate(Decay):
     _constraints: ClassVar[dict] = {"rate": Interval(0, 1, closed="left")}
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        if self.rate == 0:  # no decay: 1 even at an infinite age (inf * 0 is NaN)
+            return _no_decay(age)
         # exp(age * ln(1 - rate)): the same value, several times faster than power
         return np.exp(_age(age) * np.log1p(-self.rate))
 
@@ -319,7 +326,10 @@ def ai_memory_time_term(age_days, salience, lam) -> np.ndarray:
     """ai-memory's time term ``salience * exp(-lambda * age_days)``
     (``crates/ai-memory-store/src/decay.rs``, ``retention_score_with_breadth``);
     negative ages clamp to 0 as ``elapsed_days`` does in ``sweep.rs``."""
-    return np.asarray(salience, dtype=np.float64) * np.exp(-np.asarray(lam) * _age(age_days))
+    lam = np.asarray(lam)
+    if not lam.any():  # no tier decays: 1 even at an infinite age (inf * 0 is NaN)
+        return np.asarray(salience, dtype=np.float64) * _no_decay(age_days)
+    return np.asarray(salience, dtype=np.float64) * np.exp(-lam * _age(age_days))
 
 
 @register
@@ -422,6 +432,8 @@ class GenerativeAgentsRecency(Decay):
     _constraints: ClassVar[dict] = {"decay_factor": Interval(0, 1, closed="right")}
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        if self.decay_factor == 1:  # no decay (24 * a huge age * 0 is NaN)
+            return _no_decay(age)
         return np.exp(24.0 * _age(age) * math.log(self.decay_factor))
 
     def half_life(self) -> float:
@@ -461,6 +473,8 @@ class LangChainRecency(Decay):
     _constraints: ClassVar[dict] = {"decay_rate": Interval(0, 1, closed="left")}
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        if self.decay_rate == 0:  # no decay (24 * a huge age * 0 is NaN)
+            return _no_decay(age)
         return np.exp(24.0 * _age(age) * math.log1p(-self.decay_rate))
 
     def half_life(self) -> float:

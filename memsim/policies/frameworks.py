@@ -143,6 +143,8 @@ class ExpRate(Decay):
     _constraints: ClassVar[dict] = {"rate_per_day": _NON_NEGATIVE}
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
+        if self.rate_per_day == 0:  # no decay: 1 even at an infinite age (inf * 0 is NaN)
+            return np.ones(np.shape(age), dtype=np.float64)
         return np.exp(-self.rate_per_day * _age(age))
 
     def exponential_form(self, ctx: ScoringContext):
