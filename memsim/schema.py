@@ -272,28 +272,36 @@ def _param_docs(cls: type) -> dict[str, str]:
         for m in _SECTION.finditer(doc):
             body = doc[m.end():]
             stop = _HEADER.search(body)
-            out.update(_parse_params(body[:stop.start()] if stop else body))
+            for name, (desc, typed) in _parse_params(body[:stop.start()] if stop else body).items():
+                # a bare "name : type, default x" line keeps a base class's text
+                if not (typed and name in out):
+                    out[name] = desc
     return out
 
 
-def _parse_params(body: str) -> dict[str, str]:
+def _parse_params(body: str) -> dict[str, tuple[str, bool]]:
+    """Parameter name -> (description, whether it is only the type line): a
+    parameter without text is described by its ``type, default`` line,
+    unless it shares that line with others (``a, b : float, default 1, 2``
+    would give each both defaults)."""
     lines = body.splitlines()
     indents = [len(x) - len(x.lstrip()) for x in lines if x.strip()]
     if not indents:
         return {}
     base = min(indents)
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, bool]] = {}
     names: list[str] = []
     typ = ""
     text: list[str] = []
 
     def flush() -> None:
         desc = " ".join(" ".join(text).split())
-        if not desc and typ:
+        typed = not desc
+        if typed and len(names) == 1:
             desc = typ
         for n in names:
             if desc:
-                out[n] = desc
+                out[n] = (desc, typed)
 
     for line in lines:
         if not line.strip():

@@ -73,6 +73,22 @@ def test_the_schema_comes_from_the_definitions():
     assert floor["description"]  # from the class's numpydoc Parameters
 
 
+
+def test_a_knob_is_described_by_its_own_text_not_a_type_line():
+    """A subclass's bare 'share : float, default 0.3' line hid its base
+    class's description, and 'size_median, size_sigma : float, default
+    250.0, 1.0' gave size_sigma size_median's default as its text."""
+    classes = experiment_schema()["properties"]["workload"]["else"]["properties"]["classes"]
+    project = classes["properties"]["project"]["properties"]
+    assert project["share"]["description"].startswith("Relative weight of the class")
+    assert project["share"]["default"] == 0.3
+    assert "LogNormal(ln size_median, size_sigma)" in project["size_sigma"]["description"]
+    assert "250" not in project["size_sigma"]["description"]
+    for cls in ("project", "scratch", "superseding", "distractor"):
+        for knob, spec in classes["properties"][cls]["properties"].items():
+            assert not spec["description"].startswith(("float", "str", "int")), (cls, knob)
+
+
 @pytest.mark.parametrize("path", [p for p in EXPERIMENTS if p not in CHECKS],
                          ids=lambda p: p.name)
 def test_every_shipped_experiment_validates(validator, path):

@@ -659,3 +659,33 @@ def test_within_query_similarity_matches_the_cosines_of_one_query():
     marginal = wl.similarity_model()
     assert m.same_topic_sd < marginal.same_topic_sd and m.on_slot_sd < marginal.on_slot_sd
     assert m.beta > marginal.beta
+
+
+def test_many_actors_cost_no_memory_per_actor_and_slot():
+    """Picking the asked slots held one visibility mask per actor over every
+    slot at once: 300,000 actors took 1.7 GB while the stream-size guard
+    estimated 0.3 GiB. Each asking actor's mask is now made in turn."""
+    import tracemalloc
+
+    def peak(n_actors: int) -> int:
+        wl = SyntheticWorkload.from_config({"n_actors": n_actors})
+        tracemalloc.start()
+        try:
+            wl.generate(0)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    # 5,000 masks over the default world's slots: 15 MB more than 5 actors' peak
+    assert peak(5000) < peak(5) + 5 * 2 ** 20
+
+
+def test_shares_whose_sum_overflows_are_refused():
+    """share = 1e308 twice summed to inf: every class's share_c / sum was 0,
+    a stream with no note and every query unanswerable, in silence."""
+    from memsim.core.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"workload.classes: The 'share' parameter .* sum is "
+                                          r"finite. Got inf"):
+        SyntheticWorkload.from_config({"classes": {"project": {"share": 1e308},
+                                                   "scratch": {"share": 1e308}}})
+

@@ -228,7 +228,20 @@ class _Knobs(Validated):
 
 @dataclass(frozen=True, kw_only=True)
 class _SizedClass(_Knobs):
-    """Knobs every note class has: note share, size law and tier."""
+    """Knobs every note class has: note share, size law and tier.
+
+    Parameters
+    ----------
+    share : float >= 0
+        Relative weight of the class among the notes written: notes arrive
+        at ``notes_per_day * share / sum(share)`` a day.
+    size_median, size_sigma : float
+        Note sizes in tokens: ``LogNormal(ln size_median, size_sigma)``,
+        rounded and clipped to ``[MIN_TOKENS, MAX_TOKENS]``.
+    tier : {"task", "scratch", "longterm"}
+        The tier the class's notes carry (read by tiered decays and
+        retentions).
+    """
 
     share: float = 0.2
     size_median: float = 100.0
@@ -244,7 +257,19 @@ class _SizedClass(_Knobs):
 
 @dataclass(frozen=True, kw_only=True)
 class _SlotClass(_SizedClass):
-    """Knobs of a class whose notes sit on slots."""
+    """Knobs of a class whose notes sit on slots.
+
+    Parameters
+    ----------
+    query_share : float >= 0
+        Relative weight of the class among the questions: a query asks
+        about it with probability ``query_share / sum(query_share)`` over
+        the classes with a slot the asker may ask about at that time.
+    notes_per_slot : float >= 1
+        Mean notes per slot, ``1 + Poisson(n - 1)``.
+    interval_days : float > 0
+        Mean days between the notes of a slot.
+    """
 
     query_share: float = 0.25
     notes_per_slot: float = 1.0
@@ -368,6 +393,8 @@ class ScratchClass(_ExpiringClass):
         As in :class:`ProjectClass` (``"exponential"``: half-life
         ``lifetime_median_days``, ``lifetime_sigma`` unused).
     lifetime_median_days, lifetime_sigma : float, default 4.0, 0.5
+        A note's lifetime ``L``: its median in days and, for the lognormal
+        law, the sd of ``ln L``.
     size_median, size_sigma : float, default 120.0, 1.0
     tier : str, default "scratch"
         Hivemind's short-lived tier, so that tiered decay has a real signal.
@@ -463,9 +490,15 @@ class NoteClasses(_Knobs):
         total = sum(getattr(self, name).share for name in CLASS_NAMES)
         if total <= 0:
             self._fail("share", "> 0 for at least one class", 0.0)
+        # shares are relative weights: a sum that overflows would make every
+        # class's share_c / sum 0, a stream with no note
+        if not math.isfinite(total):
+            self._fail("share", "weights whose sum is finite", total)
         askable = sum(self.spec(n).query_share for n in SLOT_CLASSES if self.spec(n).share > 0)
         if askable <= 0:
             self._fail("query_share", "> 0 for at least one slot class with share > 0", 0.0)
+        if not math.isfinite(askable):
+            self._fail("query_share", "weights whose sum is finite", askable)
 
     def spec(self, name: str) -> _SizedClass:
         """The knob group of class ``name``."""
@@ -585,7 +618,10 @@ class SyntheticWorkload(_Knobs):
         is flat from the first day; notes that fall outside the window are
         dropped.
     queries_per_day : float, default 20.0
-        Mean query rate over ``[0, horizon_days]``.
+        Mean query rate over ``[0, horizon_days]``; with ``arrival =
+        "weekly"``, over each whole week (a horizon that is not a whole
+        number of weeks holds another mix of weekdays and weekends: 2 days,
+        both weekdays, hold 1.29 times as many).
     arrival : {"steady", "bursty", "weekly"}, default "steady"
         ``"steady"``: a Poisson process. ``"bursty"``: sessions start as a
         Poisson process of rate ``queries_per_day / burst_size``; a session
@@ -603,6 +639,8 @@ class SyntheticWorkload(_Knobs):
     weekend_factor : float, default 0.2
         Weekend rate relative to weekdays (``arrival = "weekly"``).
     n_topics : int, default 40
+        Topics: each slot has one (drawn by ``topic_zipf``), and its notes'
+        and queries' vectors share the topic's centroid.
     topic_zipf : float, default 1.0
         Zipf exponent of topic popularity (0 = uniform).
     n_actors : int, default 5
@@ -612,6 +650,7 @@ class SyntheticWorkload(_Knobs):
         Probability that a slot is personal (written and asked by its owner
         only); other slots are team slots (any actor).
     embedding_dim : int, default 64
+        Dimension of the note and query vectors.
     slot_weight : float, default 1.0
         Norm of the slot direction relative to the topic centroid: how well
         similarity separates slots of one topic.
@@ -1401,12 +1440,20 @@ def _choose_slots(wl: SyntheticWorkload, iv: dict, q_t: np.ndarray, q_actor: np.
     n_q = q_t.size
     codes = [CLASS_NAMES.index(c) for c in SLOT_CLASSES]
     weight = np.array([wl.classes.spec(c).query_share for c in SLOT_CLASSES])
-    visible = [~iv["personal"] | (iv["owner"] == a) for a in range(wl.n_actors)]
+    # the actors who ask, in order (one who asks nothing adds no count and
+    # draws nothing); each one's visible slots made in turn, not all at
+    # once: n_actors x slots booleans would outgrow the stream itself
+    askers = np.unique(q_actor)
+
+    def visible(a) -> np.ndarray:
+        return ~iv["personal"] | (iv["owner"] == a)
+
     counts = np.zeros((n_q, len(codes)), dtype=np.int64)
-    for a in range(wl.n_actors):
+    for a in askers:
         rows = np.flatnonzero(q_actor == a)
+        seen = visible(a)
         for j, code in enumerate(codes):
-            m = visible[a] & (iv["cls"] == code)
+            m = seen & (iv["cls"] == code)
             counts[rows, j] = _count_active(iv["start"][m], iv["end"][m], q_t[rows])
     w = np.where(counts > 0, weight[None, :], 0.0)
     cum = np.cumsum(w, axis=1)
@@ -1416,12 +1463,13 @@ def _choose_slots(wl: SyntheticWorkload, iv: dict, q_t: np.ndarray, q_actor: np.
     q_class = np.where(answerable, np.array(codes)[j], len(CLASS_NAMES))
     q_slot = np.full(n_q, -1, dtype=np.int64)
     rng = child(seed, "queries", "slots")
-    for a in range(wl.n_actors):
+    for a in askers:
+        seen = visible(a)
         for code in codes:
             rows = np.flatnonzero((q_actor == a) & (q_class == code))
             if rows.size == 0:
                 continue
-            m = np.flatnonzero(visible[a] & (iv["cls"] == code))
+            m = np.flatnonzero(seen & (iv["cls"] == code))
             pick = _pick_active(iv["start"][m], iv["end"][m], q_t[rows], rng)
             q_slot[rows] = iv["slot"][m[pick]]
     return q_class.astype(np.int64), q_slot
