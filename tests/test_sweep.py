@@ -222,6 +222,28 @@ def test_a_categorical_naming_the_current_kind_keeps_the_component_as_it_is():
 
 
 @pytest.mark.slow
+def test_a_utility_share_objective_is_the_run_summarys_pooled_share(tmp_path):
+    """summary.csv pools utility_share over replicates (one ratio of sums); a
+    trial averaged the replicates' own shares, so the sweep's 0.697631 read
+    0.696 when its trial config was run. Now the objective is the pooled
+    share, and each replicate's own share stays a user attribute."""
+    exp = experiment(trials=3, replicates=3,
+                     objectives=[{"metric": "utility_share", "direction": "maximize"}])
+    res = run_sweep(exp, out=tmp_path, quiet=True)
+    best = memsim.load_experiment(res.path / "sweep" / "best.toml")
+    rerun = memsim.run_experiment(best, out=None, report=False)
+    pooled = float(rerun.metric("utility_share")["mean"].iloc[0])
+    assert res.best_value == pytest.approx(pooled, rel=1e-12, abs=1e-15)
+    row = res.trials.loc[res.trials["number"] == res.best_number].iloc[0]
+    reps = [row[f"utility_share_rep{r}"] for r in range(3)]
+    q = rerun.queries
+    for r in range(3):  # each replicate's own ratio of sums
+        part = q[(q["replicate"] == r) & (q["oracle_utility"] > 0)]
+        assert reps[r] == pytest.approx(part["utility"].sum() / part["oracle_utility"].sum(),
+                                        rel=1e-12)
+    assert abs(np.mean(reps) - pooled) > 1e-9  # the two definitions differ here
+
+
 def test_planted_optimum_and_the_sweep_folder(tmp_path):
     """Project notes valid for exactly 30 days, then stale (gain -0.5): the
     best half-life is in the tens of days. A 50-trial TPE sweep over

@@ -52,8 +52,9 @@ same seeds) for each trial.
 
 The objective of a trial is the mean over replicates of each replicate's mean
 of the metric over its queries (NaN values left out), exactly the ``mean`` of
-``summary.csv`` (:func:`memsim.reporting.stats.summarise`). The per-replicate values are
-kept as trial user attributes ``<objective>_rep<r>``. The experiment's own
+``summary.csv`` (:func:`memsim.reporting.stats.summarise`); for ``utility_share``,
+as there, one ratio of sums pooled over the replicates. The per-replicate
+values are kept as trial user attributes ``<objective>_rep<r>``. The experiment's own
 values are enqueued as trial 0 (user attribute ``origin = "experiment"``).
 
 Batches and pruning

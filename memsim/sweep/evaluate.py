@@ -64,7 +64,7 @@ from memsim.engine import Arm, ReplayCache
 from memsim.core.errors import MemsimError
 from memsim.runs.runner import (load_stream_for, simulate_experiment, simulate_replicate,
                            simulate_replicates, simulate_tasks)
-from memsim.reporting.stats import RATIO_METRICS, paired_tests, utility_share_by
+from memsim.reporting.stats import RATIO_METRICS, paired_tests
 
 from .space import RUN_OBJECTIVES, SweepSpec, apply_params
 
@@ -77,13 +77,16 @@ def run_level_values(frames: dict[str, Any], metric: str, policy: str, budget: A
     NaN for a replicate without a value (e.g. no query with an achievable
     utility, for ``utility_share``).
     """
-    out = {int(r): math.nan for r in replicates}
+    out: dict[int, float] = {int(r): math.nan for r in replicates}
     if metric == "utility_share":
         q = frames["queries"]
         sub = q[(q["policy"] == policy) & (q["budget"] == budget)]
-        if len(sub):
-            share = utility_share_by(sub, ("replicate",))
-            out.update({int(r): float(v) for r, v in share.items() if int(r) in out})
+        for r, part in sub.groupby("replicate", sort=False):
+            if int(r) in out:
+                u = part["utility"].to_numpy(np.float64)
+                o = part["oracle_utility"].to_numpy(np.float64)
+                ok = np.isfinite(u) & np.isfinite(o) & (o > 0)
+                out[int(r)] = PooledShare(float(u[ok].sum()), float(o[ok].sum()))
         return out
     if metric in ("store_notes", "store_tokens"):
         st = frames.get("store")
@@ -161,7 +164,8 @@ class TrialOutcome:
     ----------
     values : tuple of float
         One per objective: the mean over the replicates simulated of the
-        per-replicate values (empty when ``error``).
+        per-replicate values; for ``utility_share`` their pooled ratio of
+        sums (:class:`PooledShare`). Empty when ``error``.
     per_replicate : dict
         Objective label -> {replicate: value}, for the replicates simulated.
     error : str
@@ -611,10 +615,34 @@ def _joined(kept: dict | None) -> dict[str, pd.DataFrame]:
     return {lab: pd.concat(parts, ignore_index=True) for lab, parts in kept.items()}
 
 
+class PooledShare(float):
+    """One replicate's ``utility_share`` (a float: ``num / den``, NaN when
+    ``den`` is 0), which keeps the sums it is the ratio of, so that
+    replicates pool into one ratio of sums as ``summary.csv`` pools them
+    (:func:`_mean_of`), not into a mean of ratios."""
+
+    num: float
+    den: float
+
+    def __new__(cls, num: float, den: float) -> "PooledShare":
+        share = super().__new__(cls, num / den if den > 0 else math.nan)
+        share.num, share.den = num, den
+        return share
+
+    def __reduce__(self):  # to worker processes and back, sums included
+        return (PooledShare, (self.num, self.den))
+
+
 def _mean_of(by_rep: dict[int, float]) -> float:
-    """An objective's value: the mean of its finite per-replicate values
-    (NaN when none is finite)."""
-    fin = [v for v in by_rep.values() if math.isfinite(v)]
+    """An objective's value over the replicates done: the mean of its finite
+    per-replicate values (NaN when none is finite); for ``utility_share``
+    the ratio of the replicates' pooled sums, the value of ``summary.csv``
+    (to rounding)."""
+    vals = list(by_rep.values())
+    if vals and all(isinstance(v, PooledShare) for v in vals):
+        den = sum(v.den for v in vals)
+        return sum(v.num for v in vals) / den if den > 0 else math.nan
+    fin = [v for v in vals if math.isfinite(v)]
     return float(np.mean(fin)) if fin else math.nan
 
 
