@@ -191,3 +191,33 @@ def test_run_sweep_grows_a_wide_two_replicate_plateau(replicates):
         assert r["determined"] or (
             r["n_replicates"] == MAX_REPLICATES and "undetermined within x2" in r["note"])
     assert math.isfinite(r["width"])
+
+
+def test_a_tie_on_the_first_objective_is_broken_as_the_sweep_breaks_it():
+    """Two objectives; trials 0 and 1 tie on utility, and trial 1 stores fewer
+    tokens (it dominates trial 0). The plateau table and the slice plot
+    named trial 0 (the lower number) best, beside best.toml's trial 1."""
+    import pandas as pd
+
+    from memsim.reporting.plots import slice_data
+    from memsim.sweep import SweepSpec
+
+    table = experiment(30.0, 1.0, 100.0, trials=5, replicates=2).sweep
+    table = {**table, "objectives": [
+        {"metric": "utility", "direction": "maximize", "policy": "p"},
+        {"metric": "store_tokens", "direction": "minimize", "policy": "p"}]}
+    spec = SweepSpec.from_config(table)
+    lab_u, lab_s = spec.labels
+    trials = pd.DataFrame({"number": [0, 1, 2], "state": "COMPLETE", HL: [5.0, 20.0, 60.0],
+                           f"values_{lab_u}": [0.8, 0.8, 0.7],
+                           f"values_{lab_s}": [1900.0, 1700.0, 1500.0]})
+    for lab, reps in ((lab_u, [[0.8, 0.8], [0.8, 0.8], [0.7, 0.7]]),
+                      (lab_s, [[1900.0] * 2, [1700.0] * 2, [1500.0] * 2])):
+        for r in range(2):
+            trials[f"{lab}_rep{r}"] = [x[r] for x in reps]
+    rows = plateau_table(trials, spec).set_index("objective")
+    assert rows.loc[lab_u, "best"] == 20.0
+    assert rows.loc[lab_s, "best"] == 60.0
+    data = slice_data(trials, f"values_{lab_u}", [HL], direction="maximize",
+                      others=[(f"values_{lab_s}", "minimize")])
+    assert data.loc[data["best"], "number"].tolist() == [1]

@@ -57,7 +57,7 @@ from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIDDEN_C
                       SUPERSEDED_USE_COLUMNS, SUPERSEDED_USE_DAYS, gini)
 from memsim.policies import Policy, resolve_policy
 from memsim.reporting.rundir import summary_rows
-from memsim.reporting.stats import N_BOOT, SEED, run_metric_ci, summarise
+from memsim.reporting.stats import N_BOOT, SEED, best_row, run_metric_ci, summarise
 
 __all__ = [
     "policy_colors",
@@ -1003,7 +1003,8 @@ def plot_param_importance(df: pd.DataFrame, ax=None):
 
 def slice_data(trials: pd.DataFrame, objective: str | None = None,
                params: Sequence[str] | None = None, log: Mapping[str, bool] | None = None,
-               direction: str = "maximize") -> pd.DataFrame:
+               direction: str = "maximize",
+               others: Sequence[tuple[str, str]] = ()) -> pd.DataFrame:
     """Each completed trial's objective against each parameter (a slice plot).
 
     Parameters
@@ -1011,6 +1012,9 @@ def slice_data(trials: pd.DataFrame, objective: str | None = None,
     log : dict, optional
         Parameter -> whether its range is searched on a log scale (the
         ``log = true`` of the ``[sweep]`` table); drawn on a log axis.
+    others : sequence of (column, direction), optional
+        The sweep's other objectives, which break a tie on this one as the
+        sweep breaks it (:func:`~memsim.reporting.stats.best_row`).
 
     Returns
     -------
@@ -1032,7 +1036,11 @@ def slice_data(trials: pd.DataFrame, objective: str | None = None,
     num = (t["number"].to_numpy() if "number" in t.columns else np.arange(len(t)))
     best = np.zeros(len(t), dtype=bool)
     if len(t):
-        best[int(np.argmax(y) if direction.startswith("max") else np.argmin(y))] = True
+        def signed(col: str, d: str) -> np.ndarray:
+            v = pd.to_numeric(t[col], errors="coerce").to_numpy(np.float64)
+            return v if d.startswith("max") else -v
+        best[best_row([signed(objective, direction),
+                       *(signed(c, d) for c, d in others if c in t.columns)])] = True
     rows, kinds, logs = [], {}, {}
     for p in params:
         name = p.removeprefix("params_")

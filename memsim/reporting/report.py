@@ -1319,7 +1319,8 @@ def _sweep_trial_items(sdir: Path, config: dict, trials: pd.DataFrame, cols: lis
 def _slice_items(trials, cols, labels, dirs, params, log) -> list[Any]:
     items: list[Any] = []
     for i, (c, lab, d) in enumerate(list(zip(cols, labels, dirs))[:3]):
-        sl = plots.slice_data(trials, c, params, log, d)
+        others = [(oc, od) for oc, od in zip(cols, dirs) if oc != c]
+        sl = plots.slice_data(trials, c, params, log, d, others)
         if len(sl):
             n_par = len(pd.unique(sl["param"]))
             items.append(("fig", _draw_fig(

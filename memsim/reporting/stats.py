@@ -127,6 +127,7 @@ from .numbers import (SHARE_METRICS, column_decimals, format_ci, format_fixed, f
                       round_to_ci)
 
 __all__ = [
+    "best_row",
     "mean_ci",
     "run_metric_ci",
     "summarise",
@@ -470,6 +471,18 @@ def _aligned(queries: pd.DataFrame, metrics: list[str], budget) -> tuple[list[st
 # --------------------------------------------------------------------------
 # Run-level shares (ratios of sums)
 # --------------------------------------------------------------------------
+
+
+def best_row(keys: Sequence[np.ndarray]) -> int:
+    """The row largest on ``keys[0]``, ties broken by ``keys[1]``, and so on,
+    then the lowest row (each key signed so that larger is better; NaN
+    last). With a sweep's objectives as the keys, the best on the first
+    objective among the trials tied there is one no other trial dominates,
+    the one the sweep names best (a tie broken by row alone could pick a
+    dominated trial)."""
+    rows = np.arange(len(keys[0]))
+    signed = [-np.asarray(k, dtype=np.float64) for k in reversed(keys)]
+    return int(np.lexsort([rows, *signed])[0])
 
 
 def ratio_of_sums(num: np.ndarray, den: np.ndarray) -> float:

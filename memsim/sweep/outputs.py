@@ -284,7 +284,9 @@ def _plot_jobs(study, spec: SweepSpec, table: pd.DataFrame,
         return mplots.plot_param_importance(part, fig.add_subplot())
 
     def slice_of(col: str, lab: str, direction: str):
-        data = mplots.slice_data(table, col, spec.keys, log, direction)
+        others = [(f"values_{o}", d) for o, d in zip(spec.labels, spec.directions)
+                  if f"values_{o}" != col]
+        data = mplots.slice_data(table, col, spec.keys, log, direction, others)
         fig = Figure(figsize=(7.5, 0.6 + 3.0 * math.ceil(max(1, len(spec.keys)) / 2)),
                      layout="constrained")
         mplots.plot_slice(data, fig, lab)

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from memsim.reporting.stats import best_row
 from memsim.core.rng import child, seed_sequence
 
 from .space import ParamSpec, SweepSpec, describe_space, format_value
@@ -399,10 +400,16 @@ def plateau_table(trials: pd.DataFrame, spec: SweepSpec, *, level: float = LEVEL
         raise ValueError(f"The 'level' parameter of plateau_table must be in (0, 1). "
                          f"Got {level!r} instead.")
     rows: list[dict] = []
+    signs = {lab: 1.0 if d == "maximize" else -1.0 for lab, d in zip(spec.labels,
+                                                                       spec.directions)}
     for lab, sign, done, x, on in _memberships(trials, spec, level, n_boot, seed, replays):
+        # ties on this objective broken by the others, as the sweep breaks them
+        ties = [signs[o] * pd.to_numeric(done[f"values_{o}"], errors="coerce")
+                .to_numpy(np.float64) for o in spec.labels
+                if o != lab and f"values_{o}" in done]
         for p in spec.params:
             rows.append(_row(done, lab, sign, f"values_{lab}", p, x.shape[1], on, edge,
-                             factor, share, cap, replays))
+                             factor, share, cap, replays, ties))
     return pd.DataFrame(rows, columns=list(PLATEAU_COLUMNS))
 
 
@@ -436,9 +443,11 @@ def _memberships(trials: pd.DataFrame, spec: SweepSpec, level: float, n_boot: in
 
 def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: int,
          on: np.ndarray | None, edge: float, factor: float = FACTOR, share: float = SHARE,
-         cap: int | None = None, replays: bool = False) -> dict:
+         cap: int | None = None, replays: bool = False,
+         ties: list[np.ndarray] | None = None) -> dict:
     """One row of :func:`plateau_table` (``on``: the plateau's trials, None
-    when not measured)."""
+    when not measured; ``ties``: the other objectives' signed values, which
+    break a tie on this one)."""
     numeric = p.type != "categorical"
     row: dict[str, Any] = {
         "objective": lab, "param": p.key, "type": p.type, "best": None,
@@ -453,8 +462,9 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: 
             f"the trials table has no column {p.key!r}"
         return row
     vals = pd.to_numeric(done[vcol], errors="coerce").to_numpy(np.float64)
-    # max of s * value, ties to the first (lowest trial number), as the sweep picks it
-    best = int(np.argmax(sign * vals))
+    # max of s * value, ties by the other objectives, then to the lowest trial
+    # number, as the sweep picks it
+    best = best_row([sign * vals, *(ties or [])])
     bval = done[p.key].iloc[best]
     row["best"] = float(bval) if numeric and bval is not None else bval
     notes = []
