@@ -188,7 +188,7 @@ def _cmd_run(args) -> int:
     exps = [load_experiment(p, args.set) for p in args.experiments]
     if args.mlflow is not None:
         from memsim.adapters.tracking import require as require_mlflow
-        require_mlflow()
+        require_mlflow(args.mlflow or None)
     phase, units = _run_units(exps, args.jobs)
     prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1],
                     json_lines=_json_progress(args))
@@ -212,7 +212,11 @@ def _cmd_run(args) -> int:
     if args.mlflow is not None:
         from memsim.adapters.tracking import log_run
         for p in paths:
-            log_run(p, tracking_uri=args.mlflow or None)
+            try:
+                log_run(p, tracking_uri=args.mlflow or None)
+            except MemsimError as exc:  # the runs are complete: say where they are
+                exc.completed = list(paths)
+                raise
     if args.json:
         runs = []
         for p in paths:
@@ -543,7 +547,7 @@ def _cmd_sweep(args) -> int:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
     if args.mlflow is not None:
         from memsim.adapters.tracking import require as require_mlflow
-        require_mlflow()
+        require_mlflow(args.mlflow or None)
     prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
                     unit="trial", resumed=True, json_lines=_json_progress(args),
                     then="trials done; robustness check on fresh seeds, plateaus"
@@ -558,7 +562,11 @@ def _cmd_sweep(args) -> int:
         prog.close()
     if args.mlflow is not None:
         from memsim.adapters.tracking import log_sweep
-        log_sweep(res, tracking_uri=args.mlflow or None)
+        try:
+            log_sweep(res, tracking_uri=args.mlflow or None)
+        except MemsimError as exc:  # the sweep is complete: say where it is
+            exc.completed = [] if res.path is None else [res.path]
+            raise
     if args.json:
         _print_json({"path": None if res.path is None else str(res.path),
                      "study": res.study_name, "storage": res.storage,

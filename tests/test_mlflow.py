@@ -197,3 +197,37 @@ def test_a_damaged_summary_is_refused_in_one_line(tmp_path, store, capsys, damag
         tracking.log_run(run_dir, tracking_uri=store)
     _, runs = _runs(store, "tracked")
     assert len(runs) == 0
+
+
+@pytest.mark.parametrize("uri", ["bogus://x", "http://127.0.0.1:1"])
+def test_an_unreachable_store_is_refused_before_the_run(tmp_path, capsys, uri):
+    """A bad --mlflow URI was found only after the whole run (or sweep), which
+    then printed no folder; a server that does not answer hung for minutes
+    in MLflow's retries. Now one line before any work, within seconds."""
+    import time
+
+    exp = _experiment(tmp_path / "e.toml")
+    t0 = time.monotonic()
+    assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--quiet",
+                 "--mlflow", uri]) == 2
+    assert time.monotonic() - t0 < 60
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"memsim: error: --mlflow: cannot reach the MLflow tracking store at {uri}: "), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_export_names_the_completed_run(tmp_path, store, capsys, monkeypatch):
+    from memsim.adapters import tracking
+    from memsim.core.errors import MemsimError
+
+    def refuse(*args, **kwargs):
+        raise MemsimError("--mlflow: cannot export it: the server went away")
+
+    monkeypatch.setattr(tracking, "log_run", refuse)
+    exp = _experiment(tmp_path / "e.toml")
+    assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--quiet", "--no-report",
+                 "--mlflow", store]) == 2
+    err = capsys.readouterr().err
+    (folder,) = (tmp_path / "out").iterdir()
+    assert f"memsim: completed before the error: {folder}" in err

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -71,10 +72,34 @@ def _mlflow():
     return mlflow
 
 
-def require() -> None:
-    """Raise the one-line ConfigError now when MLflow is missing (before a
-    long run, not after it)."""
-    _mlflow()
+def require(tracking_uri: str | None = None) -> None:
+    """Raise the one-line ConfigError now, before a long run and not after
+    it, when MLflow is missing or its tracking store (``tracking_uri``,
+    default MLflow's) cannot be reached (an unknown scheme, a server that
+    does not answer: asked once, for at most :data:`CHECK_TIMEOUT_S`)."""
+    mlflow = _mlflow()
+    uri = tracking_uri or mlflow.get_tracking_uri()
+    # one quick try: MLflow's own retries with back-off take minutes
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+             "MLFLOW_HTTP_REQUEST_TIMEOUT": str(CHECK_TIMEOUT_S)}
+    saved = {k: os.environ.get(k) for k in quick}
+    os.environ.update(quick)
+    try:
+        mlflow.tracking.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as exc:  # MLflow's own types for a bad URI, store or server
+        raise ConfigError(f"--mlflow: cannot reach the MLflow tracking store at {uri}: "
+                          f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+                          ) from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+#: Seconds :func:`require` waits for a tracking server's answer.
+CHECK_TIMEOUT_S = 10
 
 
 def flatten_config(table: dict, prefix: str = "") -> dict[str, str]:
