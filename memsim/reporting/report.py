@@ -600,17 +600,20 @@ def _breakdown_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     return out
 
 
-def _reads_hidden_labels(tables: dict[str, Any]) -> list[str]:
-    """The run's policies whose ranker reads what no real system knows (the
-    oracle's gains, bayes's planted classes)."""
+def _reads_hidden_labels(tables: dict[str, Any]) -> list[tuple[str, str]]:
+    """The run's policies whose ranker reads what no real system knows, and
+    what their figures are: the true gains bound every policy; the planted
+    model (``bayes``) gives a ranking near the best, not a bound."""
     out = []
     for name, table in tables.items():
         try:
             ranker = resolve_policy(table, f"policies.{name}").ranker
         except MemsimError:  # a policy of a plugin not loaded here: nothing to say
             continue
-        if ranker.needs_truth or getattr(ranker, "needs_planted", False):
-            out.append(name)
+        if ranker.needs_truth:
+            out.append((name, "an upper bound"))
+        elif getattr(ranker, "needs_planted", False):
+            out.append((name, "a reference near the best ranking"))
     return out
 
 
@@ -623,9 +626,9 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     sections = [("At a glance", [("list", glance)] if glance else
                  [("p", "The queries table has no metric to summarise.")]),
                 ("Summary", [("p", cmp.legend()), ("cmp", cmp)]
-                 + [("p", f"'{name}' reads hidden labels: an upper bound, not achievable "
+                 + [("p", f"'{name}' reads hidden labels: {what}, not achievable "
                           "headroom (the best a policy can reach is what `memsim advise` "
-                          "finds).") for name in _reads_hidden_labels(ctx.run.policies)])]
+                          "finds).") for name, what in _reads_hidden_labels(ctx.run.policies)])]
     if len(cmp.tests):
         sections.append(("Paired comparisons with the baseline", [
             ("p", "Difference = policy - baseline on the same queries (paired on replicate "

@@ -52,7 +52,8 @@ The search space spans the pipeline, one stage after the other:
 
 Rankers that read what no deployed system can read (``bayes`` reads the
 planted classes, ``oracle`` the true gains) are never in the space and may
-not be ``current``: their utility is an upper bound, not achievable headroom.
+not be ``current``: their utility is a reference (a bound for ``oracle``), not
+achievable headroom.
 
 Out of sample by construction
 -----------------------------
@@ -631,7 +632,7 @@ def current_policy(exp: Experiment, name: str) -> Policy:
                           f"{', '.join(exp.policies)}")
     if pol.ranker.needs_truth or pol.ranker.needs_planted:
         raise ConfigError(f"advise.current: {name!r} ranks with {pol.ranker.name!r}, which reads "
-                          "hidden labels (the true gains or the planted classes): an upper bound, "
+                          "hidden labels (the true gains or the planted classes): a reference, "
                           "not a setting a system can run")
     return pol
 
@@ -1132,7 +1133,7 @@ class Advice:
                              f"{_share(ru['heldout']).strip()}: "
                              + ("; ".join(ru["changes"]) or "today's setting"))
         lines += ["", "Not offered: bayes and oracle read hidden labels (the planted classes, "
-                  "the true gains); their utility is an upper bound, not achievable headroom."]
+                  "the true gains); their utility is a reference, not achievable headroom."]
         return "\n".join(lines)
 
     def to_markdown(self) -> str:

@@ -84,7 +84,8 @@ RANK_ONLY_PACKERS = ("top-k-cutoff", "skip-fill", "drop-middle")
 #: Packers the ``bayes`` twin is tried with to find its best packer.
 BAYES_PACKERS = ("top-k-cutoff", "skip-fill", "greedy", "greedy-swap", "exact")
 #: What every table that shows ``bayes`` says of it.
-BAYES_LABEL = "bayes reads hidden labels: an upper bound, not achievable headroom"
+BAYES_LABEL = ("bayes reads hidden labels: a reference near the best ranking, not achievable "
+               "headroom")
 
 #: Arm-name separators (not valid in a policy name of a TOML table key).
 _SEP = "~"
