@@ -566,7 +566,7 @@ def _check_fittable(stream: Stream, where: str) -> None:
 
 def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 10,
              search_queries: int = 1500, candidates: int = 50,
-             progress: Callable[[str], None] | None = None) -> Twin:
+             progress: Callable[[str], None] | None = None, where: str | None = None) -> Twin:
     """Fit the generator's knobs to ``stream`` (see the module docstring).
 
     Parameters
@@ -581,6 +581,9 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
         6 / 2**steps wide at the end; 0 interpolates between its ends).
     search_queries : int
         Most queries of a search stream.
+    where : str, optional
+        How errors name the stream (default ``stream 'NAME'``; the command
+        line gives the file).
 
     Raises
     ------
@@ -591,7 +594,7 @@ def fit_twin(stream: Stream, *, budget: int = 1500, seed: int = 0, steps: int = 
         note (nothing to measure recall on).
     """
     _check_options(budget, steps, seed, ("budget", "steps", "seed"))
-    _check_fittable(stream, f"stream {stream.name!r}")
+    _check_fittable(stream, where or f"stream {stream.name!r}")
     say = progress or (lambda _msg: None)
     real = profile_stream(stream)
     real.scalars["recall"] = similarity_recall(stream, budget, candidates=candidates, seed=seed)
@@ -945,8 +948,8 @@ def calibrate_workload(path: str | os.PathLike, out: str | os.PathLike | None = 
         if o.exists() and any(o.iterdir()):
             raise ConfigError(f"--out {o}: refusing to overwrite non-empty folder")
     stream = load_any_stream(path)
-    _check_fittable(stream, str(path))
-    twin = fit_twin(stream, budget=budget, seed=seed, steps=steps, progress=progress)
+    twin = fit_twin(stream, budget=budget, seed=seed, steps=steps, progress=progress,
+                    where=str(path))
     if out is not None:
         write_twin(twin, out)
     return twin
