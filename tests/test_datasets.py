@@ -85,6 +85,18 @@ def test_checksum_mismatch_caches_nothing(cache, tmp_path, capsys):
     assert (cache / "tiny").is_dir()
 
 
+def test_from_a_folder_takes_the_file_of_its_upstream_name(cache, tmp_path, capsys):
+    """--from the folder the file sits in said 'no such file' though the
+    folder exists."""
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    with pytest.raises(DataError, match=r"downloads: a folder without tiny.txt; give the file"):
+        datasets.register("tiny", folder)
+    (folder / "tiny.txt").write_bytes(PAYLOAD)
+    assert main(["data", "get", "tiny", "--from", str(folder)]) == 0
+    assert (cache / "tiny" / "tiny.txt").read_bytes() == PAYLOAD
+
+
 def test_unreachable_url_is_one_line_that_names_the_offline_way(cache, tmp_path, capsys):
     assert main(["data", "get", "tiny", "--url", (tmp_path / "absent.txt").as_uri()]) == 2
     err = capsys.readouterr().err

@@ -281,9 +281,17 @@ def is_cached(name: str, to: str | os.PathLike | None = None) -> bool:
 def register(name: str, source: str | os.PathLike, *, to: str | os.PathLike | None = None
              ) -> Path:
     """Copy a file you already have into the cache as data set ``name``,
-    after checking its SHA-256 (nothing is cached when it differs)."""
+    after checking its SHA-256 (nothing is cached when it differs). A
+    folder holding the file under its upstream name
+    (:attr:`Dataset.filename`) stands for that file."""
     d = dataset(name)
     src = Path(source).expanduser()
+    if src.is_dir():
+        inside = src / d.filename
+        if not inside.is_file():
+            raise DataError(f"{src}: a folder without {d.filename}; give the file of "
+                            f"{DATA_PREFIX}{name}")
+        src = inside
     if not src.is_file():
         raise DataError(f"{src}: no such file")
     check_folder(name, to)
