@@ -452,3 +452,63 @@ def test_nonzero2_is_numpys_nonzero(q, n, share, seed):
     mask = np.random.default_rng(seed).random((q, n)) < share
     got, want = nonzero2(mask), np.nonzero(mask)
     assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("retriever", [{"kind": "cosine", "prefilter": 3},
+                                       {"kind": "hnsw", "prefilter": 3},
+                                       {**AT_TEST_SCALE["ivf"], "prefilter": 3}],
+                         ids=lambda r: r["kind"])
+@pytest.mark.parametrize("timing", ["per-tick", "per-query"])
+def test_a_query_before_the_first_note_gets_an_empty_answer(retriever, timing):
+    """A prefilter's gathered cells indexed the batch's notes, none yet: an
+    IndexError (a real trace whose first query comes before its first note
+    could not run with a prefilter). The reference answered it, empty."""
+    if retriever["kind"] in NEEDS:
+        pytest.importorskip(NEEDS[retriever["kind"]])
+    rng = np.random.default_rng(3)
+    n, q = 30, 6
+    notes = pd.DataFrame({"note_id": np.arange(n), "created_at": np.linspace(2, 5, n),
+                          "tokens": 50, "actor": "a"})
+    queries = pd.DataFrame({"query_id": np.arange(q), "t": [0.5, 0.7, 3.0, 3.5, 4.5, 6.0],
+                            "actor": "a"})
+    qrels = pd.DataFrame({"query_id": np.arange(q), "note_id": np.arange(q), "gain": 1.0})
+    stream = make_stream(notes, queries, qrels, None,
+                         rng.normal(size=(n, 8)).astype(np.float32),
+                         rng.normal(size=(q, 8)).astype(np.float32), {"name": "early"})
+    policy = _policy(retriever=build_component("retriever", retriever, "retriever"),
+                     feedback={"kind": "default", "timing": timing})
+    arms = [Arm("p", policy, 300)]
+    settings = SimSettings(candidates=5, tick_days=1.0)
+    want = _frames(reference.simulate(stream, arms, settings, seed_sequence(2)))
+    got = _frames(simulate(stream, arms, settings, seed_sequence(2)))
+    for key, frame in got.items():
+        if frame is None or want[key] is None:
+            assert frame is None and want[key] is None, key
+        else:
+            assert_frame_equal(frame, want[key], check_exact=True)
+    assert got["queries"]["n_packed"].iloc[:2].tolist() == [0, 0]
+
+
+def test_an_hnsw_graph_too_sparse_to_return_prefilter_notes_falls_back_to_exact():
+    """M = 2, ef = 1: the search over every note (no filter) cannot return
+    100 notes, and hnswlib raised ("Probably ef or M is too small") through
+    the run; the filtered search already fell back to the exact top M."""
+    pytest.importorskip("hnswlib")
+    rng = np.random.default_rng(4)
+    n, q = 600, 20
+    # every note live at every query: the unfiltered search
+    notes = pd.DataFrame({"note_id": np.arange(n), "created_at": np.linspace(-30, 0, n),
+                          "tokens": 50, "actor": "a"})
+    queries = pd.DataFrame({"query_id": np.arange(q), "t": np.linspace(1, 2, q), "actor": "a"})
+    qrels = pd.DataFrame({"query_id": np.arange(q), "note_id": np.arange(q), "gain": 1.0})
+    stream = make_stream(notes, queries, qrels, None,
+                         rng.normal(size=(n, 16)).astype(np.float32),
+                         rng.normal(size=(q, 16)).astype(np.float32), {"name": "sparse"})
+    retriever = build_component("retriever", {"kind": "hnsw", "prefilter": 100, "ef": 1,
+                                              "M": 2, "ef_construction": 2}, "retriever")
+    arms = [Arm("p", _policy(retriever=retriever), 400)]
+    settings = SimSettings(candidates=6, tick_days=2.0)
+    want = _frames(reference.simulate(stream, arms, settings, seed_sequence(5)))
+    got = _frames(simulate(stream, arms, settings, seed_sequence(5)))
+    assert_frame_equal(got["queries"], want["queries"], check_exact=True)
+    assert got["arms"]["prefilter_overlap"].notna().all()

@@ -78,7 +78,10 @@ def _cells_top(policy: Policy, ctx: BatchContext, cols: np.ndarray, real: np.nda
                c: int, st: PolicyState) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`top_candidates` of the policy's scores of the cells ``cols``
     (those ``real``) alone, as note columns; None when a component reads
-    what gathered cells lack."""
+    what gathered cells lack, or when the batch has no note yet (a query
+    before the store's first note: the full scoring answers it, empty)."""
+    if len(ctx.idx) == 0:
+        return None
     g = _GatheredContext(ctx, np.arange(len(ctx.t)), cols, real)
     scores = _cell_scores(policy, g, st)
     return None if scores is None else _top_of_cells(scores, cols, c, len(ctx.idx))

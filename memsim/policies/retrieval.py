@@ -270,16 +270,17 @@ class _IndexRetriever(Retriever):
         qv = np.ascontiguousarray(np.asarray(ctx.query_vectors, dtype=np.float32))
         every = prefix & (n == size) & (count[rows] == n)
         open_rows = rows[every]  # every note of the index allowed: no filter
+        searched: list[tuple[int, np.ndarray | None]] = []
         if len(open_rows):
-            for r, labels in zip(open_rows.tolist(), index.search_open(qv[open_rows], m, self)):
-                found[r] = np.sort(column[labels[labels >= 0]])
+            searched += zip(open_rows.tolist(), index.search_open(qv[open_rows], m, self))
         for r in rows[~every].tolist():
             if prefix:
                 ok = allowed[r]
             else:
                 ok = np.zeros(size, dtype=bool)
                 ok[label] = allowed[r]
-            labels = index.search_one(qv[r], m, self, ok)
+            searched.append((r, index.search_one(qv[r], m, self, ok)))
+        for r, labels in searched:
             if labels is None:  # the search could not return m notes: the exact top m
                 found[r] = np.flatnonzero(self.nearest(ctx, allowed, np.array([r]))[0])
             else:
@@ -309,8 +310,15 @@ class HNSW(_IndexRetriever):
     note the batch sees (``hnswlib`` ``add_items``). Such a build is
     deterministic and the graph after n inserts is the graph a build of
     the same n notes in the same order gives: the candidates are a function
-    of the notes that exist, never of the batches, arms or earlier replays
-    (a replay that starts again with fewer notes starts a new index). Notes
+    of the notes inserted by the end of the query's batch, never of the
+    arms or earlier replays (a replay that starts again with fewer notes
+    starts a new index). Notes created later in the same batch are in the
+    graph when an earlier query of it searches (filtered out of its
+    results, they still shape the links), so a query's candidates can
+    depend on the tick's length: on one 120-query stream 37 queries got
+    other candidates than from a graph of exactly their notes at
+    ``tick_days = 1``, none at ``0.01`` (a tick short enough to hold one
+    query makes the graph per query). Notes
     that are not live for a query (created later in the batch's window,
     expired, evicted by the arm, of another store) stay in the graph and
     are filtered out of the search's results, as hnswlib's ``mark_deleted``
@@ -395,13 +403,17 @@ class IVF(_IndexRetriever):
     are trained once, on those first ``train_size`` notes in creation order
     (FAISS's k-means, seeded, ten iterations, one thread), and every note is
     added to its list as it arrives (a note's list never changes, as in a
-    deployed index whose centroids are not retrained). Notes are added in
+    deployed index whose centroids are not retrained). Which of the two is
+    decided per batch: a batch whose last query sees ``train_size`` notes
+    searches the index for its earlier queries too, on centroids trained
+    partly on notes created after them (a short ``tick_days`` makes it per
+    query). Notes are added in
     creation order (ties by ``note_id``), in parts too small for FAISS's
     matrix product, and each query is searched alone, so that each note's
     list and each query's probes are computed from it alone (a matrix
-    product's last bits may depend on the batch): the candidates are a
-    function of the notes that exist, never of the batches, arms or earlier
-    replays.
+    product's last bits may depend on the batch): once the index is
+    trained, the candidates are a function of the notes that exist, never
+    of the batches, arms or earlier replays.
     Notes a query cannot see (created later, expired, evicted by its arm)
     stay in their lists and are filtered out of its scan (an ``IDSelector``).
     So a replay of the same stream that starts again (a sweep's next trial,
@@ -512,10 +524,22 @@ class GrowingIndex:
                              np.arange(self.count, need, dtype=np.int64), num_threads=1)
         self.count = need
 
-    def search_open(self, queries: np.ndarray, k: int, r: HNSW) -> np.ndarray:
-        """The labels (R, k) of each query's k nearest notes, every note allowed."""
+    def search_open(self, queries: np.ndarray, k: int, r: HNSW) -> list[np.ndarray | None]:
+        """The labels (k,) of each query's k nearest notes, every note
+        allowed; None for a query whose search cannot return k (a graph
+        built with a tiny ``M`` and ``ef``), which then gets the exact top k
+        as a filtered search's would."""
         self.index.set_ef(r.ef)
-        return self.index.knn_query(queries, k=k, num_threads=1)[0].astype(np.int64)
+        try:
+            return list(self.index.knn_query(queries, k=k, num_threads=1)[0].astype(np.int64))
+        except RuntimeError:  # some query found fewer than k: each one on its own
+            return [self._one(q, k) for q in queries]
+
+    def _one(self, query: np.ndarray, k: int) -> np.ndarray | None:
+        try:
+            return self.index.knn_query(query[None, :], k=k, num_threads=1)[0][0].astype(np.int64)
+        except RuntimeError:
+            return None
 
     def search_one(self, query: np.ndarray, k: int, r: HNSW, ok: np.ndarray
                    ) -> np.ndarray | None:
