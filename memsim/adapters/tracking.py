@@ -50,6 +50,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pandas as pd
 
@@ -82,20 +83,13 @@ def require(tracking_uri: str | None = None) -> None:
     # one quick try: MLflow's own retries with back-off take minutes
     quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
              "MLFLOW_HTTP_REQUEST_TIMEOUT": str(CHECK_TIMEOUT_S)}
-    saved = {k: os.environ.get(k) for k in quick}
-    os.environ.update(quick)
     try:
-        mlflow.tracking.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        with mock.patch.dict(os.environ, quick):  # restored after, whatever happens
+            mlflow.tracking.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:  # MLflow's own types for a bad URI, store or server
         raise ConfigError(f"--mlflow: cannot reach the MLflow tracking store at {uri}: "
                           f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
                           ) from None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 #: Seconds :func:`require` waits for a tracking server's answer.
