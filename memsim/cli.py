@@ -1111,8 +1111,7 @@ def main(argv: list[str] | None = None) -> int:
         # trials back on the way out. Set for SIGINT too: a process started
         # with SIGINT ignored (`memsim run ... &` from a script) would
         # otherwise keep ignoring Ctrl-C and `kill -INT`.
-        signal.signal(signal.SIGTERM, interrupt.on_signal)
-        signal.signal(signal.SIGINT, interrupt.on_signal)
+        interrupt.install(interrupt.on_signal)
     interrupt.forget()
     try:
         return int(args.func(args) or 0)

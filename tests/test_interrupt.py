@@ -94,3 +94,29 @@ def test_the_worker_handler_ignores_later_signals(handlers):
     # ... but the first is still asked for, to raise again where it was lost
     with pytest.raises(Terminated):
         interrupt.raise_if_asked()
+
+
+def test_a_lost_stop_is_not_reported_as_an_ignored_exception(handlers, monkeypatch):
+    """The "Exception ignored ... Traceback" Python prints for a stop lost in
+    a callback (an import's module lock, numba's compiler) alarmed for
+    nothing: the stop is raised again. install() keeps quiet about it, and
+    only about it."""
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(type(u.exc_value)))
+    interrupt.install(interrupt.once_on_signal)
+
+    def callback() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000):
+            pass
+
+    ctypes.CFUNCTYPE(None)(callback)()
+    assert seen == []  # lost, and quiet
+    with pytest.raises(Terminated):
+        interrupt.raise_if_asked()
+
+    def other() -> None:
+        raise ValueError("not a stop")
+
+    ctypes.CFUNCTYPE(None)(other)()
+    assert seen == [ValueError]  # anything else is reported as before

@@ -14,6 +14,8 @@ between batches, raises it again until the process unwinds.
 from __future__ import annotations
 
 import signal
+import sys
+from typing import Any, Callable
 
 from memsim.core.errors import Terminated
 
@@ -52,6 +54,27 @@ def once_on_signal(signum, frame) -> None:
 
 def _ignore(signum, frame) -> None:
     pass
+
+
+def install(handler: Callable[[int, Any], None]) -> None:
+    """``handler`` (:func:`on_signal` or :func:`once_on_signal`) on SIGINT
+    and SIGTERM, and a ``sys.unraisablehook`` that keeps quiet about this
+    module's stops: one lost in a callback (an import's module lock, numba's
+    compiler) is raised again later, so Python's "Exception ignored ...
+    Traceback" report of it would only alarm."""
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    previous = sys.unraisablehook
+    if getattr(previous, "_memsim_quiet", False):
+        return
+
+    def quiet(unraisable) -> None:
+        if _asked is not None and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        previous(unraisable)
+
+    quiet._memsim_quiet = True  # type: ignore[attr-defined]
+    sys.unraisablehook = quiet
 
 
 def raise_if_asked() -> None:

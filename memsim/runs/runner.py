@@ -633,8 +633,7 @@ def _child(exp: Experiment, out, report: bool, argv, conn, jobs: int = 1,
     """A worker process of :func:`run_many`: one run (its replicates ``jobs``
     at a time), its outcome sent back. Orphaned (its parent killed), it
     stops as on SIGTERM: its folder is marked failed."""
-    signal.signal(signal.SIGINT, interrupt.once_on_signal)
-    signal.signal(signal.SIGTERM, interrupt.once_on_signal)
+    interrupt.install(interrupt.once_on_signal)
     if parent is not None:
         def orphaned() -> None:
             os.kill(os.getpid(), signal.SIGTERM)

@@ -98,6 +98,7 @@ class _TrialBatch:
         """
         self.open = []
         try:
+            interrupt.raise_if_asked()  # a stop lost before this batch: no new trial
             with quiet_optuna():
                 params = self._ask(study, n)
                 if not params:
@@ -363,8 +364,7 @@ def _worker_main(job: WorkerJob) -> None:
     :func:`run_workers`: a Ctrl-C while it imports is its parent's to handle)."""
     # the first SIGINT or SIGTERM stops its batch, which gives its open
     # trials back to the study; later ones cannot cut that short
-    signal.signal(signal.SIGINT, interrupt.once_on_signal)
-    signal.signal(signal.SIGTERM, interrupt.once_on_signal)
+    interrupt.install(interrupt.once_on_signal)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         run_worker(job)
