@@ -128,6 +128,7 @@ from .numbers import (SHARE_METRICS, column_decimals, format_ci, format_fixed, f
 
 __all__ = [
     "best_row",
+    "ratio_sums",
     "mean_ci",
     "run_metric_ci",
     "summarise",
@@ -492,11 +493,18 @@ def ratio_of_sums(num: np.ndarray, den: np.ndarray) -> float:
     :data:`RATIO_METRICS`: each query weighs by its denominator, so a query
     with little to gain cannot swing the value the way a per-query ratio can.
     """
+    top, total = ratio_sums(num, den)
+    return top / total if total > 0 else float("nan")
+
+
+def ratio_sums(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
+    """``(sum(num), sum(den))`` over the pairs :func:`ratio_of_sums` counts
+    (finite values, ``den > 0``): what a ratio pooled over several parts
+    (a sweep's replicates) adds up."""
     n = np.asarray(num, dtype=np.float64)
     d = np.asarray(den, dtype=np.float64)
-    ok = np.isfinite(n) & np.isfinite(d) & (d > 0)
-    total = d[ok].sum()
-    return float(n[ok].sum() / total) if total > 0 else float("nan")
+    ok = _valid_pairs(n, d)
+    return float(n[ok].sum()), float(d[ok].sum())
 
 
 class MissingColumnError(ConfigError, KeyError):

@@ -64,7 +64,7 @@ from memsim.engine import Arm, ReplayCache
 from memsim.core.errors import MemsimError
 from memsim.runs.runner import (load_stream_for, simulate_experiment, simulate_replicate,
                            simulate_replicates, simulate_tasks)
-from memsim.reporting.stats import RATIO_METRICS, paired_tests
+from memsim.reporting.stats import RATIO_METRICS, paired_tests, ratio_sums
 
 from .space import RUN_OBJECTIVES, SweepSpec, apply_params
 
@@ -81,12 +81,10 @@ def run_level_values(frames: dict[str, Any], metric: str, policy: str, budget: A
     if metric == "utility_share":
         q = frames["queries"]
         sub = q[(q["policy"] == policy) & (q["budget"] == budget)]
+        num, den = RATIO_METRICS["utility_share"]
         for r, part in sub.groupby("replicate", sort=False):
             if int(r) in out:
-                u = part["utility"].to_numpy(np.float64)
-                o = part["oracle_utility"].to_numpy(np.float64)
-                ok = np.isfinite(u) & np.isfinite(o) & (o > 0)
-                out[int(r)] = PooledShare(float(u[ok].sum()), float(o[ok].sum()))
+                out[int(r)] = PooledShare(*ratio_sums(part[num], part[den]))
         return out
     if metric in ("store_notes", "store_tokens"):
         st = frames.get("store")
