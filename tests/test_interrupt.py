@@ -120,3 +120,27 @@ def test_a_lost_stop_is_not_reported_as_an_ignored_exception(handlers, monkeypat
 
     ctypes.CFUNCTYPE(None)(other)()
     assert seen == [ValueError]  # anything else is reported as before
+
+
+def test_a_stop_that_surfaces_wrapped_is_recorded_as_the_stop(tmp_path, handlers, monkeypatch):
+    """numba's dispatcher turns an exception raised during its call into
+    "SystemError: CPUDispatcher(...) returned a result with an exception
+    set": the run's manifest named that, not the SIGTERM that stopped it."""
+    import memsim.runs.runner as runner
+
+    def wrapped(*args, **kwargs):
+        interrupt.install(interrupt.once_on_signal)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10_000):
+                pass
+        except Terminated as exc:
+            raise SystemError("CPUDispatcher(...) returned a result with an exception set") \
+                from exc
+
+    monkeypatch.setattr(runner, "simulate_experiment", wrapped)
+    with pytest.raises(Terminated):
+        run_experiment(tiny(tmp_path), out=tmp_path / "r", report=False)
+    (folder,) = (tmp_path / "r").iterdir()
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "failed" and manifest["error"] == "Terminated: SIGTERM"

@@ -88,6 +88,11 @@ def raise_if_asked() -> None:
         raise _stop(_asked)
 
 
+def asked() -> KeyboardInterrupt | None:
+    """The stop a signal asked for (a new exception of its kind), or None."""
+    return None if _asked is None else _stop(_asked)
+
+
 def forget() -> None:
     """Forget the stop asked for: a command that has handled it and returns
     (in a process that goes on, such as a test's or a notebook's)."""

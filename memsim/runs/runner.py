@@ -529,6 +529,12 @@ def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict 
         result.manifest = manifest.data
         return result
     except BaseException as exc:
+        stop = interrupt.asked()
+        if stop is not None and not isinstance(exc, KeyboardInterrupt):
+            # the stop surfaced wrapped (numba's dispatcher turns an exception
+            # raised during its call into a SystemError): it is what happened
+            _mark_failed(manifest, summary_file, stop, timings)
+            raise stop from exc
         _mark_failed(manifest, summary_file, exc, timings)
         raise
 
