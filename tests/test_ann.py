@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -114,6 +115,9 @@ def test_index_retrievers_find_the_exact_nearest_m_without_every_cell(seed, m, d
     want = Retriever.nearest(r, ctx, allowed, rows)
     np.testing.assert_array_equal(r.nearest(ctx, allowed, rows), want)
     assert (want.sum(axis=1) == np.minimum(m, allowed[rows].sum(axis=1))).all()
+    # and with the notes tied with the M-th (the overlap's reference)
+    np.testing.assert_array_equal(r.near_levels(ctx, allowed, rows),
+                                  Retriever.near_levels(r, ctx, allowed, rows))
 
 
 # -- the exact nearest M (the default prefilter, the overlap's reference) -------
@@ -131,6 +135,51 @@ def test_the_nearest_m_are_the_first_of_a_stable_sort(sim, m):
     want = np.zeros(sim.shape, dtype=bool)
     np.put_along_axis(want, np.argsort(-sim, axis=1, kind="stable")[:, :m], True, axis=1)
     np.testing.assert_array_equal(_nearest(sim, m), want & np.isfinite(sim))
+    # the levels: 2 above the m-th highest, 1 equal to it (every finite
+    # value kept when a row has fewer than m)
+    from memsim.policies.base import _near_levels
+
+    for row, keep, got in zip(sim, want & np.isfinite(sim), _near_levels(sim, m)):
+        key = np.where(np.isnan(row), -np.inf, row)
+        if m > len(row):
+            np.testing.assert_array_equal(got, 2 * keep)
+            continue
+        kth = np.sort(key)[::-1][m - 1]  # the m-th highest
+        np.testing.assert_array_equal(got, np.where(np.isfinite(row) & (key > kth), 2, 0)
+                                      + (np.isfinite(row) & (key == kth)))
+        assert np.all(got[keep] >= 1) and np.count_nonzero(got) >= keep.sum()
+
+
+def test_an_index_that_returns_a_tied_note_loses_nothing():
+    """``prefilter_overlap``: a note tied with the M-th nearest (a repeated
+    note) returned instead of the lower column's is no loss; a farther note
+    is."""
+    from types import SimpleNamespace
+    from collections import Counter
+    from memsim.engine.ann import chosen_cells, overlap_sample
+
+    @dataclass(frozen=True, kw_only=True)
+    class Picked(Cosine):
+        cells: tuple = ()
+
+        def prefilter_mask(self, ctx, mask=None):  # (an index's own choice)
+            raise AssertionError("not called")
+
+        def prefilter_cells(self, ctx, allowed):
+            return np.array([0, 0]), np.array(self.cells)
+
+    # note 1 and 2 are the same note (equal cosines); note 3 is farther
+    sim = np.array([[0.9, 0.5, 0.5, 0.1]])
+    for cells, found in [((0, 1), 2), ((0, 2), 2), ((0, 3), 1), ((1, 2), 1), ((2, 3), 1)]:
+        work: Counter = Counter()
+        ctx = SimpleNamespace(t=np.zeros(1), idx=np.arange(4), state=SimpleNamespace(work=work),
+                              batch=SimpleNamespace(relevance=SimpleNamespace(query_ids=[0]),
+                                                    qrows=overlap_sample(1)),
+                              similarity=lambda r: sim)
+        r = Picked(prefilter=2, cells=cells)
+        assert r.chooses_prefilter()
+        chosen_cells(ctx, r, np.ones((1, 4), dtype=bool))
+        assert (work["overlap-exact"], work["overlap-found"]) == (2, found), cells
 
 
 # -- without hnswlib -----------------------------------------------------------

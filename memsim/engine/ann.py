@@ -10,7 +10,10 @@ on a fixed sample of the replay's queries and adds up, in the arm's
 
 - ``"overlap-queries"``: the sampled queries the arm answered;
 - ``"overlap-exact"``: their exact nearest-M candidates, in all;
-- ``"overlap-found"``: how many of those the retriever returned too.
+- ``"overlap-found"``: how many of those the retriever returned too, a
+  note tied with a query's M-th nearest counting as one of them while the
+  tie has places left (the exact order keeps the lower column of a tie;
+  an index that returns the other has lost nothing).
 
 ``arms.csv``'s ``prefilter_overlap`` is ``found / exact`` (the share of the
 exact candidates the index returned, the recall of its top M over the
@@ -61,8 +64,8 @@ def chosen_cells(ctx: BatchContext, retriever: Retriever, allowed: np.ndarray
     """``retriever.prefilter_cells(ctx, allowed)`` (query rows, note
     columns; ``allowed`` (Q, L) bool); for a retriever that chooses its
     prefilter, the sampled queries of the batch are also answered exactly
-    (:meth:`Retriever.nearest`, the default prefilter's nearest M) and the
-    overlap counted in ``ctx.state.work`` (module docstring)."""
+    (:meth:`Retriever.near_levels`: the default prefilter's nearest M,
+    and the notes tied with the M-th) and the overlap counted in ``ctx.state.work`` (module docstring)."""
     allowed = np.broadcast_to(np.asarray(allowed, dtype=bool), (len(ctx.t), len(ctx.idx)))
     qi, cols = retriever.prefilter_cells(ctx, allowed)
     if not retriever.chooses_prefilter():
@@ -72,12 +75,20 @@ def chosen_cells(ctx: BatchContext, retriever: Retriever, allowed: np.ndarray
     rows = np.flatnonzero(np.isin(batch.qrows, sample))
     if not len(rows):
         return qi, cols
-    exact = retriever.nearest(ctx, allowed, rows)
+    # a note tied with the M-th nearest is as near as the one the exact
+    # order keeps (the lower column): it fills a tied place as well
+    level = retriever.near_levels(ctx, allowed, rows)
+    exact = np.minimum(np.count_nonzero(level, axis=1), retriever.prefilter)
     at = np.full(len(ctx.t), -1, dtype=np.int64)
-    at[rows] = np.arange(len(rows))  # each sampled query's row of ``exact``
+    at[rows] = np.arange(len(rows))  # each sampled query's row of ``level``
     hit = at[qi] >= 0
+    got = level[at[qi[hit]], cols[hit]]
+    above = np.count_nonzero(level == 2, axis=1)
+    found = (np.bincount(at[qi[hit]], weights=got == 2, minlength=len(rows))
+             + np.minimum(np.bincount(at[qi[hit]], weights=got == 1, minlength=len(rows)),
+                          exact - above))
     work = ctx.state.work
     work["overlap-queries"] += len(rows)
     work["overlap-exact"] += int(exact.sum())
-    work["overlap-found"] += int(exact[at[qi[hit]], cols[hit]].sum())
+    work["overlap-found"] += int(found.sum())
     return qi, cols

@@ -664,6 +664,18 @@ class Retriever(Component):
         sim = np.asarray(ctx.similarity(self))[rows]
         return _nearest(np.where(allowed[rows], sim, -np.inf), self.prefilter)
 
+    def near_levels(self, ctx: ScoringContext, allowed: np.ndarray, rows: np.ndarray
+                    ) -> np.ndarray:
+        """(R, L) int8, how near each allowed note is beside the M-th
+        nearest of the queries ``rows``: 2 nearer, 1 as near (the M-th and
+        every note tied with it: any of them may be the one :meth:`nearest`
+        keeps), 0 farther (or not allowed, or NaN); every finite one 2 when
+        a row has fewer than M. An index that returns a tied note instead of
+        the lower column's has lost nothing. A retriever may find the same
+        levels faster."""
+        sim = np.asarray(ctx.similarity(self))[rows]
+        return _near_levels(np.where(allowed[rows], sim, -np.inf), self.prefilter)
+
     def dot_scale(self, norm2: np.ndarray) -> np.ndarray | None:
         """Per-vector factors ``s`` (float32, the shape of ``norm2``) when
         :meth:`similarity` is the float32 dot product scaled by rows and
@@ -704,17 +716,37 @@ def _nearest(sim: np.ndarray, m: int) -> np.ndarray:
     column (the first ``m`` of a stable sort of ``-sim``, NaN and -inf never
     kept), found by a partition: a sort of a million-note row costs ten
     times as much."""
-    q, n = sim.shape
-    key = np.where(np.isnan(sim), -np.inf, sim)
-    if m >= n:
+    key, kth = _mth_highest(sim, m)
+    if kth is None:
         return np.isfinite(key)
-    kth = np.partition(key, n - m, axis=1)[:, n - m, None]  # each row's m-th highest
     above = key > kth
     tied = key == kth
     # the tied columns that fill each row to m, lowest first
     need = m - np.count_nonzero(above, axis=1)
     keep = above | (tied & (np.cumsum(tied, axis=1, dtype=np.int64) <= need[:, None]))
     return keep & np.isfinite(key)
+
+
+def _near_levels(sim: np.ndarray, m: int) -> np.ndarray:
+    """(Q, L) int8: 2 where a finite value is above its row's ``m``-th
+    highest, 1 where equal to it, else 0 (:meth:`Retriever.near_levels`);
+    2 at every finite value of a row of fewer than ``m``."""
+    key, kth = _mth_highest(sim, m)
+    finite = np.isfinite(key)
+    if kth is None:
+        return 2 * finite.astype(np.int8)
+    return np.where(finite & (key > kth), 2, np.where(finite & (key == kth), 1, 0)
+                    ).astype(np.int8)
+
+
+def _mth_highest(sim: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The values with NaN as -inf, and each row's ``m``-th highest (Q, 1);
+    None when rows have fewer than ``m`` values."""
+    n = sim.shape[1]
+    key = np.where(np.isnan(sim), -np.inf, sim)
+    if m > n:
+        return key, None
+    return key, np.partition(key, n - m, axis=1)[:, n - m, None]
 
 
 @dataclass(frozen=True, kw_only=True)

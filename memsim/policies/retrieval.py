@@ -24,7 +24,7 @@ import numpy as np
 from memsim.core.errors import ConfigError
 from memsim.core.params import Interval
 
-from .base import Retriever, ScoringContext, _allowed, _nearest, register
+from .base import Retriever, ScoringContext, _allowed, _near_levels, _nearest, register
 
 __all__ = ["Cosine", "InverseSquaredL2", "HNSW", "IVF", "GrowingIndex", "GrowingIVF",
            "pair_cosine", "pair_dots"]
@@ -179,8 +179,18 @@ class _IndexRetriever(Retriever):
         the rows with the notes finds the cells whose cosine may reach the
         M-th highest (:func:`_reachable`), and only those are computed per
         cell and ranked."""
+        return self._exact(ctx, allowed, rows, levels=False)
+
+    def near_levels(self, ctx: ScoringContext, allowed: np.ndarray, rows: np.ndarray
+                    ) -> np.ndarray:
+        """:meth:`Retriever.near_levels` as :meth:`nearest` finds the
+        nearest."""
+        return self._exact(ctx, allowed, rows, levels=True)
+
+    def _exact(self, ctx: ScoringContext, allowed: np.ndarray, rows: np.ndarray,
+               levels: bool) -> np.ndarray:
         allowed = np.asarray(allowed[rows], dtype=bool)
-        keep = np.zeros(allowed.shape, dtype=bool)
+        keep = np.zeros(allowed.shape, dtype=np.int8 if levels else bool)
         if not keep.size:
             return keep
         qv = np.asarray(ctx.query_vectors, dtype=np.float32)[rows]
@@ -188,11 +198,12 @@ class _IndexRetriever(Retriever):
         qn2, nn2 = np.asarray(ctx.qnorm2)[rows], np.asarray(ctx.nnorm2)
         approx = _to_cosine(qv @ nv.T, _inverse_norm(qn2), _note_inverse_norms(ctx, nn2))
         near = _reachable(approx, allowed, self.prefilter, nv.shape[1])
+        rank = _near_levels if levels else _nearest
         for i in range(len(keep)):
             cols = np.flatnonzero(near[i])
             sim = pair_cosine(qv[i:i + 1], nv[cols], qn2[i:i + 1], nn2[cols])
             # the candidates in column order: ties still go to the lower column
-            keep[i, cols] = _nearest(sim, self.prefilter)[0]
+            keep[i, cols] = rank(sim, self.prefilter)[0]
         return keep
 
     @abc.abstractmethod

@@ -433,7 +433,8 @@ def _focus_budget(run: RunResult, budgets: list) -> Any:
 PREFILTER_OVERLAP_WORDS = (
     "prefilter_overlap: the share of the exact nearest-M candidates that the policy's "
     "approximate index (the hnsw or ivf retriever) returned, on up to 200 sampled queries per "
-    "replicate (1: it lost none); n/a for an exact retriever.")
+    "replicate (1: it lost none; a note tied with the M-th nearest counts as one of them); "
+    "n/a for an exact retriever.")
 
 
 def prefilter_overlap_line(arms: pd.DataFrame | None) -> str | None:
