@@ -494,6 +494,12 @@ def _sweep_param() -> dict[str, Any]:
             "else": {"additionalProperties": {"$ref": "#/$defs/sweep-param"}}}
 
 
+#: ``[advise]`` keys whose default is read elsewhere (the field holds a placeholder)
+_ADVISE_DEFAULTS = {
+    "seed": "The seed of the search (default: the experiment's seed).",
+}
+
+
 def _advise() -> dict[str, Any]:
     """``[advise]``: its known keys, with types read from
     :class:`~memsim.tuning.advice.AdviseSpec` (memsim checks the ranges)."""
@@ -512,6 +518,9 @@ def _advise() -> dict[str, Any]:
             schema["items"] = {"type": "integer", "minimum": 1, "maximum": MAX_CANDIDATES}
         elif key in ("half_life_days", "floor"):
             schema.update(items={"type": "number"}, minItems=2, maxItems=2)
+        if key in _ADVISE_DEFAULTS:  # a default that is not the field's own value
+            props[key] = _described(schema, _ADVISE_DEFAULTS[key], _MISSING)
+            continue
         props[key] = _described(schema, None, default)
     return {"description": "What `memsim advise` tunes (memsim.tuning.advice).",
             "type": "object", "properties": props, "additionalProperties": False}

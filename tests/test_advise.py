@@ -5,6 +5,7 @@ Small workloads and few trials: each test runs in seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -238,6 +239,34 @@ def test_cli_writes_advice_files_atomically_and_prints_the_answer(tmp_path):
     assert "```toml" in (folder / "advice.md").read_text()
     assert json.loads((folder / "manifest.json").read_text())["status"] == "completed"
     assert not list(folder.glob(".*.tmp-*"))
+    # the file leaves out where it is (the same experiment, the same bytes);
+    # --json prints it with the folder's path
+    assert "path" not in data
+    again = subprocess.run([sys.executable, "-m", "memsim.cli", "advise", str(exp_file),
+                            "--out", str(tmp_path / "elsewhere"), "--json"],
+                           capture_output=True, text=True)
+    printed = json.loads(again.stdout)
+    other = Path(printed.pop("path"))
+    assert other.parent == tmp_path / "elsewhere" and printed == data
+    assert (other / "advice.json").read_bytes() == (folder / "advice.json").read_bytes()
+
+
+def test_a_stop_after_the_folder_is_completed_leaves_it_completed(tmp_path, monkeypatch):
+    from memsim.tuning import advice as advice_module
+
+    update = advice_module.Manifest.update
+
+    def then_stopped(self, **kw):  # Ctrl-C right after the folder is marked completed
+        update(self, **kw)
+        if kw.get("status") == "completed":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(advice_module.Manifest, "update", then_stopped)
+    with pytest.raises(KeyboardInterrupt):
+        advise(_trace_experiment(tmp_path, batch=4), out=tmp_path / "out")
+    folder, = (tmp_path / "out").iterdir()
+    assert json.loads((folder / "manifest.json").read_text())["status"] == "completed"
+    assert (folder / "advice.json").is_file()
 
 
 @pytest.mark.parametrize("table, message", [
@@ -256,6 +285,31 @@ def test_bad_advise_tables_are_refused_with_one_line(tmp_path, table, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
                        .replace("?", r"\?")):
         advise(exp)
+
+
+def test_every_mistake_of_an_advise_table_is_reported_at_once(tmp_path):
+    exp = memsim.experiment_from_dict({
+        "experiment": {"name": "x", "replicates": 1},
+        "workload": {"horizon_days": 5, "backfill_days": 5},
+        "policies": {"today": {"preset": "similarity-only"}},
+        "advise": {"trials": "many", "packers": ["foo"], "trails": 3, "split": 0.5}})
+    with pytest.raises(ConfigError) as info:
+        advise(exp)
+    got = info.value.errors
+    assert len(got) == 5, got
+    for part in ("advise.trails: unknown key", "advise.current: missing",
+                 "advise.trials: expected an int", "advise.packers: unknown 'foo'",
+                 "advise.split: does not apply to a synthetic workload"):
+        assert sum(m.startswith(part) for m in got) == 1, (part, got)
+    # the command line prints each on its own line
+    exp_file = tmp_path / "many.toml"
+    exp_file.write_text(SMALL_ADVISE.replace("trials = 4\n", "")
+                        + 'trials = "many"\npackers = ["foo"]\n')
+    res = subprocess.run([sys.executable, "-m", "memsim.cli", "advise", str(exp_file), "-q"],
+                         capture_output=True, text=True)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and any("advise.trials" in x for x in lines) \
+        and any("advise.packers" in x for x in lines), res.stderr
 
 
 def test_cli_error_is_one_line_with_exit_code_2(tmp_path):
@@ -294,6 +348,10 @@ def test_memsim_report_refuses_an_advice_folder_and_writes_nothing(tmp_path, cap
     assert "memsim advise" in err[0] and str(folder / "advice.md") in err[0]
     assert "memsim run" in err[0]  # what memsim report takes
     assert sorted(p.name for p in folder.iterdir()) == before
+    # nor does load_run read it as a run with no queries
+    with pytest.raises(ConfigError, match=r"a folder of memsim advise, not a run folder; its "
+                       r"advice is advice\.json"):
+        memsim.load_run(folder)
 
 
 def test_memsim_report_refuses_an_interrupted_advice_folder(tmp_path, capsys):
@@ -358,8 +416,21 @@ def test_advise_table_mistakes_name_the_file(tmp_path, extra, kw, message):
     with pytest.raises(ConfigError) as info:
         advise(exp_file, **kw)
     assert info.value.errors[0].startswith(f"{exp_file}: {message}")
-    if "current" in kw:
-        assert info.value.errors[0].endswith("(from --current nope)")
+    if "current" in kw:  # a call's argument, named as the call gives it
+        assert info.value.errors[0].endswith("(from current='nope')")
+
+
+def test_cli_and_call_name_current_and_out_their_own_way(tmp_path):
+    exp_file = tmp_path / "ga.toml"
+    exp_file.write_text(SMALL_ADVISE)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match=r"^advise\(out=\) .*afile: not a folder"):
+        advise(exp_file, out=tmp_path / "afile")
+    for args, said in ([["--current", "nope"], "(from --current nope)"],
+                       [["--out", str(tmp_path / "afile")], f"--out {tmp_path / 'afile'}: "]):
+        res = subprocess.run([sys.executable, "-m", "memsim.cli", "advise", str(exp_file), "-q",
+                              *args], capture_output=True, text=True)
+        assert res.returncode == 2 and said in res.stderr, res.stderr
 
 
 def test_cli_advise_table_mistake_names_the_file(tmp_path):
@@ -441,6 +512,33 @@ def test_five_fresh_replicates_give_an_interval_over_replicates():
     assert adv.ci_over == "replicates"
     assert adv.split == "tuned on replicate 0, tested on 5 fresh replicates (1-5: new seeds)"
     assert "interval over replicates" in adv.headline()
+
+
+@pytest.mark.parametrize("h", [1, 3])
+def test_fewer_than_five_fresh_replicates_say_the_interval_leaves_out_workloads(h):
+    exp = experiment(planted_world(10.0),
+                     {"ranker": "product", "decay": {"kind": "half-life", "half_life_days": 1.0},
+                      "packer": "skip-fill"},
+                     {**HALF_LIFE_ONLY, "trials": 2, "batch": 2, "holdout_replicates": h},
+                     replicates=1)
+    adv = advise(exp)
+    assert adv.ci_over == "queries" and adv.heldout_fresh
+    replicates = "1 fresh replicate," if h == 1 else f"{h} fresh replicates,"
+    assert (f"interval over queries of {replicates} fewer than 5: it leaves out the variation "
+            "between workloads") in adv.headline()
+    # a stream's held-out queries are not fresh replicates: no such caveat
+    log = dataclasses.replace(adv, heldout_fresh=False)
+    assert "fresh" not in log.headline() and "interval over queries;" in log.headline()
+
+
+def test_a_gain_too_small_for_three_decimals_is_not_printed_as_zero():
+    from memsim.tuning.advice import _signed
+
+    assert [_signed(x) for x in (0.0004, -0.0004, 0.00031, 0.0296, 0.0, -1e-12, math.nan)] == [
+        "+0.00040", "-0.00040", "+0.00031", "+0.030", "+0.000", "-0.0000000000010", "n/a"]
+    exp = trace_experiment(trials=2, batch=2, rankers=["current", "half-life-floor"])
+    adv = dataclasses.replace(advise(exp), gain=0.0004, gain_low=0.0003, gain_high=0.0006)
+    assert "gain +0.00040 [+0.00030, +0.00060]" in adv.headline()
 
 
 def test_the_same_experiment_gives_the_same_advice():

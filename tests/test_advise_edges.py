@@ -166,6 +166,10 @@ def test_a_fold_with_nothing_to_tune_on_is_left_out_of_the_pooled_figures(tmp_pa
     fold1 = next(line for line in text.splitlines() if line.startswith("fold-1 "))
     assert "today's setting kept: nothing to gain in its tuning part" in fold1
     assert json.loads(adv.to_json())["folds"][0]["tuned"] is False
+    # the line under the table says which blocks the held-out figures pool
+    assert ("held-out: the test blocks of the folds searched (fold-1 left out), each scored by "
+            "its own fold's winner") in text
+    assert "every fold's test block" not in text
 
 
 # --------------------------------------------------------------------------

@@ -49,6 +49,25 @@ def test_the_shipped_schema_is_the_generated_one():
     assert shipped_schema_text() == res.stdout  # the package's copy is that file
 
 
+def test_advise_defaults_in_the_schema_are_the_ones_memsim_uses():
+    # a default the schema shows is the value a table without the key gets
+    # (an editor offers it); advise.seed defaults to the experiment's seed
+    from memsim.tuning.advice import AdviseSpec
+
+    exp = experiment_from_dict({"experiment": {"name": "x", "seed": 123},
+                                "workload": {"horizon_days": 5},
+                                "policies": {"a": {"preset": "similarity-only"}},
+                                "advise": {"current": "a"}})
+    spec = AdviseSpec.from_table(exp.advise, exp)
+    advise = experiment_schema()["properties"]["advise"]["properties"]
+    for key, prop in advise.items():
+        if "default" in prop:
+            got = getattr(spec, key)
+            assert (list(got) if isinstance(got, tuple) else got) == prop["default"], key
+    assert spec.seed == 123 and "default" not in advise["seed"]
+    assert "the experiment's seed" in advise["seed"]["description"]
+
+
 def test_the_trace_schema_is_printed_too():
     res = _cli("schema", "trace")
     assert res.returncode == 0, res.stderr

@@ -577,6 +577,27 @@ def test_csv_text_extras_stay_text(tmp_path: Path) -> None:
     assert q["trace_id"].tolist() == ["0x1", "1e3"]
 
 
+def test_an_empty_actor_or_tier_reads_back_from_csv_as_from_parquet(tmp_path: Path) -> None:
+    # "" is an actor and a tier in Parquet; its CSV form (an empty cell,
+    # quoted or not) is the same text, not a missing value
+    parts = base_frames()
+    parts["notes"] = parts["notes"].assign(actor=["ann", "", "bob", "bob", "cy"],
+                                           tier=["", "long", "", "short", "long"])
+    parts["queries"] = parts["queries"].assign(actor=["cy", "", "bob"])
+    parts["accesses"] = parts["accesses"].assign(actor=["", "bob"])
+    pq = read_stream(write_raw(tmp_path / "pq", parts))
+    folder = write_raw(tmp_path / "csv", parts, fmt="csv")
+    assert ',"",' not in (folder / "notes.csv").read_text()  # written as empty cells
+    got = read_stream(folder)
+    for t in ("notes", "queries", "accesses"):
+        pd.testing.assert_frame_equal(getattr(got, t), getattr(pq, t))
+    assert got.notes.set_index("note_id").loc[10, "actor"] == ""
+    # a missing number is still missing, not the empty text
+    parts["notes"] = parts["notes"].assign(created_at=[1.5, np.nan, 0.0, 4.0, 2.0])
+    with pytest.raises(StreamError, match=r"created_at"):
+        read_stream(write_raw(tmp_path / "nan", parts, fmt="csv"))
+
+
 def test_an_id_beyond_int64_is_named_so(tmp_path: Path) -> None:
     """An unsigned 64-bit id above 2**63 - 1 (a parquet uint64 column, or
     digits in a CSV) is an integer memsim cannot hold: said so, not "must be

@@ -120,6 +120,27 @@ def test_an_unordered_trace_says_which_time_comes_first(tmp_path):
     assert "before this line" not in msg and "line 2" in msg
 
 
+@pytest.mark.parametrize("when", ['"2025-02-30"', '"0000-01-01"', '"2025-03-01T12:00z"'])
+@pytest.mark.parametrize("whose", ["note", "query"])
+def test_an_unordered_trace_refuses_a_time_it_cannot_read_at_its_own_line(tmp_path, when,
+                                                                          whose):
+    # the events that name the note or query come earlier in time: the bad
+    # time is still the first error, at its line and field, in both
+    # commands (not "added at a later time than this event")
+    note_t, query_t = (when, "2.0") if whose == "note" else ("1.0", when)
+    path = _lines(tmp_path / "u.jsonl", '{"event": "header", "ordered": false}',
+                  f'{{"event": "note_added", "id": 1, "t": {note_t}, "actor": "a", '
+                  '"text": "alpha beta"}',
+                  '{"event": "note_added", "id": 2, "t": 1.0, "actor": "a", "text": "gamma"}',
+                  f'{{"event": "query", "id": 10, "t": {query_t}, "actor": "a", '
+                  '"text": "alpha"}',
+                  '{"event": "used", "query": 10, "notes": [1]}')
+    line = 2 if whose == "note" else 4
+    for msg in (_refused(path), check_trace(path)[0][0]):
+        assert msg.startswith(f"u.jsonl: line {line}: field 't': must be a "), msg
+        assert "ISO 8601 time" in msg and f"got {when}" in msg
+
+
 # ---------------------------------------------------------------------------
 # Trace writer
 # ---------------------------------------------------------------------------

@@ -131,6 +131,9 @@ _RETRIEVED_COLUMNS = ("query_id", "rank", "note_id", "score")
 # generator write (an imported trace's ``trace_id`` and ``namespace``, a
 # query's ``text`` and ``category``). Read as numbers, namespaces "01" and
 # "1" would merge into one store.
+#: text columns that cannot be missing, where an empty CSV cell is the empty text
+_EMPTY_IS_TEXT = ("actor", "tier", "memory_type")
+
 _STR_COLUMNS = {
     "notes": ("actor", "tier", "memory_type", "text", "trace_id", "namespace", "note_class"),
     "queries": ("actor", "text", "category", "trace_id", "namespace", "note_class"),
@@ -980,9 +983,14 @@ def _read_table(path: Path, table: str) -> pd.DataFrame:
             text_cols = {c: str for c in _STR_COLUMNS[table]}
             # Only an empty cell is missing: an actor called "NA" or "null"
             # stays text; numeric "nan" is still read as NaN by the checks.
-            # index_col=False: never take the first column as an index (the
-            # shape check has already refused rows longer than the header).
-            return pd.read_csv(path, dtype=text_cols, keep_default_na=False, na_values=[""],
+            # An empty actor, tier or memory type is the empty text, as in
+            # Parquet (they cannot be missing): a valid stream written as
+            # CSV reads back. index_col=False: never take the first column
+            # as an index (the shape check has already refused rows longer
+            # than the header).
+            header = pd.read_csv(path, nrows=0, index_col=False).columns
+            return pd.read_csv(path, dtype=text_cols, keep_default_na=False,
+                               na_values={c: [""] for c in header if c not in _EMPTY_IS_TEXT},
                                index_col=False)
         return pd.read_parquet(path)
     except Exception as exc:  # any reader failure means the file is unreadable

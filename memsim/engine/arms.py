@@ -129,7 +129,7 @@ def _infinite_score(job: _ArmJob, batch: Batch, rows: slice | np.ndarray,
     ranker = type(policy.ranker)
     detail = (f"arm {job.arm.policy_name!r} scored a note +inf for the query at "
               f"t = {float(batch.t[q]):g} (query row {int(batch.qrows[q])}): a score is a "
-              "number, -inf (never a candidate) or NaN (ranked after every number); "
+              "number, or -inf or NaN (never a candidate); "
               "+inf cannot be packed (the ranker's combine(), times the breadth's "
               "on_score())")
     return ComponentOutputError(f"ranker {ranker.name!r} ({ranker.__qualname__}): {detail}",

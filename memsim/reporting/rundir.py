@@ -265,6 +265,15 @@ class Manifest:
         self.data.update(kw)
         self.write()
 
+    def status_on_disk(self) -> str | None:
+        """The ``status`` that ``manifest.json`` holds now (None when it
+        cannot be read): what a reader sees, whatever :attr:`data` says (a
+        stop may come between setting it and writing it)."""
+        try:
+            return json.loads(self.file.read_text(encoding="utf-8")).get("status")
+        except (OSError, ValueError, AttributeError):
+            return None
+
 
 # --------------------------------------------------------------------------
 # Status
@@ -858,7 +867,8 @@ class RunResult:
             ``"rank"`` (default) writes ``C + 1 - rank``, strictly decreasing,
             so every tool, which orders by score, sees memsim's order;
             ``"policy"`` writes the policy's own scores, whose ties the tools
-            break their own way (trec_eval: by note id, descending).
+            break their own way (trec_eval: by the note id as a string, the
+            docno, descending: "98" before "139").
         tag : str, optional
             The run tag (default: the policy's name).
         stream : Stream or path, optional
@@ -1231,8 +1241,9 @@ class RunResult:
             rankings.parquet or summary.csv without one of its
             :data:`REQUIRED_COLUMNS` or with a value of one that is not of
             its type (:func:`column_problem`), or a completed run (not a
-            sweep's folder) without queries.parquet. The message names the
-            file (and the column and row).
+            sweep's folder) without queries.parquet; or if it is the folder
+            of ``memsim advise`` (its advice is ``advice.json``). The
+            message names the file (and the column and row).
         """
         path = as_path(path, "load_run(path)")
         if not path.is_dir():
@@ -1241,17 +1252,19 @@ class RunResult:
         if not (path / "manifest.json").exists():
             raise RunFolderError(f"{path}: not a run folder (no manifest.json)")
         manifest = run_status(path)
+        if (path / "advice.json").exists() or manifest.get("kind") == "advise":
+            # no queries of its own: a RunResult of it would be all None
+            raise RunFolderError(f"{path}: a folder of memsim advise, not a run folder; its "
+                                 "advice is advice.json (and advice.md to read)")
         frames: dict[str, pd.DataFrame | None] = {}
         for name in ("queries", "store", "rankings"):
             frames[name] = read_run_file(path / f"{name}.parquet")
         for name in ("summary", "arms"):
             frames[name] = read_run_file(path / f"{name}.csv")
         if (frames["queries"] is None and manifest.get("status") == "completed"
-                and manifest.get("kind") != "sweep" and not (path / "sweep").is_dir()
-                and not (path / "advice.json").exists()):
+                and manifest.get("kind") != "sweep" and not (path / "sweep").is_dir()):
             # a run writes queries.parquet before it says completed: one
-            # without it lost the file (a sweep's or advice's folder has none
-            # of its own)
+            # without it lost the file (a sweep's folder has none of its own)
             raise RunFolderError(f"{path / 'queries.parquet'}: missing, though the manifest "
                                  "says the run completed (re-run its config.toml)")
         cfg = path / "config.toml"

@@ -241,30 +241,40 @@ class AdviseSpec:
         and ``folds`` to a stream only: set where it does not apply, a key is
         refused."""
         table = dict(table or {})
-        check_keys(table, _KEYS, "advise")
+        # every mistake of the table at once, one message each
+        errors: list[str] = []
+        try:
+            check_keys(table, _KEYS, "advise")
+        except ConfigError as exc:
+            errors += exc.errors
         if current is not None:
             table["current"] = current
         if "current" not in table:
-            raise ConfigError("advise.current: missing; name the setting that runs today "
-                              f"(a policy of the experiment: {', '.join(exp.policies)}; or a "
-                              "preset, e.g. \"as-logged\")")
+            errors.append("advise.current: missing; name the setting that runs today (a "
+                          f"policy of the experiment: {', '.join(exp.policies)}; or a preset, "
+                          "e.g. \"as-logged\")")
         kw: dict[str, Any] = {"seed": exp.seed}
         for key, value in table.items():
-            kw[key] = _checked(key, value)
+            if key in _KEYS:
+                try:
+                    kw[key] = _checked(key, value)
+                except ConfigError as exc:
+                    errors += exc.errors
         # a key at the value that means "not set" is not set (a config.toml
         # written before only the keys that apply were kept holds all three)
-        given = frozenset(k for k in table if not (k in _UNSET and kw[k] == _UNSET[k]))
+        given = frozenset(k for k in kw if k in table
+                          and not (k in _UNSET and kw[k] == _UNSET[k]))
         if isinstance(exp.workload, StreamSource):
             if "holdout_replicates" in given:
-                raise ConfigError("advise.holdout_replicates: does not apply to a log, which is "
-                                  "tested on its own later queries (advise.split, advise.folds), "
-                                  "not on fresh replicates; leave it out")
+                errors.append("advise.holdout_replicates: does not apply to a log, which is "
+                              "tested on its own later queries (advise.split, advise.folds), "
+                              "not on fresh replicates; leave it out")
         else:
-            for key in ("split", "folds"):
-                if key in given:
-                    raise ConfigError(f"advise.{key}: does not apply to a synthetic workload, "
-                                      "which is tested on fresh replicates "
-                                      "(advise.holdout_replicates); leave it out")
+            errors += [f"advise.{key}: does not apply to a synthetic workload, which is tested "
+                       "on fresh replicates (advise.holdout_replicates); leave it out"
+                       for key in ("split", "folds") if key in given]
+        if errors:
+            raise ConfigError(errors=errors)
         return cls(**kw, given=given)
 
     def to_config(self) -> dict:
@@ -936,6 +946,9 @@ class Advice:
         Trials per fold.
     heldout_replicates : int
         Replicates the held-out queries come from (1 for a stream).
+    heldout_fresh : bool
+        Whether they are fresh replicates of a synthetic workload (new
+        seeds), not a part of a stream's queries.
     path : Path or None
         The run folder, when one was written.
     """
@@ -959,19 +972,24 @@ class Advice:
     workload: str
     trials: int
     heldout_replicates: int = 1
+    heldout_fresh: bool = False
     path: Path | None = None
     trials_table: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, path: bool = True) -> dict:
+        """The advice as JSON values; ``path``: with the run folder's path
+        (``advice.json``, inside that folder, leaves it out: the same
+        experiment writes the same file wherever it runs)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("path", "trials_table")}
-        d["path"] = str(self.path) if self.path else None
+        if path:
+            d["path"] = str(self.path) if self.path else None
         d["verdict"] = self.verdict
         d["verdict_reason"] = self.verdict_reason
         return jsonable(d)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2) + "\n"
+    def to_json(self, path: bool = True) -> str:
+        return json.dumps(self.to_dict(path), indent=2) + "\n"
 
     @property
     def verdict_reason(self) -> str:
@@ -1039,11 +1057,12 @@ class Advice:
                        f"{'its' if len(kept) == 1 else 'their'} tuning part: today's setting "
                        "kept)")
         over = self.ci_over
-        if over == "queries" and self.heldout_replicates > 1:
-            over += (f" of {self.heldout_replicates} fresh replicates, fewer than 5: it leaves "
+        if over == "queries" and self.heldout_fresh:  # (over replicates from 5 of them)
+            h = self.heldout_replicates
+            over += (f" of {h} fresh replicate{'s' if h > 1 else ''}, fewer than 5: it leaves "
                      "out the variation between workloads")
         return (f"held-out utility_share {u['current']:.3f} -> {u['recommended']:.3f}, gain "
-                f"{_signed(self.gain)} [{_signed(self.gain_low)}, {_signed(self.gain_high)}] "
+                f"{_interval(self.gain, self.gain_low, self.gain_high)} "
                 f"({_queries(self.n_heldout, 'held-out')} with something to gain{pooled}, interval "
                 f"over {over}; paired test {p_phrase(u.get('p'))}): {verdict}")
 
@@ -1094,9 +1113,11 @@ class Advice:
                   f"{_signed(u['recommended'] - u['current'])}   (the tuning gain is what the "
                   "search saw; the held-out gain is the estimate)"]
         if self._pooled:
-            lines.append("(tuning: the last fold's tuning queries, its winner; held-out: every "
-                         "fold's test block, each scored by its own fold's winner, as in the "
-                         "line above)")
+            kept = self._kept_folds()
+            blocks = ("every fold's test block" if not kept else
+                      f"the test blocks of the folds searched ({', '.join(kept)} left out)")
+            lines.append(f"(tuning: the last fold's tuning queries, its winner; held-out: {blocks}"
+                         ", each scored by its own fold's winner, as in the line above)")
         if self._pooled:
             lines += ["", "fold      tuned on  tested on  current  its winner  gain"]
             for f in self.folds:
@@ -1119,7 +1140,7 @@ class Advice:
             w = max(10, *(len(s["stage"]) for s in self.stages))
             for s in self.stages:
                 lines.append(f"  {s['stage']:<{w}} share {_share(s['share']).strip()}  gain "
-                             f"{_signed(s['gain'])} [{_signed(s['low'])}, {_signed(s['high'])}]")
+                             f"{_interval(s['gain'], s['low'], s['high'])}")
         if self.runner_ups:
             base = ""
             if last_base:  # not the pooled base of the figures above
@@ -1166,8 +1187,22 @@ def _share(x: float) -> str:
     return "  n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
 
-def _signed(x: float) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:+.3f}"
+def _signed(x: float, *also: float) -> str:
+    """A difference or a bound of its interval, with a sign: 3 decimals, or
+    as many as give two significant digits where 3 would print a value that
+    is not 0 as 0 (at most 15), the same for ``x`` and the values ``also``
+    printed beside it (an interval that excludes 0 never reads ``[+0.000,
+    ...]``)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    d = max([3] + [1 - math.floor(math.log10(abs(v))) for v in (x, *also)
+                   if v is not None and math.isfinite(v) and 0 < abs(v) < 0.0005])
+    return f"{x:+.{min(d, 15)}f}"
+
+
+def _interval(x: float, low: float, high: float) -> str:
+    """``+0.012 [+0.003, +0.020]``: a difference and its interval (:func:`_signed`)."""
+    return (f"{_signed(x, low, high)} [{_signed(low, x, high)}, {_signed(high, x, low)}]")
 
 
 def describe_space(slot: str, table: Any) -> str:
@@ -1273,8 +1308,11 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
     """
     check_callable(progress, "advise(progress=)")
     check_callable(progress_fraction, "advise(progress_fraction=)")
+    # the command line passes argv: its mistakes are named by its options,
+    # a call's by its arguments
+    cli = argv is not None
     if out is not None:  # before the work, which a folder that cannot be made would lose
-        check_out_folder(as_path(out, "advise(out=)"), "--out")
+        check_out_folder(as_path(out, "advise(out=)"), "--out" if cli else "advise(out=)")
     exp = experiment_with_overrides(exp, overrides)
     try:
         spec = AdviseSpec.from_table(exp.advise, exp, current)
@@ -1298,7 +1336,7 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
         current_frame = replays.run({"current": pol}, _replicates(folds))
         tuned = _measurable(folds, current_frame, replays)
     except ConfigError as exc:  # the [advise] checks: name the file, and what set the key
-        raise _attributed(exc, exp.source_file, overrides, current) from None
+        raise _attributed(exc, exp.source_file, overrides, current, cli) from None
     # the experiment that runs has the [advise] table resolved (--current
     # included): its config.toml gives the same advice, and its hash differs
     exp = dataclasses.replace(exp, advise=_resolved_table(spec, exp, folds))
@@ -1319,12 +1357,14 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
             advice.path = path
             write_atomic(path / "trials.csv",
                          lambda p: advice.trials_table.to_csv(p, index=False))
-            write_text_atomic(path / "advice.json", advice.to_json())
+            write_text_atomic(path / "advice.json", advice.to_json(path=False))
             write_text_atomic(path / "advice.md", advice.to_markdown())
             manifest.update(status="completed", finished_utc=utc_now())
         return advice
     except BaseException as exc:
-        if manifest is not None:
+        # a stop once the folder reads completed (its files all written)
+        # leaves it completed
+        if manifest is not None and manifest.status_on_disk() != "completed":
             try:
                 manifest.update(status="failed", error=f"{type(exc).__name__}: {exc}",
                                 finished_utc=utc_now())
@@ -1362,13 +1402,15 @@ def _config_header(exp: Experiment) -> str:
 
 
 def _attributed(exc: ConfigError, source_file: str, overrides: list[str] | dict | None,
-                current: str | None) -> ConfigError:
+                current: str | None, cli: bool = True) -> ConfigError:
     """``exc`` (same type) as :func:`load_experiment` words a mistake: each
     message about a key that an override set ends with ``(from --set
-    KEY=VALUE)``, or ``(from --current NAME)`` for ``advise.current``, and
-    starts with the experiment's file when it has one."""
+    KEY=VALUE)``, or ``(from --current NAME)`` for ``advise.current``
+    (``current=NAME`` from a call, not the command line), and starts with
+    the experiment's file when it has one."""
     attributed = attribute_overrides(exc, overrides).errors
-    messages = [f"{m} (from --current {current})"
+    given = f"--current {current}" if cli else f"current={current!r}"
+    messages = [f"{m} (from {given})"
                 if current is not None and m.startswith("advise.current: ") else a
                 for m, a in zip(exc.errors, attributed)]
     if source_file:
@@ -1536,6 +1578,7 @@ def _advise(exp: Experiment, spec: AdviseSpec, space: _Space, folds: list[_Fold]
         stages=stages, runner_ups=runner_ups, folds=fold_rows, warnings=warnings,
         split=split_text, workload=_workload_text(exp, replays), trials=spec.trials,
         heldout_replicates=len(test_reps),
+        heldout_fresh=not isinstance(exp.workload, StreamSource),
         trials_table=pd.DataFrame(trials_rows))
 
 
@@ -1554,12 +1597,11 @@ def _side_effect_warnings(heldout: dict) -> list[str]:
     out = []
     harm = heldout.get("harm")
     if harm is not None and math.isfinite(harm["low"]) and harm["low"] > 0:
-        out.append(f"raises harm by {harm['diff']:.3f} [{harm['low']:+.3f}, "
-                   f"{harm['high']:+.3f}]")
+        out.append(f"raises harm by {_interval(harm['diff'], harm['low'], harm['high'])[1:]}")
     old = heldout.get(OLD_RECALL_COLUMN)
     if old is not None and math.isfinite(old["high"]) and old["high"] < 0:
-        out.append(f"lowers recall of notes >= 90 days by {-old['diff']:.3f} "
-                   f"[{old['low']:+.3f}, {old['high']:+.3f}]")
+        out.append("lowers recall of notes >= 90 days by "
+                   + _interval(-old["diff"], old["low"], old["high"])[1:])
     return out
 
 

@@ -1014,13 +1014,14 @@ class _Reader:
         """Sort key of a buffered event: its time, or for an event without
         one (``retrieved``, ``used``, ``judgement``) its query's time, after the
         timed events of that time; then the file order. A time that cannot be
-        read sorts last (its line then reports it)."""
+        read sorts first: its line reports it before any event that names its
+        note or query (which would otherwise fail first, blaming the order)."""
         def when(v: Any) -> float:
             saved = self.line
             try:
                 return self.time(v, "t")
             except StreamError:
-                return math.inf
+                return -math.inf
             finally:
                 self.line = saved
 
