@@ -517,6 +517,18 @@ def csv_stream(folder: Path, **tables: str) -> Path:
     return folder
 
 
+def test_a_csv_that_is_not_utf8_names_its_line(tmp_path: Path) -> None:
+    # far enough into the file that the decoder's own position (counted from
+    # the chunk it read) is not the file's
+    rows = "".join(f"{i},0,10,a\n" for i in range(1, 3000))
+    folder = csv_stream(tmp_path / "s", notes="note_id,created_at,tokens,actor\n" + rows)
+    path = folder / "notes.csv"
+    path.write_bytes(path.read_bytes() + "3000,0,10,caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(StreamError, match=rf"^{re.escape(str(path))}: cannot be read as CSV: "
+                       r"line 3001 is not UTF-8 \(byte 0xe9 at byte \d+ of the file\)"):
+        read_stream(folder)
+
+
 def test_csv_row_with_more_fields_than_the_header_is_refused(tmp_path: Path) -> None:
     # Long texts and quoted line breaks are fine; pandas took the extra
     # field's column 0 as the index and read query 1, note 1, gain 2.
@@ -715,7 +727,9 @@ def test_empty_csv_file(tmp_path: Path) -> None:
 def test_unreadable_file(tmp_path: Path, name: str) -> None:
     folder = write_raw(tmp_path / "s", base_frames())
     (folder / name).write_bytes(b"PAR1 this is not really a parquet file or an array")
-    with pytest.raises(StreamError, match=rf"^{re.escape(str(folder / name))}: cannot be read"):
+    # (numpy reads a file that is not .npy as a pickle: not what to say)
+    said = "not a .npy file" if name.endswith(".npy") else "cannot be read"
+    with pytest.raises(StreamError, match=rf"^{re.escape(str(folder / name))}: {said}"):
         read_stream(folder)
 
 

@@ -120,6 +120,13 @@ def test_an_unordered_trace_says_which_time_comes_first(tmp_path):
     assert "before this line" not in msg and "line 2" in msg
 
 
+def test_ordered_that_is_not_a_boolean_is_worded_alike_by_check_and_import(tmp_path):
+    path = _lines(tmp_path / "h.jsonl", '{"event": "header", "ordered": "false"}', QUERY)
+    for msg in (_refused(path), check_trace(path)[0][0]):
+        assert msg.startswith("h.jsonl: line 1: field 'ordered': must be true or false"), msg
+        assert msg.endswith('got "false"'), msg
+
+
 @pytest.mark.parametrize("when", ['"2025-02-30"', '"0000-01-01"', '"2025-03-01T12:00z"'])
 @pytest.mark.parametrize("whose", ["note", "query"])
 def test_an_unordered_trace_refuses_a_time_it_cannot_read_at_its_own_line(tmp_path, when,

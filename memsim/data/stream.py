@@ -1029,10 +1029,26 @@ def check_csv_shape(path: Path) -> None:
                     else:
                         _fail_csv_width(t, header, fields, row=i - blanks, line=start)
                 start = records.line_num + 1
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    except UnicodeDecodeError as exc:
+        raise StreamError(f"{path}: cannot be read as CSV: {_not_utf8(path, exc)}") from exc
+    except (OSError, csv.Error) as exc:
         raise StreamError(f"{path}: cannot be read as CSV: {exc}") from exc
     finally:
         csv.field_size_limit(limit)
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
+    """Where a file stops being UTF-8: its line, the byte and its place in
+    the file (the decoder's own position counts from the chunk it read)."""
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8-sig")
+    except UnicodeDecodeError as whole:
+        at = whole.start
+        line = raw.count(b"\n", 0, at) + 1
+        return (f"line {line} is not UTF-8 (byte 0x{raw[at]:02x} at byte {at} of the file); "
+                "save it as UTF-8")
+    return str(exc)
 
 
 def _blank_record(fields: list[str]) -> bool:
@@ -1061,6 +1077,12 @@ def _read_npy(path: Path) -> np.ndarray:
         raise StreamError(f"{path}: not a file")
     if path.stat().st_size == 0:
         raise StreamError(f"{path}: file is empty")
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    if head != b"\x93NUMPY" and not head.startswith(b"PK"):
+        # numpy reads any other file as a pickle, and says so
+        raise StreamError(f"{path}: not a .npy file (it does not start with the .npy "
+                          "format's magic string)")
     try:
         # allow_pickle=False: a stream folder may come from anywhere, and
         # unpickling runs arbitrary code.
