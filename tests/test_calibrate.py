@@ -20,6 +20,7 @@ from memsim.tuning.calibrate import (
     FAMILIES,
     MIN_GAIN,
     FamilyFit,
+    best_family,
     auc,
     calibrate_revlog,
     calibration_bins,
@@ -271,6 +272,87 @@ def test_a_fit_at_its_search_bound_is_never_offered():
     assert flags["exponential"] == ""
     assert flags["power-law"] == "S at the search bound"
     assert flags["ebbinghaus"].startswith("no better than the constant (log loss -0.05%")
+
+
+def test_a_card_reviewed_twice_at_one_instant_is_refused_naming_both_rows(tmp_path):
+    # a row written twice would be a review at delay 0 after itself (each
+    # forgot one costs the fits ~14 nats), and for two ratings at one time
+    # the file's order would decide which came first
+    rows = [(1, 3, "2024-01-01T00:00:00Z", 1), (1, 3, "2024-01-03T00:00:00Z", 1),
+            (2, 3, "2024-01-01T00:00:00Z", 1), (1, 1, "2024-01-03T00:00:00Z", 1)]
+    path = write_log(tmp_path / "twice.csv", rows)
+    with pytest.raises(StreamError, match=r"twice\.csv: rows 1 and 3: card 1 is reviewed twice "
+                       r"at 2024-01-03T00:00:00\+00:00"):
+        calibrate_revlog(path)
+
+
+def test_a_parameter_the_loss_pushes_to_its_bound_is_at_the_bound(tmp_path):
+    """Recall a power law of the delay, earlier recalls no help: Ebbinghaus's
+    strength per recall falls towards its lower bound, where L-BFGS-B stops
+    short (at 1.7e-4, the loss still falling); the loss at the bound is no
+    higher, so the fit is flagged and not offered."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for card in range(400):
+        now = pd.Timestamp("2024-01-01", tz="UTC") + pd.Timedelta(days=float(rng.uniform(0, 10)))
+        rows.append((card, 3, now.isoformat(), 1))
+        for _ in range(8):
+            gap = float(rng.exponential(6.0)) + 0.05
+            now += pd.Timedelta(days=gap)
+            p = (1 + (0.9 ** -2 - 1) * gap / 3.0) ** -0.5
+            rows.append((card, 3 if rng.random() < p else 1, now.isoformat(), 1))
+    r = calibrate_revlog(write_log(tmp_path / "power.csv", rows), families=["ebbinghaus"])
+    assert "s1" in r.fits["ebbinghaus"].at_bound, r.fits["ebbinghaus"].params
+    assert offer_flags(r.fits)["ebbinghaus"].startswith("s1 at the search bound")
+
+
+def test_at_bound_reads_the_loss_at_the_bounds():
+    from memsim.tuning.calibrate import _at_bound
+
+    spec = type("Spec", (), {"names": ("a", "b"), "bounds": ((-25.0, 5.0), (0.0, 1.0))})
+    x = np.array([-8.0, 0.5])
+    # the loss falls towards a's lower bound (b has an interior minimum)
+    falling = lambda v: 1.0 + 1e-6 * (v[0] + 25.0) + (v[1] - 0.5) ** 2  # noqa: E731
+    assert _at_bound(spec, x, falling(x), falling) == ("a",)
+    # flat in b: no better at its bounds, but no worse either (not identified)
+    flat = lambda v: 1.0 + (v[0] + 8.0) ** 2  # noqa: E731
+    assert _at_bound(spec, x, flat(x), flat) == ("b",)
+    bowl = lambda v: (v[0] + 8.0) ** 2 + (v[1] - 0.5) ** 2  # noqa: E731
+    assert _at_bound(spec, x, bowl(x), bowl) == ()
+    assert _at_bound(spec, np.array([-25.0, 0.5]), bowl(x), bowl) == ("a",)  # on the bound
+
+
+def test_the_best_family_is_the_simplest_within_the_margin():
+    fit = lambda name, loss, k: FamilyFit(name, {}, loss, 0.8, 0.01, k, pd.DataFrame())  # noqa: E731
+    fits = {"constant": fit("constant", 0.6, 1), "exponential": fit("exponential", 0.4793, 1),
+            "ebbinghaus": fit("ebbinghaus", 0.4792, 2), "power-law": fit("power-law", 0.40, 2)}
+    flags = {f: "" for f in fits}
+    flags["constant"] = "baseline"
+    names = list(fits)
+    assert best_family(fits, flags, names) == "power-law"  # far lower: its extra parameter pays
+    flags["power-law"] = "d at the search bound"
+    # 0.02% lower in-sample with one more parameter: the one-parameter fit
+    assert best_family(fits, flags, names) == "exponential"
+    flags["exponential"] = "x"
+    assert best_family(fits, flags, names) == "ebbinghaus"
+    assert best_family(fits, {f: "x" for f in fits}, names) == "constant"
+
+
+def test_the_folder_of_the_logs_is_refused_as_out(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    synthetic_log(folder / "decay.csv", lambda t: 0.3 + 0.7 * math.exp(-t / 20.0))
+    for out in (folder, tmp_path / "logs" / ".." / "logs"):
+        with pytest.raises(ConfigError, match=r"the folder of the review logs"):
+            calibrate_revlog(folder, out, families=["exponential"])
+    assert sorted(p.name for p in folder.iterdir()) == ["decay.csv"]
+    calibrate_revlog(folder, folder / "out", families=["exponential"])  # below it: fine
+
+
+def test_the_report_says_its_figures_are_in_sample(tmp_path):
+    log = synthetic_log(tmp_path / "decay.csv", lambda t: 0.3 + 0.7 * math.exp(-t / 20.0))
+    assert "in-sample figures: each family fitted and scored on these reviews (nothing held " \
+        "out)" in format_calibration(calibrate_revlog(log, families=["exponential"]))
 
 
 # ---------------------------------------------------------------------------

@@ -12,13 +12,15 @@ the real stream's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-from memsim.tuning.twin import (fit_twin, ks_statistic, load_any_stream, profile_stream, write_twin)
+from memsim.tuning.twin import (NEVER_TOLERANCE, fit_twin, ks_statistic, load_any_stream,
+                                profile_stream, write_twin)
 from memsim.data.workload import SyntheticWorkload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +92,20 @@ def test_locomo_twin_reproduces_similarity_only_recall():
     r, s = tw.real.scalars["recall"], tw.synthetic.scalars["recall"]
     assert abs(s - r) <= 0.05, (r, s)
     assert tw.ks()["relevant_ages"] < 0.2
+    # the distractor share is fitted to the share of notes never relevant
+    # (0.757 real; 0.686 when fitted as if distractors took no query away)
+    never = [p.scalars["never_relevant_share"] for p in (tw.real, tw.synthetic)]
+    assert abs(never[1] - never[0]) <= NEVER_TOLERANCE, never
+    assert not any("never relevant" in n for n in tw.notes)
+
+
+def test_a_twin_without_classes_fits_the_share_of_notes_never_relevant(known):
+    # the classes unknown (no note_class): the distractor share is fitted
+    stream = dataclasses.replace(known[1], notes=known[1].notes.drop(columns=["note_class"]))
+    tw = fit_twin(stream, budget=600, seed=0, steps=8)
+    assert tw.real.classes is None and "distractor share" in tw.fitted["classes"]
+    never = [p.scalars["never_relevant_share"] for p in (tw.real, tw.synthetic)]
+    assert abs(never[1] - never[0]) <= NEVER_TOLERANCE, never
 
 
 @pytest.mark.parametrize("option, value, least", [("--steps", "-3", 0), ("--budget", "0", 1),

@@ -79,7 +79,10 @@ A fit is offered as a policy (a table of ``fitted_decay.toml``, and the
 
 The printed table marks every other family with the reason; when none
 qualifies, ``best`` is ``constant`` and the TOML fragment offers no policy and
-says why.
+says why. Among the offered fits, ``best`` has the fewest parameters of
+those within :data:`MIN_GAIN` of the lowest log loss (:func:`best_family`):
+every figure is in-sample (the modelled reviews; nothing is held out), where
+one more parameter never fits worse.
 
 Metrics per family: log loss; AUC (the Mann-Whitney statistic from average
 ranks, so a constant prediction has AUC exactly 0.5); calibration in ten
@@ -215,6 +218,18 @@ def _read_one(path: Path) -> pd.DataFrame:
         row = int(np.flatnonzero(bad)[0])
         raise StreamError(f"{path}: column 'review_time': row {row}: expected an ISO 8601 "
                           f"time, got {_cell(frame['review_time'], row)!r}")
+    # two reviews of a card at one instant: a row written twice, or an order
+    # the log cannot give (each would be a review at delay 0 after the
+    # other, and the file's order would decide which is which)
+    stamp = when.to_numpy()
+    twice = np.flatnonzero(pd.DataFrame({"card": card, "when": stamp})
+                           .duplicated(keep=False).to_numpy())
+    if len(twice):
+        first = int(twice[0])
+        second = int(twice[(card[twice] == card[first]) & (stamp[twice] == stamp[first])][1])
+        raise StreamError(f"{path}: rows {first} and {second}: card {int(card[first])} is "
+                          f"reviewed twice at {when.iloc[first].isoformat()} (a row written "
+                          "twice? two reviews of one card need two times)")
     return pd.DataFrame({"source": path.name, "card_id": card, "rating": rating,
                          "review_time": when})
 
@@ -554,9 +569,46 @@ def fit_family(family: str, t: np.ndarray, y: np.ndarray,
         if best is None or res.fun < best.fun - 1e-12:
             best = res
     params = {k: float(v) for k, v in spec.to_params(best.x).items()}
-    at_bound = tuple(name for name, x, (lo, hi) in zip(spec.names, best.x, spec.bounds)
-                     if min(x - lo, hi - x) <= 1e-6 * max(1.0, abs(x)))
-    return _metrics(family, params, t, ns, y, bool(best.success), len(spec.names), at_bound)
+    return _metrics(family, params, t, ns, y, bool(best.success), len(spec.names),
+                    _at_bound(spec, best.x, best.fun, lambda x: fun(x)[0]))
+
+
+def _at_bound(spec: _Family, x: np.ndarray, loss: float, fun: Callable[[np.ndarray], float]
+              ) -> tuple[str, ...]:
+    """The parameters at a bound of their search box: there, or where the
+    loss at a bound (the others kept) is no higher than the fit's, so the
+    optimiser stopped short of a bound the likelihood does not move away
+    from (a strength falling towards 0, a flat direction)."""
+    at = []
+    for k, (name, (lo, hi)) in enumerate(zip(spec.names, spec.bounds)):
+        if min(x[k] - lo, hi - x[k]) <= 1e-6 * max(1.0, abs(x[k])):
+            at.append(name)
+            continue
+        for edge in (lo, hi):
+            if edge is None or not np.isfinite(edge):
+                continue
+            moved = x.copy()
+            moved[k] = edge
+            if fun(moved) <= loss:
+                at.append(name)
+                break
+    return tuple(at)
+
+
+def best_family(fits: dict, flags: dict[str, str], names: Sequence[str]) -> str:
+    """The family to use: among those offered (``flags`` ""), the fewest
+    parameters among the fits whose log loss is within :data:`MIN_GAIN`
+    (relative) of the lowest, then the lowest log loss, then the order of
+    ``names``; ``constant`` when none is offered. An extra parameter must
+    earn its place by the margin a family needs over the constant: the
+    figures are in-sample, and a fit with one more parameter is never worse
+    there."""
+    offered = [f for f in names if flags.get(f) == ""]
+    if not offered:
+        return "constant"
+    lowest = min(fits[f].log_loss for f in offered)
+    near = [f for f in offered if fits[f].log_loss <= lowest + MIN_GAIN * abs(lowest)]
+    return min(near, key=lambda f: (fits[f].n_params, fits[f].log_loss, names.index(f)))
 
 
 def offer_flags(fits: dict) -> dict[str, str]:
@@ -678,7 +730,8 @@ def calibrate_revlog(path_or_folder: str | os.PathLike, out_dir: str | os.PathLi
         review left to model.
     ConfigError
         Unknown family, a bad ``min_elapsed_days``, or an ``out_dir`` that
-        is a file or lies under one (refused before the log is read).
+        is a file or lies under one, or is the folder of the logs (refused
+        before the log is read).
     """
     if not (isinstance(min_elapsed_days, (int, float)) and not isinstance(min_elapsed_days, bool)
             and math.isfinite(min_elapsed_days) and min_elapsed_days >= 0):
@@ -689,6 +742,11 @@ def calibrate_revlog(path_or_folder: str | os.PathLike, out_dir: str | os.PathLi
         raise ConfigError(f"Unknown decay family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
     if out_dir is not None:
         _check_out_dir(Path(out_dir))  # before the fit, whose work would be lost
+        src = Path(path_or_folder)
+        if src.is_dir() and Path(out_dir).resolve() == src.resolve():
+            # its CSV outputs would be read as review logs the next time
+            raise ConfigError(f"--out {out_dir}: the folder of the review logs; give another "
+                              "(the outputs are CSV files too)")
     names = [f for f in FAMILIES if f == "constant" or f in families]
     log = load_revlog(path_or_folder)
     reviews = review_table(log)
@@ -711,9 +769,7 @@ def calibrate_revlog(path_or_folder: str | os.PathLike, out_dir: str | os.PathLi
                              "at_bound": ",".join(r.at_bound), "offered": flags[f] == "",
                              "flag": flags[f],
                              "params": _fmt_params(r.params)} for f, r in fits.items()])
-    offered = [f for f in names if flags[f] == ""]
-    best = min(offered, key=lambda f: (fits[f].log_loss, names.index(f))) if offered \
-        else "constant"
+    best = best_family(fits, flags, names)
     span = (log["review_time"].max() - log["review_time"].min()).total_seconds() / 86400.0
     st = {"reviews_total": int(len(log)),
           "cards": int(log[["source", "card_id"]].drop_duplicates().shape[0]),
@@ -822,6 +878,8 @@ def format_calibration(result: CalibrationResult) -> str:
            f"days; {st['reviews']:,} modelled (after each card's first"
            + (f", t >= {st['min_elapsed_days']:g} d" if st["min_elapsed_days"] else "")
            + f"), recall rate {st['recall_rate']:.3f}",
+           "in-sample figures: each family fitted and scored on these reviews (nothing held "
+           "out)",
            "",
            f"{'family':<16} {'log loss':>9} {'AUC':>7} {'ECE':>7}  {'offered':<8}  parameters"]
     flags = offer_flags(result.fits)
