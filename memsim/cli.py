@@ -187,7 +187,8 @@ def _cmd_run(args) -> int:
     from memsim.runs.runner import run_many
     exps = [load_experiment(p, args.set) for p in args.experiments]
     if args.mlflow is not None:
-        from memsim.adapters.tracking import require as require_mlflow
+        from memsim.adapters.tracking import quiet, require as require_mlflow
+        quiet()
         require_mlflow(args.mlflow or None)
     phase, units = _run_units(exps, args.jobs)
     prog = Progress("memsim run", args.quiet, phase=phase, units=units, unit=phase[:-1],
@@ -211,9 +212,11 @@ def _cmd_run(args) -> int:
         prog.close()
     if args.mlflow is not None:
         from memsim.adapters.tracking import log_run
-        for p in paths:
+        # a grid's runs go to one MLflow experiment, the file's, side by side
+        names = [e.name for e in exps for _ in range(e.n_runs())]
+        for p, name in zip(paths, names):
             try:
-                log_run(p, tracking_uri=args.mlflow or None)
+                log_run(p, tracking_uri=args.mlflow or None, experiment=name)
             except MemsimError as exc:  # the runs are complete: say where they are
                 exc.completed = list(paths)
                 raise
@@ -546,7 +549,8 @@ def _cmd_sweep(args) -> int:
     if args.experiment is None and args.resume is None:
         raise MemsimError("memsim sweep: give an EXPERIMENT.toml or --resume RUN_DIR")
     if args.mlflow is not None:
-        from memsim.adapters.tracking import require as require_mlflow
+        from memsim.adapters.tracking import quiet, require as require_mlflow
+        quiet()
         require_mlflow(args.mlflow or None)
     prog = Progress("memsim sweep", args.quiet, phase="trials", units=_sweep_trials(args),
                     unit="trial", resumed=True, json_lines=_json_progress(args),

@@ -184,6 +184,59 @@ def test_grid_expands_into_one_experiment_per_combination():
     assert len({r.name for r in runs}) == 6
 
 
+def test_a_set_of_a_key_the_grid_sets_is_refused_not_dropped(tmp_path):
+    # the grid sets its values in every run: the --set would change nothing
+    f = tmp_path / "g.toml"
+    f.write_text(dumps_toml({**minimal(), "grid": {"experiment.budget_tokens": [500, 1500],
+                                                   "policies.sim.decay": [{"kind": "none"}]}}))
+    for override, grid_key in [("experiment.budget_tokens=800", "experiment.budget_tokens"),
+                               ("policies.sim.decay.kind=none", "policies.sim.decay"),
+                               ("policies.sim={preset = 'similarity-only'}", "policies.sim.decay"),
+                               ("experiment . budget_tokens = 800", "experiment.budget_tokens")]:
+        with pytest.raises(ConfigError) as info:
+            load_experiment(f, overrides=[override])
+        msg = info.value.errors[0]
+        assert msg.startswith(f"{f}: --set ") and f"{grid_key} is also in [grid]" in msg, msg
+    # the grid's own values, and other keys, can be set
+    exp = load_experiment(f, overrides=['grid."experiment.budget_tokens"=[800]',
+                                        "experiment.replicates=2"])
+    assert [r.sim.budget_tokens for r in exp.expand()] == [800]
+
+
+def test_a_set_that_names_no_policy_names_the_file(tmp_path):
+    f = tmp_path / "one.toml"
+    f.write_text(dumps_toml(minimal()))
+    with pytest.raises(ConfigError) as info:
+        load_experiment(f, overrides=["policies.floor.decay.floor=0.2"])
+    assert info.value.errors[0].startswith(f"{f}: --set policies.floor.decay.floor: no policy "
+                                           "'floor'")
+
+
+def test_grid_run_names_stay_distinct_and_say_which_key():
+    # keys that end alike are told apart by their last distinct parts
+    table = minimal()
+    table["policies"]["b"] = {"preset": "similarity-only"}
+    table["grid"] = {"policies.sim.candidates": [10, 20], "policies.b.candidates": [10, 20]}
+    names = [r.name for r in experiment_from_dict(table).expand()]
+    assert names[1] == "t_sim.candidates-10_b.candidates-20", names
+    # a long experiment name is cut before the labels, and a cut name ends
+    # with a hash of the whole: never two runs of one name
+    table = minimal()
+    table["experiment"]["name"] = "x" * 110
+    table["grid"] = {"experiment.budget_tokens": [1000, 1001],
+                     "policies.sim.candidates": [10, 20]}
+    names = [r.name for r in experiment_from_dict(table).expand()]
+    assert len(set(names)) == 4 and all(len(n) == 120 for n in names), names
+    assert "_budget_tokens-1000_candidates-20-" in names[1]
+
+
+def test_a_grid_value_given_twice_is_refused():
+    table = minimal()
+    table["grid"] = {"experiment.budget_tokens": [500, 1500, 500]}
+    with pytest.raises(ConfigError, match=r"grid\.experiment\.budget_tokens: 500 is given twice"):
+        experiment_from_dict(table)
+
+
 def test_grid_key_must_exist():
     table = minimal()
     table["grid"] = {"experiment.budget_tokenz": [1, 2]}
@@ -245,7 +298,7 @@ def test_a_preset_set_on_a_resolved_config_is_refused_not_ignored(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_experiment(resolved, ["policies.a.preset=hivemind"])
     assert info.value.errors == [
-        "--set policies.a.preset: policies.a spells out every slot the preset fills (as a "
+        f"{resolved}: --set policies.a.preset: policies.a spells out every slot the preset fills (as a "
         "resolved config.toml does), so preset 'hivemind' would change nothing; replace the "
         "whole table instead: --set 'policies.a={preset = \"hivemind\"}'"]
     # the way the message gives

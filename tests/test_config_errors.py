@@ -222,8 +222,9 @@ def test_attribution_follows_the_key(tmp_path, override, attributed):
 def test_override_mistakes_are_reported_with_the_file_mistakes(tmp_path):
     path = write(tmp_path, THREE)
     errors = errors_of(load_experiment, path, ["policies.zz.decay.floor=0.2", "novalue"])
-    assert errors[0] == "--set policies.zz.decay.floor: no policy 'zz' (policies: a, b)"
-    assert errors[1] == "--set 'novalue': expected KEY=VALUE"
+    # (each names the file, as the file's own mistakes do)
+    assert errors[0] == f"{path}: --set policies.zz.decay.floor: no policy 'zz' (policies: a, b)"
+    assert errors[1] == f"{path}: --set 'novalue': expected KEY=VALUE"
     assert len(errors) == 5, errors
 
 

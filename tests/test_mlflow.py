@@ -125,6 +125,22 @@ def test_run_is_off_by_default_and_exported_with_the_flag(tmp_path, store, capsy
         tracking.log_run(run_dir, tracking_uri=(tmp_path / "other").as_uri())
 
 
+def test_a_grids_runs_go_to_one_experiment_and_stderr_holds_json_only(tmp_path, store,
+                                                                       capsys):
+    exp = _experiment(tmp_path / "e.toml")
+    with open(exp, "a", encoding="utf-8") as fh:
+        fh.write('\n[grid]\n"experiment.budget_tokens" = [300, 600]\n')
+    assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--quiet", "--no-report",
+                 "--progress", "json", "--mlflow", store]) == 0
+    err = capsys.readouterr().err
+    for line in err.splitlines():  # MLflow's own INFO lines are kept off
+        assert line.startswith("{") or line.startswith("memsim: warning: "), line
+    _, runs = _runs(store, "tracked")  # the file's experiment name, not each run's
+    assert sorted(r.data.params["experiment.budget_tokens"] for r in runs) == ["300", "600"]
+    assert sorted(r.data.params["experiment.name"] for r in runs) == [  # (TOML text)
+        '"tracked_budget_tokens-300"', '"tracked_budget_tokens-600"']
+
+
 def test_sweep_logs_a_parent_run_and_one_run_per_trial(tmp_path, store, capsys):
     exp = _experiment(tmp_path / "s.toml", sweep=True)
     assert main(["sweep", str(exp), "--out", str(tmp_path / "out"), "--quiet", "--no-report",

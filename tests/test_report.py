@@ -708,10 +708,12 @@ def test_only_a_completed_run_must_hold_its_queries(one_policy_run, tmp_path):
         assert load_run(folder).queries is None
         build_report(folder)
         assert "no queries.parquet (yet)" in (folder / "report.md").read_text()
-    # memsim advise's folder is completed and has none of its own
+    # memsim advise's folder is completed and has none of its own: not a
+    # run folder (its advice is advice.json), as memsim report says too
     advised = tmp_path / "completed"
     (advised / "advice.json").write_text("{}")
-    assert load_run(advised).queries is None
+    with pytest.raises(RunFolderError, match="a folder of memsim advise, not a run folder"):
+        load_run(advised)
 
 
 def test_a_queries_table_without_a_ratio_column_is_a_memsim_error(plain_run):

@@ -44,6 +44,7 @@ with every trial as it then stands.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -90,6 +91,14 @@ def require(tracking_uri: str | None = None) -> None:
         raise ConfigError(f"--mlflow: cannot reach the MLflow tracking store at {uri}: "
                           f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
                           ) from None
+
+
+def quiet() -> None:
+    """MLflow's (and its database migrations') INFO lines off: the command
+    line's stderr holds memsim's lines only (``--progress json``: one JSON
+    object a line); warnings still show."""
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 #: Seconds :func:`require` waits for a tracking server's answer.

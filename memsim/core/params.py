@@ -232,7 +232,7 @@ def split_key(key: str) -> list[str]:
         A quoted part that is not closed, or not followed by ``.`` or the end.
     """
     if '"' not in key and "'" not in key:
-        return key.split(".")
+        return [part.strip(" \t") for part in key.split(".")]  # TOML allows "a . b"
     parts: list[str] = []
     pos = 0
     while True:

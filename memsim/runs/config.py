@@ -473,14 +473,14 @@ class Experiment:
         base = self._table_for(keys)
         base.pop("grid", None)
         combos = itertools.product(*(self.grid[k] for k in keys))
+        short = _short_keys(keys)
         for combo in itertools.islice(combos, limit):
             table = copy.deepcopy(base)
             label = []
             for k, v in zip(keys, combo):
                 _override(table, k, v, "grid")
-                label.append(f"{split_key(k)[-1]}={v}")
-            table["experiment"]["name"] = _safe_name(
-                f"{self.name}_{'_'.join(str(x) for x in label)}")
+                label.append(f"{short[k]}={v}")
+            table["experiment"]["name"] = _run_name(self.name, "_".join(label))
             out.append(experiment_from_dict(table, base_dir=self.base_dir,
                                             source_file=self.source_file))
         return out
@@ -532,8 +532,41 @@ def _preset_key(key: str) -> str | None:
     return None
 
 
+#: the longest experiment name (a part of the run folder's name)
+MAX_NAME = 120
+
+
 def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", text)[:120]
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", text)[:MAX_NAME]
+
+
+def _short_keys(keys: list[str]) -> dict[str, str]:
+    """Each grid key's label: the fewest last parts of it that no other grid
+    key ends with (``half_life_days``; ``a.decay.half_life_days`` beside
+    ``b.decay.half_life_days``)."""
+    parts = {k: split_key(k) for k in keys}
+    out = {}
+    for k, p in parts.items():
+        n = 1
+        while n < len(p) and any(q[-n:] == p[-n:] for o, q in parts.items() if o != k):
+            n += 1
+        out[k] = ".".join(p[-n:])
+    return out
+
+
+def _run_name(name: str, label: str) -> str:
+    """A grid run's name: ``NAME_LABEL``; past :data:`MAX_NAME` characters
+    the experiment's name is cut first (the label tells the runs apart),
+    and a cut name ends with 8 hex digits of the whole one, so that no two
+    combinations share a name."""
+    full = re.sub(r"[^A-Za-z0-9_.\-]+", "-", f"{name}_{label}")
+    if len(full) <= MAX_NAME:
+        return full
+    tag = "-" + hashlib.sha256(full.encode()).hexdigest()[:8]
+    room = MAX_NAME - len(tag)
+    cut_label = re.sub(r"[^A-Za-z0-9_.\-]+", "-", label)
+    head = full[:max(0, room - len(cut_label) - 1)]
+    return ((f"{head}_{cut_label}" if head else cut_label)[:room]) + tag
 
 
 def config_hash(table: dict) -> str:
@@ -597,6 +630,11 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
             kv, text = errors.run(parse_override, text), text.strip()
         if kv is not _FAILED and errors.run(_override, table, *kv, "--set") is not _FAILED:
             applied.append((kv[0], text))
+    for key, text in applied:
+        errors.run(_check_not_gridded, key, text, table.get("grid"))
+    # the overrides' own mistakes name the file, as the file's do
+    errors.caught = [exc.with_messages([m if m.startswith(f"{path}: ") else f"{path}: {m}"
+                                        for m in exc.errors]) for exc in errors.caught]
     try:
         # relative paths in the file (workload.source) are relative to the file
         exp = experiment_from_dict(table, base_dir=path.absolute().parent,
@@ -609,6 +647,27 @@ def load_experiment(path: str | Path, overrides: list[str] | dict | None = None)
             return exp
     errors.raise_if_any()
     raise AssertionError("unreachable")  # raise_if_any raised
+
+
+def _check_not_gridded(key: str, text: str, grid: Any) -> None:
+    """Refuse a ``--set`` of a key that ``[grid]`` also sets (that key, a
+    table holding it, or a key inside it): the grid sets its values in every
+    run, so the override would change nothing."""
+    if not isinstance(grid, dict):
+        return
+    parts = split_key(key)
+    if parts[0] == "grid":
+        return
+    for g in grid:
+        try:
+            gp = split_key(g)
+        except ConfigError:
+            continue  # the grid's own check names it
+        n = min(len(parts), len(gp))
+        if parts[:n] == gp[:n]:
+            raise ConfigError(f"--set {text}: {g} is also in [grid], which sets it in every "
+                              "run, so this would change nothing; give the grid the values "
+                              f"instead (--set 'grid.\"{g}\"=[...]')")
 
 
 def import_run_plugins(run_dir: str | Path) -> None:
@@ -920,6 +979,12 @@ def _grid_from(table: dict) -> dict:
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"grid.{key}: expected a non-empty list of values")
+        seen: list = []
+        for v in values:
+            if any(type(v) is type(w) and v == w for w in seen):
+                raise ConfigError(f"grid.{key}: {short_repr(v)} is given twice (each value at "
+                                  "most once: the same run would run twice)")
+            seen.append(v)
     n_runs = math.prod(len(v) for v in grid.values()) if grid else 1
     if n_runs > max_runs():
         raise ConfigError(f"grid: {n_runs:,} combinations, more than the limit of "
