@@ -230,6 +230,15 @@ def test_grid_run_names_stay_distinct_and_say_which_key():
     assert "_budget_tokens-1000_candidates-20-" in names[1]
 
 
+def test_a_grid_key_into_a_missing_policy_says_grid_once(tmp_path):
+    f = tmp_path / "g.toml"
+    f.write_text(dumps_toml({**minimal(), "grid": {"policies.nope.decay.floor": [0.2]}}))
+    with pytest.raises(ConfigError) as info:
+        load_experiment(f).expand()
+    assert info.value.errors == [f"{f}: grid: policies.nope.decay.floor: no policy 'nope' "
+                                 "(policies: sim)"]
+
+
 def test_a_grid_value_given_twice_is_refused():
     table = minimal()
     table["grid"] = {"experiment.budget_tokens": [500, 1500, 500]}

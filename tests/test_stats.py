@@ -134,6 +134,18 @@ def test_summarise_unit_switches_at_min_replicates():
     assert r["ci_low"] < r["mean"] < r["ci_high"]
 
 
+def test_a_summary_row_without_an_interval_has_no_method():
+    # no finite value (a bucket no query reaches), one replicate of a run
+    # metric: NaN bounds, and ci_method "none", as the contract says
+    q = frame({"a": [np.nan] * 6}, n_rep=2)
+    arms = pd.DataFrame({"replicate": [0], "policy": "a", "budget": 1500, "recall_gini": [0.4]})
+    s = summarise(q, arms).set_index("metric")
+    for m in ("utility", "recall_gini"):
+        assert np.isnan(s.loc[m, "ci_low"]) and np.isnan(s.loc[m, "ci_high"]), m
+        assert s.loc[m, "ci_method"] == "none", m
+    assert s.loc["utility", "n"] == 0
+
+
 def test_summarise_keeps_run_level_metrics_with_t_intervals():
     q = frame({"a": [1.0, 2.0, 3.0, 4.0]}, n_rep=2)
     arms = pd.DataFrame({"replicate": [0, 1], "policy": "a", "budget": 1500,

@@ -783,7 +783,9 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
         fewer than ``min_replicates`` (``ci_method = "t"``); when the
         queries are replays of one stream (:func:`fold_replays`) they have
         none: the mean over the replays, ``ci_low`` and ``ci_high`` NaN,
-        ``n = 1``, ``ci_over = "stream"``, ``ci_method = "none"``.
+        ``n = 1``, ``ci_over = "stream"``, ``ci_method = "none"``. Wherever
+        there is no interval (both bounds NaN: no finite value, or one),
+        ``ci_method`` is ``"none"``.
     """
     keys = ["policy", "budget", "metric", "mean", "ci_low", "ci_high", "n", "ci_over",
             "ci_method"]
@@ -822,7 +824,10 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
                 rows.append((pol, bud, m, *run_metric_ci(
                     grp[m].to_numpy(np.float64), level, replays=replays, n_boot=n_boot,
                     seed=seed + _stable(pol, bud, m), min_replicates=min_replicates)))
-    return pd.DataFrame(rows, columns=keys)
+    out = pd.DataFrame(rows, columns=keys)
+    # no interval (no value, or one): no method
+    out.loc[out["ci_low"].isna() & out["ci_high"].isna(), "ci_method"] = "none"
+    return out
 
 
 def _has_metric(queries: pd.DataFrame, m: str) -> bool:

@@ -478,7 +478,7 @@ class Experiment:
             table = copy.deepcopy(base)
             label = []
             for k, v in zip(keys, combo):
-                _override(table, k, v, "grid")
+                _override(table, k, v, "")  # (expand() says "grid: ")
                 label.append(f"{short[k]}={v}")
             table["experiment"]["name"] = _run_name(self.name, "_".join(label))
             out.append(experiment_from_dict(table, base_dir=self.base_dir,
@@ -721,6 +721,11 @@ def _article(what: str) -> str:
     return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
 
 
+def _at(where: str, key: str) -> str:
+    """``--set KEY``, or the key alone where the caller names what set it."""
+    return f"{where} {key}" if where else key
+
+
 def _override(table: dict, key: str, value: Any, where: str) -> None:
     """:func:`apply_override`, refusing a key that runs through a value."""
     node: Any = table
@@ -730,26 +735,26 @@ def _override(table: dict, key: str, value: Any, where: str) -> None:
             and parts[1] not in pols and not (len(parts) == 2 and isinstance(value, dict))):
         # a key into a policy the experiment does not have would make a new,
         # half-defined one; a whole table (policies.NAME = {...}) adds one
-        raise ConfigError(f"{where} {key}: no policy {parts[1]!r}"
+        raise ConfigError(f"{_at(where, key)}: no policy {parts[1]!r}"
                           f"{did_you_mean(parts[1], pols)} (policies: {', '.join(pols)})")
     for i, part in enumerate(parts[:-1]):
         if not isinstance(node, dict):
             break
         node = node.get(part)
         if node is not None and not isinstance(node, (dict, str)):
-            raise ConfigError(f"{where} {key}: {'.'.join(parts[:i + 1])} is "
+            raise ConfigError(f"{_at(where, key)}: {'.'.join(parts[:i + 1])} is "
                               f"{short_repr(node)}, not a table")
     try:
         apply_override(table, key, value)
     except (AttributeError, TypeError):
-        raise ConfigError(f"{where} {key}: a part of this key is a value, not a table") from None
+        raise ConfigError(f"{_at(where, key)}: a part of this key is a value, not a table") from None
     if _preset_key(key) is not None:
         _check_preset_counts(table, key, where)
     if key == "experiment.candidates" and isinstance(pols, dict) and pols and all(
             isinstance(p, dict) and "candidates" in p for p in pols.values()):
         # every policy sets its own top-C (a resolved config.toml spells it
         # out): the experiment's would reach none of them
-        raise ConfigError(f"{where} {key}: every policy sets its own candidates (as a resolved "
+        raise ConfigError(f"{_at(where, key)}: every policy sets its own candidates (as a resolved "
                           "config.toml does), so this would change nothing; set "
                           "policies.NAME.candidates instead")
 
@@ -777,7 +782,7 @@ def _check_preset_counts(table: dict, key: str, where: str) -> None:
         whole = (f"--set 'policies.{name}={{preset = \"{preset}\"}}'" if where == "--set"
                  else f'"policies.{name}" = [{{preset = "{preset}"}}, ...]')
         raise ConfigError(
-            f"{where} {key}: policies.{name} spells out every slot the preset fills (as a "
+            f"{_at(where, key)}: policies.{name} spells out every slot the preset fills (as a "
             f"resolved config.toml does), so preset {preset!r} would change nothing; "
             f"replace the whole table instead: {whole}")
 
