@@ -246,6 +246,21 @@ def test_a_grid_value_given_twice_is_refused():
         experiment_from_dict(table)
 
 
+def test_a_whole_number_for_a_float_parameter_is_that_float():
+    # 180 and 180.0: one resolved config, one hash (and messages still show
+    # the value as written)
+    exps = [experiment_from_dict(minimal(**{"policies.sim.decay": {
+        "kind": "half-life-floor", "half_life_days": hl, "floor": fl}}))
+        for hl, fl in ((180, 0), (180.0, 0.0))]
+    assert exps[0].to_config() == exps[1].to_config()
+    assert exps[0].hash8() == exps[1].hash8()
+    assert exps[0].policies["sim"].decay.half_life_days.__class__ is float
+    assert "half_life_days = 180.0" in dumps_toml(exps[0].to_config())
+    with pytest.raises(ConfigError, match=r"Got -1 instead"):
+        experiment_from_dict(minimal(**{"policies.sim.decay": {"kind": "half-life",
+                                                               "half_life_days": -1}}))
+
+
 def test_grid_key_must_exist():
     table = minimal()
     table["grid"] = {"experiment.budget_tokenz": [1, 2]}

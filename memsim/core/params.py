@@ -145,6 +145,12 @@ def describe_constraint(c: Any) -> str:
     return str(c)
 
 
+#: the annotations of a float parameter (``from __future__ import annotations``: text)
+_FLOAT_TYPES = ("float", "float | None", float)
+#: whole numbers a float holds exactly
+_EXACT_FLOAT_INT = 2 ** 53
+
+
 class Validated:
     """Mixin for frozen dataclasses: validates ``_constraints`` on construction.
 
@@ -160,6 +166,14 @@ class Validated:
             alternatives = constraint if isinstance(constraint, (list, tuple)) else (constraint,)
             if not any(c.check(value) for c in alternatives):
                 self._fail(name, describe_constraint(constraint), value)
+        # a whole number given for a float parameter is that float: 180 and
+        # 180.0 are one parameter value, one resolved config and one hash
+        # (after the checks, whose messages show the value as written)
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if (f.type in _FLOAT_TYPES and type(value) is int
+                    and abs(value) <= _EXACT_FLOAT_INT):
+                object.__setattr__(self, f.name, float(value))
         self._check()
 
     @classmethod
