@@ -338,6 +338,19 @@ def test_the_best_family_is_the_simplest_within_the_margin():
     assert best_family(fits, {f: "x" for f in fits}, names) == "constant"
 
 
+def test_times_with_and_without_a_zone_in_one_log_are_refused(tmp_path):
+    rows = [(1, 3, "2024-01-01", 1), (1, 1, "2024-01-02T00:00:00Z", 1),
+            (2, 3, "2024-01-01T00:00:00+05:00", 1), (2, 3, "2024-01-03T00:00:00", 1)]
+    with pytest.raises(StreamError, match=r"row 0: '2024-01-01' has no time zone, and row 1 "
+                       r"has one"):
+        calibrate_revlog(write_log(tmp_path / "mixed.csv", rows))
+    # all without a zone (UTC), or all with one: read
+    for name, times in (("naive", ["2024-01-01", "2024-01-02T00:00:00"] * 2),
+                        ("zoned", ["2024-01-01T00:00:00Z", "2024-01-02T00:00:00-05:00"] * 2)):
+        rows = [(i // 2, 3 - 2 * (i % 3 == 1), t, 1) for i, t in enumerate(times)]
+        assert len(load_revlog(write_log(tmp_path / f"{name}.csv", rows))) == 4
+
+
 def test_the_folder_of_the_logs_is_refused_as_out(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()

@@ -13,7 +13,8 @@ The review log of the py-fsrs test suite (open-spaced-repetition/py-fsrs,
 MIT licence; ``tests/review_logs_josh_*.csv``): one user's 12,580 pass/fail
 reviews of 1,205 cards over 191 days. Columns ``card_id``, ``review_rating``
 (FSRS grades: 1 Again = forgot, 2 Hard, 3 Good, 4 Easy = recalled; this log
-holds 1 and 3, and a single 2), ``review_time`` (ISO 8601) and
+holds 1 and 3, and a single 2), ``review_time`` (ISO 8601; without a zone:
+UTC, and a file gives every time a zone or none) and
 ``review_duration`` (ms, unused). Several CSV files may be given as a
 folder: cards are then told apart by file.
 
@@ -218,6 +219,16 @@ def _read_one(path: Path) -> pd.DataFrame:
         row = int(np.flatnonzero(bad)[0])
         raise StreamError(f"{path}: column 'review_time': row {row}: expected an ISO 8601 "
                           f"time, got {_cell(frame['review_time'], row)!r}")
+    # a time without a zone is UTC; beside times with one it is more likely
+    # local, and the delays between them would be off by the offset
+    zoned = frame["review_time"].astype(str).str.strip().str.slice(10).str.contains(
+        r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$", regex=True).to_numpy()  # (after the date)
+    if zoned.any() and not zoned.all():
+        row = int(np.flatnonzero(~zoned)[0])
+        raise StreamError(f"{path}: column 'review_time': row {row}: "
+                          f"{_cell(frame['review_time'], row)!r} has no time zone, and row "
+                          f"{int(np.flatnonzero(zoned)[0])} has one: give every time a zone "
+                          "(or none: then all are UTC)")
     # two reviews of a card at one instant: a row written twice, or an order
     # the log cannot give (each would be a review at delay 0 after the
     # other, and the file's order would decide which is which)
