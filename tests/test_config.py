@@ -239,6 +239,18 @@ def test_a_grid_key_into_a_missing_policy_says_grid_once(tmp_path):
                                  "(policies: sim)"]
 
 
+def test_every_bad_grid_value_is_reported_at_once(tmp_path):
+    f = tmp_path / "g.toml"
+    f.write_text(dumps_toml({**minimal(), "grid": {"experiment.budget_tokens": [500, -1],
+                                                   "policies.sim.candidates": [10, 0]}}))
+    with pytest.raises(ConfigError) as info:
+        load_experiment(f).expand()
+    got = info.value.errors
+    assert len(got) == 2 and all(m.startswith(f"{f}: grid: ") for m in got), got
+    assert any("budget_tokens" in m and "Got -1" in m for m in got)
+    assert any("candidates" in m and "Got 0" in m for m in got)
+
+
 def test_a_grid_value_given_twice_is_refused():
     table = minimal()
     table["grid"] = {"experiment.budget_tokens": [500, 1500, 500]}

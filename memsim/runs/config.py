@@ -474,15 +474,27 @@ class Experiment:
         base.pop("grid", None)
         combos = itertools.product(*(self.grid[k] for k in keys))
         short = _short_keys(keys)
+        # every combination's mistakes, each message once (one bad value
+        # fails every combination that holds it)
+        messages: dict[str, None] = {}
+        first: ConfigError | None = None
         for combo in itertools.islice(combos, limit):
             table = copy.deepcopy(base)
             label = []
-            for k, v in zip(keys, combo):
-                _override(table, k, v, "")  # (expand() says "grid: ")
-                label.append(f"{short[k]}={v}")
-            table["experiment"]["name"] = _run_name(self.name, "_".join(label))
-            out.append(experiment_from_dict(table, base_dir=self.base_dir,
-                                            source_file=self.source_file))
+            try:
+                for k, v in zip(keys, combo):
+                    _override(table, k, v, "")  # (expand() says "grid: ")
+                    label.append(f"{short[k]}={v}")
+                table["experiment"]["name"] = _run_name(self.name, "_".join(label))
+                out.append(experiment_from_dict(table, base_dir=self.base_dir,
+                                                source_file=self.source_file))
+            except ConfigError as exc:
+                first = first or exc
+                messages.update(dict.fromkeys(exc.errors))
+                if len(messages) >= _MAX_GRID_MESSAGES:
+                    break
+        if first is not None:  # one mistake keeps its type (ParameterError ...)
+            raise first if list(messages) == first.errors else ConfigError(errors=list(messages))
         return out
 
     def with_overrides(self, overrides: dict[str, Any]) -> Experiment:
@@ -531,6 +543,9 @@ def _preset_key(key: str) -> str | None:
         return parts[1]
     return None
 
+
+#: the most distinct mistakes a grid's combinations report at once
+_MAX_GRID_MESSAGES = 20
 
 #: the longest experiment name (a part of the run folder's name)
 MAX_NAME = 120
