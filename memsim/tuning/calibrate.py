@@ -946,6 +946,7 @@ def plot_calibration(result: CalibrationResult):
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
@@ -964,6 +965,11 @@ def plot_calibration(result: CalibrationResult):
     for f in result.fits:
         ax2.plot(curve["t"], curve[f], marker=".", label=f)
     ax2.set_xscale("log")
+    # ticks at 1, 2 and 5 of each decade, as plain numbers: the default
+    # labels the minor ticks of a range under a decade on top of each other
+    ax2.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax2.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax2.xaxis.set_minor_formatter(NullFormatter())
     ax2.set(xlabel="days since the previous review", ylabel="recall rate", ylim=(0, 1.02),
             title="Recall against delay")
     ax2.legend(fontsize=7, loc="lower left")
