@@ -203,6 +203,14 @@ def test_a_set_of_a_key_the_grid_sets_is_refused_not_dropped(tmp_path):
     assert [r.sim.budget_tokens for r in exp.expand()] == [800]
 
 
+def test_a_key_set_twice_credits_the_later_set(tmp_path):
+    f = tmp_path / "one.toml"
+    f.write_text(dumps_toml(minimal()))
+    with pytest.raises(ConfigError) as info:
+        load_experiment(f, overrides=["experiment.replicates=1", "experiment.replicates=2.0"])
+    assert info.value.errors[0].endswith("Got 2.0 instead. (from --set experiment.replicates=2.0)")
+
+
 def test_a_set_that_names_no_policy_names_the_file(tmp_path):
     f = tmp_path / "one.toml"
     f.write_text(dumps_toml(minimal()))

@@ -366,7 +366,8 @@ def attribution(message: str, applied: list[tuple[str, str]]) -> str:
     key = _message_key(message)
     if key is None:
         return ""
-    plain = [(_plain_key(k), text) for k, text in applied]
+    # a key given twice: the later value is the one checked
+    plain = list({_plain_key(k): text for k, text in applied}.items())
     hits = [text for k, text in plain
             if k == key or k.startswith(key + ".") or key.startswith(k + ".")]
     # a long value (a 5000-character name) is cut: the line names the key
