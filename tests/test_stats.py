@@ -144,6 +144,12 @@ def test_a_summary_row_without_an_interval_has_no_method():
         assert np.isnan(s.loc[m, "ci_low"]) and np.isnan(s.loc[m, "ci_high"]), m
         assert s.loc[m, "ci_method"] == "none", m
     assert s.loc["utility", "n"] == 0
+    # a store with no row (a run with no tick): its rows are there, empty
+    empty = pd.DataFrame(columns=["replicate", "policy", "budget", "t", "store_notes",
+                                  "store_tokens"])
+    s = summarise(q, arms, empty).set_index("metric")
+    for m in ("store_notes", "store_tokens"):
+        assert np.isnan(s.loc[m, "mean"]) and s.loc[m, "n"] == 0 and s.loc[m, "ci_method"] == "none"
 
 
 def test_summarise_keeps_run_level_metrics_with_t_intervals():

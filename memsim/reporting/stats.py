@@ -849,6 +849,8 @@ def _run_level(arms: pd.DataFrame | None, store: pd.DataFrame | None) -> pd.Data
         last = store.sort_values("t").groupby(["replicate", "policy", "budget"]).last()
         out = out.merge(last[["store_notes", "store_tokens"]].reset_index(),
                         on=["replicate", "policy", "budget"], how="left")
+    elif store is not None:  # a run with no tick to record: its rows say so (NaN, n 0)
+        out = out.assign(store_notes=np.nan, store_tokens=np.nan)
     return out
 
 
