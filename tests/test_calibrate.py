@@ -148,10 +148,10 @@ def test_bad_logs_raise_clear_errors(tmp_path):
         calibrate_revlog(bad)
     grade = write_log(tmp_path / "grade.csv", [(1, 3, "2024-01-01T00:00:00+00:00", 1),
                                                (1, 7, "2024-01-02T00:00:00+00:00", 1)])
-    with pytest.raises(StreamError, match=r"grade\.csv: column 'review_rating': row 1"):
+    with pytest.raises(StreamError, match=r"grade\.csv: column 'review_rating': row 1 \(line 3\)"):
         calibrate_revlog(grade)
     when = write_log(tmp_path / "when.csv", [(1, 3, "yesterday", 1)])
-    with pytest.raises(StreamError, match=r"when\.csv: column 'review_time': row 0"):
+    with pytest.raises(StreamError, match=r"when\.csv: column 'review_time': row 0 \(line 2\)"):
         calibrate_revlog(when)
     single = write_log(tmp_path / "single.csv", [(1, 3, "2024-01-01T00:00:00+00:00", 1)])
     with pytest.raises(StreamError, match="no review to model"):
@@ -281,8 +281,8 @@ def test_a_card_reviewed_twice_at_one_instant_is_refused_naming_both_rows(tmp_pa
     rows = [(1, 3, "2024-01-01T00:00:00Z", 1), (1, 3, "2024-01-03T00:00:00Z", 1),
             (2, 3, "2024-01-01T00:00:00Z", 1), (1, 1, "2024-01-03T00:00:00Z", 1)]
     path = write_log(tmp_path / "twice.csv", rows)
-    with pytest.raises(StreamError, match=r"twice\.csv: rows 1 and 3: card 1 is reviewed twice "
-                       r"at 2024-01-03T00:00:00\+00:00"):
+    with pytest.raises(StreamError, match=r"twice\.csv: row 1 \(line 3\) and row 3 \(line 5\): "
+                       r"card 1 is reviewed twice at 2024-01-03T00:00:00\+00:00"):
         calibrate_revlog(path)
 
 
@@ -338,11 +338,23 @@ def test_the_best_family_is_the_simplest_within_the_margin():
     assert best_family(fits, {f: "x" for f in fits}, names) == "constant"
 
 
+def test_a_bad_row_names_its_line_past_blank_lines_and_quoted_line_breaks(tmp_path):
+    from memsim.data.stream import csv_line_of
+
+    path = tmp_path / "lines.csv"
+    path.write_text('card_id,review_rating,review_time,note\n\n'
+                    '1,3,2024-01-01T00:00:00Z,"two\nlines"\n\n'
+                    '1,7,2024-01-02T00:00:00Z,x\n')
+    assert [csv_line_of(path, r) for r in (0, 1, 2)] == [3, 6, None]
+    with pytest.raises(StreamError, match=r"column 'review_rating': row 1 \(line 6\): expected"):
+        calibrate_revlog(path)
+
+
 def test_times_with_and_without_a_zone_in_one_log_are_refused(tmp_path):
     rows = [(1, 3, "2024-01-01", 1), (1, 1, "2024-01-02T00:00:00Z", 1),
             (2, 3, "2024-01-01T00:00:00+05:00", 1), (2, 3, "2024-01-03T00:00:00", 1)]
-    with pytest.raises(StreamError, match=r"row 0: '2024-01-01' has no time zone, and row 1 "
-                       r"has one"):
+    with pytest.raises(StreamError, match=r"row 0 \(line 2\): '2024-01-01' has no time zone, "
+                       r"and row 1 \(line 3\) has one"):
         calibrate_revlog(write_log(tmp_path / "mixed.csv", rows))
     # all without a zone (UTC), or all with one: read
     for name, times in (("naive", ["2024-01-01", "2024-01-02T00:00:00"] * 2),
@@ -561,7 +573,7 @@ def test_a_card_id_that_is_not_an_exact_integer_is_refused(tmp_path, card, shown
     log = write_log(tmp_path / "ids.csv", [(2, 3, "2024-03-29T20:32:32Z", 1),
                                            (card, 1, "2024-03-30T20:32:32Z", 1),
                                            (2, 3, "2024-04-02T20:32:32Z", 1)])
-    with pytest.raises(StreamError, match=rf"ids\.csv: column 'card_id': row 1: expected an "
+    with pytest.raises(StreamError, match=rf"ids\.csv: column 'card_id': row 1 \(line 3\): expected an "
                                           rf"integer id .*got '?{re.escape(shown)}'?$"):
         load_revlog(log)
 
@@ -576,7 +588,7 @@ def test_integral_float_card_ids_are_read_as_the_same_card(tmp_path):
 def test_a_boolean_grade_is_refused(tmp_path):
     log = write_log(tmp_path / "b.csv", [(1, True, "2024-03-29T20:32:32Z", 1),
                                          (1, False, "2024-03-30T20:32:32Z", 1)])
-    with pytest.raises(StreamError, match=r"b\.csv: column 'review_rating': row 0: expected an "
+    with pytest.raises(StreamError, match=r"b\.csv: column 'review_rating': row 0 \(line 2\): expected an "
                                           r"FSRS grade 1, 2, 3 or 4, got True"):
         load_revlog(log)
 

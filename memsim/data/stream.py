@@ -1051,6 +1051,28 @@ def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
     return str(exc)
 
 
+def csv_line_of(path: Path, row: int) -> int | None:
+    """The line of ``path`` where data row ``row`` starts (0-based, counted as
+    pandas counts rows: blank lines skipped; a quoted field may span lines),
+    for messages; None when the file cannot be read or has no such row."""
+    limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            records = csv.reader(f)
+            start, seen = 1, -1  # -1: the header comes first
+            for fields in records:
+                if not _blank_record(fields):
+                    if seen == row:
+                        return start
+                    seen += 1
+                start = records.line_num + 1
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    finally:
+        csv.field_size_limit(limit)
+    return None
+
+
 def _blank_record(fields: list[str]) -> bool:
     """An empty or white-space-only line, which pandas skips."""
     return not fields or (len(fields) == 1 and not fields[0].strip(" \t"))

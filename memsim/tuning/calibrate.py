@@ -133,7 +133,7 @@ from scipy import optimize, stats
 
 from memsim.core.errors import ConfigError, StreamError
 from memsim.core.params import check_out_folder
-from memsim.data.stream import check_csv_shape, exact_int64
+from memsim.data.stream import check_csv_shape, csv_line_of, exact_int64
 
 __all__ = [
     "FAMILIES",
@@ -185,6 +185,12 @@ def _cell(raw: pd.Series, row: int) -> object:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _row(path: Path, row: int) -> str:
+    """``row 3 (line 5)``: a data row (0-based) and the file line it starts on."""
+    line = csv_line_of(path, row)
+    return f"row {row}" + ("" if line is None else f" (line {line})")
+
+
 def _read_one(path: Path) -> pd.DataFrame:
     # a row with more fields than the header (a trailing comma) would shift
     # pandas' columns into the index: the values then fail under wrong names
@@ -203,32 +209,32 @@ def _read_one(path: Path) -> pd.DataFrame:
     bad |= inexact
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise StreamError(f"{path}: column 'card_id': row {row}: expected an integer id (a "
-                          f"float only when integral and below 2**53 in magnitude, an int "
-                          f"within int64), got {_cell(frame['card_id'], row)!r}")
+        raise StreamError(f"{path}: column 'card_id': {_row(path, row)}: expected an integer "
+                          f"id (a float only when integral and below 2**53 in magnitude, an "
+                          f"int within int64), got {_cell(frame['card_id'], row)!r}")
     rating, bad, inexact = exact_int64(frame["review_rating"])
     bad |= inexact
     bad = bad | ~np.isin(rating, [1, 2, 3, 4])
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise StreamError(f"{path}: column 'review_rating': row {row}: expected an FSRS grade "
-                          f"1, 2, 3 or 4, got {_cell(frame['review_rating'], row)!r}")
+        raise StreamError(f"{path}: column 'review_rating': {_row(path, row)}: expected an "
+                          f"FSRS grade 1, 2, 3 or 4, got {_cell(frame['review_rating'], row)!r}")
     when = pd.to_datetime(frame["review_time"], format="ISO8601", utc=True, errors="coerce")
     bad = when.isna().to_numpy()
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise StreamError(f"{path}: column 'review_time': row {row}: expected an ISO 8601 "
-                          f"time, got {_cell(frame['review_time'], row)!r}")
+        raise StreamError(f"{path}: column 'review_time': {_row(path, row)}: expected an "
+                          f"ISO 8601 time, got {_cell(frame['review_time'], row)!r}")
     # a time without a zone is UTC; beside times with one it is more likely
     # local, and the delays between them would be off by the offset
     zoned = frame["review_time"].astype(str).str.strip().str.slice(10).str.contains(
         r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$", regex=True).to_numpy()  # (after the date)
     if zoned.any() and not zoned.all():
         row = int(np.flatnonzero(~zoned)[0])
-        raise StreamError(f"{path}: column 'review_time': row {row}: "
-                          f"{_cell(frame['review_time'], row)!r} has no time zone, and row "
-                          f"{int(np.flatnonzero(zoned)[0])} has one: give every time a zone "
-                          "(or none: then all are UTC)")
+        raise StreamError(f"{path}: column 'review_time': {_row(path, row)}: "
+                          f"{_cell(frame['review_time'], row)!r} has no time zone, and "
+                          f"{_row(path, int(np.flatnonzero(zoned)[0]))} has one: give every "
+                          "time a zone (or none: then all are UTC)")
     # two reviews of a card at one instant: a row written twice, or an order
     # the log cannot give (each would be a review at delay 0 after the
     # other, and the file's order would decide which is which)
@@ -238,8 +244,9 @@ def _read_one(path: Path) -> pd.DataFrame:
     if len(twice):
         first = int(twice[0])
         second = int(twice[(card[twice] == card[first]) & (stamp[twice] == stamp[first])][1])
-        raise StreamError(f"{path}: rows {first} and {second}: card {int(card[first])} is "
-                          f"reviewed twice at {when.iloc[first].isoformat()} (a row written "
+        raise StreamError(f"{path}: {_row(path, first)} and {_row(path, second)}: card "
+                          f"{int(card[first])} is reviewed twice at "
+                          f"{when.iloc[first].isoformat()} (a row written "
                           "twice? two reviews of one card need two times)")
     return pd.DataFrame({"source": path.name, "card_id": card, "rating": rating,
                          "review_time": when})
