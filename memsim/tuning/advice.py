@@ -1187,22 +1187,28 @@ def _share(x: float) -> str:
     return "  n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
 
-def _signed(x: float, *also: float) -> str:
-    """A difference or a bound of its interval, with a sign: 3 decimals, or
-    as many as give two significant digits where 3 would print a value that
-    is not 0 as 0 (at most 15), the same for ``x`` and the values ``also``
-    printed beside it (an interval that excludes 0 never reads ``[+0.000,
-    ...]``)."""
+def _signed(x: float, decimals: int | None = None) -> str:
+    """A difference or a bound of its interval, with a sign, to ``decimals``
+    (default :func:`_decimals` of ``x`` alone)."""
     if x is None or not math.isfinite(x):
         return "n/a"
-    d = max([3] + [1 - math.floor(math.log10(abs(v))) for v in (x, *also)
-                   if v is not None and math.isfinite(v) and 0 < abs(v) < 0.0005])
-    return f"{x:+.{min(d, 15)}f}"
+    return f"{x:+.{_decimals(x) if decimals is None else decimals}f}"
+
+
+def _decimals(*values: float) -> int:
+    """3, or as many as give two significant digits where 3 would print one
+    of ``values`` that is not 0 as 0 (at most 15): the values printed side
+    by side share it (an interval that excludes 0 never reads ``[+0.000,
+    ...]``)."""
+    return min(15, max([3] + [1 - math.floor(math.log10(abs(v))) for v in values
+                              if v is not None and math.isfinite(v) and 0 < abs(v) < 0.0005]))
 
 
 def _interval(x: float, low: float, high: float) -> str:
-    """``+0.012 [+0.003, +0.020]``: a difference and its interval (:func:`_signed`)."""
-    return (f"{_signed(x, low, high)} [{_signed(low, x, high)}, {_signed(high, x, low)}]")
+    """``+0.012 [+0.003, +0.020]``: a difference and its interval, with the
+    same decimals (:func:`_decimals`)."""
+    d = _decimals(x, low, high)
+    return f"{_signed(x, d)} [{_signed(low, d)}, {_signed(high, d)}]"
 
 
 def describe_space(slot: str, table: Any) -> str:

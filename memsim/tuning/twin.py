@@ -287,8 +287,7 @@ def profile_stream(stream: Stream) -> StreamProfile:
                                 "c": pc[exists]}).groupby("q"):
         if len(grp) > 1:
             gaps.append(float(np.mean(np.diff(np.sort(grp["c"].to_numpy())))))
-    relevant_ids = set(pos["note_id"].tolist())
-    never = float(np.mean([nid not in relevant_ids for nid in nt["note_id"]])) if len(nt) else 0.0
+    never = _never_share(stream)
 
     # updates: versions of one logged note (trace), or superseding notes (synthetic)
     updated, versions = 0.0, 1.0
@@ -442,8 +441,12 @@ NEVER_TOLERANCE = 0.03
 
 
 def _never_share(stream: Stream) -> float:
+    """The share of the notes created by the last query that no query has
+    as relevant (:class:`StreamProfile`'s ``never_relevant_share``: what the
+    distractor share is fitted to, measured alike)."""
+    last = stream.queries["t"].max()
+    ids = stream.notes.loc[stream.notes["created_at"] <= last, "note_id"].to_numpy()
     rel = stream.qrels.loc[stream.qrels["gain"] > 0, "note_id"].to_numpy()
-    ids = stream.notes["note_id"].to_numpy()
     return float(np.mean(~np.isin(ids, rel))) if ids.size else 0.0
 
 
