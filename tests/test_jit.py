@@ -41,6 +41,10 @@ def _problems(draw):
     tokens = rng.integers(0, draw(st.sampled_from([4, 12, 400])), (q, c)) * step
     valid = rng.random((q, c)) < draw(st.sampled_from([0.7, 1.0]))
     budget = rng.integers(-1, int(tokens.sum(axis=1).max()) + 2, q)
+    if draw(st.booleans()):  # odd values: infinite (an infinite density) or NaN (never packed)
+        odd = rng.random((q, c))
+        values[odd < 0.1] = np.inf
+        values[odd > 0.9] = np.nan
     return values, tokens.astype(np.int64), valid, budget.astype(np.int64)
 
 

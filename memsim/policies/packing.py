@@ -354,9 +354,9 @@ def _swap_candidates(values, tokens, eligible, budget, packed, used, dens):
     for them must lose (at least ``need * least packed density``)."""
     d_min = np.min(np.where(packed, dens, np.inf), axis=1)
     need0 = tokens - (budget - used)[:, None]
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # inf - inf (an infinite value): NaN, not a candidate
         bound = np.where(need0 > 0, need0 * d_min[:, None], 0.0)
-    return eligible & ~packed & (values - bound > _TOL * values)
+        return eligible & ~packed & (values - bound > _TOL * values)
 
 
 #: cells (rows x candidates x packed slots) of one step of the swap pass
@@ -526,12 +526,13 @@ def _greedy_swap_rows(values, tokens, eligible, budget, dens, max_swaps):
     cand = np.empty(c, dtype=np.int64)
     for r in range(q):
         b = budget[r]
-        # by density, best first (ties: rank); for removal, by density
-        # ascending (ties: the worse rank first); for insertion, by value
-        # (ties: rank)
+        # by density, best first (ties: rank). The removal order (density
+        # ascending, ties: the worse rank first) is this one read backwards:
+        # the densities hold no NaN (_density), so reversing the stable sort
+        # is the numpy version's stable sort of the reversed columns. The
+        # insertion order (by value, ties: rank) is found among the pass's
+        # candidates only, the few there are.
         fill_order = np.argsort(-dens[r], kind="mergesort")
-        rem_order = (c - 1) - np.argsort(dens[r, ::-1], kind="mergesort")
-        ins_order = np.argsort(-np.where(eligible[r], values[r], -np.inf), kind="mergesort")
         used = 0
         swaps = 0
         swapped = True
@@ -550,14 +551,20 @@ def _greedy_swap_rows(values, tokens, eligible, budget, dens, max_swaps):
                 if packed[r, k] and dens[r, k] < d_min:
                     d_min = dens[r, k]
             n_cand = 0
-            for m in range(c):
-                j = ins_order[m]
+            for j in range(c):
                 if not eligible[r, j] or packed[r, j]:
                     continue
                 need0 = tokens[r, j] - (b - used)
                 bound = need0 * d_min if need0 > 0 else 0.0
-                if values[r, j] - bound > _TOL * values[r, j]:
-                    cand[n_cand] = j
+                v = values[r, j]
+                if v - bound > _TOL * v:
+                    # in insertion order: after the candidates of greater
+                    # or equal value (a stable sort of the few there are)
+                    i = n_cand
+                    while i > 0 and values[r, cand[i - 1]] < v:
+                        cand[i] = cand[i - 1]
+                        i -= 1
+                    cand[i] = j
                     n_cand += 1
             swapped = False
             for m in range(n_cand):
@@ -571,7 +578,7 @@ def _greedy_swap_rows(values, tokens, eligible, budget, dens, max_swaps):
                 cv = 0.0
                 p = c - 1
                 for k in range(c):
-                    col = rem_order[k]
+                    col = fill_order[c - 1 - k]
                     if packed[r, col]:
                         ct += tokens[r, col]
                         cv += values[r, col]
@@ -600,7 +607,7 @@ def _greedy_swap_rows(values, tokens, eligible, budget, dens, max_swaps):
                     freed = tokens[r, i1]
                 elif need > 0:
                     for k in range(p + 1):
-                        packed[r, rem_order[k]] = False
+                        packed[r, fill_order[c - 1 - k]] = False
                     freed = ct
                 packed[r, j] = True
                 used += tokens[r, j] - freed
