@@ -314,7 +314,9 @@ def _cmd_stream_generate(args) -> int:
     from memsim.runs.config import StreamSource, load_experiment
     from memsim.core.rng import child_seq, seed_sequence
     from memsim.data.stream import check_stream_dest, write_stream
-    exp = load_experiment(args.experiment, args.set)
+    # a grid's runs that share a workload and seed share the stream
+    exp = load_experiment(args.experiment, args.set).single(
+        "memsim stream generate", same=lambda e: (e.seed, e.to_config()["workload"]))
     check_stream_dest(args.out)  # before the stream is generated
     if isinstance(exp.workload, StreamSource):
         raise MemsimError(f"{args.experiment}: the workload replays {exp.workload.path}; "

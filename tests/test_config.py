@@ -184,6 +184,53 @@ def test_grid_expands_into_one_experiment_per_combination():
     assert len({r.name for r in runs}) == 6
 
 
+def _grid_file(tmp_path, grid):
+    f = tmp_path / "g.toml"
+    f.write_text(dumps_toml({**minimal(), "grid": grid,
+                             "advise": {"current": "sim", "trials": 2}}))
+    return f
+
+
+@pytest.mark.parametrize("command", ["audit", "optimum", "advise", "stream"])
+def test_a_command_on_one_experiment_refuses_a_grid_of_several_runs(tmp_path, capsys, command):
+    """audit, optimum, advise and stream generate worked on the file without
+    its grid, in silence: a workload the grid never runs."""
+    from memsim.cli import main
+    f = _grid_file(tmp_path, {"workload.notes_per_day": [2.0, 50.0]})
+    argv = {"audit": ["audit", str(f), "--no-params"], "optimum": ["optimum", str(f)],
+            "advise": ["advise", str(f), "--out", str(tmp_path / "a")],
+            "stream": ["stream", "generate", str(f), "--out", str(tmp_path / "s")]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "grid: 2 runs" in err and '"workload.notes_per_day"' in err and str(f) in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "s").exists()
+
+
+def test_stream_generate_writes_a_narrowed_grids_run_or_the_stream_a_grid_shares(tmp_path):
+    from memsim.cli import main
+    from memsim.data.stream import read_stream
+    f = _grid_file(tmp_path, {"workload.notes_per_day": [2.0, 50.0]})
+    assert main(["stream", "generate", str(f), "--out", str(tmp_path / "s50"),
+                 "--set", 'grid."workload.notes_per_day"=[50.0]']) == 0
+    s50 = read_stream(tmp_path / "s50")
+    assert s50.meta["config"]["notes_per_day"] == 50.0
+    # a grid over the policies only: every run has the file's workload and seed
+    (tmp_path / "p").mkdir()
+    g = _grid_file(tmp_path / "p", {"policies.sim.candidates": [10, 20]})
+    assert main(["stream", "generate", str(g), "--out", str(tmp_path / "sp")]) == 0
+    plain = experiment_from_dict(minimal())
+    want = plain.workload.generate(_replicate_seq(plain.seed))
+    got = read_stream(tmp_path / "sp")
+    assert got.notes[["note_id", "created_at", "tokens"]].equals(
+        want.notes[["note_id", "created_at", "tokens"]])
+    assert len(s50.notes) > 2 * len(want.notes)  # 50 notes a day against the default 20
+
+
+def _replicate_seq(seed):
+    from memsim.core.rng import child_seq, seed_sequence
+    return child_seq(seed_sequence(seed), "replicate", 0, "workload")
+
+
 def test_a_set_of_a_key_the_grid_sets_is_refused_not_dropped(tmp_path):
     # the grid sets its values in every run: the --set would change nothing
     f = tmp_path / "g.toml"

@@ -53,6 +53,30 @@ def test_the_optimum_is_derived_only_where_the_age_prior_is_one_exponential():
     assert "exponential" in known_optimum(SyntheticWorkload.from_config(lognormal)).reason
 
 
+def test_no_optimum_is_derived_where_similarity_has_no_slot_signal():
+    """At slot_weight = 0 the slope is 0 and the derivation said "rank by age
+    alone" (beta 0), while similarity still tells the asked topic from the
+    others: ranking by age alone finds the asked note far less often."""
+    wl = SyntheticWorkload.from_config(exponential_world(30.0, slot_weight=0.0))
+    opt = known_optimum(wl)
+    assert opt.beta == 0.0 and not opt.solvable and "slot_weight = 0" in opt.reason
+    s = wl.generate(0)
+    asked = s.qrels[s.qrels.gain == 1.0].set_index("query_id").note_id
+    q = s.queries[s.queries.query_id.isin(asked.index)]
+    cos = s.query_embeddings[q.index.to_numpy()] @ s.note_embeddings.T
+    age = q.t.to_numpy()[:, None] - s.notes.created_at.to_numpy()[None, :]
+    target = asked.loc[q.query_id].to_numpy()
+
+    def mrr(beta):
+        score = np.where(age >= 0, beta * cos - np.log(2) * age / 30.0, -np.inf)
+        mine = score[np.arange(len(target)), target][:, None]
+        return np.mean(1.0 / (1 + (score > mine).sum(axis=1)))
+
+    assert mrr(5.0) > 3 * mrr(0.0)
+    assert known_optimum(SyntheticWorkload.from_config(
+        exponential_world(30.0, slot_weight=0.3))).solvable
+
+
 def test_the_planted_posterior_orders_by_similarity_and_by_the_age_prior():
     model = PlantedModel.from_workload(SyntheticWorkload.from_config(exponential_world(30.0)))
     project = CLASS_NAMES.index("project")

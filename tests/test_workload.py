@@ -689,3 +689,43 @@ def test_shares_whose_sum_overflows_are_refused():
         SyntheticWorkload.from_config({"classes": {"project": {"share": 1e308},
                                                    "scratch": {"share": 1e308}}})
 
+
+
+def test_a_tiny_query_share_never_sends_a_query_to_a_class_of_share_0():
+    """A subnormal share made u * total round up to the total: the draw fell
+    past every class, onto the last (of share 0), or failed with IndexError."""
+    zero = {"query_share": 0.0}
+    wl = SyntheticWorkload.from_config({**SHORT, "classes": {
+        "evergreen": {"query_share": 5e-324}, "project": zero, "scratch": zero,
+        "superseding": zero}})
+    s = wl.generate(_seed())
+    asked = s.queries.note_class[s.queries.note_class != "none"]
+    assert len(asked) > 0 and (asked == "evergreen").all()
+    none_superseding = SyntheticWorkload.from_config({**SHORT, "classes": {
+        "evergreen": {"query_share": 5e-324}, "project": zero, "scratch": zero,
+        "superseding": {"share": 0.0}}})
+    assert (none_superseding.generate(_seed()).queries.note_class
+            .isin(["evergreen", "none"]).all())
+
+
+def test_a_huge_weekend_factor_puts_the_weeks_queries_on_weekends():
+    """5 + 2 f overflowed to inf for f near the float maximum: no query at all."""
+    wl = SyntheticWorkload(horizon_days=56.0, backfill_days=0.0, arrival="weekly",
+                           weekend_factor=1e308, queries_per_day=20.0)
+    t = wl.generate(_seed()).queries.t.to_numpy()
+    assert len(t) == pytest.approx(20 * 56, rel=0.1)
+    assert (np.floor(t) % 7 >= 5).all()
+
+
+@pytest.mark.parametrize("seed", [1.5, True, -1, "1"])
+def test_generate_takes_an_integer_seed_only(seed):
+    with pytest.raises(ParameterError, match="generate\\(seed=\\)"):
+        SyntheticWorkload(**SHORT).generate(seed)
+    assert SyntheticWorkload(horizon_days=5.0, backfill_days=5.0).generate(np.int64(3)) \
+        .notes.equals(SyntheticWorkload(horizon_days=5.0, backfill_days=5.0).generate(3).notes)
+
+
+def test_an_integer_option_takes_numpys_integers():
+    assert SyntheticWorkload(uniform_tokens=np.int64(0)).uniform_tokens == 0
+    with pytest.raises(ParameterError):
+        SyntheticWorkload(uniform_tokens=True)

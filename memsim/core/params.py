@@ -107,10 +107,16 @@ class Options:
     values: tuple
 
     def check(self, value: Any) -> bool:
-        return any(value == v and type(value) is type(v) for v in self.values)
+        # the type too (True == 1), but numpy's integers are integers
+        return any(value == v and (type(value) is type(v) or _both_integers(value, v))
+                   for v in self.values)
 
     def __str__(self) -> str:
         return "one of " + ", ".join(repr(v) for v in self.values)
+
+
+def _both_integers(a: Any, b: Any) -> bool:
+    return all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (a, b))
 
 
 def did_you_mean(key: str, allowed) -> str:

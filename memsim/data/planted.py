@@ -316,6 +316,9 @@ def known_optimum(workload: SyntheticWorkload) -> Optimum:
     evergreen with one note per slot (then ``h = inf``: no decay). ``beta``
     is the linear-discriminant slope of the within-query similarity law
     (:attr:`memsim.data.workload.SimilarityModel.beta`); see the module docstring.
+    Not solvable when that slope is 0 (``slot_weight = 0``): the derivation
+    takes the asked note's rivals to be its topic's notes, and those then tie
+    with it. The approximation weakens as ``slot_weight`` falls toward it.
     """
     beta = float(workload.query_similarity_model().beta)
     askable = [n for n in SLOT_CLASSES
@@ -323,6 +326,15 @@ def known_optimum(workload: SyntheticWorkload) -> Optimum:
     specs = [workload.classes.spec(n) for n in askable]
     if workload.age_mode == "zero":
         return Optimum(True, beta, math.inf, "every age is 0: age carries no information")
+    if beta == 0.0:
+        # the derivation ranks the asked note against its topic's other
+        # notes; with no slot signal those tie with it, and its rivals are
+        # the other topics' notes, which similarity still separates (an
+        # exchange rate the family's one beta does not have)
+        return Optimum(False, beta, math.nan,
+                       "similarity does not tell the asked note from its topic's other notes "
+                       "(slot_weight = 0): the ranking's rivals are other topics' notes, which "
+                       "the derivation leaves out")
     if any(float(s.notes_per_slot) != 1.0 for s in specs):
         return Optimum(False, beta, math.nan,
                        "a class with notes_per_slot > 1: the age prior is not one exponential")

@@ -681,7 +681,10 @@ class SyntheticWorkload(_Knobs):
     accesses_per_day : float, default 0.0
         Rate of organic reads over ``[-backfill_days, horizon_days]``: each
         picks a currently valid slot note uniformly; the reader is the owner
-        of a personal note, a uniform actor for a team note.
+        of a personal note, a uniform actor for a team note. A read drawn
+        at a time when no slot note is valid has nothing to read and is
+        dropped, so where such times are common (few slot notes, short
+        lifetimes) the stream holds fewer reads than the rate.
     gain_current : float, default 1.0
         Gain of the newest valid note of the asked slot.
     gain_valid : float, default 0.5
@@ -904,6 +907,11 @@ class SyntheticWorkload(_Knobs):
             ``source = "memsim.data.workload"`` and the resolved ``config``.
         """
         if not isinstance(seed, np.random.SeedSequence):
+            # an integer only: int() would take 1.5 or True as the seed 1
+            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+                    or seed < 0:
+                raise ParameterError(f"generate(seed=): expected a SeedSequence or an integer "
+                                     f">= 0, got {seed!r}")
             seed = np.random.SeedSequence(int(seed))
         t0, t1 = -float(self.backfill_days), float(self.horizon_days)
         shares = self.classes.note_shares()
@@ -1334,8 +1342,11 @@ def _weekly_times(rate: float, horizon: float, weekend_factor: float,
     weekly mean rate is ``rate``."""
     days = np.arange(int(math.ceil(horizon)))
     length = np.minimum(days + 1.0, horizon) - days
-    base = rate * 7.0 / (5.0 + 2.0 * weekend_factor)
-    day_rate = np.where(days % 7 >= 5, base * weekend_factor, base)
+    span = 5.0 + 2.0 * weekend_factor
+    base = rate * 7.0 / span
+    # a factor so large that 2 f overflows: the week's reads all on weekends
+    weekend = base * weekend_factor if math.isfinite(span) else rate * 3.5
+    day_rate = np.where(days % 7 >= 5, weekend, base)
     counts = rng.poisson(day_rate * length)
     return np.repeat(days, counts) + rng.random(int(counts.sum())) * np.repeat(length, counts)
 
@@ -1458,7 +1469,12 @@ def _choose_slots(wl: SyntheticWorkload, iv: dict, q_t: np.ndarray, q_actor: np.
     w = np.where(counts > 0, weight[None, :], 0.0)
     cum = np.cumsum(w, axis=1)
     u = child(seed, "queries", "classes").random(n_q) * cum[:, -1]
-    j = np.minimum((u[:, None] >= cum).sum(axis=1), len(codes) - 1)
+    # the first class whose cumulative weight exceeds u (one of positive
+    # weight); u may round up to the total (a subnormal share): the last
+    # class of positive weight
+    j = (u[:, None] >= cum).sum(axis=1)
+    last = len(codes) - 1 - np.argmax(w[:, ::-1] > 0, axis=1)
+    j = np.where(j == len(codes), last, j)
     answerable = cum[:, -1] > 0
     q_class = np.where(answerable, np.array(codes)[j], len(CLASS_NAMES))
     q_slot = np.full(n_q, -1, dtype=np.int64)

@@ -35,7 +35,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import tomli_w
@@ -496,6 +496,33 @@ class Experiment:
         if first is not None:  # one mistake keeps its type (ParameterError ...)
             raise first if list(messages) == first.errors else ConfigError(errors=list(messages))
         return out
+
+    def single(self, command: str, *, same: Callable[[Experiment], Any] | None = None
+               ) -> Experiment:
+        """The one experiment ``command`` works on: itself without a
+        ``[grid]``, else the grid's run when it makes one (a grid narrowed by
+        ``--set 'grid."KEY"=[VALUE]'``). A grid of several runs is refused
+        (naming the file and its keys), unless ``same`` gives every run
+        the same value: what the command reads of them is then the same,
+        and the first run is returned.
+
+        Raises
+        ------
+        ConfigError
+            A grid of several runs, or a combination's mistakes (:meth:`expand`).
+        """
+        if not self.grid:
+            return self
+        runs = self.expand()
+        if len(runs) == 1 or (same is not None
+                              and all(same(r) == same(runs[0]) for r in runs[1:])):
+            return runs[0]
+        prefix = f"{self.source_file}: " if self.source_file else ""
+        keys = ", ".join(f'"{k}"' for k in self.grid)
+        raise ConfigError(
+            f"{prefix}grid: {len(runs)} runs; {command} works on one: choose each key's value "
+            f"with --set 'grid.\"KEY\"=[VALUE]' (keys: {keys}), run one of "
+            "Experiment.expand()'s experiments, or remove the [grid] table")
 
     def with_overrides(self, overrides: dict[str, Any]) -> Experiment:
         table = self._table_for(list(overrides))

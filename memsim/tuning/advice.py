@@ -1319,7 +1319,7 @@ def advise(exp: Experiment | str | Path, *, current: str | None = None,
     cli = argv is not None
     if out is not None:  # before the work, which a folder that cannot be made would lose
         check_out_folder(as_path(out, "advise(out=)"), "--out" if cli else "advise(out=)")
-    exp = experiment_with_overrides(exp, overrides)
+    exp = experiment_with_overrides(exp, overrides).single("memsim advise")
     try:
         spec = AdviseSpec.from_table(exp.advise, exp, current)
         pol = current_policy(exp, spec.current)

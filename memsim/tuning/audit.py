@@ -822,6 +822,7 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
     -------
     AuditReport
     """
+    exp = exp.single("memsim audit")
     if not isinstance(replicate, int) or replicate < 0:
         raise ConfigError(f"--replicate: expected an integer >= 0, got {replicate!r}")
     if not isinstance(max_queries, int) or max_queries < 1:

@@ -321,6 +321,7 @@ def optimum(exp: Experiment, *, simulate: bool = True,
         When the workload is a stream on disk; with ``simulate``, when the
         workload yields no query in any replicate (nothing to measure).
     """
+    exp = exp.single("memsim optimum")
     if not isinstance(exp.workload, SyntheticWorkload):
         raise ConfigError("workload: memsim optimum needs a synthetic workload (a stream on disk "
                           "has no planted model)")
