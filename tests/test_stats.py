@@ -621,6 +621,32 @@ def test_independent_replicates_are_not_folded():
     assert (summarise(many).query("metric == 'utility'")["n"] == 90).all()
 
 
+def test_drawn_streams_whose_times_are_all_0_are_not_folded():
+    """Under age_mode = "zero" every query time is 0 and ids restart at 0 in
+    each replicate: two drawn streams of as many queries looked like replays
+    of one stream (one stream's queries, no interval over replicates)."""
+    from memsim.runs.config import experiment_from_dict
+    from memsim.runs.runner import run_experiment
+    exp = experiment_from_dict({
+        "experiment": {"name": "z", "seed": 18, "replicates": 2},
+        "workload": {"horizon_days": 2, "backfill_days": 10, "notes_per_day": 5,
+                     "queries_per_day": 5, "age_mode": "zero"},
+        "policies": {"a": {"preset": "hivemind-2025-bug"}}})
+    run = run_experiment(exp)
+    q = run.queries
+    by = [g.set_index("query_id").sort_index() for _, g in q.groupby("replicate")]
+    assert (by[0].index == by[1].index).all() and (q["t"] == 0).all()  # the lookalike
+    assert not by[0]["category"].equals(by[1]["category"])
+    assert fold_replays(q) is q
+    s = run.summary.set_index("metric")
+    assert s.loc["utility", "n"] == len(q) and s.loc["recall_gini", "ci_over"] == "replicates"
+    # the same facts in every replicate: replays of one stream
+    same = q.copy()
+    for col in ("category", "actor", "n_relevant", "budget_tokens"):
+        same[col] = same.loc[same["replicate"] == 0, col].tolist() * 2
+    assert fold_replays(same)["replicate"].unique().tolist() == [0]
+
+
 def test_a_comparison_of_replays_says_its_queries_count_once():
     from memsim.reporting.compare import compare
 

@@ -26,7 +26,8 @@ A run over a fixed stream (a trace, a stream folder, LoCoMo) replays the
 same queries in every replicate: its replicates differ at most by a
 policy's own randomness, not by the workload, and its (replicate, query)
 rows are not independent observations. :func:`fold_replays` finds them
-(every replicate holds the same ``query_id`` at the same ``t``) and folds
+(every replicate holds the same ``query_id`` at the same ``t``, with the
+same actor, category, relevant count and budget) and folds
 them into one replicate, each query's values the mean over its replays;
 :func:`summarise` and :func:`paired_tests` resample those queries. So the
 intervals and ``n`` of such a run are those of its queries, whatever
@@ -403,13 +404,18 @@ def fold_replays(queries: pd.DataFrame) -> pd.DataFrame:
     """``queries`` with the replicates of one replayed stream folded into one.
 
     When there are several replicates and each holds the same queries (the
-    same ``query_id`` at the same ``t``, for every policy and budget), they
-    are replays of one stream (module doc): the result has one row per
+    same ``query_id`` at the same ``t``, asked by the same ``actor``, of the
+    same ``category``, with the same ``n_relevant`` and ``budget_tokens``,
+    for every policy and budget: those of these columns the table has),
+    they are replays of one stream (module doc): the result has one row per
     (policy, budget, query), replicate 0, each numeric column the mean over
     the replays (NaN left out; NaN where every replay is NaN) and every
     other column its first replay's. Otherwise ``queries`` is returned as it
-    is. Synthetic replicates draw their own streams, so their query times
-    differ and they are never folded.
+    is. Synthetic replicates draw their own streams: their query times
+    differ, or, where every time is 0 (``age_mode = "zero"``), their
+    queries' actors, classes and relevant notes do, so they are not folded
+    (two drawn streams that agree on every one of these facts, a few
+    queries each, would be).
 
     Parameters
     ----------
@@ -425,7 +431,10 @@ def fold_replays(queries: pd.DataFrame) -> pd.DataFrame:
     if not need <= set(queries.columns) or queries["replicate"].nunique() < 2:
         return queries
     keys = ["policy", "budget", "query_id", "t"]
-    reps = [g[keys].sort_values(keys, kind="stable").reset_index(drop=True)
+    # the stream's facts of each query: not the policies' (equal in replays)
+    facts = [c for c in ("actor", "category", "n_relevant", "budget_tokens")
+             if c in queries.columns]
+    reps = [g[keys + facts].sort_values(keys, kind="stable").reset_index(drop=True)
             for _, g in queries.groupby("replicate", sort=True)]
     if any(len(r) != len(reps[0]) or not r.equals(reps[0]) for r in reps[1:]):
         return queries
