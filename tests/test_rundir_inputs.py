@@ -266,3 +266,26 @@ def test_trec_export_of_rankings_in_memory_without_a_column_is_a_memsim_error(tm
     with pytest.raises(ConfigError, match="rankings: no column 'score'"):
         unscored.trec_run_frame(scores="policy")
     assert not (tmp_path / "run.txt").exists()
+
+
+@pytest.mark.parametrize("file, edit, says", [
+    ("config.toml", lambda t: "experiment = 5\n" + t.split("[experiment]", 1)[0],
+     "[experiment]: expected a table, got 5"),
+    ("config.toml", lambda t: 'policies = "x"\n', "[policies]: expected a table, got 'x'"),
+    ("config.toml", lambda t: "policies = { c = 3 }\n", "policies.c: expected a table, got 3"),
+    ("manifest.json", lambda t: t.replace('"versions": {', '"versions": 5, "x": {', 1),
+     "versions: expected a JSON object, got 5"),
+    ("manifest.json", lambda t: t.replace('"timings_s": {', '"timings_s": "abc", "y": {', 1),
+     "timings_s: expected a JSON object, got 'abc'"),
+])
+def test_a_config_or_manifest_of_the_wrong_shape_is_one_line(run_dir, tmp_path, capsys,
+                                                             file, edit, says):
+    """They parsed, and the readers took them apart: AttributeError and
+    ValueError tracebacks."""
+    folder = _copy(run_dir, tmp_path)
+    path = folder / file
+    path.write_text(edit(path.read_text()))
+    line = _one_line(folder, capsys)
+    assert str(path) in line and says in line
+    with pytest.raises(RunFolderError, match="expected a"):
+        load_run(folder)

@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memsim.core.params import as_path, did_you_mean
+from memsim.core.params import as_path, did_you_mean, short_repr
 from memsim.core.errors import ConfigError
 from memsim.core.rng import child_seq, seed_sequence
 from memsim.data.datasets import DATA_PREFIX, DataError, content_hash, resolve as resolve_data
@@ -336,7 +336,34 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RunFolderError(f"{f}: not a run manifest (a JSON {type(data).__name__}, "
                              "not an object)")
+    for key, kind in _MANIFEST_SHAPES.items():
+        if key in data and data[key] is not None and not isinstance(data[key], kind):
+            raise RunFolderError(f"{f}: {key}: expected a JSON {_JSON_NAMES[kind]}, got "
+                                 f"{short_repr(data[key])}")
     return data
+
+
+#: the manifest's keys its readers take apart, and their JSON types
+_MANIFEST_SHAPES = {"status": str, "versions": dict, "timings_s": dict, "argv": list,
+                    "name": str, "config_hash": str, "error": str}
+_JSON_NAMES = {str: "string", dict: "object", list: "array"}
+
+#: the tables of a resolved config (``memsim.runs.config.TOP_LEVEL``, which
+#: this layer does not import)
+_CONFIG_TABLES = ("experiment", "workload", "reader", "policies", "grid", "sweep", "advise")
+
+
+
+def _config_problem(config: dict) -> str:
+    """What makes a parsed ``config.toml`` no memsim config (a section that
+    is not a table), or ``""``."""
+    for key in _CONFIG_TABLES:
+        if key in config and not isinstance(config[key], dict):
+            return f"[{key}]: expected a table, got {short_repr(config[key])}"
+    for name, table in (config.get("policies") or {}).items():
+        if not isinstance(table, dict):
+            return f"policies.{name}: expected a table, got {short_repr(table)}"
+    return ""
 
 
 #: Columns every queries.parquet has: what pairs queries across policies.
@@ -1274,6 +1301,9 @@ class RunResult:
             raise RunFolderError(f"{cfg}: not valid TOML: {exc}") from None
         except OSError as exc:
             raise RunFolderError(f"{cfg}: unreadable ({exc})") from None
+        problem = _config_problem(config)
+        if problem:
+            raise RunFolderError(f"{cfg}: not a memsim config: {problem}")
         timings = manifest.get("timings_s")
         return cls(**frames, path=path, manifest=manifest, config=config,
                    timings=dict(timings) if isinstance(timings, dict) else {})
