@@ -657,3 +657,28 @@ def test_a_comparison_of_replays_says_its_queries_count_once():
     other = _replayed(30, 3)
     other.loc[other["replicate"] == 2, "t"] += 1.0
     assert compare(other, baseline="a", metrics=["utility"]).replays == 0
+
+
+def test_a_student_t_interval_of_a_run_measure_stays_within_its_values():
+    """Two replicates' Gini coefficients 0.696 and 0.794 gave [0.122, 1.368];
+    a store of 31,056 tokens on average [-46,573, 108,684]."""
+    from memsim.reporting.stats import run_metric_ci, run_metric_range
+    v = np.array([0.696, 0.794])
+    mean, lo, hi, n, over, method = run_metric_ci(v, metric="recall_gini")
+    assert method == "t" and n == 2 and mean == pytest.approx(0.745)
+    assert lo == pytest.approx(0.745 - sps.t.ppf(0.975, 1) * v.std(ddof=1) / np.sqrt(2))
+    assert hi == 1.0
+    _, lo, hi, *_ = run_metric_ci(np.array([1000.0, 61112.0]), metric="store_tokens")
+    assert lo == 0.0 and hi > 61112.0
+    # a name it does not know, or none: the interval as Student t gives it
+    _, lo, _, *_ = run_metric_ci(np.array([1000.0, 61112.0]))
+    assert lo < 0
+    assert run_metric_range("superseded_used_30d") == (0.0, 1.0)
+    assert run_metric_range("evicted_notes") == (0.0, np.inf)
+    # summary.csv clips too
+    arms = pd.DataFrame({"replicate": [0, 1], "policy": "a", "budget": 100,
+                         "recall_gini": v})
+    q = pd.DataFrame({"replicate": [0, 1], "policy": "a", "budget": 100, "query_id": [0, 0],
+                      "t": [0.5, 1.5], "utility": [1.0, 0.0], "oracle_utility": [1.0, 1.0]})
+    row = summarise(q, metrics=["utility"], arms=arms).set_index("metric").loc["recall_gini"]
+    assert row["ci_high"] == 1.0

@@ -150,6 +150,7 @@ __all__ = [
     "format_ci",
     "format_p",
     "RUN_METRICS",
+    "run_metric_range",
     "HEADLINE_METRICS",
     "MIN_REPLICATES",
     "N_BOOT",
@@ -212,9 +213,21 @@ def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float, floa
     return (m, m - h, m + h, n)
 
 
+def run_metric_range(metric: str) -> tuple[float, float]:
+    """The values a per-run measure can take (of ``summary.csv``,
+    ``arms.csv`` or ``store.parquet``): [0, 1] for a Gini coefficient or a
+    share, [0, inf) for a count, (-inf, inf) for a name it does not know."""
+    if metric in ("recall_gini", "prefilter_overlap") or metric.startswith("superseded_used_"):
+        return (0.0, 1.0)
+    if (metric in ("store_tokens", "prefilter_sampled", "invalidated_superseded")
+            or metric.endswith("_notes")):
+        return (0.0, np.inf)
+    return (-np.inf, np.inf)
+
+
 def run_metric_ci(values: np.ndarray, level: float = 0.95, *, replays: bool = False,
                   n_boot: int = N_BOOT, seed: int = SEED,
-                  min_replicates: int = MIN_REPLICATES
+                  min_replicates: int = MIN_REPLICATES, metric: str = ""
                   ) -> tuple[float, float, float, int, str, str]:
     """Mean of a per-run metric over replicates, its interval and how it was made.
 
@@ -233,6 +246,11 @@ def run_metric_ci(values: np.ndarray, level: float = 0.95, *, replays: bool = Fa
         Bootstrap resamples and seed.
     min_replicates : int
         Fewest finite values for a bootstrap interval (else Student t).
+    metric : str
+        The measure's name: a Student-t interval is clipped to the values
+        it can take (:func:`run_metric_range`: two replicates' Gini
+        coefficients of 0.696 and 0.794 give [0.122, 1.368] unclipped,
+        [0.122, 1] clipped). A bootstrap interval lies within the values already.
 
     Returns
     -------
@@ -252,7 +270,11 @@ def run_metric_ci(values: np.ndarray, level: float = 0.95, *, replays: bool = Fa
         return (mean, np.nan, np.nan, min(len(finite), 1), "stream", "none")
     if len(finite) >= min_replicates:
         return (*bootstrap_mean_ci(v, level, n_boot, seed), "replicates", "bootstrap")
-    return (*mean_ci(v, level), "replicates", "t")
+    mean, lo, hi, n = mean_ci(v, level)
+    low, high = run_metric_range(metric)
+    if np.isfinite(lo):  # (NaN bounds stay NaN: no interval)
+        lo, hi = float(np.clip(lo, low, high)), float(np.clip(hi, low, high))
+    return (mean, lo, hi, n, "replicates", "t")
 
 
 # --------------------------------------------------------------------------
@@ -832,7 +854,8 @@ def summarise(queries: pd.DataFrame, arms: pd.DataFrame | None = None,
                     continue
                 rows.append((pol, bud, m, *run_metric_ci(
                     grp[m].to_numpy(np.float64), level, replays=replays, n_boot=n_boot,
-                    seed=seed + _stable(pol, bud, m), min_replicates=min_replicates)))
+                    seed=seed + _stable(pol, bud, m), min_replicates=min_replicates,
+                    metric=m)))
     out = pd.DataFrame(rows, columns=keys)
     # no interval (no value, or one): no method
     out.loc[out["ci_low"].isna() & out["ci_high"].isna(), "ci_method"] = "none"
