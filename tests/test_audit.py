@@ -410,3 +410,24 @@ def test_param_replicates_with_no_params_is_refused(capsys):
     assert main(["audit", str(exp), "--no-params", "--param-replicates", "5"]) == 2
     assert ("memsim: error: --param-replicates: the replicates of the parameter probes, which "
             "--no-params skips" in capsys.readouterr().err)
+
+
+def test_a_promotion_range_from_0_is_reached_at_its_least_positive_threshold():
+    """promote_after = 0 .. 30 probes 0 (off), 15 and 30: with 14 uses at most
+    the range was called never reached, though 1 .. 14 promote."""
+    from memsim.sweep.space import ParamSpec
+    from memsim.tuning.audit import _least_positive
+    key = "policies.hivemind.feedback.promote_after"
+    assert _least_positive(ParamSpec(key, "int", 0, 30), [0, 15, 30]) == 1
+    assert _least_positive(ParamSpec(key, "int", 0, 30, step=4), [0, 16, 28]) == 4
+    assert _least_positive(ParamSpec(key, "int", -5, 30, step=3), [-5, 13, 28]) == 1
+    assert _least_positive(ParamSpec(key, "int", 7, 30), [7, 18, 30]) == 7
+    assert _least_positive(ParamSpec(key, "int", -3, 0), [-3, 0]) is None
+    assert _least_positive(ParamSpec(key, "categorical", choices=(0, 9, 3)), [0, 9, 3]) == 3
+    assert _least_positive(None, [5]) == 5 and _least_positive(None, [0]) is None
+    policy = {"preset": "hivemind"}
+    rep = audit(tiny(policy, {key: {"type": "int", "low": 0, "high": 500}},
+                     backfill=0, horizon=30), max_queries=40, params=False)
+    got = rep.reach.set_index("param").loc[key]
+    assert 1 <= got["measure"] < 250  # the probes 250 and 500 are above every use count
+    assert got["reached"] and got["reason"] == ""

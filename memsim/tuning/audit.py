@@ -50,7 +50,9 @@ counts, tiers (after promotion) and last accesses rebuilt above:
   For ``half-life-floor`` and ``per-tier`` the rule reads ``0.5 ** (age / H)
   <= 0.1``, i.e. age >= 3.32 half-lives, whatever the floor.
 - a promotion threshold (the feedback's ``promote_after``, when > 0): reached
-  when some note's use count over the replicate reaches it. Measure: the
+  when some note's use count over the replicate reaches it; a swept one when
+  it reaches the least positive value the sweep can take (a range from 0,
+  which is off, is reached at 1, not at its middle probe). Measure: the
   largest use count.
 - an eviction threshold (a retention parameter whose name contains
   ``threshold``, or a capacity's ``max_notes``): the retention rule's own
@@ -677,25 +679,48 @@ def _context(cols: dict, scored_i: np.ndarray, tq: float, use: _PolicyUses, i: i
         tokens=col("tokens"), idx=scored_i)
 
 
+def _least_positive(param, values: list) -> float | None:
+    """The least positive value a swept ``param`` can take (None when it
+    takes none): not only its probe points, whose low end may be 0 (a
+    promotion that never happens) while the next value up is 1. Without a
+    parameter, the least positive of ``values``."""
+    if param is None or param.type == "categorical":
+        pos = [v for v in (values if param is None else param.choices)
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+        return min(pos) if pos else None
+    low, high = param.low, param.high
+    if high <= 0:
+        return None
+    if low > 0:
+        return low
+    if param.step is not None:  # low + k step, the first above 0
+        return low + (math.floor(-low / param.step) + 1) * param.step
+    return 1 if param.type == "int" else math.nextafter(0.0, 1.0)
+
+
 def _reach(key: str, kind: str, values: list, exp: Experiment, cols: dict, tq: np.ndarray,
-           scored: list[np.ndarray], use: _PolicyUses) -> dict[str, Any]:
+           scored: list[np.ndarray], use: _PolicyUses, least: float | None = None
+           ) -> dict[str, Any]:
     """How far the sampled queries get into the regime ``key`` controls.
 
     Returns ``measure`` (floor: the least ``(recency - floor) / (1 - floor)``
     over the sampled pairs of the floor's tier(s), the smallest over
-    ``values``; promotion: the largest use count of the replicate; eviction:
-    the largest share of sampled pairs the rule would evict), ``reached`` and
-    ``reason`` (why not, in words; "" when reached).
+    ``values``; promotion: the largest use count of the replicate, reached
+    when it is at least ``least``, the least positive threshold the
+    parameter can take (:func:`_least_positive`); eviction: the largest
+    share of sampled pairs the rule would evict), ``reached`` and ``reason``
+    (why not, in words; "" when reached).
     """
     pol, slot, name = key.split(".")[1:]
     lo_hi = (_short(values[0]) if len(values) == 1
              else f"{_short(values[0])} .. {_short(values[-1])}")
     if kind == "promotion":
-        on = [v for v in values if v > 0]
-        reached = any(use.max_uses >= v for v in on)
+        reached = least is not None and use.max_uses >= least
         why = "" if reached else (
+            f"promote_after = {lo_hi} never promotes (0 is off)" if least is None else
             f"no note is used more than {use.max_uses} times in the replicate, below "
-            f"promote_after = {lo_hi}: no note is ever promoted")
+            f"promote_after = {_short(least)}, the least positive value of {lo_hi}: no note "
+            "is ever promoted")
         return {"measure": float(use.max_uses), "reached": reached, "reason": why}
     comps = [getattr(apply_params(exp, {key: v}).policies[pol], slot) for v in values]
     if kind == "eviction":
@@ -915,7 +940,8 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
 
     # reach of every regime parameter: swept ones over their probe values,
     # the others at the experiment's value
-    swept = {p.key: p.probe_points() for p in spec.params} if spec is not None else {}
+    params = {p.key: p for p in spec.params} if spec is not None else {}
+    swept = {k: p.probe_points() for k, p in params.items()}
     reach_keys = list(dict.fromkeys(
         _regime_keys(exp, policies)
         + [k for k in swept if regime_kind(k, exp) and k.split(".")[1] in uses]))
@@ -925,7 +951,8 @@ def audit(exp: Experiment, *, sweep: dict | Any | None = None, replicate: int = 
         kind = regime_kind(key, exp)
         pol, slot, name = key.split(".")[1:]
         vals = swept.get(key) or [getattr(getattr(exp.policies[pol], slot), name)]
-        got = _reach(key, kind, vals, exp, cols, tq, scored, uses[pol])
+        got = _reach(key, kind, vals, exp, cols, tq, scored, uses[pol],
+                     least=_least_positive(params.get(key), vals))
         reach_rows.append({"param": key, "policy": pol, "kind": kind, "swept": key in swept,
                            "values": ", ".join(_short(v) for v in vals),
                            "measure_name": _MEASURES[kind], **got})
