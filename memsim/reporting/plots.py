@@ -550,7 +550,13 @@ def over_time_data(queries: pd.DataFrame, metric: str = "recall", window_days: f
     -------
     DataFrame
         ``policy, budget, metric, t, mean, low, high, n_queries``; ``t`` is the
-        middle of the window.
+        middle of the part of the window that the queries span (from the first
+        query's time to the last one's, over every policy and replicate at this
+        budget): the middle of the window for a whole one, but within the data
+        for the first and last windows, which the run may cover only in part
+        (a 365-day run's last 7-day window, days 364 to 371, is placed
+        between day 364 and the last query, not at day 367.5, past the
+        horizon).
     """
     if metric not in queries.columns:
         raise KeyError(f"no metric column {metric!r} in the queries table")
@@ -559,14 +565,21 @@ def over_time_data(queries: pd.DataFrame, metric: str = "recall", window_days: f
                                      "n_queries"])
     budget = _pick_budget(queries, budget)
     sub = queries[queries["budget"] == budget]
-    w = np.floor(sub["t"].to_numpy(float) / window_days)
+    t = sub["t"].to_numpy(float)
+    w = np.floor(t / window_days)
     frame = pd.DataFrame({"policy": sub["policy"].to_numpy(), "replicate": sub["replicate"],
                           "w": w, "v": sub[metric].to_numpy(float)})
     per = frame.groupby(["policy", "w", "replicate"], sort=False)["v"].agg(["mean", "count"])
     agg = per.groupby(level=[0, 1], sort=False).agg(mean=("mean", "mean"), low=("mean", "min"),
                                                     high=("mean", "max"),
                                                     n_queries=("count", "sum")).reset_index()
-    agg["t"] = (agg["w"] + 0.5) * window_days
+    # the window clipped to the span of the queries: a partial first or last
+    # window is drawn inside the data it averages, never past the horizon
+    first, last = (float(np.nanmin(t)), float(np.nanmax(t))) if np.isfinite(t).any() \
+        else (-np.inf, np.inf)
+    start = np.maximum(agg["w"].to_numpy(float) * window_days, first)
+    end = np.minimum((agg["w"].to_numpy(float) + 1.0) * window_days, last)
+    agg["t"] = (start + np.maximum(end, start)) / 2.0
     agg["budget"] = budget
     agg["metric"] = metric
     order = {p: i for i, p in enumerate(pd.unique(sub["policy"]))}
@@ -577,13 +590,18 @@ def over_time_data(queries: pd.DataFrame, metric: str = "recall", window_days: f
 
 
 def plot_over_time(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
-    """A windowed metric over simulated time; the band spans the replicates."""
+    """A windowed metric over simulated time; the band spans the replicates.
+
+    Each window is marked by a point, so that a window with a value between
+    windows without one (no query, or a metric that is n/a there), which a
+    line alone would draw with no length, still shows.
+    """
     ax = _ax(ax)
     if len(df) == 0:
         return _empty(ax, "no queries")
     cols = _colors(df, colors)
     for pol, g in df.groupby("policy", sort=False):
-        ax.plot(g["t"], g["mean"], "-", color=cols[pol], lw=1.8, label=str(pol))
+        ax.plot(g["t"], g["mean"], "-o", ms=3, color=cols[pol], lw=1.8, label=str(pol))
         ax.fill_between(g["t"].to_numpy(float), g["low"].to_numpy(float),
                         g["high"].to_numpy(float), color=cols[pol], alpha=0.15, lw=0)
     metric = str(df["metric"].iloc[0])
@@ -734,8 +752,11 @@ def plot_run_metric(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
     if len(df) == 0:
         return _empty(ax, "no per-run values")
     cols = _colors(df, colors)
+    at = ""
     if df["budget"].nunique() > 1:
-        df = df[df["budget"] == _pick_budget(df, None)]
+        # one budget's bars only, and the title says which
+        picked = _pick_budget(df, None)
+        df, at = df[df["budget"] == picked], f" at {picked} tokens"
     x = np.arange(len(df))
     y = df["mean"].to_numpy(float)
     lo = np.nan_to_num(np.clip(y - df["ci_low"].to_numpy(float), 0, None))
@@ -756,44 +777,87 @@ def plot_run_metric(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None 
     metric = str(df["metric"].iloc[0])
     ax.set_ylabel(metric)
     if (df["ci_method"] == "none").all():
-        ax.set_title(f"{metric} at the end of the run (one replayed stream: no interval)")
+        ax.set_title(f"{metric} at the end of the run{at} (one replayed stream: no interval)")
+    elif not has_ci:
+        why = "one replicate: " if (df["n"].to_numpy(float) <= 1).all() else ""
+        ax.set_title(f"{metric} at the end of the run{at} ({why}no interval)")
     else:
         method = "Student t" if (df["ci_method"] == "t").any() else "bootstrap"
-        ax.set_title(f"{metric} at the end of the run (95% CI, {method}, over replicates)")
+        ax.set_title(f"{metric} at the end of the run{at} (95% CI, {method}, over replicates)")
     ax.grid(alpha=0.3, axis="y")
     return ax
 
 
 def store_size_data(store: pd.DataFrame, budget: Any = None) -> pd.DataFrame:
-    """Live notes in the store over time, per policy (mean over replicates).
+    """Live notes in the store over time, per policy: the mean over replicates
+    on a common daily grid.
+
+    ``store.parquet`` holds a store size at each query's time, and each
+    replicate draws its queries on days of its own, so the replicates are put
+    on one grid before they are averaged: on day ``d``, a replicate's size is
+    the last one measured by the end of day ``d``, carried forward over days
+    without a query. A policy's grid runs day by day from the first day on
+    which every replicate has a measurement to the last day any replicate has
+    one, so every point is a mean over all of its replicates, never over a
+    subset that changes from day to day.
 
     Returns
     -------
     DataFrame
-        ``policy, budget, t, store_notes, store_tokens``.
+        ``policy, budget, t, store_notes, store_tokens, n_replicates``, in
+        time order within each policy; ``t`` is the day (whole days of
+        simulated time).
     """
+    cols = ["policy", "budget", "t", "store_notes", "store_tokens", "n_replicates"]
     if store is None or len(store) == 0:
-        return pd.DataFrame(columns=["policy", "budget", "t", "store_notes", "store_tokens"])
+        return pd.DataFrame(columns=cols)
     budget = _pick_budget(store, budget)
-    s = store[store["budget"] == budget].copy()
-    s["day"] = np.floor(s["t"].to_numpy(float))
-    out = s.groupby(["policy", "day"], sort=False)[["store_notes", "store_tokens"]].mean()
-    out = out.reset_index().rename(columns={"day": "t"})
-    out["budget"] = budget
-    return out[["policy", "budget", "t", "store_notes", "store_tokens"]]
+    s = store[store["budget"] == budget]
+    frame = pd.DataFrame({"policy": s["policy"].to_numpy(),
+                          "replicate": s["replicate"].to_numpy(),
+                          "t": s["t"].to_numpy(float),
+                          "day": np.floor(s["t"].to_numpy(float)),
+                          "store_notes": s["store_notes"].to_numpy(float),
+                          "store_tokens": s["store_tokens"].to_numpy(float)})
+    frame = frame[np.isfinite(frame["t"].to_numpy())].sort_values("t", kind="stable")
+    # each replicate's size at the end of each day it was measured on
+    daily = frame.groupby(["policy", "day", "replicate"], sort=False)[
+        ["store_notes", "store_tokens"]].last()
+    parts = []
+    for pol in pd.unique(frame["policy"]):  # a few policies: the days are vectorised
+        wide = daily.xs(pol, level="policy").unstack("replicate").sort_index()
+        days = np.arange(wide.index.min(), wide.index.max() + 1.0)
+        wide = wide.reindex(days).ffill()  # carried forward over days without a query
+        notes, tokens = wide["store_notes"], wide["store_tokens"]
+        full = notes.notna().all(axis=1).to_numpy()  # every replicate measured by then
+        parts.append(pd.DataFrame({"policy": pol, "budget": budget, "t": days[full],
+                                   "store_notes": notes.to_numpy()[full].mean(axis=1),
+                                   "store_tokens": tokens.to_numpy()[full].mean(axis=1),
+                                   "n_replicates": notes.shape[1]}))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(parts, ignore_index=True)[cols]
 
 
 def plot_store_size(df: pd.DataFrame, ax=None, colors: Mapping[str, str] | None = None):
-    """Store size over time: eviction policies show as lines that level off."""
+    """Store size over time: eviction policies show as lines that level off.
+
+    ``df`` is :func:`store_size_data`'s: each replicate's size carried forward
+    to every day, then averaged over the replicates.
+    """
     ax = _ax(ax)
     if len(df) == 0:
         return _empty(ax, "no store sizes")
     cols = _colors(df, colors)
     for pol, g in df.groupby("policy", sort=False):
-        ax.plot(g["t"], g["store_notes"], color=cols[pol], lw=1.6, label=str(pol))
+        g = g.sort_values("t", kind="stable")
+        # a lone day (a run of one day) would be a line of no length: mark it
+        ax.plot(g["t"], g["store_notes"], "-o" if len(g) == 1 else "-", ms=3,
+                color=cols[pol], lw=1.6, label=str(pol))
     ax.set_xlabel("simulated time (days)")
     ax.set_ylabel("live notes in the store")
-    ax.set_title("Store size over time (mean over replicates)")
+    ax.set_title("Store size over time (mean over replicates, each carried forward to "
+                 "every day)")
     _legend(ax, df["policy"].nunique())
     ax.grid(alpha=0.3)
     return ax

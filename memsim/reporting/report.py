@@ -50,7 +50,7 @@ from memsim.reporting import plots
 from memsim.reporting.compare import Comparison, compare, header_html, markdown_table
 from memsim.core.errors import ConfigError, MemsimError, ReportWarning
 from memsim.core.params import as_path
-from memsim.policies import assumptions, resolve_policy
+from memsim.policies import REGISTRY, SLOTS, assumptions, resolve_policy
 from memsim.evaluation.metrics import (AGE_BUCKET_COLUMNS, AGE_BUCKETS, HIGHER_IS_BETTER, OLD_AGE_DAYS,
                       OLD_RECALL_COLUMN)
 from memsim.reporting.rundir import RunResult, load_run, summary_rows, write_atomic
@@ -313,19 +313,26 @@ class _Glance:
         r = cmp.test_row(pol, metric, self.budget)
         if r is None or int(r["n_pairs"]) == 0:
             return text
-        t = cmp.tests[(cmp.tests["budget"] == self.budget) & (cmp.tests["metric"] == metric)]
-        dec = column_decimals(metric, t["diff"], t["diff_ci_low"], t["diff_ci_high"],
-                              default=self.dec.get(metric, 3))
+        dec = self.diff_decimals(metric)
         diff = format_fixed(r["diff"], r["diff_ci_low"], r["diff_ci_high"], dec, signed=True)
         return f"{text} (difference {diff}; {cmp.significance(r)})"
 
+    def diff_decimals(self, metric: str) -> int:
+        """The decimals the paired differences of ``metric`` print with."""
+        cmp = self.cmp
+        t = cmp.tests[(cmp.tests["budget"] == self.budget) & (cmp.tests["metric"] == metric)]
+        return column_decimals(metric, t["diff"], t["diff_ci_low"], t["diff_ci_high"],
+                               default=self.dec.get(metric, 3))
+
 
 def _glance_sentences(cmp: Comparison, budget: Any,
-                      buckets: pd.DataFrame | None = None) -> list[str]:
+                      buckets: pd.DataFrame | None = None,
+                      bounds: dict[str, str] | None = None) -> list[str]:
     """Two to four plain sentences a reader can act on, each with its numbers.
 
     1. which policy gets the most of the achievable utility (utility_share),
-       with its paired difference to the baseline;
+       with its paired difference to the baseline; policies whose means are
+       exactly equal at the top are said to tie, not one of them to win;
     2. how it recalls the relevant notes at least 90 days old;
     3. the stale notes it packs (harm, stale_rate);
     4. with more than two policies, every policy's utility_share.
@@ -335,6 +342,10 @@ def _glance_sentences(cmp: Comparison, budget: Any,
     disagree are both reported (:meth:`Comparison.significance`).
     ``buckets`` (summary rows of the old ``recall_age_*`` buckets at this
     budget) adds the recall of each old bucket to sentence 2.
+    ``bounds`` (policy -> what its figures are, :func:`_reads_hidden_labels`)
+    are the policies whose ranker reads hidden labels: no real system can run
+    them, so they are never the winner or the contender; sentence 1 names them
+    as a bound, and sentence 4 marks them.
     """
     g = _Glance(cmp, budget)
     base = cmp.baseline
@@ -345,7 +356,8 @@ def _glance_sentences(cmp: Comparison, budget: Any,
             out.append(f"It gets {g.value(base, share)} of the achievable utility "
                        "(utility_share: sum of utility / sum of the oracle's).")
         return out
-    others = [p for p in cmp.policies if p != base]
+    bounds = {p: w for p, w in (bounds or {}).items() if p in cmp.policies and p != base}
+    others = [p for p in cmp.policies if p != base and p not in bounds]
     key = share or (cmp.metrics[0] if cmp.metrics else None)
     if key is None:
         return []
@@ -355,9 +367,13 @@ def _glance_sentences(cmp: Comparison, budget: Any,
         v = sign * g.mean(p, key)
         return v if math.isfinite(v) else -math.inf
     ranked = sorted(cmp.policies, key=score, reverse=True)  # stable: ties keep table order
-    contender = max(others, key=score)
+    # the upper bounds are no candidates: a policy that reads hidden labels
+    # would "win" every run it is in
+    candidates = [p for p in ranked if p not in bounds]
+    contender = max(others, key=score) if others else None
     what = "the most of the achievable utility" if share else f"the best {key}"
     measured = any(math.isfinite(g.mean(p, key)) for p in cmp.policies)
+    top = [p for p in candidates if score(p) == score(candidates[0])]
     if not measured:
         # all n/a (no query with an achievable utility, e.g. a budget below
         # every note): ranking would name a winner that nothing supports
@@ -365,15 +381,34 @@ def _glance_sentences(cmp: Comparison, budget: Any,
                  + (": no query has an achievable utility (no relevant note fits the "
                     "budget), so no policy gives more of it." if share else
                     ": nothing to rank the policies by."))
-    elif ranked[0] == base:
+    elif contender is None:
+        first = (f"Every other policy reads hidden labels, so none is ranked against the "
+                 f"baseline '{base}' ({key} {g.value(base, key)}).")
+    elif len(top) > 1 and math.isfinite(score(top[0])):
+        # an exact tie: naming one of them "the most" would be the table's order speaking
+        names = [f"the baseline '{p}'" if p == base else f"'{p}'" for p in top]
+        names_text = ", ".join(names[:-1]) + " and " + names[-1]
+        each = format_fixed(g.mean(top[0], key), dec=g.dec.get(key, 3))
+        first = (names_text[0].upper() + names_text[1:]
+                 + f" tie for {what} ({key} {each} each): '{contender}' gets {key} "
+                 + g.versus(contender, key) + ".")
+    elif candidates[0] == base:
         first = (f"The baseline '{base}' gives {what}; the best other policy, '{contender}', "
                  f"gets {key} " + g.versus(contender, key) + ".")
     else:
         first = (f"'{contender}' gives {what}: {key} " + g.versus(contender, key) + ".")
+    if measured and bounds:
+        first += (" Left out of this choice, since "
+                  + ("they read" if len(bounds) > 1 else "it reads")
+                  + " hidden labels no real system has: "
+                  + ", ".join(f"'{p}' ({w}, {key} {g.value(p, key)})"
+                              for p, w in bounds.items()) + ".")
     if share and measured:
         first += (" utility_share = sum of utility / sum of the oracle's (the best packing "
                   "of the relevant notes), over the queries where a relevant note fits.")
     out = [first]
+    if contender is None:
+        return out
     if g.has(OLD_RECALL_COLUMN):
         sent = (f"Of the relevant notes at least {OLD_AGE_DAYS} days old, '{contender}' packs "
                 + g.versus(contender, OLD_RECALL_COLUMN))
@@ -390,7 +425,8 @@ def _glance_sentences(cmp: Comparison, budget: Any,
                    f"nothing about old notes; recall of '{contender}': "
                    + g.versus(contender, "recall") + ".")
     if g.has("harm"):
-        d = g.diff(contender, "harm")
+        # in words as the difference prints: +0.000 is as much, not more
+        d = round(g.diff(contender, "harm"), g.diff_decimals("harm"))
         more = "more" if d > 0 else "less" if d < 0 else "as much"
         stale = (f"; share of packed notes that are stale {g.value(contender, 'stale_rate')} "
                  f"against {g.value(base, 'stale_rate')}" if g.has("stale_rate") else "")
@@ -400,8 +436,17 @@ def _glance_sentences(cmp: Comparison, budget: Any,
     if len(cmp.policies) > 2 and measured:
         out.append(f"Every policy by {key}: "
                    + ", ".join(f"'{p}' {format_fixed(g.mean(p, key), dec=g.dec.get(key, 3))}"
+                               + (" (reads hidden labels)" if p in bounds else "")
                                for p in ranked) + ".")
     return out
+
+
+def _after_colon(sentence: str) -> str:
+    """A sentence as it reads after "At N tokens: ": its first word in lower
+    case (a capital that only starts the sentence; "LoCoMo" keeps its own)."""
+    if len(sentence) > 1 and sentence[0].isupper() and not sentence[1].isupper():
+        return sentence[0].lower() + sentence[1:]
+    return sentence
 
 
 def _old_buckets(ctx: _Context) -> pd.DataFrame | None:
@@ -618,18 +663,64 @@ def _reads_hidden_labels(tables: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _unresolved(tables: dict[str, Any]) -> dict[str, str]:
+    """The run's policies that cannot be built in this environment, each with
+    why in words: a component that is not registered here (a plugin's, not
+    installed in this environment), else the error itself."""
+    out = {}
+    for name, table in tables.items():
+        try:
+            resolve_policy(table, f"policies.{name}")
+        except MemsimError as exc:
+            out[name] = _why_unresolved(table, exc)
+    return out
+
+
+def _why_unresolved(table: Any, exc: Exception) -> str:
+    """Why a policy table cannot be built here: the components it names that
+    are not registered (REGISTRY, after resolve_policy has loaded the
+    installed plugins), else the error's message."""
+    missing = []
+    if isinstance(table, dict):
+        for slot in SLOTS:
+            spec = table.get(slot)
+            kind = spec.get("kind") if isinstance(spec, dict) else spec
+            if isinstance(kind, str) and kind not in REGISTRY.get(slot, {}):
+                missing.append(f"'{kind}' ({slot})")
+    if not missing:
+        return f"it cannot be built here ({exc})"
+    return (f"its component{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"{'are' if len(missing) > 1 else 'is'} not registered in this environment (a "
+            "plugin that is not installed here?)")
+
+
+def _per_run_unit(ctx: _Context) -> str:
+    """What the per-run table's intervals are: none over the replays of one
+    stream, none with one replicate, else over the replicates."""
+    cmp, arms = ctx.cmp, ctx.run.arms
+    if cmp.replays > 0:
+        # replays of one stream are not samples of anything: no interval over them
+        return (f"Mean over the {cmp.replays} replays of one stream, with no interval "
+                "(one replayed stream: its replicates differ at most by a policy's own "
+                "randomness, not by the workload).")
+    if arms is not None and "replicate" in arms and arms["replicate"].nunique() <= 1:
+        return "One replicate: each value is that replicate's, with no interval."
+    return "Intervals over replicates (Student t with fewer than 5)."
+
+
 def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
     """At a glance, the summary, the paired comparisons and the per-run measures."""
     cmp = ctx.cmp
-    glance = _glance_sentences(cmp, ctx.focus, _old_buckets(ctx))
+    bounds = dict(_reads_hidden_labels(ctx.run.policies))
+    glance = _glance_sentences(cmp, ctx.focus, _old_buckets(ctx), bounds)
     if len(ctx.budgets) > 1:
-        glance = [f"At {ctx.focus} tokens: " + s for s in glance]
+        glance = [f"At {ctx.focus} tokens: " + _after_colon(s) for s in glance]
     sections = [("At a glance", [("list", glance)] if glance else
                  [("p", "The queries table has no metric to summarise.")]),
                 ("Summary", [("p", cmp.legend()), ("cmp", cmp)]
                  + [("p", f"'{name}' reads hidden labels: {what}, not achievable "
                           "headroom (the best a policy can reach is what `memsim advise` "
-                          "finds).") for name, what in _reads_hidden_labels(ctx.run.policies)])]
+                          "finds).") for name, what in bounds.items()])]
     if len(cmp.tests):
         sections.append(("Paired comparisons with the baseline", [
             ("p", "Difference = policy - baseline on the same queries (paired on replicate "
@@ -644,14 +735,9 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
             ("cmp-detail", cmp)]))
     sections += _breakdown_sections(ctx)
     sections += _hidden_section(ctx)
-    replays = cmp.replays > 0
-    run_tab = _run_table(ctx.run, replays)
+    run_tab = _run_table(ctx.run, cmp.replays > 0)
     if run_tab is not None:
-        # replays of one stream are not samples of anything: no interval over them
-        unit = (f"Mean over the {cmp.replays} replays of one stream, with no interval "
-                "(one replayed stream: its replicates differ at most by a policy's own "
-                "randomness, not by the workload)." if replays else
-                "Intervals over replicates (Student t with fewer than 5).")
+        unit = _per_run_unit(ctx)
         sections.append(("Per-run measures", [
             ("p", "Measured once per replicate at the end of the run: recall_gini is the "
                   "Gini coefficient of recall counts over the notes that exist (1: all use "
@@ -663,14 +749,20 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
         sections.append(("Per-run measures", [
             ("p", "Not shown: the run folder has no arms.csv (recall_gini, evictions and "
                   "promotions per replicate), which these measures are read from.")]))
+    # a policy this environment cannot build (a plugin's component, not
+    # installed here) still has its results: only its assumptions are unknown
+    unresolved = _unresolved(ctx.run.policies)
     marks = [(name, key, why) for name, table in ctx.run.policies.items()
-             for key, why in assumptions(table).items()]
-    if marks:
+             if name not in unresolved for key, why in assumptions(table).items()]
+    if marks or unresolved:
         sections.append(("Assumed parameters", [
             ("p", "Values the presets' sources do not give, which memsim supplied "
                   "(memsim.policies.assumptions). Results that depend on them are only as "
-                  "good as these guesses."),
-            ("table", pd.DataFrame(marks, columns=["policy", "parameter", "why assumed"]))]))
+                  "good as these guesses.")]
+            + ([("table", pd.DataFrame(marks, columns=["policy", "parameter", "why assumed"]))]
+               if marks else [])
+            + [("p", f"The assumptions of '{name}' cannot be listed: {why}.")
+               for name, why in unresolved.items()]))
     return sections
 
 
@@ -715,14 +807,19 @@ def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
     q, cmp, colors, config = ctx.q, ctx.cmp, ctx.colors, ctx.run.config
     figs = []
     if config.get("policies"):
+        # a policy this environment cannot build has no curve to draw: the others do
+        unresolved = _unresolved(ctx.run.policies)
+        drawn = {"policies": {n: t for n, t in ctx.run.policies.items() if n not in unresolved}}
+
         def _rec(ax):
-            d = plots.recency_curve_data(config, max_age=_max_age(config, q))
+            d = plots.recency_curve_data(drawn, max_age=_max_age(config, q))
             plots.plot_recency_curves(d, ax, colors)
         figs.append(_draw(
             "recency_curves", "Recency curves over the same ages",
             "The multiplier each policy applies to a never-used note as it ages, over the "
             "same ages for every policy (the legend gives the values at 30, 180 and 365 "
-            "days).", _rec))
+            "days)." + "".join(f" Not drawn: '{n}', {why}." for n, why in unresolved.items()),
+            _rec))
     if len(ctx.policies) > 1 and len(cmp.tests):
         # at most ~40 bars: with many policies, fewer metrics per policy
         per = max(1, 40 // (len(ctx.policies) - 1))
@@ -766,15 +863,18 @@ def _query_figures(ctx: _Context) -> list[ReportFigure]:
         if metric in q and np.isfinite(q[metric].to_numpy(float)).any():
             figs.append(_draw(
                 f"distribution_{metric}", f"Distribution of {metric} over queries",
-                f"Empirical CDF of the per-query {metric} (dashed: the mean).",
+                f"Empirical CDF of the per-query {metric}{ctx.at_focus} (dashed: the "
+                "mean).",
                 lambda ax, m=metric: plots.plot_distribution(
                     plots.distribution_data(q, m, focus), ax, colors)))
     for metric in ("recall", "stale_rate"):
         if metric in q and np.isfinite(q[metric].to_numpy(float)).any() and ctx.span > 0:
             figs.append(_draw(
                 f"over_time_{metric}", f"{metric} over time",
-                f"{metric} averaged over {window:g}-day windows of simulated time; the "
-                "band spans the replicates.",
+                f"{metric}{ctx.at_focus} averaged over {window:g}-day windows of simulated "
+                "time, each marked at the middle of the part of it the queries span (a "
+                "first or last window the run covers in part is drawn within it); the band "
+                "spans the replicates.",
                 lambda ax, m=metric: plots.plot_over_time(
                     plots.over_time_data(q, m, window, focus), ax, colors)))
     return figs
@@ -796,26 +896,31 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
             return conc
         figs.append(_draw(
             "feedback_top_share", "Feedback loop: share taken by the most-used notes",
-            f"For each {window:g}-day window, the share of packed slots that went to the "
-            "10 notes packed most often before the window. Rising towards 1: the same "
-            "notes keep winning.",
+            f"For each {window:g}-day window{ctx.at_focus}, the share of packed slots that "
+            "went to the 10 notes packed most often before the window. Rising towards 1: "
+            "the same notes keep winning.",
             lambda ax: plots.plot_concentration(_conc(), ax, colors, "top_share", top=10)))
         figs.append(_draw(
             "feedback_gini", "Feedback loop: concentration of use",
-            "Gini coefficient of the cumulative number of times each note was packed "
-            "(never-packed notes of the store count as zeros).",
+            "Gini coefficient of the cumulative number of times each note was packed"
+            + ctx.at_focus + " (never-packed notes of the store count as zeros).",
             lambda ax: plots.plot_concentration(_conc(), ax, colors, "gini")))
     # replays of one stream: per-run values get no interval over the replays
     replays = ctx.cmp.replays > 0
     if arms is not None and "recall_gini" in arms and len(arms):
+        # the focus budget's, as every other single-budget figure (not the
+        # middle budget plot_run_metric would pick among several)
+        gini_arms = arms[arms["budget"] == focus] if (arms["budget"] == focus).any() else arms
+        one = "replicate" in arms and arms["replicate"].nunique() <= 1
         figs.append(_draw(
             "recall_gini", "Recall concentration at the end",
             "Gini coefficient of the recall counts over existing notes at the end of the "
-            "run (the feedback loop's lock-in), "
+            "run (the feedback loop's lock-in)" + ctx.at_focus + ", "
             + ("mean over the replays of one stream, with no interval." if replays
+               else "one replicate's value, with no interval." if one
                else "mean over replicates with its interval."),
             lambda ax: plots.plot_run_metric(
-                plots.run_metric_data(arms, "recall_gini", replays=replays), ax, colors)))
+                plots.run_metric_data(gini_arms, "recall_gini", replays=replays), ax, colors)))
     sup = plots.superseded_use_data(arms, focus, replays=replays)
     if len(sup):
         if replays:
@@ -835,7 +940,8 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
             plots.plot_superseded_use(sup, bottom, colors)
             bottom.set_title("superseded notes still used D days after")
         figs.append(_draw(
-            "superseded_use", "Wrong notes: harm and how long they keep being used",
+            "superseded_use", "Wrong notes: harm and how long they keep being used"
+            + ctx.at_focus,
             "Top: harm, the mean |gain| of stale notes packed per query. Bottom: of the "
             "notes a newer note superseded, the share whose last use came at least D days "
             "after (among those superseded at least D days before the last query); each "
@@ -849,7 +955,11 @@ def _feedback_figures(ctx: _Context) -> list[ReportFigure]:
     if store is not None and len(store) and _store_differs(store):
         figs.append(_draw(
             "store_size", "Store size over time",
-            "Live notes in the store (mean over replicates): policies that evict level off.",
+            "Live notes in the store" + ctx.at_focus + ", mean over replicates: each "
+            "replicate's size is taken at the end of every day, carried forward from its "
+            "last query (store sizes are recorded at queries, on days that differ by "
+            "replicate), and the line starts on the first day every replicate has one. "
+            "Policies that evict level off.",
             lambda ax: plots.plot_store_size(plots.store_size_data(store, focus), ax,
                                              colors)))
     return figs
@@ -1000,12 +1110,36 @@ def _sweep_meta(config: dict, manifest: dict, trials: pd.DataFrame
     return cols, labels, dirs, params
 
 
-def _g4(x: Any) -> str:
+def _fixed_column(values: pd.Series, metric: str = "", *, signed: bool = False,
+                  keep: Any = None) -> list[str]:
+    """A sweep table's column of numbers, each with the column's one number of
+    decimals (:func:`~memsim.reporting.numbers.column_decimals` from the
+    values alone, as metrics.md's "Printed decimals" says; 3 for a share
+    ``metric``), never in scientific notation; ``n/a`` for NaN.
+
+    A column that holds anything but numbers (a categorical parameter's
+    choices, booleans) is shown as written, a missing value as "". A column
+    of integers by type (an integer parameter) gets no decimals. ``keep`` (a
+    boolean mask) leaves the rows where it is False empty, and out of the
+    choice of decimals.
+    """
+    values = pd.Series(values).reset_index(drop=True)
+    keep = np.ones(len(values), bool) if keep is None else np.asarray(keep, bool)
+    if pd.api.types.is_bool_dtype(values.dtype) or not (
+            pd.api.types.is_numeric_dtype(values.dtype)
+            or pd.to_numeric(values, errors="coerce").notna().eq(values.notna()).all()):
+        return ["" if not k or _isnan(x) else str(x) for x, k in zip(values, keep)]
+    v = pd.to_numeric(values, errors="coerce").to_numpy(float)
+    dec = 0 if pd.api.types.is_integer_dtype(values.dtype) else \
+        column_decimals(metric.split("@")[0], v[keep & np.isfinite(v)])
+    return [format_fixed(x, dec=dec, signed=signed) if k else "" for x, k in zip(v, keep)]
+
+
+def _isnan(x: Any) -> bool:
     try:
-        v = float(x)
+        return bool(pd.isna(x))
     except (TypeError, ValueError):
-        return str(x)
-    return "n/a" if not math.isfinite(v) else f"{v:.4g}"
+        return False
 
 
 #: Objectives that measure a cost (storage, evictions, context tokens): a
@@ -1049,9 +1183,10 @@ def _best_table(trials: pd.DataFrame, cols: list[str], labels: list[str], dirs: 
     rows = rows.loc[key.sort_values(ascending=dirs[first] != "maximize").index][:limit]
     out = pd.DataFrame({"trial": rows["number"].astype(int).to_numpy()})
     for c, lab in zip(cols, labels):
-        out[lab] = [_g4(x) for x in rows[c]]
+        out[lab] = _fixed_column(rows[c], lab)
     for p in params:
-        out[p.removeprefix("params_")] = [_g4(x) for x in rows[p]]
+        # a parameter is no metric: its decimals come from its own values
+        out[p.removeprefix("params_")] = _fixed_column(rows[p])
     return out
 
 
@@ -1068,13 +1203,14 @@ def _robustness_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
     keep = [c for c in ("number", "role", "check", "variant", "replicates") if c in rob]
     part = rob[keep].astype(object)
     out = part.where(part.notna(), "").rename(columns={"number": "trial"})
+    checks = rob["check"].to_numpy() if "check" in rob else np.array([""] * len(rob))
     for lab in labels:
         if f"values_{lab}" in rob:
-            out[lab] = [_g4(x) for x in rob[f"values_{lab}"]]
+            out[lab] = _fixed_column(rob[f"values_{lab}"], lab)
         if f"change_{lab}" in rob:
-            out[f"change of {lab}"] = [
-                "" if c == "sweep" else ("n/a" if not np.isfinite(x) else f"{x:+.3g}")
-                for c, x in zip(rob.get("check", [""] * len(rob)), rob[f"change_{lab}"])]
+            # the sweep's own rows are what the others change from: left empty
+            out[f"change of {lab}"] = _fixed_column(rob[f"change_{lab}"], lab, signed=True,
+                                                    keep=checks != "sweep")
     return out
 
 
@@ -1101,10 +1237,13 @@ def _paired_table(path: Path, labels: list[str]) -> pd.DataFrame | None:
         cols = [f"diff_{lab}", f"diff_ci_low_{lab}", f"diff_ci_high_{lab}", f"verdict_{lab}"]
         if not all(c in rob for c in cols):
             continue
+        d, lo, hi = (pd.to_numeric(rob[c], errors="coerce").to_numpy(float)
+                     for c in cols[:3])
+        # one number of decimals for the column, from the widths of its
+        # intervals (metrics.md, "Printed decimals")
+        dec = column_decimals(lab.split("@")[0], d, lo, hi)
         out[f"{lab}: best - preset [95% CI]"] = [
-            "n/a" if not np.isfinite(d) else
-            f"{d:+.3g}" + ("" if not np.isfinite(lo) else f" [{lo:+.3g}, {hi:+.3g}]")
-            for d, lo, hi in zip(rob[cols[0]], rob[cols[1]], rob[cols[2]])]
+            format_fixed(a, b, c, dec, signed=True) for a, b, c in zip(d, lo, hi)]
         out[f"{lab}: verdict"] = rob[cols[3]].fillna("").astype(str).to_numpy()
         over = rob.get(f"ci_over_{lab}")
         if over is not None and over.isin(["queries", "stream"]).any():
@@ -1122,17 +1261,28 @@ def _plateau_items(path: Path) -> list[Any]:
     if len(pl) == 0 or not need <= set(pl.columns):
         return []
 
+    rows = [r for _, r in pl.iterrows()]
+    decs = _plateau_decimals(pl)
+
+    def number(x, dec: int) -> str:
+        v = pd.to_numeric(pd.Series([x]), errors="coerce").iloc[0]
+        return str(x) if pd.isna(v) and not _isnan(x) else format_fixed(v, dec=dec)
+
+    def dec_of(r) -> int:  # a row without a parameter name: its own decimals
+        return decs[r["param"]] if r["param"] in decs else column_decimals(
+            "", [pd.to_numeric(r["best"], errors="coerce")], [r["low"]], [r["high"]])
+
     def plateau_of(r) -> str:
         if isinstance(r.get("choices"), str) and r["choices"].startswith("["):
             return r["choices"].strip("[]")  # a JSON list: its values as written
         if not (np.isfinite(r["low"]) and np.isfinite(r["high"])):
             return "not measured"
-        return f"[{_g4(r['low'])}, {_g4(r['high'])}]"
+        return f"[{number(r['low'], dec_of(r))}, {number(r['high'], dec_of(r))}]"
 
-    rows = [r for _, r in pl.iterrows()]
     table = pd.DataFrame({
         "objective": [r["objective"] for r in rows], "parameter": [r["param"] for r in rows],
-        "best": [_g4(r["best"]) for r in rows], "plateau": [plateau_of(r) for r in rows],
+        "best": [number(r["best"], dec_of(r)) for r in rows],
+        "plateau": [plateau_of(r) for r in rows],
         "trials on it": [f"{int(r['n_plateau'])} of {int(r['n_trials'])}"
                          if np.isfinite(r.get("n_plateau", np.nan)) else "" for r in rows],
         "edge": ["WARNING: " + str(r.get("edge", "")) if bool(r["edge_warning"]) else ""
@@ -1150,6 +1300,26 @@ def _plateau_items(path: Path) -> list[Any]:
              if bool(r["edge_warning"]) and isinstance(r.get("warning"), str)]
     items += [("warn", w) for w in warns]
     return items
+
+
+def _plateau_decimals(pl: pd.DataFrame) -> dict[Any, int]:
+    """Decimals of each parameter in the plateau table: its rows are
+    parameters of different units (a half-life in days, a floor in [0, 1]),
+    so no one number of decimals fits the column; each parameter gets one,
+    the same for its best value and its plateau on every objective, chosen as
+    metrics.md's "Printed decimals" chooses a column's: from the plateau's
+    width (:func:`~memsim.reporting.numbers.column_decimals`, the best value
+    as the mean and the plateau as its interval). An integer parameter
+    (``type`` int) gets none."""
+    out: dict[Any, int] = {}
+    for param, g in pl.groupby("param", sort=False):
+        if "type" in g and (g["type"].astype(str) == "int").all():
+            out[param] = 0
+            continue
+        best, low, high = (pd.to_numeric(g[c], errors="coerce").to_numpy(float)
+                           for c in ("best", "low", "high"))
+        out[param] = column_decimals("", best, low, high)
+    return out
 
 
 def _draw_fig(name: str, title: str, caption: str, draw: Callable[[Any], Any],

@@ -345,7 +345,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 #: the manifest's keys its readers take apart, and their JSON types
 _MANIFEST_SHAPES = {"status": str, "versions": dict, "timings_s": dict, "argv": list,
-                    "name": str, "config_hash": str, "error": str}
+                    "name": str, "config_hash": str, "error": str, "sweep": dict}
 _JSON_NAMES = {str: "string", dict: "object", list: "array"}
 
 #: the tables of a resolved config (``memsim.runs.config.TOP_LEVEL``, which
