@@ -350,3 +350,16 @@ def test_one_replicate_per_run_caption_says_what_is_shown():
     ax = Figure().add_subplot()
     fig.draw(ax)
     assert "95% CI" not in ax.get_title()
+
+
+def test_the_per_run_tables_intervals_stay_within_the_measures_values():
+    """Two replicates: recall_gini 0.745 [0.122, 1.368] and a superseded share
+    above 1 were printed."""
+    arms = pd.DataFrame({"replicate": [0, 1], "policy": "a", "budget": 1500,
+                         "recall_gini": [0.696, 0.794], "evicted_notes": [10, 3000],
+                         "superseded_notes": [4, 5], "superseded_used_7d": [0.9, 1.0]})
+    g = plots.run_metric_data(arms, "recall_gini").iloc[0]
+    assert g["ci_method"] == "t" and 0.12 < g["ci_low"] and g["ci_high"] == 1.0
+    assert plots.run_metric_data(arms, "evicted_notes").iloc[0]["ci_low"] == 0.0
+    sup = plots.superseded_use_data(arms, 1500)
+    assert (sup["ci_high"] <= 1.0).all() and (sup["ci_low"] >= 0.0).all()

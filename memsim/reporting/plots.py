@@ -740,7 +740,7 @@ def run_metric_data(arms: pd.DataFrame, metric: str = "recall_gini",
     if arms is not None and metric in arms.columns:
         for (pol, bud), g in arms.groupby(["policy", "budget"], sort=False):
             m, lo, hi, n, over, method = run_metric_ci(g[metric].to_numpy(float), level,
-                                                       replays=replays)
+                                                       replays=replays, metric=metric)
             rows.append((pol, bud, metric, m, lo, hi, n, method, over))
     return pd.DataFrame(rows, columns=["policy", "budget", "metric", "mean", "ci_low", "ci_high",
                                        "n", "ci_method", "ci_over"])
@@ -926,7 +926,7 @@ def superseded_use_data(arms: pd.DataFrame, budget: Any = None,
             v = g[c].to_numpy(float)
             if not np.isfinite(v).any():
                 continue
-            m, lo, hi, n, over, _ = run_metric_ci(v, level, replays=replays)
+            m, lo, hi, n, over, _ = run_metric_ci(v, level, replays=replays, metric=c)
             rows.append((pol, budget, d, m, lo, hi, n, over))
     return pd.DataFrame(rows, columns=cols)
 
