@@ -33,7 +33,11 @@ must name a value of the resolved experiment (``memsim sweep`` refuses a key
 that would silently add a new policy), its range must build a valid
 experiment at both ends, and the experiment's own value must lie in the
 range, because it is trial 0. A categorical needs at least two distinct
-choices.
+choices (strings, numbers or booleans, kept with their TOML type in every
+output). With ``sampler = "grid"`` every combination is built too (up to
+:data:`~memsim.sweep.space.GRID_CHECK_MAX`), and a point whose trial fails
+when it runs is reported and never run again (the grid is used up once every
+point was tried).
 
 What a trial is
 ---------------
@@ -138,15 +142,22 @@ with the same ``--storage postgresql://...`` and ``--study``, joins the
 study; each machine writes its own run folder and, once the study is
 complete, the same outputs.
 
-Reproducibility: with one worker on a fresh study, the sampler is seeded
-with ``seed`` and the whole sweep (the parameters sampled, the values, the
-outputs) is reproducible. With several workers, or on resume, the order in
-which trials finish depends on timing, so the set of parameters sampled is
-not reproducible (each extra worker seeds its sampler from ``seed``, its host
-and its pid so that workers do not propose the same points); what still
-holds is that each trial's value is a deterministic function of its
-parameters (same seeds, same code path), so any trial can be re-run exactly
-from ``best.toml`` or its row of ``trials.csv``.
+Reproducibility: with one worker, a session seeds its sampler from
+``seed`` and the study (:func:`~memsim.sweep.study.session_seed`): ``seed``
+itself while the study has no COMPLETE or PRUNED trial, so one session on a
+fresh study (or on one stopped before its first trial ended) is
+reproducible, the parameters sampled, the values and the outputs; after
+that, a seed derived from ``seed`` and the number of those trials, so the
+same folder resumed the same way samples the same trials, in any process.
+A sweep done in several sessions does not sample what one session of as many
+trials does. The grid's order and the QMC sampler's scrambled sequence come
+from ``seed`` alone and continue across sessions and workers. With several
+workers the order in which trials finish depends on timing, so the set of
+parameters sampled is not reproducible (each worker seeds its sampler from
+``seed``, its host and its pid so that workers do not propose the same
+points); what still holds is that each trial's value is a deterministic
+function of its parameters (same seeds, same code path), so any trial can be
+re-run exactly from ``best.toml`` or its row of ``trials.csv``.
 
 Outputs (``<run>/sweep/``)
 --------------------------

@@ -466,7 +466,9 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: 
     # number, as the sweep picks it
     best = best_row([sign * vals, *(ties or [])])
     bval = done[p.key].iloc[best]
-    row["best"] = float(bval) if numeric and bval is not None else bval
+    # a categorical's best is the choice itself (its TOML type), not the
+    # numpy scalar a table column holds
+    row["best"] = (float(bval) if bval is not None else bval) if numeric else p.as_choice(bval)
     notes = []
     if numeric:
         row["position"] = range_position(p, bval)
@@ -509,7 +511,10 @@ def _row(done: pd.DataFrame, lab: str, sign: float, vcol: str, p: ParamSpec, R: 
         elif reach:
             notes.append(f"the plateau reaches the {reach[0]} {edge:.0%} of the range")
     else:
-        seen = {json.dumps(v) for v in pv if v is not None}
+        # the column holds numpy scalars (int64, bool_), which json cannot
+        # write: each value is mapped back to the choice it is, by value and
+        # kind (a bool is no int), so the list keeps the choices' TOML types
+        seen = {json.dumps(c) for c in map(p.as_choice, pv) if c is not None}
         row["choices"] = json.dumps([c for c in p.choices if json.dumps(c) in seen])
     row["note"] = "; ".join(notes)
     return row
@@ -534,8 +539,10 @@ def undetermined(plateau: pd.DataFrame) -> pd.DataFrame:
     and wider than the limit."""
     if plateau is None or not len(plateau):
         return plateau
-    det = plateau["determined"]
-    return plateau[det.notna() & ~det.fillna(True).astype(bool)]
+    # (all NaN, a float column, when every parameter is categorical: no
+    # fillna with a bool, which pandas refuses to put in a float column)
+    wide = [pd.notna(v) and not bool(v) for v in plateau["determined"]]
+    return plateau[np.array(wide, dtype=bool)]
 
 
 # Over 80 lines only through its docstring, which states the rule exactly.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from memsim.runs.config import (Experiment, attribute_overrides, check_overrides
                            load_experiment, parse_override)
 from memsim.core.errors import ConfigError, MemsimError, SweepWarning
 from memsim.core.machine import default_jobs
+from memsim.core.paths import file_in_the_way
 from memsim.reporting.report import build_report
 from memsim.reporting.rundir import new_run_dir, write_atomic
 from memsim.runs.runner import experiment_manifest
@@ -45,9 +47,10 @@ from .plateau import grow_plateau
 from .resume import (config_header, load_resume_dir, locate_run_dir, prior_manifest,
                      resume_storage, study_identity, write_ident)
 from .robustness import robustness_candidates, robustness_check, robustness_replays
-from .space import SweepSpec
+from .space import SweepSpec, format_value, grid_size
 from .storage import mask_url, recorded_storage, normalise_storage, open_storage
-from .study import count_complete, open_study
+from .study import (check_study, count_complete, grid_points, open_study, require_sampler,
+                    session_seed)
 from .workers import run_workers, run_worker, WorkerJob
 
 
@@ -136,6 +139,7 @@ def run_sweep(exp_or_path: Experiment | str | Path | None, *, trials: int | None
             # an earlier session's tables describe the study before this one changes it
             clear_outputs(plan.run_dir)
         study, n_done = _run_trials(plan, progress, timings)
+        notes = notes + _more_than_asked(study, spec, n_done) + _grid_notes(study, spec)
         result = _finish(study, exp, spec, plan.run_dir, timings, quiet, plots,
                          jobs=plan.workers, progress=progress)
         result.notes = notes
@@ -223,6 +227,8 @@ def _load_sweep(exp_or_path: Experiment | str | Path | None, overrides, trials: 
         table = {k: v for k, v in table.items() if k != "trials"}
     try:
         spec = SweepSpec.from_config(table, exp)
+        # an optional sampler package, before any folder or study exists
+        require_sampler(spec)
     except ConfigError as exc:  # name the file, the option or the --set that caused a mistake
         raise _attribute_sweep_error(exc, ov, options or {}, exp.source_file) from None
     if trials is not None:
@@ -242,6 +248,7 @@ def _attribute_sweep_error(exc: ConfigError, overrides: dict, options: dict,
     option (``--batch: ...``) for a key the options set, else the file (with
     the ``--set`` that set the key, if one did)."""
     exc = attribute_overrides(exc, overrides)
+    exc = exc.with_messages([_attribute_related(m, overrides) for m in exc.errors])
     messages = []
     for m in exc.errors:
         key = m.split(":", 1)[0]
@@ -251,6 +258,33 @@ def _attribute_sweep_error(exc: ConfigError, overrides: dict, options: dict,
         else:
             messages.append(f"{source_file}: {m}" if source_file else m)
     return exc.with_messages(messages)
+
+
+#: A parameter entry's mistake reported at one field (``.low``, ``.step``)
+#: that other fields make as much: (words of the message, those fields).
+_RELATED_FIELDS = (("a log-scale range needs low > 0", ("log",)),
+                   ("is not a multiple of step", ("low", "high")))
+_ENTRY_FIELD = re.compile(r'^(sweep\.params\."(?:[^"\\]|\\.)*")\.(\w+): ')
+
+
+def _attribute_related(message: str, overrides: dict) -> str:
+    """``message`` ending in ``(from --set ...)`` when a ``--set`` set a field
+    of the same ``[sweep.params]`` entry that the mistake is as much about:
+    ``--set '...".log=true'`` on a range from 0 is reported at ``.low``."""
+    m = _ENTRY_FIELD.match(message)
+    if m is None or not overrides:
+        return message
+    fields = [f for words, fs in _RELATED_FIELDS if words in message for f in fs]
+    for field_ in fields:
+        probe = f"{m.group(1)}.{field_}: x"
+        for key, value in overrides.items():  # one at a time: each its own text
+            got = attribute_overrides(ConfigError(probe), {key: value}).errors[0]
+            text = got[len(probe):].removeprefix(" (from ").removesuffix(")")
+            if not text or text in message:
+                continue
+            message = (f"{message[:-1]}, {text})" if message.endswith(")") and
+                       "(from --set " in message else f"{message} (from {text})")
+    return message
 
 
 def _place(exp: Experiment, spec: SweepSpec, hash8: str, study_name: str,
@@ -267,10 +301,19 @@ def _place(exp: Experiment, spec: SweepSpec, hash8: str, study_name: str,
     if storage is None and run_dir is None and out is None and workers > 1:
         raise ConfigError("--workers: several workers need a storage they share; pass --storage "
                           "or an output folder")
+    if run_dir is None and out is not None:
+        # a file in the way of --out, found before the storage is opened
+        # (opening a journal writes its file)
+        blocked = file_in_the_way(Path(out))
+        if blocked is not None:
+            raise ConfigError(f"--out {out}: cannot create a run folder there: {blocked} is a "
+                              "file")
     storage_obj = None
     if storage is not None:
         storage_spec = normalise_storage(storage, run_dir)
         storage_obj = open_storage(storage_spec)
+        # a --study of another sweep in that storage: refused before any folder exists
+        check_study(storage_obj, study_name, spec, hash8)
     if run_dir is None and out is not None:
         try:
             run_dir = new_run_dir(Path(out), exp.name, hash8)
@@ -326,13 +369,14 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
     """
     exp, spec, workers = plan.exp, plan.spec, plan.workers
     storage_obj = plan.storage if plan.storage is not None else open_storage(plan.storage_spec)
-    study, fresh = open_study(storage_obj, plan.study_name, exp, spec, plan.hash8)
+    study, _ = open_study(storage_obj, plan.study_name, exp, spec, plan.hash8)
     n_before = count_complete(study)
     t0 = time.perf_counter()
     job = WorkerJob(config=exp.to_config(), base_dir=str(exp.base_dir),
                      source_file=exp.source_file, storage=plan.storage_spec,
                      study_name=plan.study_name, trials=spec.trials,
-                     seed=spec.seed if (workers == 1 and fresh) else None, workers=workers)
+                     seed=session_seed(spec.seed, study) if workers == 1 else None,
+                     workers=workers)
     try:
         if workers == 1:
             run_worker(job, exp=exp, spec=spec, storage=storage_obj, progress=progress)
@@ -341,15 +385,73 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
         timings["trials"] = time.perf_counter() - t0
         n_after = count_complete(study)
         if n_after < spec.trials:
-            raise MemsimError(f"sweep: the study has {n_after} of {spec.trials} COMPLETE "
-                              "trials (workers stopped early); run the same command again "
-                              "to resume")
+            _check_grid_done(study, spec, n_after)
     except BaseException as exc:
         # what this session completed before it stopped, for its manifest entry
         with contextlib.suppress(Exception):
             exc.trials_completed = count_complete(study) - n_before
         raise
     return study, n_after - n_before
+
+
+def _more_than_asked(study, spec: SweepSpec, n_done: int) -> list[str]:
+    """A note when the study already had more COMPLETE trials than asked
+    (``--trials`` lowered): no trial ran, and the outputs cover them all."""
+    n = count_complete(study)
+    if n_done or n <= spec.trials:
+        return []
+    return [f"the study already has {n} COMPLETE trials, more than the {spec.trials} asked "
+            f"(sweep.trials or --trials): no trial ran, and the outputs cover all {n}"]
+
+
+def _check_grid_done(study, spec: SweepSpec, n_complete: int) -> None:
+    """Accept a study with fewer than ``trials`` COMPLETE trials only when it
+    is a grid whose every point was tried once and some failed (they are
+    reported: :func:`_grid_notes`); otherwise the workers stopped early."""
+    if spec.sampler == "grid":
+        tried, failed = grid_points(study, spec)
+        if failed and len(tried) >= grid_size(spec):
+            if n_complete == 0:
+                t = next(iter(failed.values()))
+                raise MemsimError(f"sweep: every point of the grid failed; the first, trial "
+                                  f"{t.number} ({_point_text(t.params)}): {_trial_error(t)}")
+            return
+    raise MemsimError(f"sweep: the study has {n_complete} of {spec.trials} COMPLETE "
+                      "trials (workers stopped early); run the same command again "
+                      "to resume")
+
+
+def _grid_notes(study, spec: SweepSpec) -> list[str]:
+    """The failed points of a grid sweep, for the summary (a note each) and
+    a warning when the grid ended with fewer COMPLETE trials than asked."""
+    if spec.sampler != "grid":
+        return []
+    _, failed = grid_points(study, spec)
+    if not failed:
+        return []
+    notes = [f"grid point {_point_text(t.params)} failed (trial {t.number}: "
+             f"{_trial_error(t)}) and is not run again"
+             for t in sorted(failed.values(), key=lambda t: t.number)]
+    n_complete = count_complete(study)
+    if n_complete < spec.trials:
+        msg = (f"sweep.trials: the grid ended with {n_complete} COMPLETE trials of the "
+               f"{spec.trials} asked: {len(failed)} of its {grid_size(spec)} points failed "
+               "(each point runs once; see trials.csv)")
+        # stacklevel 3: the caller of run_sweep, whose call the warning is about
+        warnings.warn(f"memsim sweep: {msg}", SweepWarning, stacklevel=3)
+        notes.insert(0, msg)
+    return notes
+
+
+def _point_text(params: dict) -> str:
+    """A trial's parameters as ``key = value, ...``."""
+    return ", ".join(f"{k} = {format_value(v)}" for k, v in params.items())
+
+
+def _trial_error(t) -> str:
+    """Why a FAIL trial failed, as its user attributes say."""
+    why = t.user_attrs.get("error") or t.user_attrs.get("failed_reason") or "failed"
+    return " ".join(str(why).split())[:200]
 
 
 def _finish(study, exp: Experiment, spec: SweepSpec, run_dir: Path | None,

@@ -14,6 +14,7 @@ runner, so validating a sweep (``memsim audit`` does) stays cheap.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -59,6 +60,25 @@ _ROBUSTNESS_FIELDS = ("replicates", "variants")
 #: that make trials comparable, or the identity of the run.
 _FROZEN_KEYS = ("experiment.seed", "experiment.replicates", "experiment.name",
                 "experiment.budgets", "experiment.baseline", "experiment.description")
+
+
+#: Why a robustness variant may not set a key of :data:`_FROZEN_KEYS`: a
+#: variant re-runs the winners on the check's own replicates (the fresh seeds,
+#: else the sweep's) under a changed workload or component.
+_VARIANT_FROZEN = {
+    "experiment.seed": "it would change every replicate's stream, and a variant compares the "
+                       "winners on the same seeds under a harder workload; fresh seeds are "
+                       "[sweep.robustness] replicates",
+    "experiment.replicates": "a variant runs on the robustness check's replicates whatever "
+                             "it says, so it would change nothing; set [sweep.robustness] "
+                             "replicates instead",
+}
+_VARIANT_IDENTITY = ("it names the experiment or what it reports, not the workload the "
+                     "winners are tested on")
+#: Most combinations of a grid that :meth:`SweepSpec.check_against` builds
+#: one by one; a larger grid has each parameter's values checked alone, and
+#: a point that fails when it runs is reported, never run again.
+GRID_CHECK_MAX = 5000
 
 
 def _is_number(v: Any) -> bool:
@@ -193,6 +213,26 @@ class ParamSpec:
             n = (value - self.low) / self.step
             return abs(n - round(n)) <= 1e-9 * max(1.0, abs(n))
         return True
+
+    def as_choice(self, value: Any) -> Any:
+        """The choice of a categorical that ``value`` stands for, with its
+        TOML type, or None when it is none.
+
+        Values read back from a table are not the choices themselves: pandas
+        gives numpy scalars (``numpy.int64``, ``numpy.bool_``), and an integer
+        column with a missing value turns into floats (``5.0``). A boolean
+        matches only a boolean (``true`` is not the choice ``1``); a number
+        matches a number of equal value.
+        """
+        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+            value = value.item()  # numpy scalar -> its Python value
+        for c in self.choices:
+            if type(c) is type(value) and c == value:
+                return c
+        for c in self.choices:
+            if _is_number(c) and _is_number(value) and c == value:
+                return c
+        return None
 
     def grid(self) -> list | None:
         """Every point of the distribution, or None when it is continuous."""
@@ -543,6 +583,8 @@ class SweepSpec:
                     f"{w}: the experiment's own value {format_value(own_v)} is outside the search "
                     f"space {describe_space(p)}; trial 0 runs the experiment as it is, so widen the "
                     "range or change the experiment")
+        if self.sampler == "grid":
+            self._check_grid_points(exp, where)
         for i, (_name, ov) in enumerate(self.robustness.variants):
             vw = f"{where}.robustness.variants[{i}]"
             for key in ov:
@@ -552,10 +594,37 @@ class SweepSpec:
                 if key in self.keys:
                     raise ConfigError(f"{vw}.{key}: is a swept parameter; a variant changes "
                                       "what the parameters are tested on, not the parameters")
+                if key in _FROZEN_KEYS:
+                    raise ConfigError(f"{vw}.{key}: a variant cannot set it: "
+                                      f"{_VARIANT_FROZEN.get(key, _VARIANT_IDENTITY)}")
             try:
                 exp.with_overrides(ov)
             except ConfigError as exc:
                 raise ConfigError(f"{vw}: {exc}") from None
+
+    def _check_grid_points(self, exp: Experiment, where: str) -> None:
+        """Build every point of a grid sweep (up to :data:`GRID_CHECK_MAX`).
+
+        Each value alone builds (:meth:`check_against`), but a combination
+        may not: a categorical that switches a component's kind and a
+        parameter the other kind lacks (``exp-rate`` has no
+        ``half_life_days``). A grid runs each point once, so such a point
+        would only fail; it is refused here, naming the combination, before
+        any trial.
+        """
+        if len(self.params) < 2 or grid_size(self) > GRID_CHECK_MAX:
+            return
+        keys = self.keys
+        for point in itertools.product(*(p.grid() for p in self.params)):
+            try:
+                apply_params(exp, dict(zip(keys, point)))
+            except ConfigError as exc:
+                combo = ", ".join(f"{k} = {format_value(v)}" for k, v in zip(keys, point))
+                raise ConfigError(
+                    f"{where}.params: the grid point {combo} does not give a valid experiment: "
+                    f"{'; '.join(exc.errors)}; a grid runs every combination of its values, so sweep "
+                    "what only one kind has in a sweep of its own"
+                ) from None
 
     def own_params(self, exp: Experiment) -> dict[str, Any]:
         """The experiment's own value of every swept key (trial 0)."""
@@ -667,7 +736,10 @@ def _variant(v: Any, vw: str) -> tuple[str, dict[str, Any]]:
     flat = _flatten(v, vw)
     if not flat:
         raise ConfigError(f"{vw}: names no override")
-    name = name or ", ".join(f"{k}={format_value(x)}" for k, x in flat.items())
+    # (a bool as Python writes it, as before format_value wrote TOML's
+    # true: the name is part of the sweep's identity, which must not move)
+    name = name or ", ".join(f"{k}={x if isinstance(x, bool) else format_value(x)}"
+                             for k, x in flat.items())
     return name, flat
 
 
@@ -688,7 +760,7 @@ def _objectives(raw: Any, exp: Experiment | None, where: str) -> tuple[Objective
         raw = [raw]
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where}: expected a list of {{ metric = \"...\", direction = "
-                          "\"maximize\" }} tables")
+                          "\"maximize\" } tables")
     policies = list(exp.policies) if exp is not None else []
     budgets = list(exp.settings.budgets) if exp is not None else []
     out = []
@@ -765,6 +837,10 @@ def _lookup(table: dict, key: str) -> tuple[bool, Any]:
 
 def format_value(v: Any) -> str:
     """A value as messages and file comments show it (strings quoted)."""
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()  # a numpy scalar from a table: shown as its Python value
+    if isinstance(v, bool):  # as TOML writes it (a choice of a categorical)
+        return "true" if v else "false"
     if isinstance(v, float):
         return f"{v:g}"
     return json.dumps(v) if isinstance(v, str) else str(v)

@@ -6,7 +6,9 @@ The default storage is an Optuna journal file inside the run folder
 on one machine can share. ``--storage`` also takes Optuna's RDB URLs
 (``sqlite:///file.db``, a relative path made absolute;
 ``postgresql://user:pw@host/db``) or ``journal:PATH`` (a new file or an
-Optuna journal: any other file is refused, never rewritten).
+Optuna journal: any other file is refused, never rewritten; its folder must
+exist). An in-memory SQLite database (``sqlite:///:memory:``,
+``sqlite://``) is refused: no other process could open the study.
 An RDB storage runs Optuna's heartbeat (every :data:`HEARTBEAT_S` s, stale
 after :data:`GRACE_S` s), which fails and retries the trials of dead workers
 on any machine.
@@ -65,12 +67,32 @@ def normalise_storage(storage: str | None, run_dir: Path | None) -> str:
     if storage.startswith("journal:"):
         return _journal_spec(Path(storage[len("journal:"):]).expanduser(), storage)
     if re.match(r"^(sqlite|postgresql|postgres|mysql)(\+\w+)?://", storage):
+        _refuse_memory_sqlite(storage)
         return absolute_sqlite(storage)
     hint = (f" (a journal file: journal:{storage})"
             if storage.endswith((".log", ".jsonl", ".journal")) else "")
     raise ConfigError(f"--storage: {mask_url(storage)!r} is not a storage URL; expected "
                       "sqlite:///FILE.db, postgresql://USER:PASSWORD@HOST/DB or "
                       f"journal:FILE.log{hint}")
+
+
+def _refuse_memory_sqlite(url: str) -> None:
+    """Refuse a SQLite URL without a file (``sqlite://``, ``sqlite:///``,
+    ``sqlite:///:memory:``, ``mode=memory``): its database lives in one
+    connection of one process, so the run folder would record a study no
+    resume, no other worker and no later session can open (each connection
+    even sees a database of its own)."""
+    m = re.match(r"^sqlite(?:\+\w+)?://(.*)$", url)
+    if m is None:
+        return
+    rest = m.group(1)
+    path = rest[1:] if rest.startswith("/") else rest
+    path = path.split("?", 1)[0]
+    if not path or path == ":memory:" or path.startswith("file::memory:") or \
+            "mode=memory" in rest:
+        raise ConfigError(f"--storage: {url} is an in-memory SQLite database, which lives in "
+                          "one process only: no resume or other worker could open the study; "
+                          "give a file: sqlite:///FILE.db")
 
 
 def absolute_sqlite(spec: str) -> str:
@@ -98,6 +120,11 @@ def _journal_spec(path: Path, given: str) -> str:
     parent = file_in_the_way(path.absolute().parent)
     if parent is not None:
         raise ConfigError(f"--storage {given}: {parent} is a file, not a folder")
+    if not path.absolute().parent.is_dir():
+        # as for sqlite:///DIR/FILE.db: a mistyped folder is said, not made
+        # (journal:/nonexistent/x.log would create /nonexistent)
+        raise ConfigError(f"--storage {given}: the folder {path.absolute().parent} does not "
+                          "exist; create it first, or give a journal file in an existing folder")
     return f"journal:{path.resolve()}"
 
 
@@ -125,7 +152,14 @@ def open_storage(spec: str):
         return optuna.storages.InMemoryStorage()
     if spec.startswith("journal:"):
         path = Path(spec[len("journal:"):])
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # the run folder's own sweep/ for the default journal; a journal of
+        # the user's lies in a folder that exists (_journal_spec), and a
+        # missing one is never made with its parents (a typo at /)
+        try:
+            path.parent.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--storage journal:{path}: cannot create {path.parent}: "
+                              f"{exc.strerror or exc}") from None
         repair_journal(path)
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     if re.match(r"^postgres(ql)?://", spec):

@@ -13,9 +13,11 @@ Optuna's experimental features that memsim uses on purpose off the console.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import warnings
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
@@ -76,6 +78,29 @@ class _GridSampler(optuna.samplers.GridSampler):
                 return i
         return None
 
+    def _get_unvisited_grid_ids(self, study) -> list[int]:
+        """Optuna's rule (a point is visited once a trial of it finished, and
+        the running ones are taken last), except that a trial that gave its
+        point up is no visit: one that stepped aside as surplus, or one
+        interrupted and enqueued again (its retry holds the point; a retry
+        waiting to run counts as running). A point whose trial failed on its
+        own stays visited: it is not run again (:func:`grid_points`)."""
+        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        given_up = given_up_trials(trials)
+        visited, running = set(), set()
+        for t in trials:
+            if "grid_id" not in t.system_attrs or t.number in given_up or \
+                    not self._same_search_space(t.system_attrs.get("search_space", {})):
+                continue
+            if t.state == TrialState.FAIL and any(k not in t.params for k in self._param_names):
+                continue  # failed before its point was set: it tried nothing (grid_points)
+            if t.state.is_finished():
+                visited.add(t.system_attrs["grid_id"])
+            else:
+                running.add(t.system_attrs["grid_id"])
+        every = set(range(self._n_min_trials))
+        return list(every - visited - running or every - visited)
+
     def before_trial(self, study, trial) -> None:
         fixed = trial.system_attrs.get("fixed_params")
         if fixed is not None and "grid_id" not in trial.system_attrs:
@@ -98,26 +123,124 @@ def _same_value(a, b) -> bool:
     return False
 
 
+def given_up_trials(trials) -> set[int]:
+    """Numbers of the FAIL trials that gave their parameters back: a surplus
+    trial (it stepped aside, :meth:`memsim.sweep.workers._TrialBatch._ask`)
+    and one enqueued again after an interrupt or a dead worker (its number is
+    in a later trial's ``retry_history``)."""
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
+    return {t.number for t in trials if t.state == TrialState.FAIL
+            and (t.number in retried or t.user_attrs.get("surplus"))}
+
+
+def point_key(spec: SweepSpec, params: dict) -> tuple | None:
+    """A grid point as a hashable key (numbers compared as floats to 12
+    digits, so 0.1 + 2 * 0.1 is the point 0.3; a bool is no number), or None
+    when ``params`` lacks a swept key."""
+    if any(k not in params for k in spec.keys):
+        return None
+    out = []
+    for k in spec.keys:
+        v = params[k]
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(("number", float(f"{float(v):.12g}")))
+        else:
+            out.append((type(v).__name__, v))
+    return tuple(out)
+
+
+def grid_points(study, spec: SweepSpec) -> tuple[set, dict]:
+    """What a grid sweep has done with its points: (tried, failed).
+
+    ``tried``: the points a trial took (:func:`point_key`): COMPLETE,
+    RUNNING or WAITING, or FAIL on its own account. ``failed``: point ->
+    its FAIL trial, for the tried points none of whose trials completed.
+    A FAIL trial that gave its point back (:func:`given_up_trials`) tried
+    nothing: its retry holds the point, or another trial takes it. The grid
+    is exhausted when every point is tried; a failed point is reported, and
+    never run again (a grid runs each point once).
+    """
+    trials = study.get_trials(deepcopy=False)
+    given_up = given_up_trials(trials)
+    tried: set = set()
+    complete: set = set()
+    failed: dict = {}
+    for t in trials:
+        params = t.params or t.system_attrs.get("fixed_params") or {}
+        key = point_key(spec, params)
+        if key is None or t.number in given_up:
+            continue
+        tried.add(key)
+        if t.state == TrialState.COMPLETE:
+            complete.add(key)
+        elif t.state == TrialState.FAIL:
+            failed.setdefault(key, t)
+    return tried, {k: t for k, t in failed.items() if k not in complete}
+
+
+#: Samplers that need a package Optuna does not install, and that package.
+SAMPLER_PACKAGES = {"cmaes": "cmaes"}
+
+
+def require_sampler(spec: SweepSpec) -> None:
+    """Refuse a sampler whose optional package is missing (``cmaes`` needs
+    the ``cmaes`` package), as a mistake of ``sweep.sampler``: checked with
+    the ``[sweep]`` table, before any folder or study exists."""
+    package = SAMPLER_PACKAGES.get(spec.sampler)
+    if package is not None and not _installed(package):
+        raise ConfigError(f"sweep.sampler: {spec.sampler!r} needs the optional {package} "
+                          f"package, which is not installed (pip install {package}); or "
+                          "use another sampler (tpe, random, qmc, nsga2)")
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or half-removed install
+        return False
+
+
+def session_seed(seed: int, study) -> int:
+    """The sampler seed of a one-worker session on ``study``.
+
+    ``seed`` (``sweep.seed``) while the study has no COMPLETE or PRUNED
+    trial: a fresh study, or one stopped before its first trial ended (trial
+    0 still queued, or failed and queued again), runs as a fresh one does.
+    Otherwise a seed derived from ``seed`` and the number ``n`` of those
+    trials (``numpy.random.SeedSequence([seed, n])``), which are what the
+    samplers learn from: the same folder resumed the same way samples the
+    same trials, whichever process or machine resumes it.
+    """
+    n = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    if n == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, n]).generate_state(1)[0])
+
+
 def make_sampler(spec: SweepSpec, seed: int, first: dict | None = None):
     """The Optuna sampler named by ``spec.sampler``, seeded with ``seed``;
     the grid sampler (:class:`_GridSampler`) is seeded with ``spec.seed`` and
-    puts ``first`` (trial 0's parameters) first."""
+    puts ``first`` (trial 0's parameters) first, and the QMC sampler's
+    sequence is scrambled with ``spec.seed`` (its categorical parameters
+    are drawn with ``seed``), so that each continues its one order across
+    sessions and workers."""
     with quiet_optuna():
         if spec.sampler == "tpe":
             return optuna.samplers.TPESampler(seed=seed)
         if spec.sampler == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if spec.sampler == "qmc":
-            return optuna.samplers.QMCSampler(seed=seed, scramble=True)
+            # one scrambled sequence for the whole study: every session and
+            # worker continues it (Optuna numbers its points in the storage);
+            # another seed would start another sequence
+            return optuna.samplers.QMCSampler(
+                seed=spec.seed, scramble=True,
+                independent_sampler=optuna.samplers.RandomSampler(seed=seed))
         if spec.sampler == "nsga2":
             return optuna.samplers.NSGAIISampler(seed=seed)
         if spec.sampler == "cmaes":
-            try:
-                # optional dependency: only this sampler needs it, so look for it here
-                import cmaes  # noqa: F401
-            except ImportError:
-                raise ConfigError("sweep.sampler: 'cmaes' needs the cmaes package "
-                                  "(pip install cmaes)") from None
+            require_sampler(spec)
             return optuna.samplers.CmaEsSampler(seed=seed)
         return _GridSampler(spec, first)
 
@@ -156,18 +279,11 @@ def open_study(storage, study_name: str, exp: Experiment, spec: SweepSpec, hash8
 
     Returns (study, fresh): fresh when the study had no trial yet.
     """
-    directions = spec.directions
     with quiet_optuna():
         study = optuna.create_study(storage=storage, study_name=study_name,
-                                    directions=directions, load_if_exists=True)
-        got = [d.name.lower() for d in study.directions]
-        if got != directions:
-            raise ConfigError(f"--study {study_name}: the study exists with directions {got}, "
-                              f"this sweep has {directions}; pick another --study name")
+                                    directions=spec.directions, load_if_exists=True)
         attrs = study.user_attrs
-        if "memsim_identity" in attrs and attrs["memsim_identity"] != hash8:
-            raise ConfigError(f"--study {study_name}: the study belongs to another experiment or "
-                              "search space; pick another --study name")
+        _refuse_other_study(study_name, study.directions, attrs, spec, hash8)
         if "memsim_identity" not in attrs:
             study.set_user_attr("memsim_identity", hash8)
             study.set_user_attr("memsim_objectives", spec.labels)
@@ -177,3 +293,27 @@ def open_study(storage, study_name: str, exp: Experiment, spec: SweepSpec, hash8
             study.enqueue_trial(spec.own_params(exp), user_attrs={"origin": "experiment"},
                                 skip_if_exists=True)
     return study, fresh
+
+
+def check_study(storage, study_name: str, spec: SweepSpec, hash8: str) -> None:
+    """Refuse a study of that name in ``storage`` that belongs to another
+    sweep (other directions, or another experiment or search space), before
+    a run folder is made; a study not there yet is fine (it is created)."""
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return
+    _refuse_other_study(study_name, storage.get_study_directions(study_id),
+                        storage.get_study_user_attrs(study_id), spec, hash8)
+
+
+def _refuse_other_study(study_name: str, directions, attrs: dict, spec: SweepSpec,
+                        hash8: str) -> None:
+    """The ConfigError of a study that is not this sweep's (see :func:`check_study`)."""
+    got = [d.name.lower() for d in directions]
+    if got != spec.directions:
+        raise ConfigError(f"--study {study_name}: the study exists with directions {got}, "
+                          f"this sweep has {spec.directions}; pick another --study name")
+    if "memsim_identity" in attrs and attrs["memsim_identity"] != hash8:
+        raise ConfigError(f"--study {study_name}: the study belongs to another experiment or "
+                          "search space; pick another --study name")

@@ -28,18 +28,27 @@ modules resolve there too (the worker inherits the parent's ``sys.path``).
 The same command on another machine, with the same ``--storage
 postgresql://...`` and ``--study``, joins the study.
 
-Reproducibility: with one worker on a fresh study the sampler is seeded with
-the sweep's ``seed`` (a batch asks its trials in order, so a given batch size
-is reproducible too). Each extra worker seeds its sampler from ``seed``, its
-host and its pid (:func:`_worker_seed`) so that workers do not propose the
-same points; the order in which their trials finish depends on timing.
+Reproducibility: with one worker the sampler is seeded with
+:func:`~memsim.sweep.study.session_seed` (the sweep's ``seed`` on a study
+with no finished trial, else a seed derived from it and the number of
+COMPLETE and PRUNED trials), so a session is reproducible from the folder it
+starts on (a batch asks its trials in order, so a given batch size is
+reproducible too). With several workers each seeds its sampler from
+``seed``, its host and its pid (:func:`_worker_seed`) so that workers do not
+propose the same points; the order in which their trials finish depends on
+timing.
+
+A grid sweep runs each point once: a worker stops when every point was tried
+(:func:`~memsim.sweep.study.grid_points`: COMPLETE, running or FAIL on its
+own account), even with fewer COMPLETE trials than asked, and a trial that
+Optuna's grid sampler gives a point another trial holds (two workers racing
+for the last one) steps aside as surplus.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import math
 import multiprocessing
 import os
@@ -64,7 +73,8 @@ from .evaluate import TrialEvaluator, TrialOutcome, cache_budget
 from .liveness import host_name, reap_dead_workers, retry_trial, trial_id, worker_id
 from .space import SweepSpec, grid_size
 from .storage import open_storage
-from .study import make_pruner, make_sampler, count_complete, quiet_optuna
+from .study import (count_complete, given_up_trials, grid_points, make_pruner, make_sampler,
+                    point_key, quiet_optuna)
 
 #: Seconds a worker waits before re-checking the study when the last trials
 #: are running elsewhere.
@@ -143,8 +153,25 @@ class _TrialBatch:
                 _tell(study, trial, state=TrialState.FAIL)
                 self.open.pop()
                 break  # any later trial would be surplus too
-            params.append({p.key: p.suggest(trial) for p in self.spec.params})
+            point = {p.key: p.suggest(trial) for p in self.spec.params}
+            if self.spec.sampler == "grid" and self._taken(study, trial, point):
+                # Optuna's grid sampler re-picks a taken point once none is
+                # left (two workers racing for the last one): step aside
+                trial.set_user_attr("surplus", True)
+                _tell(study, trial, state=TrialState.FAIL)
+                self.open.pop()
+                break
+            params.append(point)
         return params
+
+    def _taken(self, study, trial, point: dict) -> bool:
+        """Whether a trial numbered below ``trial`` holds grid point ``point``
+        (the lower number keeps it, so two workers agree on who steps aside)."""
+        key = point_key(self.spec, point)
+        trials = study.get_trials(deepcopy=False)
+        given_up = given_up_trials(trials)
+        return any(point_key(self.spec, t.params or t.system_attrs.get("fixed_params") or {})
+                   == key for t in trials if t.number < trial.number and t.number not in given_up)
 
     def _surplus(self, study, trial) -> bool:
         """Whether the study has ``trials`` trials COMPLETE or under way
@@ -277,7 +304,9 @@ class WorkerJob:
     storage: str
     study_name: str
     trials: int
-    seed: int | None  # None: derive from the spec's seed, the host and the pid
+    #: the sampler's seed (one worker: session_seed); None: derive it from
+    #: the spec's seed, the host and the pid (_worker_seed)
+    seed: int | None
     index: int = 0
     #: worker processes on this machine (they share its memory)
     workers: int = 1
@@ -315,11 +344,25 @@ def run_worker(job: WorkerJob, exp: Experiment | None = None, spec: SweepSpec | 
         if n_complete + n_running >= spec.trials and not n_waiting:
             time.sleep(POLL_S)  # the last trials run elsewhere; wait for them or their death
             continue
-        if spec.sampler == "grid" and _grid_exhausted(study, spec) and not n_waiting:
-            raise ConfigError(f"sweep.trials: the grid has only {grid_size(spec)} points and "
-                              f"{n_complete} trials completed; ask for at most that many")
-        # no more than the study still needs (a pruned trial frees its slot again)
-        n = max(1, min(batch.size, spec.trials - n_complete - n_running))
+        untried = None  # grid points no trial has taken yet
+        if spec.sampler == "grid" and not n_waiting:
+            tried, failed = grid_points(study, spec)
+            untried = grid_size(spec) - len(tried)
+            if untried <= 0:
+                if n_running:  # the last points run elsewhere
+                    time.sleep(POLL_S)
+                    continue
+                if failed:
+                    # every point was tried once; the failed ones are
+                    # reported (run._grid_notes), never run again
+                    return done
+                raise ConfigError(f"sweep.trials: the grid has only {grid_size(spec)} points "
+                                  f"and {n_complete} trials completed; ask for at most that "
+                                  "many")
+        # no more than the study still needs (a pruned trial frees its slot
+        # again), nor than the grid has points left
+        n = max(1, min(batch.size, spec.trials - n_complete - n_running,
+                       untried if untried is not None else batch.size))
         for state, error in batch.run(study, n):
             if state == TrialState.COMPLETE:
                 done += 1
@@ -349,14 +392,6 @@ def _start_worker(job: WorkerJob, exp: Experiment | None, spec: SweepSpec | None
                                   pruner=make_pruner(spec, exp.settings.replicates))
     evaluator = TrialEvaluator(exp, spec, cache_bytes=cache_budget(spec.cache_mb, job.workers))
     return spec, study, _TrialBatch(evaluator, spec, storage)
-
-
-def _grid_exhausted(study, spec: SweepSpec) -> bool:
-    """Whether every grid point is COMPLETE or running."""
-    seen = {json.dumps([t.params.get(k) for k in spec.keys])
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
-                                                                TrialState.RUNNING))}
-    return len(seen) >= grid_size(spec)
 
 
 def _worker_main(job: WorkerJob) -> None:
