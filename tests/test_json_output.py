@@ -8,6 +8,7 @@ are one JSON object each.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,13 @@ def test_verbose_logs_and_warnings_have_categories(tmp_path):
                 *SMALL)
     info = [ln for ln in loud.stderr.splitlines() if ln.startswith("memsim: info: ")]
     assert len(info) == 1 and "1 replicate(s) simulated" in info[0]
+    assert "memsim: debug:" not in loud.stderr
+    # -vv: DEBUG detail, where each replicate's time goes
+    louder = _cli("-vv", "run", str(QUICKSTART), "--out", str(tmp_path), "--quiet",
+                  "--no-report", *SMALL)
+    debug = [ln for ln in louder.stderr.splitlines() if ln.startswith("memsim: debug: ")]
+    assert debug and all(re.search(r"replicate 0: \d+ notes, \d+ queries .* replayed in", ln)
+                         for ln in debug), louder.stderr
 
     exp = memsim.load_experiment(ROOT / "experiments" / "sweep_hivemind.toml",
                                  ["experiment.replicates=1", "workload.horizon_days=6",

@@ -42,7 +42,10 @@ SCORE_KEY = "memsim_score"
 class TracingRetriever(BaseRetriever):
     """A retriever over ``vectorstore`` that records a memsim trace.
 
-    Parameters
+    A pydantic model: its fields are given by keyword
+    (``TracingRetriever(vectorstore=store, writer=writer)``).
+
+    Attributes
     ----------
     vectorstore : VectorStore
     writer : memsim.data.trace.TraceWriter

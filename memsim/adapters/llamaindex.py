@@ -46,14 +46,14 @@ def insert_nodes(index: Any, nodes: Sequence[BaseNode], writer: Any, *,
 class TraceNodePostprocessor(BaseNodePostprocessor):
     """Records each query and its retrieved nodes; returns the nodes unchanged.
 
-    Parameters
+    A pydantic model: its fields are given by keyword
+    (``TraceNodePostprocessor(writer=writer)``).
+
+    Attributes
     ----------
     writer : memsim.data.trace.TraceWriter
     actor, namespace : str, optional
         The ``actor`` and ``namespace`` of the queries.
-
-    Attributes
-    ----------
     last_query_id : str or None
         The id of the query recorded last (for :meth:`mark_used`).
     """

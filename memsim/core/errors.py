@@ -32,10 +32,10 @@ class ConfigError(MemsimError, ValueError):
 
     Parameters
     ----------
-    message : str, optional
-        The one message.
+    *args : str
+        The one message (``ConfigError("...")``), as any exception takes it.
     errors : list of str, optional
-        Several messages (instead of ``message``).
+        Several messages (instead of the one).
     """
 
     def __init__(self, *args, errors: list[str] | None = None) -> None:

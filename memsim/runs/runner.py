@@ -38,6 +38,8 @@ from memsim.reporting.rundir import (Manifest, RunResult, load_run, new_run_dir,
 from memsim.reporting.stats import summarise
 from memsim.data.stream import Stream, export_fingerprint
 
+_log = logging.getLogger(__name__)
+
 __all__ = ["RunResult", "run_experiment", "run_many", "simulate_experiment", "default_jobs",
            "load_stream_for", "replicate_seed", "simulate_replicate", "simulate_replicates",
            "simulate_tasks", "experiment_arms",
@@ -254,10 +256,16 @@ def _simulate_replicate(exp: Experiment, arms: list[Arm], r: int, stream: Stream
                         progress: Callable[[float], None] | None,
                         cache: ReplayCache | None = None) -> dict[str, pd.DataFrame | None]:
     """The frames of replicate ``r`` (its ``replicate`` column first)."""
+    t0 = time.perf_counter()
     if stream is None:
         stream = load_stream_for(exp, r)
+    t1 = time.perf_counter()
     res = simulate(stream, arms, exp.sim, replicate_seed(exp, r), reader=exp.reader,
                    progress=progress, cache=cache)
+    # -vv: where a replicate's time goes (a worker process logs to the same stderr)
+    _log.debug("replicate %d: %d notes, %d queries (stream %.2f s); %d arm(s) replayed in "
+               "%.2f s", r, len(stream.notes), len(stream.queries), t1 - t0, len(arms),
+               time.perf_counter() - t1)
     frames: dict[str, pd.DataFrame | None] = {}
     for key in ("queries", "store", "arms", "rankings"):
         df = getattr(res, key)
@@ -445,9 +453,6 @@ def experiment_manifest(folder: Path, exp: Experiment, argv: list[str] | None = 
 
 #: The signature of :func:`experiment_manifest` under the name the sweep imports.
 _Manifest = experiment_manifest
-
-
-_log = logging.getLogger(__name__)
 
 
 def run_experiment(exp: Experiment | str | Path, *, overrides: list[str] | dict | None = None,
