@@ -336,3 +336,98 @@ def test_a_set_that_makes_another_field_wrong_is_named(tmp_path, capsys, sets, a
     line = _one_error_line(capsys)
     assert line.endswith(" (from " + ", ".join(f"--set {a}" for a in attributed) + ")"), line
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------
+# Found on review of the changes above
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("choices", [[15, 15.0, 10], [1, True], [0, False, 3]])
+def test_choices_equal_as_values_are_refused(choices):
+    """Optuna finds a choice by ==: 15.0 was recorded as 15, and a grid over
+    [15, 15.0, 10] never ended (a surplus trial a loop, for ever)."""
+    with pytest.raises(ConfigError, match="are equal as values"):
+        SweepSpec.from_config({"params": {CANDIDATES: {"type": "categorical",
+                                                       "choices": choices}}})
+
+
+def test_a_session_that_joins_a_running_study_seeds_as_a_worker(tmp_path):
+    """A one-worker session that finds another session's trial running (here
+    one claimed on another machine) must not take the resumed seed: two
+    sessions starting from one state proposed the same points."""
+    import optuna
+
+    from memsim.sweep.run import _one_worker_seed
+    from memsim.sweep.storage import open_storage
+    from memsim.sweep.study import session_seed
+    exp = memsim.experiment_from_dict(tiny(trials=2, replicates=1, sampler="random"))
+    spec = SweepSpec.from_config(exp.sweep, exp)
+    first = run_sweep(exp, out=tmp_path, plots=False, report=False)
+    storage = open_storage(f"journal:{first.path / 'sweep' / 'journal.log'}")
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0],
+                              storage=storage)
+    resumed = _one_worker_seed(study, storage, spec)
+    assert resumed == session_seed(spec.seed, study) and resumed != spec.seed
+    other = study.ask()
+    other.set_user_attr("worker", "another-machine:1")
+    other.set_user_attr("worker_trial", other.number)
+    assert _one_worker_seed(study, storage, spec) is None  # joining: a worker's seed
+    study.tell(other, state=optuna.trial.TrialState.FAIL)
+    assert _one_worker_seed(study, storage, spec) == resumed
+
+
+def test_a_one_parameter_grid_builds_every_value_before_any_trial(tmp_path, capsys):
+    """Only the range's probe points were built: uniform_tokens 0 .. 16 ran,
+    and 7 of its 17 points failed at run time."""
+    t = tiny(sampler="grid", params={
+        "workload.uniform_tokens": {"type": "int", "low": 0, "high": 16}})
+    f = write_toml(tmp_path / "g.toml", t)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys)
+    assert "the grid point workload.uniform_tokens = 1 does not give a valid experiment" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trial_given_back_is_no_failure_of_its_point_even_without_its_retry():
+    """A second Ctrl-C between the FAIL and the retry's enqueue left the
+    point failed for good ("failed ... and is not run again")."""
+    import optuna
+
+    from memsim.sweep.study import GIVEN_BACK, given_up_trials
+    study = optuna.create_study()
+    cut = study.ask()
+    cut.set_user_attr(GIVEN_BACK, True)
+    study.tell(cut, state=optuna.trial.TrialState.FAIL)
+    failed = study.ask()
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    assert given_up_trials(study.get_trials()) == {cut.number}
+
+
+def test_trials_csv_keeps_integer_and_boolean_columns_around_a_trial_without_them():
+    import optuna
+
+    from memsim.sweep.outputs import trials_table
+    spec = SweepSpec.from_config({"params": {
+        CANDIDATES: {"type": "categorical", "choices": [10, 20]},
+        BEFORE: {"type": "categorical", "choices": [False, True]}}})
+    study = optuna.create_study()
+    for c, b in ((10, True), (20, False)):
+        study.enqueue_trial({CANDIDATES: c, BEFORE: b})
+        t = study.ask({CANDIDATES: optuna.distributions.CategoricalDistribution([10, 20]),
+                       BEFORE: optuna.distributions.CategoricalDistribution([False, True])})
+        study.tell(t, 0.5)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # a surplus: no parameters
+    df = trials_table(study, spec)
+    assert str(df[CANDIDATES].dtype) == "Int64" and str(df[BEFORE].dtype) == "boolean"
+    assert df[CANDIDATES].tolist()[:2] == [10, 20] and df[BEFORE].tolist()[:2] == [True, False]
+
+
+def test_an_int_grid_value_is_the_point_of_a_float_own_value():
+    from memsim.sweep.study import _same_value, point_key
+    assert _same_value(15, 15.0) and _same_value(15.0, 15) and _same_value(0.3, 0.1 + 2 * 0.1)
+    assert not _same_value(1, True) and not _same_value(True, 1)
+    spec = SweepSpec.from_config({"sampler": "grid", "params": {
+        "workload.horizon_days": {"type": "int", "low": 13, "high": 17}}})
+    assert point_key(spec, {"workload.horizon_days": 15}) == \
+        point_key(spec, {"workload.horizon_days": 15.0})

@@ -22,14 +22,14 @@ from optuna.trial import TrialState
 
 from memsim.reporting.rundir import pid_alive
 
-from .study import quiet_optuna
+from .study import GIVEN_BACK, quiet_optuna
 
 #: A RUNNING trial that has not even recorded its worker after this long is dead.
 UNCLAIMED_S = 120.0
 #: User attributes of a trial that belong to the worker that ran it, not to
 #: its parameters: a retry starts without them.
 _WORKER_ATTRS = ("worker", "worker_start", "worker_trial", "seconds", "failed_reason",
-                 "error")
+                 "error", GIVEN_BACK)
 
 
 def host_name() -> str:
@@ -66,6 +66,7 @@ def reap_dead_workers(study, storage, now: float | None = None) -> int:
         tid = trial_id(storage, study, t.number)
         try:
             storage.set_trial_user_attr(tid, "failed_reason", reason)
+            storage.set_trial_user_attr(tid, GIVEN_BACK, True)
             if not storage.set_trial_state_values(tid, state=TrialState.FAIL):
                 continue
         except UpdateFinishedTrialError:

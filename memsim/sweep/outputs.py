@@ -91,7 +91,25 @@ def trials_table(study, spec: SweepSpec) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=base + sorted(rep_cols, key=_rep_sort))
     if len(df):
         df["retry_of"] = df["retry_of"].astype("Int64")
+        for p in spec.params:
+            # a trial without parameters (a surplus one) leaves None: an
+            # integer or boolean parameter keeps its type around it
+            kind = _column_kind(p)
+            if kind is not None:
+                df[p.key] = df[p.key].astype(kind)
     return df.sort_values("number").reset_index(drop=True)
+
+
+def _column_kind(param) -> str | None:
+    """The nullable pandas type of a parameter's column whose values are all
+    integers ("Int64") or all booleans ("boolean"); None for the others."""
+    values = param.choices if param.type == "categorical" else ()
+    if param.type == "int" or (values and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in values)):
+        return "Int64"
+    if values and all(isinstance(v, bool) for v in values):
+        return "boolean"
+    return None
 
 
 def _rep_sort(col: str):

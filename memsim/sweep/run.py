@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import optuna
 import pandas as pd
+from optuna.trial import TrialState
 
 from memsim.runs.config import (Experiment, attribute_overrides, check_overrides, dumps_toml,
                            load_experiment, parse_override)
@@ -40,7 +41,7 @@ from memsim.reporting.rundir import new_run_dir, write_atomic
 from memsim.runs.runner import experiment_manifest
 
 from .evaluate import TrialEvaluator, replays_one_stream
-from .liveness import host_name
+from .liveness import host_name, reap_dead_workers
 from .outputs import (IMPORTANCE_COLUMNS, SweepResult, best_trials, clear_outputs, trials_table,
                       write_outputs)
 from .plateau import grow_plateau
@@ -361,6 +362,20 @@ def _start_manifest(plan: _Plan, prior: dict, argv: list[str] | None,
     return manifest, sessions
 
 
+def _one_worker_seed(study, storage, spec: SweepSpec) -> int | None:
+    """The sampler seed of a one-worker session: from ``sweep.seed`` and the
+    study's state when it starts or resumes the study alone
+    (:func:`~memsim.sweep.study.session_seed`: the same folder resumed alike
+    samples alike), None when it joins a study another live session works
+    on (a RUNNING trial left once this machine's dead workers' trials are
+    given back): it then seeds as a worker does, from its host and pid, since
+    the same seed would propose the other session's points."""
+    reap_dead_workers(study, storage)
+    if study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        return None
+    return session_seed(spec.seed, study)
+
+
 def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
                 timings: dict) -> tuple[optuna.Study, int]:
     """Open the study and work on it until it has ``trials`` COMPLETE trials.
@@ -375,7 +390,7 @@ def _run_trials(plan: _Plan, progress: Callable[[float], None] | None,
     job = WorkerJob(config=exp.to_config(), base_dir=str(exp.base_dir),
                      source_file=exp.source_file, storage=plan.storage_spec,
                      study_name=plan.study_name, trials=spec.trials,
-                     seed=session_seed(spec.seed, study) if workers == 1 else None,
+                     seed=_one_worker_seed(study, storage_obj, spec) if workers == 1 else None,
                      workers=workers)
     try:
         if workers == 1:

@@ -145,6 +145,14 @@ class ParamSpec:
                     raise ConfigError(f"{w}.choices: {c!r} is not a string, number or boolean")
             if len({json.dumps(c) for c in choices}) != len(choices):
                 raise ConfigError(f"{w}.choices: values must be distinct, got {choices!r}")
+            for i, a in enumerate(choices):
+                # 15 and 15.0, or 1 and true: Optuna finds a choice by ==, so it
+                # would record one as the other (and a grid never ends its point)
+                same = [b for b in choices[:i] if b == a]
+                if same:
+                    raise ConfigError(f"{w}.choices: {json.dumps(same[0])} and {json.dumps(a)} "
+                                      f"are equal as values (a sweep would record one as the "
+                                      f"other); give one of them, got {choices!r}")
             if len(choices) < 2:
                 raise ConfigError(f"{w}.choices: a categorical needs at least two values to "
                                   f"choose from, got {choices!r}; set the key in the experiment "
@@ -603,28 +611,35 @@ class SweepSpec:
                 raise ConfigError(f"{vw}: {exc}") from None
 
     def _check_grid_points(self, exp: Experiment, where: str) -> None:
-        """Build every point of a grid sweep (up to :data:`GRID_CHECK_MAX`).
+        """Build every point of a grid sweep (up to :data:`GRID_CHECK_MAX`
+        points; a larger grid has every value of each parameter built alone,
+        the others at the experiment's values).
 
-        Each value alone builds (:meth:`check_against`), but a combination
-        may not: a categorical that switches a component's kind and a
-        parameter the other kind lacks (``exp-rate`` has no
-        ``half_life_days``). A grid runs each point once, so such a point
-        would only fail; it is refused here, naming the combination, before
-        any trial.
+        :meth:`check_against` builds each parameter's probe points (its ends
+        and middle), but another value may not build (``uniform_tokens``
+        takes 0 or 8 to 4000), nor a combination: a categorical that
+        switches a component's kind and a parameter the other kind lacks
+        (``exp-rate`` has no ``half_life_days``). A grid runs each point
+        once, so such a point would only fail; it is refused here, naming
+        it, before any trial.
         """
-        if len(self.params) < 2 or grid_size(self) > GRID_CHECK_MAX:
-            return
         keys = self.keys
-        for point in itertools.product(*(p.grid() for p in self.params)):
+        if grid_size(self) > GRID_CHECK_MAX:
+            points = [{p.key: v} for p in self.params for v in p.grid()]
+        else:
+            points = [dict(zip(keys, point))
+                      for point in itertools.product(*(p.grid() for p in self.params))]
+        for point in points:
             try:
-                apply_params(exp, dict(zip(keys, point)))
+                apply_params(exp, point)
             except ConfigError as exc:
-                combo = ", ".join(f"{k} = {format_value(v)}" for k, v in zip(keys, point))
-                raise ConfigError(
-                    f"{where}.params: the grid point {combo} does not give a valid experiment: "
-                    f"{'; '.join(exc.errors)}; a grid runs every combination of its values, so sweep "
-                    "what only one kind has in a sweep of its own"
-                ) from None
+                combo = ", ".join(f"{k} = {format_value(v)}" for k, v in point.items())
+                why = "; ".join(e.rstrip(".") for e in exc.errors)
+                hint = ("a grid runs each of its values, so give only values that build"
+                        if len(point) == 1 else "a grid runs every combination of its values, "
+                        "so sweep what only one kind has in a sweep of its own")
+                raise ConfigError(f"{where}.params: the grid point {combo} does not give a valid "
+                                  f"experiment: {why}; {hint}") from None
 
     def own_params(self, exp: Experiment) -> dict[str, Any]:
         """The experiment's own value of every swept key (trial 0)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import math
 import warnings
 
 import numpy as np
@@ -114,23 +113,40 @@ class _GridSampler(optuna.samplers.GridSampler):
 
 
 def _same_value(a, b) -> bool:
-    """Whether a grid value and a parameter's value are one point (floats up
-    to rounding: 0.1 + 2 * 0.1 is the point 0.3)."""
-    if type(a) is type(b) and a == b:
-        return True
-    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    return False
+    """Whether a grid value and a parameter's value are one point: numbers
+    as :func:`point_key` compares them (to 12 significant digits: 0.1 + 2 *
+    0.1 is the point 0.3, and an int grid value 15 the float 15.0), any
+    other value by type and value (a bool is no number)."""
+    if _is_number(a) and _is_number(b):
+        return _number_key(a) == _number_key(b)
+    return type(a) is type(b) and a == b
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _number_key(v) -> float:
+    """A number as a grid point compares it: 12 significant digits."""
+    return float(f"{float(v):.12g}")
+
+
+#: the user attribute of a trial that gives its parameters back (interrupted,
+#: or its worker died), set before it is told FAIL: a signal or a death
+#: between that and its retry leaves no failure of its point behind
+GIVEN_BACK = "given_back"
 
 
 def given_up_trials(trials) -> set[int]:
     """Numbers of the FAIL trials that gave their parameters back: a surplus
     trial (it stepped aside, :meth:`memsim.sweep.workers._TrialBatch._ask`)
     and one enqueued again after an interrupt or a dead worker (its number is
-    in a later trial's ``retry_history``)."""
+    in a later trial's ``retry_history``, or it was marked given back before
+    it failed: a retry a second signal or a death cut short)."""
     retried = {n for t in trials for n in t.system_attrs.get("retry_history", ())}
     return {t.number for t in trials if t.state == TrialState.FAIL
-            and (t.number in retried or t.user_attrs.get("surplus"))}
+            and (t.number in retried or t.user_attrs.get("surplus")
+                 or t.user_attrs.get(GIVEN_BACK))}
 
 
 def point_key(spec: SweepSpec, params: dict) -> tuple | None:
@@ -142,8 +158,8 @@ def point_key(spec: SweepSpec, params: dict) -> tuple | None:
     out = []
     for k in spec.keys:
         v = params[k]
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out.append(("number", float(f"{float(v):.12g}")))
+        if _is_number(v):
+            out.append(("number", _number_key(v)))
         else:
             out.append((type(v).__name__, v))
     return tuple(out)

@@ -73,7 +73,7 @@ from .evaluate import TrialEvaluator, TrialOutcome, cache_budget
 from .liveness import host_name, reap_dead_workers, retry_trial, trial_id, worker_id
 from .space import SweepSpec, grid_size
 from .storage import open_storage
-from .study import (count_complete, given_up_trials, grid_points, make_pruner, make_sampler,
+from .study import (GIVEN_BACK, count_complete, given_up_trials, grid_points, make_pruner, make_sampler,
                     point_key, quiet_optuna)
 
 #: Seconds a worker waits before re-checking the study when the last trials
@@ -123,6 +123,9 @@ class _TrialBatch:
             for t in self._still_open(study):
                 with contextlib.suppress(Exception):
                     t.set_user_attr("error", why)
+                # given back before FAIL: a second Ctrl-C before its retry is
+                # enqueued must not leave a failure of its point
+                t.set_user_attr(GIVEN_BACK, True)
                 _tell(study, t, state=TrialState.FAIL)
                 retry_trial(study, self.storage.get_trial(trial_id(self.storage, study, t.number)))
             raise
