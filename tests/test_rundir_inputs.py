@@ -289,3 +289,11 @@ def test_a_config_or_manifest_of_the_wrong_shape_is_one_line(run_dir, tmp_path, 
     assert str(path) in line and says in line
     with pytest.raises(RunFolderError, match="expected a"):
         load_run(folder)
+
+
+def test_the_folder_readers_tables_are_the_configs():
+    """rundir keeps its own list of a config's tables (the reporting layer
+    does not import memsim.runs): it must be the config loader's."""
+    from memsim.reporting.rundir import _CONFIG_TABLES
+    from memsim.runs.config import TOP_LEVEL
+    assert _CONFIG_TABLES == TOP_LEVEL

@@ -548,6 +548,8 @@ class _Context:
     window: float
     n_boot: int
     seed: int
+    #: the policies this environment cannot build, and why (:func:`_unresolved`)
+    unresolved: dict[str, str]
 
     @property
     def at_focus(self) -> str:
@@ -568,7 +570,8 @@ def _context(run: RunResult, n_boot: int, seed: int) -> _Context:
                                               summary=run.summary),
                     policies=policies, budgets=budgets, baseline=baseline,
                     focus=_focus_budget(run, budgets), colors=plots.policy_colors(policies),
-                    span=span, window=_window(span), n_boot=n_boot, seed=seed)
+                    span=span, window=_window(span), n_boot=n_boot, seed=seed,
+                    unresolved=_unresolved(run.policies))
 
 
 def _run_sentence(ctx: _Context) -> str:
@@ -751,7 +754,7 @@ def _table_sections(ctx: _Context) -> list[tuple[str, list[Any]]]:
                   "promotions per replicate), which these measures are read from.")]))
     # a policy this environment cannot build (a plugin's component, not
     # installed here) still has its results: only its assumptions are unknown
-    unresolved = _unresolved(ctx.run.policies)
+    unresolved = ctx.unresolved
     marks = [(name, key, why) for name, table in ctx.run.policies.items()
              if name not in unresolved for key, why in assumptions(table).items()]
     if marks or unresolved:
@@ -808,7 +811,7 @@ def _comparison_figures(ctx: _Context) -> list[ReportFigure]:
     figs = []
     if config.get("policies"):
         # a policy this environment cannot build has no curve to draw: the others do
-        unresolved = _unresolved(ctx.run.policies)
+        unresolved = ctx.unresolved
         drawn = {"policies": {n: t for n, t in ctx.run.policies.items() if n not in unresolved}}
 
         def _rec(ax):

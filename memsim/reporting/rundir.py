@@ -353,7 +353,6 @@ _JSON_NAMES = {str: "string", dict: "object", list: "array"}
 _CONFIG_TABLES = ("experiment", "workload", "reader", "policies", "grid", "sweep", "advise")
 
 
-
 def _config_problem(config: dict) -> str:
     """What makes a parsed ``config.toml`` no memsim config (a section that
     is not a table), or ``""``."""

@@ -48,7 +48,7 @@ from .plateau import grow_plateau
 from .resume import (config_header, load_resume_dir, locate_run_dir, prior_manifest,
                      resume_storage, study_identity, write_ident)
 from .robustness import robustness_candidates, robustness_check, robustness_replays
-from .space import SweepSpec, format_value, grid_size
+from .space import SweepSpec, grid_size, point_text
 from .storage import mask_url, recorded_storage, normalise_storage, open_storage
 from .study import (check_study, count_complete, grid_points, open_study, require_sampler,
                     session_seed)
@@ -429,7 +429,7 @@ def _check_grid_done(study, spec: SweepSpec, n_complete: int) -> None:
             if n_complete == 0:
                 t = next(iter(failed.values()))
                 raise MemsimError(f"sweep: every point of the grid failed; the first, trial "
-                                  f"{t.number} ({_point_text(t.params)}): {_trial_error(t)}")
+                                  f"{t.number} ({point_text(t.params)}): {_trial_error(t)}")
             return
     raise MemsimError(f"sweep: the study has {n_complete} of {spec.trials} COMPLETE "
                       "trials (workers stopped early); run the same command again "
@@ -444,7 +444,7 @@ def _grid_notes(study, spec: SweepSpec) -> list[str]:
     _, failed = grid_points(study, spec)
     if not failed:
         return []
-    notes = [f"grid point {_point_text(t.params)} failed (trial {t.number}: "
+    notes = [f"grid point {point_text(t.params)} failed (trial {t.number}: "
              f"{_trial_error(t)}) and is not run again"
              for t in sorted(failed.values(), key=lambda t: t.number)]
     n_complete = count_complete(study)
@@ -456,11 +456,6 @@ def _grid_notes(study, spec: SweepSpec) -> list[str]:
         warnings.warn(f"memsim sweep: {msg}", SweepWarning, stacklevel=3)
         notes.insert(0, msg)
     return notes
-
-
-def _point_text(params: dict) -> str:
-    """A trial's parameters as ``key = value, ...``."""
-    return ", ".join(f"{k} = {format_value(v)}" for k, v in params.items())
 
 
 def _trial_error(t) -> str:

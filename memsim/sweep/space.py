@@ -633,7 +633,7 @@ class SweepSpec:
             try:
                 apply_params(exp, point)
             except ConfigError as exc:
-                combo = ", ".join(f"{k} = {format_value(v)}" for k, v in point.items())
+                combo = point_text(point)
                 why = "; ".join(e.rstrip(".") for e in exc.errors)
                 hint = ("a grid runs each of its values, so give only values that build"
                         if len(point) == 1 else "a grid runs every combination of its values, "
@@ -848,6 +848,11 @@ def _lookup(table: dict, key: str) -> tuple[bool, Any]:
             return False, None
         node = node[part]
     return True, node
+
+
+def point_text(params: dict) -> str:
+    """Parameters as ``key = value, ...`` (:func:`format_value`'s values)."""
+    return ", ".join(f"{k} = {format_value(v)}" for k, v in params.items())
 
 
 def format_value(v: Any) -> str:

@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from memsim.runs.config import Experiment
 from memsim.core.errors import ConfigError
 
-from .space import SweepSpec
+from .space import SweepSpec, _is_number
 
 
 @contextlib.contextmanager
@@ -120,10 +120,6 @@ def _same_value(a, b) -> bool:
     if _is_number(a) and _is_number(b):
         return _number_key(a) == _number_key(b)
     return type(a) is type(b) and a == b
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _number_key(v) -> float:

@@ -73,8 +73,8 @@ from .evaluate import TrialEvaluator, TrialOutcome, cache_budget
 from .liveness import host_name, reap_dead_workers, retry_trial, trial_id, worker_id
 from .space import SweepSpec, grid_size
 from .storage import open_storage
-from .study import (GIVEN_BACK, count_complete, given_up_trials, grid_points, make_pruner, make_sampler,
-                    point_key, quiet_optuna)
+from .study import (GIVEN_BACK, count_complete, given_up_trials, grid_points, make_pruner,
+                    make_sampler, point_key, quiet_optuna)
 
 #: Seconds a worker waits before re-checking the study when the last trials
 #: are running elsewhere.
