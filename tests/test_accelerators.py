@@ -35,7 +35,16 @@ from memsim.data.workload import CLASS_NAMES, SyntheticWorkload
 COMPONENTS = [(slot, name) for slot, table in REGISTRY.items() for name in sorted(table)]
 
 #: each accelerator alone ("filter" refines "prune"), then all of them
-SETS = [("prefilter",), ("prune",), ("prune", "filter"), ("stack",), ("walk",), ACCELERATORS]
+SETS = [("prefilter",), ("prune",), ("prune", "filter"), ("stack",), ("walk",), ("minmax",),
+        ACCELERATORS]
+
+
+@pytest.fixture(autouse=True)
+def _minmax_at_test_scale(monkeypatch):
+    """``"minmax"`` runs where its rows pay (``MIN_CELLS``): here, at any size."""
+    from memsim.engine import minmax
+
+    monkeypatch.setattr(minmax, "MIN_CELLS", 0)
 
 #: the other slots: components under which every accelerator can run
 #: (bounded, elementwise, one exponential of the age)
@@ -407,10 +416,12 @@ def test_a_set_dependent_ranker_whose_sets_read_no_use_is_walked():
 
 
 def test_each_accelerator_answers_queries():
-    """The property test above is not vacuous: on its stream and arms, every
+    """The tests above are not vacuous: on their stream, the product
+    ranker's arms and the weighted-sum ranker's (``"minmax"``), every
     accelerator answers queries (``SimResult.accelerated``), and none does
     in the reference or with the accelerators off."""
-    stream, arms = _stream(0), _arms("ranker", "product")
+    stream = _stream(0)
+    arms = [*_arms("ranker", "product"), *_arms("ranker", "weighted-sum")[:1]]
     settings = SimSettings(candidates=6, tick_days=2.0, retention_period_days=3.0)
     got = simulate(stream, arms, settings, seed_sequence(5)).accelerated
     used = {name for per_arm in got for name, n in per_arm.items() if n > 0}

@@ -275,7 +275,8 @@ def test_pruning_is_on_by_default_and_keeps_rankings():
     pol = {"h": {"preset": "hivemind"}, "f": {"preset": "feather"}}
     on = run(stream, pol, candidates=8, save_rankings=True)
     off = run(stream, pol, candidates=8, save_rankings=True, accelerators=())
-    assert set(ACCELERATORS) == {"prefilter", "prune", "filter", "stack", "walk"}
+    assert set(ACCELERATORS) == {"prefilter", "prune", "filter", "stack", "walk",
+                                 "minmax"}
     assert on.accelerated[0]["prune"] > 0 and all(on.accelerated)
     assert not any(off.accelerated)
     assert on.rankings.equals(off.rankings)

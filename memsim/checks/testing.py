@@ -69,6 +69,7 @@ from memsim.policies.base import (Breadth, ComponentOutputError, Ranker, Stickin
                                   build_from_spec)
 from memsim.data.planted import PlantedModel
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES, NoteAges
+from memsim.policies.rank import minmax_sum
 from memsim.core.rng import seed_sequence
 from memsim.data.stream import make_stream
 from memsim.data.workload import CLASS_NAMES, SyntheticWorkload
@@ -638,10 +639,13 @@ def _check_decay_promises(c: _Checker, comp, seed: int, contexts) -> None:
     for name, v in (("upper_bound", hi), ("lower_bound", lo)):
         c.require(v is None or (isinstance(v, (int, float, np.floating)) and math.isfinite(v)),
                   name, f"{name}() = {_r(v)}: declare a finite number or None")
+    alone = c.call("falls_with_age_alone", comp.falls_with_age_alone)
     for label, ctx, default_salience in _promise_contexts(seed, contexts):
         age = np.asarray(ctx.age(comp.clock), dtype=np.float64)
         rec = np.asarray(c.call("recency", comp.recency, age.copy(), ctx), dtype=np.float64)
         rec = np.broadcast_to(rec, age.shape)
+        if alone:
+            _check_age_alone(c, comp, age, rec, lo, label)
         if hi is not None:
             _elementwise(c, "upper_bound", "recency()",
                          lambda x: comp.recency(np.asarray(x.age(comp.clock), np.float64), x),
@@ -675,6 +679,33 @@ def _check_decay_promises(c: _Checker, comp, seed: int, contexts) -> None:
                        f" but recency() = {_r(rec[q, i])} for {_note(ctx, q, i, comp.clock)} "
                        f"({label})")
     _check_half_life(c, comp)
+
+
+def _check_age_alone(c: _Checker, comp, age: np.ndarray, rec: np.ndarray, lo: float | None,
+                     label: str) -> None:
+    """``falls_with_age_alone()``: the same recency at the same age for any
+    note (here, against fresh notes of default columns at those ages), never
+    below ``lower_bound()`` (exactly: the engine takes a row's least recency
+    at that bound for its least), and not rising with age."""
+    flat = age.reshape(-1)
+    own = np.asarray(c.call("recency", comp.recency, flat.copy(), _fresh_context(flat)),
+                     dtype=np.float64).reshape(-1)
+    bad = ~np.isclose(own, rec.reshape(-1), rtol=1e-12, atol=0.0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        c.fail("falls_with_age_alone", f"falls_with_age_alone() is True, but recency() = "
+               f"{_r(rec.reshape(-1)[i])} for a note at age {_r(flat[i])} ({label}) and "
+               f"{_r(own[i])} for a fresh note of default columns at that age; declare it "
+               "only for a curve of the age alone")
+    if lo is not None:
+        c.require((rec >= lo).all(), "falls_with_age_alone",
+                  f"falls_with_age_alone() is True, but recency() = {_r(rec.min())} < "
+                  f"lower_bound() = {_r(lo)} ({label}): the engine reads a recency at the "
+                  "bound as the least of any note")
+    order = np.argsort(flat, kind="stable")
+    c.require((np.diff(own[order]) <= 1e-12 * np.abs(own[order][:-1])).all(),
+              "falls_with_age_alone", f"falls_with_age_alone() is True, but recency() rises "
+              f"with age ({label})")
 
 
 def _check_half_life(c: _Checker, comp) -> None:
@@ -736,6 +767,7 @@ def _check_ranker_promises(c: _Checker, comp) -> None:
     similarity, and an elementwise ``combine``) and ``similarity_needed``
     (below the similarity of every note reaching the score), for each
     recency range of :data:`RECENCY_RANGES`."""
+    _check_minmax_weights(c, comp)
     declares_bound = type(comp).score_bound is not Ranker.score_bound
     declares_need = type(comp).similarity_needed is not Ranker.similarity_needed
     if not (declares_bound or declares_need) or not _engine_prunes_with(comp):
@@ -792,6 +824,29 @@ def _check_ranker_promises(c: _Checker, comp) -> None:
                            f"similarity_needed(score={_r(score[0, i])}, rec_lo={_r(lo)}, {what}) "
                            f"= {_r(need[0, i])}, above the similarity of a note that scores "
                            f"{_r(score[0, i])}: {cell(i)}; the engine would leave it out")
+
+
+def _check_minmax_weights(c: _Checker, comp) -> None:
+    """``minmax_weights()``: ``combine`` is ``minmax_sum`` of the recency,
+    the importance and the similarity with those weights, bit for bit (the
+    ``"minmax"`` accelerator computes a note's score from those terms)."""
+    weights = c.call("minmax_weights", comp.minmax_weights)
+    if weights is None:
+        return
+    c.require(len(weights) == 3 and comp.uses_recency and comp.uses_similarity,
+              "minmax_weights", "minmax_weights() must be three weights (recency, importance, "
+              "similarity) of a ranker that reads both the recency and the similarity")
+    ctx = random_context(0)  # (its live mask leaves some notes out)
+    q, n = len(ctx.t), len(ctx.idx)
+    rng = np.random.default_rng(0)
+    rel, rec = rng.uniform(-1, 1, (q, n)), rng.uniform(0, 1, (q, n))
+    live = np.asarray(ctx.live, dtype=bool)
+    got = np.asarray(c.call("combine", comp.combine, rel, rec, ctx), dtype=np.float64)
+    want = minmax_sum([(weights[0], rec), (weights[1], ctx.importance), (weights[2], rel)], live)
+    c.require(np.array_equal(np.where(live, got, 0.0), np.where(live, want, 0.0),
+                             equal_nan=True),
+              "minmax_weights", f"minmax_weights() = {weights}, but combine() is not "
+              "minmax_sum of the recency, importance and similarity with those weights")
 
 
 def _ranker_outputs(c: _Checker, comp, ctx, keep: np.ndarray | None = None

@@ -26,6 +26,7 @@ pruning        accelerator ``"prune"``
 simfilter      accelerator ``"filter"``
 stacking       accelerator ``"stack"``
 walk           accelerator ``"walk"``
+minmax         accelerator ``"minmax"`` (Generative Agents' min-max-normalised sum)
 ============== ==============================================================
 
 Each accelerator is exact (its contract: the same top C and the same values

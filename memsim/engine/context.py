@@ -186,6 +186,31 @@ class BatchContext(_ArmCells):
         self._live = None
         self._live_parts = (valid, evicted)
 
+    def live_and_shared(self) -> tuple[np.ndarray, bool]:
+        """``live`` (Q, L), and whether it is the batch's ``valid`` mask
+        itself (the arm evicted none of the batch's notes and no prefilter
+        cut it): then every such arm sees the same notes."""
+        if self._live is None and self._live_parts is not None:
+            valid, evicted = self._live_parts
+            if not evicted.any():
+                return valid, True
+        return self.live, False
+
+    def columns_of(self, rows: np.ndarray) -> np.ndarray:
+        """The columns of the note rows ``rows`` that are among the batch's
+        (those that are not left out), in the order of ``rows``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        span = self.batch.rows
+        if isinstance(span, slice):
+            cols = rows - span.start
+            return cols[(cols >= 0) & (cols < len(self.idx))]
+        at = np.minimum(np.searchsorted(self.idx, rows), len(self.idx) - 1)
+        return at[self.idx[at] == rows] if len(self.idx) else at[:0]
+
+    def created_columns(self) -> np.ndarray:
+        """The creation time (L,) of each column."""
+        return self.shared("created-columns", lambda: self._at(self.notes.created_at))
+
     def live_cells(self, flat: np.ndarray, cols: np.ndarray,
                    valid_cells: np.ndarray | None = None) -> np.ndarray:
         """``live`` at the flat (row-major) cell indices ``flat``, whose note

@@ -13,8 +13,10 @@ from .arms import _pack_all, _Packed
 from .context import BatchContext
 from .prefilter import level_prefilter, _chosen_top, _prefilter_top
 from .cells import _cells_scorable
+from .minmax import _minmax_top
 from .pruning import _pruned_top
 from .stacking import _stacked_tops
+from .state import similarity_key
 from .topc import nonzero2, top_candidates
 from .uses import _feedback, _feedback_uses, _reads_packing
 
@@ -90,10 +92,13 @@ def _cells_mask(q: int, cols: np.ndarray, qi: np.ndarray, li: np.ndarray) -> np.
 
 
 def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
-         accelerators: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+         accelerators: tuple[str, ...], peers: int = 1
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The arm's top C (positions, scores) and, when every note was scored
     or a ranker chose its candidates, the mask of the notes that could be
-    candidates (None when another accelerator found it)."""
+    candidates (None when another accelerator found it). ``peers``: the
+    arms scored on the batch beside it with the same min-max terms
+    (:func:`_minmax_peers`), itself included."""
     q = len(ctx.t)
     top = mask = None
     if "prefilter" in accelerators:
@@ -102,6 +107,10 @@ def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
             top, mask = _chosen_top(policy, ctx, c, st)
         if top is not None:
             st.accelerated["prefilter"] += q
+    if top is None and "minmax" in accelerators:
+        top = _minmax_top(policy, ctx, c, st, peers)
+        if top is not None:
+            st.accelerated["minmax"] += q
     if top is None and "prune" in accelerators:
         top = _pruned_top(policy, ctx, c, st, "filter" in accelerators)
         if top is not None:
@@ -116,6 +125,15 @@ def _top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState,
     # a cell not live, or NaN, is -inf (read so by the selection)
     pos, vals = top_candidates(scores, c, mask)
     return pos, vals, mask
+
+
+def _minmax_peers(jobs: list[_ArmJob]) -> list[int]:
+    """For each job, how many of ``jobs`` share its min-max terms (the same
+    similarity, importance weight and relevance weight, and C): the arms
+    among which the ``"minmax"`` accelerator shares a query row's work."""
+    keys = [None if (w := job.arm.policy.ranker.minmax_weights()) is None else
+            (similarity_key(job.arm.policy.retriever), w[1:], job.c) for job in jobs]
+    return [1 if k is None else keys.count(k) for k in keys]
 
 
 def _answer(job: _ArmJob) -> _Packed:
@@ -138,13 +156,14 @@ def _answer_all(jobs: list[_ArmJob], pending: list[list] | None = None, pack: bo
     stacked = _stacked_tops([(i, job.arm.policy, ctx, job.c, job.st)
                              for i, (job, (ctx, _)) in enumerate(zip(jobs, contexts))
                              if "stack" in job.accelerators])
+    peers = _minmax_peers(jobs)
     for i, (job, (ctx, batch)) in enumerate(zip(jobs, contexts)):
         policy, st = job.arm.policy, job.st
         if i in stacked:
             pos, vals, mask = *stacked[i], None
             st.accelerated["stack"] += len(pos)
         else:
-            pos, vals, mask = _top(policy, ctx, job.c, st, job.accelerators)
+            pos, vals, mask = _top(policy, ctx, job.c, st, job.accelerators, peers[i])
         # keep only what the feedback reads (the prefilter touch: the
         # candidates' mask), not the context: (Q, L) matrices per arm
         if policy.feedback.touch != "prefilter":

@@ -25,8 +25,10 @@ from memsim.policies import Policy
 #: - ``"stack"``: arms that differ only by their decay's floor and rate
 #:   scored as one array (:mod:`.stacking`);
 #: - ``"walk"``: per-query feedback corrected from one scoring of the tick
-#:   (:mod:`.walk`).
-ACCELERATORS = ("prefilter", "prune", "filter", "stack", "walk")
+#:   (:mod:`.walk`);
+#: - ``"minmax"``: a min-max-normalised sum's top C (Generative Agents')
+#:   found on the notes whose bound reaches it (:mod:`.minmax`).
+ACCELERATORS = ("prefilter", "prune", "filter", "stack", "walk", "minmax")
 
 
 def usable_accelerators(policy: Policy, accelerators: tuple[str, ...]) -> tuple[str, ...]:

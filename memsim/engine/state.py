@@ -280,6 +280,11 @@ class NoteArrays:
         rows.flags.writeable = False
         return bool(np.all(c[1:] >= c[:-1])), bool(np.isfinite(self.expires_at).any()), rows
 
+    @property
+    def creation_ordered(self) -> bool:
+        """Whether the rows are in creation order (``created_at`` non-decreasing)."""
+        return self._in_creation_order[0]
+
     def existing(self, tmin: float, tmax: float) -> tuple[np.ndarray, slice | np.ndarray]:
         """The rows of the notes created by ``tmax`` and not expired by
         ``tmin`` (ascending), and the same rows as a slice when they are
@@ -381,6 +386,11 @@ class PolicyState:
         #: (origins, the permutation that sorts them) of the last
         #: :meth:`access_order`: the next one places again only what moved
         self._access_order: tuple[np.ndarray, np.ndarray] | None = None
+        #: :meth:`uses_by_time`: the used notes sorted by their last use when
+        #: first asked (None until then), and the rows used since
+        self._used_sorted: tuple[np.ndarray, np.ndarray] | None = None
+        self._used_since: list[np.ndarray] = []
+        self._used_since_n = 0
         #: pruning: notes per query to score first (learnt from the last
         #: batch), and whether this arm's components turned out to read what
         #: gathered cells lack (then neither pruning nor the per-query
@@ -394,6 +404,10 @@ class PolicyState:
         #: the last batch whose pruning did not pay set (``pruning._judge``)
         self.prune_rest = 0
         self.prune_wait = 0
+        #: the ``"minmax"`` accelerator: the newest-origin band's width and
+        #: about how many notes by u a row needs (each row's first guess),
+        #: and the rows since they were chosen
+        self.minmax_guess: tuple[int, float, int] | None = None
         #: (arm, query) answers each accelerator gave (its name -> count)
         self.accelerated: Counter[str] = Counter()
         #: what the arm's scoring cost: ``"cells"`` (query, note) cells
@@ -414,6 +428,7 @@ class PolicyState:
                      "actor_bits"):
             setattr(own, name, getattr(self, name)[rows])
         own.note_state = {k: v[rows] for k, v in self.note_state.items()}
+        own._used_sorted, own._used_since, own._used_since_n = None, [], 0
         own._created = self._created[rows]
         own._last_bump = {}
         if bumps is not None:
@@ -434,6 +449,25 @@ class PolicyState:
             self._access_order = (origin, order)
         return order
 
+    def uses_by_time(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The notes used so far, for finding those last used before or
+        after a time without a pass over every note: ``(rows, times,
+        since)``, ``rows`` the notes used when the list was made, sorted by
+        their last use then (``times``, ascending), and ``since`` the rows
+        used after (any order, repeats allowed). A last use only moves
+        later (:meth:`touch`), so a note's last use now is at least its
+        listed time, and a note whose last use moved is in ``since``. The
+        list is made again once ``since`` grows past an eighth of it."""
+        if self._used_sorted is None or self._used_since_n > max(256, len(self._used_sorted[0]) // 8):
+            rows = np.flatnonzero(~np.isnan(self.last_access))
+            times = self.last_access[rows]
+            order = np.argsort(times, kind="stable")
+            self._used_sorted = (rows[order], times[order])
+            self._used_since, self._used_since_n = [], 0
+        since = (np.concatenate(self._used_since) if self._used_since
+                 else np.zeros(0, dtype=np.int64))
+        return *self._used_sorted, since
+
     def distinct_actors(self, idx: np.ndarray) -> np.ndarray:
         """Number of distinct actors that used each note of ``idx``."""
         return np.bitwise_count(self.actor_bits[idx]).sum(axis=1).astype(np.int64)
@@ -450,6 +484,9 @@ class PolicyState:
         # each used note's latest use: the largest of its uses' times and
         # its last access before (NaN: none), whatever the order of the uses
         np.fmax.at(self.last_access, rows, np.asarray(t, dtype=np.float64))
+        if self._used_sorted is not None:  # uses_by_time's list: these moved
+            self._used_since.append(np.asarray(rows, dtype=np.int64))
+            self._used_since_n += len(rows)
         word, bit = np.divmod(actors, 64)
         np.bitwise_or.at(self.actor_bits, (rows, word), np.left_shift(np.uint64(1),
                                                                      bit.astype(np.uint64)))

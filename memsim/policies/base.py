@@ -796,6 +796,16 @@ class Decay(Component):
         """
         return None
 
+    def falls_with_age_alone(self) -> bool:
+        """Whether :meth:`recency` is a non-increasing function of the age
+        alone: the same curve for every note (no tier, salience, recalls or
+        other column of ``ctx``), evaluated elementwise on ages of any shape.
+        False (the default) promises nothing; ``memsim check`` verifies a
+        True. The ``"minmax"`` accelerator then finds the extremes of a
+        query's recencies at its notes of newest and oldest origin
+        (:mod:`memsim.engine.minmax`)."""
+        return False
+
     @staticmethod
     def exponential_curve(age, floor, rate) -> np.ndarray:
         """The curve :meth:`exponential_form` declares: ``floor + (1 - floor)
@@ -972,6 +982,15 @@ class Ranker(Component):
         the decay slot's (``uses_recency`` False, such as agent-memory-server's
         freshness and novelty), for ``memsim curves``; None for the others
         (the default)."""
+        return None
+
+    def minmax_weights(self) -> tuple[float, float, float] | None:
+        """``(w_recency, w_importance, w_relevance)`` when :meth:`combine` is
+        :func:`memsim.policies.rank.minmax_sum` of the recency, the notes'
+        importance and the similarity with these weights, in this order,
+        over the live notes (Generative Agents' score); None (the default)
+        otherwise. The ``"minmax"`` accelerator then scores a query's notes
+        that can reach its top C alone (:mod:`memsim.engine.minmax`)."""
         return None
 
     def score_bound(self, rel: np.ndarray, rec_lo: float | None, rec_hi: float | None,
@@ -1297,26 +1316,31 @@ class Policy(Validated):
             parts += [self.decay, self.stickiness]
         return any(p.reads_uses() for p in parts)
 
+    def recency(self, ctx: ScoringContext) -> np.ndarray | None:
+        """The recency (Q, L) :meth:`score` hands the ranker: the decay at
+        the stickiness's effective age, plus the access term times the
+        breadth's factor; None when the ranker uses none."""
+        if not self.ranker.uses_recency:
+            return None
+        rec = None
+        if type(self.stickiness).effective_age is Stickiness.effective_age:
+            # age is the plain clock: an exponential family can be
+            # computed separably (same values, far fewer exponentials)
+            form = self.decay.exponential_form(ctx)
+            if form is not None:
+                rec = ctx.exponential_recency(self.decay.clock, *form)
+        if rec is None:
+            age = self.stickiness.effective_age(ctx.age(self.decay.clock), ctx)
+            rec = self.decay.recency(age, ctx)
+        access = self.stickiness.access_term(ctx)
+        if not (np.isscalar(access) and access == 0.0):
+            rec = rec + access * self.breadth.on_access(ctx)
+        return rec
+
     def score(self, ctx: ScoringContext) -> np.ndarray:
         """Scores (Q, L) of the context's notes for its queries (see module doc)."""
         rel = ctx.similarity(self.retriever) if self.ranker.uses_similarity else None
-        if self.ranker.uses_recency:
-            rec = None
-            if type(self.stickiness).effective_age is Stickiness.effective_age:
-                # age is the plain clock: an exponential family can be
-                # computed separably (same values, far fewer exponentials)
-                form = self.decay.exponential_form(ctx)
-                if form is not None:
-                    rec = ctx.exponential_recency(self.decay.clock, *form)
-            if rec is None:
-                age = self.stickiness.effective_age(ctx.age(self.decay.clock), ctx)
-                rec = self.decay.recency(age, ctx)
-            access = self.stickiness.access_term(ctx)
-            if not (np.isscalar(access) and access == 0.0):
-                rec = rec + access * self.breadth.on_access(ctx)
-        else:
-            rec = None
-        score = self.ranker.combine(rel, rec, ctx)
+        score = self.ranker.combine(rel, self.recency(ctx), ctx)
         b = self.breadth.on_score(ctx)
         if not (np.isscalar(b) and b == 1.0):
             score = score * b

@@ -86,6 +86,9 @@ class NoDecay(Decay):
     name: ClassVar[str] = "none"
     reads_salience: ClassVar[bool] = False
 
+    def falls_with_age_alone(self) -> bool:
+        return True
+
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return np.ones_like(age, dtype=np.float64)
 
@@ -122,6 +125,9 @@ class PerDayRate(Decay):
     reads_salience: ClassVar[bool] = False
     rate: float = 0.05
     _constraints: ClassVar[dict] = {"rate": Interval(0, 1, closed="left")}
+
+    def falls_with_age_alone(self) -> bool:
+        return True
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         if self.rate == 0:  # no decay: 1 even at an infinite age (inf * 0 is NaN)
@@ -166,6 +172,9 @@ class HalfLife(Decay):
     reads_salience: ClassVar[bool] = False
     half_life_days: float = 30.0
     _constraints: ClassVar[dict] = {"half_life_days": _POSITIVE}
+
+    def falls_with_age_alone(self) -> bool:
+        return True
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return np.exp2(-_age(age) / self.half_life_days)
@@ -212,6 +221,9 @@ class HalfLifeFloor(Decay):
     half_life_days: float = 180.0
     floor: float = 0.35
     _constraints: ClassVar[dict] = {"half_life_days": _POSITIVE, "floor": _FLOOR}
+
+    def falls_with_age_alone(self) -> bool:
+        return True
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         return self.floor + (1.0 - self.floor) * np.exp2(-_age(age) / self.half_life_days)
@@ -431,6 +443,9 @@ class GenerativeAgentsRecency(Decay):
     decay_factor: float = 0.995
     _constraints: ClassVar[dict] = {"decay_factor": Interval(0, 1, closed="right")}
 
+    def falls_with_age_alone(self) -> bool:
+        return True
+
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         if self.decay_factor == 1:  # no decay (24 * a huge age * 0 is NaN)
             return _no_decay(age)
@@ -471,6 +486,9 @@ class LangChainRecency(Decay):
     clock: str = "last_access"
     decay_rate: float = 0.01
     _constraints: ClassVar[dict] = {"decay_rate": Interval(0, 1, closed="left")}
+
+    def falls_with_age_alone(self) -> bool:
+        return True
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         if self.decay_rate == 0:  # no decay (24 * a huge age * 0 is NaN)
@@ -584,6 +602,10 @@ class PowerLaw(Decay):
     def factor(self) -> float:
         """``f = 0.9 ** (-1/d) - 1``: R(S) = 0.9."""
         return math.expm1(-math.log(0.9) / self.decay)
+
+    def falls_with_age_alone(self) -> bool:
+        # recall_growth reads each note's recalls
+        return self.recall_growth == 0
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         s = self.stability_days

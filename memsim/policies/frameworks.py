@@ -101,6 +101,10 @@ class LlamaIndexRecency(Decay):
     _constraints: ClassVar[dict] = {"time_decay": Interval(0, 1, closed="right"),
                                     "unstamped": Options(("now", "created"))}
 
+    def falls_with_age_alone(self) -> bool:
+        # "now": a never-used note's weight is 1 whatever its age
+        return self.unstamped == "created"
+
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         age = _age(age)
         if self.unstamped == "now":
@@ -141,6 +145,9 @@ class ExpRate(Decay):
     reads_salience: ClassVar[bool] = False
     rate_per_day: float = 0.03
     _constraints: ClassVar[dict] = {"rate_per_day": _NON_NEGATIVE}
+
+    def falls_with_age_alone(self) -> bool:
+        return True
 
     def recency(self, age: np.ndarray, ctx: ScoringContext) -> np.ndarray:
         if self.rate_per_day == 0:  # no decay: 1 even at an infinite age (inf * 0 is NaN)

@@ -335,6 +335,9 @@ class WeightedSum(Ranker):
         return minmax_sum([(self.w_recency, rec), (self.w_importance, ctx.importance),
                            (self.w_relevance, rel)], live_mask(ctx))
 
+    def minmax_weights(self) -> tuple[float, float, float]:
+        return self.w_recency, self.w_importance, self.w_relevance
+
     def reads_uses(self) -> bool:
         return False
 
