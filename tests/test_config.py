@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 import tomllib
 from pathlib import Path
@@ -310,6 +312,19 @@ def test_a_grid_value_given_twice_is_refused():
     table = minimal()
     table["grid"] = {"experiment.budget_tokens": [500, 1500, 500]}
     with pytest.raises(ConfigError, match=r"grid\.experiment\.budget_tokens: 500 is given twice"):
+        experiment_from_dict(table)
+
+
+@pytest.mark.parametrize("key, values, said", [
+    # a float knob: 500 is 500.0 once resolved, the same run twice
+    ("policies.sim.decay.half_life_days", [30, 90, 30.0], "30.0 equals 30, given before"),
+    ("experiment.budget_tokens", [500, 1500, True, 1], "1 equals True, given before"),
+    ("policies.sim.decay.kind", ["half-life", "half-life"], "'half-life' is given twice"),
+])
+def test_grid_values_equal_as_values_are_refused(key, values, said):
+    table = minimal(**{"policies.sim.decay": {"kind": "half-life", "half_life_days": 30.0}})
+    table["grid"] = {key: values}
+    with pytest.raises(ConfigError, match=re.escape(f"grid.{key}: {said}")):
         experiment_from_dict(table)
 
 

@@ -1025,6 +1025,20 @@ def _check_baseline(baseline: str, policies: dict) -> None:
                           f"policies: {', '.join(names)}")
 
 
+_NONE = object()
+
+
+def _equal_values(a: Any, b: Any) -> bool:
+    """Whether two TOML values are equal as values (``500`` and ``500.0``,
+    ``1`` and ``true``: one run each way; two NaNs too)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - values that cannot be compared differ
+        return False
+
+
 def _grid_from(table: dict) -> dict:
     """The ``[grid]`` table: non-empty lists, at most :func:`max_runs` combinations."""
     grid = _table(table, "grid")
@@ -1033,9 +1047,12 @@ def _grid_from(table: dict) -> dict:
             raise ConfigError(f"grid.{key}: expected a non-empty list of values")
         seen: list = []
         for v in values:
-            if any(type(v) is type(w) and v == w for w in seen):
-                raise ConfigError(f"grid.{key}: {short_repr(v)} is given twice (each value at "
-                                  "most once: the same run would run twice)")
+            same = next((w for w in seen if _equal_values(v, w)), _NONE)
+            if same is not _NONE:
+                again = (f"{short_repr(v)} is given twice" if type(v) is type(same) else
+                         f"{short_repr(v)} equals {short_repr(same)}, given before")
+                raise ConfigError(f"grid.{key}: {again} (each value at most once: the same "
+                                  "run would run twice, a whole number being its float)")
             seen.append(v)
     n_runs = math.prod(len(v) for v in grid.values()) if grid else 1
     if n_runs > max_runs():
