@@ -319,3 +319,94 @@ def test_the_checker_refuses_false_declarations():
     with pytest.raises(CheckError) as err:
         check_component(SwappedWeights)
     assert err.value.check == "minmax_weights"
+
+
+def _stream_of(created, qt, importance, emb=None, qemb=None, seed=0):
+    """A stream of notes created at ``created`` (in that order) with the
+    given importance and vectors, and queries at ``qt``."""
+    rng = np.random.default_rng(seed)
+    n, q = len(created), len(qt)
+    notes = pd.DataFrame({"note_id": np.arange(n), "created_at": created, "actor": "a",
+                          "tokens": rng.integers(5, 200, n), "importance": importance})
+    emb = rng.normal(size=(n, 4)).astype(np.float32) if emb is None else emb
+    qemb = rng.normal(size=(q, 4)).astype(np.float32) if qemb is None else qemb
+    queries = pd.DataFrame({"query_id": np.arange(q), "t": qt, "actor": "a"})
+    qrels = pd.DataFrame({"query_id": np.arange(q), "note_id": rng.choice(n, q), "gain": 1.0})
+    accesses = pd.DataFrame({"t": np.zeros(0), "note_id": np.zeros(0, dtype=np.int64),
+                             "actor": np.array([], dtype=object)})
+    return make_stream(notes, queries, qrels, accesses, emb, qemb, {"name": "edges"})
+
+
+def test_a_separable_recency_is_bounded_as_the_engine_computes_it():
+    """A decay with an exponential form is scored in its separable form
+    (``exp(-r (t - t0)) * exp(-r (t0 - origin))``), which differs from the
+    curve by far more than SLACK where the note factor is subnormal: the
+    bound on the notes outside the newest band is the separable value at
+    its edge. Here the note just older than the band scores the top."""
+    r, ulp = 300.0, 5e-324
+    newest = 1 - (-np.log(10 * ulp)) / r  # a note factor of 10 ulp
+    second = 1 - (-np.log(4.6 * ulp)) / r - 2e-4  # 4.7 ulp, rounded to 5
+    created = np.array([-1.6] * 36 + [second - 1e-6, second, newest])
+    importance = np.array([0.0] * 30 + [1.0] * 6 + [0.51, 0.0, 0.0])
+    stream = _stream_of(created, np.array([0.1]), importance)
+    arm = Arm("x", _ga({"kind": "exp-rate", "rate_per_day": r},
+                       {"kind": "weighted-sum", "w_recency": 1.0, "w_importance": 1.0,
+                        "w_relevance": 0.0}))
+    settings = SimSettings(candidates=1, tick_days=1.0, save_rankings="hidden")
+    got = _same_as_reference(stream, [arm], settings)
+    assert got.accelerated[0]["minmax"] == 1
+
+
+def test_weights_whose_sum_overflows_are_declined():
+    """Weights of 1e308 (each finite, their sum not) on notes whose scores
+    stay finite (the newest note, of the highest recency, is of middling
+    importance; the most important is the oldest): declined, with the
+    reference's frames (a bound of -inf let notes outside the prefilter in)."""
+    rng = np.random.default_rng(0)
+    live_times = np.r_[-10.0, np.linspace(-9, -2, 8), -0.1]
+    created = np.r_[live_times, np.linspace(-8.5, -0.2, 30)]
+    near = np.r_[np.ones(10, bool), np.zeros(30, bool)]
+    order = np.argsort(created, kind="stable")
+    created, near = created[order], near[order]
+    importance = np.where(near, 0.0, 0.7)
+    idx = np.flatnonzero(near)
+    importance[idx[0]], importance[idx[1:4]], importance[idx[-1]] = 1.0, 0.9, 0.4
+    emb = np.zeros((40, 4), np.float32)
+    emb[near, 0] = 1.0
+    emb[near, 1:] = rng.normal(scale=0.01, size=(10, 3))
+    emb[~near, 1] = 1.0  # far from the query: outside its prefilter of 10
+    emb[~near, 2:] = rng.normal(scale=0.01, size=(30, 2))
+    stream = _stream_of(created, np.array([0.5]), importance, emb,
+                        np.array([[1.0, 0, 0, 0]], np.float32))
+    arm = Arm("huge", _ga({"kind": "generative-agents", "decay_factor": 0.99},
+                          {"kind": "weighted-sum", "w_recency": 1e308, "w_importance": 1e308,
+                           "w_relevance": 0.0}, retriever={"kind": "cosine", "prefilter": 10}))
+    settings = SimSettings(candidates=1, tick_days=1.0, save_rankings="hidden")
+    got = _same_as_reference(stream, [arm], settings)
+    assert got.accelerated[0].get("minmax", 0) == 0
+
+
+@pytest.mark.parametrize("case", ["ttl", "long-tick", "bulk-import"])
+def test_rows_of_many_notes_not_live_or_tied_oldest_are_answered(case):
+    """The bands count live notes: a retention that evicted the oldest
+    notes, a long tick whose early queries cannot see the notes created
+    later in it, and a bulk import (a third of the store created at one
+    time, the oldest) are answered on every query, with the reference's
+    frames."""
+    rng = np.random.default_rng(1)
+    ga = {"kind": "generative-agents", "decay_factor": 0.99}
+    settings = SimSettings(candidates=6, tick_days=1.0, feedback_mode="per-query",
+                           save_rankings="hidden", retention_period_days=1.0)
+    if case == "ttl":
+        stream, arm = _stream(1), Arm("ttl", _ga(ga, retention={"kind": "ttl", "ttl_days": 60}))
+        settings = dataclasses.replace(settings, tick_days=2.0)
+    elif case == "long-tick":
+        created = np.sort(np.r_[rng.uniform(-20, 0, 600), rng.uniform(0, 7, 1400)])
+        stream = _stream_of(created, np.sort(rng.uniform(0.1, 7, 20)), rng.uniform(0, 5, 2000))
+        arm, settings = Arm("ga", _ga(ga)), dataclasses.replace(settings, tick_days=7.0)
+    else:
+        created = np.sort(np.r_[np.full(600, -30.0), rng.uniform(-5, 0, 1400)])
+        stream = _stream_of(created, np.sort(rng.uniform(0.1, 3, 12)), rng.uniform(0, 5, 2000))
+        arm = Arm("ga", _ga(ga))
+    got = _same_as_reference(stream, [arm], settings)
+    assert got.accelerated[0]["minmax"] == stream.n_queries

@@ -60,7 +60,7 @@ import numpy as np
 from memsim.core import jit
 from memsim.policies import Policy
 from memsim.policies.base import Stickiness
-from .context import _GatheredContext
+from .context import _GatheredContext, separable_recency
 from .state import similarity_key
 from .topc import top_candidates
 
@@ -103,6 +103,8 @@ def _plan(policy: Policy, ctx: BatchContext) -> tuple[float, float, float] | Non
     if r.needs_truth or r.needs_planted or r.needs_logged or r.chooses_candidates():
         return None
     if not all(np.isfinite(w) and w >= 0 for w in weights):
+        return None
+    if not np.isfinite(sum(weights)):  # MARGIN * the sum: finite
         return None
     d = policy.decay
     if not d.falls_with_age_alone() or d.clock not in ("created", "last_access"):
@@ -168,7 +170,9 @@ class _Row:
         # many notes a threshold on u keeps, estimated without a pass
         step = max(1, len(u) // SAMPLE)
         self.sample = np.sort(u[::step][live[::step]])
-        self.n_live = int(np.count_nonzero(live))
+        self.live = live
+        self.live_cols = np.flatnonzero(live)
+        self.n_live = len(self.live_cols)
 
     @cached_property
     def best(self) -> np.ndarray:
@@ -262,7 +266,7 @@ def _minmax_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, peer
         shared = _shared_row(ctx, policy, r, live[r], same, weights, c)
         if shared.n_live <= FEW * c:
             return None
-        got = _row_top(policy, ctx, st, r, live[r], shared, weights, c)
+        got = _row_top(policy, ctx, st, r, shared, weights, c)
         if got is None:
             return None
         pos[r], vals[r], cells = got
@@ -276,15 +280,16 @@ class _Origins:
     columns are in creation order, and on the last-use clock the arm's used
     notes come sorted by their last use (``PolicyState.uses_by_time``)."""
 
-    def __init__(self, ctx: BatchContext, st: PolicyState, live: np.ndarray, by_use: bool):
-        self.ctx, self.live = ctx, live
+    def __init__(self, ctx: BatchContext, st: PolicyState, row: _Row, by_use: bool):
+        self.ctx, self.live = ctx, row.live
         self.created = ctx.created_columns()  # ascending
+        self.live_cols = row.live_cols  # the bands count live columns only
         self.last = st.last_access if by_use else None
         none = np.zeros(0, dtype=np.int64)
         self.rows, self.times, self.since = st.uses_by_time() if by_use else (none, none, none)
         if len(self.since):  # the live columns used since the list was made
             cols = self.ctx.columns_of(self.since)
-            self.since = _union(cols[live[cols]])
+            self.since = _union(cols[self.live[cols]])
 
     def origin(self, cols: np.ndarray) -> np.ndarray:
         """The origin of the columns ``cols``: the last use, else creation."""
@@ -298,8 +303,8 @@ class _Origins:
         """For each k, a time at or after which about ``2 k`` notes have
         their origin: the k-th newest column's creation or, later, the k-th
         latest use."""
-        n, m = len(self.created), len(self.times)
-        edges = self.created[np.maximum(0, n - ks)]
+        n, m = len(self.live_cols), len(self.times)
+        edges = self.created[self.live_cols[np.maximum(0, n - ks)]]
         if m:
             edges = np.maximum(edges, np.where(ks <= m, self.times[np.maximum(0, m - ks)],
                                                -np.inf))
@@ -317,10 +322,15 @@ class _Origins:
         used = used[(used < first) & (self.last[self.ctx.idx[used]] >= edge)]
         return _union(cols, used) if len(used) else cols
 
-    def older(self, last_col: int) -> tuple[np.ndarray, float]:
-        """The live columns whose origin is before the creation of column
-        ``last_col`` (every column when it is the last), ascending, and that time."""
+    def older(self, k: int) -> tuple[np.ndarray, float]:
+        """The live columns whose origin is before an edge, ascending, and
+        the edge: the creation of the k-th live column, or of the first
+        created after it when others share its time (a bulk import); inf
+        (every live column) when there are k or fewer."""
         n = len(self.created)
+        last_col = int(self.live_cols[k]) if k < len(self.live_cols) else n
+        if last_col < n:
+            last_col = int(np.searchsorted(self.created, self.created[last_col], side="right"))
         edge = float(self.created[last_col]) if last_col < n else np.inf
         cols = np.arange(min(last_col, n))
         cols = cols[self.live[cols]]
@@ -339,20 +349,29 @@ class _Origins:
         return k + len(self.times) - np.searchsorted(self.times, edges, side="left") + len(self.since)
 
 
-def _row_top(policy: Policy, ctx: BatchContext, st: PolicyState, r: int, live: np.ndarray,
-             row: _Row, weights: tuple[float, float, float], c: int
+def _row_top(policy: Policy, ctx: BatchContext, st: PolicyState, r: int, row: _Row,
+             weights: tuple[float, float, float], c: int
              ) -> tuple[np.ndarray, np.ndarray, int] | None:
     """One row's top C (positions, scores) and the cells scored, or None."""
     w1, w2, w3 = weights
-    n = len(live)
+    n = row.n_live  # the bands count live notes
     t = float(ctx.t[r])
-    origins = _Origins(ctx, st, live, policy.decay.clock == "last_access")
+    origins = _Origins(ctx, st, row, policy.decay.clock == "last_access")
     floor = policy.decay.lower_bound()  # never undercut (Decay.falls_with_age_alone)
     margin = MARGIN * max(1.0, w1 + w2 + w3)
 
-    def curve(ages) -> np.ndarray:
-        return np.asarray(policy.decay.recency(np.asarray(ages, dtype=np.float64), ctx),
-                          dtype=np.float64)
+    form = policy.decay.exponential_form(ctx)
+
+    def curve(origins) -> np.ndarray:
+        """The recency a note of each origin gets on this row, computed as
+        the engine scores it (``Policy.recency``: the separable form with the
+        batch's anchor where the decay declares one, which may differ from
+        ``Decay.recency`` by more than SLACK for subnormal values)."""
+        origins = np.asarray(origins, dtype=np.float64)
+        if form is not None:
+            return separable_recency(ctx.t[r:r + 1], float(ctx.batch.t0), origins, form[0],
+                                     np.asarray(form[1], dtype=np.float64))[0]
+        return np.asarray(policy.decay.recency(t - origins, ctx), dtype=np.float64)
 
     # the band of newest origins and the notes by u that the arm's last row
     # needed: scored at once with the bands of the recency's extremes, they
@@ -384,7 +403,7 @@ def _row_top(policy: Policy, ctx: BatchContext, st: PolicyState, r: int, live: n
             return None
         hi = rec[np.searchsorted(cols, newer)].max()
         lo = rec[np.searchsorted(cols, older)].min()
-        edge = curve([t - e_new, t - e_old, t - e_band])
+        edge = curve([e_new, e_old, e_band])
         # a band's extreme is the row's when every note outside it lies
         # strictly on the other side of the curve's value at its edge, or
         # (the lowest) when it is the curve's least value
@@ -405,7 +424,7 @@ def _row_top(policy: Policy, ctx: BatchContext, st: PolicyState, r: int, live: n
     need = tau - w1 * float(t1(edge[2:] * (1.0 + SLACK))[0]) - margin
     missed = need < guess
     if missed:  # the notes the guess left out
-        more = np.flatnonzero((row.u >= need) & (row.u < guess))
+        more = np.flatnonzero((row.u >= need) & (row.u < guess) & (row.u > -np.inf))
         more = more[~_among(more, cols)]
         rec2 = _recency(policy, ctx, r, more)
         more_scores = _scores(weights, t1, row, rec2, more)
@@ -432,7 +451,7 @@ def _next_guess(origins: _Origins, row: _Row, t1: _Term, curve, t: float, tau: f
     widths = k_new * GROWTH ** np.arange(8)
     widths = widths[widths <= max(k_new, n // FEW)]
     edges = origins.newest_edges(widths)
-    need = tau - weights[0] * t1(curve(t - edges) * (1.0 + SLACK)) - margin
+    need = tau - weights[0] * t1(curve(edges) * (1.0 + SLACK)) - margin
     by_u = row.estimate(need)
     best = int(np.argmin(origins.count_newer(edges) + by_u))
     return int(widths[best]), float(1.25 * by_u[best] + 8)
