@@ -29,7 +29,8 @@ from memsim.engine import ACCELERATORS, Arm, SimSettings, reference, simulate
 from memsim.engine import minmax
 from memsim.engine.state import PolicyState
 from memsim.policies import REGISTRY, Decay, build_component
-from memsim.policies.rank import WeightedSum
+from memsim.policies.decay import GenerativeAgentsRecency
+from memsim.policies.rank import WeightedSum, live_mask, minmax_sum
 
 from .test_accelerators import _frames, _policy, _stream
 
@@ -312,13 +313,104 @@ class SwappedWeights(WeightedSum):
         return self.w_importance, self.w_recency, self.w_relevance
 
 
-def test_the_checker_refuses_false_declarations():
+@dataclass(frozen=True, kw_only=True)
+class ReviewDay(Decay):
+    """A half-life of a day, but 0.99 for ages in [7, 7.05): rises with age
+    in a window of an hour, declared as falling."""
+
+    name: ClassVar[str] = "test-review-day"
+    reads_salience: ClassVar[bool] = False
+
+    def recency(self, age, ctx):
+        a = np.maximum(np.asarray(age, dtype=np.float64), 0.0)
+        return np.where((a >= 7.0) & (a < 7.05), 0.99, np.exp2(-a))
+
+    def falls_with_age_alone(self):
+        return True
+
+    def lower_bound(self):
+        return 0.0
+
+    def upper_bound(self):
+        return 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoignantGA(GenerativeAgentsRecency):
+    """Notes of importance 5 or more decay ten times slower: it reads a
+    column, and inherits the declaration of a curve of the age alone."""
+
+    name: ClassVar[str] = "test-poignant-ga"
+
+    def recency(self, age, ctx):
+        slow = np.asarray(ctx.importance, dtype=np.float64) >= 5.0
+        hours = 24.0 * np.maximum(np.asarray(age, dtype=np.float64), 0.0)
+        return np.exp(np.where(slow, 0.1, 1.0) * hours * np.log(self.decay_factor))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClippedWeightedSum(WeightedSum):
+    """Clips the importance to 0..10 before the min-max sum: overrides
+    combine and inherits the weights' declaration."""
+
+    name: ClassVar[str] = "test-clipped-weighted-sum"
+
+    def combine(self, rel, rec, ctx):
+        imp = np.clip(np.asarray(ctx.importance, dtype=np.float64), 0.0, 10.0)
+        return minmax_sum([(self.w_recency, rec), (self.w_importance, imp),
+                           (self.w_relevance, rel)], live_mask(ctx))
+
+
+@pytest.mark.parametrize("cls, check", [
+    (TieredDecay, "falls_with_age_alone"),  # reads the tier
+    (ReviewDay, "falls_with_age_alone"),  # rises with age within an hour
+    (PoignantGA, "falls_with_age_alone"),  # overrides recency, inherits the declaration
+    (SwappedWeights, "minmax_weights"),  # the weights in another order
+    (ClippedWeightedSum, "minmax_weights"),  # overrides combine, inherits the declaration
+])
+def test_the_checker_refuses_false_declarations(cls, check):
     with pytest.raises(CheckError) as err:
-        check_component(TieredDecay)
-    assert err.value.check == "falls_with_age_alone"
-    with pytest.raises(CheckError) as err:
-        check_component(SwappedWeights)
-    assert err.value.check == "minmax_weights"
+        check_component(cls)
+    assert err.value.check == check
+
+
+def test_the_engine_takes_an_inherited_declaration_as_none():
+    """A subclass that overrides the declared method and inherits the
+    declaration is scored in full: the reference's frames."""
+    rng = np.random.default_rng(0)
+    created = np.sort(rng.uniform(-5, 0, 400))
+    importance = rng.uniform(1, 10, 400)
+    importance[[3, 100, 200]] = 1000.0  # what the clipping changes
+    stream = _stream_of(created, np.array([0.5, 1.5]), importance)
+    arms = [Arm("clipped", _policy(ranker=ClippedWeightedSum(),
+                                   decay={"kind": "generative-agents", "decay_factor": 0.99})),
+            Arm("poignant", _ga(PoignantGA(decay_factor=0.99)))]
+    settings = SimSettings(candidates=3, tick_days=1.0, save_rankings=True)
+    got = _same_as_reference(stream, arms, settings)
+    assert [a.get("minmax", 0) for a in got.accelerated] == [0, 0]
+
+
+def test_the_engine_check_replays_a_min_max_ranker_through_the_accelerator(monkeypatch):
+    """``check_component(..., engine=True)`` of the min-max ranker and of a
+    curve of the age alone replays them through the accelerator (beside a
+    partner of the other kind), whatever ``MIN_CELLS``."""
+    from memsim.checks import testing
+
+    monkeypatch.setattr(minmax, "MIN_CELLS", 1 << 17)
+    answered = []
+    simulate_ = testing._simulate
+
+    def spy(*args):
+        got = simulate_(*args)
+        answered.append(sum(a.get("minmax", 0) for a in got.accelerated))
+        return got
+
+    monkeypatch.setattr(testing, "_simulate", spy)
+    for comp in (WeightedSum(), GenerativeAgentsRecency()):
+        answered.clear()
+        testing.check_engine_paths(comp)
+        assert max(answered) > 0
+    assert minmax.MIN_CELLS == 1 << 17  # restored
 
 
 def _stream_of(created, qt, importance, emb=None, qemb=None, seed=0):

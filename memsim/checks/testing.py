@@ -66,7 +66,7 @@ from memsim.core.errors import ParameterError
 from memsim.core.params import Interval, Options, Validated
 from memsim.policies import SLOTS, ArrayContext, Component, Policy
 from memsim.policies.base import (Breadth, ComponentOutputError, Ranker, Stickiness,
-                                  build_from_spec)
+                                  build_from_spec, declared_for)
 from memsim.data.planted import PlantedModel
 from memsim.policies.context import MEMORY_TYPE_CODES, TIER_CODES, NoteAges
 from memsim.policies.rank import minmax_sum
@@ -640,6 +640,8 @@ def _check_decay_promises(c: _Checker, comp, seed: int, contexts) -> None:
         c.require(v is None or (isinstance(v, (int, float, np.floating)) and math.isfinite(v)),
                   name, f"{name}() = {_r(v)}: declare a finite number or None")
     alone = c.call("falls_with_age_alone", comp.falls_with_age_alone)
+    if alone:
+        _check_age_alone_curve(c, comp)
     for label, ctx, default_salience in _promise_contexts(seed, contexts):
         age = np.asarray(ctx.age(comp.clock), dtype=np.float64)
         rec = np.asarray(c.call("recency", comp.recency, age.copy(), ctx), dtype=np.float64)
@@ -681,12 +683,18 @@ def _check_decay_promises(c: _Checker, comp, seed: int, contexts) -> None:
     _check_half_life(c, comp)
 
 
+#: ages (days) on which a curve of the age alone must not rise: dense over
+#: the first two months (a bump of a few minutes shows), sparse beyond
+AGE_ALONE_GRID = np.unique(np.concatenate([np.linspace(0.0, 60.0, 86_401),
+                                           np.geomspace(1e-6, 1e9, 20_001)]))
+
+
 def _check_age_alone(c: _Checker, comp, age: np.ndarray, rec: np.ndarray, lo: float | None,
                      label: str) -> None:
     """``falls_with_age_alone()``: the same recency at the same age for any
     note (here, against fresh notes of default columns at those ages), never
     below ``lower_bound()`` (exactly: the engine takes a row's least recency
-    at that bound for its least), and not rising with age."""
+    at that bound for its least)."""
     flat = age.reshape(-1)
     own = np.asarray(c.call("recency", comp.recency, flat.copy(), _fresh_context(flat)),
                      dtype=np.float64).reshape(-1)
@@ -702,10 +710,37 @@ def _check_age_alone(c: _Checker, comp, age: np.ndarray, rec: np.ndarray, lo: fl
                   f"falls_with_age_alone() is True, but recency() = {_r(rec.min())} < "
                   f"lower_bound() = {_r(lo)} ({label}): the engine reads a recency at the "
                   "bound as the least of any note")
-    order = np.argsort(flat, kind="stable")
-    c.require((np.diff(own[order]) <= 1e-12 * np.abs(own[order][:-1])).all(),
-              "falls_with_age_alone", f"falls_with_age_alone() is True, but recency() rises "
-              f"with age ({label})")
+
+
+def _check_age_alone_curve(c: _Checker, comp) -> None:
+    """The declaration made where ``recency`` is defined, a curve that does
+    not rise on :data:`AGE_ALONE_GRID`, and the same values on notes whose
+    columns (importance, tokens, salience, recalls) take values far beyond
+    the other contexts' (a curve that reads one of them shows)."""
+    c.require(declared_for(comp, "falls_with_age_alone", "recency"), "falls_with_age_alone",
+              f"falls_with_age_alone() is inherited from a class above the one that defines "
+              f"recency() ({type(comp).__name__} overrides it): declare it again for this "
+              "recency (or return False)")
+    grid = AGE_ALONE_GRID
+    own = np.asarray(c.call("recency", comp.recency, grid.copy(), _fresh_context(grid)),
+                     dtype=np.float64).reshape(-1)
+    up = np.flatnonzero(np.diff(own) > 1e-12 * np.abs(own[:-1]))
+    if len(up):
+        i = int(up[0])
+        c.fail("falls_with_age_alone", f"falls_with_age_alone() is True, but recency() rises "
+               f"with age: {_r(own[i])} at age {_r(grid[i])}, {_r(own[i + 1])} at "
+               f"{_r(grid[i + 1])}")
+    rng = np.random.default_rng(7)
+    ages = rng.choice(grid, 500)
+    wide = ArrayContext(t=0.0, created_at=-ages, importance=rng.uniform(0, 1e6, 500),
+                        tokens=rng.integers(1, 10**6, 500), salience=rng.uniform(0, 100, 500),
+                        recalls=rng.integers(0, 10**6, 500),
+                        last_access=np.where(rng.random(500) < 0.5, -ages / 2, np.nan))
+    age = np.asarray(wide.age(comp.clock), dtype=np.float64)
+    rec = np.broadcast_to(np.asarray(c.call("recency", comp.recency, age.copy(), wide),
+                                     dtype=np.float64), age.shape)
+    _check_age_alone(c, comp, age, rec, None, "notes of far larger importance, tokens, "
+                     "salience and recalls")
 
 
 def _check_half_life(c: _Checker, comp) -> None:
@@ -836,17 +871,29 @@ def _check_minmax_weights(c: _Checker, comp) -> None:
     c.require(len(weights) == 3 and comp.uses_recency and comp.uses_similarity,
               "minmax_weights", "minmax_weights() must be three weights (recency, importance, "
               "similarity) of a ranker that reads both the recency and the similarity")
+    c.require(declared_for(comp, "minmax_weights", "combine"), "minmax_weights",
+              f"minmax_weights() is inherited from a class above the one that defines "
+              f"combine() ({type(comp).__name__} overrides it): declare it again for this "
+              "combine (or return None)")
     ctx = random_context(0)  # (its live mask leaves some notes out)
     q, n = len(ctx.t), len(ctx.idx)
     rng = np.random.default_rng(0)
     rel, rec = rng.uniform(-1, 1, (q, n)), rng.uniform(0, 1, (q, n))
     live = np.asarray(ctx.live, dtype=bool)
-    got = np.asarray(c.call("combine", comp.combine, rel, rec, ctx), dtype=np.float64)
-    want = minmax_sum([(weights[0], rec), (weights[1], ctx.importance), (weights[2], rel)], live)
-    c.require(np.array_equal(np.where(live, got, 0.0), np.where(live, want, 0.0),
-                             equal_nan=True),
-              "minmax_weights", f"minmax_weights() = {weights}, but combine() is not "
-              "minmax_sum of the recency, importance and similarity with those weights")
+    for what, importance in (("", ctx.importance),
+                             (" (importances from 0 to 10)", rng.uniform(0, 10, n)),
+                             (" (importances up to 1e6)", rng.uniform(0, 1e6, n)),
+                             (" (tied importances)", rng.choice([1.0, 10.0, 1000.0], n)),
+                             (" (equal importances)", np.full(n, 3.0))):
+        ctx.importance = importance
+        got = np.asarray(c.call("combine", comp.combine, rel, rec, ctx), dtype=np.float64)
+        want = minmax_sum([(weights[0], rec), (weights[1], ctx.importance), (weights[2], rel)],
+                          live)
+        c.require(np.array_equal(np.where(live, got, 0.0), np.where(live, want, 0.0),
+                                 equal_nan=True),
+                  "minmax_weights", f"minmax_weights() = {weights}, but combine() is not "
+                  "minmax_sum of the recency, importance and similarity with those "
+                  f"weights{what}")
 
 
 def _ranker_outputs(c: _Checker, comp, ctx, keep: np.ndarray | None = None
@@ -1394,7 +1441,10 @@ def _engine_stream(seed: int):
 def check_engine_paths(component_or_policy: Any, *, seed: int = 0) -> None:
     """Run a component (in a policy of defaults) or a policy through the
     engine's fast paths and its reference on a small synthetic stream, and
-    require identical results.
+    require identical results. A ranker that declares ``minmax_weights``
+    also runs over Generative Agents' decay, and a decay that declares
+    ``falls_with_age_alone`` under the ``weighted-sum`` ranker, with the
+    ``"minmax"`` accelerator on at this size.
 
     The stream (:func:`_engine_stream`) is replayed with per-tick and with
     per-query feedback, once with every accelerator on (pruned scoring, the
@@ -1408,6 +1458,9 @@ def check_engine_paths(component_or_policy: Any, *, seed: int = 0) -> None:
         differ and both values.
     """
     from memsim.engine import Arm, SimSettings
+    from memsim.engine.minmax import at_any_size
+    from memsim.policies.decay import GenerativeAgentsRecency
+    from memsim.policies.rank import WeightedSum
 
     if isinstance(component_or_policy, Policy):
         policy, label = component_or_policy, "policy (" + ", ".join(
@@ -1420,13 +1473,22 @@ def check_engine_paths(component_or_policy: Any, *, seed: int = 0) -> None:
         policy = Policy(**{comp.slot: comp})
     c = _Checker(label)
     stream = _engine_stream(seed)
+    arms = [Arm("p", policy)]
+    if not isinstance(component_or_policy, Policy):
+        # the "minmax" accelerator serves a min-max ranker over a curve of the
+        # age alone: the component beside its partner of the other kind
+        if comp.slot == "ranker" and comp.minmax_weights() is not None:
+            arms.append(Arm("minmax", Policy(ranker=comp, decay=GenerativeAgentsRecency())))
+        elif comp.slot == "decay" and comp.falls_with_age_alone():
+            arms.append(Arm("minmax", Policy(decay=comp, ranker=WeightedSum())))
     for mode in ("per-tick", "per-query"):
         settings = SimSettings(candidates=8, budget_tokens=800, feedback_mode=mode,
                                save_rankings=True)
         runs = []
         for on in (False, True):
-            runs.append(c.call("simulate", _simulate, stream, [Arm("p", policy)], settings,
-                               seed_sequence(seed), on))
+            with at_any_size():
+                runs.append(c.call("simulate", _simulate, stream, arms, settings,
+                                   seed_sequence(seed), on))
         ref, fast = runs
         for name in ("rankings", "queries", "store", "arms"):
             a, b = getattr(ref, name), getattr(fast, name)

@@ -52,14 +52,16 @@ store) leaves the batch to full scoring.
 
 from __future__ import annotations
 
+import contextlib
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from memsim.core import jit
+from memsim.core.errors import MemsimError
 from memsim.policies import Policy
-from memsim.policies.base import Stickiness
+from memsim.policies.base import Stickiness, declared_for
 from .context import _GatheredContext, separable_recency
 from .state import similarity_key
 from .topc import top_candidates
@@ -93,11 +95,23 @@ GUESS_ROWS = 8
 LEAST = -np.finfo(np.float64).max
 
 
+@contextlib.contextmanager
+def at_any_size() -> Iterator[None]:
+    """Within the block, the accelerator runs whatever its rows' size
+    (:data:`MIN_CELLS` 0): ``memsim check --engine`` replays a small stream."""
+    global MIN_CELLS
+    saved, MIN_CELLS = MIN_CELLS, 0
+    try:
+        yield
+    finally:
+        MIN_CELLS = saved
+
+
 def _plan(policy: Policy, ctx: BatchContext) -> tuple[float, float, float] | None:
     """The ranker's min-max weights when the policy can be answered so
     (module docstring), else None."""
     r = policy.ranker
-    weights = r.minmax_weights()
+    weights = r.minmax_weights() if declared_for(r, "minmax_weights", "combine") else None
     if weights is None or not (r.uses_recency and r.uses_similarity):
         return None
     if r.needs_truth or r.needs_planted or r.needs_logged or r.chooses_candidates():
@@ -107,7 +121,8 @@ def _plan(policy: Policy, ctx: BatchContext) -> tuple[float, float, float] | Non
     if not np.isfinite(sum(weights)):  # MARGIN * the sum: finite
         return None
     d = policy.decay
-    if not d.falls_with_age_alone() or d.clock not in ("created", "last_access"):
+    if (not declared_for(d, "falls_with_age_alone", "recency") or not d.falls_with_age_alone()
+            or d.clock not in ("created", "last_access")):
         return None
     if (type(policy.stickiness).effective_age is not Stickiness.effective_age
             or policy.stickiness.access_term_bound(ctx) != 0.0
@@ -373,6 +388,17 @@ def _row_top(policy: Policy, ctx: BatchContext, st: PolicyState, r: int, row: _R
                                      np.asarray(form[1], dtype=np.float64))[0]
         return np.asarray(policy.decay.recency(t - origins, ctx), dtype=np.float64)
 
+    def edges_curve(origins) -> np.ndarray | None:
+        """:func:`curve`, or None where the decay fails on a few ages (it
+        reads the context after all: the row is scored in full)."""
+        try:
+            got = curve(origins)
+        except MemsimError:
+            raise
+        except Exception:  # noqa: BLE001 - the whole rows decide: slower, not wrong
+            return None
+        return got if got.shape == np.shape(origins) else None
+
     # the band of newest origins and the notes by u that the arm's last row
     # needed: scored at once with the bands of the recency's extremes, they
     # usually hold every note that can reach the top C
@@ -403,7 +429,9 @@ def _row_top(policy: Policy, ctx: BatchContext, st: PolicyState, r: int, row: _R
             return None
         hi = rec[np.searchsorted(cols, newer)].max()
         lo = rec[np.searchsorted(cols, older)].min()
-        edge = curve([e_new, e_old, e_band])
+        edge = edges_curve([e_new, e_old, e_band])
+        if edge is None:
+            return None
         # a band's extreme is the row's when every note outside it lies
         # strictly on the other side of the curve's value at its edge, or
         # (the lowest) when it is the curve's least value

@@ -550,6 +550,18 @@ _OUTPUT_CHECKS = {
 }
 
 
+def declared_for(obj: Any, declaration: str, method: str) -> bool:
+    """Whether the class of ``obj`` makes ``declaration`` (a method
+    declaring a property of ``method``) where ``method`` is defined, or
+    below: a subclass that overrides ``method`` and inherits the declaration
+    promises nothing about its own method (the engine and the checker then
+    take it as undeclared)."""
+    mro = type(obj).__mro__
+    owner = next((k for k in mro if declaration in vars(k)), None)
+    defines = next((k for k in mro if method in vars(k)), None)
+    return owner is not None and defines is not None and issubclass(owner, defines)
+
+
 def _check_outputs_of(cls: type) -> None:
     """Wrap the slot's method that ``cls`` itself defines so that its
     output is checked (shape and dtype; a packer's budget, an orderer's
