@@ -268,9 +268,11 @@ def _minmax_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, peer
     (the caller scores in full): ``peers`` arms share its rows' work
     (itself included), and it runs where they hold :data:`MIN_CELLS`
     notes between them."""
-    weights = _plan(policy, ctx)
     q, n = len(ctx.t), len(ctx.idx)
-    if weights is None or n == 0 or n * peers < MIN_CELLS:
+    if n == 0 or n * peers < MIN_CELLS:
+        return None
+    weights = _plan(policy, ctx)
+    if weights is None:
         return None
     live, same = ctx.live_and_shared()
     cc = min(c, n)
