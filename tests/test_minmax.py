@@ -134,6 +134,26 @@ def test_it_scores_a_few_of_the_notes_and_shares_a_row_between_arms(monkeypatch)
         assert w["cells"] < 0.2 * q * stream.n_notes, w["cells"] / q
 
 
+def test_a_batch_of_rows_too_large_to_keep_shares_one_row_at_a_time(monkeypatch):
+    """Per tick, a batch's rows are kept for its arms while they fit
+    ``ROWS_BYTES``; beyond it one row at a time (each arm computes its rows
+    again): the same frames, and each row made once per arm."""
+    stream = _stream(0)
+    arms = [Arm(f"ga-{f}", _ga({"kind": "generative-agents", "decay_factor": f}))
+            for f in (0.99, 0.995)]
+    settings = SimSettings(candidates=6, tick_days=2.0, save_rankings="hidden")
+    made = []
+    make = minmax._Row
+    monkeypatch.setattr(minmax, "_Row", lambda *a: made.append(1) or make(*a))
+    _same_as_reference(stream, arms, settings)
+    kept = len(made)
+    made.clear()
+    monkeypatch.setattr(minmax, "ROWS_BYTES", 0)
+    got = _same_as_reference(stream, arms, settings)
+    assert len(made) == 2 * kept == 2 * stream.n_queries
+    assert all(a["minmax"] == stream.n_queries for a in got.accelerated)
+
+
 def test_arms_that_evict_or_prefilter_see_rows_of_their_own():
     """An arm whose retention evicted notes, or whose retriever cut each
     query to its nearest notes, sees other notes than the batch's valid

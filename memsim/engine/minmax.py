@@ -91,6 +91,9 @@ NEW_PER_CANDIDATE, OLD_COLUMNS, GROWTH = 2, 64, 8
 SAMPLE = 512
 #: rows an arm's guess is kept while it holds every note needed
 GUESS_ROWS = 8
+#: a batch's rows are kept for its arms while they hold at most this many
+#: bytes (a row: u, its similarity and importance, its live columns)
+ROWS_BYTES, ROW_BYTES_PER_NOTE = 1 << 28, 32
 #: a threshold on u that every live note reaches (u is -inf where not live)
 LEAST = -np.finfo(np.float64).max
 
@@ -243,20 +246,22 @@ def _row_u(imp, rel, live, w2, w3):
 def _shared_row(ctx: BatchContext, policy: Policy, r: int, live: np.ndarray, same: bool,
                 weights: tuple[float, float, float], c: int) -> _Row:
     """The row's :class:`_Row`, shared through the batch's cache by the arms
-    that see the batch's valid notes. A query row of a tick's batch (the
-    arms answered query by query) keeps only its latest row, in the tick's
-    cache: the arms answer one query after the other, and a row holds a
-    few arrays of the store's size."""
+    that see the batch's valid notes. A row holds a few arrays of the
+    store's size, so the cache keeps one row at a time (the latest asked)
+    where the arms answer one query after the other (a query row of a
+    tick's batch, kept in the tick's cache) or where the batch's rows would
+    hold more than :data:`ROWS_BYTES` between them; else every row of the
+    batch, which each arm then reads in turn."""
     if not same:
         return _Row(ctx, policy, r, live, weights, c)
     key = ("minmax-row", similarity_key(policy.retriever), weights[1:], c)
     source = ctx.batch.row_source()
-    if source is None:
+    if source is None and len(ctx.t) * len(ctx.idx) * ROW_BYTES_PER_NOTE <= ROWS_BYTES:
         return ctx.shared((*key, r), lambda: _Row(ctx, policy, r, live, weights, c))
-    tick, i = source
-    kept = tick.cache.get(key)
+    cache, i = (ctx.batch.cache, r) if source is None else (source[0].cache, source[1])
+    kept = cache.get(key)
     if kept is None or kept[0] != i:
-        kept = tick.cache[key] = (i, _Row(ctx, policy, r, live, weights, c))
+        kept = cache[key] = (i, _Row(ctx, policy, r, live, weights, c))
     return kept[1]
 
 
