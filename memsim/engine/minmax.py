@@ -39,7 +39,8 @@ creation or last-use clock, and the notes in creation order:
   when it fell short.
 
 It runs where it pays (:data:`MIN_CELLS`): a row's shared pass and an
-arm's few dozen array calls cost more than scoring a small row whole.
+arm's few dozen array calls cost more than scoring a small row whole, as
+one arm answered query by query over a small store does.
 
 **Contract.** For every query of every arm it answers, the same top C (the
 same notes in the same order, ties to the lower ``note_id``) and the same
@@ -78,10 +79,13 @@ SLACK = 1e-12
 MARGIN = 1e-9
 #: a row with at most this many live notes per candidate is scored in full
 FEW = 4
-#: it runs where the arms that share a row's work hold this many notes
-#: between them (notes x arms): below it, scoring whole rows costs less
-#: (one Generative Agents arm: 8% more CPU at 50,000 notes, 12% less at
-#: 200,000; ten arms: 17% less at 50,000; ``benchmarks/README.md``)
+#: it runs where the arms that share a batch's rows hold this many cells
+#: between them (queries x notes x arms): below it, scoring whole rows costs
+#: less. Per query (one row a batch), one Generative Agents arm over 50,000
+#: notes scores whole rows (5% less CPU), over 200,000 through here (12%
+#: less), and ten arms over 50,000 through here (11-17% less); per tick (a
+#: day's 50 rows), whole rows cost more (one arm over 50,000 notes: 0.60 s
+#: against 0.33 s; ``benchmarks/README.md``)
 MIN_CELLS = 1 << 17
 #: the newer band's first width (columns) per candidate, and the older
 #: band's first width; each grows eightfold while it cannot prove the extreme
@@ -271,10 +275,10 @@ def _minmax_top(policy: Policy, ctx: BatchContext, c: int, st: PolicyState, peer
     scores without scoring every live note (module docstring), or None when
     the policy or a row cannot be answered so, or when it would not pay
     (the caller scores in full): ``peers`` arms share its rows' work
-    (itself included), and it runs where they hold :data:`MIN_CELLS`
-    notes between them."""
+    (itself included), and it runs where their batch holds :data:`MIN_CELLS`
+    cells (queries x notes x arms)."""
     q, n = len(ctx.t), len(ctx.idx)
-    if n == 0 or n * peers < MIN_CELLS:
+    if n == 0 or q * n * peers < MIN_CELLS:
         return None
     weights = _plan(policy, ctx)
     if weights is None:
