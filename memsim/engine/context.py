@@ -12,6 +12,7 @@ from memsim.data.planted import PlantedModel
 from memsim.policies import ArrayContext
 from memsim.policies.context import AGE_CLOCKS
 from .state import similarity_key, superseded
+from .topc import _columns
 
 if TYPE_CHECKING:
     from .batch import Batch
@@ -199,13 +200,8 @@ class BatchContext(_ArmCells):
     def columns_of(self, rows: np.ndarray) -> np.ndarray:
         """The columns of the note rows ``rows`` that are among the batch's
         (those that are not left out), in the order of ``rows``."""
-        rows = np.asarray(rows, dtype=np.int64)
-        span = self.batch.rows
-        if isinstance(span, slice):
-            cols = rows - span.start
-            return cols[(cols >= 0) & (cols < len(self.idx))]
-        at = np.minimum(np.searchsorted(self.idx, rows), len(self.idx) - 1)
-        return at[self.idx[at] == rows] if len(self.idx) else at[:0]
+        at, hit = _columns(self.idx, np.asarray(rows, dtype=np.int64))
+        return at[hit]
 
     def created_columns(self) -> np.ndarray:
         """The creation time (L,) of each column."""

@@ -65,7 +65,7 @@ from memsim.policies import Policy
 from memsim.policies.base import Stickiness, declared_for
 from .context import _GatheredContext, separable_recency
 from .state import similarity_key
-from .topc import top_candidates
+from .topc import _columns, top_candidates
 
 if TYPE_CHECKING:
     from .context import BatchContext
@@ -114,11 +114,17 @@ def at_any_size() -> Iterator[None]:
         MIN_CELLS = saved
 
 
+def declared_weights(ranker) -> tuple[float, float, float] | None:
+    """The ranker's ``minmax_weights()``, where it declares them for its own
+    ``combine`` (:func:`~memsim.policies.base.declared_for`), else None."""
+    return ranker.minmax_weights() if declared_for(ranker, "minmax_weights", "combine") else None
+
+
 def _plan(policy: Policy, ctx: BatchContext) -> tuple[float, float, float] | None:
     """The ranker's min-max weights when the policy can be answered so
     (module docstring), else None."""
     r = policy.ranker
-    weights = r.minmax_weights() if declared_for(r, "minmax_weights", "combine") else None
+    weights = declared_weights(r)
     if weights is None or not (r.uses_recency and r.uses_similarity):
         return None
     if r.needs_truth or r.needs_planted or r.needs_logged or r.chooses_candidates():
@@ -170,8 +176,8 @@ class _Term:
 class _Row:
     """What every arm that sees the same live notes shares on a query row:
     the importance and similarity terms, every note's ``u`` (-inf where not
-    live), a sorted sample of the live notes' ``u``, and some of the best
-    columns by ``u`` (at least C, ascending)."""
+    live), a sorted sample of the live notes' ``u``, the live columns, and
+    (when first asked) the C best columns by ``u``."""
 
     def __init__(self, ctx: BatchContext, policy: Policy, r: int, live: np.ndarray,
                  weights: tuple[float, float, float], c: int):
@@ -343,8 +349,7 @@ class _Origins:
         cols = cols[self.live[cols]]
         if self.last is None:
             return cols
-        used = self.ctx.columns_of(self.rows[np.searchsorted(self.times, edge, side="left"):])
-        used = np.concatenate([used[self.live[used]], self.since])
+        used = self._used(self.rows[np.searchsorted(self.times, edge, side="left"):])
         used = used[(used < first) & (self.last[self.ctx.idx[used]] >= edge)]
         return _union(cols, used) if len(used) else cols
 
@@ -363,10 +368,16 @@ class _Origins:
         if self.last is None:
             return cols, edge
         cols = cols[np.isnan(self.last[self.ctx.idx[cols]])]  # else the origin is the last use
-        used = self.ctx.columns_of(self.rows[:np.searchsorted(self.times, edge, side="left")])
-        used = np.concatenate([used[self.live[used]], self.since])
+        used = self._used(self.rows[:np.searchsorted(self.times, edge, side="left")])
         used = used[self.last[self.ctx.idx[used]] < edge]
         return (_union(cols, used) if len(used) else cols), edge
+
+    def _used(self, rows: np.ndarray) -> np.ndarray:
+        """The live columns of the listed notes ``rows`` and of those used
+        since the list was made (a last use only moves later: every note
+        last used on one side of a time is among the two)."""
+        cols = self.ctx.columns_of(rows)
+        return np.concatenate([cols[self.live[cols]], self.since])
 
     def count_newer(self, edges: np.ndarray) -> np.ndarray:
         """At most how many notes have their origin at or after each edge."""
@@ -464,7 +475,7 @@ def _row_top(policy: Policy, ctx: BatchContext, st: PolicyState, r: int, row: _R
     missed = need < guess
     if missed:  # the notes the guess left out
         more = np.flatnonzero((row.u >= need) & (row.u < guess) & (row.u > -np.inf))
-        more = more[~_among(more, cols)]
+        more = more[~_columns(cols, more)[1]]  # (cols: ascending, distinct)
         rec2 = _recency(policy, ctx, r, more)
         more_scores = _scores(weights, t1, row, rec2, more)
         if np.isnan(rec2).any() or not np.isfinite(more_scores).all():
@@ -503,14 +514,6 @@ def _union(*parts: np.ndarray) -> np.ndarray:
     if len(x) > 1:
         x = x[np.concatenate([[True], x[1:] != x[:-1]])]
     return x
-
-
-def _among(x: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
-    """Whether each of ``x`` is in ``sorted_values`` (ascending)."""
-    if len(sorted_values) == 0:
-        return np.zeros(len(x), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_values, x), len(sorted_values) - 1)
-    return sorted_values[at] == x
 
 
 def _recency(policy: Policy, ctx: BatchContext, r: int, cols: np.ndarray) -> np.ndarray:

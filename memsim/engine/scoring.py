@@ -13,7 +13,7 @@ from .arms import _pack_all, _Packed
 from .context import BatchContext
 from .prefilter import level_prefilter, _chosen_top, _prefilter_top
 from .cells import _cells_scorable
-from .minmax import _minmax_top
+from .minmax import _minmax_top, declared_weights
 from .pruning import _pruned_top
 from .stacking import _stacked_tops
 from .state import similarity_key
@@ -131,7 +131,7 @@ def _minmax_peers(jobs: list[_ArmJob]) -> list[int]:
     """For each job, how many of ``jobs`` share its min-max terms (the same
     similarity, importance weight and relevance weight, and C): the arms
     among which the ``"minmax"`` accelerator shares a query row's work."""
-    keys = [None if (w := job.arm.policy.ranker.minmax_weights()) is None else
+    keys = [None if (w := declared_weights(job.arm.policy.ranker)) is None else
             (similarity_key(job.arm.policy.retriever), w[1:], job.c) for job in jobs]
     return [1 if k is None else keys.count(k) for k in keys]
 

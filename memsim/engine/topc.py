@@ -33,6 +33,20 @@ def nonzero2(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.divmod(np.flatnonzero(mask), mask.shape[1])
 
 
+def _columns(idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the note rows ``rows`` (any shape) are among the batch's
+    columns ``idx`` (ascending), and which of them are there at all."""
+    if len(idx) == 0:
+        return np.zeros(np.shape(rows), dtype=np.int64), np.zeros(np.shape(rows), dtype=bool)
+    lo, n = int(idx[0]), len(idx)
+    if int(idx[-1]) - lo + 1 == n:  # consecutive rows (a batch's, usually): no search
+        at = np.asarray(rows, dtype=np.int64) - lo
+        hit = (at >= 0) & (at < n)
+        return np.where(hit, at, np.where(at < 0, 0, n - 1)), hit
+    at = np.minimum(np.searchsorted(idx, rows), len(idx) - 1)
+    return at, idx[at] == rows
+
+
 def _within(counts: np.ndarray) -> np.ndarray:
     """Each item's position within its group, for groups of ``counts``
     items one after the other."""

@@ -34,7 +34,7 @@ from .pruning import _prune_plan
 from .cells import _cell_scores
 from .scoring import _answer_all, _scoring_context, _top
 from .stacking import _stacked_tops
-from .topc import _within, nonzero2
+from .topc import _columns, _within, nonzero2
 from .uses import _answer_uses, _chosen, _reads_packing
 
 if TYPE_CHECKING:
@@ -557,20 +557,6 @@ def _first_wrong(job: _ArmJob, sees: _Seen, batch: Batch, pk: _Packed,
         if len(hit):
             final = min(final, int(later[hit[0]]))
     return final
-
-
-def _columns(idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where the note rows ``rows`` (any shape) are among the batch's
-    columns ``idx`` (ascending), and which of them are there at all."""
-    if len(idx) == 0:
-        return np.zeros(np.shape(rows), dtype=np.int64), np.zeros(np.shape(rows), dtype=bool)
-    lo, n = int(idx[0]), len(idx)
-    if int(idx[-1]) - lo + 1 == n:  # consecutive rows (a batch's, usually): no search
-        at = np.asarray(rows, dtype=np.int64) - lo
-        hit = (at >= 0) & (at < n)
-        return np.where(hit, at, np.where(at < 0, 0, n - 1)), hit
-    at = np.minimum(np.searchsorted(idx, rows), len(idx) - 1)
-    return at, idx[at] == rows
 
 
 def _used_note_scores(job: _ArmJob, ctx: BatchContext, batch: Batch, cols: np.ndarray,
